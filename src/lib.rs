@@ -1,0 +1,20 @@
+//! The `coreweave.sandbox.v1` API as Rust types, generated at build time from `proto/`.
+//!
+//! - Messages are prost types with proto3 JSON (pbjson): lowerCamelCase on output, both spellings
+//!   on input, unknown fields rejected, int64 as strings, enums by name.
+//! - Feature `server`: tonic gRPC services and connectrpc-axum Connect routes for every service.
+//! - Feature `client`: tonic gRPC clients and typed Connect clients.
+//! - [`FILE_DESCRIPTOR_SET`] holds every file (with imports and comments) for gRPC reflection.
+
+#![allow(clippy::all, missing_docs, rustdoc::all)]
+
+pub mod wkt;
+
+include!(concat!(env!("OUT_DIR"), "/cwsandbox_api.rs"));
+
+/// `google.protobuf.FileDescriptorSet` of `proto/` and everything it imports, with source info.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/cwsandbox_descriptor_set.bin"));
+
+/// The API package, re-exported under a short name.
+pub use coreweave::sandbox::v1 as sandbox_v1;
