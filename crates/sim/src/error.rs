@@ -1,0 +1,144 @@
+//! The one error type of the simulation. Each variant is a gRPC status class; the emulator maps
+//! them to codes and `google.rpc` details in one place. Reasons are the public `ErrorInfo.reason`
+//! strings (domain `cwsandbox.com`).
+
+use std::fmt;
+use std::time::Duration;
+
+/// A stable, documented error code sent as `ErrorInfo.reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// The request is malformed (a BadRequest lists the fields).
+    InvalidRequest,
+    /// The same `request_id` came with a different body.
+    RequestIdConflict,
+    /// No sandbox with that id is visible to the caller.
+    SandboxNotFound,
+    /// No runner with that id is visible to the caller.
+    RunnerNotFound,
+    /// The runner exists but cannot take sandboxes now.
+    RunnerUnavailable,
+    /// No runner matches the sandbox's mode and `runner_ids`.
+    NoSuitableRunner,
+    /// The runner's policy rejects the sandbox.
+    PlacementRejected,
+    /// The sandbox exceeds a policy ceiling (`cpu_ceiling`, `memory_ceiling`).
+    ResourceCeilingExceeded,
+    /// A precondition (etag, state) does not hold.
+    PreconditionFailed,
+    /// The operation is not emulated.
+    NotImplemented,
+    /// The resource exists already.
+    AlreadyExists,
+    /// A volume still references the runner.
+    VolumeInUse,
+}
+
+impl Reason {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidRequest => "CWSANDBOX_INVALID_REQUEST",
+            Reason::RequestIdConflict => "CWSANDBOX_REQUEST_ID_CONFLICT",
+            Reason::SandboxNotFound => "CWSANDBOX_SANDBOX_NOT_FOUND",
+            Reason::RunnerNotFound => "CWSANDBOX_RUNNER_NOT_FOUND",
+            Reason::RunnerUnavailable => "CWSANDBOX_RUNNER_UNAVAILABLE",
+            Reason::NoSuitableRunner => "CWSANDBOX_NO_SUITABLE_RUNNER",
+            Reason::PlacementRejected => "CWSANDBOX_PLACEMENT_REJECTED",
+            Reason::ResourceCeilingExceeded => "CWSANDBOX_RESOURCE_CEILING_EXCEEDED",
+            Reason::PreconditionFailed => "CWSANDBOX_PRECONDITION_FAILED",
+            Reason::NotImplemented => "CWSANDBOX_NOT_IMPLEMENTED",
+            Reason::AlreadyExists => "CWSANDBOX_ALREADY_EXISTS",
+            Reason::VolumeInUse => "CWSANDBOX_VOLUME_IN_USE",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One problem with one input field, named by its JSON-style path (`policy.base.spec.x`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldViolation {
+    /// Path of the offending field.
+    pub field: String,
+    /// What is wrong with it.
+    pub description: String,
+}
+
+impl FieldViolation {
+    /// A violation of `field`.
+    pub fn new(field: impl Into<String>, description: impl Into<String>) -> Self {
+        FieldViolation { field: field.into(), description: description.into() }
+    }
+}
+
+/// Why a command failed. Nothing is changed in the world when a command fails.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SimError {
+    /// Bad input: the caller must change the request.
+    #[error("{message}")]
+    InvalidArgument { reason: Reason, message: String, violations: Vec<FieldViolation> },
+    /// The named thing does not exist (or is not visible to the caller).
+    #[error("{message}")]
+    NotFound { reason: Reason, message: String },
+    /// The thing to create exists already.
+    #[error("{message}")]
+    AlreadyExists { reason: Reason, message: String },
+    /// The world is not in a state that allows the operation (stale etag, busy runner).
+    #[error("{message}")]
+    FailedPrecondition { reason: Reason, message: String },
+    /// Capacity is short now; a retry may succeed.
+    #[error("{message}")]
+    ResourceExhausted { reason: Reason, message: String, retry_after: Option<Duration> },
+    /// A dependency is down now; a retry may succeed.
+    #[error("{message}")]
+    Unavailable { reason: Reason, message: String, retry_after: Option<Duration> },
+    /// The operation is not emulated.
+    #[error("{message}")]
+    Unimplemented { message: String },
+}
+
+impl SimError {
+    /// Bad input with field violations; the message summarizes them.
+    pub fn invalid(reason: Reason, violations: Vec<FieldViolation>) -> SimError {
+        let message = violations
+            .iter()
+            .map(|violation| format!("{}: {}", violation.field, violation.description))
+            .collect::<Vec<_>>()
+            .join("; ");
+        SimError::InvalidArgument { reason, message, violations }
+    }
+
+    /// Bad input in one field.
+    pub fn invalid_field(field: impl Into<String>, description: impl Into<String>) -> SimError {
+        SimError::invalid(Reason::InvalidRequest, vec![FieldViolation::new(field, description)])
+    }
+
+    /// The ErrorInfo reason, when the error has one.
+    pub fn reason(&self) -> Option<Reason> {
+        match self {
+            SimError::InvalidArgument { reason, .. }
+            | SimError::NotFound { reason, .. }
+            | SimError::AlreadyExists { reason, .. }
+            | SimError::FailedPrecondition { reason, .. }
+            | SimError::ResourceExhausted { reason, .. }
+            | SimError::Unavailable { reason, .. } => Some(*reason),
+            SimError::Unimplemented { .. } => Some(Reason::NotImplemented),
+        }
+    }
+
+    /// The field violations, for a BadRequest detail.
+    pub fn violations(&self) -> &[FieldViolation] {
+        match self {
+            SimError::InvalidArgument { violations, .. } => violations,
+            _ => &[],
+        }
+    }
+}
+
+/// Shorthand for results of simulation commands.
+pub type SimResult<T> = Result<T, SimError>;
