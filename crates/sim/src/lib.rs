@@ -4,9 +4,18 @@
 //! commands and advance time through a [`time::Clock`] they control; every decision leaves an
 //! event with a reason and a message. See the crate README for the rooms.
 
+pub mod config;
 pub mod error;
+pub mod ids;
+pub mod k8s;
+pub mod policy;
 pub mod quantity;
 pub mod resolved;
+pub mod runners;
+pub mod sandbox;
+pub mod slurm;
+pub mod sunk;
 pub mod time;
+pub mod world;
 
 pub use error::{FieldViolation, Reason, SimError, SimResult};

@@ -3,6 +3,8 @@
 
 use std::fmt;
 use std::ops::{Add, Sub};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 /// A point in simulated time: milliseconds since the Unix epoch (UTC).
@@ -63,31 +65,33 @@ pub trait Clock: Send {
     fn now(&self) -> SimTime;
 }
 
-/// A clock that moves only when told to.
-#[derive(Debug, Clone, Copy, Default)]
+/// A clock that moves only when told to. Clones share the same time, so a test keeps one handle
+/// and gives another to the world.
+#[derive(Debug, Clone, Default)]
 pub struct ManualClock {
-    now: SimTime,
+    now_millis: Arc<AtomicI64>,
 }
 
 impl ManualClock {
     /// A clock stopped at `now`.
     pub fn new(now: SimTime) -> ManualClock {
-        ManualClock { now }
+        ManualClock { now_millis: Arc::new(AtomicI64::new(now.0)) }
     }
 
     /// Moves the clock forward.
-    pub fn advance(&mut self, by: Duration) {
-        self.now = self.now + by;
+    pub fn advance(&self, by: Duration) {
+        let millis = by.as_millis().min(i64::MAX as u128) as i64;
+        self.now_millis.fetch_add(millis, Ordering::SeqCst);
     }
 
     /// Sets the clock; it never goes backwards.
-    pub fn set(&mut self, to: SimTime) {
-        self.now = self.now.max(to);
+    pub fn set(&self, to: SimTime) {
+        self.now_millis.fetch_max(to.0, Ordering::SeqCst);
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> SimTime {
-        self.now
+        SimTime(self.now_millis.load(Ordering::SeqCst))
     }
 }

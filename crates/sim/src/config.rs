@@ -1,0 +1,459 @@
+//! The world's configuration: one document shaped like the SUNK Slurm Helm values (scheduler,
+//! `slurmConfig.KillWait`, NodeSets with slurmd requests, partitions), plus the cluster's other
+//! nodes, Slurm users, runners with their policies and sandbox settings. Two built-in scenarios
+//! give the guide's starting point (`fresh`) and the state it recommends (`ready`).
+//!
+//! Details the research marks unverified are settings here, with the documented default.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Which built-in starting point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// Set up as the guide recommends: KillWait 60 s, scope cluster, slurmd requests lowered,
+    /// the runner policy routing sandboxes to the SUNK scheduler.
+    Ready,
+    /// The guide's starting point: KillWait 30 s, namespace scope, slurmd taking most of each
+    /// node, an empty runner policy.
+    Fresh,
+}
+
+/// The whole configuration document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Values {
+    /// The SUNK release.
+    pub sunk: SunkValues,
+    /// The SUNK Pod Scheduler (`scheduler:` of the Slurm chart).
+    pub scheduler: SchedulerValues,
+    /// slurm.conf parameters (`slurmConfig:` of the Slurm chart).
+    pub slurm_config: SlurmConfigValues,
+    /// Slurm users, accounts and partitions.
+    pub slurm: SlurmValues,
+    /// NodeSets: groups of Nodes, each hosting one slurmd Pod.
+    pub node_sets: Vec<NodeSetValues>,
+    /// Nodes outside Slurm.
+    #[serde(default)]
+    pub extra_nodes: Vec<NodeValues>,
+    /// The managed runners and their policies.
+    pub runners: Vec<RunnerValues>,
+    /// How the runner builds sandbox Pods.
+    pub sandboxes: SandboxValues,
+}
+
+/// The SUNK release.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SunkValues {
+    /// Major version: 7 gives the name as `--scheduler-name`, 8 and later also in the
+    /// `scheduler.conf` ConfigMap.
+    pub version: u32,
+    /// Namespace of the Slurm release (and of the scheduler Pod).
+    pub namespace: String,
+    /// Helm release name.
+    pub release: String,
+}
+
+/// The SUNK Pod Scheduler's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SchedulerValues {
+    /// Whether the scheduler runs at all.
+    pub enabled: bool,
+    /// The name Pods put in `spec.schedulerName`.
+    pub name: String,
+    /// Which namespaces it watches.
+    pub scope: ScopeValues,
+    /// The grace rule's margin: grace must be < KillWait − this (`config.scheduler.terminationOffset`).
+    pub termination_offset_seconds: u32,
+    /// Reason of the Warning Event on a Pod that fails validation (unverified; kube default).
+    pub validation_event_reason: String,
+    /// Node GPU class label value → Slurm GRES type (`config.scheduler.gpuTypes`).
+    #[serde(default)]
+    pub gpu_types: BTreeMap<String, String>,
+    /// How long the prolog (node lock) runs before the placeholder script starts.
+    pub prolog_seconds: u32,
+    /// How long the epilog (unlock) runs after the placeholder script ends.
+    pub epilog_seconds: u32,
+    /// The placeholder script drains the node this long before KillWait runs out while the Pod
+    /// still exists (measured: ~2 s for 30 s).
+    pub drain_margin_seconds: u32,
+    /// Reason the script sets when it drains a node.
+    pub drain_reason: String,
+    /// Accounting state of a placeholder whose Pod was deleted in Kubernetes (unverified).
+    pub deleted_pod_job_state: FinalJobState,
+    /// Accounting state of a placeholder whose Pod finished by itself (unverified).
+    pub finished_pod_job_state: FinalJobState,
+    /// Whether cancelling a pending placeholder deletes its Pod (unverified; else it stays Pending).
+    pub delete_pod_when_pending_job_cancelled: bool,
+    /// Accepted values of `sunk.coreweave.com/exclusive` (unverified beyond these three).
+    pub exclusive_values: Vec<String>,
+}
+
+/// How a released placeholder job is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum FinalJobState {
+    /// `CANCELLED by <uid>`.
+    Cancelled,
+    /// `COMPLETED`, exit 0:0.
+    Completed,
+}
+
+/// The scheduler's watch scope.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScopeValues {
+    /// `cluster` (every namespace) or `namespace` (the listed ones).
+    #[serde(rename = "type")]
+    pub scope_type: ScopeType,
+    /// Watched namespaces for `namespace`; empty means the release namespace only.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+}
+
+/// Scope kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScopeType {
+    /// Every namespace.
+    Cluster,
+    /// The listed namespaces.
+    Namespace,
+}
+
+/// slurm.conf parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmConfigValues {
+    /// Seconds between SIGTERM and SIGKILL of a job's processes; also the scheduler's
+    /// `--slurm-kill-wait`.
+    #[serde(rename = "KillWait")]
+    pub kill_wait: u32,
+}
+
+/// Slurm's users and partitions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SlurmValues {
+    /// Users Slurm knows; placeholder jobs without `user-id` run as the first with uid 0.
+    pub users: Vec<SlurmUser>,
+    /// Partitions; exactly one is the default.
+    pub partitions: Vec<PartitionValues>,
+    /// First job id.
+    pub first_job_id: u32,
+}
+
+/// A Slurm user.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SlurmUser {
+    /// Login name.
+    pub name: String,
+    /// Numeric uid.
+    pub uid: u32,
+    /// Primary group name.
+    pub group: String,
+    /// Primary gid.
+    pub gid: u32,
+    /// Account used when a job names none.
+    pub default_account: String,
+}
+
+/// A Slurm partition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PartitionValues {
+    /// Partition name.
+    pub name: String,
+    /// Whether jobs without a partition go here.
+    #[serde(default)]
+    pub default: bool,
+    /// NodeSets whose nodes belong to it.
+    pub node_sets: Vec<String>,
+    /// `OverSubscribe` (`NO`, `YES`, `FORCE`, `EXCLUSIVE`).
+    #[serde(default = "default_oversubscribe")]
+    pub over_subscribe: String,
+    /// Higher tiers schedule (and may preempt) first.
+    #[serde(default = "default_priority_tier")]
+    pub priority_tier: u32,
+    /// `OFF`, `CANCEL` or `REQUEUE`: what happens to jobs of lower tiers in the way.
+    #[serde(default = "default_preempt_mode")]
+    pub preempt_mode: String,
+}
+
+fn default_oversubscribe() -> String {
+    "NO".to_owned()
+}
+
+fn default_priority_tier() -> u32 {
+    1
+}
+
+fn default_preempt_mode() -> String {
+    "OFF".to_owned()
+}
+
+/// A NodeSet: `replicas` Nodes of one shape, each with one slurmd Pod `slurm-<name>-<i>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeSetValues {
+    /// NodeSet name.
+    pub name: String,
+    /// How many Nodes.
+    pub replicas: u32,
+    /// Allocatable CPU of each Node (and Slurm CPUs).
+    pub cpu: String,
+    /// Allocatable memory of each Node (and Slurm RealMemory).
+    pub memory: String,
+    /// GPUs of each Node.
+    #[serde(default)]
+    pub gpus: u32,
+    /// `gpu.nvidia.com/class` label value, if GPUs.
+    #[serde(default)]
+    pub gpu_class: String,
+    /// Extra Node labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The slurmd Pod's requests.
+    pub slurmd: SlurmdValues,
+}
+
+/// The slurmd container's resource requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SlurmdValues {
+    /// Requests, e.g. `{cpu: "1", memory: "4Gi"}`.
+    pub requests: ResourceValues,
+}
+
+/// A CPU/memory pair of quantities.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceValues {
+    /// CPU quantity.
+    pub cpu: String,
+    /// Memory quantity.
+    pub memory: String,
+}
+
+/// A Node outside Slurm.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeValues {
+    /// Node name.
+    pub name: String,
+    /// Allocatable CPU.
+    pub cpu: String,
+    /// Allocatable memory.
+    pub memory: String,
+    /// Labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A managed runner as configured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunnerValues {
+    /// Organization that owns it.
+    pub org: String,
+    /// `identity.runner_id`.
+    pub runner_id: String,
+    /// `identity.runner_group_id`.
+    #[serde(default = "default_group")]
+    pub runner_group_id: String,
+    /// `identity.zone`.
+    pub zone: String,
+    /// `identity.cluster_id`.
+    pub cluster_id: String,
+    /// Display name.
+    #[serde(default)]
+    pub display_name: String,
+    /// The policy as proto3 JSON (`{}` is the permissive policy).
+    pub policy: serde_json::Value,
+}
+
+fn default_group() -> String {
+    "default".to_owned()
+}
+
+/// How the runner turns sandboxes into Pods.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxValues {
+    /// `terminationGracePeriodSeconds` of sandbox Pods (the Kubernetes default, which the
+    /// policy cannot change).
+    pub pod_termination_grace_period_seconds: u32,
+    /// Sandbox namespaces are `<prefix><user>`.
+    pub namespace_prefix: String,
+    /// CPU request of a container that states none and whose policy has no default.
+    pub default_cpu: String,
+    /// Memory request of a container that states none and whose policy has no default.
+    pub default_memory: String,
+    /// Lifetime of a sandbox that states none and whose policy has no default.
+    pub default_lifetime_seconds: i32,
+    /// How long terminal sandboxes stay readable.
+    pub retention_seconds: u32,
+    /// How many Events the cluster keeps (oldest dropped first).
+    pub event_capacity: usize,
+}
+
+impl Values {
+    /// The built-in document of a scenario.
+    pub fn scenario(scenario: Scenario) -> Values {
+        let ready = scenario == Scenario::Ready;
+        let partition = |name: &str, default: bool| PartitionValues {
+            name: name.to_owned(),
+            default,
+            node_sets: vec!["cpu".to_owned()],
+            over_subscribe: default_oversubscribe(),
+            priority_tier: 1,
+            preempt_mode: default_preempt_mode(),
+        };
+        let user = |name: &str, uid: u32| SlurmUser {
+            name: name.to_owned(),
+            uid,
+            group: name.to_owned(),
+            gid: uid,
+            default_account: if uid == 0 { "root".to_owned() } else { "research".to_owned() },
+        };
+        let policy = if ready {
+            serde_json::json!({"displayName": "Route sandboxes through SUNK",
+                               "base": {"spec": {"schedulerName": "slurm-scheduler"}}})
+        } else {
+            serde_json::json!({})
+        };
+        Values {
+            sunk: SunkValues { version: 8, namespace: "tenant-slurm".to_owned(), release: "slurm".to_owned() },
+            scheduler: SchedulerValues {
+                enabled: true,
+                name: "slurm-scheduler".to_owned(),
+                scope: ScopeValues {
+                    scope_type: if ready { ScopeType::Cluster } else { ScopeType::Namespace },
+                    namespaces: Vec::new(),
+                },
+                termination_offset_seconds: 5,
+                validation_event_reason: "FailedScheduling".to_owned(),
+                gpu_types: BTreeMap::new(),
+                prolog_seconds: 1,
+                epilog_seconds: 0,
+                drain_margin_seconds: 2,
+                drain_reason: "SUNK: pod was not deleted before KillWait".to_owned(),
+                deleted_pod_job_state: FinalJobState::Cancelled,
+                finished_pod_job_state: FinalJobState::Completed,
+                delete_pod_when_pending_job_cancelled: true,
+                exclusive_values: vec!["none".to_owned(), "user".to_owned(), "ok".to_owned()],
+            },
+            slurm_config: SlurmConfigValues { kill_wait: if ready { 60 } else { 30 } },
+            slurm: SlurmValues {
+                users: vec![user("root", 0), user("alice", 1001), user("bob", 1002)],
+                partitions: vec![partition("cpu", true), partition("hpc-prod", false), partition("sandboxes", false)],
+                first_job_id: 1000,
+            },
+            node_sets: vec![NodeSetValues {
+                name: "cpu".to_owned(),
+                replicas: 4,
+                cpu: "16".to_owned(),
+                memory: "64Gi".to_owned(),
+                gpus: 0,
+                gpu_class: String::new(),
+                labels: BTreeMap::new(),
+                slurmd: SlurmdValues {
+                    requests: if ready {
+                        ResourceValues { cpu: "1".to_owned(), memory: "4Gi".to_owned() }
+                    } else {
+                        ResourceValues { cpu: "15".to_owned(), memory: "60Gi".to_owned() }
+                    },
+                },
+            }],
+            extra_nodes: vec![NodeValues {
+                name: "node-system-0".to_owned(),
+                cpu: "4".to_owned(),
+                memory: "16Gi".to_owned(),
+                labels: BTreeMap::from([("node-role.kubernetes.io/control-plane".to_owned(), String::new())]),
+            }],
+            runners: vec![RunnerValues {
+                org: "default-org".to_owned(),
+                runner_id: "cks-runner".to_owned(),
+                runner_group_id: default_group(),
+                zone: "us-east-04a".to_owned(),
+                cluster_id: "cks-cluster".to_owned(),
+                display_name: "Emulated CKS runner".to_owned(),
+                policy,
+            }],
+            sandboxes: SandboxValues {
+                pod_termination_grace_period_seconds: 30,
+                namespace_prefix: "sandbox-".to_owned(),
+                default_cpu: "1".to_owned(),
+                default_memory: "1Gi".to_owned(),
+                default_lifetime_seconds: 600,
+                retention_seconds: 3600,
+                event_capacity: 10_000,
+            },
+        }
+    }
+
+    /// The scenario as a JSON tree, the base a values overlay merges into.
+    pub fn scenario_tree(scenario: Scenario) -> serde_json::Value {
+        serde_json::to_value(Values::scenario(scenario)).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Reads a merged tree, naming the offending key on error.
+    pub fn from_tree(tree: serde_json::Value) -> Result<Values, String> {
+        serde_json::from_value(tree).map_err(|error| error.to_string())
+    }
+}
+
+/// Merges `overlay` into `base` the way `helm -f` does: maps merge key by key, anything else
+/// (lists included) is replaced, and an explicit `null` removes the key.
+pub fn merge_values(base: &mut serde_json::Value, overlay: &serde_json::Value) {
+    match (base, overlay) {
+        (serde_json::Value::Object(base_map), serde_json::Value::Object(overlay_map)) => {
+            for (key, value) in overlay_map {
+                if value.is_null() {
+                    base_map.remove(key);
+                } else if let Some(existing) = base_map.get_mut(key) {
+                    merge_values(existing, value);
+                } else {
+                    base_map.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        (base, overlay) => *base = overlay.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn scenarios_round_trip_through_their_tree() {
+        for scenario in [Scenario::Ready, Scenario::Fresh] {
+            assert_eq!(Values::from_tree(Values::scenario_tree(scenario)).unwrap(), Values::scenario(scenario));
+        }
+    }
+
+    #[test]
+    fn overlay_merges_maps_and_replaces_lists() {
+        let mut tree = Values::scenario_tree(Scenario::Fresh);
+        merge_values(&mut tree, &json!({"slurmConfig": {"KillWait": 60}, "scheduler": {"scope": {"type": "cluster"}}}));
+        let values = Values::from_tree(tree).unwrap();
+        assert_eq!(values.slurm_config.kill_wait, 60);
+        assert_eq!(values.scheduler.scope.scope_type, ScopeType::Cluster);
+        assert_eq!(values.scheduler.name, "slurm-scheduler", "untouched keys stay");
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let mut tree = Values::scenario_tree(Scenario::Ready);
+        merge_values(&mut tree, &json!({"scheduler": {"nmae": "x"}}));
+        let error = Values::from_tree(tree).unwrap_err();
+        assert!(error.contains("nmae"), "{error}");
+    }
+}

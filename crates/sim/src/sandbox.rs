@@ -1,0 +1,684 @@
+//! Sandboxes: creation (idempotent by request id), runner choice, policy resolution, one
+//! namespace per user, the Pod built from the resolved spec, and a state mirrored from the Pod
+//! and its placeholder job. Terminal sandboxes stay readable for a retention period.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use cwsandbox_api::sandbox_v1::{ManagedRunner, RunnerInstallStatus, SandboxMode, SandboxSpec};
+use prost::Message;
+
+use crate::error::{FieldViolation, Reason, SimError, SimResult};
+use crate::k8s::{ContainerState, Pod, PodContainer, PodOwner, PodPhase};
+use crate::policy::{self, RuntimeDefaults};
+use crate::quantity::Quantity;
+use crate::resolved::ResolvedSpec;
+use crate::slurm::{JobBaseState, JobId};
+use crate::sunk::{self, NotHandled};
+use crate::time::SimTime;
+use crate::world::{SANDBOX_ID_LABEL, World};
+
+/// Who asks: an organization and a user in it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owner {
+    /// Organization.
+    pub org: String,
+    /// User name.
+    pub user: String,
+}
+
+/// Sandbox states, as the API names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SandboxState {
+    /// Accepted; no scheduler has looked at it yet.
+    Creating,
+    /// Waiting for placement; `state_reason` says what blocks it.
+    Pending,
+    /// Its Pod runs.
+    Running,
+    /// Being deleted.
+    Terminating,
+    /// Ended: deleted by its owner, or its main process exited 0.
+    Completed,
+    /// Ended in failure: rejected by the kubelet, or its main process exited non-zero.
+    Failed,
+    /// Ended by the platform: lifetime, Slurm cancel, preemption, time limit.
+    Terminated,
+}
+
+impl SandboxState {
+    /// Whether the sandbox has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, SandboxState::Completed | SandboxState::Failed | SandboxState::Terminated)
+    }
+}
+
+/// Why a live sandbox is going away.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TeardownCause {
+    /// DeleteSandbox.
+    OwnerDeleted,
+    /// `kubectl delete pod`.
+    PodDeleted,
+    /// The lifetime ran out.
+    LifetimeExpired(i32),
+}
+
+/// Where a sandbox is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Life {
+    Live,
+    TearingDown(TeardownCause),
+    Ended { state: SandboxState, reason: String, exit_code: Option<i32>, at: SimTime },
+}
+
+/// Named sandbox transitions, counted for coverage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxTransition {
+    /// Created.
+    Create,
+    /// Create replayed with the same request id.
+    Replay,
+    /// Deletion requested.
+    Delete,
+    /// Lifetime expired.
+    Expire,
+    /// Pod gone: ended.
+    End,
+    /// Main process exited or kubelet refused the Pod.
+    Finish,
+    /// Dropped after retention.
+    Forget,
+}
+
+impl SandboxTransition {
+    fn name(self) -> &'static str {
+        match self {
+            SandboxTransition::Create => "sandbox_create",
+            SandboxTransition::Replay => "sandbox_replay",
+            SandboxTransition::Delete => "sandbox_delete",
+            SandboxTransition::Expire => "sandbox_expire",
+            SandboxTransition::End => "sandbox_end",
+            SandboxTransition::Finish => "sandbox_finish",
+            SandboxTransition::Forget => "sandbox_forget",
+        }
+    }
+}
+
+/// A stored sandbox.
+#[derive(Debug, Clone)]
+pub(crate) struct Sandbox {
+    id: String,
+    owner: Owner,
+    display_name: String,
+    spec: SandboxSpec,
+    resolved: ResolvedSpec,
+    runner_id: String,
+    runner_group_id: String,
+    namespace: String,
+    pod_name: String,
+    pod_uid: String,
+    created: SimTime,
+    started: Option<SimTime>,
+    life: Life,
+}
+
+/// All sandboxes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Sandboxes {
+    by_id: BTreeMap<String, Sandbox>,
+    by_request: HashMap<(String, String), (Vec<u8>, String)>,
+}
+
+/// What a reader sees of a sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxView {
+    /// Id.
+    pub id: String,
+    /// Owner.
+    pub owner: Owner,
+    /// Display name.
+    pub display_name: String,
+    /// The spec as created.
+    pub spec: SandboxSpec,
+    /// The resolved spec (effective values).
+    pub resolved: ResolvedSpec,
+    /// Runner.
+    pub runner_id: String,
+    /// Runner group.
+    pub runner_group_id: String,
+    /// State.
+    pub state: SandboxState,
+    /// Why (for PENDING and terminal states).
+    pub state_reason: String,
+    /// Exit code of the main process, when it exited by itself.
+    pub exit_code: Option<i32>,
+    /// Creation time.
+    pub created: SimTime,
+    /// When it started running.
+    pub started: Option<SimTime>,
+    /// When it ended.
+    pub ended: Option<SimTime>,
+    /// Namespace of its Pod.
+    pub namespace: String,
+    /// Its Pod's name.
+    pub pod_name: String,
+    /// Its Pod's uid.
+    pub pod_uid: String,
+    /// Its placeholder job, if SUNK placed it.
+    pub job_id: Option<JobId>,
+    /// The Node it runs on.
+    pub node_name: Option<String>,
+}
+
+/// Filters of a sandbox listing.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxFilter {
+    /// Sandboxes carrying every one of these tags.
+    pub tags: Vec<String>,
+    /// Only this state.
+    pub state: Option<SandboxState>,
+    /// Only these runners (any).
+    pub runner_ids: Vec<String>,
+    /// Include ended sandboxes.
+    pub show_terminated: bool,
+    /// Newest first.
+    pub descending: bool,
+}
+
+const DEFAULT_PAGE_SIZE: usize = 100;
+const MAX_PAGE_SIZE: usize = 1000;
+const MAX_LIFETIME_SECONDS: i32 = 2_592_000;
+
+impl World {
+    fn count_sandbox(&mut self, transition: SandboxTransition) {
+        *self.transitions.entry(transition.name()).or_default() += 1;
+    }
+
+    /// Creates a sandbox. The same `request_id` with the same body returns the same sandbox;
+    /// with another body it is refused.
+    pub fn create_sandbox(
+        &mut self,
+        owner: &Owner,
+        spec: SandboxSpec,
+        display_name: &str,
+        request_id: &str,
+    ) -> SimResult<SandboxView> {
+        self.settle();
+        let fingerprint = {
+            let mut bytes = spec.encode_to_vec();
+            bytes.extend_from_slice(display_name.as_bytes());
+            bytes
+        };
+        if !request_id.is_empty()
+            && let Some((known, id)) = self.sandboxes.by_request.get(&(owner.org.clone(), request_id.to_owned())).cloned()
+        {
+            if known != fingerprint {
+                return Err(SimError::invalid(
+                    Reason::RequestIdConflict,
+                    vec![FieldViolation::new("request_id", format!("request id {request_id:?} was used with a different request"))],
+                ));
+            }
+            self.count_sandbox(SandboxTransition::Replay);
+            return self.get_sandbox(&owner.org, &id);
+        }
+        validate_spec(&spec)?;
+        let runner = self.choose_runner(owner, &spec)?;
+        let runner_id = runner.identity.as_ref().map(|identity| identity.runner_id.clone()).unwrap_or_default();
+        let runner_group_id = runner.identity.as_ref().map(|identity| identity.runner_group_id.clone()).unwrap_or_default();
+        let defaults = self.runtime_defaults()?;
+        let resolved = policy::resolve(&defaults, runner.policy.as_ref(), &spec)?;
+        if resolved.max_lifetime_seconds <= 0 || resolved.max_lifetime_seconds > MAX_LIFETIME_SECONDS {
+            return Err(SimError::invalid_field(
+                "sandbox.spec.maxLifetimeSeconds",
+                format!("must be between 1 and {MAX_LIFETIME_SECONDS} seconds"),
+            ));
+        }
+
+        let id = self.ids.sandbox_id();
+        let namespace = format!("{}{}", self.sandbox_values().namespace_prefix, dns_label(&owner.user));
+        self.ensure_namespace(&namespace);
+        let pod_name = format!("sandbox-{id}");
+        let pod_uid = self.ids.uid();
+        let mut labels = resolved.labels.clone();
+        labels.insert(SANDBOX_ID_LABEL.to_owned(), id.clone());
+        labels.insert("sandbox.coreweave.com/runner-id".to_owned(), runner_id.clone());
+        let containers = resolved
+            .containers
+            .iter()
+            .map(|container| PodContainer {
+                name: container.name.clone(),
+                image: container.image.clone(),
+                command: container.command.iter().cloned().collect(),
+                args: container.args.clone(),
+                env: container.env.clone(),
+                requests: container.requests,
+                limits: container.limits,
+                state: ContainerState::Waiting("ContainerCreating".to_owned()),
+            })
+            .collect();
+        let now = self.now();
+        let pod = Pod {
+            uid: pod_uid.clone(),
+            namespace: namespace.clone(),
+            name: pod_name.clone(),
+            labels,
+            annotations: resolved.annotations.clone(),
+            scheduler_name: resolved.scheduler_name.clone().unwrap_or_else(|| "default-scheduler".to_owned()),
+            node_name: None,
+            termination_grace_period_seconds: i64::from(self.sandbox_values().pod_termination_grace_period_seconds),
+            node_selector: resolved.node_selector.clone(),
+            tolerations: resolved.tolerations.clone(),
+            required_node_affinity: resolved.required_node_affinity.clone(),
+            priority_class_name: resolved.priority_class_name.clone(),
+            extra_spec: resolved.extra_pod_spec.clone(),
+            containers,
+            phase: PodPhase::Pending,
+            reason: None,
+            message: None,
+            scheduled_condition: None,
+            start_time: None,
+            created: now,
+            deletion_timestamp: None,
+            deletion_grace_period_seconds: None,
+            owner: PodOwner::Sandbox(id.clone()),
+            resource_version: 0,
+        };
+        let lifetime = Duration::from_secs(resolved.max_lifetime_seconds as u64);
+        self.sandboxes.by_id.insert(
+            id.clone(),
+            Sandbox {
+                id: id.clone(),
+                owner: owner.clone(),
+                display_name: display_name.to_owned(),
+                spec,
+                resolved,
+                runner_id,
+                runner_group_id,
+                namespace,
+                pod_name,
+                pod_uid,
+                created: now,
+                started: None,
+                life: Life::Live,
+            },
+        );
+        if !request_id.is_empty() {
+            self.sandboxes.by_request.insert((owner.org.clone(), request_id.to_owned()), (fingerprint, id.clone()));
+        }
+        self.count_sandbox(SandboxTransition::Create);
+        self.insert_new_pod(pod);
+        self.schedule_timer(now + lifetime, crate::world::Timer::SandboxLifetime(id.clone()));
+        self.settle();
+        self.get_sandbox(&owner.org, &id)
+    }
+
+    fn runtime_defaults(&self) -> SimResult<RuntimeDefaults> {
+        let values = self.sandbox_values();
+        Ok(RuntimeDefaults {
+            cpu_request: Quantity::parse(&values.default_cpu)
+                .map_err(|error| SimError::invalid_field("sandboxes.defaultCpu", error.to_string()))?,
+            memory_request: Quantity::parse(&values.default_memory)
+                .map_err(|error| SimError::invalid_field("sandboxes.defaultMemory", error.to_string()))?,
+            lifetime_seconds: values.default_lifetime_seconds,
+        })
+    }
+
+    /// Picks the runner: the first of `runner_ids` that exists and is ready, else (with no ids)
+    /// the organization's first ready runner.
+    fn choose_runner(&self, owner: &Owner, spec: &SandboxSpec) -> SimResult<ManagedRunner> {
+        if spec.mode == SandboxMode::Serverless as i32 {
+            return Err(SimError::FailedPrecondition {
+                reason: Reason::NoSuitableRunner,
+                message: "this emulator has no serverless runners; use placement mode CKS".to_owned(),
+            });
+        }
+        let ready = |runner: &ManagedRunner| runner.install_status == RunnerInstallStatus::Ready as i32;
+        if spec.runner_ids.is_empty() {
+            return self.runners.iter(&owner.org).find(|runner| ready(runner)).cloned().ok_or_else(|| {
+                SimError::FailedPrecondition {
+                    reason: Reason::NoSuitableRunner,
+                    message: format!("organization {:?} has no ready runner", owner.org),
+                }
+            });
+        }
+        let mut unavailable = None;
+        for runner_id in &spec.runner_ids {
+            if let Ok(runner) = self.runners.get(&owner.org, runner_id) {
+                if ready(&runner) {
+                    return Ok(runner);
+                }
+                unavailable = Some(runner_id.clone());
+            }
+        }
+        Err(match unavailable {
+            Some(runner_id) => SimError::Unavailable {
+                reason: Reason::RunnerUnavailable,
+                message: format!("runner {runner_id:?} is not ready"),
+                retry_after: Some(Duration::from_secs(5)),
+            },
+            None => SimError::NotFound {
+                reason: Reason::RunnerNotFound,
+                message: format!("no runner named {:?} in organization {:?}", spec.runner_ids, owner.org),
+            },
+        })
+    }
+
+    /// A sandbox as its owner's organization sees it.
+    pub fn get_sandbox(&self, org: &str, id: &str) -> SimResult<SandboxView> {
+        self.sandboxes
+            .by_id
+            .get(id)
+            .filter(|sandbox| sandbox.owner.org == org)
+            .map(|sandbox| self.view(sandbox))
+            .ok_or_else(|| SimError::NotFound { reason: Reason::SandboxNotFound, message: format!("sandbox {id:?} not found") })
+    }
+
+    /// A sandbox by id for the host (no organization check).
+    pub fn sandbox(&self, id: &str) -> Option<SandboxView> {
+        self.sandboxes.by_id.get(id).map(|sandbox| self.view(sandbox))
+    }
+
+    /// One page of an organization's sandboxes.
+    pub fn list_sandboxes(
+        &self,
+        org: &str,
+        filter: &SandboxFilter,
+        page_size: i32,
+        page_token: &str,
+    ) -> SimResult<(Vec<SandboxView>, String)> {
+        if page_size < 0 {
+            return Err(SimError::invalid_field("page_size", "must not be negative"));
+        }
+        let size = if page_size == 0 { DEFAULT_PAGE_SIZE } else { (page_size as usize).min(MAX_PAGE_SIZE) };
+        let after = if page_token.is_empty() {
+            None
+        } else {
+            Some(decode_token(page_token).ok_or_else(|| SimError::invalid_field("page_token", "not a token this server issued"))?)
+        };
+        let mut matching: Vec<SandboxView> = self
+            .sandboxes
+            .by_id
+            .values()
+            .filter(|sandbox| sandbox.owner.org == org)
+            .map(|sandbox| self.view(sandbox))
+            .filter(|view| filter.show_terminated || !view.state.is_terminal() || filter.state == Some(view.state))
+            .filter(|view| filter.state.is_none_or(|state| state == view.state))
+            .filter(|view| filter.tags.iter().all(|tag| view.spec.tags.contains(tag)))
+            .filter(|view| filter.runner_ids.is_empty() || filter.runner_ids.contains(&view.runner_id))
+            .collect();
+        matching.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
+        if filter.descending {
+            matching.reverse();
+        }
+        let start = match &after {
+            None => 0,
+            Some(position) => matching
+                .iter()
+                .position(|view| {
+                    let key = (view.created.millis(), view.id.as_str());
+                    let bound = (position.0, position.1.as_str());
+                    if filter.descending { key < bound } else { key > bound }
+                })
+                .unwrap_or(matching.len()),
+        };
+        let page: Vec<SandboxView> = matching.iter().skip(start).take(size).cloned().collect();
+        let next = if start + page.len() < matching.len() {
+            page.last().map(|last| encode_token(last.created.millis(), &last.id)).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok((page, next))
+    }
+
+    /// Deletes a sandbox: its Pod terminates with `grace_seconds` (0: the Pod's own grace).
+    /// Deleting an ended sandbox is a no-op that returns it.
+    pub fn delete_sandbox(&mut self, org: &str, id: &str, grace_seconds: i32) -> SimResult<SandboxView> {
+        self.settle();
+        let sandbox = self.get_sandbox(org, id)?;
+        if sandbox.state.is_terminal() || sandbox.state == SandboxState::Terminating {
+            return Ok(sandbox);
+        }
+        if let Some(stored) = self.sandboxes.by_id.get_mut(id) {
+            stored.life = Life::TearingDown(TeardownCause::OwnerDeleted);
+        }
+        self.count_sandbox(SandboxTransition::Delete);
+        let grace = (grace_seconds > 0).then_some(i64::from(grace_seconds));
+        self.begin_pod_deletion(&sandbox.pod_uid, grace);
+        self.settle();
+        self.get_sandbox(org, id)
+    }
+
+    /// The host reports that a sandbox's main process exited.
+    pub fn sandbox_exited(&mut self, id: &str, exit_code: i32) {
+        self.settle();
+        if let Some(pod_uid) = self.sandboxes.by_id.get(id).map(|sandbox| sandbox.pod_uid.clone()) {
+            self.pod_exited(&pod_uid, exit_code);
+        }
+    }
+
+    pub(crate) fn sandbox_delete_requested(&mut self, id: &str) {
+        if let Some(sandbox) = self.sandboxes.by_id.get_mut(id)
+            && sandbox.life == Life::Live
+        {
+            sandbox.life = Life::TearingDown(TeardownCause::PodDeleted);
+        }
+    }
+
+    pub(crate) fn sandbox_lifetime_over(&mut self, id: &str) {
+        let Some(sandbox) = self.sandboxes.by_id.get_mut(id) else { return };
+        if sandbox.life != Life::Live {
+            return;
+        }
+        let lifetime = sandbox.resolved.max_lifetime_seconds;
+        sandbox.life = Life::TearingDown(TeardownCause::LifetimeExpired(lifetime));
+        let pod_uid = sandbox.pod_uid.clone();
+        self.count_sandbox(SandboxTransition::Expire);
+        if self.cluster.pod(&pod_uid).is_some() {
+            self.begin_pod_deletion(&pod_uid, None);
+        } else {
+            self.sandbox_pod_gone(id);
+        }
+    }
+
+    /// The Pod turned terminal by itself (exit, or kubelet rejection).
+    pub(crate) fn sandbox_pod_changed(&mut self, id: &str) {
+        let Some(sandbox) = self.sandboxes.by_id.get(id) else { return };
+        if !matches!(sandbox.life, Life::Live) {
+            return;
+        }
+        let Some(pod) = self.cluster.pod(&sandbox.pod_uid) else { return };
+        let exit_code = pod.containers.iter().find_map(|container| match container.state {
+            ContainerState::Terminated { exit_code, .. } => Some(exit_code),
+            _ => None,
+        });
+        let (state, reason) = match (pod.phase, &pod.reason, exit_code) {
+            (PodPhase::Failed, Some(reason), _) => {
+                (SandboxState::Failed, format!("{reason}: {}", pod.message.clone().unwrap_or_default()))
+            }
+            (_, _, Some(0)) => (SandboxState::Completed, "main process exited with code 0".to_owned()),
+            (_, _, Some(code)) => (SandboxState::Failed, format!("main process exited with code {code}")),
+            _ => return,
+        };
+        let now = self.now();
+        let retention = Duration::from_secs(u64::from(self.sandbox_values().retention_seconds));
+        if let Some(sandbox) = self.sandboxes.by_id.get_mut(id) {
+            sandbox.life = Life::Ended { state, reason, exit_code, at: now };
+        }
+        self.count_sandbox(SandboxTransition::Finish);
+        self.schedule_timer(now + retention, crate::world::Timer::SandboxForget(id.to_owned()));
+    }
+
+    /// The Pod object is gone: the sandbox ends.
+    pub(crate) fn sandbox_pod_gone(&mut self, id: &str) {
+        let job_note = self.sandboxes.by_id.get(id).and_then(|sandbox| {
+            let job = self.placeholder_job(&sandbox.pod_uid)?;
+            let record = self.slurm.job_or_record(job)?;
+            Some((job, record.state, record.cancelled_by))
+        });
+        let now = self.now();
+        let retention = Duration::from_secs(u64::from(self.sandbox_values().retention_seconds));
+        let Some(sandbox) = self.sandboxes.by_id.get_mut(id) else { return };
+        let (state, reason) = match &sandbox.life {
+            Life::Ended { .. } => return,
+            Life::TearingDown(TeardownCause::OwnerDeleted) => (SandboxState::Completed, "deleted by its owner".to_owned()),
+            Life::TearingDown(TeardownCause::PodDeleted) => (SandboxState::Terminated, "its Pod was deleted".to_owned()),
+            Life::TearingDown(TeardownCause::LifetimeExpired(seconds)) => {
+                (SandboxState::Terminated, format!("maximum lifetime of {seconds}s reached"))
+            }
+            Life::Live => match job_note {
+                Some((job, JobBaseState::Cancelled, by)) => (
+                    SandboxState::Terminated,
+                    format!("Slurm job {job} was cancelled{}", by.map(|uid| format!(" by {uid}")).unwrap_or_default()),
+                ),
+                Some((job, JobBaseState::Preempted | JobBaseState::Requeued, _)) => {
+                    (SandboxState::Terminated, format!("Slurm job {job} was preempted"))
+                }
+                Some((job, JobBaseState::Timeout, _)) => {
+                    (SandboxState::Terminated, format!("Slurm job {job} reached its time limit"))
+                }
+                _ => (SandboxState::Terminated, "its Pod was removed".to_owned()),
+            },
+        };
+        sandbox.life = Life::Ended { state, reason, exit_code: None, at: now };
+        self.count_sandbox(SandboxTransition::End);
+        self.schedule_timer(now + retention, crate::world::Timer::SandboxForget(id.to_owned()));
+    }
+
+    pub(crate) fn sandbox_forget(&mut self, id: &str) {
+        let Some(sandbox) = self.sandboxes.by_id.get(id) else { return };
+        if !matches!(sandbox.life, Life::Ended { .. }) {
+            return;
+        }
+        let pod_uid = sandbox.pod_uid.clone();
+        self.sandboxes.by_id.remove(id);
+        self.sandboxes.by_request.retain(|_, (_, sandbox_id)| sandbox_id != id);
+        if self.cluster.pod(&pod_uid).is_some() {
+            self.remove_pod(&pod_uid);
+        }
+        self.count_sandbox(SandboxTransition::Forget);
+    }
+
+    fn view(&self, sandbox: &Sandbox) -> SandboxView {
+        let pod = self.cluster.pod(&sandbox.pod_uid);
+        let job_id = self.placeholder_job(&sandbox.pod_uid);
+        let started = pod.and_then(|pod| pod.start_time).or(sandbox.started);
+        let (state, state_reason, exit_code, ended) = match &sandbox.life {
+            Life::Ended { state, reason, exit_code, at } => (*state, reason.clone(), *exit_code, Some(*at)),
+            Life::TearingDown(_) => (SandboxState::Terminating, String::new(), None, None),
+            Life::Live => match pod {
+                Some(pod) if pod.phase == PodPhase::Running => (SandboxState::Running, String::new(), None, None),
+                Some(pod) => {
+                    let (state, reason) = self.pending_reason(pod, job_id);
+                    (state, reason, None, None)
+                }
+                None => (SandboxState::Creating, String::new(), None, None),
+            },
+        };
+        SandboxView {
+            id: sandbox.id.clone(),
+            owner: sandbox.owner.clone(),
+            display_name: sandbox.display_name.clone(),
+            spec: sandbox.spec.clone(),
+            resolved: sandbox.resolved.clone(),
+            runner_id: sandbox.runner_id.clone(),
+            runner_group_id: sandbox.runner_group_id.clone(),
+            state,
+            state_reason,
+            exit_code,
+            created: sandbox.created,
+            started,
+            ended,
+            namespace: sandbox.namespace.clone(),
+            pod_name: sandbox.pod_name.clone(),
+            pod_uid: sandbox.pod_uid.clone(),
+            job_id,
+            node_name: pod.and_then(|pod| pod.node_name.clone()),
+        }
+    }
+
+    /// What keeps a Pending sandbox Pod from running, in words a user can act on.
+    fn pending_reason(&self, pod: &Pod, job_id: Option<JobId>) -> (SandboxState, String) {
+        if let Some((false, _, message)) = &pod.scheduled_condition {
+            return (SandboxState::Pending, message.clone());
+        }
+        if let Some(job) = job_id.and_then(|job| self.slurm.job(job)) {
+            let reason = match job.state {
+                JobBaseState::Pending => {
+                    format!("waiting for Slurm job {} in partition {} (reason: {})", job.id, job.partition, job.reason)
+                }
+                _ => format!(
+                    "Slurm job {} allocated on {}; waiting for the prolog to lock the node",
+                    job.id,
+                    job.node.clone().unwrap_or_default()
+                ),
+            };
+            return (SandboxState::Pending, reason);
+        }
+        if pod.scheduler_name == "default-scheduler" {
+            return (SandboxState::Creating, String::new());
+        }
+        let values = self.values();
+        let reason = match sunk::handles(values, pod) {
+            Err(NotHandled::OutOfScope) => format!(
+                "no scheduler places this Pod: scheduler {:?} does not watch namespace {:?} (scheduler.scope)",
+                pod.scheduler_name, pod.namespace
+            ),
+            Err(NotHandled::Disabled) => {
+                format!("no scheduler places this Pod: scheduler {:?} is not enabled", pod.scheduler_name)
+            }
+            Err(NotHandled::OtherScheduler) => format!("waiting for scheduler {:?}, which is not running", pod.scheduler_name),
+            Ok(()) => return (SandboxState::Creating, String::new()),
+        };
+        (SandboxState::Pending, reason)
+    }
+}
+
+/// Checks the fields a sandbox must have before anything else.
+fn validate_spec(spec: &SandboxSpec) -> SimResult<()> {
+    let mut violations = Vec::new();
+    if spec.containers.is_empty() {
+        violations.push(FieldViolation::new("sandbox.spec.containers", "at least one container is required"));
+    }
+    for (index, container) in spec.containers.iter().enumerate() {
+        if container.image.trim().is_empty() {
+            violations.push(FieldViolation::new(format!("sandbox.spec.containers[{index}].image"), "required"));
+        }
+        if container.name.trim().is_empty() {
+            violations.push(FieldViolation::new(format!("sandbox.spec.containers[{index}].name"), "required"));
+        }
+    }
+    if spec.max_lifetime_seconds < 0 || spec.max_lifetime_seconds > MAX_LIFETIME_SECONDS {
+        violations.push(FieldViolation::new(
+            "sandbox.spec.maxLifetimeSeconds",
+            format!("must be between 0 (default) and {MAX_LIFETIME_SECONDS} seconds"),
+        ));
+    }
+    if violations.is_empty() { Ok(()) } else { Err(SimError::invalid(Reason::InvalidRequest, violations)) }
+}
+
+/// A user name as a DNS label (lowercase alphanumerics and dashes, at most 50 characters).
+fn dns_label(text: &str) -> String {
+    let mut label: String = text
+        .chars()
+        .map(|character| if character.is_ascii_alphanumeric() { character.to_ascii_lowercase() } else { '-' })
+        .collect();
+    label.truncate(50);
+    let trimmed = label.trim_matches('-');
+    if trimmed.is_empty() { "user".to_owned() } else { trimmed.to_owned() }
+}
+
+fn encode_token(created_millis: i64, id: &str) -> String {
+    format!("{created_millis:x}.{id}").bytes().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn decode_token(token: &str) -> Option<(i64, String)> {
+    if token.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> =
+        (0..token.len()).step_by(2).map(|index| u8::from_str_radix(token.get(index..index + 2)?, 16).ok()).collect();
+    let text = String::from_utf8(bytes?).ok()?;
+    let (millis, id) = text.split_once('.')?;
+    Some((i64::from_str_radix(millis, 16).ok()?, id.to_owned()))
+}

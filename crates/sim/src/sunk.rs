@@ -1,0 +1,120 @@
+//! The SUNK Pod Scheduler's rules: which Pods it handles, how it validates them, and how a Pod
+//! becomes a placeholder Slurm job. The flows that move Pods and jobs are in `world`.
+
+use crate::config::{ScopeType, Values};
+use crate::k8s::Pod;
+use crate::slurm::{JobKind, JobRequest, Sharing};
+
+/// Annotation prefix of every SUNK setting on a Pod.
+pub const ANNOTATION_PREFIX: &str = "sunk.coreweave.com/";
+
+/// Why the SUNK scheduler does not handle a Pod (it is silent about it: no Event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotHandled {
+    /// The scheduler is not enabled.
+    Disabled,
+    /// `spec.schedulerName` names another scheduler.
+    OtherScheduler,
+    /// The Pod's namespace is outside the scheduler's scope.
+    OutOfScope,
+}
+
+/// Whether the SUNK scheduler watches this Pod.
+pub fn handles(values: &Values, pod: &Pod) -> Result<(), NotHandled> {
+    let scheduler = &values.scheduler;
+    if !scheduler.enabled {
+        return Err(NotHandled::Disabled);
+    }
+    if pod.scheduler_name != scheduler.name {
+        return Err(NotHandled::OtherScheduler);
+    }
+    match scheduler.scope.scope_type {
+        ScopeType::Cluster => Ok(()),
+        ScopeType::Namespace => {
+            let watched = if scheduler.scope.namespaces.is_empty() {
+                pod.namespace == values.sunk.namespace
+            } else {
+                scheduler.scope.namespaces.iter().any(|namespace| *namespace == pod.namespace)
+            };
+            if watched { Ok(()) } else { Err(NotHandled::OutOfScope) }
+        }
+    }
+}
+
+/// The validation rules of the scheduler (research sunk.md §1.3, §2). On failure the message is
+/// put in a Warning Event and the Pod is never retried.
+pub fn validate(values: &Values, pod: &Pod, gpu_type_of_any_node: Option<&str>) -> Result<JobRequest, String> {
+    let kill_wait = i64::from(values.slurm_config.kill_wait);
+    let offset = i64::from(values.scheduler.termination_offset_seconds);
+    if pod.termination_grace_period_seconds >= kill_wait - offset {
+        return Err(format!(
+            "termination grace period must be less than Slurm KillWait - {offset}s (terminationGracePeriodSeconds {}, KillWait {kill_wait}s)",
+            pod.termination_grace_period_seconds
+        ));
+    }
+    let mut cpu_millis = 0i64;
+    let mut memory_bytes = 0i64;
+    let mut gpus = 0i64;
+    for container in &pod.containers {
+        match container.requests.cpu {
+            Some(cpu) if !cpu.is_zero() => cpu_millis += cpu.millis(),
+            _ => return Err(format!("container {:?} must request a non-zero cpu", container.name)),
+        }
+        match container.requests.memory {
+            Some(memory) if !memory.is_zero() => memory_bytes += memory.units_ceil(),
+            _ => return Err(format!("container {:?} must request a non-zero memory", container.name)),
+        }
+        gpus += container.requests.gpu.unwrap_or(0);
+    }
+    let annotation = |key: &str| pod.annotations.get(&format!("{ANNOTATION_PREFIX}{key}")).map(String::as_str);
+    let number = |key: &str| -> Result<Option<u32>, String> {
+        annotation(key)
+            .map(|text| {
+                text.trim()
+                    .parse::<u32>()
+                    .map_err(|_| format!("annotation {ANNOTATION_PREFIX}{key}: {text:?} is not a non-negative integer"))
+            })
+            .transpose()
+    };
+    let sharing = match annotation("exclusive") {
+        None => Sharing::Default,
+        Some(value) if values.scheduler.exclusive_values.iter().any(|allowed| allowed == value) => match value {
+            "none" => Sharing::Exclusive,
+            "user" => Sharing::User,
+            _ => Sharing::Ok,
+        },
+        Some(value) => {
+            return Err(format!(
+                "annotation {ANNOTATION_PREFIX}exclusive: invalid value {value:?} (allowed: {})",
+                values.scheduler.exclusive_values.join(", ")
+            ));
+        }
+    };
+    if sharing == Sharing::Ok && gpus > 0 {
+        return Err(format!("annotation {ANNOTATION_PREFIX}exclusive: \"ok\" is not allowed for GPU Pods"));
+    }
+    let uid = number("user-id")?.unwrap_or(0);
+    let gid = number("group-id")?;
+    let time_limit_seconds = number("timeout")?;
+    let text = |key: &str| annotation(key).map(str::to_owned);
+    Ok(JobRequest {
+        name: format!("{}/{}", pod.namespace, pod.name),
+        uid,
+        gid,
+        account: text("account"),
+        partition: text("partition"),
+        qos: text("qos"),
+        comment: text("comment"),
+        reservation: text("reservation"),
+        cpus: u32::try_from((cpu_millis + 999) / 1000).unwrap_or(u32::MAX),
+        // Slurm's MB are MiB; round up so a request never shrinks.
+        mem_mb: u64::try_from((memory_bytes + (1 << 20) - 1) >> 20).unwrap_or(u64::MAX),
+        gpus: u32::try_from(gpus).unwrap_or(u32::MAX),
+        gres_type: (gpus > 0).then(|| gpu_type_of_any_node.unwrap_or("gpu").to_owned()),
+        sharing,
+        time_limit_seconds,
+        priority: 100,
+        kind: JobKind::Placeholder { pod_uid: pod.uid.clone() },
+        prolog: true,
+    })
+}

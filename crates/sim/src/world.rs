@@ -1,0 +1,1402 @@
+//! The world: Kubernetes, the SUNK scheduler, Slurm, runners and sandboxes, moved by commands
+//! and by time. Every command settles the world before it returns: due timers fire in time
+//! order, schedulers run until nothing changes, and each decision leaves an Event.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::time::Duration;
+
+use crate::config::{FinalJobState, SandboxValues, Values};
+use crate::error::{Reason, SimError, SimResult};
+use crate::ids::IdSource;
+use crate::k8s::{
+    Cluster, ConfigMap, ContainerState, Event, EventType, LOCK_KEY, Namespace, Node, ObjectRef, Pod, PodContainer,
+    PodOwner, PodPhase, ResourceTotals, Taint,
+};
+use crate::quantity::Quantity;
+use crate::resolved::{ResourceAmounts, Toleration};
+use crate::runners::RunnerRegistry;
+use crate::slurm::{JobBaseState, JobId, JobKind, JobRequest, Partition, PreemptMode, Slurm, SlurmNode, SlurmOutcome, User};
+use crate::sunk;
+use crate::time::{Clock, SimTime};
+
+/// Label every sandbox Pod carries.
+pub const SANDBOX_ID_LABEL: &str = "sandbox.coreweave.com/sandbox-id";
+
+/// Something the world asks its host to do outside the simulation (run or stop processes).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// A Pod's containers start: run its main command.
+    StartPod {
+        /// Pod uid.
+        pod_uid: String,
+        /// Namespace.
+        namespace: String,
+        /// Pod name (the hostname inside).
+        pod_name: String,
+        /// The sandbox, if it is a sandbox Pod.
+        sandbox_id: Option<String>,
+    },
+    /// SIGTERM the Pod's processes; they have `grace` before SIGKILL.
+    StopPod {
+        /// Pod uid.
+        pod_uid: String,
+        /// Grace period.
+        grace: Duration,
+    },
+    /// The Pod is gone: SIGKILL whatever is left.
+    KillPod {
+        /// Pod uid.
+        pod_uid: String,
+    },
+}
+
+/// What a timer does when it fires.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Timer {
+    PrologDone(JobId),
+    EpilogDone(JobId),
+    BatchJobEnds(JobId),
+    TimeLimit(JobId),
+    DrainBeforeKillWait(JobId),
+    KillWait(JobId),
+    PodGraceOver(String),
+    SandboxLifetime(String),
+    SandboxForget(String),
+}
+
+/// Named world transitions, counted so tests can check coverage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// A Pod was created.
+    PodCreated,
+    /// SUNK ignored a Pod (name or scope).
+    PodIgnored,
+    /// SUNK refused a Pod (validation).
+    PodRejectedBySunk,
+    /// Slurm refused the placeholder job.
+    PlaceholderRefused,
+    /// A placeholder job was submitted.
+    PlaceholderSubmitted,
+    /// A node was locked for a job.
+    NodeLocked,
+    /// A node was unlocked.
+    NodeUnlocked,
+    /// A Pod was bound to a Node.
+    PodBound,
+    /// Kubelet admitted a Pod; it runs.
+    PodStarted,
+    /// Kubelet refused a Pod (`OutOfcpu`, `NodeAffinity`…).
+    PodRejectedByKubelet,
+    /// A Pod got a deletion timestamp.
+    PodTerminating,
+    /// A Pod object was removed.
+    PodRemoved,
+    /// A Pod's containers exited by themselves.
+    PodFinished,
+    /// A Pod was evicted by the lock taint.
+    PodEvicted,
+    /// The default scheduler could not place a Pod.
+    DefaultSchedulingFailed,
+    /// A node was drained because a Pod outlived KillWait.
+    NodeDrained,
+    /// KillWait ran out and Slurm killed the script.
+    JobKilled,
+}
+
+impl Transition {
+    /// Stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transition::PodCreated => "pod_created",
+            Transition::PodIgnored => "pod_ignored",
+            Transition::PodRejectedBySunk => "pod_rejected_by_sunk",
+            Transition::PlaceholderRefused => "placeholder_refused",
+            Transition::PlaceholderSubmitted => "placeholder_submitted",
+            Transition::NodeLocked => "node_locked",
+            Transition::NodeUnlocked => "node_unlocked",
+            Transition::PodBound => "pod_bound",
+            Transition::PodStarted => "pod_started",
+            Transition::PodRejectedByKubelet => "pod_rejected_by_kubelet",
+            Transition::PodTerminating => "pod_terminating",
+            Transition::PodRemoved => "pod_removed",
+            Transition::PodFinished => "pod_finished",
+            Transition::PodEvicted => "pod_evicted",
+            Transition::DefaultSchedulingFailed => "default_scheduling_failed",
+            Transition::NodeDrained => "node_drained",
+            Transition::JobKilled => "job_killed",
+        }
+    }
+}
+
+/// A Pod to create through the world (sandbox Pods are built from resolved specs).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PodRequest {
+    /// Namespace (created if missing).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// `spec.schedulerName`; empty means `default-scheduler`.
+    pub scheduler_name: String,
+    /// `spec.terminationGracePeriodSeconds`; `None` is the Kubernetes default, 30.
+    pub termination_grace_period_seconds: Option<i64>,
+    /// Containers: (name, image, requests, limits).
+    pub containers: Vec<(String, String, ResourceAmounts, ResourceAmounts)>,
+    /// Node selector.
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Required node affinity terms.
+    pub required_node_affinity: Vec<BTreeMap<String, Vec<String>>>,
+}
+
+/// The world.
+pub struct World {
+    pub(crate) clock: Box<dyn Clock>,
+    pub(crate) ids: Box<dyn IdSource>,
+    pub(crate) values: Values,
+    /// Kubernetes objects.
+    pub cluster: Cluster,
+    /// Slurm.
+    pub slurm: Slurm,
+    /// Managed runners.
+    pub runners: RunnerRegistry,
+    pub(crate) sandboxes: crate::sandbox::Sandboxes,
+    /// The time the world has reached.
+    now: SimTime,
+    timers: BinaryHeap<Reverse<(SimTime, u64, Timer)>>,
+    timer_sequence: u64,
+    placeholder_of_pod: HashMap<String, JobId>,
+    pod_of_placeholder: HashMap<JobId, String>,
+    /// Pods the scheduler refused: never retried.
+    sunk_rejected: BTreeSet<String>,
+    /// Pods needing a scheduling decision.
+    unscheduled: BTreeSet<String>,
+    /// Default-scheduler Pods waiting for room.
+    waiting_for_room: BTreeSet<String>,
+    slurm_dirty: bool,
+    effects: Vec<Effect>,
+    /// How often each named transition ran.
+    pub transitions: BTreeMap<&'static str, u64>,
+}
+
+impl World {
+    /// A world built from `values`, at the clock's current time.
+    pub fn new(values: Values, clock: Box<dyn Clock>, ids: Box<dyn IdSource>) -> SimResult<World> {
+        let now = clock.now();
+        let mut world = World {
+            clock,
+            ids,
+            values: values.clone(),
+            cluster: Cluster { event_capacity: values.sandboxes.event_capacity, ..Cluster::default() },
+            slurm: Slurm::new(values.slurm.first_job_id),
+            runners: RunnerRegistry::default(),
+            sandboxes: crate::sandbox::Sandboxes::default(),
+            now,
+            timers: BinaryHeap::new(),
+            timer_sequence: 0,
+            placeholder_of_pod: HashMap::new(),
+            pod_of_placeholder: HashMap::new(),
+            sunk_rejected: BTreeSet::new(),
+            unscheduled: BTreeSet::new(),
+            waiting_for_room: BTreeSet::new(),
+            slurm_dirty: false,
+            effects: Vec::new(),
+            transitions: BTreeMap::new(),
+        };
+        world.build_topology()?;
+        world.build_runners()?;
+        world.settle();
+        Ok(world)
+    }
+
+    /// The configuration in force.
+    pub fn values(&self) -> &Values {
+        &self.values
+    }
+
+    /// The time the world has reached.
+    pub fn now(&self) -> SimTime {
+        self.now
+    }
+
+    /// Takes the effects produced since the last call.
+    pub fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.effects)
+    }
+
+    pub(crate) fn count(&mut self, transition: Transition) {
+        *self.transitions.entry(transition.name()).or_default() += 1;
+    }
+
+    fn quantity(text: &str, what: &str) -> SimResult<Quantity> {
+        Quantity::parse(text).map_err(|error| SimError::invalid_field(what, error.to_string()))
+    }
+
+    fn build_topology(&mut self) -> SimResult<()> {
+        let values = self.values.clone();
+        self.ensure_namespace(&values.sunk.namespace);
+        self.ensure_namespace("default");
+        for user in &values.slurm.users {
+            self.slurm.add_user(User {
+                name: user.name.clone(),
+                uid: user.uid,
+                group: user.group.clone(),
+                gid: user.gid,
+                default_account: user.default_account.clone(),
+            });
+        }
+        let mut nodes_of_set: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (set_index, set) in values.node_sets.iter().enumerate() {
+            let cpu = Self::quantity(&set.cpu, &format!("nodeSets[{set_index}].cpu"))?;
+            let memory = Self::quantity(&set.memory, &format!("nodeSets[{set_index}].memory"))?;
+            for replica in 0..set.replicas {
+                let node_name = format!("node-{}-{replica}", set.name);
+                let slurm_name = format!("slurm-{}-{replica}", set.name);
+                let mut labels = set.labels.clone();
+                labels.insert("kubernetes.io/hostname".to_owned(), node_name.clone());
+                labels.insert("sunk.coreweave.com/nodeset".to_owned(), set.name.clone());
+                if !set.gpu_class.is_empty() {
+                    labels.insert("gpu.nvidia.com/class".to_owned(), set.gpu_class.clone());
+                }
+                let uid = self.ids.uid();
+                self.cluster.nodes.insert(
+                    node_name.clone(),
+                    Node {
+                        name: node_name.clone(),
+                        uid,
+                        labels,
+                        taints: Vec::new(),
+                        allocatable: ResourceTotals {
+                            cpu_millis: cpu.millis(),
+                            memory_bytes: memory.units_ceil(),
+                            gpus: i64::from(set.gpus),
+                        },
+                        requested: ResourceTotals::default(),
+                        created: self.now,
+                    },
+                );
+                self.slurm.add_node(SlurmNode {
+                    name: slurm_name.clone(),
+                    k8s_node: node_name.clone(),
+                    cpus: u32::try_from(cpu.units_ceil()).unwrap_or(u32::MAX),
+                    real_memory_mb: u64::try_from(memory.units_ceil() >> 20).unwrap_or(0),
+                    gpus: set.gpus,
+                    gres_type: values.scheduler.gpu_types.get(&set.gpu_class).cloned(),
+                    partitions: Vec::new(),
+                    alloc_cpus: 0,
+                    alloc_mem_mb: 0,
+                    gpus_in_use: 0,
+                    jobs: Vec::new(),
+                    drain_reason: None,
+                });
+                nodes_of_set.entry(set.name.clone()).or_default().push(slurm_name.clone());
+                self.create_slurmd_pod(set_index, &slurm_name, &node_name)?;
+            }
+        }
+        for node in &values.extra_nodes {
+            let cpu = Self::quantity(&node.cpu, "extraNodes.cpu")?;
+            let memory = Self::quantity(&node.memory, "extraNodes.memory")?;
+            let mut labels = node.labels.clone();
+            labels.insert("kubernetes.io/hostname".to_owned(), node.name.clone());
+            let uid = self.ids.uid();
+            self.cluster.nodes.insert(
+                node.name.clone(),
+                Node {
+                    name: node.name.clone(),
+                    uid,
+                    labels,
+                    taints: Vec::new(),
+                    allocatable: ResourceTotals { cpu_millis: cpu.millis(), memory_bytes: memory.units_ceil(), gpus: 0 },
+                    requested: ResourceTotals::default(),
+                    created: self.now,
+                },
+            );
+        }
+        if !values.slurm.partitions.iter().any(|partition| partition.default) {
+            return Err(SimError::invalid_field("slurm.partitions", "one partition must be the default"));
+        }
+        for (index, partition) in values.slurm.partitions.iter().enumerate() {
+            let mut nodes = Vec::new();
+            for set in &partition.node_sets {
+                let members = nodes_of_set.get(set).ok_or_else(|| {
+                    SimError::invalid_field(format!("slurm.partitions[{index}].nodeSets"), format!("no NodeSet named {set:?}"))
+                })?;
+                nodes.extend(members.iter().cloned());
+            }
+            let preempt_mode = match partition.preempt_mode.to_ascii_uppercase().as_str() {
+                "OFF" => PreemptMode::Off,
+                "CANCEL" => PreemptMode::Cancel,
+                "REQUEUE" => PreemptMode::Requeue,
+                other => {
+                    return Err(SimError::invalid_field(
+                        format!("slurm.partitions[{index}].preemptMode"),
+                        format!("{other:?} is not OFF, CANCEL or REQUEUE"),
+                    ));
+                }
+            };
+            self.slurm.add_partition(Partition {
+                name: partition.name.clone(),
+                default: partition.default,
+                nodes,
+                over_subscribe: partition.over_subscribe.to_ascii_uppercase(),
+                priority_tier: partition.priority_tier,
+                preempt_mode,
+            });
+        }
+        self.create_scheduler_objects();
+        Ok(())
+    }
+
+    fn create_slurmd_pod(&mut self, set_index: usize, slurm_name: &str, node_name: &str) -> SimResult<()> {
+        let set = &self.values.node_sets[set_index];
+        let requests = ResourceAmounts {
+            cpu: Some(Self::quantity(&set.slurmd.requests.cpu, &format!("nodeSets[{set_index}].slurmd.requests.cpu"))?),
+            memory: Some(Self::quantity(
+                &set.slurmd.requests.memory,
+                &format!("nodeSets[{set_index}].slurmd.requests.memory"),
+            )?),
+            gpu: None,
+        };
+        let namespace = self.values.sunk.namespace.clone();
+        let mut labels = BTreeMap::new();
+        labels.insert("app.kubernetes.io/name".to_owned(), "slurmd".to_owned());
+        labels.insert("sunk.coreweave.com/nodeset".to_owned(), set.name.clone());
+        let mut annotations = BTreeMap::new();
+        annotations.insert(LOCK_KEY.to_owned(), "false".to_owned());
+        let uid = self.ids.uid();
+        let pod = Pod {
+            uid,
+            namespace,
+            name: slurm_name.to_owned(),
+            labels,
+            annotations,
+            scheduler_name: "default-scheduler".to_owned(),
+            node_name: Some(node_name.to_owned()),
+            termination_grace_period_seconds: 30,
+            node_selector: BTreeMap::new(),
+            tolerations: vec![lock_toleration()],
+            required_node_affinity: Vec::new(),
+            priority_class_name: None,
+            extra_spec: BTreeMap::new(),
+            containers: vec![PodContainer {
+                name: "slurmd".to_owned(),
+                image: "registry.gitlab.com/coreweave/sunk/slurmd:emulated".to_owned(),
+                command: Vec::new(),
+                args: Vec::new(),
+                env: BTreeMap::new(),
+                requests,
+                limits: ResourceAmounts::default(),
+                state: ContainerState::Running(self.now),
+            }],
+            phase: PodPhase::Running,
+            reason: None,
+            message: None,
+            scheduled_condition: Some((true, String::new(), String::new())),
+            start_time: Some(self.now),
+            created: self.now,
+            deletion_timestamp: None,
+            deletion_grace_period_seconds: None,
+            owner: PodOwner::Slurmd { slurm_node: slurm_name.to_owned() },
+            resource_version: 0,
+        };
+        self.cluster.insert_pod(pod);
+        Ok(())
+    }
+
+    /// The scheduler Pod (7.x: name in args) and, for 8.x, its `scheduler.conf` ConfigMap.
+    fn create_scheduler_objects(&mut self) {
+        let values = self.values.clone();
+        let namespace = values.sunk.namespace.clone();
+        let pod_name = format!("{}-scheduler-{}", values.sunk.release, self.ids.name_suffix());
+        let existing: Vec<String> = self
+            .cluster
+            .pods
+            .values()
+            .filter(|pod| pod.owner == PodOwner::Scheduler)
+            .map(|pod| pod.uid.clone())
+            .collect();
+        for uid in existing {
+            self.cluster.remove_pod(&uid);
+        }
+        self.cluster.config_maps.remove(&(namespace.clone(), format!("{}-scheduler-config", values.sunk.release)));
+        if !values.scheduler.enabled {
+            return;
+        }
+        let mut args = Vec::new();
+        if values.sunk.version < 8 {
+            args.push(format!("--scheduler-name={}", values.scheduler.name));
+        } else {
+            args.push("--config=/etc/sunk-scheduler/scheduler.conf".to_owned());
+        }
+        args.push(format!("--slurm-kill-wait={}s", values.slurm_config.kill_wait));
+        let mut labels = BTreeMap::new();
+        labels.insert("app.kubernetes.io/name".to_owned(), "sunk-scheduler".to_owned());
+        labels.insert("app.kubernetes.io/component".to_owned(), "scheduler".to_owned());
+        labels.insert("app.kubernetes.io/instance".to_owned(), values.sunk.release.clone());
+        let uid = self.ids.uid();
+        // The scheduler runs on a system Node when there is one, as in a real cluster.
+        let node_name = values
+            .extra_nodes
+            .first()
+            .map(|node| node.name.clone())
+            .or_else(|| self.cluster.nodes.keys().next().cloned());
+        let cpu = Quantity::parse("100m").ok();
+        let memory = Quantity::parse("256Mi").ok();
+        self.cluster.insert_pod(Pod {
+            uid,
+            namespace: namespace.clone(),
+            name: pod_name,
+            labels: labels.clone(),
+            annotations: BTreeMap::new(),
+            scheduler_name: "default-scheduler".to_owned(),
+            node_name,
+            termination_grace_period_seconds: 30,
+            node_selector: BTreeMap::new(),
+            tolerations: vec![lock_toleration()],
+            required_node_affinity: Vec::new(),
+            priority_class_name: None,
+            extra_spec: BTreeMap::new(),
+            containers: vec![PodContainer {
+                name: "scheduler".to_owned(),
+                image: "registry.gitlab.com/coreweave/sunk/sunk-scheduler:emulated".to_owned(),
+                command: vec!["/usr/local/bin/sunk-scheduler".to_owned()],
+                args,
+                env: BTreeMap::new(),
+                requests: ResourceAmounts { cpu, memory, gpu: None },
+                limits: ResourceAmounts::default(),
+                state: ContainerState::Running(self.now),
+            }],
+            phase: PodPhase::Running,
+            reason: None,
+            message: None,
+            scheduled_condition: Some((true, String::new(), String::new())),
+            start_time: Some(self.now),
+            created: self.now,
+            deletion_timestamp: None,
+            deletion_grace_period_seconds: None,
+            owner: PodOwner::Scheduler,
+            resource_version: 0,
+        });
+        if values.sunk.version >= 8 {
+            let config = format!(
+                "scheduler:\n  name: {}\n  terminationOffset: {}s\nslurm:\n  killWait: {}s\n",
+                values.scheduler.name, values.scheduler.termination_offset_seconds, values.slurm_config.kill_wait
+            );
+            let mut data = BTreeMap::new();
+            data.insert("scheduler.conf".to_owned(), config);
+            self.cluster.config_maps.insert(
+                (namespace.clone(), format!("{}-scheduler-config", values.sunk.release)),
+                ConfigMap {
+                    namespace,
+                    name: format!("{}-scheduler-config", values.sunk.release),
+                    labels,
+                    data,
+                    created: self.now,
+                },
+            );
+        }
+    }
+
+    fn build_runners(&mut self) -> SimResult<()> {
+        for (index, runner) in self.values.runners.clone().into_iter().enumerate() {
+            let policy: cwsandbox_api::sandbox_v1::Policy = serde_json::from_value(runner.policy.clone())
+                .map_err(|error| SimError::invalid_field(format!("runners[{index}].policy"), error.to_string()))?;
+            let managed = cwsandbox_api::sandbox_v1::ManagedRunner {
+                identity: Some(cwsandbox_api::sandbox_v1::RunnerIdentity {
+                    runner_id: runner.runner_id.clone(),
+                    runner_group_id: runner.runner_group_id.clone(),
+                    zone: runner.zone.clone(),
+                    cluster_id: runner.cluster_id.clone(),
+                    cluster_name: String::new(),
+                }),
+                display_name: runner.display_name.clone(),
+                policy: Some(policy),
+                ..Default::default()
+            };
+            self.runners.create(&runner.org, managed, &format!("config-{index}"), self.now)?;
+        }
+        self.runners.advance(self.now);
+        Ok(())
+    }
+
+    /// Applies new values like `helm upgrade`: the scheduler Pod's args and ConfigMap change,
+    /// slurmd requests change, and Pods created from now on see the new rules. The node and
+    /// partition layout cannot change while jobs exist.
+    pub fn apply_values(&mut self, values: Values) -> SimResult<()> {
+        let layout_changed = values.node_sets.iter().map(|set| (&set.name, set.replicas, &set.cpu, &set.memory, set.gpus)).ne(self
+            .values
+            .node_sets
+            .iter()
+            .map(|set| (&set.name, set.replicas, &set.cpu, &set.memory, set.gpus)))
+            || values.slurm.partitions != self.values.slurm.partitions
+            || values.extra_nodes != self.values.extra_nodes;
+        if layout_changed && !self.slurm.queue.is_empty() {
+            return Err(SimError::FailedPrecondition {
+                reason: Reason::PreconditionFailed,
+                message: "nodes or partitions cannot change while Slurm jobs exist".to_owned(),
+            });
+        }
+        let old = std::mem::replace(&mut self.values, values.clone());
+        if layout_changed {
+            let kept_pods: Vec<Pod> = self
+                .cluster
+                .pods
+                .values()
+                .filter(|pod| !matches!(pod.owner, PodOwner::Slurmd { .. } | PodOwner::Scheduler))
+                .cloned()
+                .collect();
+            let events = std::mem::take(&mut self.cluster.events);
+            let namespaces = std::mem::take(&mut self.cluster.namespaces);
+            let sequence = self.cluster.event_sequence;
+            self.cluster = Cluster { event_capacity: values.sandboxes.event_capacity, ..Cluster::default() };
+            self.cluster.events = events;
+            self.cluster.namespaces = namespaces;
+            self.cluster.event_sequence = sequence;
+            self.slurm = Slurm::new(self.slurm.next_job_id.max(values.slurm.first_job_id));
+            if let Err(error) = self.build_topology() {
+                self.values = old;
+                return Err(error);
+            }
+            for mut pod in kept_pods {
+                if pod.node_name.as_ref().is_some_and(|node| !self.cluster.nodes.contains_key(node)) {
+                    pod.node_name = None;
+                }
+                self.cluster.insert_pod(pod);
+            }
+        } else {
+            for (set_index, set) in values.node_sets.iter().enumerate() {
+                for replica in 0..set.replicas {
+                    let slurm_name = format!("slurm-{}-{replica}", set.name);
+                    let node_name = format!("node-{}-{replica}", set.name);
+                    let old_uid = self.cluster.pods.get(&(values.sunk.namespace.clone(), slurm_name.clone())).map(|pod| pod.uid.clone());
+                    let old_annotations = old_uid.as_ref().and_then(|uid| self.cluster.pod(uid)).map(|pod| pod.annotations.clone());
+                    if let Some(uid) = old_uid {
+                        self.cluster.remove_pod(&uid);
+                    }
+                    if let Err(error) = self.create_slurmd_pod(set_index, &slurm_name, &node_name) {
+                        self.values = old;
+                        return Err(error);
+                    }
+                    if let (Some(annotations), Some(key)) =
+                        (old_annotations, Some((values.sunk.namespace.clone(), slurm_name.clone())))
+                        && let Some(pod) = self.cluster.pods.get_mut(&key)
+                    {
+                        pod.annotations = annotations;
+                    }
+                }
+            }
+            self.create_scheduler_objects();
+        }
+        self.waiting_for_room.extend(self.unscheduled_default_pods());
+        self.slurm_dirty = true;
+        self.settle();
+        Ok(())
+    }
+
+    fn unscheduled_default_pods(&self) -> Vec<String> {
+        self.cluster
+            .pods
+            .values()
+            .filter(|pod| pod.node_name.is_none() && pod.phase == PodPhase::Pending && pod.deletion_timestamp.is_none())
+            .filter(|pod| pod.scheduler_name == "default-scheduler")
+            .map(|pod| pod.uid.clone())
+            .collect()
+    }
+
+    pub(crate) fn ensure_namespace(&mut self, name: &str) {
+        if !self.cluster.namespaces.contains_key(name) {
+            let mut labels = BTreeMap::new();
+            labels.insert("kubernetes.io/metadata.name".to_owned(), name.to_owned());
+            self.cluster.namespaces.insert(name.to_owned(), Namespace { name: name.to_owned(), labels, created: self.now });
+        }
+    }
+
+    pub(crate) fn schedule_timer(&mut self, at: SimTime, timer: Timer) {
+        self.timer_sequence += 1;
+        self.timers.push(Reverse((at, self.timer_sequence, timer)));
+    }
+
+    /// Moves the world to the clock's time, firing every due timer in order.
+    pub fn tick(&mut self) {
+        self.settle();
+    }
+
+    /// When the next timer fires, if any (the host may sleep until then).
+    pub fn next_wakeup(&self) -> Option<SimTime> {
+        self.timers.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    pub(crate) fn settle(&mut self) {
+        let target = self.clock.now().max(self.now);
+        loop {
+            self.reconcile();
+            let due = matches!(self.timers.peek(), Some(Reverse((at, _, _))) if *at <= target);
+            if !due {
+                break;
+            }
+            if let Some(Reverse((at, _, timer))) = self.timers.pop() {
+                self.now = self.now.max(at);
+                self.fire(timer);
+            }
+        }
+        self.now = target;
+        self.runners.advance(self.now);
+    }
+
+    fn reconcile(&mut self) {
+        for _ in 0..10_000 {
+            let mut changed = false;
+            while let Some(uid) = self.unscheduled.pop_first() {
+                changed = true;
+                self.schedule_pod(&uid);
+            }
+            if self.slurm_dirty {
+                self.slurm_dirty = false;
+                changed = true;
+                let outcomes = self.slurm.schedule(self.now);
+                for outcome in outcomes {
+                    match outcome {
+                        SlurmOutcome::Allocated(job) => self.on_allocated(job),
+                        SlurmOutcome::Preempted(job) => self.on_job_ended(job),
+                    }
+                }
+            }
+            if !self.waiting_for_room.is_empty() {
+                let waiting = std::mem::take(&mut self.waiting_for_room);
+                for uid in waiting {
+                    if self.try_default_schedule(&uid, false) {
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                return;
+            }
+        }
+    }
+
+    /// Creates a Pod (the emulator API's raw Pods, and sandbox Pods).
+    pub fn create_pod(&mut self, request: PodRequest, owner: PodOwner) -> SimResult<String> {
+        if request.name.is_empty() {
+            return Err(SimError::invalid_field("pod.metadata.name", "required"));
+        }
+        if request.containers.is_empty() {
+            return Err(SimError::invalid_field("pod.spec.containers", "at least one container is required"));
+        }
+        let key = (request.namespace.clone(), request.name.clone());
+        if self.cluster.pods.contains_key(&key) {
+            return Err(SimError::AlreadyExists {
+                reason: Reason::AlreadyExists,
+                message: format!("pods \"{}\" already exists", request.name),
+            });
+        }
+        self.ensure_namespace(&request.namespace);
+        let uid = self.ids.uid();
+        let scheduler_name =
+            if request.scheduler_name.is_empty() { "default-scheduler".to_owned() } else { request.scheduler_name };
+        let containers = request
+            .containers
+            .into_iter()
+            .map(|(name, image, requests, limits)| PodContainer {
+                name,
+                image,
+                command: Vec::new(),
+                args: Vec::new(),
+                env: BTreeMap::new(),
+                requests,
+                limits,
+                state: ContainerState::Waiting("ContainerCreating".to_owned()),
+            })
+            .collect();
+        let pod = Pod {
+            uid: uid.clone(),
+            namespace: request.namespace,
+            name: request.name,
+            labels: request.labels,
+            annotations: request.annotations,
+            scheduler_name,
+            node_name: None,
+            termination_grace_period_seconds: request.termination_grace_period_seconds.unwrap_or(30),
+            node_selector: request.node_selector,
+            tolerations: request.tolerations,
+            required_node_affinity: request.required_node_affinity,
+            priority_class_name: None,
+            extra_spec: BTreeMap::new(),
+            containers,
+            phase: PodPhase::Pending,
+            reason: None,
+            message: None,
+            scheduled_condition: None,
+            start_time: None,
+            created: self.now,
+            deletion_timestamp: None,
+            deletion_grace_period_seconds: None,
+            owner,
+            resource_version: 0,
+        };
+        self.insert_new_pod(pod);
+        self.settle();
+        Ok(uid)
+    }
+
+    pub(crate) fn insert_new_pod(&mut self, pod: Pod) {
+        self.unscheduled.insert(pod.uid.clone());
+        self.cluster.insert_pod(pod);
+        self.count(Transition::PodCreated);
+    }
+
+    fn event(&mut self, pod_uid: &str, event_type: EventType, reason: &str, message: String, source: &str) {
+        let Some(pod) = self.cluster.pod(pod_uid) else { return };
+        let involved =
+            ObjectRef { kind: "Pod".to_owned(), namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() };
+        let namespace = pod.namespace.clone();
+        self.cluster.record_event(Event {
+            sequence: 0,
+            namespace,
+            name: String::new(),
+            involved,
+            event_type,
+            reason: reason.to_owned(),
+            message,
+            source: source.to_owned(),
+            time: self.now,
+        });
+    }
+
+    fn node_event(&mut self, node_name: &str, event_type: EventType, reason: &str, message: String) {
+        let Some(node) = self.cluster.nodes.get(node_name) else { return };
+        let involved = ObjectRef { kind: "Node".to_owned(), namespace: String::new(), name: node.name.clone(), uid: node.uid.clone() };
+        self.cluster.record_event(Event {
+            sequence: 0,
+            namespace: "default".to_owned(),
+            name: String::new(),
+            involved,
+            event_type,
+            reason: reason.to_owned(),
+            message,
+            source: "sunk-syncer".to_owned(),
+            time: self.now,
+        });
+    }
+
+    /// Routes an unscheduled Pod to the scheduler its `schedulerName` names.
+    fn schedule_pod(&mut self, uid: &str) {
+        let Some(pod) = self.cluster.pod(uid).cloned() else { return };
+        if pod.node_name.is_some() || pod.deletion_timestamp.is_some() || pod.phase != PodPhase::Pending {
+            return;
+        }
+        if pod.scheduler_name == "default-scheduler" {
+            self.try_default_schedule(uid, true);
+            return;
+        }
+        if self.placeholder_of_pod.contains_key(uid) || self.sunk_rejected.contains(uid) {
+            return;
+        }
+        if sunk::handles(&self.values, &pod).is_err() {
+            // Nobody places this Pod: it stays Pending without a word, as in Kubernetes.
+            self.count(Transition::PodIgnored);
+            return;
+        }
+        let gpu_type = pod
+            .containers
+            .iter()
+            .any(|container| container.requests.gpu.unwrap_or(0) > 0)
+            .then(|| self.slurm.nodes.iter().find_map(|node| node.gres_type.clone()))
+            .flatten();
+        let reason = self.values.scheduler.validation_event_reason.clone();
+        let request = match sunk::validate(&self.values, &pod, gpu_type.as_deref()) {
+            Ok(request) => request,
+            Err(message) => {
+                self.sunk_rejected.insert(uid.to_owned());
+                self.set_unschedulable(uid, &reason, &message);
+                self.event(uid, EventType::Warning, &reason, message, "sunk-scheduler");
+                self.count(Transition::PodRejectedBySunk);
+                return;
+            }
+        };
+        match self.slurm.submit(request, self.now) {
+            Ok(job) => {
+                self.placeholder_of_pod.insert(uid.to_owned(), job);
+                self.pod_of_placeholder.insert(job, uid.to_owned());
+                self.slurm_dirty = true;
+                self.event(uid, EventType::Normal, "Submitted", format!("Submitted placeholder Slurm job {job}"), "sunk-scheduler");
+                self.count(Transition::PlaceholderSubmitted);
+            }
+            Err(error) => {
+                self.sunk_rejected.insert(uid.to_owned());
+                let message = format!("Slurm rejected the placeholder job: {error}");
+                self.set_unschedulable(uid, &reason, &message);
+                self.event(uid, EventType::Warning, &reason, message, "sunk-scheduler");
+                self.count(Transition::PlaceholderRefused);
+            }
+        }
+    }
+
+    fn set_unschedulable(&mut self, uid: &str, reason: &str, message: &str) {
+        if let Some(pod) = self.cluster.pod_mut(uid) {
+            pod.scheduled_condition = Some((false, reason.to_owned(), message.to_owned()));
+        }
+    }
+
+    /// kube-scheduler's essentials for Pods that are not SUNK's: fit by allocatable minus
+    /// requests, node selector, required affinity and taints; least-allocated node first.
+    fn try_default_schedule(&mut self, uid: &str, report: bool) -> bool {
+        let Some(pod) = self.cluster.pod(uid).cloned() else { return false };
+        if pod.node_name.is_some() || pod.deletion_timestamp.is_some() || pod.phase != PodPhase::Pending {
+            return false;
+        }
+        let need = pod.requested();
+        let mut insufficient_cpu = 0;
+        let mut insufficient_memory = 0;
+        let mut tainted = 0;
+        let mut mismatched = 0;
+        let mut best: Option<(i64, String)> = None;
+        for node in self.cluster.nodes.values() {
+            if node.taints.iter().any(|taint| taint.effect != "PreferNoSchedule" && !pod.tolerates(taint)) {
+                tainted += 1;
+                continue;
+            }
+            if !node_matches(&pod, node) {
+                mismatched += 1;
+                continue;
+            }
+            let free_cpu = node.allocatable.cpu_millis - node.requested.cpu_millis;
+            let free_memory = node.allocatable.memory_bytes - node.requested.memory_bytes;
+            let mut fits = true;
+            if free_cpu < need.cpu_millis {
+                insufficient_cpu += 1;
+                fits = false;
+            }
+            if free_memory < need.memory_bytes {
+                insufficient_memory += 1;
+                fits = false;
+            }
+            if fits && best.as_ref().is_none_or(|(score, _)| free_cpu > *score) {
+                best = Some((free_cpu, node.name.clone()));
+            }
+        }
+        if let Some((_, node_name)) = best {
+            self.bind_and_admit(uid, &node_name);
+            return true;
+        }
+        let total = self.cluster.nodes.len();
+        let mut parts = Vec::new();
+        if insufficient_cpu > 0 {
+            parts.push(format!("{insufficient_cpu} Insufficient cpu"));
+        }
+        if insufficient_memory > 0 {
+            parts.push(format!("{insufficient_memory} Insufficient memory"));
+        }
+        if mismatched > 0 {
+            parts.push(format!("{mismatched} node(s) didn't match Pod's node affinity/selector"));
+        }
+        if tainted > 0 {
+            parts.push(format!("{tainted} node(s) had untolerated taint {{{LOCK_KEY}: true}}"));
+        }
+        let message = format!("0/{total} nodes are available: {}.", parts.join(", "));
+        self.waiting_for_room.insert(uid.to_owned());
+        if report {
+            self.set_unschedulable(uid, "Unschedulable", &message);
+            self.event(uid, EventType::Warning, "FailedScheduling", message, "default-scheduler");
+            self.count(Transition::DefaultSchedulingFailed);
+        }
+        false
+    }
+
+    /// Binds a Pod and runs kubelet admission: it either starts or is rejected for good.
+    fn bind_and_admit(&mut self, uid: &str, node_name: &str) {
+        let Some(pod) = self.cluster.pod(uid).cloned() else { return };
+        let Some(node) = self.cluster.nodes.get(node_name).cloned() else { return };
+        if let Some(pod) = self.cluster.pod_mut(uid) {
+            pod.scheduled_condition = Some((true, String::new(), String::new()));
+        }
+        self.event(uid, EventType::Normal, "Scheduled", format!("Successfully assigned {}/{} to {node_name}", pod.namespace, pod.name), if pod.scheduler_name == "default-scheduler" { "default-scheduler" } else { "sunk-scheduler" });
+        self.count(Transition::PodBound);
+        let need = pod.requested();
+        let checks = [
+            ("cpu", need.cpu_millis, node.requested.cpu_millis, node.allocatable.cpu_millis),
+            ("memory", need.memory_bytes, node.requested.memory_bytes, node.allocatable.memory_bytes),
+            ("nvidia.com/gpu", need.gpus, node.requested.gpus, node.allocatable.gpus),
+        ];
+        let rejection = if !node_matches(&pod, &node) {
+            Some(("NodeAffinity".to_owned(), "Pod was rejected: Predicate NodeAffinity failed".to_owned()))
+        } else {
+            checks.iter().find(|(_, requested, used, capacity)| *requested > 0 && used + requested > *capacity).map(
+                |(resource, requested, used, capacity)| {
+                    (
+                        format!("OutOf{resource}"),
+                        format!(
+                            "Pod was rejected: Node didn't have enough resource: {resource}, requested: {requested}, used: {used}, capacity: {capacity}"
+                        ),
+                    )
+                },
+            )
+        };
+        match rejection {
+            Some((reason, message)) => {
+                // A rejected Pod still shows its node, but never counted against it.
+                if let Some(pod) = self.cluster.pod_mut(uid) {
+                    pod.node_name = Some(node_name.to_owned());
+                    pod.phase = PodPhase::Failed;
+                    pod.reason = Some(reason.clone());
+                    pod.message = Some(message.clone());
+                }
+                self.event(uid, EventType::Warning, &reason, message, "kubelet");
+                self.count(Transition::PodRejectedByKubelet);
+                self.on_pod_terminal(uid);
+            }
+            None => {
+                self.cluster.bind(uid, node_name);
+                let now = self.now;
+                if let Some(pod) = self.cluster.pod_mut(uid) {
+                    pod.phase = PodPhase::Running;
+                    pod.start_time = Some(now);
+                    for container in &mut pod.containers {
+                        container.state = ContainerState::Running(now);
+                    }
+                }
+                self.event(uid, EventType::Normal, "Started", "Started container main".to_owned(), "kubelet");
+                self.count(Transition::PodStarted);
+                let sandbox_id = match &pod.owner {
+                    PodOwner::Sandbox(id) => Some(id.clone()),
+                    _ => None,
+                };
+                self.effects.push(Effect::StartPod {
+                    pod_uid: uid.to_owned(),
+                    namespace: pod.namespace.clone(),
+                    pod_name: pod.name.clone(),
+                    sandbox_id,
+                });
+            }
+        }
+    }
+
+    fn slurmd_pod_uid(&self, slurm_node: &str) -> Option<String> {
+        self.cluster.pods.get(&(self.values.sunk.namespace.clone(), slurm_node.to_owned())).map(|pod| pod.uid.clone())
+    }
+
+    fn set_lock_annotation(&mut self, slurm_node: &str, value: &str) {
+        if let Some(uid) = self.slurmd_pod_uid(slurm_node)
+            && let Some(pod) = self.cluster.pod_mut(&uid)
+        {
+            pod.annotations.insert(LOCK_KEY.to_owned(), value.to_owned());
+        }
+    }
+
+    /// Slurm allocated a node: the prolog locks it, then the script starts.
+    fn on_allocated(&mut self, job: JobId) {
+        let Some(allocated) = self.slurm.job(job).cloned() else { return };
+        let Some(slurm_node) = allocated.node.clone() else { return };
+        let k8s_node = self.slurm.node(&slurm_node).map(|node| node.k8s_node.clone()).unwrap_or_default();
+        self.lock_node(&slurm_node, &k8s_node);
+        match &allocated.kind {
+            JobKind::Placeholder { .. } => {
+                let prolog = Duration::from_secs(u64::from(self.values.scheduler.prolog_seconds));
+                self.schedule_timer(self.now + prolog, Timer::PrologDone(job));
+            }
+            JobKind::Batch { run_seconds } => {
+                self.slurm.start_script(job);
+                self.set_lock_annotation(&slurm_node, "locked");
+                if let Some(seconds) = run_seconds {
+                    self.schedule_timer(self.now + Duration::from_secs(u64::from(*seconds)), Timer::BatchJobEnds(job));
+                }
+            }
+        }
+        if let Some(limit) = allocated.time_limit_seconds {
+            self.schedule_timer(self.now + Duration::from_secs(u64::from(limit)), Timer::TimeLimit(job));
+        }
+    }
+
+    fn lock_node(&mut self, slurm_node: &str, k8s_node: &str) {
+        let Some(node) = self.cluster.nodes.get_mut(k8s_node) else { return };
+        if node.taints.iter().any(|taint| taint.key == LOCK_KEY) {
+            return;
+        }
+        node.taints.push(Taint { key: LOCK_KEY.to_owned(), value: "true".to_owned(), effect: "NoExecute".to_owned() });
+        self.set_lock_annotation(slurm_node, "pending");
+        self.count(Transition::NodeLocked);
+        // NoExecute: Pods that neither tolerate the lock nor belong to SUNK leave the Node.
+        let sunk_name = self.values.scheduler.name.clone();
+        let lock = Taint { key: LOCK_KEY.to_owned(), value: "true".to_owned(), effect: "NoExecute".to_owned() };
+        let evicted: Vec<String> = self
+            .cluster
+            .pods
+            .values()
+            .filter(|pod| pod.node_name.as_deref() == Some(k8s_node) && pod.deletion_timestamp.is_none())
+            .filter(|pod| pod.scheduler_name != sunk_name && !pod.tolerates(&lock))
+            .map(|pod| pod.uid.clone())
+            .collect();
+        for uid in evicted {
+            self.event(&uid, EventType::Normal, "TaintManagerEviction", format!("Marking for deletion Pod (taint {LOCK_KEY})"), "taint-eviction-controller");
+            self.count(Transition::PodEvicted);
+            self.begin_pod_deletion(&uid, None);
+        }
+    }
+
+    fn unlock_node_if_idle(&mut self, slurm_node: &str) {
+        let Some(node) = self.slurm.node(slurm_node) else { return };
+        if !node.jobs.is_empty() {
+            return;
+        }
+        let k8s_node = node.k8s_node.clone();
+        if let Some(node) = self.cluster.nodes.get_mut(&k8s_node) {
+            let before = node.taints.len();
+            node.taints.retain(|taint| taint.key != LOCK_KEY);
+            if node.taints.len() != before {
+                self.set_lock_annotation(slurm_node, "false");
+                self.count(Transition::NodeUnlocked);
+                self.waiting_for_room.extend(self.unscheduled_default_pods());
+            }
+        }
+    }
+
+    fn fire(&mut self, timer: Timer) {
+        match timer {
+            Timer::PrologDone(job) => self.on_prolog_done(job),
+            Timer::EpilogDone(job) => {
+                let node = self.slurm.job(job).and_then(|job| job.node.clone());
+                self.slurm.release(job, self.now);
+                if let Some(pod_uid) = self.pod_of_placeholder.remove(&job) {
+                    self.placeholder_of_pod.remove(&pod_uid);
+                }
+                if let Some(node) = node {
+                    self.unlock_node_if_idle(&node);
+                }
+                self.slurm_dirty = true;
+            }
+            Timer::BatchJobEnds(job) => {
+                self.slurm.finish(job, JobBaseState::Completed, (0, 0), self.now);
+                self.on_job_ended(job);
+            }
+            Timer::TimeLimit(job) => {
+                if self.slurm.job(job).is_some_and(|job| job.state == JobBaseState::Running && !job.completing) {
+                    self.slurm.finish(job, JobBaseState::Timeout, (0, 1), self.now);
+                    self.on_job_ended(job);
+                }
+            }
+            Timer::DrainBeforeKillWait(job) => {
+                let pod_alive = self.pod_of_placeholder.get(&job).is_some_and(|uid| self.cluster.pod(uid).is_some());
+                if pod_alive
+                    && let Some(node) = self.slurm.job(job).filter(|job| job.completing).and_then(|job| job.node.clone())
+                {
+                    let reason = self.values.scheduler.drain_reason.clone();
+                    self.slurm.drain(&node, &reason);
+                    let k8s_node = self.slurm.node(&node).map(|node| node.k8s_node.clone()).unwrap_or_default();
+                    self.node_event(&k8s_node, EventType::Warning, "SlurmNodeDrained", format!("Slurm node {node} drained: {reason}"));
+                    self.count(Transition::NodeDrained);
+                }
+            }
+            Timer::KillWait(job) => {
+                let pod_alive = self.pod_of_placeholder.get(&job).is_some_and(|uid| self.cluster.pod(uid).is_some());
+                if pod_alive && self.slurm.job(job).is_some_and(|job| job.completing) {
+                    // SIGKILL: the script is gone; the job completes though the Pod lingers.
+                    self.count(Transition::JobKilled);
+                    self.schedule_epilog(job);
+                }
+            }
+            Timer::PodGraceOver(uid) => {
+                if self.cluster.pod(&uid).is_some_and(|pod| pod.deletion_timestamp.is_some()) {
+                    self.remove_pod(&uid);
+                }
+            }
+            Timer::SandboxLifetime(id) => self.sandbox_lifetime_over(&id),
+            Timer::SandboxForget(id) => self.sandbox_forget(&id),
+        }
+    }
+
+    fn on_prolog_done(&mut self, job: JobId) {
+        let Some(running) = self.slurm.job(job).cloned() else { return };
+        if running.state != JobBaseState::Running || running.completing {
+            return;
+        }
+        self.slurm.start_script(job);
+        let Some(slurm_node) = running.node.clone() else { return };
+        self.set_lock_annotation(&slurm_node, "locked_strict");
+        let Some(pod_uid) = self.pod_of_placeholder.get(&job).cloned() else { return };
+        let k8s_node = self.slurm.node(&slurm_node).map(|node| node.k8s_node.clone()).unwrap_or_default();
+        let pod_pending =
+            self.cluster.pod(&pod_uid).is_some_and(|pod| pod.deletion_timestamp.is_none() && pod.phase == PodPhase::Pending);
+        if pod_pending {
+            self.bind_and_admit(&pod_uid, &k8s_node);
+        }
+    }
+
+    fn schedule_epilog(&mut self, job: JobId) {
+        let epilog = Duration::from_secs(u64::from(self.values.scheduler.epilog_seconds));
+        self.schedule_timer(self.now + epilog, Timer::EpilogDone(job));
+    }
+
+    /// A job ended on the Slurm side (cancel, preemption, time limit, batch end): a placeholder's
+    /// script asks for its Pod to be deleted and waits; KillWait bounds that wait.
+    pub(crate) fn on_job_ended(&mut self, job: JobId) {
+        let Some(ended) = self.slurm.job(job).cloned() else { return };
+        match ended.kind {
+            JobKind::Batch { .. } => self.schedule_epilog(job),
+            JobKind::Placeholder { ref pod_uid } => {
+                let pod_alive = self.cluster.pod(pod_uid).is_some();
+                if !pod_alive {
+                    self.schedule_epilog(job);
+                    return;
+                }
+                let kill_wait = u64::from(self.values.slurm_config.kill_wait);
+                let margin = u64::from(self.values.scheduler.drain_margin_seconds).min(kill_wait);
+                self.schedule_timer(self.now + Duration::from_secs(kill_wait - margin), Timer::DrainBeforeKillWait(job));
+                self.schedule_timer(self.now + Duration::from_secs(kill_wait), Timer::KillWait(job));
+                let pod_uid = pod_uid.clone();
+                self.begin_pod_deletion(&pod_uid, None);
+            }
+        }
+    }
+
+    /// Starts deleting a Pod: Terminating with its grace period, then removal. An unbound or
+    /// finished Pod goes at once.
+    pub fn begin_pod_deletion(&mut self, uid: &str, grace_seconds: Option<i64>) {
+        let Some(pod) = self.cluster.pod(uid).cloned() else { return };
+        if pod.deletion_timestamp.is_some() {
+            // A shorter grace on a second delete shortens the wait, as in Kubernetes.
+            if let Some(grace) = grace_seconds {
+                let deadline = self.now + Duration::from_secs(grace.max(0) as u64);
+                self.schedule_timer(deadline, Timer::PodGraceOver(uid.to_owned()));
+            }
+            return;
+        }
+        let grace = grace_seconds.unwrap_or(pod.termination_grace_period_seconds).max(0);
+        let running = pod.phase == PodPhase::Running;
+        if !running || grace == 0 {
+            if let Some(pod) = self.cluster.pod_mut(uid) {
+                pod.deletion_timestamp = Some(self.now);
+                pod.deletion_grace_period_seconds = Some(0);
+            }
+            self.count(Transition::PodTerminating);
+            self.remove_pod(uid);
+            return;
+        }
+        let now = self.now;
+        if let Some(pod) = self.cluster.pod_mut(uid) {
+            pod.deletion_timestamp = Some(now + Duration::from_secs(grace as u64));
+            pod.deletion_grace_period_seconds = Some(grace);
+        }
+        self.count(Transition::PodTerminating);
+        self.event(uid, EventType::Normal, "Killing", "Stopping container main".to_owned(), "kubelet");
+        self.effects.push(Effect::StopPod { pod_uid: uid.to_owned(), grace: Duration::from_secs(grace as u64) });
+        self.schedule_timer(now + Duration::from_secs(grace as u64), Timer::PodGraceOver(uid.to_owned()));
+        self.on_pod_deleting(uid);
+    }
+
+    /// The Pod got a deletion timestamp: SUNK cancels its placeholder (two-way sync).
+    fn on_pod_deleting(&mut self, uid: &str) {
+        let Some(&job) = self.placeholder_of_pod.get(uid) else { return };
+        let Some(queued) = self.slurm.job(job).cloned() else { return };
+        if queued.completing {
+            return;
+        }
+        let final_state = self.values.scheduler.deleted_pod_job_state;
+        match queued.state {
+            JobBaseState::Pending => {
+                self.slurm.cancel(job, 0, self.now);
+                self.pod_of_placeholder.remove(&job);
+                self.placeholder_of_pod.remove(uid);
+            }
+            JobBaseState::Running => {
+                if final_state == FinalJobState::Completed {
+                    self.slurm.finish(job, JobBaseState::Completed, (0, 0), self.now);
+                } else {
+                    self.slurm.cancel(job, 0, self.now);
+                }
+                let kill_wait = u64::from(self.values.slurm_config.kill_wait);
+                let margin = u64::from(self.values.scheduler.drain_margin_seconds).min(kill_wait);
+                self.schedule_timer(self.now + Duration::from_secs(kill_wait - margin), Timer::DrainBeforeKillWait(job));
+                self.schedule_timer(self.now + Duration::from_secs(kill_wait), Timer::KillWait(job));
+            }
+            _ => {}
+        }
+        self.slurm_dirty = true;
+    }
+
+    /// The Pod object disappears; a placeholder waiting for it finishes.
+    pub(crate) fn remove_pod(&mut self, uid: &str) {
+        let Some(pod) = self.cluster.remove_pod(uid) else { return };
+        self.count(Transition::PodRemoved);
+        self.effects.push(Effect::KillPod { pod_uid: uid.to_owned() });
+        self.unscheduled.remove(uid);
+        self.waiting_for_room.remove(uid);
+        self.sunk_rejected.remove(uid);
+        if let Some(job) = self.placeholder_of_pod.get(uid).copied() {
+            match self.slurm.job(job).map(|job| (job.state, job.completing)) {
+                Some((JobBaseState::Pending, _)) => {
+                    self.slurm.cancel(job, 0, self.now);
+                    self.placeholder_of_pod.remove(uid);
+                    self.pod_of_placeholder.remove(&job);
+                }
+                Some((_, true)) => self.schedule_epilog(job),
+                Some((JobBaseState::Running, false)) => {
+                    // Removed without passing through Terminating (grace 0): cancel, then release.
+                    self.slurm.cancel(job, 0, self.now);
+                    self.schedule_epilog(job);
+                }
+                _ => {
+                    self.placeholder_of_pod.remove(uid);
+                    self.pod_of_placeholder.remove(&job);
+                }
+            }
+        }
+        if pod.node_name.is_some() {
+            self.waiting_for_room.extend(self.unscheduled_default_pods());
+            self.slurm_dirty = true;
+        }
+        if let PodOwner::Sandbox(id) = &pod.owner {
+            let id = id.clone();
+            self.sandbox_pod_gone(&id);
+        }
+    }
+
+    /// A Pod's containers exited by themselves (the host reports it).
+    pub fn pod_exited(&mut self, uid: &str, exit_code: i32) {
+        self.settle();
+        self.on_pod_exited(uid, exit_code);
+        self.settle();
+    }
+
+    fn on_pod_exited(&mut self, uid: &str, exit_code: i32) {
+        let Some(pod) = self.cluster.pod(uid) else { return };
+        if pod.phase != PodPhase::Running {
+            return;
+        }
+        let deleting = pod.deletion_timestamp.is_some();
+        let phase = if exit_code == 0 { PodPhase::Succeeded } else { PodPhase::Failed };
+        let reason = if exit_code == 0 { "Completed" } else { "Error" };
+        let now = self.now;
+        if let Some(pod) = self.cluster.pod_mut(uid) {
+            for container in &mut pod.containers {
+                container.state =
+                    ContainerState::Terminated { exit_code, reason: reason.to_owned(), finished: now };
+            }
+        }
+        self.cluster.finish_pod(uid, phase, None, None);
+        self.count(Transition::PodFinished);
+        if deleting {
+            // The process honoured SIGTERM: the Pod object goes now.
+            self.remove_pod(uid);
+        } else {
+            self.on_pod_terminal(uid);
+        }
+    }
+
+    /// A Pod ended (rejected or finished): its placeholder is released; the sandbox mirrors it.
+    fn on_pod_terminal(&mut self, uid: &str) {
+        if let Some(&job) = self.placeholder_of_pod.get(uid)
+            && self.slurm.job(job).is_some_and(|job| job.state == JobBaseState::Running && !job.completing)
+        {
+            match self.values.scheduler.finished_pod_job_state {
+                FinalJobState::Completed => self.slurm.finish(job, JobBaseState::Completed, (0, 0), self.now),
+                FinalJobState::Cancelled => {
+                    self.slurm.cancel(job, 0, self.now);
+                }
+            }
+            self.schedule_epilog(job);
+        }
+        self.waiting_for_room.extend(self.unscheduled_default_pods());
+        self.slurm_dirty = true;
+        if let Some(PodOwner::Sandbox(id)) = self.cluster.pod(uid).map(|pod| pod.owner.clone()) {
+            self.sandbox_pod_changed(&id);
+        }
+    }
+
+    /// `scancel` by `by_uid`.
+    pub fn scancel(&mut self, job: JobId, by_uid: u32) -> SimResult<()> {
+        self.settle();
+        let Some(queued) = self.slurm.job(job).cloned() else {
+            return Err(SimError::NotFound {
+                reason: Reason::InvalidRequest,
+                message: format!("scancel: error: Kill job error on job id {job}: Invalid job id specified"),
+            });
+        };
+        let was_running = self.slurm.cancel(job, by_uid, self.now).unwrap_or(false);
+        if was_running {
+            self.on_job_ended(job);
+        } else if let JobKind::Placeholder { pod_uid } = &queued.kind {
+            self.pod_of_placeholder.remove(&job);
+            self.placeholder_of_pod.remove(pod_uid);
+            if queued.state == JobBaseState::Pending && self.values.scheduler.delete_pod_when_pending_job_cancelled {
+                let pod_uid = pod_uid.clone();
+                self.begin_pod_deletion(&pod_uid, None);
+            } else {
+                // Never placed and never retried.
+                self.sunk_rejected.insert(pod_uid.clone());
+            }
+        }
+        self.slurm_dirty = true;
+        self.settle();
+        Ok(())
+    }
+
+    /// Submits an ordinary Slurm batch job (not a Pod).
+    pub fn submit_batch_job(&mut self, request: JobRequest) -> SimResult<JobId> {
+        self.settle();
+        let job = self.slurm.submit(request, self.now).map_err(|error| SimError::invalid_field("job", error.to_string()))?;
+        self.slurm_dirty = true;
+        self.settle();
+        Ok(job)
+    }
+
+    /// Deletes a Pod by namespace and name (`kubectl delete pod`).
+    pub fn delete_pod(&mut self, namespace: &str, name: &str, grace_seconds: Option<i64>) -> SimResult<()> {
+        self.settle();
+        let uid = self
+            .cluster
+            .pods
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .map(|pod| pod.uid.clone())
+            .ok_or_else(|| SimError::NotFound { reason: Reason::InvalidRequest, message: format!("pods \"{name}\" not found") })?;
+        if let Some(PodOwner::Sandbox(id)) = self.cluster.pod(&uid).map(|pod| pod.owner.clone()) {
+            self.sandbox_delete_requested(&id);
+        }
+        self.begin_pod_deletion(&uid, grace_seconds);
+        self.settle();
+        Ok(())
+    }
+
+    /// Resumes a drained Slurm node (`scontrol update nodename=… state=resume`).
+    pub fn resume_node(&mut self, name: &str) -> SimResult<()> {
+        if self.slurm.node(name).is_none() {
+            return Err(SimError::invalid_field("node", format!("Invalid node name specified: {name}")));
+        }
+        self.slurm.resume(name);
+        self.slurm_dirty = true;
+        self.settle();
+        Ok(())
+    }
+
+    /// The placeholder job of a Pod, if it has one.
+    pub fn placeholder_job(&self, pod_uid: &str) -> Option<JobId> {
+        self.placeholder_of_pod.get(pod_uid).copied().or_else(|| {
+            self.slurm.accounting.values().rev().find_map(|record| match &record.job.kind {
+                JobKind::Placeholder { pod_uid: owner } if owner == pod_uid => Some(record.job.id),
+                _ => None,
+            })
+        })
+    }
+
+    pub(crate) fn sandbox_values(&self) -> &SandboxValues {
+        &self.values.sandboxes
+    }
+}
+
+fn lock_toleration() -> Toleration {
+    Toleration { key: LOCK_KEY.to_owned(), operator: "Exists".to_owned(), value: String::new(), effect: String::new() }
+}
+
+/// Whether a Node satisfies a Pod's node selector and required affinity.
+fn node_matches(pod: &Pod, node: &Node) -> bool {
+    let selector_ok = pod.node_selector.iter().all(|(key, value)| node.labels.get(key) == Some(value));
+    let affinity_ok = pod.required_node_affinity.is_empty()
+        || pod.required_node_affinity.iter().any(|term| {
+            term.iter().all(|(key, allowed)| node.labels.get(key).is_some_and(|value| allowed.contains(value)))
+        });
+    selector_ok && affinity_ok
+}
