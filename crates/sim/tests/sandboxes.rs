@@ -1,0 +1,247 @@
+//! Sandbox life cycles on the `ready` scenario: creation, idempotency, runner choice, the state
+//! mirrored from Pod and job, deletion, exits, lifetime, retention and listing.
+
+mod common;
+
+use common::*;
+use cwsandbox_api::sandbox_v1::{Container, ResourceRequirements, Resources, SandboxMode, SandboxSpec};
+use cwsandbox_sim::config::{Scenario, Values};
+use cwsandbox_sim::error::{Reason, SimError};
+use cwsandbox_sim::sandbox::{Owner, SandboxFilter, SandboxState};
+use cwsandbox_sim::world::Effect;
+
+fn alice() -> Owner {
+    Owner { org: "default-org".to_owned(), user: "alice".to_owned() }
+}
+
+/// What `Sandbox.run(placement_mode="cks", runner_ids=["cks-runner"])` sends.
+fn client_spec() -> SandboxSpec {
+    SandboxSpec {
+        containers: vec![Container {
+            name: "main".to_owned(),
+            image: "python:3.11".to_owned(),
+            command: "/bin/sh".to_owned(),
+            args: vec!["-c".to_owned(), "trap \"exit 0\" TERM INT; sleep infinity & wait".to_owned()],
+            ..Container::default()
+        }],
+        runner_ids: vec!["cks-runner".to_owned()],
+        mode: SandboxMode::Cks as i32,
+        ..SandboxSpec::default()
+    }
+}
+
+fn ready() -> Harness {
+    harness_with(Values::scenario(Scenario::Ready))
+}
+
+#[test]
+fn create_goes_pending_then_running_through_slurm() {
+    let mut h = ready();
+    let created = h.world.create_sandbox(&alice(), client_spec(), "", "req-1").unwrap();
+    assert_eq!(created.state, SandboxState::Pending, "prolog running: {}", created.state_reason);
+    assert!(created.state_reason.contains("prolog"), "{}", created.state_reason);
+    assert_eq!(created.namespace, "sandbox-alice");
+    assert!(h.world.cluster.namespaces.contains_key("sandbox-alice"), "namespace made on first use");
+    assert!(created.job_id.is_some());
+    h.advance(1);
+    let running = h.world.get_sandbox("default-org", &created.id).unwrap();
+    assert_eq!(running.state, SandboxState::Running);
+    assert!(running.started.is_some());
+    assert_eq!(running.runner_id, "cks-runner");
+    assert!(running.node_name.as_deref().is_some_and(|node| node.starts_with("node-cpu-")));
+    let effects = h.world.take_effects();
+    assert!(effects.iter().any(|effect| matches!(effect, Effect::StartPod { sandbox_id: Some(id), .. } if *id == created.id)), "{effects:?}");
+    let pod = h.world.cluster.pod(&running.pod_uid).unwrap();
+    assert_eq!(pod.labels["sandbox.coreweave.com/sandbox-id"], created.id);
+    assert_eq!(pod.scheduler_name, "slurm-scheduler");
+    let job = h.world.slurm.job(running.job_id.unwrap()).unwrap();
+    assert!(job.name.contains(&created.id), "sacct … | grep <sandbox-id> finds it: {}", job.name);
+}
+
+#[test]
+fn same_request_id_same_body_returns_the_same_sandbox_other_body_conflicts() {
+    let mut h = ready();
+    let first = h.world.create_sandbox(&alice(), client_spec(), "", "req-1").unwrap();
+    let again = h.world.create_sandbox(&alice(), client_spec(), "", "req-1").unwrap();
+    assert_eq!(first.id, again.id);
+    let mut other = client_spec();
+    other.tags.push("different".to_owned());
+    let error = h.world.create_sandbox(&alice(), other, "", "req-1").unwrap_err();
+    assert_eq!(error.reason(), Some(Reason::RequestIdConflict));
+    assert!(matches!(error, SimError::InvalidArgument { .. }));
+    assert_eq!(h.world.list_sandboxes("default-org", &SandboxFilter::default(), 0, "").unwrap().0.len(), 1);
+}
+
+#[test]
+fn unknown_runner_and_serverless_mode_are_refused_and_nothing_is_created() {
+    let mut h = ready();
+    let mut spec = client_spec();
+    spec.runner_ids = vec!["nope".to_owned()];
+    let error = h.world.create_sandbox(&alice(), spec, "", "").unwrap_err();
+    assert_eq!(error.reason(), Some(Reason::RunnerNotFound));
+    let mut spec = client_spec();
+    spec.mode = SandboxMode::Serverless as i32;
+    spec.runner_ids.clear();
+    let error = h.world.create_sandbox(&alice(), spec, "", "").unwrap_err();
+    assert_eq!(error.reason(), Some(Reason::NoSuitableRunner));
+    let error = h.world.create_sandbox(&alice(), SandboxSpec::default(), "", "").unwrap_err();
+    assert_eq!(error.violations()[0].field, "sandbox.spec.containers");
+    assert!(h.world.list_sandboxes("default-org", &SandboxFilter { show_terminated: true, ..Default::default() }, 0, "").unwrap().0.is_empty());
+    assert_eq!(h.world.slurm.accounting.len(), 0);
+}
+
+#[test]
+fn delete_goes_terminating_then_completed_and_stays_readable_until_retention() {
+    let mut h = ready();
+    let sandbox = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    let deleting = h.world.delete_sandbox("default-org", &sandbox.id, 10).unwrap();
+    assert_eq!(deleting.state, SandboxState::Terminating);
+    assert!(h.world.take_effects().iter().any(|effect| matches!(effect, Effect::StopPod { grace, .. } if grace.as_secs() == 10)));
+    // The keep-alive traps TERM and exits at once.
+    h.world.sandbox_exited(&sandbox.id, 0);
+    let done = h.world.get_sandbox("default-org", &sandbox.id).unwrap();
+    assert_eq!(done.state, SandboxState::Completed);
+    assert!(done.ended.is_some());
+    let job = h.world.slurm.accounting[&done.job_id.unwrap()].job.clone();
+    assert_eq!(job.state.as_str(), "CANCELLED");
+    assert!(h.world.list_sandboxes("default-org", &SandboxFilter::default(), 0, "").unwrap().0.is_empty(), "hidden by default");
+    let shown = h.world.list_sandboxes("default-org", &SandboxFilter { show_terminated: true, ..Default::default() }, 0, "").unwrap().0;
+    assert_eq!(shown.len(), 1);
+    h.advance(3600);
+    assert_eq!(h.world.get_sandbox("default-org", &sandbox.id).unwrap_err().reason(), Some(Reason::SandboxNotFound));
+}
+
+#[test]
+fn delete_of_a_process_ignoring_sigterm_completes_after_the_grace() {
+    let mut h = ready();
+    let sandbox = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    h.world.delete_sandbox("default-org", &sandbox.id, 10).unwrap();
+    h.advance(9);
+    assert_eq!(h.world.get_sandbox("default-org", &sandbox.id).unwrap().state, SandboxState::Terminating);
+    h.advance(1);
+    assert_eq!(h.world.get_sandbox("default-org", &sandbox.id).unwrap().state, SandboxState::Completed);
+    let deleted_again = h.world.delete_sandbox("default-org", &sandbox.id, 10).unwrap();
+    assert_eq!(deleted_again.state, SandboxState::Completed, "deleting an ended sandbox is a no-op");
+}
+
+#[test]
+fn main_process_exit_codes_give_completed_or_failed() {
+    let mut h = ready();
+    let ok = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    let bad = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    h.world.sandbox_exited(&ok.id, 0);
+    h.world.sandbox_exited(&bad.id, 3);
+    let ok = h.world.get_sandbox("default-org", &ok.id).unwrap();
+    let bad = h.world.get_sandbox("default-org", &bad.id).unwrap();
+    assert_eq!((ok.state, ok.exit_code), (SandboxState::Completed, Some(0)));
+    assert_eq!((bad.state, bad.exit_code), (SandboxState::Failed, Some(3)));
+    assert!(bad.state_reason.contains("code 3"));
+}
+
+#[test]
+fn lifetime_expiry_terminates() {
+    let mut h = ready();
+    let mut spec = client_spec();
+    spec.max_lifetime_seconds = 60;
+    let sandbox = h.world.create_sandbox(&alice(), spec, "", "").unwrap();
+    h.advance(60);
+    let view = h.world.get_sandbox("default-org", &sandbox.id).unwrap();
+    assert_eq!(view.state, SandboxState::Terminating);
+    h.advance(30);
+    let view = h.world.get_sandbox("default-org", &sandbox.id).unwrap();
+    assert_eq!(view.state, SandboxState::Terminated);
+    assert!(view.state_reason.contains("lifetime"), "{}", view.state_reason);
+}
+
+#[test]
+fn kubelet_rejection_fails_the_sandbox_with_the_reason() {
+    let mut values = Values::scenario(Scenario::Ready);
+    values.node_sets[0].slurmd.requests.cpu = "15".to_owned();
+    let mut h = harness_with(values);
+    let mut spec = client_spec();
+    spec.containers[0].resource_requirements = Some(ResourceRequirements {
+        requests: Some(Resources { cpu: "2".to_owned(), memory: "1Gi".to_owned(), gpu: None }),
+        limits: Some(Resources { cpu: "2".to_owned(), memory: "1Gi".to_owned(), gpu: None }),
+    });
+    let sandbox = h.world.create_sandbox(&alice(), spec, "", "").unwrap();
+    h.advance(1);
+    let view = h.world.get_sandbox("default-org", &sandbox.id).unwrap();
+    assert_eq!(view.state, SandboxState::Failed);
+    assert!(view.state_reason.starts_with("OutOfcpu: Pod was rejected: Node didn't have enough resource: cpu"), "{}", view.state_reason);
+}
+
+#[test]
+fn scancel_terminates_the_sandbox_with_the_job_in_the_reason() {
+    let mut h = ready();
+    let sandbox = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    let job = h.world.get_sandbox("default-org", &sandbox.id).unwrap().job_id.unwrap();
+    h.world.scancel(job, 1001).unwrap();
+    h.world.sandbox_exited(&sandbox.id, 0);
+    let view = h.world.get_sandbox("default-org", &sandbox.id).unwrap();
+    assert_eq!(view.state, SandboxState::Terminated);
+    assert_eq!(view.state_reason, format!("Slurm job {job} was cancelled by 1001"));
+}
+
+#[test]
+fn other_organizations_see_nothing() {
+    let mut h = ready();
+    let sandbox = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    assert_eq!(h.world.get_sandbox("other-org", &sandbox.id).unwrap_err().reason(), Some(Reason::SandboxNotFound));
+    assert!(h.world.list_sandboxes("other-org", &SandboxFilter::default(), 0, "").unwrap().0.is_empty());
+}
+
+#[test]
+fn listing_pages_with_opaque_tokens_and_filters() {
+    let mut h = ready();
+    let mut ids = Vec::new();
+    for index in 0..7 {
+        let mut spec = client_spec();
+        spec.tags = vec![if index % 2 == 0 { "even" } else { "odd" }.to_owned()];
+        ids.push(h.world.create_sandbox(&alice(), spec, "", "").unwrap().id);
+        h.advance_millis(10);
+    }
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    loop {
+        let (page, next) = h.world.list_sandboxes("default-org", &SandboxFilter::default(), 3, &token).unwrap();
+        assert!(page.len() <= 3);
+        seen.extend(page.into_iter().map(|view| view.id));
+        if next.is_empty() {
+            break;
+        }
+        token = next;
+    }
+    assert_eq!(seen, ids, "every sandbox once, in creation order");
+    let even = h.world.list_sandboxes("default-org", &SandboxFilter { tags: vec!["even".to_owned()], ..Default::default() }, 0, "").unwrap().0;
+    assert_eq!(even.len(), 4);
+    let error = h.world.list_sandboxes("default-org", &SandboxFilter::default(), 3, "garbage").unwrap_err();
+    assert_eq!(error.violations()[0].field, "page_token");
+}
+
+#[test]
+fn fresh_scenario_rejects_the_default_grace_and_says_why() {
+    let mut values = Values::scenario(Scenario::Fresh);
+    values.runners[0].policy = serde_json::json!({"base": {"spec": {"schedulerName": "slurm-scheduler"}}});
+    values.scheduler.scope.scope_type = cwsandbox_sim::config::ScopeType::Cluster;
+    let mut h = harness_with(values);
+    let sandbox = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(5);
+    let view = h.world.get_sandbox("default-org", &sandbox.id).unwrap();
+    assert_eq!(view.state, SandboxState::Pending);
+    assert!(view.state_reason.contains("termination grace period must be less than Slurm KillWait - 5s"), "{}", view.state_reason);
+}
+
+#[test]
+fn same_seed_same_world() {
+    let run = || {
+        let mut h = ready();
+        let ids: Vec<String> = (0..3).map(|_| h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap().id).collect();
+        h.advance(1);
+        (ids, h.world.slurm.accounting.keys().copied().collect::<Vec<_>>())
+    };
+    assert_eq!(run(), run());
+}
