@@ -8,6 +8,7 @@ pub mod error;
 pub mod policy;
 pub mod quantity;
 pub mod resolved;
+pub mod runners;
 pub mod time;
 
 pub use error::{FieldViolation, Reason, SimError, SimResult};
