@@ -378,7 +378,13 @@ impl RunnerRegistry {
 
     /// CreateManagedRunner: validates, normalizes and stores `runner`, which starts PENDING.
     /// Idempotent by `request_id` (empty means no idempotency).
-    pub fn create(&mut self, org: &str, runner: ManagedRunner, request_id: &str, now: SimTime) -> SimResult<ManagedRunner> {
+    pub fn create(
+        &mut self,
+        org: &str,
+        runner: ManagedRunner,
+        request_id: &str,
+        now: SimTime,
+    ) -> SimResult<ManagedRunner> {
         let mut violations = Vec::new();
         if request_id.len() > MAX_REQUEST_ID_BYTES {
             violations.push(FieldViolation::new(
@@ -505,7 +511,13 @@ impl RunnerRegistry {
     }
 
     /// UpdateManagedRunner: changes exactly the fields named by `mask`, taking their values
-    /// from `patch`. See the module docs of §3.2 for the rules.
+    /// from `patch`; a masked field absent from `patch` is cleared (§3.2, §9 #6).
+    ///
+    /// Checks, in order: the mask (explicit, legal paths only); the request (the policy and the
+    /// release channel cannot be cleared, a policy change needs `managed_runner.etag` and must
+    /// pass the policy validator); the runner (exists, not DELETING); the etag (not stale).
+    /// A policy that differs from the stored one gets a new revision and etag; every successful
+    /// update, even one that changes nothing, moves `update_time`.
     pub fn update(
         &mut self,
         org: &str,
@@ -804,7 +816,8 @@ impl RunnerRegistry {
                 format!("unknown release channel {}", spec.release_channel),
             )),
         }
-        let cluster_name = self.cluster_names.get(&identity.cluster_id).cloned().unwrap_or_else(|| identity.cluster_id.clone());
+        let cluster_name =
+            self.cluster_names.get(&identity.cluster_id).cloned().unwrap_or_else(|| identity.cluster_id.clone());
         // Only the inputs survive: every output-only field of the request is dropped here.
         ManagedRunner {
             identity: Some(RunnerIdentity {
@@ -893,7 +906,9 @@ fn parse_update_mask(mask: &FieldMask) -> SimResult<Vec<UpdatePath>> {
             "identity.runner_id" | "identity.zone" | "identity.cluster_id" => {
                 Err(format!("`{path}` is immutable"))
             }
-            "identity" => Err("`identity` cannot be replaced; the only mutable key is `identity.runner_group_id`".to_owned()),
+            "identity" => {
+                Err("`identity` cannot be replaced; the only mutable key is `identity.runner_group_id`".to_owned())
+            }
             "spec" => Err("name the spec fields to change (`spec.<field>`), not `spec`".to_owned()),
             other if other.starts_with("policy.") => {
                 Err(format!("`{other}`: only `policy` is supported; a policy update replaces the whole document"))
@@ -942,7 +957,7 @@ fn copy_spec_field(path: UpdatePath, from: &ManagedRunnerSpec, to: &mut ManagedR
         UpdatePath::SpecEnforceResourceLimits => to.enforce_resource_limits = from.enforce_resource_limits,
         UpdatePath::SpecVolumes => to.volumes = from.volumes.clone(),
         UpdatePath::SpecTenantMetrics => to.tenant_metrics = from.tenant_metrics.clone(),
-        UpdatePath::SpecImagePull => to.image_pull = from.image_pull.clone(),
+        UpdatePath::SpecImagePull => to.image_pull = from.image_pull,
         UpdatePath::SpecDataPlane => to.data_plane = from.data_plane.clone(),
         UpdatePath::DisplayName | UpdatePath::RunnerGroupId | UpdatePath::Policy => {}
     }
@@ -974,7 +989,9 @@ fn check_dns_label(text: &str) -> Result<(), &'static str> {
 fn remediation_hints(reason: RunnerInstallErrorReason) -> Vec<String> {
     let hint = match reason {
         RunnerInstallErrorReason::ClusterNotFound => "check identity.cluster_id names an existing CKS cluster",
-        RunnerInstallErrorReason::ClusterUnreachable => "check the cluster's API server is reachable, then recreate the runner",
+        RunnerInstallErrorReason::ClusterUnreachable => {
+            "check the cluster's API server is reachable, then recreate the runner"
+        }
         RunnerInstallErrorReason::InsufficientPermissions => "grant the installer the required cluster permissions",
         RunnerInstallErrorReason::Internal | RunnerInstallErrorReason::Unspecified => return Vec::new(),
     };

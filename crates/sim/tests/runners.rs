@@ -271,7 +271,10 @@ fn create_turns_an_unspecified_release_channel_into_stable() -> Result<()> {
     let mut unknown = runner("unknown");
     unknown.spec = Some(ManagedRunnerSpec { release_channel: 9, ..Default::default() });
     let (_, violations) = invalid_argument(registry.create(ORG, unknown, "", at(0)))?;
-    assert_eq!(violations, vec![FieldViolation::new("managed_runner.spec.releaseChannel", "unknown release channel 9")]);
+    assert_eq!(
+        violations,
+        vec![FieldViolation::new("managed_runner.spec.releaseChannel", "unknown release channel 9")]
+    );
     Ok(())
 }
 
@@ -615,7 +618,14 @@ fn update_rejects_policy_sub_paths() -> Result<()> {
 #[test]
 fn update_rejects_unknown_and_output_only_paths() -> Result<()> {
     let mut registry = with_ready("runner-1")?;
-    let paths = ["bogus", "spec", "identity", "etag", "identity.cluster_name", "spec.allow_privileged_profile_annotations"];
+    let paths = [
+        "bogus",
+        "spec",
+        "identity",
+        "etag",
+        "identity.cluster_name",
+        "spec.allow_privileged_profile_annotations",
+    ];
     let (reason, violations) =
         invalid_argument(registry.update(ORG, "runner-1", ManagedRunner::default(), &mask(&paths), at(1)))?;
     assert_eq!(reason, Reason::InvalidRequest);
@@ -718,7 +728,8 @@ fn update_clears_a_masked_field_absent_from_the_patch() -> Result<()> {
         ..Default::default()
     });
     registry.create(ORG, input, "", at(0))?;
-    let paths = ["display_name", "identity.runner_group_id", "spec.overrides", "spec.enforce_resource_limits", "spec.volumes"];
+    let paths =
+        ["display_name", "identity.runner_group_id", "spec.overrides", "spec.enforce_resource_limits", "spec.volumes"];
     let cleared = registry.update(ORG, "runner-1", ManagedRunner::default(), &mask(&paths), at(1))?;
     assert_eq!(cleared.display_name, "");
     assert_eq!(identity(&cleared).runner_group_id, "default", "a cleared group is the default group");
@@ -839,7 +850,8 @@ fn policy_update_bumps_the_etag_only_when_the_policy_changes() -> Result<()> {
     let mut registry = with_ready("runner-1")?;
     let first = registry.get(ORG, "runner-1")?;
     let new_policy = policy(json!({"base": {"spec": {"schedulerName": "slurm-scheduler"}}}));
-    let patch = ManagedRunner { policy: Some(new_policy.clone()), etag: first.etag.clone(), ..ManagedRunner::default() };
+    let patch =
+        ManagedRunner { policy: Some(new_policy.clone()), etag: first.etag.clone(), ..ManagedRunner::default() };
     let second = registry.update(ORG, "runner-1", patch, &mask(&["policy"]), at(1))?;
     assert_ne!(second.etag, first.etag);
     assert_eq!(second.policy, Some(new_policy.clone()));
@@ -918,7 +930,10 @@ fn update_rejects_a_body_naming_another_runner() -> Result<()> {
     let (_, violations) = invalid_argument(registry.update(ORG, "runner-1", patch, &mask(&["display_name"]), at(1)))?;
     assert_eq!(
         violations,
-        vec![FieldViolation::new("managed_runner.identity.runnerId", "\"runner-2\" does not match runner_id \"runner-1\"")]
+        vec![FieldViolation::new(
+            "managed_runner.identity.runnerId",
+            "\"runner-2\" does not match runner_id \"runner-1\""
+        )]
     );
     Ok(())
 }
