@@ -1,35 +1,1201 @@
-//! TEMPORARY stub, replaced on merge of the `runners` branch.
+//! The managed-runner registry of one emulated control plane (`RunnerManagementService`).
+//!
+//! Runners live per organization; a runner id is unique only inside its organization. Commands
+//! validate first and change nothing when they fail. Installation, rollout and deletion are
+//! asynchronous on the real service, so here they are explicit state machines that only
+//! [`RunnerRegistry::advance`] moves, at the simulated time it is given.
+//!
+//! Rules follow research/runner-api.md §1.3, §3 and the §9 proposals (#2–#6, #8, #11–#13).
+
 use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
 
-use cwsandbox_api::sandbox_v1::{ManagedRunner, Policy, RunnerInstallStatus};
+use cwsandbox_api::sandbox_v1::{
+    CidrBlock, EgressRule, ManagedRunner, ManagedRunnerSpec, NetworkConstraints, Policy,
+    PolicyConstraints, ReleaseChannel, RunnerConnectionStatus, RunnerIdentity, RunnerInstallError,
+    RunnerInstallErrorReason, RunnerInstallStatus, egress_rule,
+};
+use cwsandbox_api::wkt::{FieldMask, Timestamp};
 
-use crate::error::{Reason, SimError, SimResult};
+use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::time::SimTime;
 
+/// Page size when the request names none (§9 #2).
+pub const DEFAULT_PAGE_SIZE: usize = 50;
+/// Largest page; bigger requests are capped, not refused (AIP-158).
+pub const MAX_PAGE_SIZE: usize = 1000;
+/// Longest `request_id`, in UTF-8 bytes (cwic's documented limit).
+pub const MAX_REQUEST_ID_BYTES: usize = 128;
+/// The group a runner joins when its identity names none.
+pub const DEFAULT_RUNNER_GROUP_ID: &str = "default";
+/// Message of a stale etag, exactly as CoreWeave's own Terraform test double words it, so the
+/// provider's `etag is stale` matcher works against the emulator too.
+pub const STALE_ETAG_MESSAGE: &str = "managed_runner.etag is stale; reload the runner and retry";
+/// Message of an empty or `*` update mask (the same test double's wording).
+pub const EXPLICIT_MASK_REQUIRED: &str = "an explicit update mask is required";
+
+/// How long the asynchronous parts take. All default to zero so tests see a runner READY (or
+/// gone) after one [`RunnerRegistry::advance`] without sleeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RunnerTimings {
+    /// From creation until PROVISIONING becomes READY.
+    pub install_delay: Duration,
+    /// From DeleteManagedRunner until the runner disappears.
+    pub delete_delay: Duration,
+    /// From ApplyAvailableUpdate until `active_revision` reaches `target_revision`.
+    pub rollout_delay: Duration,
+}
+
+/// One named step of a runner's state machines. Every change of install, connection, rollout or
+/// existence state goes through exactly one of these, so tests can count them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RunnerTransition {
+    /// PENDING → PROVISIONING: the installer picked the runner up.
+    BeginInstall,
+    /// PROVISIONING → READY: installed, CONNECTED, first heartbeat.
+    CompleteInstall,
+    /// PENDING | PROVISIONING → FAILED, with `install_error` (an injected fault).
+    FailInstall,
+    /// READY → READY: the runner reported to the gateway (`last_heartbeat_time` moves).
+    Heartbeat,
+    /// No rollout → rollout: ApplyAvailableUpdate accepted (`target_revision` + 1).
+    StartRollout,
+    /// Rollout → no rollout: `active_revision` reaches `target_revision`.
+    CompleteRollout,
+    /// Anything but DELETING → DELETING.
+    BeginDelete,
+    /// DELETING → gone: the runner is removed and Get answers NOT_FOUND.
+    FinishDelete,
+}
+
+impl RunnerTransition {
+    /// Every transition, in declaration order.
+    pub const ALL: [RunnerTransition; 8] = [
+        RunnerTransition::BeginInstall,
+        RunnerTransition::CompleteInstall,
+        RunnerTransition::FailInstall,
+        RunnerTransition::Heartbeat,
+        RunnerTransition::StartRollout,
+        RunnerTransition::CompleteRollout,
+        RunnerTransition::BeginDelete,
+        RunnerTransition::FinishDelete,
+    ];
+
+    /// A stable name for logs and counters.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunnerTransition::BeginInstall => "BeginInstall",
+            RunnerTransition::CompleteInstall => "CompleteInstall",
+            RunnerTransition::FailInstall => "FailInstall",
+            RunnerTransition::Heartbeat => "Heartbeat",
+            RunnerTransition::StartRollout => "StartRollout",
+            RunnerTransition::CompleteRollout => "CompleteRollout",
+            RunnerTransition::BeginDelete => "BeginDelete",
+            RunnerTransition::FinishDelete => "FinishDelete",
+        }
+    }
+}
+
+impl fmt::Display for RunnerTransition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A transition was asked for in a state that does not allow it. Inside the registry this means
+/// a precondition check was missed; callers see it as FAILED_PRECONDITION.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("transition {transition} is not allowed while the runner is {state}")]
+pub struct IllegalTransition {
+    /// What was attempted.
+    pub transition: RunnerTransition,
+    /// The state it was attempted in.
+    pub state: &'static str,
+}
+
+/// Where a runner's installation stands. The `since` times are when the phase became due, not
+/// when `advance` noticed, so results do not depend on how often the driver ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InstallPhase {
+    Pending { since: SimTime },
+    Provisioning { since: SimTime },
+    Ready,
+    Failed,
+    Deleting { since: SimTime },
+    // Terminal: the registry drops the record right after the transition that leads here.
+    Gone,
+}
+
+impl InstallPhase {
+    fn name(self) -> &'static str {
+        match self {
+            InstallPhase::Pending { .. } => "PENDING",
+            InstallPhase::Provisioning { .. } => "PROVISIONING",
+            InstallPhase::Ready => "READY",
+            InstallPhase::Failed => "FAILED",
+            InstallPhase::Deleting { .. } => "DELETING",
+            InstallPhase::Gone => "gone",
+        }
+    }
+}
+
+/// Whether a version rollout runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rollout {
+    Idle,
+    Running { since: SimTime },
+}
+
+/// A fault armed by [`RunnerRegistry::fail_install`], fired by the next `advance`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct InstallFault {
+    reason: RunnerInstallErrorReason,
+    message: String,
+}
+
+/// One runner and the state behind its output-only fields.
+#[derive(Debug, Clone)]
+struct RunnerRecord {
+    /// The resource as clients read it. Status fields mirror `phase`/`rollout` and are written
+    /// only by [`RunnerRecord::transition`].
+    runner: ManagedRunner,
+    phase: InstallPhase,
+    rollout: Rollout,
+    /// Distinguishes a runner from an earlier one with the same id, so an etag read before a
+    /// delete-and-recreate can never match the new runner.
+    incarnation: u64,
+    /// Policy revision: 1 at creation, +1 per policy change. The etag encodes it.
+    policy_revision: u64,
+    /// Registered volumes referencing the runner; deletion is refused while > 0.
+    volume_refs: u32,
+    fault: Option<InstallFault>,
+}
+
+impl RunnerRecord {
+    /// Applies one transition if the current state allows it; otherwise changes nothing.
+    fn transition(&mut self, transition: RunnerTransition, now: SimTime) -> Result<(), IllegalTransition> {
+        let illegal = IllegalTransition { transition, state: self.phase.name() };
+        match (transition, self.phase) {
+            (RunnerTransition::BeginInstall, InstallPhase::Pending { since }) => {
+                // The installer starts at once; the install delay is measured from creation.
+                self.phase = InstallPhase::Provisioning { since };
+                self.runner.install_status = RunnerInstallStatus::Provisioning as i32;
+            }
+            (RunnerTransition::CompleteInstall, InstallPhase::Provisioning { .. }) => {
+                self.phase = InstallPhase::Ready;
+                self.runner.install_status = RunnerInstallStatus::Ready as i32;
+                self.runner.connection_status = RunnerConnectionStatus::Connected as i32;
+                self.runner.last_heartbeat_time = Some(timestamp(now));
+            }
+            (
+                RunnerTransition::FailInstall,
+                InstallPhase::Pending { .. } | InstallPhase::Provisioning { .. },
+            ) => {
+                let fault = self.fault.take().unwrap_or(InstallFault {
+                    reason: RunnerInstallErrorReason::Internal,
+                    message: "installation failed".to_owned(),
+                });
+                self.phase = InstallPhase::Failed;
+                self.runner.install_status = RunnerInstallStatus::Failed as i32;
+                self.runner.connection_status = RunnerConnectionStatus::Disconnected as i32;
+                self.runner.install_error = Some(RunnerInstallError {
+                    reason: fault.reason as i32,
+                    message: fault.message,
+                    diagnostic_detail: String::new(),
+                    remediation_hints: remediation_hints(fault.reason),
+                    occurred_at: Some(timestamp(now)),
+                });
+            }
+            (RunnerTransition::Heartbeat, InstallPhase::Ready) => {
+                self.runner.last_heartbeat_time = Some(timestamp(now));
+            }
+            (
+                RunnerTransition::StartRollout,
+                InstallPhase::Pending { .. }
+                | InstallPhase::Provisioning { .. }
+                | InstallPhase::Ready
+                | InstallPhase::Failed,
+            ) if self.rollout == Rollout::Idle && self.runner.update_available => {
+                self.rollout = Rollout::Running { since: now };
+                self.runner.target_revision = self.runner.target_revision.saturating_add(1);
+                self.runner.rollout_in_progress = true;
+                self.runner.update_available = false;
+            }
+            (RunnerTransition::CompleteRollout, phase)
+                if phase != InstallPhase::Gone && matches!(self.rollout, Rollout::Running { .. }) =>
+            {
+                self.rollout = Rollout::Idle;
+                self.runner.active_revision = self.runner.target_revision;
+                self.runner.active_config_version = config_version(self.runner.active_revision);
+                self.runner.rollout_in_progress = false;
+            }
+            (
+                RunnerTransition::BeginDelete,
+                InstallPhase::Pending { .. }
+                | InstallPhase::Provisioning { .. }
+                | InstallPhase::Ready
+                | InstallPhase::Failed,
+            ) => {
+                self.phase = InstallPhase::Deleting { since: now };
+                self.fault = None;
+                self.runner.install_status = RunnerInstallStatus::Deleting as i32;
+                self.runner.connection_status = RunnerConnectionStatus::Disconnected as i32;
+            }
+            (RunnerTransition::FinishDelete, InstallPhase::Deleting { .. }) => {
+                self.phase = InstallPhase::Gone;
+            }
+            _ => return Err(illegal),
+        }
+        Ok(())
+    }
+
+    /// The transition `advance(now)` should run next, if any. Only transitions legal in the
+    /// current state are returned.
+    fn due(&self, now: SimTime, timings: &RunnerTimings) -> Option<RunnerTransition> {
+        match self.phase {
+            InstallPhase::Gone => return None,
+            InstallPhase::Deleting { since } => {
+                // A runner being deleted does nothing else, whatever else was pending.
+                return (now >= since + timings.delete_delay).then_some(RunnerTransition::FinishDelete);
+            }
+            InstallPhase::Pending { .. } | InstallPhase::Provisioning { .. } if self.fault.is_some() => {
+                // An armed fault wins over progress: that is what the fault is for.
+                return Some(RunnerTransition::FailInstall);
+            }
+            InstallPhase::Pending { since } if now >= since => return Some(RunnerTransition::BeginInstall),
+            InstallPhase::Provisioning { since } if now >= since + timings.install_delay => {
+                return Some(RunnerTransition::CompleteInstall);
+            }
+            InstallPhase::Pending { .. }
+            | InstallPhase::Provisioning { .. }
+            | InstallPhase::Ready
+            | InstallPhase::Failed => {}
+        }
+        if let Rollout::Running { since } = self.rollout
+            && now >= since + timings.rollout_delay
+        {
+            return Some(RunnerTransition::CompleteRollout);
+        }
+        let heartbeat_is_old = self.runner.last_heartbeat_time.is_none_or(|last| last < timestamp(now));
+        (self.phase == InstallPhase::Ready && heartbeat_is_old).then_some(RunnerTransition::Heartbeat)
+    }
+
+    fn is_deleting(&self) -> bool {
+        matches!(self.phase, InstallPhase::Deleting { .. } | InstallPhase::Gone)
+    }
+
+    fn etag(&self) -> String {
+        etag(&self.runner_id(), self.incarnation, self.policy_revision)
+    }
+
+    fn runner_id(&self) -> String {
+        self.runner.identity.as_ref().map(|identity| identity.runner_id.clone()).unwrap_or_default()
+    }
+}
+
+/// What a `request_id` was used for, kept while the runner it created exists.
+#[derive(Debug, Clone)]
+struct RequestRecord {
+    runner_id: String,
+    /// The normalized input of the original create; a replay must match it exactly.
+    input: ManagedRunner,
+}
+
+/// The runners and request ids of one organization.
 #[derive(Debug, Clone, Default)]
+struct OrgRunners {
+    /// Ordered by runner id: that order is the list order.
+    runners: BTreeMap<String, RunnerRecord>,
+    request_ids: BTreeMap<String, RequestRecord>,
+}
+
+/// The ManagedRunner registry of one emulated control plane.
+#[derive(Debug, Clone)]
 pub struct RunnerRegistry {
-    runners: BTreeMap<(String, String), ManagedRunner>,
+    orgs: BTreeMap<String, OrgRunners>,
+    timings: RunnerTimings,
+    cluster_names: BTreeMap<String, String>,
+    allow_blind_policy_writes: bool,
+    default_policy: Policy,
+    policy_validator: fn(&Policy) -> Vec<FieldViolation>,
+    transition_counts: BTreeMap<RunnerTransition, u64>,
+    next_incarnation: u64,
+}
+
+impl Default for RunnerRegistry {
+    fn default() -> Self {
+        RunnerRegistry::new(RunnerTimings::default())
+    }
 }
 
 impl RunnerRegistry {
-    pub fn create(&mut self, org: &str, mut runner: ManagedRunner, _request_id: &str, _now: SimTime) -> SimResult<ManagedRunner> {
-        let id = runner.identity.as_ref().map(|i| i.runner_id.clone()).unwrap_or_default();
-        runner.install_status = RunnerInstallStatus::Ready as i32;
-        self.runners.insert((org.to_owned(), id), runner.clone());
+    /// An empty registry with the given timings.
+    pub fn new(timings: RunnerTimings) -> RunnerRegistry {
+        RunnerRegistry {
+            orgs: BTreeMap::new(),
+            timings,
+            cluster_names: BTreeMap::new(),
+            allow_blind_policy_writes: false,
+            default_policy: default_policy(),
+            policy_validator: crate::policy::validate_policy,
+            transition_counts: BTreeMap::new(),
+            next_incarnation: 1,
+        }
+    }
+
+    /// Resolves `identity.cluster_name` through this cluster-id → name map; ids not in it keep
+    /// their id as name (older runners carry a name in `cluster_id` anyway).
+    pub fn with_cluster_names(mut self, names: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.cluster_names = names.into_iter().collect();
+        self
+    }
+
+    /// Lets a policy update without an etag overwrite blindly (cwic fills the etag itself, so a
+    /// deployment may choose to accept its absence). Off by default.
+    pub fn with_blind_policy_writes(mut self, allow: bool) -> Self {
+        self.allow_blind_policy_writes = allow;
+        self
+    }
+
+    /// The policy [`RunnerRegistry::create_with_default_policy`] stores for runners without one.
+    pub fn with_default_policy(mut self, policy: Policy) -> Self {
+        self.default_policy = policy;
+        self
+    }
+
+    /// Replaces the policy validator (default: [`crate::policy::validate_policy`]). A seam for
+    /// tests of how violations surface, independent of the real rules.
+    pub fn with_policy_validator(mut self, validator: fn(&Policy) -> Vec<FieldViolation>) -> Self {
+        self.policy_validator = validator;
+        self
+    }
+
+    /// The configured timings.
+    pub fn timings(&self) -> RunnerTimings {
+        self.timings
+    }
+
+    /// CreateManagedRunner: validates, normalizes and stores `runner`, which starts PENDING.
+    /// Idempotent by `request_id` (empty means no idempotency).
+    pub fn create(
+        &mut self,
+        org: &str,
+        runner: ManagedRunner,
+        request_id: &str,
+        now: SimTime,
+    ) -> SimResult<ManagedRunner> {
+        let mut violations = Vec::new();
+        if request_id.len() > MAX_REQUEST_ID_BYTES {
+            violations.push(FieldViolation::new(
+                "request_id",
+                format!("must be at most {MAX_REQUEST_ID_BYTES} bytes of UTF-8, got {}", request_id.len()),
+            ));
+        }
+        let input = self.normalize_create_input(runner, &mut violations);
+        if !violations.is_empty() {
+            return Err(SimError::invalid(Reason::InvalidRequest, violations));
+        }
+        let runner_id = input.identity.as_ref().map(|identity| identity.runner_id.clone()).unwrap_or_default();
+        let runners = self.orgs.entry(org.to_owned()).or_default();
+
+        if !request_id.is_empty()
+            && let Some(previous) = runners.request_ids.get(request_id)
+        {
+            if previous.input != input {
+                return Err(SimError::InvalidArgument {
+                    reason: Reason::RequestIdConflict,
+                    message: format!("request_id {request_id:?} was already used with a different request"),
+                    violations: vec![FieldViolation::new("request_id", "was already used with a different request")],
+                });
+            }
+            // A replay: answer with the runner as it is now, which may have moved on.
+            if let Some(record) = runners.runners.get(&previous.runner_id) {
+                return Ok(record.runner.clone());
+            }
+        }
+        if runners.runners.contains_key(&runner_id) {
+            return Err(SimError::AlreadyExists {
+                reason: Reason::AlreadyExists,
+                message: format!("runner {runner_id:?} already exists"),
+            });
+        }
+
+        let incarnation = self.next_incarnation;
+        self.next_incarnation += 1;
+        let mut stored = input.clone();
+        stored.install_status = RunnerInstallStatus::Pending as i32;
+        stored.connection_status = RunnerConnectionStatus::Disconnected as i32;
+        // The first deployment is revision 1 (as the Terraform test double reports it).
+        stored.active_revision = 1;
+        stored.target_revision = 1;
+        stored.active_config_version = config_version(1);
+        stored.create_time = Some(timestamp(now));
+        stored.update_time = Some(timestamp(now));
+        let mut record = RunnerRecord {
+            runner: stored,
+            phase: InstallPhase::Pending { since: now },
+            rollout: Rollout::Idle,
+            incarnation,
+            policy_revision: 1,
+            volume_refs: 0,
+            fault: None,
+        };
+        record.runner.etag = record.etag();
+        let created = record.runner.clone();
+        runners.runners.insert(runner_id.clone(), record);
+        if !request_id.is_empty() {
+            runners.request_ids.insert(request_id.to_owned(), RequestRecord { runner_id, input });
+        }
+        Ok(created)
+    }
+
+    /// The console's "Enable sandbox runner" path: like [`RunnerRegistry::create`], but a runner
+    /// without a policy gets the deployment's default policy. A policy that is present, even
+    /// `{}`, is kept as given.
+    pub fn create_with_default_policy(
+        &mut self,
+        org: &str,
+        mut runner: ManagedRunner,
+        request_id: &str,
+        now: SimTime,
+    ) -> SimResult<ManagedRunner> {
+        if runner.policy.is_none() {
+            runner.policy = Some(self.default_policy.clone());
+        }
+        self.create(org, runner, request_id, now)
+    }
+
+    /// GetManagedRunner.
+    pub fn get(&self, org: &str, runner_id: &str) -> SimResult<ManagedRunner> {
+        self.record(org, runner_id).map(|record| record.runner.clone())
+    }
+
+    /// ListManagedRunners: runners in runner-id order, filtered by cluster (id or name) and zone,
+    /// both case-insensitive; returns one page and the token of the next ("" on the last page).
+    pub fn list(
+        &self,
+        org: &str,
+        page_size: i32,
+        page_token: &str,
+        cluster_filter: &str,
+        zone_filter: &str,
+    ) -> SimResult<(Vec<ManagedRunner>, String)> {
+        let page_size = match usize::try_from(page_size) {
+            Err(_) => return Err(SimError::invalid_field("page_size", "must not be negative")),
+            Ok(0) => DEFAULT_PAGE_SIZE,
+            Ok(size) => size.min(MAX_PAGE_SIZE),
+        };
+        let filter = ListFilter { cluster: cluster_filter.to_lowercase(), zone: zone_filter.to_lowercase() };
+        let after = if page_token.is_empty() { None } else { Some(decode_page_token(page_token, &filter)?) };
+
+        let Some(runners) = self.orgs.get(org) else {
+            return Ok((Vec::new(), String::new()));
+        };
+        let start = match &after {
+            Some(last) => std::ops::Bound::Excluded(last.as_str()),
+            None => std::ops::Bound::Unbounded,
+        };
+        let mut matching = runners
+            .runners
+            .range::<str, _>((start, std::ops::Bound::Unbounded))
+            .map(|(_, record)| &record.runner)
+            .filter(|runner| filter.matches(runner));
+        let page: Vec<ManagedRunner> = matching.by_ref().take(page_size).cloned().collect();
+        // A token only when something follows, so the last page says so with "".
+        let next = match (matching.next(), page.last()) {
+            (Some(_), Some(last)) => encode_page_token(&filter, runner_id_of(last)),
+            _ => String::new(),
+        };
+        Ok((page, next))
+    }
+
+    /// UpdateManagedRunner: changes exactly the fields named by `mask`, taking their values
+    /// from `patch`; a masked field absent from `patch` is cleared (§3.2, §9 #6).
+    ///
+    /// Checks, in order: the mask (explicit, legal paths only); the request (the policy and the
+    /// release channel cannot be cleared, a policy change needs `managed_runner.etag` and must
+    /// pass the policy validator); the runner (exists, not DELETING); the etag (not stale).
+    /// A policy that differs from the stored one gets a new revision and etag; every successful
+    /// update, even one that changes nothing, moves `update_time`.
+    pub fn update(
+        &mut self,
+        org: &str,
+        runner_id: &str,
+        patch: ManagedRunner,
+        mask: &FieldMask,
+        now: SimTime,
+    ) -> SimResult<ManagedRunner> {
+        let paths = parse_update_mask(mask)?;
+        let touches_policy = paths.contains(&UpdatePath::Policy);
+
+        // Everything checkable from the request alone, all reported together.
+        let mut violations = Vec::new();
+        if let Some(identity) = &patch.identity
+            && !identity.runner_id.is_empty()
+            && identity.runner_id != runner_id
+        {
+            violations.push(FieldViolation::new(
+                "managed_runner.identity.runnerId",
+                format!("{:?} does not match runner_id {runner_id:?}", identity.runner_id),
+            ));
+        }
+        if touches_policy {
+            match &patch.policy {
+                None => violations.push(FieldViolation::new(
+                    "managed_runner.policy",
+                    "the policy cannot be removed; send the whole document (`{}` is the permissive policy)",
+                )),
+                Some(policy) => violations.extend(self.policy_violations(policy)),
+            }
+            if patch.etag.is_empty() && !self.allow_blind_policy_writes {
+                violations.push(FieldViolation::new(
+                    "managed_runner.etag",
+                    "required when the update mask contains `policy`: send the etag read with the policy",
+                ));
+            }
+        }
+        if paths.contains(&UpdatePath::SpecReleaseChannel) {
+            let channel = patch.spec.as_ref().map_or(0, |spec| spec.release_channel);
+            match ReleaseChannel::try_from(channel) {
+                Ok(ReleaseChannel::Unspecified) => violations.push(FieldViolation::new(
+                    "managed_runner.spec.releaseChannel",
+                    "the release channel cannot be removed",
+                )),
+                Ok(_) => {}
+                Err(_) => violations.push(FieldViolation::new(
+                    "managed_runner.spec.releaseChannel",
+                    format!("unknown release channel {channel}"),
+                )),
+            }
+        }
+        if !violations.is_empty() {
+            return Err(SimError::invalid(Reason::InvalidRequest, violations));
+        }
+
+        let record = self.record_mut(org, runner_id)?;
+        if record.is_deleting() {
+            return Err(being_deleted(runner_id));
+        }
+        if touches_policy && !patch.etag.is_empty() && patch.etag != record.etag() {
+            return Err(SimError::FailedPrecondition {
+                reason: Reason::PreconditionFailed,
+                message: STALE_ETAG_MESSAGE.to_owned(),
+            });
+        }
+
+        // Validation passed: from here on nothing can fail, so the record is edited in place.
+        let runner = &mut record.runner;
+        let spec_patch = patch.spec.unwrap_or_default();
+        for path in &paths {
+            match path {
+                UpdatePath::DisplayName => runner.display_name = patch.display_name.clone(),
+                UpdatePath::RunnerGroupId => {
+                    let group = patch.identity.as_ref().map(|identity| identity.runner_group_id.as_str()).unwrap_or("");
+                    let identity = runner.identity.get_or_insert_with(RunnerIdentity::default);
+                    identity.runner_group_id = runner_group_or_default(group);
+                }
+                UpdatePath::Policy => {
+                    // Both presence and validity were checked above.
+                    if patch.policy.is_some() && runner.policy != patch.policy {
+                        runner.policy = patch.policy.clone();
+                        record.policy_revision += 1;
+                    }
+                }
+                UpdatePath::SpecReleaseChannel
+                | UpdatePath::SpecMaintenancePolicy
+                | UpdatePath::SpecOverrides
+                | UpdatePath::SpecEnforceResourceLimits
+                | UpdatePath::SpecVolumes
+                | UpdatePath::SpecTenantMetrics
+                | UpdatePath::SpecImagePull
+                | UpdatePath::SpecDataPlane => {
+                    let spec = runner.spec.get_or_insert_with(default_spec);
+                    copy_spec_field(*path, &spec_patch, spec);
+                }
+            }
+        }
+        runner.update_time = Some(timestamp(now));
+        let etag = record.etag();
+        record.runner.etag = etag;
+        Ok(record.runner.clone())
+    }
+
+    /// DeleteManagedRunner: the runner turns DELETING and disappears in a later `advance`.
+    /// Deleting a runner that is already DELETING is a no-op.
+    pub fn delete(&mut self, org: &str, runner_id: &str, allow_missing: bool, now: SimTime) -> SimResult<()> {
+        let record = match self.record_mut(org, runner_id) {
+            Ok(record) => record,
+            Err(SimError::NotFound { .. }) if allow_missing => return Ok(()),
+            Err(error) => return Err(error),
+        };
+        if record.is_deleting() {
+            return Ok(());
+        }
+        if record.volume_refs > 0 {
+            return Err(SimError::FailedPrecondition {
+                reason: Reason::VolumeInUse,
+                message: format!(
+                    "runner {runner_id:?} is referenced by {} registered volume(s); remove them first",
+                    record.volume_refs
+                ),
+            });
+        }
+        record.transition(RunnerTransition::BeginDelete, now).map_err(illegal_to_error)?;
+        record.runner.update_time = Some(timestamp(now));
+        count(&mut self.transition_counts, RunnerTransition::BeginDelete);
+        Ok(())
+    }
+
+    /// ApplyAvailableUpdate: starts rolling the runner to the channel's newer version.
+    pub fn apply_available_update(&mut self, org: &str, runner_id: &str, now: SimTime) -> SimResult<ManagedRunner> {
+        let record = self.record_mut(org, runner_id)?;
+        if record.is_deleting() {
+            return Err(being_deleted(runner_id));
+        }
+        if !record.runner.update_available {
+            return Err(SimError::FailedPrecondition {
+                reason: Reason::PreconditionFailed,
+                message: format!("no update is available for runner {runner_id:?}"),
+            });
+        }
+        record.transition(RunnerTransition::StartRollout, now).map_err(illegal_to_error)?;
+        record.runner.update_time = Some(timestamp(now));
+        let runner = record.runner.clone();
+        count(&mut self.transition_counts, RunnerTransition::StartRollout);
         Ok(runner)
     }
-    pub fn get(&self, org: &str, runner_id: &str) -> SimResult<ManagedRunner> {
-        self.runners.get(&(org.to_owned(), runner_id.to_owned())).cloned().ok_or(SimError::NotFound {
-            reason: Reason::RunnerNotFound,
-            message: format!("runner {runner_id} not found"),
-        })
+
+    /// Moves every runner's state machines forward to `now`: installs progress or fail,
+    /// rollouts complete, READY runners heartbeat, deleted runners disappear.
+    pub fn advance(&mut self, now: SimTime) {
+        // Each runner can take at most a handful of steps at one instant (install, rollout,
+        // heartbeat); the bound only guards against a state machine bug looping forever.
+        const MAX_STEPS_PER_RUNNER: usize = RunnerTransition::ALL.len() * 2;
+        let timings = self.timings;
+        for runners in self.orgs.values_mut() {
+            for record in runners.runners.values_mut() {
+                for _ in 0..MAX_STEPS_PER_RUNNER {
+                    let Some(transition) = record.due(now, &timings) else { break };
+                    // `due` yields only transitions legal in the current state.
+                    if record.transition(transition, now).is_err() {
+                        break;
+                    }
+                    count(&mut self.transition_counts, transition);
+                }
+            }
+            runners.runners.retain(|_, record| record.phase != InstallPhase::Gone);
+            // A request id lives as long as its runner: after deletion it may create anew.
+            let OrgRunners { runners: live, request_ids } = runners;
+            request_ids.retain(|_, request| live.contains_key(&request.runner_id));
+        }
+        self.orgs.retain(|_, runners| !runners.runners.is_empty() || !runners.request_ids.is_empty());
     }
+
+    /// Test and admin hook: whether the runner's release channel offers a newer version.
+    pub fn set_update_available(&mut self, org: &str, runner_id: &str, available: bool) -> SimResult<()> {
+        let record = self.record_mut(org, runner_id)?;
+        record.runner.update_available = available;
+        Ok(())
+    }
+
+    /// How many registered volumes reference the runner; a runner with any cannot be deleted.
+    pub fn set_volume_refs(&mut self, org: &str, runner_id: &str, volume_refs: u32) -> SimResult<()> {
+        self.record_mut(org, runner_id)?.volume_refs = volume_refs;
+        Ok(())
+    }
+
+    /// Fault hook: the installation of a runner not yet READY fails at the next `advance`,
+    /// leaving it FAILED with this `install_error`. Installed or deleting runners refuse.
+    pub fn fail_install(
+        &mut self,
+        org: &str,
+        runner_id: &str,
+        reason: RunnerInstallErrorReason,
+        message: impl Into<String>,
+    ) -> SimResult<()> {
+        let record = self.record_mut(org, runner_id)?;
+        match record.phase {
+            InstallPhase::Pending { .. } | InstallPhase::Provisioning { .. } => {
+                record.fault = Some(InstallFault { reason, message: message.into() });
+                Ok(())
+            }
+            phase => Err(SimError::FailedPrecondition {
+                reason: Reason::PreconditionFailed,
+                message: format!("runner {runner_id:?} is {}; only an installation in progress can fail", phase.name()),
+            }),
+        }
+    }
+
+    /// The policy of a runner, for placement.
     pub fn policy_of(&self, org: &str, runner_id: &str) -> Option<&Policy> {
-        self.runners.get(&(org.to_owned(), runner_id.to_owned())).and_then(|r| r.policy.as_ref())
+        self.orgs.get(org)?.runners.get(runner_id)?.runner.policy.as_ref()
     }
-    pub fn iter(&self, org: &str) -> impl Iterator<Item = &ManagedRunner> {
-        let org = org.to_owned();
-        self.runners.iter().filter(move |((o, _), _)| *o == org).map(|(_, r)| r)
+
+    /// The organization's runners in runner-id order, DELETING ones included.
+    pub fn iter<'a>(&'a self, org: &str) -> impl Iterator<Item = &'a ManagedRunner> + 'a {
+        self.orgs.get(org).into_iter().flat_map(|runners| runners.runners.values().map(|record| &record.runner))
     }
-    pub fn advance(&mut self, _now: SimTime) {}
+
+    /// How often each transition has run since the registry was made.
+    pub fn transition_count(&self, transition: RunnerTransition) -> u64 {
+        self.transition_counts.get(&transition).copied().unwrap_or(0)
+    }
+
+    /// All transition counters, by transition.
+    pub fn transition_counts(&self) -> &BTreeMap<RunnerTransition, u64> {
+        &self.transition_counts
+    }
+
+    fn record(&self, org: &str, runner_id: &str) -> SimResult<&RunnerRecord> {
+        self.orgs.get(org).and_then(|runners| runners.runners.get(runner_id)).ok_or_else(|| not_found(runner_id))
+    }
+
+    fn record_mut(&mut self, org: &str, runner_id: &str) -> SimResult<&mut RunnerRecord> {
+        self.orgs
+            .get_mut(org)
+            .and_then(|runners| runners.runners.get_mut(runner_id))
+            .ok_or_else(|| not_found(runner_id))
+    }
+
+    /// Validator violations, re-rooted under the request (`managed_runner.policy…`). The
+    /// validator may name fields from the policy (`policy.base…`) or relative to it (`base…`).
+    fn policy_violations(&self, policy: &Policy) -> Vec<FieldViolation> {
+        (self.policy_validator)(policy)
+            .into_iter()
+            .map(|violation| {
+                let field = if violation.field == "policy" || violation.field.starts_with("policy.") {
+                    format!("managed_runner.{}", violation.field)
+                } else if violation.field.is_empty() {
+                    "managed_runner.policy".to_owned()
+                } else {
+                    format!("managed_runner.policy.{}", violation.field)
+                };
+                FieldViolation { field, description: violation.description }
+            })
+            .collect()
+    }
+
+    /// The create input with output-only fields dropped and defaults applied; problems are
+    /// pushed onto `violations`.
+    fn normalize_create_input(&self, runner: ManagedRunner, violations: &mut Vec<FieldViolation>) -> ManagedRunner {
+        let identity = runner.identity.unwrap_or_default();
+        if identity.runner_id.is_empty() {
+            violations.push(FieldViolation::new("managed_runner.identity.runnerId", "required"));
+        } else if let Err(why) = check_dns_label(&identity.runner_id) {
+            violations.push(FieldViolation::new(
+                "managed_runner.identity.runnerId",
+                format!("{:?} is not a DNS-1123 label: {why}", identity.runner_id),
+            ));
+        }
+        if identity.zone.is_empty() {
+            violations.push(FieldViolation::new("managed_runner.identity.zone", "required"));
+        }
+        if identity.cluster_id.is_empty() {
+            violations.push(FieldViolation::new("managed_runner.identity.clusterId", "required"));
+        }
+        match &runner.policy {
+            None => violations.push(FieldViolation::new(
+                "managed_runner.policy",
+                "required (`{}` is the valid, fully permissive policy)",
+            )),
+            Some(policy) => violations.extend(self.policy_violations(policy)),
+        }
+        let mut spec = runner.spec.unwrap_or_default();
+        if spec.allow_privileged_profile_annotations {
+            violations.push(FieldViolation::new(
+                "managed_runner.spec.allowPrivilegedProfileAnnotations",
+                "a legacy v1beta2 setting; it must be false on v1",
+            ));
+        }
+        match ReleaseChannel::try_from(spec.release_channel) {
+            Ok(ReleaseChannel::Unspecified) => spec.release_channel = ReleaseChannel::Stable as i32,
+            Ok(_) => {}
+            Err(_) => violations.push(FieldViolation::new(
+                "managed_runner.spec.releaseChannel",
+                format!("unknown release channel {}", spec.release_channel),
+            )),
+        }
+        let cluster_name =
+            self.cluster_names.get(&identity.cluster_id).cloned().unwrap_or_else(|| identity.cluster_id.clone());
+        // Only the inputs survive: every output-only field of the request is dropped here.
+        ManagedRunner {
+            identity: Some(RunnerIdentity {
+                runner_group_id: runner_group_or_default(&identity.runner_group_id),
+                zone: identity.zone.to_lowercase(),
+                cluster_name,
+                runner_id: identity.runner_id,
+                cluster_id: identity.cluster_id,
+            }),
+            display_name: runner.display_name,
+            spec: Some(spec),
+            policy: runner.policy,
+            ..ManagedRunner::default()
+        }
+    }
+}
+
+/// The default policy a deployment stores for runners created without one (§9 #11, after the
+/// shipped default marimo describes): public egress allowed, the cluster/pod network
+/// (10.0.0.0/8) and link-local metadata (169.254.0.0/16) blocked. The rule is both the envelope
+/// (so a sandbox cannot ask for more) and the default (so a sandbox that asks nothing gets it).
+pub fn default_policy() -> Policy {
+    let egress = EgressRule {
+        ports: Vec::new(),
+        https_hostname_except: Vec::new(),
+        destination: Some(egress_rule::Destination::Cidr(CidrBlock {
+            cidr: "0.0.0.0/0".to_owned(),
+            except: vec!["10.0.0.0/8".to_owned(), "169.254.0.0/16".to_owned()],
+        })),
+    };
+    Policy {
+        display_name: "default".to_owned(),
+        base: None,
+        constraints: Some(PolicyConstraints {
+            network: Some(NetworkConstraints {
+                allowed_egress: vec![egress.clone()],
+                default_egress: vec![egress],
+                ..NetworkConstraints::default()
+            }),
+            ..PolicyConstraints::default()
+        }),
+        control_plane_access: None,
+    }
+}
+
+/// A legal update-mask path (§9 #6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UpdatePath {
+    DisplayName,
+    RunnerGroupId,
+    Policy,
+    SpecReleaseChannel,
+    SpecMaintenancePolicy,
+    SpecOverrides,
+    SpecEnforceResourceLimits,
+    SpecVolumes,
+    SpecTenantMetrics,
+    SpecImagePull,
+    SpecDataPlane,
+}
+
+/// Parses the mask, rejecting it as a whole with one violation per bad path.
+fn parse_update_mask(mask: &FieldMask) -> SimResult<Vec<UpdatePath>> {
+    if mask.paths.is_empty() || mask.paths.iter().any(|path| path == "*") {
+        return Err(SimError::InvalidArgument {
+            reason: Reason::InvalidRequest,
+            message: EXPLICIT_MASK_REQUIRED.to_owned(),
+            violations: vec![FieldViolation::new("update_mask", EXPLICIT_MASK_REQUIRED)],
+        });
+    }
+    let mut paths = Vec::new();
+    let mut violations = Vec::new();
+    for path in &mask.paths {
+        let parsed = match path.as_str() {
+            "display_name" => Ok(UpdatePath::DisplayName),
+            "identity.runner_group_id" => Ok(UpdatePath::RunnerGroupId),
+            "policy" => Ok(UpdatePath::Policy),
+            "spec.release_channel" => Ok(UpdatePath::SpecReleaseChannel),
+            "spec.maintenance_policy" => Ok(UpdatePath::SpecMaintenancePolicy),
+            "spec.overrides" => Ok(UpdatePath::SpecOverrides),
+            "spec.enforce_resource_limits" => Ok(UpdatePath::SpecEnforceResourceLimits),
+            "spec.volumes" => Ok(UpdatePath::SpecVolumes),
+            "spec.tenant_metrics" => Ok(UpdatePath::SpecTenantMetrics),
+            "spec.image_pull" => Ok(UpdatePath::SpecImagePull),
+            "spec.data_plane" => Ok(UpdatePath::SpecDataPlane),
+            "identity.runner_id" | "identity.zone" | "identity.cluster_id" => {
+                Err(format!("`{path}` is immutable"))
+            }
+            "identity" => {
+                Err("`identity` cannot be replaced; the only mutable key is `identity.runner_group_id`".to_owned())
+            }
+            "spec" => Err("name the spec fields to change (`spec.<field>`), not `spec`".to_owned()),
+            other if other.starts_with("policy.") => {
+                Err(format!("`{other}`: only `policy` is supported; a policy update replaces the whole document"))
+            }
+            other if is_output_only_path(other) => Err(format!("`{other}` is output only")),
+            other => Err(format!("unknown field path `{other}`")),
+        };
+        match parsed {
+            Ok(parsed) if !paths.contains(&parsed) => paths.push(parsed),
+            Ok(_) => {}
+            Err(description) => violations.push(FieldViolation::new("update_mask", description)),
+        }
+    }
+    if violations.is_empty() { Ok(paths) } else { Err(SimError::invalid(Reason::InvalidRequest, violations)) }
+}
+
+fn is_output_only_path(path: &str) -> bool {
+    let top = path.split('.').next().unwrap_or(path);
+    path == "identity.cluster_name"
+        || matches!(
+            top,
+            "etag"
+                | "install_status"
+                | "connection_status"
+                | "active_config_version"
+                | "active_revision"
+                | "target_revision"
+                | "update_available"
+                | "rollout_in_progress"
+                | "deployment_spec"
+                | "install_error"
+                | "data_plane_status"
+                | "create_time"
+                | "update_time"
+                | "last_heartbeat_time"
+        )
+}
+
+/// Copies one masked spec field; an absent source clears the target (a release channel cannot
+/// be absent here: that was refused earlier).
+fn copy_spec_field(path: UpdatePath, from: &ManagedRunnerSpec, to: &mut ManagedRunnerSpec) {
+    match path {
+        UpdatePath::SpecReleaseChannel => to.release_channel = from.release_channel,
+        UpdatePath::SpecMaintenancePolicy => to.maintenance_policy = from.maintenance_policy.clone(),
+        UpdatePath::SpecOverrides => to.overrides = from.overrides.clone(),
+        UpdatePath::SpecEnforceResourceLimits => to.enforce_resource_limits = from.enforce_resource_limits,
+        UpdatePath::SpecVolumes => to.volumes = from.volumes.clone(),
+        UpdatePath::SpecTenantMetrics => to.tenant_metrics = from.tenant_metrics.clone(),
+        UpdatePath::SpecImagePull => to.image_pull = from.image_pull,
+        UpdatePath::SpecDataPlane => to.data_plane = from.data_plane.clone(),
+        UpdatePath::DisplayName | UpdatePath::RunnerGroupId | UpdatePath::Policy => {}
+    }
+}
+
+fn default_spec() -> ManagedRunnerSpec {
+    ManagedRunnerSpec { release_channel: ReleaseChannel::Stable as i32, ..ManagedRunnerSpec::default() }
+}
+
+/// Proto3 cannot tell an explicit "" from an absent group, so both mean the default.
+fn runner_group_or_default(group: &str) -> String {
+    if group.is_empty() { DEFAULT_RUNNER_GROUP_ID.to_owned() } else { group.to_owned() }
+}
+
+/// RFC 1123 label, as Kubernetes checks it: 1–63 of `[a-z0-9-]`, alphanumeric at both ends.
+fn check_dns_label(text: &str) -> Result<(), &'static str> {
+    if text.len() > 63 {
+        return Err("at most 63 characters");
+    }
+    if !text.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-') {
+        return Err("only lowercase letters, digits and '-'");
+    }
+    if text.starts_with('-') || text.ends_with('-') {
+        return Err("must start and end with a letter or digit");
+    }
+    Ok(())
+}
+
+fn remediation_hints(reason: RunnerInstallErrorReason) -> Vec<String> {
+    let hint = match reason {
+        RunnerInstallErrorReason::ClusterNotFound => "check identity.cluster_id names an existing CKS cluster",
+        RunnerInstallErrorReason::ClusterUnreachable => {
+            "check the cluster's API server is reachable, then recreate the runner"
+        }
+        RunnerInstallErrorReason::InsufficientPermissions => "grant the installer the required cluster permissions",
+        RunnerInstallErrorReason::Internal | RunnerInstallErrorReason::Unspecified => return Vec::new(),
+    };
+    vec![hint.to_owned()]
+}
+
+fn config_version(revision: i64) -> String {
+    format!("rev-{revision}")
+}
+
+fn not_found(runner_id: &str) -> SimError {
+    SimError::NotFound { reason: Reason::RunnerNotFound, message: format!("runner {runner_id:?} not found") }
+}
+
+fn being_deleted(runner_id: &str) -> SimError {
+    SimError::FailedPrecondition {
+        reason: Reason::PreconditionFailed,
+        message: format!("runner {runner_id:?} is being deleted"),
+    }
+}
+
+fn illegal_to_error(illegal: IllegalTransition) -> SimError {
+    SimError::FailedPrecondition { reason: Reason::PreconditionFailed, message: illegal.to_string() }
+}
+
+fn count(counts: &mut BTreeMap<RunnerTransition, u64>, transition: RunnerTransition) {
+    *counts.entry(transition).or_insert(0) += 1;
+}
+
+fn runner_id_of(runner: &ManagedRunner) -> &str {
+    runner.identity.as_ref().map_or("", |identity| identity.runner_id.as_str())
+}
+
+/// Simulated milliseconds as a protobuf Timestamp.
+fn timestamp(time: SimTime) -> Timestamp {
+    let millis = time.millis();
+    Timestamp { seconds: millis.div_euclid(1000), nanos: (millis.rem_euclid(1000) * 1_000_000) as i32 }
+}
+
+/// Opaque etag of one policy revision of one runner incarnation.
+fn etag(runner_id: &str, incarnation: u64, policy_revision: u64) -> String {
+    base64url_encode(format!("{runner_id}:{incarnation}:{policy_revision}").as_bytes())
+}
+
+/// The normalized filters of a list request; a page token is valid only for the same ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ListFilter {
+    cluster: String,
+    zone: String,
+}
+
+impl ListFilter {
+    fn matches(&self, runner: &ManagedRunner) -> bool {
+        let Some(identity) = runner.identity.as_ref() else { return false };
+        // Older runners may carry a cluster name in `cluster_id`, so the filter accepts either.
+        let cluster_ok = self.cluster.is_empty()
+            || identity.cluster_id.to_lowercase() == self.cluster
+            || identity.cluster_name.to_lowercase() == self.cluster;
+        let zone_ok = self.zone.is_empty() || identity.zone.to_lowercase() == self.zone;
+        cluster_ok && zone_ok
+    }
+}
+
+// Version tag inside page tokens, so a future format change rejects old tokens cleanly.
+const PAGE_TOKEN_VERSION: &str = "runners.v1";
+
+/// base64url(JSON `[version, cluster, zone, last_runner_id]`): opaque to clients, and JSON keeps
+/// arbitrary filter text unambiguous.
+fn encode_page_token(filter: &ListFilter, last_runner_id: &str) -> String {
+    let parts = [PAGE_TOKEN_VERSION, filter.cluster.as_str(), filter.zone.as_str(), last_runner_id];
+    // Serializing an array of strings cannot fail; an empty token would only end the listing.
+    let json = serde_json::to_vec(&parts).unwrap_or_default();
+    base64url_encode(&json)
+}
+
+/// The last runner id of the previous page, if `token` is one of ours for the same filters.
+fn decode_page_token(token: &str, filter: &ListFilter) -> SimResult<String> {
+    let invalid = || SimError::invalid_field("page_token", "not a page token of this listing");
+    let bytes = base64url_decode(token).ok_or_else(invalid)?;
+    let parts: Vec<String> = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
+    let [version, cluster, zone, last] = <[String; 4]>::try_from(parts).map_err(|_| invalid())?;
+    if version != PAGE_TOKEN_VERSION {
+        return Err(invalid());
+    }
+    if cluster != filter.cluster || zone != filter.zone {
+        return Err(SimError::invalid_field("page_token", "the page token belongs to a listing with other filters"));
+    }
+    Ok(last)
+}
+
+const BASE64URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// Unpadded base64url; small enough not to pull a crate in.
+fn base64url_encode(bytes: &[u8]) -> String {
+    let mut text = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let mut group = [0u8; 3];
+        group[..chunk.len()].copy_from_slice(chunk);
+        let bits = u32::from(group[0]) << 16 | u32::from(group[1]) << 8 | u32::from(group[2]);
+        // n input bytes make n + 1 output characters.
+        for index in 0..=chunk.len() {
+            text.push(char::from(BASE64URL[(bits >> (18 - 6 * index) & 63) as usize]));
+        }
+    }
+    text
+}
+
+fn base64url_decode(text: &str) -> Option<Vec<u8>> {
+    let value = |byte: u8| BASE64URL.iter().position(|&candidate| candidate == byte).map(|position| position as u32);
+    let mut bytes = Vec::with_capacity(text.len() / 4 * 3 + 2);
+    for chunk in text.as_bytes().chunks(4) {
+        // A lone trailing character carries fewer than 8 bits: never produced by the encoder.
+        if chunk.len() < 2 {
+            return None;
+        }
+        let mut bits = 0u32;
+        for (index, &byte) in chunk.iter().enumerate() {
+            bits |= value(byte)? << (18 - 6 * index);
+        }
+        for index in 0..chunk.len() - 1 {
+            bytes.push((bits >> (16 - 8 * index)) as u8);
+        }
+    }
+    Some(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64url_round_trips_every_length() {
+        for length in 0..10 {
+            let bytes: Vec<u8> = (0..length).map(|index| (index * 37 + 250) as u8).collect();
+            let text = base64url_encode(&bytes);
+            assert!(text.bytes().all(|byte| BASE64URL.contains(&byte)), "{text}");
+            assert_eq!(base64url_decode(&text), Some(bytes));
+        }
+        assert_eq!(base64url_encode(b"runner-1:1:1"), "cnVubmVyLTE6MTox");
+        assert_eq!(base64url_decode("a"), None);
+        assert_eq!(base64url_decode("a*bc"), None);
+    }
+
+    #[test]
+    fn dns_labels_follow_rfc_1123() {
+        assert_eq!(check_dns_label("runner-1"), Ok(()));
+        assert_eq!(check_dns_label("1a"), Ok(()));
+        assert_eq!(check_dns_label(&"a".repeat(63)), Ok(()));
+        assert!(check_dns_label(&"a".repeat(64)).is_err());
+        assert!(check_dns_label("Runner").is_err());
+        assert!(check_dns_label("-runner").is_err());
+        assert!(check_dns_label("runner-").is_err());
+        assert!(check_dns_label("run_ner").is_err());
+        assert!(check_dns_label("run.ner").is_err());
+    }
+
+    #[test]
+    fn page_tokens_carry_the_filters_and_the_last_id() {
+        let filter = ListFilter { cluster: "c1".into(), zone: "z,\"1".into() };
+        let token = encode_page_token(&filter, "runner-7");
+        assert_eq!(decode_page_token(&token, &filter), Ok("runner-7".to_owned()));
+        let other = ListFilter { cluster: "c1".into(), zone: String::new() };
+        assert!(decode_page_token(&token, &other).is_err());
+        let foreign = base64url_encode(br#"["other.v9","c1","z,\"1","runner-7"]"#);
+        assert!(decode_page_token(&foreign, &filter).is_err());
+    }
+
+    #[test]
+    fn timestamps_split_millis_into_seconds_and_nanos() {
+        assert_eq!(timestamp(SimTime::from_millis(1_500)), Timestamp { seconds: 1, nanos: 500_000_000 });
+        assert_eq!(timestamp(SimTime::from_millis(-1)), Timestamp { seconds: -1, nanos: 999_000_000 });
+    }
+
+    #[test]
+    fn transitions_refuse_states_that_do_not_allow_them() {
+        let mut record = RunnerRecord {
+            runner: ManagedRunner::default(),
+            phase: InstallPhase::Ready,
+            rollout: Rollout::Idle,
+            incarnation: 1,
+            policy_revision: 1,
+            volume_refs: 0,
+            fault: None,
+        };
+        let now = SimTime::from_secs(1);
+        for transition in [
+            RunnerTransition::BeginInstall,
+            RunnerTransition::CompleteInstall,
+            RunnerTransition::FailInstall,
+            RunnerTransition::StartRollout, // no update available
+            RunnerTransition::CompleteRollout, // no rollout running
+            RunnerTransition::FinishDelete,
+        ] {
+            assert_eq!(
+                record.transition(transition, now),
+                Err(IllegalTransition { transition, state: "READY" }),
+                "{transition}"
+            );
+        }
+        assert_eq!(record.transition(RunnerTransition::BeginDelete, now), Ok(()));
+        assert_eq!(
+            record.transition(RunnerTransition::Heartbeat, now),
+            Err(IllegalTransition { transition: RunnerTransition::Heartbeat, state: "DELETING" })
+        );
+        assert!(record.transition(RunnerTransition::BeginDelete, now).is_err());
+    }
 }
