@@ -366,7 +366,7 @@ impl Values {
                     requests: if ready {
                         ResourceValues { cpu: "1".to_owned(), memory: "4Gi".to_owned() }
                     } else {
-                        ResourceValues { cpu: "15".to_owned(), memory: "60Gi".to_owned() }
+                        ResourceValues { cpu: "15500m".to_owned(), memory: "60Gi".to_owned() }
                     },
                 },
             }],

@@ -593,6 +593,16 @@ impl World {
             self.create_scheduler_objects();
         }
         self.waiting_for_room.extend(self.unscheduled_default_pods());
+        // A scheduler with a new name or scope picks up the Pending Pods it now watches.
+        let newly_watched: Vec<String> = self
+            .cluster
+            .pods
+            .values()
+            .filter(|pod| pod.node_name.is_none() && pod.phase == PodPhase::Pending && pod.deletion_timestamp.is_none())
+            .filter(|pod| !self.sunk_rejected.contains(&pod.uid) && !self.placeholder_of_pod.contains_key(&pod.uid))
+            .map(|pod| pod.uid.clone())
+            .collect();
+        self.unscheduled.extend(newly_watched);
         self.slurm_dirty = true;
         self.settle();
         Ok(())
