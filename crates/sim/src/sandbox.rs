@@ -118,6 +118,8 @@ pub(crate) struct Sandbox {
     namespace: String,
     pod_name: String,
     pod_uid: String,
+    request_id: String,
+    job_id: Option<JobId>,
     created: SimTime,
     started: Option<SimTime>,
     life: Life,
@@ -298,6 +300,8 @@ impl World {
                 namespace,
                 pod_name,
                 pod_uid,
+                request_id: request_id.to_owned(),
+                job_id: None,
                 created: now,
                 started: None,
                 life: Life::Live,
@@ -457,6 +461,13 @@ impl World {
         }
     }
 
+    /// SUNK submitted the sandbox Pod's placeholder job.
+    pub(crate) fn sandbox_job_submitted(&mut self, id: &str, job: JobId) {
+        if let Some(sandbox) = self.sandboxes.by_id.get_mut(id) {
+            sandbox.job_id = Some(job);
+        }
+    }
+
     pub(crate) fn sandbox_delete_requested(&mut self, id: &str) {
         if let Some(sandbox) = self.sandboxes.by_id.get_mut(id)
             && sandbox.life == Life::Live
@@ -512,7 +523,7 @@ impl World {
     /// The Pod object is gone: the sandbox ends.
     pub(crate) fn sandbox_pod_gone(&mut self, id: &str) {
         let job_note = self.sandboxes.by_id.get(id).and_then(|sandbox| {
-            let job = self.placeholder_job(&sandbox.pod_uid)?;
+            let job = sandbox.job_id?;
             let record = self.slurm.job_or_record(job)?;
             Some((job, record.state, record.cancelled_by))
         });
@@ -551,8 +562,9 @@ impl World {
             return;
         }
         let pod_uid = sandbox.pod_uid.clone();
+        let request_key = (sandbox.owner.org.clone(), sandbox.request_id.clone());
         self.sandboxes.by_id.remove(id);
-        self.sandboxes.by_request.retain(|_, (_, sandbox_id)| sandbox_id != id);
+        self.sandboxes.by_request.remove(&request_key);
         if self.cluster.pod(&pod_uid).is_some() {
             self.remove_pod(&pod_uid);
         }
@@ -561,7 +573,7 @@ impl World {
 
     fn view(&self, sandbox: &Sandbox) -> SandboxView {
         let pod = self.cluster.pod(&sandbox.pod_uid);
-        let job_id = self.placeholder_job(&sandbox.pod_uid);
+        let job_id = sandbox.job_id;
         let started = pod.and_then(|pod| pod.start_time).or(sandbox.started);
         let (state, state_reason, exit_code, ended) = match &sandbox.life {
             Life::Ended { state, reason, exit_code, at } => (*state, reason.clone(), *exit_code, Some(*at)),

@@ -178,6 +178,8 @@ pub struct World {
     unscheduled: BTreeSet<String>,
     /// Default-scheduler Pods waiting for room.
     waiting_for_room: BTreeSet<String>,
+    /// Something released Node resources: retry `waiting_for_room`.
+    room_freed: bool,
     slurm_dirty: bool,
     effects: Vec<Effect>,
     /// How often each named transition ran.
@@ -204,6 +206,7 @@ impl World {
             sunk_rejected: BTreeSet::new(),
             unscheduled: BTreeSet::new(),
             waiting_for_room: BTreeSet::new(),
+            room_freed: false,
             slurm_dirty: false,
             effects: Vec::new(),
             transitions: BTreeMap::new(),
@@ -592,7 +595,7 @@ impl World {
             }
             self.create_scheduler_objects();
         }
-        self.waiting_for_room.extend(self.unscheduled_default_pods());
+        self.room_freed = true;
         // A scheduler with a new name or scope picks up the Pending Pods it now watches.
         let newly_watched: Vec<String> = self
             .cluster
@@ -608,15 +611,6 @@ impl World {
         Ok(())
     }
 
-    fn unscheduled_default_pods(&self) -> Vec<String> {
-        self.cluster
-            .pods
-            .values()
-            .filter(|pod| pod.node_name.is_none() && pod.phase == PodPhase::Pending && pod.deletion_timestamp.is_none())
-            .filter(|pod| pod.scheduler_name == "default-scheduler")
-            .map(|pod| pod.uid.clone())
-            .collect()
-    }
 
     pub(crate) fn ensure_namespace(&mut self, name: &str) {
         if !self.cluster.namespaces.contains_key(name) {
@@ -676,7 +670,8 @@ impl World {
                     }
                 }
             }
-            if !self.waiting_for_room.is_empty() {
+            if self.room_freed {
+                self.room_freed = false;
                 let waiting = std::mem::take(&mut self.waiting_for_room);
                 for uid in waiting {
                     if self.try_default_schedule(&uid, false) {
@@ -833,6 +828,9 @@ impl World {
             Ok(job) => {
                 self.placeholder_of_pod.insert(uid.to_owned(), job);
                 self.pod_of_placeholder.insert(job, uid.to_owned());
+                if let PodOwner::Sandbox(id) = &pod.owner {
+                    self.sandbox_job_submitted(id, job);
+                }
                 self.slurm_dirty = true;
                 self.event(uid, EventType::Normal, "Submitted", format!("Submitted placeholder Slurm job {job}"), "sunk-scheduler");
                 self.count(Transition::PlaceholderSubmitted);
@@ -1060,7 +1058,7 @@ impl World {
             if node.taints.len() != before {
                 self.set_lock_annotation(slurm_node, "false");
                 self.count(Transition::NodeUnlocked);
-                self.waiting_for_room.extend(self.unscheduled_default_pods());
+                self.room_freed = true;
             }
         }
     }
@@ -1256,7 +1254,7 @@ impl World {
             }
         }
         if pod.node_name.is_some() {
-            self.waiting_for_room.extend(self.unscheduled_default_pods());
+            self.room_freed = true;
             self.slurm_dirty = true;
         }
         if let PodOwner::Sandbox(id) = &pod.owner {
@@ -1310,7 +1308,7 @@ impl World {
             }
             self.schedule_epilog(job);
         }
-        self.waiting_for_room.extend(self.unscheduled_default_pods());
+        self.room_freed = true;
         self.slurm_dirty = true;
         if let Some(PodOwner::Sandbox(id)) = self.cluster.pod(uid).map(|pod| pod.owner.clone()) {
             self.sandbox_pod_changed(&id);
