@@ -5,6 +5,7 @@
 //! event with a reason and a message. See the crate README for the rooms.
 
 pub mod error;
+pub mod policy;
 pub mod quantity;
 pub mod resolved;
 pub mod time;
