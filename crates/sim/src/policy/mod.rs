@@ -1,0 +1,42 @@
+//! Runner policies: checking a policy document when an administrator writes it, and resolving a
+//! sandbox against its runner's policy when the sandbox is created (runner-api.md §2, §9).
+//!
+//! - [`validate_policy`] lists every problem of a document, each at its JSON path
+//!   (`policy.base.spec.terminationGracePeriodSeconds`). The empty policy is valid.
+//! - [`resolve`] merges [`RuntimeDefaults`], the policy's `base` and the sandbox spec, then checks
+//!   the policy's constraints against the merged result, which it never rewrites.
+//! - [`BASE_SCHEMA`] is the one table of keys `base` may and may not carry.
+//!
+//! Pure and deterministic: no I/O, no clock, and every list of violations comes out in the same
+//! order for the same input.
+
+mod base;
+mod constraints;
+mod k8s_names;
+mod network;
+mod resolve;
+mod validate;
+
+pub use base::{BASE_SCHEMA, BaseSchema, KeyRules, MANAGED_BY_PLATFORM, NOT_ALLOWED_IN_BASE};
+pub use resolve::{RuntimeDefaults, resolve};
+pub use validate::validate_policy;
+
+use crate::quantity::{Quantity, format_bytes};
+
+/// The platform's longest sandbox lifetime: 30 days. No policy can raise it.
+pub const MAX_LIFETIME_SECONDS: i32 = 2_592_000;
+
+/// A map key as it appears in a field path: `annotations["sunk.coreweave.com/partition"]`.
+fn quoted(key: &str) -> String {
+    format!("{key:?}")
+}
+
+/// CPU as users write it: "2", "500m".
+fn format_cpu(value: Quantity) -> String {
+    value.to_string()
+}
+
+/// Memory as Kubernetes prints it: "512Mi", "2Gi", or plain bytes.
+fn format_memory(value: Quantity) -> String {
+    format_bytes(value.units_ceil())
+}
