@@ -144,6 +144,8 @@ pub struct PodContainer {
     pub args: Vec<String>,
     /// Environment.
     pub env: BTreeMap<String, String>,
+    /// Working directory, if the spec sets one.
+    pub working_dir: Option<String>,
     /// Requests.
     pub requests: ResourceAmounts,
     /// Limits.
@@ -338,6 +340,20 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// Every Pod, ordered by namespace and name.
+    pub fn pods_iter(&self) -> impl Iterator<Item = &Pod> {
+        self.pods.values()
+    }
+
+    /// A Pod by namespace and name.
+    pub fn pod_by_name(&self, namespace: &str, name: &str) -> Option<&Pod> {
+        self.pod_by_uid_of(namespace, name).and_then(|uid| self.pod(uid))
+    }
+
+    fn pod_by_uid_of(&self, namespace: &str, name: &str) -> Option<&str> {
+        self.pods.get(&(namespace.to_owned(), name.to_owned())).map(|pod| pod.uid.as_str())
+    }
+
     /// A Pod by uid.
     pub fn pod(&self, uid: &str) -> Option<&Pod> {
         self.pod_by_uid.get(uid).and_then(|key| self.pods.get(key))

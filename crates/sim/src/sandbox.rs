@@ -254,6 +254,7 @@ impl World {
                 command: container.command.iter().cloned().collect(),
                 args: container.args.clone(),
                 env: container.env.clone(),
+                working_dir: container.working_dir.clone(),
                 requests: container.requests,
                 limits: container.limits,
                 state: ContainerState::Waiting("ContainerCreating".to_owned()),
