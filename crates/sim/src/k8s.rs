@@ -2,7 +2,7 @@
 //! shapes `kubectl` shows. Plain data plus the bookkeeping kubelet admission needs; the rules that
 //! move Pods live in `world`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use crate::resolved::{ResourceAmounts, Toleration};
 use crate::time::SimTime;
@@ -258,7 +258,7 @@ impl EventType {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectRef {
     /// `Pod`, `Node`, …
-    pub kind: String,
+    pub kind: &'static str,
     /// Namespace (empty for cluster objects).
     pub namespace: String,
     /// Name.
@@ -274,8 +274,6 @@ pub struct Event {
     pub sequence: u64,
     /// Namespace of the involved object (`default` for cluster objects).
     pub namespace: String,
-    /// Generated name (`<object>.<hex>`).
-    pub name: String,
     /// What it is about.
     pub involved: ObjectRef,
     /// Normal or Warning.
@@ -285,9 +283,17 @@ pub struct Event {
     /// Human-readable message.
     pub message: String,
     /// Reporting component (`sunk-scheduler`, `kubelet`, `default-scheduler`).
-    pub source: String,
+    pub source: &'static str,
     /// When.
     pub time: SimTime,
+}
+
+impl Event {
+    /// The generated object name (`<object>.<hex sequence>`), made on demand: Events are many
+    /// and their names are read rarely.
+    pub fn name(&self) -> String {
+        format!("{}.{:x}", self.involved.name, self.sequence)
+    }
 }
 
 /// A ConfigMap.
@@ -323,10 +329,12 @@ pub struct Cluster {
     pub nodes: BTreeMap<String, Node>,
     /// Namespaces by name.
     pub namespaces: BTreeMap<String, Namespace>,
-    /// Pods by (namespace, name).
-    pub pods: BTreeMap<(String, String), Pod>,
-    /// Pod uid → (namespace, name).
-    pub pod_by_uid: HashMap<String, (String, String)>,
+    /// Pods by uid.
+    pods: HashMap<String, Pod>,
+    /// (namespace, name) → uid, in kubectl's listing order.
+    pod_names: BTreeMap<(String, String), String>,
+    /// Node name → uids of the Pods bound there, so per-Node work never scans every Pod.
+    pods_on_node: HashMap<String, BTreeSet<String>>,
     /// ConfigMaps by (namespace, name).
     pub config_maps: BTreeMap<(String, String), ConfigMap>,
     /// Events, oldest first, at most `event_capacity`.
@@ -340,53 +348,71 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// An empty cluster keeping at most `event_capacity` Events.
+    pub fn new(event_capacity: usize) -> Cluster {
+        Cluster { event_capacity, ..Cluster::default() }
+    }
+
     /// Every Pod, ordered by namespace and name.
     pub fn pods_iter(&self) -> impl Iterator<Item = &Pod> {
-        self.pods.values()
+        self.pod_names.values().filter_map(|uid| self.pods.get(uid))
+    }
+
+    /// How many Pods exist.
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
     }
 
     /// A Pod by namespace and name.
     pub fn pod_by_name(&self, namespace: &str, name: &str) -> Option<&Pod> {
-        self.pod_by_uid_of(namespace, name).and_then(|uid| self.pod(uid))
+        self.pod_names.get(&(namespace.to_owned(), name.to_owned())).and_then(|uid| self.pods.get(uid))
     }
 
-    fn pod_by_uid_of(&self, namespace: &str, name: &str) -> Option<&str> {
-        self.pods.get(&(namespace.to_owned(), name.to_owned())).map(|pod| pod.uid.as_str())
+    /// The Pods bound to a Node.
+    pub fn pods_on(&self, node: &str) -> impl Iterator<Item = &Pod> {
+        self.pods_on_node.get(node).into_iter().flatten().filter_map(|uid| self.pods.get(uid))
     }
 
     /// A Pod by uid.
     pub fn pod(&self, uid: &str) -> Option<&Pod> {
-        self.pod_by_uid.get(uid).and_then(|key| self.pods.get(key))
+        self.pods.get(uid)
     }
 
-    /// A Pod by uid, mutable; bumps its resource version.
+    /// A Pod by uid, mutable; bumps its resource version. Its node binding is changed only
+    /// through [`Cluster::bind`].
     pub fn pod_mut(&mut self, uid: &str) -> Option<&mut Pod> {
-        let key = self.pod_by_uid.get(uid)?;
+        let pod = self.pods.get_mut(uid)?;
         self.resource_version += 1;
-        let version = self.resource_version;
-        let pod = self.pods.get_mut(key)?;
-        pod.resource_version = version;
+        pod.resource_version = self.resource_version;
         Some(pod)
     }
 
-    /// Adds a Pod (its key must be free).
+    /// Adds a Pod (its name must be free in its namespace).
     pub fn insert_pod(&mut self, mut pod: Pod) {
         self.resource_version += 1;
         pod.resource_version = self.resource_version;
-        if pod.holds_resources() {
-            let requested = pod.requested();
-            if let Some(node) = pod.node_name.as_ref().and_then(|name| self.nodes.get_mut(name)) {
-                node.requested.add(requested);
+        if let Some(node_name) = &pod.node_name {
+            self.pods_on_node.entry(node_name.clone()).or_default().insert(pod.uid.clone());
+            if pod.holds_resources() {
+                let requested = pod.requested();
+                if let Some(node) = self.nodes.get_mut(node_name) {
+                    node.requested.add(requested);
+                }
             }
         }
-        self.pod_by_uid.insert(pod.uid.clone(), (pod.namespace.clone(), pod.name.clone()));
-        self.pods.insert((pod.namespace.clone(), pod.name.clone()), pod);
+        self.pod_names.insert((pod.namespace.clone(), pod.name.clone()), pod.uid.clone());
+        self.pods.insert(pod.uid.clone(), pod);
     }
 
     /// Removes a Pod, releasing what it held on its Node.
     pub fn remove_pod(&mut self, uid: &str) -> Option<Pod> {
-        let key = self.pod_by_uid.remove(uid)?;
-        let pod = self.pods.remove(&key)?;
+        let pod = self.pods.remove(uid)?;
+        self.pod_names.remove(&(pod.namespace.clone(), pod.name.clone()));
+        if let Some(node_name) = &pod.node_name
+            && let Some(uids) = self.pods_on_node.get_mut(node_name)
+        {
+            uids.remove(uid);
+        }
         self.release(&pod);
         Some(pod)
     }
@@ -401,12 +427,16 @@ impl Cluster {
         }
     }
 
-    /// Binds a Pod to a Node and counts its requests there.
+    /// Binds a Pod to a Node; a non-terminal Pod's requests count there from now on.
     pub fn bind(&mut self, uid: &str, node_name: &str) {
         let Some(pod) = self.pod_mut(uid) else { return };
+        if pod.node_name.is_some() {
+            return;
+        }
         pod.node_name = Some(node_name.to_owned());
         let requested = pod.requested();
         let counts = !pod.phase.is_terminal();
+        self.pods_on_node.entry(node_name.to_owned()).or_default().insert(uid.to_owned());
         if counts && let Some(node) = self.nodes.get_mut(node_name) {
             node.requested.add(requested);
         }
@@ -414,11 +444,14 @@ impl Cluster {
 
     /// Moves a Pod to a terminal phase, releasing its Node resources.
     pub fn finish_pod(&mut self, uid: &str, phase: PodPhase, reason: Option<String>, message: Option<String>) {
-        let Some(snapshot) = self.pod(uid).cloned() else { return };
-        if snapshot.phase.is_terminal() {
+        let Some(pod) = self.pods.get(uid) else { return };
+        if pod.phase.is_terminal() {
             return;
         }
-        self.release(&snapshot);
+        let (holds, requested, node_name) = (pod.holds_resources(), pod.requested(), pod.node_name.clone());
+        if holds && let Some(node) = node_name.as_ref().and_then(|name| self.nodes.get_mut(name)) {
+            node.requested.subtract(requested);
+        }
         if let Some(pod) = self.pod_mut(uid) {
             pod.phase = phase;
             pod.reason = reason;
@@ -430,9 +463,6 @@ impl Cluster {
     pub fn record_event(&mut self, mut event: Event) {
         self.event_sequence += 1;
         event.sequence = self.event_sequence;
-        if event.name.is_empty() {
-            event.name = format!("{}.{:x}", event.involved.name, event.sequence);
-        }
         self.events.push_back(event);
         while self.events.len() > self.event_capacity.max(1) {
             self.events.pop_front();

@@ -64,8 +64,12 @@ impl Quantity {
             return Err(error("no number"));
         }
         let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-        let digits: String = format!("{whole}{fraction}");
-        let mantissa: i128 = digits.parse().map_err(|_| error("number too long"))?;
+        if whole.len() + fraction.len() > 36 {
+            return Err(error("number too long"));
+        }
+        // Digits are ASCII and at most 36 of them, so this neither allocates nor overflows i128.
+        let mantissa: i128 =
+            whole.bytes().chain(fraction.bytes()).fold(0i128, |value, digit| value * 10 + i128::from(digit - b'0'));
         let mut denominator: i128 = 10i128.checked_pow(fraction.len() as u32).ok_or_else(|| error("too many decimals"))?;
         let mut numerator: i128 = 1;
         if let Some(exponent) = suffix.strip_prefix(['e', 'E']).filter(|e| !e.is_empty()) {

@@ -733,6 +733,11 @@ impl RunnerRegistry {
     }
 
     /// The organization's runners in runner-id order, DELETING ones included.
+    /// A runner by id, borrowed (no copy of its policy), if it exists in the organization.
+    pub fn find(&self, org: &str, runner_id: &str) -> Option<&ManagedRunner> {
+        self.orgs.get(org).and_then(|runners| runners.runners.get(runner_id)).map(|record| &record.runner)
+    }
+
     pub fn iter<'a>(&'a self, org: &str) -> impl Iterator<Item = &'a ManagedRunner> + 'a {
         self.orgs.get(org).into_iter().flat_map(|runners| runners.runners.values().map(|record| &record.runner))
     }

@@ -3,6 +3,7 @@
 //! and its placeholder job. Terminal sandboxes stay readable for a retention period.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cwsandbox_api::sandbox_v1::{ManagedRunner, RunnerInstallStatus, SandboxMode, SandboxSpec};
@@ -111,8 +112,8 @@ pub(crate) struct Sandbox {
     id: String,
     owner: Owner,
     display_name: String,
-    spec: SandboxSpec,
-    resolved: ResolvedSpec,
+    spec: Arc<SandboxSpec>,
+    resolved: Arc<ResolvedSpec>,
     runner_id: String,
     runner_group_id: String,
     namespace: String,
@@ -141,10 +142,10 @@ pub struct SandboxView {
     pub owner: Owner,
     /// Display name.
     pub display_name: String,
-    /// The spec as created.
-    pub spec: SandboxSpec,
+    /// The spec as created (shared: reading a sandbox copies no spec).
+    pub spec: Arc<SandboxSpec>,
     /// The resolved spec (effective values).
-    pub resolved: ResolvedSpec,
+    pub resolved: Arc<ResolvedSpec>,
     /// Runner.
     pub runner_id: String,
     /// Runner group.
@@ -225,10 +226,10 @@ impl World {
             return self.get_sandbox(&owner.org, &id);
         }
         validate_spec(&spec)?;
+        let defaults = self.runtime_defaults()?;
         let runner = self.choose_runner(owner, &spec)?;
         let runner_id = runner.identity.as_ref().map(|identity| identity.runner_id.clone()).unwrap_or_default();
         let runner_group_id = runner.identity.as_ref().map(|identity| identity.runner_group_id.clone()).unwrap_or_default();
-        let defaults = self.runtime_defaults()?;
         let resolved = policy::resolve(&defaults, runner.policy.as_ref(), &spec)?;
         if resolved.max_lifetime_seconds <= 0 || resolved.max_lifetime_seconds > MAX_LIFETIME_SECONDS {
             return Err(SimError::invalid_field(
@@ -294,8 +295,8 @@ impl World {
                 id: id.clone(),
                 owner: owner.clone(),
                 display_name: display_name.to_owned(),
-                spec,
-                resolved,
+                spec: Arc::new(spec),
+                resolved: Arc::new(resolved),
                 runner_id,
                 runner_group_id,
                 namespace,
@@ -330,8 +331,8 @@ impl World {
     }
 
     /// Picks the runner: the first of `runner_ids` that exists and is ready, else (with no ids)
-    /// the organization's first ready runner.
-    fn choose_runner(&self, owner: &Owner, spec: &SandboxSpec) -> SimResult<ManagedRunner> {
+    /// the organization's first ready runner. Borrowed: placing a sandbox copies no policy.
+    fn choose_runner(&self, owner: &Owner, spec: &SandboxSpec) -> SimResult<&ManagedRunner> {
         if spec.mode == SandboxMode::Serverless as i32 {
             return Err(SimError::FailedPrecondition {
                 reason: Reason::NoSuitableRunner,
@@ -340,7 +341,7 @@ impl World {
         }
         let ready = |runner: &ManagedRunner| runner.install_status == RunnerInstallStatus::Ready as i32;
         if spec.runner_ids.is_empty() {
-            return self.runners.iter(&owner.org).find(|runner| ready(runner)).cloned().ok_or_else(|| {
+            return self.runners.iter(&owner.org).find(|runner| ready(runner)).ok_or_else(|| {
                 SimError::FailedPrecondition {
                     reason: Reason::NoSuitableRunner,
                     message: format!("organization {:?} has no ready runner", owner.org),
@@ -349,8 +350,8 @@ impl World {
         }
         let mut unavailable = None;
         for runner_id in &spec.runner_ids {
-            if let Ok(runner) = self.runners.get(&owner.org, runner_id) {
-                if ready(&runner) {
+            if let Some(runner) = self.runners.find(&owner.org, runner_id) {
+                if ready(runner) {
                     return Ok(runner);
                 }
                 unavailable = Some(runner_id.clone());

@@ -361,13 +361,6 @@ pub struct User {
     pub default_account: String,
 }
 
-/// The accounting database row of a job: what `sacct` reads. Only base states are stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AccountingRecord {
-    /// The job as last recorded (its `completing` flag is never set here).
-    pub job: Job,
-}
-
 /// Why Slurm refused a submission, in Slurm's words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SubmitError {
@@ -404,8 +397,9 @@ pub struct Slurm {
     pub users: BTreeMap<u32, User>,
     /// Queue: pending, running and completing jobs.
     pub queue: BTreeMap<JobId, Job>,
-    /// Accounting records of every job ever submitted.
-    pub accounting: BTreeMap<JobId, AccountingRecord>,
+    /// Accounting rows of jobs that left the queue; queued jobs are read from the queue, so
+    /// a job is stored once (memory stays flat per live job).
+    finished: BTreeMap<JobId, Job>,
     /// Next job id.
     pub next_job_id: JobId,
     /// Pending jobs in scheduling order: (tier, priority, submit, id).
@@ -528,9 +522,9 @@ impl Slurm {
         self.queue.get(&id)
     }
 
-    /// A job's latest record: the queue entry if queued, else accounting.
+    /// A job's latest state: the queue entry if queued, else its accounting row.
     pub fn job_or_record(&self, id: JobId) -> Option<&Job> {
-        self.queue.get(&id).or_else(|| self.accounting.get(&id).map(|record| &record.job))
+        self.queue.get(&id).or_else(|| self.finished.get(&id))
     }
 
     /// A node by name.
@@ -538,11 +532,28 @@ impl Slurm {
         self.node_index.get(name).map(|&index| &self.nodes[index])
     }
 
-    fn record(&mut self, id: JobId) {
-        if let Some(job) = self.queue.get(&id) {
-            let mut snapshot = job.clone();
-            snapshot.completing = false;
-            self.accounting.insert(id, AccountingRecord { job: snapshot });
+    /// The accounting row of a job, as `sacct` reads it: the base state only, never COMPLETING.
+    pub fn accounting_record(&self, id: JobId) -> Option<Job> {
+        self.job_or_record(id).map(|job| Job { completing: false, ..job.clone() })
+    }
+
+    /// Every accounting row, by job id.
+    pub fn accounting_records(&self) -> Vec<Job> {
+        let mut ids: Vec<JobId> = self.finished.keys().chain(self.queue.keys()).copied().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter().filter_map(|id| self.accounting_record(id)).collect()
+    }
+
+    /// How many jobs were ever submitted and are still on record.
+    pub fn accounted_jobs(&self) -> usize {
+        self.finished.len() + self.queue.len()
+    }
+
+    fn retire(&mut self, id: JobId) {
+        if let Some(mut job) = self.queue.remove(&id) {
+            job.completing = false;
+            self.finished.insert(id, job);
         }
     }
 
@@ -605,7 +616,6 @@ impl Slurm {
         };
         self.pending.insert((Reverse(tier), Reverse(job.priority), now, id));
         self.queue.insert(id, job);
-        self.record(id);
         self.count(JobTransition::Submit);
         Ok(id)
     }
@@ -673,7 +683,6 @@ impl Slurm {
             job.gpu_indices = indices;
             job.waiting_for_preempted.clear();
         }
-        self.record(id);
         self.count(JobTransition::Allocate);
     }
 
@@ -785,7 +794,6 @@ impl Slurm {
             job.end = Some(now);
             job.exit_code = (0, 15);
         }
-        self.record(id);
         self.count(if mode == PreemptMode::Requeue { JobTransition::Requeue } else { JobTransition::Preempt });
     }
 
@@ -798,7 +806,6 @@ impl Slurm {
             job.in_prolog = false;
             job.reason = "None".to_owned();
             job.extra.push_str(": started");
-            self.record(id);
             self.count(JobTransition::StartScript);
         }
     }
@@ -817,14 +824,12 @@ impl Slurm {
         job.exit_code = (0, if was_running { 15 } else { 0 });
         if was_running {
             job.completing = true;
-            self.record(id);
             self.count(JobTransition::Cancel);
         } else {
             job.start = Some(now);
             job.reason = "None".to_owned();
             self.pending.retain(|key| key.3 != id);
-            self.record(id);
-            self.queue.remove(&id);
+            self.retire(id);
             self.count(JobTransition::CancelPending);
         }
         Some(was_running)
@@ -841,7 +846,6 @@ impl Slurm {
         job.exit_code = exit_code;
         job.end = Some(now);
         job.completing = true;
-        self.record(id);
         self.count(if state == JobBaseState::Timeout { JobTransition::Timeout } else { JobTransition::Finish });
     }
 
@@ -869,9 +873,8 @@ impl Slurm {
                 let priority = job.priority;
                 self.pending.insert((Reverse(tier), Reverse(priority), now, id));
             }
-            self.record(id);
         } else {
-            self.queue.remove(&id);
+            self.retire(id);
         }
         self.count(JobTransition::Release);
     }

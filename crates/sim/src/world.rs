@@ -194,7 +194,7 @@ impl World {
             clock,
             ids,
             values: values.clone(),
-            cluster: Cluster { event_capacity: values.sandboxes.event_capacity, ..Cluster::default() },
+            cluster: Cluster::new(values.sandboxes.event_capacity),
             slurm: Slurm::new(values.slurm.first_job_id),
             runners: RunnerRegistry::default(),
             sandboxes: crate::sandbox::Sandboxes::default(),
@@ -419,8 +419,7 @@ impl World {
         let pod_name = format!("{}-scheduler-{}", values.sunk.release, self.ids.name_suffix());
         let existing: Vec<String> = self
             .cluster
-            .pods
-            .values()
+            .pods_iter()
             .filter(|pod| pod.owner == PodOwner::Scheduler)
             .map(|pod| pod.uid.clone())
             .collect();
@@ -550,15 +549,14 @@ impl World {
         if layout_changed {
             let kept_pods: Vec<Pod> = self
                 .cluster
-                .pods
-                .values()
+                .pods_iter()
                 .filter(|pod| !matches!(pod.owner, PodOwner::Slurmd { .. } | PodOwner::Scheduler))
                 .cloned()
                 .collect();
             let events = std::mem::take(&mut self.cluster.events);
             let namespaces = std::mem::take(&mut self.cluster.namespaces);
             let sequence = self.cluster.event_sequence;
-            self.cluster = Cluster { event_capacity: values.sandboxes.event_capacity, ..Cluster::default() };
+            self.cluster = Cluster::new(values.sandboxes.event_capacity);
             self.cluster.events = events;
             self.cluster.namespaces = namespaces;
             self.cluster.event_sequence = sequence;
@@ -578,7 +576,7 @@ impl World {
                 for replica in 0..set.replicas {
                     let slurm_name = format!("slurm-{}-{replica}", set.name);
                     let node_name = format!("node-{}-{replica}", set.name);
-                    let old_uid = self.cluster.pods.get(&(values.sunk.namespace.clone(), slurm_name.clone())).map(|pod| pod.uid.clone());
+                    let old_uid = self.cluster.pod_by_name(&values.sunk.namespace, &slurm_name).map(|pod| pod.uid.clone());
                     let old_annotations = old_uid.as_ref().and_then(|uid| self.cluster.pod(uid)).map(|pod| pod.annotations.clone());
                     if let Some(uid) = old_uid {
                         self.cluster.remove_pod(&uid);
@@ -587,9 +585,9 @@ impl World {
                         self.values = old;
                         return Err(error);
                     }
-                    if let (Some(annotations), Some(key)) =
-                        (old_annotations, Some((values.sunk.namespace.clone(), slurm_name.clone())))
-                        && let Some(pod) = self.cluster.pods.get_mut(&key)
+                    if let Some(annotations) = old_annotations
+                        && let Some(uid) = self.slurmd_pod_uid(&slurm_name)
+                        && let Some(pod) = self.cluster.pod_mut(&uid)
                     {
                         pod.annotations = annotations;
                     }
@@ -601,8 +599,7 @@ impl World {
         // A scheduler with a new name or scope picks up the Pending Pods it now watches.
         let newly_watched: Vec<String> = self
             .cluster
-            .pods
-            .values()
+            .pods_iter()
             .filter(|pod| pod.node_name.is_none() && pod.phase == PodPhase::Pending && pod.deletion_timestamp.is_none())
             .filter(|pod| !self.sunk_rejected.contains(&pod.uid) && !self.placeholder_of_pod.contains_key(&pod.uid))
             .map(|pod| pod.uid.clone())
@@ -695,8 +692,7 @@ impl World {
         if request.containers.is_empty() {
             return Err(SimError::invalid_field("pod.spec.containers", "at least one container is required"));
         }
-        let key = (request.namespace.clone(), request.name.clone());
-        if self.cluster.pods.contains_key(&key) {
+        if self.cluster.pod_by_name(&request.namespace, &request.name).is_some() {
             return Err(SimError::AlreadyExists {
                 reason: Reason::AlreadyExists,
                 message: format!("pods \"{}\" already exists", request.name),
@@ -758,43 +754,41 @@ impl World {
         self.count(Transition::PodCreated);
     }
 
-    fn event(&mut self, pod_uid: &str, event_type: EventType, reason: &str, message: String, source: &str) {
+    fn event(&mut self, pod_uid: &str, event_type: EventType, reason: &str, message: String, source: &'static str) {
         let Some(pod) = self.cluster.pod(pod_uid) else { return };
         let involved =
-            ObjectRef { kind: "Pod".to_owned(), namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() };
+            ObjectRef { kind: "Pod", namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() };
         let namespace = pod.namespace.clone();
         self.cluster.record_event(Event {
             sequence: 0,
             namespace,
-            name: String::new(),
             involved,
             event_type,
             reason: reason.to_owned(),
             message,
-            source: source.to_owned(),
+            source,
             time: self.now,
         });
     }
 
     fn node_event(&mut self, node_name: &str, event_type: EventType, reason: &str, message: String) {
         let Some(node) = self.cluster.nodes.get(node_name) else { return };
-        let involved = ObjectRef { kind: "Node".to_owned(), namespace: String::new(), name: node.name.clone(), uid: node.uid.clone() };
+        let involved = ObjectRef { kind: "Node", namespace: String::new(), name: node.name.clone(), uid: node.uid.clone() };
         self.cluster.record_event(Event {
             sequence: 0,
             namespace: "default".to_owned(),
-            name: String::new(),
             involved,
             event_type,
             reason: reason.to_owned(),
             message,
-            source: "sunk-syncer".to_owned(),
+            source: "sunk-syncer",
             time: self.now,
         });
     }
 
     /// Routes an unscheduled Pod to the scheduler its `schedulerName` names.
     fn schedule_pod(&mut self, uid: &str) {
-        let Some(pod) = self.cluster.pod(uid).cloned() else { return };
+        let Some(pod) = self.cluster.pod(uid) else { return };
         if pod.node_name.is_some() || pod.deletion_timestamp.is_some() || pod.phase != PodPhase::Pending {
             return;
         }
@@ -805,19 +799,16 @@ impl World {
         if self.placeholder_of_pod.contains_key(uid) || self.sunk_rejected.contains(uid) {
             return;
         }
-        if sunk::handles(&self.values, &pod).is_err() {
+        if sunk::handles(&self.values, pod).is_err() {
             // Nobody places this Pod: it stays Pending without a word, as in Kubernetes.
             self.count(Transition::PodIgnored);
             return;
         }
-        let gpu_type = pod
-            .containers
-            .iter()
-            .any(|container| container.requests.gpu.unwrap_or(0) > 0)
-            .then(|| self.slurm.nodes.iter().find_map(|node| node.gres_type.clone()))
-            .flatten();
+        let wants_gpus = pod.containers.iter().any(|container| container.requests.gpu.unwrap_or(0) > 0);
+        let gpu_type = wants_gpus.then(|| self.slurm.nodes.iter().find_map(|node| node.gres_type.clone())).flatten();
+        let owner = pod.owner.clone();
         let reason = self.values.scheduler.validation_event_reason.clone();
-        let request = match sunk::validate(&self.values, &pod, gpu_type.as_deref()) {
+        let request = match sunk::validate(&self.values, pod, gpu_type.as_deref()) {
             Ok(request) => request,
             Err(message) => {
                 self.sunk_rejected.insert(uid.to_owned());
@@ -831,7 +822,7 @@ impl World {
             Ok(job) => {
                 self.placeholder_of_pod.insert(uid.to_owned(), job);
                 self.pod_of_placeholder.insert(job, uid.to_owned());
-                if let PodOwner::Sandbox(id) = &pod.owner {
+                if let PodOwner::Sandbox(id) = &owner {
                     self.sandbox_job_submitted(id, job);
                 }
                 self.slurm_dirty = true;
@@ -921,20 +912,27 @@ impl World {
 
     /// Binds a Pod and runs kubelet admission: it either starts or is rejected for good.
     fn bind_and_admit(&mut self, uid: &str, node_name: &str) {
-        let Some(pod) = self.cluster.pod(uid).cloned() else { return };
-        let Some(node) = self.cluster.nodes.get(node_name).cloned() else { return };
-        if let Some(pod) = self.cluster.pod_mut(uid) {
-            pod.scheduled_condition = Some((true, String::new(), String::new()));
-        }
-        self.event(uid, EventType::Normal, "Scheduled", format!("Successfully assigned {}/{} to {node_name}", pod.namespace, pod.name), if pod.scheduler_name == "default-scheduler" { "default-scheduler" } else { "sunk-scheduler" });
-        self.count(Transition::PodBound);
+        let (Some(pod), Some(node)) = (self.cluster.pod(uid), self.cluster.nodes.get(node_name)) else { return };
         let need = pod.requested();
         let checks = [
             ("cpu", need.cpu_millis, node.requested.cpu_millis, node.allocatable.cpu_millis),
             ("memory", need.memory_bytes, node.requested.memory_bytes, node.allocatable.memory_bytes),
             ("nvidia.com/gpu", need.gpus, node.requested.gpus, node.allocatable.gpus),
         ];
-        let rejection = if !node_matches(&pod, &node) {
+        let affinity_ok = node_matches(pod, node);
+        let source = if pod.scheduler_name == "default-scheduler" { "default-scheduler" } else { "sunk-scheduler" };
+        let assigned = format!("Successfully assigned {}/{} to {node_name}", pod.namespace, pod.name);
+        let sandbox_id = match &pod.owner {
+            PodOwner::Sandbox(id) => Some(id.clone()),
+            _ => None,
+        };
+        let (namespace, pod_name) = (pod.namespace.clone(), pod.name.clone());
+        if let Some(pod) = self.cluster.pod_mut(uid) {
+            pod.scheduled_condition = Some((true, String::new(), String::new()));
+        }
+        self.event(uid, EventType::Normal, "Scheduled", assigned, source);
+        self.count(Transition::PodBound);
+        let rejection = if !affinity_ok {
             Some(("NodeAffinity".to_owned(), "Pod was rejected: Predicate NodeAffinity failed".to_owned()))
         } else {
             checks.iter().find(|(_, requested, used, capacity)| *requested > 0 && used + requested > *capacity).map(
@@ -952,11 +950,11 @@ impl World {
             Some((reason, message)) => {
                 // A rejected Pod still shows its node, but never counted against it.
                 if let Some(pod) = self.cluster.pod_mut(uid) {
-                    pod.node_name = Some(node_name.to_owned());
                     pod.phase = PodPhase::Failed;
                     pod.reason = Some(reason.clone());
                     pod.message = Some(message.clone());
                 }
+                self.cluster.bind(uid, node_name);
                 self.event(uid, EventType::Warning, &reason, message, "kubelet");
                 self.count(Transition::PodRejectedByKubelet);
                 self.on_pod_terminal(uid);
@@ -973,22 +971,13 @@ impl World {
                 }
                 self.event(uid, EventType::Normal, "Started", "Started container main".to_owned(), "kubelet");
                 self.count(Transition::PodStarted);
-                let sandbox_id = match &pod.owner {
-                    PodOwner::Sandbox(id) => Some(id.clone()),
-                    _ => None,
-                };
-                self.effects.push(Effect::StartPod {
-                    pod_uid: uid.to_owned(),
-                    namespace: pod.namespace.clone(),
-                    pod_name: pod.name.clone(),
-                    sandbox_id,
-                });
+                self.effects.push(Effect::StartPod { pod_uid: uid.to_owned(), namespace, pod_name, sandbox_id });
             }
         }
     }
 
     fn slurmd_pod_uid(&self, slurm_node: &str) -> Option<String> {
-        self.cluster.pods.get(&(self.values.sunk.namespace.clone(), slurm_node.to_owned())).map(|pod| pod.uid.clone())
+        self.cluster.pod_by_name(&self.values.sunk.namespace, slurm_node).map(|pod| pod.uid.clone())
     }
 
     fn set_lock_annotation(&mut self, slurm_node: &str, value: &str) {
@@ -1001,11 +990,12 @@ impl World {
 
     /// Slurm allocated a node: the prolog locks it, then the script starts.
     fn on_allocated(&mut self, job: JobId) {
-        let Some(allocated) = self.slurm.job(job).cloned() else { return };
+        let Some(allocated) = self.slurm.job(job) else { return };
+        let (kind, time_limit) = (allocated.kind.clone(), allocated.time_limit_seconds);
         let Some(slurm_node) = allocated.node.clone() else { return };
         let k8s_node = self.slurm.node(&slurm_node).map(|node| node.k8s_node.clone()).unwrap_or_default();
         self.lock_node(&slurm_node, &k8s_node);
-        match &allocated.kind {
+        match &kind {
             JobKind::Placeholder { .. } => {
                 let prolog = Duration::from_secs(u64::from(self.values.scheduler.prolog_seconds));
                 self.schedule_timer(self.now + prolog, Timer::PrologDone(job));
@@ -1018,7 +1008,7 @@ impl World {
                 }
             }
         }
-        if let Some(limit) = allocated.time_limit_seconds {
+        if let Some(limit) = time_limit {
             self.schedule_timer(self.now + Duration::from_secs(u64::from(limit)), Timer::TimeLimit(job));
         }
     }
@@ -1036,9 +1026,8 @@ impl World {
         let lock = Taint { key: LOCK_KEY.to_owned(), value: "true".to_owned(), effect: "NoExecute".to_owned() };
         let evicted: Vec<String> = self
             .cluster
-            .pods
-            .values()
-            .filter(|pod| pod.node_name.as_deref() == Some(k8s_node) && pod.deletion_timestamp.is_none())
+            .pods_on(k8s_node)
+            .filter(|pod| pod.deletion_timestamp.is_none())
             .filter(|pod| pod.scheduler_name != sunk_name && !pod.tolerates(&lock))
             .map(|pod| pod.uid.clone())
             .collect();
@@ -1121,12 +1110,12 @@ impl World {
     }
 
     fn on_prolog_done(&mut self, job: JobId) {
-        let Some(running) = self.slurm.job(job).cloned() else { return };
+        let Some(running) = self.slurm.job(job) else { return };
         if running.state != JobBaseState::Running || running.completing {
             return;
         }
-        self.slurm.start_script(job);
         let Some(slurm_node) = running.node.clone() else { return };
+        self.slurm.start_script(job);
         self.set_lock_annotation(&slurm_node, "locked_strict");
         let Some(pod_uid) = self.pod_of_placeholder.get(&job).cloned() else { return };
         let k8s_node = self.slurm.node(&slurm_node).map(|node| node.k8s_node.clone()).unwrap_or_default();
@@ -1145,11 +1134,11 @@ impl World {
     /// A job ended on the Slurm side (cancel, preemption, time limit, batch end): a placeholder's
     /// script asks for its Pod to be deleted and waits; KillWait bounds that wait.
     pub(crate) fn on_job_ended(&mut self, job: JobId) {
-        let Some(ended) = self.slurm.job(job).cloned() else { return };
-        match ended.kind {
+        let Some(ended) = self.slurm.job(job) else { return };
+        match ended.kind.clone() {
             JobKind::Batch { .. } => self.schedule_epilog(job),
-            JobKind::Placeholder { ref pod_uid } => {
-                let pod_alive = self.cluster.pod(pod_uid).is_some();
+            JobKind::Placeholder { pod_uid } => {
+                let pod_alive = self.cluster.pod(&pod_uid).is_some();
                 if !pod_alive {
                     self.schedule_epilog(job);
                     return;
@@ -1158,7 +1147,6 @@ impl World {
                 let margin = u64::from(self.values.scheduler.drain_margin_seconds).min(kill_wait);
                 self.schedule_timer(self.now + Duration::from_secs(kill_wait - margin), Timer::DrainBeforeKillWait(job));
                 self.schedule_timer(self.now + Duration::from_secs(kill_wait), Timer::KillWait(job));
-                let pod_uid = pod_uid.clone();
                 self.begin_pod_deletion(&pod_uid, None);
             }
         }
@@ -1167,8 +1155,10 @@ impl World {
     /// Starts deleting a Pod: Terminating with its grace period, then removal. An unbound or
     /// finished Pod goes at once.
     pub fn begin_pod_deletion(&mut self, uid: &str, grace_seconds: Option<i64>) {
-        let Some(pod) = self.cluster.pod(uid).cloned() else { return };
-        if pod.deletion_timestamp.is_some() {
+        let Some(pod) = self.cluster.pod(uid) else { return };
+        let (already_deleting, own_grace, running) =
+            (pod.deletion_timestamp.is_some(), pod.termination_grace_period_seconds, pod.phase == PodPhase::Running);
+        if already_deleting {
             // A shorter grace on a second delete shortens the wait, as in Kubernetes.
             if let Some(grace) = grace_seconds {
                 let deadline = self.now + Duration::from_secs(grace.max(0) as u64);
@@ -1176,8 +1166,7 @@ impl World {
             }
             return;
         }
-        let grace = grace_seconds.unwrap_or(pod.termination_grace_period_seconds).max(0);
-        let running = pod.phase == PodPhase::Running;
+        let grace = grace_seconds.unwrap_or(own_grace).max(0);
         if !running || grace == 0 {
             if let Some(pod) = self.cluster.pod_mut(uid) {
                 pod.deletion_timestamp = Some(self.now);
@@ -1202,7 +1191,7 @@ impl World {
     /// The Pod got a deletion timestamp: SUNK cancels its placeholder (two-way sync).
     fn on_pod_deleting(&mut self, uid: &str) {
         let Some(&job) = self.placeholder_of_pod.get(uid) else { return };
-        let Some(queued) = self.slurm.job(job).cloned() else { return };
+        let Some(queued) = self.slurm.job(job) else { return };
         if queued.completing {
             return;
         }
@@ -1334,7 +1323,6 @@ impl World {
             self.pod_of_placeholder.remove(&job);
             self.placeholder_of_pod.remove(pod_uid);
             if queued.state == JobBaseState::Pending && self.values.scheduler.delete_pod_when_pending_job_cancelled {
-                let pod_uid = pod_uid.clone();
                 self.begin_pod_deletion(&pod_uid, None);
             } else {
                 // Never placed and never retried.
@@ -1360,8 +1348,7 @@ impl World {
         self.settle();
         let uid = self
             .cluster
-            .pods
-            .get(&(namespace.to_owned(), name.to_owned()))
+            .pod_by_name(namespace, name)
             .map(|pod| pod.uid.clone())
             .ok_or_else(|| SimError::NotFound { reason: Reason::InvalidRequest, message: format!("pods \"{name}\" not found") })?;
         if let Some(PodOwner::Sandbox(id)) = self.cluster.pod(&uid).map(|pod| pod.owner.clone()) {
@@ -1386,8 +1373,8 @@ impl World {
     /// The placeholder job of a Pod, if it has one.
     pub fn placeholder_job(&self, pod_uid: &str) -> Option<JobId> {
         self.placeholder_of_pod.get(pod_uid).copied().or_else(|| {
-            self.slurm.accounting.values().rev().find_map(|record| match &record.job.kind {
-                JobKind::Placeholder { pod_uid: owner } if owner == pod_uid => Some(record.job.id),
+            self.slurm.accounting_records().into_iter().rev().find_map(|job| match &job.kind {
+                JobKind::Placeholder { pod_uid: owner } if owner == pod_uid => Some(job.id),
                 _ => None,
             })
         })

@@ -33,7 +33,7 @@ fn the_guide_on_a_fresh_cluster() {
     assert_eq!(unrouted.job_id, None, "sacct shows nothing");
 
     // Step 1.1 and 1.2: the scheduler runs and its name is in the ConfigMap.
-    let scheduler = h.world.cluster.pods.values().find(|pod| pod.labels.get("app.kubernetes.io/name").map(String::as_str) == Some("sunk-scheduler"));
+    let scheduler = h.world.cluster.pods_iter().find(|pod| pod.labels.get("app.kubernetes.io/name").map(String::as_str) == Some("sunk-scheduler"));
     assert_eq!(scheduler.map(|pod| pod.namespace.as_str()), Some("tenant-slurm"));
     let conf = h.world.cluster.config_maps.values().find_map(|map| map.data.get("scheduler.conf")).unwrap();
     assert!(conf.contains("name: slurm-scheduler"));
@@ -67,7 +67,7 @@ fn the_guide_on_a_fresh_cluster() {
     let mut values = h.world.values().clone();
     values.slurm_config.kill_wait = 60;
     h.world.apply_values(values).unwrap();
-    let scheduler = h.world.cluster.pods.values().find(|pod| pod.labels.get("app.kubernetes.io/name").map(String::as_str) == Some("sunk-scheduler")).unwrap();
+    let scheduler = h.world.cluster.pods_iter().find(|pod| pod.labels.get("app.kubernetes.io/name").map(String::as_str) == Some("sunk-scheduler")).unwrap();
     assert!(scheduler.containers[0].args.contains(&"--slurm-kill-wait=60s".to_owned()));
 
     // Failure of step 1.6: slurmd's requests leave no room, so kubelet refuses the bound Pod.

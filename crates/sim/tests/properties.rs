@@ -68,7 +68,7 @@ fn check_invariants(h: &Harness, known_records: &mut BTreeSet<u32>, step: usize)
     // for everything kubelet admitted.
     for node in world.cluster.nodes.values() {
         let mut sum = ResourceTotals::default();
-        for pod in world.cluster.pods.values().filter(|pod| pod.node_name.as_deref() == Some(&node.name) && pod.holds_resources()) {
+        for pod in world.cluster.pods_on(&node.name).filter(|pod| pod.holds_resources()) {
             sum.add(pod.requested());
         }
         assert_eq!(node.requested, sum, "step {step}: {} bookkeeping", node.name);
@@ -86,7 +86,7 @@ fn check_invariants(h: &Harness, known_records: &mut BTreeSet<u32>, step: usize)
             assert!(pod.is_some_and(|pod| !pod.phase.is_terminal()), "step {step}: job {} runs without its Pod", job.id);
         }
     }
-    for pod in world.cluster.pods.values() {
+    for pod in world.cluster.pods_iter() {
         if matches!(pod.owner, PodOwner::Sandbox(_)) && pod.phase == PodPhase::Running && pod.deletion_timestamp.is_none() {
             let job = world.placeholder_job(&pod.uid).and_then(|id| world.slurm.job(id));
             assert!(
@@ -97,14 +97,14 @@ fn check_invariants(h: &Harness, known_records: &mut BTreeSet<u32>, step: usize)
         }
     }
     // Accounting only grows, and covers every submission.
-    let now: BTreeSet<u32> = world.slurm.accounting.keys().copied().collect();
+    let now: BTreeSet<u32> = world.slurm.accounting_records().iter().map(|job| job.id).collect();
     assert!(known_records.is_subset(&now), "step {step}: accounting lost records");
     assert_eq!(now.len() as u64, world.transitions.get("placeholder_submitted").copied().unwrap_or(0) + batch_count(world), "step {step}");
     *known_records = now;
 }
 
 fn batch_count(world: &cwsandbox_sim::world::World) -> u64 {
-    world.slurm.accounting.values().filter(|record| matches!(record.job.kind, JobKind::Batch { .. })).count() as u64
+    world.slurm.accounting_records().iter().filter(|job| matches!(job.kind, JobKind::Batch { .. })).count() as u64
 }
 
 #[test]

@@ -87,7 +87,7 @@ fn unknown_runner_and_serverless_mode_are_refused_and_nothing_is_created() {
     let error = h.world.create_sandbox(&alice(), SandboxSpec::default(), "", "").unwrap_err();
     assert_eq!(error.violations()[0].field, "sandbox.spec.containers");
     assert!(h.world.list_sandboxes("default-org", &SandboxFilter { show_terminated: true, ..Default::default() }, 0, "").unwrap().0.is_empty());
-    assert_eq!(h.world.slurm.accounting.len(), 0);
+    assert_eq!(h.world.slurm.accounted_jobs(), 0);
 }
 
 #[test]
@@ -103,7 +103,7 @@ fn delete_goes_terminating_then_completed_and_stays_readable_until_retention() {
     let done = h.world.get_sandbox("default-org", &sandbox.id).unwrap();
     assert_eq!(done.state, SandboxState::Completed);
     assert!(done.ended.is_some());
-    let job = h.world.slurm.accounting[&done.job_id.unwrap()].job.clone();
+    let job = h.world.slurm.accounting_record(done.job_id.unwrap()).unwrap();
     assert_eq!(job.state.as_str(), "CANCELLED");
     assert!(h.world.list_sandboxes("default-org", &SandboxFilter::default(), 0, "").unwrap().0.is_empty(), "hidden by default");
     let shown = h.world.list_sandboxes("default-org", &SandboxFilter { show_terminated: true, ..Default::default() }, 0, "").unwrap().0;
@@ -241,7 +241,7 @@ fn same_seed_same_world() {
         let mut h = ready();
         let ids: Vec<String> = (0..3).map(|_| h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap().id).collect();
         h.advance(1);
-        (ids, h.world.slurm.accounting.keys().copied().collect::<Vec<_>>())
+        (ids, h.world.slurm.accounting_records().iter().map(|job| job.id).collect::<Vec<_>>())
     };
     assert_eq!(run(), run());
 }

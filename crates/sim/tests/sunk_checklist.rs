@@ -563,7 +563,7 @@ fn item_29_completing_is_never_in_accounting() {
     assert!(h.queued(job_id).unwrap().completing);
     assert!(!h.record(job_id).completing);
     assert_eq!(h.record(job_id).state, JobBaseState::Cancelled);
-    assert!(h.world.slurm.accounting.values().all(|record| !record.job.completing));
+    assert!(h.world.slurm.accounting_records().iter().all(|job| !job.completing));
 }
 
 #[test]
@@ -573,8 +573,7 @@ fn item_43_scheduler_pod_and_configmap_carry_name_and_killwait() {
         let scheduler = h
             .world
             .cluster
-            .pods
-            .values()
+            .pods_iter()
             .find(|pod| pod.labels.get("app.kubernetes.io/name").map(String::as_str) == Some("sunk-scheduler"))
             .expect("scheduler pod");
         assert_eq!(scheduler.namespace, "tenant-slurm");

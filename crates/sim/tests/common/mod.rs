@@ -125,7 +125,7 @@ impl Harness {
     }
 
     pub fn record(&self, id: u32) -> Job {
-        self.world.slurm.accounting.get(&id).map(|record| record.job.clone()).expect("accounting record")
+        self.world.slurm.accounting_record(id).expect("accounting record")
     }
 
     pub fn events_for(&self, uid: &str) -> Vec<Event> {
@@ -137,7 +137,7 @@ impl Harness {
     }
 
     pub fn slurmd_lock(&self, slurm_node: &str) -> String {
-        let pod = self.world.cluster.pods.get(&("tenant-slurm".to_owned(), slurm_node.to_owned())).expect("slurmd pod");
+        let pod = self.world.cluster.pod_by_name("tenant-slurm", slurm_node).expect("slurmd pod");
         pod.annotations.get("sunk.coreweave.com/lock").cloned().unwrap_or_default()
     }
 
@@ -146,7 +146,7 @@ impl Harness {
     }
 
     pub fn total_jobs(&self) -> usize {
-        self.world.slurm.accounting.len()
+        self.world.slurm.accounted_jobs()
     }
 }
 
