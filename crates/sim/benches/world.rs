@@ -39,9 +39,13 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 const NODES: u32 = 10_000;
-const LIFECYCLES: usize = 100_000;
 const BATCH: usize = 1_000;
 const LIVE: usize = 20_000;
+
+/// `BENCH_lifecycles` shrinks the run for profiling; the recorded figures use the default.
+fn lifecycles() -> usize {
+    std::env::var("BENCH_lifecycles").ok().and_then(|text| text.parse().ok()).unwrap_or(100_000)
+}
 
 fn world() -> (World, ManualClock) {
     let mut values = Values::scenario(Scenario::Ready);
@@ -85,10 +89,11 @@ fn main() {
     let mut tearing_down = Duration::ZERO;
     let mut placed = 0usize;
     let mut batch = Vec::with_capacity(BATCH);
-    for _ in 0..LIFECYCLES / BATCH {
+    let lifecycles = lifecycles();
+    for _ in 0..lifecycles / BATCH {
         let start = Instant::now();
         for _ in 0..BATCH {
-            batch.push(world.create_sandbox(&owner, spec(), "", "").expect("create").id);
+            batch.push(world.create_sandbox(&owner, spec(), "", "").expect("create").id.clone());
         }
         clock.advance(Duration::from_secs(1));
         world.tick();
@@ -105,17 +110,17 @@ fn main() {
         world.take_effects();
         tearing_down += start.elapsed();
     }
-    assert_eq!(placed, LIFECYCLES, "every sandbox ran");
+    assert_eq!(placed, lifecycles, "every sandbox ran");
     let allocations = ALLOCATIONS.load(Ordering::Relaxed) - allocations_before;
-    println!("allocations: {} per life cycle", allocations / LIFECYCLES as isize);
+    println!("allocations: {} per life cycle", allocations / lifecycles as isize);
     println!(
-        "placements: {LIFECYCLES} in {placing:.2?} = {:.0} placements/s (create through Running)",
-        LIFECYCLES as f64 / placing.as_secs_f64()
+        "placements: {lifecycles} in {placing:.2?} = {:.0} placements/s (create through Running)",
+        lifecycles as f64 / placing.as_secs_f64()
     );
     println!(
-        "life cycles: {LIFECYCLES} in {:.2?} = {:.0}/s (placement + read + delete + release)",
+        "life cycles: {lifecycles} in {:.2?} = {:.0}/s (placement + read + delete + release)",
         placing + tearing_down,
-        LIFECYCLES as f64 / (placing + tearing_down).as_secs_f64()
+        lifecycles as f64 / (placing + tearing_down).as_secs_f64()
     );
 
     // Memory: bytes held per live (running) sandbox, with its Pod, job, record and events.
@@ -123,7 +128,7 @@ fn main() {
     let before = LIVE_BYTES.load(Ordering::Relaxed);
     let mut ids = Vec::with_capacity(LIVE);
     for _ in 0..LIVE {
-        ids.push(world.create_sandbox(&owner, spec(), "", "").expect("create").id);
+        ids.push(world.create_sandbox(&owner, spec(), "", "").expect("create").id.clone());
     }
     clock.advance(Duration::from_secs(1));
     world.tick();

@@ -106,24 +106,49 @@ impl SandboxTransition {
     }
 }
 
+/// What never changes about a sandbox once created; shared by every view of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxInfo {
+    /// Id.
+    pub id: String,
+    /// Owner.
+    pub owner: Owner,
+    /// Display name.
+    pub display_name: String,
+    /// The spec as created.
+    pub spec: SandboxSpec,
+    /// The resolved spec (effective values).
+    pub resolved: ResolvedSpec,
+    /// Runner.
+    pub runner_id: String,
+    /// Runner group.
+    pub runner_group_id: String,
+    /// Namespace of its Pod.
+    pub namespace: String,
+    /// Its Pod's name.
+    pub pod_name: String,
+    /// Its Pod's uid.
+    pub pod_uid: String,
+    /// Creation time.
+    pub created: SimTime,
+    /// The request id it was created with (empty: none).
+    pub request_id: String,
+}
+
 /// A stored sandbox.
 #[derive(Debug, Clone)]
 pub(crate) struct Sandbox {
-    id: String,
-    owner: Owner,
-    display_name: String,
-    spec: Arc<SandboxSpec>,
-    resolved: Arc<ResolvedSpec>,
-    runner_id: String,
-    runner_group_id: String,
-    namespace: String,
-    pod_name: String,
-    pod_uid: String,
-    request_id: String,
+    info: Arc<SandboxInfo>,
     job_id: Option<JobId>,
-    created: SimTime,
     started: Option<SimTime>,
     life: Life,
+}
+
+impl std::ops::Deref for Sandbox {
+    type Target = SandboxInfo;
+    fn deref(&self) -> &SandboxInfo {
+        &self.info
+    }
 }
 
 /// All sandboxes.
@@ -133,45 +158,33 @@ pub(crate) struct Sandboxes {
     by_request: HashMap<(String, String), (Vec<u8>, String)>,
 }
 
-/// What a reader sees of a sandbox.
+/// What a reader sees of a sandbox: the shared, unchanging [`SandboxInfo`] (reachable
+/// directly, `view.id`, through `Deref`) and the state at the time of reading.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SandboxView {
-    /// Id.
-    pub id: String,
-    /// Owner.
-    pub owner: Owner,
-    /// Display name.
-    pub display_name: String,
-    /// The spec as created (shared: reading a sandbox copies no spec).
-    pub spec: Arc<SandboxSpec>,
-    /// The resolved spec (effective values).
-    pub resolved: Arc<ResolvedSpec>,
-    /// Runner.
-    pub runner_id: String,
-    /// Runner group.
-    pub runner_group_id: String,
+    /// The unchanging part, shared (reading a sandbox copies none of it).
+    pub info: Arc<SandboxInfo>,
     /// State.
     pub state: SandboxState,
     /// Why (for PENDING and terminal states).
     pub state_reason: String,
     /// Exit code of the main process, when it exited by itself.
     pub exit_code: Option<i32>,
-    /// Creation time.
-    pub created: SimTime,
     /// When it started running.
     pub started: Option<SimTime>,
     /// When it ended.
     pub ended: Option<SimTime>,
-    /// Namespace of its Pod.
-    pub namespace: String,
-    /// Its Pod's name.
-    pub pod_name: String,
-    /// Its Pod's uid.
-    pub pod_uid: String,
     /// Its placeholder job, if SUNK placed it.
     pub job_id: Option<JobId>,
     /// The Node it runs on.
     pub node_name: Option<String>,
+}
+
+impl std::ops::Deref for SandboxView {
+    type Target = SandboxInfo;
+    fn deref(&self) -> &SandboxInfo {
+        &self.info
+    }
 }
 
 /// Filters of a sandbox listing.
@@ -292,19 +305,21 @@ impl World {
         self.sandboxes.by_id.insert(
             id.clone(),
             Sandbox {
-                id: id.clone(),
-                owner: owner.clone(),
-                display_name: display_name.to_owned(),
-                spec: Arc::new(spec),
-                resolved: Arc::new(resolved),
-                runner_id,
-                runner_group_id,
-                namespace,
-                pod_name,
-                pod_uid,
-                request_id: request_id.to_owned(),
+                info: Arc::new(SandboxInfo {
+                    id: id.clone(),
+                    owner: owner.clone(),
+                    display_name: display_name.to_owned(),
+                    spec,
+                    resolved,
+                    runner_id,
+                    runner_group_id,
+                    namespace,
+                    pod_name,
+                    pod_uid,
+                    created: now,
+                    request_id: request_id.to_owned(),
+                }),
                 job_id: None,
-                created: now,
                 started: None,
                 life: Life::Live,
             },
@@ -590,22 +605,12 @@ impl World {
             },
         };
         SandboxView {
-            id: sandbox.id.clone(),
-            owner: sandbox.owner.clone(),
-            display_name: sandbox.display_name.clone(),
-            spec: sandbox.spec.clone(),
-            resolved: sandbox.resolved.clone(),
-            runner_id: sandbox.runner_id.clone(),
-            runner_group_id: sandbox.runner_group_id.clone(),
+            info: Arc::clone(&sandbox.info),
             state,
             state_reason,
             exit_code,
-            created: sandbox.created,
             started,
             ended,
-            namespace: sandbox.namespace.clone(),
-            pod_name: sandbox.pod_name.clone(),
-            pod_uid: sandbox.pod_uid.clone(),
             job_id,
             node_name: pod.and_then(|pod| pod.node_name.clone()),
         }

@@ -18,7 +18,7 @@ fn run_sandbox(h: &mut Harness) -> SandboxView {
         ..SandboxSpec::default()
     };
     let owner = Owner { org: "default-org".to_owned(), user: "alice".to_owned() };
-    let id = h.world.create_sandbox(&owner, spec, "", "").unwrap().id;
+    let id = h.world.create_sandbox(&owner, spec, "", "").unwrap().id.clone();
     h.advance(2);
     h.world.get_sandbox("default-org", &id).unwrap()
 }

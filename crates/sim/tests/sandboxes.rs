@@ -201,7 +201,7 @@ fn listing_pages_with_opaque_tokens_and_filters() {
     for index in 0..7 {
         let mut spec = client_spec();
         spec.tags = vec![if index % 2 == 0 { "even" } else { "odd" }.to_owned()];
-        ids.push(h.world.create_sandbox(&alice(), spec, "", "").unwrap().id);
+        ids.push(h.world.create_sandbox(&alice(), spec, "", "").unwrap().id.clone());
         h.advance_millis(10);
     }
     let mut seen = Vec::new();
@@ -209,7 +209,7 @@ fn listing_pages_with_opaque_tokens_and_filters() {
     loop {
         let (page, next) = h.world.list_sandboxes("default-org", &SandboxFilter::default(), 3, &token).unwrap();
         assert!(page.len() <= 3);
-        seen.extend(page.into_iter().map(|view| view.id));
+        seen.extend(page.into_iter().map(|view| view.id.clone()));
         if next.is_empty() {
             break;
         }
@@ -239,7 +239,7 @@ fn fresh_scenario_rejects_the_default_grace_and_says_why() {
 fn same_seed_same_world() {
     let run = || {
         let mut h = ready();
-        let ids: Vec<String> = (0..3).map(|_| h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap().id).collect();
+        let ids: Vec<String> = (0..3).map(|_| h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap().id.clone()).collect();
         h.advance(1);
         (ids, h.world.slurm.accounting_records().iter().map(|job| job.id).collect::<Vec<_>>())
     };
