@@ -11,7 +11,7 @@ use prost::Message;
 
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::k8s::{ContainerState, Pod, PodContainer, PodOwner, PodPhase};
-use crate::policy::{self, RuntimeDefaults};
+use crate::policy::{self, PreparedPolicy, RuntimeDefaults};
 use crate::quantity::Quantity;
 use crate::resolved::ResolvedSpec;
 use crate::slurm::{JobBaseState, JobId};
@@ -156,6 +156,8 @@ impl std::ops::Deref for Sandbox {
 pub(crate) struct Sandboxes {
     by_id: BTreeMap<String, Sandbox>,
     by_request: HashMap<(String, String), (Vec<u8>, String)>,
+    /// Prepared policies by organization and runner, with the etag they were prepared at.
+    policies: HashMap<String, HashMap<String, (String, Arc<PreparedPolicy>)>>,
 }
 
 /// What a reader sees of a sandbox: the shared, unchanging [`SandboxInfo`] (reachable
@@ -243,7 +245,8 @@ impl World {
         let runner = self.choose_runner(owner, &spec)?;
         let runner_id = runner.identity.as_ref().map(|identity| identity.runner_id.clone()).unwrap_or_default();
         let runner_group_id = runner.identity.as_ref().map(|identity| identity.runner_group_id.clone()).unwrap_or_default();
-        let resolved = policy::resolve(&defaults, runner.policy.as_ref(), &spec)?;
+        let prepared = self.prepared_policy(&owner.org, &runner_id);
+        let resolved = policy::resolve_prepared(&defaults, &prepared, &spec)?;
         if resolved.max_lifetime_seconds <= 0 || resolved.max_lifetime_seconds > MAX_LIFETIME_SECONDS {
             return Err(SimError::invalid_field(
                 "sandbox.spec.maxLifetimeSeconds",
@@ -332,6 +335,26 @@ impl World {
         self.schedule_timer(now + lifetime, crate::world::Timer::SandboxLifetime(id.clone()));
         self.settle();
         self.get_sandbox(&owner.org, &id)
+    }
+
+    /// The runner's policy, validated and parsed once per policy revision (its etag).
+    fn prepared_policy(&mut self, org: &str, runner_id: &str) -> Arc<PreparedPolicy> {
+        let Some(runner) = self.runners.find(org, runner_id) else {
+            return Arc::new(PreparedPolicy::new(None));
+        };
+        if let Some((etag, prepared)) = self.sandboxes.policies.get(org).and_then(|runners| runners.get(runner_id))
+            && *etag == runner.etag
+        {
+            return Arc::clone(prepared);
+        }
+        let prepared = Arc::new(PreparedPolicy::new(runner.policy.as_ref()));
+        let etag = runner.etag.clone();
+        self.sandboxes
+            .policies
+            .entry(org.to_owned())
+            .or_default()
+            .insert(runner_id.to_owned(), (etag, Arc::clone(&prepared)));
+        prepared
     }
 
     fn runtime_defaults(&self) -> SimResult<RuntimeDefaults> {

@@ -494,7 +494,14 @@ impl Slurm {
         }
         let key = (node.free_cpus(), index);
         for partition in &node.partitions {
-            self.free_index.entry(partition.clone()).or_default().insert(key);
+            match self.free_index.get_mut(partition) {
+                Some(set) => {
+                    set.insert(key);
+                }
+                None => {
+                    self.free_index.insert(partition.clone(), BTreeSet::from([key]));
+                }
+            }
         }
     }
 

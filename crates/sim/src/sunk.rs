@@ -66,7 +66,13 @@ pub fn validate(values: &Values, pod: &Pod, gpu_type_of_any_node: Option<&str>) 
         }
         gpus += container.requests.gpu.unwrap_or(0);
     }
-    let annotation = |key: &str| pod.annotations.get(&format!("{ANNOTATION_PREFIX}{key}")).map(String::as_str);
+    // One pass over the Pod's annotations; lookups then need no formatted keys.
+    let sunk_annotations: Vec<(&str, &str)> = pod
+        .annotations
+        .iter()
+        .filter_map(|(key, value)| key.strip_prefix(ANNOTATION_PREFIX).map(|short| (short, value.as_str())))
+        .collect();
+    let annotation = |key: &str| sunk_annotations.iter().find(|(short, _)| *short == key).map(|(_, value)| *value);
     let number = |key: &str| -> Result<Option<u32>, String> {
         annotation(key)
             .map(|text| {

@@ -18,7 +18,7 @@ mod resolve;
 mod validate;
 
 pub use base::{BASE_SCHEMA, BaseSchema, KeyRules, MANAGED_BY_PLATFORM, NOT_ALLOWED_IN_BASE};
-pub use resolve::{RuntimeDefaults, resolve};
+pub use resolve::{PreparedPolicy, RuntimeDefaults, resolve, resolve_prepared};
 pub use validate::validate_policy;
 
 use crate::quantity::{Quantity, format_bytes};

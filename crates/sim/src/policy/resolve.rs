@@ -111,11 +111,37 @@ pub fn resolve(
     policy: Option<&Policy>,
     spec: &SandboxSpec,
 ) -> Result<ResolvedSpec, SimError> {
-    let empty_policy = Policy::default();
-    let policy = policy.unwrap_or(&empty_policy);
-    let policy_problems = validate_policy(policy);
-    if !policy_problems.is_empty() {
-        let listed = policy_problems
+    resolve_prepared(defaults, &PreparedPolicy::new(policy), spec)
+}
+
+/// A policy validated and with its `base` parsed once, for resolving many sandboxes against the
+/// same policy revision without redoing that work each time.
+#[derive(Debug, Clone)]
+pub struct PreparedPolicy {
+    policy: Policy,
+    base: BaseTemplate,
+    problems: Vec<FieldViolation>,
+}
+
+impl PreparedPolicy {
+    /// Validates and parses a policy (`None` is the empty, permissive policy).
+    pub fn new(policy: Option<&Policy>) -> PreparedPolicy {
+        let policy = policy.cloned().unwrap_or_default();
+        let problems = validate_policy(&policy);
+        let (base, _) = parse_base(policy.base.as_ref());
+        PreparedPolicy { policy, base, problems }
+    }
+}
+
+/// [`resolve`] against a policy prepared beforehand.
+pub fn resolve_prepared(
+    defaults: &RuntimeDefaults,
+    prepared: &PreparedPolicy,
+    spec: &SandboxSpec,
+) -> Result<ResolvedSpec, SimError> {
+    if !prepared.problems.is_empty() {
+        let listed = prepared
+            .problems
             .iter()
             .map(|violation| format!("{}: {}", violation.field, violation.description))
             .collect::<Vec<_>>()
@@ -125,9 +151,8 @@ pub fn resolve(
             message: format!("the runner's policy is invalid and must be fixed before sandboxes can use it: {listed}"),
         });
     }
-    let (base, _) = parse_base(policy.base.as_ref());
-    let (resolved, provenance) = merge(defaults, policy, &base, spec)?;
-    check_constraints(policy, spec, &resolved, &provenance)?;
+    let (resolved, provenance) = merge(defaults, &prepared.policy, &prepared.base, spec)?;
+    check_constraints(&prepared.policy, spec, &resolved, &provenance)?;
     Ok(resolved)
 }
 
