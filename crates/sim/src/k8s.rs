@@ -3,6 +3,7 @@
 //! move Pods live in `world`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use crate::resolved::{ResourceAmounts, Toleration};
 use crate::time::SimTime;
@@ -205,6 +206,8 @@ pub struct Pod {
     pub owner: PodOwner,
     /// Bumped on every change (`metadata.resourceVersion`).
     pub resource_version: u64,
+    /// The reference its Events carry, made once and shared by all of them.
+    pub object_ref: Arc<ObjectRef>,
 }
 
 impl Pod {
@@ -255,7 +258,7 @@ impl EventType {
 }
 
 /// A reference to the object an Event is about.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ObjectRef {
     /// `Pod`, `Node`, …
     pub kind: &'static str,
@@ -267,15 +270,20 @@ pub struct ObjectRef {
     pub uid: String,
 }
 
+impl ObjectRef {
+    /// A shared reference to a Pod.
+    pub fn pod(namespace: &str, name: &str, uid: &str) -> Arc<ObjectRef> {
+        Arc::new(ObjectRef { kind: "Pod", namespace: namespace.to_owned(), name: name.to_owned(), uid: uid.to_owned() })
+    }
+}
+
 /// A Kubernetes Event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// Monotonic sequence number.
     pub sequence: u64,
-    /// Namespace of the involved object (`default` for cluster objects).
-    pub namespace: String,
-    /// What it is about.
-    pub involved: ObjectRef,
+    /// What it is about (shared with the object and its other Events).
+    pub involved: Arc<ObjectRef>,
     /// Normal or Warning.
     pub event_type: EventType,
     /// Short machine-readable reason.
@@ -289,6 +297,11 @@ pub struct Event {
 }
 
 impl Event {
+    /// Namespace of the Event: its object's, or `default` for cluster objects.
+    pub fn namespace(&self) -> &str {
+        if self.involved.namespace.is_empty() { "default" } else { &self.involved.namespace }
+    }
+
     /// The generated object name (`<object>.<hex sequence>`), made on demand: Events are many
     /// and their names are read rarely.
     pub fn name(&self) -> String {
@@ -389,6 +402,9 @@ impl Cluster {
 
     /// Adds a Pod (its name must be free in its namespace).
     pub fn insert_pod(&mut self, mut pod: Pod) {
+        if pod.object_ref.uid != pod.uid {
+            pod.object_ref = ObjectRef::pod(&pod.namespace, &pod.name, &pod.uid);
+        }
         self.resource_version += 1;
         pod.resource_version = self.resource_version;
         if let Some(node_name) = &pod.node_name {

@@ -303,6 +303,7 @@ impl World {
             deletion_grace_period_seconds: None,
             owner: PodOwner::Sandbox(id.clone()),
             resource_version: 0,
+            object_ref: Default::default(),
         };
         let lifetime = Duration::from_secs(resolved.max_lifetime_seconds as u64);
         self.sandboxes.by_id.insert(

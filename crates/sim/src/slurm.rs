@@ -6,6 +6,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::time::SimTime;
 
@@ -158,19 +159,19 @@ pub struct Job {
     /// Name.
     pub name: String,
     /// User name.
-    pub user: String,
+    pub user: Arc<str>,
     /// Uid.
     pub uid: u32,
     /// Group name.
-    pub group: String,
+    pub group: Arc<str>,
     /// Gid.
     pub gid: u32,
     /// Account.
-    pub account: String,
+    pub account: Arc<str>,
     /// Partition.
-    pub partition: String,
+    pub partition: Arc<str>,
     /// QOS.
-    pub qos: String,
+    pub qos: Arc<str>,
     /// Comment.
     pub comment: String,
     /// Reservation.
@@ -332,8 +333,8 @@ pub enum PreemptMode {
 /// A partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Partition {
-    /// Name.
-    pub name: String,
+    /// Name (shared with its jobs).
+    pub name: Arc<str>,
     /// Whether it is the default.
     pub default: bool,
     /// Node names.
@@ -346,19 +347,19 @@ pub struct Partition {
     pub preempt_mode: PreemptMode,
 }
 
-/// A user Slurm knows.
+/// A user Slurm knows. Names are shared with every job of the user, not copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
     /// Name.
-    pub name: String,
+    pub name: Arc<str>,
     /// Uid.
     pub uid: u32,
     /// Group name.
-    pub group: String,
+    pub group: Arc<str>,
     /// Gid.
     pub gid: u32,
     /// Default account.
-    pub default_account: String,
+    pub default_account: Arc<str>,
 }
 
 /// Why Slurm refused a submission, in Slurm's words.
@@ -408,6 +409,8 @@ pub struct Slurm {
     free_index: HashMap<String, BTreeSet<(u32, usize)>>,
     /// How often each named transition ran.
     pub transitions: BTreeMap<&'static str, u64>,
+    /// The default QOS name, shared by every job that names none.
+    normal_qos: Arc<str>,
 }
 
 /// Named job transitions, counted for coverage.
@@ -455,7 +458,7 @@ impl JobTransition {
 impl Slurm {
     /// An empty cluster whose first job id is `first_job_id`.
     pub fn new(first_job_id: JobId) -> Slurm {
-        Slurm { next_job_id: first_job_id.max(1), ..Slurm::default() }
+        Slurm { next_job_id: first_job_id.max(1), normal_qos: Arc::from("normal"), ..Slurm::default() }
     }
 
     /// Adds a user.
@@ -473,10 +476,10 @@ impl Slurm {
     pub fn add_partition(&mut self, partition: Partition) {
         for node_name in &partition.nodes {
             if let Some(&index) = self.node_index.get(node_name) {
-                self.nodes[index].partitions.push(partition.name.clone());
+                self.nodes[index].partitions.push(partition.name.to_string());
             }
         }
-        self.partitions.insert(partition.name.clone(), partition);
+        self.partitions.insert(partition.name.to_string(), partition);
         self.rebuild_index();
     }
 
@@ -521,7 +524,7 @@ impl Slurm {
 
     /// The default partition's name.
     pub fn default_partition(&self) -> Option<&str> {
-        self.partitions.values().find(|partition| partition.default).map(|partition| partition.name.as_str())
+        self.partitions.values().find(|partition| partition.default).map(|partition| &*partition.name)
     }
 
     /// A job in the queue.
@@ -566,12 +569,12 @@ impl Slurm {
 
     /// Queues a job; it is placed by the next [`Slurm::schedule`].
     pub fn submit(&mut self, request: JobRequest, now: SimTime) -> Result<JobId, SubmitError> {
-        let user = self.users.get(&request.uid).cloned().ok_or(SubmitError::InvalidUser)?;
-        let partition_name = match &request.partition {
-            Some(name) => name.clone(),
-            None => self.default_partition().ok_or(SubmitError::InvalidPartition)?.to_owned(),
-        };
-        let partition = self.partitions.get(&partition_name).ok_or(SubmitError::InvalidPartition)?;
+        let user = self.users.get(&request.uid).ok_or(SubmitError::InvalidUser)?;
+        let partition = match &request.partition {
+            Some(name) => self.partitions.get(name.as_str()),
+            None => self.partitions.values().find(|partition| partition.default),
+        }
+        .ok_or(SubmitError::InvalidPartition)?;
         let fits_somewhere = partition.nodes.iter().filter_map(|name| self.node(name)).any(|node| {
             node.cpus >= request.cpus && node.real_memory_mb >= request.mem_mb && node.gpus >= request.gpus
         });
@@ -579,23 +582,30 @@ impl Slurm {
             return Err(SubmitError::NodeConfigUnavailable);
         }
         let tier = partition.priority_tier;
-        let group = self
-            .users
-            .values()
-            .find(|candidate| Some(candidate.gid) == request.gid)
-            .map_or_else(|| user.group.clone(), |owner| owner.group.clone());
+        let partition_name = Arc::clone(&partition.name);
+        let group = match request.gid {
+            Some(gid) => self
+                .users
+                .values()
+                .find(|candidate| candidate.gid == gid)
+                .map_or_else(|| Arc::clone(&user.group), |owner| Arc::clone(&owner.group)),
+            None => Arc::clone(&user.group),
+        };
+        let (user_name, uid, gid) = (Arc::clone(&user.name), user.uid, request.gid.unwrap_or(user.gid));
+        let account = request.account.map_or_else(|| Arc::clone(&user.default_account), Arc::from);
+        let qos = request.qos.map_or_else(|| Arc::clone(&self.normal_qos), Arc::from);
         let id = self.next_job_id;
         self.next_job_id += 1;
         let job = Job {
             id,
             name: request.name,
-            user: user.name.clone(),
-            uid: user.uid,
+            user: user_name,
+            uid,
             group,
-            gid: request.gid.unwrap_or(user.gid),
-            account: request.account.unwrap_or(user.default_account.clone()),
+            gid,
+            account,
             partition: partition_name,
-            qos: request.qos.unwrap_or_else(|| "normal".to_owned()),
+            qos,
             comment: request.comment.unwrap_or_default(),
             reservation: request.reservation.unwrap_or_default(),
             req_cpus: request.cpus.max(1),
@@ -634,7 +644,7 @@ impl Slurm {
         }
         node.jobs.iter().filter_map(|other| self.queue.get(other)).all(|other| {
             let other_exclusive = other.sharing == Sharing::Exclusive
-                || self.partitions.get(&other.partition).is_some_and(|p| p.over_subscribe == "EXCLUSIVE");
+                || self.partitions.get(&*other.partition).is_some_and(|p| p.over_subscribe == "EXCLUSIVE");
             if other_exclusive {
                 return false;
             }
@@ -650,8 +660,8 @@ impl Slurm {
     }
 
     fn find_node(&self, job: &Job) -> Option<usize> {
-        let partition = self.partitions.get(&job.partition)?;
-        let candidates = self.free_index.get(&job.partition)?;
+        let partition = self.partitions.get(&*job.partition)?;
+        let candidates = self.free_index.get(&*job.partition)?;
         candidates
             .range((job.req_cpus, 0)..)
             .map(|&(_, index)| index)
@@ -713,7 +723,7 @@ impl Slurm {
     pub fn schedule(&mut self, now: SimTime) -> Vec<SlurmOutcome> {
         let mut outcomes = Vec::new();
         let order: Vec<_> = self.pending.iter().copied().collect();
-        let mut blocked_partitions: BTreeSet<String> = BTreeSet::new();
+        let mut blocked_partitions: BTreeSet<Arc<str>> = BTreeSet::new();
         for key in order {
             let id = key.3;
             let Some(job) = self.queue.get(&id) else {
@@ -752,7 +762,7 @@ impl Slurm {
     /// Jobs on one node whose preemption would make room for `id`, or none.
     fn preemption_victims(&self, id: JobId) -> Vec<JobId> {
         let Some(job) = self.queue.get(&id) else { return Vec::new() };
-        let Some(partition) = self.partitions.get(&job.partition) else { return Vec::new() };
+        let Some(partition) = self.partitions.get(&*job.partition) else { return Vec::new() };
         for name in &partition.nodes {
             let Some(node) = self.node(name) else { continue };
             if node.drain_reason.is_some() {
@@ -765,7 +775,7 @@ impl Slurm {
                 .filter(|other| {
                     !other.completing
                         && other.state == JobBaseState::Running
-                        && self.partitions.get(&other.partition).is_some_and(|their| {
+                        && self.partitions.get(&*other.partition).is_some_and(|their| {
                             their.priority_tier < partition.priority_tier && their.preempt_mode != PreemptMode::Off
                         })
                 })
@@ -793,7 +803,7 @@ impl Slurm {
         let mode = self
             .queue
             .get(&id)
-            .and_then(|job| self.partitions.get(&job.partition))
+            .and_then(|job| self.partitions.get(&*job.partition))
             .map_or(PreemptMode::Cancel, |partition| partition.preempt_mode);
         if let Some(job) = self.queue.get_mut(&id) {
             job.state = if mode == PreemptMode::Requeue { JobBaseState::Requeued } else { JobBaseState::Preempted };
@@ -864,7 +874,7 @@ impl Slurm {
             return;
         }
         let requeue = job.state == JobBaseState::Requeued;
-        let tier = self.partitions.get(&job.partition).map_or(0, |partition| partition.priority_tier);
+        let tier = self.partitions.get(&*job.partition).map_or(0, |partition| partition.priority_tier);
         self.free(id);
         if requeue {
             if let Some(job) = self.queue.get_mut(&id) {

@@ -4,6 +4,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{FinalJobState, SandboxValues, Values};
@@ -246,11 +247,11 @@ impl World {
         self.ensure_namespace("default");
         for user in &values.slurm.users {
             self.slurm.add_user(User {
-                name: user.name.clone(),
+                name: user.name.as_str().into(),
                 uid: user.uid,
-                group: user.group.clone(),
+                group: user.group.as_str().into(),
                 gid: user.gid,
-                default_account: user.default_account.clone(),
+                default_account: user.default_account.as_str().into(),
             });
         }
         let mut nodes_of_set: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -343,7 +344,7 @@ impl World {
                 }
             };
             self.slurm.add_partition(Partition {
-                name: partition.name.clone(),
+                name: partition.name.as_str().into(),
                 default: partition.default,
                 nodes,
                 over_subscribe: partition.over_subscribe.to_ascii_uppercase(),
@@ -407,6 +408,7 @@ impl World {
             deletion_grace_period_seconds: None,
             owner: PodOwner::Slurmd { slurm_node: slurm_name.to_owned() },
             resource_version: 0,
+            object_ref: Default::default(),
         };
         self.cluster.insert_pod(pod);
         Ok(())
@@ -485,6 +487,7 @@ impl World {
             deletion_grace_period_seconds: None,
             owner: PodOwner::Scheduler,
             resource_version: 0,
+            object_ref: Default::default(),
         });
         if values.sunk.version >= 8 {
             let config = format!(
@@ -742,6 +745,7 @@ impl World {
             deletion_grace_period_seconds: None,
             owner,
             resource_version: 0,
+            object_ref: Default::default(),
         };
         self.insert_new_pod(pod);
         self.settle();
@@ -756,12 +760,9 @@ impl World {
 
     fn event(&mut self, pod_uid: &str, event_type: EventType, reason: &str, message: String, source: &'static str) {
         let Some(pod) = self.cluster.pod(pod_uid) else { return };
-        let involved =
-            ObjectRef { kind: "Pod", namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() };
-        let namespace = pod.namespace.clone();
+        let involved = Arc::clone(&pod.object_ref);
         self.cluster.record_event(Event {
             sequence: 0,
-            namespace,
             involved,
             event_type,
             reason: reason.to_owned(),
@@ -773,10 +774,10 @@ impl World {
 
     fn node_event(&mut self, node_name: &str, event_type: EventType, reason: &str, message: String) {
         let Some(node) = self.cluster.nodes.get(node_name) else { return };
-        let involved = ObjectRef { kind: "Node", namespace: String::new(), name: node.name.clone(), uid: node.uid.clone() };
+        let involved =
+            Arc::new(ObjectRef { kind: "Node", namespace: String::new(), name: node.name.clone(), uid: node.uid.clone() });
         self.cluster.record_event(Event {
             sequence: 0,
-            namespace: "default".to_owned(),
             involved,
             event_type,
             reason: reason.to_owned(),

@@ -147,7 +147,7 @@ fn item_09_valid_pod_goes_pending_then_running_and_binds_to_the_slurmd_node() {
     let uid = h.create(sunk_pod("valid"));
     let job = h.job(&uid);
     assert_eq!(job.state, JobBaseState::Pending, "PD while the node is full");
-    assert_eq!(job.user, "root");
+    assert_eq!(&*job.user, "root");
     assert!(h.pod(&uid).node_name.is_none());
     h.advance(30);
     assert!(h.queued(blocker).is_none(), "the batch job left the queue");
@@ -236,7 +236,7 @@ fn item_12_annotations_set_account_partition_qos_comment_reservation() {
     ));
     let job = h.job(&uid);
     assert_eq!(
-        (job.account.as_str(), job.partition.as_str(), job.qos.as_str(), job.comment.as_str(), job.reservation.as_str()),
+        (&*job.account, &*job.partition, &*job.qos, job.comment.as_str(), job.reservation.as_str()),
         ("a1", "cpu", "q", "c", "r")
     );
 }
@@ -246,10 +246,10 @@ fn item_13_user_id_annotation_sets_the_owner_default_is_root() {
     let mut h = harness(|_| {});
     let alice = h.create(annotated(sunk_pod("alice"), &[("user-id", "1001")]));
     let job = h.job(&alice);
-    assert_eq!((job.user.as_str(), job.uid), ("alice", 1001));
+    assert_eq!((&*job.user, job.uid), ("alice", 1001));
     let root = h.create(sunk_pod("root"));
     let job = h.job(&root);
-    assert_eq!((job.user.as_str(), job.uid), ("root", 0));
+    assert_eq!((&*job.user, job.uid), ("root", 0));
 }
 
 #[test]
