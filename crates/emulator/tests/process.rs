@@ -33,9 +33,8 @@ fn serve_reports_ready_quickly_and_exits_cleanly_on_sigterm() -> anyhow::Result<
     assert_ne!(emulator.ready.admin_token, emulator.ready.user_token);
     assert_eq!(emulator.ready.runner_id, "cks-runner");
     let ready_file = emulator.dir().join("ready.json");
-    let health = Command::new("curl")
-        .args(["--silent", "--fail", &format!("{}/healthz", emulator.ready.base_url)])
-        .output()?;
+    let health =
+        Command::new("curl").args(["--silent", "--fail", &format!("{}/healthz", emulator.ready.base_url)]).output()?;
     assert_eq!(String::from_utf8_lossy(&health.stdout), "ok\n");
     let status = emulator.stop()?;
     assert!(status.success(), "{status:?}");
