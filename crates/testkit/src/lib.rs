@@ -11,7 +11,11 @@ use anyhow::{Context, Result, bail};
 
 /// The workspace root (this crate lives in `crates/testkit`).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("crates/testkit has two ancestors").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/testkit has two ancestors")
+        .to_path_buf()
 }
 
 /// Where installed tools live: under `target/`, so `cargo clean` removes them.
@@ -65,7 +69,9 @@ pub fn buf() -> Result<PathBuf> {
         fs::create_dir_all(root)?;
         fs::copy(&manifest, root.join("package.json"))?;
         fs::copy(&lock, root.join("package-lock.json"))?;
-        run(Command::new("npm").args(["ci", "--silent", "--no-audit", "--no-fund", "--prefix"]).arg(root))
+        run(Command::new("npm")
+            .args(["ci", "--silent", "--no-audit", "--no-fund", "--prefix"])
+            .arg(root))
     })?;
     Ok(root.join("node_modules/.bin/buf"))
 }
