@@ -70,8 +70,8 @@ pub struct ApiError {
     pub message: String,
     /// `ErrorInfo.reason`.
     pub reason: String,
-    /// `ErrorInfo.metadata`.
-    pub metadata: HashMap<String, String>,
+    /// `ErrorInfo.metadata`, in insertion order.
+    pub metadata: Vec<(String, String)>,
     /// `BadRequest.field_violations` as (field, description).
     pub violations: Vec<(String, String)>,
     /// `RetryInfo.retry_delay`.
@@ -85,7 +85,7 @@ impl ApiError {
             code,
             message: message.into(),
             reason: reason.to_owned(),
-            metadata: HashMap::new(),
+            metadata: Vec::new(),
             violations: Vec::new(),
             retry_after: None,
         }
@@ -93,7 +93,8 @@ impl ApiError {
 
     /// Adds an `ErrorInfo.metadata` entry.
     pub fn with_metadata(mut self, key: &str, value: impl Into<String>) -> ApiError {
-        self.metadata.insert(key.to_owned(), value.into());
+        self.metadata.retain(|(existing, _)| existing != key);
+        self.metadata.push((key.to_owned(), value.into()));
         self
     }
 
@@ -143,7 +144,7 @@ impl ApiError {
     /// The `tonic::Status` with `grpc-status-details-bin`.
     pub fn to_status(&self) -> tonic::Status {
         let mut details = ErrorDetails::new();
-        details.set_error_info(self.reason.clone(), DOMAIN, self.metadata.clone());
+        details.set_error_info(self.reason.clone(), DOMAIN, self.metadata.iter().cloned().collect::<HashMap<_, _>>());
         if !self.violations.is_empty() {
             for (field, description) in &self.violations {
                 details.add_bad_request_violation(field.clone(), description.clone());

@@ -2,6 +2,8 @@
 //! clients: the life cycle of client-contract §3 (state always set, terminal sandboxes readable,
 //! TERMINATING ends), the echo fields of §2, and the error model (codes, ErrorInfo, BadRequest).
 
+#![allow(clippy::cloned_ref_to_slice_refs)]
+
 mod common;
 
 use std::time::Duration;
@@ -410,7 +412,7 @@ async fn discovery_reports_health_and_capacity_from_the_cluster() {
     let capabilities = runner.capabilities.clone().unwrap();
     assert_eq!(capabilities.max_cpu_millicores, 15_000);
     assert_eq!(capabilities.max_memory_bytes, 60 << 30);
-    let before = runner.resources.clone().unwrap();
+    let before = runner.resources.unwrap();
     assert_eq!(before.available_cpu_millicores, 60_000);
     assert_eq!(before.running_sandboxes, 0);
 
