@@ -241,6 +241,47 @@ impl From<RuntimeError> for ApiError {
     }
 }
 
+/// Connect request-decoding failures (malformed JSON, unknown fields, bad binary messages) are
+/// answered by connectrpc-axum before any handler runs, with a bare `invalid_argument`. This gives
+/// them the same details as every other error: `ErrorInfo` with `CWSANDBOX_INVALID_REQUEST`, and a
+/// `BadRequest` naming the field when the decoder named one. Other responses pass through.
+pub async fn enrich_connect_error(response: axum::response::Response) -> axum::response::Response {
+    const MAX_ERROR_BODY: usize = 64 << 10;
+    let is_json_error = response.status() == http::StatusCode::BAD_REQUEST
+        && response
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|content_type| content_type.starts_with("application/json"));
+    if !is_json_error {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_ERROR_BODY).await else {
+        return axum::response::Response::from_parts(parts, axum::body::Body::empty());
+    };
+    let rebuilt = || axum::response::Response::from_parts(parts.clone(), axum::body::Body::from(bytes.clone()));
+    let Ok(error) = serde_json::from_slice::<serde_json::Value>(&bytes) else { return rebuilt() };
+    let has_details =
+        error.get("details").and_then(|details| details.as_array()).is_some_and(|details| !details.is_empty());
+    if error.get("code").and_then(|code| code.as_str()) != Some("invalid_argument") || has_details {
+        return rebuilt();
+    }
+    let message = error.get("message").and_then(|message| message.as_str()).unwrap_or("invalid request").to_owned();
+    let field = ["unknown field `", "missing field `"].iter().find_map(|marker| {
+        message.split_once(marker).and_then(|(_, rest)| rest.split_once('`')).map(|(name, _)| name.to_owned())
+    });
+    let mut api = ApiError::new(Code::InvalidArgument, reasons::INVALID_REQUEST, message.clone());
+    if let Some(field) = field {
+        api.violations.push((field, message));
+    }
+    let mut response = axum::response::IntoResponse::into_response(ConnectError::from(api));
+    for (name, value) in parts.headers.iter().filter(|(name, _)| *name != http::header::CONTENT_LENGTH) {
+        response.headers_mut().entry(name.clone()).or_insert(value.clone());
+    }
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

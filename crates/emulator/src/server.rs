@@ -279,7 +279,8 @@ pub async fn router(app: App) -> Router {
                 let response = grpc_web.oneshot(request).await?;
                 Ok::<_, Infallible>(response.map(Body::new))
             } else {
-                switch.oneshot(request).await
+                let response = switch.oneshot(request).await?;
+                Ok(crate::errors::enrich_connect_error(response).await)
             }
         }
     });

@@ -71,6 +71,8 @@ jq -e '.code == "unauthenticated"' anonymous.json >/dev/null || fail "no token: 
 status=$(call unknown.json GetManagedRunner '{"runnerId": "'"$RUNNER_ID"'", "runnerIdd": "x"}' \
   -H "Authorization: Bearer $TOKEN")
 [ "$status" = 400 ] || fail "unknown field: HTTP $status, want 400: $(cat unknown.json)"
+jq -e '.details | map(.type) | index("google.rpc.BadRequest") != null' unknown.json >/dev/null \
+  || fail "unknown field: no BadRequest: $(cat unknown.json)"
 jq -e '.code == "invalid_argument" and (.message | contains("runnerIdd"))' unknown.json >/dev/null \
   || fail "unknown field: $(cat unknown.json)"
 
