@@ -234,7 +234,9 @@ pub enum RuntimeError {
 /// `Option<Arc<dyn SandboxRuntime>>` and calls it from its effects pump and its data-plane
 /// handlers.
 pub trait SandboxRuntime: Send + Sync + 'static {
-    /// A Pod's containers start (effect `StartPod`): run the main container's command.
+    /// A Pod's containers start (effect `StartPod`): run the main container's command. A command
+    /// that cannot start is reported through [`SandboxRuntime::exits`] (exit code 127, the reason
+    /// in the log) rather than as an error, so the sandbox turns FAILED; an `Err` is only logged.
     fn start(&self, launch: PodLaunch) -> BoxFuture<'_, Result<(), RuntimeError>>;
 
     /// SIGTERM the Pod's processes; SIGKILL whatever is left after `grace` (effect `StopPod`).
