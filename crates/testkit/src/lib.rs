@@ -1,4 +1,7 @@
-//! Provisioning of the external tools the test suites judge compatibility with.
+//! Provisioning of the external tools the test suites judge compatibility with, and the emulator
+//! harness ([`emulator::EmulatorProcess`]).
+
+pub mod emulator;
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};

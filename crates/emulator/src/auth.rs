@@ -1,0 +1,241 @@
+//! Identity: bearer tokens map to principals (organization, user, uid, roles).
+//!
+//! Every RPC (streams included) carries `authorization: Bearer <token>`. No header, another
+//! scheme or an unknown token is UNAUTHENTICATED. `sandbox_admin` is needed for
+//! RunnerManagementService (and the emulator's own API); `sandbox_user` (which `sandbox_admin`
+//! includes) for sandboxes, the data plane and discovery. A principal sees only its organization's
+//! sandboxes and runners.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use connectrpc_axum::ConnectError;
+use cwsandbox_sim::sandbox::Owner;
+use http::request::Parts;
+use serde::Deserialize;
+
+use crate::app::App;
+use crate::config::AuthConfig;
+use crate::errors::ApiError;
+
+/// An IAM role of the Sandbox API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+pub enum Role {
+    /// Administers runners and policies (and the emulator); includes `sandbox_user`.
+    #[serde(rename = "sandbox_admin")]
+    SandboxAdmin,
+    /// Creates and uses sandboxes.
+    #[serde(rename = "sandbox_user")]
+    SandboxUser,
+}
+
+impl Role {
+    /// The role's name as IAM spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::SandboxAdmin => "sandbox_admin",
+            Role::SandboxUser => "sandbox_user",
+        }
+    }
+}
+
+/// Who is calling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// Organization.
+    pub org: String,
+    /// User name.
+    pub user: String,
+    /// Numeric uid.
+    pub uid: u32,
+    /// Roles.
+    pub roles: Vec<Role>,
+}
+
+impl Principal {
+    /// Whether the principal holds `role` (admins hold `sandbox_user` too).
+    pub fn has(&self, role: Role) -> bool {
+        self.roles.contains(&role) || (role == Role::SandboxUser && self.roles.contains(&Role::SandboxAdmin))
+    }
+
+    /// PERMISSION_DENIED unless the principal holds `role`.
+    pub fn require(&self, role: Role) -> Result<(), ApiError> {
+        if self.has(role) {
+            Ok(())
+        } else {
+            Err(ApiError::permission_denied(
+                role.as_str(),
+                format!("user {:?} of organization {:?} lacks the {} role", self.user, self.org, role.as_str()),
+            ))
+        }
+    }
+
+    /// The simulation's view of the caller.
+    pub fn owner(&self) -> Owner {
+        Owner { org: self.org.clone(), user: self.user.clone() }
+    }
+}
+
+/// The accepted tokens.
+#[derive(Debug, Clone, Default)]
+pub struct Tokens {
+    by_token: HashMap<String, Principal>,
+    /// Tokens in configuration order, for the ready file.
+    ordered: Vec<(String, Principal)>,
+}
+
+/// The tokens generated when none are configured.
+#[derive(Debug, Clone)]
+pub struct GeneratedTokens {
+    /// Holds `sandbox_admin` and `sandbox_user`.
+    pub admin: String,
+    /// Holds `sandbox_user`.
+    pub user: String,
+}
+
+fn random_token(prefix: &str) -> String {
+    let mut bytes = [0u8; 24];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No OS randomness: fall back to time and address entropy (local emulator tokens only).
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_nanos())
+            .unwrap_or(0)
+            ^ (&bytes as *const _ as usize as u128);
+        for (index, byte) in bytes.iter_mut().enumerate() {
+            *byte = (seed >> ((index % 16) * 8)) as u8 ^ index as u8;
+        }
+    }
+    let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("{prefix}{hex}")
+}
+
+impl Tokens {
+    /// From the configuration.
+    pub fn from_config(config: &AuthConfig) -> Tokens {
+        let mut tokens = Tokens::default();
+        for token in &config.tokens {
+            tokens.insert(
+                token.token.clone(),
+                Principal {
+                    org: token.org.clone(),
+                    user: token.user.clone(),
+                    uid: token.uid,
+                    roles: token.roles.clone(),
+                },
+            );
+        }
+        tokens
+    }
+
+    /// Two fresh random tokens in `org`: an admin (`admin`, uid 0) and a user (`alice`, uid 1001,
+    /// a Slurm user of both built-in scenarios).
+    pub fn generate(org: &str) -> (Tokens, GeneratedTokens) {
+        let generated = GeneratedTokens { admin: random_token("cwsbx-admin-"), user: random_token("cwsbx-user-") };
+        let mut tokens = Tokens::default();
+        tokens.insert(
+            generated.admin.clone(),
+            Principal {
+                org: org.to_owned(),
+                user: "admin".to_owned(),
+                uid: 0,
+                roles: vec![Role::SandboxAdmin, Role::SandboxUser],
+            },
+        );
+        tokens.insert(
+            generated.user.clone(),
+            Principal { org: org.to_owned(), user: "alice".to_owned(), uid: 1001, roles: vec![Role::SandboxUser] },
+        );
+        (tokens, generated)
+    }
+
+    fn insert(&mut self, token: String, principal: Principal) {
+        self.by_token.insert(token.clone(), principal.clone());
+        self.ordered.push((token, principal));
+    }
+
+    /// The principal of a token.
+    pub fn principal(&self, token: &str) -> Option<&Principal> {
+        self.by_token.get(token)
+    }
+
+    /// The first token holding `sandbox_admin`.
+    pub fn first_admin(&self) -> Option<(&str, &Principal)> {
+        self.ordered
+            .iter()
+            .find(|(_, principal)| principal.has(Role::SandboxAdmin))
+            .map(|(token, principal)| (token.as_str(), principal))
+    }
+
+    /// The first token holding `sandbox_user` but not `sandbox_admin`.
+    pub fn first_user(&self) -> Option<(&str, &Principal)> {
+        self.ordered
+            .iter()
+            .find(|(_, principal)| principal.has(Role::SandboxUser) && !principal.has(Role::SandboxAdmin))
+            .map(|(token, principal)| (token.as_str(), principal))
+    }
+
+    /// Resolves an `authorization` header value.
+    pub fn authenticate(&self, header: Option<&str>) -> Result<Principal, ApiError> {
+        let Some(header) = header else {
+            return Err(ApiError::unauthenticated(
+                "missing credentials: send `authorization: Bearer <token>` (set CWSANDBOX_API_KEY for the Python client)",
+            ));
+        };
+        let token = header
+            .split_once(' ')
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .ok_or_else(|| ApiError::unauthenticated("the authorization header must be `Bearer <token>`"))?;
+        self.principal(token).cloned().ok_or_else(|| ApiError::unauthenticated("unknown bearer token"))
+    }
+}
+
+/// The authenticated caller of an RPC: an axum extractor that works on both transports (the gRPC
+/// path sees the HTTP headers through connectrpc-axum's captured request parts).
+#[derive(Debug, Clone)]
+pub struct Caller(pub Arc<Principal>);
+
+impl std::ops::Deref for Caller {
+    type Target = Principal;
+    fn deref(&self) -> &Principal {
+        &self.0
+    }
+}
+
+impl FromRequestParts<App> for Caller {
+    type Rejection = ConnectError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Caller, ConnectError> {
+        let header = parts.headers.get(http::header::AUTHORIZATION).and_then(|value| value.to_str().ok());
+        match app.tokens().authenticate(header) {
+            Ok(principal) => Ok(Caller(Arc::new(principal))),
+            Err(error) => {
+                tracing::debug!(path = %parts.uri.path(), "{error}");
+                Err(error.into())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_resolve_and_roles_nest() {
+        let (tokens, generated) = Tokens::generate("org");
+        let admin = tokens.authenticate(Some(&format!("Bearer {}", generated.admin))).unwrap();
+        assert!(admin.has(Role::SandboxAdmin) && admin.has(Role::SandboxUser));
+        let user = tokens.authenticate(Some(&format!("bearer {}", generated.user))).unwrap();
+        assert!(user.require(Role::SandboxAdmin).is_err());
+        assert_eq!(user.owner(), Owner { org: "org".to_owned(), user: "alice".to_owned() });
+        assert_eq!(tokens.authenticate(None).unwrap_err().code, tonic::Code::Unauthenticated);
+        assert_eq!(tokens.authenticate(Some("Basic abc")).unwrap_err().code, tonic::Code::Unauthenticated);
+        assert_eq!(tokens.authenticate(Some("Bearer nope")).unwrap_err().code, tonic::Code::Unauthenticated);
+        assert_ne!(generated.admin, Tokens::generate("org").1.admin, "tokens are random");
+        assert_eq!(tokens.first_admin().unwrap().0, generated.admin);
+        assert_eq!(tokens.first_user().unwrap().0, generated.user);
+    }
+}

@@ -1,0 +1,215 @@
+//! The emulator's configuration: the simulation's values (shaped like the SUNK Slurm Helm values,
+//! see `cwsandbox_sim::config`) plus the emulator's own `auth:` section, read from the embedded
+//! default scenario overlaid with `-f` files the way `helm -f` overlays values.
+//!
+//! ```yaml
+//! slurmConfig:
+//!   KillWait: 60
+//! auth:
+//!   tokens:
+//!     - token: admin-secret
+//!       org: default-org
+//!       user: admin
+//!       uid: 0
+//!       roles: [sandbox_admin, sandbox_user]
+//!     - token: alice-secret
+//!       org: default-org
+//!       user: alice
+//!       uid: 1001
+//!       roles: [sandbox_user]
+//! ```
+//!
+//! `auth` never reaches the simulation. With no tokens configured, the emulator generates an
+//! admin token and a user token at start (see [`crate::auth::Tokens::generate`]).
+
+use std::path::{Path, PathBuf};
+
+use cwsandbox_sim::config::{Scenario, Values, merge_values};
+use serde::Deserialize;
+
+use crate::auth::Role;
+
+/// What can go wrong reading the configuration; every message names the file or the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A values file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A values file is not YAML, or its top level is not a map.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The merged values do not describe a world.
+    #[error("values: {0}")]
+    Values(String),
+    /// The `auth:` section is malformed.
+    #[error("auth: {0}")]
+    Auth(String),
+}
+
+/// One configured bearer token and the principal it stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TokenConfig {
+    /// The secret sent as `authorization: Bearer <token>`.
+    pub token: String,
+    /// Organization.
+    pub org: String,
+    /// User name (sandbox namespaces are `sandbox-<user>`).
+    pub user: String,
+    /// Numeric uid (what `scancel` records as the canceller).
+    #[serde(default)]
+    pub uid: u32,
+    /// `sandbox_admin` and/or `sandbox_user`.
+    pub roles: Vec<Role>,
+}
+
+/// The `auth:` section.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Accepted tokens; empty means "generate an admin and a user token".
+    #[serde(default)]
+    pub tokens: Vec<TokenConfig>,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmulatorConfig {
+    /// The simulation's values.
+    pub values: Values,
+    /// Tokens.
+    pub auth: AuthConfig,
+}
+
+/// Parses one YAML overlay into a JSON tree (a map at the top).
+pub fn parse_overlay(path: &Path, text: &str) -> Result<serde_json::Value, ConfigError> {
+    let tree: serde_json::Value = if text.trim().is_empty() {
+        serde_json::Value::Object(serde_json::Map::new())
+    } else {
+        serde_saphyr::from_str(text)
+            .map_err(|error| ConfigError::Parse { path: path.to_owned(), message: error.to_string() })?
+    };
+    match tree {
+        serde_json::Value::Object(_) => Ok(tree),
+        serde_json::Value::Null => Ok(serde_json::Value::Object(serde_json::Map::new())),
+        other => Err(ConfigError::Parse {
+            path: path.to_owned(),
+            message: format!("the top level must be a map of values, found {}", kind(&other)),
+        }),
+    }
+}
+
+fn kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "a map",
+    }
+}
+
+impl EmulatorConfig {
+    /// The scenario overlaid with the given YAML documents, in order.
+    pub fn from_overlays<'a>(
+        scenario: Scenario,
+        overlays: impl IntoIterator<Item = (&'a Path, &'a str)>,
+    ) -> Result<EmulatorConfig, ConfigError> {
+        let mut tree = Values::scenario_tree(scenario);
+        let mut auth_tree = serde_json::Value::Object(serde_json::Map::new());
+        for (path, text) in overlays {
+            let mut overlay = parse_overlay(path, text)?;
+            if let Some(auth) = overlay.as_object_mut().and_then(|map| map.remove("auth")) {
+                merge_values(&mut auth_tree, &auth);
+            }
+            merge_values(&mut tree, &overlay);
+        }
+        let values = Values::from_tree(tree).map_err(ConfigError::Values)?;
+        let auth: AuthConfig =
+            serde_json::from_value(auth_tree).map_err(|error| ConfigError::Auth(error.to_string()))?;
+        for (index, token) in auth.tokens.iter().enumerate() {
+            if token.token.trim().is_empty() {
+                return Err(ConfigError::Auth(format!("tokens[{index}].token must not be empty")));
+            }
+            if token.org.trim().is_empty() || token.user.trim().is_empty() {
+                return Err(ConfigError::Auth(format!("tokens[{index}]: org and user are required")));
+            }
+            if auth.tokens[..index].iter().any(|other| other.token == token.token) {
+                return Err(ConfigError::Auth(format!("tokens[{index}]: the same token is listed twice")));
+            }
+        }
+        Ok(EmulatorConfig { values, auth })
+    }
+
+    /// The scenario overlaid with the given files, in order.
+    pub fn load(scenario: Scenario, files: &[PathBuf]) -> Result<EmulatorConfig, ConfigError> {
+        let mut texts = Vec::new();
+        for path in files {
+            let text =
+                std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+            texts.push((path.as_path(), text));
+        }
+        EmulatorConfig::from_overlays(scenario, texts.iter().map(|(path, text)| (*path, text.as_str())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlays_merge_in_order_and_auth_is_kept_apart() {
+        let first = "slurmConfig:\n  KillWait: 90\nauth:\n  tokens:\n    - {token: a, org: o, user: u, roles: [sandbox_user]}\n";
+        let second = "scheduler:\n  scope:\n    type: namespace\n";
+        let config = EmulatorConfig::from_overlays(
+            Scenario::Ready,
+            [(Path::new("one.yaml"), first), (Path::new("two.yaml"), second)],
+        )
+        .unwrap();
+        assert_eq!(config.values.slurm_config.kill_wait, 90);
+        assert_eq!(config.values.scheduler.scope.scope_type, cwsandbox_sim::config::ScopeType::Namespace);
+        assert_eq!(config.auth.tokens.len(), 1);
+        assert_eq!(config.auth.tokens[0].roles, [Role::SandboxUser]);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_yaml_are_named() {
+        let error =
+            EmulatorConfig::from_overlays(Scenario::Ready, [(Path::new("v.yaml"), "slurmConfig:\n  KillWiat: 3\n")])
+                .unwrap_err()
+                .to_string();
+        assert!(error.contains("KillWiat"), "{error}");
+        let error = EmulatorConfig::from_overlays(Scenario::Ready, [(Path::new("v.yaml"), "a: [1, 2\n")])
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("v.yaml:"), "{error}");
+        let error =
+            EmulatorConfig::from_overlays(Scenario::Ready, [(Path::new("v.yaml"), "- 1\n")]).unwrap_err().to_string();
+        assert!(error.contains("must be a map"), "{error}");
+        let error = EmulatorConfig::from_overlays(
+            Scenario::Ready,
+            [(Path::new("v.yaml"), "auth:\n  tokens:\n    - {token: a, org: o, user: u, roles: [root]}\n")],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("root"), "{error}");
+    }
+
+    #[test]
+    fn empty_file_is_the_default() {
+        let config = EmulatorConfig::from_overlays(Scenario::Fresh, [(Path::new("empty.yaml"), "")]).unwrap();
+        assert_eq!(config.values, Values::scenario(Scenario::Fresh));
+        assert!(config.auth.tokens.is_empty());
+    }
+}

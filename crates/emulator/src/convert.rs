@@ -1,0 +1,293 @@
+//! Conversions between the API's messages and the simulation's types, in one place. Handlers
+//! call these and nothing else to cross the boundary.
+
+use cwsandbox_api::sandbox_v1 as pb;
+use cwsandbox_api::wkt::Timestamp;
+use cwsandbox_sim::k8s::{PodOwner, PodPhase, ResourceTotals};
+use cwsandbox_sim::quantity::{Quantity, format_bytes};
+use cwsandbox_sim::resolved::{ResolvedContainer, ResourceAmounts};
+use cwsandbox_sim::sandbox::{SandboxFilter, SandboxState, SandboxView};
+use cwsandbox_sim::time::SimTime;
+use cwsandbox_sim::world::World;
+
+use crate::errors::ApiError;
+
+/// A simulated time as a protobuf Timestamp.
+pub fn timestamp(time: SimTime) -> Timestamp {
+    let millis = time.millis();
+    Timestamp { seconds: millis.div_euclid(1000), nanos: (millis.rem_euclid(1000) * 1_000_000) as i32 }
+}
+
+/// A protobuf Timestamp as a simulated time (millisecond precision).
+pub fn sim_time(timestamp: &Timestamp) -> SimTime {
+    SimTime::from_millis(timestamp.seconds.saturating_mul(1000).saturating_add(i64::from(timestamp.nanos) / 1_000_000))
+}
+
+/// The API's state of a sandbox state.
+pub fn state(state: SandboxState) -> pb::State {
+    match state {
+        SandboxState::Creating => pb::State::Creating,
+        SandboxState::Pending => pb::State::Pending,
+        SandboxState::Running => pb::State::Running,
+        SandboxState::Terminating => pb::State::Terminating,
+        SandboxState::Completed => pb::State::Completed,
+        SandboxState::Failed => pb::State::Failed,
+        SandboxState::Terminated => pb::State::Terminated,
+    }
+}
+
+/// What a ListSandboxes `state` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateFilter {
+    /// No filter.
+    Any,
+    /// Only this state.
+    Only(SandboxState),
+    /// A state the emulator never reports (PAUSED, PREPARING): nothing matches.
+    Never,
+}
+
+/// The state filter of ListSandboxes.
+pub fn state_filter(value: i32) -> Result<StateFilter, ApiError> {
+    let only = |state| Ok(StateFilter::Only(state));
+    match pb::State::try_from(value) {
+        Ok(pb::State::Unspecified) => Ok(StateFilter::Any),
+        Ok(pb::State::Creating) => only(SandboxState::Creating),
+        Ok(pb::State::Pending) => only(SandboxState::Pending),
+        Ok(pb::State::Running) => only(SandboxState::Running),
+        Ok(pb::State::Terminating) => only(SandboxState::Terminating),
+        Ok(pb::State::Completed) => only(SandboxState::Completed),
+        Ok(pb::State::Failed) => only(SandboxState::Failed),
+        Ok(pb::State::Terminated) => only(SandboxState::Terminated),
+        Ok(pb::State::Paused | pb::State::Preparing) => Ok(StateFilter::Never),
+        Err(_) => Err(ApiError::invalid_field("state", format!("unknown state {value}"))),
+    }
+}
+
+/// The filter of a ListSandboxes request (the state is converted separately).
+pub fn sandbox_filter(request: &pb::ListSandboxesRequest, state: Option<SandboxState>) -> SandboxFilter {
+    SandboxFilter {
+        tags: request.tags.clone(),
+        state,
+        runner_ids: request.runner_ids.clone(),
+        show_terminated: request.show_terminated,
+        descending: request.sort_direction == pb::SortDirection::Descending as i32,
+    }
+}
+
+/// Checks and normalizes a sandbox before it reaches the simulation: the spec is required, a lone
+/// unnamed container is called `main`, and `runner_ids` only go with CKS placement.
+pub fn sandbox_input(sandbox: Option<pb::Sandbox>) -> Result<(pb::SandboxSpec, String), ApiError> {
+    let sandbox = sandbox.ok_or_else(|| ApiError::missing_field("sandbox"))?;
+    let mut spec = sandbox.spec.ok_or_else(|| ApiError::missing_field("sandbox.spec"))?;
+    if spec.containers.len() == 1 && spec.containers[0].name.trim().is_empty() {
+        spec.containers[0].name = "main".to_owned();
+    }
+    if !spec.runner_ids.is_empty() && spec.mode == pb::SandboxMode::Serverless as i32 {
+        return Err(ApiError::invalid_field("sandbox.spec.mode", "runner_ids need placement mode CKS, not SERVERLESS"));
+    }
+    Ok((spec, sandbox.display_name))
+}
+
+fn cpu_text(quantity: Option<Quantity>) -> String {
+    quantity.map(|quantity| quantity.to_string()).unwrap_or_default()
+}
+
+fn memory_text(quantity: Option<Quantity>) -> String {
+    quantity.map(|quantity| format_bytes(quantity.units_ceil())).unwrap_or_default()
+}
+
+/// One side of the effective resources: the caller's own strings where it gave them (echoed
+/// verbatim), the resolved values (defaults, policy) elsewhere.
+fn effective_side(asked: Option<&pb::Resources>, resolved: &ResourceAmounts) -> Option<pb::Resources> {
+    let cpu =
+        asked.map(|asked| asked.cpu.clone()).filter(|cpu| !cpu.is_empty()).unwrap_or_else(|| cpu_text(resolved.cpu));
+    let memory = asked
+        .map(|asked| asked.memory.clone())
+        .filter(|memory| !memory.is_empty())
+        .unwrap_or_else(|| memory_text(resolved.memory));
+    let gpu = match (asked.and_then(|asked| asked.gpu.clone()), resolved.gpu) {
+        (Some(gpu), _) => Some(gpu),
+        (None, Some(count)) if count > 0 => Some(pb::Gpu { count, selector: None }),
+        _ => None,
+    };
+    if cpu.is_empty() && memory.is_empty() && gpu.is_none() {
+        return None;
+    }
+    Some(pb::Resources { cpu, memory, gpu })
+}
+
+fn primary_index(containers: &[ResolvedContainer]) -> usize {
+    containers.iter().position(|container| container.primary).unwrap_or(0)
+}
+
+/// A sandbox as the API shows it. `spec.network` is input only and is not echoed.
+pub fn sandbox(view: &SandboxView) -> pb::Sandbox {
+    let mut spec = view.spec.clone();
+    spec.network = None;
+    let main = primary_index(&view.resolved.containers);
+    let resolved_main = view.resolved.containers.get(main);
+    let asked_main = view.spec.containers.get(main).and_then(|container| container.resource_requirements.as_ref());
+    let effective_requirements = resolved_main.map(|resolved| pb::ResourceRequirements {
+        requests: effective_side(asked_main.and_then(|asked| asked.requests.as_ref()), &resolved.requests),
+        limits: effective_side(asked_main.and_then(|asked| asked.limits.as_ref()), &resolved.limits),
+    });
+    let sandbox_state = state(view.state);
+    let container_statuses = view
+        .resolved
+        .containers
+        .iter()
+        .map(|container| pb::ContainerStatus {
+            name: container.name.clone(),
+            state: sandbox_state as i32,
+            exit_code: if view.state.is_terminal() { view.exit_code.unwrap_or(0) } else { 0 },
+            restart_count: 0,
+        })
+        .collect();
+    let status = pb::SandboxStatus {
+        state: sandbox_state as i32,
+        state_reason: view.state_reason.clone(),
+        create_time: Some(timestamp(view.created)),
+        start_time: view.started.map(timestamp),
+        end_time: view.ended.map(timestamp),
+        exit_code: view.exit_code,
+        effective_resources: effective_requirements.as_ref().and_then(|requirements| requirements.requests.clone()),
+        effective_max_lifetime_seconds: view.resolved.max_lifetime_seconds,
+        container_statuses,
+        runner_id: view.runner_id.clone(),
+        runner_group_id: view.runner_group_id.clone(),
+        effective_ingress: view.resolved.ingress.clone(),
+        effective_egress: view.resolved.egress.clone(),
+        effective_resource_requirements: effective_requirements,
+        effective_runtime_class: view.resolved.runtime_class.clone().unwrap_or_default(),
+        effective_dns_egress: view.resolved.dns_egress as i32,
+        ..Default::default()
+    };
+    pb::Sandbox {
+        sandbox_id: view.id.clone(),
+        spec: Some(spec),
+        status: Some(status),
+        display_name: view.display_name.clone(),
+        ..Default::default()
+    }
+}
+
+/// The container a data operation acts in: the named one, or the primary one when unnamed.
+pub fn container_name(view: &SandboxView, asked: &str) -> Option<String> {
+    if asked.is_empty() {
+        return view
+            .resolved
+            .containers
+            .get(primary_index(&view.resolved.containers))
+            .map(|container| container.name.clone());
+    }
+    view.resolved.containers.iter().find(|container| container.name == asked).map(|container| container.name.clone())
+}
+
+/// A runner as DiscoveryService shows it, with health and capacity computed from the cluster:
+/// `capabilities` is the largest sandbox one Node can hold (its allocatable minus what non-sandbox
+/// Pods such as slurmd request), `resources` what all Nodes have free now. Control-plane Nodes are
+/// not counted.
+pub fn available_runner(world: &World, org: &str, runner: &pb::ManagedRunner) -> pb::AvailableRunner {
+    let identity = runner.identity.clone().unwrap_or_default();
+    let healthy = runner.install_status == pb::RunnerInstallStatus::Ready as i32
+        && runner.connection_status == pb::RunnerConnectionStatus::Connected as i32;
+    let mut capabilities = pb::RunnerCapabilitySummary {
+        supported_architectures: vec![std::env::consts::ARCH.replace("x86_64", "amd64").replace("aarch64", "arm64")],
+        ..Default::default()
+    };
+    let mut resources = pb::RunnerResourceSummary::default();
+    let mut gpu_types = std::collections::BTreeSet::new();
+    for node in world.cluster.nodes.values() {
+        if node.labels.contains_key("node-role.kubernetes.io/control-plane") {
+            continue;
+        }
+        let mut system = ResourceTotals::default();
+        for pod in world.cluster.pods_iter() {
+            if pod.node_name.as_deref() == Some(node.name.as_str())
+                && pod.holds_resources()
+                && !matches!(pod.owner, PodOwner::Sandbox(_))
+            {
+                system.add(pod.requested());
+            }
+        }
+        capabilities.max_cpu_millicores =
+            capabilities.max_cpu_millicores.max(node.allocatable.cpu_millis - system.cpu_millis);
+        capabilities.max_memory_bytes =
+            capabilities.max_memory_bytes.max(node.allocatable.memory_bytes - system.memory_bytes);
+        capabilities.max_gpu_count = capabilities.max_gpu_count.max(node.allocatable.gpus - system.gpus);
+        resources.available_cpu_millicores += (node.allocatable.cpu_millis - node.requested.cpu_millis).max(0);
+        resources.available_memory_bytes += (node.allocatable.memory_bytes - node.requested.memory_bytes).max(0);
+        resources.available_gpu_count += (node.allocatable.gpus - node.requested.gpus).max(0);
+        if let Some(class) = node.labels.get("gpu.nvidia.com/class") {
+            gpu_types.insert(class.clone());
+        }
+    }
+    capabilities.supported_gpu_types = gpu_types.into_iter().collect();
+    let running = world
+        .cluster
+        .pods_iter()
+        .filter(|pod| pod.phase == PodPhase::Running)
+        .filter(|pod| match &pod.owner {
+            PodOwner::Sandbox(id) => {
+                world.sandbox(id).is_some_and(|view| view.owner.org == org && view.runner_id == identity.runner_id)
+            }
+            _ => false,
+        })
+        .count();
+    resources.running_sandboxes = i32::try_from(running).unwrap_or(i32::MAX);
+    pb::AvailableRunner {
+        runner_id: identity.runner_id,
+        runner_group_id: identity.runner_group_id,
+        tags: Vec::new(),
+        healthy,
+        capabilities: Some(capabilities),
+        resources: Some(resources),
+        connected_at: runner.last_heartbeat_time.or(runner.create_time),
+        is_shared: false,
+        organization_id: org.to_owned(),
+    }
+}
+
+/// A required string field.
+pub fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, ApiError> {
+    if value.trim().is_empty() { Err(ApiError::missing_field(field)) } else { Ok(value) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_round_trip_at_millisecond_precision() {
+        let time = SimTime::from_millis(1_764_480_000_123);
+        let converted = timestamp(time);
+        assert_eq!((converted.seconds, converted.nanos), (1_764_480_000, 123_000_000));
+        assert_eq!(sim_time(&converted), time);
+    }
+
+    #[test]
+    fn a_lone_unnamed_container_is_main() {
+        let spec = pb::SandboxSpec {
+            containers: vec![pb::Container { image: "python:3.11".to_owned(), ..Default::default() }],
+            ..Default::default()
+        };
+        let (spec, _) = sandbox_input(Some(pb::Sandbox { spec: Some(spec), ..Default::default() })).unwrap();
+        assert_eq!(spec.containers[0].name, "main");
+        let error = sandbox_input(None).unwrap_err();
+        assert_eq!(error.violations[0].0, "sandbox");
+    }
+
+    #[test]
+    fn effective_resources_echo_the_callers_strings() {
+        let asked = pb::Resources { cpu: "500m".to_owned(), memory: String::new(), gpu: None };
+        let resolved = ResourceAmounts {
+            cpu: Some(Quantity::parse("0.5").unwrap()),
+            memory: Some(Quantity::parse("512Mi").unwrap()),
+            gpu: None,
+        };
+        let side = effective_side(Some(&asked), &resolved).unwrap();
+        assert_eq!((side.cpu.as_str(), side.memory.as_str()), ("500m", "512Mi"));
+        assert_eq!(effective_side(None, &ResourceAmounts::default()), None);
+    }
+}

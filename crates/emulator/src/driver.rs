@@ -1,0 +1,245 @@
+//! The driver: the simulated world behind a mutex, moved forward by the clock.
+//!
+//! - Every request goes through [`Driver::with_world`], which first lets the world catch up with
+//!   the clock (`tick`), then runs the command, then hands the world's effects to the pump.
+//! - A ticker task sleeps until the world's next timer (`next_wakeup`) and ticks it, so timers
+//!   fire even when nobody asks (a frozen clock only moves when advanced).
+//! - The effects pump hands `StartPod`/`StopPod`/`KillPod`, in order, to the attached
+//!   [`SandboxRuntime`]; without one it only logs them.
+//! - Main-process exits reported by the runtime go back into the world.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use cwsandbox_sim::SimResult;
+use cwsandbox_sim::config::Values;
+use cwsandbox_sim::ids::SeededIds;
+use cwsandbox_sim::k8s::PodOwner;
+use cwsandbox_sim::world::{Effect, World};
+use futures::StreamExt;
+use tokio::sync::{Notify, mpsc, watch};
+
+use crate::clock::EmulatorClock;
+use crate::runtime::{ContainerLaunch, PodLaunch, SandboxRuntime};
+
+/// Longest the ticker sleeps without looking at the world again.
+const MAX_IDLE: Duration = Duration::from_secs(60);
+
+/// What the pump hands to the runtime, in the order the world produced it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PumpItem {
+    /// Start a Pod's processes.
+    Start(PodLaunch),
+    /// SIGTERM, then SIGKILL after the grace period.
+    Stop {
+        /// Pod uid.
+        pod_uid: String,
+        /// Grace period.
+        grace: Duration,
+    },
+    /// SIGKILL whatever is left.
+    Kill {
+        /// Pod uid.
+        pod_uid: String,
+    },
+}
+
+/// The world, its clock and the channels around it.
+pub struct Driver {
+    world: Mutex<World>,
+    clock: EmulatorClock,
+    wake: Notify,
+    pump: mpsc::UnboundedSender<PumpItem>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver").field("clock", &self.clock).finish_non_exhaustive()
+    }
+}
+
+/// The receiving end of the effects pump, consumed by [`Driver::spawn_tasks`].
+#[derive(Debug)]
+pub struct PumpReceiver(mpsc::UnboundedReceiver<PumpItem>);
+
+impl Driver {
+    /// A world built from `values` on `clock`, with identifiers from `seed`.
+    pub fn new(values: Values, clock: EmulatorClock, seed: u64) -> SimResult<(Arc<Driver>, PumpReceiver)> {
+        let world = World::new(values, Box::new(clock.clone()), Box::new(SeededIds::new(seed)))?;
+        let (pump, receiver) = mpsc::unbounded_channel();
+        let driver = Arc::new(Driver { world: Mutex::new(world), clock, wake: Notify::new(), pump });
+        // Effects of building the world (none today) go out like any others.
+        driver.with_world(|_| ());
+        Ok((driver, PumpReceiver(receiver)))
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &EmulatorClock {
+        &self.clock
+    }
+
+    fn lock(&self) -> MutexGuard<'_, World> {
+        // The world is only changed by simulation commands, which either finish or leave it
+        // unchanged; a panic in a handler holding the lock leaves a usable world.
+        self.world.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `command` on the world after catching it up with the clock, then pumps its effects
+    /// and lets the ticker recompute its next wake-up.
+    pub fn with_world<R>(&self, command: impl FnOnce(&mut World) -> R) -> R {
+        let result = {
+            let mut world = self.lock();
+            world.tick();
+            let result = command(&mut world);
+            self.pump_effects(&mut world);
+            result
+        };
+        self.wake.notify_one();
+        result
+    }
+
+    /// Catches the world up with the clock (the ticker's step; it does not wake the ticker).
+    fn tick(&self) {
+        let mut world = self.lock();
+        world.tick();
+        self.pump_effects(&mut world);
+    }
+
+    /// Tells the ticker the clock moved (freeze, advance).
+    pub fn clock_changed(&self) {
+        self.wake.notify_one();
+    }
+
+    fn pump_effects(&self, world: &mut World) {
+        for effect in world.take_effects() {
+            let item = match effect {
+                Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id } => {
+                    PumpItem::Start(launch_of(world, pod_uid, namespace, pod_name, sandbox_id))
+                }
+                Effect::StopPod { pod_uid, grace } => PumpItem::Stop { pod_uid, grace },
+                Effect::KillPod { pod_uid } => PumpItem::Kill { pod_uid },
+            };
+            // The receiver lives as long as the emulator; after shutdown effects have nowhere to go.
+            let _ = self.pump.send(item);
+        }
+    }
+
+    /// Starts the ticker, the effects pump and (with a runtime) the exit listener. They stop when
+    /// `shutdown` turns true.
+    pub fn spawn_tasks(
+        self: &Arc<Self>,
+        pump: PumpReceiver,
+        runtime: Option<Arc<dyn SandboxRuntime>>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(Arc::clone(self).run_ticker(shutdown.clone())));
+        tasks.push(tokio::spawn(run_pump(pump.0, runtime.clone())));
+        if let Some(runtime) = runtime {
+            let driver = Arc::clone(self);
+            let mut shutdown = shutdown;
+            tasks.push(tokio::spawn(async move {
+                let mut exits = runtime.exits();
+                loop {
+                    tokio::select! {
+                        exit = exits.next() => match exit {
+                            Some(exit) => {
+                                tracing::info!(pod_uid = %exit.pod_uid, exit_code = exit.exit_code, "main process exited");
+                                driver.with_world(|world| world.pod_exited(&exit.pod_uid, exit.exit_code));
+                            }
+                            None => break,
+                        },
+                        _ = shutdown.changed() => break,
+                    }
+                }
+            }));
+        }
+        tasks
+    }
+
+    async fn run_ticker(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            if *shutdown.borrow() {
+                return;
+            }
+            let next = self.lock().next_wakeup();
+            let sleep_for = next.and_then(|at| self.clock.real_time_until(at)).unwrap_or(MAX_IDLE).min(MAX_IDLE);
+            tokio::select! {
+                _ = tokio::time::sleep(sleep_for) => {}
+                _ = self.wake.notified() => {}
+                _ = shutdown.changed() => return,
+            }
+            self.tick();
+        }
+    }
+}
+
+/// The launch description of a Pod, main container first.
+fn launch_of(
+    world: &World,
+    pod_uid: String,
+    namespace: String,
+    pod_name: String,
+    sandbox_id: Option<String>,
+) -> PodLaunch {
+    let mut containers: Vec<ContainerLaunch> = world
+        .cluster
+        .pod(&pod_uid)
+        .map(|pod| {
+            pod.containers
+                .iter()
+                .map(|container| ContainerLaunch {
+                    name: container.name.clone(),
+                    image: container.image.clone(),
+                    command: container.command.clone(),
+                    args: container.args.clone(),
+                    env: container.env.clone(),
+                    working_dir: container.working_dir.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let primary = world
+        .cluster
+        .pod(&pod_uid)
+        .and_then(|pod| match &pod.owner {
+            PodOwner::Sandbox(id) => world.sandbox(id),
+            _ => None,
+        })
+        .and_then(|view| view.resolved.containers.iter().position(|container| container.primary));
+    if let Some(index) = primary.filter(|index| *index < containers.len()) {
+        let main = containers.remove(index);
+        containers.insert(0, main);
+    }
+    PodLaunch { pod_uid, sandbox_id, namespace, pod_name, containers }
+}
+
+async fn run_pump(mut items: mpsc::UnboundedReceiver<PumpItem>, runtime: Option<Arc<dyn SandboxRuntime>>) {
+    while let Some(item) = items.recv().await {
+        let Some(runtime) = &runtime else {
+            match &item {
+                PumpItem::Start(launch) => tracing::info!(
+                    pod = %format!("{}/{}", launch.namespace, launch.pod_name),
+                    sandbox_id = launch.sandbox_id.as_deref().unwrap_or("-"),
+                    "Pod running; no process executor attached, so its main process does not run"
+                ),
+                PumpItem::Stop { pod_uid, grace } => tracing::debug!(%pod_uid, ?grace, "StopPod (no executor)"),
+                PumpItem::Kill { pod_uid } => tracing::debug!(%pod_uid, "KillPod (no executor)"),
+            }
+            continue;
+        };
+        let outcome = match item {
+            PumpItem::Start(launch) => {
+                let pod_uid = launch.pod_uid.clone();
+                runtime.start(launch).await.map_err(|error| (pod_uid, "start", error))
+            }
+            PumpItem::Stop { pod_uid, grace } => {
+                runtime.stop(pod_uid.clone(), grace).await.map_err(|error| (pod_uid, "stop", error))
+            }
+            PumpItem::Kill { pod_uid } => runtime.kill(pod_uid.clone()).await.map_err(|error| (pod_uid, "kill", error)),
+        };
+        if let Err((pod_uid, what, error)) = outcome {
+            tracing::warn!(%pod_uid, "runtime could not {what} the Pod: {error}");
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! The one mapping from failures to status codes and `google.rpc` details, shared by every
+//! transport.
+//!
+//! Every failure a handler returns is an [`ApiError`]: a status code, a message, an
+//! `ErrorInfo` reason (domain `cwsandbox.com`) with metadata, `BadRequest` field violations and,
+//! where a retry can succeed, a `RetryInfo` delay. [`SimError`] and [`RuntimeError`] convert into it
+//! here and nowhere else. An `ApiError` becomes a `tonic::Status` carrying the details in
+//! `grpc-status-details-bin` (built with `tonic-types`), and a Connect error from that status, so
+//! the Connect JSON error's `details` hold the same messages (`{"type": "google.rpc.ErrorInfo",
+//! "value": <base64>}`).
+//!
+//! Reasons the emulator adds to the public list (client-contract §8.3): `CWSANDBOX_UNAUTHENTICATED`,
+//! `CWSANDBOX_PERMISSION_DENIED`, `CWSANDBOX_CONTAINER_NOT_FOUND`, `CWSANDBOX_SANDBOX_NOT_RUNNING`,
+//! `CWSANDBOX_PRECONDITION_FAILED`, `CWSANDBOX_ALREADY_EXISTS`. None of them is one the client
+//! treats specially, so it classifies those errors by status code, as it would without a reason.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use connectrpc_axum::ConnectError;
+use cwsandbox_sim::{Reason, SimError};
+use tonic::Code;
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::runtime::RuntimeError;
+
+/// The `ErrorInfo.domain` of every error.
+pub const DOMAIN: &str = "cwsandbox.com";
+
+/// Reasons not in the simulation's [`Reason`] list.
+pub mod reasons {
+    /// No or unknown bearer token.
+    pub const UNAUTHENTICATED: &str = "CWSANDBOX_UNAUTHENTICATED";
+    /// The caller lacks a role.
+    pub const PERMISSION_DENIED: &str = "CWSANDBOX_PERMISSION_DENIED";
+    /// The RPC or option is not emulated.
+    pub const NOT_IMPLEMENTED: &str = "CWSANDBOX_NOT_IMPLEMENTED";
+    /// No process executor is attached.
+    pub const BACKEND_UNAVAILABLE: &str = "CWSANDBOX_BACKEND_UNAVAILABLE";
+    /// The request is malformed.
+    pub const INVALID_REQUEST: &str = "CWSANDBOX_INVALID_REQUEST";
+    /// The sandbox exists but is not RUNNING.
+    pub const SANDBOX_NOT_RUNNING: &str = "CWSANDBOX_SANDBOX_NOT_RUNNING";
+    /// No container of that name.
+    pub const CONTAINER_NOT_FOUND: &str = "CWSANDBOX_CONTAINER_NOT_FOUND";
+    /// A sandbox is not visible to the caller.
+    pub const SANDBOX_NOT_FOUND: &str = "CWSANDBOX_SANDBOX_NOT_FOUND";
+    /// A runner is not visible to the caller.
+    pub const RUNNER_NOT_FOUND: &str = "CWSANDBOX_RUNNER_NOT_FOUND";
+    /// File errors.
+    pub const FILE_NOT_FOUND: &str = "CWSANDBOX_FILE_NOT_FOUND";
+    /// File errors.
+    pub const FILE_IS_DIRECTORY: &str = "CWSANDBOX_FILE_IS_DIRECTORY";
+    /// File errors.
+    pub const FILE_PERMISSION_DENIED: &str = "CWSANDBOX_FILE_PERMISSION_DENIED";
+    /// File errors.
+    pub const FILE_TOO_LARGE: &str = "CWSANDBOX_FILE_TOO_LARGE";
+    /// File errors.
+    pub const FILE_IO_FAILED: &str = "CWSANDBOX_FILE_IO_FAILED";
+    /// An exec ran out of time.
+    pub const COMMAND_TIMEOUT: &str = "CWSANDBOX_COMMAND_TIMEOUT";
+}
+
+/// A failed request, ready for either transport.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// gRPC status code.
+    pub code: Code,
+    /// Human-readable message.
+    pub message: String,
+    /// `ErrorInfo.reason`.
+    pub reason: String,
+    /// `ErrorInfo.metadata`, in insertion order.
+    pub metadata: Vec<(String, String)>,
+    /// `BadRequest.field_violations` as (field, description).
+    pub violations: Vec<(String, String)>,
+    /// `RetryInfo.retry_delay`.
+    pub retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    /// An error with a code, a reason and a message.
+    pub fn new(code: Code, reason: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            message: message.into(),
+            reason: reason.to_owned(),
+            metadata: Vec::new(),
+            violations: Vec::new(),
+            retry_after: None,
+        }
+    }
+
+    /// Adds an `ErrorInfo.metadata` entry.
+    pub fn with_metadata(mut self, key: &str, value: impl Into<String>) -> ApiError {
+        self.metadata.retain(|(existing, _)| existing != key);
+        self.metadata.push((key.to_owned(), value.into()));
+        self
+    }
+
+    /// INVALID_ARGUMENT with one field violation; the message names the field.
+    pub fn invalid_field(field: &str, description: impl Into<String>) -> ApiError {
+        let description = description.into();
+        let mut error =
+            ApiError::new(Code::InvalidArgument, reasons::INVALID_REQUEST, format!("{field}: {description}"));
+        error.violations.push((field.to_owned(), description));
+        error
+    }
+
+    /// INVALID_ARGUMENT for a required field left empty.
+    pub fn missing_field(field: &str) -> ApiError {
+        ApiError::invalid_field(field, "required")
+    }
+
+    /// UNAUTHENTICATED.
+    pub fn unauthenticated(message: impl Into<String>) -> ApiError {
+        ApiError::new(Code::Unauthenticated, reasons::UNAUTHENTICATED, message)
+    }
+
+    /// PERMISSION_DENIED for a missing role.
+    pub fn permission_denied(role: &str, message: impl Into<String>) -> ApiError {
+        ApiError::new(Code::PermissionDenied, reasons::PERMISSION_DENIED, message).with_metadata("required_role", role)
+    }
+
+    /// UNIMPLEMENTED with reason `CWSANDBOX_NOT_IMPLEMENTED`.
+    pub fn not_implemented(what: &str) -> ApiError {
+        ApiError::new(Code::Unimplemented, reasons::NOT_IMPLEMENTED, format!("{what} is not emulated"))
+            .with_metadata("method", what)
+    }
+
+    /// UNAVAILABLE: no process executor is attached to this emulator.
+    pub fn backend_unavailable(operation: &str) -> ApiError {
+        ApiError::new(
+            Code::Unavailable,
+            reasons::BACKEND_UNAVAILABLE,
+            format!(
+                "{operation} needs a process executor, and none is attached to this emulator: sandboxes are \
+                 scheduled and their state is emulated, but their processes do not run"
+            ),
+        )
+        .with_metadata("operation", operation)
+    }
+
+    /// The `tonic::Status` with `grpc-status-details-bin`.
+    pub fn to_status(&self) -> tonic::Status {
+        let mut details = ErrorDetails::new();
+        details.set_error_info(self.reason.clone(), DOMAIN, self.metadata.iter().cloned().collect::<HashMap<_, _>>());
+        if !self.violations.is_empty() {
+            for (field, description) in &self.violations {
+                details.add_bad_request_violation(field.clone(), description.clone());
+            }
+        }
+        if let Some(delay) = self.retry_after {
+            details.set_retry_info(Some(delay));
+        }
+        tonic::Status::with_error_details(self.code, self.message.clone(), details)
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?} {}: {}", self.code, self.reason, self.message)
+    }
+}
+
+impl From<ApiError> for tonic::Status {
+    fn from(error: ApiError) -> tonic::Status {
+        error.to_status()
+    }
+}
+
+impl From<ApiError> for ConnectError {
+    fn from(error: ApiError) -> ConnectError {
+        ConnectError::from(error.to_status())
+    }
+}
+
+impl From<SimError> for ApiError {
+    fn from(error: SimError) -> ApiError {
+        let message = error.to_string();
+        let reason = error.reason().unwrap_or(Reason::InvalidRequest).as_str();
+        let mut api = match &error {
+            SimError::InvalidArgument { .. } => ApiError::new(Code::InvalidArgument, reason, message),
+            SimError::NotFound { .. } => ApiError::new(Code::NotFound, reason, message),
+            SimError::AlreadyExists { .. } => ApiError::new(Code::AlreadyExists, reason, message),
+            SimError::FailedPrecondition { .. } => ApiError::new(Code::FailedPrecondition, reason, message),
+            SimError::ResourceExhausted { retry_after, .. } => {
+                let mut api = ApiError::new(Code::ResourceExhausted, reason, message);
+                api.retry_after = *retry_after;
+                api
+            }
+            SimError::Unavailable { retry_after, .. } => {
+                let mut api = ApiError::new(Code::Unavailable, reason, message);
+                api.retry_after = *retry_after;
+                api
+            }
+            SimError::Unimplemented { .. } => ApiError::new(Code::Unimplemented, reasons::NOT_IMPLEMENTED, message),
+        };
+        api.violations = error
+            .violations()
+            .iter()
+            .map(|violation| (violation.field.clone(), violation.description.clone()))
+            .collect();
+        api
+    }
+}
+
+impl From<RuntimeError> for ApiError {
+    fn from(error: RuntimeError) -> ApiError {
+        let message = error.to_string();
+        match error {
+            RuntimeError::NotRunning(_) => {
+                ApiError::new(Code::FailedPrecondition, reasons::SANDBOX_NOT_RUNNING, message)
+            }
+            RuntimeError::ContainerNotFound(name) => {
+                ApiError::new(Code::NotFound, reasons::CONTAINER_NOT_FOUND, message).with_metadata("container", name)
+            }
+            RuntimeError::FileNotFound { path } => {
+                ApiError::new(Code::NotFound, reasons::FILE_NOT_FOUND, message).with_metadata("filepath", path)
+            }
+            RuntimeError::IsDirectory { path } => {
+                ApiError::new(Code::FailedPrecondition, reasons::FILE_IS_DIRECTORY, message)
+                    .with_metadata("filepath", path)
+            }
+            RuntimeError::PermissionDenied { path } => {
+                ApiError::new(Code::PermissionDenied, reasons::FILE_PERMISSION_DENIED, message)
+                    .with_metadata("filepath", path)
+            }
+            RuntimeError::FileTooLarge { path, size_bytes, max_size_bytes } => {
+                ApiError::new(Code::ResourceExhausted, reasons::FILE_TOO_LARGE, message)
+                    .with_metadata("filepath", path)
+                    .with_metadata("size_bytes", size_bytes.to_string())
+                    .with_metadata("max_size_bytes", max_size_bytes.to_string())
+            }
+            RuntimeError::Io { path, .. } => {
+                ApiError::new(Code::Internal, reasons::FILE_IO_FAILED, message).with_metadata("filepath", path)
+            }
+            RuntimeError::CommandTimeout(_) => ApiError::new(Code::DeadlineExceeded, reasons::COMMAND_TIMEOUT, message),
+            RuntimeError::Unavailable(_) => ApiError::new(Code::Unavailable, reasons::BACKEND_UNAVAILABLE, message),
+        }
+    }
+}
+
+/// Connect request-decoding failures (malformed JSON, unknown fields, bad binary messages) are
+/// answered by connectrpc-axum before any handler runs, with a bare `invalid_argument`. This gives
+/// them the same details as every other error: `ErrorInfo` with `CWSANDBOX_INVALID_REQUEST`, and a
+/// `BadRequest` naming the field when the decoder named one. Other responses pass through.
+pub async fn enrich_connect_error(response: axum::response::Response) -> axum::response::Response {
+    const MAX_ERROR_BODY: usize = 64 << 10;
+    let is_json_error = response.status() == http::StatusCode::BAD_REQUEST
+        && response
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|content_type| content_type.starts_with("application/json"));
+    if !is_json_error {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_ERROR_BODY).await else {
+        return axum::response::Response::from_parts(parts, axum::body::Body::empty());
+    };
+    let rebuilt = || axum::response::Response::from_parts(parts.clone(), axum::body::Body::from(bytes.clone()));
+    let Ok(error) = serde_json::from_slice::<serde_json::Value>(&bytes) else { return rebuilt() };
+    let has_details =
+        error.get("details").and_then(|details| details.as_array()).is_some_and(|details| !details.is_empty());
+    if error.get("code").and_then(|code| code.as_str()) != Some("invalid_argument") || has_details {
+        return rebuilt();
+    }
+    let message = error.get("message").and_then(|message| message.as_str()).unwrap_or("invalid request").to_owned();
+    let field = ["unknown field `", "missing field `"].iter().find_map(|marker| {
+        message.split_once(marker).and_then(|(_, rest)| rest.split_once('`')).map(|(name, _)| name.to_owned())
+    });
+    let mut api = ApiError::new(Code::InvalidArgument, reasons::INVALID_REQUEST, message.clone());
+    if let Some(field) = field {
+        api.violations.push((field, message));
+    }
+    let mut response = axum::response::IntoResponse::into_response(ConnectError::from(api));
+    for (name, value) in parts.headers.iter().filter(|(name, _)| *name != http::header::CONTENT_LENGTH) {
+        response.headers_mut().entry(name.clone()).or_insert(value.clone());
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cwsandbox_sim::FieldViolation;
+    use prost::Message;
+
+    fn details(status: &tonic::Status) -> ErrorDetails {
+        status.get_error_details()
+    }
+
+    #[test]
+    fn invalid_argument_carries_reason_and_field_violations() {
+        let error = SimError::invalid(
+            Reason::InvalidRequest,
+            vec![FieldViolation::new("sandbox.spec.containers", "at least one container is required")],
+        );
+        let status = ApiError::from(error).to_status();
+        assert_eq!(status.code(), Code::InvalidArgument);
+        let details = details(&status);
+        let info = details.error_info().unwrap();
+        assert_eq!((info.reason.as_str(), info.domain.as_str()), ("CWSANDBOX_INVALID_REQUEST", DOMAIN));
+        let violations = &details.bad_request().unwrap().field_violations;
+        assert_eq!(violations[0].field, "sandbox.spec.containers");
+    }
+
+    #[test]
+    fn retryable_errors_carry_retry_info_and_others_do_not() {
+        let unavailable = SimError::Unavailable {
+            reason: Reason::RunnerUnavailable,
+            message: "runner not ready".to_owned(),
+            retry_after: Some(Duration::from_secs(5)),
+        };
+        let status = ApiError::from(unavailable).to_status();
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(details(&status).retry_info().unwrap().retry_delay, Some(Duration::from_secs(5)));
+        let stale = SimError::FailedPrecondition { reason: Reason::PreconditionFailed, message: "stale".to_owned() };
+        let status = ApiError::from(stale).to_status();
+        assert_eq!(status.code(), Code::FailedPrecondition);
+        assert!(details(&status).retry_info().is_none());
+    }
+
+    #[test]
+    fn connect_errors_carry_the_same_details() {
+        let error = ApiError::invalid_field("runner_id", "required");
+        let connect = ConnectError::from(error.clone());
+        assert_eq!(connect.code(), connectrpc_axum::Code::InvalidArgument);
+        let types: Vec<&str> = connect.details().iter().map(|detail| detail.type_url()).collect();
+        assert_eq!(types, ["type.googleapis.com/google.rpc.ErrorInfo", "type.googleapis.com/google.rpc.BadRequest"]);
+        let info = tonic_types::pb::ErrorInfo::decode(connect.details()[0].value()).unwrap();
+        assert_eq!(info.reason, "CWSANDBOX_INVALID_REQUEST");
+        let json = serde_json::to_value(connect.status()).unwrap();
+        assert_eq!(json["code"], "invalid_argument");
+        assert_eq!(json["details"][0]["type"], "google.rpc.ErrorInfo");
+    }
+
+    #[test]
+    fn file_errors_use_the_client_reasons() {
+        let status =
+            ApiError::from(RuntimeError::FileTooLarge { path: "/big".to_owned(), size_bytes: 40, max_size_bytes: 32 })
+                .to_status();
+        let details = details(&status);
+        let info = details.error_info().unwrap();
+        assert_eq!(info.reason, "CWSANDBOX_FILE_TOO_LARGE");
+        assert_eq!(info.metadata["max_size_bytes"], "32");
+    }
+}

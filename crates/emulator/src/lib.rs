@@ -1,0 +1,246 @@
+//! `cwsandbox-emulator`: the CoreWeave Sandbox API (`coreweave.sandbox.v1`) served locally on one
+//! port over gRPC, Connect and gRPC-Web, on top of the simulated CKS cluster, SUNK Pod Scheduler
+//! and Slurm of `cwsandbox-sim`.
+//!
+//! Rooms: [`config`] (values and tokens), [`auth`] (bearer tokens → principals), [`errors`] (the
+//! one error mapping), [`convert`] (proto ↔ simulation), [`services`] (thin handlers),
+//! [`server`] (one port, every protocol), [`driver`] (the world on a clock, the effects pump),
+//! [`clock`] (wall time that can be frozen and advanced), [`runtime`] (the seam to the process
+//! executor). [`Emulator::start`] puts them together; the binary adds the command line.
+
+// Handlers must return connectrpc-axum's `ConnectError` (160 bytes), a foreign type we cannot box.
+#![allow(clippy::result_large_err)]
+
+pub mod app;
+pub mod auth;
+pub mod clock;
+pub mod config;
+pub mod convert;
+pub mod driver;
+pub mod errors;
+pub mod runtime;
+pub mod server;
+pub mod services;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::app::{App, Limits};
+use crate::auth::Tokens;
+use crate::clock::EmulatorClock;
+use crate::config::EmulatorConfig;
+use crate::driver::Driver;
+use crate::runtime::SandboxRuntime;
+
+/// The organization of generated tokens when no runner names one.
+pub const DEFAULT_ORG: &str = "default-org";
+/// How long a stop waits for open streams before closing them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// How to start an emulator.
+pub struct Options {
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Values and tokens.
+    pub config: EmulatorConfig,
+    /// Seed of the identifiers (sandbox ids, Pod uids); `None` draws one from the clock.
+    pub seed: Option<u64>,
+    /// Message and file size limits.
+    pub limits: Limits,
+    /// The process runtime, if one is attached.
+    pub runtime: Option<Arc<dyn SandboxRuntime>>,
+    /// The clock (a test may freeze it before start).
+    pub clock: EmulatorClock,
+}
+
+impl Options {
+    /// Defaults around a configuration: 127.0.0.1 on a free port, no runtime.
+    pub fn new(config: EmulatorConfig) -> Options {
+        Options {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            config,
+            seed: None,
+            limits: Limits::default(),
+            runtime: None,
+            clock: EmulatorClock::new(),
+        }
+    }
+}
+
+/// What a client needs to talk to a running emulator; also the ready file's JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ReadyInfo {
+    /// `http://127.0.0.1:PORT`: the value of `CWSANDBOX_BASE_URL`.
+    pub base_url: String,
+    /// The address actually bound.
+    pub listen: String,
+    /// A token with `sandbox_admin` (and `sandbox_user`); empty when none is configured.
+    pub admin_token: String,
+    /// A token with only `sandbox_user`; empty when none is configured.
+    pub user_token: String,
+    /// The default runner: the first runner of the admin's organization.
+    pub runner_id: String,
+    /// The organization of the admin token.
+    pub org: String,
+    /// The emulator's process id.
+    pub pid: u32,
+}
+
+impl ReadyInfo {
+    /// The token exported as `CWSANDBOX_API_KEY`: the admin token, else the user token.
+    pub fn api_key(&self) -> &str {
+        if self.admin_token.is_empty() { &self.user_token } else { &self.admin_token }
+    }
+
+    /// The lines a shell can `eval`; the last one says the emulator is ready.
+    pub fn shell_lines(&self) -> String {
+        format!(
+            "export CWSANDBOX_BASE_URL={}\nexport CWSANDBOX_API_KEY={}\nexport CWSANDBOX_USER_TOKEN={}\nexport \
+             CWSANDBOX_RUNNER_ID={}\n# cwsandbox-emulator ready\n",
+            self.base_url,
+            self.api_key(),
+            self.user_token,
+            self.runner_id
+        )
+    }
+
+    /// Writes the ready file atomically (a reader never sees half of it).
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        let json = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        let temporary = path.with_extension("tmp");
+        std::fs::write(&temporary, json + "\n")?;
+        std::fs::rename(&temporary, path)
+    }
+}
+
+/// Why an emulator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The values do not describe a world.
+    #[error("invalid values: {0}")]
+    Values(#[from] cwsandbox_sim::SimError),
+    /// The address could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A running emulator.
+pub struct Emulator {
+    info: ReadyInfo,
+    app: App,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
+    runtime: Option<Arc<dyn SandboxRuntime>>,
+}
+
+impl std::fmt::Debug for Emulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Emulator").field("info", &self.info).finish_non_exhaustive()
+    }
+}
+
+fn seed_from_clock() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos() as u64 ^ u64::from(std::process::id()).rotate_left(32))
+        .unwrap_or(0x5eed)
+}
+
+impl Emulator {
+    /// Builds the world, binds the port and starts serving; returns once connections are accepted.
+    pub async fn start(options: Options) -> Result<Emulator, StartError> {
+        let Options { listen, config, seed, limits, runtime, clock } = options;
+        let default_org =
+            config.values.runners.first().map(|runner| runner.org.clone()).unwrap_or_else(|| DEFAULT_ORG.to_owned());
+        let tokens = if config.auth.tokens.is_empty() {
+            Tokens::generate(&default_org).0
+        } else {
+            Tokens::from_config(&config.auth)
+        };
+        let admin = tokens.first_admin().map(|(token, principal)| (token.to_owned(), principal.org.clone()));
+        let user = tokens.first_user().map(|(token, principal)| (token.to_owned(), principal.org.clone()));
+        let org = admin.as_ref().or(user.as_ref()).map(|(_, org)| org.clone()).unwrap_or(default_org);
+        let runner_id = config
+            .values
+            .runners
+            .iter()
+            .find(|runner| runner.org == org)
+            .map(|runner| runner.runner_id.clone())
+            .unwrap_or_default();
+
+        let (driver, pump) = Driver::new(config.values, clock, seed.unwrap_or_else(seed_from_clock))?;
+        let app = App::new(Arc::clone(&driver), tokens, runtime.clone(), limits);
+        let router = server::router(app.clone()).await;
+
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|source| StartError::Bind { address: listen, source })?;
+        let bound = listener.local_addr().map_err(|source| StartError::Bind { address: listen, source })?;
+        let (shutdown, mut shutdown_signal) = watch::channel(false);
+        let tasks = driver.spawn_tasks(pump, runtime.clone(), shutdown.subscribe());
+        let server = tokio::spawn(async move {
+            let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
+                let _ = shutdown_signal.wait_for(|stop| *stop).await;
+            });
+            if let Err(error) = serve.await {
+                tracing::error!("server stopped: {error}");
+            }
+        });
+
+        let host = match bound.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        let info = ReadyInfo {
+            base_url: format!("http://{}", SocketAddr::new(host, bound.port())),
+            listen: bound.to_string(),
+            admin_token: admin.map(|(token, _)| token).unwrap_or_default(),
+            user_token: user.map(|(token, _)| token).unwrap_or_default(),
+            runner_id,
+            org,
+            pid: std::process::id(),
+        };
+        tracing::info!(base_url = %info.base_url, "cwsandbox-emulator listening");
+        Ok(Emulator { info, app, shutdown, server, tasks, runtime })
+    }
+
+    /// Connection details.
+    pub fn info(&self) -> &ReadyInfo {
+        &self.info
+    }
+
+    /// The shared state (the world, the clock).
+    pub fn app(&self) -> &App {
+        &self.app
+    }
+
+    /// Stops serving (open streams get a short grace), stops the driver and ends every sandbox
+    /// process through the runtime.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        let mut server = self.server;
+        if tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await.is_err() {
+            server.abort();
+        }
+        for task in self.tasks {
+            task.abort();
+        }
+        if let Some(runtime) = self.runtime {
+            runtime.shutdown().await;
+        }
+        tracing::info!("cwsandbox-emulator stopped");
+    }
+}

@@ -1,0 +1,181 @@
+//! The `cwsandbox-emulator` command line: `serve` and `exec`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use cwsandbox_emulator::app::Limits;
+use cwsandbox_emulator::config::EmulatorConfig;
+use cwsandbox_emulator::{Emulator, Options};
+use cwsandbox_sim::config::Scenario;
+
+/// A local emulator of the CoreWeave Sandbox API (gRPC, Connect and gRPC-Web on one port) on a
+/// simulated CKS cluster with the SUNK Pod Scheduler and Slurm.
+#[derive(Debug, Parser)]
+#[command(name = "cwsandbox-emulator", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve until SIGINT or SIGTERM. Prints `export` lines for a shell to `eval` once ready.
+    Serve(ServeArgs),
+    /// Start an emulator on a free port, run CMD with CWSANDBOX_BASE_URL and CWSANDBOX_API_KEY
+    /// set, stop the emulator and exit with CMD's exit code.
+    Exec {
+        #[command(flatten)]
+        world: WorldArgs,
+        /// The command and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:8080", env = "CWSANDBOX_EMULATOR_LISTEN")]
+    listen: SocketAddr,
+    /// Write connection details (base_url, admin_token, user_token, runner_id) as JSON here once
+    /// ready.
+    #[arg(long, value_name = "PATH")]
+    ready_file: Option<PathBuf>,
+    #[command(flatten)]
+    world: WorldArgs,
+}
+
+#[derive(Debug, Args)]
+struct WorldArgs {
+    /// YAML values overlaid on the scenario, in order, like `helm -f` (repeatable). A top-level
+    /// `auth:` section configures tokens.
+    #[arg(short = 'f', long = "values", value_name = "FILE")]
+    values: Vec<PathBuf>,
+    /// Built-in starting point: `ready` (set up as the guide recommends) or `fresh` (the guide's
+    /// starting point).
+    #[arg(long, value_enum, default_value_t = ScenarioArg::Ready)]
+    scenario: ScenarioArg,
+    /// Seed of generated identifiers (same seed and requests, same ids).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Largest message accepted or sent on any transport, in bytes.
+    #[arg(long, default_value_t = Limits::default().max_message_bytes)]
+    max_message_bytes: usize,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ScenarioArg {
+    Ready,
+    Fresh,
+}
+
+impl WorldArgs {
+    fn options(&self, listen: SocketAddr) -> Result<Options> {
+        let scenario = match self.scenario {
+            ScenarioArg::Ready => Scenario::Ready,
+            ScenarioArg::Fresh => Scenario::Fresh,
+        };
+        let config = EmulatorConfig::load(scenario, &self.values)?;
+        let mut options = Options::new(config);
+        options.listen = listen;
+        options.seed = self.seed;
+        options.limits.max_message_bytes = self.max_message_bytes;
+        Ok(options)
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("cwsandbox-emulator: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("cwsandbox-emulator: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Serve(args) => serve(args).await,
+        Command::Exec { world, command } => exec(world, command).await,
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM with the signal's number.
+async fn termination() -> i32 {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        std::future::pending::<()>().await;
+        unreachable!()
+    };
+    tokio::select! {
+        _ = interrupt.recv() => 2,
+        _ = terminate.recv() => 15,
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<ExitCode> {
+    let options = args.world.options(args.listen)?;
+    let emulator = Emulator::start(options).await?;
+    if let Some(path) = &args.ready_file {
+        emulator.info().write(path).with_context(|| format!("writing the ready file {}", path.display()))?;
+    }
+    print!("{}", emulator.info().shell_lines());
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    let signal = termination().await;
+    tracing::info!(signal, "stopping");
+    emulator.stop().await;
+    if let Some(path) = &args.ready_file {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn exec(world: WorldArgs, command: Vec<String>) -> Result<ExitCode> {
+    let options = world.options(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let emulator = Emulator::start(options).await?;
+    let info = emulator.info().clone();
+    let (program, args) = command.split_first().context("no command given")?;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .env("CWSANDBOX_BASE_URL", &info.base_url)
+        .env("CWSANDBOX_API_KEY", info.api_key())
+        .env("CWSANDBOX_USER_TOKEN", &info.user_token)
+        .env("CWSANDBOX_RUNNER_ID", &info.runner_id)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {program}"))?;
+    let code = tokio::select! {
+        status = child.wait() => {
+            let status = status.context("waiting for the command")?;
+            use std::os::unix::process::ExitStatusExt;
+            status.code().or_else(|| status.signal().map(|signal| 128 + signal)).unwrap_or(1)
+        }
+        signal = termination() => {
+            let _ = child.kill().await;
+            128 + signal
+        }
+    };
+    emulator.stop().await;
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}

@@ -1,0 +1,270 @@
+//! The seam between the emulator and whatever runs a sandbox's processes.
+//!
+//! The simulation decides *when* a sandbox's Pod starts, is asked to stop and is gone (it emits
+//! [`Effect`](cwsandbox_sim::world::Effect)s); a [`SandboxRuntime`] decides *how*: it starts the
+//! main process, runs `exec` commands next to it, reads and writes its files, keeps its logs and
+//! reports when the main process exits by itself. The emulator ships no implementation of its own:
+//! the process executor (crate `cwsandbox-executor`) plugs in here. Without one, Pods still move
+//! through their life in the simulation, and every data operation answers UNAVAILABLE with reason
+//! `CWSANDBOX_BACKEND_UNAVAILABLE`.
+//!
+//! All methods take owned arguments and return `'static`-friendly boxed futures and streams so the
+//! trait is object safe (`Arc<dyn SandboxRuntime>`).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use tokio::sync::mpsc;
+
+/// Everything needed to start a Pod's processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodLaunch {
+    /// The Pod's uid: the key of every later call about it.
+    pub pod_uid: String,
+    /// The sandbox the Pod belongs to, if it is a sandbox Pod.
+    pub sandbox_id: Option<String>,
+    /// The Pod's namespace.
+    pub namespace: String,
+    /// The Pod's name: the hostname its processes should see.
+    pub pod_name: String,
+    /// Containers in spec order; the first is the main one unless another is marked primary
+    /// (the order is already resolved: `containers[0]` is the one whose exit ends the sandbox).
+    pub containers: Vec<ContainerLaunch>,
+}
+
+/// One container to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerLaunch {
+    /// Container name.
+    pub name: String,
+    /// Image reference: recorded, never pulled.
+    pub image: String,
+    /// Entrypoint; empty means the image default (for the emulator: a shell that waits).
+    pub command: Vec<String>,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Environment variables.
+    pub env: BTreeMap<String, String>,
+    /// Working directory, if the spec sets one.
+    pub working_dir: Option<String>,
+}
+
+/// Which running container an operation acts in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// Its Pod's uid (the key used by [`SandboxRuntime::start`]).
+    pub pod_uid: String,
+    /// The container, already resolved: never empty.
+    pub container: String,
+}
+
+/// A terminal size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TtySize {
+    /// Columns.
+    pub width: u32,
+    /// Rows.
+    pub height: u32,
+}
+
+/// A command to run inside a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecSpec {
+    /// argv; never empty.
+    pub command: Vec<String>,
+    /// Extra environment variables.
+    pub env: BTreeMap<String, String>,
+    /// Run under a pseudo-terminal of this size.
+    pub tty: Option<TtySize>,
+}
+
+/// What the caller sends to a running command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecInput {
+    /// Bytes for stdin.
+    Stdin(Bytes),
+    /// The terminal was resized.
+    Resize(TtySize),
+    /// End of stdin. Sent once; nothing follows it.
+    Close,
+}
+
+/// What a running command produces. The stream ends after `Exited` or `Failed`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecEvent {
+    /// A chunk of stdout.
+    Stdout(Bytes),
+    /// A chunk of stderr.
+    Stderr(Bytes),
+    /// The command ended with this status (a command that could not start ends with 127, and
+    /// its reason on stderr, rather than with an error).
+    Exited(i32),
+    /// The stream failed in-band, e.g. code `STREAM_BACKPRESSURE` or `STREAM_TRUNCATED`.
+    Failed {
+        /// Machine-readable code.
+        code: String,
+        /// Human-readable text.
+        message: String,
+    },
+}
+
+/// A started command. Dropping both halves means the caller went away: the runtime kills the
+/// command.
+pub struct ExecSession {
+    /// Where stdin, resizes and the end of stdin go.
+    pub input: mpsc::Sender<ExecInput>,
+    /// Output and the final status, in order.
+    pub output: BoxStream<'static, ExecEvent>,
+}
+
+impl std::fmt::Debug for ExecSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecSession").finish_non_exhaustive()
+    }
+}
+
+/// Which part of a container's log to read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LogRequest {
+    /// Keep the stream open and send new output until the container stops or the caller leaves.
+    pub follow: bool,
+    /// Start with only this many of the latest lines.
+    pub tail_lines: Option<u32>,
+    /// Only output written at or after this time.
+    pub since: Option<SystemTime>,
+    /// Prefix every line with its RFC 3339 time (the server does it; clients print data as is).
+    pub timestamps: bool,
+    /// Resume an interrupted stream: its session id and the last `next_offset` received.
+    pub resume: Option<(String, u64)>,
+}
+
+/// What a log stream yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogEvent {
+    /// Some output.
+    Chunk {
+        /// Raw bytes: several lines or part of one.
+        data: Bytes,
+        /// When it was written.
+        time: SystemTime,
+        /// Identifies the stream for resuming.
+        session_id: String,
+        /// Offset to resume from after this chunk.
+        next_offset: u64,
+    },
+    /// The stream failed in-band (`SESSION_NOT_FOUND`, `REPLAY_GAP`, `STREAM_INTERRUPTED`,
+    /// `STREAM_TRUNCATED`, `INVALID_RESUME_OFFSET`, …); nothing follows.
+    Failed {
+        /// Machine-readable code.
+        code: String,
+        /// Human-readable text.
+        message: String,
+    },
+}
+
+/// A main process ended by itself (not because the runtime was told to stop it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MainExit {
+    /// The Pod.
+    pub pod_uid: String,
+    /// Its exit status (128 + signal for a signal).
+    pub exit_code: i32,
+}
+
+/// Why a runtime operation failed. The emulator maps each variant to a status code and an
+/// `ErrorInfo` reason in `errors.rs`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeError {
+    /// The Pod's processes are not running (never started, or gone).
+    #[error("{0}")]
+    NotRunning(String),
+    /// No container of that name in the Pod.
+    #[error("container {0:?} not found")]
+    ContainerNotFound(String),
+    /// `CWSANDBOX_FILE_NOT_FOUND`.
+    #[error("{path}: no such file or directory")]
+    FileNotFound {
+        /// The path asked for.
+        path: String,
+    },
+    /// `CWSANDBOX_FILE_IS_DIRECTORY`.
+    #[error("{path}: is a directory")]
+    IsDirectory {
+        /// The path asked for.
+        path: String,
+    },
+    /// `CWSANDBOX_FILE_PERMISSION_DENIED`.
+    #[error("{path}: permission denied")]
+    PermissionDenied {
+        /// The path asked for.
+        path: String,
+    },
+    /// `CWSANDBOX_FILE_TOO_LARGE`: the client falls back to streaming through exec.
+    #[error("{path}: {size_bytes} bytes is more than the {max_size_bytes} bytes a unary file call carries")]
+    FileTooLarge {
+        /// The path asked for.
+        path: String,
+        /// The file's size.
+        size_bytes: u64,
+        /// The largest size allowed.
+        max_size_bytes: u64,
+    },
+    /// `CWSANDBOX_FILE_IO_FAILED`.
+    #[error("{path}: {message}")]
+    Io {
+        /// The path asked for.
+        path: String,
+        /// What failed.
+        message: String,
+    },
+    /// `CWSANDBOX_COMMAND_TIMEOUT`.
+    #[error("command timed out after {0:?}")]
+    CommandTimeout(Duration),
+    /// The runtime cannot serve now (`CWSANDBOX_BACKEND_UNAVAILABLE`).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Runs sandbox processes. Implemented by the process executor; the emulator holds one as
+/// `Option<Arc<dyn SandboxRuntime>>` and calls it from its effects pump and its data-plane
+/// handlers.
+pub trait SandboxRuntime: Send + Sync + 'static {
+    /// A Pod's containers start (effect `StartPod`): run the main container's command. A command
+    /// that cannot start is reported through [`SandboxRuntime::exits`] (exit code 127, the reason
+    /// in the log) rather than as an error, so the sandbox turns FAILED; an `Err` is only logged.
+    fn start(&self, launch: PodLaunch) -> BoxFuture<'_, Result<(), RuntimeError>>;
+
+    /// SIGTERM the Pod's processes; SIGKILL whatever is left after `grace` (effect `StopPod`).
+    fn stop(&self, pod_uid: String, grace: Duration) -> BoxFuture<'_, Result<(), RuntimeError>>;
+
+    /// The Pod is gone: SIGKILL every process it has left (effect `KillPod`). Idempotent.
+    fn kill(&self, pod_uid: String) -> BoxFuture<'_, Result<(), RuntimeError>>;
+
+    /// Starts a command in a running container, with streaming stdin and output.
+    fn exec(&self, target: Target, spec: ExecSpec) -> BoxFuture<'_, Result<ExecSession, RuntimeError>>;
+
+    /// Writes a whole file, creating parent directories as a container's `cat > path` would not
+    /// (the API's WriteFile does).
+    fn write_file(&self, target: Target, path: String, content: Bytes) -> BoxFuture<'_, Result<(), RuntimeError>>;
+
+    /// Reads a whole file of at most `max_bytes` (larger: [`RuntimeError::FileTooLarge`]).
+    fn read_file(&self, target: Target, path: String, max_bytes: u64) -> BoxFuture<'_, Result<Bytes, RuntimeError>>;
+
+    /// Reads a container's output log (the main process's stdout and stderr).
+    fn logs(
+        &self,
+        target: Target,
+        request: LogRequest,
+    ) -> BoxFuture<'_, Result<BoxStream<'static, LogEvent>, RuntimeError>>;
+
+    /// Main processes that ended by themselves, as they happen. Called once, by the driver.
+    fn exits(&self) -> BoxStream<'static, MainExit>;
+
+    /// The emulator is exiting: end every process of every Pod, leaving no orphans.
+    fn shutdown(&self) -> BoxFuture<'_, ()>;
+}

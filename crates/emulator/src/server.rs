@@ -1,0 +1,288 @@
+//! One port, every protocol: gRPC (h2c), Connect (unary and streaming, JSON and binary, HTTP/1.1
+//! and h2c), gRPC-Web, `grpc.health.v1` and gRPC server reflection, plus `GET /healthz`.
+//!
+//! connectrpc-axum builds, from one set of handlers per service, both the Connect routes and the
+//! tonic gRPC services, and dispatches on `content-type` (`application/grpc*` goes to tonic).
+//! gRPC-Web requests (`application/grpc-web*`) are translated to gRPC by tonic-web first.
+
+use std::convert::Infallible;
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use connectrpc_axum::MakeServiceBuilder;
+use cwsandbox_api::sandbox_v1 as pb;
+use cwsandbox_api::sandbox_v1::discovery_service_connect::DiscoveryServiceTonicCompatibleBuilder;
+use cwsandbox_api::sandbox_v1::runner_management_service_connect::RunnerManagementServiceTonicCompatibleBuilder;
+use cwsandbox_api::sandbox_v1::sandbox_data_plane_service_connect::SandboxDataPlaneServiceTonicCompatibleBuilder;
+use cwsandbox_api::sandbox_v1::sandbox_service_connect::SandboxServiceTonicCompatibleBuilder;
+use cwsandbox_api::sandbox_v1::sandbox_template_service_connect::SandboxTemplateServiceTonicCompatibleBuilder;
+use cwsandbox_api::sandbox_v1::settings_service_connect::SettingsServiceTonicCompatibleBuilder;
+use cwsandbox_api::sandbox_v1::volume_service_connect::VolumeServiceTonicCompatibleBuilder;
+use http::Request;
+use tower::{Layer, ServiceExt};
+
+use crate::app::App;
+use crate::not_implemented;
+use crate::services::{data, discovery, runners, sandbox};
+
+/// The gRPC service names this server answers for (health reports each as SERVING).
+pub const SERVICES: &[&str] = &[
+    "coreweave.sandbox.v1.SandboxService",
+    "coreweave.sandbox.v1.SandboxDataPlaneService",
+    "coreweave.sandbox.v1.DiscoveryService",
+    "coreweave.sandbox.v1.RunnerManagementService",
+    "coreweave.sandbox.v1.SandboxTemplateService",
+    "coreweave.sandbox.v1.SettingsService",
+    "coreweave.sandbox.v1.VolumeService",
+];
+
+/// The whole HTTP service of the emulator, ready for `axum::serve`.
+pub async fn router(app: App) -> Router {
+    let limit = app.limits().max_message_bytes;
+
+    let (sandbox_routes, sandbox_grpc) = SandboxServiceTonicCompatibleBuilder::new()
+        .create_sandbox(sandbox::create_sandbox)
+        .get_sandbox(sandbox::get_sandbox)
+        .list_sandboxes(sandbox::list_sandboxes)
+        .delete_sandbox(sandbox::delete_sandbox)
+        .connect_sandbox(sandbox::connect_sandbox)
+        .exec(data::exec)
+        .stream_exec(data::stream_exec)
+        .stream_logs(data::stream_logs)
+        .write_file(data::write_file)
+        .read_file(data::read_file)
+        .create_sandbox_from_template(not_implemented!(
+            pb::CreateSandboxFromTemplateRequest,
+            pb::Sandbox,
+            "SandboxService.CreateSandboxFromTemplate"
+        ))
+        .create_sandbox_from_file(not_implemented!(
+            pb::CreateSandboxFromFileRequest,
+            pb::Sandbox,
+            "SandboxService.CreateSandboxFromFile"
+        ))
+        .get_sandbox_build_logs(not_implemented!(
+            pb::GetSandboxBuildLogsRequest,
+            pb::GetSandboxBuildLogsResponse,
+            "SandboxService.GetSandboxBuildLogs"
+        ))
+        .purge_sandboxes(not_implemented!(
+            pb::PurgeSandboxesRequest,
+            pb::PurgeSandboxesResponse,
+            "SandboxService.PurgeSandboxes"
+        ))
+        .create_file_system_snapshot(not_implemented!(
+            pb::CreateFileSystemSnapshotRequest,
+            pb::FileSystemSnapshot,
+            "SandboxService.CreateFileSystemSnapshot"
+        ))
+        .get_file_system_snapshot(not_implemented!(
+            pb::GetFileSystemSnapshotRequest,
+            pb::FileSystemSnapshot,
+            "SandboxService.GetFileSystemSnapshot"
+        ))
+        .list_file_system_snapshots(not_implemented!(
+            pb::ListFileSystemSnapshotsRequest,
+            pb::ListFileSystemSnapshotsResponse,
+            "SandboxService.ListFileSystemSnapshots"
+        ))
+        .delete_file_system_snapshot(not_implemented!(
+            pb::DeleteFileSystemSnapshotRequest,
+            pb::FileSystemSnapshot,
+            "SandboxService.DeleteFileSystemSnapshot"
+        ))
+        .with_state(app.clone())
+        .build();
+
+    let (data_plane_routes, data_plane_grpc) = SandboxDataPlaneServiceTonicCompatibleBuilder::new()
+        .exec(data::exec)
+        .stream_exec(data::stream_exec)
+        .stream_logs(data::stream_logs)
+        .write_file(data::write_file)
+        .read_file(data::read_file)
+        .with_state(app.clone())
+        .build();
+
+    let (discovery_routes, discovery_grpc) = DiscoveryServiceTonicCompatibleBuilder::new()
+        .list_available_runners(discovery::list_available_runners)
+        .get_available_runner(discovery::get_available_runner)
+        .with_state(app.clone())
+        .build();
+
+    let (runner_routes, runner_grpc) = RunnerManagementServiceTonicCompatibleBuilder::new()
+        .create_managed_runner(runners::create_managed_runner)
+        .get_managed_runner(runners::get_managed_runner)
+        .list_managed_runners(runners::list_managed_runners)
+        .update_managed_runner(runners::update_managed_runner)
+        .delete_managed_runner(runners::delete_managed_runner)
+        .apply_available_update(runners::apply_available_update)
+        .with_state(app.clone())
+        .build();
+
+    let (template_routes, template_grpc) = SandboxTemplateServiceTonicCompatibleBuilder::new()
+        .create_sandbox_template(not_implemented!(
+            pb::CreateSandboxTemplateRequest,
+            pb::SandboxTemplate,
+            "SandboxTemplateService.CreateSandboxTemplate"
+        ))
+        .get_sandbox_template(not_implemented!(
+            pb::GetSandboxTemplateRequest,
+            pb::SandboxTemplate,
+            "SandboxTemplateService.GetSandboxTemplate"
+        ))
+        .list_sandbox_templates(not_implemented!(
+            pb::ListSandboxTemplatesRequest,
+            pb::ListSandboxTemplatesResponse,
+            "SandboxTemplateService.ListSandboxTemplates"
+        ))
+        .update_sandbox_template(not_implemented!(
+            pb::UpdateSandboxTemplateRequest,
+            pb::SandboxTemplate,
+            "SandboxTemplateService.UpdateSandboxTemplate"
+        ))
+        .delete_sandbox_template(not_implemented!(
+            pb::DeleteSandboxTemplateRequest,
+            pbjson_types::Empty,
+            "SandboxTemplateService.DeleteSandboxTemplate"
+        ))
+        .with_state(app.clone())
+        .build();
+
+    let (settings_routes, settings_grpc) = SettingsServiceTonicCompatibleBuilder::new()
+        .get_build_storage_config(not_implemented!(
+            pb::GetBuildStorageConfigRequest,
+            pb::BuildStorageConfig,
+            "SettingsService.GetBuildStorageConfig"
+        ))
+        .update_build_storage_config(not_implemented!(
+            pb::UpdateBuildStorageConfigRequest,
+            pb::BuildStorageConfig,
+            "SettingsService.UpdateBuildStorageConfig"
+        ))
+        .get_object_storage_wif_config(not_implemented!(
+            pb::GetObjectStorageWifConfigRequest,
+            pb::ObjectStorageWifConfig,
+            "SettingsService.GetObjectStorageWifConfig"
+        ))
+        .update_object_storage_wif_config(not_implemented!(
+            pb::UpdateObjectStorageWifConfigRequest,
+            pb::ObjectStorageWifConfig,
+            "SettingsService.UpdateObjectStorageWifConfig"
+        ))
+        .delete_object_storage_wif_config(not_implemented!(
+            pb::DeleteObjectStorageWifConfigRequest,
+            pbjson_types::Empty,
+            "SettingsService.DeleteObjectStorageWifConfig"
+        ))
+        .get_file_system_snapshot_bucket_config(not_implemented!(
+            pb::GetFileSystemSnapshotBucketConfigRequest,
+            pb::FileSystemSnapshotBucketConfig,
+            "SettingsService.GetFileSystemSnapshotBucketConfig"
+        ))
+        .update_file_system_snapshot_bucket_config(not_implemented!(
+            pb::UpdateFileSystemSnapshotBucketConfigRequest,
+            pb::FileSystemSnapshotBucketConfig,
+            "SettingsService.UpdateFileSystemSnapshotBucketConfig"
+        ))
+        .create_secret_store(not_implemented!(
+            pb::CreateSecretStoreRequest,
+            pb::SecretStore,
+            "SettingsService.CreateSecretStore"
+        ))
+        .get_secret_store(not_implemented!(
+            pb::GetSecretStoreRequest,
+            pb::SecretStore,
+            "SettingsService.GetSecretStore"
+        ))
+        .list_secret_stores(not_implemented!(
+            pb::ListSecretStoresRequest,
+            pb::ListSecretStoresResponse,
+            "SettingsService.ListSecretStores"
+        ))
+        .update_secret_store(not_implemented!(
+            pb::UpdateSecretStoreRequest,
+            pb::SecretStore,
+            "SettingsService.UpdateSecretStore"
+        ))
+        .delete_secret_store(not_implemented!(
+            pb::DeleteSecretStoreRequest,
+            pbjson_types::Empty,
+            "SettingsService.DeleteSecretStore"
+        ))
+        .with_state(app.clone())
+        .build();
+
+    let (volume_routes, volume_grpc) = VolumeServiceTonicCompatibleBuilder::new()
+        .create_volume(not_implemented!(pb::CreateVolumeRequest, pb::Volume, "VolumeService.CreateVolume"))
+        .get_volume(not_implemented!(pb::GetVolumeRequest, pb::Volume, "VolumeService.GetVolume"))
+        .list_volumes(not_implemented!(pb::ListVolumesRequest, pb::ListVolumesResponse, "VolumeService.ListVolumes"))
+        .update_volume(not_implemented!(pb::UpdateVolumeRequest, pb::Volume, "VolumeService.UpdateVolume"))
+        .delete_volume(not_implemented!(pb::DeleteVolumeRequest, pb::Volume, "VolumeService.DeleteVolume"))
+        .validate_volume(not_implemented!(pb::ValidateVolumeRequest, pb::Volume, "VolumeService.ValidateVolume"))
+        .with_state(app.clone())
+        .build();
+
+    let (health_reporter, health_grpc) = tonic_health::server::health_reporter();
+    for service in SERVICES {
+        health_reporter.set_service_status(*service, tonic_health::ServingStatus::Serving).await;
+    }
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(cwsandbox_api::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .expect("the embedded descriptor set is valid");
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(cwsandbox_api::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .expect("the embedded descriptor set is valid");
+
+    let switch = MakeServiceBuilder::new()
+        .receive_max_bytes(limit)
+        .send_max_bytes(limit)
+        .add_routers([
+            sandbox_routes,
+            data_plane_routes,
+            discovery_routes,
+            runner_routes,
+            template_routes,
+            settings_routes,
+            volume_routes,
+        ])
+        .add_grpc_service(sandbox_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
+        .add_grpc_service(data_plane_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
+        .add_grpc_service(discovery_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
+        .add_grpc_service(runner_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
+        .add_grpc_service(template_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
+        .add_grpc_service(settings_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
+        .add_grpc_service(volume_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
+        .add_grpc_service(health_grpc)
+        .add_grpc_service(reflection_v1)
+        .add_grpc_service(reflection_v1alpha)
+        .build();
+
+    // tonic-web answers 400 to any HTTP/1.1 request that is not gRPC-Web, so only gRPC-Web goes
+    // through it; everything else reaches the content-type switch directly.
+    let grpc_web = tonic_web::GrpcWebLayer::new()
+        .layer(switch.clone().map_request(|request: Request<tonic::body::Body>| request.map(Body::new)));
+    let dispatch = tower::service_fn(move |request: Request<Body>| {
+        let is_grpc_web = request
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|content_type| content_type.starts_with("application/grpc-web"));
+        let switch = switch.clone();
+        let grpc_web = grpc_web.clone();
+        async move {
+            if is_grpc_web {
+                let response = grpc_web.oneshot(request).await?;
+                Ok::<_, Infallible>(response.map(Body::new))
+            } else {
+                let response = switch.oneshot(request).await?;
+                Ok(crate::errors::enrich_connect_error(response).await)
+            }
+        }
+    });
+    Router::new().route("/healthz", get(|| async { "ok\n" })).fallback_service(dispatch)
+}

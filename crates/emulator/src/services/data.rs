@@ -1,0 +1,322 @@
+//! The data operations (Exec, StreamExec, StreamLogs, WriteFile, ReadFile), served both by
+//! SandboxService (the gateway path the Python client uses) and SandboxDataPlaneService. They find
+//! the caller's RUNNING sandbox in the world and hand the work to the [`SandboxRuntime`]; with no
+//! runtime attached they answer UNAVAILABLE (`CWSANDBOX_BACKEND_UNAVAILABLE`).
+//!
+//! [`SandboxRuntime`]: crate::runtime::SandboxRuntime
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::extract::State;
+use bytes::Bytes;
+use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse, StreamBody, Streaming};
+use cwsandbox_api::sandbox_v1 as pb;
+use cwsandbox_api::sandbox_v1::exec_stream_request::Message as Frame;
+use cwsandbox_api::sandbox_v1::exec_stream_response::Message as Reply;
+use cwsandbox_sim::sandbox::{SandboxState, SandboxView};
+use futures::StreamExt;
+use futures::stream::{self, BoxStream};
+use tokio::sync::mpsc;
+
+use super::respond;
+use crate::app::App;
+use crate::auth::{Caller, Role};
+use crate::clock::EmulatorClock;
+use crate::convert;
+use crate::errors::{ApiError, reasons};
+use crate::runtime::{ExecEvent, ExecInput, ExecSpec, LogEvent, LogRequest, SandboxRuntime, Target, TtySize};
+
+/// A boxed stream of response frames.
+pub type Frames<T> = StreamBody<BoxStream<'static, Result<T, ConnectError>>>;
+
+/// Which sandbox states an operation accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    Running,
+    /// RUNNING, or ended (logs of a finished sandbox without follow).
+    RunningOrEnded,
+}
+
+/// Finds the caller's sandbox, the runtime and the container for a data operation.
+fn resolve(
+    app: &App,
+    caller: &Caller,
+    operation: &str,
+    sandbox_id: &str,
+    container: &str,
+    needs: Needs,
+) -> Result<(Arc<dyn SandboxRuntime>, Target), ApiError> {
+    caller.require(Role::SandboxUser)?;
+    let id = convert::required("sandbox_id", sandbox_id)?;
+    let view: SandboxView = app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| {
+        let api = ApiError::from(error);
+        if api.reason == reasons::SANDBOX_NOT_FOUND { api.with_metadata("sandbox_id", id) } else { api }
+    })?;
+    let runtime = Arc::clone(app.runtime(operation)?);
+    let accepted = match needs {
+        Needs::Running => view.state == SandboxState::Running,
+        Needs::RunningOrEnded => view.state == SandboxState::Running || view.state.is_terminal(),
+    };
+    if !accepted {
+        let state = convert::state(view.state).as_str_name();
+        let why = if view.state_reason.is_empty() { String::new() } else { format!(" ({})", view.state_reason) };
+        return Err(ApiError::new(
+            tonic::Code::FailedPrecondition,
+            reasons::SANDBOX_NOT_RUNNING,
+            format!("sandbox {id} is {state}{why}, not STATE_RUNNING"),
+        )
+        .with_metadata("sandbox_id", id)
+        .with_metadata("state", state));
+    }
+    let name = convert::container_name(&view, container).ok_or_else(|| {
+        ApiError::new(
+            tonic::Code::NotFound,
+            reasons::CONTAINER_NOT_FOUND,
+            format!("sandbox {id} has no container named {container:?}"),
+        )
+        .with_metadata("container", container)
+    })?;
+    Ok((runtime, Target { sandbox_id: view.id.clone(), pod_uid: view.pod_uid.clone(), container: name }))
+}
+
+fn now(app: &App) -> cwsandbox_api::wkt::Timestamp {
+    convert::timestamp(cwsandbox_sim::time::Clock::now(app.driver().clock()))
+}
+
+/// StreamExec: `init` first; then `ready`, output, and exactly one `exit` or `error` frame. The
+/// end of the request stream is the end of stdin (the client half-closes right after `init` when
+/// it sends no stdin).
+pub async fn stream_exec(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(mut requests): ConnectRequest<Streaming<pb::ExecStreamRequest>>,
+) -> Result<ConnectResponse<Frames<pb::ExecStreamResponse>>, ConnectError> {
+    let init = match requests.next().await {
+        Some(Ok(pb::ExecStreamRequest { message: Some(Frame::Init(init)) })) => init,
+        Some(Ok(_)) | None => {
+            return respond(
+                "StreamExec",
+                Err(ApiError::invalid_field("init", "the first frame of StreamExec must be init")),
+            );
+        }
+        Some(Err(error)) => return Err(error),
+    };
+    if init.command.is_empty() {
+        return respond("StreamExec", Err(ApiError::missing_field("init.command")));
+    }
+    let (runtime, target) =
+        match resolve(&app, &caller, "StreamExec", &init.sandbox_id, &init.container, Needs::Running) {
+            Ok(found) => found,
+            Err(error) => return respond("StreamExec", Err(error)),
+        };
+    let tty = init.tty.then_some(TtySize { width: init.tty_width, height: init.tty_height });
+    let spec = ExecSpec { command: init.command, env: init.env.into_iter().collect(), tty };
+    let session = match runtime.exec(target, spec).await {
+        Ok(session) => session,
+        Err(error) => return respond("StreamExec", Err(error.into())),
+    };
+    tokio::spawn(forward_input(requests, session.input));
+    let ready =
+        pb::ExecStreamResponse { message: Some(Reply::Ready(pb::ExecStreamReady { ready_time: Some(now(&app)) })) };
+    let frames = stream::once(async move { Ok(ready) }).chain(exec_frames(app, session.output));
+    Ok(ConnectResponse::new(StreamBody::new(frames.boxed())))
+}
+
+/// Client frames after `init` become runtime input; the end of the stream is the end of stdin.
+async fn forward_input(mut requests: Streaming<pb::ExecStreamRequest>, input: mpsc::Sender<ExecInput>) {
+    while let Some(frame) = requests.next().await {
+        let item = match frame {
+            Ok(pb::ExecStreamRequest { message: Some(Frame::Stdin(data)) }) => ExecInput::Stdin(Bytes::from(data)),
+            Ok(pb::ExecStreamRequest { message: Some(Frame::Resize(size)) }) => {
+                ExecInput::Resize(TtySize { width: size.width, height: size.height })
+            }
+            Ok(pb::ExecStreamRequest { message: Some(Frame::Close(_)) }) => break,
+            Ok(pb::ExecStreamRequest { message: Some(Frame::Init(_)) | None }) => {
+                tracing::debug!("StreamExec: ignoring a second init or an empty frame");
+                continue;
+            }
+            // The client cancelled (it does so after the terminal frame): nothing more to send.
+            Err(_) => return,
+        };
+        if input.send(item).await.is_err() {
+            return;
+        }
+    }
+    let _ = input.send(ExecInput::Close).await;
+}
+
+/// Runtime events as response frames, ending with exactly one `exit` or `error` (G5).
+fn exec_frames(
+    app: App,
+    output: BoxStream<'static, ExecEvent>,
+) -> impl futures::Stream<Item = Result<pb::ExecStreamResponse, ConnectError>> + Send + 'static {
+    stream::unfold((output, false, app), |(mut output, done, app)| async move {
+        if done {
+            return None;
+        }
+        let (reply, done) = match output.next().await {
+            Some(ExecEvent::Stdout(data)) => (output_frame(pb::exec_stream_output::Stream::Stdout, data), false),
+            Some(ExecEvent::Stderr(data)) => (output_frame(pb::exec_stream_output::Stream::Stderr, data), false),
+            Some(ExecEvent::Exited(exit_code)) => {
+                (Reply::Exit(pb::ExecStreamExit { exit_code, completed_time: Some(now(&app)) }), true)
+            }
+            Some(ExecEvent::Failed { code, message }) => (Reply::Error(pb::ExecStreamError { message, code }), true),
+            None => (
+                Reply::Error(pb::ExecStreamError {
+                    message: "the command's output ended without an exit status".to_owned(),
+                    code: "STREAM_INTERRUPTED".to_owned(),
+                }),
+                true,
+            ),
+        };
+        Some((Ok(pb::ExecStreamResponse { message: Some(reply) }), (output, done, app)))
+    })
+}
+
+fn output_frame(stream: pb::exec_stream_output::Stream, data: Bytes) -> Reply {
+    Reply::Output(pb::ExecStreamOutput { stream: stream as i32, data: data.to_vec() })
+}
+
+/// Exec: runs a command with empty stdin and returns its output at once. `max_output_bytes`
+/// (0: the message limit) caps each stream; the rest is counted and dropped.
+pub async fn exec(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::ExecRequest>,
+) -> Result<ConnectResponse<pb::ExecResponse>, ConnectError> {
+    respond("Exec", exec_unary(&app, &caller, request).await)
+}
+
+async fn exec_unary(app: &App, caller: &Caller, request: pb::ExecRequest) -> Result<pb::ExecResponse, ApiError> {
+    if request.command.is_empty() {
+        caller.require(Role::SandboxUser)?;
+        return Err(ApiError::missing_field("command"));
+    }
+    if request.max_output_bytes < 0 {
+        return Err(ApiError::invalid_field("max_output_bytes", "must not be negative"));
+    }
+    let (runtime, target) = resolve(app, caller, "Exec", &request.sandbox_id, &request.container, Needs::Running)?;
+    let spec = ExecSpec { command: request.command, env: request.env.into_iter().collect(), tty: None };
+    let mut session = runtime.exec(target, spec).await?;
+    let _ = session.input.send(ExecInput::Close).await;
+    let cap = match usize::try_from(request.max_output_bytes) {
+        Ok(0) | Err(_) => app.limits().max_message_bytes / 2,
+        Ok(cap) => cap,
+    };
+    let mut response = pb::ExecResponse::default();
+    let keep = |buffer: &mut Vec<u8>, produced: &mut i64, truncated: &mut bool, data: &[u8]| {
+        *produced += data.len() as i64;
+        let room = cap.saturating_sub(buffer.len());
+        buffer.extend_from_slice(&data[..data.len().min(room)]);
+        *truncated |= data.len() > room;
+    };
+    while let Some(event) = session.output.next().await {
+        match event {
+            ExecEvent::Stdout(data) => {
+                keep(&mut response.stdout, &mut response.stdout_bytes_produced, &mut response.stdout_truncated, &data)
+            }
+            ExecEvent::Stderr(data) => {
+                keep(&mut response.stderr, &mut response.stderr_bytes_produced, &mut response.stderr_truncated, &data)
+            }
+            ExecEvent::Exited(code) => {
+                response.exit_code = code;
+                return Ok(response);
+            }
+            ExecEvent::Failed { code, message } => {
+                return Err(ApiError::new(
+                    tonic::Code::Internal,
+                    reasons::BACKEND_UNAVAILABLE,
+                    format!("{code}: {message}"),
+                ));
+            }
+        }
+    }
+    Err(ApiError::new(
+        tonic::Code::Unavailable,
+        reasons::BACKEND_UNAVAILABLE,
+        "the command's output ended without an exit status",
+    ))
+}
+
+/// StreamLogs: the main container's output; `follow` keeps the stream open.
+pub async fn stream_logs(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::StreamLogsRequest>,
+) -> Result<ConnectResponse<Frames<pb::LogEntry>>, ConnectError> {
+    let needs = if request.follow { Needs::Running } else { Needs::RunningOrEnded };
+    let (runtime, target) = match resolve(&app, &caller, "StreamLogs", &request.sandbox_id, &request.container, needs) {
+        Ok(found) => found,
+        Err(error) => return respond("StreamLogs", Err(error)),
+    };
+    if request.tail_lines < 0 {
+        return respond("StreamLogs", Err(ApiError::invalid_field("tail_lines", "must not be negative")));
+    }
+    let log_request = LogRequest {
+        follow: request.follow,
+        tail_lines: u32::try_from(request.tail_lines).ok().filter(|lines| *lines > 0),
+        since: request.since_time.as_ref().map(|since| EmulatorClock::to_system_time(convert::sim_time(since))),
+        timestamps: request.timestamps,
+        resume: (!request.resume_log_session_id.is_empty())
+            .then(|| (request.resume_log_session_id.clone(), request.resume_log_offset)),
+    };
+    let events = match runtime.logs(target, log_request).await {
+        Ok(events) => events,
+        Err(error) => return respond("StreamLogs", Err(error.into())),
+    };
+    let entries = events.map(|event| {
+        Ok(match event {
+            LogEvent::Chunk { data, time, session_id, next_offset } => pb::LogEntry {
+                data: data.to_vec(),
+                timestamp: Some(cwsandbox_api::wkt::Timestamp::from(time)),
+                log_session_id: session_id,
+                next_log_offset: next_offset,
+                error: None,
+            },
+            LogEvent::Failed { code, message } => pb::LogEntry {
+                timestamp: Some(cwsandbox_api::wkt::Timestamp::from(SystemTime::now())),
+                error: Some(pb::LogStreamError { message, code }),
+                ..Default::default()
+            },
+        })
+    });
+    Ok(ConnectResponse::new(StreamBody::new(entries.boxed())))
+}
+
+/// WriteFile: the whole content in one message.
+pub async fn write_file(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::WriteFileRequest>,
+) -> Result<ConnectResponse<pb::WriteFileResponse>, ConnectError> {
+    respond("WriteFile", write(&app, &caller, request).await)
+}
+
+async fn write(app: &App, caller: &Caller, request: pb::WriteFileRequest) -> Result<pb::WriteFileResponse, ApiError> {
+    let (runtime, target) = resolve(app, caller, "WriteFile", &request.sandbox_id, &request.container, Needs::Running)?;
+    let path = convert::required("path", &request.path)?.to_owned();
+    let max = app.limits().max_file_bytes;
+    let size = request.content.len() as u64;
+    if size > max {
+        return Err(crate::runtime::RuntimeError::FileTooLarge { path, size_bytes: size, max_size_bytes: max }.into());
+    }
+    runtime.write_file(target, path, Bytes::from(request.content)).await?;
+    Ok(pb::WriteFileResponse::default())
+}
+
+/// ReadFile: the whole content in one message, up to the file limit.
+pub async fn read_file(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::ReadFileRequest>,
+) -> Result<ConnectResponse<pb::ReadFileResponse>, ConnectError> {
+    respond("ReadFile", read(&app, &caller, request).await)
+}
+
+async fn read(app: &App, caller: &Caller, request: pb::ReadFileRequest) -> Result<pb::ReadFileResponse, ApiError> {
+    let (runtime, target) = resolve(app, caller, "ReadFile", &request.sandbox_id, &request.container, Needs::Running)?;
+    let path = convert::required("path", &request.path)?.to_owned();
+    let content = runtime.read_file(target, path, app.limits().max_file_bytes).await?;
+    Ok(pb::ReadFileResponse { content: content.to_vec() })
+}

@@ -1,0 +1,132 @@
+//! SandboxService's control operations: Create, Get, List, Delete. Each handler is the same three
+//! steps: check the caller and the request, one simulation command, convert the answer.
+
+use axum::extract::State;
+use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse};
+use cwsandbox_api::sandbox_v1 as pb;
+use cwsandbox_sim::SimError;
+
+use super::respond;
+use crate::app::App;
+use crate::auth::{Caller, Role};
+use crate::convert::{self, StateFilter};
+use crate::errors::{ApiError, reasons};
+
+/// CreateSandbox: idempotent by `request_id`.
+pub async fn create_sandbox(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::CreateSandboxRequest>,
+) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
+    respond("CreateSandbox", create(&app, &caller, request))
+}
+
+fn create(app: &App, caller: &Caller, request: pb::CreateSandboxRequest) -> Result<pb::Sandbox, ApiError> {
+    caller.require(Role::SandboxUser)?;
+    let (spec, display_name) = convert::sandbox_input(request.sandbox)?;
+    let owner = caller.owner();
+    let view =
+        app.driver().with_world(|world| world.create_sandbox(&owner, spec, &display_name, &request.request_id))?;
+    tracing::info!(sandbox_id = %view.id, state = ?view.state, runner = %view.runner_id, user = %owner.user, "sandbox created");
+    Ok(convert::sandbox(&view))
+}
+
+/// GetSandbox: terminal sandboxes stay readable for the retention period.
+pub async fn get_sandbox(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::GetSandboxRequest>,
+) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
+    respond("GetSandbox", get(&app, &caller, &request))
+}
+
+fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Result<pb::Sandbox, ApiError> {
+    caller.require(Role::SandboxUser)?;
+    let id = convert::required("sandbox_id", &request.sandbox_id)?;
+    let view =
+        app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id))?;
+    Ok(convert::sandbox(&view))
+}
+
+/// ListSandboxes: server-chosen page size, opaque tokens, filters.
+pub async fn list_sandboxes(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::ListSandboxesRequest>,
+) -> Result<ConnectResponse<pb::ListSandboxesResponse>, ConnectError> {
+    respond("ListSandboxes", list(&app, &caller, &request))
+}
+
+fn list(app: &App, caller: &Caller, request: &pb::ListSandboxesRequest) -> Result<pb::ListSandboxesResponse, ApiError> {
+    caller.require(Role::SandboxUser)?;
+    let state = match convert::state_filter(request.state)? {
+        StateFilter::Any => None,
+        StateFilter::Only(state) => Some(state),
+        StateFilter::Never => return Ok(pb::ListSandboxesResponse::default()),
+    };
+    if !request.volume_ids.is_empty() {
+        // No volume is ever attached in the emulator.
+        return Ok(pb::ListSandboxesResponse::default());
+    }
+    let filter = convert::sandbox_filter(request, state);
+    let (views, next_page_token) = app
+        .driver()
+        .with_world(|world| world.list_sandboxes(&caller.org, &filter, request.page_size, &request.page_token))?;
+    Ok(pb::ListSandboxesResponse { sandboxes: views.iter().map(convert::sandbox).collect(), next_page_token })
+}
+
+/// DeleteSandbox: the Pod terminates with the grace period; `allow_missing` turns NOT_FOUND into
+/// an empty answer.
+pub async fn delete_sandbox(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::DeleteSandboxRequest>,
+) -> Result<ConnectResponse<pb::DeleteSandboxResponse>, ConnectError> {
+    respond("DeleteSandbox", delete(&app, &caller, &request))
+}
+
+fn delete(
+    app: &App,
+    caller: &Caller,
+    request: &pb::DeleteSandboxRequest,
+) -> Result<pb::DeleteSandboxResponse, ApiError> {
+    caller.require(Role::SandboxUser)?;
+    let id = convert::required("sandbox_id", &request.sandbox_id)?;
+    if request.grace_period_seconds < 0 {
+        return Err(ApiError::invalid_field("grace_period_seconds", "must not be negative"));
+    }
+    if !request.snapshot_volumes.is_empty() {
+        return Err(ApiError::not_implemented("DeleteSandbox.snapshot_volumes"));
+    }
+    match app.driver().with_world(|world| world.delete_sandbox(&caller.org, id, request.grace_period_seconds)) {
+        Ok(view) => {
+            tracing::info!(sandbox_id = %view.id, state = ?view.state, "sandbox deletion requested");
+            Ok(pb::DeleteSandboxResponse {
+                sandbox: Some(convert::sandbox(&view)),
+                file_system_snapshot_ids: Vec::new(),
+            })
+        }
+        Err(SimError::NotFound { .. }) if request.allow_missing => Ok(pb::DeleteSandboxResponse::default()),
+        Err(error) => Err(not_found(error, id)),
+    }
+}
+
+/// ConnectSandbox: the direct data plane is not emulated. UNIMPLEMENTED is one of the answers the
+/// client falls back from to the gateway (client-contract G4).
+pub async fn connect_sandbox(
+    caller: Caller,
+    ConnectRequest(_request): ConnectRequest<pb::ConnectSandboxRequest>,
+) -> Result<ConnectResponse<pb::SandboxConnection>, ConnectError> {
+    let _ = caller;
+    respond(
+        "ConnectSandbox",
+        Err(ApiError::not_implemented("SandboxService.ConnectSandbox")
+            .with_metadata("fallback", "use the gateway: SandboxService data operations")),
+    )
+}
+
+/// Adds the sandbox id to a NOT_FOUND.
+fn not_found(error: SimError, id: &str) -> ApiError {
+    let api = ApiError::from(error);
+    if api.reason == reasons::SANDBOX_NOT_FOUND { api.with_metadata("sandbox_id", id) } else { api }
+}
