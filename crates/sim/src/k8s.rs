@@ -342,8 +342,8 @@ pub struct Cluster {
     pub nodes: BTreeMap<String, Node>,
     /// Namespaces by name.
     pub namespaces: BTreeMap<String, Namespace>,
-    /// Pods by uid.
-    pods: HashMap<String, Pod>,
+    /// Pods by uid, boxed: the table then wastes little on free slots as it grows.
+    pods: HashMap<String, Box<Pod>>,
     /// (namespace, name) → uid, in kubectl's listing order.
     pod_names: BTreeMap<(String, String), String>,
     /// Node name → uids of the Pods bound there, so per-Node work never scans every Pod.
@@ -368,7 +368,7 @@ impl Cluster {
 
     /// Every Pod, ordered by namespace and name.
     pub fn pods_iter(&self) -> impl Iterator<Item = &Pod> {
-        self.pod_names.values().filter_map(|uid| self.pods.get(uid))
+        self.pod_names.values().filter_map(|uid| self.pods.get(uid).map(|pod| &**pod))
     }
 
     /// How many Pods exist.
@@ -378,17 +378,17 @@ impl Cluster {
 
     /// A Pod by namespace and name.
     pub fn pod_by_name(&self, namespace: &str, name: &str) -> Option<&Pod> {
-        self.pod_names.get(&(namespace.to_owned(), name.to_owned())).and_then(|uid| self.pods.get(uid))
+        self.pod_names.get(&(namespace.to_owned(), name.to_owned())).and_then(|uid| self.pod(uid))
     }
 
     /// The Pods bound to a Node.
     pub fn pods_on(&self, node: &str) -> impl Iterator<Item = &Pod> {
-        self.pods_on_node.get(node).into_iter().flatten().filter_map(|uid| self.pods.get(uid))
+        self.pods_on_node.get(node).into_iter().flatten().filter_map(|uid| self.pod(uid))
     }
 
     /// A Pod by uid.
     pub fn pod(&self, uid: &str) -> Option<&Pod> {
-        self.pods.get(uid)
+        self.pods.get(uid).map(|pod| &**pod)
     }
 
     /// A Pod by uid, mutable; bumps its resource version. Its node binding is changed only
@@ -417,12 +417,12 @@ impl Cluster {
             }
         }
         self.pod_names.insert((pod.namespace.clone(), pod.name.clone()), pod.uid.clone());
-        self.pods.insert(pod.uid.clone(), pod);
+        self.pods.insert(pod.uid.clone(), Box::new(pod));
     }
 
     /// Removes a Pod, releasing what it held on its Node.
     pub fn remove_pod(&mut self, uid: &str) -> Option<Pod> {
-        let pod = self.pods.remove(uid)?;
+        let pod = *self.pods.remove(uid)?;
         self.pod_names.remove(&(pod.namespace.clone(), pod.name.clone()));
         if let Some(node_name) = &pod.node_name
             && let Some(uids) = self.pods_on_node.get_mut(node_name)
