@@ -123,11 +123,11 @@ fn primary_index(containers: &[ResolvedContainer]) -> usize {
 
 /// A sandbox as the API shows it. `spec.network` is input only and is not echoed.
 pub fn sandbox(view: &SandboxView) -> pb::Sandbox {
-    let mut spec = view.spec.clone();
+    let mut spec = view.spec();
     spec.network = None;
     let main = primary_index(&view.resolved.containers);
     let resolved_main = view.resolved.containers.get(main);
-    let asked_main = view.spec.containers.get(main).and_then(|container| container.resource_requirements.as_ref());
+    let asked_main = spec.containers.get(main).and_then(|container| container.resource_requirements.as_ref());
     let effective_requirements = resolved_main.map(|resolved| pb::ResourceRequirements {
         requests: effective_side(asked_main.and_then(|asked| asked.requests.as_ref()), &resolved.requests),
         limits: effective_side(asked_main.and_then(|asked| asked.limits.as_ref()), &resolved.limits),

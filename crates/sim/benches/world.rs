@@ -76,7 +76,14 @@ fn spec() -> SandboxSpec {
     }
 }
 
+/// A uuid4-shaped request id, as the Python client sends with every create.
+fn request_id(sequence: &mut u64) -> String {
+    *sequence += 1;
+    format!("{:08x}-0000-4000-8000-{:012x}", *sequence >> 16, *sequence)
+}
+
 fn main() {
+    let mut sequence = 0u64;
     let owner = Owner { org: "default-org".to_owned(), user: "alice".to_owned() };
     let build = Instant::now();
     let (mut world, clock) = world();
@@ -93,7 +100,7 @@ fn main() {
     for _ in 0..lifecycles / BATCH {
         let start = Instant::now();
         for _ in 0..BATCH {
-            batch.push(world.create_sandbox(&owner, spec(), "", "").expect("create").id.clone());
+            batch.push(world.create_sandbox(&owner, spec(), "", &request_id(&mut sequence)).expect("create").id.clone());
         }
         clock.advance(Duration::from_secs(1));
         world.tick();
@@ -128,7 +135,7 @@ fn main() {
     let before = LIVE_BYTES.load(Ordering::Relaxed);
     let mut ids = Vec::with_capacity(LIVE);
     for _ in 0..LIVE {
-        ids.push(world.create_sandbox(&owner, spec(), "", "").expect("create").id.clone());
+        ids.push(world.create_sandbox(&owner, spec(), "", &request_id(&mut sequence)).expect("create").id.clone());
     }
     clock.advance(Duration::from_secs(1));
     world.tick();

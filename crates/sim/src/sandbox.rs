@@ -115,8 +115,10 @@ pub struct SandboxInfo {
     pub owner: Owner,
     /// Display name.
     pub display_name: String,
-    /// The spec as created.
-    pub spec: SandboxSpec,
+    /// The spec as created, protobuf-encoded: compact while stored, decoded by [`Self::spec`].
+    spec_bytes: Vec<u8>,
+    /// The spec's tags, kept decoded for listing filters.
+    pub tags: Vec<String>,
     /// The resolved spec (effective values).
     pub resolved: ResolvedSpec,
     /// Runner.
@@ -133,6 +135,14 @@ pub struct SandboxInfo {
     pub created: SimTime,
     /// The request id it was created with (empty: none).
     pub request_id: String,
+}
+
+impl SandboxInfo {
+    /// The spec as created.
+    pub fn spec(&self) -> SandboxSpec {
+        // The bytes are our own encoding of a valid message, so decoding cannot fail.
+        SandboxSpec::decode(self.spec_bytes.as_slice()).unwrap_or_default()
+    }
 }
 
 /// A stored sandbox.
@@ -155,7 +165,7 @@ impl std::ops::Deref for Sandbox {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Sandboxes {
     by_id: BTreeMap<String, Sandbox>,
-    by_request: HashMap<(String, String), (Vec<u8>, String)>,
+    by_request: HashMap<(String, String), String>,
     /// Prepared policies by organization and runner, with the etag they were prepared at.
     policies: HashMap<String, HashMap<String, (String, Arc<PreparedPolicy>)>>,
 }
@@ -223,15 +233,17 @@ impl World {
         request_id: &str,
     ) -> SimResult<SandboxView> {
         self.settle();
-        let fingerprint = {
-            let mut bytes = spec.encode_to_vec();
-            bytes.extend_from_slice(display_name.as_bytes());
-            bytes
-        };
+        let spec_bytes = spec.encode_to_vec();
         if !request_id.is_empty()
-            && let Some((known, id)) = self.sandboxes.by_request.get(&(owner.org.clone(), request_id.to_owned())).cloned()
+            && let Some(id) = self.sandboxes.by_request.get(&(owner.org.clone(), request_id.to_owned())).cloned()
         {
-            if known != fingerprint {
+            // The sandbox keeps its encoded spec, so a replay is compared with what created it.
+            let same_body = self
+                .sandboxes
+                .by_id
+                .get(&id)
+                .is_some_and(|sandbox| sandbox.spec_bytes == spec_bytes && sandbox.display_name == display_name);
+            if !same_body {
                 return Err(SimError::invalid(
                     Reason::RequestIdConflict,
                     vec![FieldViolation::new("request_id", format!("request id {request_id:?} was used with a different request"))],
@@ -313,7 +325,8 @@ impl World {
                     id: id.clone(),
                     owner: owner.clone(),
                     display_name: display_name.to_owned(),
-                    spec,
+                    tags: spec.tags.clone(),
+                    spec_bytes,
                     resolved,
                     runner_id,
                     runner_group_id,
@@ -329,7 +342,7 @@ impl World {
             },
         );
         if !request_id.is_empty() {
-            self.sandboxes.by_request.insert((owner.org.clone(), request_id.to_owned()), (fingerprint, id.clone()));
+            self.sandboxes.by_request.insert((owner.org.clone(), request_id.to_owned()), id.clone());
         }
         self.count_sandbox(SandboxTransition::Create);
         self.insert_new_pod(pod);
@@ -449,7 +462,7 @@ impl World {
             .map(|sandbox| self.view(sandbox))
             .filter(|view| filter.show_terminated || !view.state.is_terminal() || filter.state == Some(view.state))
             .filter(|view| filter.state.is_none_or(|state| state == view.state))
-            .filter(|view| filter.tags.iter().all(|tag| view.spec.tags.contains(tag)))
+            .filter(|view| filter.tags.iter().all(|tag| view.tags.contains(tag)))
             .filter(|view| filter.runner_ids.is_empty() || filter.runner_ids.contains(&view.runner_id))
             .collect();
         matching.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
