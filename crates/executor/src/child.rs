@@ -29,9 +29,9 @@ use std::os::fd::RawFd;
 use libc::{c_char, c_int, pid_t};
 
 use crate::sys::{
-    block_all_signals, close_fds_except, control_signalfd, errno, exit, exit_code_of, next_signal, next_signal_timeout,
-    peer_gone, pipe_cloexec, raw_fork, reset_signal_dispositions, set_name, set_parent_death_signal, unblock_all_signals,
-    write_all,
+    block_all_signals, close_fds_except, control_signalfd, errno, exit, exit_code_of, next_signal,
+    next_signal_timeout, peer_gone, pipe_cloexec, raw_fork, reset_signal_dispositions, set_name,
+    set_parent_death_signal, unblock_all_signals, write_all,
 };
 
 /// One step of sandbox setup, reported back to the emulator when it fails.
@@ -170,9 +170,22 @@ unsafe impl Send for Program {}
 unsafe impl Sync for Program {}
 
 impl Program {
-    pub(crate) fn new(candidates: Vec<CString>, argv: Vec<CString>, envp: Vec<CString>, display: &str) -> Program {
-        let argv_ptrs = argv.iter().map(|arg| arg.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-        let envp_ptrs = envp.iter().map(|var| var.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    pub(crate) fn new(
+        candidates: Vec<CString>,
+        argv: Vec<CString>,
+        envp: Vec<CString>,
+        display: &str,
+    ) -> Program {
+        let argv_ptrs = argv
+            .iter()
+            .map(|arg| arg.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let envp_ptrs = envp
+            .iter()
+            .map(|var| var.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
         Program {
             candidates,
             _argv: argv,
@@ -217,11 +230,20 @@ fn write_proc_file(path: &CStr, data: &[u8]) -> Result<(), c_int> {
     }
 }
 
-fn mount(source: Option<&CStr>, target: &CStr, fstype: Option<&CStr>, flags: libc::c_ulong) -> Result<(), c_int> {
+fn mount(
+    source: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+) -> Result<(), c_int> {
     let source = source.map_or(std::ptr::null(), CStr::as_ptr);
     let fstype = fstype.map_or(std::ptr::null(), CStr::as_ptr);
     // SAFETY: all pointers are valid C strings or null, as mount(2) allows.
-    if unsafe { libc::mount(source, target.as_ptr(), fstype, flags, std::ptr::null()) } == 0 { Ok(()) } else { Err(errno()) }
+    if unsafe { libc::mount(source, target.as_ptr(), fstype, flags, std::ptr::null()) } == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
 }
 
 /// Formats `/proc/self/fd/N` into `buffer` without allocating.
@@ -260,8 +282,10 @@ pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
             Ok(()) | Err(libc::ENOENT) => {}
             Err(error) => return Err((Stage::SetGroups, error)),
         }
-        write_proc_file(c"/proc/self/gid_map", maps.gid_map.as_bytes()).map_err(|error| (Stage::GidMap, error))?;
-        write_proc_file(c"/proc/self/uid_map", maps.uid_map.as_bytes()).map_err(|error| (Stage::UidMap, error))?;
+        write_proc_file(c"/proc/self/gid_map", maps.gid_map.as_bytes())
+            .map_err(|error| (Stage::GidMap, error))?;
+        write_proc_file(c"/proc/self/uid_map", maps.uid_map.as_bytes())
+            .map_err(|error| (Stage::UidMap, error))?;
     }
     let hostname = plan.hostname.as_bytes();
     // SAFETY: pointer and length describe the hostname bytes.
@@ -269,13 +293,19 @@ pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
         return Err((Stage::Hostname, errno()));
     }
     // Without this, our binds could propagate back to the host's mount table.
-    mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE).map_err(|error| (Stage::MountPrivate, error))?;
+    mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE)
+        .map_err(|error| (Stage::MountPrivate, error))?;
     // The working directory's source is opened before /tmp is covered: when the
     // executor's root lies under /tmp, the path is hidden afterwards.
     let workdir_source = match &plan.workdir_bind {
         Some((source, _)) => {
             // SAFETY: valid C string.
-            let fd = unsafe { libc::open(source.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+            let fd = unsafe {
+                libc::open(
+                    source.as_ptr(),
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                )
+            };
             if fd < 0 {
                 return Err((Stage::OpenWorkdir, errno()));
             }
@@ -283,11 +313,18 @@ pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
         }
         None => None,
     };
-    mount(Some(&plan.tmp_source), c"/tmp", None, libc::MS_BIND | libc::MS_REC).map_err(|error| (Stage::MountTmp, error))?;
+    mount(
+        Some(&plan.tmp_source),
+        c"/tmp",
+        None,
+        libc::MS_BIND | libc::MS_REC,
+    )
+    .map_err(|error| (Stage::MountTmp, error))?;
     if let (Some(fd), Some((_, target))) = (workdir_source, &plan.workdir_bind) {
         let mut buffer = [0u8; 32];
         let source = proc_fd_path(fd, &mut buffer);
-        mount(Some(source), target, None, libc::MS_BIND | libc::MS_REC).map_err(|error| (Stage::MountWorkdir, error))?;
+        mount(Some(source), target, None, libc::MS_BIND | libc::MS_REC)
+            .map_err(|error| (Stage::MountWorkdir, error))?;
         // SAFETY: closing the descriptor opened above.
         unsafe { libc::close(fd) };
     }
@@ -296,7 +333,12 @@ pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
 
 /// Mounts a procfs that shows the caller's pid namespace. Must run inside it.
 fn mount_proc() -> Result<(), c_int> {
-    mount(Some(c"proc"), c"/proc", Some(c"proc"), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC)
+    mount(
+        Some(c"proc"),
+        c"/proc",
+        Some(c"proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+    )
 }
 
 /// The start of every keeper: a clean signal state, stderr joined to stdout (the
@@ -382,7 +424,11 @@ fn unsafe_kill(pid: pid_t, signal: c_int) {
 
 fn sorted_keep(plan: &InitPlan) -> [RawFd; 5] {
     // Both pipes were created after stdio, so they are above 2.
-    let (low, high) = if plan.report_fd < plan.go_fd { (plan.report_fd, plan.go_fd) } else { (plan.go_fd, plan.report_fd) };
+    let (low, high) = if plan.report_fd < plan.go_fd {
+        (plan.report_fd, plan.go_fd)
+    } else {
+        (plan.go_fd, plan.report_fd)
+    };
     [0, 1, 2, low, high]
 }
 
@@ -391,7 +437,15 @@ fn sorted_keep(plan: &InitPlan) -> [RawFd; 5] {
 /// main command ends (as a container runtime does). Never returns.
 fn run_ns_init(plan: &InitPlan, life_read: RawFd) -> ! {
     // SAFETY: prctl only changes the calling process.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
     // Our parent is outside the pid namespace (getppid() says 0), so the lifeline
     // tells whether the keeper died before the death signal was armed.
     if peer_gone(life_read) {
@@ -500,7 +554,12 @@ pub(crate) fn run_plain_keeper(plan: &InitPlan) -> ! {
                 let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
                 // SAFETY: waitid with a valid siginfo pointer.
                 let peeked = unsafe {
-                    libc::waitid(libc::P_PID, main as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT)
+                    libc::waitid(
+                        libc::P_PID,
+                        main as libc::id_t,
+                        &mut info,
+                        libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                    )
                 };
                 // SAFETY: si_pid is valid for SIGCHLD-style siginfo filled by waitid.
                 if peeked == 0 && unsafe { info.si_pid() } == main {
@@ -583,7 +642,13 @@ fn run_main(plan: &InitPlan) -> ! {
     let mut worst = libc::ENOENT;
     for candidate in &program.candidates {
         // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
-        unsafe { libc::execve(candidate.as_ptr(), program.argv.as_ptr(), program.envp.as_ptr()) };
+        unsafe {
+            libc::execve(
+                candidate.as_ptr(),
+                program.argv.as_ptr(),
+                program.envp.as_ptr(),
+            )
+        };
         let error = errno();
         // As a shell does: a later "not found" does not hide an earlier "denied".
         if error != libc::ENOENT && error != libc::ENOTDIR {
@@ -614,7 +679,12 @@ pub(crate) struct NsFds {
 /// namespace only applies to children, so it forks once more. The grandchild
 /// returns to std, which execs the command; the shim waits for it and exits with
 /// its code, so the emulator's child handle reports the command's status.
-pub(crate) fn exec_in_namespaces(parent: pid_t, ns: NsFds, cwd: &CStr, tty: bool) -> io::Result<()> {
+pub(crate) fn exec_in_namespaces(
+    parent: pid_t,
+    ns: NsFds,
+    cwd: &CStr,
+    tty: bool,
+) -> io::Result<()> {
     block_all_signals();
     reset_signal_dispositions();
     // SAFETY: setpgid on ourselves.
@@ -623,7 +693,12 @@ pub(crate) fn exec_in_namespaces(parent: pid_t, ns: NsFds, cwd: &CStr, tty: bool
         exit(1);
     }
     // The user namespace first: it grants the rights to join the others.
-    let joins = [(ns.user, libc::CLONE_NEWUSER), (Some(ns.mnt), libc::CLONE_NEWNS), (Some(ns.uts), libc::CLONE_NEWUTS), (Some(ns.pid), libc::CLONE_NEWPID)];
+    let joins = [
+        (ns.user, libc::CLONE_NEWUSER),
+        (Some(ns.mnt), libc::CLONE_NEWNS),
+        (Some(ns.uts), libc::CLONE_NEWUTS),
+        (Some(ns.pid), libc::CLONE_NEWPID),
+    ];
     for (fd, kind) in joins {
         if let Some(fd) = fd {
             // SAFETY: setns on a namespace descriptor we hold open.
@@ -642,7 +717,13 @@ pub(crate) fn exec_in_namespaces(parent: pid_t, ns: NsFds, cwd: &CStr, tty: bool
         // SAFETY: plain descriptor and prctl calls on ourselves.
         unsafe {
             libc::close(life_write);
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
         }
         // The lifeline's read end closes on exec; until then it tells whether the
         // shim died before the death signal was armed.
@@ -775,7 +856,10 @@ mod tests {
     #[test]
     fn report_records_round_trip() {
         let mut bytes = Vec::new();
-        for message in [ReportMessage::Ready(42), ReportMessage::Failed(Stage::MountProc, libc::EPERM)] {
+        for message in [
+            ReportMessage::Ready(42),
+            ReportMessage::Failed(Stage::MountProc, libc::EPERM),
+        ] {
             let (tag, stage, value) = match message {
                 ReportMessage::Ready(pid) => (b'R', 0, pid),
                 ReportMessage::Failed(stage, errno) => (b'E', stage as u8, errno),
@@ -784,7 +868,13 @@ mod tests {
             bytes.push(stage);
             bytes.extend_from_slice(&value.to_le_bytes());
         }
-        assert_eq!(parse_report(&bytes), vec![ReportMessage::Ready(42), ReportMessage::Failed(Stage::MountProc, libc::EPERM)]);
+        assert_eq!(
+            parse_report(&bytes),
+            vec![
+                ReportMessage::Ready(42),
+                ReportMessage::Failed(Stage::MountProc, libc::EPERM)
+            ]
+        );
     }
 
     #[test]

@@ -37,8 +37,10 @@ const LOG_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Directories never covered by a private working directory: hiding them would
 /// break every command. A working directory there is used as it is.
-const SYSTEM_DIRS: &[&str] =
-    &["/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin", "/sys", "/usr", "/var"];
+const SYSTEM_DIRS: &[&str] = &[
+    "/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
+    "/sbin", "/sys", "/usr", "/var",
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -100,7 +102,12 @@ struct Running {
 
 #[derive(Debug)]
 enum Target {
-    Namespaces { user: Option<OwnedFd>, mnt: OwnedFd, uts: OwnedFd, pid: OwnedFd },
+    Namespaces {
+        user: Option<OwnedFd>,
+        mnt: OwnedFd,
+        uts: OwnedFd,
+        pid: OwnedFd,
+    },
     /// The main command's process group, which exec'd commands join.
     Plain { group: pid_t },
 }
@@ -108,7 +115,9 @@ enum Target {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // The guarded data stays consistent across a panic in another holder (each
     // update is a single insert/remove), so poisoning is not a reason to fail.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Sandbox {
@@ -163,7 +172,12 @@ impl Executor {
     /// Whether sandboxes get a user namespace (the emulator is not root, or root
     /// without the rights to create namespaces otherwise).
     pub fn uses_user_namespace(&self) -> bool {
-        matches!(self.inner.mode, Mode::Namespaces { user_namespace: true })
+        matches!(
+            self.inner.mode,
+            Mode::Namespaces {
+                user_namespace: true
+            }
+        )
     }
 
     /// The configuration in force (with `root_dir` made absolute).
@@ -177,7 +191,9 @@ impl Executor {
         match lock(&self.inner.exits_receiver).take() {
             Some(receiver) => receiver,
             None => {
-                warn!("Executor::exits was called more than once; only the first receiver gets exits");
+                warn!(
+                    "Executor::exits was called more than once; only the first receiver gets exits"
+                );
                 mpsc::unbounded_channel().1
             }
         }
@@ -185,7 +201,8 @@ impl Executor {
 
     /// Whether the sandbox's processes are running.
     pub fn is_running(&self, id: &str) -> bool {
-        self.sandbox(id).is_some_and(|sandbox| sandbox.running().is_some())
+        self.sandbox(id)
+            .is_some_and(|sandbox| sandbox.running().is_some())
     }
 
     fn sandbox(&self, id: &str) -> Option<Arc<Sandbox>> {
@@ -217,8 +234,13 @@ impl Executor {
                     .into_iter()
                     .map(c_string)
                     .collect::<Result<_, _>>()?,
-                spec.command.iter().map(|arg| c_string(arg.clone())).collect::<Result<_, _>>()?,
-                env.iter().map(|(key, value)| c_string(format!("{key}={value}"))).collect::<Result<_, _>>()?,
+                spec.command
+                    .iter()
+                    .map(|arg| c_string(arg.clone()))
+                    .collect::<Result<_, _>>()?,
+                env.iter()
+                    .map(|(key, value)| c_string(format!("{key}={value}")))
+                    .collect::<Result<_, _>>()?,
                 program,
             )),
         };
@@ -230,7 +252,9 @@ impl Executor {
                 hostname: c_string(spec.hostname.clone())?,
                 tmp_source: path_c_string(&layout.tmp)?,
                 workdir_bind: match &layout.bind {
-                    Some((source, target)) => Some((path_c_string(source)?, c_string(target.clone())?)),
+                    Some((source, target)) => {
+                        Some((path_c_string(source)?, c_string(target.clone())?))
+                    }
                     None => None,
                 },
             }),
@@ -243,17 +267,28 @@ impl Executor {
             go_fd: go_read.as_raw_fd(),
             ns,
             cwd: c_string(layout.working_dir.clone())?,
-            cwd_message: format!("cwsandbox: cannot enter the working directory {}\n", layout.working_dir).into_bytes(),
+            cwd_message: format!(
+                "cwsandbox: cannot enter the working directory {}\n",
+                layout.working_dir
+            )
+            .into_bytes(),
             program,
         });
         let mut command = Command::new("cwsandbox-keeper");
-        command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
         command.kill_on_drop(true);
         // SAFETY: the closure runs between fork and exec and only calls the
         // fork-safe code of `child`, reading the plan prepared above.
         unsafe {
             command.pre_exec(move || -> std::io::Result<()> {
-                if plan.ns.is_some() { child::run_ns_keeper(&plan) } else { child::run_plain_keeper(&plan) }
+                if plan.ns.is_some() {
+                    child::run_ns_keeper(&plan)
+                } else {
+                    child::run_plain_keeper(&plan)
+                }
             });
         }
         let spawned = self.inner.spawner.spawn(command).await;
@@ -261,7 +296,8 @@ impl Executor {
         // report ends (EOF) if they die.
         drop(report_write);
         drop(go_read);
-        let mut child = spawned.map_err(|error| setup_error(id, format!("cannot fork the sandbox keeper: {error}")))?;
+        let mut child = spawned
+            .map_err(|error| setup_error(id, format!("cannot fork the sandbox keeper: {error}")))?;
         let Some(pid) = child.id() else {
             return Err(setup_error(id, "the sandbox keeper ended at once".into()));
         };
@@ -278,7 +314,10 @@ impl Executor {
             Ok(running) => running,
             Err(error) => {
                 abandon(&mut child).await;
-                return Err(setup_error(id, format!("cannot open the sandbox's namespaces: {error}")));
+                return Err(setup_error(
+                    id,
+                    format!("cannot open the sandbox's namespaces: {error}"),
+                ));
             }
         };
         // Let the main command run. If it cannot be told, the sandbox's processes
@@ -309,9 +348,18 @@ impl Executor {
             stop_requested: AtomicBool::new(false),
             execs: Mutex::new(Vec::new()),
         });
-        lock(&self.inner.registry).sandboxes.insert(id.to_owned(), sandbox.clone());
+        lock(&self.inner.registry)
+            .sandboxes
+            .insert(id.to_owned(), sandbox.clone());
         info!(sandbox = id, hostname = %spec.hostname, isolation = ?mode, "sandbox started");
-        tokio::spawn(watch_keeper(sandbox, child, eof, pump, done_sender, self.inner.exits_sender.clone()));
+        tokio::spawn(watch_keeper(
+            sandbox,
+            child,
+            eof,
+            pump,
+            done_sender,
+            self.inner.exits_sender.clone(),
+        ));
         Ok(())
     }
 
@@ -321,23 +369,34 @@ impl Executor {
         if registry.shut_down {
             return Err(ExecutorError::ShutDown);
         }
-        let running = registry.sandboxes.get(id).is_some_and(|sandbox| sandbox.running().is_some());
+        let running = registry
+            .sandboxes
+            .get(id)
+            .is_some_and(|sandbox| sandbox.running().is_some());
         if running || !registry.starting.insert(id.to_owned()) {
             return Err(ExecutorError::AlreadyRunning(id.to_owned()));
         }
-        Ok(Claim { inner: self.inner.clone(), id: id.to_owned() })
+        Ok(Claim {
+            inner: self.inner.clone(),
+            id: id.to_owned(),
+        })
     }
 
     /// Stops a sandbox: SIGTERM to every one of its processes, SIGKILL to those
     /// left after `grace`. Returns when all are gone. Unknown or stopped
     /// sandboxes are left as they are.
     pub async fn stop(&self, id: &str, grace: Duration) {
-        let Some(sandbox) = self.sandbox(id) else { return };
+        let Some(sandbox) = self.sandbox(id) else {
+            return;
+        };
         sandbox.stop_requested.store(true, Ordering::SeqCst);
         // The keeper relays it: init sends it to the whole pid namespace, or the
         // plain keeper to the whole process group.
         sandbox.signal(libc::SIGTERM);
-        if tokio::time::timeout(grace, sandbox.wait_done()).await.is_err() {
+        if tokio::time::timeout(grace, sandbox.wait_done())
+            .await
+            .is_err()
+        {
             debug!(sandbox = id, ?grace, "grace period over; killing");
             sandbox.signal(libc::SIGUSR1);
             sandbox.wait_done().await;
@@ -346,7 +405,9 @@ impl Executor {
 
     /// Kills every process of a sandbox at once (SIGKILL) and returns when all are gone.
     pub async fn kill(&self, id: &str) {
-        let Some(sandbox) = self.sandbox(id) else { return };
+        let Some(sandbox) = self.sandbox(id) else {
+            return;
+        };
         sandbox.stop_requested.store(true, Ordering::SeqCst);
         sandbox.signal(libc::SIGUSR1);
         sandbox.wait_done().await;
@@ -358,7 +419,11 @@ impl Executor {
         let sandboxes: Vec<Arc<Sandbox>> = {
             let mut registry = lock(&self.inner.registry);
             registry.shut_down = true;
-            registry.sandboxes.drain().map(|(_, sandbox)| sandbox).collect()
+            registry
+                .sandboxes
+                .drain()
+                .map(|(_, sandbox)| sandbox)
+                .collect()
         };
         // Signal all first, then wait, so sandboxes die in parallel.
         for sandbox in &sandboxes {
@@ -368,8 +433,12 @@ impl Executor {
         for sandbox in &sandboxes {
             sandbox.wait_done().await;
         }
-        let dirs: Vec<PathBuf> = sandboxes.iter().map(|sandbox| sandbox.dir.clone()).collect();
-        let _ = tokio::task::spawn_blocking(move || dirs.iter().for_each(|dir| remove_dir(dir))).await;
+        let dirs: Vec<PathBuf> = sandboxes
+            .iter()
+            .map(|sandbox| sandbox.dir.clone())
+            .collect();
+        let _ =
+            tokio::task::spawn_blocking(move || dirs.iter().for_each(|dir| remove_dir(dir))).await;
         info!(count = sandboxes.len(), "executor shut down");
     }
 
@@ -387,18 +456,25 @@ impl Executor {
     /// working directory as its main command). A command that cannot start gives
     /// a session with a message on stderr and exit code 127, not an error.
     pub async fn exec(&self, id: &str, request: ExecRequest) -> Result<ExecSession, ExecutorError> {
-        let sandbox = self.sandbox(id).ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
-        let running = sandbox.running().ok_or_else(|| ExecutorError::NotRunning(id.to_owned()))?;
+        let sandbox = self
+            .sandbox(id)
+            .ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
+        let running = sandbox
+            .running()
+            .ok_or_else(|| ExecutorError::NotRunning(id.to_owned()))?;
         validate_exec(&request)?;
         let Some(program) = request.argv.first() else {
             return Err(ExecutorError::InvalidRequest("argv is empty".into()));
         };
         let cwd = match &request.working_dir {
-            Some(dir) => files::resolve(dir, &sandbox.working_dir).map_err(|error| ExecutorError::InvalidRequest(error.to_string()))?,
+            Some(dir) => files::resolve(dir, &sandbox.working_dir)
+                .map_err(|error| ExecutorError::InvalidRequest(error.to_string()))?,
             None => sandbox.working_dir.clone(),
         };
         if let Err(error) = files::is_directory(&running.root, &cwd) {
-            return Ok(ExecSession::failed(format!("cwsandbox: cannot change to the working directory {cwd}: {error}\n")));
+            return Ok(ExecSession::failed(format!(
+                "cwsandbox: cannot change to the working directory {cwd}: {error}\n"
+            )));
         }
         let mut env = sandbox.env.clone();
         if request.tty {
@@ -406,14 +482,24 @@ impl Executor {
         }
         env.extend(request.env.clone());
         let mut command = Command::new(program);
-        command.args(&request.argv[1..]).env_clear().envs(&env).kill_on_drop(true);
+        command
+            .args(&request.argv[1..])
+            .env_clear()
+            .envs(&env)
+            .kill_on_drop(true);
         let pty_master = if request.tty {
             let (cols, rows) = request.tty_size.unwrap_or((80, 24));
             let (master, slave) = sys::open_pty(cols, rows)?;
-            command.stdin(slave.try_clone()?).stdout(slave.try_clone()?).stderr(slave);
+            command
+                .stdin(slave.try_clone()?)
+                .stdout(slave.try_clone()?)
+                .stderr(slave);
             Some(master)
         } else {
-            command.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+            command
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
             None
         };
         let cwd_c = c_string(cwd)?;
@@ -425,8 +511,18 @@ impl Executor {
         // for as long as the command object (and so the closure) lives.
         unsafe {
             command.pre_exec(move || match &target.target {
-                Target::Namespaces { user, mnt, uts, pid } => {
-                    let fds = NsFds { user: user.as_ref().map(AsRawFd::as_raw_fd), mnt: mnt.as_raw_fd(), uts: uts.as_raw_fd(), pid: pid.as_raw_fd() };
+                Target::Namespaces {
+                    user,
+                    mnt,
+                    uts,
+                    pid,
+                } => {
+                    let fds = NsFds {
+                        user: user.as_ref().map(AsRawFd::as_raw_fd),
+                        mnt: mnt.as_raw_fd(),
+                        uts: uts.as_raw_fd(),
+                        pid: pid.as_raw_fd(),
+                    };
                     child::exec_in_namespaces(parent, fds, &cwd_c, tty)
                 }
                 Target::Plain { group } => child::exec_plain(parent, *group, &cwd_c),
@@ -455,7 +551,10 @@ impl Executor {
         let (sandbox, running) = self.running_for_files(id)?;
         let max = self.inner.config.max_file_bytes;
         if content.len() as u64 > max {
-            return Err(FileError::TooLarge { size: content.len() as u64, max });
+            return Err(FileError::TooLarge {
+                size: content.len() as u64,
+                max,
+            });
         }
         let path = files::resolve(path, &sandbox.working_dir)?;
         let content = content.to_vec();
@@ -483,7 +582,9 @@ impl Executor {
     /// The main command's output (stdout and stderr together) of the sandbox's
     /// latest start; still readable after it stopped, until `remove`.
     pub fn logs(&self, id: &str) -> Result<LogReader, ExecutorError> {
-        let sandbox = self.sandbox(id).ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
+        let sandbox = self
+            .sandbox(id)
+            .ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
         Ok(LogReader::new(sandbox.logs.clone()))
     }
 }
@@ -537,7 +638,10 @@ async fn watch_keeper(
         info!(sandbox = %sandbox.id, exit_code, "sandbox stopped");
     } else {
         info!(sandbox = %sandbox.id, exit_code, "sandbox main command exited");
-        let _ = exits.send(MainExit { id: sandbox.id.clone(), exit_code });
+        let _ = exits.send(MainExit {
+            id: sandbox.id.clone(),
+            exit_code,
+        });
     }
     let _ = done.send(true);
 }
@@ -582,31 +686,64 @@ async fn read_report(mut pipe: std::io::PipeReader) -> Result<pid_t, String> {
     let bytes = match tokio::time::timeout(SETUP_TIMEOUT, reading).await {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(error)) => return Err(format!("reading the setup report failed: {error}")),
-        Err(_) => return Err(format!("the sandbox did not finish its setup within {SETUP_TIMEOUT:?}")),
+        Err(_) => {
+            return Err(format!(
+                "the sandbox did not finish its setup within {SETUP_TIMEOUT:?}"
+            ));
+        }
     };
     match child::parse_report(&bytes).first() {
         Some(ReportMessage::Ready(main_pid)) => Ok(*main_pid),
-        Some(ReportMessage::Failed(stage, errno)) => {
-            Err(format!("{} failed: {}", stage.describe(), std::io::Error::from_raw_os_error(*errno)))
-        }
+        Some(ReportMessage::Failed(stage, errno)) => Err(format!(
+            "{} failed: {}",
+            stage.describe(),
+            std::io::Error::from_raw_os_error(*errno)
+        )),
         None => Err("the sandbox keeper ended before the sandbox was ready".into()),
     }
 }
 
-fn open_running(keeper_pid: pid_t, main_pid: pid_t, mode: Mode, keeper: ProcessHandle) -> std::io::Result<Running> {
+fn open_running(
+    keeper_pid: pid_t,
+    main_pid: pid_t,
+    mode: Mode,
+    keeper: ProcessHandle,
+) -> std::io::Result<Running> {
     match mode {
-        Mode::Plain => Ok(Running { keeper, root: sys::open_path(c"/")?, target: Target::Plain { group: main_pid } }),
+        Mode::Plain => Ok(Running {
+            keeper,
+            root: sys::open_path(c"/")?,
+            target: Target::Plain { group: main_pid },
+        }),
         Mode::Namespaces { user_namespace } => {
             // The keeper is our unreaped child, so its pid cannot have been reused;
             // it shares the user, uts and mount namespaces with init, and its
             // pid_for_children is init's pid namespace.
             let open = |name: &str| -> std::io::Result<OwnedFd> {
-                sys::open_readonly(&CString::new(format!("/proc/{keeper_pid}/ns/{name}")).map_err(std::io::Error::other)?)
+                sys::open_readonly(
+                    &CString::new(format!("/proc/{keeper_pid}/ns/{name}"))
+                        .map_err(std::io::Error::other)?,
+                )
             };
-            let user = if user_namespace { Some(open("user")?) } else { None };
-            let target = Target::Namespaces { user, mnt: open("mnt")?, uts: open("uts")?, pid: open("pid_for_children")? };
-            let root = sys::open_path(&CString::new(format!("/proc/{keeper_pid}/root")).map_err(std::io::Error::other)?)?;
-            Ok(Running { keeper, root, target })
+            let user = if user_namespace {
+                Some(open("user")?)
+            } else {
+                None
+            };
+            let target = Target::Namespaces {
+                user,
+                mnt: open("mnt")?,
+                uts: open("uts")?,
+                pid: open("pid_for_children")?,
+            };
+            let root = sys::open_path(
+                &CString::new(format!("/proc/{keeper_pid}/root")).map_err(std::io::Error::other)?,
+            )?;
+            Ok(Running {
+                keeper,
+                root,
+                target,
+            })
         }
     }
 }
@@ -621,7 +758,9 @@ struct Layout {
 }
 
 fn prepare_layout(dir: &Path, mode: Mode, working_dir: Option<&str>) -> Result<Layout, String> {
-    let describe = |what: &str, path: &Path, error: std::io::Error| format!("cannot {what} {}: {error}", path.display());
+    let describe = |what: &str, path: &Path, error: std::io::Error| {
+        format!("cannot {what} {}: {error}", path.display())
+    };
     if dir.exists() {
         // Left from an earlier start: a restarted container starts from scratch.
         std::fs::remove_dir_all(dir).map_err(|error| describe("clear", dir, error))?;
@@ -632,7 +771,8 @@ fn prepare_layout(dir: &Path, mode: Mode, working_dir: Option<&str>) -> Result<L
         std::fs::create_dir_all(path).map_err(|error| describe("create", path, error))?;
     }
     // Like the real /tmp: writable by all, sticky.
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).map_err(|error| describe("set the mode of", &tmp, error))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777))
+        .map_err(|error| describe("set the mode of", &tmp, error))?;
     let work_path = work.to_string_lossy().into_owned();
     let namespaces = matches!(mode, Mode::Namespaces { .. });
     // Makes sure `target` can be mounted on (or entered) inside the sandbox.
@@ -642,23 +782,34 @@ fn prepare_layout(dir: &Path, mode: Mode, working_dir: Option<&str>) -> Result<L
             Some(rest) if namespaces => tmp.join(rest),
             _ => PathBuf::from(target),
         };
-        std::fs::create_dir_all(&host_path).map_err(|error| describe("create the working directory", &host_path, error))
+        std::fs::create_dir_all(&host_path)
+            .map_err(|error| describe("create the working directory", &host_path, error))
     };
     let (working_dir, bind) = match working_dir.map(|dir| dir.trim_end_matches('/')) {
         None => {
             ensure_dir(&work_path)?;
-            (work_path.clone(), namespaces.then(|| (work.clone(), work_path.clone())))
+            (
+                work_path.clone(),
+                namespaces.then(|| (work.clone(), work_path.clone())),
+            )
         }
         // "/" itself (trimmed to empty).
         Some("") => ("/".to_owned(), None),
         Some(relative) if !relative.starts_with('/') => {
             let inside = format!("{work_path}/{relative}");
-            std::fs::create_dir_all(work.join(relative)).map_err(|error| describe("create", &work.join(relative), error))?;
+            std::fs::create_dir_all(work.join(relative))
+                .map_err(|error| describe("create", &work.join(relative), error))?;
             ensure_dir(&work_path)?;
-            (inside, namespaces.then(|| (work.clone(), work_path.clone())))
+            (
+                inside,
+                namespaces.then(|| (work.clone(), work_path.clone())),
+            )
         }
         Some(absolute) => {
-            let private = namespaces && absolute != "/tmp" && !absolute.starts_with("/tmp/") && !SYSTEM_DIRS.contains(&absolute);
+            let private = namespaces
+                && absolute != "/tmp"
+                && !absolute.starts_with("/tmp/")
+                && !SYSTEM_DIRS.contains(&absolute);
             if SYSTEM_DIRS.contains(&absolute) {
                 if !Path::new(absolute).is_dir() {
                     return Err(format!("the working directory {absolute} does not exist"));
@@ -666,10 +817,17 @@ fn prepare_layout(dir: &Path, mode: Mode, working_dir: Option<&str>) -> Result<L
             } else {
                 ensure_dir(absolute)?;
             }
-            (absolute.to_owned(), private.then(|| (work.clone(), absolute.to_owned())))
+            (
+                absolute.to_owned(),
+                private.then(|| (work.clone(), absolute.to_owned())),
+            )
         }
     };
-    Ok(Layout { tmp, working_dir, bind })
+    Ok(Layout {
+        tmp,
+        working_dir,
+        bind,
+    })
 }
 
 fn remove_dir(dir: &Path) {
@@ -686,12 +844,19 @@ fn choose_mode(config: &ExecutorConfig) -> Result<Mode, ExecutorError> {
     }
     // Root can usually create namespaces directly; inside some containers only a
     // user namespace is allowed, so that is the second choice.
-    let attempts: &[bool] = if sys::current_uid() == 0 { &[false, true] } else { &[true] };
+    let attempts: &[bool] = if sys::current_uid() == 0 {
+        &[false, true]
+    } else {
+        &[true]
+    };
     let mut failures = Vec::new();
     for &user_namespace in attempts {
         match probe(&config.root_dir, user_namespace) {
             Ok(()) => return Ok(Mode::Namespaces { user_namespace }),
-            Err(failure) => failures.push(format!("{} user namespace: {failure}", if user_namespace { "with" } else { "without" })),
+            Err(failure) => failures.push(format!(
+                "{} user namespace: {failure}",
+                if user_namespace { "with" } else { "without" }
+            )),
         }
     }
     let reason = failures.join("; ");
@@ -708,19 +873,33 @@ fn choose_mode(config: &ExecutorConfig) -> Result<Mode, ExecutorError> {
 static PROBE_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn probe(root_dir: &Path, user_namespace: bool) -> Result<(), String> {
-    let dir = root_dir.join(format!(".probe-{}-{}", std::process::id(), PROBE_COUNTER.fetch_add(1, Ordering::Relaxed)));
-    std::fs::create_dir_all(&dir).map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+    let dir = root_dir.join(format!(
+        ".probe-{}-{}",
+        std::process::id(),
+        PROBE_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir)
+        .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
     let result = (|| {
         let dir_c = path_c_string(&dir).map_err(|error| error.to_string())?;
         let plan = NsPlan {
             flags: namespace_flags(user_namespace),
-            user_maps: if user_namespace { Some(user_maps().map_err(|error| error.to_string())?) } else { None },
+            user_maps: if user_namespace {
+                Some(user_maps().map_err(|error| error.to_string())?)
+            } else {
+                None
+            },
             hostname: c"cwsandbox-probe".to_owned(),
             tmp_source: dir_c.clone(),
             workdir_bind: Some((dir_c, c"/tmp".to_owned())),
         };
-        child::probe_namespaces(&plan)
-            .map_err(|(stage, errno)| format!("{} failed: {}", stage.describe(), std::io::Error::from_raw_os_error(errno)))
+        child::probe_namespaces(&plan).map_err(|(stage, errno)| {
+            format!(
+                "{} failed: {}",
+                stage.describe(),
+                std::io::Error::from_raw_os_error(errno)
+            )
+        })
     })();
     remove_dir(&dir);
     result
@@ -728,19 +907,30 @@ fn probe(root_dir: &Path, user_namespace: bool) -> Result<(), String> {
 
 fn namespace_flags(user_namespace: bool) -> libc::c_int {
     let flags = libc::CLONE_NEWUTS | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
-    if user_namespace { flags | libc::CLONE_NEWUSER } else { flags }
+    if user_namespace {
+        flags | libc::CLONE_NEWUSER
+    } else {
+        flags
+    }
 }
 
 /// The emulator's uid and gid map to themselves, so files keep their owner and
 /// commands run with the emulator user's rights (no more).
 fn user_maps() -> Result<UserMaps, ExecutorError> {
     let (uid, gid) = (sys::current_uid(), sys::current_gid());
-    Ok(UserMaps { uid_map: c_string(format!("{uid} {uid} 1\n"))?, gid_map: c_string(format!("{gid} {gid} 1\n"))? })
+    Ok(UserMaps {
+        uid_map: c_string(format!("{uid} {uid} 1\n"))?,
+        gid_map: c_string(format!("{gid} {gid} 1\n"))?,
+    })
 }
 
 /// The environment of the main command and the base of every exec's.
 fn sandbox_env(spec: &LaunchSpec) -> BTreeMap<String, String> {
-    let home = if sys::current_uid() == 0 { "/root".to_owned() } else { std::env::var("HOME").unwrap_or_else(|_| "/".into()) };
+    let home = if sys::current_uid() == 0 {
+        "/root".to_owned()
+    } else {
+        std::env::var("HOME").unwrap_or_else(|_| "/".into())
+    };
     let mut env = BTreeMap::from([
         ("PATH".to_owned(), DEFAULT_PATH.to_owned()),
         // The only way plain mode can tell a command its hostname.
@@ -766,22 +956,34 @@ fn program_candidates(program: &str, path: Option<&str>) -> Vec<String> {
 fn start_failure_message(program: &str, error: &std::io::Error) -> String {
     match error.kind() {
         std::io::ErrorKind::NotFound => format!("cwsandbox: {program}: command not found\n"),
-        std::io::ErrorKind::PermissionDenied => format!("cwsandbox: {program}: permission denied\n"),
+        std::io::ErrorKind::PermissionDenied => {
+            format!("cwsandbox: {program}: permission denied\n")
+        }
         _ => format!("cwsandbox: cannot execute {program}: {error}\n"),
     }
 }
 
 fn setup_error(id: &str, message: String) -> ExecutorError {
-    ExecutorError::Setup { id: id.to_owned(), message }
+    ExecutorError::Setup {
+        id: id.to_owned(),
+        message,
+    }
 }
 
 fn c_string(value: String) -> Result<CString, ExecutorError> {
-    CString::new(value).map_err(|error| ExecutorError::InvalidRequest(format!("{:?} contains a NUL byte", String::from_utf8_lossy(&error.into_vec()))))
+    CString::new(value).map_err(|error| {
+        ExecutorError::InvalidRequest(format!(
+            "{:?} contains a NUL byte",
+            String::from_utf8_lossy(&error.into_vec())
+        ))
+    })
 }
 
 fn path_c_string(path: &Path) -> Result<CString, ExecutorError> {
     use std::os::unix::ffi::OsStrExt;
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| ExecutorError::InvalidRequest(format!("{} contains a NUL byte", path.display())))
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        ExecutorError::InvalidRequest(format!("{} contains a NUL byte", path.display()))
+    })
 }
 
 fn validate_id(id: &str) -> Result<(), ExecutorError> {
@@ -789,14 +991,22 @@ fn validate_id(id: &str) -> Result<(), ExecutorError> {
         && id.len() <= 128
         && id != "."
         && id != ".."
-        && id.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'));
-    if valid { Ok(()) } else { Err(ExecutorError::InvalidId(id.to_owned())) }
+        && id
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(ExecutorError::InvalidId(id.to_owned()))
+    }
 }
 
 fn validate_env(env: &BTreeMap<String, String>) -> Result<(), ExecutorError> {
     for (key, value) in env {
         if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
-            return Err(ExecutorError::InvalidRequest(format!("invalid environment variable {key:?}")));
+            return Err(ExecutorError::InvalidRequest(format!(
+                "invalid environment variable {key:?}"
+            )));
         }
     }
     Ok(())
@@ -806,7 +1016,9 @@ fn validate_working_dir(dir: Option<&str>) -> Result<(), ExecutorError> {
     if let Some(dir) = dir
         && (dir.contains('\0') || dir.split('/').any(|component| component == ".."))
     {
-        return Err(ExecutorError::InvalidRequest(format!("invalid working directory {dir:?}: no NUL bytes or '..' components")));
+        return Err(ExecutorError::InvalidRequest(format!(
+            "invalid working directory {dir:?}: no NUL bytes or '..' components"
+        )));
     }
     Ok(())
 }
@@ -816,7 +1028,9 @@ fn validate_spec(spec: &LaunchSpec) -> Result<(), ExecutorError> {
         return Err(ExecutorError::InvalidHostname(spec.hostname.clone()));
     }
     if spec.command.first().is_some_and(String::is_empty) {
-        return Err(ExecutorError::InvalidRequest("the command's program is empty".into()));
+        return Err(ExecutorError::InvalidRequest(
+            "the command's program is empty".into(),
+        ));
     }
     validate_env(&spec.env)?;
     validate_working_dir(spec.working_dir.as_deref())
@@ -825,11 +1039,15 @@ fn validate_spec(spec: &LaunchSpec) -> Result<(), ExecutorError> {
 fn validate_exec(request: &ExecRequest) -> Result<(), ExecutorError> {
     match request.argv.first() {
         None => return Err(ExecutorError::InvalidRequest("argv is empty".into())),
-        Some(program) if program.is_empty() => return Err(ExecutorError::InvalidRequest("the program is empty".into())),
+        Some(program) if program.is_empty() => {
+            return Err(ExecutorError::InvalidRequest("the program is empty".into()));
+        }
         Some(_) => {}
     }
     if request.argv.iter().any(|arg| arg.contains('\0')) {
-        return Err(ExecutorError::InvalidRequest("an argument contains a NUL byte".into()));
+        return Err(ExecutorError::InvalidRequest(
+            "an argument contains a NUL byte".into(),
+        ));
     }
     validate_env(&request.env)?;
     validate_working_dir(request.working_dir.as_deref())
@@ -841,15 +1059,24 @@ mod tests {
 
     #[test]
     fn programs_are_searched_in_path_like_execvp() {
-        assert_eq!(program_candidates("ls", Some("/a:/b/:")), vec!["/a/ls", "/b/ls", "./ls"]);
+        assert_eq!(
+            program_candidates("ls", Some("/a:/b/:")),
+            vec!["/a/ls", "/b/ls", "./ls"]
+        );
         assert_eq!(program_candidates("./run.sh", Some("/a")), vec!["./run.sh"]);
-        assert_eq!(program_candidates("sh", None).len(), DEFAULT_PATH.split(':').count());
+        assert_eq!(
+            program_candidates("sh", None).len(),
+            DEFAULT_PATH.split(':').count()
+        );
     }
 
     #[test]
     fn ids_cannot_escape_the_root_directory() {
         for bad in ["", ".", "..", "a/b", "a b", "../x"] {
-            assert!(matches!(validate_id(bad), Err(ExecutorError::InvalidId(_))), "{bad:?}");
+            assert!(
+                matches!(validate_id(bad), Err(ExecutorError::InvalidId(_))),
+                "{bad:?}"
+            );
         }
         assert!(validate_id("sbx-1.a_b").is_ok());
     }

@@ -25,7 +25,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 pub use error::{ExecutorError, FileError, LogError};
-pub use exec::{ExecExit, ExecOutput, ExecRequest, ExecSession, ExecStdin, Output, Stream, TtyControl};
+pub use exec::{
+    ExecExit, ExecOutput, ExecRequest, ExecSession, ExecStdin, Output, Stream, TtyControl,
+};
 pub use executor::Executor;
 pub use logs::{LogChunk, LogFollower, LogReader, LogSlice};
 
@@ -57,7 +59,12 @@ pub struct ExecutorConfig {
 impl ExecutorConfig {
     /// 32 MiB files (the real client's unary limit) and 4 MiB of logs per sandbox.
     pub fn new(root_dir: impl Into<PathBuf>) -> ExecutorConfig {
-        ExecutorConfig { root_dir: root_dir.into(), isolation: Isolation::Auto, max_file_bytes: 32 << 20, log_buffer_bytes: 4 << 20 }
+        ExecutorConfig {
+            root_dir: root_dir.into(),
+            isolation: Isolation::Auto,
+            max_file_bytes: 32 << 20,
+            log_buffer_bytes: 4 << 20,
+        }
     }
 }
 
