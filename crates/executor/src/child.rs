@@ -208,6 +208,9 @@ pub(crate) struct InitPlan {
     /// sends it once it holds its handles on the sandbox, so even a command that
     /// ends at once cannot take the namespaces away before they are opened.
     pub(crate) go_fd: RawFd,
+    /// Close-on-exec: the emulator sees this pipe's end once the main command has
+    /// exec'd (or given up), so `start` returns with the command running.
+    pub(crate) started_fd: RawFd,
     /// `None` runs the plain fallback.
     pub(crate) ns: Option<NsPlan>,
     pub(crate) cwd: CString,
@@ -422,14 +425,11 @@ fn unsafe_kill(pid: pid_t, signal: c_int) {
     unsafe { libc::kill(pid, signal) };
 }
 
-fn sorted_keep(plan: &InitPlan) -> [RawFd; 5] {
-    // Both pipes were created after stdio, so they are above 2.
-    let (low, high) = if plan.report_fd < plan.go_fd {
-        (plan.report_fd, plan.go_fd)
-    } else {
-        (plan.go_fd, plan.report_fd)
-    };
-    [0, 1, 2, low, high]
+fn sorted_keep(plan: &InitPlan) -> [RawFd; 6] {
+    // The pipes were created after stdio, so they are above 2.
+    let mut keep = [0, 1, 2, plan.report_fd, plan.go_fd, plan.started_fd];
+    keep.sort_unstable();
+    keep
 }
 
 /// PID 1 of the sandbox's pid namespace: mounts its /proc, starts the main command,
@@ -623,8 +623,9 @@ fn run_main(plan: &InitPlan) -> ! {
         exit(127);
     }
     unblock_all_signals();
-    // Keep only stdio: the sandbox's main command inherits nothing else of ours.
-    close_fds_except(&[0, 1, 2]);
+    // Keep only stdio: the sandbox's main command inherits nothing else of ours
+    // (the started pipe closes on exec).
+    close_fds_except(&[0, 1, 2, plan.started_fd.max(3)]);
     // SAFETY: valid C string.
     if unsafe { libc::chdir(plan.cwd.as_ptr()) } != 0 {
         write_all(2, &plan.cwd_message);
@@ -634,6 +635,8 @@ fn run_main(plan: &InitPlan) -> ! {
         // The default keep-alive process, like `sleep infinity`, without depending
         // on the host having one. SIGTERM's default action ends it.
         set_name(c"cwsandbox-idle");
+        // SAFETY: closing our end of the started pipe: we are "started".
+        unsafe { libc::close(plan.started_fd) };
         loop {
             // SAFETY: pause has no preconditions.
             unsafe { libc::pause() };

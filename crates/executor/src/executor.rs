@@ -261,10 +261,12 @@ impl Executor {
         };
         let (report_read, report_write) = std::io::pipe()?;
         let (go_read, mut go_write) = std::io::pipe()?;
+        let (started_read, started_write) = std::io::pipe()?;
         let plan = Arc::new(InitPlan {
             parent: self.inner.pid,
             report_fd: report_write.as_raw_fd(),
             go_fd: go_read.as_raw_fd(),
+            started_fd: started_write.as_raw_fd(),
             ns,
             cwd: c_string(layout.working_dir.clone())?,
             cwd_message: format!(
@@ -296,6 +298,7 @@ impl Executor {
         // report ends (EOF) if they die.
         drop(report_write);
         drop(go_read);
+        drop(started_write);
         let mut child = spawned
             .map_err(|error| setup_error(id, format!("cannot fork the sandbox keeper: {error}")))?;
         let Some(pid) = child.id() else {
@@ -327,6 +330,7 @@ impl Executor {
             let _ = go_write.write_all(b"g");
         }
         drop(go_write);
+        wait_for_exec(started_read).await;
         let logs = Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes));
         let (eof_sender, eof) = oneshot::channel();
         let pump = child.stdout.take().map(|stdout| {
@@ -700,6 +704,23 @@ async fn read_report(mut pipe: std::io::PipeReader) -> Result<pid_t, String> {
             std::io::Error::from_raw_os_error(*errno)
         )),
         None => Err("the sandbox keeper ended before the sandbox was ready".into()),
+    }
+}
+
+/// Waits until the main command has exec'd (its copy of the pipe closes on exec)
+/// or given up, so that `start` returns with the command running.
+async fn wait_for_exec(mut pipe: std::io::PipeReader) {
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut buffer = [0u8; 8];
+        // Nothing is ever written: this returns at end-of-file (or on an error).
+        while let Ok(read) = pipe.read(&mut buffer) {
+            if read == 0 {
+                break;
+            }
+        }
+    });
+    if tokio::time::timeout(SETUP_TIMEOUT, reading).await.is_err() {
+        warn!("the main command took more than {SETUP_TIMEOUT:?} to start");
     }
 }
 
