@@ -92,3 +92,24 @@ pub struct MainExit {
     /// The exit code, or 128+N when killed by signal N.
     pub exit_code: i32,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+
+    /// The emulator moves these into tasks and shares the executor between them.
+    #[test]
+    fn handles_can_cross_tasks() {
+        send_sync::<Executor>();
+        send_sync::<LogReader>();
+        send::<ExecSession>();
+        send::<ExecStdin>();
+        send::<ExecOutput>();
+        send::<ExecExit>();
+        send::<LogFollower>();
+        send_sync::<TtyControl>();
+    }
+}
