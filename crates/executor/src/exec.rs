@@ -1,0 +1,346 @@
+//! A command run inside a running sandbox: its stdin, output and exit code.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+
+use crate::error::ExecutorError;
+use crate::sys;
+
+/// A command to run in a sandbox.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecRequest {
+    /// Program and arguments; the program is looked up in `PATH` (of the sandbox's
+    /// environment, overridden by `env`).
+    pub argv: Vec<String>,
+    /// Added to (and overriding) the sandbox's environment.
+    pub env: BTreeMap<String, String>,
+    /// Relative paths resolve against the sandbox's working directory, which is
+    /// also the default.
+    pub working_dir: Option<String>,
+    /// Run on a pseudo-terminal: one output stream, and `resize` works.
+    pub tty: bool,
+    /// Initial terminal size as (columns, rows); 80x24 when unset.
+    pub tty_size: Option<(u16, u16)>,
+}
+
+/// Which stream an output chunk came from. A terminal has only `Stdout`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Output {
+    pub stream: Stream,
+    pub data: Bytes,
+}
+
+/// A running (or finished) command. Its parts may be moved apart, for instance
+/// into separate tasks; dropping [`ExecExit`] before the command ended kills it.
+#[derive(Debug)]
+pub struct ExecSession {
+    pub stdin: ExecStdin,
+    pub output: ExecOutput,
+    pub exit: ExecExit,
+    /// Present for terminal sessions.
+    pub tty: Option<TtyControl>,
+}
+
+impl ExecSession {
+    /// Changes the terminal size (columns, rows). Fails for a session without a terminal.
+    pub fn resize(&self, cols: u16, rows: u16) -> Result<(), ExecutorError> {
+        match &self.tty {
+            Some(tty) => tty.resize(cols, rows),
+            None => Err(ExecutorError::InvalidRequest(
+                "resize needs a session started with tty".into(),
+            )),
+        }
+    }
+
+    /// Waits for the exit code (128+N for a command killed by signal N).
+    pub async fn wait(&mut self) -> i32 {
+        self.exit.wait().await
+    }
+
+    /// Reads all output until both streams close, then waits for the exit code.
+    /// Convenient for tests and one-shot calls.
+    pub async fn collect(mut self) -> (Vec<u8>, Vec<u8>, i32) {
+        self.stdin.close().await;
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        while let Some(output) = self.output.recv().await {
+            match output.stream {
+                Stream::Stdout => stdout.extend_from_slice(&output.data),
+                Stream::Stderr => stderr.extend_from_slice(&output.data),
+            }
+        }
+        let code = self.exit.wait().await;
+        (stdout, stderr, code)
+    }
+
+    /// A session for a command that could not start: its message on stderr and
+    /// exit code 127, as a shell reports it.
+    pub(crate) fn failed(message: String) -> ExecSession {
+        let (sender, receiver) = mpsc::channel(1);
+        // The channel has room for this one message.
+        let _ = sender.try_send(Output {
+            stream: Stream::Stderr,
+            data: Bytes::from(message.into_bytes()),
+        });
+        let (_, exit) = watch::channel(Some(127));
+        ExecSession {
+            stdin: ExecStdin {
+                inner: StdinInner::Closed,
+            },
+            output: ExecOutput { receiver },
+            exit: ExecExit { exit, kill: None },
+            tty: None,
+        }
+    }
+}
+
+/// The command's standard input. Closing it (or dropping it) is end-of-file.
+#[derive(Debug)]
+pub struct ExecStdin {
+    inner: StdinInner,
+}
+
+#[derive(Debug)]
+enum StdinInner {
+    Pipe(ChildStdin),
+    Pty(Arc<File>),
+    Closed,
+}
+
+impl ExecStdin {
+    /// Writes bytes. After the command has exited (or closed its stdin) this fails
+    /// with `BrokenPipe`, which callers relaying a client's stream may ignore.
+    pub async fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
+        match &mut self.inner {
+            StdinInner::Pipe(pipe) => {
+                pipe.write_all(data).await?;
+                pipe.flush().await
+            }
+            StdinInner::Pty(master) => {
+                let master = master.clone();
+                let data = data.to_vec();
+                // The master side is a blocking descriptor; a pty accepts input
+                // until its buffer is full, so this rarely blocks for long.
+                tokio::task::spawn_blocking(move || (&*master).write_all(&data))
+                    .await
+                    .map_err(|error| std::io::Error::other(error.to_string()))?
+            }
+            StdinInner::Closed => Err(std::io::ErrorKind::BrokenPipe.into()),
+        }
+    }
+
+    /// Sends end-of-file: closes the pipe, or types the terminal's EOF character
+    /// (Ctrl-D) on a pty.
+    pub async fn close(&mut self) {
+        if let StdinInner::Pty(_) = &self.inner {
+            // Best effort: the command may already be gone.
+            let _ = self.write(&[0x04]).await;
+        }
+        self.inner = StdinInner::Closed;
+    }
+}
+
+/// The command's output, in the order it was read.
+#[derive(Debug)]
+pub struct ExecOutput {
+    receiver: mpsc::Receiver<Output>,
+}
+
+impl ExecOutput {
+    /// The next chunk; `None` once stdout and stderr are both closed (by the command
+    /// and by any process it left running in the background).
+    pub async fn recv(&mut self) -> Option<Output> {
+        self.receiver.recv().await
+    }
+}
+
+/// The command's exit code.
+#[derive(Debug)]
+pub struct ExecExit {
+    exit: watch::Receiver<Option<i32>>,
+    /// Dropping this (without a send) also asks the waiter to kill the command.
+    kill: Option<oneshot::Sender<()>>,
+}
+
+impl ExecExit {
+    /// Waits for the exit code (128+N for a command killed by signal N).
+    pub async fn wait(&mut self) -> i32 {
+        let code = match self.exit.wait_for(Option::is_some).await {
+            Ok(code) => *code,
+            Err(_) => None,
+        };
+        // No code and no waiter: it was dropped with its runtime, killing the command.
+        code.or(*self.exit.borrow()).unwrap_or(137)
+    }
+
+    /// The exit code, if the command has ended.
+    pub fn code(&self) -> Option<i32> {
+        *self.exit.borrow()
+    }
+
+    /// Kills the command (SIGKILL) now.
+    pub fn kill(&mut self) {
+        if let Some(kill) = self.kill.take() {
+            let _ = kill.send(());
+        }
+    }
+}
+
+/// Controls a session's terminal.
+#[derive(Clone, Debug)]
+pub struct TtyControl {
+    master: Arc<File>,
+}
+
+impl TtyControl {
+    /// Sets the terminal size (columns, rows); the command gets SIGWINCH.
+    pub fn resize(&self, cols: u16, rows: u16) -> Result<(), ExecutorError> {
+        Ok(sys::set_window_size(self.master.as_raw_fd(), cols, rows)?)
+    }
+}
+
+/// What the sandbox keeps of a running exec, to end it when the sandbox stops.
+#[derive(Clone, Debug)]
+pub(crate) struct ExecTracker {
+    pub(crate) exit: watch::Receiver<Option<i32>>,
+    pub(crate) kill: Arc<Notify>,
+}
+
+impl ExecTracker {
+    pub(crate) fn finished(&self) -> bool {
+        self.exit.borrow().is_some()
+    }
+
+    pub(crate) async fn kill_and_wait(mut self) {
+        self.kill.notify_one();
+        let _ = self.exit.wait_for(Option::is_some).await;
+    }
+}
+
+/// Wires a spawned child to a session: output pumps, and a waiter that owns the
+/// child, reports its exit code and kills it on request.
+pub(crate) fn attach(mut child: Child, pty_master: Option<OwnedFd>) -> (ExecSession, ExecTracker) {
+    let (output_sender, receiver) = mpsc::channel(64);
+    let (stdin, tty) = match pty_master {
+        Some(master) => {
+            let master = Arc::new(File::from(master));
+            spawn_pty_reader(master.clone(), output_sender);
+            (StdinInner::Pty(master.clone()), Some(TtyControl { master }))
+        }
+        None => {
+            if let Some(stdout) = child.stdout.take() {
+                tokio::spawn(pump(stdout, Stream::Stdout, output_sender.clone()));
+            }
+            if let Some(stderr) = child.stderr.take() {
+                tokio::spawn(pump(stderr, Stream::Stderr, output_sender));
+            }
+            let stdin = child
+                .stdin
+                .take()
+                .map_or(StdinInner::Closed, StdinInner::Pipe);
+            (stdin, None)
+        }
+    };
+    let (exit_sender, exit) = watch::channel(None);
+    let (kill, kill_requested) = oneshot::channel();
+    let stop = Arc::new(Notify::new());
+    let stopped = stop.clone();
+    tokio::spawn(async move {
+        let status = tokio::select! {
+            status = child.wait() => status,
+            // An explicit kill, a dropped ExecExit, or the sandbox stopping.
+            _ = kill_requested => kill_child(&mut child).await,
+            _ = stopped.notified() => kill_child(&mut child).await,
+        };
+        let code = status.map_or(137, |status| exit_code(&status));
+        let _ = exit_sender.send(Some(code));
+    });
+    let tracker = ExecTracker {
+        exit: exit.clone(),
+        kill: stop,
+    };
+    let session = ExecSession {
+        stdin: ExecStdin { inner: stdin },
+        output: ExecOutput { receiver },
+        exit: ExecExit {
+            exit,
+            kill: Some(kill),
+        },
+        tty,
+    };
+    (session, tracker)
+}
+
+async fn kill_child(child: &mut Child) -> std::io::Result<std::process::ExitStatus> {
+    // The shim dies, and its death signal takes the command with it.
+    let _ = child.start_kill();
+    child.wait().await
+}
+
+/// The shell convention: the exit code, or 128+N after signal N.
+pub(crate) fn exit_code(status: &std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|signal| 128 + signal))
+        .unwrap_or(255)
+}
+
+async fn pump(mut source: impl AsyncRead + Unpin, stream: Stream, sink: mpsc::Sender<Output>) {
+    let mut buffer = vec![0u8; 32 * 1024];
+    let mut listening = true;
+    loop {
+        match source.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(read) => {
+                // Keep draining after the reader went away, so the command does not
+                // die of SIGPIPE because nobody listens.
+                if listening {
+                    let data = Bytes::copy_from_slice(&buffer[..read]);
+                    listening = sink.send(Output { stream, data }).await.is_ok();
+                }
+            }
+        }
+    }
+}
+
+fn spawn_pty_reader(master: Arc<File>, sink: mpsc::Sender<Output>) {
+    // A pty master is not a pipe tokio can poll without its `net` feature, so a
+    // blocking thread reads it. Reads end with EIO once every slave is closed.
+    tokio::task::spawn_blocking(move || {
+        let mut buffer = vec![0u8; 32 * 1024];
+        let mut listening = true;
+        loop {
+            match (&*master).read(&mut buffer) {
+                Ok(0) => break,
+                Ok(read) => {
+                    if listening {
+                        let data = Bytes::copy_from_slice(&buffer[..read]);
+                        listening = sink
+                            .blocking_send(Output {
+                                stream: Stream::Stdout,
+                                data,
+                            })
+                            .is_ok();
+                    }
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+    });
+}

@@ -1,0 +1,1117 @@
+//! The executor: starts sandboxes, runs commands in them, stops them.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use libc::pid_t;
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{debug, info, warn};
+
+use crate::child::{self, InitPlan, NsFds, NsPlan, Program, ReportMessage, UserMaps};
+use crate::exec::{self, ExecRequest, ExecSession, ExecTracker};
+use crate::files;
+use crate::logs::{LogBuffer, LogReader};
+use crate::spawner::Spawner;
+use crate::sys::{self, ProcessHandle};
+use crate::{ExecutorConfig, ExecutorError, FileError, Isolation, LaunchSpec, MainExit};
+
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// How long a sandbox may take to set itself up before start gives up.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// After the keeper ends, how long to wait for the log pipe to close. In
+/// namespaces mode it closes at once (every process is gone); in plain mode a
+/// process that left the sandbox's group may hold it.
+const LOG_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Directories never covered by a private working directory: hiding them would
+/// break every command. A working directory there is used as it is.
+const SYSTEM_DIRS: &[&str] = &[
+    "/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
+    "/sbin", "/sys", "/usr", "/var",
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Namespaces { user_namespace: bool },
+    Plain,
+}
+
+/// Runs sandboxes. Cheap to clone; every clone drives the same sandboxes. When
+/// the last clone is dropped, every sandbox is killed.
+#[derive(Clone, Debug)]
+pub struct Executor {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: ExecutorConfig,
+    mode: Mode,
+    /// Our pid, for children to check that we are still their parent.
+    pid: pid_t,
+    spawner: Spawner,
+    registry: Mutex<Registry>,
+    exits_sender: mpsc::UnboundedSender<MainExit>,
+    exits_receiver: Mutex<Option<mpsc::UnboundedReceiver<MainExit>>>,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    sandboxes: HashMap<String, Arc<Sandbox>>,
+    starting: HashSet<String>,
+    shut_down: bool,
+}
+
+/// One start of a sandbox (a restart makes a new one).
+#[derive(Debug)]
+struct Sandbox {
+    id: String,
+    dir: PathBuf,
+    /// The working directory as the sandbox's processes see it.
+    working_dir: String,
+    /// The environment exec'd commands start from.
+    env: BTreeMap<String, String>,
+    logs: Arc<LogBuffer>,
+    /// `None` once the keeper has ended.
+    running: Mutex<Option<Arc<Running>>>,
+    done: watch::Receiver<bool>,
+    stop_requested: AtomicBool,
+    execs: Mutex<Vec<ExecTracker>>,
+}
+
+/// What is needed to reach a running sandbox.
+#[derive(Debug)]
+struct Running {
+    keeper: ProcessHandle,
+    /// The sandbox's root directory, for file operations.
+    root: OwnedFd,
+    target: Target,
+}
+
+#[derive(Debug)]
+enum Target {
+    Namespaces {
+        user: Option<OwnedFd>,
+        mnt: OwnedFd,
+        uts: OwnedFd,
+        pid: OwnedFd,
+    },
+    /// The main command's process group, which exec'd commands join.
+    Plain { group: pid_t },
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The guarded data stays consistent across a panic in another holder (each
+    // update is a single insert/remove), so poisoning is not a reason to fail.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Sandbox {
+    fn running(&self) -> Option<Arc<Running>> {
+        lock(&self.running).clone()
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        if let Some(running) = self.running() {
+            running.keeper.signal(signal);
+        }
+    }
+
+    async fn wait_done(&self) {
+        let mut done = self.done.clone();
+        // An error means the watcher task is gone, which only happens once done.
+        let _ = done.wait_for(|done| *done).await;
+    }
+}
+
+impl Executor {
+    /// Creates an executor. With [`Isolation::Auto`] it probes whether namespaces
+    /// work here and falls back to plain processes, with a warning, when they do not.
+    pub fn new(mut config: ExecutorConfig) -> Result<Executor, ExecutorError> {
+        std::fs::create_dir_all(&config.root_dir)?;
+        // Sandboxes see their directories by absolute path.
+        config.root_dir = config.root_dir.canonicalize()?;
+        let mode = choose_mode(&config)?;
+        info!(?mode, root_dir = %config.root_dir.display(), "sandbox executor ready");
+        let (exits_sender, exits_receiver) = mpsc::unbounded_channel();
+        Ok(Executor {
+            inner: Arc::new(Inner {
+                config,
+                mode,
+                pid: std::process::id() as pid_t,
+                spawner: Spawner::new()?,
+                registry: Mutex::new(Registry::default()),
+                exits_sender,
+                exits_receiver: Mutex::new(Some(exits_receiver)),
+            }),
+        })
+    }
+
+    /// The isolation in force: `Namespaces` or `Plain`, never `Auto`.
+    pub fn isolation(&self) -> Isolation {
+        match self.inner.mode {
+            Mode::Namespaces { .. } => Isolation::Namespaces,
+            Mode::Plain => Isolation::Plain,
+        }
+    }
+
+    /// Whether sandboxes get a user namespace (the emulator is not root, or root
+    /// without the rights to create namespaces otherwise).
+    pub fn uses_user_namespace(&self) -> bool {
+        matches!(
+            self.inner.mode,
+            Mode::Namespaces {
+                user_namespace: true
+            }
+        )
+    }
+
+    /// The configuration in force (with `root_dir` made absolute).
+    pub fn config(&self) -> &ExecutorConfig {
+        &self.inner.config
+    }
+
+    /// The reports of main commands that ended by themselves. Only the first call
+    /// gets them; later calls get a receiver that yields nothing.
+    pub fn exits(&self) -> mpsc::UnboundedReceiver<MainExit> {
+        match lock(&self.inner.exits_receiver).take() {
+            Some(receiver) => receiver,
+            None => {
+                warn!(
+                    "Executor::exits was called more than once; only the first receiver gets exits"
+                );
+                mpsc::unbounded_channel().1
+            }
+        }
+    }
+
+    /// Whether the sandbox's processes are running.
+    pub fn is_running(&self, id: &str) -> bool {
+        self.sandbox(id)
+            .is_some_and(|sandbox| sandbox.running().is_some())
+    }
+
+    fn sandbox(&self, id: &str) -> Option<Arc<Sandbox>> {
+        lock(&self.inner.registry).sandboxes.get(id).cloned()
+    }
+
+    /// Starts a sandbox's main command. Returns once the sandbox is set up (its
+    /// namespaces, directories and hostname); the command itself may still fail,
+    /// which is then reported on [`Executor::exits`] (127 when it cannot run).
+    pub async fn start(&self, id: &str, spec: LaunchSpec) -> Result<(), ExecutorError> {
+        validate_id(id)?;
+        validate_spec(&spec)?;
+        let _claim = self.claim(id)?;
+        let dir = self.inner.config.root_dir.join(id);
+        let mode = self.inner.mode;
+        let layout = {
+            let dir = dir.clone();
+            let working_dir = spec.working_dir.clone();
+            tokio::task::spawn_blocking(move || prepare_layout(&dir, mode, working_dir.as_deref()))
+                .await
+                .map_err(|error| setup_error(id, error.to_string()))?
+                .map_err(|message| setup_error(id, message))?
+        };
+        let env = sandbox_env(&spec);
+        let program = match spec.command.first() {
+            None => None,
+            Some(program) => Some(Program::new(
+                program_candidates(program, env.get("PATH").map(String::as_str))
+                    .into_iter()
+                    .map(c_string)
+                    .collect::<Result<_, _>>()?,
+                spec.command
+                    .iter()
+                    .map(|arg| c_string(arg.clone()))
+                    .collect::<Result<_, _>>()?,
+                env.iter()
+                    .map(|(key, value)| c_string(format!("{key}={value}")))
+                    .collect::<Result<_, _>>()?,
+                program,
+            )),
+        };
+        let ns = match mode {
+            Mode::Plain => None,
+            Mode::Namespaces { user_namespace } => Some(NsPlan {
+                flags: namespace_flags(user_namespace),
+                user_maps: user_namespace.then(user_maps).transpose()?,
+                hostname: c_string(spec.hostname.clone())?,
+                tmp_source: path_c_string(&layout.tmp)?,
+                workdir_bind: match &layout.bind {
+                    Some((source, target)) => {
+                        Some((path_c_string(source)?, c_string(target.clone())?))
+                    }
+                    None => None,
+                },
+            }),
+        };
+        let (report_read, report_write) = std::io::pipe()?;
+        let (go_read, mut go_write) = std::io::pipe()?;
+        let (started_read, started_write) = std::io::pipe()?;
+        let plan = Arc::new(InitPlan {
+            parent: self.inner.pid,
+            report_fd: report_write.as_raw_fd(),
+            go_fd: go_read.as_raw_fd(),
+            started_fd: started_write.as_raw_fd(),
+            ns,
+            cwd: c_string(layout.working_dir.clone())?,
+            cwd_message: format!(
+                "cwsandbox: cannot enter the working directory {}\n",
+                layout.working_dir
+            )
+            .into_bytes(),
+            program,
+        });
+        let mut command = Command::new("cwsandbox-keeper");
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        command.kill_on_drop(true);
+        // SAFETY: the closure runs between fork and exec and only calls the
+        // fork-safe code of `child`, reading the plan prepared above.
+        unsafe {
+            command.pre_exec(move || -> std::io::Result<()> {
+                if plan.ns.is_some() {
+                    child::run_ns_keeper(&plan)
+                } else {
+                    child::run_plain_keeper(&plan)
+                }
+            });
+        }
+        let spawned = self.inner.spawner.spawn(command).await;
+        // Only the keeper and its children may hold the write end now, so the
+        // report ends (EOF) if they die.
+        drop(report_write);
+        drop(go_read);
+        drop(started_write);
+        let mut child = spawned
+            .map_err(|error| setup_error(id, format!("cannot fork the sandbox keeper: {error}")))?;
+        let Some(pid) = child.id() else {
+            return Err(setup_error(id, "the sandbox keeper ended at once".into()));
+        };
+        let pid = pid as pid_t;
+        let keeper = ProcessHandle::open(pid);
+        let main_pid = match read_report(report_read).await {
+            Ok(main_pid) => main_pid,
+            Err(message) => {
+                abandon(&mut child).await;
+                return Err(setup_error(id, message));
+            }
+        };
+        let running = match open_running(pid, main_pid, mode, keeper) {
+            Ok(running) => running,
+            Err(error) => {
+                abandon(&mut child).await;
+                return Err(setup_error(
+                    id,
+                    format!("cannot open the sandbox's namespaces: {error}"),
+                ));
+            }
+        };
+        // Let the main command run. If it cannot be told, the sandbox's processes
+        // are gone already, which the keeper's watcher reports.
+        {
+            use std::io::Write;
+            let _ = go_write.write_all(b"g");
+        }
+        drop(go_write);
+        wait_for_exec(started_read).await;
+        let logs = Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes));
+        let (eof_sender, eof) = oneshot::channel();
+        let pump = child.stdout.take().map(|stdout| {
+            let logs = logs.clone();
+            tokio::spawn(async move {
+                pump_logs(stdout, &logs).await;
+                let _ = eof_sender.send(());
+            })
+        });
+        let (done_sender, done) = watch::channel(false);
+        let sandbox = Arc::new(Sandbox {
+            id: id.to_owned(),
+            dir,
+            working_dir: layout.working_dir,
+            env,
+            logs,
+            running: Mutex::new(Some(Arc::new(running))),
+            done,
+            stop_requested: AtomicBool::new(false),
+            execs: Mutex::new(Vec::new()),
+        });
+        lock(&self.inner.registry)
+            .sandboxes
+            .insert(id.to_owned(), sandbox.clone());
+        info!(sandbox = id, hostname = %spec.hostname, isolation = ?mode, "sandbox started");
+        tokio::spawn(watch_keeper(
+            sandbox,
+            child,
+            eof,
+            pump,
+            done_sender,
+            self.inner.exits_sender.clone(),
+        ));
+        Ok(())
+    }
+
+    /// Marks `id` as starting, so a concurrent start of the same id fails.
+    fn claim(&self, id: &str) -> Result<Claim, ExecutorError> {
+        let mut registry = lock(&self.inner.registry);
+        if registry.shut_down {
+            return Err(ExecutorError::ShutDown);
+        }
+        let running = registry
+            .sandboxes
+            .get(id)
+            .is_some_and(|sandbox| sandbox.running().is_some());
+        if running || !registry.starting.insert(id.to_owned()) {
+            return Err(ExecutorError::AlreadyRunning(id.to_owned()));
+        }
+        Ok(Claim {
+            inner: self.inner.clone(),
+            id: id.to_owned(),
+        })
+    }
+
+    /// Stops a sandbox: SIGTERM to every one of its processes, SIGKILL to those
+    /// left after `grace`. Returns when all are gone. Unknown or stopped
+    /// sandboxes are left as they are.
+    pub async fn stop(&self, id: &str, grace: Duration) {
+        let Some(sandbox) = self.sandbox(id) else {
+            return;
+        };
+        sandbox.stop_requested.store(true, Ordering::SeqCst);
+        // The keeper relays it: init sends it to the whole pid namespace, or the
+        // plain keeper to the whole process group.
+        sandbox.signal(libc::SIGTERM);
+        if tokio::time::timeout(grace, sandbox.wait_done())
+            .await
+            .is_err()
+        {
+            debug!(sandbox = id, ?grace, "grace period over; killing");
+            sandbox.signal(libc::SIGUSR1);
+            sandbox.wait_done().await;
+        }
+    }
+
+    /// Kills every process of a sandbox at once (SIGKILL) and returns when all are gone.
+    pub async fn kill(&self, id: &str) {
+        let Some(sandbox) = self.sandbox(id) else {
+            return;
+        };
+        sandbox.stop_requested.store(true, Ordering::SeqCst);
+        sandbox.signal(libc::SIGUSR1);
+        sandbox.wait_done().await;
+    }
+
+    /// Kills every sandbox and deletes their directories: for the emulator's exit.
+    /// Later starts fail with [`ExecutorError::ShutDown`].
+    pub async fn shutdown(&self) {
+        let sandboxes: Vec<Arc<Sandbox>> = {
+            let mut registry = lock(&self.inner.registry);
+            registry.shut_down = true;
+            registry
+                .sandboxes
+                .drain()
+                .map(|(_, sandbox)| sandbox)
+                .collect()
+        };
+        // Signal all first, then wait, so sandboxes die in parallel.
+        for sandbox in &sandboxes {
+            sandbox.stop_requested.store(true, Ordering::SeqCst);
+            sandbox.signal(libc::SIGUSR1);
+        }
+        for sandbox in &sandboxes {
+            sandbox.wait_done().await;
+        }
+        let dirs: Vec<PathBuf> = sandboxes
+            .iter()
+            .map(|sandbox| sandbox.dir.clone())
+            .collect();
+        let _ =
+            tokio::task::spawn_blocking(move || dirs.iter().for_each(|dir| remove_dir(dir))).await;
+        info!(count = sandboxes.len(), "executor shut down");
+    }
+
+    /// Forgets a sandbox (killing it if it still runs): its logs and directory go.
+    pub async fn remove(&self, id: &str) {
+        self.kill(id).await;
+        let removed = lock(&self.inner.registry).sandboxes.remove(id);
+        if let Some(sandbox) = removed {
+            let dir = sandbox.dir.clone();
+            let _ = tokio::task::spawn_blocking(move || remove_dir(&dir)).await;
+        }
+    }
+
+    /// Runs a command inside a running sandbox (same namespaces, environment and
+    /// working directory as its main command). A command that cannot start gives
+    /// a session with a message on stderr and exit code 127, not an error.
+    pub async fn exec(&self, id: &str, request: ExecRequest) -> Result<ExecSession, ExecutorError> {
+        let sandbox = self
+            .sandbox(id)
+            .ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
+        let running = sandbox
+            .running()
+            .ok_or_else(|| ExecutorError::NotRunning(id.to_owned()))?;
+        validate_exec(&request)?;
+        let Some(program) = request.argv.first() else {
+            return Err(ExecutorError::InvalidRequest("argv is empty".into()));
+        };
+        let cwd = match &request.working_dir {
+            Some(dir) => files::resolve(dir, &sandbox.working_dir)
+                .map_err(|error| ExecutorError::InvalidRequest(error.to_string()))?,
+            None => sandbox.working_dir.clone(),
+        };
+        if let Err(error) = files::is_directory(&running.root, &cwd) {
+            return Ok(ExecSession::failed(format!(
+                "cwsandbox: cannot change to the working directory {cwd}: {error}\n"
+            )));
+        }
+        let mut env = sandbox.env.clone();
+        if request.tty {
+            env.insert("TERM".into(), "xterm-256color".into());
+        }
+        env.extend(request.env.clone());
+        let mut command = Command::new(program);
+        command
+            .args(&request.argv[1..])
+            .env_clear()
+            .envs(&env)
+            .kill_on_drop(true);
+        let pty_master = if request.tty {
+            let (cols, rows) = request.tty_size.unwrap_or((80, 24));
+            let (master, slave) = sys::open_pty(cols, rows)?;
+            command
+                .stdin(slave.try_clone()?)
+                .stdout(slave.try_clone()?)
+                .stderr(slave);
+            Some(master)
+        } else {
+            command
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            None
+        };
+        let cwd_c = c_string(cwd)?;
+        let parent = self.inner.pid;
+        let tty = request.tty;
+        let target = running.clone();
+        // SAFETY: the closures run between fork and exec and only call the
+        // fork-safe code of `child`; `target` keeps the namespace descriptors open
+        // for as long as the command object (and so the closure) lives.
+        unsafe {
+            command.pre_exec(move || match &target.target {
+                Target::Namespaces {
+                    user,
+                    mnt,
+                    uts,
+                    pid,
+                } => {
+                    let fds = NsFds {
+                        user: user.as_ref().map(AsRawFd::as_raw_fd),
+                        mnt: mnt.as_raw_fd(),
+                        uts: uts.as_raw_fd(),
+                        pid: pid.as_raw_fd(),
+                    };
+                    child::exec_in_namespaces(parent, fds, &cwd_c, tty)
+                }
+                Target::Plain { group } => child::exec_plain(parent, *group, &cwd_c),
+            });
+        }
+        let child = match self.inner.spawner.spawn(command).await {
+            Ok(child) => child,
+            Err(error) => {
+                if sandbox.running().is_none() {
+                    return Err(ExecutorError::NotRunning(id.to_owned()));
+                }
+                debug!(sandbox = id, %program, %error, "exec could not start");
+                return Ok(ExecSession::failed(start_failure_message(program, &error)));
+            }
+        };
+        let (session, tracker) = exec::attach(child, pty_master);
+        let mut execs = lock(&sandbox.execs);
+        execs.retain(|tracker| !tracker.finished());
+        execs.push(tracker);
+        Ok(session)
+    }
+
+    /// Writes a whole file inside a running sandbox, creating missing parent
+    /// directories. Relative paths resolve against the working directory.
+    pub async fn write_file(&self, id: &str, path: &str, content: &[u8]) -> Result<(), FileError> {
+        let (sandbox, running) = self.running_for_files(id)?;
+        let max = self.inner.config.max_file_bytes;
+        if content.len() as u64 > max {
+            return Err(FileError::TooLarge {
+                size: content.len() as u64,
+                max,
+            });
+        }
+        let path = files::resolve(path, &sandbox.working_dir)?;
+        let content = content.to_vec();
+        tokio::task::spawn_blocking(move || files::write(&running.root, &path, &content))
+            .await
+            .map_err(|error| FileError::Io(error.to_string()))?
+    }
+
+    /// Reads a whole file inside a running sandbox.
+    pub async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, FileError> {
+        let (sandbox, running) = self.running_for_files(id)?;
+        let max = self.inner.config.max_file_bytes;
+        let path = files::resolve(path, &sandbox.working_dir)?;
+        tokio::task::spawn_blocking(move || files::read(&running.root, &path, max))
+            .await
+            .map_err(|error| FileError::Io(error.to_string()))?
+    }
+
+    fn running_for_files(&self, id: &str) -> Result<(Arc<Sandbox>, Arc<Running>), FileError> {
+        let sandbox = self.sandbox(id).ok_or(FileError::SandboxNotRunning)?;
+        let running = sandbox.running().ok_or(FileError::SandboxNotRunning)?;
+        Ok((sandbox, running))
+    }
+
+    /// The main command's output (stdout and stderr together) of the sandbox's
+    /// latest start; still readable after it stopped, until `remove`.
+    pub fn logs(&self, id: &str) -> Result<LogReader, ExecutorError> {
+        let sandbox = self
+            .sandbox(id)
+            .ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
+        Ok(LogReader::new(sandbox.logs.clone()))
+    }
+}
+
+/// Releases a start claim when start ends, whatever the outcome.
+struct Claim {
+    inner: Arc<Inner>,
+    id: String,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        lock(&self.inner.registry).starting.remove(&self.id);
+    }
+}
+
+/// Owns the keeper: reports the main command's end and tears the sandbox down.
+async fn watch_keeper(
+    sandbox: Arc<Sandbox>,
+    mut child: Child,
+    eof: oneshot::Receiver<()>,
+    pump: Option<tokio::task::JoinHandle<()>>,
+    done: watch::Sender<bool>,
+    exits: mpsc::UnboundedSender<MainExit>,
+) {
+    let exit_code = match child.wait().await {
+        Ok(status) => exec::exit_code(&status),
+        Err(error) => {
+            warn!(sandbox = %sandbox.id, %error, "lost track of the sandbox keeper");
+            let _ = child.start_kill();
+            137
+        }
+    };
+    // The log pipe closes when the last process holding it is gone.
+    if tokio::time::timeout(LOG_DRAIN_TIMEOUT, eof).await.is_err() {
+        warn!(sandbox = %sandbox.id, "a process that left the sandbox still holds its log pipe; closing the logs");
+    }
+    if let Some(pump) = pump {
+        pump.abort();
+    }
+    sandbox.logs.close();
+    lock(&sandbox.running).take();
+    // Exec'd commands are gone with the namespace (or the process group); this
+    // also ends shims and any plain-mode command that left the group.
+    let execs: Vec<ExecTracker> = std::mem::take(&mut *lock(&sandbox.execs));
+    for tracker in execs {
+        tracker.kill_and_wait().await;
+    }
+    // Report before marking done, so whoever waits for the stop sees the report.
+    if sandbox.stop_requested.load(Ordering::SeqCst) {
+        info!(sandbox = %sandbox.id, exit_code, "sandbox stopped");
+    } else {
+        info!(sandbox = %sandbox.id, exit_code, "sandbox main command exited");
+        let _ = exits.send(MainExit {
+            id: sandbox.id.clone(),
+            exit_code,
+        });
+    }
+    let _ = done.send(true);
+}
+
+async fn pump_logs(mut stdout: tokio::process::ChildStdout, logs: &LogBuffer) {
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        match stdout.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(read) => logs.push(Bytes::copy_from_slice(&buffer[..read]), SystemTime::now()),
+        }
+    }
+}
+
+/// Kills a keeper whose sandbox failed to set up, and reaps it.
+async fn abandon(child: &mut Child) {
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+}
+
+/// Waits for the keeper's setup report: the main pid (plain mode) or a failure.
+async fn read_report(mut pipe: std::io::PipeReader) -> Result<pid_t, String> {
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut bytes = Vec::new();
+        let mut buffer = [0u8; 64];
+        loop {
+            match pipe.read(&mut buffer) {
+                Ok(0) => return bytes,
+                Ok(read) => {
+                    bytes.extend_from_slice(&buffer[..read]);
+                    // Stop at the first complete message: the main command may keep
+                    // an inherited copy open for a moment.
+                    if !child::parse_report(&bytes).is_empty() {
+                        return bytes;
+                    }
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return bytes,
+            }
+        }
+    });
+    let bytes = match tokio::time::timeout(SETUP_TIMEOUT, reading).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(error)) => return Err(format!("reading the setup report failed: {error}")),
+        Err(_) => {
+            return Err(format!(
+                "the sandbox did not finish its setup within {SETUP_TIMEOUT:?}"
+            ));
+        }
+    };
+    match child::parse_report(&bytes).first() {
+        Some(ReportMessage::Ready(main_pid)) => Ok(*main_pid),
+        Some(ReportMessage::Failed(stage, errno)) => Err(format!(
+            "{} failed: {}",
+            stage.describe(),
+            std::io::Error::from_raw_os_error(*errno)
+        )),
+        None => Err("the sandbox keeper ended before the sandbox was ready".into()),
+    }
+}
+
+/// Waits until the main command has exec'd (its copy of the pipe closes on exec)
+/// or given up, so that `start` returns with the command running.
+async fn wait_for_exec(mut pipe: std::io::PipeReader) {
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut buffer = [0u8; 8];
+        // Nothing is ever written: this returns at end-of-file (or on an error).
+        while let Ok(read) = pipe.read(&mut buffer) {
+            if read == 0 {
+                break;
+            }
+        }
+    });
+    if tokio::time::timeout(SETUP_TIMEOUT, reading).await.is_err() {
+        warn!("the main command took more than {SETUP_TIMEOUT:?} to start");
+    }
+}
+
+fn open_running(
+    keeper_pid: pid_t,
+    main_pid: pid_t,
+    mode: Mode,
+    keeper: ProcessHandle,
+) -> std::io::Result<Running> {
+    match mode {
+        Mode::Plain => Ok(Running {
+            keeper,
+            root: sys::open_path(c"/")?,
+            target: Target::Plain { group: main_pid },
+        }),
+        Mode::Namespaces { user_namespace } => {
+            // The keeper is our unreaped child, so its pid cannot have been reused;
+            // it shares the user, uts and mount namespaces with init, and its
+            // pid_for_children is init's pid namespace.
+            let open = |name: &str| -> std::io::Result<OwnedFd> {
+                sys::open_readonly(
+                    &CString::new(format!("/proc/{keeper_pid}/ns/{name}"))
+                        .map_err(std::io::Error::other)?,
+                )
+            };
+            let user = if user_namespace {
+                Some(open("user")?)
+            } else {
+                None
+            };
+            let target = Target::Namespaces {
+                user,
+                mnt: open("mnt")?,
+                uts: open("uts")?,
+                pid: open("pid_for_children")?,
+            };
+            let root = sys::open_path(
+                &CString::new(format!("/proc/{keeper_pid}/root")).map_err(std::io::Error::other)?,
+            )?;
+            Ok(Running {
+                keeper,
+                root,
+                target,
+            })
+        }
+    }
+}
+
+/// Where a sandbox's directories are and how its working directory is made.
+struct Layout {
+    tmp: PathBuf,
+    /// The working directory as the sandbox sees it.
+    working_dir: String,
+    /// Namespaces mode: bind this host directory on this path.
+    bind: Option<(PathBuf, String)>,
+}
+
+fn prepare_layout(dir: &Path, mode: Mode, working_dir: Option<&str>) -> Result<Layout, String> {
+    let describe = |what: &str, path: &Path, error: std::io::Error| {
+        format!("cannot {what} {}: {error}", path.display())
+    };
+    if dir.exists() {
+        // Left from an earlier start: a restarted container starts from scratch.
+        std::fs::remove_dir_all(dir).map_err(|error| describe("clear", dir, error))?;
+    }
+    let tmp = dir.join("tmp");
+    let work = dir.join("work");
+    for path in [&tmp, &work] {
+        std::fs::create_dir_all(path).map_err(|error| describe("create", path, error))?;
+    }
+    // Like the real /tmp: writable by all, sticky.
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777))
+        .map_err(|error| describe("set the mode of", &tmp, error))?;
+    let work_path = work.to_string_lossy().into_owned();
+    let namespaces = matches!(mode, Mode::Namespaces { .. });
+    // Makes sure `target` can be mounted on (or entered) inside the sandbox.
+    let ensure_dir = |target: &str| -> Result<(), String> {
+        let host_path = match target.strip_prefix("/tmp/") {
+            // Inside the sandbox /tmp is the private one.
+            Some(rest) if namespaces => tmp.join(rest),
+            _ => PathBuf::from(target),
+        };
+        std::fs::create_dir_all(&host_path)
+            .map_err(|error| describe("create the working directory", &host_path, error))
+    };
+    let (working_dir, bind) = match working_dir.map(|dir| dir.trim_end_matches('/')) {
+        None => {
+            ensure_dir(&work_path)?;
+            (
+                work_path.clone(),
+                namespaces.then(|| (work.clone(), work_path.clone())),
+            )
+        }
+        // "/" itself (trimmed to empty).
+        Some("") => ("/".to_owned(), None),
+        Some(relative) if !relative.starts_with('/') => {
+            let inside = format!("{work_path}/{relative}");
+            std::fs::create_dir_all(work.join(relative))
+                .map_err(|error| describe("create", &work.join(relative), error))?;
+            ensure_dir(&work_path)?;
+            (
+                inside,
+                namespaces.then(|| (work.clone(), work_path.clone())),
+            )
+        }
+        Some(absolute) => {
+            let private = namespaces
+                && absolute != "/tmp"
+                && !absolute.starts_with("/tmp/")
+                && !SYSTEM_DIRS.contains(&absolute);
+            if SYSTEM_DIRS.contains(&absolute) {
+                if !Path::new(absolute).is_dir() {
+                    return Err(format!("the working directory {absolute} does not exist"));
+                }
+            } else {
+                ensure_dir(absolute)?;
+            }
+            (
+                absolute.to_owned(),
+                private.then(|| (work.clone(), absolute.to_owned())),
+            )
+        }
+    };
+    Ok(Layout {
+        tmp,
+        working_dir,
+        bind,
+    })
+}
+
+fn remove_dir(dir: &Path) {
+    if let Err(error) = std::fs::remove_dir_all(dir)
+        && error.kind() != std::io::ErrorKind::NotFound
+    {
+        warn!(dir = %dir.display(), %error, "cannot remove a sandbox directory");
+    }
+}
+
+fn choose_mode(config: &ExecutorConfig) -> Result<Mode, ExecutorError> {
+    if config.isolation == Isolation::Plain {
+        return Ok(Mode::Plain);
+    }
+    // Root can usually create namespaces directly; inside some containers only a
+    // user namespace is allowed, so that is the second choice.
+    let attempts: &[bool] = if sys::current_uid() == 0 {
+        &[false, true]
+    } else {
+        &[true]
+    };
+    let mut failures = Vec::new();
+    for &user_namespace in attempts {
+        match probe(&config.root_dir, user_namespace) {
+            Ok(()) => return Ok(Mode::Namespaces { user_namespace }),
+            Err(failure) => failures.push(format!(
+                "{} user namespace: {failure}",
+                if user_namespace { "with" } else { "without" }
+            )),
+        }
+    }
+    let reason = failures.join("; ");
+    if config.isolation == Isolation::Namespaces {
+        return Err(ExecutorError::NamespacesUnavailable(reason));
+    }
+    warn!(
+        %reason,
+        "Linux namespaces are unavailable: sandboxes run as plain processes, sharing the host's hostname, /tmp and pid space"
+    );
+    Ok(Mode::Plain)
+}
+
+static PROBE_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn probe(root_dir: &Path, user_namespace: bool) -> Result<(), String> {
+    let dir = root_dir.join(format!(
+        ".probe-{}-{}",
+        std::process::id(),
+        PROBE_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir)
+        .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+    let result = (|| {
+        let dir_c = path_c_string(&dir).map_err(|error| error.to_string())?;
+        let plan = NsPlan {
+            flags: namespace_flags(user_namespace),
+            user_maps: if user_namespace {
+                Some(user_maps().map_err(|error| error.to_string())?)
+            } else {
+                None
+            },
+            hostname: c"cwsandbox-probe".to_owned(),
+            tmp_source: dir_c.clone(),
+            workdir_bind: Some((dir_c, c"/tmp".to_owned())),
+        };
+        child::probe_namespaces(&plan).map_err(|(stage, errno)| {
+            format!(
+                "{} failed: {}",
+                stage.describe(),
+                std::io::Error::from_raw_os_error(errno)
+            )
+        })
+    })();
+    remove_dir(&dir);
+    result
+}
+
+fn namespace_flags(user_namespace: bool) -> libc::c_int {
+    let flags = libc::CLONE_NEWUTS | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    if user_namespace {
+        flags | libc::CLONE_NEWUSER
+    } else {
+        flags
+    }
+}
+
+/// The emulator's uid and gid map to themselves, so files keep their owner and
+/// commands run with the emulator user's rights (no more).
+fn user_maps() -> Result<UserMaps, ExecutorError> {
+    let (uid, gid) = (sys::current_uid(), sys::current_gid());
+    Ok(UserMaps {
+        uid_map: c_string(format!("{uid} {uid} 1\n"))?,
+        gid_map: c_string(format!("{gid} {gid} 1\n"))?,
+    })
+}
+
+/// The environment of the main command and the base of every exec's.
+fn sandbox_env(spec: &LaunchSpec) -> BTreeMap<String, String> {
+    let home = if sys::current_uid() == 0 {
+        "/root".to_owned()
+    } else {
+        std::env::var("HOME").unwrap_or_else(|_| "/".into())
+    };
+    let mut env = BTreeMap::from([
+        ("PATH".to_owned(), DEFAULT_PATH.to_owned()),
+        // The only way plain mode can tell a command its hostname.
+        ("HOSTNAME".to_owned(), spec.hostname.clone()),
+        ("HOME".to_owned(), home),
+    ]);
+    env.extend(spec.env.clone());
+    env
+}
+
+/// Where `execve` should look for `program`, as `execvp` would search `PATH`.
+fn program_candidates(program: &str, path: Option<&str>) -> Vec<String> {
+    if program.contains('/') {
+        return vec![program.to_owned()];
+    }
+    path.unwrap_or(DEFAULT_PATH)
+        .split(':')
+        .map(|dir| if dir.is_empty() { "." } else { dir })
+        .map(|dir| format!("{}/{program}", dir.trim_end_matches('/')))
+        .collect()
+}
+
+fn start_failure_message(program: &str, error: &std::io::Error) -> String {
+    match error.kind() {
+        std::io::ErrorKind::NotFound => format!("cwsandbox: {program}: command not found\n"),
+        std::io::ErrorKind::PermissionDenied => {
+            format!("cwsandbox: {program}: permission denied\n")
+        }
+        _ => format!("cwsandbox: cannot execute {program}: {error}\n"),
+    }
+}
+
+fn setup_error(id: &str, message: String) -> ExecutorError {
+    ExecutorError::Setup {
+        id: id.to_owned(),
+        message,
+    }
+}
+
+fn c_string(value: String) -> Result<CString, ExecutorError> {
+    CString::new(value).map_err(|error| {
+        ExecutorError::InvalidRequest(format!(
+            "{:?} contains a NUL byte",
+            String::from_utf8_lossy(&error.into_vec())
+        ))
+    })
+}
+
+fn path_c_string(path: &Path) -> Result<CString, ExecutorError> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        ExecutorError::InvalidRequest(format!("{} contains a NUL byte", path.display()))
+    })
+}
+
+fn validate_id(id: &str) -> Result<(), ExecutorError> {
+    let valid = !id.is_empty()
+        && id.len() <= 128
+        && id != "."
+        && id != ".."
+        && id
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(ExecutorError::InvalidId(id.to_owned()))
+    }
+}
+
+fn validate_env(env: &BTreeMap<String, String>) -> Result<(), ExecutorError> {
+    for (key, value) in env {
+        if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
+            return Err(ExecutorError::InvalidRequest(format!(
+                "invalid environment variable {key:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn validate_working_dir(dir: Option<&str>) -> Result<(), ExecutorError> {
+    if let Some(dir) = dir
+        && (dir.contains('\0') || dir.split('/').any(|component| component == ".."))
+    {
+        return Err(ExecutorError::InvalidRequest(format!(
+            "invalid working directory {dir:?}: no NUL bytes or '..' components"
+        )));
+    }
+    Ok(())
+}
+
+fn validate_spec(spec: &LaunchSpec) -> Result<(), ExecutorError> {
+    if spec.hostname.is_empty() || spec.hostname.len() > 64 || spec.hostname.contains('\0') {
+        return Err(ExecutorError::InvalidHostname(spec.hostname.clone()));
+    }
+    if spec.command.first().is_some_and(String::is_empty) {
+        return Err(ExecutorError::InvalidRequest(
+            "the command's program is empty".into(),
+        ));
+    }
+    validate_env(&spec.env)?;
+    validate_working_dir(spec.working_dir.as_deref())
+}
+
+fn validate_exec(request: &ExecRequest) -> Result<(), ExecutorError> {
+    match request.argv.first() {
+        None => return Err(ExecutorError::InvalidRequest("argv is empty".into())),
+        Some(program) if program.is_empty() => {
+            return Err(ExecutorError::InvalidRequest("the program is empty".into()));
+        }
+        Some(_) => {}
+    }
+    if request.argv.iter().any(|arg| arg.contains('\0')) {
+        return Err(ExecutorError::InvalidRequest(
+            "an argument contains a NUL byte".into(),
+        ));
+    }
+    validate_env(&request.env)?;
+    validate_working_dir(request.working_dir.as_deref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_are_searched_in_path_like_execvp() {
+        assert_eq!(
+            program_candidates("ls", Some("/a:/b/:")),
+            vec!["/a/ls", "/b/ls", "./ls"]
+        );
+        assert_eq!(program_candidates("./run.sh", Some("/a")), vec!["./run.sh"]);
+        assert_eq!(
+            program_candidates("sh", None).len(),
+            DEFAULT_PATH.split(':').count()
+        );
+    }
+
+    #[test]
+    fn ids_cannot_escape_the_root_directory() {
+        for bad in ["", ".", "..", "a/b", "a b", "../x"] {
+            assert!(
+                matches!(validate_id(bad), Err(ExecutorError::InvalidId(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(validate_id("sbx-1.a_b").is_ok());
+    }
+
+    #[test]
+    fn sandbox_env_layers_the_spec_over_defaults() {
+        let spec = LaunchSpec {
+            hostname: "pod-1".into(),
+            env: BTreeMap::from([("PATH".into(), "/x".into()), ("A".into(), "b".into())]),
+            ..LaunchSpec::default()
+        };
+        let env = sandbox_env(&spec);
+        assert_eq!(env["PATH"], "/x");
+        assert_eq!(env["HOSTNAME"], "pod-1");
+        assert_eq!(env["A"], "b");
+    }
+}

@@ -1,0 +1,156 @@
+//! Reading and writing files as a sandbox's processes see them.
+//!
+//! Paths are resolved with `openat2(RESOLVE_IN_ROOT)` from a descriptor on the
+//! sandbox's root: in namespaces mode that is `/proc/<keeper>/root`, which looks
+//! through the sandbox's own mount table (its private `/tmp` and working
+//! directory), and symbolic links cannot lead out of it. In plain mode it is the
+//! host's `/`.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+
+use crate::error::FileError;
+use crate::sys::open_in_root;
+
+/// Turns a sandbox path into one relative to the sandbox's root.
+pub(crate) fn resolve(path: &str, working_dir: &str) -> Result<String, FileError> {
+    if path.is_empty() {
+        return Err(FileError::InvalidPath("the path is empty".into()));
+    }
+    if path.contains('\0') {
+        return Err(FileError::InvalidPath(
+            "the path contains a NUL byte".into(),
+        ));
+    }
+    let absolute = if path.starts_with('/') {
+        path.to_owned()
+    } else {
+        format!("{}/{}", working_dir.trim_end_matches('/'), path)
+    };
+    Ok(absolute)
+}
+
+fn c_path(path: &str) -> Result<CString, FileError> {
+    CString::new(path).map_err(|_| FileError::InvalidPath("the path contains a NUL byte".into()))
+}
+
+/// Creates the missing parent directories of `path` (a sandbox-absolute path).
+fn create_parents(root: &OwnedFd, path: &str) -> Result<(), FileError> {
+    let Some((parent, _)) = path.rsplit_once('/') else {
+        return Ok(());
+    };
+    let mut prefix = String::new();
+    for component in parent.split('/').filter(|component| !component.is_empty()) {
+        let base = open_in_root(
+            root.as_raw_fd(),
+            &c_path(if prefix.is_empty() { "/" } else { &prefix })?,
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+        )
+        .map_err(|error| FileError::from_io(&error))?;
+        prefix.push('/');
+        prefix.push_str(component);
+        let name = c_path(component)?;
+        // SAFETY: mkdirat relative to a directory descriptor we own, with a valid name.
+        let made = unsafe { libc::mkdirat(base.as_raw_fd(), name.as_ptr(), 0o755) };
+        if made != 0 {
+            let error = std::io::Error::last_os_error();
+            if error.raw_os_error() != Some(libc::EEXIST) {
+                return Err(FileError::from_io(&error));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn write(root: &OwnedFd, path: &str, content: &[u8]) -> Result<(), FileError> {
+    create_parents(root, path)?;
+    let fd = open_in_root(
+        root.as_raw_fd(),
+        &c_path(path)?,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        0o644,
+    )
+    .map_err(|error| FileError::from_io(&error))?;
+    let mut file = File::from(fd);
+    file.write_all(content)
+        .map_err(|error| FileError::from_io(&error))?;
+    file.flush().map_err(|error| FileError::from_io(&error))
+}
+
+pub(crate) fn read(root: &OwnedFd, path: &str, max: u64) -> Result<Vec<u8>, FileError> {
+    // O_NONBLOCK so that opening a FIFO does not wait for a writer.
+    let fd = open_in_root(
+        root.as_raw_fd(),
+        &c_path(path)?,
+        libc::O_RDONLY | libc::O_NONBLOCK,
+        0,
+    )
+    .map_err(|error| FileError::from_io(&error))?;
+    let file = File::from(fd);
+    let metadata = file
+        .metadata()
+        .map_err(|error| FileError::from_io(&error))?;
+    if metadata.is_dir() {
+        return Err(FileError::IsDirectory);
+    }
+    if !metadata.is_file() {
+        return Err(FileError::Io(format!(
+            "not a regular file (mode {:o})",
+            metadata.mode()
+        )));
+    }
+    if metadata.len() > max {
+        return Err(FileError::TooLarge {
+            size: metadata.len(),
+            max,
+        });
+    }
+    // The file may grow while we read (and /proc files report size 0): read at
+    // most one byte past the limit to notice.
+    let mut content = Vec::with_capacity(metadata.len() as usize);
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut content)
+        .map_err(|error| FileError::from_io(&error))?;
+    if content.len() as u64 > max {
+        return Err(FileError::TooLarge {
+            size: content.len() as u64,
+            max,
+        });
+    }
+    Ok(content)
+}
+
+/// Whether `path` is a directory inside the sandbox (for an exec's working directory).
+pub(crate) fn is_directory(root: &OwnedFd, path: &str) -> Result<(), FileError> {
+    open_in_root(
+        root.as_raw_fd(),
+        &c_path(path)?,
+        libc::O_PATH | libc::O_DIRECTORY,
+        0,
+    )
+    .map(drop)
+    .map_err(|error| FileError::from_io(&error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths_resolve_against_the_working_directory() {
+        assert_eq!(resolve("a/b", "/work/").unwrap(), "/work/a/b");
+        assert_eq!(resolve("/tmp/x", "/work").unwrap(), "/tmp/x");
+        assert!(matches!(
+            resolve("", "/work"),
+            Err(FileError::InvalidPath(_))
+        ));
+        assert!(matches!(
+            resolve("a\0b", "/work"),
+            Err(FileError::InvalidPath(_))
+        ));
+    }
+}

@@ -1,0 +1,115 @@
+//! Runs and controls the processes of emulated sandboxes.
+//!
+//! Each sandbox's main command really runs on this machine, by default in its
+//! own Linux namespaces (hostname, mount table with a private `/tmp` and working
+//! directory, pid namespace, and a user namespace when not root); commands run
+//! with [`Executor::exec`], file operations and logs all act inside the same
+//! sandbox. Where namespaces are unavailable the executor falls back to plain
+//! processes (see the crate's README for the differences).
+//!
+//! The image of a sandbox is not pulled: commands run from the host's
+//! filesystem, with the rights of the user running the emulator.
+//!
+//! This crate knows nothing of protobuf or the simulation: plain Rust types.
+
+mod child;
+mod error;
+mod exec;
+mod executor;
+mod files;
+mod logs;
+mod spawner;
+mod sys;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+pub use error::{ExecutorError, FileError, LogError};
+pub use exec::{
+    ExecExit, ExecOutput, ExecRequest, ExecSession, ExecStdin, Output, Stream, TtyControl,
+};
+pub use executor::Executor;
+pub use logs::{LogChunk, LogFollower, LogReader, LogSlice};
+
+/// How sandboxes are isolated from the host and from each other.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Isolation {
+    /// Namespaces if they work here (probed at start), otherwise plain processes
+    /// with a warning.
+    #[default]
+    Auto,
+    /// Namespaces, or fail to start.
+    Namespaces,
+    /// Plain processes: no namespaces at all.
+    Plain,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutorConfig {
+    /// Each sandbox gets a directory here (its private `/tmp` and working
+    /// directory). Created if missing.
+    pub root_dir: PathBuf,
+    pub isolation: Isolation,
+    /// Largest file `read_file`/`write_file` handle; larger ones are `TooLarge`.
+    pub max_file_bytes: u64,
+    /// How much of each sandbox's output is kept for `logs`; older bytes are dropped.
+    pub log_buffer_bytes: usize,
+}
+
+impl ExecutorConfig {
+    /// 32 MiB files (the real client's unary limit) and 4 MiB of logs per sandbox.
+    pub fn new(root_dir: impl Into<PathBuf>) -> ExecutorConfig {
+        ExecutorConfig {
+            root_dir: root_dir.into(),
+            isolation: Isolation::Auto,
+            max_file_bytes: 32 << 20,
+            log_buffer_bytes: 4 << 20,
+        }
+    }
+}
+
+/// How to start a sandbox's main command.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LaunchSpec {
+    /// The sandbox's hostname (its Pod name). In plain mode only `HOSTNAME` carries it.
+    pub hostname: String,
+    /// Program and arguments, looked up in `PATH`. Empty keeps the sandbox alive
+    /// with an idle process, like `sleep infinity`.
+    pub command: Vec<String>,
+    /// Environment of the main command and of every exec'd command, on top of
+    /// `PATH`, `HOSTNAME` and `HOME` defaults. Nothing of the emulator's own
+    /// environment leaks in.
+    pub env: BTreeMap<String, String>,
+    /// Absolute, or relative to the sandbox's private directory (the default).
+    pub working_dir: Option<String>,
+}
+
+/// A sandbox's main command ended by itself (not through `stop`, `kill` or
+/// `shutdown`). The sandbox is over: every process of it is gone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MainExit {
+    pub id: String,
+    /// The exit code, or 128+N when killed by signal N.
+    pub exit_code: i32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+
+    /// The emulator moves these into tasks and shares the executor between them.
+    #[test]
+    fn handles_can_cross_tasks() {
+        send_sync::<Executor>();
+        send_sync::<LogReader>();
+        send::<ExecSession>();
+        send::<ExecStdin>();
+        send::<ExecOutput>();
+        send::<ExecExit>();
+        send::<LogFollower>();
+        send_sync::<TtyControl>();
+    }
+}

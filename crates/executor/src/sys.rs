@@ -1,0 +1,430 @@
+//! Thin wrappers around the system calls the executor needs.
+//!
+//! Everything here that is marked "fork-safe" may run in a child forked from the
+//! (multi-threaded) emulator before it execs or exits: such code may only make
+//! async-signal-safe calls. These helpers therefore never allocate, never lock,
+//! never log and never panic; they return raw errno values instead of `io::Error`
+//! where a caller in a child needs them.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use libc::{c_int, c_long, pid_t};
+
+/// The calling thread's `errno`. Fork-safe.
+pub(crate) fn errno() -> c_int {
+    // SAFETY: `__errno_location` always returns a valid pointer to this thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Forks without going through glibc's `fork()`. Fork-safe.
+///
+/// Our helpers fork a second time from a child that was itself forked from the
+/// multi-threaded emulator. glibc's `fork()` takes the malloc arena locks before
+/// forking; in such a child one of them may be held forever by a thread that no
+/// longer exists, and `fork()` would deadlock. The raw `clone` system call with
+/// only `SIGCHLD` behaves like `fork(2)` and touches no library state.
+///
+/// # Safety
+/// The child shares nothing with the parent but runs on a copy of its memory: it
+/// must only make async-signal-safe calls and must end in `execve` or `_exit`.
+pub(crate) unsafe fn raw_fork() -> pid_t {
+    // With a null stack pointer the child continues on a copy of the current stack,
+    // exactly like fork(2). The argument order of the remaining (null) arguments
+    // differs between architectures, which does not matter when all are zero.
+    unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::SIGCHLD as c_long,
+            0 as c_long,
+            0 as c_long,
+            0 as c_long,
+            0 as c_long,
+        ) as pid_t
+    }
+}
+
+/// Blocks every signal for the calling thread. Fork-safe.
+pub(crate) fn block_all_signals() {
+    // SAFETY: a zeroed sigset_t is a valid argument to sigfillset, and the calls
+    // only touch the local set and the thread's signal mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Unblocks every signal for the calling thread. Fork-safe.
+pub(crate) fn unblock_all_signals() {
+    // SAFETY: as in `block_all_signals`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Resets every signal disposition to the default. Fork-safe.
+///
+/// A child forked from the emulator inherits its handlers (tokio's SIGCHLD handler
+/// writes to a descriptor that may have been closed and reused) and ignored signals,
+/// which `execve` would carry over into the sandbox.
+pub(crate) fn reset_signal_dispositions() {
+    // Linux has 64 signals (NSIG is 65).
+    for signal in 1..=64 {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: a zeroed sigaction with SIG_DFL is a valid disposition; invalid
+        // signal numbers (those reserved by the C library) fail harmlessly.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Closes every descriptor except those in `keep` (sorted ascending). Fork-safe.
+pub(crate) fn close_fds_except(keep: &[RawFd]) {
+    let mut first: u32 = 0;
+    for &fd in keep {
+        let Ok(fd) = u32::try_from(fd) else { continue };
+        if fd > first {
+            close_range(first, fd - 1);
+        }
+        first = fd.saturating_add(1);
+    }
+    close_range(first, u32::MAX);
+}
+
+fn close_range(first: u32, last: u32) {
+    // SAFETY: close_range only closes descriptors of the calling process.
+    let result = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0 as c_int) };
+    if result == 0 {
+        return;
+    }
+    // Kernels before 5.9 lack close_range: close one by one up to a sane bound.
+    let last = last.min(65_535);
+    for fd in first..=last {
+        // SAFETY: closing a descriptor number we may not own is harmless in a child
+        // that is about to exec or exit.
+        unsafe { libc::close(fd as c_int) };
+    }
+}
+
+/// Writes all of `data` to `fd`, retrying on EINTR. Fork-safe.
+pub(crate) fn write_all(fd: RawFd, mut data: &[u8]) -> bool {
+    while !data.is_empty() {
+        // SAFETY: the pointer and length describe a valid slice.
+        let written = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+        if written < 0 {
+            if errno() == libc::EINTR {
+                continue;
+            }
+            return false;
+        }
+        if written == 0 {
+            return false;
+        }
+        data = &data[written as usize..];
+    }
+    true
+}
+
+/// Ends the calling process at once, without running destructors. Fork-safe.
+pub(crate) fn exit(code: c_int) -> ! {
+    // SAFETY: _exit never returns and is async-signal-safe.
+    unsafe { libc::_exit(code) }
+}
+
+/// Asks the kernel to send `signal` when the parent thread dies, and reports whether
+/// the parent is still `expected_parent`. Fork-safe.
+///
+/// The check closes the race where the parent died before the request was made.
+pub(crate) fn set_parent_death_signal(signal: c_int, expected_parent: pid_t) -> bool {
+    // SAFETY: prctl with PR_SET_PDEATHSIG only changes the calling process.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0);
+        libc::getppid() == expected_parent
+    }
+}
+
+/// Names the calling thread (the `comm` shown by `ps` and `/proc/PID/comm`). Fork-safe.
+pub(crate) fn set_name(name: &CStr) {
+    // SAFETY: PR_SET_NAME reads at most 16 bytes from a valid C string.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) };
+}
+
+/// The exit code a shell would report for a wait status: the code itself, or 128+N
+/// for a process killed by signal N. Fork-safe.
+pub(crate) fn exit_code_of(status: c_int) -> c_int {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        255
+    }
+}
+
+/// A signalfd that receives the usual termination and child signals. Fork-safe.
+///
+/// The caller must already have blocked these signals.
+pub(crate) fn control_signalfd() -> Result<RawFd, c_int> {
+    // SAFETY: the set is initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in [
+            libc::SIGCHLD,
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+        ] {
+            libc::sigaddset(&mut set, signal);
+        }
+        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC);
+        if fd < 0 { Err(errno()) } else { Ok(fd) }
+    }
+}
+
+/// Waits for the next signal on a signalfd and returns its number. Fork-safe.
+pub(crate) fn next_signal(signalfd: RawFd) -> Option<c_int> {
+    loop {
+        // SAFETY: signalfd_siginfo is plain data and the buffer is large enough.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: reading into a local buffer of the right size.
+        let read = unsafe {
+            libc::read(
+                signalfd,
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            )
+        };
+        if read == size as isize {
+            return Some(info.ssi_signo as c_int);
+        }
+        if read < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        return None;
+    }
+}
+
+/// Like `next_signal`, but gives up after `timeout_ms`. Fork-safe.
+pub(crate) fn next_signal_timeout(signalfd: RawFd, timeout_ms: c_int) -> Option<c_int> {
+    let mut poll = libc::pollfd {
+        fd: signalfd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let ready = unsafe { libc::poll(&mut poll, 1, timeout_ms) };
+    if ready == 1 {
+        next_signal(signalfd)
+    } else {
+        None
+    }
+}
+
+/// Whether the write end of the pipe whose read end is `fd` has been closed, i.e.
+/// whether the process holding it is gone. Fork-safe.
+pub(crate) fn peer_gone(fd: RawFd) -> bool {
+    let mut poll = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no waiting.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready == 1 && poll.revents & (libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// A pipe whose both ends close on exec. Fork-safe.
+pub(crate) fn pipe_cloexec() -> Result<(RawFd, RawFd), c_int> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+        Ok((fds[0], fds[1]))
+    } else {
+        Err(errno())
+    }
+}
+
+/// A descriptor that refers to one process for as long as it is held, so signals
+/// never reach a process that reused its pid.
+#[derive(Debug)]
+pub(crate) struct ProcessHandle {
+    pid: pid_t,
+    pidfd: Option<OwnedFd>,
+}
+
+impl ProcessHandle {
+    /// Opens a handle on `pid`, which must be an unreaped child of ours (so the pid
+    /// cannot have been reused yet).
+    pub(crate) fn open(pid: pid_t) -> ProcessHandle {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0 as c_int) };
+        // Kernels before 5.3 lack pidfds: fall back to the pid, which stays valid
+        // for as long as our waiter has not reaped the child.
+        // SAFETY: a non-negative result is a descriptor we now own.
+        let pidfd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        ProcessHandle { pid, pidfd }
+    }
+
+    pub(crate) fn signal(&self, signal: c_int) {
+        match &self.pidfd {
+            // SAFETY: the descriptor is a pidfd we own; a null siginfo is allowed.
+            Some(fd) => unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    signal,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0 as c_int,
+                );
+            },
+            // SAFETY: kill has no memory-safety preconditions.
+            None => unsafe {
+                libc::kill(self.pid, signal);
+            },
+        }
+    }
+}
+
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// `openat2` with `RESOLVE_IN_ROOT`: `path` is resolved as if `root` were `/`, so
+/// absolute symbolic links inside a sandbox stay inside it.
+pub(crate) fn open_in_root(
+    root: RawFd,
+    path: &CStr,
+    flags: c_int,
+    mode: libc::mode_t,
+) -> io::Result<OwnedFd> {
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: u64::from(mode),
+        resolve: libc::RESOLVE_IN_ROOT,
+    };
+    loop {
+        // SAFETY: the path is a valid C string and `how` is a correctly sized open_how.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                root,
+                path.as_ptr(),
+                &how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: a non-negative result is a new descriptor we own.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        }
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::EINTR) {
+            return Err(error);
+        }
+    }
+}
+
+/// Opens a directory (or anything) as an `O_PATH` descriptor, for use as a root.
+pub(crate) fn open_path(path: &CStr) -> io::Result<OwnedFd> {
+    // SAFETY: the path is a valid C string.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative result is a new descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens a namespace file (`/proc/PID/ns/...`) for `setns`.
+pub(crate) fn open_readonly(path: &CStr) -> io::Result<OwnedFd> {
+    // SAFETY: the path is a valid C string.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative result is a new descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A new pseudo-terminal: (master, slave), both close-on-exec.
+pub(crate) fn open_pty(cols: u16, rows: u16) -> io::Result<(OwnedFd, OwnedFd)> {
+    // SAFETY: posix_openpt returns a new descriptor or -1.
+    let master = unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) };
+    if master < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative result is a new descriptor we own.
+    let master = unsafe { OwnedFd::from_raw_fd(master) };
+    let mut name = [0 as libc::c_char; 128];
+    // SAFETY: the master is a valid pty master; ptsname_r writes a C string into `name`.
+    unsafe {
+        if libc::grantpt(master.as_raw_fd()) != 0 || libc::unlockpt(master.as_raw_fd()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let result = libc::ptsname_r(master.as_raw_fd(), name.as_mut_ptr(), name.len());
+        if result != 0 {
+            return Err(io::Error::from_raw_os_error(result));
+        }
+    }
+    // SAFETY: ptsname_r succeeded, so `name` holds a NUL-terminated path.
+    let slave = unsafe {
+        libc::open(
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        )
+    };
+    if slave < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative result is a new descriptor we own.
+    let slave = unsafe { OwnedFd::from_raw_fd(slave) };
+    set_window_size(master.as_raw_fd(), cols, rows)?;
+    Ok((master, slave))
+}
+
+/// Sets a terminal's size; the kernel then sends SIGWINCH to its foreground group.
+pub(crate) fn set_window_size(fd: RawFd, cols: u16, rows: u16) -> io::Result<()> {
+    let size = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one winsize.
+    if unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &size) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub(crate) fn current_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+pub(crate) fn current_gid() -> u32 {
+    // SAFETY: getegid has no preconditions.
+    unsafe { libc::getegid() }
+}

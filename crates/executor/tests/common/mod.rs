@@ -1,0 +1,176 @@
+//! Helpers shared by the executor's integration tests.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use cwsandbox_executor::{ExecRequest, Executor, ExecutorConfig, Isolation, LaunchSpec, LogReader};
+use tempfile::TempDir;
+
+/// A safety net only: every wait in the tests is on an event (an exit, a stream
+/// end, a log line); this bounds how long a broken executor can hang a test.
+pub const SAFETY: Duration = Duration::from_secs(30);
+
+pub async fn within<F: Future>(what: &str, future: F) -> F::Output {
+    match tokio::time::timeout(SAFETY, future).await {
+        Ok(output) => output,
+        Err(_) => panic!("timed out waiting for {what}"),
+    }
+}
+
+pub struct Harness {
+    pub executor: Executor,
+    pub root: TempDir,
+}
+
+pub fn harness(isolation: Isolation) -> Harness {
+    harness_with(isolation, |_| {})
+}
+
+pub fn harness_with(isolation: Isolation, tweak: impl FnOnce(&mut ExecutorConfig)) -> Harness {
+    let root = tempfile::Builder::new()
+        .prefix("cwsbx-exec-test")
+        .tempdir()
+        .expect("temp dir");
+    let mut config = ExecutorConfig::new(root.path());
+    config.isolation = isolation;
+    tweak(&mut config);
+    let executor = Executor::new(config).expect("executor");
+    assert_eq!(
+        executor.isolation(),
+        isolation,
+        "the requested isolation must be in force"
+    );
+    Harness { executor, root }
+}
+
+/// A name no other test (or earlier run) uses.
+pub fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_nanos());
+    format!(
+        "{prefix}-{}-{nanos:x}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn spec(hostname: &str, command: &[&str]) -> LaunchSpec {
+    LaunchSpec {
+        hostname: hostname.into(),
+        command: command.iter().map(|arg| arg.to_string()).collect(),
+        ..LaunchSpec::default()
+    }
+}
+
+pub fn argv(args: &[&str]) -> ExecRequest {
+    ExecRequest {
+        argv: args.iter().map(|arg| arg.to_string()).collect(),
+        ..ExecRequest::default()
+    }
+}
+
+pub fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect()
+}
+
+/// Runs a command to completion: (stdout, stderr, exit code).
+pub async fn run_request(
+    executor: &Executor,
+    id: &str,
+    request: ExecRequest,
+) -> (String, String, i32) {
+    let session = executor.exec(id, request).await.expect("exec");
+    let (stdout, stderr, code) = within("an exec to finish", session.collect()).await;
+    (
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+        code,
+    )
+}
+
+pub async fn run(executor: &Executor, id: &str, args: &[&str]) -> (String, String, i32) {
+    run_request(executor, id, argv(args)).await
+}
+
+/// Runs a shell command that must succeed and returns its trimmed stdout.
+pub async fn sh(executor: &Executor, id: &str, script: &str) -> String {
+    let (stdout, stderr, code) = run(executor, id, &["sh", "-c", script]).await;
+    assert_eq!(
+        code, 0,
+        "`{script}` failed: stdout {stdout:?} stderr {stderr:?}"
+    );
+    stdout.trim_end().to_owned()
+}
+
+/// Waits until the log holds `needle` (following it, not polling).
+pub async fn wait_for_log(logs: &LogReader, needle: &str) -> String {
+    let mut text =
+        String::from_utf8_lossy(&logs.read_from(logs.start_offset()).expect("read").bytes())
+            .into_owned();
+    let mut follower = logs.follow_from(logs.end_offset()).expect("follow");
+    within(&format!("{needle:?} in the logs"), async {
+        while !text.contains(needle) {
+            match follower.next().await {
+                Some(Ok(chunk)) => text.push_str(&String::from_utf8_lossy(&chunk.data)),
+                Some(Err(error)) => panic!("log error: {error}"),
+                None => panic!("logs ended without {needle:?}; got {text:?}"),
+            }
+        }
+    })
+    .await;
+    text
+}
+
+/// Pids of live processes whose environment holds `marker` (as a variable value).
+pub fn processes_with_marker(marker: &str) -> Vec<u32> {
+    let needle = format!("CWSBX_TEST_MARKER={marker}");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // A zombie has no environment left; a process that vanished reads as an error.
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|environ| {
+                    environ
+                        .split(|byte| *byte == 0)
+                        .any(|var| var == needle.as_bytes())
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Generates one `#[tokio::test]` per isolation mode for each listed function
+/// `async fn name(isolation: Isolation)`.
+#[macro_export]
+macro_rules! in_both_modes {
+    ($($name:ident),* $(,)?) => {
+        mod namespaces {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(cwsandbox_executor::Isolation::Namespaces).await;
+                }
+            )*
+        }
+        mod plain {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(cwsandbox_executor::Isolation::Plain).await;
+                }
+            )*
+        }
+    };
+}

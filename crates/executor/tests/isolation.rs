@@ -1,0 +1,412 @@
+//! What isolates a sandbox: namespaces (hostname, /tmp, working directory, pids,
+//! user), the plain fallback's documented differences, and that no process
+//! outlives the emulator.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::*;
+use cwsandbox_executor::{Executor, ExecutorConfig, Isolation, LaunchSpec};
+
+fn host_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("hostname")
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_mode_uses_namespaces_on_this_machine() {
+    let root = tempfile::tempdir().unwrap();
+    let executor = Executor::new(ExecutorConfig::new(root.path())).unwrap();
+    // The machines this project runs on support namespaces; if this fails, the
+    // executor's probe (or the machine) changed.
+    assert_eq!(executor.isolation(), Isolation::Namespaces);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostname_is_the_given_name() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let before = host_hostname();
+    let id = unique("host");
+    executor
+        .start(&id, spec("sbx-pod-7f3a", &[]))
+        .await
+        .unwrap();
+    assert_eq!(sh(executor, &id, "hostname").await, "sbx-pod-7f3a");
+    assert_eq!(
+        sh(
+            executor,
+            &id,
+            "cat /proc/sys/kernel/hostname; echo $HOSTNAME"
+        )
+        .await,
+        "sbx-pod-7f3a\nsbx-pod-7f3a"
+    );
+    // Each sandbox has its own, and the host keeps its name.
+    let other = unique("host");
+    executor
+        .start(&other, spec("another-pod", &[]))
+        .await
+        .unwrap();
+    assert_eq!(sh(executor, &other, "hostname").await, "another-pod");
+    assert_eq!(sh(executor, &id, "hostname").await, "sbx-pod-7f3a");
+    assert_eq!(host_hostname(), before);
+    executor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tmp_is_private() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let (first, second) = (unique("tmp"), unique("tmp"));
+    executor.start(&first, spec("tmp-1", &[])).await.unwrap();
+    executor.start(&second, spec("tmp-2", &[])).await.unwrap();
+    let name = unique("only-here");
+    let path = format!("/tmp/{name}");
+
+    sh(executor, &first, &format!("echo secret > {path}")).await;
+    assert_eq!(sh(executor, &first, &format!("cat {path}")).await, "secret");
+    let (_, _, code) = run(executor, &second, &["test", "-e", &path]).await;
+    assert_eq!(code, 1, "another sandbox sees {path}");
+    assert!(!Path::new(&path).exists(), "the host sees {path}");
+
+    // Files written through the API land in the same private /tmp.
+    let api_path = format!("/tmp/{}", unique("api"));
+    executor
+        .write_file(&second, &api_path, b"via api")
+        .await
+        .unwrap();
+    assert_eq!(
+        sh(executor, &second, &format!("cat {api_path}")).await,
+        "via api"
+    );
+    assert_eq!(
+        executor.read_file(&first, &api_path).await,
+        Err(cwsandbox_executor::FileError::NotFound)
+    );
+    assert!(!Path::new(&api_path).exists());
+    // And /tmp behaves like /tmp: sticky and writable by all.
+    assert_eq!(sh(executor, &first, "stat -c %a /tmp").await, "1777");
+    executor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_working_directory_is_private() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    // A host directory with content, used as both sandboxes' working directory.
+    let shared = harness.root.path().join("workspace");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(shared.join("host-file"), b"host").unwrap();
+    let workdir = shared.to_string_lossy().into_owned();
+    let (first, second) = (unique("wd"), unique("wd"));
+    for id in [&first, &second] {
+        executor
+            .start(
+                id,
+                LaunchSpec {
+                    working_dir: Some(workdir.clone()),
+                    ..spec("wd", &[])
+                },
+            )
+            .await
+            .unwrap();
+    }
+    assert_eq!(sh(executor, &first, "pwd").await, workdir);
+    // The sandbox starts with an empty directory, not the host's content.
+    assert_eq!(sh(executor, &first, "ls -A").await, "");
+    executor
+        .write_file(&first, "mine.txt", b"first")
+        .await
+        .unwrap();
+    assert_eq!(sh(executor, &first, "cat mine.txt").await, "first");
+    assert_eq!(sh(executor, &second, "ls -A").await, "");
+    assert!(!shared.join("mine.txt").exists());
+    assert_eq!(std::fs::read(shared.join("host-file")).unwrap(), b"host");
+    executor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_sandbox_has_its_own_pid_namespace() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let id = unique("pid");
+    executor
+        .start(&id, spec("pid-host", &["sleep", "1000"]))
+        .await
+        .unwrap();
+    // PID 1 is the sandbox's init, PID 2 its main command.
+    assert_eq!(
+        sh(executor, &id, "cat /proc/1/comm").await,
+        "cwsandbox-init"
+    );
+    assert_eq!(sh(executor, &id, "cat /proc/2/comm").await, "sleep");
+    let own_pid: u32 = sh(executor, &id, "echo $$").await.parse().unwrap();
+    assert!(own_pid < 20, "pid {own_pid} inside the sandbox");
+    // Only the sandbox's own processes are visible.
+    let listing = sh(executor, &id, "ls /proc").await;
+    let pids: Vec<u32> = listing
+        .lines()
+        .filter_map(|line| line.parse().ok())
+        .collect();
+    assert!(
+        !pids.is_empty() && pids.len() < 10,
+        "visible pids: {pids:?}"
+    );
+    assert!(
+        !pids.contains(&std::process::id()),
+        "the emulator is visible"
+    );
+    // read_file sees the sandbox's /proc too.
+    assert_eq!(
+        executor.read_file(&id, "/proc/1/comm").await.unwrap(),
+        b"cwsandbox-init\n"
+    );
+    // Another sandbox counts from 1 again.
+    let other = unique("pid");
+    executor
+        .start(&other, spec("pid-host-2", &[]))
+        .await
+        .unwrap();
+    assert_eq!(
+        sh(executor, &other, "cat /proc/2/comm").await,
+        "cwsandbox-idle"
+    );
+    executor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_mode_differences() {
+    let harness = harness(Isolation::Plain);
+    let executor = &harness.executor;
+    let id = unique("plain");
+    executor.start(&id, spec("plain-pod", &[])).await.unwrap();
+    // No UTS namespace: only HOSTNAME carries the sandbox's name.
+    assert_eq!(sh(executor, &id, "hostname").await, host_hostname());
+    assert_eq!(sh(executor, &id, "echo $HOSTNAME").await, "plain-pod");
+    // /tmp is the host's.
+    let path = format!("/tmp/{}", unique("shared"));
+    executor.write_file(&id, &path, b"shared").await.unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"shared");
+    std::fs::remove_file(&path).unwrap();
+    // The working directory is still the sandbox's own.
+    let cwd = sh(executor, &id, "pwd").await;
+    assert!(
+        cwd.starts_with(&harness.root.path().to_string_lossy().into_owned()),
+        "{cwd}"
+    );
+    executor.shutdown().await;
+}
+
+/// Pids of the marked processes, and a pidfd on each to wait for its end.
+fn pidfds(marker: &str) -> Vec<(u32, OwnedFd)> {
+    processes_with_marker(marker)
+        .into_iter()
+        .filter_map(|pid| {
+            // SAFETY: pidfd_open returns a new descriptor or -1.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+            // SAFETY: a non-negative result is a descriptor we own.
+            (fd >= 0).then(|| (pid, unsafe { OwnedFd::from_raw_fd(fd as i32) }))
+        })
+        .collect()
+}
+
+/// Waits (on the pidfds, not by polling /proc) until every process has ended.
+fn wait_all_gone(processes: Vec<(u32, OwnedFd)>) -> Vec<u32> {
+    use std::os::fd::AsRawFd;
+    let deadline = std::time::Instant::now() + SAFETY;
+    let mut left = Vec::new();
+    for (pid, fd) in processes {
+        let remaining = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut poll = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut poll, 1, remaining.as_millis() as i32) };
+        if ready != 1 {
+            left.push(pid);
+        }
+    }
+    left
+}
+
+/// Runs this test binary's `helper_process` as a separate emulator process.
+fn helper(role: &str, isolation: &str, root: &Path, marker: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args([
+            "--exact",
+            "helper_process",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CWSBX_HELPER_ROLE", role)
+        .env("CWSBX_HELPER_ISOLATION", isolation)
+        .env("CWSBX_HELPER_ROOT", root)
+        .env("CWSBX_HELPER_MARKER", marker)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    command
+}
+
+fn read_until(stdout: &mut impl BufRead, prefix: &str) -> Option<String> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if stdout.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        // libtest prints "test helper_process ... " before the helper's own output.
+        if line.contains(prefix) {
+            return Some(line.trim_end().to_owned());
+        }
+    }
+}
+
+fn sandboxes_die_with_the_emulator(isolation: &str) {
+    let root = tempfile::tempdir().unwrap();
+    let marker = unique("orphan");
+    let mut child = helper("hold", isolation, root.path(), &marker)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let ready = read_until(&mut stdout, "HELPER-READY");
+    assert!(ready.is_some(), "the helper emulator did not get ready");
+    let processes = pidfds(&marker);
+    // Per sandbox: main shell + sleep, an exec'd sleep and an orphaned sleep.
+    assert!(
+        processes.len() >= 2 * 4,
+        "only {} marked processes: {:?}",
+        processes.len(),
+        processes_with_marker(&marker)
+    );
+    // The emulator dies without any chance to clean up.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left = wait_all_gone(processes);
+    assert!(left.is_empty(), "processes outlived the emulator: {left:?}");
+}
+
+#[test]
+fn namespaced_sandboxes_die_with_the_emulator() {
+    sandboxes_die_with_the_emulator("namespaces");
+}
+
+#[test]
+fn plain_sandboxes_die_with_the_emulator() {
+    sandboxes_die_with_the_emulator("plain");
+}
+
+/// As a non-root user the executor uses an unprivileged user namespace. When the
+/// tests run as root, the check runs in a helper process as `nobody`.
+#[test]
+fn unprivileged_users_get_a_user_namespace() {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let root = tempfile::tempdir().unwrap();
+    let mut command = helper("unprivileged", "auto", root.path(), "unused");
+    if uid == 0 {
+        const NOBODY: u32 = 65534;
+        std::os::unix::fs::chown(root.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+        command.uid(NOBODY).gid(NOBODY).env("HOME", "/");
+    }
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("HELPER-OK"),
+        "helper failed: {stdout}\n{stderr}"
+    );
+}
+
+/// Not a test: the other end of the tests above, run in its own process.
+#[test]
+#[ignore = "a helper process for other tests"]
+fn helper_process() {
+    let Ok(role) = std::env::var("CWSBX_HELPER_ROLE") else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let root = std::env::var("CWSBX_HELPER_ROOT").unwrap();
+        let mut config = ExecutorConfig::new(&root);
+        config.isolation = match std::env::var("CWSBX_HELPER_ISOLATION").as_deref() {
+            Ok("plain") => Isolation::Plain,
+            Ok("namespaces") => Isolation::Namespaces,
+            _ => Isolation::Auto,
+        };
+        let executor = Executor::new(config).unwrap();
+        match role.as_str() {
+            "hold" => hold_sandboxes(&executor).await,
+            "unprivileged" => check_unprivileged(&executor).await,
+            other => panic!("unknown helper role {other}"),
+        }
+    });
+}
+
+async fn hold_sandboxes(executor: &Executor) {
+    let marker = std::env::var("CWSBX_HELPER_MARKER").unwrap();
+    let mut sessions = Vec::new();
+    for index in 0..2 {
+        let id = format!("held-{index}");
+        let launch = LaunchSpec {
+            env: env(&[("CWSBX_TEST_MARKER", &marker)]),
+            ..spec("held", &["sh", "-c", "sleep 1000 & echo ready; wait"])
+        };
+        executor.start(&id, launch).await.unwrap();
+        wait_for_log(&executor.logs(&id).unwrap(), "ready\n").await;
+        sessions.push(executor.exec(&id, argv(&["sleep", "1000"])).await.unwrap());
+        sh(executor, &id, "sleep 1000 >/dev/null 2>&1 &").await;
+    }
+    println!("HELPER-READY");
+    // Wait to be killed.
+    std::future::pending::<()>().await;
+}
+
+async fn check_unprivileged(executor: &Executor) {
+    assert_eq!(executor.isolation(), Isolation::Namespaces);
+    assert!(executor.uses_user_namespace());
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let id = "unprivileged";
+    executor.start(id, spec("rootless-pod", &[])).await.unwrap();
+    assert_eq!(sh(executor, id, "hostname").await, "rootless-pod");
+    // The user's uid maps to itself: commands have the user's rights, no more.
+    assert_eq!(sh(executor, id, "id -u").await, uid.to_string());
+    assert_eq!(sh(executor, id, "cat /proc/1/comm").await, "cwsandbox-init");
+    let path = format!("/tmp/{}", unique("rootless"));
+    executor.write_file(id, &path, b"rootless").await.unwrap();
+    assert_eq!(
+        sh(
+            executor,
+            id,
+            &format!("cat {path}; echo; stat -c %u {path}")
+        )
+        .await,
+        format!("rootless\n{uid}")
+    );
+    assert!(!Path::new(&path).exists(), "the host's /tmp got the file");
+    let (_, _, code) = run(
+        executor,
+        id,
+        &["sh", "-c", "echo x > /etc/cwsbx-should-fail"],
+    )
+    .await;
+    assert_ne!(code, 0, "a rootless sandbox could write to /etc");
+    executor.shutdown().await;
+    println!("HELPER-OK");
+}
