@@ -241,7 +241,11 @@ fn wait_all_gone(processes: Vec<(u32, OwnedFd)>) -> Vec<u32> {
 
 /// Runs this test binary's `helper_process` as a separate emulator process.
 fn helper(role: &str, isolation: &str, root: &Path, marker: &str) -> Command {
-    let mut command = Command::new(std::env::current_exe().unwrap());
+    helper_at(&std::env::current_exe().unwrap(), role, isolation, root, marker)
+}
+
+fn helper_at(program: &Path, role: &str, isolation: &str, root: &Path, marker: &str) -> Command {
+    let mut command = Command::new(program);
     command
         .args([
             "--exact",
@@ -318,7 +322,13 @@ fn unprivileged_users_get_a_user_namespace() {
     if uid == 0 {
         const NOBODY: u32 = 65534;
         std::os::unix::fs::chown(root.path(), Some(NOBODY), Some(NOBODY)).unwrap();
-        command.uid(NOBODY).gid(NOBODY).env("HOME", "/");
+        // The test binary may sit in a checkout `nobody` cannot enter (CI clones into a private
+        // directory), so `nobody` runs a copy placed in its own directory.
+        let program = root.path().join("isolation-helper");
+        std::fs::copy(std::env::current_exe().unwrap(), &program).unwrap();
+        std::os::unix::fs::chown(&program, Some(NOBODY), Some(NOBODY)).unwrap();
+        command = helper_at(&program, "unprivileged", "auto", root.path(), "unused");
+        command.uid(NOBODY).gid(NOBODY).env("HOME", "/").current_dir(root.path());
     }
     let output = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
