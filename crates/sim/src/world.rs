@@ -17,7 +17,9 @@ use crate::k8s::{
 use crate::quantity::Quantity;
 use crate::resolved::{ResourceAmounts, Toleration};
 use crate::runners::RunnerRegistry;
-use crate::slurm::{JobBaseState, JobId, JobKind, JobRequest, Partition, PreemptMode, Slurm, SlurmNode, SlurmOutcome, User};
+use crate::slurm::{
+    JobBaseState, JobId, JobKind, JobRequest, Partition, PreemptMode, Slurm, SlurmNode, SlurmOutcome, SubmitError, User,
+};
 use crate::sunk;
 use crate::time::{Clock, SimTime};
 
@@ -1312,11 +1314,24 @@ impl World {
     pub fn scancel(&mut self, job: JobId, by_uid: u32) -> SimResult<()> {
         self.settle();
         let Some(queued) = self.slurm.job(job).cloned() else {
+            if self.slurm.job_or_record(job).is_some() {
+                return Err(SimError::FailedPrecondition {
+                    reason: Reason::PreconditionFailed,
+                    message: format!("scancel: error: Kill job error on job id {job}: Job/step already completing or completed"),
+                });
+            }
             return Err(SimError::NotFound {
-                reason: Reason::InvalidRequest,
+                reason: Reason::JobNotFound,
                 message: format!("scancel: error: Kill job error on job id {job}: Invalid job id specified"),
             });
         };
+        if queued.completing || queued.state.is_finished() {
+            // Slurm refuses a second cancel; the placeholder keeps waiting for its Pod.
+            return Err(SimError::FailedPrecondition {
+                reason: Reason::PreconditionFailed,
+                message: format!("scancel: error: Kill job error on job id {job}: Job/step already completing or completed"),
+            });
+        }
         let was_running = self.slurm.cancel(job, by_uid, self.now).unwrap_or(false);
         if was_running {
             self.on_job_ended(job);
@@ -1338,7 +1353,14 @@ impl World {
     /// Submits an ordinary Slurm batch job (not a Pod).
     pub fn submit_batch_job(&mut self, request: JobRequest) -> SimResult<JobId> {
         self.settle();
-        let job = self.slurm.submit(request, self.now).map_err(|error| SimError::invalid_field("job", error.to_string()))?;
+        let job = self.slurm.submit(request, self.now).map_err(|error| {
+            let field = match error {
+                SubmitError::InvalidPartition => "partition",
+                SubmitError::InvalidUser => "user",
+                SubmitError::NodeConfigUnavailable => "cpus",
+            };
+            SimError::invalid_field(field, format!("Batch job submission failed: {error}"))
+        })?;
         self.slurm_dirty = true;
         self.settle();
         Ok(job)
@@ -1351,7 +1373,7 @@ impl World {
             .cluster
             .pod_by_name(namespace, name)
             .map(|pod| pod.uid.clone())
-            .ok_or_else(|| SimError::NotFound { reason: Reason::InvalidRequest, message: format!("pods \"{name}\" not found") })?;
+            .ok_or_else(|| SimError::NotFound { reason: Reason::PodNotFound, message: format!("pods \"{name}\" not found") })?;
         if let Some(PodOwner::Sandbox(id)) = self.cluster.pod(&uid).map(|pod| pod.owner.clone()) {
             self.sandbox_delete_requested(&id);
         }
@@ -1363,7 +1385,10 @@ impl World {
     /// Resumes a drained Slurm node (`scontrol update nodename=… state=resume`).
     pub fn resume_node(&mut self, name: &str) -> SimResult<()> {
         if self.slurm.node(name).is_none() {
-            return Err(SimError::invalid_field("node", format!("Invalid node name specified: {name}")));
+            return Err(SimError::NotFound {
+                reason: Reason::NodeNotFound,
+                message: format!("scontrol: error: Invalid node name specified: {name}"),
+            });
         }
         self.slurm.resume(name);
         self.slurm_dirty = true;
