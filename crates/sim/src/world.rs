@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::config::{FinalJobState, SandboxValues, Values};
 use crate::error::{Reason, SimError, SimResult};
-use crate::ids::IdSource;
+use crate::ids::{IdSource, SeededIds};
 use crate::k8s::{
     Cluster, ConfigMap, ContainerState, Event, EventType, LOCK_KEY, Namespace, Node, ObjectRef, Pod, PodContainer,
     PodOwner, PodPhase, ResourceTotals, Taint,
@@ -21,7 +21,7 @@ use crate::slurm::{
     JobBaseState, JobId, JobKind, JobRequest, Partition, PreemptMode, Slurm, SlurmNode, SlurmOutcome, SubmitError, User,
 };
 use crate::sunk;
-use crate::time::{Clock, SimTime};
+use crate::time::{Clock, ManualClock, SimTime};
 
 /// Label every sandbox Pod carries.
 pub const SANDBOX_ID_LABEL: &str = "sandbox.coreweave.com/sandbox-id";
@@ -537,6 +537,8 @@ impl World {
     /// slurmd requests change, and Pods created from now on see the new rules. The node and
     /// partition layout cannot change while jobs exist.
     pub fn apply_values(&mut self, values: Values) -> SimResult<()> {
+        // A failed upgrade changes nothing: the new values must build a world of their own first.
+        World::new(values.clone(), Box::new(ManualClock::new(self.now)), Box::new(SeededIds::new(0)))?;
         let layout_changed = values.node_sets.iter().map(|set| (&set.name, set.replicas, &set.cpu, &set.memory, set.gpus)).ne(self
             .values
             .node_sets

@@ -307,3 +307,15 @@ fn job_listings_keep_queue_and_accounting_apart() {
     assert_eq!(h.world.query_pods(&slurmd).len(), 4);
     assert!(ObjectQuery::parse("", "", "spec.foo=bar", POD_FIELDS).is_err());
 }
+
+#[test]
+fn a_failed_upgrade_changes_nothing() {
+    let mut h = ready();
+    let mut values = h.world.values().clone();
+    values.node_sets[0].cpu = "lots".to_owned();
+    let error = h.world.apply_values(values).unwrap_err();
+    assert!(error.to_string().starts_with("nodeSets[0].cpu: "), "{error}");
+    assert_eq!(h.world.values(), &Values::scenario(Scenario::Ready));
+    assert_eq!(h.world.slurm.nodes.len(), 4);
+    assert_eq!(h.world.cluster.pod_count(), 5, "4 slurmd Pods and the scheduler are still there");
+}
