@@ -1164,9 +1164,17 @@ impl World {
         let (already_deleting, own_grace, running) =
             (pod.deletion_timestamp.is_some(), pod.termination_grace_period_seconds, pod.phase == PodPhase::Running);
         if already_deleting {
-            // A shorter grace on a second delete shortens the wait, as in Kubernetes.
+            // A shorter grace on a second delete shortens the wait, as in Kubernetes, and the
+            // Pod's deletion timestamp and grace say so.
             if let Some(grace) = grace_seconds {
                 let deadline = self.now + Duration::from_secs(grace.max(0) as u64);
+                if let Some(pod) = self.cluster.pod(uid)
+                    && pod.deletion_timestamp.is_some_and(|current| deadline < current)
+                    && let Some(pod) = self.cluster.pod_mut(uid)
+                {
+                    pod.deletion_timestamp = Some(deadline);
+                    pod.deletion_grace_period_seconds = Some(grace.max(0));
+                }
                 self.schedule_timer(deadline, Timer::PodGraceOver(uid.to_owned()));
             }
             return;
