@@ -533,25 +533,35 @@ impl World {
         Ok(())
     }
 
-    /// Applies new values like `helm upgrade`: the scheduler Pod's args and ConfigMap change,
-    /// slurmd requests change, and Pods created from now on see the new rules. The node and
-    /// partition layout cannot change while jobs exist.
-    pub fn apply_values(&mut self, values: Values) -> SimResult<()> {
-        // A failed upgrade changes nothing: the new values must build a world of their own first.
+    /// Whether `values` could be applied now, changing nothing: they must build a world of their
+    /// own (so a failed upgrade leaves this one as it was), and the node and partition layout
+    /// cannot change while Slurm jobs exist.
+    pub fn check_values(&self, values: &Values) -> SimResult<()> {
         World::new(values.clone(), Box::new(ManualClock::new(self.now)), Box::new(SeededIds::new(0)))?;
-        let layout_changed = values.node_sets.iter().map(|set| (&set.name, set.replicas, &set.cpu, &set.memory, set.gpus)).ne(self
-            .values
-            .node_sets
-            .iter()
-            .map(|set| (&set.name, set.replicas, &set.cpu, &set.memory, set.gpus)))
-            || values.slurm.partitions != self.values.slurm.partitions
-            || values.extra_nodes != self.values.extra_nodes;
-        if layout_changed && !self.slurm.queue.is_empty() {
+        if self.layout_changes(values) && !self.slurm.queue.is_empty() {
             return Err(SimError::FailedPrecondition {
                 reason: Reason::PreconditionFailed,
                 message: "nodes or partitions cannot change while Slurm jobs exist".to_owned(),
             });
         }
+        Ok(())
+    }
+
+    fn layout_changes(&self, values: &Values) -> bool {
+        let shape = |values: &Values| {
+            values.node_sets.iter().map(|set| (set.name.clone(), set.replicas, set.cpu.clone(), set.memory.clone(), set.gpus)).collect::<Vec<_>>()
+        };
+        shape(values) != shape(&self.values)
+            || values.slurm.partitions != self.values.slurm.partitions
+            || values.extra_nodes != self.values.extra_nodes
+    }
+
+    /// Applies new values like `helm upgrade`: the scheduler Pod's args and ConfigMap change,
+    /// slurmd requests change, and Pods created from now on see the new rules. The node and
+    /// partition layout cannot change while jobs exist.
+    pub fn apply_values(&mut self, values: Values) -> SimResult<()> {
+        self.check_values(&values)?;
+        let layout_changed = self.layout_changes(&values);
         let old = std::mem::replace(&mut self.values, values.clone());
         if layout_changed {
             let kept_pods: Vec<Pod> = self

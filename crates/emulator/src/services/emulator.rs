@@ -84,6 +84,7 @@ pub async fn apply_values(
                 ApiError::invalid_field(&path, error.message)
             })?;
             if request.validate_only {
+                world.check_values(&values)?;
                 return Ok(values);
             }
             world.apply_values(values)?;
