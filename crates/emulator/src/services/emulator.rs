@@ -2,6 +2,8 @@
 //! and reset. Every call needs `sandbox_admin`. Each handler checks the caller and the request,
 //! runs one simulation command or query, and converts the answer (`convert::emulator`).
 
+use std::collections::HashMap;
+
 use axum::extract::State;
 use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse};
 use cwsandbox_api::emulator_v1 as pb;
@@ -137,10 +139,11 @@ pub async fn delete_pod(
         }
         app.driver().with_world(|world| -> Result<_, ApiError> {
             world.delete_pod(namespace, name, request.grace_period_seconds)?;
-            let pod = world.cluster.pod_by_name(namespace, name).map(|pod| {
-                let job = world.placeholder_job(&pod.uid);
-                convert::pod(pod, job)
-            });
+            let jobs = world.placeholder_jobs_by_pod();
+            let pod = world
+                .cluster
+                .pod_by_name(namespace, name)
+                .map(|pod| convert::pod(pod, jobs.get(pod.uid.as_str()).copied()));
             Ok(pb::DeletePodResponse { pod })
         })
     })
@@ -155,8 +158,13 @@ pub async fn list_nodes(
     admin("ListNodes", &caller, || {
         let query = ObjectQuery::parse("", &request.label_selector, &request.field_selector, query::NODE_FIELDS)?;
         Ok(app.driver().with_world(|world| {
-            let slurm_node_of = |name: &str| world.slurm.nodes.iter().find(|node| node.k8s_node == name).map(|node| node.name.as_str());
-            let nodes = world.query_nodes(&query).into_iter().map(|node| convert::node(node, slurm_node_of(&node.name))).collect();
+            let slurm_nodes: HashMap<&str, &str> =
+                world.slurm.nodes.iter().map(|node| (node.k8s_node.as_str(), node.name.as_str())).collect();
+            let nodes = world
+                .query_nodes(&query)
+                .into_iter()
+                .map(|node| convert::node(node, slurm_nodes.get(node.name.as_str()).copied()))
+                .collect();
             pb::ListNodesResponse { nodes }
         }))
     })
