@@ -1,4 +1,5 @@
-//! The `coreweave.sandbox.v1` API as Rust types, generated at build time from `proto/`.
+//! The `coreweave.sandbox.v1` API, and the emulator's own `coreweave.sandbox.emulator.v1`, as Rust
+//! types generated at build time from `proto/`.
 //!
 //! - Messages are prost types with proto3 JSON (pbjson): lowerCamelCase on output, both spellings
 //!   on input, unknown fields rejected, int64 as strings, enums by name.
@@ -18,3 +19,6 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 
 /// The API package, re-exported under a short name.
 pub use coreweave::sandbox::v1 as sandbox_v1;
+
+/// The emulator's own API (`coreweave.sandbox.emulator.v1`), re-exported under a short name.
+pub use coreweave::sandbox::emulator::v1 as emulator_v1;

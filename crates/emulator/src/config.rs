@@ -93,20 +93,41 @@ pub struct EmulatorConfig {
 
 /// Parses one YAML overlay into a JSON tree (a map at the top).
 pub fn parse_overlay(path: &Path, text: &str) -> Result<serde_json::Value, ConfigError> {
+    parse_values_text(text).map_err(|message| ConfigError::Parse { path: path.to_owned(), message })
+}
+
+/// Parses YAML (or JSON) values text into a JSON tree; the top level must be a map (empty text is
+/// the empty map).
+pub fn parse_values_text(text: &str) -> Result<serde_json::Value, String> {
     let tree: serde_json::Value = if text.trim().is_empty() {
         serde_json::Value::Object(serde_json::Map::new())
     } else {
-        serde_saphyr::from_str(text)
-            .map_err(|error| ConfigError::Parse { path: path.to_owned(), message: error.to_string() })?
+        serde_saphyr::from_str(text).map_err(|error| error.to_string())?
     };
     match tree {
         serde_json::Value::Object(_) => Ok(tree),
         serde_json::Value::Null => Ok(serde_json::Value::Object(serde_json::Map::new())),
-        other => Err(ConfigError::Parse {
-            path: path.to_owned(),
-            message: format!("the top level must be a map of values, found {}", kind(&other)),
-        }),
+        other => Err(format!("the top level must be a map of values, found {}", kind(&other))),
     }
+}
+
+/// Why a values tree does not describe a world: the key (as a dotted path, `scheduler.nmae`,
+/// `nodeSets[0].cpu`) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{message}", if path.is_empty() { String::new() } else { format!("{path}: ") })]
+pub struct KeyError {
+    /// Path of the offending key; empty for the top level.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The values a merged tree describes; errors name the offending key by its path.
+pub fn values_from_tree(tree: serde_json::Value) -> Result<Values, KeyError> {
+    serde_path_to_error::deserialize::<_, Values>(tree).map_err(|error| {
+        let path = error.path().to_string();
+        KeyError { path: if path == "." { String::new() } else { path }, message: error.into_inner().to_string() }
+    })
 }
 
 fn kind(value: &serde_json::Value) -> &'static str {
@@ -135,7 +156,7 @@ impl EmulatorConfig {
             }
             merge_values(&mut tree, &overlay);
         }
-        let values = Values::from_tree(tree).map_err(ConfigError::Values)?;
+        let values = values_from_tree(tree).map_err(|error| ConfigError::Values(error.to_string()))?;
         let auth: AuthConfig =
             serde_json::from_value(auth_tree).map_err(|error| ConfigError::Auth(error.to_string()))?;
         for (index, token) in auth.tokens.iter().enumerate() {
@@ -189,7 +210,7 @@ mod tests {
             EmulatorConfig::from_overlays(Scenario::Ready, [(Path::new("v.yaml"), "slurmConfig:\n  KillWiat: 3\n")])
                 .unwrap_err()
                 .to_string();
-        assert!(error.contains("KillWiat"), "{error}");
+        assert!(error.contains("slurmConfig.KillWiat: unknown field `KillWiat`"), "{error}");
         let error = EmulatorConfig::from_overlays(Scenario::Ready, [(Path::new("v.yaml"), "a: [1, 2\n")])
             .unwrap_err()
             .to_string();

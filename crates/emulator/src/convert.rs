@@ -1,5 +1,8 @@
 //! Conversions between the API's messages and the simulation's types, in one place. Handlers
-//! call these and nothing else to cross the boundary.
+//! call these and nothing else to cross the boundary. The emulator's own API has its conversions
+//! in [`emulator`].
+
+pub mod emulator;
 
 use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_api::wkt::Timestamp;

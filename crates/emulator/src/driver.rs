@@ -8,13 +8,14 @@
 //!   [`SandboxRuntime`]; without one it only logs them.
 //! - Main-process exits reported by the runtime go back into the world.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use cwsandbox_sim::SimResult;
 use cwsandbox_sim::config::Values;
 use cwsandbox_sim::ids::SeededIds;
-use cwsandbox_sim::k8s::PodOwner;
+use cwsandbox_sim::k8s::{PodOwner, PodPhase};
 use cwsandbox_sim::world::{Effect, World};
 use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
@@ -50,6 +51,12 @@ pub struct Driver {
     clock: EmulatorClock,
     wake: Notify,
     pump: mpsc::UnboundedSender<PumpItem>,
+    /// The values the emulator started with (what a reset goes back to).
+    initial_values: Values,
+    /// The seed of the first world's identifiers.
+    seed: u64,
+    /// How many resets happened; each fresh world draws identifiers from its own seed.
+    generation: AtomicU64,
 }
 
 impl std::fmt::Debug for Driver {
@@ -65,9 +72,17 @@ pub struct PumpReceiver(mpsc::UnboundedReceiver<PumpItem>);
 impl Driver {
     /// A world built from `values` on `clock`, with identifiers from `seed`.
     pub fn new(values: Values, clock: EmulatorClock, seed: u64) -> SimResult<(Arc<Driver>, PumpReceiver)> {
-        let world = World::new(values, Box::new(clock.clone()), Box::new(SeededIds::new(seed)))?;
+        let world = World::new(values.clone(), Box::new(clock.clone()), Box::new(SeededIds::new(seed)))?;
         let (pump, receiver) = mpsc::unbounded_channel();
-        let driver = Arc::new(Driver { world: Mutex::new(world), clock, wake: Notify::new(), pump });
+        let driver = Arc::new(Driver {
+            world: Mutex::new(world),
+            clock,
+            wake: Notify::new(),
+            pump,
+            initial_values: values,
+            seed,
+            generation: AtomicU64::new(0),
+        });
         // Effects of building the world (none today) go out like any others.
         driver.with_world(|_| ());
         Ok((driver, PumpReceiver(receiver)))
@@ -108,6 +123,36 @@ impl Driver {
     /// Tells the ticker the clock moved (freeze, advance).
     pub fn clock_changed(&self) {
         self.wake.notify_one();
+    }
+
+    /// Replaces the world with a fresh one built from the values the emulator started with, and
+    /// kills (through the pump, in order) the processes of every Pod of the old world that runs.
+    /// The clock is kept. The fresh world's identifiers come from a seed derived from the first
+    /// one and the number of resets, so a replay is still deterministic while a late exit report of
+    /// an old Pod can never name a new one. Returns how many Pods were stopped.
+    pub fn reset(&self) -> SimResult<usize> {
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let seed = self.seed ^ generation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let fresh = World::new(self.initial_values.clone(), Box::new(self.clock.clone()), Box::new(SeededIds::new(seed)))?;
+        let stopped = {
+            let mut world = self.lock();
+            let old = std::mem::replace(&mut *world, fresh);
+            let running: Vec<String> = old
+                .cluster
+                .pods_iter()
+                .filter(|pod| pod.phase == PodPhase::Running)
+                .filter(|pod| !matches!(pod.owner, PodOwner::Slurmd { .. } | PodOwner::Scheduler))
+                .map(|pod| pod.uid.clone())
+                .collect();
+            for pod_uid in &running {
+                let _ = self.pump.send(PumpItem::Kill { pod_uid: pod_uid.clone() });
+            }
+            self.pump_effects(&mut world);
+            running.len()
+        };
+        tracing::info!(stopped, generation, "world reset to the configured values");
+        self.wake.notify_one();
+        Ok(stopped)
     }
 
     fn pump_effects(&self, world: &mut World) {

@@ -11,6 +11,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
 use connectrpc_axum::MakeServiceBuilder;
+use cwsandbox_api::emulator_v1::emulator_service_connect::EmulatorServiceTonicCompatibleBuilder;
 use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_api::sandbox_v1::discovery_service_connect::DiscoveryServiceTonicCompatibleBuilder;
 use cwsandbox_api::sandbox_v1::runner_management_service_connect::RunnerManagementServiceTonicCompatibleBuilder;
@@ -24,7 +25,7 @@ use tower::{Layer, ServiceExt};
 
 use crate::app::App;
 use crate::not_implemented;
-use crate::services::{data, discovery, runners, sandbox};
+use crate::services::{data, discovery, emulator, runners, sandbox};
 
 /// The gRPC service names this server answers for (health reports each as SERVING).
 pub const SERVICES: &[&str] = &[
@@ -35,6 +36,7 @@ pub const SERVICES: &[&str] = &[
     "coreweave.sandbox.v1.SandboxTemplateService",
     "coreweave.sandbox.v1.SettingsService",
     "coreweave.sandbox.v1.VolumeService",
+    "coreweave.sandbox.emulator.v1.EmulatorService",
 ];
 
 /// The whole HTTP service of the emulator, ready for `axum::serve`.
@@ -223,6 +225,29 @@ pub async fn router(app: App) -> Router {
         .with_state(app.clone())
         .build();
 
+    let (emulator_routes, emulator_grpc) = EmulatorServiceTonicCompatibleBuilder::new()
+        .get_values(emulator::get_values)
+        .apply_values(emulator::apply_values)
+        .list_pods(emulator::list_pods)
+        .delete_pod(emulator::delete_pod)
+        .list_nodes(emulator::list_nodes)
+        .list_events(emulator::list_events)
+        .list_config_maps(emulator::list_config_maps)
+        .list_namespaces(emulator::list_namespaces)
+        .list_jobs(emulator::list_jobs)
+        .list_slurm_nodes(emulator::list_slurm_nodes)
+        .list_partitions(emulator::list_partitions)
+        .cancel_job(emulator::cancel_job)
+        .submit_batch_job(emulator::submit_batch_job)
+        .resume_node(emulator::resume_node)
+        .get_clock(emulator::get_clock)
+        .freeze_clock(emulator::freeze_clock)
+        .advance_clock(emulator::advance_clock)
+        .resume_clock(emulator::resume_clock)
+        .reset(emulator::reset)
+        .with_state(app.clone())
+        .build();
+
     let (health_reporter, health_grpc) = tonic_health::server::health_reporter();
     for service in SERVICES {
         health_reporter.set_service_status(*service, tonic_health::ServingStatus::Serving).await;
@@ -249,6 +274,7 @@ pub async fn router(app: App) -> Router {
             template_routes,
             settings_routes,
             volume_routes,
+            emulator_routes,
         ])
         .add_grpc_service(sandbox_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
         .add_grpc_service(data_plane_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
@@ -257,6 +283,7 @@ pub async fn router(app: App) -> Router {
         .add_grpc_service(template_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
         .add_grpc_service(settings_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
         .add_grpc_service(volume_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
+        .add_grpc_service(emulator_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
         .add_grpc_service(health_grpc)
         .add_grpc_service(reflection_v1)
         .add_grpc_service(reflection_v1alpha)

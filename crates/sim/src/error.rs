@@ -32,6 +32,12 @@ pub enum Reason {
     AlreadyExists,
     /// A volume still references the runner.
     VolumeInUse,
+    /// No Slurm job with that id (`Invalid job id specified`).
+    JobNotFound,
+    /// No Slurm node with that name (`Invalid node name specified`).
+    NodeNotFound,
+    /// No Pod with that namespace and name.
+    PodNotFound,
 }
 
 impl Reason {
@@ -50,6 +56,9 @@ impl Reason {
             Reason::NotImplemented => "CWSANDBOX_NOT_IMPLEMENTED",
             Reason::AlreadyExists => "CWSANDBOX_ALREADY_EXISTS",
             Reason::VolumeInUse => "CWSANDBOX_VOLUME_IN_USE",
+            Reason::JobNotFound => "CWSANDBOX_JOB_NOT_FOUND",
+            Reason::NodeNotFound => "CWSANDBOX_NODE_NOT_FOUND",
+            Reason::PodNotFound => "CWSANDBOX_POD_NOT_FOUND",
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod ids;
 pub mod k8s;
 pub mod policy;
 pub mod quantity;
+pub mod query;
 pub mod resolved;
 pub mod runners;
 pub mod sandbox;

@@ -422,6 +422,11 @@ impl World {
         })
     }
 
+    /// Every sandbox on record, by its Pod's uid.
+    pub(crate) fn sandboxes_by_pod_uid(&self) -> HashMap<&str, &SandboxInfo> {
+        self.sandboxes.by_id.values().map(|sandbox| (sandbox.info.pod_uid.as_str(), &*sandbox.info)).collect()
+    }
+
     /// A sandbox as its owner's organization sees it.
     pub fn get_sandbox(&self, org: &str, id: &str) -> SimResult<SandboxView> {
         self.sandboxes

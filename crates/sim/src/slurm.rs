@@ -555,6 +555,14 @@ impl Slurm {
         ids.into_iter().filter_map(|id| self.accounting_record(id)).collect()
     }
 
+    /// Every job on record, queued or finished, by id, borrowed (a queued job's COMPLETING
+    /// flag is as the queue has it).
+    pub fn jobs_on_record(&self) -> impl Iterator<Item = &Job> {
+        let mut jobs: Vec<&Job> = self.queue.values().chain(self.finished.values()).collect();
+        jobs.sort_unstable_by_key(|job| job.id);
+        jobs.into_iter()
+    }
+
     /// How many jobs were ever submitted and are still on record.
     pub fn accounted_jobs(&self) -> usize {
         self.finished.len() + self.queue.len()

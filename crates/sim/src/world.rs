@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::config::{FinalJobState, SandboxValues, Values};
 use crate::error::{Reason, SimError, SimResult};
-use crate::ids::IdSource;
+use crate::ids::{IdSource, SeededIds};
 use crate::k8s::{
     Cluster, ConfigMap, ContainerState, Event, EventType, LOCK_KEY, Namespace, Node, ObjectRef, Pod, PodContainer,
     PodOwner, PodPhase, ResourceTotals, Taint,
@@ -17,9 +17,11 @@ use crate::k8s::{
 use crate::quantity::Quantity;
 use crate::resolved::{ResourceAmounts, Toleration};
 use crate::runners::RunnerRegistry;
-use crate::slurm::{JobBaseState, JobId, JobKind, JobRequest, Partition, PreemptMode, Slurm, SlurmNode, SlurmOutcome, User};
+use crate::slurm::{
+    JobBaseState, JobId, JobKind, JobRequest, Partition, PreemptMode, Slurm, SlurmNode, SlurmOutcome, SubmitError, User,
+};
 use crate::sunk;
-use crate::time::{Clock, SimTime};
+use crate::time::{Clock, ManualClock, SimTime};
 
 /// Label every sandbox Pod carries.
 pub const SANDBOX_ID_LABEL: &str = "sandbox.coreweave.com/sandbox-id";
@@ -531,23 +533,35 @@ impl World {
         Ok(())
     }
 
-    /// Applies new values like `helm upgrade`: the scheduler Pod's args and ConfigMap change,
-    /// slurmd requests change, and Pods created from now on see the new rules. The node and
-    /// partition layout cannot change while jobs exist.
-    pub fn apply_values(&mut self, values: Values) -> SimResult<()> {
-        let layout_changed = values.node_sets.iter().map(|set| (&set.name, set.replicas, &set.cpu, &set.memory, set.gpus)).ne(self
-            .values
-            .node_sets
-            .iter()
-            .map(|set| (&set.name, set.replicas, &set.cpu, &set.memory, set.gpus)))
-            || values.slurm.partitions != self.values.slurm.partitions
-            || values.extra_nodes != self.values.extra_nodes;
-        if layout_changed && !self.slurm.queue.is_empty() {
+    /// Whether `values` could be applied now, changing nothing: they must build a world of their
+    /// own (so a failed upgrade leaves this one as it was), and the node and partition layout
+    /// cannot change while Slurm jobs exist.
+    pub fn check_values(&self, values: &Values) -> SimResult<()> {
+        World::new(values.clone(), Box::new(ManualClock::new(self.now)), Box::new(SeededIds::new(0)))?;
+        if self.layout_changes(values) && !self.slurm.queue.is_empty() {
             return Err(SimError::FailedPrecondition {
                 reason: Reason::PreconditionFailed,
                 message: "nodes or partitions cannot change while Slurm jobs exist".to_owned(),
             });
         }
+        Ok(())
+    }
+
+    fn layout_changes(&self, values: &Values) -> bool {
+        let shape = |values: &Values| {
+            values.node_sets.iter().map(|set| (set.name.clone(), set.replicas, set.cpu.clone(), set.memory.clone(), set.gpus)).collect::<Vec<_>>()
+        };
+        shape(values) != shape(&self.values)
+            || values.slurm.partitions != self.values.slurm.partitions
+            || values.extra_nodes != self.values.extra_nodes
+    }
+
+    /// Applies new values like `helm upgrade`: the scheduler Pod's args and ConfigMap change,
+    /// slurmd requests change, and Pods created from now on see the new rules. The node and
+    /// partition layout cannot change while jobs exist.
+    pub fn apply_values(&mut self, values: Values) -> SimResult<()> {
+        self.check_values(&values)?;
+        let layout_changed = self.layout_changes(&values);
         let old = std::mem::replace(&mut self.values, values.clone());
         if layout_changed {
             let kept_pods: Vec<Pod> = self
@@ -1160,9 +1174,17 @@ impl World {
         let (already_deleting, own_grace, running) =
             (pod.deletion_timestamp.is_some(), pod.termination_grace_period_seconds, pod.phase == PodPhase::Running);
         if already_deleting {
-            // A shorter grace on a second delete shortens the wait, as in Kubernetes.
+            // A shorter grace on a second delete shortens the wait, as in Kubernetes, and the
+            // Pod's deletion timestamp and grace say so.
             if let Some(grace) = grace_seconds {
                 let deadline = self.now + Duration::from_secs(grace.max(0) as u64);
+                if let Some(pod) = self.cluster.pod(uid)
+                    && pod.deletion_timestamp.is_some_and(|current| deadline < current)
+                    && let Some(pod) = self.cluster.pod_mut(uid)
+                {
+                    pod.deletion_timestamp = Some(deadline);
+                    pod.deletion_grace_period_seconds = Some(grace.max(0));
+                }
                 self.schedule_timer(deadline, Timer::PodGraceOver(uid.to_owned()));
             }
             return;
@@ -1312,11 +1334,24 @@ impl World {
     pub fn scancel(&mut self, job: JobId, by_uid: u32) -> SimResult<()> {
         self.settle();
         let Some(queued) = self.slurm.job(job).cloned() else {
+            if self.slurm.job_or_record(job).is_some() {
+                return Err(SimError::FailedPrecondition {
+                    reason: Reason::PreconditionFailed,
+                    message: format!("scancel: error: Kill job error on job id {job}: Job/step already completing or completed"),
+                });
+            }
             return Err(SimError::NotFound {
-                reason: Reason::InvalidRequest,
+                reason: Reason::JobNotFound,
                 message: format!("scancel: error: Kill job error on job id {job}: Invalid job id specified"),
             });
         };
+        if queued.completing || queued.state.is_finished() {
+            // Slurm refuses a second cancel; the placeholder keeps waiting for its Pod.
+            return Err(SimError::FailedPrecondition {
+                reason: Reason::PreconditionFailed,
+                message: format!("scancel: error: Kill job error on job id {job}: Job/step already completing or completed"),
+            });
+        }
         let was_running = self.slurm.cancel(job, by_uid, self.now).unwrap_or(false);
         if was_running {
             self.on_job_ended(job);
@@ -1338,7 +1373,14 @@ impl World {
     /// Submits an ordinary Slurm batch job (not a Pod).
     pub fn submit_batch_job(&mut self, request: JobRequest) -> SimResult<JobId> {
         self.settle();
-        let job = self.slurm.submit(request, self.now).map_err(|error| SimError::invalid_field("job", error.to_string()))?;
+        let job = self.slurm.submit(request, self.now).map_err(|error| {
+            let field = match error {
+                SubmitError::InvalidPartition => "partition",
+                SubmitError::InvalidUser => "user",
+                SubmitError::NodeConfigUnavailable => "cpus",
+            };
+            SimError::invalid_field(field, format!("Batch job submission failed: {error}"))
+        })?;
         self.slurm_dirty = true;
         self.settle();
         Ok(job)
@@ -1351,7 +1393,7 @@ impl World {
             .cluster
             .pod_by_name(namespace, name)
             .map(|pod| pod.uid.clone())
-            .ok_or_else(|| SimError::NotFound { reason: Reason::InvalidRequest, message: format!("pods \"{name}\" not found") })?;
+            .ok_or_else(|| SimError::NotFound { reason: Reason::PodNotFound, message: format!("pods \"{name}\" not found") })?;
         if let Some(PodOwner::Sandbox(id)) = self.cluster.pod(&uid).map(|pod| pod.owner.clone()) {
             self.sandbox_delete_requested(&id);
         }
@@ -1363,7 +1405,10 @@ impl World {
     /// Resumes a drained Slurm node (`scontrol update nodename=… state=resume`).
     pub fn resume_node(&mut self, name: &str) -> SimResult<()> {
         if self.slurm.node(name).is_none() {
-            return Err(SimError::invalid_field("node", format!("Invalid node name specified: {name}")));
+            return Err(SimError::NotFound {
+                reason: Reason::NodeNotFound,
+                message: format!("scontrol: error: Invalid node name specified: {name}"),
+            });
         }
         self.slurm.resume(name);
         self.slurm_dirty = true;

@@ -245,3 +245,77 @@ fn same_seed_same_world() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn job_listings_keep_queue_and_accounting_apart() {
+    use cwsandbox_sim::query::{JobQuery, JobSource, ObjectQuery, POD_FIELDS};
+    use cwsandbox_sim::slurm::JobBaseState;
+
+    let mut h = ready();
+    let sandbox = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    let job = h.world.get_sandbox("default-org", &sandbox.id).unwrap().job_id.unwrap();
+    let rows = |h: &Harness| {
+        h.world
+            .query_jobs(&JobQuery { job_ids: vec![job], ..JobQuery::default() })
+            .iter()
+            .map(|row| (row.source, row.job.state, row.completing(), row.pod.as_ref().map(|pod| pod.exists)))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        rows(&h),
+        [
+            (JobSource::Queue, JobBaseState::Running, false, Some(true)),
+            (JobSource::Accounting, JobBaseState::Running, false, Some(true)),
+        ]
+    );
+
+    h.world.scancel(job, 1001).unwrap();
+    assert_eq!(
+        rows(&h),
+        [
+            (JobSource::Queue, JobBaseState::Cancelled, true, Some(true)),
+            (JobSource::Accounting, JobBaseState::Cancelled, false, Some(true)),
+        ],
+        "COMPLETING is a queue flag: accounting stores the base state"
+    );
+    let again = h.world.scancel(job, 0).unwrap_err();
+    assert!(again.to_string().ends_with("Job/step already completing or completed"), "{again}");
+    assert_eq!(h.world.scancel(9_999_999, 0).unwrap_err().reason(), Some(Reason::JobNotFound));
+
+    // The Pod goes after its grace period; the row still names it through the sandbox.
+    h.advance(31);
+    let after = h.world.query_jobs(&JobQuery { job_ids: vec![job], ..JobQuery::default() });
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].source, JobSource::Accounting);
+    assert_eq!(after[0].job.cancelled_by, Some(1001));
+    let pod = after[0].pod.as_ref().unwrap();
+    assert_eq!((pod.exists, pod.sandbox_id), (false, Some(sandbox.id.as_str())));
+    assert_eq!(pod.name, Some(sandbox.pod_name.as_str()));
+
+    // Filters: users by name or uid, states, sources.
+    let by = |query: JobQuery| h.world.query_jobs(&query).len();
+    assert_eq!(by(JobQuery { users: vec!["root".to_owned()], ..JobQuery::default() }), 1, "placeholders run as root");
+    assert_eq!(by(JobQuery { users: vec!["0".to_owned()], ..JobQuery::default() }), 1);
+    assert_eq!(by(JobQuery { users: vec!["alice".to_owned()], ..JobQuery::default() }), 0);
+    assert_eq!(by(JobQuery { states: vec![JobBaseState::Running], ..JobQuery::default() }), 0);
+    assert_eq!(by(JobQuery { queue: true, accounting: false, ..JobQuery::default() }), 0);
+
+    let none = ObjectQuery::parse("", &format!("sandbox.coreweave.com/sandbox-id={}", sandbox.id), "", POD_FIELDS).unwrap();
+    assert!(h.world.query_pods(&none).is_empty(), "the Pod is gone");
+    let slurmd = ObjectQuery::parse("tenant-slurm", "app.kubernetes.io/name=slurmd", "status.phase=Running", POD_FIELDS).unwrap();
+    assert_eq!(h.world.query_pods(&slurmd).len(), 4);
+    assert!(ObjectQuery::parse("", "", "spec.foo=bar", POD_FIELDS).is_err());
+}
+
+#[test]
+fn a_failed_upgrade_changes_nothing() {
+    let mut h = ready();
+    let mut values = h.world.values().clone();
+    values.node_sets[0].cpu = "lots".to_owned();
+    let error = h.world.apply_values(values).unwrap_err();
+    assert!(error.to_string().starts_with("nodeSets[0].cpu: "), "{error}");
+    assert_eq!(h.world.values(), &Values::scenario(Scenario::Ready));
+    assert_eq!(h.world.slurm.nodes.len(), 4);
+    assert_eq!(h.world.cluster.pod_count(), 5, "4 slurmd Pods and the scheduler are still there");
+}

@@ -5,6 +5,7 @@
 
 pub mod data;
 pub mod discovery;
+pub mod emulator;
 pub mod runners;
 pub mod sandbox;
 

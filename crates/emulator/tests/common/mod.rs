@@ -141,6 +141,10 @@ impl FakeRuntime {
         self.state.lock().unwrap().stopped.clone()
     }
 
+    pub fn killed(&self) -> Vec<String> {
+        self.state.lock().unwrap().killed.clone()
+    }
+
     pub fn was_shut_down(&self) -> bool {
         self.state.lock().unwrap().shut_down
     }

@@ -1,0 +1,440 @@
+//! EmulatorService (`coreweave.sandbox.emulator.v1`): values, Kubernetes objects, Slurm, the clock
+//! and reset. Every call needs `sandbox_admin`. Each handler checks the caller and the request,
+//! runs one simulation command or query, and converts the answer (`convert::emulator`).
+
+use std::collections::HashMap;
+
+use axum::extract::State;
+use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse};
+use cwsandbox_api::emulator_v1 as pb;
+use cwsandbox_sim::config::{Values, merge_values};
+use cwsandbox_sim::query::{self, JobQuery, ObjectQuery};
+use cwsandbox_sim::slurm::{JobId, JobKind, JobRequest};
+use cwsandbox_sim::world::World;
+
+use super::respond;
+use crate::app::App;
+use crate::auth::{Caller, Role};
+use crate::config;
+use crate::convert::emulator as convert;
+use crate::convert::{required, timestamp};
+use crate::errors::ApiError;
+
+/// Runs `body` for an admin caller; anyone else gets PERMISSION_DENIED.
+fn admin<T>(
+    method: &str,
+    caller: &Caller,
+    body: impl FnOnce() -> Result<T, ApiError>,
+) -> Result<ConnectResponse<T>, ConnectError> {
+    respond(method, caller.require(Role::SandboxAdmin).and_then(|()| body()))
+}
+
+// ------------------------------------------------------------------------------------------------
+// Values
+// ------------------------------------------------------------------------------------------------
+
+/// GetValues: the values in force as YAML and as a Struct.
+pub async fn get_values(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(_request): ConnectRequest<pb::GetValuesRequest>,
+) -> Result<ConnectResponse<pb::GetValuesResponse>, ConnectError> {
+    admin("GetValues", &caller, || {
+        let values = app.driver().with_world(|world| world.values().clone());
+        let (yaml, tree) = convert::values(&values)?;
+        Ok(pb::GetValuesResponse { yaml, values: Some(tree) })
+    })
+}
+
+/// ApplyValues: an overlay merged like `helm -f`, or a replacement, applied like `helm upgrade`.
+pub async fn apply_values(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::ApplyValuesRequest>,
+) -> Result<ConnectResponse<pb::ApplyValuesResponse>, ConnectError> {
+    admin("ApplyValues", &caller, || {
+        use pb::apply_values_request::Document;
+        let (field, document) = match &request.document {
+            Some(Document::Yaml(text)) => {
+                ("yaml", config::parse_values_text(text).map_err(|error| ApiError::invalid_field("yaml", error))?)
+            }
+            Some(Document::Values(tree)) => ("values", convert::tree_of(tree)),
+            None => return Err(ApiError::missing_field("yaml")),
+        };
+        if document.get("auth").is_some() {
+            return Err(ApiError::invalid_field(
+                &format!("{field}.auth"),
+                "tokens are read at start only: restart the emulator with the new `-f` file",
+            ));
+        }
+        let replace = match pb::ApplyMode::try_from(request.mode) {
+            Ok(pb::ApplyMode::Unspecified | pb::ApplyMode::Merge) => false,
+            Ok(pb::ApplyMode::Replace) => true,
+            Err(_) => return Err(ApiError::invalid_field("mode", format!("{} is not an apply mode", request.mode))),
+        };
+        let applied = app.driver().with_world(|world| -> Result<Values, ApiError> {
+            let tree = if replace {
+                document
+            } else {
+                let mut tree = serde_json::to_value(world.values())
+                    .map_err(|error| ApiError::invalid_field(field, error.to_string()))?;
+                merge_values(&mut tree, &document);
+                tree
+            };
+            let values = config::values_from_tree(tree).map_err(|error| {
+                let path = if error.path.is_empty() { field.to_owned() } else { format!("{field}.{}", error.path) };
+                ApiError::invalid_field(&path, error.message)
+            })?;
+            if request.validate_only {
+                world.check_values(&values)?;
+                return Ok(values);
+            }
+            world.apply_values(values)?;
+            Ok(world.values().clone())
+        })?;
+        if !request.validate_only {
+            tracing::info!(kill_wait = applied.slurm_config.kill_wait, scheduler = %applied.scheduler.name, "values applied");
+        }
+        let (yaml, tree) = convert::values(&applied)?;
+        Ok(pb::ApplyValuesResponse { yaml, values: Some(tree) })
+    })
+}
+
+// ------------------------------------------------------------------------------------------------
+// Kubernetes objects
+// ------------------------------------------------------------------------------------------------
+
+/// ListPods: namespace, label and field selectors.
+pub async fn list_pods(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::ListPodsRequest>,
+) -> Result<ConnectResponse<pb::ListPodsResponse>, ConnectError> {
+    admin("ListPods", &caller, || {
+        let query =
+            ObjectQuery::parse(&request.namespace, &request.label_selector, &request.field_selector, query::POD_FIELDS)?;
+        Ok(app.driver().with_world(|world| {
+            let jobs = world.placeholder_jobs_by_pod();
+            let pods = world
+                .query_pods(&query)
+                .into_iter()
+                .map(|pod| convert::pod(pod, jobs.get(pod.uid.as_str()).copied()))
+                .collect();
+            pb::ListPodsResponse { pods, resource_version: world.cluster.resource_version.to_string() }
+        }))
+    })
+}
+
+/// DeletePod: `kubectl delete pod`.
+pub async fn delete_pod(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::DeletePodRequest>,
+) -> Result<ConnectResponse<pb::DeletePodResponse>, ConnectError> {
+    admin("DeletePod", &caller, || {
+        let namespace = required("namespace", &request.namespace)?;
+        let name = required("name", &request.name)?;
+        if request.grace_period_seconds.is_some_and(|grace| grace < 0) {
+            return Err(ApiError::invalid_field("grace_period_seconds", "must not be negative"));
+        }
+        app.driver().with_world(|world| -> Result<_, ApiError> {
+            world.delete_pod(namespace, name, request.grace_period_seconds)?;
+            let jobs = world.placeholder_jobs_by_pod();
+            let pod = world
+                .cluster
+                .pod_by_name(namespace, name)
+                .map(|pod| convert::pod(pod, jobs.get(pod.uid.as_str()).copied()));
+            Ok(pb::DeletePodResponse { pod })
+        })
+    })
+}
+
+/// ListNodes.
+pub async fn list_nodes(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::ListNodesRequest>,
+) -> Result<ConnectResponse<pb::ListNodesResponse>, ConnectError> {
+    admin("ListNodes", &caller, || {
+        let query = ObjectQuery::parse("", &request.label_selector, &request.field_selector, query::NODE_FIELDS)?;
+        Ok(app.driver().with_world(|world| {
+            let slurm_nodes: HashMap<&str, &str> =
+                world.slurm.nodes.iter().map(|node| (node.k8s_node.as_str(), node.name.as_str())).collect();
+            let nodes = world
+                .query_nodes(&query)
+                .into_iter()
+                .map(|node| convert::node(node, slurm_nodes.get(node.name.as_str()).copied()))
+                .collect();
+            pb::ListNodesResponse { nodes }
+        }))
+    })
+}
+
+/// ListEvents: namespace, involved object, field selector.
+pub async fn list_events(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::ListEventsRequest>,
+) -> Result<ConnectResponse<pb::ListEventsResponse>, ConnectError> {
+    admin("ListEvents", &caller, || {
+        let mut query = ObjectQuery::parse(&request.namespace, "", &request.field_selector, query::EVENT_FIELDS)?;
+        for (field, value) in [
+            ("involvedObject.kind", &request.involved_object_kind),
+            ("involvedObject.name", &request.involved_object_name),
+            ("involvedObject.uid", &request.involved_object_uid),
+        ] {
+            if !value.is_empty() {
+                query.fields = query.fields.and_equal(field, value);
+            }
+        }
+        Ok(app.driver().with_world(|world| pb::ListEventsResponse {
+            events: world.query_events(&query).into_iter().map(convert::event).collect(),
+        }))
+    })
+}
+
+/// ListConfigMaps.
+pub async fn list_config_maps(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::ListConfigMapsRequest>,
+) -> Result<ConnectResponse<pb::ListConfigMapsResponse>, ConnectError> {
+    admin("ListConfigMaps", &caller, || {
+        let query = ObjectQuery::parse(
+            &request.namespace,
+            &request.label_selector,
+            &request.field_selector,
+            query::CONFIG_MAP_FIELDS,
+        )?;
+        Ok(app.driver().with_world(|world| pb::ListConfigMapsResponse {
+            config_maps: world.query_config_maps(&query).into_iter().map(convert::config_map).collect(),
+        }))
+    })
+}
+
+/// ListNamespaces.
+pub async fn list_namespaces(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::ListNamespacesRequest>,
+) -> Result<ConnectResponse<pb::ListNamespacesResponse>, ConnectError> {
+    admin("ListNamespaces", &caller, || {
+        let query =
+            ObjectQuery::parse("", &request.label_selector, &request.field_selector, query::NAMESPACE_FIELDS)?;
+        Ok(app.driver().with_world(|world| pb::ListNamespacesResponse {
+            namespaces: world.query_namespaces(&query).into_iter().map(convert::namespace).collect(),
+        }))
+    })
+}
+
+// ------------------------------------------------------------------------------------------------
+// Slurm
+// ------------------------------------------------------------------------------------------------
+
+/// One job's row: the queue's while it is queued, else accounting's.
+fn job_row(world: &World, id: JobId) -> Option<pb::Job> {
+    let rows = world.query_jobs(&JobQuery { job_ids: vec![id], ..JobQuery::default() });
+    rows.first().map(|row| convert::job(row, world.now()))
+}
+
+/// ListJobs: queue and accounting rows with filters.
+pub async fn list_jobs(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::ListJobsRequest>,
+) -> Result<ConnectResponse<pb::ListJobsResponse>, ConnectError> {
+    admin("ListJobs", &caller, || {
+        let query = convert::job_query(&request)?;
+        Ok(app.driver().with_world(|world| {
+            let now = world.now();
+            let jobs = world.query_jobs(&query).iter().map(|row| convert::job(row, now)).collect();
+            pb::ListJobsResponse { jobs, now: Some(timestamp(now)) }
+        }))
+    })
+}
+
+/// ListSlurmNodes.
+pub async fn list_slurm_nodes(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::ListSlurmNodesRequest>,
+) -> Result<ConnectResponse<pb::ListSlurmNodesResponse>, ConnectError> {
+    admin("ListSlurmNodes", &caller, || {
+        Ok(app.driver().with_world(|world| pb::ListSlurmNodesResponse {
+            nodes: world
+                .query_slurm_nodes(&request.names, &request.partitions)
+                .into_iter()
+                .map(convert::slurm_node)
+                .collect(),
+        }))
+    })
+}
+
+/// ListPartitions.
+pub async fn list_partitions(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(_request): ConnectRequest<pb::ListPartitionsRequest>,
+) -> Result<ConnectResponse<pb::ListPartitionsResponse>, ConnectError> {
+    admin("ListPartitions", &caller, || {
+        Ok(app.driver().with_world(|world| pb::ListPartitionsResponse {
+            partitions: world
+                .slurm
+                .partitions
+                .values()
+                .map(|partition| {
+                    let cpus = partition.nodes.iter().filter_map(|name| world.slurm.node(name)).map(|node| node.cpus).sum();
+                    convert::partition(partition, cpus)
+                })
+                .collect(),
+        }))
+    })
+}
+
+/// CancelJob: `scancel`, by the given uid or the caller's.
+pub async fn cancel_job(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::CancelJobRequest>,
+) -> Result<ConnectResponse<pb::CancelJobResponse>, ConnectError> {
+    admin("CancelJob", &caller, || {
+        let by_uid = request.uid.unwrap_or(caller.uid);
+        let job = app.driver().with_world(|world| -> Result<_, ApiError> {
+            world
+                .scancel(request.job_id, by_uid)
+                .map_err(|error| ApiError::from(error).with_metadata("job_id", request.job_id.to_string()))?;
+            Ok(job_row(world, request.job_id))
+        })?;
+        tracing::info!(job_id = request.job_id, by_uid, "scancel");
+        Ok(pb::CancelJobResponse { job })
+    })
+}
+
+/// SubmitBatchJob: `sbatch` of an ordinary job.
+pub async fn submit_batch_job(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::SubmitBatchJobRequest>,
+) -> Result<ConnectResponse<pb::SubmitBatchJobResponse>, ConnectError> {
+    admin("SubmitBatchJob", &caller, || {
+        let sharing = convert::sharing(request.over_subscribe)?;
+        let text = |value: &str| (!value.is_empty()).then(|| value.to_owned());
+        app.driver().with_world(|world| -> Result<_, ApiError> {
+            let uid = match request.user.trim() {
+                "" => caller.uid,
+                user => user
+                    .parse::<u32>()
+                    .ok()
+                    .or_else(|| world.slurm.users.values().find(|known| &*known.name == user).map(|known| known.uid))
+                    .ok_or_else(|| ApiError::invalid_field("user", format!("Invalid user id: {user}")))?,
+            };
+            let job = world.submit_batch_job(JobRequest {
+                name: if request.name.is_empty() { "batch".to_owned() } else { request.name.clone() },
+                uid,
+                gid: request.gid,
+                account: text(&request.account),
+                partition: text(&request.partition),
+                qos: text(&request.qos),
+                comment: text(&request.comment),
+                reservation: text(&request.reservation),
+                cpus: request.cpus.max(1),
+                mem_mb: request.mem_mb,
+                gpus: request.gpus,
+                gres_type: text(&request.gres_type),
+                sharing,
+                time_limit_seconds: request.time_limit_seconds,
+                priority: if request.priority == 0 { 100 } else { request.priority },
+                kind: JobKind::Batch { run_seconds: request.run_seconds },
+                prolog: false,
+            })?;
+            tracing::info!(job_id = job, uid, "batch job submitted");
+            Ok(pb::SubmitBatchJobResponse { job: job_row(world, job) })
+        })
+    })
+}
+
+/// ResumeNode: `scontrol update nodename=… state=resume`.
+pub async fn resume_node(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::ResumeNodeRequest>,
+) -> Result<ConnectResponse<pb::ResumeNodeResponse>, ConnectError> {
+    admin("ResumeNode", &caller, || {
+        let name = required("node_name", &request.node_name)?;
+        app.driver().with_world(|world| -> Result<_, ApiError> {
+            world.resume_node(name).map_err(|error| ApiError::from(error).with_metadata("node_name", name))?;
+            Ok(pb::ResumeNodeResponse { node: world.slurm.node(name).map(convert::slurm_node) })
+        })
+    })
+}
+
+// ------------------------------------------------------------------------------------------------
+// Clock and reset
+// ------------------------------------------------------------------------------------------------
+
+/// The clock after the world caught up with it.
+fn clock_now(app: &App) -> pb::Clock {
+    app.driver().with_world(|_| ());
+    convert::clock(app.driver().clock())
+}
+
+/// GetClock.
+pub async fn get_clock(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(_request): ConnectRequest<pb::GetClockRequest>,
+) -> Result<ConnectResponse<pb::GetClockResponse>, ConnectError> {
+    admin("GetClock", &caller, || Ok(pb::GetClockResponse { clock: Some(clock_now(&app)) }))
+}
+
+/// FreezeClock.
+pub async fn freeze_clock(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(_request): ConnectRequest<pb::FreezeClockRequest>,
+) -> Result<ConnectResponse<pb::FreezeClockResponse>, ConnectError> {
+    admin("FreezeClock", &caller, || {
+        app.driver().clock().freeze();
+        app.driver().clock_changed();
+        Ok(pb::FreezeClockResponse { clock: Some(clock_now(&app)) })
+    })
+}
+
+/// AdvanceClock: every timer due by the new time fires, in order, before the answer.
+pub async fn advance_clock(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::AdvanceClockRequest>,
+) -> Result<ConnectResponse<pb::AdvanceClockResponse>, ConnectError> {
+    admin("AdvanceClock", &caller, || {
+        let by = convert::advance_by(request.duration.as_ref())?;
+        app.driver().clock().advance(by);
+        app.driver().clock_changed();
+        Ok(pb::AdvanceClockResponse { clock: Some(clock_now(&app)) })
+    })
+}
+
+/// ResumeClock.
+pub async fn resume_clock(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(_request): ConnectRequest<pb::ResumeClockRequest>,
+) -> Result<ConnectResponse<pb::ResumeClockResponse>, ConnectError> {
+    admin("ResumeClock", &caller, || {
+        app.driver().clock().resume();
+        app.driver().clock_changed();
+        Ok(pb::ResumeClockResponse { clock: Some(clock_now(&app)) })
+    })
+}
+
+/// Reset: a fresh world from the configured values; running sandbox processes are stopped.
+pub async fn reset(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(_request): ConnectRequest<pb::ResetRequest>,
+) -> Result<ConnectResponse<pb::ResetResponse>, ConnectError> {
+    admin("Reset", &caller, || {
+        let stopped = app.driver().reset()?;
+        Ok(pb::ResetResponse { clock: Some(clock_now(&app)), stopped_pods: i32::try_from(stopped).unwrap_or(i32::MAX) })
+    })
+}

@@ -1,0 +1,645 @@
+//! Read-only queries over the world, as the emulator's own API and a Kubernetes facade ask them:
+//! Kubernetes label and field selectors over Pods, Nodes, Events, ConfigMaps and Namespaces, and
+//! Slurm job listings that keep the queue (`squeue`) and the accounting database (`sacct`) apart.
+//!
+//! Nothing here changes the world; every listing borrows from it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::error::{SimError, SimResult};
+use crate::k8s::{ConfigMap, Event, Namespace, Node, Pod, PodOwner};
+use crate::sandbox::SandboxInfo;
+use crate::slurm::{Job, JobBaseState, JobId, JobKind, SlurmNode};
+use crate::time::SimTime;
+use crate::world::World;
+
+// ------------------------------------------------------------------------------------------------
+// Label selectors
+// ------------------------------------------------------------------------------------------------
+
+/// One requirement of a label selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LabelRequirement {
+    /// `key`.
+    Exists(String),
+    /// `!key`.
+    DoesNotExist(String),
+    /// `key=value`, `key==value`, `key in (a,b)`.
+    In(String, Vec<String>),
+    /// `key!=value`, `key notin (a,b)`: also true when the label is absent.
+    NotIn(String, Vec<String>),
+    /// `key>n`.
+    GreaterThan(String, i64),
+    /// `key<n`.
+    LessThan(String, i64),
+}
+
+/// A Kubernetes label selector: requirements joined by commas, all of which must hold. The empty
+/// selector matches everything.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LabelSelector {
+    requirements: Vec<LabelRequirement>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Word(String),
+    Comma,
+    Open,
+    Close,
+    Equals,
+    DoubleEquals,
+    NotEquals,
+    Bang,
+    Greater,
+    Less,
+}
+
+fn tokenize(text: &str) -> Result<Vec<Token>, String> {
+    let mut tokens = Vec::new();
+    let mut chars = text.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        match c {
+            c if c.is_whitespace() => {
+                chars.next();
+            }
+            ',' => {
+                chars.next();
+                tokens.push(Token::Comma);
+            }
+            '(' => {
+                chars.next();
+                tokens.push(Token::Open);
+            }
+            ')' => {
+                chars.next();
+                tokens.push(Token::Close);
+            }
+            '>' => {
+                chars.next();
+                tokens.push(Token::Greater);
+            }
+            '<' => {
+                chars.next();
+                tokens.push(Token::Less);
+            }
+            '=' => {
+                chars.next();
+                if chars.peek() == Some(&'=') {
+                    chars.next();
+                    tokens.push(Token::DoubleEquals);
+                } else {
+                    tokens.push(Token::Equals);
+                }
+            }
+            '!' => {
+                chars.next();
+                if chars.peek() == Some(&'=') {
+                    chars.next();
+                    tokens.push(Token::NotEquals);
+                } else {
+                    tokens.push(Token::Bang);
+                }
+            }
+            _ => {
+                let mut word = String::new();
+                while let Some(&c) = chars.peek() {
+                    if c.is_whitespace() || ",()=!<>".contains(c) {
+                        break;
+                    }
+                    word.push(c);
+                    chars.next();
+                }
+                tokens.push(Token::Word(word));
+            }
+        }
+    }
+    Ok(tokens)
+}
+
+impl LabelSelector {
+    /// Parses `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`, `k>n`, `k<n`,
+    /// joined by commas. Errors say what is wrong and where.
+    pub fn parse(text: &str) -> Result<LabelSelector, String> {
+        let tokens = tokenize(text)?;
+        let mut requirements = Vec::new();
+        let mut position = 0;
+        let word = |position: &mut usize, what: &str| -> Result<String, String> {
+            match tokens.get(*position) {
+                Some(Token::Word(word)) => {
+                    *position += 1;
+                    Ok(word.clone())
+                }
+                other => Err(format!("expected {what}, found {}", describe(other))),
+            }
+        };
+        while position < tokens.len() {
+            let requirement = if tokens[position] == Token::Bang {
+                position += 1;
+                LabelRequirement::DoesNotExist(word(&mut position, "a label key after '!'")?)
+            } else {
+                let key = word(&mut position, "a label key")?;
+                match tokens.get(position) {
+                    None | Some(Token::Comma) => LabelRequirement::Exists(key),
+                    Some(Token::Equals | Token::DoubleEquals | Token::NotEquals) => {
+                        let negated = tokens[position] == Token::NotEquals;
+                        position += 1;
+                        // `k=` selects the empty value.
+                        let value = match tokens.get(position) {
+                            Some(Token::Word(value)) => {
+                                position += 1;
+                                value.clone()
+                            }
+                            None | Some(Token::Comma) => String::new(),
+                            other => return Err(format!("expected a value for {key:?}, found {}", describe(other))),
+                        };
+                        if negated { LabelRequirement::NotIn(key, vec![value]) } else { LabelRequirement::In(key, vec![value]) }
+                    }
+                    Some(Token::Greater | Token::Less) => {
+                        let greater = tokens[position] == Token::Greater;
+                        position += 1;
+                        let value = word(&mut position, "an integer")?;
+                        let number: i64 =
+                            value.parse().map_err(|_| format!("{value:?} is not an integer (for {key:?})"))?;
+                        if greater {
+                            LabelRequirement::GreaterThan(key, number)
+                        } else {
+                            LabelRequirement::LessThan(key, number)
+                        }
+                    }
+                    Some(Token::Word(operator)) if operator == "in" || operator == "notin" => {
+                        let negated = operator == "notin";
+                        position += 1;
+                        if tokens.get(position) != Some(&Token::Open) {
+                            return Err(format!("expected '(' after {operator:?}, found {}", describe(tokens.get(position))));
+                        }
+                        position += 1;
+                        let mut values = Vec::new();
+                        loop {
+                            match tokens.get(position) {
+                                Some(Token::Word(value)) => {
+                                    values.push(value.clone());
+                                    position += 1;
+                                }
+                                Some(Token::Close) if values.is_empty() => {}
+                                other => {
+                                    return Err(format!("expected a value in the set of {key:?}, found {}", describe(other)));
+                                }
+                            }
+                            match tokens.get(position) {
+                                Some(Token::Comma) => position += 1,
+                                Some(Token::Close) => {
+                                    position += 1;
+                                    break;
+                                }
+                                other => return Err(format!("expected ',' or ')', found {}", describe(other))),
+                            }
+                        }
+                        if values.is_empty() {
+                            return Err(format!("the set of {key:?} must not be empty"));
+                        }
+                        if negated { LabelRequirement::NotIn(key, values) } else { LabelRequirement::In(key, values) }
+                    }
+                    other => return Err(format!("unexpected {} after {key:?}", describe(other))),
+                }
+            };
+            requirements.push(requirement);
+            match tokens.get(position) {
+                None => break,
+                Some(Token::Comma) if position + 1 < tokens.len() => position += 1,
+                other => return Err(format!("expected ',' between requirements, found {}", describe(other))),
+            }
+        }
+        Ok(LabelSelector { requirements })
+    }
+
+    /// Whether labels satisfy every requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.requirements.iter().all(|requirement| match requirement {
+            LabelRequirement::Exists(key) => labels.contains_key(key),
+            LabelRequirement::DoesNotExist(key) => !labels.contains_key(key),
+            LabelRequirement::In(key, values) => labels.get(key).is_some_and(|value| values.contains(value)),
+            LabelRequirement::NotIn(key, values) => labels.get(key).is_none_or(|value| !values.contains(value)),
+            LabelRequirement::GreaterThan(key, number) => {
+                labels.get(key).and_then(|value| value.parse::<i64>().ok()).is_some_and(|value| value > *number)
+            }
+            LabelRequirement::LessThan(key, number) => {
+                labels.get(key).and_then(|value| value.parse::<i64>().ok()).is_some_and(|value| value < *number)
+            }
+        })
+    }
+}
+
+fn describe(token: Option<&Token>) -> String {
+    match token {
+        None => "the end".to_owned(),
+        Some(Token::Word(word)) => format!("{word:?}"),
+        Some(Token::Comma) => "','".to_owned(),
+        Some(Token::Open) => "'('".to_owned(),
+        Some(Token::Close) => "')'".to_owned(),
+        Some(Token::Equals) => "'='".to_owned(),
+        Some(Token::DoubleEquals) => "'=='".to_owned(),
+        Some(Token::NotEquals) => "'!='".to_owned(),
+        Some(Token::Bang) => "'!'".to_owned(),
+        Some(Token::Greater) => "'>'".to_owned(),
+        Some(Token::Less) => "'<'".to_owned(),
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Field selectors
+// ------------------------------------------------------------------------------------------------
+
+/// A Kubernetes field selector: `field=value`, `field==value` or `field!=value`, joined by commas.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FieldSelector {
+    /// (field, value, equal).
+    requirements: Vec<(String, String, bool)>,
+}
+
+impl FieldSelector {
+    /// Parses a selector whose fields must be among `supported`; others are refused as the API
+    /// server refuses them (`field label not supported: …`).
+    pub fn parse(text: &str, supported: &[&str]) -> Result<FieldSelector, String> {
+        let mut requirements = Vec::new();
+        for part in text.split(',').map(str::trim).filter(|part| !part.is_empty()) {
+            let (field, value, equal) = if let Some((field, value)) = part.split_once("!=") {
+                (field, value, false)
+            } else if let Some((field, value)) = part.split_once("==") {
+                (field, value, true)
+            } else if let Some((field, value)) = part.split_once('=') {
+                (field, value, true)
+            } else {
+                return Err(format!("invalid selector: {part:?}: expected field=value, field==value or field!=value"));
+            };
+            let field = field.trim();
+            if !supported.contains(&field) {
+                return Err(format!("field label not supported: {field}"));
+            }
+            requirements.push((field.to_owned(), value.trim().to_owned(), equal));
+        }
+        Ok(FieldSelector { requirements })
+    }
+
+    /// Adds `field=value` (for typed filters that sit next to a selector).
+    pub fn and_equal(mut self, field: &str, value: &str) -> FieldSelector {
+        self.requirements.push((field.to_owned(), value.to_owned(), true));
+        self
+    }
+
+    /// Whether an object whose fields `value_of` reads satisfies every requirement.
+    pub fn matches<'a>(&self, value_of: impl Fn(&str) -> &'a str) -> bool {
+        self.requirements.iter().all(|(field, value, equal)| (value_of(field) == value) == *equal)
+    }
+}
+
+/// Fields a Pod field selector may name.
+pub const POD_FIELDS: &[&str] =
+    &["metadata.name", "metadata.namespace", "spec.nodeName", "spec.schedulerName", "status.phase"];
+/// Fields a Node field selector may name.
+pub const NODE_FIELDS: &[&str] = &["metadata.name"];
+/// Fields an Event field selector may name.
+pub const EVENT_FIELDS: &[&str] = &[
+    "involvedObject.kind",
+    "involvedObject.name",
+    "involvedObject.namespace",
+    "involvedObject.uid",
+    "reason",
+    "type",
+    "source",
+    "metadata.name",
+    "metadata.namespace",
+];
+/// Fields a ConfigMap field selector may name.
+pub const CONFIG_MAP_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
+/// Fields a Namespace field selector may name.
+pub const NAMESPACE_FIELDS: &[&str] = &["metadata.name", "status.phase"];
+
+/// Which objects a Kubernetes listing selects.
+#[derive(Debug, Clone, Default)]
+pub struct ObjectQuery {
+    /// One namespace, or all.
+    pub namespace: Option<String>,
+    /// Labels.
+    pub labels: LabelSelector,
+    /// Fields.
+    pub fields: FieldSelector,
+}
+
+impl ObjectQuery {
+    /// Parses the selectors of a listing; errors name the offending request field.
+    pub fn parse(namespace: &str, label_selector: &str, field_selector: &str, fields: &[&str]) -> SimResult<ObjectQuery> {
+        Ok(ObjectQuery {
+            namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
+            labels: LabelSelector::parse(label_selector)
+                .map_err(|error| SimError::invalid_field("label_selector", error))?,
+            fields: FieldSelector::parse(field_selector, fields)
+                .map_err(|error| SimError::invalid_field("field_selector", error))?,
+        })
+    }
+
+    fn namespace_matches(&self, namespace: &str) -> bool {
+        self.namespace.as_deref().is_none_or(|wanted| wanted == namespace)
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Slurm job listings
+// ------------------------------------------------------------------------------------------------
+
+/// Where a job row comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobSource {
+    /// slurmctld's queue (`squeue`): pending, running, completing.
+    Queue,
+    /// The accounting database (`sacct`): every job, base state only.
+    Accounting,
+}
+
+/// Which jobs a listing selects. Empty filters match everything; filters combine with AND.
+#[derive(Debug, Clone)]
+pub struct JobQuery {
+    /// Include queue rows.
+    pub queue: bool,
+    /// Include accounting rows.
+    pub accounting: bool,
+    /// Only these ids.
+    pub job_ids: Vec<JobId>,
+    /// Only these users, by name or numeric uid.
+    pub users: Vec<String>,
+    /// Only these base states.
+    pub states: Vec<JobBaseState>,
+    /// Only these partitions.
+    pub partitions: Vec<String>,
+    /// Only these accounts.
+    pub accounts: Vec<String>,
+    /// Only these job names.
+    pub names: Vec<String>,
+    /// Only jobs not ended before this time.
+    pub window_start: Option<SimTime>,
+    /// Only jobs submitted by this time.
+    pub window_end: Option<SimTime>,
+}
+
+impl Default for JobQuery {
+    fn default() -> Self {
+        JobQuery {
+            queue: true,
+            accounting: true,
+            job_ids: Vec::new(),
+            users: Vec::new(),
+            states: Vec::new(),
+            partitions: Vec::new(),
+            accounts: Vec::new(),
+            names: Vec::new(),
+            window_start: None,
+            window_end: None,
+        }
+    }
+}
+
+impl JobQuery {
+    fn selects(&self, job: &Job) -> bool {
+        let any = |list: &[String], value: &str| list.is_empty() || list.iter().any(|wanted| wanted == value);
+        (self.job_ids.is_empty() || self.job_ids.contains(&job.id))
+            && (self.users.is_empty()
+                || self.users.iter().any(|user| *user == *job.user || user.parse::<u32>() == Ok(job.uid)))
+            && (self.states.is_empty() || self.states.contains(&job.state))
+            && any(&self.partitions, &job.partition)
+            && any(&self.accounts, &job.account)
+            && any(&self.names, &job.name)
+            && self.window_end.is_none_or(|end| job.submit <= end)
+            && self.window_start.is_none_or(|start| job.end.is_none_or(|ended| ended >= start))
+    }
+}
+
+/// The Pod a placeholder job stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlaceholderPod<'a> {
+    /// Pod uid.
+    pub uid: &'a str,
+    /// Namespace and name, when the Pod or its sandbox is still on record.
+    pub namespace: Option<&'a str>,
+    /// Name.
+    pub name: Option<&'a str>,
+    /// The sandbox, for sandbox Pods.
+    pub sandbox_id: Option<&'a str>,
+    /// Whether the Pod object still exists.
+    pub exists: bool,
+}
+
+/// One row of a job listing, borrowed from the world.
+#[derive(Debug, Clone)]
+pub struct JobRow<'a> {
+    /// Where it comes from.
+    pub source: JobSource,
+    /// The job (accounting rows read the same record with the COMPLETING flag dropped).
+    pub job: &'a Job,
+    /// For placeholders, the Pod.
+    pub pod: Option<PlaceholderPod<'a>>,
+}
+
+impl JobRow<'_> {
+    /// The COMPLETING flag as this source shows it: accounting never stores it.
+    pub fn completing(&self) -> bool {
+        self.source == JobSource::Queue && self.job.completing
+    }
+}
+
+impl World {
+    /// Pods by namespace and name.
+    pub fn query_pods(&self, query: &ObjectQuery) -> Vec<&Pod> {
+        self.cluster
+            .pods_iter()
+            .filter(|pod| query.namespace_matches(&pod.namespace) && query.labels.matches(&pod.labels))
+            .filter(|pod| {
+                query.fields.matches(|field| match field {
+                    "metadata.name" => &pod.name,
+                    "metadata.namespace" => &pod.namespace,
+                    "spec.nodeName" => pod.node_name.as_deref().unwrap_or(""),
+                    "spec.schedulerName" => &pod.scheduler_name,
+                    "status.phase" => pod.phase.as_str(),
+                    _ => "",
+                })
+            })
+            .collect()
+    }
+
+    /// Nodes by name (the namespace of the query is ignored: Nodes have none).
+    pub fn query_nodes(&self, query: &ObjectQuery) -> Vec<&Node> {
+        self.cluster
+            .nodes
+            .values()
+            .filter(|node| query.labels.matches(&node.labels))
+            .filter(|node| query.fields.matches(|field| if field == "metadata.name" { &node.name } else { "" }))
+            .collect()
+    }
+
+    /// Events, oldest first.
+    pub fn query_events(&self, query: &ObjectQuery) -> Vec<&Event> {
+        self.cluster
+            .events
+            .iter()
+            .filter(|event| query.namespace_matches(event.namespace()))
+            .filter(|event| {
+                let name = event.name();
+                query.fields.matches(|field| match field {
+                    "involvedObject.kind" => event.involved.kind,
+                    "involvedObject.name" => &event.involved.name,
+                    "involvedObject.namespace" => &event.involved.namespace,
+                    "involvedObject.uid" => &event.involved.uid,
+                    "reason" => &event.reason,
+                    "type" => event.event_type.as_str(),
+                    "source" => event.source,
+                    "metadata.name" => &name,
+                    "metadata.namespace" => event.namespace(),
+                    _ => "",
+                })
+            })
+            .collect()
+    }
+
+    /// ConfigMaps by namespace and name.
+    pub fn query_config_maps(&self, query: &ObjectQuery) -> Vec<&ConfigMap> {
+        self.cluster
+            .config_maps
+            .values()
+            .filter(|map| query.namespace_matches(&map.namespace) && query.labels.matches(&map.labels))
+            .filter(|map| {
+                query.fields.matches(|field| match field {
+                    "metadata.name" => &map.name,
+                    "metadata.namespace" => &map.namespace,
+                    _ => "",
+                })
+            })
+            .collect()
+    }
+
+    /// Namespaces by name (all `Active`).
+    pub fn query_namespaces(&self, query: &ObjectQuery) -> Vec<&Namespace> {
+        self.cluster
+            .namespaces
+            .values()
+            .filter(|namespace| query.labels.matches(&namespace.labels))
+            .filter(|namespace| {
+                query.fields.matches(|field| match field {
+                    "metadata.name" => &namespace.name,
+                    "status.phase" => "Active",
+                    _ => "",
+                })
+            })
+            .collect()
+    }
+
+    /// Slurm nodes in configuration order, only those named (if any) and in one of the
+    /// partitions (if any).
+    pub fn query_slurm_nodes(&self, names: &[String], partitions: &[String]) -> Vec<&SlurmNode> {
+        self.slurm
+            .nodes
+            .iter()
+            .filter(|node| names.is_empty() || names.contains(&node.name))
+            .filter(|node| partitions.is_empty() || node.partitions.iter().any(|partition| partitions.contains(partition)))
+            .collect()
+    }
+
+    /// The latest placeholder job of each Pod that ever had one.
+    pub fn placeholder_jobs_by_pod(&self) -> HashMap<&str, JobId> {
+        let mut jobs = HashMap::new();
+        for job in self.slurm.jobs_on_record() {
+            if let JobKind::Placeholder { pod_uid } = &job.kind {
+                jobs.insert(pod_uid.as_str(), job.id);
+            }
+        }
+        jobs
+    }
+
+    /// Job rows by id; with both sources, a job's queue row comes first.
+    pub fn query_jobs(&self, query: &JobQuery) -> Vec<JobRow<'_>> {
+        let sandboxes = self.sandboxes_by_pod_uid();
+        let mut rows = Vec::new();
+        for job in self.slurm.jobs_on_record().filter(|job| query.selects(job)) {
+            let queued = self.slurm.job(job.id).is_some();
+            if query.queue && queued {
+                rows.push(JobRow { source: JobSource::Queue, job, pod: self.placeholder_pod(job, &sandboxes) });
+            }
+            if query.accounting {
+                rows.push(JobRow { source: JobSource::Accounting, job, pod: self.placeholder_pod(job, &sandboxes) });
+            }
+        }
+        rows
+    }
+
+    /// The Pod of a placeholder: the live object, else what its sandbox remembers.
+    fn placeholder_pod<'w>(
+        &'w self,
+        job: &'w Job,
+        sandboxes: &HashMap<&'w str, &'w SandboxInfo>,
+    ) -> Option<PlaceholderPod<'w>> {
+        let JobKind::Placeholder { pod_uid } = &job.kind else { return None };
+        Some(match self.cluster.pod(pod_uid) {
+            Some(pod) => PlaceholderPod {
+                uid: &pod.uid,
+                namespace: Some(&pod.namespace),
+                name: Some(&pod.name),
+                sandbox_id: match &pod.owner {
+                    PodOwner::Sandbox(id) => Some(id),
+                    _ => None,
+                },
+                exists: true,
+            },
+            None => match sandboxes.get(pod_uid.as_str()) {
+                Some(&info) => PlaceholderPod {
+                    uid: &info.pod_uid,
+                    namespace: Some(&info.namespace),
+                    name: Some(&info.pod_name),
+                    sandbox_id: Some(&info.id),
+                    exists: false,
+                },
+                None => PlaceholderPod { uid: pod_uid, namespace: None, name: None, sandbox_id: None, exists: false },
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())).collect()
+    }
+
+    #[test]
+    fn label_selectors_follow_kubernetes() {
+        let pod = labels(&[("app", "web"), ("tier", "front"), ("replicas", "3")]);
+        let matches = |text: &str| LabelSelector::parse(text).unwrap().matches(&pod);
+        assert!(matches(""));
+        assert!(matches("app=web"));
+        assert!(matches("app==web,tier=front"));
+        assert!(!matches("app=db"));
+        assert!(matches("app!=db"));
+        assert!(matches("missing!=x"), "!= matches an absent label");
+        assert!(matches("app in (web, db)"));
+        assert!(!matches("app notin (web)"));
+        assert!(matches("missing notin (web)"));
+        assert!(matches("app"));
+        assert!(matches("!missing"));
+        assert!(!matches("!app"));
+        assert!(matches("replicas>2,replicas<4"));
+        assert!(matches("tier in (front),app"));
+        assert!(!matches("app="), "k= selects the empty value");
+        for bad in ["app in web", "app in ()", "=x", "app=web,", "app in (a,", "a b"] {
+            assert!(LabelSelector::parse(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn field_selectors_refuse_unknown_fields() {
+        let selector = FieldSelector::parse("metadata.name=a,spec.nodeName!=", POD_FIELDS).unwrap();
+        assert!(selector.matches(|field| if field == "metadata.name" { "a" } else { "node-1" }));
+        assert!(!selector.matches(|field| if field == "metadata.name" { "a" } else { "" }));
+        let error = FieldSelector::parse("spec.foo=1", POD_FIELDS).unwrap_err();
+        assert_eq!(error, "field label not supported: spec.foo");
+        assert!(FieldSelector::parse("metadata.name", POD_FIELDS).is_err());
+    }
+}
