@@ -420,6 +420,8 @@ async fn stop_waits_for_term_then_kills_at_the_grace(isolation: Isolation) {
         started.elapsed()
     );
     assert!(!executor.is_running(&polite));
+    // The trap's own code, kept for whoever asked for the stop.
+    assert_eq!(executor.exit_code(&polite), Some(0));
     assert_eq!(polite_logs.read_from(0).unwrap().bytes(), b"ready\nbye\n");
 
     // One that ignores TERM (and so do its children) dies at the grace.
@@ -458,6 +460,7 @@ async fn stop_waits_for_term_then_kills_at_the_grace(isolation: Isolation) {
     );
     assert!(elapsed < grace + Duration::from_secs(8), "took {elapsed:?}");
     assert!(!executor.is_running(&stubborn));
+    assert!(executor.exit_code(&stubborn).is_some());
     // The exec'd command went with the sandbox.
     assert_eq!(within("the exec's end", exec.wait()).await, 137);
     // Requested stops are not main exits.
@@ -696,8 +699,11 @@ async fn operations_on_stopped_or_unknown_sandboxes_fail_cleanly(isolation: Isol
         executor.exec(&id, argv(&[])).await,
         Err(ExecutorError::InvalidRequest(_))
     ));
+    assert_eq!(executor.exit_code(&id), None, "still running");
     executor.kill(&id).await;
     assert!(!executor.is_running(&id));
+    assert!(executor.exit_code(&id).is_some());
+    assert_eq!(executor.exit_code("ghost"), None);
     assert!(matches!(
         executor.exec(&id, argv(&["true"])).await,
         Err(ExecutorError::NotRunning(_))
