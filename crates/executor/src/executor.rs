@@ -553,7 +553,8 @@ impl Executor {
                 return Ok(ExecSession::failed(start_failure_message(program, &error)));
             }
         };
-        let (session, tracker) = exec::attach(child, pty_master);
+        let shim = matches!(running.target, Target::Namespaces { .. });
+        let (session, tracker) = exec::attach(child, pty_master, shim);
         let mut execs = lock(&sandbox.execs);
         execs.retain(|tracker| !tracker.finished());
         execs.push(tracker);

@@ -23,6 +23,7 @@ in_both_modes!(
     shutdown_leaves_no_process,
     exec_on_a_terminal_honours_size_and_resize,
     operations_on_stopped_or_unknown_sandboxes_fail_cleanly,
+    a_killed_exec_leaves_no_zombie_and_the_sandbox_stops_at_once,
 );
 
 async fn env_and_working_dir_are_honoured(isolation: Isolation) {
@@ -717,4 +718,58 @@ async fn operations_on_stopped_or_unknown_sandboxes_fail_cleanly(isolation: Isol
         Err(ExecutorError::UnknownSandbox(_))
     ));
     assert!(!harness.root.path().join(&id).exists());
+}
+
+async fn a_killed_exec_leaves_no_zombie_and_the_sandbox_stops_at_once(isolation: Isolation) {
+    let harness = harness(isolation);
+    let executor = &harness.executor;
+    let id = unique("killed-exec");
+    executor
+        .start(
+            &id,
+            spec(
+                "killed-exec",
+                &["sh", "-c", "trap 'exit 0' TERM; sleep 1000 & wait"],
+            ),
+        )
+        .await
+        .unwrap();
+    let marker = unique("exec-marker");
+    let mut request = argv(&["sh", "-c", "echo started; exec sleep 1000"]);
+    request.env = env(&[("CWSBX_TEST_MARKER", &marker)]);
+    let mut session = executor.exec(&id, request).await.unwrap();
+    within("the exec to start", async {
+        let output = session.output.recv().await.expect("output");
+        assert_eq!(&output.data[..], b"started\n");
+    })
+    .await;
+    // Its environment reads as empty while `exec` replaces the shell: look until it is there.
+    let pids = within("the exec'd command", async {
+        loop {
+            let pids = processes_with_marker(&marker);
+            if !pids.is_empty() {
+                break pids;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    // What a caller that went away does (a cancelled StreamExec).
+    session.exit.kill();
+    assert_eq!(within("the exec's end", session.exit.wait()).await, 137);
+    // Reaped, not left as a zombie for a reaper outside the sandbox (which would also
+    // hold up the pid namespace's teardown until it got round to it).
+    assert!(
+        !std::path::Path::new(&format!("/proc/{}", pids[0])).exists(),
+        "the killed command is still in /proc"
+    );
+    let started = Instant::now();
+    within("the stop", executor.stop(&id, Duration::from_secs(20))).await;
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        started.elapsed()
+    );
+    executor.shutdown().await;
 }
