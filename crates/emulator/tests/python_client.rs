@@ -20,21 +20,42 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The flows that do not depend on namespaces, for the plain-process fallback.
+const PLAIN_SELECTION: &str = "test_a_ or test_c_ or test_stdin or test_without_stdin or test_exec_reports or \
+                               test_a_main_process_that_exits or test_a_timed_out or test_deleting or test_logs_all \
+                               or test_timestamps or test_follow_streams";
+
 #[test]
 fn the_python_client_drives_every_flow_against_real_sandboxes() -> Result<()> {
+    run_suite(&[], None)
+}
+
+#[test]
+fn the_core_flows_pass_with_plain_processes() -> Result<()> {
+    run_suite(&["--isolation", "plain"], Some(PLAIN_SELECTION))
+}
+
+/// Runs the pytest suite (or the tests matching `selection`) against an emulator started with
+/// `args`, then checks that nothing of it survives and that it logged no problem.
+fn run_suite(args: &[&str], selection: Option<&str>) -> Result<()> {
     let python = cwsandbox_testkit::python_env().context("python venv")?;
-    let emulator = EmulatorProcess::start(Path::new(BINARY), &[])?;
+    let emulator = EmulatorProcess::start(Path::new(BINARY), args)?;
     eprintln!("emulator ready after {:?}, sandbox isolation: {}", emulator.startup, emulator.ready.isolation);
     let marker = format!("run-{}-{}", std::process::id(), emulator.ready.pid);
     let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
     let path = format!("{}:{}", python.bin_dir().display(), std::env::var("PATH").unwrap_or_default());
-    let started = Instant::now();
-    let output = Command::new("timeout")
+    let mut pytest = Command::new("timeout");
+    pytest
         .args(["--signal=KILL", SUITE_TIMEOUT_SECONDS])
         .arg(python.python())
         .args(["-m", "pytest", "-p", "no:cacheprovider", "-v", "--durations=5", "--rootdir"])
         .arg(&suite)
-        .arg(&suite)
+        .arg(&suite);
+    if let Some(selection) = selection {
+        pytest.args(["-k", selection]);
+    }
+    let started = Instant::now();
+    let output = pytest
         .current_dir(emulator.dir())
         .envs(emulator.env())
         .env("PATH", path)
@@ -54,7 +75,7 @@ fn the_python_client_drives_every_flow_against_real_sandboxes() -> Result<()> {
     let survivors = procs::with_env("CWSANDBOX_TEST_RUN", &marker);
     assert!(survivors.is_empty(), "sandbox processes outlived the emulator: {survivors:?}");
     // Clients cancel streams after their last frame and leave; none of that is a failure.
-    let errors: Vec<&str> = log.lines().filter(|line| line.contains(" ERROR ") || line.contains(" WARN ")).collect();
-    assert!(errors.is_empty(), "the emulator logged problems:\n{}", errors.join("\n"));
+    let problems: Vec<&str> = log.lines().filter(|line| line.contains(" ERROR ") || line.contains(" WARN ")).collect();
+    assert!(problems.is_empty(), "the emulator logged problems:\n{}", problems.join("\n"));
     Ok(())
 }

@@ -17,8 +17,9 @@ STAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) (.*\n)$")
 
 @pytest.fixture
 def logging_sandbox(mark):
-    """A sandbox whose main process prints five lines, then echoes whatever is written to a FIFO."""
-    fifo = f"/tmp/log-in-{mark}"
+    """A sandbox whose main process prints five lines, then echoes whatever is written to a FIFO (in
+    its private working directory, where exec'd commands start too)."""
+    fifo = "log-in"
     script = (
         f'trap "exit 0" TERM INT; mkfifo {fifo}; for i in 1 2 3 4 5; do echo line$i; done; '
         f"while :; do cat {fifo}; done"
