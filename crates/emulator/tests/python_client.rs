@@ -20,6 +20,19 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Leaves two sandboxes running when the client exits (a standalone `Sandbox.run` is not deleted
+/// at exit), each with a background process; with namespaces, one that left its session.
+const LEAVE_RUNNING: &str = r#"
+import os
+from cwsandbox import Sandbox
+env = {"CWSANDBOX_TEST_RUN": os.environ["CWSANDBOX_TEST_RUN_ID"]}
+detach = "setsid " if os.environ["CWSANDBOX_ISOLATION"] == "namespaces" else ""
+for _ in range(2):
+    sb = Sandbox.run(placement_mode="cks", runner_ids=[os.environ["RUNNER_ID"]], environment_variables=env)
+    result = sb.exec(["sh", "-c", detach + "sleep 600 </dev/null >/dev/null 2>&1 & echo started"]).result()
+    assert result.stdout == "started\n", result
+"#;
+
 /// The flows that do not depend on namespaces, for the plain-process fallback.
 const PLAIN_SELECTION: &str = "test_a_ or test_c_ or test_stdin or test_without_stdin or test_exec_reports or \
                                test_a_main_process_that_exits or test_a_timed_out or test_deleting or test_logs_all \
@@ -67,6 +80,17 @@ fn run_suite(args: &[&str], selection: Option<&str>) -> Result<()> {
     let report = format!("{}{}", text(&output.stdout), text(&output.stderr));
     assert!(output.status.success(), "pytest failed after {elapsed:?}:\n{report}\nemulator log:\n{}", emulator.log());
     eprintln!("{report}\npython suite took {elapsed:?}");
+
+    // The emulator's SIGTERM must end sandboxes that still run.
+    let output = Command::new(python.python())
+        .args(["-W", "ignore", "-c", LEAVE_RUNNING])
+        .envs(emulator.env())
+        .env("CWSANDBOX_ISOLATION", &emulator.ready.isolation)
+        .env("CWSANDBOX_TEST_RUN_ID", &marker)
+        .output()?;
+    assert!(output.status.success(), "{}{}", text(&output.stdout), text(&output.stderr));
+    let running = procs::with_env("CWSANDBOX_TEST_RUN", &marker);
+    assert!(running.len() >= 6, "two sandboxes with three processes each: {running:?}");
 
     let log = emulator.log();
     // Stopping checks that every process the emulator started is gone once it has exited.
