@@ -57,6 +57,10 @@ pub struct Driver {
     seed: u64,
     /// How many resets happened; each fresh world draws identifiers from its own seed.
     generation: AtomicU64,
+    /// Effects handed to the pump so far.
+    pumped: AtomicU64,
+    /// Effects the pump has applied so far (the runtime's call returned).
+    applied: watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -82,6 +86,8 @@ impl Driver {
             initial_values: values,
             seed,
             generation: AtomicU64::new(0),
+            pumped: AtomicU64::new(0),
+            applied: watch::Sender::new(0),
         });
         // Effects of building the world (none today) go out like any others.
         driver.with_world(|_| ());
@@ -165,8 +171,21 @@ impl Driver {
                 Effect::KillPod { pod_uid } => PumpItem::Kill { pod_uid },
             };
             // The receiver lives as long as the emulator; after shutdown effects have nowhere to go.
-            let _ = self.pump.send(item);
+            if self.pump.send(item).is_ok() {
+                self.pumped.fetch_add(1, Ordering::SeqCst);
+            }
         }
+    }
+
+    /// Waits until the runtime has applied every effect the world produced so far, or `limit`
+    /// passes; says which. The world calls a Pod Running as soon as it is admitted, and its
+    /// `StartPod` reaches the runtime a moment later: a data operation waits for it here.
+    pub async fn effects_applied(&self, limit: Duration) -> bool {
+        let produced = self.pumped.load(Ordering::SeqCst);
+        let mut applied = self.applied.subscribe();
+        tokio::time::timeout(limit, applied.wait_for(|applied| *applied >= produced))
+            .await
+            .is_ok_and(|waited| waited.is_ok())
     }
 
     /// Starts the ticker, the effects pump and (with a runtime) the exit listener. They stop when
@@ -179,7 +198,7 @@ impl Driver {
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(Arc::clone(self).run_ticker(shutdown.clone())));
-        tasks.push(tokio::spawn(run_pump(pump.0, runtime.clone())));
+        tasks.push(tokio::spawn(run_pump(Arc::clone(self), pump.0, runtime.clone())));
         if let Some(runtime) = runtime {
             let driver = Arc::clone(self);
             let mut shutdown = shutdown;
@@ -259,32 +278,41 @@ fn launch_of(
     PodLaunch { pod_uid, sandbox_id, namespace, pod_name, containers }
 }
 
-async fn run_pump(mut items: mpsc::UnboundedReceiver<PumpItem>, runtime: Option<Arc<dyn SandboxRuntime>>) {
+async fn run_pump(
+    driver: Arc<Driver>,
+    mut items: mpsc::UnboundedReceiver<PumpItem>,
+    runtime: Option<Arc<dyn SandboxRuntime>>,
+) {
     while let Some(item) = items.recv().await {
-        let Some(runtime) = &runtime else {
-            match &item {
-                PumpItem::Start(launch) => tracing::info!(
-                    pod = %format!("{}/{}", launch.namespace, launch.pod_name),
-                    sandbox_id = launch.sandbox_id.as_deref().unwrap_or("-"),
-                    "Pod running; no process executor attached, so its main process does not run"
-                ),
-                PumpItem::Stop { pod_uid, grace } => tracing::debug!(%pod_uid, ?grace, "StopPod (no executor)"),
-                PumpItem::Kill { pod_uid } => tracing::debug!(%pod_uid, "KillPod (no executor)"),
-            }
-            continue;
-        };
-        let outcome = match item {
-            PumpItem::Start(launch) => {
-                let pod_uid = launch.pod_uid.clone();
-                runtime.start(launch).await.map_err(|error| (pod_uid, "start", error))
-            }
-            PumpItem::Stop { pod_uid, grace } => {
-                runtime.stop(pod_uid.clone(), grace).await.map_err(|error| (pod_uid, "stop", error))
-            }
-            PumpItem::Kill { pod_uid } => runtime.kill(pod_uid.clone()).await.map_err(|error| (pod_uid, "kill", error)),
-        };
-        if let Err((pod_uid, what, error)) = outcome {
-            tracing::warn!(%pod_uid, "runtime could not {what} the Pod: {error}");
+        apply(item, runtime.as_ref()).await;
+        driver.applied.send_modify(|applied| *applied += 1);
+    }
+}
+
+async fn apply(item: PumpItem, runtime: Option<&Arc<dyn SandboxRuntime>>) {
+    let Some(runtime) = runtime else {
+        match &item {
+            PumpItem::Start(launch) => tracing::info!(
+                pod = %format!("{}/{}", launch.namespace, launch.pod_name),
+                sandbox_id = launch.sandbox_id.as_deref().unwrap_or("-"),
+                "Pod running; no process executor attached, so its main process does not run"
+            ),
+            PumpItem::Stop { pod_uid, grace } => tracing::debug!(%pod_uid, ?grace, "StopPod (no executor)"),
+            PumpItem::Kill { pod_uid } => tracing::debug!(%pod_uid, "KillPod (no executor)"),
         }
+        return;
+    };
+    let outcome = match item {
+        PumpItem::Start(launch) => {
+            let pod_uid = launch.pod_uid.clone();
+            runtime.start(launch).await.map_err(|error| (pod_uid, "start", error))
+        }
+        PumpItem::Stop { pod_uid, grace } => {
+            runtime.stop(pod_uid.clone(), grace).await.map_err(|error| (pod_uid, "stop", error))
+        }
+        PumpItem::Kill { pod_uid } => runtime.kill(pod_uid.clone()).await.map_err(|error| (pod_uid, "kill", error)),
+    };
+    if let Err((pod_uid, what, error)) = outcome {
+        tracing::warn!(%pod_uid, "runtime could not {what} the Pod: {error}");
     }
 }

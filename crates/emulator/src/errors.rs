@@ -237,6 +237,7 @@ impl From<RuntimeError> for ApiError {
             }
             RuntimeError::CommandTimeout(_) => ApiError::new(Code::DeadlineExceeded, reasons::COMMAND_TIMEOUT, message),
             RuntimeError::Unavailable(_) => ApiError::new(Code::Unavailable, reasons::BACKEND_UNAVAILABLE, message),
+            RuntimeError::InvalidArgument { field, description } => ApiError::invalid_field(&field, description),
         }
     }
 }

@@ -6,7 +6,8 @@
 //! one error mapping), [`convert`] (proto ↔ simulation), [`services`] (thin handlers),
 //! [`server`] (one port, every protocol), [`driver`] (the world on a clock, the effects pump),
 //! [`clock`] (wall time that can be frozen and advanced), [`runtime`] (the seam to the process
-//! executor). [`Emulator::start`] puts them together; the binary adds the command line.
+//! executor), [`executor_runtime`] (the process executor behind that seam). [`Emulator::start`]
+//! puts them together; the binary adds the command line and attaches the executor.
 
 // Handlers must return connectrpc-axum's `ConnectError` (160 bytes), a foreign type we cannot box.
 #![allow(clippy::result_large_err)]
@@ -18,6 +19,7 @@ pub mod config;
 pub mod convert;
 pub mod driver;
 pub mod errors;
+pub mod executor_runtime;
 pub mod runtime;
 pub mod server;
 pub mod services;
@@ -90,6 +92,10 @@ pub struct ReadyInfo {
     pub org: String,
     /// The emulator's process id.
     pub pid: u32,
+    /// How sandbox processes are isolated: `namespaces`, `plain`, or `none` without a process
+    /// runtime.
+    #[serde(default)]
+    pub isolation: String,
 }
 
 impl ReadyInfo {
@@ -102,11 +108,12 @@ impl ReadyInfo {
     pub fn shell_lines(&self) -> String {
         format!(
             "export CWSANDBOX_BASE_URL={}\nexport CWSANDBOX_API_KEY={}\nexport CWSANDBOX_USER_TOKEN={}\nexport \
-             CWSANDBOX_RUNNER_ID={}\n# cwsandbox-emulator ready\n",
+             CWSANDBOX_RUNNER_ID={}\n# sandbox isolation: {}\n# cwsandbox-emulator ready\n",
             self.base_url,
             self.api_key(),
             self.user_token,
-            self.runner_id
+            self.runner_id,
+            self.isolation
         )
     }
 
@@ -212,6 +219,7 @@ impl Emulator {
             runner_id,
             org,
             pid: std::process::id(),
+            isolation: runtime.as_ref().map_or_else(|| "none".to_owned(), |runtime| runtime.isolation()),
         };
         tracing::info!(base_url = %info.base_url, "cwsandbox-emulator listening");
         Ok(Emulator { info, app, shutdown, server, tasks, runtime })
@@ -227,19 +235,20 @@ impl Emulator {
         &self.app
     }
 
-    /// Stops serving (open streams get a short grace), stops the driver and ends every sandbox
-    /// process through the runtime.
+    /// Stops serving, ends every sandbox process through the runtime (which also ends the
+    /// streams attached to them: exec output, followed logs), gives other open streams a short
+    /// grace and stops the driver.
     pub async fn stop(self) {
         let _ = self.shutdown.send(true);
+        if let Some(runtime) = &self.runtime {
+            runtime.shutdown().await;
+        }
         let mut server = self.server;
         if tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await.is_err() {
             server.abort();
         }
         for task in self.tasks {
             task.abort();
-        }
-        if let Some(runtime) = self.runtime {
-            runtime.shutdown().await;
         }
         tracing::info!("cwsandbox-emulator stopped");
     }

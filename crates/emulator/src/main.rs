@@ -3,12 +3,17 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use cwsandbox_emulator::app::Limits;
 use cwsandbox_emulator::config::EmulatorConfig;
+use cwsandbox_emulator::executor_runtime::ExecutorRuntime;
+use cwsandbox_emulator::runtime::SandboxRuntime;
 use cwsandbox_emulator::{Emulator, Options};
+use cwsandbox_executor::{ExecutorConfig, Isolation};
 use cwsandbox_sim::config::Scenario;
 
 /// A local emulator of the CoreWeave Sandbox API (gRPC, Connect and gRPC-Web on one port) on a
@@ -64,12 +69,61 @@ struct WorldArgs {
     /// Largest message accepted or sent on any transport, in bytes.
     #[arg(long, default_value_t = Limits::default().max_message_bytes)]
     max_message_bytes: usize,
+    #[command(flatten)]
+    sandboxes: SandboxArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum ScenarioArg {
     Ready,
     Fresh,
+}
+
+/// Where and how sandbox processes run.
+#[derive(Debug, Args)]
+struct SandboxArgs {
+    /// How sandbox processes are isolated: `auto` uses Linux namespaces where this machine allows
+    /// them and otherwise falls back to plain processes with a warning; `namespaces` refuses to
+    /// start without them; `plain` never uses them.
+    #[arg(long, value_enum, default_value_t = IsolationArg::Auto, env = "CWSANDBOX_EMULATOR_ISOLATION")]
+    isolation: IsolationArg,
+    /// Directory for the sandboxes' private /tmp and working directories (created if missing).
+    /// Default: a new directory under the system's temporary directory, removed on exit.
+    #[arg(long, value_name = "DIR", env = "CWSANDBOX_EMULATOR_SANDBOX_ROOT")]
+    sandbox_root: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum IsolationArg {
+    Auto,
+    Namespaces,
+    Plain,
+}
+
+impl SandboxArgs {
+    /// The process executor, probed and ready.
+    fn runtime(&self, retention: Duration, max_file_bytes: u64) -> Result<ExecutorRuntime> {
+        let (root, temporary) = match &self.sandbox_root {
+            Some(root) => (root.clone(), false),
+            None => (std::env::temp_dir().join(format!("cwsandbox-emulator-{}", std::process::id())), true),
+        };
+        let mut config = ExecutorConfig::new(&root);
+        config.isolation = match self.isolation {
+            IsolationArg::Auto => Isolation::Auto,
+            IsolationArg::Namespaces => Isolation::Namespaces,
+            IsolationArg::Plain => Isolation::Plain,
+        };
+        config.max_file_bytes = max_file_bytes;
+        let runtime = ExecutorRuntime::new(config, retention)
+            .with_context(|| format!("starting the sandbox executor in {}", root.display()))?;
+        let runtime = if temporary { runtime.remove_root_on_shutdown() } else { runtime };
+        tracing::info!(isolation = %runtime.isolation(), "sandboxes run as {}", runtime.describe());
+        tracing::info!(
+            "sandbox commands run on this machine with the rights of the user running the emulator; \
+             container images are recorded, not pulled"
+        );
+        Ok(runtime)
+    }
 }
 
 impl WorldArgs {
@@ -79,10 +133,13 @@ impl WorldArgs {
             ScenarioArg::Fresh => Scenario::Fresh,
         };
         let config = EmulatorConfig::load(scenario, &self.values)?;
+        let retention = Duration::from_secs(u64::from(config.values.sandboxes.retention_seconds));
         let mut options = Options::new(config);
         options.listen = listen;
         options.seed = self.seed;
         options.limits.max_message_bytes = self.max_message_bytes;
+        let runtime = self.sandboxes.runtime(retention, options.limits.max_file_bytes)?;
+        options.runtime = Some(Arc::new(runtime) as Arc<dyn SandboxRuntime>);
         Ok(options)
     }
 }
@@ -94,6 +151,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

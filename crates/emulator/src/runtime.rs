@@ -3,10 +3,10 @@
 //! The simulation decides *when* a sandbox's Pod starts, is asked to stop and is gone (it emits
 //! [`Effect`](cwsandbox_sim::world::Effect)s); a [`SandboxRuntime`] decides *how*: it starts the
 //! main process, runs `exec` commands next to it, reads and writes its files, keeps its logs and
-//! reports when the main process exits by itself. The emulator ships no implementation of its own:
-//! the process executor (crate `cwsandbox-executor`) plugs in here. Without one, Pods still move
-//! through their life in the simulation, and every data operation answers UNAVAILABLE with reason
-//! `CWSANDBOX_BACKEND_UNAVAILABLE`.
+//! reports when the main process exits by itself. The binary attaches the process executor
+//! (crate `cwsandbox-executor`, through [`crate::executor_runtime`]); the tests also use an
+//! in-memory fake. Without a runtime, Pods still move through their life in the simulation, and
+//! every data operation answers UNAVAILABLE with reason `CWSANDBOX_BACKEND_UNAVAILABLE`.
 //!
 //! All methods take owned arguments and return `'static`-friendly boxed futures and streams so the
 //! trait is object safe (`Arc<dyn SandboxRuntime>`).
@@ -228,6 +228,15 @@ pub enum RuntimeError {
     /// The runtime cannot serve now (`CWSANDBOX_BACKEND_UNAVAILABLE`).
     #[error("{0}")]
     Unavailable(String),
+    /// A request field the runtime cannot use (a NUL byte in a path, …): INVALID_ARGUMENT with a
+    /// field violation.
+    #[error("{field}: {description}")]
+    InvalidArgument {
+        /// The request field.
+        field: String,
+        /// What is wrong with it.
+        description: String,
+    },
 }
 
 /// Runs sandbox processes. Implemented by the process executor; the emulator holds one as
@@ -267,4 +276,10 @@ pub trait SandboxRuntime: Send + Sync + 'static {
 
     /// The emulator is exiting: end every process of every Pod, leaving no orphans.
     fn shutdown(&self) -> BoxFuture<'_, ()>;
+
+    /// How sandboxes are isolated, for the start-up log and the ready file (`namespaces`,
+    /// `plain`, …).
+    fn isolation(&self) -> String {
+        "unspecified".to_owned()
+    }
 }

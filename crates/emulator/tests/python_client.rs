@@ -1,35 +1,105 @@
-//! The real published Python client (`cwsandbox==1.22.0`, from the testkit's pinned venv) talks to
-//! an in-process emulator with the fake runtime: transport, auth header, the readiness poll, the
-//! ConnectSandbox fallback, StreamExec, files, list and stop.
+//! The real published Python client (`cwsandbox[cli]==1.22.0`, from the testkit's pinned venv)
+//! against the emulator binary with its process executor: every flow of client-contract.md §4
+//! ((a)–(e), the `cwsandbox` command line included), the error mapping of §8 and the gotchas of §9,
+//! as the pytest suite in `tests/python/`. Afterwards: no sandbox process survives the emulator,
+//! and the emulator logged no error.
 
-mod common;
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
 
-use std::sync::Arc;
+use anyhow::{Context, Result};
+use cwsandbox_testkit::emulator::EmulatorProcess;
+use cwsandbox_testkit::procs;
 
-use common::*;
-use cwsandbox_emulator::runtime::SandboxRuntime;
+const BINARY: &str = env!("CARGO_BIN_EXE_cwsandbox-emulator");
+/// The suite's own bound: every wait in it ends in seconds unless something hangs.
+const SUITE_TIMEOUT_SECONDS: &str = "900";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_client_runs_flow_a() {
-    let python = tokio::task::spawn_blocking(cwsandbox_testkit::python_env).await.unwrap().expect("python venv");
-    let runtime = FakeRuntime::new();
-    let emulator = start_with("", Some(runtime as Arc<dyn SandboxRuntime>)).await;
-    let info = emulator.info().clone();
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/smoke.py");
-    let output = tokio::process::Command::new(python.python())
-        .arg(&script)
-        .env("CWSANDBOX_BASE_URL", &info.base_url)
-        .env("CWSANDBOX_API_KEY", &info.user_token)
-        .env("RUNNER_ID", &info.runner_id)
-        .env("no_proxy", "127.0.0.1,localhost")
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    emulator.stop().await;
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Leaves two sandboxes running when the client exits (a standalone `Sandbox.run` is not deleted
+/// at exit), each with a background process; with namespaces, one that left its session.
+const LEAVE_RUNNING: &str = r#"
+import os
+from cwsandbox import Sandbox
+env = {"CWSANDBOX_TEST_RUN": os.environ["CWSANDBOX_TEST_RUN_ID"]}
+detach = "setsid " if os.environ["CWSANDBOX_ISOLATION"] == "namespaces" else ""
+for _ in range(2):
+    sb = Sandbox.run(placement_mode="cks", runner_ids=[os.environ["RUNNER_ID"]], environment_variables=env)
+    result = sb.exec(["sh", "-c", detach + "sleep 600 </dev/null >/dev/null 2>&1 & echo started"]).result()
+    assert result.stdout == "started\n", result
+"#;
+
+/// The flows that do not depend on namespaces, for the plain-process fallback.
+const PLAIN_SELECTION: &str = "test_a_ or test_c_ or test_stdin or test_without_stdin or test_exec_reports or \
+                               test_a_main_process_that_exits or test_a_timed_out or test_deleting or test_logs_all \
+                               or test_timestamps or test_follow_streams";
+
+#[test]
+fn the_python_client_drives_every_flow_against_real_sandboxes() -> Result<()> {
+    run_suite(&[], None)
+}
+
+#[test]
+fn the_core_flows_pass_with_plain_processes() -> Result<()> {
+    run_suite(&["--isolation", "plain"], Some(PLAIN_SELECTION))
+}
+
+/// Runs the pytest suite (or the tests matching `selection`) against an emulator started with
+/// `args`, then checks that nothing of it survives and that it logged no problem.
+fn run_suite(args: &[&str], selection: Option<&str>) -> Result<()> {
+    let python = cwsandbox_testkit::python_env().context("python venv")?;
+    let emulator = EmulatorProcess::start(Path::new(BINARY), args)?;
+    eprintln!("emulator ready after {:?}, sandbox isolation: {}", emulator.startup, emulator.ready.isolation);
+    let marker = format!("run-{}-{}", std::process::id(), emulator.ready.pid);
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
+    let path = format!("{}:{}", python.bin_dir().display(), std::env::var("PATH").unwrap_or_default());
+    let mut pytest = Command::new("timeout");
+    pytest
+        .args(["--signal=KILL", SUITE_TIMEOUT_SECONDS])
+        .arg(python.python())
+        .args(["-m", "pytest", "-p", "no:cacheprovider", "-v", "--durations=5", "--rootdir"])
+        .arg(&suite)
+        .arg(&suite);
+    if let Some(selection) = selection {
+        pytest.args(["-k", selection]);
+    }
+    let started = Instant::now();
+    let output = pytest
+        .current_dir(emulator.dir())
+        .envs(emulator.env())
+        .env("PATH", path)
+        .env("CWSANDBOX_ISOLATION", &emulator.ready.isolation)
+        .env("CWSANDBOX_TEST_RUN_ID", &marker)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()?;
+    let elapsed = started.elapsed();
+    let report = format!("{}{}", text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "pytest failed after {elapsed:?}:\n{report}\nemulator log:\n{}", emulator.log());
+    eprintln!("{report}\npython suite took {elapsed:?}");
+
+    // The emulator's SIGTERM must end sandboxes that still run.
+    let output = Command::new(python.python())
+        .args(["-W", "ignore", "-c", LEAVE_RUNNING])
+        .envs(emulator.env())
+        .env("CWSANDBOX_ISOLATION", &emulator.ready.isolation)
+        .env("CWSANDBOX_TEST_RUN_ID", &marker)
+        .output()?;
+    assert!(output.status.success(), "{}{}", text(&output.stdout), text(&output.stderr));
+    let running = procs::with_env("CWSANDBOX_TEST_RUN", &marker);
+    assert!(running.len() >= 6, "two sandboxes with three processes each: {running:?}");
+
+    let log = emulator.log();
+    // Stopping checks that every process the emulator started is gone once it has exited.
+    let status = emulator.stop()?;
+    assert!(status.success(), "SIGTERM must end the emulator cleanly: {status:?}");
+    let survivors = procs::with_env("CWSANDBOX_TEST_RUN", &marker);
+    assert!(survivors.is_empty(), "sandbox processes outlived the emulator: {survivors:?}");
+    // Clients cancel streams after their last frame and leave; none of that is a failure.
+    let problems: Vec<&str> = log.lines().filter(|line| line.contains(" ERROR ") || line.contains(" WARN ")).collect();
+    assert!(problems.is_empty(), "the emulator logged problems:\n{}", problems.join("\n"));
+    Ok(())
 }

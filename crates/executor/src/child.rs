@@ -25,6 +25,7 @@
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use libc::{c_char, c_int, pid_t};
 
@@ -753,6 +754,23 @@ pub(crate) fn exec_in_namespaces(
     // The shim must not hold the command's pipes or std's exec-status socket:
     // they have to close when the command is done with them.
     close_fds_except(&[life_write]);
+    // SIGTERM asks the shim to end the command and reap it before exiting. A shim
+    // killed outright would orphan the command to a reaper outside the sandbox's
+    // pid namespace (the host's init), and the namespace cannot be torn down until
+    // that reaper gets round to its zombie (never, where PID 1 does not reap).
+    SHIM_COMMAND.store(command, Ordering::Relaxed);
+    // SAFETY: installing a handler that only makes an async-signal-safe call, then
+    // unblocking that one signal (pending since the start, it is delivered now).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = kill_shim_command as *const () as libc::sighandler_t;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
     loop {
         let mut status = 0;
         // SAFETY: waitpid on our own child with a valid status pointer.
@@ -763,6 +781,17 @@ pub(crate) fn exec_in_namespaces(
         if pid < 0 && errno() != libc::EINTR {
             exit(1);
         }
+    }
+}
+
+/// The command of this exec shim (only set in a shim process).
+static SHIM_COMMAND: AtomicI32 = AtomicI32::new(0);
+
+/// The exec shim's SIGTERM handler: kills the command, which the shim then reaps.
+extern "C" fn kill_shim_command(_signal: c_int) {
+    let command = SHIM_COMMAND.load(Ordering::Relaxed);
+    if command > 0 {
+        unsafe_kill(command, libc::SIGKILL);
     }
 }
 

@@ -12,6 +12,9 @@ use tokio::process::{Child, ChildStdin};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::error::ExecutorError;
+
+/// How long a shim told to end its command may take before it is killed.
+const SHIM_EXIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 use crate::sys;
 
 /// A command to run in a sandbox.
@@ -233,7 +236,13 @@ impl ExecTracker {
 
 /// Wires a spawned child to a session: output pumps, and a waiter that owns the
 /// child, reports its exit code and kills it on request.
-pub(crate) fn attach(mut child: Child, pty_master: Option<OwnedFd>) -> (ExecSession, ExecTracker) {
+/// `shim`: the child is a namespaced exec's shim (see `kill_child`); otherwise it is
+/// the command itself.
+pub(crate) fn attach(
+    mut child: Child,
+    pty_master: Option<OwnedFd>,
+    shim: bool,
+) -> (ExecSession, ExecTracker) {
     let (output_sender, receiver) = mpsc::channel(64);
     let (stdin, tty) = match pty_master {
         Some(master) => {
@@ -263,8 +272,8 @@ pub(crate) fn attach(mut child: Child, pty_master: Option<OwnedFd>) -> (ExecSess
         let status = tokio::select! {
             status = child.wait() => status,
             // An explicit kill, a dropped ExecExit, or the sandbox stopping.
-            _ = kill_requested => kill_child(&mut child).await,
-            _ = stopped.notified() => kill_child(&mut child).await,
+            _ = kill_requested => kill_child(&mut child, shim).await,
+            _ = stopped.notified() => kill_child(&mut child, shim).await,
         };
         let code = status.map_or(137, |status| exit_code(&status));
         let _ = exit_sender.send(Some(code));
@@ -285,7 +294,16 @@ pub(crate) fn attach(mut child: Child, pty_master: Option<OwnedFd>) -> (ExecSess
     (session, tracker)
 }
 
-async fn kill_child(child: &mut Child) -> std::io::Result<std::process::ExitStatus> {
+async fn kill_child(child: &mut Child, shim: bool) -> std::io::Result<std::process::ExitStatus> {
+    // A shim ends its command (SIGKILL), reaps it and exits when told with SIGTERM;
+    // killing the shim first would orphan the command outside its pid namespace.
+    if shim && let Some(pid) = child.id() {
+        // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        if let Ok(status) = tokio::time::timeout(SHIM_EXIT_TIMEOUT, child.wait()).await {
+            return status;
+        }
+    }
     // The shim dies, and its death signal takes the command with it.
     let _ = child.start_kill();
     child.wait().await

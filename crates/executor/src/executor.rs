@@ -89,6 +89,8 @@ struct Sandbox {
     done: watch::Receiver<bool>,
     stop_requested: AtomicBool,
     execs: Mutex<Vec<ExecTracker>>,
+    /// The main command's exit code (128+N after signal N), once every process is gone.
+    exit_code: std::sync::OnceLock<i32>,
 }
 
 /// What is needed to reach a running sandbox.
@@ -197,6 +199,14 @@ impl Executor {
                 mpsc::unbounded_channel().1
             }
         }
+    }
+
+    /// How the main command of the sandbox's latest start ended (its code, or
+    /// 128+N after signal N), once every process of it is gone; `None` while it
+    /// runs or for an unknown sandbox. Set for stopped and killed sandboxes too.
+    pub fn exit_code(&self, id: &str) -> Option<i32> {
+        self.sandbox(id)
+            .and_then(|sandbox| sandbox.exit_code.get().copied())
     }
 
     /// Whether the sandbox's processes are running.
@@ -351,6 +361,7 @@ impl Executor {
             done,
             stop_requested: AtomicBool::new(false),
             execs: Mutex::new(Vec::new()),
+            exit_code: std::sync::OnceLock::new(),
         });
         lock(&self.inner.registry)
             .sandboxes
@@ -542,7 +553,8 @@ impl Executor {
                 return Ok(ExecSession::failed(start_failure_message(program, &error)));
             }
         };
-        let (session, tracker) = exec::attach(child, pty_master);
+        let shim = matches!(running.target, Target::Namespaces { .. });
+        let (session, tracker) = exec::attach(child, pty_master, shim);
         let mut execs = lock(&sandbox.execs);
         execs.retain(|tracker| !tracker.finished());
         execs.push(tracker);
@@ -637,6 +649,7 @@ async fn watch_keeper(
     for tracker in execs {
         tracker.kill_and_wait().await;
     }
+    let _ = sandbox.exit_code.set(exit_code);
     // Report before marking done, so whoever waits for the stop sees the report.
     if sandbox.stop_requested.load(Ordering::SeqCst) {
         info!(sandbox = %sandbox.id, exit_code, "sandbox stopped");

@@ -23,6 +23,7 @@ in_both_modes!(
     shutdown_leaves_no_process,
     exec_on_a_terminal_honours_size_and_resize,
     operations_on_stopped_or_unknown_sandboxes_fail_cleanly,
+    a_killed_exec_leaves_no_zombie_and_the_sandbox_stops_at_once,
 );
 
 async fn env_and_working_dir_are_honoured(isolation: Isolation) {
@@ -420,6 +421,8 @@ async fn stop_waits_for_term_then_kills_at_the_grace(isolation: Isolation) {
         started.elapsed()
     );
     assert!(!executor.is_running(&polite));
+    // The trap's own code, kept for whoever asked for the stop.
+    assert_eq!(executor.exit_code(&polite), Some(0));
     assert_eq!(polite_logs.read_from(0).unwrap().bytes(), b"ready\nbye\n");
 
     // One that ignores TERM (and so do its children) dies at the grace.
@@ -458,6 +461,7 @@ async fn stop_waits_for_term_then_kills_at_the_grace(isolation: Isolation) {
     );
     assert!(elapsed < grace + Duration::from_secs(8), "took {elapsed:?}");
     assert!(!executor.is_running(&stubborn));
+    assert!(executor.exit_code(&stubborn).is_some());
     // The exec'd command went with the sandbox.
     assert_eq!(within("the exec's end", exec.wait()).await, 137);
     // Requested stops are not main exits.
@@ -696,8 +700,11 @@ async fn operations_on_stopped_or_unknown_sandboxes_fail_cleanly(isolation: Isol
         executor.exec(&id, argv(&[])).await,
         Err(ExecutorError::InvalidRequest(_))
     ));
+    assert_eq!(executor.exit_code(&id), None, "still running");
     executor.kill(&id).await;
     assert!(!executor.is_running(&id));
+    assert!(executor.exit_code(&id).is_some());
+    assert_eq!(executor.exit_code("ghost"), None);
     assert!(matches!(
         executor.exec(&id, argv(&["true"])).await,
         Err(ExecutorError::NotRunning(_))
@@ -711,4 +718,58 @@ async fn operations_on_stopped_or_unknown_sandboxes_fail_cleanly(isolation: Isol
         Err(ExecutorError::UnknownSandbox(_))
     ));
     assert!(!harness.root.path().join(&id).exists());
+}
+
+async fn a_killed_exec_leaves_no_zombie_and_the_sandbox_stops_at_once(isolation: Isolation) {
+    let harness = harness(isolation);
+    let executor = &harness.executor;
+    let id = unique("killed-exec");
+    executor
+        .start(
+            &id,
+            spec(
+                "killed-exec",
+                &["sh", "-c", "trap 'exit 0' TERM; sleep 1000 & wait"],
+            ),
+        )
+        .await
+        .unwrap();
+    let marker = unique("exec-marker");
+    let mut request = argv(&["sh", "-c", "echo started; exec sleep 1000"]);
+    request.env = env(&[("CWSBX_TEST_MARKER", &marker)]);
+    let mut session = executor.exec(&id, request).await.unwrap();
+    within("the exec to start", async {
+        let output = session.output.recv().await.expect("output");
+        assert_eq!(&output.data[..], b"started\n");
+    })
+    .await;
+    // Its environment reads as empty while `exec` replaces the shell: look until it is there.
+    let pids = within("the exec'd command", async {
+        loop {
+            let pids = processes_with_marker(&marker);
+            if !pids.is_empty() {
+                break pids;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    // What a caller that went away does (a cancelled StreamExec).
+    session.exit.kill();
+    assert_eq!(within("the exec's end", session.exit.wait()).await, 137);
+    // Reaped, not left as a zombie for a reaper outside the sandbox (which would also
+    // hold up the pid namespace's teardown until it got round to it).
+    assert!(
+        !std::path::Path::new(&format!("/proc/{}", pids[0])).exists(),
+        "the killed command is still in /proc"
+    );
+    let started = Instant::now();
+    within("the stop", executor.stop(&id, Duration::from_secs(20))).await;
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        started.elapsed()
+    );
+    executor.shutdown().await;
 }

@@ -1,5 +1,6 @@
 //! The emulator harness: starts the `cwsandbox-emulator` binary on port 0, waits for its ready
-//! line (no fixed ports, no sleeps), reads the ready file and stops the process at the end.
+//! line (no fixed ports, no sleeps), reads the ready file and stops the process at the end,
+//! checking that none of the processes it started outlives it.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -31,6 +32,9 @@ pub struct ReadyFile {
     pub org: String,
     /// The emulator's pid.
     pub pid: u32,
+    /// How sandbox processes are isolated: `namespaces` or `plain`.
+    #[serde(default)]
+    pub isolation: String,
 }
 
 /// The emulator binary: `$CWSANDBOX_EMULATOR_BIN`, else `target/debug/cwsandbox-emulator` of this
@@ -71,15 +75,19 @@ fn run_dir() -> Result<PathBuf> {
 
 impl EmulatorProcess {
     /// Runs `binary serve --listen 127.0.0.1:0 --ready-file … <extra_args>` and waits until it is
-    /// ready. Its log goes to a file shown when a start fails.
+    /// ready. Its log goes to a file shown when a start fails. Sandbox directories go to the run's
+    /// scratch directory unless `extra_args` name a `--sandbox-root`.
     pub fn start(binary: &Path, extra_args: &[&str]) -> Result<EmulatorProcess> {
         let dir = run_dir()?;
         let ready_file = dir.join("ready.json");
         let log = std::fs::File::create(dir.join("emulator.log"))?;
+        let mut command = Command::new(binary);
+        command.args(["serve", "--listen", "127.0.0.1:0", "--ready-file"]).arg(&ready_file);
+        if !extra_args.iter().any(|arg| arg.starts_with("--sandbox-root")) {
+            command.arg("--sandbox-root").arg(dir.join("sandboxes"));
+        }
         let started = Instant::now();
-        let mut child = Command::new(binary)
-            .args(["serve", "--listen", "127.0.0.1:0", "--ready-file"])
-            .arg(&ready_file)
+        let mut child = command
             .args(extra_args)
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned()))
             .stdin(Stdio::null())
@@ -108,6 +116,7 @@ impl EmulatorProcess {
                 runner_id: String::new(),
                 org: String::new(),
                 pid: 0,
+                isolation: String::new(),
             },
             startup: Duration::ZERO,
         };
@@ -147,11 +156,25 @@ impl EmulatorProcess {
         ]
     }
 
-    /// SIGTERM, then waits for the exit.
+    /// The emulator's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGTERM, then waits for the exit. Fails if any process the emulator started (a sandbox's
+    /// main process, an exec'd command, anything they started) is still alive once it has exited.
     pub fn stop(mut self) -> Result<ExitStatus> {
         let mut child = self.child.take().context("already stopped")?;
+        let before = crate::procs::descendants(child.id());
         crate::run(Command::new("kill").args(["-TERM", &child.id().to_string()]))?;
-        Ok(child.wait()?)
+        let status = child.wait()?;
+        // Shutdown returns once every sandbox process is gone: survivors are orphans.
+        let survivors: Vec<String> =
+            before.iter().filter(|process| process.is_alive()).map(|process| process.to_string()).collect();
+        if !survivors.is_empty() {
+            bail!("processes outlived the emulator:\n{}\nemulator log:\n{}", survivors.join("\n"), self.log());
+        }
+        Ok(status)
     }
 }
 

@@ -2,6 +2,7 @@
 //! harness ([`emulator::EmulatorProcess`]).
 
 pub mod emulator;
+pub mod procs;
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -32,6 +33,11 @@ impl PythonEnv {
     /// The environment's interpreter.
     pub fn python(&self) -> PathBuf {
         self.root.join("bin").join("python")
+    }
+
+    /// The environment's `bin` directory (the `cwsandbox` command line lives there).
+    pub fn bin_dir(&self) -> PathBuf {
+        self.root.join("bin")
     }
 
     /// Runs a script of `tests/python/` with arguments and returns its output.

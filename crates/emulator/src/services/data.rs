@@ -6,7 +6,7 @@
 //! [`SandboxRuntime`]: crate::runtime::SandboxRuntime
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::extract::State;
 use bytes::Bytes;
@@ -38,8 +38,13 @@ enum Needs {
     RunningOrEnded,
 }
 
-/// Finds the caller's sandbox, the runtime and the container for a data operation.
-fn resolve(
+/// How long a data operation waits for the runtime to catch up with the world (a Pod the world
+/// just called Running is being started).
+const RUNTIME_CATCH_UP: Duration = Duration::from_secs(30);
+
+/// Finds the caller's sandbox, the runtime and the container for a data operation, once the
+/// runtime has caught up with the world.
+async fn resolve(
     app: &App,
     caller: &Caller,
     operation: &str,
@@ -77,6 +82,9 @@ fn resolve(
         )
         .with_metadata("container", container)
     })?;
+    if !app.driver().effects_applied(RUNTIME_CATCH_UP).await {
+        tracing::warn!(sandbox_id = id, "the process runtime is more than {RUNTIME_CATCH_UP:?} behind the world");
+    }
     Ok((runtime, Target { sandbox_id: view.id.clone(), pod_uid: view.pod_uid.clone(), container: name }))
 }
 
@@ -106,7 +114,7 @@ pub async fn stream_exec(
         return respond("StreamExec", Err(ApiError::missing_field("init.command")));
     }
     let (runtime, target) =
-        match resolve(&app, &caller, "StreamExec", &init.sandbox_id, &init.container, Needs::Running) {
+        match resolve(&app, &caller, "StreamExec", &init.sandbox_id, &init.container, Needs::Running).await {
             Ok(found) => found,
             Err(error) => return respond("StreamExec", Err(error)),
         };
@@ -196,7 +204,8 @@ async fn exec_unary(app: &App, caller: &Caller, request: pb::ExecRequest) -> Res
     if request.max_output_bytes < 0 {
         return Err(ApiError::invalid_field("max_output_bytes", "must not be negative"));
     }
-    let (runtime, target) = resolve(app, caller, "Exec", &request.sandbox_id, &request.container, Needs::Running)?;
+    let (runtime, target) =
+        resolve(app, caller, "Exec", &request.sandbox_id, &request.container, Needs::Running).await?;
     let spec = ExecSpec { command: request.command, env: request.env.into_iter().collect(), tty: None };
     let mut session = runtime.exec(target, spec).await?;
     let _ = session.input.send(ExecInput::Close).await;
@@ -246,10 +255,11 @@ pub async fn stream_logs(
     ConnectRequest(request): ConnectRequest<pb::StreamLogsRequest>,
 ) -> Result<ConnectResponse<Frames<pb::LogEntry>>, ConnectError> {
     let needs = if request.follow { Needs::Running } else { Needs::RunningOrEnded };
-    let (runtime, target) = match resolve(&app, &caller, "StreamLogs", &request.sandbox_id, &request.container, needs) {
-        Ok(found) => found,
-        Err(error) => return respond("StreamLogs", Err(error)),
-    };
+    let (runtime, target) =
+        match resolve(&app, &caller, "StreamLogs", &request.sandbox_id, &request.container, needs).await {
+            Ok(found) => found,
+            Err(error) => return respond("StreamLogs", Err(error)),
+        };
     if request.tail_lines < 0 {
         return respond("StreamLogs", Err(ApiError::invalid_field("tail_lines", "must not be negative")));
     }
@@ -294,7 +304,8 @@ pub async fn write_file(
 }
 
 async fn write(app: &App, caller: &Caller, request: pb::WriteFileRequest) -> Result<pb::WriteFileResponse, ApiError> {
-    let (runtime, target) = resolve(app, caller, "WriteFile", &request.sandbox_id, &request.container, Needs::Running)?;
+    let (runtime, target) =
+        resolve(app, caller, "WriteFile", &request.sandbox_id, &request.container, Needs::Running).await?;
     let path = convert::required("path", &request.path)?.to_owned();
     let max = app.limits().max_file_bytes;
     let size = request.content.len() as u64;
@@ -315,7 +326,8 @@ pub async fn read_file(
 }
 
 async fn read(app: &App, caller: &Caller, request: pb::ReadFileRequest) -> Result<pb::ReadFileResponse, ApiError> {
-    let (runtime, target) = resolve(app, caller, "ReadFile", &request.sandbox_id, &request.container, Needs::Running)?;
+    let (runtime, target) =
+        resolve(app, caller, "ReadFile", &request.sandbox_id, &request.container, Needs::Running).await?;
     let path = convert::required("path", &request.path)?.to_owned();
     let content = runtime.read_file(target, path, app.limits().max_file_bytes).await?;
     Ok(pb::ReadFileResponse { content: content.to_vec() })

@@ -1,0 +1,553 @@
+//! The process executor (`cwsandbox-executor`) as the emulator's [`SandboxRuntime`]: each
+//! sandbox's main container runs as a local process in its own Linux namespaces (hostname = the
+//! Pod's name, private `/tmp` and working directory, own PID namespace), or as a plain process
+//! where namespaces are unavailable.
+//!
+//! - Sandboxes are keyed by their Pod's uid. The main container's `command` + `args`, `env` and
+//!   `working_dir` start the main process; the image is recorded by the simulation, never pulled.
+//!   Only the main container runs: other containers of a Pod are recorded, and operations that
+//!   name them act in the same sandbox.
+//! - `stop` (SIGTERM, SIGKILL after the grace) and `kill` run in the background so the effects
+//!   pump never waits for a grace period. Once a stopped sandbox's processes are all gone its exit
+//!   goes back to the world, so a sandbox whose process honours SIGTERM ends at once rather than
+//!   at the end of its grace period.
+//! - A main process that ends by itself is reported with its code (128 + N after signal N); one
+//!   that cannot start exits 127 with the reason in its log. A sandbox that cannot even be set up
+//!   is reported as exit 127 too, so it turns FAILED rather than staying RUNNING with nothing
+//!   behind it.
+//! - The logs of a stopped sandbox stay readable for the retention period, then its directory
+//!   and logs are removed.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use chrono::{DateTime, SecondsFormat, Utc};
+use cwsandbox_executor::{
+    ExecExit, ExecOutput, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, Isolation, LaunchSpec,
+    LogChunk, LogError, LogReader, Output, Stream,
+};
+use futures::future::BoxFuture;
+use futures::stream::{self, BoxStream};
+use futures::{FutureExt, StreamExt};
+use tokio::sync::mpsc;
+
+use crate::runtime::{
+    ExecEvent, ExecInput, ExecSession, ExecSpec, LogEvent, LogRequest, MainExit, PodLaunch, RuntimeError,
+    SandboxRuntime, Target,
+};
+
+/// After a command has exited, how long its output may stay silent before the stream ends: a
+/// background process it left running can hold stdout open for ever.
+const OUTPUT_IDLE_AFTER_EXIT: Duration = Duration::from_millis(500);
+/// Kubernetes truncates a Pod's hostname to 63 characters.
+const MAX_HOSTNAME: usize = 63;
+
+/// The executor behind the [`SandboxRuntime`] seam.
+pub struct ExecutorRuntime {
+    executor: Executor,
+    /// How long a gone Pod's logs stay readable.
+    retention: Duration,
+    /// Exits this adapter reports itself: stops it asked for, sandboxes that could not start.
+    own_exits: mpsc::UnboundedSender<MainExit>,
+    exits: Mutex<Option<ExitReceivers>>,
+    /// Removed at shutdown: the emulator made it.
+    owned_root: Option<PathBuf>,
+    warned_sidecars: AtomicBool,
+}
+
+type ExitReceivers = (mpsc::UnboundedReceiver<MainExit>, mpsc::UnboundedReceiver<cwsandbox_executor::MainExit>);
+
+impl std::fmt::Debug for ExecutorRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutorRuntime")
+            .field("isolation", &self.executor.isolation())
+            .field("root_dir", &self.executor.config().root_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExecutorRuntime {
+    /// Starts an executor (probing namespaces when `config.isolation` is `Auto`). Logs of gone
+    /// Pods are kept for `retention`.
+    pub fn new(config: ExecutorConfig, retention: Duration) -> Result<ExecutorRuntime, ExecutorError> {
+        let executor = Executor::new(config)?;
+        let from_executor = executor.exits();
+        let (own_exits, own) = mpsc::unbounded_channel();
+        Ok(ExecutorRuntime {
+            executor,
+            retention,
+            own_exits,
+            exits: Mutex::new(Some((own, from_executor))),
+            owned_root: None,
+            warned_sidecars: AtomicBool::new(false),
+        })
+    }
+
+    /// Removes the root directory at shutdown (the emulator created it for this run).
+    pub fn remove_root_on_shutdown(mut self) -> ExecutorRuntime {
+        self.owned_root = Some(self.executor.config().root_dir.clone());
+        self
+    }
+
+    /// The executor.
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+
+    /// A sentence for the start-up log: the isolation in force and what it means.
+    pub fn describe(&self) -> String {
+        let root = self.executor.config().root_dir.display();
+        match self.executor.isolation() {
+            Isolation::Plain => format!(
+                "plain processes (no namespaces: sandboxes share the host's hostname, /tmp and process list); \
+                 sandbox directories under {root}"
+            ),
+            _ if self.executor.uses_user_namespace() => {
+                format!("Linux namespaces (UTS, mount, PID) inside a user namespace; sandbox directories under {root}")
+            }
+            _ => format!("Linux namespaces (UTS, mount, PID); sandbox directories under {root}"),
+        }
+    }
+
+    fn report_exit(&self, pod_uid: &str, exit_code: i32) {
+        // The receiver lives as long as the driver; after shutdown nobody listens.
+        let _ = self.own_exits.send(MainExit { pod_uid: pod_uid.to_owned(), exit_code });
+    }
+}
+
+/// The Pod's name as a hostname.
+fn hostname_of(pod_name: &str) -> String {
+    let mut end = pod_name.len().min(MAX_HOSTNAME);
+    while !pod_name.is_char_boundary(end) {
+        end -= 1;
+    }
+    pod_name[..end].to_owned()
+}
+
+fn not_running(target: &Target) -> RuntimeError {
+    RuntimeError::NotRunning(format!("sandbox {} has no running processes", target.sandbox_id))
+}
+
+fn exec_error(error: ExecutorError, target: &Target) -> RuntimeError {
+    match error {
+        ExecutorError::UnknownSandbox(_) | ExecutorError::NotRunning(_) => not_running(target),
+        ExecutorError::InvalidRequest(description) => {
+            RuntimeError::InvalidArgument { field: "command".to_owned(), description }
+        }
+        other => RuntimeError::Unavailable(other.to_string()),
+    }
+}
+
+fn file_error(error: FileError, path: String, target: &Target) -> RuntimeError {
+    match error {
+        FileError::NotFound => RuntimeError::FileNotFound { path },
+        FileError::IsDirectory => RuntimeError::IsDirectory { path },
+        FileError::PermissionDenied => RuntimeError::PermissionDenied { path },
+        FileError::TooLarge { size, max } => RuntimeError::FileTooLarge { path, size_bytes: size, max_size_bytes: max },
+        FileError::Io(message) => RuntimeError::Io { path, message },
+        FileError::SandboxNotRunning => not_running(target),
+        FileError::InvalidPath(description) => RuntimeError::InvalidArgument { field: "path".to_owned(), description },
+    }
+}
+
+impl SandboxRuntime for ExecutorRuntime {
+    fn start(&self, launch: PodLaunch) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        async move {
+            let Some(main) = launch.containers.first() else {
+                self.report_exit(&launch.pod_uid, 127);
+                return Err(RuntimeError::Unavailable("the Pod has no container".to_owned()));
+            };
+            if launch.containers.len() > 1 && !self.warned_sidecars.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    pod = %launch.pod_name,
+                    "only a Pod's main container runs; its other containers are recorded (this is said once)"
+                );
+            }
+            // No image is pulled: with no command the arguments are the command (an image whose
+            // entrypoint is empty), and with neither the sandbox idles like `sleep infinity`.
+            let mut command = main.command.clone();
+            command.extend(main.args.iter().cloned());
+            let spec = LaunchSpec {
+                hostname: hostname_of(&launch.pod_name),
+                command,
+                env: main.env.clone(),
+                working_dir: main.working_dir.clone(),
+            };
+            match self.executor.start(&launch.pod_uid, spec).await {
+                Ok(()) => {
+                    tracing::debug!(
+                        pod_uid = %launch.pod_uid,
+                        sandbox_id = launch.sandbox_id.as_deref().unwrap_or("-"),
+                        image = %main.image,
+                        "main process started"
+                    );
+                    Ok(())
+                }
+                Err(ExecutorError::ShutDown) => Err(RuntimeError::Unavailable("the emulator is stopping".to_owned())),
+                Err(error) => {
+                    // The world calls the Pod Running, but nothing runs: fail it as a container
+                    // whose command cannot start.
+                    self.report_exit(&launch.pod_uid, 127);
+                    Err(RuntimeError::Unavailable(error.to_string()))
+                }
+            }
+        }
+        .boxed()
+    }
+
+    fn stop(&self, pod_uid: String, grace: Duration) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        if self.executor.is_running(&pod_uid) {
+            let executor = self.executor.clone();
+            let exits = self.own_exits.clone();
+            tokio::spawn(async move {
+                executor.stop(&pod_uid, grace).await;
+                // Everything is gone: the Pod can go now rather than at the end of its grace.
+                let exit_code = executor.exit_code(&pod_uid).unwrap_or(137);
+                tracing::debug!(%pod_uid, exit_code, "stopped");
+                let _ = exits.send(MainExit { pod_uid, exit_code });
+            });
+        }
+        futures::future::ready(Ok(())).boxed()
+    }
+
+    fn kill(&self, pod_uid: String) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        let executor = self.executor.clone();
+        let retention = self.retention;
+        tokio::spawn(async move {
+            executor.kill(&pod_uid).await;
+            // The logs of a gone Pod stay readable as long as its sandbox does.
+            tokio::time::sleep(retention).await;
+            executor.remove(&pod_uid).await;
+        });
+        futures::future::ready(Ok(())).boxed()
+    }
+
+    fn exec(&self, target: Target, spec: ExecSpec) -> BoxFuture<'_, Result<ExecSession, RuntimeError>> {
+        async move {
+            let size = |value: u32| u16::try_from(value).unwrap_or(u16::MAX);
+            let request = ExecRequest {
+                argv: spec.command,
+                env: spec.env,
+                working_dir: None,
+                tty: spec.tty.is_some(),
+                tty_size: spec
+                    .tty
+                    .filter(|tty| tty.width > 0 && tty.height > 0)
+                    .map(|tty| (size(tty.width), size(tty.height))),
+            };
+            let session =
+                self.executor.exec(&target.pod_uid, request).await.map_err(|error| exec_error(error, &target))?;
+            Ok(adapt_session(session))
+        }
+        .boxed()
+    }
+
+    fn write_file(&self, target: Target, path: String, content: Bytes) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        async move {
+            self.executor
+                .write_file(&target.pod_uid, &path, &content)
+                .await
+                .map_err(|error| file_error(error, path, &target))
+        }
+        .boxed()
+    }
+
+    fn read_file(&self, target: Target, path: String, max_bytes: u64) -> BoxFuture<'_, Result<Bytes, RuntimeError>> {
+        async move {
+            let content = self
+                .executor
+                .read_file(&target.pod_uid, &path)
+                .await
+                .map_err(|error| file_error(error, path.clone(), &target))?;
+            let size = content.len() as u64;
+            if size > max_bytes {
+                return Err(RuntimeError::FileTooLarge { path, size_bytes: size, max_size_bytes: max_bytes });
+            }
+            Ok(Bytes::from(content))
+        }
+        .boxed()
+    }
+
+    fn logs(
+        &self,
+        target: Target,
+        request: LogRequest,
+    ) -> BoxFuture<'_, Result<BoxStream<'static, LogEvent>, RuntimeError>> {
+        let reader = self.executor.logs(&target.pod_uid);
+        async move {
+            let reader = match reader {
+                Ok(reader) => reader,
+                // The Pod never ran a process: its log is empty, and no session can be resumed.
+                Err(_) if request.resume.is_some() => {
+                    return Ok(stream::iter([session_not_found(&request)]).boxed());
+                }
+                Err(_) => return Ok(stream::empty().boxed()),
+            };
+            let (sender, mut receiver) = mpsc::channel(16);
+            tokio::spawn(stream_log(reader, request, sender));
+            Ok(stream::poll_fn(move |cx| receiver.poll_recv(cx)).boxed())
+        }
+        .boxed()
+    }
+
+    fn exits(&self) -> BoxStream<'static, MainExit> {
+        let taken = self.exits.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        match taken {
+            Some((mut own, mut from_executor)) => {
+                let own = stream::poll_fn(move |cx| own.poll_recv(cx));
+                let from_executor = stream::poll_fn(move |cx| from_executor.poll_recv(cx))
+                    .map(|exit| MainExit { pod_uid: exit.id, exit_code: exit.exit_code });
+                stream::select(own, from_executor).boxed()
+            }
+            None => stream::empty().boxed(),
+        }
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        async move {
+            self.executor.shutdown().await;
+            if let Some(root) = self.owned_root.clone() {
+                let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&root).map(|()| root)).await;
+                if let Ok(Err(error)) = removed {
+                    tracing::warn!("cannot remove the sandbox directory: {error}");
+                }
+            }
+        }
+        .boxed()
+    }
+
+    fn isolation(&self) -> String {
+        match self.executor.isolation() {
+            Isolation::Plain => "plain".to_owned(),
+            _ => "namespaces".to_owned(),
+        }
+    }
+}
+
+/// The executor's session behind the runtime's: a task relays stdin, resizes and the end of
+/// stdin; the output stream ends with the exit code.
+fn adapt_session(session: cwsandbox_executor::ExecSession) -> ExecSession {
+    let cwsandbox_executor::ExecSession { mut stdin, output, exit, tty } = session;
+    let (input, mut inputs) = mpsc::channel::<ExecInput>(16);
+    tokio::spawn(async move {
+        while let Some(item) = inputs.recv().await {
+            match item {
+                // A command that closed its stdin or exited drops what comes after, as a pipe does.
+                ExecInput::Stdin(data) => {
+                    let _ = stdin.write(&data).await;
+                }
+                ExecInput::Resize(size) => {
+                    if let Some(tty) = &tty {
+                        let clamp = |value: u32| u16::try_from(value).unwrap_or(u16::MAX);
+                        let _ = tty.resize(clamp(size.width), clamp(size.height));
+                    }
+                }
+                ExecInput::Close => break,
+            }
+        }
+        stdin.close().await;
+    });
+    ExecSession { input, output: exec_events(output, exit).boxed() }
+}
+
+struct ExecPump {
+    output: ExecOutput,
+    /// Dropping it before the command ended kills the command: a caller that went away.
+    exit: ExecExit,
+    code: Option<i32>,
+    done: bool,
+}
+
+fn output_event(output: Output) -> ExecEvent {
+    match output.stream {
+        Stream::Stdout => ExecEvent::Stdout(output.data),
+        Stream::Stderr => ExecEvent::Stderr(output.data),
+    }
+}
+
+/// Output chunks, then exactly one `Exited`.
+fn exec_events(output: ExecOutput, exit: ExecExit) -> impl futures::Stream<Item = ExecEvent> + Send + 'static {
+    stream::unfold(ExecPump { output, exit, code: None, done: false }, |mut pump| async move {
+        if pump.done {
+            return None;
+        }
+        loop {
+            match pump.code {
+                None => {
+                    tokio::select! {
+                        chunk = pump.output.recv() => match chunk {
+                            Some(chunk) => return Some((output_event(chunk), pump)),
+                            None => {
+                                let code = pump.exit.wait().await;
+                                pump.done = true;
+                                return Some((ExecEvent::Exited(code), pump));
+                            }
+                        },
+                        code = pump.exit.wait() => pump.code = Some(code),
+                    }
+                }
+                Some(code) => match tokio::time::timeout(OUTPUT_IDLE_AFTER_EXIT, pump.output.recv()).await {
+                    Ok(Some(chunk)) => return Some((output_event(chunk), pump)),
+                    Ok(None) | Err(_) => {
+                        pump.done = true;
+                        return Some((ExecEvent::Exited(code), pump));
+                    }
+                },
+            }
+        }
+    })
+}
+
+fn session_not_found(request: &LogRequest) -> LogEvent {
+    let session = request.resume.as_ref().map(|(session, _)| session.as_str()).unwrap_or_default();
+    LogEvent::Failed {
+        code: "SESSION_NOT_FOUND".to_owned(),
+        message: format!("log session {session:?} is not this sandbox's current log session"),
+    }
+}
+
+fn log_failure(error: LogError) -> LogEvent {
+    let code = match error {
+        LogError::ReplayGap { .. } => "REPLAY_GAP",
+        LogError::InvalidOffset { .. } => "INVALID_RESUME_OFFSET",
+    };
+    LogEvent::Failed { code: code.to_owned(), message: error.to_string() }
+}
+
+/// Turns log chunks into events: the `since` filter and the server-side timestamps.
+struct Shaper {
+    session_id: String,
+    timestamps: bool,
+    since: Option<SystemTime>,
+    /// Whether the next byte starts a line (a timestamp goes there).
+    at_line_start: bool,
+}
+
+impl Shaper {
+    fn event(&mut self, chunk: LogChunk) -> Option<LogEvent> {
+        let next_offset = chunk.end();
+        if self.since.is_some_and(|since| chunk.time < since) {
+            self.at_line_start = chunk.data.ends_with(b"\n");
+            return None;
+        }
+        let data = if self.timestamps { self.stamp(&chunk) } else { chunk.data };
+        Some(LogEvent::Chunk { data, time: chunk.time, session_id: self.session_id.clone(), next_offset })
+    }
+
+    /// Prefixes every line with the RFC 3339 time its bytes were read, as `kubectl logs
+    /// --timestamps` shows it.
+    fn stamp(&mut self, chunk: &LogChunk) -> Bytes {
+        let stamp = format!("{} ", DateTime::<Utc>::from(chunk.time).to_rfc3339_opts(SecondsFormat::Nanos, true));
+        let mut out = BytesMut::with_capacity(chunk.data.len() + stamp.len());
+        for line in chunk.data.split_inclusive(|byte| *byte == b'\n') {
+            if self.at_line_start {
+                out.extend_from_slice(stamp.as_bytes());
+            }
+            out.extend_from_slice(line);
+            self.at_line_start = line.ends_with(b"\n");
+        }
+        out.freeze()
+    }
+}
+
+/// What is held of the log (its tail, everything, or from a resume offset), then, with `follow`,
+/// new output until the sandbox stops or the caller leaves.
+async fn stream_log(reader: LogReader, request: LogRequest, sender: mpsc::Sender<LogEvent>) {
+    let mut shaper = Shaper {
+        session_id: reader.session_id().to_owned(),
+        timestamps: request.timestamps,
+        since: request.since,
+        at_line_start: true,
+    };
+    let held = match &request.resume {
+        Some((session, _)) if *session != shaper.session_id => {
+            let _ = sender.send(session_not_found(&request)).await;
+            return;
+        }
+        Some((_, offset)) => match reader.read_from(*offset) {
+            Ok(held) => held,
+            Err(error) => {
+                let _ = sender.send(log_failure(error)).await;
+                return;
+            }
+        },
+        // `tail` reads atomically; with more lines than held it returns everything held.
+        None => reader.tail(request.tail_lines.map_or(usize::MAX, |lines| lines as usize)),
+    };
+    for chunk in held.chunks {
+        if let Some(event) = shaper.event(chunk)
+            && sender.send(event).await.is_err()
+        {
+            return;
+        }
+    }
+    if !request.follow {
+        return;
+    }
+    let mut follower = match reader.follow_from(held.next_offset) {
+        Ok(follower) => follower,
+        Err(error) => {
+            let _ = sender.send(log_failure(error)).await;
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            next = follower.next() => match next {
+                Some(Ok(chunk)) => {
+                    if let Some(event) = shaper.event(chunk)
+                        && sender.send(event).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                Some(Err(error)) => {
+                    let _ = sender.send(log_failure(error)).await;
+                    return;
+                }
+                // The sandbox stopped: the follow ends cleanly.
+                None => return,
+            },
+            _ = sender.closed() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostnames_are_truncated_like_kubernetes() {
+        assert_eq!(hostname_of("sandbox-abc"), "sandbox-abc");
+        assert_eq!(hostname_of(&"x".repeat(80)).len(), 63);
+    }
+
+    #[test]
+    fn timestamps_go_at_every_line_start_across_chunks() {
+        let mut shaper = Shaper { session_id: "s".into(), timestamps: true, since: None, at_line_start: true };
+        let time = SystemTime::UNIX_EPOCH + Duration::from_millis(1500);
+        let chunk =
+            |offset: u64, data: &'static str| LogChunk { offset, time, data: Bytes::from_static(data.as_bytes()) };
+        let text = |event: Option<LogEvent>| match event {
+            Some(LogEvent::Chunk { data, next_offset, .. }) => (String::from_utf8(data.to_vec()).unwrap(), next_offset),
+            other => panic!("{other:?}"),
+        };
+        let stamp = "1970-01-01T00:00:01.500000000Z";
+        assert_eq!(text(shaper.event(chunk(0, "one\ntw"))), (format!("{stamp} one\n{stamp} tw"), 6));
+        assert_eq!(text(shaper.event(chunk(6, "o\nthree\n"))), (format!("o\n{stamp} three\n"), 14));
+    }
+
+    #[test]
+    fn since_skips_older_chunks_but_keeps_line_starts() {
+        let since = SystemTime::UNIX_EPOCH + Duration::from_secs(10);
+        let mut shaper = Shaper { session_id: "s".into(), timestamps: false, since: Some(since), at_line_start: true };
+        let old = LogChunk { offset: 0, time: SystemTime::UNIX_EPOCH, data: Bytes::from_static(b"old\n") };
+        assert!(shaper.event(old).is_none());
+        let new = LogChunk { offset: 4, time: since, data: Bytes::from_static(b"new\n") };
+        assert!(matches!(shaper.event(new), Some(LogEvent::Chunk { next_offset: 8, .. })));
+    }
+}

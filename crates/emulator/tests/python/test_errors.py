@@ -1,0 +1,105 @@
+"""The error mapping of client-contract.md §8 and the gotchas of §9 that depend on the server."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import RUNNER, WAIT, processes_with, run
+
+from cwsandbox import (
+    CWSandboxAuthenticationError,
+    Sandbox,
+    SandboxFailedError,
+    SandboxNotFoundError,
+    SandboxNotRunningError,
+    SandboxStatus,
+    SandboxTerminatedError,
+    SandboxValidationError,
+)
+
+MISSING = "0000000000000000"
+
+
+def test_not_found_is_sandbox_not_found_error():
+    with pytest.raises(SandboxNotFoundError) as raised:
+        Sandbox.from_id(MISSING).result()
+    assert raised.value.reason == "CWSANDBOX_SANDBOX_NOT_FOUND"
+    with pytest.raises(SandboxNotFoundError):
+        Sandbox.delete(MISSING).result()
+    # G14: missing_ok swallows NOT_FOUND on the client side.
+    Sandbox.delete(MISSING, missing_ok=True).result()
+    with pytest.raises(SandboxNotFoundError) as runner:
+        run(runner_ids=["no-such-runner"]).wait(timeout=WAIT)
+    assert runner.value.reason == "CWSANDBOX_RUNNER_NOT_FOUND"
+
+
+def test_invalid_input_is_a_validation_error_naming_the_field():
+    with pytest.raises(SandboxValidationError) as raised:
+        run(max_lifetime_seconds=10**9).wait(timeout=WAIT)
+    fields = [violation.field for violation in raised.value.field_violations]
+    assert fields == ["sandbox.spec.maxLifetimeSeconds"], raised.value.field_violations
+
+
+def test_tokens(monkeypatch):
+    # G12: without CWSANDBOX_API_KEY the client sends no header; the emulator requires one.
+    monkeypatch.delenv("CWSANDBOX_API_KEY")
+    with pytest.raises(CWSandboxAuthenticationError):
+        Sandbox.list().result()
+    monkeypatch.setenv("CWSANDBOX_API_KEY", "not-a-token")
+    with pytest.raises(CWSandboxAuthenticationError):
+        Sandbox.list().result()
+    # A user of the same organization works as well as the admin.
+    monkeypatch.setenv("CWSANDBOX_API_KEY", os.environ["USER_TOKEN"])
+    Sandbox.list(runner_ids=[RUNNER]).result()
+
+
+def test_a_failing_main_process_fails_the_sandbox_with_its_reason(mark):
+    # G9: FAILED raises with state_reason.
+    sb = run("sh", "-c", "exit 3", mark=mark)
+    with pytest.raises(SandboxFailedError) as raised:
+        sb.wait_until_complete(timeout=WAIT).result()
+    assert "exited with code 3" in str(raised.value)
+    assert Sandbox.from_id(sb.sandbox_id).result().status == SandboxStatus.FAILED
+
+
+def test_a_sandbox_that_completes_while_starting_is_not_an_error(mark):
+    # G9: COMPLETED during the wait for RUNNING returns quietly.
+    sb = run("true", mark=mark)
+    sb.wait(timeout=WAIT)
+    sb.wait_until_complete(timeout=WAIT).result()
+    assert sb.status == SandboxStatus.COMPLETED and sb.returncode == 0
+
+
+def test_the_lifetime_ends_the_sandbox_and_its_processes(mark):
+    sb = run(mark=mark, max_lifetime_seconds=1)
+    with pytest.raises(SandboxTerminatedError):
+        sb.wait_until_complete(timeout=WAIT).result()
+    assert "lifetime" in (Sandbox.from_id(sb.sandbox_id).result().status_reason or "")
+    assert processes_with(mark) == []
+
+
+def test_operations_on_a_stopped_sandbox(mark):
+    sb = run(mark=mark)
+    sb.wait(timeout=WAIT)
+    sb.stop().result()
+    # A second stop, and one of a sandbox already gone, succeed (G2: it stays readable).
+    sb.stop().result()
+    sb.stop(missing_ok=True).result()
+    ended = Sandbox.from_id(sb.sandbox_id).result()
+    with pytest.raises(SandboxNotRunningError):
+        ended.exec(["true"]).result()
+    with pytest.raises(SandboxNotRunningError):
+        ended.read_file("/tmp/x").result()
+
+
+def test_listing_hides_ended_sandboxes_unless_asked(mark):
+    # G15: the server filters; G16: it picks the page size.
+    sb = run(mark=mark, tags=[mark])
+    sb.wait(timeout=WAIT)
+    assert [s.sandbox_id for s in Sandbox.list(tags=[mark]).result()] == [sb.sandbox_id]
+    assert [s.sandbox_id for s in Sandbox.list(tags=[mark], status="running").result()] == [sb.sandbox_id]
+    sb.stop().result()
+    assert Sandbox.list(tags=[mark]).result() == []
+    assert [s.sandbox_id for s in Sandbox.list(tags=[mark], show_terminated=True).result()] == [sb.sandbox_id]
+    assert [s.sandbox_id for s in Sandbox.list(tags=[mark], status="completed").result()] == [sb.sandbox_id]
