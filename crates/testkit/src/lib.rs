@@ -82,11 +82,67 @@ pub fn buf() -> Result<PathBuf> {
     Ok(root.join("node_modules/.bin/buf"))
 }
 
+/// The clients generated from `proto/` by `buf generate` (`buf.gen.yaml`), ready to run: the
+/// TypeScript one compiled to `clients/ts/dist/`, the Python one importable from
+/// `clients/python/gen/`.
+#[derive(Debug, Clone)]
+pub struct GeneratedClients {
+    /// `clients/ts`: the npm project (run `node` there on `dist/…`).
+    pub ts_project: PathBuf,
+    /// The interpreter of `clients/python/.venv` (grpcio, protobuf).
+    pub python: PathBuf,
+    /// `clients/python/gen`, for `PYTHONPATH`.
+    pub python_gen: PathBuf,
+}
+
+/// Installs the pinned generators and runtimes where `buf.gen.yaml` expects them
+/// (`npm ci --prefix clients/ts` from its lock file; a venv `clients/python/.venv` from
+/// `clients/python/requirements.txt`), runs `buf generate` and compiles the TypeScript project
+/// (`tsc -p clients/ts`): the README's commands. Once per process, under a file lock.
+pub fn generated_clients() -> Result<GeneratedClients> {
+    static GENERATED: std::sync::OnceLock<std::result::Result<GeneratedClients, String>> =
+        std::sync::OnceLock::new();
+    GENERATED
+        .get_or_init(|| generate_clients().map_err(|error| format!("{error:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+fn generate_clients() -> Result<GeneratedClients> {
+    let root = workspace_root();
+    let ts = root.join("clients/ts");
+    let python_dir = root.join("clients/python");
+    let (manifest, lock) = (ts.join("package.json"), ts.join("package-lock.json"));
+    provision_named("clients-ts", &ts.join("node_modules"), &[&manifest, &lock], |_| {
+        run(Command::new("npm").args(["ci", "--silent", "--no-audit", "--no-fund", "--prefix"]).arg(&ts))
+    })?;
+    let requirements = python_dir.join("requirements.txt");
+    let venv = python_dir.join(".venv");
+    provision_named("clients-python", &venv, &[&requirements], |venv| {
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
+        run(Command::new(&python).args(["-m", "venv", "--clear"]).arg(venv))?;
+        run(Command::new(venv.join("bin/python"))
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+            .arg(&requirements))
+    })?;
+    let lock = File::create(tools_dir().join("clients-generate.lock"))?;
+    lock.lock().context("locking the client generation")?;
+    run(Command::new(ts.join("node_modules/.bin/buf")).arg("generate").current_dir(&root))
+        .context("buf generate")?;
+    run(Command::new(ts.join("node_modules/.bin/tsc")).args(["-p", "."]).current_dir(&ts)).context("tsc")?;
+    Ok(GeneratedClients { ts_project: ts, python: venv.join("bin/python"), python_gen: python_dir.join("gen") })
+}
+
 /// Installs into `root` unless a stamp shows the same pins were installed there already. The lock
 /// file makes parallel test binaries wait for one install instead of racing.
 fn provision(root: &Path, pins: &[&Path], install: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-    fs::create_dir_all(tools_dir())?;
     let name = root.file_name().and_then(|n| n.to_str()).unwrap_or("tool");
+    provision_named(name, root, pins, install)
+}
+
+/// [`provision`] with the name of its stamp and lock files in `target/test-tools/`.
+fn provision_named(name: &str, root: &Path, pins: &[&Path], install: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    fs::create_dir_all(tools_dir())?;
     let lock = File::create(tools_dir().join(format!("{name}.lock")))?;
     lock.lock().context("locking the tool install")?;
 
