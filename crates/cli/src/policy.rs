@@ -241,6 +241,9 @@ fn run_editor(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// How often the editor reopens on an invalid policy before `edit` gives up.
+const MAX_EDITS: usize = 20;
+
 fn edit_file(runner_id: &str) -> PathBuf {
     std::env::temp_dir().join(format!("cwsbx-policy-{runner_id}-{}.yaml", std::process::id()))
 }
@@ -257,6 +260,7 @@ async fn edit_interactively(admin: &RunnerAdmin, runner_id: &str, runner: &pb::M
     let path = edit_file(runner_id);
     std::fs::write(&path, format!("{header}{body}")).with_context(|| format!("writing {}", path.display()))?;
     let mut last_invalid: Option<String> = None;
+    let mut attempts = 0;
     loop {
         run_editor(&path)?;
         let text = std::fs::read_to_string(&path)?;
@@ -266,7 +270,8 @@ async fn edit_interactively(admin: &RunnerAdmin, runner_id: &str, runner: &pb::M
             eprintln!("Edit cancelled, the file was empty; nothing was applied.");
             return Ok(0);
         }
-        if last_invalid.as_deref() == Some(content.as_str()) {
+        attempts += 1;
+        if last_invalid.as_deref() == Some(content.as_str()) || attempts > MAX_EDITS {
             bail!("edit cancelled: the policy is still invalid and was not changed; your edit is kept in {}", path.display());
         }
         match check_policy(&content) {
@@ -285,7 +290,10 @@ async fn edit_interactively(admin: &RunnerAdmin, runner_id: &str, runner: &pb::M
             Err(problems) => {
                 let mut errors = String::from("# The edited policy is invalid; fix it or empty the file to abort:\n");
                 for problem in &problems {
-                    errors.push_str(&format!("#   {problem}\n"));
+                    // Every line of a problem is a comment (YAML errors span several lines).
+                    for line in problem.lines() {
+                        errors.push_str(&format!("#   {line}\n"));
+                    }
                 }
                 errors.push_str("#\n");
                 std::fs::write(&path, format!("{header}{errors}{content}\n"))?;
