@@ -28,6 +28,8 @@ fn command(emu: &EmulatorProcess, args: &[&str]) -> Command {
     let mut command = Command::new(cwsbx_path());
     command.args(args).envs(emu.env()).env("CWSANDBOX_RUNNER_ID", &emu.ready.runner_id);
     command.env_remove("VISUAL").env_remove("CWSBX_EDITOR");
+    // Edit files that `policy edit` keeps (stale etag, still invalid) go away with the emulator.
+    command.env("TMPDIR", emu.dir());
     command
 }
 
