@@ -1,0 +1,348 @@
+//! End-to-end tests of `cwsbx` against the emulator binary (testkit harness: port 0, ready
+//! file, no sleeps). The policy editor is a scripted `$EDITOR`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use cwsandbox_testkit::emulator::{EmulatorProcess, emulator_binary};
+
+fn emulator() -> EmulatorProcess {
+    let binary = emulator_binary();
+    if !binary.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let status = Command::new(cargo)
+            .args(["build", "-q", "-p", "cwsandbox-emulator"])
+            .current_dir(cwsandbox_testkit::workspace_root())
+            .status()
+            .expect("cargo build");
+        assert!(status.success(), "building the emulator");
+    }
+    EmulatorProcess::start(&binary, &[]).expect("emulator starts")
+}
+
+fn cwsbx_path() -> &'static str {
+    env!("CARGO_BIN_EXE_cwsbx")
+}
+
+fn command(emu: &EmulatorProcess, args: &[&str]) -> Command {
+    let mut command = Command::new(cwsbx_path());
+    command.args(args).envs(emu.env()).env("CWSANDBOX_RUNNER_ID", &emu.ready.runner_id);
+    command.env_remove("VISUAL").env_remove("CWSBX_EDITOR");
+    // Edit files that `policy edit` keeps (stale etag, still invalid) go away with the emulator.
+    command.env("TMPDIR", emu.dir());
+    command
+}
+
+fn cwsbx(emu: &EmulatorProcess, args: &[&str]) -> Output {
+    command(emu, args).output().expect("cwsbx runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs and asserts success; returns stdout.
+fn ok(emu: &EmulatorProcess, args: &[&str]) -> String {
+    let output = cwsbx(emu, args);
+    assert!(output.status.success(), "cwsbx {args:?} failed: {}{}", text(&output.stdout), text(&output.stderr));
+    text(&output.stdout)
+}
+
+/// Runs and asserts failure with one `error:` line on stderr; returns stderr.
+fn fails(emu: &EmulatorProcess, args: &[&str]) -> String {
+    let output = cwsbx(emu, args);
+    assert!(!output.status.success(), "cwsbx {args:?} should fail: {}", text(&output.stdout));
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one line on stderr: {stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    stderr
+}
+
+fn json(stdout: &str) -> serde_json::Value {
+    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+fn write_script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\nset -e\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+fn policy_json(emu: &EmulatorProcess) -> serde_json::Value {
+    json(&ok(emu, &["sandbox", "runner", "policy", "get", &emu.ready.runner_id, "-o", "json"]))
+}
+
+fn etag(emu: &EmulatorProcess) -> String {
+    let runners = json(&ok(emu, &["sandbox", "runner", "get", &emu.ready.runner_id, "-o", "json"]));
+    runners[0]["etag"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn runner_list_get_create_delete() {
+    let emu = emulator();
+    let runner = emu.ready.runner_id.clone();
+    let table = ok(&emu, &["sandbox", "runner", "list"]);
+    assert!(table.starts_with("RUNNER ID"), "{table}");
+    assert!(table.lines().any(|l| l.starts_with(&runner)), "{table}");
+    let got = json(&ok(&emu, &["sandbox", "runner", "get", &runner, "-o", "json"]));
+    assert_eq!(got[0]["identity"]["runnerId"], runner.as_str());
+    let yaml = ok(&emu, &["sandbox", "runner", "list", "-o", "yaml"]);
+    assert!(yaml.contains("runnerId:"), "{yaml}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runner.yaml");
+    // snake_case on input, like cwic's create file.
+    std::fs::write(
+        &file,
+        "identity:\n  runner_id: second-runner\n  zone: us-east-04a\n  cluster_id: cks-cluster\ndisplay_name: Second\npolicy: {}\n",
+    )
+    .unwrap();
+    let created = ok(&emu, &["sandbox", "runner", "create", "-f", file.to_str().unwrap()]);
+    assert!(created.contains("second-runner"), "{created}");
+    assert!(ok(&emu, &["sandbox", "runner", "list"]).contains("second-runner"));
+    let refused = fails(&emu, &["sandbox", "runner", "delete", "second-runner"]);
+    assert!(refused.contains("--yes"), "{refused}");
+    ok(&emu, &["sandbox", "runner", "delete", "second-runner", "--yes"]);
+    let template = ok(&emu, &["sandbox", "runner", "create", "--print-template"]);
+    assert!(template.contains("runnerId"), "{template}");
+    let missing = fails(&emu, &["sandbox", "runner", "get", "no-such-runner"]);
+    assert!(missing.contains("NOT_FOUND"), "{missing}");
+}
+
+#[test]
+fn policy_get_and_describe() {
+    let emu = emulator();
+    let runner = emu.ready.runner_id.clone();
+    let policy = policy_json(&emu);
+    assert!(policy.is_object(), "{policy}");
+    let yaml = ok(&emu, &["sandbox", "runner", "policy", "get", &runner]);
+    assert!(yaml.contains("schedulerName"), "{yaml}");
+    let described = ok(&emu, &["sandbox", "runner", "policy", "describe", &runner]);
+    assert!(described.contains(&format!("Etag:         {}", etag(&emu))), "{described}");
+    assert!(described.contains("Constraints:"), "{described}");
+    let template = ok(&emu, &["sandbox", "runner", "policy", "edit", &runner, "--print-template"]);
+    assert!(template.contains("schedulerName"), "{template}");
+}
+
+#[test]
+fn policy_validate_is_offline_and_lists_every_violation() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, "display_name: ok\nbase:\n  spec:\n    schedulerName: slurm-scheduler\n").unwrap();
+    let output = Command::new(cwsbx_path()).args(["sandbox", "runner", "policy", "validate", "-f"]).arg(&good).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("valid"));
+
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "base:\n  spec:\n    terminationGracePeriodSeconds: 30\nconstraints:\n  lifecycle:\n    defaultLifetimeSeconds: 99999999\n",
+    )
+    .unwrap();
+    // No emulator and no URL: validation never leaves the machine.
+    let output = Command::new(cwsbx_path())
+        .args(["sandbox", "runner", "policy", "validate", "-f"])
+        .arg(&bad)
+        .env("CWSANDBOX_BASE_URL", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("base.spec.terminationGracePeriodSeconds: "), "{stdout}");
+    assert!(stdout.contains("defaultLifetimeSeconds: "), "{stdout}");
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+
+    let unknown = dir.path().join("unknown.yaml");
+    std::fs::write(&unknown, "constraints:\n  nope: 1\n").unwrap();
+    let output = Command::new(cwsbx_path()).args(["sandbox", "runner", "policy", "validate", "-f"]).arg(&unknown).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(text(&output.stdout).contains("nope"), "{}", text(&output.stdout));
+}
+
+#[test]
+fn policy_edit_in_editor_sends_the_change_with_the_etag() {
+    let emu = emulator();
+    let runner = emu.ready.runner_id.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let before = etag(&emu);
+    // Unchanged: nothing is sent.
+    let output = command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", "true").output().unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("no changes"), "{}", text(&output.stderr));
+    assert_eq!(etag(&emu), before);
+
+    let editor = write_script(dir.path(), "editor.sh", r#"sed -i 's/^displayName: .*/displayName: Edited in the editor/' "$1""#);
+    let output = command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", &editor).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(policy_json(&emu)["displayName"], "Edited in the editor");
+    assert_ne!(etag(&emu), before);
+}
+
+#[test]
+fn policy_edit_reopens_the_editor_after_a_failed_validation() {
+    let emu = emulator();
+    let runner = emu.ready.runner_id.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("count");
+    let seen = dir.path().join("seen.yaml");
+    // First save: an invalid lifetime. Second: the file shows the error as a comment; fix it.
+    let editor = write_script(
+        dir.path(),
+        "editor.sh",
+        &format!(
+            r#"n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}
+if [ $n -eq 1 ]; then
+  printf 'constraints:\n  lifecycle:\n    defaultLifetimeSeconds: 99999999\n' >> "$1"
+else
+  cp "$1" {seen}
+  sed -i 's/99999999/3600/' "$1"
+fi"#,
+            counter = counter.display(),
+            seen = seen.display()
+        ),
+    );
+    let output = command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", &editor).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "2");
+    let shown = std::fs::read_to_string(&seen).unwrap();
+    assert!(shown.contains("# The edited policy is invalid"), "{shown}");
+    assert!(shown.contains("#   policy.constraints.lifecycle.defaultLifetimeSeconds"), "{shown}");
+    assert_eq!(policy_json(&emu)["constraints"]["lifecycle"]["defaultLifetimeSeconds"], 3600);
+
+    // Saving the same invalid text again gives up instead of looping.
+    let stubborn = write_script(
+        dir.path(),
+        "stubborn.sh",
+        r#"grep -q 'is invalid' "$1" || sed -i 's/defaultLifetimeSeconds: 3600/defaultLifetimeSeconds: -5/' "$1""#,
+    );
+    let output = command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", &stubborn).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(text(&output.stderr).contains("still invalid"), "{}", text(&output.stderr));
+}
+
+#[test]
+fn concurrent_policy_edits_the_second_fails() {
+    let emu = emulator();
+    let runner = emu.ready.runner_id.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("other.yaml");
+    std::fs::write(&other, "displayName: Changed meanwhile\n").unwrap();
+    // While this edit is open, someone else applies another policy.
+    let editor = write_script(
+        dir.path(),
+        "editor.sh",
+        &format!(
+            r#""{cwsbx}" sandbox runner policy edit {runner} -f {other} >/dev/null
+sed -i 's/^displayName: .*/displayName: Mine/' "$1""#,
+            cwsbx = cwsbx_path(),
+            other = other.display()
+        ),
+    );
+    let output = command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", &editor).output().unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("changed by someone else"), "{stderr}");
+    assert_eq!(policy_json(&emu)["displayName"], "Changed meanwhile");
+
+    // `-f` with a pinned stale etag fails the same way.
+    let stale = fails(&emu, &["sandbox", "runner", "policy", "edit", &runner, "-f", other.to_str().unwrap(), "--etag", "c3RhbGU"]);
+    assert!(stale.contains("changed by someone else"), "{stale}");
+}
+
+#[test]
+fn sandbox_run_get_ls_stop_delete() {
+    let emu = emulator();
+    let output = cwsbx(&emu, &["sandbox", "run", "--tag", "cli-test", "-a", "sunk.coreweave.com/partition=sandboxes", "-o", "json"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let progress = text(&output.stderr);
+    assert!(progress.contains("waiting for ") && progress.contains("STATE_"), "{progress}");
+    let created = json(&text(&output.stdout));
+    let id = created["sandboxId"].as_str().unwrap().to_owned();
+    assert_eq!(created["status"]["state"], "STATE_RUNNING");
+
+    let got = ok(&emu, &["sandbox", "get", &id, "-o", "yaml"]);
+    assert!(got.contains(&format!("sandboxId: {id}")), "{got}");
+    let table = ok(&emu, &["sandbox", "ls", "--tag", "cli-test"]);
+    assert!(table.starts_with("SANDBOX ID"), "{table}");
+    assert!(table.lines().any(|l| l.starts_with(&id) && l.contains("RUNNING")), "{table}");
+    assert!(ok(&emu, &["sandbox", "stop", &id]).contains("stopping"));
+
+    let second = json(&ok(&emu, &["sandbox", "run", "--no-wait", "-o", "json"]));
+    let second = second["sandboxId"].as_str().unwrap().to_owned();
+    assert!(ok(&emu, &["sandbox", "delete", &second]).contains("deleted"));
+
+    let missing = fails(&emu, &["sandbox", "get", "no-such-sandbox"]);
+    assert!(missing.contains("NOT_FOUND"), "{missing}");
+    assert!(missing.contains("CWSANDBOX_SANDBOX_NOT_FOUND"), "{missing}");
+}
+
+#[test]
+fn sandbox_run_reports_a_pending_reason() {
+    let emu = emulator();
+    // An unknown partition keeps the sandbox pending with Slurm's reason, shown while waiting.
+    let output = cwsbx(&emu, &["sandbox", "run", "--timeout", "2", "-a", "sunk.coreweave.com/partition=nope"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("STATE_PENDING (") && stderr.contains("partition"), "{stderr}");
+    assert!(stderr.lines().last().unwrap().starts_with("error: timed out"), "{stderr}");
+}
+
+/// Needs the process executor in the emulator (wt-integrate); UNAVAILABLE until it lands.
+#[test]
+fn sandbox_exec_and_logs() {
+    let emu = emulator();
+    let created = json(&ok(&emu, &["sandbox", "run", "-o", "json", "--", "/bin/sh", "-c", "echo main-says-hi; sleep 300"]));
+    let id = created["sandboxId"].as_str().unwrap().to_owned();
+    let output = cwsbx(&emu, &["sandbox", "exec", &id, "--", "hostname"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).trim().contains(&id), "{}", text(&output.stdout));
+    let output = cwsbx(&emu, &["sandbox", "exec", &id, "--", "sh", "-c", "echo out; echo err >&2; exit 7"]);
+    assert_eq!(output.status.code(), Some(7));
+    assert_eq!(text(&output.stdout), "out\n");
+    assert_eq!(text(&output.stderr), "err\n");
+    let output = command(&emu, &["sandbox", "exec", "-i", &id, "--", "cat"])
+        .stdin(std::fs::File::open(write_script(Path::new(&std::env::temp_dir()), &format!("stdin-{id}"), "x")).unwrap())
+        .output()
+        .unwrap();
+    assert!(text(&output.stdout).contains("set -e"), "{}", text(&output.stdout));
+    let logs = ok(&emu, &["sandbox", "logs", &id]);
+    assert!(logs.contains("main-says-hi"), "{logs}");
+    ok(&emu, &["sandbox", "delete", &id]);
+}
+
+#[test]
+fn cluster_values_get_and_apply() {
+    let emu = emulator();
+    let values = ok(&emu, &["cluster", "values", "get"]);
+    assert!(values.contains("slurmConfig:"), "{values}");
+    let as_json = json(&ok(&emu, &["cluster", "values", "get", "-o", "json"]));
+    assert!(as_json["slurmConfig"].is_object(), "{as_json}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, "slurmConfig:\n  KillWait: 60\n").unwrap();
+    ok(&emu, &["cluster", "values", "apply", "-f", file.to_str().unwrap()]);
+    let after = json(&ok(&emu, &["cluster", "values", "get", "-o", "json"]));
+    assert_eq!(after["slurmConfig"]["KillWait"], 60, "{after}");
+
+    std::fs::write(&file, "slurmConfig:\n  KillWiat: 60\n").unwrap();
+    let refused = fails(&emu, &["cluster", "values", "apply", "-f", file.to_str().unwrap()]);
+    assert!(refused.contains("KillWiat"), "{refused}");
+}
+
+#[test]
+fn errors_are_one_line_with_a_non_zero_exit() {
+    let emu = emulator();
+    let output = command(&emu, &["sandbox", "ls"]).env("CWSANDBOX_API_KEY", "wrong").output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("UNAUTHENTICATED"), "{stderr}");
+    // A user token may not administer runners.
+    let output = command(&emu, &["sandbox", "runner", "list"]).env("CWSANDBOX_API_KEY", &emu.ready.user_token).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(text(&output.stderr).contains("PERMISSION_DENIED"), "{}", text(&output.stderr));
+}

@@ -1,0 +1,146 @@
+//! Runner administration and the emulator's own API, both over Connect JSON.
+//!
+//! RunnerManagementService's JSON names are public, its field numbers are not: JSON is what lets
+//! the same code talk to `api.coreweave.com` and to the emulator.
+
+use cwsandbox_api::emulator_v1 as emu;
+use cwsandbox_api::emulator_v1::emulator_service_connect_client::EmulatorServiceClient;
+use cwsandbox_api::sandbox_v1::runner_management_service_connect_client::RunnerManagementServiceClient;
+use cwsandbox_api::wkt::FieldMask;
+
+use crate::{Config, Error, Result, pb};
+
+fn bearer(config: &Config) -> String {
+    format!("Bearer {}", config.api_key)
+}
+
+/// RunnerManagementService on the control plane.
+pub struct RunnerAdmin {
+    client: RunnerManagementServiceClient,
+}
+
+impl std::fmt::Debug for RunnerAdmin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunnerAdmin").finish_non_exhaustive()
+    }
+}
+
+impl RunnerAdmin {
+    /// A client for `config.control_plane_url`.
+    pub fn new(config: &Config) -> Result<RunnerAdmin> {
+        let client = RunnerManagementServiceClient::builder(config.control_plane_url.clone())
+            .use_json()
+            .try_default_header("authorization", bearer(config))
+            .map_err(|_| Error::Config("the API key is not a valid header value".to_owned()))?
+            .timeout(config.timeout)
+            .build()
+            .map_err(|error| Error::Config(format!("control plane URL {:?}: {error}", config.control_plane_url)))?;
+        Ok(RunnerAdmin { client })
+    }
+
+    /// One runner.
+    pub async fn get(&self, runner_id: &str) -> Result<pb::ManagedRunner> {
+        let request = pb::GetManagedRunnerRequest { runner_id: runner_id.to_owned() };
+        Ok(self.client.get_managed_runner(&request).await?.into_inner())
+    }
+
+    /// Every runner, following pages; optionally filtered by cluster and zone.
+    pub async fn list(&self, cluster_id: &str, zone: &str) -> Result<Vec<pb::ManagedRunner>> {
+        let mut request = pb::ListManagedRunnersRequest {
+            cluster_id: cluster_id.to_owned(),
+            zone: zone.to_owned(),
+            ..Default::default()
+        };
+        let mut all = Vec::new();
+        loop {
+            let page = self.client.list_managed_runners(&request).await?.into_inner();
+            all.extend(page.managed_runners);
+            if page.next_page_token.is_empty() {
+                return Ok(all);
+            }
+            request.page_token = page.next_page_token;
+        }
+    }
+
+    /// Creates a runner.
+    pub async fn create(&self, runner: pb::ManagedRunner, request_id: &str) -> Result<pb::ManagedRunner> {
+        let request = pb::CreateManagedRunnerRequest { managed_runner: Some(runner), request_id: request_id.to_owned() };
+        Ok(self.client.create_managed_runner(&request).await?.into_inner())
+    }
+
+    /// Deletes a runner.
+    pub async fn delete(&self, runner_id: &str, allow_missing: bool) -> Result<()> {
+        let request = pb::DeleteManagedRunnerRequest { runner_id: runner_id.to_owned(), allow_missing };
+        self.client.delete_managed_runner(&request).await?;
+        Ok(())
+    }
+
+    /// Updates the fields named by `paths`.
+    pub async fn update(&self, runner_id: &str, runner: pb::ManagedRunner, paths: &[&str]) -> Result<pb::ManagedRunner> {
+        let request = pb::UpdateManagedRunnerRequest {
+            runner_id: runner_id.to_owned(),
+            managed_runner: Some(runner),
+            update_mask: Some(FieldMask { paths: paths.iter().map(|p| (*p).to_owned()).collect() }),
+        };
+        Ok(self.client.update_managed_runner(&request).await?.into_inner())
+    }
+
+    /// Replaces the whole policy (mask `policy`) if its etag is still `etag`; a concurrent change
+    /// fails with FAILED_PRECONDITION ([`Error::is_stale_etag`]).
+    pub async fn update_policy(&self, runner_id: &str, policy: pb::Policy, etag: &str) -> Result<pb::ManagedRunner> {
+        let runner = pb::ManagedRunner { policy: Some(policy), etag: etag.to_owned(), ..Default::default() };
+        self.update(runner_id, runner, &["policy"]).await
+    }
+}
+
+/// The emulator's own API (`coreweave.sandbox.emulator.v1.EmulatorService`), admin only.
+pub struct EmulatorAdmin {
+    client: EmulatorServiceClient,
+}
+
+impl std::fmt::Debug for EmulatorAdmin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmulatorAdmin").finish_non_exhaustive()
+    }
+}
+
+impl EmulatorAdmin {
+    /// A client for `config.base_url`.
+    pub fn new(config: &Config) -> Result<EmulatorAdmin> {
+        let client = EmulatorServiceClient::builder(config.base_url.clone())
+            .use_json()
+            .try_default_header("authorization", bearer(config))
+            .map_err(|_| Error::Config("the API key is not a valid header value".to_owned()))?
+            .timeout(config.timeout)
+            .build()
+            .map_err(|error| Error::Config(format!("base URL {:?}: {error}", config.base_url)))?;
+        Ok(EmulatorAdmin { client })
+    }
+
+    /// The raw Connect client, for every other RPC.
+    pub fn raw(&self) -> &EmulatorServiceClient {
+        &self.client
+    }
+
+    /// The values in force, as YAML.
+    pub async fn get_values(&self) -> Result<String> {
+        Ok(self.client.get_values(&emu::GetValuesRequest {}).await?.into_inner().yaml)
+    }
+
+    /// Applies a YAML values document like `helm upgrade -f` (merge) and returns the values now
+    /// in force.
+    pub async fn apply_values(&self, yaml: &str, validate_only: bool) -> Result<String> {
+        let request = emu::ApplyValuesRequest {
+            document: Some(emu::apply_values_request::Document::Yaml(yaml.to_owned())),
+            mode: emu::ApplyMode::Merge as i32,
+            validate_only,
+        };
+        Ok(self.client.apply_values(&request).await?.into_inner().yaml)
+    }
+
+    /// A fresh world.
+    pub async fn reset(&self) -> Result<()> {
+        self.client.reset(&emu::ResetRequest {}).await?;
+        Ok(())
+    }
+}
