@@ -374,32 +374,51 @@ impl World {
         labels.insert("sunk.coreweave.com/nodeset".to_owned(), set.name.clone());
         let mut annotations = BTreeMap::new();
         annotations.insert(LOCK_KEY.to_owned(), "false".to_owned());
-        let uid = self.ids.uid();
-        let pod = Pod {
-            uid,
+        let container = PodContainer {
+            name: "slurmd".to_owned(),
+            image: "registry.gitlab.com/coreweave/sunk/slurmd:emulated".to_owned(),
+            command: Vec::new(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            working_dir: None,
+            requests,
+            limits: ResourceAmounts::default(),
+            state: ContainerState::Running(self.now),
+        };
+        let owner = PodOwner::Slurmd { slurm_node: slurm_name.to_owned() };
+        let pod = self.system_pod(namespace, slurm_name.to_owned(), labels, annotations, Some(node_name.to_owned()), container, owner);
+        self.cluster.insert_pod(pod);
+        Ok(())
+    }
+
+    /// A Pod of the platform itself (slurmd, the scheduler): already bound and running, and
+    /// tolerating the node lock.
+    #[allow(clippy::too_many_arguments)]
+    fn system_pod(
+        &mut self,
+        namespace: String,
+        name: String,
+        labels: BTreeMap<String, String>,
+        annotations: BTreeMap<String, String>,
+        node_name: Option<String>,
+        container: PodContainer,
+        owner: PodOwner,
+    ) -> Pod {
+        Pod {
+            uid: self.ids.uid(),
             namespace,
-            name: slurm_name.to_owned(),
+            name,
             labels,
             annotations,
             scheduler_name: "default-scheduler".to_owned(),
-            node_name: Some(node_name.to_owned()),
+            node_name,
             termination_grace_period_seconds: 30,
             node_selector: BTreeMap::new(),
             tolerations: vec![lock_toleration()],
             required_node_affinity: Vec::new(),
             priority_class_name: None,
             extra_spec: BTreeMap::new(),
-            containers: vec![PodContainer {
-                name: "slurmd".to_owned(),
-                image: "registry.gitlab.com/coreweave/sunk/slurmd:emulated".to_owned(),
-                command: Vec::new(),
-                args: Vec::new(),
-                env: BTreeMap::new(),
-                working_dir: None,
-                requests,
-                limits: ResourceAmounts::default(),
-                state: ContainerState::Running(self.now),
-            }],
+            containers: vec![container],
             phase: PodPhase::Running,
             reason: None,
             message: None,
@@ -408,12 +427,10 @@ impl World {
             created: self.now,
             deletion_timestamp: None,
             deletion_grace_period_seconds: None,
-            owner: PodOwner::Slurmd { slurm_node: slurm_name.to_owned() },
+            owner,
             resource_version: 0,
             object_ref: Default::default(),
-        };
-        self.cluster.insert_pod(pod);
-        Ok(())
+        }
     }
 
     /// The scheduler Pod (7.x: name in args) and, for 8.x, its `scheduler.conf` ConfigMap.
@@ -445,7 +462,6 @@ impl World {
         labels.insert("app.kubernetes.io/name".to_owned(), "sunk-scheduler".to_owned());
         labels.insert("app.kubernetes.io/component".to_owned(), "scheduler".to_owned());
         labels.insert("app.kubernetes.io/instance".to_owned(), values.sunk.release.clone());
-        let uid = self.ids.uid();
         // The scheduler runs on a system Node when there is one, as in a real cluster.
         let node_name = values
             .extra_nodes
@@ -454,43 +470,20 @@ impl World {
             .or_else(|| self.cluster.nodes.keys().next().cloned());
         let cpu = Quantity::parse("100m").ok();
         let memory = Quantity::parse("256Mi").ok();
-        self.cluster.insert_pod(Pod {
-            uid,
-            namespace: namespace.clone(),
-            name: pod_name,
-            labels: labels.clone(),
-            annotations: BTreeMap::new(),
-            scheduler_name: "default-scheduler".to_owned(),
-            node_name,
-            termination_grace_period_seconds: 30,
-            node_selector: BTreeMap::new(),
-            tolerations: vec![lock_toleration()],
-            required_node_affinity: Vec::new(),
-            priority_class_name: None,
-            extra_spec: BTreeMap::new(),
-            containers: vec![PodContainer {
-                name: "scheduler".to_owned(),
-                image: "registry.gitlab.com/coreweave/sunk/sunk-scheduler:emulated".to_owned(),
-                command: vec!["/usr/local/bin/sunk-scheduler".to_owned()],
-                args,
-                env: BTreeMap::new(),
-                working_dir: None,
-                requests: ResourceAmounts { cpu, memory, gpu: None },
-                limits: ResourceAmounts::default(),
-                state: ContainerState::Running(self.now),
-            }],
-            phase: PodPhase::Running,
-            reason: None,
-            message: None,
-            scheduled_condition: Some((true, String::new(), String::new())),
-            start_time: Some(self.now),
-            created: self.now,
-            deletion_timestamp: None,
-            deletion_grace_period_seconds: None,
-            owner: PodOwner::Scheduler,
-            resource_version: 0,
-            object_ref: Default::default(),
-        });
+        let container = PodContainer {
+            name: "scheduler".to_owned(),
+            image: "registry.gitlab.com/coreweave/sunk/sunk-scheduler:emulated".to_owned(),
+            command: vec!["/usr/local/bin/sunk-scheduler".to_owned()],
+            args,
+            env: BTreeMap::new(),
+            working_dir: None,
+            requests: ResourceAmounts { cpu, memory, gpu: None },
+            limits: ResourceAmounts::default(),
+            state: ContainerState::Running(self.now),
+        };
+        let pod =
+            self.system_pod(namespace.clone(), pod_name, labels.clone(), BTreeMap::new(), node_name, container, PodOwner::Scheduler);
+        self.cluster.insert_pod(pod);
         if values.sunk.version >= 8 {
             let config = format!(
                 "scheduler:\n  name: {}\n  terminationOffset: {}s\nslurm:\n  killWait: {}s\n",
