@@ -4,19 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use cwsandbox_testkit::emulator::{EmulatorProcess, emulator_binary};
+use cwsandbox_testkit::emulator::{EmulatorProcess, built_emulator_binary};
 
 fn emulator() -> EmulatorProcess {
-    let binary = emulator_binary();
-    if !binary.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let status = Command::new(cargo)
-            .args(["build", "-q", "-p", "cwsandbox-emulator"])
-            .current_dir(cwsandbox_testkit::workspace_root())
-            .status()
-            .expect("cargo build");
-        assert!(status.success(), "building the emulator");
-    }
+    let binary = built_emulator_binary().expect("the emulator binary builds");
     EmulatorProcess::start(&binary, &[]).expect("emulator starts")
 }
 

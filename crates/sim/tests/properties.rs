@@ -12,7 +12,7 @@ use cwsandbox_sim::config::{Scenario, Values};
 use cwsandbox_sim::ids::{IdSource, SeededIds};
 use cwsandbox_sim::k8s::{PodOwner, PodPhase, ResourceTotals};
 use cwsandbox_sim::sandbox::{Owner, SandboxFilter};
-use cwsandbox_sim::slurm::{JobBaseState, JobKind, JobRequest, Sharing};
+use cwsandbox_sim::slurm::{JobBaseState, JobKind, Sharing};
 
 fn spec(rng: &mut SeededIds) -> SandboxSpec {
     let cpu = ["500m", "1", "2", "3"][(rng.next_u64() % 4) as usize];
@@ -156,25 +156,7 @@ fn random_operations_keep_the_invariants() {
                     }
                 }
                 5 => {
-                    let request = JobRequest {
-                        name: "batch".to_owned(),
-                        uid: 1001,
-                        gid: None,
-                        account: None,
-                        partition: None,
-                        qos: None,
-                        comment: None,
-                        reservation: None,
-                        cpus: 1 + (rng.next_u64() % 8) as u32,
-                        mem_mb: 1024,
-                        gpus: 0,
-                        gres_type: None,
-                        sharing: Sharing::Default,
-                        time_limit_seconds: None,
-                        priority: 100,
-                        kind: JobKind::Batch { run_seconds: Some(1 + (rng.next_u64() % 60) as u32) },
-                        prolog: false,
-                    };
+                    let request = batch(1 + (rng.next_u64() % 8) as u32, Some(1 + (rng.next_u64() % 60) as u32));
                     h.world.submit_batch_job(request).expect("batch");
                 }
                 _ => h.advance_millis(rng.next_u64() % 30_000),

@@ -6,29 +6,8 @@ mod common;
 use common::*;
 use cwsandbox_sim::config::ScopeType;
 use cwsandbox_sim::k8s::PodPhase;
-use cwsandbox_sim::slurm::{JobBaseState, JobKind, JobRequest, Sharing};
+use cwsandbox_sim::slurm::JobBaseState;
 
-fn batch(cpus: u32, run_seconds: Option<u32>) -> JobRequest {
-    JobRequest {
-        name: "train".to_owned(),
-        uid: 1001,
-        gid: None,
-        account: None,
-        partition: None,
-        qos: None,
-        comment: None,
-        reservation: None,
-        cpus,
-        mem_mb: 1024,
-        gpus: 0,
-        gres_type: None,
-        sharing: Sharing::Default,
-        time_limit_seconds: None,
-        priority: 100,
-        kind: JobKind::Batch { run_seconds },
-        prolog: false,
-    }
-}
 
 #[test]
 fn item_01_other_scheduler_name_is_ignored() {

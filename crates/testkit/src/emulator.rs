@@ -50,6 +50,21 @@ pub fn emulator_binary() -> PathBuf {
     target.join("debug").join("cwsandbox-emulator")
 }
 
+/// The emulator binary, built first when it is missing (tests of other crates cannot name it with
+/// `CARGO_BIN_EXE_…`, and `cargo test` does not build other packages' binaries).
+pub fn built_emulator_binary() -> Result<PathBuf> {
+    let binary = emulator_binary();
+    if !binary.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        crate::run(
+            std::process::Command::new(cargo)
+                .args(["build", "-q", "-p", "cwsandbox-emulator"])
+                .current_dir(crate::workspace_root()),
+        )?;
+    }
+    Ok(binary)
+}
+
 /// A running emulator process.
 #[derive(Debug)]
 pub struct EmulatorProcess {

@@ -9,7 +9,7 @@ use cwsandbox_sim::ids::SeededIds;
 use cwsandbox_sim::k8s::{Event, Pod, PodOwner};
 use cwsandbox_sim::quantity::Quantity;
 use cwsandbox_sim::resolved::ResourceAmounts;
-use cwsandbox_sim::slurm::Job;
+use cwsandbox_sim::slurm::{Job, JobKind, JobRequest, Sharing};
 use cwsandbox_sim::time::{ManualClock, SimTime};
 use cwsandbox_sim::world::{PodRequest, World};
 
@@ -152,4 +152,27 @@ impl Harness {
 
 pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())).collect()
+}
+
+/// An ordinary Slurm batch job of alice's (uid 1001) in the default partition.
+pub fn batch(cpus: u32, run_seconds: Option<u32>) -> JobRequest {
+    JobRequest {
+        name: "train".to_owned(),
+        uid: 1001,
+        gid: None,
+        account: None,
+        partition: None,
+        qos: None,
+        comment: None,
+        reservation: None,
+        cpus,
+        mem_mb: 1024,
+        gpus: 0,
+        gres_type: None,
+        sharing: Sharing::Default,
+        time_limit_seconds: None,
+        priority: 100,
+        kind: JobKind::Batch { run_seconds },
+        prolog: false,
+    }
 }
