@@ -4,6 +4,7 @@ protocol of §5 as the client sees it."""
 from __future__ import annotations
 
 import hashlib
+import uuid
 
 import pytest
 
@@ -58,12 +59,15 @@ def test_without_stdin_the_half_close_is_end_of_file(sandbox):
 
 
 def test_a_timed_out_exec_is_killed(sandbox):
+    # A duration no other process uses: with plain processes `ps` sees the whole host, including
+    # the same test of the other suite running in parallel.
+    seconds = str(1000 + uuid.uuid4().int % 9_000_000)
     with pytest.raises(SandboxTimeoutError):
-        sandbox.exec(["sleep", "300"], timeout_seconds=1).result()
+        sandbox.exec(["sleep", seconds], timeout_seconds=1).result()
     # The client cancels the stream; the emulator kills the command. Ask the sandbox until it is
     # gone (a bounded wait inside the sandbox, since the kill follows the cancel asynchronously).
     gone = sandbox.exec(
-        ["sh", "-c", "for i in $(seq 100); do ps -eo args= | grep -qx 'sleep 300' || exit 0; sleep 0.05; done; exit 1"]
+        ["sh", "-c", f"for i in $(seq 100); do ps -eo args= | grep -qx 'sleep {seconds}' || exit 0; sleep 0.05; done; exit 1"]
     ).result()
     assert gone.returncode == 0, "the timed-out command still runs"
 
