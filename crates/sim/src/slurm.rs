@@ -547,6 +547,11 @@ impl Slurm {
         self.job_or_record(id).map(|job| Job { completing: false, ..job.clone() })
     }
 
+    /// Every job on record, queued or finished, borrowed and in no particular order.
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.finished.values().chain(self.queue.values())
+    }
+
     /// Every accounting row, by job id.
     pub fn accounting_records(&self) -> Vec<Job> {
         let mut ids: Vec<JobId> = self.finished.keys().chain(self.queue.keys()).copied().collect();

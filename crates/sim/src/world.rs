@@ -1411,11 +1411,13 @@ impl World {
 
     /// The placeholder job of a Pod, if it has one.
     pub fn placeholder_job(&self, pod_uid: &str) -> Option<JobId> {
+        // Once released, the placeholder is only on record: search the jobs without copying them.
         self.placeholder_of_pod.get(pod_uid).copied().or_else(|| {
-            self.slurm.accounting_records().into_iter().rev().find_map(|job| match &job.kind {
-                JobKind::Placeholder { pod_uid: owner } if owner == pod_uid => Some(job.id),
-                _ => None,
-            })
+            self.slurm
+                .jobs()
+                .filter(|job| matches!(&job.kind, JobKind::Placeholder { pod_uid: owner } if owner == pod_uid))
+                .map(|job| job.id)
+                .max()
         })
     }
 
