@@ -167,7 +167,7 @@ pub fn sandbox(view: &SandboxView) -> pb::Sandbox {
         ..Default::default()
     };
     pb::Sandbox {
-        sandbox_id: view.id.clone(),
+        sandbox_id: view.id.to_string(),
         spec: Some(spec),
         status: Some(status),
         display_name: view.display_name.clone(),

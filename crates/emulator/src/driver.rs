@@ -148,7 +148,7 @@ impl Driver {
                 .pods_iter()
                 .filter(|pod| pod.phase == PodPhase::Running)
                 .filter(|pod| !matches!(pod.owner, PodOwner::Slurmd { .. } | PodOwner::Scheduler))
-                .map(|pod| pod.uid.clone())
+                .map(|pod| pod.uid.to_string())
                 .collect();
             for pod_uid in &running {
                 let _ = self.pump.send(PumpItem::Kill { pod_uid: pod_uid.clone() });
@@ -165,10 +165,10 @@ impl Driver {
         for effect in world.take_effects() {
             let item = match effect {
                 Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id } => {
-                    PumpItem::Start(launch_of(world, pod_uid, namespace, pod_name, sandbox_id))
+                    PumpItem::Start(launch_of(world, pod_uid.into(), namespace.into(), pod_name.into(), sandbox_id.map(String::from)))
                 }
-                Effect::StopPod { pod_uid, grace } => PumpItem::Stop { pod_uid, grace },
-                Effect::KillPod { pod_uid } => PumpItem::Kill { pod_uid },
+                Effect::StopPod { pod_uid, grace } => PumpItem::Stop { pod_uid: pod_uid.into(), grace },
+                Effect::KillPod { pod_uid } => PumpItem::Kill { pod_uid: pod_uid.into() },
             };
             // The receiver lives as long as the emulator; after shutdown effects have nowhere to go.
             if self.pump.send(item).is_ok() {

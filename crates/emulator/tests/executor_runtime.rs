@@ -116,7 +116,7 @@ fn in_band_error(entries: &[pb::LogEntry]) -> Option<String> {
 }
 
 fn pod_uid(setup: &Setup, sandbox_id: &str) -> String {
-    setup.emulator.app().driver().with_world(|world| world.sandbox(sandbox_id).expect("sandbox").pod_uid.clone())
+    setup.emulator.app().driver().with_world(|world| world.sandbox(sandbox_id).expect("sandbox").pod_uid.to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,10 @@
 //! Identifiers. A seeded source makes a world replay identically: the same seed and the same
 //! commands give the same sandbox ids, Pod uids and job ids.
 
+use std::borrow::Borrow;
+use std::fmt;
+use std::sync::Arc;
+
 /// Where new identifiers come from.
 pub trait IdSource: Send {
     /// 64 fresh random bits.
@@ -8,21 +12,27 @@ pub trait IdSource: Send {
 
     /// A sandbox id: 16 lowercase hex digits.
     fn sandbox_id(&mut self) -> String {
-        format!("{:016x}", self.next_u64())
+        let mut id = String::with_capacity(16);
+        push_hex(&mut id, self.next_u64(), 16);
+        id
     }
 
     /// A Kubernetes uid in the 8-4-4-4-12 hex form.
     fn uid(&mut self) -> String {
         let high = self.next_u64();
         let low = self.next_u64();
-        format!(
-            "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-            high >> 32,
-            (high >> 16) & 0xffff,
-            high & 0xffff,
-            low >> 48,
-            low & 0xffff_ffff_ffff
-        )
+        // Written into one exact-size buffer: `format!` would grow it several times.
+        let mut uid = String::with_capacity(36);
+        push_hex(&mut uid, high >> 32, 8);
+        uid.push('-');
+        push_hex(&mut uid, (high >> 16) & 0xffff, 4);
+        uid.push('-');
+        push_hex(&mut uid, high & 0xffff, 4);
+        uid.push('-');
+        push_hex(&mut uid, low >> 48, 4);
+        uid.push('-');
+        push_hex(&mut uid, low & 0xffff_ffff_ffff, 12);
+        uid
     }
 
     /// A short lowercase suffix for generated names (`-x7k2p`).
@@ -36,6 +46,125 @@ pub trait IdSource: Send {
                 ALPHABET[index] as char
             })
             .collect()
+    }
+}
+
+/// Appends the low `digits` hex digits of `value`, zero-padded, lowercase.
+fn push_hex(text: &mut String, value: u64, digits: u32) {
+    for position in (0..digits).rev() {
+        let nibble = ((value >> (position * 4)) & 0xf) as u32;
+        text.push(char::from_digit(nibble, 16).unwrap_or('0'));
+    }
+}
+
+/// An immutable string shared by every object that names the same thing: a Pod's uid, name and
+/// namespace, a sandbox id. Cloning it bumps a count instead of copying the text, so a Pod, its
+/// job, its sandbox, its Events and the indexes over them hold one copy between them. Reads as a
+/// `&str` (`Deref`), compares with `str` and `String`, and looks up `str`-keyed maps (`Borrow`).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct SharedStr(Arc<str>);
+
+impl SharedStr {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for SharedStr {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for SharedStr {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Borrow<str> for SharedStr {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SharedStr {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, formatter)
+    }
+}
+
+impl fmt::Debug for SharedStr {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, formatter)
+    }
+}
+
+impl From<&str> for SharedStr {
+    fn from(text: &str) -> SharedStr {
+        SharedStr(Arc::from(text))
+    }
+}
+
+impl From<String> for SharedStr {
+    fn from(text: String) -> SharedStr {
+        SharedStr(Arc::from(text))
+    }
+}
+
+impl From<&String> for SharedStr {
+    fn from(text: &String) -> SharedStr {
+        SharedStr(Arc::from(text.as_str()))
+    }
+}
+
+impl From<SharedStr> for String {
+    fn from(text: SharedStr) -> String {
+        text.0.to_string()
+    }
+}
+
+impl From<&SharedStr> for String {
+    fn from(text: &SharedStr) -> String {
+        text.0.to_string()
+    }
+}
+
+impl PartialEq<str> for SharedStr {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for SharedStr {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl PartialEq<String> for SharedStr {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<SharedStr> for str {
+    fn eq(&self, other: &SharedStr) -> bool {
+        self == &*other.0
+    }
+}
+
+impl PartialEq<SharedStr> for &str {
+    fn eq(&self, other: &SharedStr) -> bool {
+        *self == &*other.0
+    }
+}
+
+impl PartialEq<SharedStr> for String {
+    fn eq(&self, other: &SharedStr) -> bool {
+        **self == *other.0
     }
 }
 

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
+use crate::ids::SharedStr;
 use crate::resolved::{ResourceAmounts, Toleration};
 use crate::time::SimTime;
 
@@ -52,8 +53,8 @@ pub const LOCK_KEY: &str = "sunk.coreweave.com/lock";
 /// A Kubernetes Node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {
-    /// Name.
-    pub name: String,
+    /// Name (shared with the Pods bound to it).
+    pub name: SharedStr,
     /// Uid.
     pub uid: String,
     /// Labels.
@@ -102,7 +103,7 @@ impl PodPhase {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodOwner {
     /// A sandbox's Pod.
-    Sandbox(String),
+    Sandbox(SharedStr),
     /// The slurmd Pod of a Slurm node.
     Slurmd {
         /// The Slurm node name.
@@ -158,20 +159,20 @@ pub struct PodContainer {
 /// A Pod.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pod {
-    /// Uid.
-    pub uid: String,
+    /// Uid (shared with its sandbox, job, Events and the indexes over Pods).
+    pub uid: SharedStr,
     /// Namespace.
-    pub namespace: String,
+    pub namespace: SharedStr,
     /// Name.
-    pub name: String,
+    pub name: SharedStr,
     /// Labels.
     pub labels: BTreeMap<String, String>,
     /// Annotations.
     pub annotations: BTreeMap<String, String>,
     /// `spec.schedulerName` (`default-scheduler` when unset).
     pub scheduler_name: String,
-    /// `spec.nodeName` once bound.
-    pub node_name: Option<String>,
+    /// `spec.nodeName` once bound (shared with the Node).
+    pub node_name: Option<SharedStr>,
     /// `spec.terminationGracePeriodSeconds`.
     pub termination_grace_period_seconds: i64,
     /// `spec.nodeSelector`.
@@ -263,17 +264,17 @@ pub struct ObjectRef {
     /// `Pod`, `Node`, …
     pub kind: &'static str,
     /// Namespace (empty for cluster objects).
-    pub namespace: String,
+    pub namespace: SharedStr,
     /// Name.
-    pub name: String,
+    pub name: SharedStr,
     /// Uid.
-    pub uid: String,
+    pub uid: SharedStr,
 }
 
 impl ObjectRef {
     /// A shared reference to a Pod.
-    pub fn pod(namespace: &str, name: &str, uid: &str) -> Arc<ObjectRef> {
-        Arc::new(ObjectRef { kind: "Pod", namespace: namespace.to_owned(), name: name.to_owned(), uid: uid.to_owned() })
+    pub fn pod(namespace: &SharedStr, name: &SharedStr, uid: &SharedStr) -> Arc<ObjectRef> {
+        Arc::new(ObjectRef { kind: "Pod", namespace: namespace.clone(), name: name.clone(), uid: uid.clone() })
     }
 }
 
@@ -343,11 +344,12 @@ pub struct Cluster {
     /// Namespaces by name.
     pub namespaces: BTreeMap<String, Namespace>,
     /// Pods by uid, boxed: the table then wastes little on free slots as it grows.
-    pods: HashMap<String, Box<Pod>>,
-    /// (namespace, name) → uid, in kubectl's listing order.
-    pod_names: BTreeMap<(String, String), String>,
+    pods: HashMap<SharedStr, Box<Pod>>,
+    /// namespace → name → uid, in kubectl's listing order; two levels so a lookup by borrowed
+    /// names needs no owned key.
+    pod_names: BTreeMap<SharedStr, BTreeMap<SharedStr, SharedStr>>,
     /// Node name → uids of the Pods bound there, so per-Node work never scans every Pod.
-    pods_on_node: HashMap<String, BTreeSet<String>>,
+    pods_on_node: HashMap<SharedStr, BTreeSet<SharedStr>>,
     /// ConfigMaps by (namespace, name).
     pub config_maps: BTreeMap<(String, String), ConfigMap>,
     /// Events, oldest first, at most `event_capacity`.
@@ -368,7 +370,7 @@ impl Cluster {
 
     /// Every Pod, ordered by namespace and name.
     pub fn pods_iter(&self) -> impl Iterator<Item = &Pod> {
-        self.pod_names.values().filter_map(|uid| self.pods.get(uid).map(|pod| &**pod))
+        self.pod_names.values().flat_map(BTreeMap::values).filter_map(|uid| self.pods.get(uid).map(|pod| &**pod))
     }
 
     /// How many Pods exist.
@@ -378,7 +380,7 @@ impl Cluster {
 
     /// A Pod by namespace and name.
     pub fn pod_by_name(&self, namespace: &str, name: &str) -> Option<&Pod> {
-        self.pod_names.get(&(namespace.to_owned(), name.to_owned())).and_then(|uid| self.pod(uid))
+        self.pod_names.get(namespace).and_then(|names| names.get(name)).and_then(|uid| self.pod(uid))
     }
 
     /// The Pods bound to a Node.
@@ -411,19 +413,24 @@ impl Cluster {
             self.pods_on_node.entry(node_name.clone()).or_default().insert(pod.uid.clone());
             if pod.holds_resources() {
                 let requested = pod.requested();
-                if let Some(node) = self.nodes.get_mut(node_name) {
+                if let Some(node) = self.nodes.get_mut(node_name.as_str()) {
                     node.requested.add(requested);
                 }
             }
         }
-        self.pod_names.insert((pod.namespace.clone(), pod.name.clone()), pod.uid.clone());
+        self.pod_names.entry(pod.namespace.clone()).or_default().insert(pod.name.clone(), pod.uid.clone());
         self.pods.insert(pod.uid.clone(), Box::new(pod));
     }
 
     /// Removes a Pod, releasing what it held on its Node.
     pub fn remove_pod(&mut self, uid: &str) -> Option<Pod> {
         let pod = *self.pods.remove(uid)?;
-        self.pod_names.remove(&(pod.namespace.clone(), pod.name.clone()));
+        if let Some(names) = self.pod_names.get_mut(&pod.namespace) {
+            names.remove(&pod.name);
+            if names.is_empty() {
+                self.pod_names.remove(&pod.namespace);
+            }
+        }
         if let Some(node_name) = &pod.node_name
             && let Some(uids) = self.pods_on_node.get_mut(node_name)
         {
@@ -437,7 +444,7 @@ impl Cluster {
     fn release(&mut self, pod: &Pod) {
         if pod.holds_resources() {
             let requested = pod.requested();
-            if let Some(node) = pod.node_name.as_ref().and_then(|name| self.nodes.get_mut(name)) {
+            if let Some(node) = pod.node_name.as_ref().and_then(|name| self.nodes.get_mut(name.as_str())) {
                 node.requested.subtract(requested);
             }
         }
@@ -445,14 +452,24 @@ impl Cluster {
 
     /// Binds a Pod to a Node; a non-terminal Pod's requests count there from now on.
     pub fn bind(&mut self, uid: &str, node_name: &str) {
+        // The Node's own name is shared; a Node that does not exist still gets its name.
+        let shared_name = self.nodes.get(node_name).map_or_else(|| SharedStr::from(node_name), |node| node.name.clone());
         let Some(pod) = self.pod_mut(uid) else { return };
         if pod.node_name.is_some() {
             return;
         }
-        pod.node_name = Some(node_name.to_owned());
+        pod.node_name = Some(shared_name.clone());
         let requested = pod.requested();
         let counts = !pod.phase.is_terminal();
-        self.pods_on_node.entry(node_name.to_owned()).or_default().insert(uid.to_owned());
+        let uid = pod.uid.clone();
+        match self.pods_on_node.get_mut(node_name) {
+            Some(uids) => {
+                uids.insert(uid);
+            }
+            None => {
+                self.pods_on_node.insert(shared_name, BTreeSet::from([uid]));
+            }
+        }
         if counts && let Some(node) = self.nodes.get_mut(node_name) {
             node.requested.add(requested);
         }
@@ -465,7 +482,7 @@ impl Cluster {
             return;
         }
         let (holds, requested, node_name) = (pod.holds_resources(), pod.requested(), pod.node_name.clone());
-        if holds && let Some(node) = node_name.as_ref().and_then(|name| self.nodes.get_mut(name)) {
+        if holds && let Some(node) = node_name.as_ref().and_then(|name| self.nodes.get_mut(name.as_str())) {
             node.requested.subtract(requested);
         }
         if let Some(pod) = self.pod_mut(uid) {

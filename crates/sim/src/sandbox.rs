@@ -10,6 +10,7 @@ use cwsandbox_api::sandbox_v1::{ManagedRunner, RunnerInstallStatus, SandboxMode,
 use prost::Message;
 
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
+use crate::ids::SharedStr;
 use crate::k8s::{ContainerState, Pod, PodContainer, PodOwner, PodPhase};
 use crate::policy::{self, PreparedPolicy, RuntimeDefaults};
 use crate::quantity::Quantity;
@@ -109,8 +110,8 @@ impl SandboxTransition {
 /// What never changes about a sandbox once created; shared by every view of it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SandboxInfo {
-    /// Id.
-    pub id: String,
+    /// Id (shared with its Pod, timers and indexes).
+    pub id: SharedStr,
     /// Owner.
     pub owner: Owner,
     /// Display name.
@@ -126,11 +127,11 @@ pub struct SandboxInfo {
     /// Runner group.
     pub runner_group_id: String,
     /// Namespace of its Pod.
-    pub namespace: String,
+    pub namespace: SharedStr,
     /// Its Pod's name.
-    pub pod_name: String,
+    pub pod_name: SharedStr,
     /// Its Pod's uid.
-    pub pod_uid: String,
+    pub pod_uid: SharedStr,
     /// Creation time.
     pub created: SimTime,
     /// The request id it was created with (empty: none).
@@ -164,10 +165,14 @@ impl std::ops::Deref for Sandbox {
 /// All sandboxes.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Sandboxes {
-    by_id: BTreeMap<String, Sandbox>,
-    by_request: HashMap<(String, String), String>,
+    by_id: BTreeMap<SharedStr, Sandbox>,
+    /// Organization → request id → sandbox: two levels, so a lookup needs no owned key.
+    by_request: HashMap<String, HashMap<String, SharedStr>>,
     /// Prepared policies by organization and runner, with the etag they were prepared at.
     policies: HashMap<String, HashMap<String, (String, Arc<PreparedPolicy>)>>,
+    /// Each user's namespace name, made once and shared by the user's sandboxes and Pods.
+    /// Cleared when values change (the prefix may have).
+    pub(crate) namespaces: HashMap<String, SharedStr>,
 }
 
 /// What a reader sees of a sandbox: the shared, unchanging [`SandboxInfo`] (reachable
@@ -189,7 +194,7 @@ pub struct SandboxView {
     /// Its placeholder job, if SUNK placed it.
     pub job_id: Option<JobId>,
     /// The Node it runs on.
-    pub node_name: Option<String>,
+    pub node_name: Option<SharedStr>,
 }
 
 impl std::ops::Deref for SandboxView {
@@ -235,7 +240,8 @@ impl World {
         self.settle();
         let spec_bytes = spec.encode_to_vec();
         if !request_id.is_empty()
-            && let Some(id) = self.sandboxes.by_request.get(&(owner.org.clone(), request_id.to_owned())).cloned()
+            && let Some(id) =
+                self.sandboxes.by_request.get(&owner.org).and_then(|requests| requests.get(request_id)).cloned()
         {
             // The sandbox keeps its encoded spec, so a replay is compared with what created it.
             let same_body = self
@@ -266,13 +272,13 @@ impl World {
             ));
         }
 
-        let id = self.ids.sandbox_id();
-        let namespace = format!("{}{}", self.sandbox_values().namespace_prefix, dns_label(&owner.user));
+        let id = SharedStr::from(self.ids.sandbox_id());
+        let namespace = self.user_namespace(&owner.user);
+        let pod_name = SharedStr::from(format!("sandbox-{id}"));
+        let pod_uid = SharedStr::from(self.ids.uid());
         self.ensure_namespace(&namespace);
-        let pod_name = format!("sandbox-{id}");
-        let pod_uid = self.ids.uid();
         let mut labels = resolved.labels.clone();
-        labels.insert(SANDBOX_ID_LABEL.to_owned(), id.clone());
+        labels.insert(SANDBOX_ID_LABEL.to_owned(), id.to_string());
         labels.insert("sandbox.coreweave.com/runner-id".to_owned(), runner_id.clone());
         let containers = resolved
             .containers
@@ -342,13 +348,27 @@ impl World {
             },
         );
         if !request_id.is_empty() {
-            self.sandboxes.by_request.insert((owner.org.clone(), request_id.to_owned()), id.clone());
+            let requests = match self.sandboxes.by_request.get_mut(&owner.org) {
+                Some(requests) => requests,
+                None => self.sandboxes.by_request.entry(owner.org.clone()).or_default(),
+            };
+            requests.insert(request_id.to_owned(), id.clone());
         }
         self.count_sandbox(SandboxTransition::Create);
         self.insert_new_pod(pod);
         self.schedule_timer(now + lifetime, crate::world::Timer::SandboxLifetime(id.clone()));
         self.settle();
         self.get_sandbox(&owner.org, &id)
+    }
+
+    /// The namespace of a user's sandboxes (created if missing).
+    fn user_namespace(&mut self, user: &str) -> SharedStr {
+        if let Some(namespace) = self.sandboxes.namespaces.get(user) {
+            return namespace.clone();
+        }
+        let namespace = SharedStr::from(format!("{}{}", self.sandbox_values().namespace_prefix, dns_label(user)));
+        self.sandboxes.namespaces.insert(user.to_owned(), namespace.clone());
+        namespace
     }
 
     /// The runner's policy, validated and parsed once per policy revision (its etag).
@@ -572,11 +592,11 @@ impl World {
         };
         let now = self.now();
         let retention = Duration::from_secs(u64::from(self.sandbox_values().retention_seconds));
-        if let Some(sandbox) = self.sandboxes.by_id.get_mut(id) {
-            sandbox.life = Life::Ended { state, reason, exit_code, at: now };
-        }
+        let Some(sandbox) = self.sandboxes.by_id.get_mut(id) else { return };
+        sandbox.life = Life::Ended { state, reason, exit_code, at: now };
+        let id = sandbox.info.id.clone();
         self.count_sandbox(SandboxTransition::Finish);
-        self.schedule_timer(now + retention, crate::world::Timer::SandboxForget(id.to_owned()));
+        self.schedule_timer(now + retention, crate::world::Timer::SandboxForget(id));
     }
 
     /// The Pod object is gone: the sandbox ends.
@@ -611,8 +631,9 @@ impl World {
             },
         };
         sandbox.life = Life::Ended { state, reason, exit_code: None, at: now };
+        let id = sandbox.info.id.clone();
         self.count_sandbox(SandboxTransition::End);
-        self.schedule_timer(now + retention, crate::world::Timer::SandboxForget(id.to_owned()));
+        self.schedule_timer(now + retention, crate::world::Timer::SandboxForget(id));
     }
 
     pub(crate) fn sandbox_forget(&mut self, id: &str) {
@@ -621,9 +642,10 @@ impl World {
             return;
         }
         let pod_uid = sandbox.pod_uid.clone();
-        let request_key = (sandbox.owner.org.clone(), sandbox.request_id.clone());
+        if let Some(requests) = self.sandboxes.by_request.get_mut(&sandbox.owner.org) {
+            requests.remove(&sandbox.request_id);
+        }
         self.sandboxes.by_id.remove(id);
-        self.sandboxes.by_request.remove(&request_key);
         if self.cluster.pod(&pod_uid).is_some() {
             self.remove_pod(&pod_uid);
         }

@@ -8,6 +8,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::ids::SharedStr;
 use crate::time::SimTime;
 
 /// A Slurm job id.
@@ -102,8 +103,8 @@ impl Sharing {
 pub enum JobKind {
     /// A SUNK placeholder for a Pod.
     Placeholder {
-        /// The Pod's uid.
-        pod_uid: String,
+        /// The Pod's uid (shared with the Pod).
+        pod_uid: SharedStr,
     },
     /// An ordinary batch job that runs for a while (or until cancelled).
     Batch {
@@ -396,11 +397,12 @@ pub struct Slurm {
     pub node_index: HashMap<String, usize>,
     /// Users by uid.
     pub users: BTreeMap<u32, User>,
-    /// Queue: pending, running and completing jobs.
-    pub queue: BTreeMap<JobId, Job>,
+    /// Queue: pending, running and completing jobs. Boxed: a B-tree node then holds pointers,
+    /// not 400-byte jobs, so it wastes little on free slots and moves little when it splits.
+    pub queue: BTreeMap<JobId, Box<Job>>,
     /// Accounting rows of jobs that left the queue; queued jobs are read from the queue, so
     /// a job is stored once (memory stays flat per live job).
-    finished: BTreeMap<JobId, Job>,
+    finished: BTreeMap<JobId, Box<Job>>,
     /// Next job id.
     pub next_job_id: JobId,
     /// Pending jobs in scheduling order: (tier, priority, submit, id).
@@ -411,6 +413,18 @@ pub struct Slurm {
     pub transitions: BTreeMap<&'static str, u64>,
     /// The default QOS name, shared by every job that names none.
     normal_qos: Arc<str>,
+    /// Per node (same index as `nodes`): how many of its jobs refuse company or share only with
+    /// their user, so placement can skip looking at every job on a busy node.
+    sharing: Vec<NodeSharing>,
+}
+
+/// What the jobs on one node demand of newcomers.
+#[derive(Debug, Clone, Copy, Default)]
+struct NodeSharing {
+    /// Jobs that hold the node exclusively.
+    exclusive: u32,
+    /// Jobs that share only with jobs of the same user.
+    user: u32,
 }
 
 /// Named job transitions, counted for coverage.
@@ -470,6 +484,7 @@ impl Slurm {
     pub fn add_node(&mut self, node: SlurmNode) {
         self.node_index.insert(node.name.clone(), self.nodes.len());
         self.nodes.push(node);
+        self.sharing.push(NodeSharing::default());
     }
 
     /// Adds a partition over nodes already added.
@@ -529,12 +544,12 @@ impl Slurm {
 
     /// A job in the queue.
     pub fn job(&self, id: JobId) -> Option<&Job> {
-        self.queue.get(&id)
+        self.queue.get(&id).map(|job| &**job)
     }
 
     /// A job's latest state: the queue entry if queued, else its accounting row.
     pub fn job_or_record(&self, id: JobId) -> Option<&Job> {
-        self.queue.get(&id).or_else(|| self.finished.get(&id))
+        self.queue.get(&id).or_else(|| self.finished.get(&id)).map(|job| &**job)
     }
 
     /// A node by name.
@@ -549,7 +564,7 @@ impl Slurm {
 
     /// Every job on record, queued or finished, borrowed and in no particular order.
     pub fn jobs(&self) -> impl Iterator<Item = &Job> {
-        self.finished.values().chain(self.queue.values())
+        self.finished.values().chain(self.queue.values()).map(|job| &**job)
     }
 
     /// Every accounting row, by job id.
@@ -563,7 +578,7 @@ impl Slurm {
     /// Every job on record, queued or finished, by id, borrowed (a queued job's COMPLETING
     /// flag is as the queue has it).
     pub fn jobs_on_record(&self) -> impl Iterator<Item = &Job> {
-        let mut jobs: Vec<&Job> = self.queue.values().chain(self.finished.values()).collect();
+        let mut jobs: Vec<&Job> = self.queue.values().chain(self.finished.values()).map(|job| &**job).collect();
         jobs.sort_unstable_by_key(|job| job.id);
         jobs.into_iter()
     }
@@ -645,9 +660,35 @@ impl Slurm {
             waiting_for_preempted: Vec::new(),
         };
         self.pending.insert((Reverse(tier), Reverse(job.priority), now, id));
-        self.queue.insert(id, job);
+        self.queue.insert(id, Box::new(job));
         self.count(JobTransition::Submit);
         Ok(id)
+    }
+
+    /// Whether a job holds its node alone (`--exclusive` or an OverSubscribe=EXCLUSIVE partition).
+    fn holds_exclusively(&self, job: &Job) -> bool {
+        job.sharing == Sharing::Exclusive
+            || self.partitions.get(&*job.partition).is_some_and(|partition| partition.over_subscribe == "EXCLUSIVE")
+    }
+
+    /// [`Self::sharing_allows`] for node `index` as it stands, answered from its counts when they
+    /// settle it (the common case: nobody on the node is exclusive or user-only).
+    fn sharing_allows_at(&self, index: usize, job: &Job, partition: &Partition) -> bool {
+        let node = &self.nodes[index];
+        if node.jobs.is_empty() {
+            return true;
+        }
+        if job.sharing == Sharing::Exclusive || partition.over_subscribe == "EXCLUSIVE" {
+            return false;
+        }
+        let counts = self.sharing[index];
+        if counts.exclusive > 0 {
+            return false;
+        }
+        if job.sharing != Sharing::User && counts.user == 0 {
+            return true;
+        }
+        self.sharing_allows(node, job, partition)
     }
 
     fn sharing_allows(&self, node: &SlurmNode, job: &Job, partition: &Partition) -> bool {
@@ -655,7 +696,7 @@ impl Slurm {
         if job_exclusive && !node.jobs.is_empty() {
             return false;
         }
-        node.jobs.iter().filter_map(|other| self.queue.get(other)).all(|other| {
+        node.jobs.iter().filter_map(|other| self.job(*other)).all(|other| {
             let other_exclusive = other.sharing == Sharing::Exclusive
                 || self.partitions.get(&*other.partition).is_some_and(|p| p.over_subscribe == "EXCLUSIVE");
             if other_exclusive {
@@ -680,7 +721,7 @@ impl Slurm {
             .map(|&(_, index)| index)
             .find(|&index| {
                 let node = &self.nodes[index];
-                self.fits(node, job) && self.sharing_allows(node, job, partition)
+                self.fits(node, job) && self.sharing_allows_at(index, job, partition)
             })
     }
 
@@ -688,6 +729,9 @@ impl Slurm {
         self.index_remove(index);
         let Some(job) = self.queue.get(&id) else { return };
         let (cpus, mem, gpus) = (job.req_cpus, job.req_mem_mb, job.req_gpus);
+        let (exclusive, user_only) = (self.holds_exclusively(job), job.sharing == Sharing::User);
+        self.sharing[index].exclusive += u32::from(exclusive);
+        self.sharing[index].user += u32::from(user_only);
         let node = &mut self.nodes[index];
         node.alloc_cpus += cpus;
         node.alloc_mem_mb += mem;
@@ -720,6 +764,11 @@ impl Slurm {
         let Some(job) = self.queue.get(&id) else { return };
         let Some(index) = job.node.as_ref().and_then(|name| self.node_index.get(name)).copied() else { return };
         let (cpus, mem, gpu_indices) = (job.alloc_cpus, job.req_mem_mb, job.gpu_indices.clone());
+        if self.nodes[index].jobs.contains(&id) {
+            let (exclusive, user_only) = (self.holds_exclusively(job), job.sharing == Sharing::User);
+            self.sharing[index].exclusive -= u32::from(exclusive);
+            self.sharing[index].user -= u32::from(user_only);
+        }
         self.index_remove(index);
         let node = &mut self.nodes[index];
         node.alloc_cpus = node.alloc_cpus.saturating_sub(cpus);
@@ -735,9 +784,15 @@ impl Slurm {
     /// jobs where a partition allows it, and sets the pending reasons.
     pub fn schedule(&mut self, now: SimTime) -> Vec<SlurmOutcome> {
         let mut outcomes = Vec::new();
-        let order: Vec<_> = self.pending.iter().copied().collect();
         let mut blocked_partitions: BTreeSet<Arc<str>> = BTreeSet::new();
-        for key in order {
+        // Walk the pending set in order without copying it: each step resumes after the last key
+        // (placing a job removes its key, which the range then simply no longer holds).
+        let mut last = None;
+        while let Some(&key) = match last {
+            None => self.pending.iter().next(),
+            Some(after) => self.pending.range((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded)).next(),
+        } {
+            last = Some(key);
             let id = key.3;
             let Some(job) = self.queue.get(&id) else {
                 self.pending.remove(&key);
@@ -784,7 +839,7 @@ impl Slurm {
             let preemptable: Vec<&Job> = node
                 .jobs
                 .iter()
-                .filter_map(|other| self.queue.get(other))
+                .filter_map(|other| self.job(*other))
                 .filter(|other| {
                     !other.completing
                         && other.state == JobBaseState::Running

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::config::{FinalJobState, SandboxValues, Values};
 use crate::error::{Reason, SimError, SimResult};
-use crate::ids::{IdSource, SeededIds};
+use crate::ids::{IdSource, SeededIds, SharedStr};
 use crate::k8s::{
     Cluster, ConfigMap, ContainerState, Event, EventType, LOCK_KEY, Namespace, Node, ObjectRef, Pod, PodContainer,
     PodOwner, PodPhase, ResourceTotals, Taint,
@@ -32,25 +32,25 @@ pub enum Effect {
     /// A Pod's containers start: run its main command.
     StartPod {
         /// Pod uid.
-        pod_uid: String,
+        pod_uid: SharedStr,
         /// Namespace.
-        namespace: String,
+        namespace: SharedStr,
         /// Pod name (the hostname inside).
-        pod_name: String,
+        pod_name: SharedStr,
         /// The sandbox, if it is a sandbox Pod.
-        sandbox_id: Option<String>,
+        sandbox_id: Option<SharedStr>,
     },
     /// SIGTERM the Pod's processes; they have `grace` before SIGKILL.
     StopPod {
         /// Pod uid.
-        pod_uid: String,
+        pod_uid: SharedStr,
         /// Grace period.
         grace: Duration,
     },
     /// The Pod is gone: SIGKILL whatever is left.
     KillPod {
         /// Pod uid.
-        pod_uid: String,
+        pod_uid: SharedStr,
     },
 }
 
@@ -63,9 +63,9 @@ pub(crate) enum Timer {
     TimeLimit(JobId),
     DrainBeforeKillWait(JobId),
     KillWait(JobId),
-    PodGraceOver(String),
-    SandboxLifetime(String),
-    SandboxForget(String),
+    PodGraceOver(SharedStr),
+    SandboxLifetime(SharedStr),
+    SandboxForget(SharedStr),
 }
 
 /// Named world transitions, counted so tests can check coverage.
@@ -173,14 +173,14 @@ pub struct World {
     now: SimTime,
     timers: BinaryHeap<Reverse<(SimTime, u64, Timer)>>,
     timer_sequence: u64,
-    placeholder_of_pod: HashMap<String, JobId>,
-    pod_of_placeholder: HashMap<JobId, String>,
+    placeholder_of_pod: HashMap<SharedStr, JobId>,
+    pod_of_placeholder: HashMap<JobId, SharedStr>,
     /// Pods the scheduler refused: never retried.
-    sunk_rejected: BTreeSet<String>,
+    sunk_rejected: BTreeSet<SharedStr>,
     /// Pods needing a scheduling decision.
-    unscheduled: BTreeSet<String>,
+    unscheduled: BTreeSet<SharedStr>,
     /// Default-scheduler Pods waiting for room.
-    waiting_for_room: BTreeSet<String>,
+    waiting_for_room: BTreeSet<SharedStr>,
     /// Something released Node resources: retry `waiting_for_room`.
     room_freed: bool,
     slurm_dirty: bool,
@@ -232,7 +232,9 @@ impl World {
 
     /// Takes the effects produced since the last call.
     pub fn take_effects(&mut self) -> Vec<Effect> {
-        std::mem::take(&mut self.effects)
+        // The next batch starts at this one's size instead of growing from nothing again.
+        let capacity = self.effects.len();
+        std::mem::replace(&mut self.effects, Vec::with_capacity(capacity))
     }
 
     pub(crate) fn count(&mut self, transition: Transition) {
@@ -273,7 +275,7 @@ impl World {
                 self.cluster.nodes.insert(
                     node_name.clone(),
                     Node {
-                        name: node_name.clone(),
+                        name: node_name.as_str().into(),
                         uid,
                         labels,
                         taints: Vec::new(),
@@ -313,7 +315,7 @@ impl World {
             self.cluster.nodes.insert(
                 node.name.clone(),
                 Node {
-                    name: node.name.clone(),
+                    name: node.name.as_str().into(),
                     uid,
                     labels,
                     taints: Vec::new(),
@@ -405,13 +407,13 @@ impl World {
         owner: PodOwner,
     ) -> Pod {
         Pod {
-            uid: self.ids.uid(),
-            namespace,
-            name,
+            uid: self.ids.uid().into(),
+            namespace: namespace.into(),
+            name: name.into(),
             labels,
             annotations,
             scheduler_name: "default-scheduler".to_owned(),
-            node_name,
+            node_name: node_name.map(SharedStr::from),
             termination_grace_period_seconds: 30,
             node_selector: BTreeMap::new(),
             tolerations: vec![lock_toleration()],
@@ -438,7 +440,7 @@ impl World {
         let values = self.values.clone();
         let namespace = values.sunk.namespace.clone();
         let pod_name = format!("{}-scheduler-{}", values.sunk.release, self.ids.name_suffix());
-        let existing: Vec<String> = self
+        let existing: Vec<SharedStr> = self
             .cluster
             .pods_iter()
             .filter(|pod| pod.owner == PodOwner::Scheduler)
@@ -556,6 +558,8 @@ impl World {
         self.check_values(&values)?;
         let layout_changed = self.layout_changes(&values);
         let old = std::mem::replace(&mut self.values, values.clone());
+        // The namespace prefix may have changed.
+        self.sandboxes.namespaces.clear();
         if layout_changed {
             let kept_pods: Vec<Pod> = self
                 .cluster
@@ -576,7 +580,7 @@ impl World {
                 return Err(error);
             }
             for mut pod in kept_pods {
-                if pod.node_name.as_ref().is_some_and(|node| !self.cluster.nodes.contains_key(node)) {
+                if pod.node_name.as_ref().is_some_and(|node| !self.cluster.nodes.contains_key(node.as_str())) {
                     pod.node_name = None;
                 }
                 self.cluster.insert_pod(pod);
@@ -607,7 +611,7 @@ impl World {
         }
         self.room_freed = true;
         // A scheduler with a new name or scope picks up the Pending Pods it now watches.
-        let newly_watched: Vec<String> = self
+        let newly_watched: Vec<SharedStr> = self
             .cluster
             .pods_iter()
             .filter(|pod| pod.node_name.is_none() && pod.phase == PodPhase::Pending && pod.deletion_timestamp.is_none())
@@ -709,7 +713,7 @@ impl World {
             });
         }
         self.ensure_namespace(&request.namespace);
-        let uid = self.ids.uid();
+        let uid = SharedStr::from(self.ids.uid());
         let scheduler_name =
             if request.scheduler_name.is_empty() { "default-scheduler".to_owned() } else { request.scheduler_name };
         let containers = request
@@ -729,8 +733,8 @@ impl World {
             .collect();
         let pod = Pod {
             uid: uid.clone(),
-            namespace: request.namespace,
-            name: request.name,
+            namespace: request.namespace.into(),
+            name: request.name.into(),
             labels: request.labels,
             annotations: request.annotations,
             scheduler_name,
@@ -756,7 +760,7 @@ impl World {
         };
         self.insert_new_pod(pod);
         self.settle();
-        Ok(uid)
+        Ok(uid.into())
     }
 
     pub(crate) fn insert_new_pod(&mut self, pod: Pod) {
@@ -782,7 +786,7 @@ impl World {
     fn node_event(&mut self, node_name: &str, event_type: EventType, reason: &str, message: String) {
         let Some(node) = self.cluster.nodes.get(node_name) else { return };
         let involved =
-            Arc::new(ObjectRef { kind: "Node", namespace: String::new(), name: node.name.clone(), uid: node.uid.clone() });
+            Arc::new(ObjectRef { kind: "Node", namespace: SharedStr::default(), name: node.name.clone(), uid: node.uid.as_str().into() });
         self.cluster.record_event(Event {
             sequence: 0,
             involved,
@@ -795,7 +799,7 @@ impl World {
     }
 
     /// Routes an unscheduled Pod to the scheduler its `schedulerName` names.
-    fn schedule_pod(&mut self, uid: &str) {
+    fn schedule_pod(&mut self, uid: &SharedStr) {
         let Some(pod) = self.cluster.pod(uid) else { return };
         if pod.node_name.is_some() || pod.deletion_timestamp.is_some() || pod.phase != PodPhase::Pending {
             return;
@@ -813,13 +817,16 @@ impl World {
             return;
         }
         let wants_gpus = pod.containers.iter().any(|container| container.requests.gpu.unwrap_or(0) > 0);
-        let gpu_type = wants_gpus.then(|| self.slurm.nodes.iter().find_map(|node| node.gres_type.clone())).flatten();
-        let owner = pod.owner.clone();
-        let reason = self.values.scheduler.validation_event_reason.clone();
-        let request = match sunk::validate(&self.values, pod, gpu_type.as_deref()) {
+        let gpu_type = wants_gpus.then(|| self.slurm.nodes.iter().find_map(|node| node.gres_type.as_deref())).flatten();
+        let sandbox = match &pod.owner {
+            PodOwner::Sandbox(id) => Some(id.clone()),
+            _ => None,
+        };
+        let request = match sunk::validate(&self.values, pod, gpu_type) {
             Ok(request) => request,
             Err(message) => {
-                self.sunk_rejected.insert(uid.to_owned());
+                let reason = self.values.scheduler.validation_event_reason.clone();
+                self.sunk_rejected.insert(uid.clone());
                 self.set_unschedulable(uid, &reason, &message);
                 self.event(uid, EventType::Warning, &reason, message, "sunk-scheduler");
                 self.count(Transition::PodRejectedBySunk);
@@ -828,9 +835,9 @@ impl World {
         };
         match self.slurm.submit(request, self.now) {
             Ok(job) => {
-                self.placeholder_of_pod.insert(uid.to_owned(), job);
-                self.pod_of_placeholder.insert(job, uid.to_owned());
-                if let PodOwner::Sandbox(id) = &owner {
+                self.placeholder_of_pod.insert(uid.clone(), job);
+                self.pod_of_placeholder.insert(job, uid.clone());
+                if let Some(id) = &sandbox {
                     self.sandbox_job_submitted(id, job);
                 }
                 self.slurm_dirty = true;
@@ -838,7 +845,8 @@ impl World {
                 self.count(Transition::PlaceholderSubmitted);
             }
             Err(error) => {
-                self.sunk_rejected.insert(uid.to_owned());
+                let reason = self.values.scheduler.validation_event_reason.clone();
+                self.sunk_rejected.insert(uid.clone());
                 let message = format!("Slurm rejected the placeholder job: {error}");
                 self.set_unschedulable(uid, &reason, &message);
                 self.event(uid, EventType::Warning, &reason, message, "sunk-scheduler");
@@ -855,7 +863,7 @@ impl World {
 
     /// kube-scheduler's essentials for Pods that are not SUNK's: fit by allocatable minus
     /// requests, node selector, required affinity and taints; least-allocated node first.
-    fn try_default_schedule(&mut self, uid: &str, report: bool) -> bool {
+    fn try_default_schedule(&mut self, uid: &SharedStr, report: bool) -> bool {
         let Some(pod) = self.cluster.pod(uid).cloned() else { return false };
         if pod.node_name.is_some() || pod.deletion_timestamp.is_some() || pod.phase != PodPhase::Pending {
             return false;
@@ -865,7 +873,7 @@ impl World {
         let mut insufficient_memory = 0;
         let mut tainted = 0;
         let mut mismatched = 0;
-        let mut best: Option<(i64, String)> = None;
+        let mut best: Option<(i64, SharedStr)> = None;
         for node in self.cluster.nodes.values() {
             if node.taints.iter().any(|taint| taint.effect != "PreferNoSchedule" && !pod.tolerates(taint)) {
                 tainted += 1;
@@ -909,7 +917,7 @@ impl World {
             parts.push(format!("{tainted} node(s) had untolerated taint {{{LOCK_KEY}: true}}"));
         }
         let message = format!("0/{total} nodes are available: {}.", parts.join(", "));
-        self.waiting_for_room.insert(uid.to_owned());
+        self.waiting_for_room.insert(uid.clone());
         if report {
             self.set_unschedulable(uid, "Unschedulable", &message);
             self.event(uid, EventType::Warning, "FailedScheduling", message, "default-scheduler");
@@ -934,7 +942,7 @@ impl World {
             PodOwner::Sandbox(id) => Some(id.clone()),
             _ => None,
         };
-        let (namespace, pod_name) = (pod.namespace.clone(), pod.name.clone());
+        let (pod_uid, namespace, pod_name) = (pod.uid.clone(), pod.namespace.clone(), pod.name.clone());
         if let Some(pod) = self.cluster.pod_mut(uid) {
             pod.scheduled_condition = Some((true, String::new(), String::new()));
         }
@@ -979,12 +987,12 @@ impl World {
                 }
                 self.event(uid, EventType::Normal, "Started", "Started container main".to_owned(), "kubelet");
                 self.count(Transition::PodStarted);
-                self.effects.push(Effect::StartPod { pod_uid: uid.to_owned(), namespace, pod_name, sandbox_id });
+                self.effects.push(Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id });
             }
         }
     }
 
-    fn slurmd_pod_uid(&self, slurm_node: &str) -> Option<String> {
+    fn slurmd_pod_uid(&self, slurm_node: &str) -> Option<SharedStr> {
         self.cluster.pod_by_name(&self.values.sunk.namespace, slurm_node).map(|pod| pod.uid.clone())
     }
 
@@ -992,7 +1000,16 @@ impl World {
         if let Some(uid) = self.slurmd_pod_uid(slurm_node)
             && let Some(pod) = self.cluster.pod_mut(&uid)
         {
-            pod.annotations.insert(LOCK_KEY.to_owned(), value.to_owned());
+            // Rewritten in place: the lock state changes twice per job.
+            match pod.annotations.get_mut(LOCK_KEY) {
+                Some(current) => {
+                    current.clear();
+                    current.push_str(value);
+                }
+                None => {
+                    pod.annotations.insert(LOCK_KEY.to_owned(), value.to_owned());
+                }
+            }
         }
     }
 
@@ -1032,7 +1049,7 @@ impl World {
         // NoExecute: Pods that neither tolerate the lock nor belong to SUNK leave the Node.
         let sunk_name = self.values.scheduler.name.clone();
         let lock = Taint { key: LOCK_KEY.to_owned(), value: "true".to_owned(), effect: "NoExecute".to_owned() };
-        let evicted: Vec<String> = self
+        let evicted: Vec<SharedStr> = self
             .cluster
             .pods_on(k8s_node)
             .filter(|pod| pod.deletion_timestamp.is_none())
@@ -1166,6 +1183,7 @@ impl World {
         let Some(pod) = self.cluster.pod(uid) else { return };
         let (already_deleting, own_grace, running) =
             (pod.deletion_timestamp.is_some(), pod.termination_grace_period_seconds, pod.phase == PodPhase::Running);
+        let shared_uid = pod.uid.clone();
         if already_deleting {
             // A shorter grace on a second delete shortens the wait, as in Kubernetes, and the
             // Pod's deletion timestamp and grace say so.
@@ -1178,7 +1196,7 @@ impl World {
                     pod.deletion_timestamp = Some(deadline);
                     pod.deletion_grace_period_seconds = Some(grace.max(0));
                 }
-                self.schedule_timer(deadline, Timer::PodGraceOver(uid.to_owned()));
+                self.schedule_timer(deadline, Timer::PodGraceOver(shared_uid));
             }
             return;
         }
@@ -1199,8 +1217,8 @@ impl World {
         }
         self.count(Transition::PodTerminating);
         self.event(uid, EventType::Normal, "Killing", "Stopping container main".to_owned(), "kubelet");
-        self.effects.push(Effect::StopPod { pod_uid: uid.to_owned(), grace: Duration::from_secs(grace as u64) });
-        self.schedule_timer(now + Duration::from_secs(grace as u64), Timer::PodGraceOver(uid.to_owned()));
+        self.effects.push(Effect::StopPod { pod_uid: shared_uid.clone(), grace: Duration::from_secs(grace as u64) });
+        self.schedule_timer(now + Duration::from_secs(grace as u64), Timer::PodGraceOver(shared_uid));
         self.on_pod_deleting(uid);
     }
 
@@ -1238,7 +1256,7 @@ impl World {
     pub(crate) fn remove_pod(&mut self, uid: &str) {
         let Some(pod) = self.cluster.remove_pod(uid) else { return };
         self.count(Transition::PodRemoved);
-        self.effects.push(Effect::KillPod { pod_uid: uid.to_owned() });
+        self.effects.push(Effect::KillPod { pod_uid: pod.uid.clone() });
         self.unscheduled.remove(uid);
         self.waiting_for_room.remove(uid);
         self.sunk_rejected.remove(uid);

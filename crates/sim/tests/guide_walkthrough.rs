@@ -85,6 +85,6 @@ fn the_guide_on_a_fresh_cluster() {
     let working = run_sandbox(&mut h);
     assert_eq!(working.state, SandboxState::Running, "{}", working.state_reason);
     let job = h.world.slurm.job(working.job_id.unwrap()).unwrap();
-    assert!(job.name.contains(&working.id));
+    assert!(job.name.contains(working.id.as_str()));
     assert_eq!(h.world.cluster.pod(&working.pod_uid).unwrap().phase, PodPhase::Running);
 }

@@ -124,7 +124,7 @@ fn random_operations_keep_the_invariants() {
                 .unwrap()
                 .0
                 .into_iter()
-                .map(|view| view.id.clone())
+                .map(|view| view.id.to_string())
                 .collect();
             let pick = |rng: &mut SeededIds, items: &[String]| items.get((rng.next_u64() as usize) % items.len().max(1)).cloned();
             match rng.next_u64() % 8 {

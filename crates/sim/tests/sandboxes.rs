@@ -55,7 +55,7 @@ fn create_goes_pending_then_running_through_slurm() {
     assert_eq!(pod.labels["sandbox.coreweave.com/sandbox-id"], created.id);
     assert_eq!(pod.scheduler_name, "slurm-scheduler");
     let job = h.world.slurm.job(running.job_id.unwrap()).unwrap();
-    assert!(job.name.contains(&created.id), "sacct … | grep <sandbox-id> finds it: {}", job.name);
+    assert!(job.name.contains(created.id.as_str()), "sacct … | grep <sandbox-id> finds it: {}", job.name);
 }
 
 #[test]
@@ -239,7 +239,7 @@ fn fresh_scenario_rejects_the_default_grace_and_says_why() {
 fn same_seed_same_world() {
     let run = || {
         let mut h = ready();
-        let ids: Vec<String> = (0..3).map(|_| h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap().id.clone()).collect();
+        let ids: Vec<String> = (0..3).map(|_| h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap().id.to_string()).collect();
         h.advance(1);
         (ids, h.world.slurm.accounting_records().iter().map(|job| job.id).collect::<Vec<_>>())
     };

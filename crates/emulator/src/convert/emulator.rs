@@ -122,7 +122,7 @@ fn labels(map: &BTreeMap<String, String>) -> HashMap<String, String> {
 /// A Pod, with the placeholder job the SUNK scheduler submitted for it (if any).
 pub fn pod(pod: &Pod, placeholder: Option<JobId>) -> pb::Pod {
     let mut metadata = meta(&pod.name, &pod.namespace, pod.created);
-    metadata.uid = pod.uid.clone();
+    metadata.uid = pod.uid.to_string();
     metadata.resource_version = pod.resource_version.to_string();
     metadata.labels = labels(&pod.labels);
     metadata.annotations = labels(&pod.annotations);
@@ -152,7 +152,7 @@ pub fn pod(pod: &Pod, placeholder: Option<JobId>) -> pb::Pod {
         .flatten();
     let spec = pb::PodSpec {
         scheduler_name: pod.scheduler_name.clone(),
-        node_name: pod.node_name.clone().unwrap_or_default(),
+        node_name: pod.node_name.as_deref().unwrap_or_default().to_owned(),
         termination_grace_period_seconds: pod.termination_grace_period_seconds,
         containers,
         tolerations: pod
@@ -243,7 +243,7 @@ pub fn pod(pod: &Pod, placeholder: Option<JobId>) -> pb::Pod {
         start_time: pod.start_time.map(timestamp),
     };
     let (kind, sandbox_id, slurm_node) = match &pod.owner {
-        PodOwner::Sandbox(id) => (pb::PodOriginKind::Sandbox, id.clone(), String::new()),
+        PodOwner::Sandbox(id) => (pb::PodOriginKind::Sandbox, id.to_string(), String::new()),
         PodOwner::Slurmd { slurm_node } => (pb::PodOriginKind::Slurmd, String::new(), slurm_node.clone()),
         PodOwner::Scheduler => (pb::PodOriginKind::Scheduler, String::new(), String::new()),
         PodOwner::Other => (pb::PodOriginKind::Other, String::new(), String::new()),
@@ -284,9 +284,9 @@ pub fn event(event: &Event) -> pb::Event {
         metadata: Some(metadata),
         involved_object: Some(pb::ObjectReference {
             kind: event.involved.kind.to_owned(),
-            namespace: event.involved.namespace.clone(),
-            name: event.involved.name.clone(),
-            uid: event.involved.uid.clone(),
+            namespace: event.involved.namespace.to_string(),
+            name: event.involved.name.to_string(),
+            uid: event.involved.uid.to_string(),
             api_version: "v1".to_owned(),
         }),
         reason: event.reason.clone(),

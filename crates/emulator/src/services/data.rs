@@ -85,7 +85,7 @@ async fn resolve(
     if !app.driver().effects_applied(RUNTIME_CATCH_UP).await {
         tracing::warn!(sandbox_id = id, "the process runtime is more than {RUNTIME_CATCH_UP:?} behind the world");
     }
-    Ok((runtime, Target { sandbox_id: view.id.clone(), pod_uid: view.pod_uid.clone(), container: name }))
+    Ok((runtime, Target { sandbox_id: view.id.to_string(), pod_uid: view.pod_uid.to_string(), container: name }))
 }
 
 fn now(app: &App) -> cwsandbox_api::wkt::Timestamp {
