@@ -2,6 +2,7 @@
 //! shapes `kubectl` shows. Plain data plus the bookkeeping kubelet admission needs; the rules that
 //! move Pods live in `world`.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -287,10 +288,10 @@ pub struct Event {
     pub involved: Arc<ObjectRef>,
     /// Normal or Warning.
     pub event_type: EventType,
-    /// Short machine-readable reason.
-    pub reason: String,
-    /// Human-readable message.
-    pub message: String,
+    /// Short machine-readable reason (most are fixed words, borrowed rather than copied).
+    pub reason: Cow<'static, str>,
+    /// Human-readable message (borrowed when fixed, owned when it names things).
+    pub message: Cow<'static, str>,
     /// Reporting component (`sunk-scheduler`, `kubelet`, `default-scheduler`).
     pub source: &'static str,
     /// When.

@@ -50,8 +50,9 @@ pub struct ResolvedContainer {
     pub requests: ResourceAmounts,
     /// Limits after defaults.
     pub limits: ResourceAmounts,
-    /// Security settings as asked.
-    pub security_context: Option<SecurityContext>,
+    /// Security settings as asked; boxed because few sandboxes set them and inline they would
+    /// double the size of every container.
+    pub security_context: Option<Box<SecurityContext>>,
     /// Whether this is the primary container.
     pub primary: bool,
 }

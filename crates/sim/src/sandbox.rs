@@ -693,7 +693,7 @@ impl World {
                 _ => format!(
                     "Slurm job {} allocated on {}; waiting for the prolog to lock the node",
                     job.id,
-                    job.node.clone().unwrap_or_default()
+                    job.node.as_deref().unwrap_or_default()
                 ),
             };
             return (SandboxState::Pending, reason);

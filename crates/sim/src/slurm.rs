@@ -645,7 +645,12 @@ impl Slurm {
             priority: request.priority,
             state: JobBaseState::Pending,
             completing: false,
-            reason: "None".to_owned(),
+            // Room for the longest reason (`Resources`, `BeginTime`): it is rewritten in place.
+            reason: {
+                let mut reason = String::with_capacity(9);
+                reason.push_str("None");
+                reason
+            },
             submit: now,
             start: None,
             end: None,
@@ -750,7 +755,7 @@ impl Slurm {
         self.index_insert(index);
         if let Some(job) = self.queue.get_mut(&id) {
             job.state = JobBaseState::Running;
-            job.reason = if job.in_prolog { "Prolog".to_owned() } else { "None".to_owned() };
+            set_reason(&mut job.reason, if job.in_prolog { "Prolog" } else { "None" });
             job.start = Some(now);
             job.node = Some(node_name);
             job.alloc_cpus = cpus;
@@ -820,7 +825,7 @@ impl Slurm {
             }
             let reason = if blocked_partitions.contains(&partition) { "Priority" } else { "Resources" };
             if let Some(job) = self.queue.get_mut(&id) {
-                job.reason = reason.to_owned();
+                set_reason(&mut job.reason, reason);
             }
             blocked_partitions.insert(partition);
         }
@@ -889,7 +894,7 @@ impl Slurm {
             && job.in_prolog
         {
             job.in_prolog = false;
-            job.reason = "None".to_owned();
+            set_reason(&mut job.reason, "None");
             job.extra.push_str(": started");
             self.count(JobTransition::StartScript);
         }
@@ -912,7 +917,7 @@ impl Slurm {
             self.count(JobTransition::Cancel);
         } else {
             job.start = Some(now);
-            job.reason = "None".to_owned();
+            set_reason(&mut job.reason, "None");
             self.pending.retain(|key| key.3 != id);
             self.retire(id);
             self.count(JobTransition::CancelPending);
@@ -953,7 +958,7 @@ impl Slurm {
                 job.node = None;
                 job.alloc_cpus = 0;
                 job.gpu_indices.clear();
-                job.reason = "BeginTime".to_owned();
+                set_reason(&mut job.reason, "BeginTime");
                 job.submit = now;
                 let priority = job.priority;
                 self.pending.insert((Reverse(tier), Reverse(priority), now, id));
@@ -983,4 +988,10 @@ impl Slurm {
     pub fn pending_jobs(&self) -> impl Iterator<Item = JobId> + '_ {
         self.pending.iter().map(|key| key.3)
     }
+}
+
+/// Rewrites a job's reason in place: it changes several times per job, always to a short word.
+fn set_reason(current: &mut String, reason: &str) {
+    current.clear();
+    current.push_str(reason);
 }

@@ -66,13 +66,15 @@ pub fn validate(values: &Values, pod: &Pod, gpu_type_of_any_node: Option<&str>) 
         }
         gpus += container.requests.gpu.unwrap_or(0);
     }
-    // One pass over the Pod's annotations; lookups then need no formatted keys.
-    let sunk_annotations: Vec<(&str, &str)> = pod
-        .annotations
-        .iter()
-        .filter_map(|(key, value)| key.strip_prefix(ANNOTATION_PREFIX).map(|short| (short, value.as_str())))
-        .collect();
-    let annotation = |key: &str| sunk_annotations.iter().find(|(short, _)| *short == key).map(|(_, value)| *value);
+    // Lookups by short key need no formatted keys: the SUNK annotations sit together in the
+    // sorted map, from the prefix on.
+    let annotation = |key: &str| {
+        pod.annotations
+            .range::<str, _>((std::ops::Bound::Included(ANNOTATION_PREFIX), std::ops::Bound::Unbounded))
+            .map_while(|(full, value)| full.strip_prefix(ANNOTATION_PREFIX).map(|short| (short, value)))
+            .find(|(short, _)| *short == key)
+            .map(|(_, value)| value.as_str())
+    };
     let number = |key: &str| -> Result<Option<u32>, String> {
         annotation(key)
             .map(|text| {

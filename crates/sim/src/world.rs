@@ -2,6 +2,7 @@
 //! and by time. Every command settles the world before it returns: due timers fire in time
 //! order, schedulers run until nothing changes, and each decision leaves an Event.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::sync::Arc;
@@ -769,21 +770,28 @@ impl World {
         self.count(Transition::PodCreated);
     }
 
-    fn event(&mut self, pod_uid: &str, event_type: EventType, reason: &str, message: String, source: &'static str) {
+    fn event(
+        &mut self,
+        pod_uid: &str,
+        event_type: EventType,
+        reason: impl Into<Cow<'static, str>>,
+        message: impl Into<Cow<'static, str>>,
+        source: &'static str,
+    ) {
         let Some(pod) = self.cluster.pod(pod_uid) else { return };
         let involved = Arc::clone(&pod.object_ref);
         self.cluster.record_event(Event {
             sequence: 0,
             involved,
             event_type,
-            reason: reason.to_owned(),
-            message,
+            reason: reason.into(),
+            message: message.into(),
             source,
             time: self.now,
         });
     }
 
-    fn node_event(&mut self, node_name: &str, event_type: EventType, reason: &str, message: String) {
+    fn node_event(&mut self, node_name: &str, event_type: EventType, reason: &'static str, message: String) {
         let Some(node) = self.cluster.nodes.get(node_name) else { return };
         let involved =
             Arc::new(ObjectRef { kind: "Node", namespace: SharedStr::default(), name: node.name.clone(), uid: node.uid.as_str().into() });
@@ -791,8 +799,8 @@ impl World {
             sequence: 0,
             involved,
             event_type,
-            reason: reason.to_owned(),
-            message,
+            reason: reason.into(),
+            message: message.into(),
             source: "sunk-syncer",
             time: self.now,
         });
@@ -828,7 +836,7 @@ impl World {
                 let reason = self.values.scheduler.validation_event_reason.clone();
                 self.sunk_rejected.insert(uid.clone());
                 self.set_unschedulable(uid, &reason, &message);
-                self.event(uid, EventType::Warning, &reason, message, "sunk-scheduler");
+                self.event(uid, EventType::Warning, reason, message, "sunk-scheduler");
                 self.count(Transition::PodRejectedBySunk);
                 return;
             }
@@ -849,7 +857,7 @@ impl World {
                 self.sunk_rejected.insert(uid.clone());
                 let message = format!("Slurm rejected the placeholder job: {error}");
                 self.set_unschedulable(uid, &reason, &message);
-                self.event(uid, EventType::Warning, &reason, message, "sunk-scheduler");
+                self.event(uid, EventType::Warning, reason, message, "sunk-scheduler");
                 self.count(Transition::PlaceholderRefused);
             }
         }
@@ -971,7 +979,7 @@ impl World {
                     pod.message = Some(message.clone());
                 }
                 self.cluster.bind(uid, node_name);
-                self.event(uid, EventType::Warning, &reason, message, "kubelet");
+                self.event(uid, EventType::Warning, reason, message, "kubelet");
                 self.count(Transition::PodRejectedByKubelet);
                 self.on_pod_terminal(uid);
             }
@@ -985,7 +993,7 @@ impl World {
                         container.state = ContainerState::Running(now);
                     }
                 }
-                self.event(uid, EventType::Normal, "Started", "Started container main".to_owned(), "kubelet");
+                self.event(uid, EventType::Normal, "Started", "Started container main", "kubelet");
                 self.count(Transition::PodStarted);
                 self.effects.push(Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id });
             }
@@ -1216,7 +1224,7 @@ impl World {
             pod.deletion_grace_period_seconds = Some(grace);
         }
         self.count(Transition::PodTerminating);
-        self.event(uid, EventType::Normal, "Killing", "Stopping container main".to_owned(), "kubelet");
+        self.event(uid, EventType::Normal, "Killing", "Stopping container main", "kubelet");
         self.effects.push(Effect::StopPod { pod_uid: shared_uid.clone(), grace: Duration::from_secs(grace as u64) });
         self.schedule_timer(now + Duration::from_secs(grace as u64), Timer::PodGraceOver(shared_uid));
         self.on_pod_deleting(uid);

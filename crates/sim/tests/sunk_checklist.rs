@@ -286,7 +286,7 @@ fn item_16_kubelet_rejects_with_outofcpu_and_outofmemory() {
         Some("Pod was rejected: Node didn't have enough resource: cpu, requested: 2000, used: 7000, capacity: 8000")
     );
     let warnings = h.warnings_for(&uid);
-    assert_eq!(warnings.iter().map(|event| event.reason.as_str()).collect::<Vec<_>>(), ["OutOfcpu"]);
+    assert_eq!(warnings.iter().map(|event| event.reason.as_ref()).collect::<Vec<_>>(), ["OutOfcpu"]);
 
     let uid = h.create(with_requests(sunk_pod("mem8"), Some("1"), Some("8Gi"), None));
     h.advance(1);

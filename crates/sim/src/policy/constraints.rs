@@ -120,7 +120,7 @@ impl Bounds<'_> {
             && value > max
         {
             refusals.placement(
-                source.field.clone(),
+                source.field.to_string(),
                 format!("{shown} exceeds policy constraints.resources.max{} {max_text}", self.name),
             );
         }
@@ -128,7 +128,7 @@ impl Bounds<'_> {
             && value < min
         {
             refusals.placement(
-                source.field.clone(),
+                source.field.to_string(),
                 format!("{shown} is below policy constraints.resources.min{} {min_text}", self.name),
             );
         }
@@ -165,7 +165,7 @@ fn check_resources(
                 && gpus > max_gpus
             {
                 refusals.placement(
-                    source.field.clone(),
+                    source.field.to_string(),
                     format!("{gpus}{} exceeds policy constraints.resources.maxGpuCount {max_gpus}", source.note),
                 );
             }

@@ -4,7 +4,7 @@
 //! `base.metadata.annotations` win. The constraint stage ([`super::constraints`]) then checks the
 //! result without rewriting it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use cwsandbox_api::sandbox_v1::{
     Container, DnsEgressMode, Policy, ResourceConstraints, Resources, RuntimeClass, SandboxSpec, SecurityConstraints,
@@ -52,9 +52,36 @@ const DEFAULT_CONTAINER_NAME: &str = "main";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct AmountSource {
     /// The sandbox field to name (`sandbox.spec.containers[0].resourceRequirements.requests.cpu`).
-    pub field: String,
+    pub field: AmountField,
     /// Appended to the value in descriptions when the sandbox did not state it (" (runtime default)").
-    pub note: String,
+    pub note: &'static str,
+}
+
+/// A sandbox field that states an amount, spelled out only when a violation names it: every
+/// sandbox records where its amounts came from, few are refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AmountField {
+    /// Index of the container.
+    container: usize,
+    /// `resourceRequirements.<side>`, or the legacy `resources` (`None`).
+    side: Option<Side>,
+    /// `cpu`, `memory` or `gpu.count`.
+    leaf: &'static str,
+}
+
+impl std::fmt::Display for AmountField {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.side {
+            Some(side) => write!(
+                formatter,
+                "sandbox.spec.containers[{}].resourceRequirements.{}.{}",
+                self.container,
+                side.name(),
+                self.leaf
+            ),
+            None => write!(formatter, "sandbox.spec.containers[{}].resources.{}", self.container, self.leaf),
+        }
+    }
 }
 
 /// Sources of the three amounts of one side of one container.
@@ -306,29 +333,29 @@ fn resolve_containers(
         violations.push(FieldViolation::new("sandbox.spec.containers", "at least one container is required"));
     }
     let explicit_primary = spec.containers.iter().position(|container| container.primary == Some(true));
-    let mut seen_names = HashSet::new();
     let mut containers = Vec::with_capacity(spec.containers.len());
     let mut sources = Vec::with_capacity(spec.containers.len());
     for (index, container) in spec.containers.iter().enumerate() {
-        let path = format!("sandbox.spec.containers[{index}]");
+        let path = || format!("sandbox.spec.containers[{index}]");
         let name = if !container.name.is_empty() {
             container.name.clone()
         } else if spec.containers.len() == 1 {
             DEFAULT_CONTAINER_NAME.to_owned()
         } else {
             violations.push(FieldViolation::new(
-                format!("{path}.name"),
+                format!("{}.name", path()),
                 "a name is required when the sandbox has more than one container",
             ));
             String::new()
         };
-        if !name.is_empty() && !seen_names.insert(name.clone()) {
-            violations.push(FieldViolation::new(format!("{path}.name"), format!("duplicate container name {name:?}")));
+        // A linear check: sandboxes have a container or two, and a set would cost allocations.
+        if !name.is_empty() && containers.iter().any(|earlier: &ResolvedContainer| earlier.name == name) {
+            violations.push(FieldViolation::new(format!("{}.name", path()), format!("duplicate container name {name:?}")));
         }
         if container.primary == Some(true) && explicit_primary != Some(index) {
-            violations.push(FieldViolation::new(format!("{path}.primary"), "only one container may be primary"));
+            violations.push(FieldViolation::new(format!("{}.primary", path()), "only one container may be primary"));
         }
-        let (requests, limits, container_sources) = resolve_amounts(defaults, resources, container, &path, violations);
+        let (requests, limits, container_sources) = resolve_amounts(defaults, resources, container, index, violations);
         containers.push(ResolvedContainer {
             env: merge_env(base, &name, container),
             name,
@@ -338,7 +365,7 @@ fn resolve_containers(
             working_dir: Some(container.working_dir.clone()).filter(|dir| !dir.is_empty()),
             requests,
             limits,
-            security_context: container.security_context.clone(),
+            security_context: container.security_context.clone().map(Box::new),
             primary: explicit_primary.map_or(index == 0, |primary| primary == index),
         });
         sources.push(container_sources);
@@ -362,7 +389,7 @@ fn merge_env(base: &BaseTemplate, name: &str, container: &Container) -> BTreeMap
 /// One stated quantity: its parsed value and the field it came from.
 struct Stated {
     value: Quantity,
-    field: String,
+    field: AmountField,
 }
 
 /// The CPU or memory text stated for one side: `resourceRequirements.<side>` first, then the
@@ -371,22 +398,22 @@ fn stated_quantity(
     container: &Container,
     side: Side,
     kind: QuantityKind,
-    path: &str,
+    index: usize,
     violations: &mut Vec<FieldViolation>,
 ) -> Option<Stated> {
     let from_requirements =
         container.resource_requirements.as_ref().and_then(|requirements| side.of(requirements)).map(|resources| {
-            (kind.text(resources), format!("{path}.resourceRequirements.{}.{}", side.name(), kind.name()))
+            (kind.text(resources), AmountField { container: index, side: Some(side), leaf: kind.name() })
         });
     let from_legacy = container
         .resources
         .as_ref()
-        .map(|resources| (kind.text(resources), format!("{path}.resources.{}", kind.name())));
+        .map(|resources| (kind.text(resources), AmountField { container: index, side: None, leaf: kind.name() }));
     let (text, field) = [from_requirements, from_legacy].into_iter().flatten().find(|(text, _)| !text.is_empty())?;
     match Quantity::parse(text) {
         Ok(value) => Some(Stated { value, field }),
         Err(error) => {
-            violations.push(FieldViolation::new(field, error.to_string()));
+            violations.push(FieldViolation::new(field.to_string(), error.to_string()));
             None
         }
     }
@@ -396,23 +423,23 @@ fn stated_quantity(
 fn stated_gpus(
     container: &Container,
     side: Side,
-    path: &str,
+    index: usize,
     violations: &mut Vec<FieldViolation>,
-) -> Option<(i64, String)> {
+) -> Option<(i64, AmountField)> {
     let from_requirements = container
         .resource_requirements
         .as_ref()
         .and_then(|requirements| side.of(requirements))
         .and_then(|resources| resources.gpu.as_ref())
-        .map(|gpu| (gpu.count, format!("{path}.resourceRequirements.{}.gpu.count", side.name())));
+        .map(|gpu| (gpu.count, AmountField { container: index, side: Some(side), leaf: "gpu.count" }));
     let from_legacy = container
         .resources
         .as_ref()
         .and_then(|resources| resources.gpu.as_ref())
-        .map(|gpu| (gpu.count, format!("{path}.resources.gpu.count")));
+        .map(|gpu| (gpu.count, AmountField { container: index, side: None, leaf: "gpu.count" }));
     let (count, field) = [from_requirements, from_legacy].into_iter().flatten().find(|(count, _)| *count != 0)?;
     if count < 0 {
-        violations.push(FieldViolation::new(field, format!("GPU count {count} must not be negative")));
+        violations.push(FieldViolation::new(field.to_string(), format!("GPU count {count} must not be negative")));
         return None;
     }
     Some((count, field))
@@ -468,33 +495,31 @@ fn resolve_amounts(
     defaults: &RuntimeDefaults,
     resources: &ResourceConstraints,
     container: &Container,
-    path: &str,
+    index: usize,
     violations: &mut Vec<FieldViolation>,
 ) -> (ResourceAmounts, ResourceAmounts, ContainerSources) {
     let mut requests = ResourceAmounts::default();
     let mut limits = ResourceAmounts::default();
     let mut sources = ContainerSources::default();
     for kind in [QuantityKind::Cpu, QuantityKind::Memory] {
-        let stated_request = stated_quantity(container, Side::Requests, kind, path, violations);
-        let stated_limit = stated_quantity(container, Side::Limits, kind, path, violations);
+        let stated_request = stated_quantity(container, Side::Requests, kind, index, violations);
+        let stated_limit = stated_quantity(container, Side::Limits, kind, index, violations);
         if let (Some(request), Some(limit)) = (&stated_request, &stated_limit)
             && request.value > limit.value
         {
             violations.push(FieldViolation::new(
-                request.field.clone(),
+                request.field.to_string(),
                 format!("request {} exceeds limit {}", kind.format(request.value), kind.format(limit.value)),
             ));
         }
         let limit_declared = stated_limit.is_some();
         let (request_value, request_source, limit_value, limit_source) = match (stated_request, stated_limit) {
             (Some(request), Some(limit)) => (request.value, source(request.field), limit.value, source(limit.field)),
-            (Some(only), None) | (None, Some(only)) => {
-                (only.value, source(only.field.clone()), only.value, source(only.field))
-            }
+            (Some(only), None) | (None, Some(only)) => (only.value, source(only.field), only.value, source(only.field)),
             (None, None) => {
                 let (value, note) = default_amount(defaults, resources, kind);
-                let default_source =
-                    AmountSource { field: format!("{path}.resourceRequirements.requests.{}", kind.name()), note };
+                let field = AmountField { container: index, side: Some(Side::Requests), leaf: kind.name() };
+                let default_source = AmountSource { field, note };
                 (value, default_source.clone(), value, default_source)
             }
         };
@@ -515,8 +540,8 @@ fn resolve_amounts(
             }
         }
     }
-    let gpu_request = stated_gpus(container, Side::Requests, path, violations);
-    let gpu_limit = stated_gpus(container, Side::Limits, path, violations);
+    let gpu_request = stated_gpus(container, Side::Requests, index, violations);
+    let gpu_limit = stated_gpus(container, Side::Limits, index, violations);
     let gpu_request = gpu_request.or_else(|| gpu_limit.clone());
     let gpu_limit = gpu_limit.or_else(|| gpu_request.clone());
     requests.gpu = gpu_request.as_ref().map(|(count, _)| *count);
@@ -527,8 +552,8 @@ fn resolve_amounts(
 }
 
 /// A stated amount's source: the field itself, no note.
-fn source(field: String) -> AmountSource {
-    AmountSource { field, note: String::new() }
+fn source(field: AmountField) -> AmountSource {
+    AmountSource { field, note: "" }
 }
 
 /// The default for a container that states nothing of `kind`, with the note that explains it.
@@ -536,18 +561,26 @@ fn default_amount(
     defaults: &RuntimeDefaults,
     resources: &ResourceConstraints,
     kind: QuantityKind,
-) -> (Quantity, String) {
-    let (policy_text, policy_field, runtime_value) = match kind {
-        QuantityKind::Cpu => (&resources.default_cpu, "defaultCpu", defaults.cpu_request),
-        QuantityKind::Memory => (&resources.default_memory, "defaultMemory", defaults.memory_request),
+) -> (Quantity, &'static str) {
+    let (policy_text, policy_note, runtime_value, runtime_note) = match kind {
+        QuantityKind::Cpu => (
+            &resources.default_cpu,
+            " (policy default constraints.resources.defaultCpu)",
+            defaults.cpu_request,
+            " (runtime default; the container states no cpu)",
+        ),
+        QuantityKind::Memory => (
+            &resources.default_memory,
+            " (policy default constraints.resources.defaultMemory)",
+            defaults.memory_request,
+            " (runtime default; the container states no memory)",
+        ),
     };
     // The policy was validated, so a non-empty default parses; fall back to the runtime default
     // all the same rather than trusting that.
     match Quantity::parse(policy_text) {
-        Ok(value) if !policy_text.is_empty() => {
-            (value, format!(" (policy default constraints.resources.{policy_field})"))
-        }
-        _ => (runtime_value, format!(" (runtime default; the container states no {})", kind.name())),
+        Ok(value) if !policy_text.is_empty() => (value, policy_note),
+        _ => (runtime_value, runtime_note),
     }
 }
 
