@@ -47,6 +47,11 @@ fn lifecycles() -> usize {
     std::env::var("BENCH_lifecycles").ok().and_then(|text| text.parse().ok()).unwrap_or(100_000)
 }
 
+/// `BENCH_live` shrinks the memory run for profiling; the recorded figures use the default.
+fn live() -> usize {
+    std::env::var("BENCH_live").ok().and_then(|text| text.parse().ok()).unwrap_or(LIVE)
+}
+
 fn world() -> (World, ManualClock) {
     let mut values = Values::scenario(Scenario::Ready);
     values.node_sets[0].replicas = NODES;
@@ -133,8 +138,8 @@ fn main() {
     // Memory: bytes held per live (running) sandbox, with its Pod, job, record and events.
     let (mut world, clock) = self::world();
     let before = LIVE_BYTES.load(Ordering::Relaxed);
-    let mut ids = Vec::with_capacity(LIVE);
-    for _ in 0..LIVE {
+    let mut ids = Vec::with_capacity(live());
+    for _ in 0..live() {
         ids.push(world.create_sandbox(&owner, spec(), "", &request_id(&mut sequence)).expect("create").id.clone());
     }
     clock.advance(Duration::from_secs(1));

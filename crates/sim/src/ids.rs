@@ -51,9 +51,9 @@ pub trait IdSource: Send {
 
 /// Appends the low `digits` hex digits of `value`, zero-padded, lowercase.
 fn push_hex(text: &mut String, value: u64, digits: u32) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for position in (0..digits).rev() {
-        let nibble = ((value >> (position * 4)) & 0xf) as u32;
-        text.push(char::from_digit(nibble, 16).unwrap_or('0'));
+        text.push(char::from(DIGITS[((value >> (position * 4)) & 0xf) as usize]));
     }
 }
 
@@ -168,6 +168,61 @@ impl PartialEq<SharedStr> for String {
     }
 }
 
+/// A fast, deterministic hasher for maps keyed by the world's own ids and names (uids, sandbox
+/// ids, node names): the Fx multiply-rotate scheme. The standard SipHash guards against keys
+/// chosen to collide, which these are not (the world makes them), and costs several times more
+/// on every Pod lookup.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IdHasher {
+    hash: u64,
+}
+
+impl IdHasher {
+    fn add(&mut self, word: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl std::hash::Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, value: u8) {
+        self.add(u64::from(value));
+    }
+
+    fn write_u32(&mut self, value: u32) {
+        self.add(u64::from(value));
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.add(value);
+    }
+
+    fn write_usize(&mut self, value: usize) {
+        self.add(value as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// `HashMap` state for [`IdHasher`].
+pub type IdHash = std::hash::BuildHasherDefault<IdHasher>;
+
 /// SplitMix64: tiny, fast and good enough for identifiers.
 #[derive(Debug, Clone)]
 pub struct SeededIds {
@@ -202,5 +257,26 @@ mod tests {
         assert_eq!(a.uid(), b.uid());
         assert_ne!(SeededIds::new(8).sandbox_id(), SeededIds::new(7).sandbox_id());
         assert_eq!(a.uid().len(), 36);
+    }
+}
+
+#[cfg(test)]
+mod shared_tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    #[test]
+    fn shared_strings_read_and_compare_as_text() {
+        let id = SharedStr::from("abc");
+        let copy = id.clone();
+        assert_eq!(id, "abc");
+        assert_eq!(id, "abc".to_owned());
+        assert_eq!("abc", id);
+        assert_eq!(&*copy, "abc");
+        assert_eq!(format!("{id}/{id:?}"), "abc/\"abc\"");
+        let mut map: HashMap<SharedStr, u32, IdHash> = HashMap::default();
+        map.insert(id, 1);
+        assert_eq!(map.get("abc"), Some(&1));
     }
 }

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::ids::SharedStr;
+use crate::ids::{IdHash, SharedStr};
 use crate::resolved::{ResourceAmounts, Toleration};
 use crate::time::SimTime;
 
@@ -157,6 +157,162 @@ pub struct PodContainer {
     pub state: ContainerState,
 }
 
+/// Labels or annotations of a Pod: a map kept as one vector sorted by key. A Pod has a handful
+/// of them, and a `BTreeMap`'s first node alone takes over 500 bytes. Reads like a `BTreeMap`
+/// (`get`, `contains_key`, `iter` in key order, `labels["key"]`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Labels {
+    entries: Vec<(String, String)>,
+}
+
+impl Labels {
+    /// An empty map.
+    pub fn new() -> Labels {
+        Labels::default()
+    }
+
+    /// An empty map with room for `capacity` entries.
+    pub fn with_capacity(capacity: usize) -> Labels {
+        Labels { entries: Vec::with_capacity(capacity) }
+    }
+
+    fn position(&self, key: &str) -> Result<usize, usize> {
+        self.entries.binary_search_by(|(existing, _)| existing.as_str().cmp(key))
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&String> {
+        self.position(key).ok().map(|index| &self.entries[index].1)
+    }
+
+    /// The value of `key`, mutable.
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut String> {
+        self.position(key).ok().map(|index| &mut self.entries[index].1)
+    }
+
+    /// Whether `key` is set.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.position(key).is_ok()
+    }
+
+    /// Sets `key`, returning the value it replaced.
+    pub fn insert(&mut self, key: String, value: String) -> Option<String> {
+        match self.position(&key) {
+            Ok(index) => Some(std::mem::replace(&mut self.entries[index].1, value)),
+            Err(index) => {
+                self.entries.insert(index, (key, value));
+                None
+            }
+        }
+    }
+
+    /// Removes `key`, returning its value.
+    pub fn remove(&mut self, key: &str) -> Option<String> {
+        self.position(key).ok().map(|index| self.entries.remove(index).1)
+    }
+
+    /// How many entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Entries in key order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&String, &String)> + ExactSizeIterator {
+        self.entries.iter().map(|(key, value)| (key, value))
+    }
+
+    /// Entries in key order from the first key not below `from` (a prefix's entries start there).
+    pub fn iter_from(&self, from: &str) -> impl Iterator<Item = (&String, &String)> {
+        let start = self.position(from).unwrap_or_else(|index| index);
+        self.entries[start..].iter().map(|(key, value)| (key, value))
+    }
+
+    /// Keys in order.
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.entries.iter().map(|(key, _)| key)
+    }
+
+    /// Values in key order.
+    pub fn values(&self) -> impl Iterator<Item = &String> {
+        self.entries.iter().map(|(_, value)| value)
+    }
+}
+
+impl<'a> IntoIterator for &'a Labels {
+    type Item = (&'a String, &'a String);
+    type IntoIter = std::iter::Map<std::slice::Iter<'a, (String, String)>, fn(&'a (String, String)) -> (&'a String, &'a String)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.iter().map(|(key, value)| (key, value))
+    }
+}
+
+impl IntoIterator for Labels {
+    type Item = (String, String);
+    type IntoIter = std::vec::IntoIter<(String, String)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.into_iter()
+    }
+}
+
+impl FromIterator<(String, String)> for Labels {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Labels {
+        let mut labels = Labels::new();
+        labels.extend(pairs);
+        labels
+    }
+}
+
+impl Extend<(String, String)> for Labels {
+    fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, pairs: I) {
+        for (key, value) in pairs {
+            self.insert(key, value);
+        }
+    }
+}
+
+impl From<BTreeMap<String, String>> for Labels {
+    fn from(map: BTreeMap<String, String>) -> Labels {
+        // Already sorted and unique.
+        Labels { entries: map.into_iter().collect() }
+    }
+}
+
+impl From<Labels> for BTreeMap<String, String> {
+    fn from(labels: Labels) -> BTreeMap<String, String> {
+        labels.entries.into_iter().collect()
+    }
+}
+
+impl std::ops::Index<&str> for Labels {
+    type Output = String;
+    fn index(&self, key: &str) -> &String {
+        self.get(key).unwrap_or_else(|| panic!("no label {key:?}"))
+    }
+}
+
+/// Something a label selector can read labels from.
+pub trait LabelMap {
+    /// The value of label `key`.
+    fn label(&self, key: &str) -> Option<&String>;
+}
+
+impl LabelMap for Labels {
+    fn label(&self, key: &str) -> Option<&String> {
+        self.get(key)
+    }
+}
+
+impl LabelMap for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&String> {
+        self.get(key)
+    }
+}
+
 /// A Pod.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pod {
@@ -167,9 +323,9 @@ pub struct Pod {
     /// Name.
     pub name: SharedStr,
     /// Labels.
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// Annotations.
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: Labels,
     /// `spec.schedulerName` (`default-scheduler` when unset).
     pub scheduler_name: String,
     /// `spec.nodeName` once bound (shared with the Node).
@@ -345,12 +501,12 @@ pub struct Cluster {
     /// Namespaces by name.
     pub namespaces: BTreeMap<String, Namespace>,
     /// Pods by uid, boxed: the table then wastes little on free slots as it grows.
-    pods: HashMap<SharedStr, Box<Pod>>,
+    pods: HashMap<SharedStr, Box<Pod>, IdHash>,
     /// namespace → name → uid, in kubectl's listing order; two levels so a lookup by borrowed
     /// names needs no owned key.
     pod_names: BTreeMap<SharedStr, BTreeMap<SharedStr, SharedStr>>,
     /// Node name → uids of the Pods bound there, so per-Node work never scans every Pod.
-    pods_on_node: HashMap<SharedStr, BTreeSet<SharedStr>>,
+    pods_on_node: HashMap<SharedStr, BTreeSet<SharedStr>, IdHash>,
     /// ConfigMaps by (namespace, name).
     pub config_maps: BTreeMap<(String, String), ConfigMap>,
     /// Events, oldest first, at most `event_capacity`.
@@ -501,5 +657,27 @@ impl Cluster {
         while self.events.len() > self.event_capacity.max(1) {
             self.events.pop_front();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_read_like_a_sorted_map() {
+        let mut labels = Labels::with_capacity(3);
+        assert_eq!(labels.insert("b".to_owned(), "2".to_owned()), None);
+        assert_eq!(labels.insert("a".to_owned(), "1".to_owned()), None);
+        assert_eq!(labels.insert("sunk.coreweave.com/lock".to_owned(), "false".to_owned()), None);
+        assert_eq!(labels.insert("b".to_owned(), "3".to_owned()), Some("2".to_owned()));
+        assert_eq!(labels.keys().map(String::as_str).collect::<Vec<_>>(), ["a", "b", "sunk.coreweave.com/lock"]);
+        assert_eq!(labels["b"], "3");
+        assert!(labels.contains_key("a") && !labels.contains_key("c"));
+        let sunk: Vec<_> = labels.iter_from("sunk.coreweave.com/").map(|(key, _)| key.as_str()).collect();
+        assert_eq!(sunk, ["sunk.coreweave.com/lock"]);
+        assert_eq!(labels.remove("a"), Some("1".to_owned()));
+        let map: BTreeMap<String, String> = labels.clone().into();
+        assert_eq!(Labels::from(map), labels);
     }
 }

@@ -4,10 +4,10 @@
 //!
 //! Nothing here changes the world; every listing borrows from it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use crate::error::{SimError, SimResult};
-use crate::k8s::{ConfigMap, Event, Namespace, Node, Pod, PodOwner};
+use crate::k8s::{ConfigMap, Event, LabelMap, Namespace, Node, Pod, PodOwner};
 use crate::sandbox::SandboxInfo;
 use crate::slurm::{Job, JobBaseState, JobId, JobKind, SlurmNode};
 use crate::time::SimTime;
@@ -214,17 +214,17 @@ impl LabelSelector {
     }
 
     /// Whether labels satisfy every requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &impl LabelMap) -> bool {
         self.requirements.iter().all(|requirement| match requirement {
-            LabelRequirement::Exists(key) => labels.contains_key(key),
-            LabelRequirement::DoesNotExist(key) => !labels.contains_key(key),
-            LabelRequirement::In(key, values) => labels.get(key).is_some_and(|value| values.contains(value)),
-            LabelRequirement::NotIn(key, values) => labels.get(key).is_none_or(|value| !values.contains(value)),
+            LabelRequirement::Exists(key) => labels.label(key).is_some(),
+            LabelRequirement::DoesNotExist(key) => labels.label(key).is_none(),
+            LabelRequirement::In(key, values) => labels.label(key).is_some_and(|value| values.contains(value)),
+            LabelRequirement::NotIn(key, values) => labels.label(key).is_none_or(|value| !values.contains(value)),
             LabelRequirement::GreaterThan(key, number) => {
-                labels.get(key).and_then(|value| value.parse::<i64>().ok()).is_some_and(|value| value > *number)
+                labels.label(key).and_then(|value| value.parse::<i64>().ok()).is_some_and(|value| value > *number)
             }
             LabelRequirement::LessThan(key, number) => {
-                labels.get(key).and_then(|value| value.parse::<i64>().ok()).is_some_and(|value| value < *number)
+                labels.label(key).and_then(|value| value.parse::<i64>().ok()).is_some_and(|value| value < *number)
             }
         })
     }
@@ -603,6 +603,8 @@ impl World {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

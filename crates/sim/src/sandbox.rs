@@ -2,7 +2,7 @@
 //! namespace per user, the Pod built from the resolved spec, and a state mirrored from the Pod
 //! and its placeholder job. Terminal sandboxes stay readable for a retention period.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,8 +10,8 @@ use cwsandbox_api::sandbox_v1::{ManagedRunner, RunnerInstallStatus, SandboxMode,
 use prost::Message;
 
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
-use crate::ids::SharedStr;
-use crate::k8s::{ContainerState, Pod, PodContainer, PodOwner, PodPhase};
+use crate::ids::{IdHash, SharedStr};
+use crate::k8s::{ContainerState, Labels, Pod, PodContainer, PodOwner, PodPhase};
 use crate::policy::{self, PreparedPolicy, RuntimeDefaults};
 use crate::quantity::Quantity;
 use crate::resolved::ResolvedSpec;
@@ -150,6 +150,8 @@ impl SandboxInfo {
 #[derive(Debug, Clone)]
 pub(crate) struct Sandbox {
     info: Arc<SandboxInfo>,
+    /// Its lifetime timer, cancelled when the sandbox is forgotten.
+    lifetime_timer: Option<(SimTime, u64)>,
     job_id: Option<JobId>,
     started: Option<SimTime>,
     life: Life,
@@ -165,7 +167,8 @@ impl std::ops::Deref for Sandbox {
 /// All sandboxes.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Sandboxes {
-    by_id: BTreeMap<SharedStr, Sandbox>,
+    /// By id; unordered (listings sort by creation time and id).
+    by_id: HashMap<SharedStr, Sandbox, IdHash>,
     /// Organization → request id → sandbox: two levels, so a lookup needs no owned key.
     by_request: HashMap<String, HashMap<String, SharedStr>>,
     /// Prepared policies by organization and runner, with the etag they were prepared at.
@@ -173,6 +176,8 @@ pub(crate) struct Sandboxes {
     /// Each user's namespace name, made once and shared by the user's sandboxes and Pods.
     /// Cleared when values change (the prefix may have).
     pub(crate) namespaces: HashMap<String, SharedStr>,
+    /// The runtime defaults parsed from the values in force; cleared when values change.
+    pub(crate) defaults: Option<RuntimeDefaults>,
 }
 
 /// What a reader sees of a sandbox: the shared, unchanging [`SandboxInfo`] (reachable
@@ -277,7 +282,8 @@ impl World {
         let pod_name = SharedStr::from(format!("sandbox-{id}"));
         let pod_uid = SharedStr::from(self.ids.uid());
         self.ensure_namespace(&namespace);
-        let mut labels = resolved.labels.clone();
+        let mut labels = Labels::with_capacity(resolved.labels.len() + 2);
+        labels.extend(resolved.labels.iter().map(|(key, value)| (key.clone(), value.clone())));
         labels.insert(SANDBOX_ID_LABEL.to_owned(), id.to_string());
         labels.insert("sandbox.coreweave.com/runner-id".to_owned(), runner_id.clone());
         let containers = resolved
@@ -301,7 +307,7 @@ impl World {
             namespace: namespace.clone(),
             name: pod_name.clone(),
             labels,
-            annotations: resolved.annotations.clone(),
+            annotations: resolved.annotations.iter().map(|(key, value)| (key.clone(), value.clone())).collect(),
             scheduler_name: resolved.scheduler_name.clone().unwrap_or_else(|| "default-scheduler".to_owned()),
             node_name: None,
             termination_grace_period_seconds: i64::from(self.sandbox_values().pod_termination_grace_period_seconds),
@@ -342,6 +348,7 @@ impl World {
                     created: now,
                     request_id: request_id.to_owned(),
                 }),
+                lifetime_timer: None,
                 job_id: None,
                 started: None,
                 life: Life::Live,
@@ -356,7 +363,10 @@ impl World {
         }
         self.count_sandbox(SandboxTransition::Create);
         self.insert_new_pod(pod);
-        self.schedule_timer(now + lifetime, crate::world::Timer::SandboxLifetime(id.clone()));
+        let lifetime_timer = self.schedule_timer(now + lifetime, crate::world::Timer::SandboxLifetime(id.clone()));
+        if let Some(sandbox) = self.sandboxes.by_id.get_mut(&id) {
+            sandbox.lifetime_timer = Some(lifetime_timer);
+        }
         self.settle();
         self.get_sandbox(&owner.org, &id)
     }
@@ -391,15 +401,21 @@ impl World {
         prepared
     }
 
-    fn runtime_defaults(&self) -> SimResult<RuntimeDefaults> {
+    /// The runtime defaults, parsed once per values revision.
+    fn runtime_defaults(&mut self) -> SimResult<RuntimeDefaults> {
+        if let Some(defaults) = &self.sandboxes.defaults {
+            return Ok(defaults.clone());
+        }
         let values = self.sandbox_values();
-        Ok(RuntimeDefaults {
+        let defaults = RuntimeDefaults {
             cpu_request: Quantity::parse(&values.default_cpu)
                 .map_err(|error| SimError::invalid_field("sandboxes.defaultCpu", error.to_string()))?,
             memory_request: Quantity::parse(&values.default_memory)
                 .map_err(|error| SimError::invalid_field("sandboxes.defaultMemory", error.to_string()))?,
             lifetime_seconds: values.default_lifetime_seconds,
-        })
+        };
+        self.sandboxes.defaults = Some(defaults.clone());
+        Ok(defaults)
     }
 
     /// Picks the runner: the first of `runner_ids` that exists and is ready, else (with no ids)
@@ -644,6 +660,10 @@ impl World {
         let pod_uid = sandbox.pod_uid.clone();
         if let Some(requests) = self.sandboxes.by_request.get_mut(&sandbox.owner.org) {
             requests.remove(&sandbox.request_id);
+        }
+        // Its lifetime timer would find nothing: drop it now rather than at its distant time.
+        if let Some(key) = sandbox.lifetime_timer {
+            self.cancel_timer(key);
         }
         self.sandboxes.by_id.remove(id);
         if self.cluster.pod(&pod_uid).is_some() {

@@ -408,7 +408,7 @@ pub struct Slurm {
     /// Pending jobs in scheduling order: (tier, priority, submit, id).
     pending: BTreeSet<(Reverse<u32>, Reverse<u32>, SimTime, JobId)>,
     /// Per partition: schedulable nodes ordered by free CPUs.
-    free_index: HashMap<String, BTreeSet<(u32, usize)>>,
+    free_index: HashMap<String, BTreeSet<(u32, usize)>, crate::ids::IdHash>,
     /// How often each named transition ran.
     pub transitions: BTreeMap<&'static str, u64>,
     /// The default QOS name, shared by every job that names none.

@@ -70,7 +70,7 @@ pub fn validate(values: &Values, pod: &Pod, gpu_type_of_any_node: Option<&str>) 
     // sorted map, from the prefix on.
     let annotation = |key: &str| {
         pod.annotations
-            .range::<str, _>((std::ops::Bound::Included(ANNOTATION_PREFIX), std::ops::Bound::Unbounded))
+            .iter_from(ANNOTATION_PREFIX)
             .map_while(|(full, value)| full.strip_prefix(ANNOTATION_PREFIX).map(|short| (short, value)))
             .find(|(short, _)| *short == key)
             .map(|(_, value)| value.as_str())

@@ -3,14 +3,13 @@
 //! order, schedulers run until nothing changes, and each decision leaves an Event.
 
 use std::borrow::Cow;
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{FinalJobState, SandboxValues, Values};
 use crate::error::{Reason, SimError, SimResult};
-use crate::ids::{IdSource, SeededIds, SharedStr};
+use crate::ids::{IdHash, IdSource, SeededIds, SharedStr};
 use crate::k8s::{
     Cluster, ConfigMap, ContainerState, Event, EventType, LOCK_KEY, Namespace, Node, ObjectRef, Pod, PodContainer,
     PodOwner, PodPhase, ResourceTotals, Taint,
@@ -172,10 +171,13 @@ pub struct World {
     pub(crate) sandboxes: crate::sandbox::Sandboxes,
     /// The time the world has reached.
     now: SimTime,
-    timers: BinaryHeap<Reverse<(SimTime, u64, Timer)>>,
+    /// Pending timers in firing order (time, then scheduling order). Ordered map rather than
+    /// heap so a timer that can no longer matter (a forgotten sandbox's lifetime) is removed
+    /// instead of being carried, and compared against, until its distant time.
+    timers: BTreeMap<(SimTime, u64), Timer>,
     timer_sequence: u64,
-    placeholder_of_pod: HashMap<SharedStr, JobId>,
-    pod_of_placeholder: HashMap<JobId, SharedStr>,
+    placeholder_of_pod: HashMap<SharedStr, JobId, IdHash>,
+    pod_of_placeholder: HashMap<JobId, SharedStr, IdHash>,
     /// Pods the scheduler refused: never retried.
     sunk_rejected: BTreeSet<SharedStr>,
     /// Pods needing a scheduling decision.
@@ -203,10 +205,10 @@ impl World {
             runners: RunnerRegistry::default(),
             sandboxes: crate::sandbox::Sandboxes::default(),
             now,
-            timers: BinaryHeap::new(),
+            timers: BTreeMap::new(),
             timer_sequence: 0,
-            placeholder_of_pod: HashMap::new(),
-            pod_of_placeholder: HashMap::new(),
+            placeholder_of_pod: HashMap::default(),
+            pod_of_placeholder: HashMap::default(),
             sunk_rejected: BTreeSet::new(),
             unscheduled: BTreeSet::new(),
             waiting_for_room: BTreeSet::new(),
@@ -411,8 +413,8 @@ impl World {
             uid: self.ids.uid().into(),
             namespace: namespace.into(),
             name: name.into(),
-            labels,
-            annotations,
+            labels: labels.into(),
+            annotations: annotations.into(),
             scheduler_name: "default-scheduler".to_owned(),
             node_name: node_name.map(SharedStr::from),
             termination_grace_period_seconds: 30,
@@ -559,8 +561,9 @@ impl World {
         self.check_values(&values)?;
         let layout_changed = self.layout_changes(&values);
         let old = std::mem::replace(&mut self.values, values.clone());
-        // The namespace prefix may have changed.
+        // The namespace prefix and the runtime defaults may have changed.
         self.sandboxes.namespaces.clear();
+        self.sandboxes.defaults = None;
         if layout_changed {
             let kept_pods: Vec<Pod> = self
                 .cluster
@@ -634,9 +637,17 @@ impl World {
         }
     }
 
-    pub(crate) fn schedule_timer(&mut self, at: SimTime, timer: Timer) {
+    /// Schedules a timer; the key returned can cancel it.
+    pub(crate) fn schedule_timer(&mut self, at: SimTime, timer: Timer) -> (SimTime, u64) {
         self.timer_sequence += 1;
-        self.timers.push(Reverse((at, self.timer_sequence, timer)));
+        let key = (at, self.timer_sequence);
+        self.timers.insert(key, timer);
+        key
+    }
+
+    /// Drops a timer that can no longer do anything.
+    pub(crate) fn cancel_timer(&mut self, key: (SimTime, u64)) {
+        self.timers.remove(&key);
     }
 
     /// Moves the world to the clock's time, firing every due timer in order.
@@ -646,18 +657,18 @@ impl World {
 
     /// When the next timer fires, if any (the host may sleep until then).
     pub fn next_wakeup(&self) -> Option<SimTime> {
-        self.timers.peek().map(|Reverse((at, _, _))| *at)
+        self.timers.first_key_value().map(|((at, _), _)| *at)
     }
 
     pub(crate) fn settle(&mut self) {
         let target = self.clock.now().max(self.now);
         loop {
             self.reconcile();
-            let due = matches!(self.timers.peek(), Some(Reverse((at, _, _))) if *at <= target);
+            let due = matches!(self.timers.first_key_value(), Some(((at, _), _)) if *at <= target);
             if !due {
                 break;
             }
-            if let Some(Reverse((at, _, timer))) = self.timers.pop() {
+            if let Some(((at, _), timer)) = self.timers.pop_first() {
                 self.now = self.now.max(at);
                 self.fire(timer);
             }
@@ -736,8 +747,8 @@ impl World {
             uid: uid.clone(),
             namespace: request.namespace.into(),
             name: request.name.into(),
-            labels: request.labels,
-            annotations: request.annotations,
+            labels: request.labels.into(),
+            annotations: request.annotations.into(),
             scheduler_name,
             node_name: None,
             termination_grace_period_seconds: request.termination_grace_period_seconds.unwrap_or(30),

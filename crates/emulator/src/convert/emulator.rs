@@ -3,7 +3,7 @@
 //! requests' filters as simulation queries. Shapes follow Kubernetes (`core/v1`) and Slurm's own
 //! field names, so the CLI's views and a Kubernetes facade render from fields, never from text.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use cwsandbox_api::emulator_v1 as pb;
 use cwsandbox_sim::config::Values;
@@ -115,8 +115,8 @@ fn condition(kind: &str, status: bool, reason: &str, message: &str) -> pb::Condi
     }
 }
 
-fn labels(map: &BTreeMap<String, String>) -> HashMap<String, String> {
-    map.iter().map(|(key, value)| (key.clone(), value.clone())).collect()
+fn labels<'a>(map: impl IntoIterator<Item = (&'a String, &'a String)>) -> HashMap<String, String> {
+    map.into_iter().map(|(key, value)| (key.clone(), value.clone())).collect()
 }
 
 /// A Pod, with the placeholder job the SUNK scheduler submitted for it (if any).
