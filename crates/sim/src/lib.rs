@@ -5,6 +5,7 @@
 //! event with a reason and a message. See the crate README for the rooms.
 
 pub mod config;
+pub mod counts;
 pub mod error;
 pub mod ids;
 pub mod k8s;

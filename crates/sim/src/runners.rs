@@ -684,12 +684,20 @@ impl RunnerRegistry {
                     count(&mut self.transition_counts, transition);
                 }
             }
-            runners.runners.retain(|_, record| record.phase != InstallPhase::Gone);
+            // Checked before pruning: this runs on every command, and there is rarely anything
+            // to prune.
+            if runners.runners.values().any(|record| record.phase == InstallPhase::Gone) {
+                runners.runners.retain(|_, record| record.phase != InstallPhase::Gone);
+            }
             // A request id lives as long as its runner: after deletion it may create anew.
             let OrgRunners { runners: live, request_ids } = runners;
-            request_ids.retain(|_, request| live.contains_key(&request.runner_id));
+            if request_ids.values().any(|request| !live.contains_key(&request.runner_id)) {
+                request_ids.retain(|_, request| live.contains_key(&request.runner_id));
+            }
         }
-        self.orgs.retain(|_, runners| !runners.runners.is_empty() || !runners.request_ids.is_empty());
+        if self.orgs.values().any(|runners| runners.runners.is_empty() && runners.request_ids.is_empty()) {
+            self.orgs.retain(|_, runners| !runners.runners.is_empty() || !runners.request_ids.is_empty());
+        }
     }
 
     /// Test and admin hook: whether the runner's release channel offers a newer version.

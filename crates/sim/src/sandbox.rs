@@ -230,7 +230,7 @@ const MAX_LIFETIME_SECONDS: i32 = 2_592_000;
 
 impl World {
     fn count_sandbox(&mut self, transition: SandboxTransition) {
-        *self.transitions.entry(transition.name()).or_default() += 1;
+        self.transitions.add(transition.name());
     }
 
     /// Creates a sandbox. The same `request_id` with the same body returns the same sandbox;

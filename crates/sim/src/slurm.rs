@@ -394,7 +394,7 @@ pub struct Slurm {
     /// Nodes in configuration order.
     pub nodes: Vec<SlurmNode>,
     /// Node name → index.
-    pub node_index: HashMap<String, usize>,
+    pub node_index: HashMap<String, usize, crate::ids::IdHash>,
     /// Users by uid.
     pub users: BTreeMap<u32, User>,
     /// Queue: pending, running and completing jobs. Boxed: a B-tree node then holds pointers,
@@ -410,7 +410,7 @@ pub struct Slurm {
     /// Per partition: schedulable nodes ordered by free CPUs.
     free_index: HashMap<String, BTreeSet<(u32, usize)>, crate::ids::IdHash>,
     /// How often each named transition ran.
-    pub transitions: BTreeMap<&'static str, u64>,
+    pub transitions: crate::counts::TransitionCounts,
     /// The default QOS name, shared by every job that names none.
     normal_qos: Arc<str>,
     /// Per node (same index as `nodes`): how many of its jobs refuse company or share only with
@@ -534,7 +534,7 @@ impl Slurm {
     }
 
     fn count(&mut self, transition: JobTransition) {
-        *self.transitions.entry(transition.name()).or_default() += 1;
+        self.transitions.add(transition.name());
     }
 
     /// The default partition's name.

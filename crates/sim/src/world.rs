@@ -189,7 +189,7 @@ pub struct World {
     slurm_dirty: bool,
     effects: Vec<Effect>,
     /// How often each named transition ran.
-    pub transitions: BTreeMap<&'static str, u64>,
+    pub transitions: crate::counts::TransitionCounts,
 }
 
 impl World {
@@ -215,7 +215,7 @@ impl World {
             room_freed: false,
             slurm_dirty: false,
             effects: Vec::new(),
-            transitions: BTreeMap::new(),
+            transitions: Default::default(),
         };
         world.build_topology()?;
         world.build_runners()?;
@@ -241,7 +241,7 @@ impl World {
     }
 
     pub(crate) fn count(&mut self, transition: Transition) {
-        *self.transitions.entry(transition.name()).or_default() += 1;
+        self.transitions.add(transition.name());
     }
 
     fn quantity(text: &str, what: &str) -> SimResult<Quantity> {
