@@ -11,28 +11,24 @@ pub trait IdSource: Send {
     fn next_u64(&mut self) -> u64;
 
     /// A sandbox id: 16 lowercase hex digits.
-    fn sandbox_id(&mut self) -> String {
-        let mut id = String::with_capacity(16);
-        push_hex(&mut id, self.next_u64(), 16);
-        id
+    fn sandbox_id(&mut self) -> SharedStr {
+        let mut id = [0u8; 16];
+        write_hex(&mut id, self.next_u64());
+        SharedStr::from_ascii(&id)
     }
 
     /// A Kubernetes uid in the 8-4-4-4-12 hex form.
-    fn uid(&mut self) -> String {
+    fn uid(&mut self) -> SharedStr {
         let high = self.next_u64();
         let low = self.next_u64();
-        // Written into one exact-size buffer: `format!` would grow it several times.
-        let mut uid = String::with_capacity(36);
-        push_hex(&mut uid, high >> 32, 8);
-        uid.push('-');
-        push_hex(&mut uid, (high >> 16) & 0xffff, 4);
-        uid.push('-');
-        push_hex(&mut uid, high & 0xffff, 4);
-        uid.push('-');
-        push_hex(&mut uid, low >> 48, 4);
-        uid.push('-');
-        push_hex(&mut uid, low & 0xffff_ffff_ffff, 12);
-        uid
+        // Written on the stack and shared from there: one allocation, no growing.
+        let mut uid = [b'-'; 36];
+        write_hex(&mut uid[0..8], high >> 32);
+        write_hex(&mut uid[9..13], (high >> 16) & 0xffff);
+        write_hex(&mut uid[14..18], high & 0xffff);
+        write_hex(&mut uid[19..23], low >> 48);
+        write_hex(&mut uid[24..36], low & 0xffff_ffff_ffff);
+        SharedStr::from_ascii(&uid)
     }
 
     /// A short lowercase suffix for generated names (`-x7k2p`).
@@ -49,11 +45,13 @@ pub trait IdSource: Send {
     }
 }
 
-/// Appends the low `digits` hex digits of `value`, zero-padded, lowercase.
-fn push_hex(text: &mut String, value: u64, digits: u32) {
+/// Fills `out` with the low hex digits of `value`, zero-padded, lowercase.
+fn write_hex(out: &mut [u8], value: u64) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for position in (0..digits).rev() {
-        text.push(char::from(DIGITS[((value >> (position * 4)) & 0xf) as usize]));
+    let mut rest = value;
+    for byte in out.iter_mut().rev() {
+        *byte = DIGITS[(rest & 0xf) as usize];
+        rest >>= 4;
     }
 }
 
@@ -69,6 +67,37 @@ impl SharedStr {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The parts joined, built on the stack when short so the text is allocated once.
+    pub fn concat(parts: &[&str]) -> SharedStr {
+        let length: usize = parts.iter().map(|part| part.len()).sum();
+        let mut buffer = [0u8; 128];
+        if length > buffer.len() {
+            return SharedStr::from(parts.concat());
+        }
+        let mut end = 0;
+        for part in parts {
+            buffer[end..end + part.len()].copy_from_slice(part.as_bytes());
+            end += part.len();
+        }
+        // Whole `str`s laid end to end are UTF-8; the check cannot fail.
+        SharedStr::from(std::str::from_utf8(&buffer[..end]).unwrap_or_default())
+    }
+
+    /// Text this module wrote as ASCII.
+    fn from_ascii(bytes: &[u8]) -> SharedStr {
+        SharedStr::from(std::str::from_utf8(bytes).unwrap_or_default())
+    }
+}
+
+/// The parts joined into a string allocated once at its final size (`format!` starts small and
+/// grows when the first piece is an argument).
+pub fn joined(parts: &[&str]) -> String {
+    let mut text = String::with_capacity(parts.iter().map(|part| part.len()).sum());
+    for part in parts {
+        text.push_str(part);
+    }
+    text
 }
 
 impl std::ops::Deref for SharedStr {
@@ -257,6 +286,26 @@ mod tests {
         assert_eq!(a.uid(), b.uid());
         assert_ne!(SeededIds::new(8).sandbox_id(), SeededIds::new(7).sandbox_id());
         assert_eq!(a.uid().len(), 36);
+    }
+
+    #[test]
+    fn ids_keep_their_format() {
+        let (mut ids, mut bits) = (SeededIds::new(42), SeededIds::new(42));
+        for _ in 0..100 {
+            assert_eq!(ids.sandbox_id(), format!("{:016x}", bits.next_u64()));
+            let (high, low) = (bits.next_u64(), bits.next_u64());
+            let expected = format!(
+                "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+                high >> 32,
+                (high >> 16) & 0xffff,
+                high & 0xffff,
+                low >> 48,
+                low & 0xffff_ffff_ffff
+            );
+            assert_eq!(ids.uid(), expected);
+        }
+        assert_eq!(SharedStr::concat(&["sandbox-", "ab"]), "sandbox-ab");
+        assert_eq!(SharedStr::concat(&["x"; 200]).len(), 200);
     }
 }
 

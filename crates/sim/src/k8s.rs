@@ -609,16 +609,25 @@ impl Cluster {
 
     /// Binds a Pod to a Node; a non-terminal Pod's requests count there from now on.
     pub fn bind(&mut self, uid: &str, node_name: &str) {
-        // The Node's own name is shared; a Node that does not exist still gets its name.
-        let shared_name = self.nodes.get(node_name).map_or_else(|| SharedStr::from(node_name), |node| node.name.clone());
         let Some(pod) = self.pod_mut(uid) else { return };
         if pod.node_name.is_some() {
             return;
         }
-        pod.node_name = Some(shared_name.clone());
-        let requested = pod.requested();
-        let counts = !pod.phase.is_terminal();
-        let uid = pod.uid.clone();
+        let (requested, counts, uid) = (pod.requested(), !pod.phase.is_terminal(), pod.uid.clone());
+        // One lookup of the Node (a name-keyed tree) for both its shared name and its requests;
+        // a Node that does not exist still gets its name.
+        let shared_name = match self.nodes.get_mut(node_name) {
+            Some(node) => {
+                if counts {
+                    node.requested.add(requested);
+                }
+                node.name.clone()
+            }
+            None => SharedStr::from(node_name),
+        };
+        if let Some(pod) = self.pods.get_mut(&uid) {
+            pod.node_name = Some(shared_name.clone());
+        }
         match self.pods_on_node.get_mut(node_name) {
             Some(uids) => {
                 uids.insert(uid);
@@ -626,9 +635,6 @@ impl Cluster {
             None => {
                 self.pods_on_node.insert(shared_name, BTreeSet::from([uid]));
             }
-        }
-        if counts && let Some(node) = self.nodes.get_mut(node_name) {
-            node.requested.add(requested);
         }
     }
 

@@ -277,10 +277,10 @@ impl World {
             ));
         }
 
-        let id = SharedStr::from(self.ids.sandbox_id());
+        let id = self.ids.sandbox_id();
         let namespace = self.user_namespace(&owner.user);
-        let pod_name = SharedStr::from(format!("sandbox-{id}"));
-        let pod_uid = SharedStr::from(self.ids.uid());
+        let pod_name = SharedStr::concat(&["sandbox-", &id]);
+        let pod_uid = self.ids.uid();
         self.ensure_namespace(&namespace);
         let mut labels = Labels::with_capacity(resolved.labels.len() + 2);
         labels.extend(resolved.labels.iter().map(|(key, value)| (key.clone(), value.clone())));

@@ -789,6 +789,13 @@ impl Slurm {
     /// jobs where a partition allows it, and sets the pending reasons.
     pub fn schedule(&mut self, now: SimTime) -> Vec<SlurmOutcome> {
         let mut outcomes = Vec::new();
+        self.schedule_into(now, &mut outcomes);
+        outcomes
+    }
+
+    /// [`Slurm::schedule`], appending the outcomes to a buffer the caller reuses (the world
+    /// schedules after every command).
+    pub fn schedule_into(&mut self, now: SimTime, outcomes: &mut Vec<SlurmOutcome>) {
         let mut blocked_partitions: BTreeSet<Arc<str>> = BTreeSet::new();
         // Walk the pending set in order without copying it: each step resumes after the last key
         // (placing a job removes its key, which the range then simply no longer holds).
@@ -829,7 +836,6 @@ impl Slurm {
             }
             blocked_partitions.insert(partition);
         }
-        outcomes
     }
 
     /// Jobs on one node whose preemption would make room for `id`, or none.

@@ -106,7 +106,7 @@ pub fn validate(values: &Values, pod: &Pod, gpu_type_of_any_node: Option<&str>) 
     let time_limit_seconds = number("timeout")?;
     let text = |key: &str| annotation(key).map(str::to_owned);
     Ok(JobRequest {
-        name: format!("{}/{}", pod.namespace, pod.name),
+        name: crate::ids::joined(&[&pod.namespace, "/", &pod.name]),
         uid,
         gid,
         account: text("account"),

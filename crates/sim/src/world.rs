@@ -3,7 +3,7 @@
 //! order, schedulers run until nothing changes, and each decision leaves an Event.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -171,12 +171,18 @@ pub struct World {
     pub(crate) sandboxes: crate::sandbox::Sandboxes,
     /// The time the world has reached.
     now: SimTime,
-    /// Pending timers in firing order (time, then scheduling order). Ordered map rather than
-    /// heap so a timer that can no longer matter (a forgotten sandbox's lifetime) is removed
-    /// instead of being carried, and compared against, until its distant time.
-    timers: BTreeMap<(SimTime, u64), Timer>,
+    /// Pending timers by firing time, each time's in scheduling order (sequence number; `None`
+    /// once cancelled). Timers bunch at a few instants (every command at one instant schedules
+    /// its lifetimes, prologs and grace periods from the same `now`), so scheduling is a lookup
+    /// among few times and a push; cancelling a forgotten sandbox's lifetime timer is a binary
+    /// search, and it no longer waits, in memory, for its distant time.
+    timers: BTreeMap<SimTime, VecDeque<(u64, Option<Timer>)>>,
     timer_sequence: u64,
     placeholder_of_pod: HashMap<SharedStr, JobId, IdHash>,
+    /// Scratch space for Slurm's scheduling outcomes.
+    slurm_outcomes: Vec<SlurmOutcome>,
+    /// Slurm node name → uid of its slurmd Pod, as last found (see `slurmd_pod_uid`).
+    slurmd_pods: HashMap<String, SharedStr, IdHash>,
     pod_of_placeholder: HashMap<JobId, SharedStr, IdHash>,
     /// Pods the scheduler refused: never retried.
     sunk_rejected: BTreeSet<SharedStr>,
@@ -208,6 +214,8 @@ impl World {
             timers: BTreeMap::new(),
             timer_sequence: 0,
             placeholder_of_pod: HashMap::default(),
+            slurmd_pods: HashMap::default(),
+            slurm_outcomes: Vec::new(),
             pod_of_placeholder: HashMap::default(),
             sunk_rejected: BTreeSet::new(),
             unscheduled: BTreeSet::new(),
@@ -279,7 +287,7 @@ impl World {
                     node_name.clone(),
                     Node {
                         name: node_name.as_str().into(),
-                        uid,
+                        uid: uid.into(),
                         labels,
                         taints: Vec::new(),
                         allocatable: ResourceTotals {
@@ -319,7 +327,7 @@ impl World {
                 node.name.clone(),
                 Node {
                     name: node.name.as_str().into(),
-                    uid,
+                    uid: uid.into(),
                     labels,
                     taints: Vec::new(),
                     allocatable: ResourceTotals { cpu_millis: cpu.millis(), memory_bytes: memory.units_ceil(), gpus: 0 },
@@ -640,14 +648,44 @@ impl World {
     /// Schedules a timer; the key returned can cancel it.
     pub(crate) fn schedule_timer(&mut self, at: SimTime, timer: Timer) -> (SimTime, u64) {
         self.timer_sequence += 1;
-        let key = (at, self.timer_sequence);
-        self.timers.insert(key, timer);
-        key
+        self.timers.entry(at).or_default().push_back((self.timer_sequence, Some(timer)));
+        (at, self.timer_sequence)
     }
 
     /// Drops a timer that can no longer do anything.
-    pub(crate) fn cancel_timer(&mut self, key: (SimTime, u64)) {
-        self.timers.remove(&key);
+    pub(crate) fn cancel_timer(&mut self, (at, sequence): (SimTime, u64)) {
+        let Some(bucket) = self.timers.get_mut(&at) else { return };
+        if let Ok(index) = bucket.binary_search_by_key(&sequence, |(queued, _)| *queued) {
+            bucket[index].1 = None;
+        }
+        Self::drop_cancelled_front(bucket);
+        if bucket.is_empty() {
+            self.timers.remove(&at);
+        }
+    }
+
+    /// Drops cancelled timers from the front of a bucket, so the first bucket's time is always
+    /// that of a live timer.
+    fn drop_cancelled_front(bucket: &mut VecDeque<(u64, Option<Timer>)>) {
+        while bucket.front().is_some_and(|(_, timer)| timer.is_none()) {
+            bucket.pop_front();
+        }
+    }
+
+    /// Takes the next live timer due by `target`, in time and then scheduling order.
+    fn pop_due_timer(&mut self, target: SimTime) -> Option<(SimTime, Timer)> {
+        let mut first = self.timers.first_entry()?;
+        let at = *first.key();
+        if at > target {
+            return None;
+        }
+        let bucket = first.get_mut();
+        let popped = bucket.pop_front().and_then(|(_, timer)| timer);
+        Self::drop_cancelled_front(bucket);
+        if bucket.is_empty() {
+            first.remove();
+        }
+        popped.map(|timer| (at, timer))
     }
 
     /// Moves the world to the clock's time, firing every due timer in order.
@@ -657,21 +695,16 @@ impl World {
 
     /// When the next timer fires, if any (the host may sleep until then).
     pub fn next_wakeup(&self) -> Option<SimTime> {
-        self.timers.first_key_value().map(|((at, _), _)| *at)
+        self.timers.first_key_value().map(|(at, _)| *at)
     }
 
     pub(crate) fn settle(&mut self) {
         let target = self.clock.now().max(self.now);
         loop {
             self.reconcile();
-            let due = matches!(self.timers.first_key_value(), Some(((at, _), _)) if *at <= target);
-            if !due {
-                break;
-            }
-            if let Some(((at, _), timer)) = self.timers.pop_first() {
-                self.now = self.now.max(at);
-                self.fire(timer);
-            }
+            let Some((at, timer)) = self.pop_due_timer(target) else { break };
+            self.now = self.now.max(at);
+            self.fire(timer);
         }
         self.now = target;
         self.runners.advance(self.now);
@@ -687,13 +720,16 @@ impl World {
             if self.slurm_dirty {
                 self.slurm_dirty = false;
                 changed = true;
-                let outcomes = self.slurm.schedule(self.now);
-                for outcome in outcomes {
+                // The buffer is reused: placement runs after every command.
+                let mut outcomes = std::mem::take(&mut self.slurm_outcomes);
+                self.slurm.schedule_into(self.now, &mut outcomes);
+                for outcome in outcomes.drain(..) {
                     match outcome {
                         SlurmOutcome::Allocated(job) => self.on_allocated(job),
                         SlurmOutcome::Preempted(job) => self.on_job_ended(job),
                     }
                 }
+                self.slurm_outcomes = outcomes;
             }
             if self.room_freed {
                 self.room_freed = false;
@@ -725,7 +761,7 @@ impl World {
             });
         }
         self.ensure_namespace(&request.namespace);
-        let uid = SharedStr::from(self.ids.uid());
+        let uid = self.ids.uid();
         let scheduler_name =
             if request.scheduler_name.is_empty() { "default-scheduler".to_owned() } else { request.scheduler_name };
         let containers = request
@@ -956,7 +992,7 @@ impl World {
         ];
         let affinity_ok = node_matches(pod, node);
         let source = if pod.scheduler_name == "default-scheduler" { "default-scheduler" } else { "sunk-scheduler" };
-        let assigned = format!("Successfully assigned {}/{} to {node_name}", pod.namespace, pod.name);
+        let assigned = crate::ids::joined(&["Successfully assigned ", &pod.namespace, "/", &pod.name, " to ", node_name]);
         let sandbox_id = match &pod.owner {
             PodOwner::Sandbox(id) => Some(id.clone()),
             _ => None,
@@ -1011,8 +1047,19 @@ impl World {
         }
     }
 
-    fn slurmd_pod_uid(&self, slurm_node: &str) -> Option<SharedStr> {
-        self.cluster.pod_by_name(&self.values.sunk.namespace, slurm_node).map(|pod| pod.uid.clone())
+    /// The slurmd Pod of a Slurm node. Remembered per node (the lock annotation changes several
+    /// times per job, and the name lookup walks thousands of slurmd Pods), and checked on use:
+    /// an upgrade replaces slurmd Pods.
+    fn slurmd_pod_uid(&mut self, slurm_node: &str) -> Option<SharedStr> {
+        let namespace = &self.values.sunk.namespace;
+        if let Some(uid) = self.slurmd_pods.get(slurm_node)
+            && self.cluster.pod(uid).is_some_and(|pod| pod.name == *slurm_node && pod.namespace == *namespace)
+        {
+            return Some(uid.clone());
+        }
+        let uid = self.cluster.pod_by_name(namespace, slurm_node).map(|pod| pod.uid.clone())?;
+        self.slurmd_pods.insert(slurm_node.to_owned(), uid.clone());
+        Some(uid)
     }
 
     fn set_lock_annotation(&mut self, slurm_node: &str, value: &str) {
