@@ -177,6 +177,9 @@ pub struct World {
     /// among few times and a push; cancelling a forgotten sandbox's lifetime timer is a binary
     /// search, and it no longer waits, in memory, for its distant time.
     timers: BTreeMap<SimTime, VecDeque<(u64, Option<Timer>)>>,
+    /// Emptied timer buckets kept for the next instants: a bucket holds a whole batch of
+    /// timers, and freeing buffers that size makes the allocator sweep all its small free lists.
+    spare_buckets: Vec<VecDeque<(u64, Option<Timer>)>>,
     timer_sequence: u64,
     placeholder_of_pod: HashMap<SharedStr, JobId, IdHash>,
     /// Scratch space for Slurm's scheduling outcomes.
@@ -212,6 +215,7 @@ impl World {
             sandboxes: crate::sandbox::Sandboxes::default(),
             now,
             timers: BTreeMap::new(),
+            spare_buckets: Vec::new(),
             timer_sequence: 0,
             placeholder_of_pod: HashMap::default(),
             slurmd_pods: HashMap::default(),
@@ -648,7 +652,15 @@ impl World {
     /// Schedules a timer; the key returned can cancel it.
     pub(crate) fn schedule_timer(&mut self, at: SimTime, timer: Timer) -> (SimTime, u64) {
         self.timer_sequence += 1;
-        self.timers.entry(at).or_default().push_back((self.timer_sequence, Some(timer)));
+        let entry = (self.timer_sequence, Some(timer));
+        match self.timers.get_mut(&at) {
+            Some(bucket) => bucket.push_back(entry),
+            None => {
+                let mut bucket = self.spare_buckets.pop().unwrap_or_default();
+                bucket.push_back(entry);
+                self.timers.insert(at, bucket);
+            }
+        }
         (at, self.timer_sequence)
     }
 
@@ -659,8 +671,18 @@ impl World {
             bucket[index].1 = None;
         }
         Self::drop_cancelled_front(bucket);
-        if bucket.is_empty() {
-            self.timers.remove(&at);
+        if bucket.is_empty()
+            && let Some(bucket) = self.timers.remove(&at)
+        {
+            self.keep_spare(bucket);
+        }
+    }
+
+    /// Keeps an emptied bucket for reuse: a few, of an ordinary batch's size (an exceptional
+    /// burst's buffer is let go rather than held).
+    fn keep_spare(&mut self, bucket: VecDeque<(u64, Option<Timer>)>) {
+        if self.spare_buckets.len() < 4 && bucket.capacity() <= 8192 {
+            self.spare_buckets.push(bucket);
         }
     }
 
@@ -683,7 +705,8 @@ impl World {
         let popped = bucket.pop_front().and_then(|(_, timer)| timer);
         Self::drop_cancelled_front(bucket);
         if bucket.is_empty() {
-            first.remove();
+            let bucket = first.remove();
+            self.keep_spare(bucket);
         }
         popped.map(|timer| (at, timer))
     }
