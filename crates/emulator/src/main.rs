@@ -49,6 +49,11 @@ struct ServeArgs {
     /// ready.
     #[arg(long, value_name = "PATH")]
     ready_file: Option<PathBuf>,
+    /// Write a kubeconfig for the Kubernetes API the emulator serves on its port (with the admin
+    /// token) to PATH, so `kubectl --kubeconfig PATH get pods -A` shows the simulated cluster.
+    /// Its path is also in the ready file (`kubeconfig`) and in the printed `export KUBECONFIG=`.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
     #[command(flatten)]
     world: WorldArgs,
 }
@@ -192,7 +197,8 @@ async fn termination() -> i32 {
 }
 
 async fn serve(args: ServeArgs) -> Result<ExitCode> {
-    let options = args.world.options(args.listen)?;
+    let mut options = args.world.options(args.listen)?;
+    options.kubeconfig = args.kubeconfig.clone();
     let emulator = Emulator::start(options).await?;
     if let Some(path) = &args.ready_file {
         emulator.info().write(path).with_context(|| format!("writing the ready file {}", path.display()))?;

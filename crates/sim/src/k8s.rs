@@ -423,6 +423,8 @@ impl Cluster {
     /// Removes a Pod, releasing what it held on its Node.
     pub fn remove_pod(&mut self, uid: &str) -> Option<Pod> {
         let pod = *self.pods.remove(uid)?;
+        // A removal is a change too: watchers compare resource versions to notice it.
+        self.resource_version += 1;
         self.pod_names.remove(&(pod.namespace.clone(), pod.name.clone()));
         if let Some(node_name) = &pod.node_name
             && let Some(uids) = self.pods_on_node.get_mut(node_name)
