@@ -1,0 +1,1 @@
+//! Golden tests of the Slurm renderers (exact text, trailing spaces included).
