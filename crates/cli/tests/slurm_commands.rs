@@ -158,6 +158,7 @@ fn the_guides_sacct_lines_find_a_python_clients_sandbox() {
         .unwrap();
     let stdout = text(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+    eprintln!("{stdout}");
     let id = field(&stdout, "ID");
     assert!(!id.is_empty());
 
