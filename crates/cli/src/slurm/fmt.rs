@@ -320,6 +320,50 @@ pub fn parse_state(name: &str) -> Option<Option<pb::JobState>> {
     }
 }
 
+/// One `%[#][.][width]<letter><suffix>` token of a squeue or sinfo `-o` format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FormatToken {
+    /// `#`: as wide as the widest value (sinfo only).
+    pub auto: bool,
+    /// `.`: right-justified.
+    pub right: bool,
+    /// The width (0: as long as the value).
+    pub width: usize,
+    /// The field letter.
+    pub letter: char,
+    /// Text printed after the field.
+    pub suffix: String,
+}
+
+/// Splits a squeue/sinfo format as their `_parse_format` do: the text before the first `%`, then one
+/// token per `%`. `auto_marks` lets a leading `#` mean auto width (sinfo); otherwise `#` is read as
+/// the field letter, which the caller then refuses as squeue does.
+pub fn format_tokens(format: &str, auto_marks: bool) -> (String, Vec<FormatToken>) {
+    let prefix = format.split('%').next().unwrap_or_default().to_owned();
+    let mut tokens = Vec::new();
+    for token in format.split('%').skip(1).filter(|token| !token.is_empty()) {
+        let chars: Vec<char> = token.chars().collect();
+        let mut index = 0;
+        let auto = auto_marks && chars.first() == Some(&'#');
+        if auto {
+            index += 1;
+        }
+        let right = chars.get(index) == Some(&'.');
+        if right {
+            index += 1;
+        }
+        let mut width = 0usize;
+        while index < chars.len() && chars[index].is_ascii_digit() {
+            width = width * 10 + chars[index].to_digit(10).unwrap_or(0) as usize;
+            index += 1;
+        }
+        let letter = chars.get(index).copied().unwrap_or(' ');
+        let suffix: String = chars.iter().skip(index + 1).collect();
+        tokens.push(FormatToken { auto, right, width, letter, suffix });
+    }
+    (prefix, tokens)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -63,29 +63,17 @@ fn usage_error(message: String) -> Output {
 }
 
 fn parse_format(format: &str, node_view: bool) -> (String, Vec<Field>) {
-    let prefix = format.split('%').next().unwrap_or_default().to_owned();
-    let mut fields = Vec::new();
-    for token in format.split('%').skip(1).filter(|t| !t.is_empty()) {
-        let chars: Vec<char> = token.chars().collect();
-        let mut index = 0;
-        let auto_mark = chars.first() == Some(&'#');
-        if auto_mark {
-            index += 1;
-        }
-        let right = chars.get(index) == Some(&'.');
-        if right {
-            index += 1;
-        }
-        let mut width = 0usize;
-        while index < chars.len() && chars[index].is_ascii_digit() {
-            width = width * 10 + chars[index].to_digit(10).unwrap_or(0) as usize;
-            index += 1;
-        }
-        let letter = chars.get(index).copied().unwrap_or(' ');
-        let suffix: String = chars.iter().skip(index + 1).collect();
-        let auto = auto_mark || (node_view && letter == 'N' && width == 0);
-        fields.push(Field { letter, width, right, suffix, auto });
-    }
+    let (prefix, tokens) = super::fmt::format_tokens(format, true);
+    let fields = tokens
+        .into_iter()
+        .map(|token| Field {
+            auto: token.auto || (node_view && token.letter == 'N' && token.width == 0),
+            letter: token.letter,
+            width: token.width,
+            right: token.right,
+            suffix: token.suffix,
+        })
+        .collect();
     (prefix, fields)
 }
 

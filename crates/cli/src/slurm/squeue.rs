@@ -80,27 +80,16 @@ const LETTERS: &str = "aCDeGghijklLmMNPqQrRStTuUvV";
 /// `_parse_format` of squeue's opts.c: text before the first `%` is a prefix; each `%` token is
 /// `[.][width]<letter><suffix>`.
 fn parse_format(format: &str, warnings: &mut Vec<String>) -> (String, Vec<Field>) {
-    let prefix = format.split('%').next().unwrap_or_default().to_owned();
-    let mut fields = Vec::new();
-    for token in format.split('%').skip(1).filter(|token| !token.is_empty()) {
-        let chars: Vec<char> = token.chars().collect();
-        let mut index = 0;
-        let right = chars.first() == Some(&'.');
-        if right {
-            index += 1;
-        }
-        let mut width = 0usize;
-        while index < chars.len() && chars[index].is_ascii_digit() {
-            width = width * 10 + chars[index].to_digit(10).unwrap_or(0) as usize;
-            index += 1;
-        }
-        let letter = chars.get(index).copied().unwrap_or(' ');
-        let suffix: String = chars.iter().skip(index + 1).collect();
-        if !LETTERS.contains(letter) {
-            warnings.push(format!("squeue: error: Invalid job format specification: {letter}"));
-        }
-        fields.push(Field { letter, width, right, suffix });
-    }
+    let (prefix, tokens) = super::fmt::format_tokens(format, false);
+    let fields = tokens
+        .into_iter()
+        .map(|token| {
+            if !LETTERS.contains(token.letter) {
+                warnings.push(format!("squeue: error: Invalid job format specification: {}", token.letter));
+            }
+            Field { letter: token.letter, width: token.width, right: token.right, suffix: token.suffix }
+        })
+        .collect();
     (prefix, fields)
 }
 
