@@ -79,6 +79,7 @@ fn exec_runs_the_command_against_a_fresh_emulator_and_returns_its_code() -> anyh
             r#"curl -s -o /dev/null -w '%{http_code}' -X POST -H 'content-type: application/json' "#,
             r#"-H "authorization: Bearer $CWSANDBOX_API_KEY" -d '{}' "#,
             r#""$CWSANDBOX_BASE_URL/coreweave.sandbox.v1.SandboxService/ListSandboxes" | grep -qx 200 || exit 3; "#,
+            r#"kubectl get pods -n tenant-slurm -l app.kubernetes.io/name=sunk-scheduler -o name | grep -q '^pod/slurm-scheduler-' || exit 4; "#,
             "exit 7"
         ))
         .env("RUST_LOG", "warn")
