@@ -1,8 +1,11 @@
-//! `cwsbx`: cwic's `sandbox runner` and `policy` commands, sandbox commands and the emulator's
-//! cluster values, on top of `cwsandbox-client`.
+//! `cwsbx`: cwic's `sandbox runner` and `policy` commands, sandbox commands, the emulator's
+//! cluster values and the Slurm views (`sacct`, `squeue`, `sinfo`, `scontrol`, `scancel`), on
+//! top of `cwsandbox-client`. Started under one of the Slurm names (a symlink), it is that
+//! command, with that command's own options.
 
 mod output;
 mod policy;
+mod slurm;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -41,7 +44,26 @@ enum Top {
     /// The emulated cluster.
     #[command(subcommand)]
     Cluster(ClusterCmd),
+    /// Slurm views over the emulator: sacct, squeue, sinfo, scontrol, scancel.
+    #[command(long_about = SLURM_ABOUT)]
+    Slurm {
+        /// `sacct|squeue|sinfo|scontrol|scancel` and its own options, or `install-links DIR`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "COMMAND [ARGS]")]
+        args: Vec<String>,
+    },
 }
+
+const SLURM_ABOUT: &str = "Slurm views over the emulator, with Slurm 25.05's option syntax and output:
+  cwsbx slurm sacct --format=JobID,JobName%60,State,NodeList -X
+  cwsbx slurm squeue -u root
+  cwsbx slurm sinfo
+  cwsbx slurm scontrol show job 1000
+  cwsbx slurm scancel 1000
+The binary is also each of these commands when started under its name:
+  cwsbx slurm install-links DIR   (symlinks DIR/sacct … → this binary; put DIR on PATH)
+The commands run as the Slurm user $CWSBX_SLURM_USER (a name or a uid), default root (uid 0),
+as SUNK's placeholder jobs are root's. Times are the emulator's clock, in UTC.
+The connection comes from CWSANDBOX_BASE_URL and CWSANDBOX_API_KEY (an admin token).";
 
 #[derive(Subcommand, Debug)]
 enum SandboxCmd {
@@ -259,8 +281,61 @@ impl Cli {
     }
 }
 
+/// Runs a Slurm command and prints what it printed.
+fn slurm_command(name: &str, args: &[String], config: Result<Config>) -> ExitCode {
+    let env: slurm::Env = std::env::vars().collect();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    // The lazy channel registers with the runtime when it is built.
+    let _context = runtime.enter();
+    let conn = config.map_err(|error| format!("{error:#}")).and_then(|config| slurm::Conn::new(config).map_err(|e| e.to_string()));
+    let output = runtime.block_on(slurm::run(name, args, &env, conn));
+    print!("{}", output.stdout);
+    eprint!("{}", output.stderr);
+    let _ = std::io::stdout().flush();
+    ExitCode::from(output.code)
+}
+
+/// `cwsbx slurm install-links DIR`: a symlink per Slurm command to this binary.
+fn install_links(dir: &str) -> Result<()> {
+    let target = std::env::current_exe().context("the path of this binary")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {dir}"))?;
+    for name in slurm::COMMANDS {
+        let link = std::path::Path::new(dir).join(name);
+        if link.symlink_metadata().is_ok() {
+            std::fs::remove_file(&link).with_context(|| format!("replacing {}", link.display()))?;
+        }
+        std::os::unix::fs::symlink(&target, &link).with_context(|| format!("linking {}", link.display()))?;
+        println!("{} -> {}", link.display(), target.display());
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
+    let mut argv = std::env::args();
+    let argv0 = argv.next().unwrap_or_default();
+    let called = std::path::Path::new(&argv0).file_name().and_then(|name| name.to_str()).unwrap_or_default().to_owned();
+    if slurm::COMMANDS.contains(&called.as_str()) {
+        let args: Vec<String> = argv.collect();
+        return slurm_command(&called, &args, Config::from_env().map_err(anyhow::Error::from));
+    }
     let cli = Cli::parse();
+    if let Top::Slurm { args } = &cli.command {
+        let (name, rest) = args.split_first().map(|(n, r)| (n.as_str(), r)).unwrap_or(("", &[]));
+        if name == "install-links" {
+            let [dir] = rest else {
+                eprintln!("error: usage: cwsbx slurm install-links DIR");
+                return ExitCode::from(2);
+            };
+            return match install_links(dir) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("error: {error:#}");
+                    ExitCode::from(1)
+                }
+            };
+        }
+        return slurm_command(name, rest, cli.config());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     match runtime.block_on(run(cli)) {
         Ok(code) => ExitCode::from(code),
@@ -278,6 +353,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<u8> {
     let format = cli.output;
     match &cli.command {
+        Top::Slurm { .. } => unreachable!("handled in main"),
         Top::Sandbox(SandboxCmd::Runner(command)) => runner(&cli, command, format).await,
         Top::Sandbox(command) => sandbox(&cli, command, format).await,
         Top::Cluster(ClusterCmd::Values(ValuesCmd::Get)) => {

@@ -138,6 +138,85 @@ impl EmulatorAdmin {
         Ok(self.client.apply_values(&request).await?.into_inner().yaml)
     }
 
+    /// Slurm jobs: queue rows (`squeue`, `scontrol show job`) and accounting rows (`sacct`), with
+    /// the emulator's time of the listing.
+    pub async fn list_jobs(&self, request: &emu::ListJobsRequest) -> Result<emu::ListJobsResponse> {
+        Ok(self.client.list_jobs(request).await?.into_inner())
+    }
+
+    /// Slurm nodes in configuration order.
+    pub async fn list_slurm_nodes(&self, request: &emu::ListSlurmNodesRequest) -> Result<Vec<emu::SlurmNode>> {
+        Ok(self.client.list_slurm_nodes(request).await?.into_inner().nodes)
+    }
+
+    /// Slurm partitions.
+    pub async fn list_partitions(&self) -> Result<Vec<emu::Partition>> {
+        Ok(self.client.list_partitions(&emu::ListPartitionsRequest {}).await?.into_inner().partitions)
+    }
+
+    /// `scancel <job_id>` as `uid` (the caller's uid when `None`).
+    pub async fn cancel_job(&self, job_id: u32, uid: Option<u32>) -> Result<Option<emu::Job>> {
+        Ok(self.client.cancel_job(&emu::CancelJobRequest { job_id, uid }).await?.into_inner().job)
+    }
+
+    /// The emulator's clock.
+    pub async fn clock(&self) -> Result<emu::Clock> {
+        Ok(self.client.get_clock(&emu::GetClockRequest {}).await?.into_inner().clock.unwrap_or_default())
+    }
+
+    /// Stops the emulator's clock.
+    pub async fn freeze_clock(&self) -> Result<emu::Clock> {
+        Ok(self.client.freeze_clock(&emu::FreezeClockRequest {}).await?.into_inner().clock.unwrap_or_default())
+    }
+
+    /// Moves the emulator's clock forward; every timer due by then has fired when this returns.
+    pub async fn advance_clock(&self, by: std::time::Duration) -> Result<emu::Clock> {
+        let duration = pbjson_types::Duration {
+            seconds: i64::try_from(by.as_secs()).unwrap_or(i64::MAX),
+            nanos: i32::try_from(by.subsec_nanos()).unwrap_or(0),
+        };
+        let request = emu::AdvanceClockRequest { duration: Some(duration) };
+        Ok(self.client.advance_clock(&request).await?.into_inner().clock.unwrap_or_default())
+    }
+
+    /// `sbatch`: an ordinary Slurm batch job.
+    pub async fn submit_batch_job(&self, request: &emu::SubmitBatchJobRequest) -> Result<Option<emu::Job>> {
+        Ok(self.client.submit_batch_job(request).await?.into_inner().job)
+    }
+
+    /// The Slurm users of the values in force (name, uid), for `-u <name>` and the caller.
+    pub async fn slurm_users(&self) -> Result<Vec<(String, u32)>> {
+        use pbjson_types::value::Kind;
+        let values = self.client.get_values(&emu::GetValuesRequest {}).await?.into_inner().values.unwrap_or_default();
+        let field = |value: &pbjson_types::Value, key: &str| match &value.kind {
+            Some(Kind::StructValue(tree)) => tree.fields.get(key).cloned(),
+            _ => None,
+        };
+        let users = values
+            .fields
+            .get("slurm")
+            .and_then(|slurm| field(slurm, "users"))
+            .and_then(|users| match users.kind {
+                Some(Kind::ListValue(list)) => Some(list.values),
+                _ => None,
+            })
+            .unwrap_or_default();
+        Ok(users
+            .iter()
+            .filter_map(|user| {
+                let name = match field(user, "name")?.kind {
+                    Some(Kind::StringValue(name)) => name,
+                    _ => return None,
+                };
+                let uid = match field(user, "uid")?.kind {
+                    Some(Kind::NumberValue(uid)) if uid >= 0.0 && uid.fract() == 0.0 => uid as u32,
+                    _ => return None,
+                };
+                Some((name, uid))
+            })
+            .collect())
+    }
+
     /// A fresh world.
     pub async fn reset(&self) -> Result<()> {
         self.client.reset(&emu::ResetRequest {}).await?;

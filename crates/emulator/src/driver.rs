@@ -61,6 +61,10 @@ pub struct Driver {
     pumped: AtomicU64,
     /// Effects the pump has applied so far (the runtime's call returned).
     applied: watch::Sender<u64>,
+    /// Counts changes of what the kube facade shows; watches wait on it.
+    changes: watch::Sender<u64>,
+    /// The fingerprint of the visible objects at the last change.
+    visible: AtomicU64,
 }
 
 impl std::fmt::Debug for Driver {
@@ -88,6 +92,8 @@ impl Driver {
             generation: AtomicU64::new(0),
             pumped: AtomicU64::new(0),
             applied: watch::Sender::new(0),
+            changes: watch::Sender::new(0),
+            visible: AtomicU64::new(0),
         });
         // Effects of building the world (none today) go out like any others.
         driver.with_world(|_| ());
@@ -113,6 +119,7 @@ impl Driver {
             world.tick();
             let result = command(&mut world);
             self.pump_effects(&mut world);
+            self.note_changes(&world);
             result
         };
         self.wake.notify_one();
@@ -124,6 +131,27 @@ impl Driver {
         let mut world = self.lock();
         world.tick();
         self.pump_effects(&mut world);
+        self.note_changes(&world);
+    }
+
+    /// A receiver that sees a new value whenever an object the kube facade shows may have changed
+    /// (never for reads alone, so a watch re-reading the world does not wake itself).
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn note_changes(&self, world: &World) {
+        use std::hash::{Hash, Hasher};
+        let cluster = &world.cluster;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (cluster.resource_version, cluster.event_sequence, cluster.namespaces.len(), cluster.config_maps.len()).hash(&mut hasher);
+        for map in cluster.config_maps.values() {
+            map.data.len().hash(&mut hasher);
+        }
+        let fingerprint = hasher.finish();
+        if self.visible.swap(fingerprint, Ordering::SeqCst) != fingerprint {
+            self.changes.send_modify(|count| *count += 1);
+        }
     }
 
     /// Tells the ticker the clock moved (freeze, advance).
@@ -154,6 +182,7 @@ impl Driver {
                 let _ = self.pump.send(PumpItem::Kill { pod_uid: pod_uid.clone() });
             }
             self.pump_effects(&mut world);
+            self.note_changes(&world);
             running.len()
         };
         tracing::info!(stopped, generation, "world reset to the configured values");

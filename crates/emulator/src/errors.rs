@@ -157,6 +157,26 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The HTTP status and `Status.reason` the Kubernetes API server uses for this failure (the
+    /// kube facade's answer to the same domain error).
+    pub fn kube_status(&self) -> (u16, &'static str) {
+        match self.code {
+            Code::InvalidArgument | Code::OutOfRange => (422, "Invalid"),
+            Code::NotFound => (404, "NotFound"),
+            Code::AlreadyExists => (409, "AlreadyExists"),
+            Code::FailedPrecondition | Code::Aborted => (409, "Conflict"),
+            Code::Unauthenticated => (401, "Unauthorized"),
+            Code::PermissionDenied => (403, "Forbidden"),
+            Code::ResourceExhausted => (429, "TooManyRequests"),
+            Code::Unavailable => (503, "ServiceUnavailable"),
+            Code::DeadlineExceeded => (504, "Timeout"),
+            Code::Unimplemented => (405, "MethodNotAllowed"),
+            _ => (500, "InternalError"),
+        }
+    }
+}
+
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:?} {}: {}", self.code, self.reason, self.message)

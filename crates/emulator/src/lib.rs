@@ -20,12 +20,14 @@ pub mod convert;
 pub mod driver;
 pub mod errors;
 pub mod executor_runtime;
+pub mod kube;
 pub mod runtime;
 pub mod server;
 pub mod services;
+pub mod tls;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +61,8 @@ pub struct Options {
     pub runtime: Option<Arc<dyn SandboxRuntime>>,
     /// The clock (a test may freeze it before start).
     pub clock: EmulatorClock,
+    /// Where to write a kubeconfig for the kube facade (admin token), if anywhere.
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl Options {
@@ -71,6 +75,7 @@ impl Options {
             limits: Limits::default(),
             runtime: None,
             clock: EmulatorClock::new(),
+            kubeconfig: None,
         }
     }
 }
@@ -96,6 +101,9 @@ pub struct ReadyInfo {
     /// runtime.
     #[serde(default)]
     pub isolation: String,
+    /// The kubeconfig written for kubectl (`serve --kubeconfig`); empty when none.
+    #[serde(default)]
+    pub kubeconfig: String,
 }
 
 impl ReadyInfo {
@@ -106,9 +114,11 @@ impl ReadyInfo {
 
     /// The lines a shell can `eval`; the last one says the emulator is ready.
     pub fn shell_lines(&self) -> String {
+        let kubeconfig =
+            if self.kubeconfig.is_empty() { String::new() } else { format!("export KUBECONFIG={}\n", self.kubeconfig) };
         format!(
             "export CWSANDBOX_BASE_URL={}\nexport CWSANDBOX_API_KEY={}\nexport CWSANDBOX_USER_TOKEN={}\nexport \
-             CWSANDBOX_RUNNER_ID={}\n# sandbox isolation: {}\n# cwsandbox-emulator ready\n",
+             CWSANDBOX_RUNNER_ID={}\n{kubeconfig}# sandbox isolation: {}\n# cwsandbox-emulator ready\n",
             self.base_url,
             self.api_key(),
             self.user_token,
@@ -126,9 +136,32 @@ impl ReadyInfo {
     }
 }
 
+/// Writes a file only its owner can read (it holds a token), replacing it atomically.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let temporary = path.with_extension("tmp");
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temporary)?;
+    file.write_all(text.as_bytes())?;
+    drop(file);
+    std::fs::rename(&temporary, path)
+}
+
 /// Why an emulator could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// No TLS identity could be made.
+    #[error("{0}")]
+    Tls(#[from] tls::TlsError),
+    /// The kubeconfig could not be written.
+    #[error("cannot write the kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The values do not describe a world.
     #[error("invalid values: {0}")]
     Values(#[from] cwsandbox_sim::SimError),
@@ -168,7 +201,7 @@ fn seed_from_clock() -> u64 {
 impl Emulator {
     /// Builds the world, binds the port and starts serving; returns once connections are accepted.
     pub async fn start(options: Options) -> Result<Emulator, StartError> {
-        let Options { listen, config, seed, limits, runtime, clock } = options;
+        let Options { listen, config, seed, limits, runtime, clock, kubeconfig } = options;
         let default_org =
             config.values.runners.first().map(|runner| runner.org.clone()).unwrap_or_else(|| DEFAULT_ORG.to_owned());
         let tokens = if config.auth.tokens.is_empty() {
@@ -195,6 +228,9 @@ impl Emulator {
             .await
             .map_err(|source| StartError::Bind { address: listen, source })?;
         let bound = listener.local_addr().map_err(|source| StartError::Bind { address: listen, source })?;
+        let identity = tls::ServerIdentity::self_signed(bound.ip())?;
+        let listener =
+            tls::DualListener::new(listener, &identity).map_err(|source| StartError::Bind { address: listen, source })?;
         let (shutdown, mut shutdown_signal) = watch::channel(false);
         let tasks = driver.spawn_tasks(pump, runtime.clone(), shutdown.subscribe());
         let server = tokio::spawn(async move {
@@ -220,7 +256,13 @@ impl Emulator {
             org,
             pid: std::process::id(),
             isolation: runtime.as_ref().map_or_else(|| "none".to_owned(), |runtime| runtime.isolation()),
+            kubeconfig: kubeconfig.as_ref().map(|path| path.display().to_string()).unwrap_or_default(),
         };
+        if let Some(path) = &kubeconfig {
+            let server = format!("https://{}", SocketAddr::new(host, bound.port()));
+            let text = kube::kubeconfig(&server, &identity.certificate_pem, info.api_key());
+            write_private(path, &text).map_err(|source| StartError::Kubeconfig { path: path.clone(), source })?;
+        }
         tracing::info!(base_url = %info.base_url, "cwsandbox-emulator listening");
         Ok(Emulator { info, app, shutdown, server, tasks, runtime })
     }

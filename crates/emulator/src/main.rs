@@ -49,6 +49,11 @@ struct ServeArgs {
     /// ready.
     #[arg(long, value_name = "PATH")]
     ready_file: Option<PathBuf>,
+    /// Write a kubeconfig for the Kubernetes API the emulator serves on its port (with the admin
+    /// token) to PATH, so `kubectl --kubeconfig PATH get pods -A` shows the simulated cluster.
+    /// Its path is also in the ready file (`kubeconfig`) and in the printed `export KUBECONFIG=`.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
     #[command(flatten)]
     world: WorldArgs,
 }
@@ -192,7 +197,8 @@ async fn termination() -> i32 {
 }
 
 async fn serve(args: ServeArgs) -> Result<ExitCode> {
-    let options = args.world.options(args.listen)?;
+    let mut options = args.world.options(args.listen)?;
+    options.kubeconfig = args.kubeconfig.clone();
     let emulator = Emulator::start(options).await?;
     if let Some(path) = &args.ready_file {
         emulator.info().write(path).with_context(|| format!("writing the ready file {}", path.display()))?;
@@ -210,12 +216,23 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
 }
 
 async fn exec(world: WorldArgs, command: Vec<String>) -> Result<ExitCode> {
-    let options = world.options(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let mut options = world.options(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    // kubectl in the command sees the throwaway cluster too.
+    let kubeconfig = std::env::temp_dir().join(format!("cwsandbox-emulator-{}.kubeconfig", std::process::id()));
+    options.kubeconfig = Some(kubeconfig.clone());
     let emulator = Emulator::start(options).await?;
     let info = emulator.info().clone();
     let (program, args) = command.split_first().context("no command given")?;
+    let code = run_child(program, args, &info).await;
+    emulator.stop().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    Ok(ExitCode::from(u8::try_from(code?).unwrap_or(1)))
+}
+
+async fn run_child(program: &str, args: &[String], info: &cwsandbox_emulator::ReadyInfo) -> Result<i32> {
     let mut child = tokio::process::Command::new(program)
         .args(args)
+        .env("KUBECONFIG", &info.kubeconfig)
         .env("CWSANDBOX_BASE_URL", &info.base_url)
         .env("CWSANDBOX_API_KEY", info.api_key())
         .env("CWSANDBOX_USER_TOKEN", &info.user_token)
@@ -234,6 +251,5 @@ async fn exec(world: WorldArgs, command: Vec<String>) -> Result<ExitCode> {
             128 + signal
         }
     };
-    emulator.stop().await;
-    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+    Ok(code)
 }

@@ -311,5 +311,8 @@ pub async fn router(app: App) -> Router {
             }
         }
     });
-    Router::new().route("/healthz", get(|| async { "ok\n" })).fallback_service(dispatch)
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .merge(crate::kube::routes(app))
+        .fallback_service(dispatch)
 }

@@ -25,6 +25,33 @@ fn seed_step_two_with_curl_and_jq() -> anyhow::Result<()> {
 }
 
 #[test]
+fn serve_writes_a_private_kubeconfig_that_kubectl_uses() -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let emulator = EmulatorProcess::start(Path::new(BINARY), &[])?;
+    let kubeconfig = emulator.dir().join("kubeconfig");
+    assert_eq!(emulator.ready.kubeconfig, kubeconfig.display().to_string());
+    let mode = std::fs::metadata(&kubeconfig)?.permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the kubeconfig holds the admin token");
+    let text = std::fs::read_to_string(&kubeconfig)?;
+    assert!(text.contains(&emulator.ready.admin_token), "token auth with the admin token");
+    let port = emulator.ready.base_url.rsplit(':').next().unwrap_or_default().to_owned();
+    assert!(text.contains(&format!("https://127.0.0.1:{port}")), "TLS on the same port: {text}");
+    let nodes = Command::new("kubectl").args(["get", "nodes", "-o", "name"]).envs(emulator.env()).output()?;
+    assert!(nodes.status.success(), "{}\n{}", output_text(&nodes), emulator.log());
+    assert_eq!(
+        String::from_utf8_lossy(&nodes.stdout),
+        "node/node-cpu-0\nnode/node-cpu-1\nnode/node-cpu-2\nnode/node-cpu-3\nnode/node-system-0\n"
+    );
+    // gRPC and Connect clients keep the plain port: the same port answers both.
+    let health =
+        Command::new("curl").args(["--silent", "--fail", &format!("{}/healthz", emulator.ready.base_url)]).output()?;
+    assert_eq!(String::from_utf8_lossy(&health.stdout), "ok\n");
+    let status = emulator.stop()?;
+    assert!(status.success(), "{status:?}");
+    Ok(())
+}
+
+#[test]
 fn serve_reports_ready_quickly_and_exits_cleanly_on_sigterm() -> anyhow::Result<()> {
     let emulator = EmulatorProcess::start(Path::new(BINARY), &[])?;
     eprintln!("emulator ready after {:?}", emulator.startup);
@@ -52,6 +79,7 @@ fn exec_runs_the_command_against_a_fresh_emulator_and_returns_its_code() -> anyh
             r#"curl -s -o /dev/null -w '%{http_code}' -X POST -H 'content-type: application/json' "#,
             r#"-H "authorization: Bearer $CWSANDBOX_API_KEY" -d '{}' "#,
             r#""$CWSANDBOX_BASE_URL/coreweave.sandbox.v1.SandboxService/ListSandboxes" | grep -qx 200 || exit 3; "#,
+            r#"kubectl get pods -n tenant-slurm -l app.kubernetes.io/name=sunk-scheduler -o name | grep -q '^pod/slurm-scheduler-' || exit 4; "#,
             "exit 7"
         ))
         .env("RUST_LOG", "warn")

@@ -133,6 +133,23 @@ pub struct SlurmConfigValues {
     /// `--slurm-kill-wait`.
     #[serde(rename = "KillWait")]
     pub kill_wait: u32,
+    /// slurm.conf `PrologFlags`, a comma list. With `Contain` every started job gets an `extern`
+    /// step (`<id>.extern` in `sacct`). SUNK's own setting is unverified; the default
+    /// `Alloc,Contain` matches the prolog-at-allocation behaviour the research describes (the
+    /// job is RUNNING with reason `Prolog` while the lock runs) plus the job container.
+    #[serde(rename = "PrologFlags", default = "default_prolog_flags")]
+    pub prolog_flags: String,
+}
+
+impl SlurmConfigValues {
+    /// Whether `PrologFlags` holds `flag` (case-insensitive, as slurm.conf reads it).
+    pub fn has_prolog_flag(&self, flag: &str) -> bool {
+        self.prolog_flags.split(',').any(|item| item.trim().eq_ignore_ascii_case(flag))
+    }
+}
+
+fn default_prolog_flags() -> String {
+    "Alloc,Contain".to_owned()
 }
 
 /// Slurm's users and partitions.
@@ -348,7 +365,10 @@ impl Values {
                 delete_pod_when_pending_job_cancelled: true,
                 exclusive_values: vec!["none".to_owned(), "user".to_owned(), "ok".to_owned()],
             },
-            slurm_config: SlurmConfigValues { kill_wait: if ready { 60 } else { 30 } },
+            slurm_config: SlurmConfigValues {
+                kill_wait: if ready { 60 } else { 30 },
+                prolog_flags: default_prolog_flags(),
+            },
             slurm: SlurmValues {
                 users: vec![user("root", 0), user("alice", 1001), user("bob", 1002)],
                 partitions: vec![partition("cpu", true), partition("hpc-prod", false), partition("sandboxes", false)],
@@ -447,6 +467,20 @@ mod tests {
         assert_eq!(values.slurm_config.kill_wait, 60);
         assert_eq!(values.scheduler.scope.scope_type, ScopeType::Cluster);
         assert_eq!(values.scheduler.name, "slurm-scheduler", "untouched keys stay");
+    }
+
+    #[test]
+    fn prolog_flags_default_to_alloc_contain_and_read_case_insensitively() {
+        let values = Values::scenario(Scenario::Ready);
+        assert!(values.slurm_config.has_prolog_flag("contain"));
+        let mut tree = Values::scenario_tree(Scenario::Ready);
+        merge_values(&mut tree, &json!({"slurmConfig": {"PrologFlags": "Alloc"}}));
+        let values = Values::from_tree(tree).unwrap();
+        assert!(values.slurm_config.has_prolog_flag("ALLOC"));
+        assert!(!values.slurm_config.has_prolog_flag("Contain"));
+        let mut tree = Values::scenario_tree(Scenario::Ready);
+        tree["slurmConfig"].as_object_mut().unwrap().remove("PrologFlags");
+        assert!(Values::from_tree(tree).unwrap().slurm_config.has_prolog_flag("Contain"), "absent key → default");
     }
 
     #[test]

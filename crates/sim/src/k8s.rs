@@ -582,6 +582,8 @@ impl Cluster {
     /// Removes a Pod, releasing what it held on its Node.
     pub fn remove_pod(&mut self, uid: &str) -> Option<Pod> {
         let pod = *self.pods.remove(uid)?;
+        // A removal is a change too: watchers compare resource versions to notice it.
+        self.resource_version += 1;
         if let Some(names) = self.pod_names.get_mut(&pod.namespace) {
             names.remove(&pod.name);
             if names.is_empty() {

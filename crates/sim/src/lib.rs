@@ -16,6 +16,7 @@ pub mod resolved;
 pub mod runners;
 pub mod sandbox;
 pub mod slurm;
+pub mod steps;
 pub mod sunk;
 pub mod time;
 pub mod world;

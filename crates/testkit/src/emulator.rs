@@ -35,6 +35,9 @@ pub struct ReadyFile {
     /// How sandbox processes are isolated: `namespaces` or `plain`.
     #[serde(default)]
     pub isolation: String,
+    /// The kubeconfig the emulator wrote for kubectl (empty without `--kubeconfig`).
+    #[serde(default)]
+    pub kubeconfig: String,
 }
 
 /// The emulator binary: `$CWSANDBOX_EMULATOR_BIN`, else `target/debug/cwsandbox-emulator` of this
@@ -90,8 +93,9 @@ fn run_dir() -> Result<PathBuf> {
 
 impl EmulatorProcess {
     /// Runs `binary serve --listen 127.0.0.1:0 --ready-file … <extra_args>` and waits until it is
-    /// ready. Its log goes to a file shown when a start fails. Sandbox directories go to the run's
-    /// scratch directory unless `extra_args` name a `--sandbox-root`.
+    /// ready. Its log goes to a file shown when a start fails. Sandbox directories and the
+    /// kubeconfig for kubectl go to the run's scratch directory unless `extra_args` name a
+    /// `--sandbox-root` or a `--kubeconfig`.
     pub fn start(binary: &Path, extra_args: &[&str]) -> Result<EmulatorProcess> {
         let dir = run_dir()?;
         let ready_file = dir.join("ready.json");
@@ -100,6 +104,9 @@ impl EmulatorProcess {
         command.args(["serve", "--listen", "127.0.0.1:0", "--ready-file"]).arg(&ready_file);
         if !extra_args.iter().any(|arg| arg.starts_with("--sandbox-root")) {
             command.arg("--sandbox-root").arg(dir.join("sandboxes"));
+        }
+        if !extra_args.iter().any(|arg| arg.starts_with("--kubeconfig")) {
+            command.arg("--kubeconfig").arg(dir.join("kubeconfig"));
         }
         let started = Instant::now();
         let mut child = command
@@ -132,6 +139,7 @@ impl EmulatorProcess {
                 org: String::new(),
                 pid: 0,
                 isolation: String::new(),
+                kubeconfig: String::new(),
             },
             startup: Duration::ZERO,
         };
@@ -158,10 +166,12 @@ impl EmulatorProcess {
         &self.dir
     }
 
-    /// The variables a client needs: `CWSANDBOX_BASE_URL`, `CWSANDBOX_API_KEY` (admin) and
-    /// `TOKEN` (the guide's name for it).
+    /// The variables a client needs: `CWSANDBOX_BASE_URL`, `CWSANDBOX_API_KEY` (admin),
+    /// `TOKEN` (the guide's name for it) and `KUBECONFIG` for kubectl.
     pub fn env(&self) -> Vec<(&'static str, String)> {
         vec![
+            ("KUBECONFIG", self.ready.kubeconfig.clone()),
+            ("KUBECACHEDIR", self.dir.join("kube-cache").display().to_string()),
             ("CWSANDBOX_BASE_URL", self.ready.base_url.clone()),
             ("CWSANDBOX_API_KEY", self.ready.admin_token.clone()),
             ("TOKEN", self.ready.admin_token.clone()),

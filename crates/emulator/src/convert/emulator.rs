@@ -12,6 +12,7 @@ use cwsandbox_sim::quantity::{Quantity, format_bytes};
 use cwsandbox_sim::query::{JobQuery, JobRow, JobSource, PlaceholderPod};
 use cwsandbox_sim::resolved::ResourceAmounts;
 use cwsandbox_sim::slurm::{JobBaseState, JobId, JobKind, NodeState, Partition, PreemptMode, Sharing, SlurmNode};
+use cwsandbox_sim::steps::{JobStep, job_steps};
 use cwsandbox_sim::time::SimTime;
 
 use super::timestamp;
@@ -382,8 +383,24 @@ fn job_pod(pod: &PlaceholderPod<'_>) -> pb::JobPod {
     }
 }
 
-/// One job row; `now` gives the elapsed time of running jobs.
-pub fn job(row: &JobRow<'_>, now: SimTime) -> pb::Job {
+/// A job's step.
+fn job_step(step: &JobStep, now: SimTime) -> pb::JobStep {
+    pb::JobStep {
+        name: step.kind.as_str().to_owned(),
+        state: job_state(step.state) as i32,
+        start_time: Some(timestamp(step.start)),
+        end_time: step.end.map(timestamp),
+        elapsed_seconds: step.elapsed_seconds(now),
+        node_list: step.node.clone(),
+        alloc_cpus: step.alloc_cpus,
+        exit_code: step.exit_code.0,
+        exit_signal: step.exit_code.1,
+    }
+}
+
+/// One job row; `now` gives the elapsed time of running jobs, `contain` (slurm.conf
+/// `PrologFlags` holds `Contain`) whether it has an `extern` step.
+pub fn job(row: &JobRow<'_>, now: SimTime, contain: bool) -> pb::Job {
     let job = row.job;
     let (kind, run_seconds) = match &job.kind {
         JobKind::Placeholder { .. } => (pb::JobKind::Placeholder, None),
@@ -431,6 +448,7 @@ pub fn job(row: &JobRow<'_>, now: SimTime) -> pb::Job {
         kind: kind as i32,
         pod: row.pod.as_ref().map(job_pod),
         run_seconds,
+        steps: job_steps(job, contain).iter().map(|step| job_step(step, now)).collect(),
     }
 }
 

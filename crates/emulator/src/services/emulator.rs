@@ -234,7 +234,8 @@ pub async fn list_namespaces(
 /// One job's row: the queue's while it is queued, else accounting's.
 fn job_row(world: &World, id: JobId) -> Option<pb::Job> {
     let rows = world.query_jobs(&JobQuery { job_ids: vec![id], ..JobQuery::default() });
-    rows.first().map(|row| convert::job(row, world.now()))
+    let contain = world.values().slurm_config.has_prolog_flag("Contain");
+    rows.first().map(|row| convert::job(row, world.now(), contain))
 }
 
 /// ListJobs: queue and accounting rows with filters.
@@ -247,7 +248,8 @@ pub async fn list_jobs(
         let query = convert::job_query(&request)?;
         Ok(app.driver().with_world(|world| {
             let now = world.now();
-            let jobs = world.query_jobs(&query).iter().map(|row| convert::job(row, now)).collect();
+            let contain = world.values().slurm_config.has_prolog_flag("Contain");
+            let jobs = world.query_jobs(&query).iter().map(|row| convert::job(row, now, contain)).collect();
             pb::ListJobsResponse { jobs, now: Some(timestamp(now)) }
         }))
     })

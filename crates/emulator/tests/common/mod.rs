@@ -50,6 +50,19 @@ pub async fn start_with(overlay: &str, runtime: Option<Arc<dyn SandboxRuntime>>)
     Emulator::start(options).await.expect("emulator starts")
 }
 
+/// An emulator on `scenario` with an overlay and a fake runtime that also writes a kubeconfig
+/// for its Kubernetes API to `kubeconfig`; its clock starts frozen.
+pub async fn start_for_kubectl(scenario: Scenario, overlay: &str, kubeconfig: &Path, runtime: Arc<FakeRuntime>) -> Emulator {
+    let config = EmulatorConfig::from_overlays(scenario, [(Path::new("test.yaml"), overlay)]).expect("config");
+    let mut options = Options::new(config);
+    options.seed = Some(7);
+    options.runtime = Some(runtime as Arc<dyn SandboxRuntime>);
+    options.kubeconfig = Some(kubeconfig.to_path_buf());
+    // Frozen from the first instant, so every age kubectl prints is exact.
+    options.clock.freeze();
+    Emulator::start(options).await.expect("emulator starts")
+}
+
 /// An emulator on the default scenario with generated tokens.
 pub async fn start() -> Emulator {
     start_with("", None).await

@@ -1,0 +1,622 @@
+//! Golden tests of the Slurm renderers: constructed records, exact expected text (fixed-width
+//! lines end with a space, as Slurm prints them). The rules are those of the research notes
+//! (sunk.md §5 and checklist items 30–38) and Slurm 25.05's sources.
+
+use cwsandbox_api::wkt::Timestamp;
+use cwsandbox_client::emulator_v1 as pb;
+
+use super::{Caller, Env, sacct, scancel, scontrol, sinfo, squeue};
+
+/// 2025-01-02T03:04:05Z.
+const NOW: i64 = 1_735_787_045;
+/// Midnight of that day.
+const MIDNIGHT: i64 = 1_735_776_000;
+
+fn ts(seconds: i64) -> Option<Timestamp> {
+    Some(Timestamp { seconds, nanos: 0 })
+}
+
+fn users() -> Vec<(String, u32)> {
+    vec![("root".into(), 0), ("alice".into(), 1001), ("bob".into(), 1002)]
+}
+
+/// A running root job on slurm-cpu-0 since `start`.
+fn running(id: u32, name: &str, start: i64) -> pb::Job {
+    pb::Job {
+        source: pb::JobSource::Accounting as i32,
+        job_id: id,
+        name: name.to_owned(),
+        user: "root".into(),
+        uid: 0,
+        group: "root".into(),
+        gid: 0,
+        account: "root".into(),
+        partition: "cpu".into(),
+        qos: "normal".into(),
+        state: pb::JobState::Running as i32,
+        reason: "None".into(),
+        submit_time: ts(start),
+        eligible_time: ts(start),
+        start_time: ts(start),
+        elapsed_seconds: NOW - start,
+        node_list: "slurm-cpu-0".into(),
+        alloc_nodes: 1,
+        alloc_cpus: 2,
+        req_cpus: 2,
+        req_mem_mb: 512,
+        priority: 100,
+        kind: pb::JobKind::Placeholder as i32,
+        over_subscribe: pb::OverSubscribe::Ok as i32,
+        steps: vec![step("batch", pb::JobState::Running, start, None, NOW - start, 2, (0, 0))],
+        ..Default::default()
+    }
+}
+
+fn step(name: &str, state: pb::JobState, start: i64, end: Option<i64>, elapsed: i64, cpus: u32, exit: (i32, i32)) -> pb::JobStep {
+    pb::JobStep {
+        name: name.into(),
+        state: state as i32,
+        start_time: ts(start),
+        end_time: end.and_then(ts),
+        elapsed_seconds: elapsed,
+        node_list: "slurm-cpu-0".into(),
+        alloc_cpus: cpus,
+        exit_code: exit.0,
+        exit_signal: exit.1,
+    }
+}
+
+fn pending(id: u32, name: &str, submit: i64) -> pb::Job {
+    pb::Job {
+        state: pb::JobState::Pending as i32,
+        reason: "Resources".into(),
+        start_time: None,
+        elapsed_seconds: 0,
+        node_list: String::new(),
+        alloc_nodes: 0,
+        alloc_cpus: 0,
+        steps: Vec::new(),
+        ..running(id, name, submit)
+    }
+}
+
+/// Cancelled by `uid` at `end` after running since `start`.
+fn cancelled(id: u32, name: &str, start: i64, end: i64, uid: u32) -> pb::Job {
+    pb::Job {
+        state: pb::JobState::Cancelled as i32,
+        end_time: ts(end),
+        elapsed_seconds: end - start,
+        exit_code: 0,
+        exit_signal: 15,
+        cancelled_by_uid: Some(uid),
+        steps: vec![
+            step("batch", pb::JobState::Cancelled, start, Some(end), end - start, 2, (0, 15)),
+            step("extern", pb::JobState::Completed, start, Some(end), end - start, 2, (0, 0)),
+        ],
+        ..running(id, name, start)
+    }
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn env(pairs: &[(&str, &str)]) -> Env {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+/// `sacct <list>` as root over `jobs`; returns stdout, asserting success.
+fn sacct_as(caller: &Caller, list: &[&str], environment: &Env, jobs: &[pb::Job]) -> super::Output {
+    match sacct::parse(&args(list), environment) {
+        Ok(options) => sacct::render(&options, jobs, NOW, caller, &users()),
+        Err(output) => output,
+    }
+}
+
+fn sacct(list: &[&str], jobs: &[pb::Job]) -> String {
+    let output = sacct_as(&Caller::root(), list, &Env::new(), jobs);
+    assert_eq!(output.code, 0, "sacct {list:?}: {}", output.stderr);
+    output.stdout
+}
+
+fn sacct_err(list: &[&str]) -> super::Output {
+    let output = sacct_as(&Caller::root(), list, &Env::new(), &[]);
+    assert_ne!(output.code, 0, "sacct {list:?} should fail: {}", output.stdout);
+    output
+}
+
+// ------------------------------------------------------------------------------------------------
+// sacct
+// ------------------------------------------------------------------------------------------------
+
+#[test]
+fn sacct_default_view_of_the_research_example() {
+    // §5.3's example: a pending placeholder and a cancelled one, default format, -X.
+    let jobs = [pending(41, "sandbox-7f3c9a", NOW - 60), cancelled(43, "short", NOW - 50, NOW - 10, 0)];
+    assert_eq!(
+        sacct(&["-X"], &jobs),
+        "JobID           JobName  Partition    Account  AllocCPUS      State ExitCode \n\
+         ------------ ---------- ---------- ---------- ---------- ---------- -------- \n\
+         41           sandbox-7+        cpu       root          0    PENDING      0:0 \n\
+         43                short        cpu       root          2 CANCELLED+     0:15 \n"
+    );
+}
+
+#[test]
+fn sacct_width_suffix_replaces_the_width_and_sign_chooses_the_side() {
+    let jobs = [running(1000, "tenant-ns/sandbox-7f3c9a", NOW - 5)];
+    let wide = sacct(&["-X", "-o", "JobName%60"], &jobs);
+    assert_eq!(wide.lines().nth(2).unwrap(), format!("{:>60} ", "tenant-ns/sandbox-7f3c9a"));
+    assert_eq!(wide.lines().nth(1).unwrap(), format!("{} ", "-".repeat(60)));
+    let left = sacct(&["-X", "-o", "JobName%-30"], &jobs);
+    assert_eq!(left.lines().nth(2).unwrap(), format!("{:<30} ", "tenant-ns/sandbox-7f3c9a"));
+    // JobID%20 turns the left-justified JobID right-justified.
+    let id = sacct(&["-X", "-n", "-o", "JobID%20"], &jobs);
+    assert_eq!(id, format!("{:>20} \n", "1000"));
+    // A header longer than its width is cut without `+`; a value gets the `+`.
+    let cut = sacct(&["-X", "-o", "AllocCPUS%5,JobName%5"], &jobs);
+    assert_eq!(cut, "Alloc JobNa \n----- ----- \n    2 tena+ \n");
+}
+
+#[test]
+fn sacct_the_guides_format_line() {
+    let jobs = [running(1000, "sandbox-cks-runner-u0/sandbox-7f3c9a", NOW - 5)];
+    let out = sacct(&["--format=JobID,JobName%60,State,NodeList", "-X"], &jobs);
+    assert_eq!(
+        out,
+        format!(
+            "JobID        {:>60}      State        NodeList \n------------ {} ---------- --------------- \n1000         {:>60}    RUNNING     slurm-cpu-0 \n",
+            "JobName",
+            "-".repeat(60),
+            "sandbox-cks-runner-u0/sandbox-7f3c9a"
+        )
+    );
+}
+
+#[test]
+fn sacct_steps_follow_the_job_without_x() {
+    let jobs = [cancelled(43, "short", NOW - 50, NOW - 10, 0)];
+    assert_eq!(
+        sacct(&["-o", "JobID,JobName,Partition,Account,ReqMem,State,ExitCode"], &jobs),
+        "JobID           JobName  Partition    Account     ReqMem      State ExitCode \n\
+         ------------ ---------- ---------- ---------- ---------- ---------- -------- \n\
+         43                short        cpu       root       512M CANCELLED+     0:15 \n\
+         43.batch          batch                  root             CANCELLED     0:15 \n\
+         43.extern        extern                  root             COMPLETED      0:0 \n"
+    );
+    // -j 43.batch lists that step only.
+    assert_eq!(sacct(&["-n", "-P", "-j", "43.batch", "-o", "JobID,State"], &jobs), "43.batch|CANCELLED\n");
+}
+
+#[test]
+fn sacct_parsable_modes_and_noheader() {
+    let jobs = [cancelled(43, "short", NOW - 50, NOW - 10, 0)];
+    assert_eq!(sacct(&["-X", "-P", "-o", "JobID,State"], &jobs), "JobID|State\n43|CANCELLED by 0\n");
+    assert_eq!(sacct(&["-X", "-p", "-o", "JobID,State"], &jobs), "JobID|State|\n43|CANCELLED by 0|\n");
+    assert_eq!(sacct(&["-X", "-p", "-n", "-o", "JobID,State"], &jobs), "43|CANCELLED by 0|\n");
+    assert_eq!(sacct(&["-X", "-P", "--delimiter=;", "-o", "JobID,Partition,State"], &jobs), "JobID;Partition;State\n43;cpu;CANCELLED by 0\n");
+    // --delimiter only matters in parsable mode.
+    assert_eq!(sacct(&["-X", "-n", "--delimiter=;", "-o", "JobID"], &jobs), "43           \n");
+    // -n drops both header lines in fixed-width mode too.
+    assert_eq!(sacct(&["-X", "-n", "-o", "State"], &jobs), "CANCELLED+ \n");
+}
+
+#[test]
+fn sacct_dates_elapsed_and_unknown() {
+    let long = pb::Job { elapsed_seconds: 93_784, ..running(7, "long", NOW - 93_784) };
+    let jobs = [pending(5, "waits", NOW - 20), cancelled(6, "done", NOW - 12, NOW - 0, 0), long];
+    assert_eq!(
+        sacct(&["-X", "-n", "-P", "-o", "JobID,Start,End,Elapsed,CPUTime,ElapsedRaw"], &jobs),
+        "7|2025-01-01T01:01:01|Unknown|1-02:03:04|2-04:06:08|93784\n\
+         5|Unknown|Unknown|00:00:00|00:00:00|0\n\
+         6|2025-01-02T03:03:53|2025-01-02T03:04:05|00:00:12|00:00:24|12\n"
+    );
+    assert_eq!(sacct(&["-X", "-n", "-j", "5", "-o", "Start,Elapsed"], &jobs), "            Unknown   00:00:00 \n");
+}
+
+#[test]
+fn sacct_field_names_are_case_insensitive_prefixes_in_table_order() {
+    let jobs = [cancelled(43, "short", NOW - 50, NOW - 10, 0)];
+    let header = |list: &str| sacct(&["-X", "-P", "-o", list], &jobs).lines().next().unwrap().to_owned();
+    assert_eq!(header("state"), "State");
+    assert_eq!(header("st"), "Start");
+    assert_eq!(header("jobid"), "JobID");
+    assert_eq!(header("alloc"), "AllocCPUS");
+    assert_eq!(header("NODEL,reqm,ncpus"), "NodeList|ReqMem|NCPUS");
+    // Slurm's quirk: any prefix of ALL is ALL.
+    assert_eq!(header("a").split('|').count(), 118);
+    assert_eq!(header("acc"), "Account");
+    let error = sacct_err(&["-o", "foo"]);
+    assert_eq!((error.stderr.as_str(), error.code), ("sacct: error: Invalid field requested: \"foo\"\n", 1));
+    assert_eq!(
+        sacct_err(&["-o", "AllocGRES"]).stderr,
+        "sacct: fatal: AllocGRES is deprecated, please use AllocTRES\n"
+    );
+}
+
+#[test]
+fn sacct_format_sources_and_conflicts() {
+    let jobs = [cancelled(43, "short", NOW - 50, NOW - 10, 0)];
+    // -o given twice concatenates.
+    assert_eq!(sacct(&["-X", "-P", "-n", "-o", "JobID", "-o", "State"], &jobs), "43|CANCELLED by 0\n");
+    // SACCT_FORMAT replaces the default; -o replaces SACCT_FORMAT.
+    let formatted = env(&[("SACCT_FORMAT", "jobid,user")]);
+    let out = sacct_as(&Caller::root(), &["-X", "-P", "-n"], &formatted, &jobs);
+    assert_eq!(out.stdout, "43|root\n");
+    let out = sacct_as(&Caller::root(), &["-X", "-P", "-n", "-o", "State"], &formatted, &jobs);
+    assert_eq!(out.stdout, "CANCELLED by 0\n");
+    assert_eq!(sacct(&["-X", "-P", "-b"], &jobs), "JobID|State|ExitCode\n43|CANCELLED by 0|0:15\n");
+    let error = sacct_err(&["-l", "-o", "JobID"]);
+    assert_eq!(
+        error.stderr,
+        "sacct: fatal: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.\n"
+    );
+    assert_eq!(sacct(&["-X", "-P", "-l"], &jobs).lines().next().unwrap().split('|').take(4).collect::<Vec<_>>(), [
+        "JobID", "JobIDRaw", "JobName", "Partition"
+    ]);
+}
+
+#[test]
+fn sacct_req_mem_units() {
+    let mem = |mb: u64| pb::Job { req_mem_mb: mb, ..running(mb as u32, "m", NOW - 5) };
+    let jobs = [mem(512), mem(1024), mem(1536), mem(1000), mem(2048), mem(0)];
+    let sorted = |list: &[&str]| {
+        let mut rows: Vec<(u32, String)> = sacct(list, &jobs)
+            .lines()
+            .map(|line| {
+                let (id, value) = line.split_once('|').unwrap();
+                (id.parse().unwrap(), value.to_owned())
+            })
+            .collect();
+        rows.sort();
+        rows.into_iter().map(|(_, value)| value).collect::<Vec<_>>()
+    };
+    assert_eq!(sorted(&["-X", "-n", "-P", "-o", "JobID,ReqMem"]), ["0", "512M", "1000M", "1G", "1.50G", "2G"]);
+    assert_eq!(sorted(&["-X", "-n", "-P", "--noconvert", "-o", "JobID,ReqMem"]), ["0", "512M", "1000M", "1024M", "1536M", "2048M"]);
+    assert_eq!(sorted(&["-X", "-n", "-P", "--units=G", "-o", "JobID,ReqMem"]), ["0", "0.50G", "0.98G", "1G", "1.50G", "2G"]);
+    assert_eq!(sacct_err(&["--units=x"]).stderr.lines().last().unwrap(), "sacct: fatal: Invalid unit type");
+}
+
+#[test]
+fn sacct_lists_only_the_callers_jobs_unless_root_all_users_or_jobs() {
+    let alice = pb::Job { user: "alice".into(), uid: 1001, account: "research".into(), ..running(2, "mine", NOW - 5) };
+    let jobs = [running(1, "placeholder", NOW - 5), alice];
+    let as_alice = Caller { name: "alice".into(), uid: 1001 };
+    let ids = |caller: &Caller, list: &[&str]| {
+        let mut list = list.to_vec();
+        list.extend(["-X", "-n", "-P", "-o", "JobID"]);
+        sacct_as(caller, &list, &Env::new(), &jobs).stdout
+    };
+    assert_eq!(ids(&as_alice, &[]), "2\n", "a non-root caller sees only its own jobs");
+    assert_eq!(ids(&as_alice, &["-a"]), "1\n2\n");
+    assert_eq!(ids(&as_alice, &["-u", "root"]), "1\n");
+    assert_eq!(ids(&as_alice, &["--uid=0"]), "1\n");
+    assert_eq!(ids(&as_alice, &["-u", "-1"]), "1\n2\n");
+    assert_eq!(ids(&as_alice, &["-j", "1"]), "1\n", "-j switches to all users");
+    assert_eq!(ids(&as_alice, &["-j", "1", "-u", "alice"]), "", "-j with -u keeps the user filter");
+    assert_eq!(ids(&Caller::root(), &[]), "1\n2\n", "root sees everyone");
+    assert_eq!(ids(&Caller::root(), &["--user=alice"]), "2\n");
+    let error = sacct_as(&as_alice, &["-u", "nobody"], &Env::new(), &jobs);
+    assert_eq!((error.stderr.as_str(), error.code), ("sacct: error: Invalid user id: nobody\n", 1));
+}
+
+#[test]
+fn sacct_time_window_defaults_and_forms() {
+    let yesterday = cancelled(1, "old", MIDNIGHT - 7200, MIDNIGHT - 3600, 0);
+    let today = cancelled(2, "new", MIDNIGHT + 60, MIDNIGHT + 120, 0);
+    let now_job = running(3, "now", NOW);
+    let jobs = [yesterday, today, now_job];
+    let ids = |list: &[&str]| {
+        let mut list = list.to_vec();
+        list.extend(["-X", "-n", "-P", "-o", "JobID"]);
+        sacct(&list, &jobs)
+    };
+    assert_eq!(ids(&[]), "2\n3\n", "default: since midnight, the current second included");
+    assert_eq!(ids(&["-j", "1,2"]), "1\n2\n", "-j: from the epoch");
+    assert_eq!(ids(&["-S", "2025-01-01"]), "1\n2\n3\n");
+    assert_eq!(ids(&["-S", "2025-01-01T00:00:00", "-E", "2025-01-01T23:30"]), "1\n");
+    assert_eq!(ids(&["--starttime=now-1days", "--endtime", "now"]), "1\n2\n3\n");
+    assert_eq!(ids(&["-S", "0101", "-E", "01/01/25-23:30"]), "1\n");
+    assert_eq!(ids(&["-S", "midnight"]), "2\n3\n");
+    let error = sacct_err(&["-S", "2025-01-02", "-E", "2025-01-01"]);
+    assert_eq!(
+        error.stderr,
+        "sacct: error: Start time (2025-01-02T00:00:00) requested is after end time (2025-01-01T00:00:00).\n"
+    );
+    assert_eq!(sacct_err(&["-S", "yesterdayish"]).stderr, "sacct: error: Invalid time specification (pos=0): yesterdayish\n");
+}
+
+#[test]
+fn sacct_states_short_or_long_and_the_instant() {
+    let ended_now = cancelled(1, "a", NOW - 30, NOW, 0);
+    let ended_before = cancelled(2, "b", NOW - 300, NOW - 100, 1001);
+    let done = pb::Job {
+        state: pb::JobState::Completed as i32,
+        cancelled_by_uid: None,
+        exit_signal: 0,
+        ..cancelled(3, "c", NOW - 30, NOW, 0)
+    };
+    let jobs = [ended_now, ended_before, done, running(4, "r", NOW - 60)];
+    let ids = |list: &[&str]| {
+        let mut list = list.to_vec();
+        list.extend(["-X", "-n", "-P", "-o", "JobID"]);
+        sacct(&list, &jobs)
+    };
+    assert_eq!(ids(&["-s", "CA"]), "1\n", "-s alone: at the current instant");
+    assert_eq!(ids(&["-s", "cancelled"]), ids(&["-s", "CA"]));
+    assert_eq!(ids(&["--state=ca,CD"]), "1\n3\n");
+    assert_eq!(ids(&["-s", "CA", "-S", "midnight", "-E", "now"]), "2\n1\n");
+    // RUNNING selects by times only: jobs that ended in this very second were running in it.
+    assert_eq!(ids(&["-s", "R"]), "4\n1\n3\n", "running at the instant");
+    assert_eq!(ids(&["-s", "R", "-S", "now+1"]), "4\n");
+    assert_eq!(ids(&["-s", "CA", "-j", "2"]), "2\n", "-j and -s: from the epoch");
+    assert_eq!(sacct_err(&["-s", "bogus"]).code, 1);
+}
+
+#[test]
+fn sacct_filters_by_name_partition_account_and_node() {
+    let other = pb::Job {
+        partition: "hpc-prod".into(),
+        account: "research".into(),
+        node_list: "slurm-cpu-3".into(),
+        ..running(2, "train", NOW - 5)
+    };
+    let jobs = [running(1, "infer", NOW - 5), other];
+    let ids = |list: &[&str]| {
+        let mut list = list.to_vec();
+        list.extend(["-X", "-n", "-P", "-o", "JobID"]);
+        sacct(&list, &jobs)
+    };
+    assert_eq!(ids(&["--name=train"]), "2\n");
+    assert_eq!(ids(&["-r", "cpu"]), "1\n");
+    assert_eq!(ids(&["--partition", "hpc-prod,cpu"]), "1\n2\n");
+    assert_eq!(ids(&["-A", "research"]), "2\n");
+    assert_eq!(ids(&["-N", "slurm-cpu-[2-3]"]), "2\n");
+}
+
+#[test]
+fn sacct_timelimit_exit_codes_and_cancelled_by() {
+    let limited = pb::Job { time_limit_seconds: Some(90_000), ..running(1, "a", NOW - 5) };
+    let hour = pb::Job { time_limit_seconds: Some(3600), exit_code: 130, ..running(2, "b", NOW - 5) };
+    let jobs = [limited, hour, running(3, "c", NOW - 5), cancelled(4, "d", NOW - 9, NOW - 1, 1001)];
+    assert_eq!(
+        sacct(&["-X", "-n", "-P", "-o", "JobID,Timelimit,TimelimitRaw,ExitCode,State"], &jobs),
+        "4|Partition_Limit|Partition_Limit|0:15|CANCELLED by 1001\n\
+         1|1-01:00:00|1500|0:0|RUNNING\n\
+         2|01:00:00|60|2:0|RUNNING\n\
+         3|Partition_Limit|Partition_Limit|0:0|RUNNING\n"
+    );
+}
+
+#[test]
+fn sacct_slurm_time_format() {
+    let jobs = [running(1, "a", NOW - 3600)];
+    let out = |value: &str| {
+        sacct_as(&Caller::root(), &["-X", "-n", "-P", "-o", "Start"], &env(&[("SLURM_TIME_FORMAT", value)]), &jobs).stdout
+    };
+    assert_eq!(out("standard"), "2025-01-02T02:04:05\n");
+    assert_eq!(out("%d/%m %H:%M"), "02/01 02:04\n");
+    assert_eq!(out("relative"), "02:04:05\n");
+    let invalid = sacct_as(&Caller::root(), &["-X", "-n", "-P", "-o", "Start"], &env(&[("SLURM_TIME_FORMAT", "junk")]), &jobs);
+    assert_eq!((invalid.stdout.as_str(), invalid.stderr.as_str()), ("2025-01-02T02:04:05\n", "sacct: error: invalid SLURM_TIME_FORMAT = junk\n"));
+}
+
+#[test]
+fn sacct_tres_and_accounting_fields() {
+    let gpu = pb::Job { req_gpus: 4, gres_type: "h100".into(), req_mem_mb: 1536, ..running(1, "g", NOW - 10) };
+    let out = sacct(&["-X", "-n", "-P", "-o", "ReqTRES,AllocTRES,NNodes,ReqCPUS,User,UID,Group,Priority,QOS"], &[gpu]);
+    assert_eq!(
+        out,
+        "billing=2,cpu=2,gres/gpu=4,gres/gpu:h100=4,mem=1.50G,node=1|billing=2,cpu=2,gres/gpu=4,gres/gpu:h100=4,mem=1.50G,node=1|1|2|root|0|root|100|normal\n"
+    );
+    // A pending job has no allocation: AllocCPUS 0, AllocTRES empty, NodeList None assigned.
+    let out = sacct(&["-X", "-n", "-P", "-o", "AllocCPUS,AllocTRES,NodeList"], &[pending(2, "p", NOW - 10)]);
+    assert_eq!(out, "0||None assigned\n");
+}
+
+#[test]
+fn sacct_unknown_arguments_and_bad_jobs() {
+    let error = sacct_err(&["extra"]);
+    assert_eq!(error.stderr, "sacct: error: Unknown arguments:\nsacct: error:  extra\n");
+    assert_eq!(sacct_err(&["-j", "abc"]).stderr, "sacct: fatal: Bad job/step specified: abc\n");
+    assert_eq!(sacct_err(&["--bogus"]).stderr, "sacct: unrecognized option '--bogus'\n");
+}
+
+// ------------------------------------------------------------------------------------------------
+// squeue
+// ------------------------------------------------------------------------------------------------
+
+fn queue(job: pb::Job) -> pb::Job {
+    pb::Job { source: pb::JobSource::Queue as i32, ..job }
+}
+
+fn squeue(list: &[&str], environment: &Env, jobs: &[pb::Job]) -> super::Output {
+    match squeue::parse(&args(list), environment) {
+        Ok(options) => squeue::render(&options, jobs, NOW, 0, &users(), environment),
+        Err(output) => output,
+    }
+}
+
+#[test]
+fn squeue_default_format_reasons_and_completing() {
+    let completing = pb::Job { completing: true, ..queue(cancelled(44, "tenant/sandbox-7f3c9a", NOW - 3700, NOW, 0)) };
+    let jobs = [queue(running(42, "train", NOW - 65)), queue(pending(43, "waits", NOW - 5)), completing];
+    let out = squeue(&[], &Env::new(), &jobs);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let header = "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n";
+    let rows = [
+        format!("{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n", 43, "cpu", "waits", "root", "PD", "0:00", 1, "(Resources)"),
+        format!("{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n", 42, "cpu", "train", "root", "R", "1:05", 1, "slurm-cpu-0"),
+        // The name is cut at 8 without `+`.
+        format!("{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n", 44, "cpu", "tenant/s", "root", "CG", "1:01:40", 1, "slurm-cpu-0"),
+    ];
+    assert_eq!(out.stdout, format!("{header}{}", rows.concat()));
+}
+
+#[test]
+fn squeue_formats_long_view_and_filters() {
+    let alice = pb::Job { user: "alice".into(), uid: 1001, ..queue(running(2, "a", NOW - 90_061)) };
+    let jobs = [queue(running(1, "r", NOW - 5)), alice, queue(pending(3, "p", NOW))];
+    let out = squeue(&["-h", "-o", "%i|%.5u|%6j|%T|%M|%2P"], &Env::new(), &jobs).stdout;
+    assert_eq!(out, "3| root|p     |PENDING|0:00|cp\n1| root|r     |RUNNING|0:05|cp\n2|alice|a     |RUNNING|1-01:01:01|cp\n");
+    // squeue has no `-` flag: `%-6j` is an invalid specification `-` followed by the text "6j".
+    let invalid = squeue(&["-h", "-o", "%i %-6j"], &Env::new(), &jobs[..1]);
+    assert_eq!(invalid.stdout, "1 6j\n");
+    assert_eq!(invalid.stderr, "squeue: error: Invalid job format specification: -\n");
+    assert_eq!(squeue(&["-h", "-u", "alice", "-o", "%i"], &Env::new(), &jobs).stdout, "2\n");
+    assert_eq!(squeue(&["-h", "-t", "pd", "-o", "%i"], &Env::new(), &jobs).stdout, "3\n");
+    assert_eq!(squeue(&["-h", "-t", "R", "--jobs=1,3", "-o", "%i"], &Env::new(), &jobs).stdout, "1\n");
+    assert_eq!(squeue(&["-h", "-j", "2", "-o", "%i"], &Env::new(), &jobs).stdout, "2\n");
+    let formatted = env(&[("SQUEUE_FORMAT", "%.4i %u")]);
+    assert_eq!(squeue(&["-t", "R"], &formatted, &jobs).stdout, "JOBI USER\n   1 root\n   2 alice\n");
+    let long = squeue(&["-l", "-t", "PD"], &Env::new(), &jobs).stdout;
+    let row = |values: [&str; 9]| {
+        format!(
+            "{:>18} {:>9} {:>8} {:>8} {:>8} {:>10} {:>9} {:>6} {}\n",
+            values[0], values[1], values[2], values[3], values[4], values[5], values[6], values[7], values[8]
+        )
+    };
+    assert_eq!(
+        long,
+        format!(
+            "Thu Jan  2 03:04:05 2025\n{}{}",
+            row(["JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "TIME_LIMI", "NODES", "NODELIST(REASON)"]),
+            row(["3", "cpu", "p", "root", "PENDING", "0:00", "Partition", "1", "(Resources)"])
+        )
+    );
+    let unknown = squeue(&["-j", "99"], &Env::new(), &jobs);
+    assert_eq!((unknown.stderr.as_str(), unknown.code), ("slurm_load_jobs error: Invalid job id specified\n", 1));
+    assert_eq!(squeue(&["-u", "nobody"], &Env::new(), &jobs).stderr, "squeue: error: Invalid user: nobody\n");
+    assert_eq!(
+        squeue(&["-z"], &Env::new(), &jobs).stderr,
+        "squeue: invalid option -- 'z'\nTry \"squeue --help\" for more information\n"
+    );
+}
+
+// ------------------------------------------------------------------------------------------------
+// sinfo
+// ------------------------------------------------------------------------------------------------
+
+fn node(name: &str, state: pb::SlurmNodeState, partitions: &[&str]) -> pb::SlurmNode {
+    pb::SlurmNode {
+        name: name.into(),
+        cpus: 16,
+        real_memory_mb: 65536,
+        state: state as i32,
+        partitions: partitions.iter().map(|p| (*p).to_owned()).collect(),
+        ..Default::default()
+    }
+}
+
+fn partition(name: &str, default: bool, nodes: &[&str]) -> pb::Partition {
+    pb::Partition {
+        name: name.into(),
+        default,
+        nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+        over_subscribe: "NO".into(),
+        state: pb::PartitionState::Up as i32,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
+    let names = ["slurm-cpu-0", "slurm-cpu-1", "slurm-cpu-2", "slurm-cpu-3"];
+    let nodes = [
+        node(names[0], pb::SlurmNodeState::Mixed, &["cpu", "hpc-prod"]),
+        node(names[1], pb::SlurmNodeState::Idle, &["cpu", "hpc-prod"]),
+        node(names[2], pb::SlurmNodeState::Draining, &["cpu", "hpc-prod"]),
+        node(names[3], pb::SlurmNodeState::Idle, &["cpu", "hpc-prod"]),
+    ];
+    let partitions = [partition("cpu", true, &names), partition("hpc-prod", false, &names[..2])];
+    let render = |list: &[&str]| sinfo::render(&sinfo::parse(&args(list), &Env::new()).unwrap(), &partitions, &nodes, NOW).stdout;
+    assert_eq!(
+        render(&[]),
+        "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n\
+         cpu*         up   infinite      1   drng slurm-cpu-2\n\
+         cpu*         up   infinite      1    mix slurm-cpu-0\n\
+         cpu*         up   infinite      2   idle slurm-cpu-[1,3]\n\
+         hpc-prod     up   infinite      1    mix slurm-cpu-0\n\
+         hpc-prod     up   infinite      1   idle slurm-cpu-1\n"
+    );
+    assert_eq!(render(&["-h", "-p", "hpc-prod"]), "hpc-prod     up   infinite      1    mix slurm-cpu-0\nhpc-prod     up   infinite      1   idle slurm-cpu-1\n");
+    assert_eq!(
+        render(&["-N", "-p", "hpc-prod"]),
+        "NODELIST     NODES PARTITION STATE \nslurm-cpu-0      1  hpc-prod mix   \nslurm-cpu-1      1  hpc-prod idle  \n"
+    );
+    let drained = [node(names[0], pb::SlurmNodeState::Drained, &["cpu"])];
+    let out = sinfo::render(&sinfo::parse(&args(&["-h"]), &Env::new()).unwrap(), &partitions[..1], &drained, NOW).stdout;
+    assert_eq!(out, "cpu*         up   infinite      1  drain slurm-cpu-0\n");
+}
+
+// ------------------------------------------------------------------------------------------------
+// scontrol
+// ------------------------------------------------------------------------------------------------
+
+#[test]
+fn scontrol_show_job_lines_and_one_liner() {
+    let job = pb::Job {
+        extra: "sandbox: started".into(),
+        comment: "c".into(),
+        over_subscribe: pb::OverSubscribe::No as i32,
+        ..queue(running(1000, "tenant/sandbox-1", NOW - 5))
+    };
+    let render = |list: &[&str], jobs: &[pb::Job]| {
+        scontrol::render(&scontrol::parse(&args(list)).unwrap(), jobs, &[], &[], NOW, &Env::new())
+    };
+    let out = render(&["show", "job", "1000"], std::slice::from_ref(&job));
+    let expected = [
+        "JobId=1000 JobName=tenant/sandbox-1",
+        "UserId=root(0) GroupId=root(0) MCS_label=N/A",
+        "Priority=100 Nice=0 Account=root QOS=normal",
+        "JobState=RUNNING Reason=None Dependency=(null)",
+        "Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0",
+        "RunTime=00:00:05 TimeLimit=Partition_Limit TimeMin=N/A",
+        "SubmitTime=2025-01-02T03:04:00 EligibleTime=2025-01-02T03:04:00",
+        "AccrueTime=2025-01-02T03:04:00",
+        "StartTime=2025-01-02T03:04:00 EndTime=Unknown Deadline=N/A",
+        "Partition=cpu AllocNode:Sid=(null):0",
+        "ReqNodeList=(null) ExcNodeList=(null)",
+        "NodeList=slurm-cpu-0",
+        "BatchHost=slurm-cpu-0",
+        "NumNodes=1 NumCPUs=2 NumTasks=1 CPUs/Task=2 ReqB:S:C:T=0:0:*:*",
+        "ReqTRES=cpu=2,mem=512M,node=1,billing=2",
+        "AllocTRES=cpu=2,mem=512M,node=1,billing=2",
+        "MinCPUsNode=2 MinMemoryNode=512M MinTmpDiskNode=0",
+        "Features=(null) DelayBoot=00:00:00",
+        "OverSubscribe=NO Contiguous=0 Licenses=(null) Network=(null)",
+        "Command=(null)",
+        "WorkDir=/",
+        "Comment=c",
+        "Extra=sandbox: started",
+    ]
+    .join("\n   ")
+        + "\n\n";
+    assert_eq!(out.stdout, expected);
+    let one = render(&["-o", "show", "job", "1000"], std::slice::from_ref(&job)).stdout;
+    assert_eq!(one, expected.trim_end().replace("\n   ", " ") + "\n");
+    let missing = render(&["show", "job", "999"], &[job]);
+    assert_eq!((missing.stderr.as_str(), missing.code), ("slurm_load_jobs error: Invalid job id specified\n", 1));
+    let pending_job = queue(pending(5, "p", NOW - 5));
+    let out = render(&["show", "job", "5"], &[pending_job]).stdout;
+    assert!(out.contains("   JobState=PENDING Reason=Resources Dependency=(null)\n"), "{out}");
+    assert!(out.contains("   StartTime=Unknown EndTime=Unknown Deadline=N/A\n   Partition=cpu"), "{out}");
+    assert!(out.contains("   NodeList=(null)\n   NumNodes=1"), "{out}");
+    assert!(out.contains("   AllocTRES=(null)\n"), "{out}");
+}
+
+#[test]
+fn scontrol_and_scancel_refuse_bad_input() {
+    assert_eq!(scontrol::parse(&args(&["show", "job", "x"])).unwrap_err().stderr, "Invalid job id specified: x\n");
+    assert_eq!(scontrol::parse(&args(&["shw"])).unwrap_err().stderr, "invalid keyword: shw\n");
+    assert_eq!(scancel::parse(&args(&[])).unwrap_err().stderr, "scancel: error: No job identification provided\n");
+    assert_eq!(scancel::parse(&args(&["12x"])).unwrap_err().stderr, "scancel: error: Invalid job id 12x\n");
+    assert_eq!(
+        scancel::kill_error(7, cwsandbox_client::Code::NotFound),
+        "scancel: error: Kill job error on job id 7: Invalid job id specified"
+    );
+    let options = scancel::parse(&args(&["-u", "alice", "-t", "PD"])).unwrap();
+    let alice_pending = pb::Job { uid: 1001, user: "alice".into(), ..queue(pending(9, "p", NOW)) };
+    let jobs = [queue(running(8, "r", NOW)), alice_pending];
+    assert_eq!(scancel::select(&options, &jobs, &Caller::root(), &users()).unwrap(), [9]);
+}

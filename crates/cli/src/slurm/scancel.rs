@@ -1,0 +1,248 @@
+//! `scancel` (Slurm 25.05): cancels jobs through the emulator's `CancelJob` as the caller's uid
+//! (`CANCELLED by <uid>` in `sacct`), by id or by the filters `-u`, `-p`, `-A`, `-n`, `-t`,
+//! `-w`; errors in Slurm's words (`scancel: error: Kill job error on job id N: …`).
+
+use cwsandbox_client::{Code, emulator_v1 as pb};
+
+use super::fmt;
+use super::getopt::{self, Arg, Item, Opt};
+use super::{Caller, Conn, Env, Output, resolve_user};
+
+const SPEC: &[Opt] = &[
+    Opt { key: "account", short: Some('A'), long: &["account"], arg: Arg::Required },
+    Opt { key: "batch", short: Some('b'), long: &["batch"], arg: Arg::No },
+    Opt { key: "full", short: Some('f'), long: &["full"], arg: Arg::No },
+    Opt { key: "help", short: None, long: &["help"], arg: Arg::No },
+    Opt { key: "usage", short: None, long: &["usage"], arg: Arg::No },
+    Opt { key: "me", short: None, long: &["me"], arg: Arg::No },
+    Opt { key: "name", short: Some('n'), long: &["name", "jobname"], arg: Arg::Required },
+    Opt { key: "partition", short: Some('p'), long: &["partition"], arg: Arg::Required },
+    Opt { key: "quiet", short: Some('Q'), long: &["quiet"], arg: Arg::No },
+    Opt { key: "qos", short: Some('q'), long: &["qos"], arg: Arg::Required },
+    Opt { key: "signal", short: Some('s'), long: &["signal"], arg: Arg::Required },
+    Opt { key: "state", short: Some('t'), long: &["state"], arg: Arg::Required },
+    Opt { key: "user", short: Some('u'), long: &["user"], arg: Arg::Required },
+    Opt { key: "verbose", short: Some('v'), long: &["verbose"], arg: Arg::No },
+    Opt { key: "version", short: Some('V'), long: &["version"], arg: Arg::No },
+    Opt { key: "nodelist", short: Some('w'), long: &["nodelist"], arg: Arg::Required },
+];
+
+/// A parsed `scancel` command line.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Job ids given as operands.
+    pub jobs: Vec<u32>,
+    users: Vec<String>,
+    me: bool,
+    partitions: Vec<String>,
+    accounts: Vec<String>,
+    names: Vec<String>,
+    qos: Vec<String>,
+    states: Vec<String>,
+    nodes: Option<Vec<String>>,
+    quiet: bool,
+    verbose: bool,
+    info: Option<String>,
+}
+
+impl Options {
+    /// Whether the jobs come from filters rather than ids.
+    fn filtered(&self) -> bool {
+        !self.users.is_empty()
+            || self.me
+            || !self.partitions.is_empty()
+            || !self.accounts.is_empty()
+            || !self.names.is_empty()
+            || !self.qos.is_empty()
+            || !self.states.is_empty()
+            || self.nodes.is_some()
+    }
+}
+
+fn fail(message: String) -> Output {
+    Output::fail(message, 1)
+}
+
+fn list(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
+}
+
+/// Parses a `scancel` command line.
+pub fn parse(args: &[String]) -> Result<Options, Output> {
+    let items = getopt::parse("scancel", args, SPEC)
+        .map_err(|e| fail(format!("{e}\nTry \"scancel --help\" for more information")))?;
+    let mut options = Options::default();
+    for item in items {
+        match item {
+            Item::Operand(operand) => {
+                for id in operand.split([',', ' ']).filter(|s| !s.is_empty()) {
+                    match id.parse::<u32>() {
+                        Ok(id) if id > 0 => options.jobs.push(id),
+                        _ => return Err(fail(format!("scancel: error: Invalid job id {id}"))),
+                    }
+                }
+            }
+            Item::Opt(key, value) => {
+                let value = value.unwrap_or_default();
+                match key {
+                    "account" => options.accounts.extend(list(&value)),
+                    "help" | "usage" => {
+                        options.info = Some(
+                            "Usage: scancel [-A account] [--batch] [--me] [-n job_name] [-p partition] [-Q] [-q qos] \
+                             [-t PENDING | RUNNING | SUSPENDED] [-u user_name] [-w hosts] [job_id[,job_id...]]\n"
+                                .to_owned(),
+                        )
+                    }
+                    "version" => options.info = Some("slurm 25.05.3\n".to_owned()),
+                    "me" => options.me = true,
+                    "name" => options.names.extend(list(&value)),
+                    "partition" => options.partitions.extend(list(&value)),
+                    "quiet" => options.quiet = true,
+                    "qos" => options.qos.extend(list(&value)),
+                    "signal" => {
+                        let upper = value.to_ascii_uppercase();
+                        let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+                        // A cancel is SIGKILL after SIGTERM; other signals only notify the job's
+                        // processes, which the emulator does not model.
+                        if !matches!(name, "KILL" | "9" | "TERM" | "15") {
+                            return Err(fail(format!(
+                                "scancel: error: --signal={value} is not emulated (only KILL and TERM cancel a job)"
+                            )));
+                        }
+                    }
+                    "state" => {
+                        for state in list(&value) {
+                            let upper = state.to_ascii_uppercase();
+                            if !matches!(upper.as_str(), "PENDING" | "PD" | "RUNNING" | "R" | "SUSPENDED" | "S") {
+                                return Err(fail(format!("scancel: error: Invalid job state specified: {state}")));
+                            }
+                            options.states.push(upper);
+                        }
+                    }
+                    "user" => options.users.extend(list(&value)),
+                    "verbose" => options.verbose = true,
+                    "nodelist" => options.nodes = Some(fmt::expand_hostlist(&value)),
+                    _ => {}
+                }
+            }
+        }
+    }
+    if options.info.is_none() && options.jobs.is_empty() && !options.filtered() {
+        return Err(fail("scancel: error: No job identification provided".to_owned()));
+    }
+    Ok(options)
+}
+
+/// The jobs the filters select among queue rows (and the given ids, if any). Pure.
+pub fn select(options: &Options, jobs: &[pb::Job], caller: &Caller, known: &[(String, u32)]) -> Result<Vec<u32>, Output> {
+    let mut uids = Vec::new();
+    for user in &options.users {
+        match resolve_user(user, known) {
+            Some(uid) => uids.push(uid),
+            None => return Err(fail(format!("scancel: error: Invalid user name: {user}"))),
+        }
+    }
+    if options.me {
+        uids.push(caller.uid);
+    }
+    let any = |list: &[String], value: &str| list.is_empty() || list.iter().any(|wanted| wanted == value);
+    Ok(jobs
+        .iter()
+        .filter(|job| job.source != pb::JobSource::Accounting as i32 && !job.completing)
+        .filter(|job| options.jobs.is_empty() || options.jobs.contains(&job.job_id))
+        .filter(|job| uids.is_empty() || uids.contains(&job.uid))
+        .filter(|job| any(&options.partitions, &job.partition) && any(&options.accounts, &job.account))
+        .filter(|job| any(&options.names, &job.name) && any(&options.qos, &job.qos))
+        .filter(|job| {
+            options.states.is_empty()
+                || options.states.iter().any(|state| {
+                    fmt::parse_state(state).flatten().is_some_and(|wanted| wanted == fmt::state(job.state))
+                })
+        })
+        .filter(|job| {
+            options.nodes.as_ref().is_none_or(|nodes| fmt::expand_hostlist(&job.node_list).iter().any(|n| nodes.contains(n)))
+        })
+        .map(|job| job.job_id)
+        .collect())
+}
+
+/// The message of a refused cancel (Slurm's `slurm_strerror` text).
+pub fn kill_error(job_id: u32, code: Code) -> String {
+    let reason = match code {
+        Code::NotFound => "Invalid job id specified",
+        Code::FailedPrecondition => "Job/step already completing or completed",
+        Code::PermissionDenied => "Access/permission denied",
+        _ => "Unspecified error",
+    };
+    format!("scancel: error: Kill job error on job id {job_id}: {reason}")
+}
+
+/// `scancel` against the emulator.
+pub async fn run(args: &[String], env: &Env, conn: Result<Conn, String>) -> Output {
+    let options = match parse(args) {
+        Ok(options) => options,
+        Err(output) => return output,
+    };
+    if let Some(info) = &options.info {
+        return Output::ok(info.clone());
+    }
+    let conn = match conn {
+        Ok(conn) => conn,
+        Err(error) => return fail(format!("scancel: error: {error}")),
+    };
+    let admin = conn.admin();
+    let known = match admin.slurm_users().await {
+        Ok(known) => known,
+        Err(error) => return super::api_error("scancel", &error),
+    };
+    let caller = match Caller::from_env(env, &known) {
+        Ok(caller) => caller,
+        Err(error) => return fail(format!("scancel: error: {error}")),
+    };
+    let queue = match admin.list_jobs(&pb::ListJobsRequest { source: pb::JobSource::Queue as i32, ..Default::default() }).await
+    {
+        Ok(response) => response.jobs,
+        Err(error) => return super::api_error("scancel", &error),
+    };
+    let targets = if options.filtered() {
+        match select(&options, &queue, &caller, &known) {
+            Ok(targets) => targets,
+            Err(output) => return output,
+        }
+    } else {
+        options.jobs.clone()
+    };
+    let mut output = Output::default();
+    for job_id in targets {
+        // Only root and the owner may cancel a job.
+        if caller.uid != 0
+            && let Some(job) = queue.iter().find(|job| job.job_id == job_id)
+            && job.uid != caller.uid
+        {
+            output.code = 1;
+            if !options.quiet {
+                output.stderr.push_str(&format!("{}\n", kill_error(job_id, Code::PermissionDenied)));
+            }
+            continue;
+        }
+        match admin.cancel_job(job_id, Some(caller.uid)).await {
+            Ok(_) => {
+                if options.verbose {
+                    output.stderr.push_str(&format!("scancel: Terminating job {job_id}\n"));
+                }
+            }
+            Err(error) => {
+                output.code = 1;
+                let quiet_ok = options.quiet && error.code() == Code::FailedPrecondition;
+                if !quiet_ok {
+                    let text = match error.code() {
+                        Code::NotFound | Code::FailedPrecondition => kill_error(job_id, error.code()),
+                        _ => format!("scancel: error: Kill job error on job id {job_id}: {error}"),
+                    };
+                    output.stderr.push_str(&format!("{text}\n"));
+                }
+            }
+        }
+    }
+    output
+}

@@ -1,0 +1,364 @@
+//! `scontrol show job [<id>]` (Slurm 25.05 `slurm_sprint_job_info`): `Key=Value` tokens, the
+//! first line `JobId=… JobName=…`, following lines indented three spaces, an empty line after
+//! each job; `-o` puts a job on one line. `scontrol show partition|node` print the partition
+//! and node records the same way.
+
+use cwsandbox_client::emulator_v1 as pb;
+
+use super::fmt::{self, Convert, TimeFormat};
+use super::getopt::{self, Arg, Item, Opt};
+use super::{Conn, Env, Output};
+
+const SPEC: &[Opt] = &[
+    Opt { key: "oneliner", short: Some('o'), long: &["oneliner"], arg: Arg::No },
+    Opt { key: "details", short: Some('d'), long: &["details"], arg: Arg::No },
+    Opt { key: "quiet", short: Some('Q'), long: &["quiet"], arg: Arg::No },
+    Opt { key: "all", short: Some('a'), long: &["all"], arg: Arg::No },
+    Opt { key: "help", short: Some('h'), long: &["help"], arg: Arg::No },
+    Opt { key: "verbose", short: Some('v'), long: &["verbose"], arg: Arg::No },
+    Opt { key: "version", short: Some('V'), long: &["version"], arg: Arg::No },
+];
+
+/// What was asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// `show job [id]`.
+    Jobs(Option<u32>),
+    /// `show partition [name]`.
+    Partitions(Option<String>),
+    /// `show node [name]`.
+    Nodes(Option<String>),
+    /// Text to print as is (help, version).
+    Info(String),
+}
+
+/// A parsed `scontrol` command line.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// `-o`.
+    pub one_liner: bool,
+    /// `-Q`: no error messages.
+    pub quiet: bool,
+    /// What to show.
+    pub request: Request,
+}
+
+fn fail(message: String) -> Output {
+    Output::fail(message, 1)
+}
+
+/// Parses `scontrol [-o] show job|partition|node [<id>]`.
+pub fn parse(args: &[String]) -> Result<Options, Output> {
+    let items = getopt::parse("scontrol", args, SPEC).map_err(|e| fail(format!("{e}\nTry \"scontrol --help\" for more information")))?;
+    let mut one_liner = false;
+    let mut quiet = false;
+    let mut words = Vec::new();
+    let mut info = None;
+    for item in items {
+        match item {
+            Item::Opt("oneliner", _) => one_liner = true,
+            Item::Opt("quiet", _) => quiet = true,
+            Item::Opt("help", _) => info = Some("scontrol [<OPTION>] [<COMMAND>]\n  show job [<jobid>]\n  show partition [<name>]\n  show node [<name>]\n".to_owned()),
+            Item::Opt("version", _) => info = Some("slurm 25.05.3\n".to_owned()),
+            Item::Opt(_, _) => {}
+            Item::Operand(word) => words.push(word),
+        }
+    }
+    if let Some(info) = info {
+        return Ok(Options { one_liner, quiet, request: Request::Info(info) });
+    }
+    let lower: Vec<String> = words.iter().map(|w| w.to_ascii_lowercase()).collect();
+    let command = lower.first().map(String::as_str).unwrap_or("");
+    if command.is_empty() {
+        return Err(fail("scontrol: interactive mode is not emulated; give a command (show job <id>)".to_owned()));
+    }
+    if !"show".starts_with(command) || command.len() < 3 {
+        return Err(fail(format!("invalid keyword: {}", words[0])));
+    }
+    let entity = lower.get(1).map(String::as_str).unwrap_or("");
+    let target = words.get(2).cloned();
+    if words.len() > 3 {
+        return Err(fail(format!("too many arguments for keyword:{}", words[0])));
+    }
+    let is = |full: &str, min: usize| entity.len() >= min && full.starts_with(entity);
+    let request = if is("jobs", 1) {
+        match target {
+            None => Request::Jobs(None),
+            Some(id) => match id.parse::<u32>() {
+                Ok(id) if id > 0 => Request::Jobs(Some(id)),
+                _ => return Err(fail(format!("Invalid job id specified: {id}"))),
+            },
+        }
+    } else if is("partitions", 1) {
+        Request::Partitions(target)
+    } else if is("nodes", 1) {
+        Request::Nodes(target)
+    } else if entity.is_empty() {
+        return Err(fail("too few arguments for keyword:show".to_owned()));
+    } else {
+        return Err(fail(format!("invalid entity:{} for keyword:show", words[1])));
+    };
+    Ok(Options { one_liner, quiet, request })
+}
+
+fn or_null(text: &str) -> &str {
+    if text.is_empty() { "(null)" } else { text }
+}
+
+fn time(seconds: Option<i64>, now: i64, format: &TimeFormat) -> String {
+    fmt::time_str(seconds, format, now, 64)
+}
+
+fn over_subscribe(value: i32) -> &'static str {
+    match pb::OverSubscribe::try_from(value) {
+        Ok(pb::OverSubscribe::No) => "NO",
+        Ok(pb::OverSubscribe::Yes) => "YES",
+        Ok(pb::OverSubscribe::User) => "USER",
+        _ => "OK",
+    }
+}
+
+/// TRES in slurmctld's id order (cpu, mem, node, billing, then GRES).
+fn tres(cpus: u32, mem_mb: u64, job: &pb::Job) -> String {
+    let mut text =
+        format!("cpu={cpus},mem={},node=1,billing={cpus}", fmt::convert_num_unit(mem_mb as f64, 2, Convert::Exact));
+    if job.req_gpus > 0 {
+        text.push_str(&format!(",gres/gpu={}", job.req_gpus));
+        if !job.gres_type.is_empty() {
+            text.push_str(&format!(",gres/gpu:{}={}", job.gres_type, job.req_gpus));
+        }
+    }
+    text
+}
+
+/// One job as `scontrol show job` prints it.
+pub fn job_text(job: &pb::Job, now: i64, one_liner: bool, format: &TimeFormat) -> String {
+    let state = fmt::state(job.state);
+    let state_name = if job.completing { "COMPLETING" } else { fmt::state_long(state) };
+    let pending = state == pb::JobState::Pending;
+    let start = fmt::secs(job.start_time.as_ref());
+    let end = fmt::secs(job.end_time.as_ref());
+    let submit = fmt::secs(job.submit_time.as_ref());
+    let eligible = fmt::secs(job.eligible_time.as_ref()).or(submit);
+    let limit = match job.time_limit_seconds {
+        None => "Partition_Limit".to_owned(),
+        Some(seconds) => fmt::mins2time(fmt::limit_minutes(seconds)),
+    };
+    let node_list = or_null(&job.node_list);
+    let cpus = if pending { job.req_cpus } else { job.alloc_cpus };
+    let batch_host = if job.node_list.is_empty() { String::new() } else { format!("BatchHost={}", job.node_list) };
+    let mut lines: Vec<String> = vec![
+        format!("JobId={} JobName={}", job.job_id, job.name),
+        format!("UserId={}({}) GroupId={}({}) MCS_label=N/A", job.user, job.uid, job.group, job.gid),
+        format!("Priority={} Nice=0 Account={} QOS={}", job.priority, or_null(&job.account), or_null(&job.qos)),
+        format!(
+            "JobState={state_name} Reason={} Dependency=(null)",
+            if job.reason.is_empty() { "None" } else { &job.reason }
+        ),
+        format!("Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode={}:{}", job.exit_code, job.exit_signal),
+        format!("RunTime={} TimeLimit={limit} TimeMin=N/A", fmt::secs2time(job.elapsed_seconds)),
+        format!("SubmitTime={} EligibleTime={}", time(submit, now, format), time(eligible, now, format)),
+        format!("AccrueTime={}", time(eligible, now, format)),
+        format!("StartTime={} EndTime={} Deadline=N/A", time(start, now, format), time(end, now, format)),
+        format!("Partition={} AllocNode:Sid=(null):0", job.partition),
+        "ReqNodeList=(null) ExcNodeList=(null)".to_owned(),
+        format!("NodeList={node_list}"),
+    ];
+    if !batch_host.is_empty() {
+        lines.push(batch_host);
+    }
+    lines.push(format!("NumNodes=1 NumCPUs={cpus} NumTasks=1 CPUs/Task={} ReqB:S:C:T=0:0:*:*", job.req_cpus.max(1)));
+    lines.push(format!("ReqTRES={}", tres(job.req_cpus, job.req_mem_mb, job)));
+    lines.push(format!("AllocTRES={}", if pending { "(null)".to_owned() } else { tres(job.alloc_cpus, job.req_mem_mb, job) }));
+    lines.push(format!(
+        "MinCPUsNode={} MinMemoryNode={} MinTmpDiskNode=0",
+        job.req_cpus.max(1),
+        fmt::convert_num_unit(job.req_mem_mb as f64, 2, Convert::Exact)
+    ));
+    lines.push("Features=(null) DelayBoot=00:00:00".to_owned());
+    lines.push(format!("OverSubscribe={} Contiguous=0 Licenses=(null) Network=(null)", over_subscribe(job.over_subscribe)));
+    lines.push("Command=(null)".to_owned());
+    lines.push("WorkDir=/".to_owned());
+    if !job.comment.is_empty() {
+        lines.push(format!("Comment={}", job.comment));
+    }
+    if !job.reservation.is_empty() {
+        lines.push(format!("Reservation={}", job.reservation));
+    }
+    if !job.extra.is_empty() {
+        lines.push(format!("Extra={}", job.extra));
+    }
+    let separator = if one_liner { " " } else { "\n   " };
+    let mut text = lines.join(separator);
+    text.push('\n');
+    if !one_liner {
+        text.push('\n');
+    }
+    text
+}
+
+fn partition_text(partition: &pb::Partition, one_liner: bool) -> String {
+    let max_time = match partition.max_time_seconds {
+        None => "UNLIMITED".to_owned(),
+        Some(seconds) => fmt::mins2time(fmt::limit_minutes(seconds)),
+    };
+    let preempt = match pb::PreemptMode::try_from(partition.preempt_mode) {
+        Ok(pb::PreemptMode::Cancel) => "CANCEL",
+        Ok(pb::PreemptMode::Requeue) => "REQUEUE",
+        _ => "OFF",
+    };
+    let lines = [
+        format!("PartitionName={}", partition.name),
+        "AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL".to_owned(),
+        format!("Default={} QoS=N/A", if partition.default { "YES" } else { "NO" }),
+        format!("MaxNodes=UNLIMITED MaxTime={max_time} MinNodes=0"),
+        format!("Nodes={}", fmt::hostlist(&partition.nodes)),
+        format!(
+            "PriorityTier={} OverSubscribe={} PreemptMode={preempt}",
+            partition.priority_tier,
+            if partition.over_subscribe.is_empty() { "NO" } else { &partition.over_subscribe }
+        ),
+        format!("State=UP TotalCPUs={} TotalNodes={}", partition.total_cpus, partition.nodes.len()),
+    ];
+    let mut text = lines.join(if one_liner { " " } else { "\n   " });
+    text.push('\n');
+    if !one_liner {
+        text.push('\n');
+    }
+    text
+}
+
+fn node_text(node: &pb::SlurmNode, one_liner: bool) -> String {
+    let state = match pb::SlurmNodeState::try_from(node.state) {
+        Ok(pb::SlurmNodeState::Idle) => "IDLE",
+        Ok(pb::SlurmNodeState::Mixed) => "MIXED",
+        Ok(pb::SlurmNodeState::Allocated) => "ALLOCATED",
+        Ok(pb::SlurmNodeState::Drained) => "IDLE+DRAIN",
+        Ok(pb::SlurmNodeState::Draining) => "MIXED+DRAIN",
+        _ => "UNKNOWN",
+    };
+    let gres = match (node.gpus, node.gres_type.as_str()) {
+        (0, _) => "(null)".to_owned(),
+        (gpus, "") => format!("gpu:{gpus}"),
+        (gpus, kind) => format!("gpu:{kind}:{gpus}"),
+    };
+    let mut lines = vec![
+        format!("NodeName={} Arch=x86_64 CoresPerSocket={}", node.name, node.cpus),
+        format!("CPUAlloc={} CPUEfctv={} CPUTot={} CPULoad=0.00", node.alloc_cpus, node.cpus, node.cpus),
+        format!("Gres={gres}"),
+        format!("NodeAddr={} NodeHostName={}", node.name, node.name),
+        format!("RealMemory={} AllocMem={} FreeMem=N/A Sockets=1 Boards=1", node.real_memory_mb, node.alloc_memory_mb),
+        format!("State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A"),
+        format!("Partitions={}", node.partitions.join(",")),
+    ];
+    if !node.drain_reason.is_empty() {
+        lines.push(format!("Reason={}", node.drain_reason));
+    }
+    let mut text = lines.join(if one_liner { " " } else { "\n   " });
+    text.push('\n');
+    if !one_liner {
+        text.push('\n');
+    }
+    text
+}
+
+/// Renders `scontrol show …` from queue rows, partitions and nodes. Pure.
+pub fn render(
+    options: &Options,
+    jobs: &[pb::Job],
+    partitions: &[pb::Partition],
+    nodes: &[pb::SlurmNode],
+    now: i64,
+    env: &Env,
+) -> Output {
+    let (format, _) = TimeFormat::from_env(env.get("SLURM_TIME_FORMAT").map(String::as_str));
+    let quiet_fail = |message: &str| if options.quiet { Output::fail(String::new(), 1) } else { fail(message.to_owned()) };
+    match &options.request {
+        Request::Info(text) => Output::ok(text.clone()),
+        Request::Jobs(id) => {
+            let shown: Vec<&pb::Job> = jobs
+                .iter()
+                .filter(|job| job.source != pb::JobSource::Accounting as i32)
+                .filter(|job| id.is_none_or(|id| job.job_id == id))
+                .collect();
+            match (id, shown.is_empty()) {
+                (Some(_), true) => quiet_fail("slurm_load_jobs error: Invalid job id specified"),
+                (None, true) => Output::ok("No jobs in the system\n".to_owned()),
+                _ => Output::ok(shown.iter().map(|job| job_text(job, now, options.one_liner, &format)).collect()),
+            }
+        }
+        Request::Partitions(name) => {
+            let shown: Vec<&pb::Partition> =
+                partitions.iter().filter(|p| name.as_ref().is_none_or(|name| &p.name == name)).collect();
+            if shown.is_empty() {
+                return match name {
+                    Some(name) => quiet_fail(&format!("Partition {name} not found")),
+                    None => Output::ok("No partitions in the system\n".to_owned()),
+                };
+            }
+            Output::ok(shown.iter().map(|p| partition_text(p, options.one_liner)).collect())
+        }
+        Request::Nodes(name) => {
+            let wanted = name.as_ref().map(|name| fmt::expand_hostlist(name));
+            let shown: Vec<&pb::SlurmNode> =
+                nodes.iter().filter(|n| wanted.as_ref().is_none_or(|wanted| wanted.contains(&n.name))).collect();
+            if shown.is_empty() {
+                return match name {
+                    Some(name) => quiet_fail(&format!("Node {name} not found")),
+                    None => Output::ok("No nodes in the system\n".to_owned()),
+                };
+            }
+            Output::ok(shown.iter().map(|n| node_text(n, options.one_liner)).collect())
+        }
+    }
+}
+
+/// `scontrol` against the emulator.
+pub async fn run(args: &[String], env: &Env, conn: Result<Conn, String>) -> Output {
+    let options = match parse(args) {
+        Ok(options) => options,
+        Err(output) => return output,
+    };
+    if let Request::Info(text) = &options.request {
+        return Output::ok(text.clone());
+    }
+    let conn = match conn {
+        Ok(conn) => conn,
+        Err(error) => return fail(format!("scontrol: error: {error}")),
+    };
+    let admin = conn.admin();
+    let (jobs, now) = match &options.request {
+        Request::Jobs(id) => {
+            let request = pb::ListJobsRequest {
+                source: pb::JobSource::Queue as i32,
+                job_ids: id.iter().copied().collect(),
+                ..Default::default()
+            };
+            match admin.list_jobs(&request).await {
+                Ok(response) => {
+                    let now = super::now_of(&response);
+                    (response.jobs, now)
+                }
+                Err(error) => return super::api_error("scontrol", &error),
+            }
+        }
+        _ => (Vec::new(), 0),
+    };
+    let partitions = if matches!(options.request, Request::Partitions(_)) {
+        match admin.list_partitions().await {
+            Ok(partitions) => partitions,
+            Err(error) => return super::api_error("scontrol", &error),
+        }
+    } else {
+        Vec::new()
+    };
+    let nodes = if matches!(options.request, Request::Nodes(_)) {
+        match admin.list_slurm_nodes(&pb::ListSlurmNodesRequest::default()).await {
+            Ok(nodes) => nodes,
+            Err(error) => return super::api_error("scontrol", &error),
+        }
+    } else {
+        Vec::new()
+    };
+    render(&options, &jobs, &partitions, &nodes, now, env)
+}

@@ -1,0 +1,389 @@
+//! `sinfo` (Slurm 25.05): partitions and nodes of the emulator, grouped per partition and node
+//! state like sinfo's default view (`%9P %.5a %.10l %.6D %.6t %N`), the node-oriented `-N`
+//! view, the default partition's `*`, and `drain`/`drng` for drained nodes.
+
+use cwsandbox_client::emulator_v1 as pb;
+
+use super::fmt;
+use super::getopt::{self, Arg, Item, Opt};
+use super::{Conn, Env, Output};
+
+/// The default format.
+pub const DEFAULT_FORMAT: &str = "%9P %.5a %.10l %.6D %.6t %N";
+/// `-l`.
+pub const LONG_FORMAT: &str = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N";
+/// `-N` (the node name column is as wide as the longest name).
+pub const NODE_FORMAT: &str = "%N %.6D %.9P %6t";
+/// `-N -l`.
+pub const NODE_LONG_FORMAT: &str = "%N %.6D %.9P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E";
+
+const SPEC: &[Opt] = &[
+    Opt { key: "all", short: Some('a'), long: &["all"], arg: Arg::No },
+    Opt { key: "noheader", short: Some('h'), long: &["noheader"], arg: Arg::No },
+    Opt { key: "help", short: None, long: &["help"], arg: Arg::No },
+    Opt { key: "usage", short: None, long: &["usage"], arg: Arg::No },
+    Opt { key: "long", short: Some('l'), long: &["long"], arg: Arg::No },
+    Opt { key: "Node", short: Some('N'), long: &["Node"], arg: Arg::No },
+    Opt { key: "nodes", short: Some('n'), long: &["nodes"], arg: Arg::Required },
+    Opt { key: "format", short: Some('o'), long: &["format"], arg: Arg::Required },
+    Opt { key: "partition", short: Some('p'), long: &["partition"], arg: Arg::Required },
+    Opt { key: "summarize", short: Some('s'), long: &["summarize"], arg: Arg::No },
+    Opt { key: "states", short: Some('t'), long: &["states"], arg: Arg::Required },
+    Opt { key: "verbose", short: Some('v'), long: &["verbose"], arg: Arg::No },
+    Opt { key: "version", short: Some('V'), long: &["version"], arg: Arg::No },
+];
+
+#[derive(Debug, Clone)]
+struct Field {
+    letter: char,
+    width: usize,
+    right: bool,
+    suffix: String,
+    /// `%#X` or a `-N` node column: as wide as the widest value.
+    auto: bool,
+}
+
+/// A parsed `sinfo` command line.
+#[derive(Debug, Clone)]
+pub struct Options {
+    prefix: String,
+    fields: Vec<Field>,
+    header: bool,
+    long: bool,
+    node_view: bool,
+    summarize: bool,
+    partitions: Vec<String>,
+    nodes: Option<Vec<String>>,
+    states: Vec<String>,
+    info: Option<String>,
+}
+
+fn usage_error(message: String) -> Output {
+    Output::fail(format!("{message}\nTry \"sinfo --help\" for more information"), 1)
+}
+
+fn parse_format(format: &str, node_view: bool) -> (String, Vec<Field>) {
+    let (prefix, tokens) = super::fmt::format_tokens(format, true);
+    let fields = tokens
+        .into_iter()
+        .map(|token| Field {
+            auto: token.auto || (node_view && token.letter == 'N' && token.width == 0),
+            letter: token.letter,
+            width: token.width,
+            right: token.right,
+            suffix: token.suffix,
+        })
+        .collect();
+    (prefix, fields)
+}
+
+/// Parses a `sinfo` command line; `env` gives `SINFO_FORMAT`.
+pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
+    let items = getopt::parse("sinfo", args, SPEC).map_err(usage_error)?;
+    let mut options = Options {
+        prefix: String::new(),
+        fields: Vec::new(),
+        header: true,
+        long: false,
+        node_view: false,
+        summarize: false,
+        partitions: Vec::new(),
+        nodes: None,
+        states: Vec::new(),
+        info: None,
+    };
+    let mut format = None;
+    for item in items {
+        match item {
+            Item::Operand(operand) => return Err(usage_error(format!("sinfo: error: Unrecognized option: {operand}"))),
+            Item::Opt(key, value) => {
+                let value = value.unwrap_or_default();
+                match key {
+                    "noheader" => options.header = false,
+                    "help" | "usage" => {
+                        options.info = Some("Usage: sinfo [-ahlNsv] [-n nodes] [-o format] [-p partition] [-t states]\n".into())
+                    }
+                    "version" => options.info = Some("slurm 25.05.3\n".to_owned()),
+                    "long" => options.long = true,
+                    "Node" => options.node_view = true,
+                    "nodes" => options.nodes = Some(fmt::expand_hostlist(&value)),
+                    "format" => format = Some(value),
+                    "partition" => options.partitions.extend(value.split(',').filter(|s| !s.is_empty()).map(str::to_owned)),
+                    "summarize" => options.summarize = true,
+                    "states" => {
+                        for state in value.split(',').filter(|s| !s.is_empty()) {
+                            let lower = state.to_ascii_lowercase();
+                            let known = ["idle", "mix", "mixed", "alloc", "allocated", "drain", "drained", "draining", "drng", "all"];
+                            if !known.contains(&lower.as_str()) {
+                                return Err(usage_error(format!("sinfo: error: Bad state string {state}")));
+                            }
+                            options.states.push(lower);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let format = format.or_else(|| env.get("SINFO_FORMAT").cloned()).unwrap_or_else(|| {
+        match (options.node_view, options.long, options.summarize) {
+            (true, true, _) => NODE_LONG_FORMAT,
+            (true, false, _) => NODE_FORMAT,
+            (false, _, true) => "%9P %.5a %.10l %.16F  %N",
+            (false, true, false) => LONG_FORMAT,
+            (false, false, false) => DEFAULT_FORMAT,
+        }
+        .to_owned()
+    });
+    let (prefix, fields) = parse_format(&format, options.node_view);
+    options.prefix = prefix;
+    options.fields = fields;
+    Ok(options)
+}
+
+fn header_of(letter: char) -> &'static str {
+    match letter {
+        'a' => "AVAIL",
+        'c' => "CPUS",
+        'C' => "CPUS(A/I/O/T)",
+        'd' => "TMP_DISK",
+        'D' => "NODES",
+        'E' => "REASON",
+        'f' => "AVAIL_FEATURES",
+        'F' => "NODES(A/I/O/T)",
+        'g' => "GROUPS",
+        'h' => "OVERSUBSCRIBE",
+        'l' => "TIMELIMIT",
+        'm' => "MEMORY",
+        'N' => "NODELIST",
+        'P' => "PARTITION",
+        'r' => "ROOT",
+        's' => "JOB_SIZE",
+        't' => "STATE",
+        'T' => "STATE",
+        'w' => "WEIGHT",
+        'z' => "S:C:T",
+        'G' => "GRES",
+        _ => "",
+    }
+}
+
+fn state_compact(state: i32) -> &'static str {
+    match pb::SlurmNodeState::try_from(state) {
+        Ok(pb::SlurmNodeState::Idle) => "idle",
+        Ok(pb::SlurmNodeState::Mixed) => "mix",
+        Ok(pb::SlurmNodeState::Allocated) => "alloc",
+        Ok(pb::SlurmNodeState::Drained) => "drain",
+        Ok(pb::SlurmNodeState::Draining) => "drng",
+        _ => "unk",
+    }
+}
+
+fn state_long(state: i32) -> &'static str {
+    match pb::SlurmNodeState::try_from(state) {
+        Ok(pb::SlurmNodeState::Idle) => "idle",
+        Ok(pb::SlurmNodeState::Mixed) => "mixed",
+        Ok(pb::SlurmNodeState::Allocated) => "allocated",
+        Ok(pb::SlurmNodeState::Drained) => "drained",
+        Ok(pb::SlurmNodeState::Draining) => "draining",
+        _ => "unknown",
+    }
+}
+
+/// sinfo's `-t` sort: state value, drained (a flag above the base states) first.
+fn state_rank(state: i32) -> i32 {
+    match pb::SlurmNodeState::try_from(state) {
+        Ok(pb::SlurmNodeState::Draining) => 0,
+        Ok(pb::SlurmNodeState::Drained) => 1,
+        Ok(pb::SlurmNodeState::Mixed) => 2,
+        Ok(pb::SlurmNodeState::Allocated) => 3,
+        Ok(pb::SlurmNodeState::Idle) => 4,
+        _ => 5,
+    }
+}
+
+fn state_selected(states: &[String], state: i32) -> bool {
+    states.is_empty()
+        || states.iter().any(|wanted| {
+            wanted == "all"
+                || wanted == state_compact(state)
+                || wanted == state_long(state)
+                || (wanted == "drain" && state_compact(state) == "drng")
+        })
+}
+
+/// One output line: a partition and the nodes of one state in it.
+struct Group<'a> {
+    partition: &'a pb::Partition,
+    state: i32,
+    nodes: Vec<&'a pb::SlurmNode>,
+}
+
+fn time_limit(partition: &pb::Partition) -> String {
+    match partition.max_time_seconds {
+        None => "infinite".to_owned(),
+        Some(seconds) => {
+            let minutes = fmt::limit_minutes(seconds);
+            let (days, hours, mins) = (minutes / 1440, (minutes / 60) % 24, minutes % 60);
+            if days > 0 { format!("{days}-{hours:02}:{mins:02}:00") } else { format!("{hours}:{mins:02}:00") }
+        }
+    }
+}
+
+fn value_of(letter: char, group: &Group<'_>) -> String {
+    let names: Vec<String> = group.nodes.iter().map(|node| node.name.clone()).collect();
+    let first = group.nodes.first();
+    match letter {
+        'a' => "up".to_owned(),
+        'c' => first.map(|n| n.cpus.to_string()).unwrap_or_default(),
+        'C' => {
+            let alloc: u32 = group.nodes.iter().map(|n| n.alloc_cpus).sum();
+            let total: u32 = group.nodes.iter().map(|n| n.cpus).sum();
+            format!("{alloc}/{}/0/{total}", total - alloc.min(total))
+        }
+        'd' => "0".to_owned(),
+        'D' => group.nodes.len().to_string(),
+        'E' => first.map(|n| if n.drain_reason.is_empty() { "none".to_owned() } else { n.drain_reason.clone() }).unwrap_or_default(),
+        'f' | 'g' => "(null)".to_owned(),
+        'F' => {
+            let alloc = group.nodes.iter().filter(|n| !n.job_ids.is_empty()).count();
+            let total = group.nodes.len();
+            format!("{alloc}/{}/0/{total}", total - alloc)
+        }
+        'G' => first
+            .map(|n| match (n.gpus, n.gres_type.as_str()) {
+                (0, _) => "(null)".to_owned(),
+                (gpus, "") => format!("gpu:{gpus}"),
+                (gpus, kind) => format!("gpu:{kind}:{gpus}"),
+            })
+            .unwrap_or_default(),
+        'h' => if group.partition.over_subscribe.is_empty() { "NO".to_owned() } else { group.partition.over_subscribe.clone() },
+        'l' => time_limit(group.partition),
+        'm' => first.map(|n| n.real_memory_mb.to_string()).unwrap_or_default(),
+        'N' => fmt::hostlist(&names),
+        'P' => format!("{}{}", group.partition.name, if group.partition.default { "*" } else { "" }),
+        'r' => "no".to_owned(),
+        's' => "1-infinite".to_owned(),
+        't' => state_compact(group.state).to_owned(),
+        'T' => state_long(group.state).to_owned(),
+        'w' => "1".to_owned(),
+        'z' => first.map(|n| format!("1:{}:1", n.cpus)).unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+fn print_str(out: &mut String, text: &str, width: usize, right: bool) {
+    if width == 0 {
+        out.push_str(text);
+        return;
+    }
+    let shown: String = if right { format!("{text:>width$}") } else { text.to_owned() };
+    let cut: String = shown.chars().take(width).collect();
+    out.push_str(&format!("{cut:<width$}"));
+}
+
+/// Renders `sinfo` from the partitions and nodes; `now` is the emulator's time (for `-l`). Pure.
+pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::SlurmNode], now: i64) -> Output {
+    if let Some(info) = &options.info {
+        return Output::ok(info.clone());
+    }
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    for partition in partitions {
+        if !options.partitions.is_empty() && !options.partitions.contains(&partition.name) {
+            continue;
+        }
+        let members: Vec<&pb::SlurmNode> = partition
+            .nodes
+            .iter()
+            .filter_map(|name| nodes.iter().find(|node| &node.name == name))
+            .filter(|node| options.nodes.as_ref().is_none_or(|wanted| wanted.contains(&node.name)))
+            .filter(|node| state_selected(&options.states, node.state))
+            .collect();
+        if options.node_view {
+            for node in members {
+                groups.push(Group { partition, state: node.state, nodes: vec![node] });
+            }
+            continue;
+        }
+        if options.summarize {
+            if !members.is_empty() {
+                groups.push(Group { partition, state: 0, nodes: members });
+            }
+            continue;
+        }
+        let mut by_state: Vec<Group<'_>> = Vec::new();
+        for node in members {
+            match by_state.iter_mut().find(|group| group.state == node.state) {
+                Some(group) => group.nodes.push(node),
+                None => by_state.push(Group { partition, state: node.state, nodes: vec![node] }),
+            }
+        }
+        by_state.sort_by_key(|group| state_rank(group.state));
+        groups.extend(by_state);
+    }
+    if options.node_view {
+        // `-N` lists nodes by name, each with every partition it is in.
+        groups.sort_by(|a, b| {
+            let (x, y) = (&a.nodes[0].name, &b.nodes[0].name);
+            fmt::hostlist(std::slice::from_ref(x)).cmp(&fmt::hostlist(std::slice::from_ref(y)))
+        });
+    }
+    let widths: Vec<usize> = options
+        .fields
+        .iter()
+        .map(|field| {
+            if !field.auto {
+                return field.width;
+            }
+            let values = groups.iter().map(|group| value_of(field.letter, group).len());
+            values.chain(std::iter::once(header_of(field.letter).len())).max().unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    if options.long {
+        out.push_str(&format!("{}\n", chrono::DateTime::from_timestamp(now, 0).unwrap_or_default().format("%a %b %e %T %Y")));
+    }
+    let line = |out: &mut String, value: &dyn Fn(char) -> String| {
+        out.push_str(&options.prefix);
+        for (field, width) in options.fields.iter().zip(&widths) {
+            print_str(out, &value(field.letter), *width, field.right);
+            out.push_str(&field.suffix);
+        }
+        out.push('\n');
+    };
+    if options.header {
+        line(&mut out, &|letter| header_of(letter).to_owned());
+    }
+    for group in &groups {
+        line(&mut out, &|letter| value_of(letter, group));
+    }
+    Output::ok(out)
+}
+
+/// `sinfo` against the emulator.
+pub async fn run(args: &[String], env: &Env, conn: Result<Conn, String>) -> Output {
+    let options = match parse(args, env) {
+        Ok(options) => options,
+        Err(output) => return output,
+    };
+    if let Some(info) = &options.info {
+        return Output::ok(info.clone());
+    }
+    let conn = match conn {
+        Ok(conn) => conn,
+        Err(error) => return Output::fail(format!("sinfo: error: {error}"), 1),
+    };
+    let partitions = match conn.admin().list_partitions().await {
+        Ok(partitions) => partitions,
+        Err(error) => return super::api_error("sinfo", &error),
+    };
+    let nodes = match conn.admin().list_slurm_nodes(&pb::ListSlurmNodesRequest::default()).await {
+        Ok(nodes) => nodes,
+        Err(error) => return super::api_error("sinfo", &error),
+    };
+    let now = match conn.admin().clock().await {
+        Ok(clock) => clock.now.map(|now| now.seconds).unwrap_or_default(),
+        Err(error) => return super::api_error("sinfo", &error),
+    };
+    render(&options, &partitions, &nodes, now)
+}

@@ -1,0 +1,195 @@
+//! The Slurm commands as users run them: the `cwsbx` binary behind symlinks named `sacct`,
+//! `squeue`, `scontrol`, `scancel` and `sinfo`, against a real emulator (testkit harness: port 0,
+//! no sleeps); and the guide's `sacct … | grep <sandbox-id>` lines after the real Python client
+//! created a sandbox.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use cwsandbox_client::{Config, emulator_v1 as pb};
+use cwsandbox_testkit::emulator::{EmulatorProcess, built_emulator_binary};
+
+fn emulator() -> EmulatorProcess {
+    let binary = built_emulator_binary().expect("the emulator binary builds");
+    EmulatorProcess::start(&binary, &[]).expect("emulator starts")
+}
+
+/// A directory of symlinks `sacct` … → the cwsbx binary, made by `cwsbx slurm install-links`.
+fn links(emu: &EmulatorProcess) -> PathBuf {
+    let dir = emu.dir().join("slurm-bin");
+    let output = Command::new(env!("CARGO_BIN_EXE_cwsbx")).args(["slurm", "install-links"]).arg(&dir).output().unwrap();
+    assert!(output.status.success(), "install-links: {}", text(&output.stderr));
+    for name in ["sacct", "squeue", "sinfo", "scontrol", "scancel"] {
+        assert!(dir.join(name).symlink_metadata().unwrap().file_type().is_symlink(), "{name} is a symlink");
+    }
+    dir
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn slurm(emu: &EmulatorProcess, bin: &Path, name: &str, args: &[&str]) -> Output {
+    Command::new(bin.join(name)).args(args).envs(emu.env()).env_remove("CWSBX_SLURM_USER").output().unwrap()
+}
+
+fn ok(emu: &EmulatorProcess, bin: &Path, name: &str, args: &[&str]) -> String {
+    let output = slurm(emu, bin, name, args);
+    assert!(output.status.success(), "{name} {args:?}: {}{}", text(&output.stdout), text(&output.stderr));
+    text(&output.stdout)
+}
+
+fn admin(emu: &EmulatorProcess) -> cwsandbox_client::EmulatorAdmin {
+    cwsandbox_client::Client::new(Config::new(&emu.ready.base_url, &emu.ready.admin_token)).unwrap().emulator().unwrap()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+#[test]
+fn symlinked_commands_show_cancel_and_account_a_batch_job() {
+    let emu = emulator();
+    let bin = links(&emu);
+    let rt = runtime();
+    let _context = rt.enter();
+    let admin = admin(&emu);
+    let request = pb::SubmitBatchJobRequest { name: "train".into(), cpus: 2, mem_mb: 1536, ..Default::default() };
+    let job = rt.block_on(admin.submit_batch_job(&request)).unwrap().expect("a queue row");
+    let id = job.job_id.to_string();
+
+    let queue = ok(&emu, &bin, "squeue", &[]);
+    assert!(queue.starts_with("             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n"), "{queue}");
+    let row = queue.lines().find(|line| line.trim_start().starts_with(&format!("{id} "))).unwrap_or_else(|| panic!("{queue}"));
+    assert_eq!(&row[..18], format!("{id:>18}"));
+    assert!(row.contains("    train     root  R "), "{row}");
+
+    let shown = ok(&emu, &bin, "scontrol", &["show", "job", &id]);
+    assert!(shown.starts_with(&format!("JobId={id} JobName=train\n   UserId=root(0) ")), "{shown}");
+    assert!(shown.contains("\n   JobState=RUNNING Reason=None Dependency=(null)\n"), "{shown}");
+    assert!(shown.contains("\n   ReqTRES=cpu=2,mem=1.50G,node=1,billing=2\n"), "{shown}");
+    let one_line = ok(&emu, &bin, "scontrol", &["-o", "show", "job", &id]);
+    assert_eq!(one_line.lines().count(), 1, "{one_line}");
+
+    let steps = ok(&emu, &bin, "sacct", &["-j", &id, "-o", "JobID,JobName,State", "-P", "-n"]);
+    assert_eq!(steps, format!("{id}|train|RUNNING\n{id}.batch|batch|RUNNING\n{id}.extern|extern|RUNNING\n"));
+    let nodes = ok(&emu, &bin, "sinfo", &[]);
+    assert!(nodes.starts_with("PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\ncpu*  "), "{nodes}");
+    assert!(nodes.contains(" mix slurm-cpu-"), "{nodes}");
+
+    let cancel = slurm(&emu, &bin, "scancel", &[&id]);
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+    assert_eq!(ok(&emu, &bin, "sacct", &["-j", &id, "-o", "State", "-P", "-X"]), "State\nCANCELLED by 0\n");
+    assert_eq!(ok(&emu, &bin, "sacct", &["-j", &id, "-o", "State", "-X", "-n"]), "CANCELLED+ \n");
+    assert_eq!(ok(&emu, &bin, "sacct", &["-j", &id, "-o", "ExitCode", "-P", "-n", "-X"]), "0:15\n");
+
+    let again = slurm(&emu, &bin, "scancel", &[&id]);
+    assert_eq!(again.status.code(), Some(1));
+    assert_eq!(
+        text(&again.stderr),
+        format!("scancel: error: Kill job error on job id {id}: Job/step already completing or completed\n")
+    );
+    let unknown = slurm(&emu, &bin, "scancel", &["999999"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert_eq!(text(&unknown.stderr), "scancel: error: Kill job error on job id 999999: Invalid job id specified\n");
+    let missing = slurm(&emu, &bin, "scontrol", &["show", "job", "999999"]);
+    assert_eq!((missing.status.code(), text(&missing.stderr)), (Some(1), "slurm_load_jobs error: Invalid job id specified\n".to_owned()));
+    let invalid = slurm(&emu, &bin, "sacct", &["-o", "foo"]);
+    assert_eq!((invalid.status.code(), text(&invalid.stderr)), (Some(1), "sacct: error: Invalid field requested: \"foo\"\n".to_owned()));
+    assert!(invalid.stdout.is_empty());
+
+    // `cwsbx slurm <command>` is the same command.
+    let via_cwsbx = Command::new(env!("CARGO_BIN_EXE_cwsbx"))
+        .args(["slurm", "sacct", "-j", &id, "-o", "State", "-P", "-X", "-n"])
+        .envs(emu.env())
+        .output()
+        .unwrap();
+    assert_eq!(text(&via_cwsbx.stdout), "CANCELLED by 0\n", "{}", text(&via_cwsbx.stderr));
+
+    // A non-root caller does not see root's jobs unless it asks for them.
+    let as_alice = |args: &[&str]| {
+        Command::new(bin.join("sacct")).args(args).envs(emu.env()).env("CWSBX_SLURM_USER", "alice").output().unwrap()
+    };
+    assert_eq!(text(&as_alice(&["-X", "-n", "-P", "-o", "JobID"]).stdout), "");
+    assert_eq!(text(&as_alice(&["-X", "-n", "-P", "-o", "JobID", "-u", "root"]).stdout), format!("{id}\n"));
+    emu.stop().unwrap();
+}
+
+/// Step 3 of the guide with the real Python client, then its two `sacct … | grep` lines.
+const GUIDE: &str = r#"
+import os, subprocess, sys
+from cwsandbox import ResourceOptions, Sandbox
+
+def sh(line):
+    done = subprocess.run(["sh", "-c", line], capture_output=True, text=True)
+    return done.stdout.strip() + ("\n" + done.stderr.strip() if done.stderr.strip() else "")
+
+resources = ResourceOptions(requests={"cpu": "500m", "memory": "512Mi"}, limits={"cpu": "2", "memory": "2Gi"})
+with Sandbox.run(placement_mode="cks", runner_ids=[os.environ["RUNNER_ID"]], resources=resources) as sb:
+    sid = sb.sandbox_id
+    print("ID=" + sid)
+    print("HOSTNAME=" + sb.exec(["hostname"]).result().stdout.strip())
+    print("RUNNING=" + sh(f"sacct --format=JobID,JobName%60,State,NodeList -X | grep {sid}"))
+    print("DETAIL=" + sh(f"sacct --format=JobID,JobName%60,Partition,Account,AllocCPUS,ReqMem,State,NodeList,Start,End -X | grep {sid}"))
+print("AFTER=" + sh(f"sacct --format=JobID,JobName%60,State,NodeList -X | grep {sid}"))
+print("PARSABLE=" + sh(f"sacct -X -P -n --format=JobName,State,End | grep {sid}"))
+"#;
+
+fn field<'a>(output: &'a str, key: &str) -> &'a str {
+    output
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in:\n{output}"))
+}
+
+#[test]
+fn the_guides_sacct_lines_find_a_python_clients_sandbox() {
+    let python = cwsandbox_testkit::python_env().expect("python venv");
+    let emu = emulator();
+    let bin = links(&emu);
+    let path = format!("{}:{}:{}", bin.display(), python.bin_dir().display(), std::env::var("PATH").unwrap_or_default());
+    let output = Command::new(python.python())
+        .args(["-c", GUIDE])
+        .current_dir(emu.dir())
+        .envs(emu.env())
+        .env("PATH", path)
+        .env_remove("CWSBX_SLURM_USER")
+        .output()
+        .unwrap();
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+    eprintln!("{stdout}");
+    let id = field(&stdout, "ID");
+    assert!(!id.is_empty());
+
+    // While it runs: one line, the job RUNNING on a Slurm node, the name holding the sandbox id.
+    let running = field(&stdout, "RUNNING");
+    let columns: Vec<&str> = running.split_whitespace().collect();
+    assert_eq!(columns.len(), 4, "{running}");
+    assert!(columns[1].ends_with(&format!("sandbox-{id}")), "{running}");
+    assert_eq!(columns[2], "RUNNING", "{running}");
+    assert!(columns[3].starts_with("slurm-cpu-"), "{running}");
+    // JobName%60 is right-justified in 60 columns after the 12-wide JobID and its space.
+    assert_eq!(running.find(columns[1]).map(|at| at + columns[1].len()), Some(13 + 60), "{running}");
+
+    // Partition, account, CPUs and memory of the placeholder: the default partition, root's
+    // account, 500m → 1 CPU, 512Mi → 512M.
+    let detail = field(&stdout, "DETAIL");
+    let columns: Vec<&str> = detail.split_whitespace().collect();
+    assert_eq!(columns.len(), 10, "{detail}");
+    assert_eq!(&columns[2..7], ["cpu", "root", "1", "512M", "RUNNING"], "{detail}");
+    assert_eq!(columns[7], field(&stdout, "RUNNING").split_whitespace().nth(3).unwrap());
+    assert_eq!(columns[8].len(), 19, "Start is a date: {detail}");
+    assert_eq!(columns[9], "Unknown", "End of a running job: {detail}");
+
+    // After the sandbox is gone: the emulator's configured final state (CANCELLED by default,
+    // cut to `CANCELLED+` at the default width), and an End.
+    let after = field(&stdout, "AFTER");
+    let columns: Vec<&str> = after.split_whitespace().collect();
+    assert!(matches!(columns[2], "CANCELLED+" | "COMPLETED"), "{after}");
+    let parsable = field(&stdout, "PARSABLE");
+    let parts: Vec<&str> = parsable.split('|').collect();
+    assert!(parts[1] == "COMPLETED" || parts[1].starts_with("CANCELLED by "), "{parsable}");
+    assert_eq!(parts[2].len(), 19, "{parsable}");
+    emu.stop().unwrap();
+}
