@@ -42,6 +42,31 @@ pub struct Values {
     pub runners: Vec<RunnerValues>,
     /// How the runner builds sandbox Pods.
     pub sandboxes: SandboxValues,
+    /// The kubelets' configuration.
+    #[serde(default)]
+    pub kubelet: KubeletValues,
+}
+
+/// The kubelets' configuration (the same on every Node).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletValues {
+    /// The CPU Manager policy. `static` (on by default on CKS) gives a Guaranteed-QoS Pod's
+    /// integer CPUs to it alone; Slurm does not see that, so a Pod placed by the default
+    /// scheduler on a Slurm node takes CPUs Slurm still hands out (research sunk.md §4.4).
+    #[serde(default)]
+    pub cpu_manager_policy: CpuManagerPolicy,
+}
+
+/// The kubelet's `cpuManagerPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuManagerPolicy {
+    /// Exclusive CPUs for Guaranteed Pods with integer CPU requests.
+    #[default]
+    Static,
+    /// No pinning.
+    None,
 }
 
 /// The SUNK release.
@@ -414,6 +439,7 @@ impl Values {
                 retention_seconds: 3600,
                 event_capacity: 10_000,
             },
+            kubelet: KubeletValues::default(),
         }
     }
 

@@ -66,6 +66,8 @@ pub struct Node {
     pub allocatable: ResourceTotals,
     /// Sum of requests of the non-terminal Pods bound here (kubelet's "used").
     pub requested: ResourceTotals,
+    /// Whole CPUs the kubelet's static CPU Manager gave to Pods Slurm knows nothing about.
+    pub pinned_cpus: i64,
     /// When it joined.
     pub created: SimTime,
 }

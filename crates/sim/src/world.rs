@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{FinalJobState, SandboxValues, Values};
+use crate::config::{CpuManagerPolicy, FinalJobState, SandboxValues, Values};
 use crate::error::{Reason, SimError, SimResult};
 use crate::ids::{IdHash, IdSource, SeededIds, SharedStr};
 use crate::k8s::{
@@ -105,6 +105,10 @@ pub enum Transition {
     NodeDrained,
     /// KillWait ran out and Slurm killed the script.
     JobKilled,
+    /// The kubelet's static CPU Manager gave a Pod exclusive CPUs Slurm does not know about.
+    CpusPinned,
+    /// A Slurm job started on CPUs the kubelet had pinned: it failed and the node drained.
+    JobFailedOnPinnedCpus,
 }
 
 impl Transition {
@@ -128,6 +132,8 @@ impl Transition {
             Transition::DefaultSchedulingFailed => "default_scheduling_failed",
             Transition::NodeDrained => "node_drained",
             Transition::JobKilled => "job_killed",
+            Transition::CpusPinned => "cpus_pinned",
+            Transition::JobFailedOnPinnedCpus => "job_failed_on_pinned_cpus",
         }
     }
 }
@@ -193,6 +199,8 @@ pub struct World {
     unscheduled: BTreeSet<SharedStr>,
     /// Default-scheduler Pods waiting for room.
     waiting_for_room: BTreeSet<SharedStr>,
+    /// Pods holding CPUs pinned by the kubelet: uid → (Node, whole CPUs).
+    pinned_cpus: HashMap<SharedStr, (SharedStr, i64), IdHash>,
     /// Something released Node resources: retry `waiting_for_room`.
     room_freed: bool,
     slurm_dirty: bool,
@@ -224,6 +232,7 @@ impl World {
             sunk_rejected: BTreeSet::new(),
             unscheduled: BTreeSet::new(),
             waiting_for_room: BTreeSet::new(),
+            pinned_cpus: HashMap::default(),
             room_freed: false,
             slurm_dirty: false,
             effects: Vec::new(),
@@ -300,6 +309,7 @@ impl World {
                             gpus: i64::from(set.gpus),
                         },
                         requested: ResourceTotals::default(),
+                        pinned_cpus: 0,
                         created: self.now,
                     },
                 );
@@ -336,6 +346,7 @@ impl World {
                     taints: Vec::new(),
                     allocatable: ResourceTotals { cpu_millis: cpu.millis(), memory_bytes: memory.units_ceil(), gpus: 0 },
                     requested: ResourceTotals::default(),
+                    pinned_cpus: 0,
                     created: self.now,
                 },
             );
@@ -1065,6 +1076,7 @@ impl World {
                 }
                 self.event(uid, EventType::Normal, "Started", "Started container main", "kubelet");
                 self.count(Transition::PodStarted);
+                self.pin_cpus(uid, node_name);
                 self.effects.push(Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id });
             }
         }
@@ -1103,6 +1115,63 @@ impl World {
     }
 
     /// Slurm allocated a node: the prolog locks it, then the script starts.
+    /// The static CPU Manager: a Guaranteed-QoS Pod's integer CPUs become its alone. Only Pods
+    /// placed by the default scheduler count: a SUNK Pod's CPUs are its placeholder job's, which
+    /// Slurm already holds for it.
+    fn pin_cpus(&mut self, uid: &str, node_name: &str) {
+        if self.values.kubelet.cpu_manager_policy != CpuManagerPolicy::Static {
+            return;
+        }
+        let Some(pod) = self.cluster.pod(uid) else { return };
+        if pod.scheduler_name != "default-scheduler" {
+            return;
+        }
+        let cpus = exclusive_cpus(pod);
+        if cpus == 0 {
+            return;
+        }
+        let pod_uid = pod.uid.clone();
+        let Some(node) = self.cluster.nodes.get_mut(node_name) else { return };
+        node.pinned_cpus += cpus;
+        let node_name = node.name.clone();
+        self.pinned_cpus.insert(pod_uid, (node_name, cpus));
+        self.count(Transition::CpusPinned);
+    }
+
+    /// Gives a Pod's pinned CPUs back (it finished or left).
+    fn unpin_cpus(&mut self, uid: &str) {
+        if let Some((node_name, cpus)) = self.pinned_cpus.remove(uid)
+            && let Some(node) = self.cluster.nodes.get_mut(node_name.as_str())
+        {
+            node.pinned_cpus -= cpus;
+        }
+    }
+
+    /// A job's processes start on `slurm_node`. Slurm hands out CPUs from the lowest index and the
+    /// kubelet pins from the highest, so the job runs on pinned CPUs exactly when its node's
+    /// allocation (this job included) and the pinned CPUs add up to more than the node has. The
+    /// job's processes then cannot run there: it fails, and Slurm drains the node with the
+    /// misleading reason the support notes quote. Returns whether the job may run.
+    fn job_fits_beside_pinned_cpus(&mut self, job: JobId, slurm_node: &str) -> bool {
+        if self.pinned_cpus.is_empty() {
+            return true;
+        }
+        let Some(node) = self.slurm.node(slurm_node) else { return true };
+        let pinned = self.cluster.nodes.get(node.k8s_node.as_str()).map_or(0, |k8s| k8s.pinned_cpus);
+        if pinned == 0 || i64::from(node.alloc_cpus) + pinned <= i64::from(node.cpus) {
+            return true;
+        }
+        let k8s_node = node.k8s_node.clone();
+        self.slurm.finish(job, JobBaseState::Failed, (1, 0), self.now);
+        let reason = "batch job complete failure";
+        self.slurm.drain(slurm_node, reason);
+        self.node_event(&k8s_node, EventType::Warning, "SlurmNodeDrained", format!("Slurm node {slurm_node} drained: {reason}"));
+        self.count(Transition::JobFailedOnPinnedCpus);
+        self.count(Transition::NodeDrained);
+        self.on_job_ended(job);
+        false
+    }
+
     fn on_allocated(&mut self, job: JobId) {
         let Some(allocated) = self.slurm.job(job) else { return };
         let (kind, time_limit) = (allocated.kind.clone(), allocated.time_limit_seconds);
@@ -1115,6 +1184,9 @@ impl World {
                 self.schedule_timer(self.now + prolog, Timer::PrologDone(job));
             }
             JobKind::Batch { run_seconds } => {
+                if !self.job_fits_beside_pinned_cpus(job, &slurm_node) {
+                    return;
+                }
                 self.slurm.start_script(job);
                 self.set_lock_annotation(&slurm_node, "locked");
                 if let Some(seconds) = run_seconds {
@@ -1229,6 +1301,9 @@ impl World {
             return;
         }
         let Some(slurm_node) = running.node.clone() else { return };
+        if !self.job_fits_beside_pinned_cpus(job, &slurm_node) {
+            return;
+        }
         self.slurm.start_script(job);
         self.set_lock_annotation(&slurm_node, "locked_strict");
         let Some(pod_uid) = self.pod_of_placeholder.get(&job).cloned() else { return };
@@ -1344,6 +1419,7 @@ impl World {
     /// The Pod object disappears; a placeholder waiting for it finishes.
     pub(crate) fn remove_pod(&mut self, uid: &str) {
         let Some(pod) = self.cluster.remove_pod(uid) else { return };
+        self.unpin_cpus(uid);
         self.count(Transition::PodRemoved);
         self.effects.push(Effect::KillPod { pod_uid: pod.uid.clone() });
         self.unscheduled.remove(uid);
@@ -1412,6 +1488,7 @@ impl World {
 
     /// A Pod ended (rejected or finished): its placeholder is released; the sandbox mirrors it.
     fn on_pod_terminal(&mut self, uid: &str) {
+        self.unpin_cpus(uid);
         if let Some(&job) = self.placeholder_of_pod.get(uid)
             && self.slurm.job(job).is_some_and(|job| job.state == JobBaseState::Running && !job.completing)
         {
@@ -1531,6 +1608,28 @@ impl World {
     pub(crate) fn sandbox_values(&self) -> &SandboxValues {
         &self.values.sandboxes
     }
+}
+
+/// The CPUs the static CPU Manager gives a Pod: with Guaranteed QoS (every container's CPU and
+/// memory limits set, requests equal to them), each container asking for whole CPUs gets them.
+fn exclusive_cpus(pod: &Pod) -> i64 {
+    let guaranteed = !pod.containers.is_empty()
+        && pod.containers.iter().all(|container| {
+            let (requests, limits) = (&container.requests, &container.limits);
+            limits.cpu.is_some()
+                && limits.memory.is_some()
+                && requests.cpu.is_none_or(|cpu| Some(cpu) == limits.cpu)
+                && requests.memory.is_none_or(|memory| Some(memory) == limits.memory)
+        });
+    if !guaranteed {
+        return 0;
+    }
+    pod.containers
+        .iter()
+        .filter_map(|container| container.limits.cpu.map(|cpu| cpu.millis()))
+        .filter(|millis| millis % 1000 == 0)
+        .map(|millis| millis / 1000)
+        .sum()
 }
 
 fn lock_toleration() -> Toleration {

@@ -348,6 +348,64 @@ fn item_20_exclusive_ok_with_gpus_is_rejected() {
     assert_eq!(h.warnings_for(&uid).len(), 1);
 }
 
+/// A Pod for the default scheduler (no SUNK) with these requests and limits.
+fn default_scheduler_pod(name: &str, requests: (&str, &str), limits: (&str, &str)) -> cwsandbox_sim::world::PodRequest {
+    let mut pod = sunk_pod(name);
+    pod.scheduler_name = String::new();
+    pod.containers[0].2 = amounts(Some(requests.0), Some(requests.1), None);
+    pod.containers[0].3 = amounts(Some(limits.0), Some(limits.1), None);
+    pod
+}
+
+#[test]
+fn item_21_guaranteed_integer_cpu_pod_pins_cpus_and_the_next_job_drains_the_node() {
+    // One 8-CPU Slurm node; a 4-CPU Guaranteed Pod does not fit the 4-CPU system Node, so the
+    // default scheduler puts it on the Slurm node, where Slurm cannot see it.
+    let mut h = harness(|values| values.node_sets[0].replicas = 1);
+    let pinned = h.create(default_scheduler_pod("pinned", ("4", "4Gi"), ("4", "4Gi")));
+    let pod = h.pod(&pinned);
+    assert_eq!((pod.phase, pod.node_name.as_deref()), (PodPhase::Running, Some("node-cpu-0")));
+    assert_eq!(h.world.cluster.nodes["node-cpu-0"].pinned_cpus, 4, "the static CPU Manager pinned 4 CPUs");
+
+    // Slurm still sees 8 free CPUs and starts a 6-CPU job there: it lands on pinned CPUs.
+    let job = h.world.submit_batch_job(batch(6, Some(600))).unwrap();
+    let record = h.record(job);
+    assert_eq!((record.state, record.exit_code), (JobBaseState::Failed, (1, 0)), "the job failed");
+    let node = h.world.slurm.node("slurm-cpu-0").unwrap();
+    assert_eq!(node.drain_reason.as_deref(), Some("batch job complete failure"), "the node drained");
+    assert_eq!(h.world.transitions.get("job_failed_on_pinned_cpus"), Some(&1));
+
+    // Resuming the node while the Pod still pins its CPUs fails the next job the same way; once
+    // the Pod is gone the CPUs are free again.
+    h.world.resume_node("slurm-cpu-0").unwrap();
+    h.world.delete_pod("sandboxes", "pinned", Some(0)).unwrap();
+    assert_eq!(h.world.cluster.nodes["node-cpu-0"].pinned_cpus, 0);
+    let job = h.world.submit_batch_job(batch(6, Some(600))).unwrap();
+    assert_eq!(h.queued(job).unwrap().state, JobBaseState::Running);
+}
+
+#[test]
+fn item_21_fractional_or_burstable_cpu_and_a_disabled_cpu_manager_pin_nothing() {
+    for (name, requests, limits) in
+        [("fractional", ("3500m", "4Gi"), ("3500m", "4Gi")), ("burstable", ("4", "4Gi"), ("6", "4Gi"))]
+    {
+        let mut h = harness(|values| values.node_sets[0].replicas = 1);
+        let uid = h.create(default_scheduler_pod(name, requests, limits));
+        assert_eq!(h.pod(&uid).node_name.as_deref(), Some("node-cpu-0"), "{name}");
+        assert_eq!(h.world.cluster.nodes["node-cpu-0"].pinned_cpus, 0, "{name}");
+        let job = h.world.submit_batch_job(batch(6, Some(600))).unwrap();
+        assert_eq!(h.queued(job).unwrap().state, JobBaseState::Running, "{name}");
+    }
+    let mut h = harness(|values| {
+        values.node_sets[0].replicas = 1;
+        values.kubelet.cpu_manager_policy = cwsandbox_sim::config::CpuManagerPolicy::None;
+    });
+    h.create(default_scheduler_pod("pinned", ("4", "4Gi"), ("4", "4Gi")));
+    assert_eq!(h.world.cluster.nodes["node-cpu-0"].pinned_cpus, 0);
+    let job = h.world.submit_batch_job(batch(6, Some(600))).unwrap();
+    assert_eq!(h.queued(job).unwrap().state, JobBaseState::Running);
+}
+
 #[test]
 fn item_22_slurm_job_on_all_gpus_and_a_cpu_only_pod_share_a_node() {
     let mut h = harness(|values| {
