@@ -377,9 +377,16 @@ fn item_21_guaranteed_integer_cpu_pod_pins_cpus_and_the_next_job_drains_the_node
 
     // Resuming the node while the Pod still pins its CPUs fails the next job the same way; once
     // the Pod is gone the CPUs are free again.
+    h.advance(1);
+    assert!(h.pod_exists(&pinned), "evicted by the lock taint, still Terminating and still pinning");
     h.world.resume_node("slurm-cpu-0").unwrap();
+    let job = h.world.submit_batch_job(batch(6, Some(600))).unwrap();
+    assert_eq!(h.record(job).state, JobBaseState::Failed);
+    assert_eq!(h.world.transitions.get("job_failed_on_pinned_cpus"), Some(&2));
     h.world.delete_pod("sandboxes", "pinned", Some(0)).unwrap();
     assert_eq!(h.world.cluster.nodes["node-cpu-0"].pinned_cpus, 0);
+    h.advance(1);
+    h.world.resume_node("slurm-cpu-0").unwrap();
     let job = h.world.submit_batch_job(batch(6, Some(600))).unwrap();
     assert_eq!(h.queued(job).unwrap().state, JobBaseState::Running);
 }
