@@ -65,6 +65,9 @@ pub struct Driver {
     changes: watch::Sender<u64>,
     /// The fingerprint of the visible objects at the last change.
     visible: AtomicU64,
+    /// Pods whose `StartPod` the runtime has not finished yet, and a signal when one finishes.
+    starting: Mutex<std::collections::HashSet<String>>,
+    started: watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -94,6 +97,8 @@ impl Driver {
             applied: watch::Sender::new(0),
             changes: watch::Sender::new(0),
             visible: AtomicU64::new(0),
+            starting: Mutex::new(std::collections::HashSet::new()),
+            started: watch::Sender::new(0),
         });
         // Effects of building the world (none today) go out like any others.
         driver.with_world(|_| ());
@@ -194,6 +199,7 @@ impl Driver {
         for effect in world.take_effects() {
             let item = match effect {
                 Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id } => {
+                    self.starting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(pod_uid.to_string());
                     PumpItem::Start(launch_of(world, pod_uid.into(), namespace.into(), pod_name.into(), sandbox_id.map(String::from)))
                 }
                 Effect::StopPod { pod_uid, grace } => PumpItem::Stop { pod_uid: pod_uid.into(), grace },
@@ -204,6 +210,27 @@ impl Driver {
                 self.pumped.fetch_add(1, Ordering::SeqCst);
             }
         }
+    }
+
+    /// Waits until the runtime has finished starting `pod_uid` (if it is being started), or `limit`
+    /// passes. The world calls a Pod Running when the kubelet admits it; whether its command
+    /// could start at all is known only once the runtime tried, and a reader of the sandbox's
+    /// state should not see RUNNING for a command that never ran.
+    /// Says whether it had to wait.
+    pub async fn start_settled(&self, pod_uid: &str, limit: Duration) -> bool {
+        let mut started = self.started.subscribe();
+        let is_starting = || self.starting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).contains(pod_uid);
+        if !is_starting() {
+            return false;
+        }
+        let _ = tokio::time::timeout(limit, started.wait_for(|_| !is_starting())).await;
+        true
+    }
+
+    /// Marks a Pod's start as finished (applied, and its immediate exit, if any, told to the world).
+    fn start_finished(&self, pod_uid: &str) {
+        self.starting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(pod_uid);
+        self.started.send_modify(|count| *count += 1);
     }
 
     /// Waits until the runtime has applied every effect the world produced so far, or `limit`
@@ -313,7 +340,19 @@ async fn run_pump(
     runtime: Option<Arc<dyn SandboxRuntime>>,
 ) {
     while let Some(item) = items.recv().await {
+        let starting = match &item {
+            PumpItem::Start(launch) => Some(launch.pod_uid.clone()),
+            _ => None,
+        };
         apply(item, runtime.as_ref()).await;
+        if let Some(pod_uid) = starting {
+            // A command that could not start has exited already: the world hears it before the
+            // start counts as done, so nobody reads the sandbox as RUNNING in between.
+            if let Some(exit_code) = runtime.as_ref().and_then(|runtime| runtime.exited(&pod_uid)) {
+                driver.with_world(|world| world.pod_exited(&pod_uid, exit_code));
+            }
+            driver.start_finished(&pod_uid);
+        }
         driver.applied.send_modify(|applied| *applied += 1);
     }
 }

@@ -154,6 +154,10 @@ fn file_error(error: FileError, path: String, target: &Target) -> RuntimeError {
 }
 
 impl SandboxRuntime for ExecutorRuntime {
+    fn exited(&self, pod_uid: &str) -> Option<i32> {
+        self.executor.exit_code(pod_uid)
+    }
+
     fn start(&self, launch: PodLaunch) -> BoxFuture<'_, Result<(), RuntimeError>> {
         async move {
             let Some(main) = launch.containers.first() else {

@@ -248,6 +248,13 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     /// in the log) rather than as an error, so the sandbox turns FAILED; an `Err` is only logged.
     fn start(&self, launch: PodLaunch) -> BoxFuture<'_, Result<(), RuntimeError>>;
 
+    /// The main process's exit code if it has already ended (asked right after `start`: a command
+    /// that could not start is over by then, and the world should hear it before anyone reads
+    /// the sandbox as running). The same exit still comes through [`SandboxRuntime::exits`].
+    fn exited(&self, _pod_uid: &str) -> Option<i32> {
+        None
+    }
+
     /// SIGTERM the Pod's processes; SIGKILL whatever is left after `grace` (effect `StopPod`).
     fn stop(&self, pod_uid: String, grace: Duration) -> BoxFuture<'_, Result<(), RuntimeError>>;
 

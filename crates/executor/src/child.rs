@@ -630,6 +630,7 @@ fn run_main(plan: &InitPlan) -> ! {
     // SAFETY: valid C string.
     if unsafe { libc::chdir(plan.cwd.as_ptr()) } != 0 {
         write_all(2, &plan.cwd_message);
+        write_all(plan.started_fd, b"!");
         exit(127);
     }
     let Some(program) = &plan.program else {
@@ -665,6 +666,9 @@ fn run_main(plan: &InitPlan) -> ! {
         _ => &program.failed,
     };
     write_all(2, message);
+    // Tells the emulator, waiting on the started pipe, that no command runs: the pipe would
+    // close on exec, and closes at exit too, so a byte is what tells the two apart.
+    write_all(plan.started_fd, b"!");
     exit(127)
 }
 

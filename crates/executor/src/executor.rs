@@ -220,8 +220,9 @@ impl Executor {
     }
 
     /// Starts a sandbox's main command. Returns once the sandbox is set up (its
-    /// namespaces, directories and hostname); the command itself may still fail,
-    /// which is then reported on [`Executor::exits`] (127 when it cannot run).
+    /// namespaces, directories and hostname) and the command was exec'd; a command
+    /// that cannot be exec'd has exited (127) by then, and [`Executor::exit_code`]
+    /// says so. Every exit is also reported on [`Executor::exits`].
     pub async fn start(&self, id: &str, spec: LaunchSpec) -> Result<(), ExecutorError> {
         validate_id(id)?;
         validate_spec(&spec)?;
@@ -340,7 +341,7 @@ impl Executor {
             let _ = go_write.write_all(b"g");
         }
         drop(go_write);
-        wait_for_exec(started_read).await;
+        let command_runs = wait_for_exec(started_read).await;
         let logs = Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes));
         let (eof_sender, eof) = oneshot::channel();
         let pump = child.stdout.take().map(|stdout| {
@@ -368,13 +369,18 @@ impl Executor {
             .insert(id.to_owned(), sandbox.clone());
         info!(sandbox = id, hostname = %spec.hostname, isolation = ?mode, "sandbox started");
         tokio::spawn(watch_keeper(
-            sandbox,
+            sandbox.clone(),
             child,
             eof,
             pump,
             done_sender,
             self.inner.exits_sender.clone(),
         ));
+        if !command_runs {
+            // A command that cannot start never ran: its exit (127) is known before `start`
+            // returns, so the caller can report the sandbox failed rather than running.
+            let _ = tokio::time::timeout(SETUP_TIMEOUT, sandbox.wait_done()).await;
+        }
         Ok(())
     }
 
@@ -722,18 +728,27 @@ async fn read_report(mut pipe: std::io::PipeReader) -> Result<pid_t, String> {
 
 /// Waits until the main command has exec'd (its copy of the pipe closes on exec)
 /// or given up, so that `start` returns with the command running.
-async fn wait_for_exec(mut pipe: std::io::PipeReader) {
+/// Waits until the main command was exec'd (the pipe closes on exec) or could not be (the child
+/// writes a byte, then exits). Returns whether it runs.
+async fn wait_for_exec(mut pipe: std::io::PipeReader) -> bool {
     let reading = tokio::task::spawn_blocking(move || {
         let mut buffer = [0u8; 8];
-        // Nothing is ever written: this returns at end-of-file (or on an error).
+        let mut failed = false;
         while let Ok(read) = pipe.read(&mut buffer) {
             if read == 0 {
                 break;
             }
+            failed = true;
         }
+        !failed
     });
-    if tokio::time::timeout(SETUP_TIMEOUT, reading).await.is_err() {
-        warn!("the main command took more than {SETUP_TIMEOUT:?} to start");
+    match tokio::time::timeout(SETUP_TIMEOUT, reading).await {
+        Ok(Ok(ran)) => ran,
+        Ok(Err(_)) => true,
+        Err(_) => {
+            warn!("the main command took more than {SETUP_TIMEOUT:?} to start");
+            true
+        }
     }
 }
 

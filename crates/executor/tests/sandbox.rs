@@ -505,6 +505,8 @@ async fn main_exit_is_reported_with_its_code(isolation: Isolation) {
         .start(&missing, spec("missing", &["no-such-main-cwsbx", "arg"]))
         .await
         .unwrap();
+    // Known when `start` returns: the caller can fail the sandbox before anyone sees it running.
+    assert_eq!(executor.exit_code(&missing), Some(127));
     assert_eq!(
         within("a missing main", exits.recv()).await.unwrap(),
         MainExit {

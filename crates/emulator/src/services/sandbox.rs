@@ -37,14 +37,22 @@ pub async fn get_sandbox(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::GetSandboxRequest>,
 ) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
-    respond("GetSandbox", get(&app, &caller, &request))
+    respond("GetSandbox", get(&app, &caller, &request).await)
 }
 
-fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Result<pb::Sandbox, ApiError> {
+/// How long a read waits for the runtime to finish starting the sandbox's Pod.
+const START_SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Result<pb::Sandbox, ApiError> {
     caller.require(Role::SandboxUser)?;
     let id = convert::required("sandbox_id", &request.sandbox_id)?;
-    let view =
-        app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id))?;
+    let read = || app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id));
+    let view = read()?;
+    // A Pod whose command is being started is RUNNING only once it started: a command that
+    // cannot run turns the sandbox FAILED instead.
+    if !view.pod_uid.is_empty() && app.driver().start_settled(&view.pod_uid, START_SETTLE_LIMIT).await {
+        return Ok(convert::sandbox(&read()?));
+    }
     Ok(convert::sandbox(&view))
 }
 
