@@ -430,6 +430,35 @@ async fn watch_follows_a_sandbox_pod_and_delete_tears_it_down() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_reads_the_sandbox_main_process() {
+    let kube = Kube::start(Scenario::Ready, "").await;
+    let namespace = "sandbox-admin";
+    let pod = format!("sandbox-{}", kube.create(&[]).await);
+    let stderr = |output: Output| String::from_utf8_lossy(&output.stderr).trim().to_owned();
+
+    // Not bound yet: the API server's words for a Pod without a Node.
+    assert_eq!(
+        stderr(kube.kubectl(&["logs", "-n", namespace, &pod]).await),
+        format!("Error from server (BadRequest): pod {pod} does not have a host assigned")
+    );
+    kube.advance(2);
+    // The fake runtime's main process wrote two lines; the real one's are the process's output.
+    assert_eq!(kube.ok(&["logs", "-n", namespace, &pod]).await, "started\nworking\n");
+    assert_eq!(
+        kube.ok(&["logs", "-n", namespace, &pod, "--timestamps"]).await,
+        "2026-01-01T00:00:00Z started\n2026-01-01T00:00:00Z working\n"
+    );
+    // kubectl checks the container against the Pod's spec itself, with the server's wording.
+    assert_eq!(
+        stderr(kube.kubectl(&["logs", "-n", namespace, &pod, "-c", "sidecar"]).await),
+        format!("error: container sidecar is not valid for pod {pod}")
+    );
+    // Pods that run no process here have an empty log.
+    let scheduler = scheduler_pod_name(&kube).await;
+    assert_eq!(kube.ok(&["logs", "-n", "tenant-slurm", &scheduler]).await, "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_read_as_the_api_server_writes_them() {
     let kube = Kube::start(Scenario::Ready, "").await;
     let stderr = |output: Output| String::from_utf8_lossy(&output.stderr).trim().to_owned();

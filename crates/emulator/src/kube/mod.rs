@@ -5,13 +5,15 @@
 //!   kubectl asks for aggregated discovery first and falls back to these documents.
 //! - pods, nodes, namespaces, events, configmaps: list (one namespace or all), get, label and field
 //!   selectors, `limit`/`continue`, watch (`?watch=true` and the legacy `/watch/` paths); delete for
-//!   pods only, which is the same teardown as DeleteSandbox for a sandbox's Pod.
+//!   pods only, which is the same teardown as DeleteSandbox for a sandbox's Pod; `pods/log` (a
+//!   sandbox's main process output, as StreamLogs serves it).
 //! - kubectl's default printing asks for `as=Table`: the rows are printed here (see [`table`]).
 //! - Anything else answers as the API server would: a `Status` with 404, 405, 400, 401 or 403.
 //!
 //! Every call but `/version` needs a bearer token with `sandbox_admin` (the kubeconfig that
 //! `serve --kubeconfig` writes carries the admin token).
 
+mod logs;
 mod objects;
 mod status;
 pub mod table;
@@ -419,7 +421,7 @@ async fn groups(State(app): State<App>, method: Method, uri: Uri, headers: Heade
 }
 
 fn resource_list() -> Value {
-    let resources: Vec<Value> = RESOURCES
+    let mut resources: Vec<Value> = RESOURCES
         .iter()
         .map(|resource| {
             json!({
@@ -433,6 +435,7 @@ fn resource_list() -> Value {
             })
         })
         .collect();
+    resources.push(json!({ "name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"] }));
     json!({ "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": resources })
 }
 
@@ -442,6 +445,8 @@ enum Target {
     Resources,
     Collection { resource: Resource, namespace: Option<String> },
     Object { resource: Resource, namespace: Option<String>, name: String },
+    /// `pods/<name>/log`: the main process's output.
+    PodLog { namespace: String, name: String },
 }
 
 fn target(path: &str) -> Result<(Target, bool), Status> {
@@ -467,6 +472,9 @@ fn target(path: &str) -> Result<(Target, bool), Status> {
                 return Err(Status::not_found_path());
             }
             Target::Collection { resource, namespace: Some((*namespace).to_owned()) }
+        }
+        ["namespaces", namespace, "pods", name, "log"] => {
+            Target::PodLog { namespace: (*namespace).to_owned(), name: (*name).to_owned() }
         }
         ["namespaces", namespace, plural, name] => {
             let resource = resource(plural)?;
@@ -538,6 +546,13 @@ async fn serve_core(app: &App, method: &Method, uri: &Uri, headers: &HeaderMap, 
                 return Ok(watch::serve(app.clone(), selection, &params, wants_table(headers), include));
             }
             Ok(list(app, &selection, &params, wants_table(headers), include)?)
+        }
+        Target::PodLog { namespace, name } => {
+            authorize(app, headers, "get", "pods/log", Some(&namespace))?;
+            if method != Method::GET {
+                return Err(Status::method_not_allowed("pods", &name));
+            }
+            logs::serve(app, &namespace, &name, uri).await
         }
         Target::Object { resource, namespace, name } => {
             if params.watch || legacy_watch {
