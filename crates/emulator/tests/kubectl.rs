@@ -479,6 +479,18 @@ async fn refusals_read_as_the_api_server_writes_them() {
         stderr(kube.kubectl(&["delete", "node", "node-cpu-0"]).await),
         "Error from server (MethodNotAllowed): the server does not allow this method on the requested resource"
     );
+    // Query parameters are checked the same way on every path, naming the parameter.
+    for path in ["/api/v1/pods?includeObject=Bogus", "/api/v1/namespaces/default/pods/nope?watch=true&includeObject=Bogus"] {
+        assert_eq!(
+            stderr(kube.kubectl(&["get", "--raw", path]).await),
+            "Error from server (BadRequest): invalid includeObject \"Bogus\"",
+            "{path}"
+        );
+    }
+    assert_eq!(
+        stderr(kube.kubectl(&["get", "--raw", "/api/v1/pods?limit=many"]).await),
+        "Error from server (BadRequest): invalid value for limit: \"many\": must be a number"
+    );
     assert_eq!(
         stderr(kube.kubectl(&["get", "pod", "-n", "default", "nope"]).await),
         "Error from server (NotFound): pods \"nope\" not found"

@@ -10,6 +10,7 @@ use cwsandbox_sim::k8s::{PodOwner, PodPhase};
 use futures::StreamExt;
 use http::Uri;
 
+use super::number;
 use super::status::Status;
 use crate::app::App;
 use crate::convert;
@@ -27,16 +28,13 @@ struct LogParams {
 
 fn parse(uri: &Uri) -> Result<LogParams, Status> {
     let mut params = LogParams::default();
-    let number = |key: &str, value: &str| {
-        value.parse::<u64>().map_err(|_| Status::bad_request(format!("invalid value for {key}: {value:?}: must be a whole number")))
-    };
     for (key, value) in form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
         match key.as_ref() {
             "container" => params.container = value.into_owned(),
             "follow" => params.follow = matches!(value.as_ref(), "true" | "1"),
             "timestamps" => params.timestamps = matches!(value.as_ref(), "true" | "1"),
-            "tailLines" => params.tail_lines = Some(u32::try_from(number("tailLines", &value)?).unwrap_or(u32::MAX)),
-            "sinceSeconds" => params.since_seconds = Some(number("sinceSeconds", &value)?),
+            "tailLines" => params.tail_lines = Some(u32::try_from(number::<u64>(&key, &value)?).unwrap_or(u32::MAX)),
+            "sinceSeconds" => params.since_seconds = Some(number(&key, &value)?),
             _ => {}
         }
     }

@@ -302,40 +302,39 @@ struct Params {
     watch: bool,
     resource_version: String,
     timeout_seconds: Option<u64>,
-    include_object: String,
+    include: IncludeObject,
     limit: Option<usize>,
     continue_token: String,
     grace_period_seconds: Option<i64>,
     dry_run: bool,
 }
 
+/// A numeric query parameter, or the API server's 400 naming it.
+fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, Status> {
+    value.parse().map_err(|_| Status::bad_request(format!("invalid value for {key}: {value:?}: must be a number")))
+}
+
 impl Params {
-    fn parse(uri: &Uri) -> Result<Params, Status> {
-        let mut params = Params::default();
+    /// The query; `legacy_watch` is a `/api/v1/watch/…` path, which means `watch=true`.
+    fn parse(uri: &Uri, legacy_watch: bool) -> Result<Params, Status> {
+        let mut params = Params { watch: legacy_watch, ..Params::default() };
         for (key, value) in form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
             match key.as_ref() {
                 "labelSelector" => params.label_selector = value.into_owned(),
                 "fieldSelector" => params.field_selector = value.into_owned(),
-                "watch" => params.watch = matches!(value.as_ref(), "true" | "1"),
+                "watch" => params.watch |= matches!(value.as_ref(), "true" | "1"),
                 "resourceVersion" => params.resource_version = value.into_owned(),
-                "timeoutSeconds" => {
-                    params.timeout_seconds = Some(value.parse().map_err(|_| {
-                        Status::bad_request(format!("invalid value for timeoutSeconds: {value:?}: must be a whole number"))
-                    })?)
+                "timeoutSeconds" => params.timeout_seconds = Some(number(&key, &value)?),
+                "includeObject" => {
+                    params.include = IncludeObject::parse(&value)
+                        .ok_or_else(|| Status::bad_request(format!("invalid includeObject {value:?}")))?;
                 }
-                "includeObject" => params.include_object = value.into_owned(),
                 "limit" => {
-                    let limit: i64 = value
-                        .parse()
-                        .map_err(|_| Status::bad_request(format!("invalid value for limit: {value:?}: must be a number")))?;
+                    let limit: i64 = number(&key, &value)?;
                     params.limit = usize::try_from(limit).ok().filter(|limit| *limit > 0);
                 }
                 "continue" => params.continue_token = value.into_owned(),
-                "gracePeriodSeconds" => {
-                    params.grace_period_seconds = Some(value.parse().map_err(|_| {
-                        Status::bad_request(format!("invalid value for gracePeriodSeconds: {value:?}: must be a number"))
-                    })?)
-                }
+                "gracePeriodSeconds" => params.grace_period_seconds = Some(number(&key, &value)?),
                 "dryRun" => params.dry_run = value == "All",
                 _ => {}
             }
@@ -511,7 +510,7 @@ async fn serve_core(app: &App, method: &Method, uri: &Uri, headers: &HeaderMap, 
             return Err(status);
         }
     };
-    let params = Params::parse(uri)?;
+    let params = Params::parse(uri, legacy_watch)?;
     match target {
         Target::Versions | Target::Resources => {
             authorize(app, headers, "get", "", None)?;
@@ -534,18 +533,16 @@ async fn serve_core(app: &App, method: &Method, uri: &Uri, headers: &HeaderMap, 
             })
         }
         Target::Collection { resource, namespace } => {
-            let verb = if params.watch || legacy_watch { "watch" } else { "list" };
+            let verb = if params.watch { "watch" } else { "list" };
             authorize(app, headers, verb, resource.plural(), namespace.as_deref())?;
             if method != Method::GET {
                 return Err(Status::method_not_allowed(resource.plural(), ""));
             }
             let selection = selection(resource, namespace.as_deref(), &params)?;
-            let include = IncludeObject::parse(&params.include_object)
-                .ok_or_else(|| Status::bad_request(format!("invalid includeObject {:?}", params.include_object)))?;
-            if params.watch || legacy_watch {
-                return Ok(watch::serve(app.clone(), selection, &params, wants_table(headers), include));
+            if params.watch {
+                return Ok(watch::serve(app.clone(), selection, &params, wants_table(headers)));
             }
-            Ok(list(app, &selection, &params, wants_table(headers), include)?)
+            Ok(list(app, &selection, &params, wants_table(headers))?)
         }
         Target::PodLog { namespace, name } => {
             authorize(app, headers, "get", "pods/log", Some(&namespace))?;
@@ -555,13 +552,12 @@ async fn serve_core(app: &App, method: &Method, uri: &Uri, headers: &HeaderMap, 
             logs::serve(app, &namespace, &name, uri).await
         }
         Target::Object { resource, namespace, name } => {
-            if params.watch || legacy_watch {
+            if params.watch {
                 // A watch on one object is a watch on its collection narrowed by name.
                 authorize(app, headers, "watch", resource.plural(), namespace.as_deref())?;
                 let mut selection = selection(resource, namespace.as_deref(), &params)?;
                 selection.query.fields = selection.query.fields.and_equal("metadata.name", &name);
-                let include = IncludeObject::parse(&params.include_object).unwrap_or(IncludeObject::Metadata);
-                return Ok(watch::serve(app.clone(), selection, &params, wants_table(headers), include));
+                return Ok(watch::serve(app.clone(), selection, &params, wants_table(headers)));
             }
             match *method {
                 Method::GET => {
@@ -602,7 +598,7 @@ fn parse_continue(token: &str) -> Result<usize, Status> {
         .ok_or_else(|| Status::bad_request(format!("continue key is not valid: {token:?}")))
 }
 
-fn list(app: &App, selection: &Selection, params: &Params, as_table: bool, include: IncludeObject) -> Result<Response, Status> {
+fn list(app: &App, selection: &Selection, params: &Params, as_table: bool) -> Result<Response, Status> {
     let snapshot = snapshot(app, selection);
     let total = snapshot.items.len();
     let offset = parse_continue(&params.continue_token)?.min(total);
@@ -617,7 +613,7 @@ fn list(app: &App, selection: &Selection, params: &Params, as_table: bool, inclu
         let mut printed = table::table(
             selection.resource.columns(),
             page.iter().map(Item::row).collect(),
-            include,
+            params.include,
             &snapshot.resource_version,
         );
         printed["metadata"] = list_meta;

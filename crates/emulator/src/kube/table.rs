@@ -105,11 +105,12 @@ fn definition(column: &Column) -> Value {
 }
 
 /// What a row carries as its object (`includeObject`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IncludeObject {
     /// Nothing.
     None,
     /// `PartialObjectMetadata` (the default).
+    #[default]
     Metadata,
     /// The whole object.
     Object,

@@ -67,7 +67,7 @@ impl WatchState {
 }
 
 /// Starts a watch on `selection`.
-pub fn serve(app: App, selection: Selection, params: &Params, as_table: bool, include: IncludeObject) -> Response {
+pub fn serve(app: App, selection: Selection, params: &Params, as_table: bool) -> Response {
     let timeout = params.timeout_seconds.map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
     let since: Option<u64> = match params.resource_version.as_str() {
         "" | "0" => None,
@@ -78,7 +78,7 @@ pub fn serve(app: App, selection: Selection, params: &Params, as_table: bool, in
         app,
         selection,
         as_table,
-        include,
+        include: params.include,
         known: HashMap::new(),
         pending: VecDeque::new(),
         changes,
