@@ -1161,15 +1161,19 @@ impl World {
         if pinned == 0 || i64::from(node.alloc_cpus) + pinned <= i64::from(node.cpus) {
             return true;
         }
-        let k8s_node = node.k8s_node.clone();
         self.slurm.finish(job, JobBaseState::Failed, (1, 0), self.now);
-        let reason = "batch job complete failure";
-        self.slurm.drain(slurm_node, reason);
-        self.node_event(&k8s_node, EventType::Warning, "SlurmNodeDrained", format!("Slurm node {slurm_node} drained: {reason}"));
+        self.drain_node(slurm_node, "batch job complete failure");
         self.count(Transition::JobFailedOnPinnedCpus);
-        self.count(Transition::NodeDrained);
         self.on_job_ended(job);
         false
+    }
+
+    /// Drains a Slurm node, with a Warning Event on its Kubernetes Node.
+    fn drain_node(&mut self, slurm_node: &str, reason: &str) {
+        self.slurm.drain(slurm_node, reason);
+        let k8s_node = self.slurm.node(slurm_node).map(|node| node.k8s_node.clone()).unwrap_or_default();
+        self.node_event(&k8s_node, EventType::Warning, "SlurmNodeDrained", format!("Slurm node {slurm_node} drained: {reason}"));
+        self.count(Transition::NodeDrained);
     }
 
     fn on_allocated(&mut self, job: JobId) {
@@ -1271,10 +1275,7 @@ impl World {
                     && let Some(node) = self.slurm.job(job).filter(|job| job.completing).and_then(|job| job.node.clone())
                 {
                     let reason = self.values.scheduler.drain_reason.clone();
-                    self.slurm.drain(&node, &reason);
-                    let k8s_node = self.slurm.node(&node).map(|node| node.k8s_node.clone()).unwrap_or_default();
-                    self.node_event(&k8s_node, EventType::Warning, "SlurmNodeDrained", format!("Slurm node {node} drained: {reason}"));
-                    self.count(Transition::NodeDrained);
+                    self.drain_node(&node, &reason);
                 }
             }
             Timer::KillWait(job) => {
