@@ -23,6 +23,10 @@ use tokio::sync::{Notify, mpsc, watch};
 use crate::clock::EmulatorClock;
 use crate::runtime::{ContainerLaunch, PodLaunch, SandboxRuntime};
 
+/// How long a reader waits for the runtime to catch up with the world (a Pod the world just
+/// called Running is being started) before answering anyway.
+pub const RUNTIME_CATCH_UP: Duration = Duration::from_secs(30);
+
 /// Longest the ticker sleeps without looking at the world again.
 const MAX_IDLE: Duration = Duration::from_secs(60);
 
@@ -65,9 +69,8 @@ pub struct Driver {
     changes: watch::Sender<u64>,
     /// The fingerprint of the visible objects at the last change.
     visible: AtomicU64,
-    /// Pods whose `StartPod` the runtime has not finished yet, and a signal when one finishes.
-    starting: Mutex<std::collections::HashSet<String>>,
-    started: watch::Sender<u64>,
+    /// Pods whose `StartPod` the runtime has not finished yet; readers wait on it.
+    starting: watch::Sender<std::collections::HashSet<String>>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -97,8 +100,7 @@ impl Driver {
             applied: watch::Sender::new(0),
             changes: watch::Sender::new(0),
             visible: AtomicU64::new(0),
-            starting: Mutex::new(std::collections::HashSet::new()),
-            started: watch::Sender::new(0),
+            starting: watch::Sender::new(std::collections::HashSet::new()),
         });
         // Effects of building the world (none today) go out like any others.
         driver.with_world(|_| ());
@@ -199,7 +201,9 @@ impl Driver {
         for effect in world.take_effects() {
             let item = match effect {
                 Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id } => {
-                    self.starting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(pod_uid.to_string());
+                    self.starting.send_modify(|starting| {
+                        starting.insert(pod_uid.to_string());
+                    });
                     PumpItem::Start(launch_of(world, pod_uid.into(), namespace.into(), pod_name.into(), sandbox_id.map(String::from)))
                 }
                 Effect::StopPod { pod_uid, grace } => PumpItem::Stop { pod_uid: pod_uid.into(), grace },
@@ -218,19 +222,19 @@ impl Driver {
     /// state should not see RUNNING for a command that never ran.
     /// Says whether it had to wait.
     pub async fn start_settled(&self, pod_uid: &str, limit: Duration) -> bool {
-        let mut started = self.started.subscribe();
-        let is_starting = || self.starting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).contains(pod_uid);
-        if !is_starting() {
+        let mut starting = self.starting.subscribe();
+        if !starting.borrow_and_update().contains(pod_uid) {
             return false;
         }
-        let _ = tokio::time::timeout(limit, started.wait_for(|_| !is_starting())).await;
+        let _ = tokio::time::timeout(limit, starting.wait_for(|starting| !starting.contains(pod_uid))).await;
         true
     }
 
     /// Marks a Pod's start as finished (applied, and its immediate exit, if any, told to the world).
     fn start_finished(&self, pod_uid: &str) {
-        self.starting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(pod_uid);
-        self.started.send_modify(|count| *count += 1);
+        self.starting.send_modify(|starting| {
+            starting.remove(pod_uid);
+        });
     }
 
     /// Waits until the runtime has applied every effect the world produced so far, or `limit`

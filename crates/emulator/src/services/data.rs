@@ -6,7 +6,7 @@
 //! [`SandboxRuntime`]: crate::runtime::SandboxRuntime
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use axum::extract::State;
 use bytes::Bytes;
@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 
 use super::respond;
 use crate::app::App;
+use crate::driver::RUNTIME_CATCH_UP;
 use crate::auth::{Caller, Role};
 use crate::clock::EmulatorClock;
 use crate::convert;
@@ -38,9 +39,6 @@ enum Needs {
     RunningOrEnded,
 }
 
-/// How long a data operation waits for the runtime to catch up with the world (a Pod the world
-/// just called Running is being started).
-const RUNTIME_CATCH_UP: Duration = Duration::from_secs(30);
 
 /// Finds the caller's sandbox, the runtime and the container for a data operation, once the
 /// runtime has caught up with the world.

@@ -40,9 +40,6 @@ pub async fn get_sandbox(
     respond("GetSandbox", get(&app, &caller, &request).await)
 }
 
-/// How long a read waits for the runtime to finish starting the sandbox's Pod.
-const START_SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
-
 async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Result<pb::Sandbox, ApiError> {
     caller.require(Role::SandboxUser)?;
     let id = convert::required("sandbox_id", &request.sandbox_id)?;
@@ -50,7 +47,7 @@ async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Res
     let view = read()?;
     // A Pod whose command is being started is RUNNING only once it started: a command that
     // cannot run turns the sandbox FAILED instead.
-    if !view.pod_uid.is_empty() && app.driver().start_settled(&view.pod_uid, START_SETTLE_LIMIT).await {
+    if !view.pod_uid.is_empty() && app.driver().start_settled(&view.pod_uid, crate::driver::RUNTIME_CATCH_UP).await {
         return Ok(convert::sandbox(&read()?));
     }
     Ok(convert::sandbox(&view))
