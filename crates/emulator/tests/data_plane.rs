@@ -51,6 +51,26 @@ fn init(sandbox_id: &str, command: &[&str]) -> pb::ExecStreamRequest {
     }
 }
 
+#[tokio::test]
+async fn a_main_command_that_cannot_start_is_never_read_as_running() {
+    let runtime = FakeRuntime::new();
+    let emulator = start_with("", Some(runtime.clone() as Arc<dyn SandboxRuntime>)).await;
+    let info = emulator.info().clone();
+    let mut client = sandboxes(&emulator, &info.user_token).await;
+    let mut spec = client_spec(&info.runner_id);
+    spec.containers[0].command = "/no/such/program".to_owned();
+    spec.containers[0].args.clear();
+    let created = client.create_sandbox(create_request(spec, "")).await.unwrap().into_inner();
+    advance(&emulator, Duration::from_secs(2));
+    // The first read after the Pod started already knows: no RUNNING in between.
+    let sandbox = client
+        .get_sandbox(pb::GetSandboxRequest { sandbox_id: created.sandbox_id.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&sandbox), pb::State::Failed, "{sandbox:?}");
+}
+
 /// Reads every frame of a StreamExec answer.
 async fn collect_frames(mut stream: tonic::Streaming<pb::ExecStreamResponse>) -> Vec<Reply> {
     let mut frames = Vec::new();

@@ -130,6 +130,8 @@ struct FakeState {
     killed: Vec<String>,
     files: HashMap<(String, String), Bytes>,
     shut_down: bool,
+    /// Pods whose main command could not start (their exit code, known when `start` returns).
+    failed_at_start: HashMap<String, i32>,
 }
 
 /// Runs nothing: records launches, keeps files in memory, answers a few commands (`echo`, `cat`,
@@ -179,8 +181,19 @@ fn events(items: Vec<ExecEvent>) -> BoxStream<'static, ExecEvent> {
 
 impl SandboxRuntime for FakeRuntime {
     fn start(&self, launch: PodLaunch) -> BoxFuture<'_, Result<(), RuntimeError>> {
-        self.state.lock().unwrap().started.push(launch);
+        let mut state = self.state.lock().unwrap();
+        // As the executor does for a command that cannot be exec'd: over (127) before `start`
+        // returns. Only `exited` says so here (the executor also reports it through `exits`,
+        // later), so a test sees whether the emulator asks at the right moment.
+        if launch.containers.first().is_some_and(|main| main.command.first().is_some_and(|program| program.starts_with("/no/such/"))) {
+            state.failed_at_start.insert(launch.pod_uid.clone(), 127);
+        }
+        state.started.push(launch);
         futures::future::ready(Ok(())).boxed()
+    }
+
+    fn exited(&self, pod_uid: &str) -> Option<i32> {
+        self.state.lock().unwrap().failed_at_start.get(pod_uid).copied()
     }
 
     fn stop(&self, pod_uid: String, _grace: Duration) -> BoxFuture<'_, Result<(), RuntimeError>> {
