@@ -13,6 +13,7 @@ use common::*;
 use cwsandbox_api::emulator_v1 as emu;
 use cwsandbox_api::emulator_v1::emulator_service_client::EmulatorServiceClient;
 use cwsandbox_api::sandbox_v1 as pb;
+use cwsandbox_api::sandbox_v1::sandbox_service_client::SandboxServiceClient;
 use cwsandbox_emulator::Emulator;
 use tonic::Code;
 
@@ -24,6 +25,23 @@ async fn admin(emulator: &Emulator) -> Admin {
 
 async fn freeze(client: &mut Admin) -> emu::Clock {
     client.freeze_clock(emu::FreezeClockRequest {}).await.unwrap().into_inner().clock.unwrap()
+}
+
+/// The usual start of these tests: an admin client, a user's sandbox client, the clock frozen.
+struct Frozen {
+    emulator: Emulator,
+    info: cwsandbox_emulator::ReadyInfo,
+    client: Admin,
+    sandboxes: SandboxServiceClient<Authed>,
+    clock: emu::Clock,
+}
+
+async fn frozen(emulator: Emulator) -> Frozen {
+    let info = emulator.info().clone();
+    let mut client = admin(&emulator).await;
+    let sandboxes = sandboxes(&emulator, &info.user_token).await;
+    let clock = freeze(&mut client).await;
+    Frozen { emulator, info, client, sandboxes, clock }
 }
 
 async fn advance_by(client: &mut Admin, seconds: i64) -> emu::Clock {
@@ -67,11 +85,7 @@ fn state(job: &emu::Job) -> emu::JobState {
 
 #[tokio::test]
 async fn a_sandbox_shows_its_placeholder_job_and_its_pod() {
-    let emulator = start().await;
-    let info = emulator.info().clone();
-    let mut client = admin(&emulator).await;
-    let mut sandboxes = sandboxes(&emulator, &info.user_token).await;
-    freeze(&mut client).await;
+    let Frozen { emulator, info, mut client, mut sandboxes, .. } = frozen(start().await).await;
     let created =
         sandboxes.create_sandbox(create_request(annotated_spec(&info.runner_id), "")).await.unwrap().into_inner();
     let id = created.sandbox_id.clone();
@@ -188,11 +202,7 @@ async fn a_sandbox_shows_its_placeholder_job_and_its_pod() {
 
 #[tokio::test]
 async fn scancel_leaves_the_job_completing_in_the_queue_until_the_pod_is_gone() {
-    let emulator = start().await;
-    let info = emulator.info().clone();
-    let mut client = admin(&emulator).await;
-    let mut sandboxes = sandboxes(&emulator, &info.user_token).await;
-    freeze(&mut client).await;
+    let Frozen { emulator, info, mut client, mut sandboxes, .. } = frozen(start().await).await;
     let created =
         sandboxes.create_sandbox(create_request(annotated_spec(&info.runner_id), "")).await.unwrap().into_inner();
     advance_by(&mut client, 2).await;
@@ -354,11 +364,7 @@ async fn apply_values_behaves_like_helm_upgrade_and_names_bad_keys() {
 
 #[tokio::test]
 async fn the_clock_drives_a_lifetime_expiry_deterministically() {
-    let emulator = start().await;
-    let info = emulator.info().clone();
-    let mut client = admin(&emulator).await;
-    let mut sandboxes = sandboxes(&emulator, &info.user_token).await;
-    let frozen = freeze(&mut client).await;
+    let Frozen { emulator, info, mut client, mut sandboxes, clock: frozen, .. } = frozen(start().await).await;
     assert!(frozen.frozen);
     let start = frozen.now.unwrap();
     let mut spec = client_spec(&info.runner_id);
@@ -393,11 +399,7 @@ async fn the_clock_drives_a_lifetime_expiry_deterministically() {
 
 #[tokio::test]
 async fn batch_jobs_nodes_partitions_pod_deletion_and_reset() {
-    let emulator = start().await;
-    let info = emulator.info().clone();
-    let mut client = admin(&emulator).await;
-    let mut sandboxes = sandboxes(&emulator, &info.user_token).await;
-    freeze(&mut client).await;
+    let Frozen { emulator, info, mut client, mut sandboxes, .. } = frozen(start().await).await;
 
     let partitions = client.list_partitions(emu::ListPartitionsRequest {}).await.unwrap().into_inner().partitions;
     let names: Vec<(&str, bool)> = partitions.iter().map(|partition| (partition.name.as_str(), partition.default)).collect();
@@ -501,11 +503,7 @@ async fn batch_jobs_nodes_partitions_pod_deletion_and_reset() {
 #[tokio::test]
 async fn reset_stops_running_sandbox_processes_through_the_runtime() {
     let runtime = FakeRuntime::new();
-    let emulator = start_with("", Some(runtime.clone() as std::sync::Arc<dyn cwsandbox_emulator::runtime::SandboxRuntime>)).await;
-    let info = emulator.info().clone();
-    let mut client = admin(&emulator).await;
-    let mut sandboxes = sandboxes(&emulator, &info.user_token).await;
-    freeze(&mut client).await;
+    let Frozen { emulator, info, mut client, mut sandboxes, .. } = frozen(start_with("", Some(runtime.clone() as std::sync::Arc<dyn cwsandbox_emulator::runtime::SandboxRuntime>)).await).await;
     sandboxes.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap();
     advance_by(&mut client, 2).await;
     assert_eq!(runtime.started().len(), 1);
