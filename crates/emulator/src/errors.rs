@@ -255,6 +255,12 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::Io { path, .. } => {
                 ApiError::new(Code::Internal, reasons::FILE_IO_FAILED, message).with_metadata("filepath", path)
             }
+            RuntimeError::NotRegularFile { path, .. } => {
+                ApiError::new(Code::FailedPrecondition, reasons::FILE_IO_FAILED, message).with_metadata("filepath", path)
+            }
+            RuntimeError::FileTimeout { path, .. } => {
+                ApiError::new(Code::DeadlineExceeded, reasons::FILE_IO_FAILED, message).with_metadata("filepath", path)
+            }
             RuntimeError::CommandTimeout(_) => ApiError::new(Code::DeadlineExceeded, reasons::COMMAND_TIMEOUT, message),
             RuntimeError::Unavailable(_) => ApiError::new(Code::Unavailable, reasons::BACKEND_UNAVAILABLE, message),
             RuntimeError::InvalidArgument { field, description } => ApiError::invalid_field(&field, description),

@@ -150,6 +150,8 @@ fn file_error(error: FileError, path: String, target: &Target) -> RuntimeError {
         FileError::Io(message) => RuntimeError::Io { path, message },
         FileError::SandboxNotRunning => not_running(target),
         FileError::InvalidPath(description) => RuntimeError::InvalidArgument { field: "path".to_owned(), description },
+        error @ FileError::NotRegular { .. } => RuntimeError::NotRegularFile { path, message: error.to_string() },
+        error @ FileError::TimedOut { .. } => RuntimeError::FileTimeout { path, message: error.to_string() },
     }
 }
 

@@ -222,6 +222,22 @@ pub enum RuntimeError {
         /// What failed.
         message: String,
     },
+    /// A FIFO, device or socket where a file was asked for (FAILED_PRECONDITION).
+    #[error("{path}: {message}")]
+    NotRegularFile {
+        /// The path asked for.
+        path: String,
+        /// What it is.
+        message: String,
+    },
+    /// A file operation that did not finish in time (DEADLINE_EXCEEDED).
+    #[error("{path}: {message}")]
+    FileTimeout {
+        /// The path asked for.
+        path: String,
+        /// Why.
+        message: String,
+    },
     /// `CWSANDBOX_COMMAND_TIMEOUT`.
     #[error("command timed out after {0:?}")]
     CommandTimeout(Duration),

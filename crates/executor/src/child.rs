@@ -25,15 +25,18 @@
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, Ordering};
 
 use libc::{c_char, c_int, pid_t};
 
 use crate::sys::{
-    block_all_signals, close_fds_except, control_signalfd, errno, exit, exit_code_of, next_signal,
-    next_signal_timeout, peer_gone, pipe_cloexec, raw_fork, reset_signal_dispositions, set_name,
-    set_parent_death_signal, unblock_all_signals, write_all,
+    block_all_signals, close_fds_except, control_signalfd, drop_privileges, errno, exit,
+    exit_code_of, format_decimal, mount, next_signal, next_signal_timeout, peer_gone,
+    pipe_cloexec, pivot_root_here, raw_fork, rearm_parent_death_signal, remount_read_only,
+    reset_signal_dispositions, set_name, set_not_dumpable, set_parent_death_signal,
+    unblock_all_signals, write_all,
 };
+#[cfg(test)]
+use crate::sys::parse_decimal;
 
 /// One step of sandbox setup, reported back to the emulator when it fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,49 +48,59 @@ pub(crate) enum Stage {
     UidMap,
     Hostname,
     MountPrivate,
-    MountTmp,
-    OpenWorkdir,
-    MountWorkdir,
+    MountRoot,
+    MountHost,
+    MountDevpts,
     Pipe,
     Fork,
     MountProc,
+    PivotRoot,
+    Credentials,
+    ExecInit,
     Signalfd,
 }
 
 impl Stage {
+    const ALL: [Stage; 16] = [
+        Stage::Unshare,
+        Stage::SetGroups,
+        Stage::GidMap,
+        Stage::UidMap,
+        Stage::Hostname,
+        Stage::MountPrivate,
+        Stage::MountRoot,
+        Stage::MountHost,
+        Stage::MountDevpts,
+        Stage::Pipe,
+        Stage::Fork,
+        Stage::MountProc,
+        Stage::PivotRoot,
+        Stage::Credentials,
+        Stage::ExecInit,
+        Stage::Signalfd,
+    ];
+
     fn from_u8(value: u8) -> Option<Stage> {
-        const ALL: [Stage; 13] = [
-            Stage::Unshare,
-            Stage::SetGroups,
-            Stage::GidMap,
-            Stage::UidMap,
-            Stage::Hostname,
-            Stage::MountPrivate,
-            Stage::MountTmp,
-            Stage::OpenWorkdir,
-            Stage::MountWorkdir,
-            Stage::Pipe,
-            Stage::Fork,
-            Stage::MountProc,
-            Stage::Signalfd,
-        ];
-        ALL.into_iter().find(|stage| *stage as u8 == value)
+        Stage::ALL.into_iter().find(|stage| *stage as u8 == value)
     }
 
     pub(crate) fn describe(self) -> &'static str {
         match self {
-            Stage::Unshare => "unshare(user/uts/mount/pid namespaces)",
+            Stage::Unshare => "unshare(user/uts/ipc/mount/pid namespaces)",
             Stage::SetGroups => "write /proc/self/setgroups",
-            Stage::GidMap => "write /proc/self/gid_map",
-            Stage::UidMap => "write /proc/self/uid_map",
+            Stage::GidMap => "write the gid map",
+            Stage::UidMap => "write the uid map",
             Stage::Hostname => "sethostname",
             Stage::MountPrivate => "make mounts private",
-            Stage::MountTmp => "bind the private /tmp",
-            Stage::OpenWorkdir => "open the private working directory",
-            Stage::MountWorkdir => "bind the private working directory",
+            Stage::MountRoot => "bind the sandbox's root directory",
+            Stage::MountHost => "bind a host directory or device read-only",
+            Stage::MountDevpts => "mount the sandbox's devpts",
             Stage::Pipe => "pipe",
             Stage::Fork => "fork",
             Stage::MountProc => "mount /proc for the pid namespace",
+            Stage::PivotRoot => "pivot_root into the sandbox's root",
+            Stage::Credentials => "drop capabilities and switch to the sandbox's root user",
+            Stage::ExecInit => "execute the sandbox's init",
             Stage::Signalfd => "signalfd",
         }
     }
@@ -103,7 +116,7 @@ pub(crate) enum ReportMessage {
 
 const REPORT_LEN: usize = 6;
 
-fn report(fd: RawFd, message: ReportMessage) {
+pub(crate) fn report(fd: RawFd, message: ReportMessage) {
     let (tag, stage, value) = match message {
         ReportMessage::Ready(pid) => (b'R', 0, pid),
         ReportMessage::Failed(stage, errno) => (b'E', stage as u8, errno),
@@ -134,21 +147,45 @@ pub(crate) fn parse_report(bytes: &[u8]) -> Vec<ReportMessage> {
         .collect()
 }
 
-/// uid/gid maps for an unprivileged user namespace: the current ids map to themselves.
-pub(crate) struct UserMaps {
-    pub(crate) uid_map: CString,
-    pub(crate) gid_map: CString,
+/// How the ids of a sandbox's user namespace map to the host's.
+pub(crate) enum IdMap {
+    /// The emulator is unprivileged: its own uid and gid map to themselves (the only
+    /// mapping it may write), written by the keeper from inside.
+    Own { uid_map: CString, gid_map: CString },
+    /// The emulator is root: the sandbox's ids 0..N map to an unused range of host ids,
+    /// so the sandbox's root owns nothing of the host. Only a process outside the new
+    /// namespace may write such a map: a helper forked before `unshare` does.
+    Range { uid_map: CString, gid_map: CString },
 }
 
-/// How to build a sandbox's namespaces.
+/// A host path bound into the sandbox's root.
+pub(crate) struct Bind {
+    pub(crate) source: CString,
+    pub(crate) target: CString,
+    pub(crate) read_only: bool,
+}
+
+/// How to build a sandbox's namespaces and its root.
 pub(crate) struct NsPlan {
     pub(crate) flags: c_int,
-    pub(crate) user_maps: Option<UserMaps>,
+    /// `None`: no user namespace (root where none can be made).
+    pub(crate) id_map: Option<IdMap>,
     pub(crate) hostname: CString,
-    /// Host directory bound on the sandbox's `/tmp`.
-    pub(crate) tmp_source: CString,
-    /// Host directory bound on the working directory, and where (inside).
-    pub(crate) workdir_bind: Option<(CString, CString)>,
+    /// Host directory that becomes the sandbox's `/` (prepared by `rootfs`).
+    pub(crate) rootfs: CString,
+    /// Host directories and devices bound into it, in order.
+    pub(crate) binds: Vec<Bind>,
+    /// `<rootfs>/dev/pts`, `<rootfs>/proc` and `<rootfs>/proc/sys`.
+    pub(crate) devpts: CString,
+    pub(crate) proc_dir: CString,
+    pub(crate) proc_sys: CString,
+}
+
+impl NsPlan {
+    /// Whether the sandbox's processes switch to uid 0 of their user namespace.
+    pub(crate) fn becomes_root(&self) -> bool {
+        matches!(self.id_map, Some(IdMap::Range { .. }))
+    }
 }
 
 /// The main command, ready for `execve`.
@@ -214,6 +251,11 @@ pub(crate) struct InitPlan {
     pub(crate) started_fd: RawFd,
     /// `None` runs the plain fallback.
     pub(crate) ns: Option<NsPlan>,
+    /// The emulator's own executable, re-executed as the sandbox's init so that init holds
+    /// none of the emulator's memory or environment.
+    pub(crate) self_exe: RawFd,
+    /// A throw-away sandbox that only checks the setup works: init starts no command.
+    pub(crate) probe: bool,
     pub(crate) cwd: CString,
     pub(crate) cwd_message: Vec<u8>,
     /// `None` keeps the sandbox alive with an idle process.
@@ -234,115 +276,162 @@ fn write_proc_file(path: &CStr, data: &[u8]) -> Result<(), c_int> {
     }
 }
 
-fn mount(
-    source: Option<&CStr>,
-    target: &CStr,
-    fstype: Option<&CStr>,
-    flags: libc::c_ulong,
-) -> Result<(), c_int> {
-    let source = source.map_or(std::ptr::null(), CStr::as_ptr);
-    let fstype = fstype.map_or(std::ptr::null(), CStr::as_ptr);
-    // SAFETY: all pointers are valid C strings or null, as mount(2) allows.
-    if unsafe { libc::mount(source, target.as_ptr(), fstype, flags, std::ptr::null()) } == 0 {
-        Ok(())
-    } else {
-        Err(errno())
+/// Formats `/proc/<pid>/<name>` into `buffer` without allocating.
+fn proc_pid_path<'a>(pid: pid_t, name: &[u8], buffer: &'a mut [u8; 64]) -> &'a CStr {
+    let mut digits = [0u8; 16];
+    let number = format_decimal(pid.unsigned_abs(), &mut digits).to_bytes();
+    let mut length = 0;
+    for part in [&b"/proc/"[..], number, b"/", name] {
+        buffer[length..length + part.len()].copy_from_slice(part);
+        length += part.len();
     }
+    buffer[length] = 0;
+    CStr::from_bytes_until_nul(&buffer[..]).unwrap_or(c"/proc/self")
 }
 
-/// Formats `/proc/self/fd/N` into `buffer` without allocating.
-fn proc_fd_path(fd: RawFd, buffer: &mut [u8; 32]) -> &CStr {
-    const PREFIX: &[u8] = b"/proc/self/fd/";
-    buffer[..PREFIX.len()].copy_from_slice(PREFIX);
-    let mut digits = [0u8; 10];
-    let mut count = 0;
-    let mut value = fd.unsigned_abs();
+/// The helper that writes a root emulator's id maps for the keeper from outside the new
+/// user namespace: it waits for one byte (the keeper has unshared), writes the maps and
+/// exits with 0, or with the errno that failed (+1000 for the uid map). Never returns.
+fn run_id_mapper(sync: RawFd, keeper: pid_t, uid_map: &CStr, gid_map: &CStr) -> ! {
+    if !set_parent_death_signal(libc::SIGKILL, keeper) {
+        exit(libc::ECANCELED);
+    }
+    let mut byte = [0u8; 1];
     loop {
-        digits[count] = b'0' + (value % 10) as u8;
-        count += 1;
-        value /= 10;
-        if value == 0 {
+        // SAFETY: reading one byte into a local buffer.
+        let read = unsafe { libc::read(sync, byte.as_mut_ptr().cast(), 1) };
+        if read == 1 {
             break;
         }
+        if read < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        exit(libc::ECANCELED);
     }
-    for index in 0..count {
-        buffer[PREFIX.len() + index] = digits[count - 1 - index];
+    let mut buffer = [0u8; 64];
+    if let Err(error) = write_proc_file(proc_pid_path(keeper, b"gid_map", &mut buffer), gid_map.to_bytes()) {
+        exit(error.clamp(1, 999));
     }
-    buffer[PREFIX.len() + count] = 0;
-    // The buffer holds exactly one NUL, written just above.
-    CStr::from_bytes_until_nul(&buffer[..]).unwrap_or(c"/proc/self/fd")
+    if let Err(error) = write_proc_file(proc_pid_path(keeper, b"uid_map", &mut buffer), uid_map.to_bytes()) {
+        exit(1000 + error.clamp(1, 999) % 256);
+    }
+    exit(0)
 }
 
-/// Enters new namespaces and prepares the sandbox's view of the filesystem:
-/// hostname, private mount propagation, private `/tmp` and working directory.
+/// Enters new namespaces and builds the sandbox's root: the id maps, the hostname,
+/// private mount propagation, the root directory bound on itself, the host's
+/// directories and devices bound read-only into it, and a devpts of its own. The pivot
+/// into it is init's (it must mount `/proc` first, while a full procfs is still in view).
 pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
+    // A root emulator's maps are written by a helper that stays outside the namespace.
+    let mapper = match &plan.id_map {
+        Some(IdMap::Range { uid_map, gid_map }) => {
+            let (sync_read, sync_write) = pipe_cloexec().map_err(|error| (Stage::Pipe, error))?;
+            // SAFETY: getpid has no preconditions.
+            let keeper = unsafe { libc::getpid() };
+            // SAFETY: the child only makes fork-safe calls and exits.
+            let pid = unsafe { raw_fork() };
+            if pid < 0 {
+                return Err((Stage::Fork, errno()));
+            }
+            if pid == 0 {
+                run_id_mapper(sync_read, keeper, uid_map, gid_map);
+            }
+            // SAFETY: closing our copy of the helper's end.
+            unsafe { libc::close(sync_read) };
+            Some((pid, sync_write))
+        }
+        _ => None,
+    };
     // SAFETY: unshare only changes the calling (single-threaded) process.
     if unsafe { libc::unshare(plan.flags) } != 0 {
-        return Err((Stage::Unshare, errno()));
-    }
-    if let Some(maps) = &plan.user_maps {
-        // An unprivileged process must give up setgroups before it may write gid_map.
-        match write_proc_file(c"/proc/self/setgroups", b"deny") {
-            Ok(()) | Err(libc::ENOENT) => {}
-            Err(error) => return Err((Stage::SetGroups, error)),
+        let error = errno();
+        if let Some((pid, sync)) = mapper {
+            // SAFETY: closing the pipe makes the helper give up; then reap it.
+            unsafe {
+                libc::close(sync);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
         }
-        write_proc_file(c"/proc/self/gid_map", maps.gid_map.as_bytes())
-            .map_err(|error| (Stage::GidMap, error))?;
-        write_proc_file(c"/proc/self/uid_map", maps.uid_map.as_bytes())
-            .map_err(|error| (Stage::UidMap, error))?;
+        return Err((Stage::Unshare, error));
+    }
+    match (&plan.id_map, mapper) {
+        (Some(IdMap::Own { uid_map, gid_map }), _) => {
+            // An unprivileged process must give up setgroups before it may write gid_map.
+            match write_proc_file(c"/proc/self/setgroups", b"deny") {
+                Ok(()) | Err(libc::ENOENT) => {}
+                Err(error) => return Err((Stage::SetGroups, error)),
+            }
+            write_proc_file(c"/proc/self/gid_map", gid_map.to_bytes())
+                .map_err(|error| (Stage::GidMap, error))?;
+            write_proc_file(c"/proc/self/uid_map", uid_map.to_bytes())
+                .map_err(|error| (Stage::UidMap, error))?;
+        }
+        (Some(IdMap::Range { .. }), Some((pid, sync))) => {
+            write_all(sync, b"m");
+            let mut status = 0;
+            // SAFETY: closing our end and reaping our own child.
+            unsafe {
+                libc::close(sync);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { libc::ECHILD };
+            if code != 0 {
+                return Err(if code >= 1000 { (Stage::UidMap, code - 1000) } else { (Stage::GidMap, code) });
+            }
+        }
+        _ => {}
     }
     let hostname = plan.hostname.as_bytes();
     // SAFETY: pointer and length describe the hostname bytes.
     if unsafe { libc::sethostname(hostname.as_ptr().cast(), hostname.len()) } != 0 {
         return Err((Stage::Hostname, errno()));
     }
-    // Without this, our binds could propagate back to the host's mount table.
-    mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE)
+    // Without this, our mounts could propagate back to the host's mount table.
+    mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
         .map_err(|error| (Stage::MountPrivate, error))?;
-    // The working directory's source is opened before /tmp is covered: when the
-    // executor's root lies under /tmp, the path is hidden afterwards.
-    let workdir_source = match &plan.workdir_bind {
-        Some((source, _)) => {
-            // SAFETY: valid C string.
-            let fd = unsafe {
-                libc::open(
-                    source.as_ptr(),
-                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                return Err((Stage::OpenWorkdir, errno()));
-            }
-            Some(fd)
+    // pivot_root needs the new root to be a mount point.
+    mount(Some(&plan.rootfs), &plan.rootfs, None, libc::MS_BIND, None)
+        .map_err(|error| (Stage::MountRoot, error))?;
+    for bind in &plan.binds {
+        mount(Some(&bind.source), &bind.target, None, libc::MS_BIND | libc::MS_REC, None)
+            .map_err(|error| (Stage::MountHost, error))?;
+        if bind.read_only {
+            remount_read_only(&bind.target).map_err(|error| (Stage::MountHost, error))?;
         }
-        None => None,
-    };
-    mount(
-        Some(&plan.tmp_source),
-        c"/tmp",
-        None,
-        libc::MS_BIND | libc::MS_REC,
-    )
-    .map_err(|error| (Stage::MountTmp, error))?;
-    if let (Some(fd), Some((_, target))) = (workdir_source, &plan.workdir_bind) {
-        let mut buffer = [0u8; 32];
-        let source = proc_fd_path(fd, &mut buffer);
-        mount(Some(source), target, None, libc::MS_BIND | libc::MS_REC)
-            .map_err(|error| (Stage::MountWorkdir, error))?;
-        // SAFETY: closing the descriptor opened above.
-        unsafe { libc::close(fd) };
     }
+    // Terminals of the sandbox's own: the emulator opens exec ptys here, and the sandbox
+    // cannot reach the host's (or another sandbox's) terminals.
+    mount(
+        Some(c"devpts"),
+        &plan.devpts,
+        Some(c"devpts"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some(c"newinstance,ptmxmode=0666,mode=0620"),
+    )
+    .map_err(|error| (Stage::MountDevpts, error))?;
     Ok(())
 }
 
-/// Mounts a procfs that shows the caller's pid namespace. Must run inside it.
-fn mount_proc() -> Result<(), c_int> {
+/// Mounts a procfs that shows the caller's pid namespace at `<rootfs>/proc` (the caller
+/// must be inside it), with `/proc/sys` read-only, then pivots into the root.
+fn enter_root(ns: &NsPlan) -> Result<(), (Stage, c_int)> {
     mount(
         Some(c"proc"),
-        c"/proc",
+        &ns.proc_dir,
         Some(c"proc"),
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
     )
+    .map_err(|error| (Stage::MountProc, error))?;
+    mount(Some(&ns.proc_sys), &ns.proc_sys, None, libc::MS_BIND, None)
+        .and_then(|()| remount_read_only(&ns.proc_sys))
+        .map_err(|error| (Stage::MountProc, error))?;
+    // SAFETY: valid C string.
+    if unsafe { libc::chdir(ns.rootfs.as_ptr()) } != 0 {
+        return Err((Stage::PivotRoot, errno()));
+    }
+    pivot_root_here().map_err(|error| (Stage::PivotRoot, error))
 }
 
 /// The start of every keeper: a clean signal state, stderr joined to stdout (the
@@ -374,7 +463,7 @@ pub(crate) fn run_ns_keeper(plan: &InitPlan) -> ! {
         Ok(pair) => pair,
         Err(error) => fail(plan.report_fd, Stage::Pipe, error),
     };
-    // SAFETY: the child only runs fork-safe code (run_ns_init) and exits.
+    // SAFETY: the child only runs fork-safe code (run_ns_init) and execs or exits.
     let init = unsafe { raw_fork() };
     if init < 0 {
         fail(plan.report_fd, Stage::Fork, errno());
@@ -382,7 +471,7 @@ pub(crate) fn run_ns_keeper(plan: &InitPlan) -> ! {
     if init == 0 {
         // SAFETY: closing our copy of the keeper's end of the lifeline.
         unsafe { libc::close(life_write) };
-        run_ns_init(plan, life_read);
+        run_ns_init(plan, ns, life_read);
     }
     // The keeper keeps only the lifeline: the report pipe and the log pipe must
     // close when the sandbox's own processes are done with them.
@@ -426,17 +515,19 @@ fn unsafe_kill(pid: pid_t, signal: c_int) {
     unsafe { libc::kill(pid, signal) };
 }
 
-fn sorted_keep(plan: &InitPlan) -> [RawFd; 6] {
+fn sorted_keep(plan: &InitPlan) -> [RawFd; 7] {
     // The pipes were created after stdio, so they are above 2.
-    let mut keep = [0, 1, 2, plan.report_fd, plan.go_fd, plan.started_fd];
+    let mut keep = [0, 1, 2, plan.report_fd, plan.go_fd, plan.started_fd, plan.self_exe];
     keep.sort_unstable();
     keep
 }
 
-/// PID 1 of the sandbox's pid namespace: mounts its /proc, starts the main command,
-/// reaps orphans, relays a stop to every process, and ends the sandbox when the
-/// main command ends (as a container runtime does). Never returns.
-fn run_ns_init(plan: &InitPlan, life_read: RawFd) -> ! {
+/// PID 1 of the sandbox's pid namespace, before it becomes the sandbox's init: mounts
+/// its /proc, pivots into the sandbox's root, starts the main command, drops its
+/// privileges and re-executes the emulator's binary as a minimal init with an empty
+/// environment (`crate::init`), so nothing of the emulator's memory stays in the
+/// sandbox. Never returns.
+fn run_ns_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
     // SAFETY: prctl only changes the calling process.
     unsafe {
         libc::prctl(
@@ -452,26 +543,86 @@ fn run_ns_init(plan: &InitPlan, life_read: RawFd) -> ! {
     if peer_gone(life_read) {
         exit(1);
     }
-    // SAFETY: closing our lifeline end; it is no longer needed.
-    unsafe { libc::close(life_read) };
     set_name(c"cwsandbox-init");
-    if let Err(error) = mount_proc() {
-        fail(plan.report_fd, Stage::MountProc, error);
+    set_not_dumpable();
+    if let Err((stage, error)) = enter_root(ns) {
+        fail(plan.report_fd, stage, error);
     }
-    let signals = match control_signalfd() {
-        Ok(fd) => fd,
-        Err(error) => fail(plan.report_fd, Stage::Signalfd, error),
+    let main = if plan.probe {
+        0
+    } else {
+        // SAFETY: the child only runs fork-safe code (run_main) and execs or exits.
+        let main = unsafe { raw_fork() };
+        if main < 0 {
+            fail(plan.report_fd, Stage::Fork, errno());
+        }
+        if main == 0 {
+            run_main(plan);
+        }
+        main
     };
-    // SAFETY: the child only runs fork-safe code (run_main) and execs or exits.
-    let main = unsafe { raw_fork() };
-    if main < 0 {
-        fail(plan.report_fd, Stage::Fork, errno());
+    let give_up = |stage: Stage, error: c_int| -> ! {
+        if main > 0 {
+            unsafe_kill(main, libc::SIGKILL);
+        }
+        fail(plan.report_fd, stage, error)
+    };
+    if let Err(error) = drop_privileges(ns.becomes_root()) {
+        give_up(Stage::Credentials, error);
     }
-    if main == 0 {
-        run_main(plan);
+    // Changing credentials cleared the death signal: arm it again, then make sure the
+    // keeper did not die in between.
+    rearm_parent_death_signal(libc::SIGKILL);
+    if peer_gone(life_read) {
+        give_up(Stage::Fork, libc::ECHILD);
     }
-    report(plan.report_fd, ReportMessage::Ready(0));
-    close_fds_except(&[signals]);
+    // The report pipe closes on exec; the init we become reports on a copy that does not.
+    // SAFETY: dup of a descriptor we hold.
+    let report = unsafe { libc::dup(plan.report_fd) };
+    if report < 0 {
+        give_up(Stage::ExecInit, errno());
+    }
+    let mut report_digits = [0u8; 16];
+    let mut main_digits = [0u8; 16];
+    let argv = [
+        c"cwsandbox-init".as_ptr(),
+        crate::init::INIT_MAGIC.as_ptr(),
+        format_decimal(report as u32, &mut report_digits).as_ptr(),
+        format_decimal(main as u32, &mut main_digits).as_ptr(),
+        std::ptr::null(),
+    ];
+    let envp = [std::ptr::null::<c_char>()];
+    // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
+    unsafe {
+        libc::syscall(
+            libc::SYS_execveat,
+            plan.self_exe,
+            c"".as_ptr(),
+            argv.as_ptr(),
+            envp.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    give_up(Stage::ExecInit, errno())
+}
+
+/// Kills what is left of the namespace, reaps it, and exits with the main command's code.
+pub(crate) fn end_namespace(main_status: c_int) -> ! {
+    unsafe_kill(-1, libc::SIGKILL);
+    loop {
+        // SAFETY: waitpid with a null status pointer.
+        let pid = unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) };
+        if pid < 0 && errno() != libc::EINTR {
+            break;
+        }
+    }
+    exit(exit_code_of(main_status))
+}
+
+/// The loop of a sandbox's init once re-executed: reaps orphans, relays a stop's SIGTERM
+/// to every process of the namespace, and ends the sandbox when the main command ends
+/// (as a container runtime does). Never returns.
+pub(crate) fn init_loop(main: pid_t, signals: RawFd) -> ! {
     loop {
         match next_signal(signals) {
             // From PID 1, kill(-1) reaches every process of the namespace but itself.
@@ -491,19 +642,6 @@ fn run_ns_init(plan: &InitPlan, life_read: RawFd) -> ! {
             None => end_namespace(libc::SIGKILL),
         }
     }
-}
-
-/// Kills what is left of the namespace, reaps it, and exits with the main command's code.
-fn end_namespace(main_status: c_int) -> ! {
-    unsafe_kill(-1, libc::SIGKILL);
-    loop {
-        // SAFETY: waitpid with a null status pointer.
-        let pid = unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) };
-        if pid < 0 && errno() != libc::EINTR {
-            break;
-        }
-    }
-    exit(exit_code_of(main_status))
 }
 
 /// The sandbox keeper in plain mode. Never returns.
@@ -610,6 +748,8 @@ fn end_group(main: pid_t, main_status: c_int, signals: RawFd) -> ! {
 
 /// The main command's process: enters the working directory and execs. Never returns.
 fn run_main(plan: &InitPlan) -> ! {
+    // Until it execs, this process holds a copy of the emulator's memory.
+    set_not_dumpable();
     let mut go = [0u8; 1];
     loop {
         // SAFETY: reading one byte into a local buffer.
@@ -621,6 +761,14 @@ fn run_main(plan: &InitPlan) -> ! {
             continue;
         }
         // The emulator gave up on this sandbox.
+        exit(127);
+    }
+    if let Some(ns) = &plan.ns
+        && let Err(error) = drop_privileges(ns.becomes_root())
+    {
+        write_all(2, b"cwsandbox: cannot drop the sandbox's privileges\n");
+        let _ = error;
+        write_all(plan.started_fd, b"!");
         exit(127);
     }
     unblock_all_signals();
@@ -678,15 +826,32 @@ pub(crate) struct NsFds {
     pub(crate) user: Option<RawFd>,
     pub(crate) mnt: RawFd,
     pub(crate) uts: RawFd,
+    pub(crate) ipc: RawFd,
     pub(crate) pid: RawFd,
+    /// Switch to uid 0 of the user namespace (a root emulator's sandboxes).
+    pub(crate) becomes_root: bool,
+}
+
+/// How long an exec's process group has between SIGTERM and SIGKILL once its caller is gone.
+const EXEC_KILL_GRACE_MS: i64 = 1_000;
+
+fn monotonic_ms() -> i64 {
+    // SAFETY: a zeroed timespec is a valid out-parameter.
+    let mut now: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_gettime is async-signal-safe and writes into `now`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as i64 * 1000 + now.tv_nsec as i64 / 1_000_000
 }
 
 /// `pre_exec` for a command run in a namespaced sandbox.
 ///
 /// The forked process (the shim) joins the sandbox's namespaces; joining a pid
-/// namespace only applies to children, so it forks once more. The grandchild
-/// returns to std, which execs the command; the shim waits for it and exits with
-/// its code, so the emulator's child handle reports the command's status.
+/// namespace only applies to children, so it forks once more. The grandchild leads a
+/// session (and process group) of its own, drops to the sandbox's credentials and
+/// returns to std, which execs the command; the shim waits for it and exits with its
+/// code, so the emulator's child handle reports the command's status. Told to stop
+/// (SIGTERM: the caller went away), the shim ends the command's whole process group:
+/// SIGTERM, then SIGKILL after a short grace.
 pub(crate) fn exec_in_namespaces(
     parent: pid_t,
     ns: NsFds,
@@ -695,6 +860,7 @@ pub(crate) fn exec_in_namespaces(
 ) -> io::Result<()> {
     block_all_signals();
     reset_signal_dispositions();
+    set_not_dumpable();
     // SAFETY: setpgid on ourselves.
     unsafe { libc::setpgid(0, 0) };
     if !set_parent_death_signal(libc::SIGKILL, parent) {
@@ -705,6 +871,7 @@ pub(crate) fn exec_in_namespaces(
         (ns.user, libc::CLONE_NEWUSER),
         (Some(ns.mnt), libc::CLONE_NEWNS),
         (Some(ns.uts), libc::CLONE_NEWUTS),
+        (Some(ns.ipc), libc::CLONE_NEWIPC),
         (Some(ns.pid), libc::CLONE_NEWPID),
     ];
     for (fd, kind) in joins {
@@ -722,30 +889,25 @@ pub(crate) fn exec_in_namespaces(
         return Err(io::Error::from_raw_os_error(errno()));
     }
     if command == 0 {
-        // SAFETY: plain descriptor and prctl calls on ourselves.
-        unsafe {
-            libc::close(life_write);
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            );
+        // SAFETY: closing our copy of the shim's end.
+        unsafe { libc::close(life_write) };
+        // A session and process group of its own: what the shim ends when told to.
+        // SAFETY: setsid on ourselves.
+        unsafe { libc::setsid() };
+        if tty {
+            // The pty on stdin becomes the controlling terminal, so job control and
+            // SIGWINCH work.
+            // SAFETY: TIOCSCTTY on our own stdin.
+            unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) };
         }
-        // The lifeline's read end closes on exec; until then it tells whether the
-        // shim died before the death signal was armed.
+        if let Err(error) = drop_privileges(ns.becomes_root) {
+            return Err(io::Error::from_raw_os_error(error));
+        }
+        // Set after the credentials changed (which clears it); the lifeline's read end
+        // closes on exec and until then tells whether the shim died before it was armed.
+        rearm_parent_death_signal(libc::SIGKILL);
         if peer_gone(life_read) {
             exit(1);
-        }
-        if tty {
-            // A new session whose controlling terminal is the pty on stdin, so
-            // job control and SIGWINCH work.
-            // SAFETY: setsid and TIOCSCTTY on our own stdin.
-            unsafe {
-                libc::setsid();
-                libc::ioctl(0, libc::TIOCSCTTY, 0);
-            }
         }
         // SAFETY: valid C string.
         if unsafe { libc::chdir(cwd.as_ptr()) } != 0 {
@@ -758,44 +920,55 @@ pub(crate) fn exec_in_namespaces(
     // The shim must not hold the command's pipes or std's exec-status socket:
     // they have to close when the command is done with them.
     close_fds_except(&[life_write]);
-    // SIGTERM asks the shim to end the command and reap it before exiting. A shim
-    // killed outright would orphan the command to a reaper outside the sandbox's
-    // pid namespace (the host's init), and the namespace cannot be torn down until
-    // that reaper gets round to its zombie (never, where PID 1 does not reap).
-    SHIM_COMMAND.store(command, Ordering::Relaxed);
-    // SAFETY: installing a handler that only makes an async-signal-safe call, then
-    // unblocking that one signal (pending since the start, it is delivered now).
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = kill_shim_command as *const () as libc::sighandler_t;
-        libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-    }
+    let Ok(signals) = control_signalfd() else {
+        unsafe_kill(-command, libc::SIGKILL);
+        exit(1);
+    };
+    // A shim killed outright would orphan the command to a reaper outside the sandbox's
+    // pid namespace, so the emulator asks with SIGTERM and the shim reaps what it kills.
+    let mut deadline: Option<i64> = None;
+    let mut command_status: Option<c_int> = None;
     loop {
-        let mut status = 0;
-        // SAFETY: waitpid on our own child with a valid status pointer.
-        let pid = unsafe { libc::waitpid(command, &mut status, 0) };
-        if pid == command {
-            exit(exit_code_of(status));
+        let signal = match deadline {
+            None => next_signal(signals),
+            Some(deadline) => next_signal_timeout(signals, (deadline - monotonic_ms()).clamp(0, 50) as c_int),
+        };
+        match signal {
+            Some(libc::SIGCHLD) if command_status.is_none() => {
+                let mut status = 0;
+                // SAFETY: waitpid on our own child with a valid status pointer.
+                if unsafe { libc::waitpid(command, &mut status, libc::WNOHANG) } == command {
+                    if deadline.is_none() {
+                        exit(exit_code_of(status));
+                    }
+                    command_status = Some(status);
+                }
+            }
+            Some(libc::SIGTERM) if deadline.is_none() => {
+                deadline = Some(monotonic_ms() + EXEC_KILL_GRACE_MS);
+                unsafe_kill(-command, libc::SIGTERM);
+            }
+            Some(_) => {}
+            None if deadline.is_none() => exit(1),
+            None => {}
         }
-        if pid < 0 && errno() != libc::EINTR {
-            exit(1);
+        if let Some(limit) = deadline {
+            // SAFETY: signal 0 only checks whether the group still has members.
+            let group_alive = unsafe { libc::kill(-command, 0) } == 0;
+            if monotonic_ms() >= limit {
+                unsafe_kill(-command, libc::SIGKILL);
+            }
+            if !group_alive || monotonic_ms() >= limit + 2 * EXEC_KILL_GRACE_MS {
+                if command_status.is_none() {
+                    unsafe_kill(command, libc::SIGKILL);
+                    let mut status = 0;
+                    // SAFETY: waitpid on our own child.
+                    unsafe { libc::waitpid(command, &mut status, 0) };
+                    command_status = Some(status);
+                }
+                exit(exit_code_of(command_status.unwrap_or(libc::SIGKILL)));
+            }
         }
-    }
-}
-
-/// The command of this exec shim (only set in a shim process).
-static SHIM_COMMAND: AtomicI32 = AtomicI32::new(0);
-
-/// The exec shim's SIGTERM handler: kills the command, which the shim then reaps.
-extern "C" fn kill_shim_command(_signal: c_int) {
-    let command = SHIM_COMMAND.load(Ordering::Relaxed);
-    if command > 0 {
-        unsafe_kill(command, libc::SIGKILL);
     }
 }
 
@@ -819,69 +992,37 @@ pub(crate) fn exec_plain(parent: pid_t, group: pid_t, cwd: &CStr) -> io::Result<
 }
 
 /// Checks that namespaces work here by building a throw-away sandbox with the same
-/// steps as a real one (including the pid namespace's /proc).
-pub(crate) fn probe_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
-    let (read, write) = pipe_cloexec().map_err(|error| (Stage::Pipe, error))?;
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: the child only makes fork-safe calls and exits.
+/// steps as a real one: its root, the pivot, the privilege drop and the re-executed init,
+/// which reports ready and exits. `plan.probe` must be set.
+pub(crate) fn probe_namespaces(plan: &InitPlan, report_read: RawFd) -> Result<(), (Stage, c_int)> {
+    // SAFETY: the child only runs fork-safe code and exits.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        let error = errno();
-        // SAFETY: closing the pipe we created.
-        unsafe {
-            libc::close(read);
-            libc::close(write);
-        }
-        return Err((Stage::Fork, error));
+        return Err((Stage::Fork, errno()));
     }
     if pid == 0 {
-        block_all_signals();
-        if !set_parent_death_signal(libc::SIGKILL, parent) {
-            exit(1);
-        }
-        close_fds_except(&[write]);
-        if let Err((stage, error)) = setup_namespaces(plan) {
-            fail(write, stage, error);
-        }
-        // SAFETY: the child only makes fork-safe calls and exits.
-        let init = unsafe { raw_fork() };
-        if init < 0 {
-            fail(write, Stage::Fork, errno());
-        }
-        if init == 0 {
-            if let Err(error) = mount_proc() {
-                fail(write, Stage::MountProc, error);
-            }
-            report(write, ReportMessage::Ready(0));
-            exit(0);
-        }
-        // SAFETY: waitpid on our own child.
-        unsafe { libc::waitpid(init, std::ptr::null_mut(), 0) };
-        exit(0);
+        run_ns_keeper(plan);
     }
-    // SAFETY: closing our copy of the write end so EOF arrives when the child is done.
-    unsafe { libc::close(write) };
+    // SAFETY: the write end belongs to the probe (the caller gave it up); closing our copy
+    // lets EOF arrive when the child is done.
+    unsafe { libc::close(plan.report_fd) };
     let mut bytes = Vec::new();
     let mut buffer = [0u8; 64];
     loop {
         // SAFETY: reading into a local buffer.
-        let read_len = unsafe { libc::read(read, buffer.as_mut_ptr().cast(), buffer.len()) };
+        let read_len = unsafe { libc::read(report_read, buffer.as_mut_ptr().cast(), buffer.len()) };
         if read_len > 0 {
             bytes.extend_from_slice(&buffer[..read_len as usize]);
         } else if read_len == 0 || errno() != libc::EINTR {
             break;
         }
     }
-    // SAFETY: closing our read end and reaping our child.
-    unsafe {
-        libc::close(read);
-        libc::waitpid(pid, std::ptr::null_mut(), 0);
-    }
+    // SAFETY: reaping our child.
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
     match parse_report(&bytes).first() {
         Some(ReportMessage::Ready(_)) => Ok(()),
         Some(ReportMessage::Failed(stage, error)) => Err((*stage, *error)),
-        None => Err((Stage::Fork, libc::ECHILD)),
+        None => Err((Stage::ExecInit, libc::ECHILD)),
     }
 }
 
@@ -914,10 +1055,13 @@ mod tests {
     }
 
     #[test]
-    fn proc_fd_paths_are_formatted_without_allocation() {
-        let mut buffer = [0u8; 32];
-        assert_eq!(proc_fd_path(7, &mut buffer), c"/proc/self/fd/7");
-        assert_eq!(proc_fd_path(1234, &mut buffer), c"/proc/self/fd/1234");
-        assert_eq!(proc_fd_path(0, &mut buffer), c"/proc/self/fd/0");
+    fn proc_paths_are_formatted_without_allocation() {
+        let mut buffer = [0u8; 64];
+        assert_eq!(proc_pid_path(7, b"uid_map", &mut buffer), c"/proc/7/uid_map");
+        assert_eq!(proc_pid_path(1234, b"gid_map", &mut buffer), c"/proc/1234/gid_map");
+        let mut digits = [0u8; 16];
+        assert_eq!(format_decimal(0, &mut digits), c"0");
+        assert_eq!(parse_decimal(format_decimal(4_294_967_295, &mut digits)), Some(u32::MAX));
+        assert_eq!(parse_decimal(c"12a"), None);
     }
 }

@@ -43,6 +43,13 @@ pub enum FileError {
     SandboxNotRunning,
     #[error("invalid path: {0}")]
     InvalidPath(String),
+    /// A FIFO, device or socket: only regular files are read or written (anything else
+    /// could block the call, and a thread, for ever).
+    #[error("not a regular file ({kind}): only regular files can be read or written")]
+    NotRegular { kind: &'static str },
+    /// The operation (or its wait for one of `limit` turns) took longer than `after`.
+    #[error("the file operation did not finish within {after:?} (at most {limit} run at once)")]
+    TimedOut { after: std::time::Duration, limit: usize },
 }
 
 impl FileError {

@@ -4,7 +4,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::CString;
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -17,7 +16,8 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
-use crate::child::{self, InitPlan, NsFds, NsPlan, Program, ReportMessage, UserMaps};
+use crate::child::{self, Bind, IdMap, InitPlan, NsFds, NsPlan, Program, ReportMessage};
+use crate::rootfs;
 use crate::exec::{self, ExecRequest, ExecSession, ExecTracker};
 use crate::files;
 use crate::logs::{LogBuffer, LogReader};
@@ -35,17 +35,33 @@ const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// process that left the sandbox's group may hold it.
 const LOG_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Directories never covered by a private working directory: hiding them would
-/// break every command. A working directory there is used as it is.
-const SYSTEM_DIRS: &[&str] = &[
-    "/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
-    "/sbin", "/sys", "/usr", "/var",
-];
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
-    Namespaces { user_namespace: bool },
+    Namespaces { ids: IdMode },
     Plain,
+}
+
+/// How a namespaced sandbox's user ids relate to the host's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IdMode {
+    /// An unprivileged emulator: its uid and gid map to themselves.
+    Own,
+    /// A root emulator: the sandbox's ids 0..count are host ids base..base+count, and its
+    /// processes run as that root (which owns nothing of the host).
+    Range { base: u32, count: u32 },
+    /// Root where no user namespace can be made: the sandbox's root is the host's root,
+    /// without the capabilities that could undo its isolation.
+    HostRoot,
+}
+
+impl Mode {
+    /// The host (uid, gid) of the sandbox's root user, where it is not ours.
+    fn sandbox_owner(self) -> Option<(u32, u32)> {
+        match self {
+            Mode::Namespaces { ids: IdMode::Range { base, .. } } => Some((base, base)),
+            _ => None,
+        }
+    }
 }
 
 /// Runs sandboxes. Cheap to clone; every clone drives the same sandboxes. When
@@ -62,6 +78,10 @@ struct Inner {
     /// Our pid, for children to check that we are still their parent.
     pid: pid_t,
     spawner: Spawner,
+    /// The running program, re-executed as each sandbox's init.
+    self_exe: OwnedFd,
+    /// File operations in flight: each holds a blocking thread, so they are counted.
+    file_operations: Arc<tokio::sync::Semaphore>,
     registry: Mutex<Registry>,
     exits_sender: mpsc::UnboundedSender<MainExit>,
     exits_receiver: Mutex<Option<mpsc::UnboundedReceiver<MainExit>>>,
@@ -99,6 +119,8 @@ struct Running {
     keeper: ProcessHandle,
     /// The sandbox's root directory, for file operations.
     root: OwnedFd,
+    /// Who files the emulator creates in the sandbox must belong to (host ids).
+    owner: Option<(u32, u32)>,
     target: Target,
 }
 
@@ -108,7 +130,9 @@ enum Target {
         user: Option<OwnedFd>,
         mnt: OwnedFd,
         uts: OwnedFd,
+        ipc: OwnedFd,
         pid: OwnedFd,
+        becomes_root: bool,
     },
     /// The main command's process group, which exec'd commands join.
     Plain { group: pid_t },
@@ -144,18 +168,28 @@ impl Executor {
     /// Creates an executor. With [`Isolation::Auto`] it probes whether namespaces
     /// work here and falls back to plain processes, with a warning, when they do not.
     pub fn new(mut config: ExecutorConfig) -> Result<Executor, ExecutorError> {
+        crate::init::keep_linked();
         std::fs::create_dir_all(&config.root_dir)?;
-        // Sandboxes see their directories by absolute path.
         config.root_dir = config.root_dir.canonicalize()?;
-        let mode = choose_mode(&config)?;
+        let self_exe = sys::open_own_executable()?;
+        let mode = choose_mode(&config, &self_exe)?;
+        if sys::current_uid() == 0 {
+            warn!(
+                ?mode,
+                "the emulator runs as root: sandboxes run as the root of a user namespace (an unused range of host ids) without CAP_SYS_ADMIN; run it as an unprivileged user where you can"
+            );
+        }
         info!(?mode, root_dir = %config.root_dir.display(), "sandbox executor ready");
         let (exits_sender, exits_receiver) = mpsc::unbounded_channel();
+        let file_operations = Arc::new(tokio::sync::Semaphore::new(config.max_file_operations.max(1)));
         Ok(Executor {
             inner: Arc::new(Inner {
                 config,
                 mode,
                 pid: std::process::id() as pid_t,
                 spawner: Spawner::new()?,
+                self_exe,
+                file_operations,
                 registry: Mutex::new(Registry::default()),
                 exits_sender,
                 exits_receiver: Mutex::new(Some(exits_receiver)),
@@ -171,15 +205,9 @@ impl Executor {
         }
     }
 
-    /// Whether sandboxes get a user namespace (the emulator is not root, or root
-    /// without the rights to create namespaces otherwise).
+    /// Whether sandboxes get a user namespace (always, unless root cannot create one).
     pub fn uses_user_namespace(&self) -> bool {
-        matches!(
-            self.inner.mode,
-            Mode::Namespaces {
-                user_namespace: true
-            }
-        )
+        matches!(self.inner.mode, Mode::Namespaces { ids } if ids != IdMode::HostRoot)
     }
 
     /// The configuration in force (with `root_dir` made absolute).
@@ -232,12 +260,13 @@ impl Executor {
         let layout = {
             let dir = dir.clone();
             let working_dir = spec.working_dir.clone();
-            tokio::task::spawn_blocking(move || prepare_layout(&dir, mode, working_dir.as_deref()))
+            let host_paths = self.inner.config.host_paths.clone();
+            tokio::task::spawn_blocking(move || prepare_layout(&dir, mode, &host_paths, working_dir.as_deref()))
                 .await
                 .map_err(|error| setup_error(id, error.to_string()))?
                 .map_err(|message| setup_error(id, message))?
         };
-        let env = sandbox_env(&spec);
+        let env = sandbox_env(&spec, mode);
         let program = match spec.command.first() {
             None => None,
             Some(program) => Some(Program::new(
@@ -255,20 +284,9 @@ impl Executor {
                 program,
             )),
         };
-        let ns = match mode {
-            Mode::Plain => None,
-            Mode::Namespaces { user_namespace } => Some(NsPlan {
-                flags: namespace_flags(user_namespace),
-                user_maps: user_namespace.then(user_maps).transpose()?,
-                hostname: c_string(spec.hostname.clone())?,
-                tmp_source: path_c_string(&layout.tmp)?,
-                workdir_bind: match &layout.bind {
-                    Some((source, target)) => {
-                        Some((path_c_string(source)?, c_string(target.clone())?))
-                    }
-                    None => None,
-                },
-            }),
+        let ns = match (mode, &layout.rootfs) {
+            (Mode::Namespaces { ids }, Some(rootfs)) => Some(ns_plan(ids, &spec.hostname, rootfs)?),
+            _ => None,
         };
         let (report_read, report_write) = std::io::pipe()?;
         let (go_read, mut go_write) = std::io::pipe()?;
@@ -279,6 +297,8 @@ impl Executor {
             go_fd: go_read.as_raw_fd(),
             started_fd: started_write.as_raw_fd(),
             ns,
+            self_exe: self.inner.self_exe.as_raw_fd(),
+            probe: false,
             cwd: c_string(layout.working_dir.clone())?,
             cwd_message: format!(
                 "cwsandbox: cannot enter the working directory {}\n",
@@ -510,7 +530,19 @@ impl Executor {
             .kill_on_drop(true);
         let pty_master = if request.tty {
             let (cols, rows) = request.tty_size.unwrap_or((80, 24));
-            let (master, slave) = sys::open_pty(cols, rows)?;
+            // A namespaced sandbox's terminal comes from its own devpts.
+            let master = match running.target {
+                Target::Namespaces { .. } => Some(
+                    sys::open_in_root(
+                        running.root.as_raw_fd(),
+                        c"/dev/pts/ptmx",
+                        libc::O_RDWR | libc::O_NOCTTY,
+                        0,
+                    )?,
+                ),
+                Target::Plain { .. } => None,
+            };
+            let (master, slave) = sys::open_pty(master, cols, rows)?;
             command
                 .stdin(slave.try_clone()?)
                 .stdout(slave.try_clone()?)
@@ -536,13 +568,17 @@ impl Executor {
                     user,
                     mnt,
                     uts,
+                    ipc,
                     pid,
+                    becomes_root,
                 } => {
                     let fds = NsFds {
                         user: user.as_ref().map(AsRawFd::as_raw_fd),
                         mnt: mnt.as_raw_fd(),
                         uts: uts.as_raw_fd(),
+                        ipc: ipc.as_raw_fd(),
                         pid: pid.as_raw_fd(),
+                        becomes_root: *becomes_root,
                     };
                     child::exec_in_namespaces(parent, fds, &cwd_c, tty)
                 }
@@ -580,9 +616,37 @@ impl Executor {
         }
         let path = files::resolve(path, &sandbox.working_dir)?;
         let content = content.to_vec();
-        tokio::task::spawn_blocking(move || files::write(&running.root, &path, &content))
+        self.file_operation(move || files::write(&running.root, &path, &content, running.owner))
+            .await
+    }
+
+    /// Runs a file operation on a blocking thread, at most `max_file_operations` at once
+    /// and within `file_timeout` (waiting for a turn included). A timed-out operation's
+    /// thread keeps its turn until it really ends, so stuck operations cannot pile up
+    /// threads.
+    async fn file_operation<T: Send + 'static>(
+        &self,
+        operation: impl FnOnce() -> Result<T, FileError> + Send + 'static,
+    ) -> Result<T, FileError> {
+        let timeout = self.inner.config.file_timeout;
+        let limit = self.inner.config.max_file_operations;
+        let operations = self.inner.file_operations.clone();
+        let work = async move {
+            let permit = operations
+                .acquire_owned()
+                .await
+                .map_err(|_| FileError::Io("the executor is shut down".into()))?;
+            tokio::task::spawn_blocking(move || {
+                let result = operation();
+                drop(permit);
+                result
+            })
             .await
             .map_err(|error| FileError::Io(error.to_string()))?
+        };
+        tokio::time::timeout(timeout, work)
+            .await
+            .map_err(|_| FileError::TimedOut { after: timeout, limit })?
     }
 
     /// Reads a whole file inside a running sandbox.
@@ -590,9 +654,8 @@ impl Executor {
         let (sandbox, running) = self.running_for_files(id)?;
         let max = self.inner.config.max_file_bytes;
         let path = files::resolve(path, &sandbox.working_dir)?;
-        tokio::task::spawn_blocking(move || files::read(&running.root, &path, max))
+        self.file_operation(move || files::read(&running.root, &path, max))
             .await
-            .map_err(|error| FileError::Io(error.to_string()))?
     }
 
     fn running_for_files(&self, id: &str) -> Result<(Arc<Sandbox>, Arc<Running>), FileError> {
@@ -762,9 +825,10 @@ fn open_running(
         Mode::Plain => Ok(Running {
             keeper,
             root: sys::open_path(c"/")?,
+            owner: None,
             target: Target::Plain { group: main_pid },
         }),
-        Mode::Namespaces { user_namespace } => {
+        Mode::Namespaces { ids } => {
             // The keeper is our unreaped child, so its pid cannot have been reused;
             // it shares the user, uts and mount namespaces with init, and its
             // pid_for_children is init's pid namespace.
@@ -774,16 +838,18 @@ fn open_running(
                         .map_err(std::io::Error::other)?,
                 )
             };
-            let user = if user_namespace {
-                Some(open("user")?)
-            } else {
+            let user = if ids == IdMode::HostRoot {
                 None
+            } else {
+                Some(open("user")?)
             };
             let target = Target::Namespaces {
                 user,
                 mnt: open("mnt")?,
                 uts: open("uts")?,
+                ipc: open("ipc")?,
                 pid: open("pid_for_children")?,
+                becomes_root: matches!(ids, IdMode::Range { .. }),
             };
             let root = sys::open_path(
                 &CString::new(format!("/proc/{keeper_pid}/root")).map_err(std::io::Error::other)?,
@@ -791,6 +857,7 @@ fn open_running(
             Ok(Running {
                 keeper,
                 root,
+                owner: mode.sandbox_owner(),
                 target,
             })
         }
@@ -799,83 +866,72 @@ fn open_running(
 
 /// Where a sandbox's directories are and how its working directory is made.
 struct Layout {
-    tmp: PathBuf,
     /// The working directory as the sandbox sees it.
     working_dir: String,
-    /// Namespaces mode: bind this host directory on this path.
-    bind: Option<(PathBuf, String)>,
+    /// Namespaces mode: the sandbox's root.
+    rootfs: Option<rootfs::Rootfs>,
 }
 
-fn prepare_layout(dir: &Path, mode: Mode, working_dir: Option<&str>) -> Result<Layout, String> {
+fn prepare_layout(
+    dir: &Path,
+    mode: Mode,
+    host_paths: &[PathBuf],
+    working_dir: Option<&str>,
+) -> Result<Layout, String> {
+    if let Mode::Namespaces { .. } = mode {
+        let rootfs = rootfs::prepare(dir, host_paths, working_dir, mode.sandbox_owner())?;
+        return Ok(Layout { working_dir: rootfs.working_dir.clone(), rootfs: Some(rootfs) });
+    }
+    // Plain processes see the host's filesystem: their default working directory is a
+    // directory of their own, and an absolute one must already exist (nothing is created
+    // on the host on a sandbox's behalf).
     let describe = |what: &str, path: &Path, error: std::io::Error| {
         format!("cannot {what} {}: {error}", path.display())
     };
     if dir.exists() {
-        // Left from an earlier start: a restarted container starts from scratch.
         std::fs::remove_dir_all(dir).map_err(|error| describe("clear", dir, error))?;
     }
-    let tmp = dir.join("tmp");
     let work = dir.join("work");
-    for path in [&tmp, &work] {
-        std::fs::create_dir_all(path).map_err(|error| describe("create", path, error))?;
-    }
-    // Like the real /tmp: writable by all, sticky.
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777))
-        .map_err(|error| describe("set the mode of", &tmp, error))?;
+    std::fs::create_dir_all(&work).map_err(|error| describe("create", &work, error))?;
     let work_path = work.to_string_lossy().into_owned();
-    let namespaces = matches!(mode, Mode::Namespaces { .. });
-    // Makes sure `target` can be mounted on (or entered) inside the sandbox.
-    let ensure_dir = |target: &str| -> Result<(), String> {
-        let host_path = match target.strip_prefix("/tmp/") {
-            // Inside the sandbox /tmp is the private one.
-            Some(rest) if namespaces => tmp.join(rest),
-            _ => PathBuf::from(target),
-        };
-        std::fs::create_dir_all(&host_path)
-            .map_err(|error| describe("create the working directory", &host_path, error))
-    };
-    let (working_dir, bind) = match working_dir.map(|dir| dir.trim_end_matches('/')) {
-        None => {
-            ensure_dir(&work_path)?;
-            (
-                work_path.clone(),
-                namespaces.then(|| (work.clone(), work_path.clone())),
-            )
-        }
-        // "/" itself (trimmed to empty).
-        Some("") => ("/".to_owned(), None),
+    let working_dir = match working_dir.map(|dir| dir.trim_end_matches('/')) {
+        None => work_path,
+        Some("") => "/".to_owned(),
         Some(relative) if !relative.starts_with('/') => {
-            let inside = format!("{work_path}/{relative}");
             std::fs::create_dir_all(work.join(relative))
                 .map_err(|error| describe("create", &work.join(relative), error))?;
-            ensure_dir(&work_path)?;
-            (
-                inside,
-                namespaces.then(|| (work.clone(), work_path.clone())),
-            )
+            format!("{work_path}/{relative}")
         }
         Some(absolute) => {
-            let private = namespaces
-                && absolute != "/tmp"
-                && !absolute.starts_with("/tmp/")
-                && !SYSTEM_DIRS.contains(&absolute);
-            if SYSTEM_DIRS.contains(&absolute) {
-                if !Path::new(absolute).is_dir() {
-                    return Err(format!("the working directory {absolute} does not exist"));
-                }
-            } else {
-                ensure_dir(absolute)?;
+            if !Path::new(absolute).is_dir() {
+                return Err(format!(
+                    "the working directory {absolute} does not exist (plain processes use the host's filesystem, where nothing is created for them)"
+                ));
             }
-            (
-                absolute.to_owned(),
-                private.then(|| (work.clone(), absolute.to_owned())),
-            )
+            absolute.to_owned()
         }
     };
-    Ok(Layout {
-        tmp,
-        working_dir,
-        bind,
+    Ok(Layout { working_dir, rootfs: None })
+}
+
+/// The keeper's plan for a namespaced sandbox.
+fn ns_plan(ids: IdMode, hostname: &str, rootfs: &rootfs::Rootfs) -> Result<NsPlan, ExecutorError> {
+    let root = &rootfs.path;
+    Ok(NsPlan {
+        flags: namespace_flags(ids != IdMode::HostRoot),
+        id_map: id_map(ids)?,
+        hostname: c_string(hostname.to_owned())?,
+        rootfs: path_c_string(root)?,
+        binds: rootfs
+            .binds
+            .iter()
+            .map(|(source, target, read_only)| {
+                Ok(Bind { source: path_c_string(source)?, target: path_c_string(target)?, read_only: *read_only })
+            })
+            .collect::<Result<_, ExecutorError>>()?,
+        devpts: path_c_string(&root.join("dev/pts"))?,
+        proc_dir: path_c_string(&root.join("proc"))?,
+        proc_sys: path_c_string(&root.join("proc/sys"))?,
     })
 }
 
@@ -887,25 +943,23 @@ fn remove_dir(dir: &Path) {
     }
 }
 
-fn choose_mode(config: &ExecutorConfig) -> Result<Mode, ExecutorError> {
+fn choose_mode(config: &ExecutorConfig, self_exe: &OwnedFd) -> Result<Mode, ExecutorError> {
     if config.isolation == Isolation::Plain {
         return Ok(Mode::Plain);
     }
-    // Root can usually create namespaces directly; inside some containers only a
-    // user namespace is allowed, so that is the second choice.
-    let attempts: &[bool] = if sys::current_uid() == 0 {
-        &[false, true]
+    // A user namespace always where one can be made; root gets a range of unused host
+    // ids for it. Inside some containers root can make every namespace but that one.
+    let attempts: Vec<IdMode> = if sys::current_uid() == 0 {
+        let (base, count) = config.sandbox_id_range;
+        vec![IdMode::Range { base, count }, IdMode::HostRoot]
     } else {
-        &[true]
+        vec![IdMode::Own]
     };
     let mut failures = Vec::new();
-    for &user_namespace in attempts {
-        match probe(&config.root_dir, user_namespace) {
-            Ok(()) => return Ok(Mode::Namespaces { user_namespace }),
-            Err(failure) => failures.push(format!(
-                "{} user namespace: {failure}",
-                if user_namespace { "with" } else { "without" }
-            )),
+    for ids in attempts {
+        match probe(config, ids, self_exe) {
+            Ok(()) => return Ok(Mode::Namespaces { ids }),
+            Err(failure) => failures.push(format!("{ids:?}: {failure}")),
         }
     }
     let reason = failures.join("; ");
@@ -914,35 +968,39 @@ fn choose_mode(config: &ExecutorConfig) -> Result<Mode, ExecutorError> {
     }
     warn!(
         %reason,
-        "Linux namespaces are unavailable: sandboxes run as plain processes, sharing the host's hostname, /tmp and pid space"
+        "Linux namespaces are unavailable: sandboxes run as plain processes with the emulator's rights, sharing the host's filesystem, hostname and pid space; they are NOT isolated from the host or from each other"
     );
     Ok(Mode::Plain)
 }
 
 static PROBE_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-fn probe(root_dir: &Path, user_namespace: bool) -> Result<(), String> {
-    let dir = root_dir.join(format!(
+/// Builds a throw-away sandbox with every step a real one takes (root, pivot, privilege
+/// drop, re-executed init).
+fn probe(config: &ExecutorConfig, ids: IdMode, self_exe: &OwnedFd) -> Result<(), String> {
+    let dir = config.root_dir.join(format!(
         ".probe-{}-{}",
         std::process::id(),
         PROBE_COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
-    std::fs::create_dir_all(&dir)
-        .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+    let mode = Mode::Namespaces { ids };
     let result = (|| {
-        let dir_c = path_c_string(&dir).map_err(|error| error.to_string())?;
-        let plan = NsPlan {
-            flags: namespace_flags(user_namespace),
-            user_maps: if user_namespace {
-                Some(user_maps().map_err(|error| error.to_string())?)
-            } else {
-                None
-            },
-            hostname: c"cwsandbox-probe".to_owned(),
-            tmp_source: dir_c.clone(),
-            workdir_bind: Some((dir_c, c"/tmp".to_owned())),
+        let rootfs = rootfs::prepare(&dir, &config.host_paths, None, mode.sandbox_owner())?;
+        let ns = ns_plan(ids, "cwsandbox-probe", &rootfs).map_err(|error| error.to_string())?;
+        let (report_read, report_write) = std::io::pipe().map_err(|error| error.to_string())?;
+        let plan = InitPlan {
+            parent: std::process::id() as pid_t,
+            report_fd: std::os::fd::IntoRawFd::into_raw_fd(report_write),
+            go_fd: -1,
+            started_fd: -1,
+            ns: Some(ns),
+            self_exe: self_exe.as_raw_fd(),
+            probe: true,
+            cwd: c"/".to_owned(),
+            cwd_message: Vec::new(),
+            program: None,
         };
-        child::probe_namespaces(&plan).map_err(|(stage, errno)| {
+        child::probe_namespaces(&plan, report_read.as_raw_fd()).map_err(|(stage, errno)| {
             format!(
                 "{} failed: {}",
                 stage.describe(),
@@ -955,7 +1013,7 @@ fn probe(root_dir: &Path, user_namespace: bool) -> Result<(), String> {
 }
 
 fn namespace_flags(user_namespace: bool) -> libc::c_int {
-    let flags = libc::CLONE_NEWUTS | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    let flags = libc::CLONE_NEWUTS | libc::CLONE_NEWIPC | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
     if user_namespace {
         flags | libc::CLONE_NEWUSER
     } else {
@@ -963,22 +1021,34 @@ fn namespace_flags(user_namespace: bool) -> libc::c_int {
     }
 }
 
-/// The emulator's uid and gid map to themselves, so files keep their owner and
-/// commands run with the emulator user's rights (no more).
-fn user_maps() -> Result<UserMaps, ExecutorError> {
-    let (uid, gid) = (sys::current_uid(), sys::current_gid());
-    Ok(UserMaps {
-        uid_map: c_string(format!("{uid} {uid} 1\n"))?,
-        gid_map: c_string(format!("{gid} {gid} 1\n"))?,
+/// The id maps of a sandbox's user namespace.
+fn id_map(ids: IdMode) -> Result<Option<IdMap>, ExecutorError> {
+    Ok(match ids {
+        // Files keep their owner and commands run with the emulator user's rights (no more).
+        IdMode::Own => {
+            let (uid, gid) = (sys::current_uid(), sys::current_gid());
+            Some(IdMap::Own {
+                uid_map: c_string(format!("{uid} {uid} 1\n"))?,
+                gid_map: c_string(format!("{gid} {gid} 1\n"))?,
+            })
+        }
+        IdMode::Range { base, count } => Some(IdMap::Range {
+            uid_map: c_string(format!("0 {base} {count}\n"))?,
+            gid_map: c_string(format!("0 {base} {count}\n"))?,
+        }),
+        IdMode::HostRoot => None,
     })
 }
 
 /// The environment of the main command and the base of every exec's.
-fn sandbox_env(spec: &LaunchSpec) -> BTreeMap<String, String> {
-    let home = if sys::current_uid() == 0 {
-        "/root".to_owned()
-    } else {
-        std::env::var("HOME").unwrap_or_else(|_| "/".into())
+fn sandbox_env(spec: &LaunchSpec, mode: Mode) -> BTreeMap<String, String> {
+    let home = match mode {
+        // The sandbox's root user, whose home is in its own root directory.
+        Mode::Namespaces { ids: IdMode::Range { .. } | IdMode::HostRoot } => "/root".to_owned(),
+        // The emulator's user, whose home is not in the sandbox's view.
+        Mode::Namespaces { ids: IdMode::Own } => "/".to_owned(),
+        Mode::Plain if sys::current_uid() == 0 => "/root".to_owned(),
+        Mode::Plain => std::env::var("HOME").unwrap_or_else(|_| "/".into()),
     };
     let mut env = BTreeMap::from([
         ("PATH".to_owned(), DEFAULT_PATH.to_owned()),
@@ -1137,7 +1207,7 @@ mod tests {
             env: BTreeMap::from([("PATH".into(), "/x".into()), ("A".into(), "b".into())]),
             ..LaunchSpec::default()
         };
-        let env = sandbox_env(&spec);
+        let env = sandbox_env(&spec, Mode::Plain);
         assert_eq!(env["PATH"], "/x");
         assert_eq!(env["HOSTNAME"], "pod-1");
         assert_eq!(env["A"], "b");

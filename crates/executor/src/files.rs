@@ -37,8 +37,9 @@ fn c_path(path: &str) -> Result<CString, FileError> {
     CString::new(path).map_err(|_| FileError::InvalidPath("the path contains a NUL byte".into()))
 }
 
-/// Creates the missing parent directories of `path` (a sandbox-absolute path).
-fn create_parents(root: &OwnedFd, path: &str) -> Result<(), FileError> {
+/// Creates the missing parent directories of `path` (a sandbox-absolute path), owned by
+/// `owner` where given.
+fn create_parents(root: &OwnedFd, path: &str, owner: Option<(u32, u32)>) -> Result<(), FileError> {
     let Some((parent, _)) = path.rsplit_once('/') else {
         return Ok(());
     };
@@ -61,24 +62,63 @@ fn create_parents(root: &OwnedFd, path: &str) -> Result<(), FileError> {
             if error.raw_os_error() != Some(libc::EEXIST) {
                 return Err(FileError::from_io(&error));
             }
+        } else if let Some((uid, gid)) = owner {
+            // SAFETY: fchownat relative to a directory descriptor we own, not following links.
+            unsafe { libc::fchownat(base.as_raw_fd(), name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) };
         }
     }
     Ok(())
 }
 
-pub(crate) fn write(root: &OwnedFd, path: &str, content: &[u8]) -> Result<(), FileError> {
-    create_parents(root, path)?;
-    let fd = open_in_root(
+/// Writes a whole regular file. Anything else at the path (a FIFO, a device, a socket)
+/// is refused without blocking: opening it is non-blocking, and nothing is written
+/// before the file is known to be a regular one. A new file belongs to `owner`.
+pub(crate) fn write(root: &OwnedFd, path: &str, content: &[u8], owner: Option<(u32, u32)>) -> Result<(), FileError> {
+    create_parents(root, path, owner)?;
+    let c_path = c_path(path)?;
+    let (fd, created) = match open_in_root(
         root.as_raw_fd(),
-        &c_path(path)?,
-        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        &c_path,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NONBLOCK,
         0o644,
-    )
-    .map_err(|error| FileError::from_io(&error))?;
-    let mut file = File::from(fd);
+    ) {
+        Ok(fd) => (fd, true),
+        Err(error) if error.raw_os_error() == Some(libc::EEXIST) => (
+            open_in_root(root.as_raw_fd(), &c_path, libc::O_WRONLY | libc::O_NONBLOCK, 0)
+                .map_err(|error| match error.raw_os_error() {
+                    // A FIFO nobody reads.
+                    Some(libc::ENXIO) => not_regular(None),
+                    _ => FileError::from_io(&error),
+                })?,
+            false,
+        ),
+        Err(error) => return Err(FileError::from_io(&error)),
+    };
+    let file = File::from(fd);
+    let metadata = file.metadata().map_err(|error| FileError::from_io(&error))?;
+    if !metadata.is_file() {
+        return Err(not_regular(Some(metadata.mode())));
+    }
+    if created && let Some((uid, gid)) = owner {
+        std::os::unix::fs::fchown(&file, Some(uid), Some(gid)).map_err(|error| FileError::from_io(&error))?;
+    }
+    file.set_len(0).map_err(|error| FileError::from_io(&error))?;
+    let mut file = file;
     file.write_all(content)
         .map_err(|error| FileError::from_io(&error))?;
     file.flush().map_err(|error| FileError::from_io(&error))
+}
+
+fn not_regular(mode: Option<u32>) -> FileError {
+    let kind = match mode.map(|mode| mode & libc::S_IFMT) {
+        None | Some(libc::S_IFIFO) => "a FIFO",
+        Some(libc::S_IFCHR) => "a character device",
+        Some(libc::S_IFBLK) => "a block device",
+        Some(libc::S_IFSOCK) => "a socket",
+        Some(libc::S_IFDIR) => "a directory",
+        Some(_) => "not a file",
+    };
+    FileError::NotRegular { kind }
 }
 
 pub(crate) fn read(root: &OwnedFd, path: &str, max: u64) -> Result<Vec<u8>, FileError> {
@@ -98,10 +138,7 @@ pub(crate) fn read(root: &OwnedFd, path: &str, max: u64) -> Result<Vec<u8>, File
         return Err(FileError::IsDirectory);
     }
     if !metadata.is_file() {
-        return Err(FileError::Io(format!(
-            "not a regular file (mode {:o})",
-            metadata.mode()
-        )));
+        return Err(not_regular(Some(metadata.mode())));
     }
     if metadata.len() > max {
         return Err(FileError::TooLarge {

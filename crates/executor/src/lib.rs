@@ -17,18 +17,22 @@ mod error;
 mod exec;
 mod executor;
 mod files;
+mod init;
+pub(crate) mod rootfs;
 mod logs;
 mod spawner;
 mod sys;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub use error::{ExecutorError, FileError, LogError};
 pub use exec::{
     ExecExit, ExecOutput, ExecRequest, ExecSession, ExecStdin, Output, Stream, TtyControl,
 };
 pub use executor::Executor;
+pub use rootfs::DEFAULT_HOST_PATHS;
 pub use logs::{LogChunk, LogFollower, LogReader, LogSlice};
 
 /// How sandboxes are isolated from the host and from each other.
@@ -46,24 +50,43 @@ pub enum Isolation {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecutorConfig {
-    /// Each sandbox gets a directory here (its private `/tmp` and working
-    /// directory). Created if missing.
+    /// Each sandbox gets a directory here (in namespaces mode its root directory,
+    /// invisible to it as a host path). Created if missing.
     pub root_dir: PathBuf,
     pub isolation: Isolation,
     /// Largest file `read_file`/`write_file` handle; larger ones are `TooLarge`.
     pub max_file_bytes: u64,
     /// How much of each sandbox's output is kept for `logs`; older bytes are dropped.
     pub log_buffer_bytes: usize,
+    /// Host paths bound read-only into every namespaced sandbox (its programs and
+    /// libraries); nothing else of the host's filesystem is in its view.
+    pub host_paths: Vec<PathBuf>,
+    /// For an emulator running as root: the host ids (first, count) that a sandbox's ids
+    /// 0.. map to, so that its root user owns nothing of the host. Shared by all sandboxes.
+    pub sandbox_id_range: (u32, u32),
+    /// How long a file operation may take, waiting for a turn included.
+    pub file_timeout: Duration,
+    /// File operations in flight at once (each holds a thread).
+    pub max_file_operations: usize,
 }
 
+/// The default first host id of a root emulator's sandboxes: far above the ranges
+/// `useradd` hands out for subordinate ids (100000 upwards, 65536 per user).
+pub const DEFAULT_SANDBOX_ID_BASE: u32 = 1_000_000_000;
+
 impl ExecutorConfig {
-    /// 32 MiB files (the real client's unary limit) and 4 MiB of logs per sandbox.
+    /// 32 MiB files (the real client's unary limit), 4 MiB of logs per sandbox, the
+    /// host's system directories in view, 30 s and 16 at once for file operations.
     pub fn new(root_dir: impl Into<PathBuf>) -> ExecutorConfig {
         ExecutorConfig {
             root_dir: root_dir.into(),
             isolation: Isolation::Auto,
             max_file_bytes: 32 << 20,
             log_buffer_bytes: 4 << 20,
+            host_paths: rootfs::DEFAULT_HOST_PATHS.iter().map(PathBuf::from).collect(),
+            sandbox_id_range: (DEFAULT_SANDBOX_ID_BASE, 65_536),
+            file_timeout: Duration::from_secs(30),
+            max_file_operations: 16,
         }
     }
 }
@@ -80,7 +103,10 @@ pub struct LaunchSpec {
     /// `PATH`, `HOSTNAME` and `HOME` defaults. Nothing of the emulator's own
     /// environment leaks in.
     pub env: BTreeMap<String, String>,
-    /// Absolute, or relative to the sandbox's private directory (the default).
+    /// As the sandbox sees it: absolute, or relative to `/` (the default). In
+    /// namespaces mode a missing one is created inside the sandbox's root (never on
+    /// the host); under a read-only host directory it must exist. Plain mode: relative to
+    /// a directory of the sandbox's own (the default), an absolute one must exist.
     pub working_dir: Option<String>,
 }
 

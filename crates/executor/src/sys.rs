@@ -368,33 +368,30 @@ pub(crate) fn open_readonly(path: &CStr) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// A new pseudo-terminal: (master, slave), both close-on-exec.
-pub(crate) fn open_pty(cols: u16, rows: u16) -> io::Result<(OwnedFd, OwnedFd)> {
-    // SAFETY: posix_openpt returns a new descriptor or -1.
-    let master = unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) };
-    if master < 0 {
+/// A new pseudo-terminal: (master, slave), both close-on-exec. `master` is one opened on
+/// a sandbox's own devpts (so the terminal exists inside it); `None` opens the host's.
+pub(crate) fn open_pty(master: Option<OwnedFd>, cols: u16, rows: u16) -> io::Result<(OwnedFd, OwnedFd)> {
+    let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC;
+    let master = match master {
+        Some(master) => master,
+        None => {
+            // SAFETY: posix_openpt returns a new descriptor or -1.
+            let master = unsafe { libc::posix_openpt(flags) };
+            if master < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: a non-negative result is a new descriptor we own.
+            unsafe { OwnedFd::from_raw_fd(master) }
+        }
+    };
+    // SAFETY: the master is a valid pty master.
+    if unsafe { libc::unlockpt(master.as_raw_fd()) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: a non-negative result is a new descriptor we own.
-    let master = unsafe { OwnedFd::from_raw_fd(master) };
-    let mut name = [0 as libc::c_char; 128];
-    // SAFETY: the master is a valid pty master; ptsname_r writes a C string into `name`.
-    unsafe {
-        if libc::grantpt(master.as_raw_fd()) != 0 || libc::unlockpt(master.as_raw_fd()) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let result = libc::ptsname_r(master.as_raw_fd(), name.as_mut_ptr(), name.len());
-        if result != 0 {
-            return Err(io::Error::from_raw_os_error(result));
-        }
-    }
-    // SAFETY: ptsname_r succeeded, so `name` holds a NUL-terminated path.
-    let slave = unsafe {
-        libc::open(
-            name.as_ptr(),
-            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-        )
-    };
+    // TIOCGPTPEER opens the slave through the master, not by a path that would have to be
+    // looked up in the right mount namespace.
+    // SAFETY: the ioctl takes open flags and returns a new descriptor or -1.
+    let slave = unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCGPTPEER, flags) };
     if slave < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -427,4 +424,189 @@ pub(crate) fn current_uid() -> u32 {
 pub(crate) fn current_gid() -> u32 {
     // SAFETY: getegid has no preconditions.
     unsafe { libc::getegid() }
+}
+
+/// `mount(2)` with optional source, type and data. Fork-safe.
+pub(crate) fn mount(
+    source: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+    data: Option<&CStr>,
+) -> Result<(), c_int> {
+    let pointer = |value: Option<&CStr>| value.map_or(std::ptr::null(), CStr::as_ptr);
+    // SAFETY: every pointer is a valid C string or null, as mount(2) allows.
+    let result = unsafe {
+        libc::mount(
+            pointer(source),
+            target.as_ptr(),
+            pointer(fstype),
+            flags,
+            pointer(data).cast(),
+        )
+    };
+    if result == 0 { Ok(()) } else { Err(errno()) }
+}
+
+/// Remounts the bind mount at `target` read-only, nosuid and nodev, keeping the flags a
+/// less privileged mount namespace may not clear (noexec and the atime flags). Fork-safe.
+pub(crate) fn remount_read_only(target: &CStr) -> Result<(), c_int> {
+    // glibc's statvfs is statfs(2) plus a copy of its flags: no allocation, fork-safe.
+    // SAFETY: a zeroed statvfs is a valid out-parameter.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and out-parameter.
+    if unsafe { libc::statvfs(target.as_ptr(), &mut stat) } != 0 {
+        return Err(errno());
+    }
+    let current = stat.f_flag as libc::c_ulong;
+    let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+    for (statfs_flag, mount_flag) in [
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if current & statfs_flag != 0 {
+            flags |= mount_flag;
+        }
+    }
+    mount(None, target, None, flags, None)
+}
+
+/// Makes the current directory the root of the mount namespace and detaches the old
+/// root, so nothing of the host's mount tree is left to reach. Fork-safe.
+pub(crate) fn pivot_root_here() -> Result<(), c_int> {
+    // pivot_root(".", ".") stacks the old root on top of the new one at "/"; detaching
+    // the top of that stack leaves only the new root (the trick runc uses, which needs no
+    // directory for the old root inside the new one).
+    // SAFETY: valid C strings.
+    unsafe {
+        if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0 {
+            return Err(errno());
+        }
+        if libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0 {
+            return Err(errno());
+        }
+        if libc::chdir(c"/".as_ptr()) != 0 {
+            return Err(errno());
+        }
+    }
+    Ok(())
+}
+
+/// Marks the calling process as not dumpable: its memory, environment and descriptors in
+/// `/proc` can then be read only by a process privileged over it. Fork-safe.
+pub(crate) fn set_not_dumpable() {
+    // SAFETY: prctl only changes the calling process.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) };
+}
+
+/// Re-arms the parent death signal, which the kernel clears whenever the credentials
+/// change. Fork-safe.
+pub(crate) fn rearm_parent_death_signal(signal: c_int) {
+    // SAFETY: prctl only changes the calling process.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0) };
+}
+
+/// Capabilities a sandbox keeps: the default set of Docker and containerd (no
+/// CAP_SYS_ADMIN, so nothing can be mounted or unmounted; no CAP_DAC_READ_SEARCH,
+/// CAP_SYS_PTRACE or CAP_SYS_MODULE).
+const KEPT_CAPABILITIES: &[c_int] = &[
+    0,  // CAP_CHOWN
+    1,  // CAP_DAC_OVERRIDE
+    3,  // CAP_FOWNER
+    4,  // CAP_FSETID
+    5,  // CAP_KILL
+    6,  // CAP_SETGID
+    7,  // CAP_SETUID
+    8,  // CAP_SETPCAP
+    10, // CAP_NET_BIND_SERVICE
+    13, // CAP_NET_RAW
+    18, // CAP_SYS_CHROOT
+    27, // CAP_MKNOD
+    29, // CAP_AUDIT_WRITE
+    31, // CAP_SETFCAP
+];
+
+/// Drops every capability outside [`KEPT_CAPABILITIES`] from the bounding set, so no
+/// later `execve` can grant it, and, with `become_root`, switches to uid and gid 0 of the
+/// user namespace (the sandbox's root, an unprivileged id on the host) without
+/// supplementary groups. Fork-safe.
+pub(crate) fn drop_privileges(become_root: bool) -> Result<(), c_int> {
+    for capability in 0..64 {
+        if KEPT_CAPABILITIES.contains(&capability) {
+            continue;
+        }
+        // SAFETY: prctl only changes the calling process.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability as libc::c_ulong, 0, 0, 0) } != 0 {
+            match errno() {
+                // Past the kernel's last capability.
+                libc::EINVAL => break,
+                error => return Err(error),
+            }
+        }
+    }
+    if become_root {
+        // SAFETY: plain credential system calls on the calling process.
+        unsafe {
+            if libc::setgroups(0, std::ptr::null()) != 0 {
+                return Err(errno());
+            }
+            if libc::setresgid(0, 0, 0) != 0 {
+                return Err(errno());
+            }
+            if libc::setresuid(0, 0, 0) != 0 {
+                return Err(errno());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Formats a non-negative number as decimal digits into `buffer`, NUL-terminated, without
+/// allocating. Fork-safe.
+pub(crate) fn format_decimal(value: u32, buffer: &mut [u8; 16]) -> &CStr {
+    let mut digits = [0u8; 10];
+    let mut count = 0;
+    let mut rest = value;
+    loop {
+        digits[count] = b'0' + (rest % 10) as u8;
+        count += 1;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for index in 0..count {
+        buffer[index] = digits[count - 1 - index];
+    }
+    buffer[count] = 0;
+    CStr::from_bytes_until_nul(&buffer[..]).unwrap_or(c"0")
+}
+
+/// Parses what [`format_decimal`] wrote. Fork-safe.
+pub(crate) fn parse_decimal(text: &CStr) -> Option<u32> {
+    let bytes = text.to_bytes();
+    if bytes.is_empty() || bytes.len() > 10 {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for &byte in bytes {
+        if !byte.is_ascii_digit() {
+            return None;
+        }
+        value = value * 10 + u64::from(byte - b'0');
+    }
+    u32::try_from(value).ok()
+}
+
+/// Opens the running program's executable, to re-execute it as a sandbox's init.
+pub(crate) fn open_own_executable() -> io::Result<OwnedFd> {
+    // SAFETY: a valid C string; the result is checked.
+    let fd = unsafe { libc::open(c"/proc/self/exe".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative result is a new descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

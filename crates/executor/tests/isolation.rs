@@ -420,3 +420,204 @@ async fn check_unprivileged(executor: &Executor) {
     executor.shutdown().await;
     println!("HELPER-OK");
 }
+
+/// Scans every process a sandbox can see (its environ, cmdline and memory) for `needle`,
+/// skipping the scanner itself. Prints one `pid:where` line per hit.
+const SCAN_PROCESSES: &str = r#"
+import os, sys
+needle = sys.argv[1].encode()
+me = os.getpid()
+for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+    if pid == me:
+        continue
+    for name in ("environ", "cmdline"):
+        try:
+            data = open(f"/proc/{pid}/{name}", "rb").read()
+        except OSError:
+            continue
+        if needle in data:
+            print(f"{pid}:{name}")
+    try:
+        maps = open(f"/proc/{pid}/maps").read().splitlines()
+        mem = open(f"/proc/{pid}/mem", "rb", 0)
+    except OSError:
+        continue
+    for line in maps:
+        start, end = (int(x, 16) for x in line.split()[0].split("-"))
+        try:
+            mem.seek(start)
+            if needle in mem.read(end - start):
+                print(f"{pid}:mem")
+        except (OSError, OverflowError, ValueError):
+            pass
+print("scanned")
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_sandbox_process_holds_the_emulators_memory_or_environment() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    // A secret in the emulator's memory before the sandbox starts, as its tokens are.
+    let secret = std::hint::black_box(format!("cwsbx-secret-{}", unique("token")));
+    let id = unique("secrets");
+    executor
+        .start(&id, spec("secrets", &["sh", "-c", "sleep 1000 & wait"]))
+        .await
+        .unwrap();
+    // Init's command line and environment are its own, not the emulator's.
+    let cmdline = sh(executor, &id, "tr '\\0' ' ' < /proc/1/cmdline").await;
+    assert!(cmdline.starts_with("cwsandbox-init --cwsandbox-init-v1 "), "{cmdline}");
+    // Empty, and not even readable from inside (init is not dumpable).
+    let (stdout, _, _) = run(executor, &id, &["cat", "/proc/1/environ"]).await;
+    assert_eq!(stdout, "");
+    match executor.read_file(&id, "/proc/1/environ").await {
+        Ok(environ) => assert_eq!(environ, b""),
+        Err(error) => assert_eq!(error, cwsandbox_executor::FileError::PermissionDenied),
+    }
+    // Nothing any process of the sandbox can read holds the secret, or the emulator's
+    // environment (cargo's CARGO_* variables stand for its tokens here).
+    for needle in [secret.as_str(), "CARGO_PKG_NAME="] {
+        let (stdout, stderr, code) = run(executor, &id, &["python3", "-c", SCAN_PROCESSES, needle]).await;
+        assert_eq!((stdout.as_str(), code), ("scanned\n", 0), "{needle} found: {stderr}");
+    }
+    // Exec'd commands too, while they run.
+    let mut background = executor.exec(&id, argv(&["sleep", "1000"])).await.unwrap();
+    let (stdout, _, _) = run(executor, &id, &["python3", "-c", SCAN_PROCESSES, &secret]).await;
+    assert_eq!(stdout, "scanned\n");
+    background.exit.kill();
+    executor.shutdown().await;
+    drop(secret);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_and_other_sandboxes_are_out_of_view_wherever_the_sandbox_root_is() {
+    // Outside /tmp, where a private /tmp alone hid nothing.
+    let base = tempfile::Builder::new().prefix("cwsbx-isolation").tempdir_in("/var/tmp").unwrap();
+    let root = base.path().join("sandboxes");
+    let harness = harness_with(Isolation::Namespaces, |config| config.root_dir = root.clone());
+    let executor = &harness.executor;
+    let (first, second) = (unique("view"), unique("view"));
+    executor.start(&first, spec("view-1", &[])).await.unwrap();
+    executor.start(&second, spec("view-2", &[])).await.unwrap();
+    sh(executor, &first, "echo private > /tmp/mine; mkdir -p /work && echo private > /work/mine").await;
+    let host_copy = root.join(&first).join("rootfs/tmp/mine");
+    assert!(host_copy.exists(), "the layout changed: {}", host_copy.display());
+    // The second sandbox cannot reach the first's files by their host paths.
+    let host_file = std::fs::canonicalize(&host_copy).unwrap();
+    let host_path = host_file.to_string_lossy().into_owned();
+    let (_, _, code) = run(executor, &second, &["cat", &host_path]).await;
+    assert_ne!(code, 0, "sandbox 2 read {host_path}");
+    assert_eq!(executor.read_file(&second, &host_path).await, Err(cwsandbox_executor::FileError::NotFound));
+    let (_, _, code) = run(executor, &second, &["ls", &root.to_string_lossy()]).await;
+    assert_ne!(code, 0, "sandbox 2 lists the sandbox root");
+    // Nor the host's own /tmp, home or checkout: only the configured host paths are there.
+    let marker = std::env::temp_dir().join(unique("host-tmp"));
+    std::fs::write(&marker, b"host").unwrap();
+    let (_, _, code) = run(executor, &second, &["cat", &marker.to_string_lossy()]).await;
+    assert_ne!(code, 0, "the sandbox reads the host's {}", marker.display());
+    std::fs::remove_file(&marker).unwrap();
+    let manifest = env!("CARGO_MANIFEST_DIR");
+    let (_, _, code) = run(executor, &second, &["ls", manifest]).await;
+    assert_ne!(code, 0, "the sandbox sees the checkout {manifest}");
+    // The host's system directories are there, read-only.
+    let (_, stderr, code) = run(executor, &second, &["sh", "-c", "touch /usr/cwsbx-should-fail"]).await;
+    assert_ne!(code, 0, "wrote into the host's /usr");
+    assert!(stderr.contains("Read-only") || stderr.contains("Permission denied"), "{stderr}");
+    executor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absolute_working_directory_is_made_inside_the_sandbox_only() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let wanted = format!("/var/tmp/{}", unique("wd-test"));
+    let id = unique("wd-abs");
+    executor
+        .start(&id, LaunchSpec { working_dir: Some(wanted.clone()), ..spec("wd-abs", &[]) })
+        .await
+        .unwrap();
+    assert_eq!(sh(executor, &id, "pwd").await, wanted);
+    executor.write_file(&id, "here.txt", b"x").await.unwrap();
+    assert_eq!(sh(executor, &id, "cat here.txt").await, "x");
+    assert!(!Path::new(&wanted).exists(), "{wanted} was created on the host");
+    // Under a read-only host directory a missing one cannot be made: refused by name.
+    let error = executor
+        .start(&unique("wd-ro"), LaunchSpec { working_dir: Some("/usr/cwsbx-missing".into()), ..spec("wd-ro", &[]) })
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("/usr/cwsbx-missing"), "{error}");
+    executor.shutdown().await;
+    assert!(!Path::new(&wanted).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_cannot_undo_its_isolation() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let id = unique("caps");
+    executor.start(&id, spec("caps", &[])).await.unwrap();
+    // No CAP_SYS_ADMIN (bit 21), whoever runs the emulator: mounts stay as they are.
+    let effective = u64::from_str_radix(&sh(executor, &id, "awk '/^CapEff/ {print $2}' /proc/self/status").await, 16).unwrap();
+    assert_eq!(effective & (1 << 21), 0, "CapEff {effective:x}");
+    let bounding = u64::from_str_radix(&sh(executor, &id, "awk '/^CapBnd/ {print $2}' /proc/self/status").await, 16).unwrap();
+    assert_eq!(bounding & (1 << 21 | 1 << 2 | 1 << 19), 0, "CapBnd {bounding:x}");
+    sh(executor, &id, "echo mine > /tmp/mine").await;
+    for attempt in ["umount -l /tmp", "umount /proc", "umount -l /", "mount -t tmpfs none /mnt"] {
+        let (_, _, code) = run(executor, &id, &["sh", "-c", attempt]).await;
+        assert_ne!(code, 0, "`{attempt}` succeeded");
+    }
+    assert_eq!(sh(executor, &id, "cat /tmp/mine").await, "mine");
+    let listing = sh(executor, &id, "ls /proc").await;
+    let pids: Vec<u32> = listing.lines().filter_map(|line| line.parse().ok()).collect();
+    assert!(pids.len() < 10, "host processes visible: {pids:?}");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // A root emulator's sandboxes are root in a user namespace: an unused host id.
+        assert_eq!(sh(executor, &id, "id -u").await, "0");
+        let host_uid = sh(executor, &id, "cat /proc/self/uid_map").await;
+        assert!(host_uid.split_whitespace().nth(1) != Some("0"), "uid_map {host_uid}");
+        let (_, _, code) = run(executor, &id, &["cat", "/etc/shadow"]).await;
+        assert_ne!(code, 0, "the sandbox's root reads the host's /etc/shadow");
+        // Files it makes belong to that id on the host, as do files written for it.
+        executor.write_file(&id, "/tmp/api", b"x").await.unwrap();
+        assert_eq!(sh(executor, &id, "stat -c %u /tmp/mine /tmp/api").await, "0\n0");
+        use std::os::unix::fs::MetadataExt;
+        let on_host = std::fs::metadata(harness.root.path().join(&id).join("rootfs/tmp/mine")).unwrap();
+        assert_eq!(on_host.uid(), cwsandbox_executor::DEFAULT_SANDBOX_ID_BASE);
+    }
+    executor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_exec_ends_its_whole_process_tree() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let id = unique("tree");
+    executor.start(&id, spec("tree", &[])).await.unwrap();
+    let marker = unique("tree-marker");
+    for script in ["sleep 1000; true", "trap '' TERM; sleep 1000 & sleep 1000; true"] {
+        let mut request = argv(&["sh", "-c", &format!("echo started; {script}")]);
+        request.env = env(&[("CWSBX_TEST_MARKER", &marker)]);
+        let mut session = executor.exec(&id, request).await.unwrap();
+        within("the exec to start", async {
+            let output = session.output.recv().await.expect("output");
+            assert_eq!(&output.data[..], b"started\n");
+        })
+        .await;
+        within("its processes", async {
+            while processes_with_marker(&marker).len() < 2 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        // The caller goes away: the session is dropped without waiting for an exit.
+        drop(session);
+        within(&format!("the end of every process of `{script}`"), async {
+            while !processes_with_marker(&marker).is_empty() {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    }
+    executor.shutdown().await;
+}

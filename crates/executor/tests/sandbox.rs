@@ -24,6 +24,7 @@ in_both_modes!(
     exec_on_a_terminal_honours_size_and_resize,
     operations_on_stopped_or_unknown_sandboxes_fail_cleanly,
     a_killed_exec_leaves_no_zombie_and_the_sandbox_stops_at_once,
+    file_operations_never_block_on_fifos_and_are_bounded,
 );
 
 async fn env_and_working_dir_are_honoured(isolation: Isolation) {
@@ -69,15 +70,30 @@ async fn env_and_working_dir_are_honoured(isolation: Isolation) {
     assert_eq!(code, 127, "{stderr}");
     assert!(stderr.contains("working directory"), "{stderr}");
 
-    // An absolute working directory is used as given.
-    let absolute = harness.root.path().join("abs-workdir");
-    let id2 = unique("env-abs");
-    let launch = LaunchSpec {
-        working_dir: Some(absolute.to_string_lossy().into_owned()),
+    // An absolute working directory is the sandbox's path. With namespaces it is made in
+    // the sandbox's own root and never on the host; plain processes see the host's
+    // filesystem, so there it must exist.
+    let absolute = harness.root.path().join(unique("abs-workdir"));
+    let absolute_text = absolute.to_string_lossy().into_owned();
+    let launch = || LaunchSpec {
+        working_dir: Some(absolute_text.clone()),
         ..spec("env-host-2", &[])
     };
-    executor.start(&id2, launch).await.unwrap();
-    assert_eq!(sh(executor, &id2, "pwd").await, absolute.to_string_lossy());
+    let id2 = unique("env-abs");
+    if isolation == Isolation::Plain {
+        let error = executor.start(&id2, launch()).await.unwrap_err();
+        assert!(error.to_string().contains("does not exist"), "{error}");
+        std::fs::create_dir(&absolute).unwrap();
+    }
+    executor.start(&id2, launch()).await.unwrap();
+    assert_eq!(sh(executor, &id2, "pwd").await, absolute_text);
+    if isolation == Isolation::Namespaces {
+        assert!(!absolute.exists(), "the working directory was created on the host");
+        // Without one, a sandbox starts in / as a container without WORKDIR does.
+        let id3 = unique("env-default");
+        executor.start(&id3, spec("env-host-3", &[])).await.unwrap();
+        assert_eq!(sh(executor, &id3, "pwd").await, "/");
+    }
     executor.shutdown().await;
 }
 
@@ -547,9 +563,12 @@ async fn main_exit_is_reported_with_its_code(isolation: Isolation) {
         2,
         "the main shell and the exec'd sleep"
     );
-    // Through the file API, not an exec: an exec'd writer could be killed with
-    // the sandbox before it reports its own exit.
-    executor.write_file(&leader, "go", b"go\n").await.unwrap();
+    // The writer's own end is of no interest (it may be killed with the sandbox before it
+    // reports it); its session is kept so that dropping it does not kill it first.
+    let _writer = executor
+        .exec(&leader, argv(&["sh", "-c", "echo go > go"]))
+        .await
+        .unwrap();
     assert_eq!(
         within("the leader's exit", exits.recv()).await.unwrap(),
         MainExit {
@@ -757,9 +776,13 @@ async fn a_killed_exec_leaves_no_zombie_and_the_sandbox_stops_at_once(isolation:
     })
     .await;
     assert_eq!(pids.len(), 1, "{pids:?}");
-    // What a caller that went away does (a cancelled StreamExec).
+    // What a caller that went away does (a cancelled StreamExec): SIGTERM to the
+    // command's process group (SIGKILL after a short grace).
+    // Plain processes share the main command's group, so there only the command is
+    // killed, at once.
     session.exit.kill();
-    assert_eq!(within("the exec's end", session.exit.wait()).await, 137);
+    let expected = if isolation == Isolation::Plain { 137 } else { 143 };
+    assert_eq!(within("the exec's end", session.exit.wait()).await, expected);
     // Reaped, not left as a zombie for a reaper outside the sandbox (which would also
     // hold up the pid namespace's teardown until it got round to it).
     assert!(
@@ -773,5 +796,36 @@ async fn a_killed_exec_leaves_no_zombie_and_the_sandbox_stops_at_once(isolation:
         "took {:?}",
         started.elapsed()
     );
+    executor.shutdown().await;
+}
+
+async fn file_operations_never_block_on_fifos_and_are_bounded(isolation: Isolation) {
+    let harness = harness_with(isolation, |config| {
+        config.max_file_operations = 2;
+        config.file_timeout = Duration::from_secs(5);
+    });
+    let executor = &harness.executor;
+    let id = unique("fifo");
+    executor.start(&id, spec("fifo", &[])).await.unwrap();
+    // A FIFO nobody reads, one somebody holds open for reading but never reads, and a
+    // device: none is a file, and none may hold a call (or a thread) forever.
+    sh(executor, &id, "mkfifo unread held").await;
+    let _reader = executor.exec(&id, argv(&["sh", "-c", "exec 3<held; sleep 1000"])).await.unwrap();
+    for path in ["unread", "held", "/dev/zero"] {
+        // More calls than there are turns: every one answers.
+        for _ in 0..8 {
+            match within("write_file", executor.write_file(&id, path, b"data")).await {
+                Err(FileError::NotRegular { .. }) => {}
+                other => panic!("write_file({path}) gave {other:?}"),
+            }
+        }
+        match executor.read_file(&id, path).await {
+            Err(FileError::NotRegular { .. }) => {}
+            other => panic!("read_file({path}) gave {other:?}"),
+        }
+    }
+    // Ordinary files still work, and the executor still answers.
+    executor.write_file(&id, "plain.txt", b"fine").await.unwrap();
+    assert_eq!(executor.read_file(&id, "plain.txt").await.unwrap(), b"fine");
     executor.shutdown().await;
 }

@@ -1,0 +1,188 @@
+//! The root directory of a namespaced sandbox, prepared on the host before its keeper
+//! is forked.
+//!
+//! A sandbox's `/` is a directory of its own, `<root_dir>/<id>/rootfs`: writable by the
+//! sandbox's root user (its `/tmp`, `/root` and any directory it creates live there),
+//! with the host's system directories (`/usr`, `/etc`, …: the host paths of the
+//! configuration) bound read-only into it, a handful of device nodes, a devpts of its
+//! own and its own `/proc`. After `pivot_root` nothing else of the host is in its mount
+//! table: not the directory holding other sandboxes, not the host's `/tmp`, not `$HOME`.
+
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Component, Path, PathBuf};
+
+/// Devices bound from the host's `/dev`: those every container runtime provides.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// The host paths bound read-only into every sandbox by default: what the host's
+/// programs need to run (binaries, libraries, configuration).
+pub const DEFAULT_HOST_PATHS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"];
+
+/// What the keeper needs to build the sandbox's root.
+#[derive(Debug)]
+pub(crate) struct Rootfs {
+    pub(crate) path: PathBuf,
+    /// (host source, target under `path`, read-only).
+    pub(crate) binds: Vec<(PathBuf, PathBuf, bool)>,
+    /// The working directory as the sandbox sees it.
+    pub(crate) working_dir: String,
+}
+
+/// Prepares `<dir>/rootfs`. `owner` is the host (uid, gid) of the sandbox's root user
+/// when it differs from ours (a root emulator's sandboxes): what the sandbox must be able
+/// to write is given to it.
+pub(crate) fn prepare(
+    dir: &Path,
+    host_paths: &[PathBuf],
+    working_dir: Option<&str>,
+    owner: Option<(u32, u32)>,
+) -> Result<Rootfs, String> {
+    let describe = |what: &str, path: &Path, error: std::io::Error| format!("cannot {what} {}: {error}", path.display());
+    let give = |path: &Path| -> Result<(), String> {
+        match owner {
+            Some((uid, gid)) => std::os::unix::fs::lchown(path, Some(uid), Some(gid))
+                .map_err(|error| describe("give the sandbox", path, error)),
+            None => Ok(()),
+        }
+    };
+    let make_dir = |path: &Path, mode: u32, owned: bool| -> Result<(), String> {
+        std::fs::create_dir(path).map_err(|error| describe("create", path, error))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .map_err(|error| describe("set the mode of", path, error))?;
+        if owned { give(path) } else { Ok(()) }
+    };
+    if dir.exists() {
+        // Left from an earlier start: a restarted container starts from scratch.
+        std::fs::remove_dir_all(dir).map_err(|error| describe("clear", dir, error))?;
+    }
+    // Only we may enter the sandbox's host directory: its processes reach it only as `/`.
+    make_dir(dir, 0o700, false)?;
+    let rootfs = dir.join("rootfs");
+    make_dir(&rootfs, 0o755, true)?;
+    let mut binds = Vec::new();
+    let mut host_tops = Vec::new();
+    for host in host_paths {
+        let Ok(relative) = host.strip_prefix("/") else {
+            return Err(format!("host path {} is not absolute", host.display()));
+        };
+        if relative.as_os_str().is_empty() || relative.components().any(|part| !matches!(part, Component::Normal(_))) {
+            return Err(format!("host path {} must name a directory below /, without '..'", host.display()));
+        }
+        let Ok(metadata) = std::fs::symlink_metadata(host) else { continue };
+        let target = rootfs.join(relative);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|error| describe("create", parent, error))?;
+        }
+        if metadata.file_type().is_symlink() {
+            // Merged-/usr hosts have /bin -> usr/bin: the same link, resolved inside.
+            let link = std::fs::read_link(host).map_err(|error| describe("read the link", host, error))?;
+            symlink(&link, &target).map_err(|error| describe("create the link", &target, error))?;
+        } else if metadata.is_dir() {
+            std::fs::create_dir(&target).map_err(|error| describe("create", &target, error))?;
+            binds.push((host.clone(), target, true));
+        } else {
+            std::fs::write(&target, b"").map_err(|error| describe("create", &target, error))?;
+            binds.push((host.clone(), target, true));
+        }
+        if let Some(Component::Normal(top)) = relative.components().next() {
+            host_tops.push(top.to_string_lossy().into_owned());
+        }
+    }
+    let dev = rootfs.join("dev");
+    make_dir(&dev, 0o755, false)?;
+    for device in DEVICES {
+        let host = Path::new("/dev").join(device);
+        if !host.exists() {
+            continue;
+        }
+        let target = dev.join(device);
+        std::fs::write(&target, b"").map_err(|error| describe("create", &target, error))?;
+        // Device nodes stay writable: a read-only /dev/null could not be written to.
+        binds.push((host, target, false));
+    }
+    make_dir(&dev.join("pts"), 0o755, false)?;
+    make_dir(&dev.join("shm"), 0o1777, true)?;
+    for (name, link) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        let target = dev.join(name);
+        symlink(link, &target).map_err(|error| describe("create the link", &target, error))?;
+    }
+    make_dir(&rootfs.join("proc"), 0o555, false)?;
+    // Like the real /tmp: writable by all, sticky.
+    make_dir(&rootfs.join("tmp"), 0o1777, true)?;
+    make_dir(&rootfs.join("root"), 0o700, true)?;
+
+    let working_dir = sandbox_working_dir(working_dir);
+    let relative = working_dir.trim_start_matches('/');
+    if !relative.is_empty() {
+        let top = relative.split('/').next().unwrap_or_default();
+        if host_tops.iter().any(|host_top| host_top == top) || top == "dev" || top == "proc" {
+            // Under the host's read-only directories (or /dev, /proc) nothing can be created.
+            let seen = if top == "dev" || top == "proc" { rootfs.join(relative) } else { PathBuf::from(&working_dir) };
+            let exists = if top == "dev" || top == "proc" {
+                matches!(relative, "dev" | "dev/pts" | "dev/shm" | "proc")
+            } else {
+                seen.is_dir()
+            };
+            if !exists {
+                return Err(format!(
+                    "the working directory {working_dir} does not exist and cannot be created: /{top} is read-only in the sandbox"
+                ));
+            }
+        } else {
+            // Created inside the sandbox's own root, owned by its root user; never on the host.
+            let mut path = rootfs.clone();
+            for part in relative.split('/') {
+                path.push(part);
+                match std::fs::symlink_metadata(&path) {
+                    Ok(metadata) if metadata.is_dir() => continue,
+                    Ok(_) => return Err(format!("the working directory {working_dir} is not a directory")),
+                    Err(_) => make_dir(&path, 0o755, true)?,
+                }
+            }
+        }
+    }
+    Ok(Rootfs { path: rootfs, binds, working_dir })
+}
+
+/// The working directory as the sandbox sees it: `/` by default (as a container without
+/// a `WORKDIR`), a relative one under `/`, repeated and trailing slashes folded.
+pub(crate) fn sandbox_working_dir(working_dir: Option<&str>) -> String {
+    let parts: Vec<&str> = working_dir
+        .unwrap_or("/")
+        .split('/')
+        .filter(|part| !part.is_empty() && *part != ".")
+        .collect();
+    format!("/{}", parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn working_directories_are_sandbox_paths() {
+        assert_eq!(sandbox_working_dir(None), "/");
+        assert_eq!(sandbox_working_dir(Some("project/src/")), "/project/src");
+        assert_eq!(sandbox_working_dir(Some("//var//tmp/./x")), "/var/tmp/x");
+    }
+
+    #[test]
+    fn a_working_directory_is_made_inside_the_root_never_on_the_host() {
+        let base = tempfile::tempdir().unwrap();
+        let outside = base.path().join("host-side");
+        let dir = base.path().join("sbx");
+        let wanted = format!("{}/wd", outside.display());
+        let rootfs = prepare(&dir, &[PathBuf::from("/usr")], Some(&wanted), None).unwrap();
+        assert_eq!(rootfs.working_dir, wanted);
+        assert!(!outside.exists(), "nothing is created at the host path");
+        assert!(rootfs.path.join(wanted.trim_start_matches('/')).is_dir());
+        let error = prepare(&dir, &[PathBuf::from("/usr")], Some("/usr/no-such-dir"), None).unwrap_err();
+        assert!(error.contains("read-only"), "{error}");
+    }
+}
