@@ -124,8 +124,8 @@ impl SandboxArgs {
         let runtime = if temporary { runtime.remove_root_on_shutdown() } else { runtime };
         tracing::info!(isolation = %runtime.isolation(), "sandboxes run as {}", runtime.describe());
         tracing::info!(
-            "sandbox commands run on this machine with the rights of the user running the emulator; \
-             container images are recorded, not pulled"
+            "sandbox commands are this machine's programs (container images are recorded, not pulled), run in a root of \
+             their own with the host's system directories read-only; see crates/executor/README.md"
         );
         Ok(runtime)
     }
@@ -166,12 +166,29 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let result = runtime.block_on(run(cli));
+    // Dropping a runtime waits for every blocking thread, however stuck; the emulator's exit
+    // must not (its own stop is bounded, and the sandboxes are gone by then).
+    runtime.shutdown_timeout(EXIT_BOUND);
+    match result {
         Ok(code) => code,
         Err(error) => {
             eprintln!("cwsandbox-emulator: {error:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// The longest a stop may wait for work still in flight (streams, file operations) before the
+/// process exits anyway.
+const STOP_BOUND: Duration = Duration::from_secs(10);
+/// How long the exit waits for blocking threads after the stop.
+const EXIT_BOUND: Duration = Duration::from_secs(2);
+
+/// Stops the emulator within [`STOP_BOUND`], whatever is in flight.
+async fn stop_bounded(emulator: Emulator) {
+    if tokio::time::timeout(STOP_BOUND, emulator.stop()).await.is_err() {
+        tracing::warn!(bound = ?STOP_BOUND, "the stop did not finish in time; exiting anyway");
     }
 }
 
@@ -208,7 +225,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
     std::io::stdout().flush()?;
     let signal = termination().await;
     tracing::info!(signal, "stopping");
-    emulator.stop().await;
+    stop_bounded(emulator).await;
     if let Some(path) = &args.ready_file {
         let _ = std::fs::remove_file(path);
     }
@@ -224,7 +241,7 @@ async fn exec(world: WorldArgs, command: Vec<String>) -> Result<ExitCode> {
     let info = emulator.info().clone();
     let (program, args) = command.split_first().context("no command given")?;
     let code = run_child(program, args, &info).await;
-    emulator.stop().await;
+    stop_bounded(emulator).await;
     let _ = std::fs::remove_file(&kubeconfig);
     Ok(ExitCode::from(u8::try_from(code?).unwrap_or(1)))
 }

@@ -13,8 +13,9 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::error::ExecutorError;
 
-/// How long a shim told to end its command may take before it is killed.
-const SHIM_EXIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a shim told to end its command's process group may take before it is killed
+/// (it gives the group 1 s after SIGTERM, then SIGKILLs it and waits for it to be gone).
+const SHIM_EXIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 use crate::sys;
 
 /// A command to run in a sandbox.
@@ -195,7 +196,8 @@ impl ExecExit {
         *self.exit.borrow()
     }
 
-    /// Kills the command (SIGKILL) now.
+    /// Ends the command: in namespaces mode its whole process group gets SIGTERM, then
+    /// SIGKILL after 1 s; a plain-mode command gets SIGKILL.
     pub fn kill(&mut self) {
         if let Some(kill) = self.kill.take() {
             let _ = kill.send(());
@@ -295,7 +297,7 @@ pub(crate) fn attach(
 }
 
 async fn kill_child(child: &mut Child, shim: bool) -> std::io::Result<std::process::ExitStatus> {
-    // A shim ends its command (SIGKILL), reaps it and exits when told with SIGTERM;
+    // A shim ends its command's group, reaps the command and exits when told with SIGTERM;
     // killing the shim first would orphan the command outside its pid namespace.
     if shim && let Some(pid) = child.id() {
         // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child.

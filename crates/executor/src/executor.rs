@@ -174,10 +174,16 @@ impl Executor {
         let self_exe = sys::open_own_executable()?;
         let mode = choose_mode(&config, &self_exe)?;
         if sys::current_uid() == 0 {
-            warn!(
-                ?mode,
-                "the emulator runs as root: sandboxes run as the root of a user namespace (an unused range of host ids) without CAP_SYS_ADMIN; run it as an unprivileged user where you can"
-            );
+            let consequence = match mode {
+                Mode::Namespaces { ids: IdMode::Range { base, .. } } => format!(
+                    "sandboxes run as the root of a user namespace (host uid {base} and up) without CAP_SYS_ADMIN"
+                ),
+                Mode::Namespaces { .. } => {
+                    "no user namespace can be made here, so sandboxes run as the host's root (without CAP_SYS_ADMIN)".to_owned()
+                }
+                Mode::Plain => "sandboxes run as plain root processes, not isolated at all".to_owned(),
+            };
+            warn!("the emulator runs as root: {consequence}; run it as an unprivileged user where you can");
         }
         info!(?mode, root_dir = %config.root_dir.display(), "sandbox executor ready");
         let (exits_sender, exits_receiver) = mpsc::unbounded_channel();
