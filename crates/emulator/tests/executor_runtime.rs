@@ -302,6 +302,61 @@ async fn stream_exec_with_stdin_a_terminal_and_resize() {
     setup.emulator.stop().await;
 }
 
+/// Host pids of living processes whose environment holds `marker`.
+fn marked_processes(marker: &str) -> Vec<u32> {
+    let needle = format!("CWSBX_EXEC_MARKER={marker}");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|environ| environ.split(|byte| *byte == 0).any(|var| var == needle.as_bytes()))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_exec_whose_caller_goes_away_ends_its_whole_process_tree() {
+    let mut setup = setup(4 << 20).await;
+    let sandbox = setup.create(client_spec(&setup.emulator.info().runner_id)).await;
+    let marker = format!("{}-{}", std::process::id(), sandbox.sandbox_id);
+    let (requests, receiver) = mpsc::channel(8);
+    requests
+        .send(frame(Frame::Init(pb::ExecStreamInit {
+            sandbox_id: sandbox.sandbox_id.clone(),
+            command: ["sh", "-c", "echo started; sleep 1000; true"].iter().map(|word| (*word).to_owned()).collect(),
+            env: [("CWSBX_EXEC_MARKER".to_owned(), marker.clone())].into(),
+            ..Default::default()
+        })))
+        .await
+        .unwrap();
+    let mut responses =
+        setup.data_plane.stream_exec(tokio_stream::wrappers::ReceiverStream::new(receiver)).await.unwrap().into_inner();
+    let mut frames = Vec::new();
+    while !stdout_text(&frames).contains("started") {
+        frames.push(responses.message().await.unwrap().unwrap().message.unwrap());
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while marked_processes(&marker).len() < 2 {
+        assert!(Instant::now() < deadline, "the shell and its sleep never both ran");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The caller goes away without an exit: the stream is cancelled from its side.
+    drop(responses);
+    drop(requests);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = marked_processes(&marker);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "processes outlived their cancelled exec: {left:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    setup.emulator.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn main_exits_flow_back_to_the_world_with_their_code() {
     let mut setup = setup(4 << 20).await;
