@@ -1,7 +1,7 @@
 //! The process executor (`cwsandbox-executor`) as the emulator's [`SandboxRuntime`]: each
-//! sandbox's main container runs as a local process in its own Linux namespaces (hostname = the
-//! Pod's name, private `/tmp` and working directory, own PID namespace), or as a plain process
-//! where namespaces are unavailable.
+//! sandbox's main container runs as a local process in its own Linux namespaces (a root of its own
+//! with the host's system directories read-only, hostname = the Pod's name, own user, IPC and PID
+//! namespaces), or as a plain, unisolated process where namespaces are unavailable.
 //!
 //! - Sandboxes are keyed by their Pod's uid. The main container's `command` + `args`, `env` and
 //!   `working_dir` start the main process; the image is recorded by the simulation, never pulled.
@@ -102,13 +102,16 @@ impl ExecutorRuntime {
         let root = self.executor.config().root_dir.display();
         match self.executor.isolation() {
             Isolation::Plain => format!(
-                "plain processes (no namespaces: sandboxes share the host's hostname, /tmp and process list); \
-                 sandbox directories under {root}"
+                "plain processes, NOT isolated (no namespaces: sandboxes share the host's filesystem, hostname and \
+                 process list, with the emulator's rights); sandbox directories under {root}"
             ),
-            _ if self.executor.uses_user_namespace() => {
-                format!("Linux namespaces (UTS, mount, PID) inside a user namespace; sandbox directories under {root}")
-            }
-            _ => format!("Linux namespaces (UTS, mount, PID); sandbox directories under {root}"),
+            _ if self.executor.uses_user_namespace() => format!(
+                "Linux namespaces (user, mount with a root of their own, UTS, IPC, PID); sandbox roots under {root}"
+            ),
+            _ => format!(
+                "Linux namespaces (mount with a root of their own, UTS, IPC, PID; no user namespace can be made \
+                 here, so a sandbox's root is the host's root without CAP_SYS_ADMIN); sandbox roots under {root}"
+            ),
         }
     }
 

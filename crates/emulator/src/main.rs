@@ -92,7 +92,7 @@ struct SandboxArgs {
     /// start without them; `plain` never uses them.
     #[arg(long, value_enum, default_value_t = IsolationArg::Auto, env = "CWSANDBOX_EMULATOR_ISOLATION")]
     isolation: IsolationArg,
-    /// Directory for the sandboxes' private /tmp and working directories (created if missing).
+    /// Directory holding each sandbox's root directory (created if missing); no sandbox sees it.
     /// Default: a new directory under the system's temporary directory, removed on exit.
     #[arg(long, value_name = "DIR", env = "CWSANDBOX_EMULATOR_SANDBOX_ROOT")]
     sandbox_root: Option<PathBuf>,
