@@ -421,37 +421,9 @@ async fn check_unprivileged(executor: &Executor) {
     println!("HELPER-OK");
 }
 
-/// Scans every process a sandbox can see (its environ, cmdline and memory) for `needle`,
-/// skipping the scanner itself. Prints one `pid:where` line per hit.
-const SCAN_PROCESSES: &str = r#"
-import os, sys
-needle = sys.argv[1].encode()
-me = os.getpid()
-for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
-    if pid == me:
-        continue
-    for name in ("environ", "cmdline"):
-        try:
-            data = open(f"/proc/{pid}/{name}", "rb").read()
-        except OSError:
-            continue
-        if needle in data:
-            print(f"{pid}:{name}")
-    try:
-        maps = open(f"/proc/{pid}/maps").read().splitlines()
-        mem = open(f"/proc/{pid}/mem", "rb", 0)
-    except OSError:
-        continue
-    for line in maps:
-        start, end = (int(x, 16) for x in line.split()[0].split("-"))
-        try:
-            mem.seek(start)
-            if needle in mem.read(end - start):
-                print(f"{pid}:mem")
-        except (OSError, OverflowError, ValueError):
-            pass
-print("scanned")
-"#;
+/// Scans every process a sandbox can see (its environ, cmdline and memory) for its arguments,
+/// skipping the scanner itself. Prints one `pid:where` line per hit, then `scanned`.
+const SCAN_PROCESSES: &str = include_str!("scan_processes.py");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_sandbox_process_holds_the_emulators_memory_or_environment() {
@@ -596,14 +568,7 @@ async fn a_cancelled_exec_ends_its_whole_process_tree() {
     executor.start(&id, spec("tree", &[])).await.unwrap();
     let marker = unique("tree-marker");
     for script in ["sleep 1000; true", "trap '' TERM; sleep 1000 & sleep 1000; true"] {
-        let mut request = argv(&["sh", "-c", &format!("echo started; {script}")]);
-        request.env = env(&[("CWSBX_TEST_MARKER", &marker)]);
-        let mut session = executor.exec(&id, request).await.unwrap();
-        within("the exec to start", async {
-            let output = session.output.recv().await.expect("output");
-            assert_eq!(&output.data[..], b"started\n");
-        })
-        .await;
+        let session = start_marked_exec(executor, &id, script, &marker).await;
         within("its processes", async {
             while processes_with_marker(&marker).len() < 2 {
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;

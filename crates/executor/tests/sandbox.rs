@@ -756,14 +756,7 @@ async fn a_killed_exec_leaves_no_zombie_and_the_sandbox_stops_at_once(isolation:
         .await
         .unwrap();
     let marker = unique("exec-marker");
-    let mut request = argv(&["sh", "-c", "echo started; exec sleep 1000"]);
-    request.env = env(&[("CWSBX_TEST_MARKER", &marker)]);
-    let mut session = executor.exec(&id, request).await.unwrap();
-    within("the exec to start", async {
-        let output = session.output.recv().await.expect("output");
-        assert_eq!(&output.data[..], b"started\n");
-    })
-    .await;
+    let mut session = start_marked_exec(executor, &id, "exec sleep 1000", &marker).await;
     // Its environment reads as empty while `exec` replaces the shell: look until it is there.
     let pids = within("the exec'd command", async {
         loop {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -12,39 +13,9 @@ from conftest import NAMESPACES, WAIT, processes_with, run
 
 pytestmark = pytest.mark.skipif(not NAMESPACES, reason="plain processes are not isolated (documented)")
 
-# Every process a sandbox can see: its environment, command line and memory.
-SCAN = r"""
-import os, sys
-needles = [arg.encode() for arg in sys.argv[1:]]
-me = os.getpid()
-for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
-    if pid == me:
-        continue
-    for name in ("environ", "cmdline"):
-        try:
-            data = open(f"/proc/{pid}/{name}", "rb").read()
-        except OSError:
-            continue
-        for needle in needles:
-            if needle in data:
-                print(f"{pid}:{name}")
-    try:
-        maps = open(f"/proc/{pid}/maps").read().splitlines()
-        mem = open(f"/proc/{pid}/mem", "rb", 0)
-    except OSError:
-        continue
-    for line in maps:
-        start, end = (int(x, 16) for x in line.split()[0].split("-"))
-        try:
-            mem.seek(start)
-            chunk = mem.read(end - start)
-        except (OSError, OverflowError, ValueError):
-            continue
-        for needle in needles:
-            if needle in chunk:
-                print(f"{pid}:mem")
-print("scanned")
-"""
+# Every process a sandbox can see: its environment, command line and memory (shared with the
+# executor's isolation tests).
+SCAN = (Path(__file__).resolve().parents[3] / "executor" / "tests" / "scan_processes.py").read_text()
 
 
 def test_a_users_sandbox_cannot_read_the_emulators_tokens(monkeypatch, mark):

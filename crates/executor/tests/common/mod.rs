@@ -174,3 +174,17 @@ macro_rules! in_both_modes {
         }
     };
 }
+
+/// Starts `sh -c "echo started; SCRIPT"` with `CWSBX_TEST_MARKER=marker` in its environment and
+/// returns once it has printed `started`.
+pub async fn start_marked_exec(executor: &Executor, id: &str, script: &str, marker: &str) -> cwsandbox_executor::ExecSession {
+    let mut request = argv(&["sh", "-c", &format!("echo started; {script}")]);
+    request.env = env(&[("CWSBX_TEST_MARKER", marker)]);
+    let mut session = executor.exec(id, request).await.expect("exec");
+    within("the exec to start", async {
+        let output = session.output.recv().await.expect("output");
+        assert_eq!(&output.data[..], b"started\n");
+    })
+    .await;
+    session
+}
