@@ -87,7 +87,8 @@ pub struct ReadyInfo {
     pub base_url: String,
     /// The address actually bound.
     pub listen: String,
-    /// A token with `sandbox_admin` (and `sandbox_user`); empty when none is configured.
+    /// The operator's token (`cluster_admin`; the generated one also holds `sandbox_admin` and
+    /// `sandbox_user`), else the first with `sandbox_admin`; empty when none is configured.
     pub admin_token: String,
     /// A token with only `sandbox_user`; empty when none is configured.
     pub user_token: String,
