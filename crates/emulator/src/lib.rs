@@ -24,6 +24,7 @@ pub mod kube;
 pub mod runtime;
 pub mod server;
 pub mod services;
+pub mod state_dir;
 pub mod tls;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -128,10 +129,11 @@ impl ReadyInfo {
         )
     }
 
-    /// Writes the ready file atomically (a reader never sees half of it).
+    /// Writes the ready file atomically (a reader never sees half of it), through a temporary
+    /// file of this process's own, so two emulators given one path cannot mix their writes.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
         let json = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        let temporary = path.with_extension("tmp");
+        let temporary = state_dir::temporary_for(path);
         std::fs::write(&temporary, json + "\n")?;
         std::fs::rename(&temporary, path)
     }
@@ -141,7 +143,7 @@ impl ReadyInfo {
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let temporary = path.with_extension("tmp");
+    let temporary = state_dir::temporary_for(path);
     let mut file =
         std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temporary)?;
     file.write_all(text.as_bytes())?;
