@@ -2,10 +2,10 @@
 //! and reset. Each handler checks the caller and the request, runs one simulation command or
 //! query in the caller's scope, and converts the answer (`convert::emulator`).
 //!
-//! Two kinds of call (see `crate::auth`): [`scoped`] ones, open to `sandbox_admin` and
-//! `cluster_admin`, run in the caller's [`Scope`] (an organization's admin sees, cancels, deletes
+//! Two kinds of call (see `crate::auth`): `scoped` ones, open to `sandbox_admin` and
+//! `cluster_admin`, run in the caller's `Scope` (an organization's admin sees, cancels, deletes
 //! and resets only its own part; the rules are the simulation's, `cwsandbox_sim::query::Scope`);
-//! [`operator`] ones change or read the whole cluster's configuration and need `cluster_admin`.
+//! `operator` ones change or read the whole cluster's configuration and need `cluster_admin`.
 
 use std::collections::HashMap;
 
