@@ -337,7 +337,7 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), root.path().join("1b5051c62d0332cd")).unwrap();
 
         let claimed = SandboxRoot::claim(root.path()).unwrap();
-        assert_eq!(claimed.removed(), [sandbox.clone()]);
+        assert_eq!(claimed.removed(), std::slice::from_ref(&sandbox));
         assert!(!sandbox.exists(), "the read-only directory did not keep it");
         assert!(root.path().join("notes").exists(), "not a sandbox's name");
         assert!(root.path().join("1b5051c62d0332cd").symlink_metadata().is_ok(), "a link is not a sandbox directory");

@@ -284,7 +284,7 @@ async fn the_kube_facade_shows_an_organization_only_its_own_pods() {
 
     let (status, list) = kube(&base, "b-admin", "GET", "/api/v1/pods").await;
     assert_eq!(status, 200, "{list}");
-    assert_eq!(item_names(&list), [b_name.clone()], "{list}");
+    assert_eq!(item_names(&list), std::slice::from_ref(&b_name), "{list}");
     let (status, events) = kube(&base, "b-admin", "GET", "/api/v1/events").await;
     assert_eq!(status, 200);
     assert!(!events.to_string().contains(&a.sandbox_id), "org A's Events leaked: {events}");

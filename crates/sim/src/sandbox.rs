@@ -696,7 +696,8 @@ impl World {
         let pod_uid = sandbox.pod_uid.clone();
         // Its placeholder job stays in accounting; the organization still sees it as its own.
         if let Some(job) = sandbox.job_id {
-            self.job_orgs.insert(job, SharedStr::from(sandbox.owner.org.as_str()));
+            let org = crate::world::shared_org_name(&mut self.org_names, &sandbox.owner.org);
+            self.job_orgs.insert(job, org);
         }
         if let Some(requests) = self.sandboxes.by_request.get_mut(&sandbox.owner.org) {
             requests.remove(&sandbox.request_id);

@@ -197,6 +197,8 @@ pub struct World {
     /// The organization of each job whose organization its sandbox no longer tells: batch jobs an
     /// organization submitted, and the placeholders of forgotten sandboxes (see `query::Scope`).
     pub(crate) job_orgs: HashMap<JobId, SharedStr, IdHash>,
+    /// Organization names, one copy each, shared by the `job_orgs` entries that name them.
+    pub(crate) org_names: HashMap<String, SharedStr>,
     /// Pods the scheduler refused: never retried.
     sunk_rejected: BTreeSet<SharedStr>,
     /// Pods needing a scheduling decision.
@@ -234,6 +236,7 @@ impl World {
             slurm_outcomes: Vec::new(),
             pod_of_placeholder: HashMap::default(),
             job_orgs: HashMap::default(),
+            org_names: HashMap::new(),
             sunk_rejected: BTreeSet::new(),
             unscheduled: BTreeSet::new(),
             waiting_for_room: BTreeSet::new(),
@@ -1570,7 +1573,8 @@ impl World {
             SimError::invalid_field(field, format!("Batch job submission failed: {error}"))
         })?;
         if let Scope::Organization(org) = scope {
-            self.job_orgs.insert(job, SharedStr::from(org.as_str()));
+            let org = shared_org_name(&mut self.org_names, org);
+            self.job_orgs.insert(job, org);
         }
         self.slurm_dirty = true;
         self.settle();
@@ -1655,6 +1659,17 @@ impl World {
     pub(crate) fn sandbox_values(&self) -> &SandboxValues {
         &self.values.sandboxes
     }
+}
+
+/// The one shared copy of an organization's name (a job record of a forgotten sandbox names its
+/// organization without a new allocation).
+pub(crate) fn shared_org_name(names: &mut HashMap<String, SharedStr>, org: &str) -> SharedStr {
+    if let Some(name) = names.get(org) {
+        return name.clone();
+    }
+    let name = SharedStr::from(org);
+    names.insert(org.to_owned(), name.clone());
+    name
 }
 
 /// The CPUs the static CPU Manager gives a Pod: with Guaranteed QoS (every container's CPU and
