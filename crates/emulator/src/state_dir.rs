@@ -350,6 +350,24 @@ mod tests {
     }
 
     #[test]
+    fn read_only_directories_are_opened_up_but_not_through_links() {
+        let mode = |path: &Path| std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777;
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o500)).unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let locked = tree.path().join("a/locked");
+        std::fs::create_dir_all(&locked).unwrap();
+        std::os::unix::fs::symlink(outside.path(), tree.path().join("a/escape")).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o500)).unwrap();
+        std::fs::set_permissions(tree.path().join("a"), std::fs::Permissions::from_mode(0o555)).unwrap();
+        grant_owner_access(tree.path());
+        assert_eq!(mode(&tree.path().join("a")), 0o755);
+        assert_eq!(mode(&locked), 0o700);
+        assert_eq!(mode(outside.path()), 0o500, "the link's target is not touched");
+        std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+
+    #[test]
     fn a_dead_emulators_ready_file_and_temporaries_go() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ready.json");
