@@ -196,6 +196,33 @@ async fn another_organizations_objects_are_not_found_and_stay_as_they_are() {
 }
 
 #[tokio::test]
+async fn an_organizations_admin_acts_on_its_own_objects() {
+    let Tenants { emulator, mut operator, mut b_admin, b, .. } = tenants().await;
+    let submitted = b_admin
+        .submit_batch_job(emu::SubmitBatchJobRequest { name: "train".to_owned(), cpus: 1, ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .expect("its row");
+    assert!(jobs(&mut b_admin).await.iter().any(|job| job.job_id == submitted.job_id), "its own batch job");
+    let mut a_admin = emulator_client(&emulator, "a-admin").await;
+    assert!(jobs(&mut a_admin).await.iter().all(|job| job.job_id != submitted.job_id), "not org A's");
+    b_admin.cancel_job(emu::CancelJobRequest { job_id: submitted.job_id, uid: None }).await.unwrap();
+
+    let (namespace, name) = name_of(&pod_of(&mut operator, &b).await);
+    let deleted = b_admin
+        .delete_pod(emu::DeletePodRequest { namespace, name, grace_period_seconds: Some(0) })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(deleted.pod.is_none(), "gone at once with grace 0");
+    let after = sandbox(&emulator, "b-user", &b.sandbox_id).await;
+    assert_eq!(state_of(&after), pb::State::Terminated, "its Pod took the sandbox with it");
+    emulator.stop().await;
+}
+
+#[tokio::test]
 async fn an_organizations_reset_leaves_the_others_running() {
     let Tenants { emulator, runtime, mut operator, mut b_admin, a, b } = tenants().await;
     let b_pod = pod_of(&mut operator, &b).await.metadata.expect("metadata").uid;
