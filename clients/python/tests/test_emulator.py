@@ -2,7 +2,7 @@
 gRPC: the runner policy flow of step 2 of the SUNK guide (read, update with the etag, a stale etag
 refused), runner discovery, and a sandbox's life (create, RUNNING, exec `hostname`, delete).
 
-Needs CWSANDBOX_BASE_URL (http://host:port), CWSANDBOX_API_KEY (a sandbox_admin token) and
+Needs CWSANDBOX_BASE_URL (http://host:port), CWSANDBOX_API_KEY (a cluster_admin token, as `serve` generates) and
 CWSANDBOX_RUNNER_ID, as `cwsandbox-emulator serve` prints them and `cwsandbox-emulator exec` sets
 them, and the generated code on the path: `PYTHONPATH=clients/python/gen python -m unittest -v
 clients/python/tests/test_emulator.py`. The steps run in order (unittest sorts them by name) and

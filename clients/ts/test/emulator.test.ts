@@ -3,7 +3,7 @@
 // h2c): the runner policy flow of step 2 of the SUNK guide (read, update with the etag, a stale
 // etag refused), runner discovery, and a sandbox's life (create, RUNNING, exec `hostname`, delete).
 //
-// Needs CWSANDBOX_BASE_URL, CWSANDBOX_API_KEY (a sandbox_admin token) and CWSANDBOX_RUNNER_ID, as
+// Needs CWSANDBOX_BASE_URL, CWSANDBOX_API_KEY (a cluster_admin token, as `serve` generates) and CWSANDBOX_RUNNER_ID, as
 // `cwsandbox-emulator serve` prints them and `cwsandbox-emulator exec` sets them. Run with
 // `node --test dist/test/emulator.test.js` after `tsc -p .`.
 

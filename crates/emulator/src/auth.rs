@@ -1,16 +1,25 @@
 //! Identity: bearer tokens map to principals (organization, user, uid, roles).
 //!
 //! Every RPC (streams included) carries `authorization: Bearer <token>`. No header, another
-//! scheme or an unknown token is UNAUTHENTICATED. `sandbox_admin` is needed for
-//! RunnerManagementService (and the emulator's own API); `sandbox_user` (which `sandbox_admin`
-//! includes) for sandboxes, the data plane and discovery. A principal sees only its organization's
-//! sandboxes and runners.
+//! scheme or an unknown token is UNAUTHENTICATED. Three roles:
+//!
+//! - `sandbox_user`: sandboxes, the data plane and discovery, in the caller's organization.
+//! - `sandbox_admin` (includes `sandbox_user`): RunnerManagementService, and the emulator's own
+//!   API (EmulatorService, the kube facade) scoped to the caller's organization
+//!   ([`Scope::Organization`]): its sandboxes' Pods, Events and Slurm jobs, Nodes and Slurm
+//!   nodes as cluster information; a Reset resets only that organization.
+//! - `cluster_admin`: the cluster operator. The emulator's own API over every organization, and
+//!   the calls that change the whole cluster (ApplyValues, the clock, ResumeNode, a full Reset).
+//!   It does not include the other two; the generated admin token holds all three.
+//!
+//! A principal sees only its organization's sandboxes and runners.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use connectrpc_axum::ConnectError;
+use cwsandbox_sim::query::Scope;
 use cwsandbox_sim::sandbox::Owner;
 use http::request::Parts;
 use serde::Deserialize;
@@ -22,7 +31,12 @@ use crate::errors::ApiError;
 /// An IAM role of the Sandbox API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
 pub enum Role {
-    /// Administers runners and policies (and the emulator); includes `sandbox_user`.
+    /// The cluster operator: the emulator's own API over every organization, and the calls that
+    /// change the whole cluster.
+    #[serde(rename = "cluster_admin")]
+    ClusterAdmin,
+    /// Administers its organization's runners and policies (and its part of the emulator's own
+    /// API); includes `sandbox_user`.
     #[serde(rename = "sandbox_admin")]
     SandboxAdmin,
     /// Creates and uses sandboxes.
@@ -34,6 +48,7 @@ impl Role {
     /// The role's name as IAM spells it.
     pub fn as_str(self) -> &'static str {
         match self {
+            Role::ClusterAdmin => "cluster_admin",
             Role::SandboxAdmin => "sandbox_admin",
             Role::SandboxUser => "sandbox_user",
         }
@@ -71,6 +86,29 @@ impl Principal {
         }
     }
 
+    /// PERMISSION_DENIED unless the principal holds one of `roles` (named in the answer).
+    pub fn require_any(&self, roles: &[Role], what: &str) -> Result<(), ApiError> {
+        if roles.iter().any(|role| self.has(*role)) {
+            return Ok(());
+        }
+        let names: Vec<&str> = roles.iter().map(|role| role.as_str()).collect();
+        Err(ApiError::permission_denied(
+            &names.join(","),
+            format!(
+                "user {:?} of organization {:?} lacks the {} role: {what}",
+                self.user,
+                self.org,
+                names.join(" or ")
+            ),
+        ))
+    }
+
+    /// Whose objects the caller sees in the emulator's own API: everything for `cluster_admin`,
+    /// else its organization's part.
+    pub fn scope(&self) -> Scope {
+        if self.has(Role::ClusterAdmin) { Scope::Cluster } else { Scope::Organization(self.org.clone()) }
+    }
+
     /// The simulation's view of the caller.
     pub fn owner(&self) -> Owner {
         Owner { org: self.org.clone(), user: self.user.clone() }
@@ -88,7 +126,7 @@ pub struct Tokens {
 /// The tokens generated when none are configured.
 #[derive(Debug, Clone)]
 pub struct GeneratedTokens {
-    /// Holds `sandbox_admin` and `sandbox_user`.
+    /// Holds `cluster_admin`, `sandbox_admin` and `sandbox_user`.
     pub admin: String,
     /// Holds `sandbox_user`.
     pub user: String,
@@ -129,8 +167,9 @@ impl Tokens {
         tokens
     }
 
-    /// Two fresh random tokens in `org`: an admin (`admin`, uid 0) and a user (`alice`, uid 1001,
-    /// a Slurm user of both built-in scenarios).
+    /// Two fresh random tokens in `org`: an admin (`admin`, uid 0; the cluster operator and the
+    /// organization's admin, so everything the guide shows works with it) and a user (`alice`,
+    /// uid 1001, a Slurm user of both built-in scenarios).
     pub fn generate(org: &str) -> (Tokens, GeneratedTokens) {
         let generated = GeneratedTokens { admin: random_token("cwsbx-admin-"), user: random_token("cwsbx-user-") };
         let mut tokens = Tokens::default();
@@ -140,7 +179,7 @@ impl Tokens {
                 org: org.to_owned(),
                 user: "admin".to_owned(),
                 uid: 0,
-                roles: vec![Role::SandboxAdmin, Role::SandboxUser],
+                roles: vec![Role::ClusterAdmin, Role::SandboxAdmin, Role::SandboxUser],
             },
         );
         tokens.insert(
@@ -160,12 +199,15 @@ impl Tokens {
         self.by_token.get(token)
     }
 
-    /// The first token holding `sandbox_admin`.
+    /// The admin token for the ready file: the first holding `cluster_admin` (the operator's,
+    /// which harnesses use to drive the clock and reset), else the first holding `sandbox_admin`.
     pub fn first_admin(&self) -> Option<(&str, &Principal)> {
-        self.ordered
-            .iter()
-            .find(|(_, principal)| principal.has(Role::SandboxAdmin))
-            .map(|(token, principal)| (token.as_str(), principal))
+        [Role::ClusterAdmin, Role::SandboxAdmin].into_iter().find_map(|role| {
+            self.ordered
+                .iter()
+                .find(|(_, principal)| principal.has(role))
+                .map(|(token, principal)| (token.as_str(), principal))
+        })
     }
 
     /// The first token holding `sandbox_user` but not `sandbox_admin`.
@@ -227,9 +269,13 @@ mod tests {
     fn bearer_tokens_resolve_and_roles_nest() {
         let (tokens, generated) = Tokens::generate("org");
         let admin = tokens.authenticate(Some(&format!("Bearer {}", generated.admin))).unwrap();
-        assert!(admin.has(Role::SandboxAdmin) && admin.has(Role::SandboxUser));
+        assert!(admin.has(Role::ClusterAdmin) && admin.has(Role::SandboxAdmin) && admin.has(Role::SandboxUser));
+        assert_eq!(admin.scope(), Scope::Cluster);
         let user = tokens.authenticate(Some(&format!("bearer {}", generated.user))).unwrap();
         assert!(user.require(Role::SandboxAdmin).is_err());
+        assert_eq!(user.scope(), Scope::Organization("org".to_owned()));
+        let error = user.require_any(&[Role::SandboxAdmin, Role::ClusterAdmin], "the emulator's API").unwrap_err();
+        assert!(error.message.contains("lacks the sandbox_admin or cluster_admin role"), "{}", error.message);
         assert_eq!(user.owner(), Owner { org: "org".to_owned(), user: "alice".to_owned() });
         assert_eq!(tokens.authenticate(None).unwrap_err().code, tonic::Code::Unauthenticated);
         assert_eq!(tokens.authenticate(Some("Basic abc")).unwrap_err().code, tonic::Code::Unauthenticated);

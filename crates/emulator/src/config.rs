@@ -7,6 +7,11 @@
 //!   KillWait: 60
 //! auth:
 //!   tokens:
+//!     - token: operator-secret
+//!       org: default-org
+//!       user: operator
+//!       uid: 0
+//!       roles: [cluster_admin, sandbox_admin]
 //!     - token: admin-secret
 //!       org: default-org
 //!       user: admin
@@ -69,7 +74,8 @@ pub struct TokenConfig {
     /// Numeric uid (what `scancel` records as the canceller).
     #[serde(default)]
     pub uid: u32,
-    /// `sandbox_admin` and/or `sandbox_user`.
+    /// Any of `cluster_admin` (the cluster operator), `sandbox_admin` (its organization's admin,
+    /// includes `sandbox_user`) and `sandbox_user`; see `crate::auth`.
     pub roles: Vec<Role>,
 }
 
@@ -191,7 +197,7 @@ mod tests {
 
     #[test]
     fn overlays_merge_in_order_and_auth_is_kept_apart() {
-        let first = "slurmConfig:\n  KillWait: 90\nauth:\n  tokens:\n    - {token: a, org: o, user: u, roles: [sandbox_user]}\n";
+        let first = "slurmConfig:\n  KillWait: 90\nauth:\n  tokens:\n    - {token: a, org: o, user: u, roles: [sandbox_user]}\n    - {token: b, org: o, user: ops, roles: [cluster_admin, sandbox_admin]}\n";
         let second = "scheduler:\n  scope:\n    type: namespace\n";
         let config = EmulatorConfig::from_overlays(
             Scenario::Ready,
@@ -200,8 +206,9 @@ mod tests {
         .unwrap();
         assert_eq!(config.values.slurm_config.kill_wait, 90);
         assert_eq!(config.values.scheduler.scope.scope_type, cwsandbox_sim::config::ScopeType::Namespace);
-        assert_eq!(config.auth.tokens.len(), 1);
+        assert_eq!(config.auth.tokens.len(), 2);
         assert_eq!(config.auth.tokens[0].roles, [Role::SandboxUser]);
+        assert_eq!(config.auth.tokens[1].roles, [Role::ClusterAdmin, Role::SandboxAdmin]);
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod kube;
 pub mod runtime;
 pub mod server;
 pub mod services;
+pub mod state_dir;
 pub mod tls;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -87,7 +88,8 @@ pub struct ReadyInfo {
     pub base_url: String,
     /// The address actually bound.
     pub listen: String,
-    /// A token with `sandbox_admin` (and `sandbox_user`); empty when none is configured.
+    /// The operator's token (`cluster_admin`; the generated one also holds `sandbox_admin` and
+    /// `sandbox_user`), else the first with `sandbox_admin`; empty when none is configured.
     pub admin_token: String,
     /// A token with only `sandbox_user`; empty when none is configured.
     pub user_token: String,
@@ -127,10 +129,11 @@ impl ReadyInfo {
         )
     }
 
-    /// Writes the ready file atomically (a reader never sees half of it).
+    /// Writes the ready file atomically (a reader never sees half of it), through a temporary
+    /// file of this process's own, so two emulators given one path cannot mix their writes.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
         let json = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        let temporary = path.with_extension("tmp");
+        let temporary = state_dir::temporary_for(path);
         std::fs::write(&temporary, json + "\n")?;
         std::fs::rename(&temporary, path)
     }
@@ -140,7 +143,7 @@ impl ReadyInfo {
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let temporary = path.with_extension("tmp");
+    let temporary = state_dir::temporary_for(path);
     let mut file =
         std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temporary)?;
     file.write_all(text.as_bytes())?;

@@ -12,6 +12,7 @@ use cwsandbox_emulator::app::Limits;
 use cwsandbox_emulator::config::EmulatorConfig;
 use cwsandbox_emulator::executor_runtime::ExecutorRuntime;
 use cwsandbox_emulator::runtime::SandboxRuntime;
+use cwsandbox_emulator::state_dir::{self, SandboxRoot};
 use cwsandbox_emulator::{Emulator, Options};
 use cwsandbox_executor::{ExecutorConfig, Isolation};
 use cwsandbox_sim::config::Scenario;
@@ -45,8 +46,9 @@ struct ServeArgs {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:8080", env = "CWSANDBOX_EMULATOR_LISTEN")]
     listen: SocketAddr,
-    /// Write connection details (base_url, admin_token, user_token, runner_id) as JSON here once
-    /// ready.
+    /// Write connection details (base_url, admin_token, user_token, runner_id, pid) as JSON here
+    /// once ready (atomically). A file a killed emulator left is removed at start; one whose
+    /// emulator still runs stops the start.
     #[arg(long, value_name = "PATH")]
     ready_file: Option<PathBuf>,
     /// Write a kubeconfig for the Kubernetes API the emulator serves on its port (with the admin
@@ -93,7 +95,10 @@ struct SandboxArgs {
     #[arg(long, value_enum, default_value_t = IsolationArg::Auto, env = "CWSANDBOX_EMULATOR_ISOLATION")]
     isolation: IsolationArg,
     /// Directory holding each sandbox's root directory (created if missing); no sandbox sees it.
-    /// Default: a new directory under the system's temporary directory, removed on exit.
+    /// Locked while the emulator runs: a second emulator on it is refused, and the next start
+    /// removes the sandbox directories a killed emulator left. Default: `cwsandbox-emulator-PID`
+    /// under the system's temporary directory, removed on exit (and, if the emulator was killed,
+    /// by a later start).
     #[arg(long, value_name = "DIR", env = "CWSANDBOX_EMULATOR_SANDBOX_ROOT")]
     sandbox_root: Option<PathBuf>,
 }
@@ -106,12 +111,17 @@ enum IsolationArg {
 }
 
 impl SandboxArgs {
-    /// The process executor, probed and ready.
-    fn runtime(&self, retention: Duration, max_file_bytes: u64) -> Result<ExecutorRuntime> {
-        let (root, temporary) = match &self.sandbox_root {
-            Some(root) => (root.clone(), false),
-            None => (std::env::temp_dir().join(format!("cwsandbox-emulator-{}", std::process::id())), true),
+    /// The process executor, probed and ready, in a sandbox root this emulator holds (the lock
+    /// lasts as long as the returned [`SandboxRoot`]).
+    fn runtime(&self, retention: Duration, max_file_bytes: u64) -> Result<(ExecutorRuntime, SandboxRoot)> {
+        let (claimed, temporary) = match &self.sandbox_root {
+            Some(root) => (SandboxRoot::claim(root)?, false),
+            None => (SandboxRoot::claim_default(&std::env::temp_dir())?, true),
         };
+        for stale in claimed.removed() {
+            tracing::info!("removed {}, left by an emulator that was stopped without cleaning up", stale.display());
+        }
+        let root = claimed.path().to_owned();
         let mut config = ExecutorConfig::new(&root);
         config.isolation = match self.isolation {
             IsolationArg::Auto => Isolation::Auto,
@@ -127,12 +137,13 @@ impl SandboxArgs {
             "sandbox commands are this machine's programs (container images are recorded, not pulled), run in a root of \
              their own with the host's system directories read-only; see crates/executor/README.md"
         );
-        Ok(runtime)
+        Ok((runtime, claimed))
     }
 }
 
 impl WorldArgs {
-    fn options(&self, listen: SocketAddr) -> Result<Options> {
+    /// The emulator's options, and the sandbox root it holds while it runs.
+    fn options(&self, listen: SocketAddr) -> Result<(Options, SandboxRoot)> {
         let scenario = match self.scenario {
             ScenarioArg::Ready => Scenario::Ready,
             ScenarioArg::Fresh => Scenario::Fresh,
@@ -143,9 +154,9 @@ impl WorldArgs {
         options.listen = listen;
         options.seed = self.seed;
         options.limits.max_message_bytes = self.max_message_bytes;
-        let runtime = self.sandboxes.runtime(retention, options.limits.max_file_bytes)?;
+        let (runtime, root) = self.sandboxes.runtime(retention, options.limits.max_file_bytes)?;
         options.runtime = Some(Arc::new(runtime) as Arc<dyn SandboxRuntime>);
-        Ok(options)
+        Ok((options, root))
     }
 }
 
@@ -214,7 +225,13 @@ async fn termination() -> i32 {
 }
 
 async fn serve(args: ServeArgs) -> Result<ExitCode> {
-    let mut options = args.world.options(args.listen)?;
+    // First of all: a reader polling for the ready file must not find a dead emulator's.
+    if let Some(path) = &args.ready_file
+        && let Some(pid) = state_dir::clear_stale_ready_file(path)?
+    {
+        tracing::info!("removed the ready file {} of emulator pid {pid}, which is gone", path.display());
+    }
+    let (mut options, _root) = args.world.options(args.listen)?;
     options.kubeconfig = args.kubeconfig.clone();
     let emulator = Emulator::start(options).await?;
     if let Some(path) = &args.ready_file {
@@ -233,7 +250,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
 }
 
 async fn exec(world: WorldArgs, command: Vec<String>) -> Result<ExitCode> {
-    let mut options = world.options(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let (mut options, _root) = world.options(SocketAddr::from(([127, 0, 0, 1], 0)))?;
     // kubectl in the command sees the throwaway cluster too.
     let kubeconfig = std::env::temp_dir().join(format!("cwsandbox-emulator-{}.kubeconfig", std::process::id()));
     options.kubeconfig = Some(kubeconfig.clone());

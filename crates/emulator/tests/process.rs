@@ -118,3 +118,247 @@ fn configured_tokens_replace_the_generated_ones() -> anyhow::Result<()> {
     assert_eq!(emulator.ready.user_token, "bob-secret");
     Ok(())
 }
+
+// ------------------------------------------------------------------------------------------------
+// Restart hygiene: what a killed emulator leaves behind
+// ------------------------------------------------------------------------------------------------
+
+/// How long a start may take before a test gives up (a debug build on a busy machine), as in
+/// the testkit harness.
+const START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A line the emulator printed.
+#[derive(Debug)]
+enum Line {
+    Out(String),
+    Err(String),
+    /// Both streams are closed: the process has exited.
+    Closed,
+}
+
+/// `serve --listen 127.0.0.1:0 <args>` with both output streams read line by line into a channel
+/// (the testkit's way of waiting: no sleeps, one bound for the whole start).
+struct Serve {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<Line>,
+    seen: Vec<String>,
+}
+
+impl Serve {
+    fn spawn(args: &[&std::ffi::OsStr], env: &[(&str, &Path)]) -> anyhow::Result<Serve> {
+        use std::io::BufRead;
+        let mut command = Command::new(BINARY);
+        command.args(["serve", "--listen", "127.0.0.1:0"]).args(args).env("RUST_LOG", "info");
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child =
+            command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn()?;
+        let (sender, lines) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
+        let out = sender.clone();
+        let readers = [
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                    let _ = out.send(Line::Out(line));
+                }
+            }),
+            std::thread::spawn({
+                let err = sender.clone();
+                move || {
+                    for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                        let _ = err.send(Line::Err(line));
+                    }
+                }
+            }),
+        ];
+        std::thread::spawn(move || {
+            for reader in readers {
+                let _ = reader.join();
+            }
+            let _ = sender.send(Line::Closed);
+        });
+        Ok(Serve { child, lines, seen: Vec::new() })
+    }
+
+    /// Waits for a line `wanted` accepts; `None` if the process exited first.
+    fn wait_for(&mut self, wanted: impl Fn(&Line) -> bool) -> Option<String> {
+        let started = std::time::Instant::now();
+        loop {
+            let line = self.lines.recv_timeout(START_TIMEOUT.saturating_sub(started.elapsed())).ok()?;
+            match &line {
+                Line::Closed => return None,
+                Line::Out(text) | Line::Err(text) => {
+                    self.seen.push(text.clone());
+                    if wanted(&line) {
+                        return Some(text.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        self.wait_for(|line| matches!(line, Line::Out(text) if text == cwsandbox_testkit::emulator::READY_LINE)).is_some()
+    }
+
+    fn output(&self) -> String {
+        self.seen.join("\n")
+    }
+
+    /// SIGKILL, reaped; its sandbox processes are killed too so that nothing outlives the test.
+    fn kill_9(mut self) {
+        let descendants = cwsandbox_testkit::procs::descendants(self.child.id());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for process in descendants.iter().filter(|process| process.is_alive()) {
+            let _ = Command::new("kill").args(["-KILL", &process.pid.to_string()]).stderr(std::process::Stdio::null()).status();
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ready_pid(path: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str::<serde_json::Value>(&text).ok()?["pid"].as_u64()
+}
+
+/// The sandbox directories in a root (everything but the lock file).
+fn sandbox_dirs(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<_> = std::fs::read_dir(root)
+        .map(|entries| entries.flatten().filter(|entry| entry.path().is_dir()).map(|entry| entry.path()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    dirs
+}
+
+/// A running sandbox on an emulator started from the ready file at `ready`.
+fn running_sandbox(ready: &Path) -> anyhow::Result<String> {
+    let info: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(ready)?)?;
+    let text = |key: &str| info[key].as_str().unwrap_or_default().to_owned();
+    let post = |token: &str, method: &str, body: serde_json::Value| -> anyhow::Result<serde_json::Value> {
+        let output = Command::new("curl")
+            .args(["--silent", "--show-error", "--fail-with-body", "--max-time", "60", "-X", "POST"])
+            .args(["-H", &format!("Authorization: Bearer {token}"), "-H", "Content-Type: application/json"])
+            .args(["--data", &body.to_string(), &format!("{}/{method}", text("base_url"))])
+            .output()?;
+        anyhow::ensure!(output.status.success(), "{method}: {}", output_text(&output));
+        Ok(serde_json::from_slice(&output.stdout)?)
+    };
+    let spec = serde_json::json!({"sandbox": {"spec": {
+        "containers": [{"name": "main", "image": "python:3.11", "command": "/bin/sh", "args": ["-c", "sleep infinity"]}],
+        "runnerIds": [text("runner_id")], "mode": "SANDBOX_MODE_CKS"}}});
+    let created = post(&text("user_token"), "coreweave.sandbox.v1.SandboxService/CreateSandbox", spec)?;
+    let id = created["sandboxId"].as_str().unwrap_or_default().to_owned();
+    // Past the prolog at once; GetSandbox answers once the runtime has started the Pod.
+    let emulator = "coreweave.sandbox.emulator.v1.EmulatorService";
+    post(&text("admin_token"), &format!("{emulator}/FreezeClock"), serde_json::json!({}))?;
+    post(&text("admin_token"), &format!("{emulator}/AdvanceClock"), serde_json::json!({"duration": "2s"}))?;
+    let sandbox =
+        post(&text("user_token"), "coreweave.sandbox.v1.SandboxService/GetSandbox", serde_json::json!({"sandboxId": id}))?;
+    anyhow::ensure!(sandbox["status"]["state"] == "STATE_RUNNING", "{sandbox}");
+    Ok(id)
+}
+
+#[test]
+fn a_restart_after_kill_9_removes_the_dead_emulators_ready_file_and_sandbox_directories() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (ready, root) = (dir.path().join("ready.json"), dir.path().join("sandboxes"));
+    let args = [std::ffi::OsStr::new("--ready-file"), ready.as_os_str(), "--sandbox-root".as_ref(), root.as_os_str()];
+    let mut first = Serve::spawn(&args, &[])?;
+    assert!(first.wait_ready(), "{}", first.output());
+    let first_pid = first.child.id();
+    running_sandbox(&ready)?;
+    let left = sandbox_dirs(&root);
+    assert_eq!(left.len(), 1, "one sandbox directory: {left:?}");
+    first.kill_9();
+    assert_eq!(ready_pid(&ready), Some(u64::from(first_pid)), "kill -9 leaves the ready file");
+
+    let mut second = Serve::spawn(&args, &[])?;
+    let second_pid = u64::from(second.child.id());
+    // The removal is the start's first step and says so; from then on, whenever the file is
+    // there, it is the new emulator's.
+    let removed = second.wait_for(|line| match line {
+        Line::Err(text) => text.contains("removed the ready file"),
+        Line::Out(text) => text == cwsandbox_testkit::emulator::READY_LINE,
+        Line::Closed => false,
+    });
+    assert!(removed.is_some_and(|line| line.contains(&format!("pid {first_pid}"))), "{}", second.output());
+    assert!(ready_pid(&ready).is_none_or(|pid| pid == second_pid), "the dead emulator's ready file is gone");
+    loop {
+        let line = second.wait_for(|_| true);
+        assert!(ready_pid(&ready).is_none_or(|pid| pid == second_pid), "{}", second.output());
+        match line {
+            Some(line) if line == cwsandbox_testkit::emulator::READY_LINE => break,
+            Some(_) => {}
+            None => panic!("the emulator did not become ready:\n{}", second.output()),
+        }
+    }
+    assert_eq!(ready_pid(&ready), Some(second_pid));
+    assert!(!left[0].exists(), "the killed emulator's sandbox directory is removed: {}", second.output());
+    assert!(second.output().contains(&format!("removed {}", left[0].display())), "{}", second.output());
+    Ok(())
+}
+
+#[test]
+fn a_second_emulator_on_a_live_ones_sandbox_root_or_ready_file_is_refused() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (ready, root) = (dir.path().join("ready.json"), dir.path().join("sandboxes"));
+    let mut first = Serve::spawn(&[ready_flag(), ready.as_os_str(), root_flag(), root.as_os_str()], &[])?;
+    assert!(first.wait_ready(), "{}", first.output());
+    let pid = first.child.id();
+
+    let other_ready = dir.path().join("other.json");
+    let mut second = Serve::spawn(&[ready_flag(), other_ready.as_os_str(), root_flag(), root.as_os_str()], &[])?;
+    assert!(!second.wait_ready(), "it must not start: {}", second.output());
+    let expected = format!("sandbox root {} is in use by emulator pid {pid}", root.display());
+    assert!(second.output().contains(&expected), "{}", second.output());
+    assert_eq!(second.child.wait()?.code(), Some(2));
+    assert!(!other_ready.exists());
+
+    let other_root = dir.path().join("other-sandboxes");
+    let mut third = Serve::spawn(&[ready_flag(), ready.as_os_str(), root_flag(), other_root.as_os_str()], &[])?;
+    assert!(!third.wait_ready(), "it must not start: {}", third.output());
+    let expected = format!("the ready file {} belongs to the running emulator pid {pid}", ready.display());
+    assert!(third.output().contains(&expected), "{}", third.output());
+    assert_eq!(third.child.wait()?.code(), Some(2));
+    assert_eq!(ready_pid(&ready), Some(u64::from(pid)), "the live emulator's ready file is kept");
+    Ok(())
+}
+
+#[test]
+fn the_default_sandbox_root_of_a_dead_emulator_is_removed_at_the_next_start() -> anyhow::Result<()> {
+    let temp = tempfile::tempdir()?;
+    let dead = Command::new("true").spawn()?;
+    let dead_pid = dead.id();
+    let mut dead = dead;
+    dead.wait()?;
+    let stale = temp.path().join(format!("cwsandbox-emulator-{dead_pid}"));
+    std::fs::create_dir_all(stale.join("582d6717-a91d-279d-6c7c-5b1c60b890ff/tmp"))?;
+    std::fs::write(stale.join(".cwsandbox-emulator.lock"), format!("{dead_pid}\n"))?;
+    // Not a default root's name (the testkit's run directories look like this): kept.
+    let other = temp.path().join(format!("cwsandbox-emulator-{dead_pid}-0"));
+    std::fs::create_dir_all(&other)?;
+
+    let mut serve = Serve::spawn(&[], &[("TMPDIR", temp.path())])?;
+    assert!(serve.wait_ready(), "{}", serve.output());
+    assert!(!stale.exists(), "{}", serve.output());
+    assert!(other.exists());
+    assert!(temp.path().join(format!("cwsandbox-emulator-{}", serve.child.id())).join(".cwsandbox-emulator.lock").exists());
+    Ok(())
+}
+
+fn ready_flag() -> &'static std::ffi::OsStr {
+    "--ready-file".as_ref()
+}
+
+fn root_flag() -> &'static std::ffi::OsStr {
+    "--sandbox-root".as_ref()
+}

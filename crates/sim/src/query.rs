@@ -2,9 +2,12 @@
 //! Kubernetes label and field selectors over Pods, Nodes, Events, ConfigMaps and Namespaces, and
 //! Slurm job listings that keep the queue (`squeue`) and the accounting database (`sacct`) apart.
 //!
+//! Every listing runs in a [`Scope`]: the cluster operator's, which sees everything, or one
+//! organization's, which sees only what is its own (the rules are in [`Scope`]).
+//!
 //! Nothing here changes the world; every listing borrows from it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::error::{SimError, SimResult};
 use crate::k8s::{ConfigMap, Event, LabelMap, Namespace, Node, Pod, PodOwner};
@@ -315,9 +318,47 @@ pub const CONFIG_MAP_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
 /// Fields a Namespace field selector may name.
 pub const NAMESPACE_FIELDS: &[&str] = &["metadata.name", "status.phase"];
 
+// ------------------------------------------------------------------------------------------------
+// Scopes
+// ------------------------------------------------------------------------------------------------
+
+/// Whose objects a caller sees and may act on. The emulator is one cluster shared by
+/// organizations (the CoreWeave Sandbox API keeps them apart), so an organization's view of the
+/// cluster is its own part of it:
+///
+/// - Pods of its sandboxes (not slurmd, the scheduler or other organizations' Pods), the Events
+///   of those Pods, and the Namespaces they live in;
+/// - Slurm jobs submitted for it: the placeholder jobs of its sandboxes (while the sandbox is on
+///   record or after it was forgotten) and the batch jobs it submitted;
+/// - Nodes, Slurm nodes and partitions: cluster information that Slurm shows every user;
+/// - no ConfigMaps: they carry the operator's configuration (the values), not the organization's.
+///
+/// Anything outside the scope does not exist for the caller: reads leave it out, and commands
+/// naming it answer NOT_FOUND exactly as for an object that never existed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Scope {
+    /// The cluster operator: every organization's objects and the cluster's own.
+    #[default]
+    Cluster,
+    /// One organization.
+    Organization(String),
+}
+
+impl Scope {
+    /// Whether an object of `org` (`None`: the cluster's own) is inside the scope.
+    pub fn sees(&self, org: Option<&str>) -> bool {
+        match self {
+            Scope::Cluster => true,
+            Scope::Organization(mine) => org == Some(mine.as_str()),
+        }
+    }
+}
+
 /// Which objects a Kubernetes listing selects.
 #[derive(Debug, Clone, Default)]
 pub struct ObjectQuery {
+    /// Whose objects.
+    pub scope: Scope,
     /// One namespace, or all.
     pub namespace: Option<String>,
     /// Labels.
@@ -327,9 +368,16 @@ pub struct ObjectQuery {
 }
 
 impl ObjectQuery {
-    /// Parses the selectors of a listing; errors name the offending request field.
-    pub fn parse(namespace: &str, label_selector: &str, field_selector: &str, fields: &[&str]) -> SimResult<ObjectQuery> {
+    /// Parses the selectors of a listing in `scope`; errors name the offending request field.
+    pub fn parse(
+        scope: Scope,
+        namespace: &str,
+        label_selector: &str,
+        field_selector: &str,
+        fields: &[&str],
+    ) -> SimResult<ObjectQuery> {
         Ok(ObjectQuery {
+            scope,
             namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
             labels: LabelSelector::parse(label_selector)
                 .map_err(|error| SimError::invalid_field("label_selector", error))?,
@@ -359,6 +407,8 @@ pub enum JobSource {
 /// Which jobs a listing selects. Empty filters match everything; filters combine with AND.
 #[derive(Debug, Clone)]
 pub struct JobQuery {
+    /// Whose jobs.
+    pub scope: Scope,
     /// Include queue rows.
     pub queue: bool,
     /// Include accounting rows.
@@ -384,6 +434,7 @@ pub struct JobQuery {
 impl Default for JobQuery {
     fn default() -> Self {
         JobQuery {
+            scope: Scope::Cluster,
             queue: true,
             accounting: true,
             job_ids: Vec::new(),
@@ -447,10 +498,52 @@ impl JobRow<'_> {
 }
 
 impl World {
+    /// The organization a Pod belongs to: its sandbox's. slurmd, the scheduler and Pods made
+    /// otherwise are the cluster's own (`None`).
+    pub fn pod_organization(&self, pod: &Pod) -> Option<&str> {
+        match &pod.owner {
+            PodOwner::Sandbox(id) => self.sandbox_organization(id),
+            _ => None,
+        }
+    }
+
+    /// A Pod by namespace and name, if it is inside `scope`.
+    pub fn scoped_pod_by_name(&self, scope: &Scope, namespace: &str, name: &str) -> Option<&Pod> {
+        self.cluster.pod_by_name(namespace, name).filter(|pod| scope.sees(self.pod_organization(pod)))
+    }
+
+    /// The organization a job was submitted for: a placeholder's sandbox's, a batch job's
+    /// submitter's; `None` for the cluster's own.
+    fn job_organization<'w>(&'w self, job: &Job, sandboxes: &HashMap<&'w str, &'w SandboxInfo>) -> Option<&'w str> {
+        if let JobKind::Placeholder { pod_uid } = &job.kind
+            && let Some(info) = sandboxes.get(pod_uid.as_str())
+        {
+            return Some(&info.owner.org);
+        }
+        self.job_orgs.get(&job.id).map(|org| &**org)
+    }
+
+    /// Whether job `id` is on record and inside `scope`.
+    pub fn job_in_scope(&self, scope: &Scope, id: JobId) -> bool {
+        let Some(job) = self.slurm.job_or_record(id) else { return false };
+        match scope {
+            Scope::Cluster => true,
+            Scope::Organization(_) => scope.sees(self.job_organization(job, &self.sandboxes_by_pod_uid())),
+        }
+    }
+
+    /// The uids of the Pods an organization's sandboxes on record have (had), or `None` for the
+    /// cluster scope (everything).
+    fn scope_pod_uids(&self, scope: &Scope) -> Option<HashSet<&str>> {
+        let Scope::Organization(org) = scope else { return None };
+        Some(self.organization_sandboxes(org).map(|sandbox| sandbox.pod_uid.as_str()).collect())
+    }
+
     /// Pods by namespace and name.
     pub fn query_pods(&self, query: &ObjectQuery) -> Vec<&Pod> {
         self.cluster
             .pods_iter()
+            .filter(|pod| query.scope == Scope::Cluster || query.scope.sees(self.pod_organization(pod)))
             .filter(|pod| query.namespace_matches(&pod.namespace) && query.labels.matches(&pod.labels))
             .filter(|pod| {
                 query.fields.matches(|field| match field {
@@ -475,11 +568,16 @@ impl World {
             .collect()
     }
 
-    /// Events, oldest first.
+    /// Events, oldest first; an organization sees those of its Pods.
     pub fn query_events(&self, query: &ObjectQuery) -> Vec<&Event> {
+        let pods = self.scope_pod_uids(&query.scope);
         self.cluster
             .events
             .iter()
+            .filter(|event| {
+                pods.as_ref()
+                    .is_none_or(|pods| event.involved.kind == "Pod" && pods.contains(event.involved.uid.as_str()))
+            })
             .filter(|event| query.namespace_matches(event.namespace()))
             .filter(|event| {
                 let name = event.name();
@@ -499,11 +597,13 @@ impl World {
             .collect()
     }
 
-    /// ConfigMaps by namespace and name.
+    /// ConfigMaps by namespace and name; only the cluster scope sees them (they hold the
+    /// operator's configuration).
     pub fn query_config_maps(&self, query: &ObjectQuery) -> Vec<&ConfigMap> {
         self.cluster
             .config_maps
             .values()
+            .filter(|_| query.scope == Scope::Cluster)
             .filter(|map| query.namespace_matches(&map.namespace) && query.labels.matches(&map.labels))
             .filter(|map| {
                 query.fields.matches(|field| match field {
@@ -515,11 +615,18 @@ impl World {
             .collect()
     }
 
-    /// Namespaces by name (all `Active`).
+    /// Namespaces by name (all `Active`); an organization sees those of its sandboxes.
     pub fn query_namespaces(&self, query: &ObjectQuery) -> Vec<&Namespace> {
+        let own: Option<HashSet<&str>> = match &query.scope {
+            Scope::Cluster => None,
+            Scope::Organization(org) => {
+                Some(self.organization_sandboxes(org).map(|sandbox| sandbox.namespace.as_str()).collect())
+            }
+        };
         self.cluster
             .namespaces
             .values()
+            .filter(|namespace| own.as_ref().is_none_or(|own| own.contains(namespace.name.as_str())))
             .filter(|namespace| query.labels.matches(&namespace.labels))
             .filter(|namespace| {
                 query.fields.matches(|field| match field {
@@ -557,7 +664,11 @@ impl World {
     pub fn query_jobs(&self, query: &JobQuery) -> Vec<JobRow<'_>> {
         let sandboxes = self.sandboxes_by_pod_uid();
         let mut rows = Vec::new();
-        for job in self.slurm.jobs_on_record().filter(|job| query.selects(job)) {
+        let in_scope = |job: &Job| match &query.scope {
+            Scope::Cluster => true,
+            scope => scope.sees(self.job_organization(job, &sandboxes)),
+        };
+        for job in self.slurm.jobs_on_record().filter(|job| query.selects(job) && in_scope(job)) {
             let queued = self.slurm.job(job.id).is_some();
             if query.queue && queued {
                 rows.push(JobRow { source: JobSource::Queue, job, pod: self.placeholder_pod(job, &sandboxes) });

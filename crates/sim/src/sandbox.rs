@@ -463,6 +463,19 @@ impl World {
         self.sandboxes.by_id.values().map(|sandbox| (sandbox.info.pod_uid.as_str(), &*sandbox.info)).collect()
     }
 
+    /// The organization owning sandbox `id`, while it is on record.
+    pub(crate) fn sandbox_organization(&self, id: &str) -> Option<&str> {
+        self.sandboxes.by_id.get(id).map(|sandbox| sandbox.owner.org.as_str())
+    }
+
+    /// An organization's sandboxes on record, in no particular order.
+    pub(crate) fn organization_sandboxes<'w, 'o>(
+        &'w self,
+        org: &'o str,
+    ) -> impl Iterator<Item = &'w SandboxInfo> + use<'w, 'o> {
+        self.sandboxes.by_id.values().filter(move |sandbox| sandbox.owner.org == org).map(|sandbox| &*sandbox.info)
+    }
+
     /// A sandbox as its owner's organization sees it.
     pub fn get_sandbox(&self, org: &str, id: &str) -> SimResult<SandboxView> {
         self.sandboxes
@@ -652,12 +665,40 @@ impl World {
         self.schedule_timer(now + retention, crate::world::Timer::SandboxForget(id));
     }
 
+    /// Ends a sandbox at once (its Pod removed without grace) and forgets it, for an
+    /// organization's reset. Says whether its Pod was running.
+    pub(crate) fn sandbox_reset(&mut self, id: &str) -> bool {
+        let Some(pod_uid) = self.sandboxes.by_id.get(id).map(|sandbox| sandbox.pod_uid.clone()) else { return false };
+        let running = self.cluster.pod(&pod_uid).is_some_and(|pod| pod.phase == PodPhase::Running);
+        self.sandbox_delete_requested(id);
+        self.remove_pod(&pod_uid);
+        let now = self.now();
+        if let Some(sandbox) = self.sandboxes.by_id.get_mut(id)
+            && !matches!(sandbox.life, Life::Ended { .. })
+        {
+            // It never had a Pod: nothing else would end it.
+            sandbox.life = Life::Ended {
+                state: SandboxState::Terminated,
+                reason: "its organization was reset".to_owned(),
+                exit_code: None,
+                at: now,
+            };
+        }
+        self.sandbox_forget(id);
+        running
+    }
+
     pub(crate) fn sandbox_forget(&mut self, id: &str) {
         let Some(sandbox) = self.sandboxes.by_id.get(id) else { return };
         if !matches!(sandbox.life, Life::Ended { .. }) {
             return;
         }
         let pod_uid = sandbox.pod_uid.clone();
+        // Its placeholder job stays in accounting; the organization still sees it as its own.
+        if let Some(job) = sandbox.job_id {
+            let org = crate::world::shared_org_name(&mut self.org_names, &sandbox.owner.org);
+            self.job_orgs.insert(job, org);
+        }
         if let Some(requests) = self.sandboxes.by_request.get_mut(&sandbox.owner.org) {
             requests.remove(&sandbox.request_id);
         }

@@ -15,6 +15,7 @@ use crate::k8s::{
     PodOwner, PodPhase, ResourceTotals, Taint,
 };
 use crate::quantity::Quantity;
+use crate::query::Scope;
 use crate::resolved::{ResourceAmounts, Toleration};
 use crate::runners::RunnerRegistry;
 use crate::slurm::{
@@ -193,6 +194,11 @@ pub struct World {
     /// Slurm node name → uid of its slurmd Pod, as last found (see `slurmd_pod_uid`).
     slurmd_pods: HashMap<String, SharedStr, IdHash>,
     pod_of_placeholder: HashMap<JobId, SharedStr, IdHash>,
+    /// The organization of each job whose organization its sandbox no longer tells: batch jobs an
+    /// organization submitted, and the placeholders of forgotten sandboxes (see `query::Scope`).
+    pub(crate) job_orgs: HashMap<JobId, SharedStr, IdHash>,
+    /// Organization names, one copy each, shared by the `job_orgs` entries that name them.
+    pub(crate) org_names: HashMap<String, SharedStr>,
     /// Pods the scheduler refused: never retried.
     sunk_rejected: BTreeSet<SharedStr>,
     /// Pods needing a scheduling decision.
@@ -229,6 +235,8 @@ impl World {
             slurmd_pods: HashMap::default(),
             slurm_outcomes: Vec::new(),
             pod_of_placeholder: HashMap::default(),
+            job_orgs: HashMap::default(),
+            org_names: HashMap::new(),
             sunk_rejected: BTreeSet::new(),
             unscheduled: BTreeSet::new(),
             waiting_for_room: BTreeSet::new(),
@@ -1508,9 +1516,16 @@ impl World {
         }
     }
 
-    /// `scancel` by `by_uid`.
-    pub fn scancel(&mut self, job: JobId, by_uid: u32) -> SimResult<()> {
+    /// `scancel` by `by_uid`, of a job inside `scope` (others are NOT_FOUND like unknown ids).
+    pub fn scancel(&mut self, scope: &Scope, job: JobId, by_uid: u32) -> SimResult<()> {
         self.settle();
+        let not_found = || SimError::NotFound {
+            reason: Reason::JobNotFound,
+            message: format!("scancel: error: Kill job error on job id {job}: Invalid job id specified"),
+        };
+        if !self.job_in_scope(scope, job) {
+            return Err(not_found());
+        }
         let Some(queued) = self.slurm.job(job).cloned() else {
             if self.slurm.job_or_record(job).is_some() {
                 return Err(SimError::FailedPrecondition {
@@ -1518,10 +1533,7 @@ impl World {
                     message: format!("scancel: error: Kill job error on job id {job}: Job/step already completing or completed"),
                 });
             }
-            return Err(SimError::NotFound {
-                reason: Reason::JobNotFound,
-                message: format!("scancel: error: Kill job error on job id {job}: Invalid job id specified"),
-            });
+            return Err(not_found());
         };
         if queued.completing || queued.state.is_finished() {
             // Slurm refuses a second cancel; the placeholder keeps waiting for its Pod.
@@ -1548,8 +1560,9 @@ impl World {
         Ok(())
     }
 
-    /// Submits an ordinary Slurm batch job (not a Pod).
-    pub fn submit_batch_job(&mut self, request: JobRequest) -> SimResult<JobId> {
+    /// Submits an ordinary Slurm batch job (not a Pod) for `scope`: an organization's job is its
+    /// own, the cluster scope's the cluster's.
+    pub fn submit_batch_job(&mut self, scope: &Scope, request: JobRequest) -> SimResult<JobId> {
         self.settle();
         let job = self.slurm.submit(request, self.now).map_err(|error| {
             let field = match error {
@@ -1559,17 +1572,26 @@ impl World {
             };
             SimError::invalid_field(field, format!("Batch job submission failed: {error}"))
         })?;
+        if let Scope::Organization(org) = scope {
+            let org = shared_org_name(&mut self.org_names, org);
+            self.job_orgs.insert(job, org);
+        }
         self.slurm_dirty = true;
         self.settle();
         Ok(job)
     }
 
-    /// Deletes a Pod by namespace and name (`kubectl delete pod`).
-    pub fn delete_pod(&mut self, namespace: &str, name: &str, grace_seconds: Option<i64>) -> SimResult<()> {
+    /// Deletes a Pod inside `scope` by namespace and name (`kubectl delete pod`).
+    pub fn delete_pod(
+        &mut self,
+        scope: &Scope,
+        namespace: &str,
+        name: &str,
+        grace_seconds: Option<i64>,
+    ) -> SimResult<()> {
         self.settle();
         let uid = self
-            .cluster
-            .pod_by_name(namespace, name)
+            .scoped_pod_by_name(scope, namespace, name)
             .map(|pod| pod.uid.clone())
             .ok_or_else(|| SimError::NotFound { reason: Reason::PodNotFound, message: format!("pods \"{name}\" not found") })?;
         if let Some(PodOwner::Sandbox(id)) = self.cluster.pod(&uid).map(|pod| pod.owner.clone()) {
@@ -1578,6 +1600,34 @@ impl World {
         self.begin_pod_deletion(&uid, grace_seconds);
         self.settle();
         Ok(())
+    }
+
+    /// Resets one organization's part of the cluster, leaving every other organization's and the
+    /// cluster's own as they are: each of its sandboxes ends at once (its Pod removed without a
+    /// grace period, its processes killed) and is forgotten; its batch jobs still queued are
+    /// cancelled; and none of its jobs is its own any more (they stay in the cluster's accounting,
+    /// as cancelled jobs stay in `sacct`; nodes held by them free after the epilog, as in Slurm).
+    /// Runners and policies are kept. Returns how many running Pods were stopped.
+    pub fn reset_organization(&mut self, org: &str) -> usize {
+        self.settle();
+        let sandboxes: Vec<SharedStr> = self.organization_sandboxes(org).map(|sandbox| sandbox.id.clone()).collect();
+        let mut stopped = 0;
+        for id in &sandboxes {
+            stopped += usize::from(self.sandbox_reset(id));
+        }
+        let batch_jobs: Vec<JobId> = self
+            .job_orgs
+            .iter()
+            .filter(|(job, owner)| owner.as_str() == org && self.slurm.job(**job).is_some())
+            .map(|(job, _)| *job)
+            .collect();
+        for job in batch_jobs {
+            // A job already completing cannot be cancelled again; it ends by itself.
+            let _ = self.scancel(&Scope::Cluster, job, 0);
+        }
+        self.job_orgs.retain(|_, owner| owner.as_str() != org);
+        self.settle();
+        stopped
     }
 
     /// Resumes a drained Slurm node (`scontrol update nodename=… state=resume`).
@@ -1609,6 +1659,17 @@ impl World {
     pub(crate) fn sandbox_values(&self) -> &SandboxValues {
         &self.values.sandboxes
     }
+}
+
+/// The one shared copy of an organization's name (a job record of a forgotten sandbox names its
+/// organization without a new allocation).
+pub(crate) fn shared_org_name(names: &mut HashMap<String, SharedStr>, org: &str) -> SharedStr {
+    if let Some(name) = names.get(org) {
+        return name.clone();
+    }
+    let name = SharedStr::from(org);
+    names.insert(org.to_owned(), name.clone());
+    name
 }
 
 /// The CPUs the static CPU Manager gives a Pod: with Guaranteed QoS (every container's CPU and

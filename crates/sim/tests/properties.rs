@@ -11,6 +11,7 @@ use cwsandbox_api::sandbox_v1::{Container, ResourceRequirements, Resources, Sand
 use cwsandbox_sim::config::{Scenario, Values};
 use cwsandbox_sim::ids::{IdSource, SeededIds};
 use cwsandbox_sim::k8s::{PodOwner, PodPhase, ResourceTotals};
+use cwsandbox_sim::query::Scope;
 use cwsandbox_sim::sandbox::{Owner, SandboxFilter};
 use cwsandbox_sim::slurm::{JobBaseState, JobKind, Sharing};
 
@@ -149,7 +150,7 @@ fn random_operations_keep_the_invariants() {
                         let job = queued[(rng.next_u64() as usize) % queued.len()];
                         // Slurm refuses to cancel a job that is already completing.
                         let completing = h.world.slurm.job(job).is_some_and(|job| job.completing);
-                        match h.world.scancel(job, 0) {
+                        match h.world.scancel(&Scope::Cluster, job, 0) {
                             Ok(()) => assert!(!completing, "a completing job cannot be cancelled again"),
                             Err(error) => assert!(completing, "scancel of a queued job: {error}"),
                         }
@@ -157,7 +158,7 @@ fn random_operations_keep_the_invariants() {
                 }
                 5 => {
                     let request = batch(1 + (rng.next_u64() % 8) as u32, Some(1 + (rng.next_u64() % 60) as u32));
-                    h.world.submit_batch_job(request).expect("batch");
+                    h.world.submit_batch_job(&Scope::Cluster, request).expect("batch");
                 }
                 _ => h.advance_millis(rng.next_u64() % 30_000),
             }

@@ -7,6 +7,7 @@ use common::*;
 use cwsandbox_api::sandbox_v1::{Container, ResourceRequirements, Resources, SandboxMode, SandboxSpec};
 use cwsandbox_sim::config::{Scenario, Values};
 use cwsandbox_sim::error::{Reason, SimError};
+use cwsandbox_sim::query::Scope;
 use cwsandbox_sim::sandbox::{Owner, SandboxFilter, SandboxState};
 use cwsandbox_sim::world::Effect;
 
@@ -179,7 +180,7 @@ fn scancel_terminates_the_sandbox_with_the_job_in_the_reason() {
     let sandbox = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
     h.advance(1);
     let job = h.world.get_sandbox("default-org", &sandbox.id).unwrap().job_id.unwrap();
-    h.world.scancel(job, 1001).unwrap();
+    h.world.scancel(&Scope::Cluster, job, 1001).unwrap();
     h.world.sandbox_exited(&sandbox.id, 0);
     let view = h.world.get_sandbox("default-org", &sandbox.id).unwrap();
     assert_eq!(view.state, SandboxState::Terminated);
@@ -270,7 +271,7 @@ fn job_listings_keep_queue_and_accounting_apart() {
         ]
     );
 
-    h.world.scancel(job, 1001).unwrap();
+    h.world.scancel(&Scope::Cluster, job, 1001).unwrap();
     assert_eq!(
         rows(&h),
         [
@@ -279,9 +280,9 @@ fn job_listings_keep_queue_and_accounting_apart() {
         ],
         "COMPLETING is a queue flag: accounting stores the base state"
     );
-    let again = h.world.scancel(job, 0).unwrap_err();
+    let again = h.world.scancel(&Scope::Cluster, job, 0).unwrap_err();
     assert!(again.to_string().ends_with("Job/step already completing or completed"), "{again}");
-    assert_eq!(h.world.scancel(9_999_999, 0).unwrap_err().reason(), Some(Reason::JobNotFound));
+    assert_eq!(h.world.scancel(&Scope::Cluster, 9_999_999, 0).unwrap_err().reason(), Some(Reason::JobNotFound));
 
     // The Pod goes after its grace period; the row still names it through the sandbox.
     h.advance(31);
@@ -301,11 +302,11 @@ fn job_listings_keep_queue_and_accounting_apart() {
     assert_eq!(by(JobQuery { states: vec![JobBaseState::Running], ..JobQuery::default() }), 0);
     assert_eq!(by(JobQuery { queue: true, accounting: false, ..JobQuery::default() }), 0);
 
-    let none = ObjectQuery::parse("", &format!("sandbox.coreweave.com/sandbox-id={}", sandbox.id), "", POD_FIELDS).unwrap();
+    let none = ObjectQuery::parse(Scope::Cluster, "", &format!("sandbox.coreweave.com/sandbox-id={}", sandbox.id), "", POD_FIELDS).unwrap();
     assert!(h.world.query_pods(&none).is_empty(), "the Pod is gone");
-    let slurmd = ObjectQuery::parse("tenant-slurm", "app.kubernetes.io/name=slurmd", "status.phase=Running", POD_FIELDS).unwrap();
+    let slurmd = ObjectQuery::parse(Scope::Cluster, "tenant-slurm", "app.kubernetes.io/name=slurmd", "status.phase=Running", POD_FIELDS).unwrap();
     assert_eq!(h.world.query_pods(&slurmd).len(), 4);
-    assert!(ObjectQuery::parse("", "", "spec.foo=bar", POD_FIELDS).is_err());
+    assert!(ObjectQuery::parse(Scope::Cluster, "", "", "spec.foo=bar", POD_FIELDS).is_err());
 }
 
 #[test]
@@ -318,4 +319,74 @@ fn a_failed_upgrade_changes_nothing() {
     assert_eq!(h.world.values(), &Values::scenario(Scenario::Ready));
     assert_eq!(h.world.slurm.nodes.len(), 4);
     assert_eq!(h.world.cluster.pod_count(), 5, "4 slurmd Pods and the scheduler are still there");
+}
+
+/// Two organizations on one cluster: each sees its own Pods, Events, Namespaces and jobs, commands
+/// on the other's objects are NOT_FOUND, and resetting one leaves the other running.
+#[test]
+fn organizations_see_and_reset_only_their_own_part_of_the_cluster() {
+    use cwsandbox_sim::query::{EVENT_FIELDS, JobQuery, NAMESPACE_FIELDS, NODE_FIELDS, ObjectQuery, POD_FIELDS};
+
+    let mut values = Values::scenario(Scenario::Ready);
+    let mut other = values.runners[0].clone();
+    other.org = "other-org".to_owned();
+    values.runners.push(other);
+    let mut h = harness_with(values);
+    let bob = Owner { org: "other-org".to_owned(), user: "bob".to_owned() };
+    let mine = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    let theirs = h.world.create_sandbox(&bob, client_spec(), "", "").unwrap();
+    h.advance(1);
+    let a = Scope::Organization("default-org".to_owned());
+    let b = Scope::Organization("other-org".to_owned());
+    let batch_job = h.world.submit_batch_job(&b, batch(1, None)).unwrap();
+
+    let pods = |h: &Harness, scope: &Scope| -> Vec<String> {
+        let query = ObjectQuery::parse(scope.clone(), "", "", "", POD_FIELDS).unwrap();
+        h.world.query_pods(&query).iter().map(|pod| pod.uid.to_string()).collect()
+    };
+    assert_eq!(pods(&h, &b), [theirs.pod_uid.to_string()], "no slurmd, scheduler or other organization's Pod");
+    assert_eq!(pods(&h, &a), [mine.pod_uid.to_string()]);
+    assert!(pods(&h, &Scope::Cluster).len() > 2, "the operator sees every Pod");
+
+    let events = ObjectQuery::parse(b.clone(), "", "", "", EVENT_FIELDS).unwrap();
+    let events = h.world.query_events(&events);
+    assert!(!events.is_empty());
+    assert!(events.iter().all(|event| event.involved.uid == theirs.pod_uid), "only its Pods' Events");
+    let namespaces = ObjectQuery::parse(b.clone(), "", "", "", NAMESPACE_FIELDS).unwrap();
+    let namespaces: Vec<&str> = h.world.query_namespaces(&namespaces).iter().map(|namespace| namespace.name.as_str()).collect();
+    assert_eq!(namespaces, ["sandbox-bob"]);
+    let everything = ObjectQuery::parse(b.clone(), "", "", "", &["metadata.name", "metadata.namespace"]).unwrap();
+    assert!(h.world.query_config_maps(&everything).is_empty(), "ConfigMaps are the operator's");
+    let nodes = ObjectQuery::parse(b.clone(), "", "", "", NODE_FIELDS).unwrap();
+    assert_eq!(h.world.query_nodes(&nodes).len(), h.world.cluster.nodes.len(), "Nodes are cluster information");
+
+    let jobs = |h: &Harness, scope: &Scope| -> Vec<u32> {
+        let query = JobQuery { scope: scope.clone(), queue: false, ..JobQuery::default() };
+        h.world.query_jobs(&query).iter().map(|row| row.job.id).collect()
+    };
+    let (my_job, their_job) = (mine.job_id.unwrap(), h.world.sandbox(&theirs.id).unwrap().job_id.unwrap());
+    assert_eq!(jobs(&h, &b), [their_job, batch_job]);
+    assert_eq!(jobs(&h, &a), [my_job]);
+
+    let refused = h.world.scancel(&b, my_job, 0).unwrap_err();
+    assert_eq!(refused.reason(), Some(Reason::JobNotFound));
+    assert!(refused.to_string().ends_with("Invalid job id specified"), "as for an unknown id: {refused}");
+    let refused = h.world.delete_pod(&b, &mine.namespace, &mine.pod_name, Some(0)).unwrap_err();
+    assert_eq!(refused.reason(), Some(Reason::PodNotFound));
+    assert_eq!(h.world.get_sandbox("default-org", &mine.id).unwrap().state, SandboxState::Running, "nothing changed");
+
+    assert_eq!(h.world.reset_organization("other-org"), 1, "its running Pod was stopped");
+    let effects = h.world.take_effects();
+    assert!(effects.iter().any(|effect| matches!(effect, Effect::KillPod { pod_uid } if *pod_uid == theirs.pod_uid)), "{effects:?}");
+    assert_eq!(h.world.get_sandbox("other-org", &theirs.id).unwrap_err().reason(), Some(Reason::SandboxNotFound));
+    assert!(pods(&h, &b).is_empty() && jobs(&h, &b).is_empty(), "a clean slate");
+    assert_eq!(h.world.get_sandbox("default-org", &mine.id).unwrap().state, SandboxState::Running);
+    assert!(h.world.slurm.job(batch_job).is_none_or(|job| job.state == cwsandbox_sim::slurm::JobBaseState::Cancelled));
+    assert!(jobs(&h, &Scope::Cluster).contains(&(batch_job)), "the cluster's accounting keeps it");
+
+    // A forgotten sandbox's job is still its organization's row.
+    h.world.delete_sandbox("default-org", &mine.id, 0).unwrap();
+    h.advance(4000);
+    assert_eq!(h.world.get_sandbox("default-org", &mine.id).unwrap_err().reason(), Some(Reason::SandboxNotFound));
+    assert_eq!(jobs(&h, &a), [my_job]);
 }

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use cwsandbox_sim::config::ScopeType;
 use cwsandbox_sim::k8s::PodPhase;
+use cwsandbox_sim::query::Scope;
 use cwsandbox_sim::slurm::JobBaseState;
 
 
@@ -122,7 +123,7 @@ fn item_08_unknown_partition_is_refused_by_slurm() {
 #[test]
 fn item_09_valid_pod_goes_pending_then_running_and_binds_to_the_slurmd_node() {
     let mut h = harness(|values| values.node_sets[0].replicas = 1);
-    let blocker = h.world.submit_batch_job(batch(8, Some(30))).unwrap();
+    let blocker = h.world.submit_batch_job(&Scope::Cluster, batch(8, Some(30))).unwrap();
     let uid = h.create(sunk_pod("valid"));
     let job = h.job(&uid);
     assert_eq!(job.state, JobBaseState::Pending, "PD while the node is full");
@@ -197,11 +198,11 @@ fn item_11_lock_moves_from_false_through_pending() {
     assert!(h.node_locked("node-cpu-0"));
     h.advance(2);
     assert_eq!(h.slurmd_lock("slurm-cpu-0"), "locked_strict");
-    h.world.delete_pod("sandboxes", "lock", Some(0)).unwrap();
+    h.world.delete_pod(&Scope::Cluster, "sandboxes", "lock", Some(0)).unwrap();
     assert!(!h.pod_exists(&uid));
     assert_eq!(h.slurmd_lock("slurm-cpu-0"), "false");
     assert!(!h.node_locked("node-cpu-0"), "lock taint removed");
-    let batch_job = h.world.submit_batch_job(batch(1, None)).unwrap();
+    let batch_job = h.world.submit_batch_job(&Scope::Cluster, batch(1, None)).unwrap();
     assert_eq!(h.queued(batch_job).unwrap().state, JobBaseState::Running);
     assert_eq!(h.slurmd_lock("slurm-cpu-0"), "locked", "ordinary Slurm jobs take a normal lock");
 }
@@ -234,7 +235,7 @@ fn item_13_user_id_annotation_sets_the_owner_default_is_root() {
 #[test]
 fn item_14_cpus_and_memory_map_to_alloc_cpus_and_req_mem() {
     let mut h = harness(|values| values.node_sets[0].replicas = 1);
-    let blocker = h.world.submit_batch_job(batch(8, Some(10))).unwrap();
+    let blocker = h.world.submit_batch_job(&Scope::Cluster, batch(8, Some(10))).unwrap();
     let uid = h.create(with_requests(sunk_pod("sized"), Some("2"), Some("512Mi"), None));
     let pending = h.job(&uid);
     assert_eq!((pending.alloc_cpus, pending.req_cpus, pending.req_mem_mb), (0, 2, 512), "AllocCPUS 0 while pending");
@@ -317,10 +318,10 @@ fn item_18_exclusive_none_holds_the_whole_node() {
     h.advance(1);
     assert_eq!(h.pod(&exclusive).phase, PodPhase::Running);
     let other_pod = h.create(sunk_pod("other"));
-    let other_job = h.world.submit_batch_job(batch(1, None)).unwrap();
+    let other_job = h.world.submit_batch_job(&Scope::Cluster, batch(1, None)).unwrap();
     assert_eq!(h.job(&other_pod).state, JobBaseState::Pending);
     assert_eq!(h.queued(other_job).unwrap().state, JobBaseState::Pending);
-    h.world.delete_pod("sandboxes", "whole", Some(0)).unwrap();
+    h.world.delete_pod(&Scope::Cluster, "sandboxes", "whole", Some(0)).unwrap();
     assert_eq!(h.job(&other_pod).state, JobBaseState::Running, "placed once the exclusive Pod ended");
 }
 
@@ -368,7 +369,7 @@ fn item_21_guaranteed_integer_cpu_pod_pins_cpus_and_the_next_job_drains_the_node
     assert_eq!(h.world.cluster.nodes["node-cpu-0"].pinned_cpus, 4, "the static CPU Manager pinned 4 CPUs");
 
     // Slurm still sees 8 free CPUs and starts a 6-CPU job there: it lands on pinned CPUs.
-    let job = h.world.submit_batch_job(batch(6, Some(600))).unwrap();
+    let job = h.world.submit_batch_job(&Scope::Cluster, batch(6, Some(600))).unwrap();
     let record = h.record(job);
     assert_eq!((record.state, record.exit_code), (JobBaseState::Failed, (1, 0)), "the job failed");
     let node = h.world.slurm.node("slurm-cpu-0").unwrap();
@@ -380,14 +381,14 @@ fn item_21_guaranteed_integer_cpu_pod_pins_cpus_and_the_next_job_drains_the_node
     h.advance(1);
     assert!(h.pod_exists(&pinned), "evicted by the lock taint, still Terminating and still pinning");
     h.world.resume_node("slurm-cpu-0").unwrap();
-    let job = h.world.submit_batch_job(batch(6, Some(600))).unwrap();
+    let job = h.world.submit_batch_job(&Scope::Cluster, batch(6, Some(600))).unwrap();
     assert_eq!(h.record(job).state, JobBaseState::Failed);
     assert_eq!(h.world.transitions.get("job_failed_on_pinned_cpus"), Some(&2));
-    h.world.delete_pod("sandboxes", "pinned", Some(0)).unwrap();
+    h.world.delete_pod(&Scope::Cluster, "sandboxes", "pinned", Some(0)).unwrap();
     assert_eq!(h.world.cluster.nodes["node-cpu-0"].pinned_cpus, 0);
     h.advance(1);
     h.world.resume_node("slurm-cpu-0").unwrap();
-    let job = h.world.submit_batch_job(batch(6, Some(600))).unwrap();
+    let job = h.world.submit_batch_job(&Scope::Cluster, batch(6, Some(600))).unwrap();
     assert_eq!(h.queued(job).unwrap().state, JobBaseState::Running);
 }
 
@@ -400,7 +401,7 @@ fn item_21_fractional_or_burstable_cpu_and_a_disabled_cpu_manager_pin_nothing() 
         let uid = h.create(default_scheduler_pod(name, requests, limits));
         assert_eq!(h.pod(&uid).node_name.as_deref(), Some("node-cpu-0"), "{name}");
         assert_eq!(h.world.cluster.nodes["node-cpu-0"].pinned_cpus, 0, "{name}");
-        let job = h.world.submit_batch_job(batch(6, Some(600))).unwrap();
+        let job = h.world.submit_batch_job(&Scope::Cluster, batch(6, Some(600))).unwrap();
         assert_eq!(h.queued(job).unwrap().state, JobBaseState::Running, "{name}");
     }
     let mut h = harness(|values| {
@@ -409,7 +410,7 @@ fn item_21_fractional_or_burstable_cpu_and_a_disabled_cpu_manager_pin_nothing() 
     });
     h.create(default_scheduler_pod("pinned", ("4", "4Gi"), ("4", "4Gi")));
     assert_eq!(h.world.cluster.nodes["node-cpu-0"].pinned_cpus, 0);
-    let job = h.world.submit_batch_job(batch(6, Some(600))).unwrap();
+    let job = h.world.submit_batch_job(&Scope::Cluster, batch(6, Some(600))).unwrap();
     assert_eq!(h.queued(job).unwrap().state, JobBaseState::Running);
 }
 
@@ -421,7 +422,7 @@ fn item_22_slurm_job_on_all_gpus_and_a_cpu_only_pod_share_a_node() {
     });
     let mut gpu_job = batch(4, None);
     gpu_job.gpus = 8;
-    let gpu_job = h.world.submit_batch_job(gpu_job).unwrap();
+    let gpu_job = h.world.submit_batch_job(&Scope::Cluster, gpu_job).unwrap();
     let uid = h.create(sunk_pod("cpu-only"));
     h.advance(1);
     assert_eq!(h.queued(gpu_job).unwrap().state, JobBaseState::Running);
@@ -435,7 +436,7 @@ fn item_23_kubectl_delete_pod_cancels_the_placeholder_and_unlocks() {
     let uid = h.create(sunk_pod("del"));
     h.advance(1);
     let job_id = h.job_id(&uid).unwrap();
-    h.world.delete_pod("sandboxes", "del", Some(10)).unwrap();
+    h.world.delete_pod(&Scope::Cluster, "sandboxes", "del", Some(10)).unwrap();
     let pod = h.pod(&uid);
     assert!(pod.deletion_timestamp.is_some(), "Terminating");
     let queued = h.queued(job_id).unwrap();
@@ -456,7 +457,7 @@ fn item_24_scancel_running_placeholder_terminates_the_pod() {
     let uid = h.create(sunk_pod("cancelled"));
     h.advance(1);
     let job_id = h.job_id(&uid).unwrap();
-    h.world.scancel(job_id, 0).unwrap();
+    h.world.scancel(&Scope::Cluster, job_id, 0).unwrap();
     assert!(h.queued(job_id).unwrap().completing, "CG");
     assert!(h.pod(&uid).deletion_timestamp.is_some(), "Terminating at once");
     h.advance(20);
@@ -472,7 +473,7 @@ fn item_24_pod_that_honours_sigterm_goes_at_once() {
     let uid = h.create(sunk_pod("quick"));
     h.advance(1);
     let job_id = h.job_id(&uid).unwrap();
-    h.world.scancel(job_id, 1001).unwrap();
+    h.world.scancel(&Scope::Cluster, job_id, 1001).unwrap();
     h.world.pod_exited(&uid, 0);
     assert!(!h.pod_exists(&uid));
     assert!(h.queued(job_id).is_none());
@@ -495,7 +496,7 @@ fn item_25_pod_outliving_killwait_drains_the_node() {
     values.slurm_config.kill_wait = 30;
     h.world.apply_values(values).unwrap();
     let job_id = h.job_id(&uid).unwrap();
-    h.world.scancel(job_id, 0).unwrap();
+    h.world.scancel(&Scope::Cluster, job_id, 0).unwrap();
     h.advance(27);
     assert!(h.world.slurm.node("slurm-cpu-0").unwrap().drain_reason.is_none());
     h.advance(1);
@@ -518,10 +519,10 @@ fn item_25_pod_outliving_killwait_drains_the_node() {
 #[test]
 fn item_26_scancel_pending_placeholder_never_binds() {
     let mut h = harness(|values| values.node_sets[0].replicas = 1);
-    h.world.submit_batch_job(batch(8, None)).unwrap();
+    h.world.submit_batch_job(&Scope::Cluster, batch(8, None)).unwrap();
     let uid = h.create(sunk_pod("pending"));
     let job_id = h.job_id(&uid).unwrap();
-    h.world.scancel(job_id, 0).unwrap();
+    h.world.scancel(&Scope::Cluster, job_id, 0).unwrap();
     assert!(!h.pod_exists(&uid), "deleted (default setting)");
     let record = h.record(job_id);
     assert_eq!((record.state, record.cancelled_by), (JobBaseState::Cancelled, Some(0)));
@@ -533,9 +534,9 @@ fn item_26_scancel_pending_placeholder_never_binds() {
         values.node_sets[0].replicas = 1;
         values.scheduler.delete_pod_when_pending_job_cancelled = false;
     });
-    h.world.submit_batch_job(batch(8, Some(5))).unwrap();
+    h.world.submit_batch_job(&Scope::Cluster, batch(8, Some(5))).unwrap();
     let uid = h.create(sunk_pod("kept"));
-    h.world.scancel(h.job_id(&uid).unwrap(), 0).unwrap();
+    h.world.scancel(&Scope::Cluster, h.job_id(&uid).unwrap(), 0).unwrap();
     h.advance(30);
     let pod = h.pod(&uid);
     assert_eq!((pod.phase, pod.node_name.clone()), (PodPhase::Pending, None), "kept Pending, never bound");
@@ -578,7 +579,7 @@ fn item_28_higher_tier_job_preempts_a_placeholder_after_its_pod_is_gone() {
     let placeholder = h.job_id(&uid).unwrap();
     let mut urgent = batch(4, None);
     urgent.partition = Some("high".to_owned());
-    let urgent = h.world.submit_batch_job(urgent).unwrap();
+    let urgent = h.world.submit_batch_job(&Scope::Cluster, urgent).unwrap();
     assert_eq!(h.record(placeholder).state, JobBaseState::Preempted);
     assert!(h.pod(&uid).deletion_timestamp.is_some(), "its Pod is being deleted");
     assert_eq!(h.queued(urgent).unwrap().state, JobBaseState::Pending, "waits for the Pod");
@@ -590,7 +591,7 @@ fn item_28_higher_tier_job_preempts_a_placeholder_after_its_pod_is_gone() {
 #[test]
 fn item_28_higher_tier_placeholder_preempts_a_batch_job() {
     let mut h = harness(preemption_values);
-    let low = h.world.submit_batch_job(batch(8, None)).unwrap();
+    let low = h.world.submit_batch_job(&Scope::Cluster, batch(8, None)).unwrap();
     let uid = h.create(annotated(sunk_pod("urgent"), &[("partition", "high")]));
     assert_eq!(h.record(low).state, JobBaseState::Preempted);
     h.advance(1);
@@ -603,7 +604,7 @@ fn item_29_completing_is_never_in_accounting() {
     let uid = h.create(sunk_pod("cg"));
     h.advance(1);
     let job_id = h.job_id(&uid).unwrap();
-    h.world.delete_pod("sandboxes", "cg", Some(10)).unwrap();
+    h.world.delete_pod(&Scope::Cluster, "sandboxes", "cg", Some(10)).unwrap();
     assert!(h.queued(job_id).unwrap().completing);
     assert!(!h.record(job_id).completing);
     assert_eq!(h.record(job_id).state, JobBaseState::Cancelled);

@@ -22,7 +22,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct ReadyFile {
     /// `http://127.0.0.1:PORT`.
     pub base_url: String,
-    /// A token with `sandbox_admin`.
+    /// The operator's token (`cluster_admin`, and for the generated one `sandbox_admin` and
+    /// `sandbox_user` too), else one with `sandbox_admin`.
     pub admin_token: String,
     /// A token with only `sandbox_user`.
     pub user_token: String,

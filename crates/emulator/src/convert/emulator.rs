@@ -9,7 +9,7 @@ use cwsandbox_api::emulator_v1 as pb;
 use cwsandbox_sim::config::Values;
 use cwsandbox_sim::k8s::{ConfigMap, ContainerState, Event, Namespace, Node, Pod, PodOwner, PodPhase, ResourceTotals};
 use cwsandbox_sim::quantity::{Quantity, format_bytes};
-use cwsandbox_sim::query::{JobQuery, JobRow, JobSource, PlaceholderPod};
+use cwsandbox_sim::query::{JobQuery, JobRow, JobSource, PlaceholderPod, Scope};
 use cwsandbox_sim::resolved::ResourceAmounts;
 use cwsandbox_sim::slurm::{JobBaseState, JobId, JobKind, NodeState, Partition, PreemptMode, Sharing, SlurmNode};
 use cwsandbox_sim::steps::{JobStep, job_steps};
@@ -452,8 +452,8 @@ pub fn job(row: &JobRow<'_>, now: SimTime, contain: bool) -> pb::Job {
     }
 }
 
-/// The simulation query of a ListJobs request.
-pub fn job_query(request: &pb::ListJobsRequest) -> Result<JobQuery, ApiError> {
+/// The simulation query of a ListJobs request in `scope`.
+pub fn job_query(scope: Scope, request: &pb::ListJobsRequest) -> Result<JobQuery, ApiError> {
     let (queue, accounting) = match pb::JobSource::try_from(request.source) {
         Ok(pb::JobSource::Unspecified) => (true, true),
         Ok(pb::JobSource::Queue) => (true, false),
@@ -474,6 +474,7 @@ pub fn job_query(request: &pb::ListJobsRequest) -> Result<JobQuery, ApiError> {
         return Err(ApiError::invalid_field("window_start", "Start time requested is after end time."));
     }
     Ok(JobQuery {
+        scope,
         queue,
         accounting,
         job_ids: request.job_ids.clone(),

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
 use cwsandbox_sim::k8s::{PodOwner, PodPhase};
+use cwsandbox_sim::query::Scope;
 use futures::StreamExt;
 use http::Uri;
 
@@ -48,10 +49,10 @@ enum Source {
     Empty,
 }
 
-pub(super) async fn serve(app: &App, namespace: &str, name: &str, uri: &Uri) -> Result<Response, Status> {
+pub(super) async fn serve(app: &App, scope: &Scope, namespace: &str, name: &str, uri: &Uri) -> Result<Response, Status> {
     let params = parse(uri)?;
     let source = app.driver().with_world(|world| -> Result<Source, Status> {
-        let pod = world.cluster.pod_by_name(namespace, name).ok_or_else(|| Status::not_found("pods", name))?;
+        let pod = world.scoped_pod_by_name(scope, namespace, name).ok_or_else(|| Status::not_found("pods", name))?;
         let container = if params.container.is_empty() {
             pod.containers.first().map(|container| container.name.clone()).unwrap_or_default()
         } else {

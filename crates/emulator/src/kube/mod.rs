@@ -10,8 +10,11 @@
 //! - kubectl's default printing asks for `as=Table`: the rows are printed here (see [`table`]).
 //! - Anything else answers as the API server would: a `Status` with 404, 405, 400, 401 or 403.
 //!
-//! Every call but `/version` needs a bearer token with `sandbox_admin` (the kubeconfig that
-//! `serve --kubeconfig` writes carries the admin token).
+//! Every call but `/version` needs a bearer token with `sandbox_admin` or `cluster_admin` (the
+//! kubeconfig that `serve --kubeconfig` writes carries the admin token, which holds both). The
+//! caller's scope applies as in EmulatorService: `cluster_admin` sees every Pod, an
+//! organization's `sandbox_admin` only its sandboxes' Pods, their Events and Namespaces (and every
+//! Node); another organization's Pod is 404 for it, to get, delete or read the log of.
 
 mod logs;
 mod objects;
@@ -27,7 +30,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use cwsandbox_api::emulator_v1 as pb;
-use cwsandbox_sim::query::{self, FieldSelector, LabelSelector, ObjectQuery};
+use cwsandbox_sim::query::{self, FieldSelector, LabelSelector, ObjectQuery, Scope};
 use cwsandbox_sim::world::World;
 use http::{HeaderMap, Method, StatusCode, Uri};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -361,12 +364,18 @@ fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
     }
 }
 
-/// The caller must hold `sandbox_admin`: the facade shows every namespace.
-fn authorize(app: &App, headers: &HeaderMap, verb: &str, resource: &str, namespace: Option<&str>) -> Result<(), Status> {
+/// The caller must hold `sandbox_admin` or `cluster_admin`; the answer is the scope it sees.
+fn authorize(
+    app: &App,
+    headers: &HeaderMap,
+    verb: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) -> Result<Scope, Status> {
     let header = headers.get(http::header::AUTHORIZATION).and_then(|value| value.to_str().ok());
     let principal = app.tokens().authenticate(header).map_err(|_| Status::unauthorized())?;
-    if principal.has(Role::SandboxAdmin) {
-        return Ok(());
+    if principal.has(Role::SandboxAdmin) || principal.has(Role::ClusterAdmin) {
+        return Ok(principal.scope());
     }
     let scope = match namespace {
         Some(namespace) => format!("in the namespace \"{namespace}\""),
@@ -376,7 +385,7 @@ fn authorize(app: &App, headers: &HeaderMap, verb: &str, resource: &str, namespa
     Err(Status::forbidden(
         resource,
         format!(
-            "{resource} is forbidden: User \"{}\" cannot {verb} {what} {scope}: the kube facade needs the sandbox_admin role",
+            "{resource} is forbidden: User \"{}\" cannot {verb} {what} {scope}: the kube facade needs the sandbox_admin or cluster_admin role",
             principal.user
         ),
     ))
@@ -534,39 +543,39 @@ async fn serve_core(app: &App, method: &Method, uri: &Uri, headers: &HeaderMap, 
         }
         Target::Collection { resource, namespace } => {
             let verb = if params.watch { "watch" } else { "list" };
-            authorize(app, headers, verb, resource.plural(), namespace.as_deref())?;
+            let scope = authorize(app, headers, verb, resource.plural(), namespace.as_deref())?;
             if method != Method::GET {
                 return Err(Status::method_not_allowed(resource.plural(), ""));
             }
-            let selection = selection(resource, namespace.as_deref(), &params)?;
+            let selection = selection(scope, resource, namespace.as_deref(), &params)?;
             if params.watch {
                 return Ok(watch::serve(app.clone(), selection, &params, wants_table(headers)));
             }
             Ok(list(app, &selection, &params, wants_table(headers))?)
         }
         Target::PodLog { namespace, name } => {
-            authorize(app, headers, "get", "pods/log", Some(&namespace))?;
+            let scope = authorize(app, headers, "get", "pods/log", Some(&namespace))?;
             if method != Method::GET {
                 return Err(Status::method_not_allowed("pods", &name));
             }
-            logs::serve(app, &namespace, &name, uri).await
+            logs::serve(app, &scope, &namespace, &name, uri).await
         }
         Target::Object { resource, namespace, name } => {
             if params.watch {
                 // A watch on one object is a watch on its collection narrowed by name.
-                authorize(app, headers, "watch", resource.plural(), namespace.as_deref())?;
-                let mut selection = selection(resource, namespace.as_deref(), &params)?;
+                let scope = authorize(app, headers, "watch", resource.plural(), namespace.as_deref())?;
+                let mut selection = selection(scope, resource, namespace.as_deref(), &params)?;
                 selection.query.fields = selection.query.fields.and_equal("metadata.name", &name);
                 return Ok(watch::serve(app.clone(), selection, &params, wants_table(headers)));
             }
             match *method {
                 Method::GET => {
-                    authorize(app, headers, "get", resource.plural(), namespace.as_deref())?;
-                    get(app, resource, namespace.as_deref(), &name, wants_table(headers))
+                    let scope = authorize(app, headers, "get", resource.plural(), namespace.as_deref())?;
+                    get(app, &scope, resource, namespace.as_deref(), &name, wants_table(headers))
                 }
                 Method::DELETE if resource == Resource::Pods => {
-                    authorize(app, headers, "delete", resource.plural(), namespace.as_deref())?;
-                    delete_pod(app, namespace.as_deref().unwrap_or("default"), &name, &params, body)
+                    let scope = authorize(app, headers, "delete", resource.plural(), namespace.as_deref())?;
+                    delete_pod(app, &scope, namespace.as_deref().unwrap_or("default"), &name, &params, body)
                 }
                 _ => {
                     authorize(app, headers, "get", resource.plural(), namespace.as_deref())?;
@@ -577,13 +586,13 @@ async fn serve_core(app: &App, method: &Method, uri: &Uri, headers: &HeaderMap, 
     }
 }
 
-fn selection(resource: Resource, namespace: Option<&str>, params: &Params) -> Result<Selection, Status> {
+fn selection(scope: Scope, resource: Resource, namespace: Option<&str>, params: &Params) -> Result<Selection, Status> {
     let labels = LabelSelector::parse(&params.label_selector)
         .map_err(|error| Status::bad_request(format!("unable to parse requirement: {error}")))?;
     let fields = FieldSelector::parse(&params.field_selector, resource.fields()).map_err(Status::bad_request)?;
     Ok(Selection {
         resource,
-        query: ObjectQuery { namespace: namespace.map(str::to_owned), labels, fields },
+        query: ObjectQuery { scope, namespace: namespace.map(str::to_owned), labels, fields },
     })
 }
 
@@ -629,10 +638,11 @@ fn list(app: &App, selection: &Selection, params: &Params, as_table: bool) -> Re
     Ok(json_response(StatusCode::OK, &body))
 }
 
-fn find(app: &App, resource: Resource, namespace: Option<&str>, name: &str) -> Option<Item> {
+fn find(app: &App, scope: &Scope, resource: Resource, namespace: Option<&str>, name: &str) -> Option<Item> {
     let selection = Selection {
         resource,
         query: ObjectQuery {
+            scope: scope.clone(),
             namespace: namespace.map(str::to_owned),
             labels: LabelSelector::default(),
             fields: FieldSelector::default().and_equal("metadata.name", name),
@@ -641,8 +651,15 @@ fn find(app: &App, resource: Resource, namespace: Option<&str>, name: &str) -> O
     snapshot(app, &selection).items.into_iter().next()
 }
 
-fn get(app: &App, resource: Resource, namespace: Option<&str>, name: &str, as_table: bool) -> Result<Response, Status> {
-    let item = find(app, resource, namespace, name).ok_or_else(|| Status::not_found(resource.plural(), name))?;
+fn get(
+    app: &App,
+    scope: &Scope,
+    resource: Resource,
+    namespace: Option<&str>,
+    name: &str,
+    as_table: bool,
+) -> Result<Response, Status> {
+    let item = find(app, scope, resource, namespace, name).ok_or_else(|| Status::not_found(resource.plural(), name))?;
     if as_table {
         let version = item.metadata.resource_version.clone().unwrap_or_default();
         return Ok(json_response(
@@ -669,7 +686,14 @@ struct Preconditions {
     resource_version: Option<String>,
 }
 
-fn delete_pod(app: &App, namespace: &str, name: &str, params: &Params, body: &Bytes) -> Result<Response, Status> {
+fn delete_pod(
+    app: &App,
+    scope: &Scope,
+    namespace: &str,
+    name: &str,
+    params: &Params,
+    body: &Bytes,
+) -> Result<Response, Status> {
     let options: DeleteOptions = if body.is_empty() {
         DeleteOptions::default()
     } else {
@@ -679,7 +703,7 @@ fn delete_pod(app: &App, namespace: &str, name: &str, params: &Params, body: &By
     if grace.is_some_and(|grace| grace < 0) {
         return Err(Status::invalid("pods", name, "gracePeriodSeconds", "must be greater than or equal to 0"));
     }
-    let before = find(app, Resource::Pods, Some(namespace), name).ok_or_else(|| Status::not_found("pods", name))?;
+    let before = find(app, scope, Resource::Pods, Some(namespace), name).ok_or_else(|| Status::not_found("pods", name))?;
     if let Some(preconditions) = &options.preconditions {
         if preconditions.uid.as_ref().is_some_and(|uid| Some(uid) != before.metadata.uid.as_ref()) {
             return Err(Status::conflict(
@@ -709,10 +733,10 @@ fn delete_pod(app: &App, namespace: &str, name: &str, params: &Params, body: &By
         return Ok(json_response(StatusCode::OK, &before.object));
     }
     app.driver()
-        .with_world(|world| world.delete_pod(namespace, name, grace))
+        .with_world(|world| world.delete_pod(scope, namespace, name, grace))
         .map_err(|error| Status::from_api(&error.into(), "pods", name))?;
     // A Pod that is still terminating is returned as it is now; one already gone as it was.
-    let after = find(app, Resource::Pods, Some(namespace), name).filter(|after| after.key == before.key);
+    let after = find(app, scope, Resource::Pods, Some(namespace), name).filter(|after| after.key == before.key);
     Ok(json_response(StatusCode::OK, &after.unwrap_or(before).object))
 }
 

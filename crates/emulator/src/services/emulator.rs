@@ -1,6 +1,11 @@
 //! EmulatorService (`coreweave.sandbox.emulator.v1`): values, Kubernetes objects, Slurm, the clock
-//! and reset. Every call needs `sandbox_admin`. Each handler checks the caller and the request,
-//! runs one simulation command or query, and converts the answer (`convert::emulator`).
+//! and reset. Each handler checks the caller and the request, runs one simulation command or
+//! query in the caller's scope, and converts the answer (`convert::emulator`).
+//!
+//! Two kinds of call (see `crate::auth`): `scoped` ones, open to `sandbox_admin` and
+//! `cluster_admin`, run in the caller's `Scope` (an organization's admin sees, cancels, deletes
+//! and resets only its own part; the rules are the simulation's, `cwsandbox_sim::query::Scope`);
+//! `operator` ones change or read the whole cluster's configuration and need `cluster_admin`.
 
 use std::collections::HashMap;
 
@@ -8,7 +13,7 @@ use axum::extract::State;
 use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse};
 use cwsandbox_api::emulator_v1 as pb;
 use cwsandbox_sim::config::{Values, merge_values};
-use cwsandbox_sim::query::{self, JobQuery, ObjectQuery};
+use cwsandbox_sim::query::{self, JobQuery, ObjectQuery, Scope};
 use cwsandbox_sim::slurm::{JobId, JobKind, JobRequest};
 use cwsandbox_sim::world::World;
 
@@ -20,13 +25,28 @@ use crate::convert::emulator as convert;
 use crate::convert::{required, timestamp};
 use crate::errors::ApiError;
 
-/// Runs `body` for an admin caller; anyone else gets PERMISSION_DENIED.
-fn admin<T>(
+/// Runs `body` in the caller's scope, for `sandbox_admin` or `cluster_admin`; anyone else gets
+/// PERMISSION_DENIED.
+fn scoped<T>(
+    method: &str,
+    caller: &Caller,
+    body: impl FnOnce(Scope) -> Result<T, ApiError>,
+) -> Result<ConnectResponse<T>, ConnectError> {
+    let allowed = caller.require_any(&[Role::SandboxAdmin, Role::ClusterAdmin], "EmulatorService is for administrators");
+    respond(method, allowed.and_then(|()| body(caller.scope())))
+}
+
+/// Runs `body` for the cluster operator (`cluster_admin`); anyone else gets PERMISSION_DENIED.
+fn operator<T>(
     method: &str,
     caller: &Caller,
     body: impl FnOnce() -> Result<T, ApiError>,
 ) -> Result<ConnectResponse<T>, ConnectError> {
-    respond(method, caller.require(Role::SandboxAdmin).and_then(|()| body()))
+    let allowed = caller.require_any(
+        &[Role::ClusterAdmin],
+        &format!("{method} concerns the whole cluster, not one organization's part of it"),
+    );
+    respond(method, allowed.and_then(|()| body()))
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -39,7 +59,8 @@ pub async fn get_values(
     caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::GetValuesRequest>,
 ) -> Result<ConnectResponse<pb::GetValuesResponse>, ConnectError> {
-    admin("GetValues", &caller, || {
+    // The values name every organization's runners and policies.
+    operator("GetValues", &caller, || {
         let values = app.driver().with_world(|world| world.values().clone());
         let (yaml, tree) = convert::values(&values)?;
         Ok(pb::GetValuesResponse { yaml, values: Some(tree) })
@@ -52,7 +73,7 @@ pub async fn apply_values(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ApplyValuesRequest>,
 ) -> Result<ConnectResponse<pb::ApplyValuesResponse>, ConnectError> {
-    admin("ApplyValues", &caller, || {
+    operator("ApplyValues", &caller, || {
         use pb::apply_values_request::Document;
         let (field, document) = match &request.document {
             Some(Document::Yaml(text)) => {
@@ -110,9 +131,14 @@ pub async fn list_pods(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListPodsRequest>,
 ) -> Result<ConnectResponse<pb::ListPodsResponse>, ConnectError> {
-    admin("ListPods", &caller, || {
-        let query =
-            ObjectQuery::parse(&request.namespace, &request.label_selector, &request.field_selector, query::POD_FIELDS)?;
+    scoped("ListPods", &caller, |scope| {
+        let query = ObjectQuery::parse(
+            scope,
+            &request.namespace,
+            &request.label_selector,
+            &request.field_selector,
+            query::POD_FIELDS,
+        )?;
         Ok(app.driver().with_world(|world| {
             let jobs = world.placeholder_jobs_by_pod();
             let pods = world
@@ -131,18 +157,17 @@ pub async fn delete_pod(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::DeletePodRequest>,
 ) -> Result<ConnectResponse<pb::DeletePodResponse>, ConnectError> {
-    admin("DeletePod", &caller, || {
+    scoped("DeletePod", &caller, |scope| {
         let namespace = required("namespace", &request.namespace)?;
         let name = required("name", &request.name)?;
         if request.grace_period_seconds.is_some_and(|grace| grace < 0) {
             return Err(ApiError::invalid_field("grace_period_seconds", "must not be negative"));
         }
         app.driver().with_world(|world| -> Result<_, ApiError> {
-            world.delete_pod(namespace, name, request.grace_period_seconds)?;
+            world.delete_pod(&scope, namespace, name, request.grace_period_seconds)?;
             let jobs = world.placeholder_jobs_by_pod();
             let pod = world
-                .cluster
-                .pod_by_name(namespace, name)
+                .scoped_pod_by_name(&scope, namespace, name)
                 .map(|pod| convert::pod(pod, jobs.get(pod.uid.as_str()).copied()));
             Ok(pb::DeletePodResponse { pod })
         })
@@ -155,8 +180,8 @@ pub async fn list_nodes(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListNodesRequest>,
 ) -> Result<ConnectResponse<pb::ListNodesResponse>, ConnectError> {
-    admin("ListNodes", &caller, || {
-        let query = ObjectQuery::parse("", &request.label_selector, &request.field_selector, query::NODE_FIELDS)?;
+    scoped("ListNodes", &caller, |scope| {
+        let query = ObjectQuery::parse(scope, "", &request.label_selector, &request.field_selector, query::NODE_FIELDS)?;
         Ok(app.driver().with_world(|world| {
             let slurm_nodes: HashMap<&str, &str> =
                 world.slurm.nodes.iter().map(|node| (node.k8s_node.as_str(), node.name.as_str())).collect();
@@ -176,8 +201,8 @@ pub async fn list_events(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListEventsRequest>,
 ) -> Result<ConnectResponse<pb::ListEventsResponse>, ConnectError> {
-    admin("ListEvents", &caller, || {
-        let mut query = ObjectQuery::parse(&request.namespace, "", &request.field_selector, query::EVENT_FIELDS)?;
+    scoped("ListEvents", &caller, |scope| {
+        let mut query = ObjectQuery::parse(scope, &request.namespace, "", &request.field_selector, query::EVENT_FIELDS)?;
         for (field, value) in [
             ("involvedObject.kind", &request.involved_object_kind),
             ("involvedObject.name", &request.involved_object_name),
@@ -199,8 +224,9 @@ pub async fn list_config_maps(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListConfigMapsRequest>,
 ) -> Result<ConnectResponse<pb::ListConfigMapsResponse>, ConnectError> {
-    admin("ListConfigMaps", &caller, || {
+    scoped("ListConfigMaps", &caller, |scope| {
         let query = ObjectQuery::parse(
+            scope,
             &request.namespace,
             &request.label_selector,
             &request.field_selector,
@@ -218,9 +244,9 @@ pub async fn list_namespaces(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListNamespacesRequest>,
 ) -> Result<ConnectResponse<pb::ListNamespacesResponse>, ConnectError> {
-    admin("ListNamespaces", &caller, || {
+    scoped("ListNamespaces", &caller, |scope| {
         let query =
-            ObjectQuery::parse("", &request.label_selector, &request.field_selector, query::NAMESPACE_FIELDS)?;
+            ObjectQuery::parse(scope, "", &request.label_selector, &request.field_selector, query::NAMESPACE_FIELDS)?;
         Ok(app.driver().with_world(|world| pb::ListNamespacesResponse {
             namespaces: world.query_namespaces(&query).into_iter().map(convert::namespace).collect(),
         }))
@@ -231,9 +257,9 @@ pub async fn list_namespaces(
 // Slurm
 // ------------------------------------------------------------------------------------------------
 
-/// One job's row: the queue's while it is queued, else accounting's.
-fn job_row(world: &World, id: JobId) -> Option<pb::Job> {
-    let rows = world.query_jobs(&JobQuery { job_ids: vec![id], ..JobQuery::default() });
+/// One job's row inside `scope`: the queue's while it is queued, else accounting's.
+fn job_row(world: &World, scope: &Scope, id: JobId) -> Option<pb::Job> {
+    let rows = world.query_jobs(&JobQuery { scope: scope.clone(), job_ids: vec![id], ..JobQuery::default() });
     let contain = world.values().slurm_config.has_prolog_flag("Contain");
     rows.first().map(|row| convert::job(row, world.now(), contain))
 }
@@ -244,8 +270,8 @@ pub async fn list_jobs(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListJobsRequest>,
 ) -> Result<ConnectResponse<pb::ListJobsResponse>, ConnectError> {
-    admin("ListJobs", &caller, || {
-        let query = convert::job_query(&request)?;
+    scoped("ListJobs", &caller, |scope| {
+        let query = convert::job_query(scope, &request)?;
         Ok(app.driver().with_world(|world| {
             let now = world.now();
             let contain = world.values().slurm_config.has_prolog_flag("Contain");
@@ -261,7 +287,8 @@ pub async fn list_slurm_nodes(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListSlurmNodesRequest>,
 ) -> Result<ConnectResponse<pb::ListSlurmNodesResponse>, ConnectError> {
-    admin("ListSlurmNodes", &caller, || {
+    // Slurm nodes and partitions are cluster information every Slurm user reads.
+    scoped("ListSlurmNodes", &caller, |_scope| {
         Ok(app.driver().with_world(|world| pb::ListSlurmNodesResponse {
             nodes: world
                 .query_slurm_nodes(&request.names, &request.partitions)
@@ -278,7 +305,7 @@ pub async fn list_partitions(
     caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::ListPartitionsRequest>,
 ) -> Result<ConnectResponse<pb::ListPartitionsResponse>, ConnectError> {
-    admin("ListPartitions", &caller, || {
+    scoped("ListPartitions", &caller, |_scope| {
         Ok(app.driver().with_world(|world| pb::ListPartitionsResponse {
             partitions: world
                 .slurm
@@ -299,13 +326,13 @@ pub async fn cancel_job(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::CancelJobRequest>,
 ) -> Result<ConnectResponse<pb::CancelJobResponse>, ConnectError> {
-    admin("CancelJob", &caller, || {
+    scoped("CancelJob", &caller, |scope| {
         let by_uid = request.uid.unwrap_or(caller.uid);
         let job = app.driver().with_world(|world| -> Result<_, ApiError> {
             world
-                .scancel(request.job_id, by_uid)
+                .scancel(&scope, request.job_id, by_uid)
                 .map_err(|error| ApiError::from(error).with_metadata("job_id", request.job_id.to_string()))?;
-            Ok(job_row(world, request.job_id))
+            Ok(job_row(world, &scope, request.job_id))
         })?;
         tracing::info!(job_id = request.job_id, by_uid, "scancel");
         Ok(pb::CancelJobResponse { job })
@@ -318,7 +345,8 @@ pub async fn submit_batch_job(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::SubmitBatchJobRequest>,
 ) -> Result<ConnectResponse<pb::SubmitBatchJobResponse>, ConnectError> {
-    admin("SubmitBatchJob", &caller, || {
+    // An organization's batch job is its own; the operator's is the cluster's.
+    scoped("SubmitBatchJob", &caller, |scope| {
         let sharing = convert::sharing(request.over_subscribe)?;
         let text = |value: &str| (!value.is_empty()).then(|| value.to_owned());
         app.driver().with_world(|world| -> Result<_, ApiError> {
@@ -330,7 +358,7 @@ pub async fn submit_batch_job(
                     .or_else(|| world.slurm.users.values().find(|known| &*known.name == user).map(|known| known.uid))
                     .ok_or_else(|| ApiError::invalid_field("user", format!("Invalid user id: {user}")))?,
             };
-            let job = world.submit_batch_job(JobRequest {
+            let job = world.submit_batch_job(&scope, JobRequest {
                 name: if request.name.is_empty() { "batch".to_owned() } else { request.name.clone() },
                 uid,
                 gid: request.gid,
@@ -350,7 +378,7 @@ pub async fn submit_batch_job(
                 prolog: false,
             })?;
             tracing::info!(job_id = job, uid, "batch job submitted");
-            Ok(pb::SubmitBatchJobResponse { job: job_row(world, job) })
+            Ok(pb::SubmitBatchJobResponse { job: job_row(world, &scope, job) })
         })
     })
 }
@@ -361,7 +389,7 @@ pub async fn resume_node(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ResumeNodeRequest>,
 ) -> Result<ConnectResponse<pb::ResumeNodeResponse>, ConnectError> {
-    admin("ResumeNode", &caller, || {
+    operator("ResumeNode", &caller, || {
         let name = required("node_name", &request.node_name)?;
         app.driver().with_world(|world| -> Result<_, ApiError> {
             world.resume_node(name).map_err(|error| ApiError::from(error).with_metadata("node_name", name))?;
@@ -386,7 +414,7 @@ pub async fn get_clock(
     caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::GetClockRequest>,
 ) -> Result<ConnectResponse<pb::GetClockResponse>, ConnectError> {
-    admin("GetClock", &caller, || Ok(pb::GetClockResponse { clock: Some(clock_now(&app)) }))
+    scoped("GetClock", &caller, |_scope| Ok(pb::GetClockResponse { clock: Some(clock_now(&app)) }))
 }
 
 /// FreezeClock.
@@ -395,7 +423,7 @@ pub async fn freeze_clock(
     caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::FreezeClockRequest>,
 ) -> Result<ConnectResponse<pb::FreezeClockResponse>, ConnectError> {
-    admin("FreezeClock", &caller, || {
+    operator("FreezeClock", &caller, || {
         app.driver().clock().freeze();
         app.driver().clock_changed();
         Ok(pb::FreezeClockResponse { clock: Some(clock_now(&app)) })
@@ -408,7 +436,7 @@ pub async fn advance_clock(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::AdvanceClockRequest>,
 ) -> Result<ConnectResponse<pb::AdvanceClockResponse>, ConnectError> {
-    admin("AdvanceClock", &caller, || {
+    operator("AdvanceClock", &caller, || {
         let by = convert::advance_by(request.duration.as_ref())?;
         app.driver().clock().advance(by);
         app.driver().clock_changed();
@@ -422,21 +450,30 @@ pub async fn resume_clock(
     caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::ResumeClockRequest>,
 ) -> Result<ConnectResponse<pb::ResumeClockResponse>, ConnectError> {
-    admin("ResumeClock", &caller, || {
+    operator("ResumeClock", &caller, || {
         app.driver().clock().resume();
         app.driver().clock_changed();
         Ok(pb::ResumeClockResponse { clock: Some(clock_now(&app)) })
     })
 }
 
-/// Reset: a fresh world from the configured values; running sandbox processes are stopped.
+/// Reset: for the operator a fresh world from the configured values, for an organization's admin
+/// its own part of the world only (`World::reset_organization`); running sandbox processes are
+/// stopped.
 pub async fn reset(
     State(app): State<App>,
     caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::ResetRequest>,
 ) -> Result<ConnectResponse<pb::ResetResponse>, ConnectError> {
-    admin("Reset", &caller, || {
-        let stopped = app.driver().reset()?;
+    scoped("Reset", &caller, |scope| {
+        let stopped = match &scope {
+            Scope::Cluster => app.driver().reset()?,
+            Scope::Organization(org) => {
+                let stopped = app.driver().with_world(|world| world.reset_organization(org));
+                tracing::info!(stopped, org, "organization reset");
+                stopped
+            }
+        };
         Ok(pb::ResetResponse { clock: Some(clock_now(&app)), stopped_pods: i32::try_from(stopped).unwrap_or(i32::MAX) })
     })
 }
