@@ -452,11 +452,36 @@ impl Values {
     /// type: …`; serde alone names the key only for unknown and missing fields).
     pub fn from_tree(tree: serde_json::Value) -> Result<Values, String> {
         serde_path_to_error::deserialize(tree).map_err(|error| {
-            let path = error.path().to_string();
+            let path = key_path(error.path());
             let message = error.into_inner().to_string();
-            if path == "." { message } else { format!("{path}: {message}") }
+            if path.is_empty() { message } else { format!("{path}: {message}") }
         })
     }
+}
+
+/// A key's path as the API names fields: `nodeSets[0].cpu`, and a key that is not a plain name
+/// quoted as map keys are (`extraNodes[0].labels["node-role.kubernetes.io/control-plane"]`), so
+/// that a key holding a dot or a bracket cannot pass for a nested field. Empty for the top level.
+pub fn key_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut text = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => text.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                let mut chars = key.chars();
+                let is_name = chars.next().is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+                    && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+                match (is_name, text.is_empty()) {
+                    (true, true) => text.push_str(key),
+                    (true, false) => text.push_str(&format!(".{key}")),
+                    (false, _) => text.push_str(&format!("[{key:?}]")),
+                }
+            }
+            Segment::Unknown => text.push_str(if text.is_empty() { "?" } else { ".?" }),
+        }
+    }
+    text
 }
 
 /// Merges `overlay` into `base` the way `helm -f` does: maps merge key by key, anything else
