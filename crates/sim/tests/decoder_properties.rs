@@ -583,18 +583,24 @@ fn label_key() -> BoxedStrategy<String> {
         4 => proptest::sample::select(&["app", "tier", "team", "replicas", "example.com/role", "a_b.c-d", "x"][..]).prop_map(str::to_owned),
         1 => "([a-z0-9]{1,4}\\.)?[a-z]{1,3}/[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,6}[a-zA-Z0-9])?",
         1 => "[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,10}[a-zA-Z0-9])?",
+        // Operators in the key position are keys, as in Kubernetes.
+        1 => proptest::sample::select(&["in", "notin"][..]).prop_map(str::to_owned),
     ]
-    .prop_filter("in and notin are operators", |key| key != "in" && key != "notin")
     .boxed()
 }
 
+/// A valid label value (Kubernetes syntax), non-empty.
 fn label_value() -> BoxedStrategy<String> {
     prop_oneof![
-        4 => proptest::sample::select(&["web", "db", "front", "1", "3", "10", "-4", "v1.2"][..]).prop_map(str::to_owned),
+        4 => proptest::sample::select(&["web", "db", "front", "1", "3", "10", "v1.2", "in"][..]).prop_map(str::to_owned),
         1 => "[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,8}[a-zA-Z0-9])?",
     ]
-    .prop_filter("in and notin are operators", |value| value != "in" && value != "notin")
     .boxed()
+}
+
+/// What label maps of objects hold: valid values, the empty value, and numbers of any sign.
+fn stored_value() -> BoxedStrategy<String> {
+    prop_oneof![4 => label_value(), 1 => Just(String::new()), 1 => (-30i64..30).prop_map(|n| n.to_string())].boxed()
 }
 
 /// A requirement of the reference model.
@@ -641,7 +647,8 @@ impl Requirement {
 }
 
 fn requirement() -> impl Strategy<Value = Requirement> {
-    let values = proptest::collection::vec(label_value(), 1..4);
+    // An empty element of a set is the empty value, as Kubernetes parses `(a,)` and `()`.
+    let values = proptest::collection::vec(prop_oneof![4 => label_value(), 1 => Just(String::new())], 1..4);
     prop_oneof![
         (label_key(), prop_oneof![label_value(), Just(String::new())], proptest::sample::select(&["=", "=="][..]))
             .prop_map(|(key, value, operator)| Requirement::Equal { key, value, operator }),
@@ -650,13 +657,14 @@ fn requirement() -> impl Strategy<Value = Requirement> {
         (label_key(), values).prop_map(|(key, values)| Requirement::NotIn { key, values }),
         label_key().prop_map(Requirement::Exists),
         label_key().prop_map(Requirement::DoesNotExist),
-        (label_key(), -20i64..20).prop_map(|(key, bound)| Requirement::GreaterThan(key, bound)),
-        (label_key(), -20i64..20).prop_map(|(key, bound)| Requirement::LessThan(key, bound)),
+        // A bound is a label value too, so never negative.
+        (label_key(), 0i64..20).prop_map(|(key, bound)| Requirement::GreaterThan(key, bound)),
+        (label_key(), 0i64..20).prop_map(|(key, bound)| Requirement::LessThan(key, bound)),
     ]
 }
 
 fn labels() -> impl Strategy<Value = BTreeMap<String, String>> {
-    proptest::collection::btree_map(label_key(), label_value(), 0..6)
+    proptest::collection::btree_map(label_key(), stored_value(), 0..6)
 }
 
 /// Selector-like text: the operators, the punctuation and words, in any order.
@@ -718,6 +726,31 @@ proptest! {
             let expected = requirements.iter().all(|requirement| requirement.holds(labels));
             prop_assert_eq!(selector.matches(labels), expected, "{:?} against {:?}", text, labels);
         }
+    }
+
+    /// The same selectors with one key or value the API server would refuse are refused.
+    #[test]
+    fn a_selector_with_an_invalid_key_or_value_is_refused(
+        requirements in proptest::collection::vec(requirement(), 1..4),
+        which in any::<proptest::sample::Index>(),
+        bad_key in proptest::sample::select(&["a$b", "-app", "app-", "Example.com/x", "a/b/c", "x/", "k\u{e9}y"][..]),
+        bad_value in proptest::sample::select(&["-v", "v_", "v.", "\u{e9}t\u{e9}", "a/b"][..]),
+    ) {
+        let mut requirements = requirements;
+        let index = which.index(requirements.len());
+        let corrupted = match requirements[index].clone() {
+            Requirement::Equal { key, operator, .. } => Requirement::Equal { key, value: bad_value.to_owned(), operator },
+            Requirement::NotEqual { key, .. } => Requirement::NotEqual { key, value: bad_value.to_owned() },
+            Requirement::In { key, mut values } => { values.push(bad_value.to_owned()); Requirement::In { key, values } }
+            Requirement::NotIn { mut values, .. } => { values.push("ok".to_owned()); Requirement::NotIn { key: bad_key.to_owned(), values } }
+            Requirement::Exists(_) => Requirement::Exists(bad_key.to_owned()),
+            Requirement::DoesNotExist(_) => Requirement::DoesNotExist(bad_key.to_owned()),
+            Requirement::GreaterThan(key, bound) => Requirement::GreaterThan(key, -bound - 1),
+            Requirement::LessThan(_, bound) => Requirement::LessThan(bad_key.to_owned(), bound),
+        };
+        requirements[index] = corrupted;
+        let text = requirements.iter().map(|requirement| requirement.text("")).collect::<Vec<_>>().join(",");
+        prop_assert!(LabelSelector::parse(&text).is_err(), "{:?} accepted", text);
     }
 
     #[test]
