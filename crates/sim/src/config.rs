@@ -185,7 +185,7 @@ pub struct SlurmValues {
     pub users: Vec<SlurmUser>,
     /// Partitions; exactly one is the default.
     pub partitions: Vec<PartitionValues>,
-    /// First job id.
+    /// First job id, at most Slurm's default `MaxJobId` (67043328).
     pub first_job_id: u32,
 }
 

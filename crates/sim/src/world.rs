@@ -214,6 +214,9 @@ pub struct World {
 /// benchmarks build, far beyond any cluster a guide walks through.
 pub const MAX_NODES: u64 = 100_000;
 
+/// slurm.conf's default `MaxJobId`, the largest `FirstJobId` a values document may name.
+pub const MAX_JOB_ID: u32 = 67_043_328;
+
 impl World {
     /// A world built from `values`, at the clock's current time.
     pub fn new(values: Values, clock: Box<dyn Clock>, ids: Box<dyn IdSource>) -> SimResult<World> {
@@ -286,6 +289,13 @@ impl World {
                 gid: user.gid,
                 default_account: user.default_account.as_str().into(),
             });
+        }
+        if values.slurm.first_job_id > MAX_JOB_ID {
+            // Ids count up from here; 4294967295 would overflow at the first job.
+            return Err(SimError::invalid_field(
+                "slurm.firstJobId",
+                format!("{} is above Slurm's MaxJobId {MAX_JOB_ID}", values.slurm.first_job_id),
+            ));
         }
         let mut nodes_of_set: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut node_count: u64 = 0;

@@ -15,7 +15,9 @@ use cwsandbox_sim::policy::{BASE_SCHEMA, RuntimeDefaults, resolve, validate_poli
 use cwsandbox_sim::quantity::{Quantity, format_bytes};
 use cwsandbox_sim::query::{FieldSelector, LabelSelector, ObjectQuery, POD_FIELDS};
 use cwsandbox_sim::time::{ManualClock, SimTime};
-use cwsandbox_sim::world::World;
+use cwsandbox_sim::k8s::PodOwner;
+use cwsandbox_sim::resolved::ResourceAmounts;
+use cwsandbox_sim::world::{PodRequest, World};
 use cwsandbox_sim::{Reason, SimError};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
@@ -866,15 +868,15 @@ proptest! {
     fn decoded_values_build_a_world_or_name_the_field(
         replicas in prop_oneof![4 => 0u32..4, 1 => Just(u32::MAX), 1 => Just(100_001)],
         extra_replicas in prop_oneof![4 => 0u32..3, 1 => Just(u32::MAX)],
-        cpu in quantity_like(),
-        memory in quantity_like(),
-        slurmd_cpu in prop_oneof![Just("1".to_owned()), quantity_like()],
-        first_job_id in any::<u32>(),
+        cpu in prop_oneof![3 => Just("16".to_owned()), 1 => quantity_like()],
+        memory in prop_oneof![3 => Just("64Gi".to_owned()), 1 => quantity_like()],
+        slurmd_cpu in prop_oneof![3 => Just("1".to_owned()), 1 => quantity_like()],
+        first_job_id in prop_oneof![0u32..2000, Just(u32::MAX), any::<u32>()],
         event_capacity in prop_oneof![0usize..10, Just(usize::MAX)],
         kill_wait in any::<u32>(),
-        partition_set in prop_oneof![Just("cpu".to_owned()), "[a-z]{1,3}"],
-        preempt_mode in prop_oneof![Just("OFF".to_owned()), Just("requeue".to_owned()), "[A-Z]{0,4}"],
-        default_partition in any::<bool>(),
+        partition_set in prop_oneof![4 => Just("cpu".to_owned()), 1 => "[a-z]{1,3}"],
+        preempt_mode in prop_oneof![4 => Just("OFF".to_owned()), 1 => Just("requeue".to_owned()), 1 => "[A-Z]{0,4}"],
+        default_partition in proptest::bool::weighted(0.8),
     ) {
         let mut values = Values::scenario(Scenario::Ready);
         values.node_sets[0].replicas = replicas;
@@ -888,8 +890,29 @@ proptest! {
         values.slurm.partitions[0].node_sets = vec![partition_set];
         values.slurm.partitions[0].preempt_mode = preempt_mode;
         values.slurm.partitions[0].default = default_partition;
-        match World::new(values, Box::new(ManualClock::new(SimTime::from_secs(0))), Box::new(SeededIds::new(1))) {
-            Ok(_) => {}
+        let scheduler = values.scheduler.name.clone();
+        let clock = ManualClock::new(SimTime::from_secs(0));
+        match World::new(values, Box::new(clock.clone()), Box::new(SeededIds::new(1))) {
+            Ok(mut world) => {
+                // The world runs: SUNK Pods become jobs, which take job ids.
+                for index in 0..2 {
+                    let pod = PodRequest {
+                        namespace: "default".to_owned(),
+                        name: format!("pod-{index}"),
+                        scheduler_name: scheduler.clone(),
+                        containers: vec![(
+                            "main".to_owned(),
+                            "python:3.11".to_owned(),
+                            ResourceAmounts { cpu: Some(Quantity::from_millis(100)), memory: Some(Quantity::from_units(1 << 20)), gpu: None },
+                            ResourceAmounts::default(),
+                        )],
+                        ..PodRequest::default()
+                    };
+                    let _ = world.create_pod(pod, PodOwner::Other);
+                }
+                clock.advance(std::time::Duration::from_secs(5));
+                world.tick();
+            }
             Err(error) => {
                 let fields: Vec<&str> = error.violations().iter().map(|v| v.field.as_str()).collect();
                 prop_assert!(!fields.is_empty() && fields.iter().all(|field| !field.is_empty()), "{}", error);
@@ -929,4 +952,18 @@ fn an_extra_node_quantity_error_names_the_node() {
         .err()
         .expect("refused");
     assert_eq!(error.violations()[0].field, "extraNodes[0].memory", "{error}");
+}
+
+
+/// Found by `decoded_values_build_a_world_or_name_the_field`: `firstJobId: 4294967295` built a
+/// world whose first SUNK Pod overflowed the next job id (a panic in debug builds, id 0 after
+/// wrapping in release).
+#[test]
+fn a_first_job_id_past_max_job_id_is_refused() {
+    let mut values = Values::scenario(Scenario::Ready);
+    values.slurm.first_job_id = u32::MAX;
+    let error = World::new(values, Box::new(ManualClock::new(SimTime::from_secs(0))), Box::new(SeededIds::new(1)))
+        .err()
+        .expect("refused");
+    assert_eq!(error.violations()[0].field, "slurm.firstJobId", "{error}");
 }
