@@ -576,6 +576,186 @@ proptest! {
     }
 }
 
+/// Mostly quantities that parse, sometimes anything.
+fn mostly_valid_quantity() -> BoxedStrategy<Value> {
+    prop_oneof![
+        12 => proptest::sample::select(&["", "100m", "500m", "1", "2", "8", "256Mi", "1Gi", "4Gi", "64Gi"][..])
+            .prop_map(|text| Value::String(text.to_owned())),
+        1 => quantity_value(),
+    ]
+    .boxed()
+}
+
+fn resources_value() -> BoxedStrategy<Value> {
+    object(vec![
+        ("cpu", mostly_valid_quantity()),
+        ("memory", mostly_valid_quantity()),
+        ("gpu", object(vec![("count", int(-1..=4)), ("type", text(&["a100", "h100"]))])),
+    ])
+}
+
+fn sandbox_spec_document() -> BoxedStrategy<Value> {
+    let container = object(vec![
+        ("name", text(&["main", "sidecar", "", "Main"])),
+        ("image", text(&["python:3.11", "docker.io/library/python:3.11", "ghcr.io/x/y:1"])),
+        ("resources", resources_value()),
+        ("resourceRequirements", object(vec![("requests", resources_value()), ("limits", resources_value())])),
+        (
+            "securityContext",
+            object(vec![
+                ("privileged", boolean()),
+                ("capabilitiesAdd", list(text(&["NET_ADMIN", "cap_sys_ptrace", "SYS_ADMIN"]), 2)),
+                ("seccompProfile", text(&["RuntimeDefault", "Unconfined", ""])),
+            ]),
+        ),
+    ]);
+    let annotations = proptest::collection::btree_map(
+        prop_oneof![4 => label_key(), 1 => Just("sunk.coreweave.com/partition".to_owned()), 1 => "\\PC{0,10}"],
+        prop_oneof![4 => label_value(), 1 => "\\PC{0,10}"],
+        0..4,
+    )
+    .prop_map(|map| Value::Object(map.into_iter().map(|(key, value)| (key, Value::String(value))).collect()))
+    .boxed();
+    // One or two containers, usually named apart (specs without containers are refused early).
+    let containers = (proptest::collection::vec(container, 1..=2), proptest::bool::weighted(0.8))
+        .prop_map(|(mut containers, distinct)| {
+            if distinct && containers.len() == 2 {
+                for (container, name) in containers.iter_mut().zip(["main", "sidecar"]) {
+                    container["name"] = Value::String(name.to_owned());
+                }
+            }
+            Value::Array(containers)
+        })
+        .boxed();
+    let sandbox_egress = prop_oneof![
+        3 => proptest::sample::select(vec![
+            json!({"any": true}),
+            json!({"cidr": {"cidr": "10.1.0.0/16"}, "ports": [{"port": 443}]}),
+            json!({"cidr": {"cidr": "192.168.0.0/16"}}),
+            json!({"httpsHostname": "api.example.com"}),
+            json!({"httpsHostname": "*.example.com"}),
+            json!({"tenant": "TENANT_SCOPE_SAME_ORG"}),
+        ]),
+        1 => egress_rule(),
+    ]
+    .boxed();
+    let sandbox_ingress = prop_oneof![
+        3 => proptest::sample::select(vec![json!({"any": true}), json!({"cidr": {"cidr": "10.0.0.0/8"}, "ports": [{"port": 8080}]})]),
+        1 => ingress_rule(),
+    ]
+    .boxed();
+    let spec = object(vec![
+        ("volumes", list(object(vec![("name", text(&["scratch"])), ("scratch", object(vec![("size", mostly_valid_quantity()), ("medium", enum_value(&["STORAGE_MEDIUM_UNSPECIFIED", "STORAGE_MEDIUM_MEMORY", "STORAGE_MEDIUM_DISK"]))]))]), 2)),
+        ("maxLifetimeSeconds", int(-1..=3_000_000)),
+        ("annotations", annotations),
+        ("network", object(vec![("egress", list(sandbox_egress, 2)), ("ingress", list(sandbox_ingress, 2)), ("dnsEgress", enum_value(&["DNS_EGRESS_MODE_ALLOW", "DNS_EGRESS_MODE_DENY"]))])),
+        ("instanceType", text(&["cpu-small", "gpu-large"])),
+        ("runtimeClass", text(&["kata", "gvisor", "Bad_Name"])),
+        ("runtimeClassSelection", enum_value(&["RUNTIME_CLASS_UNSPECIFIED", "RUNTIME_CLASS_CPU_DEFAULT", "RUNTIME_CLASS_GVISOR"])),
+    ]);
+    (spec, containers)
+        .prop_map(|(mut spec, containers)| {
+            spec["containers"] = containers;
+            spec
+        })
+        .boxed()
+}
+
+/// Policies that validate, by construction, over every constraint group.
+fn valid_policy() -> BoxedStrategy<Value> {
+    let pick = |choices: &'static [&'static str]| proptest::sample::select(choices).prop_map(|text| Value::String(text.to_owned())).boxed();
+    let resources = (proptest::collection::vec(1i64..16_000, 3), proptest::collection::vec(1i64..(32 << 10), 3), proptest::option::of(0i64..4))
+        .prop_map(|(mut cpu, mut memory, gpus)| {
+            cpu.sort_unstable();
+            memory.sort_unstable();
+            let mut resources = json!({
+                "minCpu": Quantity::from_millis(cpu[0]).to_string(), "defaultCpu": Quantity::from_millis(cpu[1]).to_string(),
+                "maxCpu": Quantity::from_millis(cpu[2]).to_string(), "minMemory": format_bytes(memory[0] << 20),
+                "defaultMemory": format_bytes(memory[1] << 20), "maxMemory": format_bytes(memory[2] << 20),
+                "cpuCeiling": Quantity::from_millis(cpu[2] * 2).to_string(),
+            });
+            if let Some(gpus) = gpus {
+                resources["maxGpuCount"] = json!(gpus);
+            }
+            resources
+        })
+        .boxed();
+    let allowed_rule = prop_oneof![
+        Just(json!({"any": true})),
+        Just(json!({"cidr": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}, "ports": [{"port": 443}]})),
+        Just(json!({"cidr": {"cidr": "0.0.0.0/0"}})),
+        Just(json!({"tenant": "TENANT_SCOPE_SAME_ORG"})),
+        Just(json!({"httpsHostname": "*.example.com", "httpsHostnameExcept": ["evil.example.com"]})),
+    ];
+    object(vec![(
+        "constraints",
+        object(vec![
+            ("resources", resources),
+            ("image", object(vec![("allowedRegistries", list(pick(&["docker.io/", "ghcr.io/"]), 2)), ("allowedImages", list(pick(&["python:3.11"]), 1))])),
+            ("instance", object(vec![("allowedInstanceTypes", list(pick(&["cpu-small"]), 1))])),
+            ("metadata", object(vec![("deniedAnnotationPrefixes", list(pick(&["example.com/", "x"]), 2)), ("maxAnnotationCount", (0i64..5).prop_map(Value::from).boxed())])),
+            (
+                "security",
+                object(vec![
+                    ("allowPrivileged", boolean()),
+                    ("allowedCapabilities", list(pick(&["NET_ADMIN", "cap_sys_ptrace"]), 2)),
+                    ("allowedSeccompProfiles", list(pick(&["RuntimeDefault"]), 1)),
+                    ("allowedRuntimeClasses", list(pick(&["kata", "gvisor"]), 2)),
+                ]),
+            ),
+            ("lifecycle", object(vec![("defaultLifetimeSeconds", (0i64..=2_592_000).prop_map(Value::from).boxed())])),
+            ("network", object(vec![("allowedEgress", list(allowed_rule.boxed(), 3)), ("allowedIngress", list(Just(json!({"any": true})).boxed(), 1))])),
+            ("volumes", object(vec![("maxSize", pick(&["1Gi", "10Gi"])), ("allowedMedia", list(pick(&["STORAGE_MEDIUM_MEMORY", "STORAGE_MEDIUM_DISK"]), 2))])),
+        ]),
+    )])
+}
+
+/// Whether a `sandbox.spec…` path walks `spec` without inventing anything: every list index it
+/// names exists, and it may stop naming fields where the spec has none (a value resolution filled
+/// in, like a runtime default, is named at the field the user would set).
+fn names_a_spec_field(spec: &Value, path: &str) -> bool {
+    let Some(steps) = path.strip_prefix("sandbox.spec").and_then(path_steps) else { return false };
+    let mut here = Some(spec);
+    for step in &steps {
+        match (here, step) {
+            (Some(value), _) => here = step_into(value, step),
+            (None, Step::Index(_)) => return false,
+            (None, _) => {}
+        }
+        if here.is_none() && matches!(step, Step::Index(_)) {
+            return false;
+        }
+    }
+    true
+}
+
+proptest! {
+    #![proptest_config(config(500))]
+
+    /// Arbitrary sandbox specs against arbitrary valid policies: resolution never panics, and a
+    /// refusal names sandbox fields the spec has (or would have), never the policy.
+    #[test]
+    fn resolution_refusals_name_sandbox_fields(
+        policy in prop_oneof![3 => valid_policy(), 1 => policy_document()],
+        spec in sandbox_spec_document(),
+    ) {
+        let Ok(policy) = serde_json::from_value::<Policy>(policy) else { return Ok(()) };
+        if !validate_policy(&policy).is_empty() {
+            return Ok(());
+        }
+        let Ok(decoded) = serde_json::from_value::<SandboxSpec>(spec.clone()) else { return Ok(()) };
+        match resolve(&RuntimeDefaults::default(), Some(&policy), &decoded) {
+            Ok(resolved) => prop_assert_eq!(resolved.containers.len(), decoded.containers.len().max(1)),
+            Err(error) => {
+                prop_assert!(!error.violations().is_empty(), "{}", error);
+                for violation in error.violations() {
+                    prop_assert!(names_a_spec_field(&spec, &violation.field), "{} in {}", violation.field, spec);
+                }
+            }
+        }
+    }
+}
+
 // ------------------------------------------------------------------------------------------------
 // Label and field selectors
 // ------------------------------------------------------------------------------------------------
