@@ -142,7 +142,7 @@ fn word() -> impl Strategy<Value = String> {
 }
 
 fn env() -> impl Strategy<Value = Env> {
-    let formats = prop_oneof![Just(None), proptest::sample::select(&["", "%s", "relative", "standard", "%A %B %d %Y %T", "%Q", "junk"][..]).prop_map(|s| Some(s.to_owned())), "\\PC{0,8}".prop_map(Some)];
+    let formats = prop_oneof![Just(None), proptest::sample::select(&["", "%s", "relative", "standard", "%A %B %d %Y %T", "%Q", "junk"][..]).prop_map(|s| Some(s.to_owned())), "\\PC{0,8}".prop_map(Some), "(%[-:#.0-9a-zA-Z%]{0,3}){1,5}".prop_map(Some)];
     (formats, proptest::option::of(word()), proptest::option::of(word()), proptest::option::of(word()), proptest::option::of(proptest::sample::select(&["root", "alice", "1001", "nobody", ""][..])))
         .prop_map(|(time_format, sacct_format, squeue_format, sinfo_format, user)| {
             let mut env = Env::new();
