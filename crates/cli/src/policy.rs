@@ -303,3 +303,59 @@ async fn edit_interactively(admin: &RunnerAdmin, runner_id: &str, runner: &pb::M
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Bounded property test of the offline validator (hardening issue 11): fixed seed and case
+    //! count, so a failure replays exactly.
+
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngSeed};
+    use serde_json::Value;
+
+    use super::check_policy;
+
+    fn key() -> impl Strategy<Value = String> {
+        let known = &[
+            "displayName", "base", "metadata", "labels", "annotations", "spec", "schedulerName", "tolerations",
+            "constraints", "resources", "maxCpu", "minMemory", "maxGpuCount", "network", "allowedEgress", "cidr",
+            "ports", "port", "security", "runtimeClassMappings", "lifecycle", "defaultLifetimeSeconds",
+            "controlPlaneAccess", "sourceIpAllowlist", "cidrs", "max_cpu", "display_name",
+        ];
+        prop_oneof![4 => proptest::sample::select(&known[..]).prop_map(str::to_owned), 1 => "\\PC{0,8}"]
+    }
+
+    fn document() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            proptest::sample::select(&["8", "500m", "32Gi", "10.0.0.0/8", "TENANT_SCOPE_SAME_ORG", "", "x"][..])
+                .prop_map(|text| Value::String(text.to_owned())),
+        ];
+        leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                proptest::collection::vec((key(), inner), 0..4).prop_map(|entries| Value::Object(entries.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(Config { cases: 400, rng_seed: RngSeed::Fixed(0x11_5eed), failure_persistence: None, ..Config::default() })]
+
+        /// YAML or JSON text of any shape: a policy, or problems each naming `policy…`; no panic.
+        #[test]
+        fn policy_documents_validate_or_name_the_field(document in document(), as_json in any::<bool>(), noise in "\\PC{0,6}") {
+            let text = if as_json { document.to_string() } else { crate::output::to_yaml(&document).unwrap_or_default() };
+            for text in [text.clone(), format!("{text}{noise}")] {
+                if let Err(problems) = check_policy(&text) {
+                    prop_assert!(!problems.is_empty());
+                    for problem in problems {
+                        prop_assert!(problem.starts_with("policy"), "{problem}");
+                    }
+                }
+            }
+        }
+    }
+}

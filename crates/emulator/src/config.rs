@@ -29,7 +29,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cwsandbox_sim::config::{Scenario, Values, merge_values};
+use cwsandbox_sim::config::{Scenario, Values, key_path, merge_values};
 use serde::Deserialize;
 
 use crate::auth::Role;
@@ -117,8 +117,8 @@ pub fn parse_values_text(text: &str) -> Result<serde_json::Value, String> {
     }
 }
 
-/// Why a values tree does not describe a world: the key (as a dotted path, `scheduler.nmae`,
-/// `nodeSets[0].cpu`) and what is wrong with it.
+/// Why a values tree does not describe a world: the key (as a path, `scheduler.nmae`,
+/// `nodeSets[0].cpu`, `extraNodes[0].labels["a.b/c"]`) and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}{message}", if path.is_empty() { String::new() } else { format!("{path}: ") })]
 pub struct KeyError {
@@ -130,10 +130,13 @@ pub struct KeyError {
 
 /// The values a merged tree describes; errors name the offending key by its path.
 pub fn values_from_tree(tree: serde_json::Value) -> Result<Values, KeyError> {
-    serde_path_to_error::deserialize::<_, Values>(tree).map_err(|error| {
-        let path = error.path().to_string();
-        KeyError { path: if path == "." { String::new() } else { path }, message: error.into_inner().to_string() }
-    })
+    from_tree(tree)
+}
+
+/// A typed section from a tree, naming the offending key by its path on error.
+fn from_tree<T: serde::de::DeserializeOwned>(tree: serde_json::Value) -> Result<T, KeyError> {
+    serde_path_to_error::deserialize::<_, T>(tree)
+        .map_err(|error| KeyError { path: key_path(error.path()), message: error.into_inner().to_string() })
 }
 
 fn kind(value: &serde_json::Value) -> &'static str {
@@ -154,17 +157,19 @@ impl EmulatorConfig {
         overlays: impl IntoIterator<Item = (&'a Path, &'a str)>,
     ) -> Result<EmulatorConfig, ConfigError> {
         let mut tree = Values::scenario_tree(scenario);
-        let mut auth_tree = serde_json::Value::Object(serde_json::Map::new());
+        // `auth` merges under its own key, so `auth: null` (or a bare `auth:`) removes it as
+        // `null` removes any key, leaving the default.
+        let mut auth_tree = serde_json::json!({});
         for (path, text) in overlays {
             let mut overlay = parse_overlay(path, text)?;
             if let Some(auth) = overlay.as_object_mut().and_then(|map| map.remove("auth")) {
-                merge_values(&mut auth_tree, &auth);
+                merge_values(&mut auth_tree, &serde_json::json!({ "auth": auth }));
             }
             merge_values(&mut tree, &overlay);
         }
         let values = values_from_tree(tree).map_err(|error| ConfigError::Values(error.to_string()))?;
-        let auth: AuthConfig =
-            serde_json::from_value(auth_tree).map_err(|error| ConfigError::Auth(error.to_string()))?;
+        let auth_tree = auth_tree.as_object_mut().and_then(|map| map.remove("auth")).unwrap_or_else(|| serde_json::json!({}));
+        let auth: AuthConfig = from_tree(auth_tree).map_err(|error| ConfigError::Auth(error.to_string()))?;
         for (index, token) in auth.tokens.iter().enumerate() {
             if token.token.trim().is_empty() {
                 return Err(ConfigError::Auth(format!("tokens[{index}].token must not be empty")));
@@ -232,6 +237,24 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(error.contains("root"), "{error}");
+    }
+
+    #[test]
+    fn a_null_auth_is_the_default_and_auth_errors_name_the_key() {
+        let tokens = "auth:\n  tokens:\n    - {token: a, org: o, user: u, roles: [sandbox_user]}\n";
+        for cleared in ["auth:\n", "auth: null\n"] {
+            let config = EmulatorConfig::from_overlays(Scenario::Fresh, [(Path::new("a.yaml"), tokens), (Path::new("b.yaml"), cleared)])
+                .unwrap_or_else(|error| panic!("{cleared:?}: {error}"));
+            assert!(config.auth.tokens.is_empty(), "{cleared:?} removes the tokens");
+        }
+        let error = EmulatorConfig::from_overlays(Scenario::Fresh, [(Path::new("a.yaml"), "auth:\n  tokens: 5\n")])
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("auth: tokens: invalid type"), "{error}");
+        let error = EmulatorConfig::from_overlays(Scenario::Fresh, [(Path::new("a.yaml"), "auth:\n  tokens:\n    - {token: a, org: o, user: u, uid: -1, roles: []}\n")])
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("auth: tokens[0].uid: invalid value"), "{error}");
     }
 
     #[test]

@@ -185,7 +185,7 @@ pub struct SlurmValues {
     pub users: Vec<SlurmUser>,
     /// Partitions; exactly one is the default.
     pub partitions: Vec<PartitionValues>,
-    /// First job id.
+    /// First job id, at most Slurm's default `MaxJobId` (67043328).
     pub first_job_id: u32,
 }
 
@@ -448,14 +448,46 @@ impl Values {
         serde_json::to_value(Values::scenario(scenario)).unwrap_or(serde_json::Value::Null)
     }
 
-    /// Reads a merged tree, naming the offending key on error.
+    /// Reads a merged tree, naming the offending key on error (`slurmConfig.KillWait: invalid
+    /// type: …`; serde alone names the key only for unknown and missing fields).
     pub fn from_tree(tree: serde_json::Value) -> Result<Values, String> {
-        serde_json::from_value(tree).map_err(|error| error.to_string())
+        serde_path_to_error::deserialize(tree).map_err(|error| {
+            let path = key_path(error.path());
+            let message = error.into_inner().to_string();
+            if path.is_empty() { message } else { format!("{path}: {message}") }
+        })
     }
 }
 
+/// A key's path as the API names fields: `nodeSets[0].cpu`, and a key that is not a plain name
+/// quoted as map keys are (`extraNodes[0].labels["node-role.kubernetes.io/control-plane"]`), so
+/// that a key holding a dot or a bracket cannot pass for a nested field. Empty for the top level.
+pub fn key_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut text = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => text.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                let mut chars = key.chars();
+                let is_name = chars.next().is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+                    && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+                match (is_name, text.is_empty()) {
+                    (true, true) => text.push_str(key),
+                    (true, false) => text.push_str(&format!(".{key}")),
+                    (false, _) => text.push_str(&format!("[{key:?}]")),
+                }
+            }
+            Segment::Unknown => text.push_str(if text.is_empty() { "?" } else { ".?" }),
+        }
+    }
+    text
+}
+
 /// Merges `overlay` into `base` the way `helm -f` does: maps merge key by key, anything else
-/// (lists included) is replaced, and an explicit `null` removes the key.
+/// (lists included) is replaced, and an explicit `null` removes the key. A `null` never survives
+/// into the result, even inside a map the overlay adds, so applying the same overlay twice gives
+/// what applying it once does.
 pub fn merge_values(base: &mut serde_json::Value, overlay: &serde_json::Value) {
     match (base, overlay) {
         (serde_json::Value::Object(base_map), serde_json::Value::Object(overlay_map)) => {
@@ -465,11 +497,22 @@ pub fn merge_values(base: &mut serde_json::Value, overlay: &serde_json::Value) {
                 } else if let Some(existing) = base_map.get_mut(key) {
                     merge_values(existing, value);
                 } else {
-                    base_map.insert(key.clone(), value.clone());
+                    base_map.insert(key.clone(), without_nulls(value));
                 }
             }
         }
-        (base, overlay) => *base = overlay.clone(),
+        (base, overlay) => *base = without_nulls(overlay),
+    }
+}
+
+/// `value` with the null-valued keys of its maps removed, at every depth of nested maps. Lists
+/// are values, not maps, and are kept as written.
+fn without_nulls(value: &serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => serde_json::Value::Object(
+            map.iter().filter(|(_, entry)| !entry.is_null()).map(|(key, entry)| (key.clone(), without_nulls(entry))).collect(),
+        ),
+        other => other.clone(),
     }
 }
 
@@ -507,6 +550,28 @@ mod tests {
         let mut tree = Values::scenario_tree(Scenario::Ready);
         tree["slurmConfig"].as_object_mut().unwrap().remove("PrologFlags");
         assert!(Values::from_tree(tree).unwrap().slurm_config.has_prolog_flag("Contain"), "absent key → default");
+    }
+
+    #[test]
+    fn a_null_inside_an_added_map_is_dropped_so_an_overlay_applies_idempotently() {
+        let overlay = json!({"kubelet": {"cpuManagerPolicy": null}, "scheduler": {"gpuTypes": {"a100": null, "h100": "h100"}}});
+        let mut base = json!({"scheduler": {"name": "s"}});
+        merge_values(&mut base, &overlay);
+        assert_eq!(base, json!({"scheduler": {"name": "s", "gpuTypes": {"h100": "h100"}}, "kubelet": {}}));
+        let once = base.clone();
+        merge_values(&mut base, &overlay);
+        assert_eq!(base, once, "the second application changes nothing");
+        let mut replaced = json!({"kubelet": 5});
+        merge_values(&mut replaced, &overlay);
+        assert_eq!(replaced["kubelet"], json!({}), "a map replacing a scalar loses its nulls too");
+    }
+
+    #[test]
+    fn type_errors_name_the_key() {
+        let mut tree = Values::scenario_tree(Scenario::Ready);
+        merge_values(&mut tree, &json!({"slurmConfig": {"KillWait": "sixty"}}));
+        let error = Values::from_tree(tree).unwrap_err();
+        assert!(error.starts_with("slurmConfig.KillWait: invalid type"), "{error}");
     }
 
     #[test]

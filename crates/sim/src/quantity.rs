@@ -20,26 +20,48 @@ pub struct Quantity {
     milli: i128,
 }
 
-const SUFFIXES: &[(&str, i128, i128)] = &[
-    // (suffix, numerator, denominator) of the multiplier in base units.
-    ("Ki", 1 << 10, 1),
-    ("Mi", 1 << 20, 1),
-    ("Gi", 1 << 30, 1),
-    ("Ti", 1 << 40, 1),
-    ("Pi", 1 << 50, 1),
-    ("Ei", 1 << 60, 1),
-    ("n", 1, 1_000_000_000),
-    ("u", 1, 1_000_000),
-    ("m", 1, 1_000),
-    ("k", 1_000, 1),
-    ("M", 1_000_000, 1),
-    ("G", 1_000_000_000, 1),
-    ("T", 1_000_000_000_000, 1),
-    ("P", 1_000_000_000_000_000, 1),
-    ("E", 1_000_000_000_000_000_000, 1),
-];
+/// Binary suffixes: the multiplier is `2^shift` base units.
+const BINARY_SUFFIXES: &[(&str, u32)] = &[("Ki", 10), ("Mi", 20), ("Gi", 30), ("Ti", 40), ("Pi", 50), ("Ei", 60)];
+
+/// Decimal suffixes: the multiplier is `10^exponent` base units.
+const DECIMAL_SUFFIXES: &[(&str, i32)] =
+    &[("n", -9), ("u", -6), ("m", -3), ("k", 3), ("M", 6), ("G", 9), ("T", 12), ("P", 15), ("E", 18)];
 
 const LIMIT_MILLI: i128 = 9_200_000_000_000_000_000;
+
+/// Most digits a number may have: below 10^36, so that every step below fits in a `u128`.
+const MAX_DIGITS: usize = 36;
+
+/// `ceil(mantissa × 2^shift / 10^k)`, exactly, or `None` when it does not fit.
+///
+/// The product can exceed 128 bits while the quotient is small ("0.000…1Ei"), so the division is
+/// done on the quotient and the remainder of `mantissa / 10^k` separately.
+fn scaled_down(mantissa: u128, shift: u32, k: u32) -> Option<u128> {
+    let (mut mantissa, mut k) = (mantissa, k);
+    // 10^38 is the largest power of ten in a u128. Deeper divisions happen only without a binary
+    // suffix (a binary suffix allows no exponent and the fraction has at most 36 digits), where
+    // ceil(ceil(x / a) / b) = ceil(x / ab) makes dividing in two steps exact.
+    if k > 38 {
+        let first = 10u128.pow((k - 38).min(38));
+        mantissa = mantissa / first + u128::from(mantissa % first != 0);
+        k = 38;
+    }
+    let divisor = 10u128.pow(k);
+    let (whole, mut remainder) = (mantissa / divisor, mantissa % divisor);
+    let high = whole.checked_mul(1u128 << shift)?;
+    // Long division of remainder × 2^shift by the divisor, one bit at a time; the remainder stays
+    // below the divisor (≤ 10^38), so doubling it fits.
+    let mut low: u128 = 0;
+    for _ in 0..shift {
+        low <<= 1;
+        remainder <<= 1;
+        if remainder >= divisor {
+            remainder -= divisor;
+            low += 1;
+        }
+    }
+    high.checked_add(low)?.checked_add(u128::from(remainder != 0))
+}
 
 impl Quantity {
     /// Zero.
@@ -64,37 +86,40 @@ impl Quantity {
             return Err(error("no number"));
         }
         let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-        if whole.len() + fraction.len() > 36 {
+        if whole.len() + fraction.len() > MAX_DIGITS {
             return Err(error("number too long"));
         }
-        // Digits are ASCII and at most 36 of them, so this neither allocates nor overflows i128.
-        let mantissa: i128 =
-            whole.bytes().chain(fraction.bytes()).fold(0i128, |value, digit| value * 10 + i128::from(digit - b'0'));
-        let mut denominator: i128 = 10i128.checked_pow(fraction.len() as u32).ok_or_else(|| error("too many decimals"))?;
-        let mut numerator: i128 = 1;
-        if let Some(exponent) = suffix.strip_prefix(['e', 'E']).filter(|e| !e.is_empty()) {
+        // At most 36 ASCII digits: below 10^36, no overflow.
+        let mantissa: u128 =
+            whole.bytes().chain(fraction.bytes()).fold(0u128, |value, digit| value * 10 + u128::from(digit - b'0'));
+        // The suffix table first: "Ei" and "E" are suffixes, "E3" and "e3" exponents.
+        let (shift, exponent) = if suffix.is_empty() {
+            (0, 0)
+        } else if let Some((_, shift)) = BINARY_SUFFIXES.iter().find(|(name, _)| *name == suffix) {
+            (*shift, 0)
+        } else if let Some((_, exponent)) = DECIMAL_SUFFIXES.iter().find(|(name, _)| *name == suffix) {
+            (0, *exponent)
+        } else if let Some(exponent) = suffix.strip_prefix(['e', 'E']).filter(|e| !e.is_empty()) {
             let exponent: i32 = exponent.parse().map_err(|_| error("bad exponent"))?;
             if exponent.unsigned_abs() > 18 {
                 return Err(error("exponent out of range"));
             }
-            let scale = 10i128.pow(exponent.unsigned_abs());
-            if exponent >= 0 { numerator *= scale } else { denominator *= scale }
-        } else if !suffix.is_empty() {
-            let (_, multiplier, divisor) =
-                SUFFIXES.iter().find(|(name, _, _)| *name == suffix).ok_or_else(|| error("unknown suffix"))?;
-            numerator *= multiplier;
-            denominator *= divisor;
+            (0, exponent)
+        } else {
+            return Err(error("unknown suffix"));
+        };
+        // value in millis = mantissa × 2^shift × 10^(3 + exponent − fraction digits), rounded up
+        // as Kubernetes rounds sub-milli precision.
+        let power = 3 + exponent - fraction.len() as i32;
+        let milli = if power >= 0 {
+            mantissa.checked_mul(1u128 << shift).and_then(|value| value.checked_mul(10u128.pow(power.unsigned_abs())))
+        } else {
+            scaled_down(mantissa, shift, power.unsigned_abs())
+        };
+        match milli {
+            Some(milli) if milli <= LIMIT_MILLI as u128 => Ok(Quantity { milli: milli as i128 }),
+            _ => Err(error("too large")),
         }
-        let scaled = mantissa
-            .checked_mul(numerator)
-            .and_then(|value| value.checked_mul(1000))
-            .ok_or_else(|| error("too large"))?;
-        // Round up, as Kubernetes does for sub-milli precision.
-        let milli = (scaled + denominator - 1) / denominator;
-        if milli > LIMIT_MILLI {
-            return Err(error("too large"));
-        }
-        Ok(Quantity { milli })
     }
 
     /// From whole millicores (CPU).
@@ -185,6 +210,26 @@ mod tests {
         assert_eq!(format_bytes(1536 << 20), "1536Mi");
         assert_eq!(format_bytes(2 << 30), "2Gi");
         assert_eq!(format_bytes(1000), "1000");
+    }
+
+    #[test]
+    fn binary_exa_suffix_is_a_suffix_not_an_exponent() {
+        // Was read as the exponent "i" and refused as "bad exponent".
+        assert_eq!(Quantity::parse("0.001Ei").unwrap().units_ceil(), (1i64 << 60) / 1000 + 1);
+        assert_eq!(Quantity::parse("0Ei").unwrap(), Quantity::ZERO);
+        assert_eq!(Quantity::parse("1Ei").unwrap_err().why, "too large");
+        assert_eq!(millis("1E-3"), 1, "E followed by a number is still an exponent");
+    }
+
+    #[test]
+    fn extreme_precision_neither_overflows_nor_loses_the_rounding() {
+        // The denominator 10^33 × 10^18 overflowed i128 (a panic in debug builds).
+        assert_eq!(millis("0.000000000000000000000000000000001e-18"), 1);
+        // mantissa × 1000 fit in i128 but adding the rounding term overflowed.
+        assert_eq!(Quantity::parse("170141183460469231731687303.715884105").unwrap_err().why, "too large");
+        // mantissa × 2^60 exceeds 128 bits while the value is small: exact anyway.
+        let bytes = Quantity::parse("0.000000000000000000000000000001Ei").unwrap().units_ceil();
+        assert_eq!(bytes, 1, "1.15e-12 bytes rounds up to one milli-byte, one byte");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::error::{SimError, SimResult};
 use crate::k8s::{ConfigMap, Event, LabelMap, Namespace, Node, Pod, PodOwner};
+use crate::policy::k8s_names::{label_value_problem, qualified_name_problem};
 use crate::sandbox::SandboxInfo;
 use crate::slurm::{Job, JobBaseState, JobId, JobKind, SlurmNode};
 use crate::time::SimTime;
@@ -139,9 +140,12 @@ impl LabelSelector {
         while position < tokens.len() {
             let requirement = if tokens[position] == Token::Bang {
                 position += 1;
-                LabelRequirement::DoesNotExist(word(&mut position, "a label key after '!'")?)
+                let key = word(&mut position, "a label key after '!'")?;
+                check_label_key(&key)?;
+                LabelRequirement::DoesNotExist(key)
             } else {
                 let key = word(&mut position, "a label key")?;
+                check_label_key(&key)?;
                 match tokens.get(position) {
                     None | Some(Token::Comma) => LabelRequirement::Exists(key),
                     Some(Token::Equals | Token::DoubleEquals | Token::NotEquals) => {
@@ -156,6 +160,7 @@ impl LabelSelector {
                             None | Some(Token::Comma) => String::new(),
                             other => return Err(format!("expected a value for {key:?}, found {}", describe(other))),
                         };
+                        check_label_value(&key, &value)?;
                         if negated { LabelRequirement::NotIn(key, vec![value]) } else { LabelRequirement::In(key, vec![value]) }
                     }
                     Some(Token::Greater | Token::Less) => {
@@ -164,6 +169,8 @@ impl LabelSelector {
                         let value = word(&mut position, "an integer")?;
                         let number: i64 =
                             value.parse().map_err(|_| format!("{value:?} is not an integer (for {key:?})"))?;
+                        // Kubernetes checks the bound as a label value too, so `replicas>-1` is refused.
+                        check_label_value(&key, &value)?;
                         if greater {
                             LabelRequirement::GreaterThan(key, number)
                         } else {
@@ -177,29 +184,9 @@ impl LabelSelector {
                             return Err(format!("expected '(' after {operator:?}, found {}", describe(tokens.get(position))));
                         }
                         position += 1;
-                        let mut values = Vec::new();
-                        loop {
-                            match tokens.get(position) {
-                                Some(Token::Word(value)) => {
-                                    values.push(value.clone());
-                                    position += 1;
-                                }
-                                Some(Token::Close) if values.is_empty() => {}
-                                other => {
-                                    return Err(format!("expected a value in the set of {key:?}, found {}", describe(other)));
-                                }
-                            }
-                            match tokens.get(position) {
-                                Some(Token::Comma) => position += 1,
-                                Some(Token::Close) => {
-                                    position += 1;
-                                    break;
-                                }
-                                other => return Err(format!("expected ',' or ')', found {}", describe(other))),
-                            }
-                        }
-                        if values.is_empty() {
-                            return Err(format!("the set of {key:?} must not be empty"));
+                        let values = set_values(&tokens, &mut position, &key)?;
+                        for value in &values {
+                            check_label_value(&key, value)?;
                         }
                         if negated { LabelRequirement::NotIn(key, values) } else { LabelRequirement::In(key, values) }
                     }
@@ -230,6 +217,65 @@ impl LabelSelector {
                 labels.label(key).and_then(|value| value.parse::<i64>().ok()).is_some_and(|value| value < *number)
             }
         })
+    }
+}
+
+/// The API server refuses a selector whose key or value it could never store on an object; so
+/// does the emulator, instead of answering an empty list.
+fn check_label_key(key: &str) -> Result<(), String> {
+    match qualified_name_problem(key) {
+        Some(problem) => Err(format!("invalid label key: {problem}")),
+        None => Ok(()),
+    }
+}
+
+fn check_label_value(key: &str, value: &str) -> Result<(), String> {
+    match label_value_problem(value) {
+        Some(problem) => Err(format!("invalid value for {key:?}: {problem}")),
+        None => Ok(()),
+    }
+}
+
+/// The values of `key in (…)` after the `(`, up to and including the `)`. As in Kubernetes'
+/// `parseIdentifiersList`, an empty element is the empty value: `()`, `(,a)`, `(a,)`, `(a,,b)`.
+fn set_values(tokens: &[Token], position: &mut usize, key: &str) -> Result<Vec<String>, String> {
+    let mut values = Vec::new();
+    if tokens.get(*position) == Some(&Token::Close) {
+        *position += 1;
+        values.push(String::new());
+        return Ok(values);
+    }
+    loop {
+        match tokens.get(*position) {
+            Some(Token::Word(value)) => {
+                values.push(value.clone());
+                *position += 1;
+                match tokens.get(*position) {
+                    Some(Token::Comma) => {}
+                    Some(Token::Close) => {
+                        *position += 1;
+                        return Ok(values);
+                    }
+                    other => return Err(format!("expected ',' or ')', found {}", describe(other))),
+                }
+            }
+            Some(Token::Comma) => {
+                if values.is_empty() {
+                    values.push(String::new());
+                }
+                *position += 1;
+                match tokens.get(*position) {
+                    Some(Token::Close) => {
+                        values.push(String::new());
+                        *position += 1;
+                        return Ok(values);
+                    }
+                    Some(Token::Comma) => values.push(String::new()),
+                    _ => {}
+                }
+            }
+            other => return Err(format!("expected a value in the set of {key:?}, found {}", describe(other))),
+        }
     }
 }
 
@@ -741,9 +787,32 @@ mod tests {
         assert!(matches("replicas>2,replicas<4"));
         assert!(matches("tier in (front),app"));
         assert!(!matches("app="), "k= selects the empty value");
-        for bad in ["app in web", "app in ()", "=x", "app=web,", "app in (a,", "a b"] {
+        for bad in ["app in web", "=x", "app=web,", "app in (a,", "a b"] {
             assert!(LabelSelector::parse(bad).is_err(), "{bad:?} must be refused");
         }
+    }
+
+    #[test]
+    fn label_selectors_refuse_what_the_api_server_refuses() {
+        // Each was accepted and answered with an empty list; the API server refuses it.
+        for bad in ["a$b=c", "app=we$b", "Example.com/x", "!-app", "app in (web,-x)", "replicas>-1", "app!=v_"] {
+            let error = LabelSelector::parse(bad).expect_err(bad);
+            assert!(error.starts_with("invalid"), "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn empty_set_elements_are_the_empty_value_as_in_kubernetes() {
+        // `app in ()` was refused; Kubernetes' parser reads it (and `(a,)`, `(,a)`) with the empty value.
+        let empty = labels(&[("app", "")]);
+        let web = labels(&[("app", "web")]);
+        for text in ["app in ()", "app in (web,)", "app in (,web)", "app in (db,,web)"] {
+            let selector = LabelSelector::parse(text).expect(text);
+            assert!(selector.matches(&empty), "{text:?} selects the empty value");
+        }
+        assert!(!LabelSelector::parse("app in ()").unwrap().matches(&web));
+        assert!(LabelSelector::parse("app in (db,,web)").unwrap().matches(&web));
+        assert!(!LabelSelector::parse("app notin (,web)").unwrap().matches(&empty));
     }
 
     #[test]

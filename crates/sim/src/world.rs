@@ -215,6 +215,14 @@ pub struct World {
     pub transitions: crate::counts::TransitionCounts,
 }
 
+
+/// Most Nodes the NodeSets of a values document may describe: ten times the largest world the
+/// benchmarks build, far beyond any cluster a guide walks through.
+pub const MAX_NODES: u64 = 100_000;
+
+/// slurm.conf's default `MaxJobId`, the largest `FirstJobId` a values document may name.
+pub const MAX_JOB_ID: u32 = 67_043_328;
+
 impl World {
     /// A world built from `values`, at the clock's current time.
     pub fn new(values: Values, clock: Box<dyn Clock>, ids: Box<dyn IdSource>) -> SimResult<World> {
@@ -290,7 +298,26 @@ impl World {
                 default_account: user.default_account.as_str().into(),
             });
         }
+        if values.slurm.first_job_id > MAX_JOB_ID {
+            // Ids count up from here; 4294967295 would overflow at the first job.
+            return Err(SimError::invalid_field(
+                "slurm.firstJobId",
+                format!("{} is above Slurm's MaxJobId {MAX_JOB_ID}", values.slurm.first_job_id),
+            ));
+        }
         let mut nodes_of_set: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut node_count: u64 = 0;
+        for (set_index, set) in values.node_sets.iter().enumerate() {
+            node_count += u64::from(set.replicas);
+            if node_count > MAX_NODES {
+                // Checked before anything is built: `replicas: 4000000000` would otherwise hold the
+                // world for hours and exhaust memory.
+                return Err(SimError::invalid_field(
+                    format!("nodeSets[{set_index}].replicas"),
+                    format!("the NodeSets hold more than {MAX_NODES} nodes in all"),
+                ));
+            }
+        }
         for (set_index, set) in values.node_sets.iter().enumerate() {
             let cpu = Self::quantity(&set.cpu, &format!("nodeSets[{set_index}].cpu"))?;
             let memory = Self::quantity(&set.memory, &format!("nodeSets[{set_index}].memory"))?;
@@ -339,9 +366,9 @@ impl World {
                 self.create_slurmd_pod(set_index, &slurm_name, &node_name)?;
             }
         }
-        for node in &values.extra_nodes {
-            let cpu = Self::quantity(&node.cpu, "extraNodes.cpu")?;
-            let memory = Self::quantity(&node.memory, "extraNodes.memory")?;
+        for (node_index, node) in values.extra_nodes.iter().enumerate() {
+            let cpu = Self::quantity(&node.cpu, &format!("extraNodes[{node_index}].cpu"))?;
+            let memory = Self::quantity(&node.memory, &format!("extraNodes[{node_index}].memory"))?;
             let mut labels = node.labels.clone();
             labels.insert("kubernetes.io/hostname".to_owned(), node.name.clone());
             let uid = self.ids.uid();

@@ -244,7 +244,7 @@ pub fn expand_hostlist(text: &str) -> Vec<String> {
                     let (low, high) = range.split_once('-').unwrap_or((range, range));
                     let width = if low.starts_with('0') { low.len() } else { 0 };
                     match (low.parse::<u64>(), high.parse::<u64>()) {
-                        (Ok(low), Ok(high)) if low <= high => {
+                        (Ok(low), Ok(high)) if low <= high && high - low < MAX_RANGE_HOSTS => {
                             names.extend((low..=high).map(|n| format!("{prefix}{n:0width$}{suffix}")));
                         }
                         _ => names.push(format!("{prefix}{range}{suffix}")),
@@ -320,6 +320,16 @@ pub fn parse_state(name: &str) -> Option<Option<pb::JobState>> {
     }
 }
 
+/// The widest column a format may ask for: the widest padding Rust's formatter accepts (it
+/// panics with "Formatting argument out of range" beyond `u16::MAX`), and wider than any
+/// terminal. Slurm reads widths into an `int`, so `%99999999999i` overflows there too; here a
+/// wider request is held at this width.
+pub const MAX_WIDTH: usize = u16::MAX as usize;
+
+/// Most names one bracketed range of a hostlist expands to (`n[0-99999999999]` would otherwise
+/// build a hundred billion names); a longer range is kept verbatim and so matches no node.
+pub const MAX_RANGE_HOSTS: u64 = 65_536;
+
 /// One `%[#][.][width]<letter><suffix>` token of a squeue or sinfo `-o` format.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FormatToken {
@@ -354,7 +364,7 @@ pub fn format_tokens(format: &str, auto_marks: bool) -> (String, Vec<FormatToken
         }
         let mut width = 0usize;
         while index < chars.len() && chars[index].is_ascii_digit() {
-            width = width * 10 + chars[index].to_digit(10).unwrap_or(0) as usize;
+            width = (width * 10 + chars[index].to_digit(10).unwrap_or(0) as usize).min(MAX_WIDTH);
             index += 1;
         }
         let letter = chars.get(index).copied().unwrap_or(' ');
@@ -417,6 +427,22 @@ mod tests {
         assert_eq!(hostlist(&names[..1]), "slurm-cpu-0");
         assert_eq!(expand_hostlist("slurm-cpu-[0-2,5],login"), names);
         assert_eq!(expand_hostlist("n[01-02]"), ["n01", "n02"]);
+    }
+
+    #[test]
+    fn huge_widths_are_held_not_overflowed() {
+        // `width * 10` overflowed usize (a panic in debug builds), and any width past u16::MAX
+        // made the renderers' `format!` panic; the width is now held.
+        let (_, tokens) = format_tokens("%.99999999999999999999999i|%5j", false);
+        assert_eq!((tokens[0].width, tokens[0].right, tokens[0].letter), (MAX_WIDTH, true, 'i'));
+        assert_eq!(tokens[1].width, 5);
+    }
+
+    #[test]
+    fn huge_hostlist_ranges_stay_unexpanded() {
+        // Expanding this built 10^11 names (hours, and all the memory).
+        assert_eq!(expand_hostlist("n[0-99999999999]"), ["n0-99999999999"]);
+        assert_eq!(expand_hostlist("n[0-65535]").len(), 65_536);
     }
 
     #[test]

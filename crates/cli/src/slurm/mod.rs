@@ -20,6 +20,8 @@ pub mod squeue;
 
 #[cfg(test)]
 mod golden_tests;
+#[cfg(test)]
+mod property_tests;
 
 use std::collections::HashMap;
 

@@ -431,7 +431,8 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
     });
     for token in list.split(',').map(str::trim_start).filter(|token| !token.is_empty()) {
         let (name, width) = match token.split_once('%') {
-            Some((name, width)) => (name, Some(atoi(width))),
+            // Held at ±MAX_WIDTH: `%2147483647` would pad every cell with two gigabytes.
+            Some((name, width)) => (name, Some(atoi(width).clamp(-(fmt::MAX_WIDTH as i32), fmt::MAX_WIDTH as i32))),
             None => (token, None),
         };
         let prefix_of = |full: &str| full.len() >= name.len() && full[..name.len()].eq_ignore_ascii_case(name);
@@ -553,7 +554,9 @@ pub fn parse_time(text: &str, now: i64) -> Option<i64> {
             "w" | "week" | "weeks" => 604_800,
             _ => return None,
         };
-        return Some(now + sign * count * scale);
+        // A count past the calendar is not a time: checked, not overflowed (a panic in debug builds).
+        let seconds = count.checked_mul(scale).and_then(|delta| now.checked_add(sign * delta))?;
+        return DateTime::from_timestamp(seconds, 0).map(|_| seconds);
     }
     if let Some(time) = parse_clock(&lower) {
         return Some(at(today, time));

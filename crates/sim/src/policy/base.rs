@@ -172,6 +172,16 @@ fn json_type_name(value: &Value) -> &'static str {
     }
 }
 
+/// The path of `key` inside the object at `path`: `.key` for a name a path can spell, else the
+/// quoted form maps use (`policy.base["sunk.coreweave.com/x"]`), so that a key holding a dot or a
+/// bracket cannot pass for a nested field.
+fn member_path(path: &str, key: &str) -> String {
+    let mut chars = key.chars();
+    let is_name = chars.next().is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if is_name { format!("{path}.{key}") } else { format!("{path}[{}]", quoted(key)) }
+}
+
 #[derive(Default)]
 struct BaseParser {
     violations: Vec<FieldViolation>,
@@ -197,7 +207,7 @@ impl BaseParser {
             } else {
                 NOT_ALLOWED_IN_BASE
             };
-            self.report(format!("{path}.{key}"), description);
+            self.report(member_path(path, key), description);
         }
     }
 

@@ -12,7 +12,7 @@
 
 mod base;
 mod constraints;
-mod k8s_names;
+pub(crate) mod k8s_names;
 mod network;
 mod resolve;
 mod validate;
