@@ -13,7 +13,7 @@ use cwsandbox_sim::config::{Scenario, Values, merge_values};
 use cwsandbox_sim::ids::SeededIds;
 use cwsandbox_sim::policy::{BASE_SCHEMA, RuntimeDefaults, resolve, validate_policy};
 use cwsandbox_sim::quantity::{Quantity, format_bytes};
-use cwsandbox_sim::query::{FieldSelector, LabelSelector, ObjectQuery, POD_FIELDS};
+use cwsandbox_sim::query::{FieldSelector, LabelSelector, ObjectQuery, POD_FIELDS, Scope};
 use cwsandbox_sim::time::{ManualClock, SimTime};
 use cwsandbox_sim::k8s::PodOwner;
 use cwsandbox_sim::resolved::ResourceAmounts;
@@ -873,10 +873,10 @@ proptest! {
     fn selector_parsing_never_panics_and_errors_name_the_selector(text in selector_like()) {
         let _ = LabelSelector::parse(&text);
         let _ = FieldSelector::parse(&text, POD_FIELDS);
-        if let Err(error) = ObjectQuery::parse("", &text, "", POD_FIELDS) {
+        if let Err(error) = ObjectQuery::parse(Scope::Cluster, "", &text, "", POD_FIELDS) {
             prop_assert_eq!(error.violations()[0].field.as_str(), "label_selector");
         }
-        if let Err(error) = ObjectQuery::parse("", "", &text, POD_FIELDS) {
+        if let Err(error) = ObjectQuery::parse(Scope::Cluster, "", "", &text, POD_FIELDS) {
             prop_assert_eq!(error.violations()[0].field.as_str(), "field_selector");
         }
     }

@@ -103,7 +103,12 @@ pub async fn apply_values(
                 tree
             };
             let values = config::values_from_tree(tree).map_err(|error| {
-                let path = if error.path.is_empty() { field.to_owned() } else { format!("{field}.{}", error.path) };
+                // A key that is not a plain name is quoted as `["…"]` and joins without a dot.
+                let path = match error.path.as_str() {
+                    "" => field.to_owned(),
+                    quoted if quoted.starts_with('[') => format!("{field}{quoted}"),
+                    path => format!("{field}.{path}"),
+                };
                 ApiError::invalid_field(&path, error.message)
             })?;
             if request.validate_only {
