@@ -11,6 +11,9 @@
 
 pub mod wkt;
 
+#[cfg(feature = "server")]
+pub mod codec;
+
 include!(concat!(env!("OUT_DIR"), "/cwsandbox_api.rs"));
 
 /// `google.protobuf.FileDescriptorSet` of `proto/` and everything it imports, with source info.
