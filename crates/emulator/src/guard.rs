@@ -264,8 +264,13 @@ impl Shared {
         };
         let (parts, body) = request.into_parts();
         let compressed = parts.headers.contains_key("grpc-encoding");
+        let announced = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<usize>().ok());
         let mut reservation: Option<OwnedSemaphorePermit> = None;
-        let bytes = match self.read(body, protocol, compressed, limit, amplification, &mut reservation).await {
+        let bytes = match self.read(body, protocol, compressed, announced, limit, amplification, &mut reservation).await {
             Ok(bytes) => bytes,
             Err(fault) => {
                 let error = fault.into_error();
@@ -290,6 +295,7 @@ impl Shared {
         mut body: Body,
         protocol: Protocol,
         compressed: bool,
+        announced: Option<usize>,
         limit: usize,
         amplification: usize,
         reservation: &mut Option<OwnedSemaphorePermit>,
@@ -297,6 +303,9 @@ impl Shared {
         let enveloped = protocol.enveloped();
         // A gRPC body is one envelope: its header, then the message.
         let wire_limit = if enveloped { limit + ENVELOPE } else { limit };
+        if announced.is_some_and(|length| length > wire_limit) {
+            return Err(BodyFault::TooLarge { limit });
+        }
         let mut buffer = BytesMut::new();
         loop {
             let frame = match tokio::time::timeout(self.limits.body_read_timeout, body.frame()).await {
@@ -315,11 +324,14 @@ impl Shared {
             }
             self.reserve(data.len() * amplification, reservation)?;
             buffer.extend_from_slice(&data);
-            if enveloped && buffer.len() >= ENVELOPE && declared(&buffer) > limit {
-                return Err(BodyFault::TooLarge { limit });
-            }
-            if protocol == Protocol::Grpc && buffer.len() > ENVELOPE + declared(&buffer) {
-                return Err(BodyFault::Cardinality(2));
+            if enveloped && buffer.len() >= ENVELOPE {
+                let length = declared(&buffer);
+                if length > limit {
+                    return Err(BodyFault::TooLarge { limit });
+                }
+                if protocol == Protocol::Grpc && buffer.len() > ENVELOPE + length {
+                    return Err(BodyFault::Cardinality(2));
+                }
             }
         }
         if protocol == Protocol::Grpc {
@@ -363,7 +375,7 @@ impl Shared {
     }
 }
 
-/// The length an envelope header declares.
+/// The length an envelope header declares (`buffer` holds at least the 5-byte header).
 fn declared(buffer: &[u8]) -> usize {
     u32::from_be_bytes([buffer[1], buffer[2], buffer[3], buffer[4]]) as usize
 }

@@ -118,10 +118,7 @@ pub async fn serve(
             shutdown: shutdown.clone(),
             peer,
         };
-        connections.spawn(async move {
-            connection.run(stream).await;
-            drop(slot);
-        });
+        connections.spawn(connection.run(stream, slot));
     }
     drop(listener);
     while connections.join_next().await.is_some() {}
@@ -137,7 +134,9 @@ struct Connection {
 }
 
 impl Connection {
-    async fn run(mut self, stream: tokio::net::TcpStream) {
+    /// Serves one connection; `slot` is given back just before the socket closes, so a client that
+    /// sees the close may connect again at once.
+    async fn run(mut self, stream: tokio::net::TcpStream, slot: tokio::sync::OwnedSemaphorePermit) {
         let peer = self.peer;
         let io = match tokio::time::timeout(self.settings.header_read_timeout, tls::classify(stream, self.acceptor.clone())).await {
             Ok(Ok(io)) => io,
@@ -174,6 +173,7 @@ impl Connection {
                     if let Err(error) = result {
                         tracing::debug!(%peer, "connection ended: {error}");
                     }
+                    drop(slot);
                     return;
                 }
                 _ = self.shutdown.wait_for(|stop| *stop), if !closing => {

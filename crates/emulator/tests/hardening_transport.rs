@@ -554,7 +554,7 @@ async fn random_and_mutated_requests_never_fail_the_server_or_change_state() {
         "content", "gracePeriodSeconds", "sandbox", "spec", "containers", "name", "image", "state",
     ];
     let seed = std::env::var("FUZZ_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or(0x5eed_2026_u64);
-    let rounds: usize = std::env::var("FUZZ_ROUNDS").ok().and_then(|rounds| rounds.parse().ok()).unwrap_or(300);
+    let rounds: usize = std::env::var("FUZZ_ROUNDS").ok().and_then(|rounds| rounds.parse().ok()).unwrap_or(800);
     let mut rng = Rng(seed);
     for round in 0..rounds {
         let (method, proto, json) = &valid[rng.below(valid.len())];
@@ -583,4 +583,203 @@ async fn random_and_mutated_requests_never_fail_the_server_or_change_state() {
     assert_eq!(before, after, "no request of the fuzz changed the world");
     let fetched = client.get_sandbox(pb::GetSandboxRequest { sandbox_id: existing.sandbox_id.clone() }).await.unwrap();
     assert_eq!(fetched.into_inner().sandbox_id, existing.sandbox_id);
+}
+
+/// An emulator with the given transport settings (the rest at their defaults).
+async fn start_with_transport(transport: cwsandbox_emulator::transport::Transport) -> cwsandbox_emulator::Emulator {
+    let config = cwsandbox_emulator::config::EmulatorConfig::from_overlays(
+        cwsandbox_sim::config::Scenario::Ready,
+        [(std::path::Path::new("none.yaml"), "")],
+    )
+    .unwrap();
+    let mut options = cwsandbox_emulator::Options::new(config);
+    options.transport = transport;
+    cwsandbox_emulator::Emulator::start(options).await.unwrap()
+}
+
+/// Only a guard against a hang (the failure before the fix), never a timing assertion: the
+/// server's own timeouts in these tests are a fraction of it.
+const HANG: Duration = Duration::from_secs(60);
+
+/// Reads until the server closes the connection; true if it did (EOF or reset).
+async fn closed_by_server(stream: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = [0u8; 1024];
+    loop {
+        match tokio::time::timeout(HANG, stream.read(&mut buffer)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+fn address(emulator: &cwsandbox_emulator::Emulator) -> String {
+    emulator.info().base_url.trim_start_matches("http://").to_owned()
+}
+
+#[tokio::test]
+async fn connections_that_never_finish_their_headers_are_closed() {
+    use tokio::io::AsyncWriteExt;
+    let transport = cwsandbox_emulator::transport::Transport {
+        header_read_timeout: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let emulator = start_with_transport(transport).await;
+    // Half of an HTTP/1.1 request's headers.
+    let mut half = tokio::net::TcpStream::connect(address(&emulator)).await.unwrap();
+    half.write_all(b"POST /coreweave.sandbox.v1.SandboxService/ListSandboxes HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    assert!(closed_by_server(&mut half).await, "a connection stuck in its headers is closed");
+    // Nothing at all.
+    let mut silent = tokio::net::TcpStream::connect(address(&emulator)).await.unwrap();
+    assert!(closed_by_server(&mut silent).await, "a connection that sends nothing is closed");
+    // The server still serves.
+    let info = emulator.info().clone();
+    let list = pb::ListSandboxesRequest::default().encode_to_vec();
+    let answer = call(&info.base_url, Protocol::Grpc, &rpc("ListSandboxes"), Some(&info.user_token), &list).await;
+    assert_eq!(answer.code, Code::Ok);
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_and_a_stalled_body_is_refused() {
+    let transport = cwsandbox_emulator::transport::Transport {
+        idle_timeout: Duration::from_millis(300),
+        body_read_timeout: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let emulator = start_with_transport(transport).await;
+    let info = emulator.info().clone();
+
+    // An HTTP/2 connection that made one call and then nothing: the server ends it.
+    let stream = tokio::net::TcpStream::connect(address(&emulator)).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    let connection = tokio::spawn(connection);
+    let request = http::Request::post(format!("{}{}", info.base_url, rpc("ListSandboxes")))
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header("te", "trailers")
+        .header(http::header::AUTHORIZATION, format!("Bearer {}", info.user_token))
+        .body(Full::new(Bytes::from(envelope(&pb::ListSandboxesRequest::default().encode_to_vec()))))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let _ = response.into_body().collect().await.unwrap();
+    let ended = tokio::time::timeout(HANG, connection).await;
+    assert!(ended.is_ok(), "the idle HTTP/2 connection is closed by the server");
+
+    // A unary body that stops half-way: refused, in the request's protocol.
+    let stream = tokio::net::TcpStream::connect(address(&emulator)).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let (mut body_sender, body) = futures::channel::mpsc::channel::<Result<hyper::body::Frame<Bytes>, std::io::Error>>(4);
+    let mut framed = envelope(&pb::GetSandboxRequest { sandbox_id: "abc".to_owned() }.encode_to_vec());
+    framed.truncate(6);
+    use futures::SinkExt;
+    body_sender.send(Ok(hyper::body::Frame::data(Bytes::from(framed)))).await.unwrap();
+    let request = http::Request::post(format!("{}{}", info.base_url, rpc("GetSandbox")))
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header("te", "trailers")
+        .header(http::header::AUTHORIZATION, format!("Bearer {}", info.user_token))
+        .body(http_body_util::StreamBody::new(body))
+        .unwrap();
+    let response = tokio::time::timeout(HANG, sender.send_request(request)).await.expect("answered").unwrap();
+    let (code, message) = grpc_status(response.headers()).expect("a trailers-only answer");
+    assert_eq!(code, Code::DeadlineExceeded, "{message}");
+    drop(body_sender);
+}
+
+#[tokio::test]
+async fn connections_beyond_the_cap_are_closed_and_clients_get_in_once_others_leave() {
+    use tokio::io::AsyncWriteExt;
+    let transport = cwsandbox_emulator::transport::Transport { max_connections: 2, ..Default::default() };
+    let emulator = start_with_transport(transport).await;
+    let info = emulator.info().clone();
+    let list = pb::ListSandboxesRequest::default().encode_to_vec();
+    // Two connections that start a request and never finish its headers hold both slots; the
+    // answer on the second proves the server has taken both (it serves in accept order).
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut stream = tokio::net::TcpStream::connect(address(&emulator)).await.unwrap();
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\n").await.unwrap();
+        use tokio::io::AsyncReadExt;
+        let mut buffer = [0u8; 256];
+        let read = tokio::time::timeout(HANG, stream.read(&mut buffer)).await.expect("the first request is answered").unwrap();
+        assert!(String::from_utf8_lossy(&buffer[..read]).starts_with("HTTP/1.1 200"));
+        stalled.push(stream);
+    }
+    // A third is closed at once, before any answer.
+    let mut third = tokio::net::TcpStream::connect(address(&emulator)).await.unwrap();
+    let _ = third.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    {
+        use tokio::io::AsyncReadExt;
+        let mut buffer = [0u8; 256];
+        let read = tokio::time::timeout(HANG, third.read(&mut buffer)).await.expect("closed, not left hanging");
+        assert!(matches!(read, Ok(0) | Err(_)), "no answer beyond the cap: {read:?}");
+    }
+    // Once the stalled clients leave, a client gets in. The server learns of their leaving
+    // asynchronously, so a refused attempt is retried (each refusal is immediate).
+    drop(stalled);
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let stream = tokio::net::TcpStream::connect(address(&emulator)).await.unwrap();
+        let handshake =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), TokioIo::new(stream)).await;
+        if let Ok((mut sender, connection)) = handshake {
+            tokio::spawn(connection);
+            let request = http::Request::post(format!("{}{}", info.base_url, rpc("ListSandboxes")))
+                .header(http::header::CONTENT_TYPE, "application/grpc")
+                .header("te", "trailers")
+                .header(http::header::AUTHORIZATION, format!("Bearer {}", info.user_token))
+                .body(Full::new(Bytes::from(envelope(&list))))
+                .unwrap();
+            if let Ok(response) = sender.send_request(request).await {
+                let (parts, body) = response.into_parts();
+                let trailers = body.collect().await.unwrap().trailers().cloned();
+                let code = grpc_status(&parts.headers).or_else(|| trailers.as_ref().and_then(grpc_status)).unwrap().0;
+                assert_eq!(code, Code::Ok);
+                break;
+            }
+        }
+        assert!(attempts < 10_000, "no slot came free after the stalled clients left");
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn request_size_and_memory_are_bounded_on_every_protocol() {
+    let transport = cwsandbox_emulator::transport::Transport {
+        max_request_bytes: 64 << 10,
+        request_memory_bytes: 1 << 20,
+        ..Default::default()
+    };
+    let emulator = start_with_transport(transport).await;
+    let info = emulator.info().clone();
+    let with_tags = |count: usize| pb::ListSandboxesRequest { tags: vec![String::new(); count], ..Default::default() };
+    for protocol in [Protocol::Grpc, Protocol::GrpcWeb, Protocol::ConnectProto, Protocol::ConnectJson] {
+        let encode = |request: &pb::ListSandboxesRequest| {
+            if protocol == Protocol::ConnectJson { serde_json::to_vec(request).unwrap() } else { request.encode_to_vec() }
+        };
+        // Above max_request_bytes: refused, naming the limit.
+        let answer =
+            call(&info.base_url, protocol, &rpc("ListSandboxes"), Some(&info.user_token), &encode(&with_tags(40_000))).await;
+        assert_eq!(answer.code, Code::ResourceExhausted, "{protocol:?}: {answer:?}");
+        assert!(answer.message.contains("65536"), "{protocol:?}: {answer:?}");
+        // Under it, but its reservation (wire bytes times the amplification) is above the budget.
+        let answer =
+            call(&info.base_url, protocol, &rpc("ListSandboxes"), Some(&info.user_token), &encode(&with_tags(20_000))).await;
+        assert_eq!(answer.code, Code::ResourceExhausted, "{protocol:?}: {answer:?}");
+        assert!(answer.message.contains("memory"), "{protocol:?}: {answer:?}");
+        // Requests that fit, one after another, far more than the budget in total: every
+        // reservation is given back.
+        for _ in 0..20 {
+            let answer =
+                call(&info.base_url, protocol, &rpc("ListSandboxes"), Some(&info.user_token), &encode(&with_tags(10_000))).await;
+            assert_eq!(answer.code, Code::Ok, "{protocol:?}: {answer:?}");
+        }
+    }
 }
