@@ -6,12 +6,13 @@
 //!    `grpc.health.v1` and reflection need no token.
 //! 2. **A bounded body.** A unary request (and the one request of a server-streaming RPC) is read
 //!    here, before decoding: at most `max_request_bytes` (`max_message_bytes` for the RPCs that
-//!    carry file content), with no more than `body_read_timeout` between two pieces of it, and
-//!    only while the memory budget shared by all requests in flight has room. Decoding can
-//!    amplify (an empty repeated string is 2 bytes on the wire and 24 in memory, an empty repeated
-//!    message its whole struct), so a request reserves its wire size times
-//!    [`CONTROL_AMPLIFICATION`] (file payloads, bytes in memory as on the wire, twice their size),
-//!    and keeps the reservation until its answer has begun. Beyond any limit: RESOURCE_EXHAUSTED.
+//!    carry file content), with no more than `body_read_timeout` between two pieces of it. Then
+//!    its decoded size is estimated from its bytes ([`crate::decoded_size`]: decoding amplifies,
+//!    an empty element of a repeated message is 2 bytes on the wire and its whole struct in
+//!    memory) and must stay within `max_decoded_request_bytes`. The wire bytes as they arrive,
+//!    then the estimate, are reserved from a memory budget shared by every request in flight
+//!    (`request_memory_bytes`), until the request's answer has begun. Beyond any of these:
+//!    RESOURCE_EXHAUSTED, before anything is decoded.
 //! 3. **Cardinality.** A gRPC unary or server-streaming call must carry exactly one request
 //!    message; tonic would decode the first and silently drop the rest.
 //!
@@ -41,15 +42,6 @@ use tonic::Code;
 use crate::app::App;
 use crate::errors::{ApiError, reasons};
 
-/// Wire bytes of a control-plane request are reserved this many times over: the largest decoded
-/// size per wire byte among the API's request messages is below it (an empty `Container` in
-/// `CreateSandboxRequest` is 2 bytes on the wire and a few hundred in memory, but a request of
-/// only those is refused by the size cap long before it matters; strings and repeated strings
-/// stay under 16 bytes per wire byte with their vectors' spare capacity). It bounds what the
-/// budget admits, not what one request may decode: that is `max_request_bytes`.
-pub const CONTROL_AMPLIFICATION: usize = 32;
-/// File payloads decode into a `Vec<u8>` beside their wire buffer.
-pub const PAYLOAD_AMPLIFICATION: usize = 2;
 /// RPCs whose request carries file content, allowed up to `max_message_bytes`.
 const PAYLOAD_METHODS: &[&str] = &[
     "/coreweave.sandbox.v1.SandboxService/WriteFile",
@@ -68,6 +60,9 @@ pub struct RequestLimits {
     pub max_request_bytes: usize,
     /// Largest request message of WriteFile (and each StreamExec message, and any response).
     pub max_message_bytes: usize,
+    /// Largest estimated decoded size of one request (for WriteFile: at least
+    /// `max_message_bytes`).
+    pub max_decoded_request_bytes: usize,
     /// Memory all requests in flight may reserve together.
     pub request_memory_bytes: usize,
     /// The longest wait for the next piece of a request body.
@@ -75,10 +70,12 @@ pub struct RequestLimits {
 }
 
 /// How an RPC takes its request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct MethodShape {
     client_streaming: bool,
     payload: bool,
+    /// The request message's full name (`.coreweave.sandbox.v1.GetSandboxRequest`).
+    input: String,
 }
 
 /// The RPCs of the API, by HTTP path, from the embedded descriptor set.
@@ -91,7 +88,8 @@ fn methods() -> HashMap<String, MethodShape> {
             for method in &service.method {
                 let path = format!("/{}.{}/{}", file.package(), service.name(), method.name());
                 let payload = PAYLOAD_METHODS.contains(&path.as_str());
-                methods.insert(path, MethodShape { client_streaming: method.client_streaming(), payload });
+                let input = method.input_type().to_owned();
+                methods.insert(path, MethodShape { client_streaming: method.client_streaming(), payload, input });
             }
         }
     }
@@ -143,6 +141,7 @@ struct Shared {
     limits: RequestLimits,
     budget: Arc<Semaphore>,
     methods: HashMap<String, MethodShape>,
+    estimator: crate::decoded_size::Estimator,
 }
 
 /// The guard around the RPC services (see the module documentation).
@@ -157,7 +156,8 @@ impl<S> Guard<S> {
     pub fn new(app: App, limits: RequestLimits, inner: S) -> Guard<S> {
         // tokio's semaphore counts at most usize::MAX >> 3 permits.
         let budget = Arc::new(Semaphore::new(limits.request_memory_bytes.min(Semaphore::MAX_PERMITS)));
-        Guard { shared: Arc::new(Shared { app, limits, budget, methods: methods() }), inner }
+        let estimator = crate::decoded_size::Estimator::new();
+        Guard { shared: Arc::new(Shared { app, limits, budget, methods: methods(), estimator }), inner }
     }
 }
 
@@ -184,6 +184,7 @@ where
 /// Why a request body was not accepted.
 enum BodyFault {
     TooLarge { limit: usize },
+    DecodesTooLarge { estimate: usize, limit: usize },
     OutOfMemory,
     TooSlow(Duration),
     Broken(String),
@@ -200,6 +201,15 @@ impl BodyFault {
                 format!("the request message is larger than the limit of {limit} bytes"),
             )
             .with_metadata("max_message_bytes", limit.to_string()),
+            BodyFault::DecodesTooLarge { estimate, limit } => ApiError::new(
+                Code::ResourceExhausted,
+                reasons::INVALID_REQUEST,
+                format!(
+                    "the request would take about {estimate} bytes of memory once decoded, above the limit of {limit} \
+                     bytes (many small repeated elements decode to far more than their wire size)"
+                ),
+            )
+            .with_metadata("max_decoded_request_bytes", limit.to_string()),
             BodyFault::OutOfMemory => {
                 let mut error = ApiError::new(
                     Code::ResourceExhausted,
@@ -250,17 +260,18 @@ impl Shared {
             tracing::debug!(%path, "{error}");
             return protocol.reject(&error);
         }
-        let Some(shape) = self.methods.get(&path).copied() else {
+        let Some(shape) = self.methods.get(&path) else {
             // Not an RPC of the API: the services answer (UNIMPLEMENTED, 404).
             return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
         };
         if shape.client_streaming {
             return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
         }
-        let (limit, amplification) = if shape.payload {
-            (self.limits.max_message_bytes, PAYLOAD_AMPLIFICATION)
+        let (limit, decoded_limit) = if shape.payload {
+            let limit = self.limits.max_message_bytes;
+            (limit, self.limits.max_decoded_request_bytes.max(limit))
         } else {
-            (self.limits.max_request_bytes.min(self.limits.max_message_bytes), CONTROL_AMPLIFICATION)
+            (self.limits.max_request_bytes.min(self.limits.max_message_bytes), self.limits.max_decoded_request_bytes)
         };
         let (parts, body) = request.into_parts();
         let compressed = parts.headers.contains_key("grpc-encoding");
@@ -270,7 +281,10 @@ impl Shared {
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.parse::<usize>().ok());
         let mut reservation: Option<OwnedSemaphorePermit> = None;
-        let bytes = match self.read(body, protocol, compressed, announced, limit, amplification, &mut reservation).await {
+        let read = self.read(body, protocol, compressed, announced, limit, &mut reservation).await;
+        let bytes = match read.and_then(|bytes| {
+            self.admit(&bytes, protocol, compressed, &shape.input, decoded_limit, &mut reservation).map(|()| bytes)
+        }) {
             Ok(bytes) => bytes,
             Err(fault) => {
                 let error = fault.into_error();
@@ -297,7 +311,6 @@ impl Shared {
         compressed: bool,
         announced: Option<usize>,
         limit: usize,
-        amplification: usize,
         reservation: &mut Option<OwnedSemaphorePermit>,
     ) -> Result<Bytes, BodyFault> {
         let enveloped = protocol.enveloped();
@@ -322,7 +335,7 @@ impl Shared {
                 }
                 return Err(BodyFault::TooLarge { limit });
             }
-            self.reserve(data.len() * amplification, reservation)?;
+            self.reserve(data.len(), reservation)?;
             buffer.extend_from_slice(&data);
             if enveloped && buffer.len() >= ENVELOPE {
                 let length = declared(&buffer);
@@ -361,6 +374,32 @@ impl Shared {
         Ok(buffer.freeze())
     }
 
+    /// Estimates the decoded size of a complete body and reserves it.
+    fn admit(
+        &self,
+        body: &[u8],
+        protocol: Protocol,
+        compressed: bool,
+        input: &str,
+        limit: usize,
+        reservation: &mut Option<OwnedSemaphorePermit>,
+    ) -> Result<(), BodyFault> {
+        let message = if protocol.enveloped() && body.len() >= ENVELOPE { &body[ENVELOPE..] } else { body };
+        let estimate = match protocol {
+            // A compressed message is refused by the services (no compression is enabled) before
+            // it is decoded.
+            Protocol::Grpc if compressed => 0,
+            Protocol::ConnectUnary { json: true } | Protocol::ConnectStream { json: true } => {
+                self.estimator.json(message)
+            }
+            _ => self.estimator.protobuf(input, message),
+        };
+        if estimate > limit {
+            return Err(BodyFault::DecodesTooLarge { estimate, limit });
+        }
+        self.reserve(estimate, reservation)
+    }
+
     fn reserve(&self, bytes: usize, reservation: &mut Option<OwnedSemaphorePermit>) -> Result<(), BodyFault> {
         if bytes == 0 {
             return Ok(());
@@ -387,10 +426,11 @@ mod tests {
     #[test]
     fn every_rpc_of_the_api_is_known_with_its_shape() {
         let methods = methods();
-        let exec = methods["/coreweave.sandbox.v1.SandboxService/StreamExec"];
+        let exec = &methods["/coreweave.sandbox.v1.SandboxService/StreamExec"];
         assert!(exec.client_streaming);
-        let logs = methods["/coreweave.sandbox.v1.SandboxService/StreamLogs"];
+        let logs = &methods["/coreweave.sandbox.v1.SandboxService/StreamLogs"];
         assert!(!logs.client_streaming && !logs.payload);
+        assert_eq!(logs.input, ".coreweave.sandbox.v1.StreamLogsRequest");
         assert!(methods["/coreweave.sandbox.v1.SandboxDataPlaneService/WriteFile"].payload);
         assert!(methods.contains_key("/coreweave.sandbox.emulator.v1.EmulatorService/ApplyValues"));
         for payload in PAYLOAD_METHODS {

@@ -18,6 +18,7 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod convert;
+pub mod decoded_size;
 pub mod driver;
 pub mod errors;
 pub mod executor_runtime;

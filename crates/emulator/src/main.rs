@@ -101,6 +101,10 @@ struct TransportArgs {
     /// StreamExec messages may reach --max-message-bytes).
     #[arg(long, value_name = "BYTES", default_value_t = Transport::default().max_request_bytes)]
     max_request_bytes: usize,
+    /// Largest memory, in bytes, one request may take once decoded (estimated from its bytes
+    /// before decoding; WriteFile may always reach --max-message-bytes).
+    #[arg(long, value_name = "BYTES", default_value_t = Transport::default().max_decoded_request_bytes)]
+    max_decoded_request_bytes: usize,
     /// Memory, in bytes, that the requests in flight may reserve together; beyond it requests get
     /// RESOURCE_EXHAUSTED.
     #[arg(long, value_name = "BYTES", default_value_t = Transport::default().request_memory_bytes)]
@@ -115,6 +119,7 @@ impl TransportArgs {
             idle_timeout: self.idle_timeout,
             max_connections: self.max_connections,
             max_request_bytes: self.max_request_bytes,
+            max_decoded_request_bytes: self.max_decoded_request_bytes,
             request_memory_bytes: self.request_memory_bytes,
         }
     }

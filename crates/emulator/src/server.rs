@@ -48,6 +48,7 @@ pub async fn router(app: App, transport: &Transport) -> Router {
     let request_limits = RequestLimits {
         max_request_bytes: transport.max_request_bytes,
         max_message_bytes: limit,
+        max_decoded_request_bytes: transport.max_decoded_request_bytes,
         request_memory_bytes: transport.request_memory_bytes,
         body_read_timeout: transport.body_read_timeout,
     };

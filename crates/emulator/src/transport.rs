@@ -50,6 +50,9 @@ pub struct Transport {
     /// Largest request message of an RPC that carries no file content (WriteFile and StreamExec
     /// messages may reach `Limits::max_message_bytes`).
     pub max_request_bytes: usize,
+    /// Largest estimated decoded size of one request (see `crate::decoded_size`; WriteFile may
+    /// always reach `Limits::max_message_bytes`).
+    pub max_decoded_request_bytes: usize,
     /// Memory the requests in flight may reserve together (see `crate::guard`).
     pub request_memory_bytes: usize,
 }
@@ -63,6 +66,7 @@ impl Default for Transport {
             max_connections: 512,
             // gRPC's own default receive limit.
             max_request_bytes: 4 << 20,
+            max_decoded_request_bytes: 64 << 20,
             request_memory_bytes: 1 << 30,
         }
     }

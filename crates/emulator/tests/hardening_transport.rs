@@ -751,35 +751,147 @@ async fn connections_beyond_the_cap_are_closed_and_clients_get_in_once_others_le
 }
 
 #[tokio::test]
-async fn request_size_and_memory_are_bounded_on_every_protocol() {
+async fn request_size_decoded_size_and_memory_are_bounded_on_every_protocol() {
     let transport = cwsandbox_emulator::transport::Transport {
         max_request_bytes: 64 << 10,
-        request_memory_bytes: 1 << 20,
+        max_decoded_request_bytes: 2 << 20,
+        request_memory_bytes: 512 << 10,
         ..Default::default()
     };
     let emulator = start_with_transport(transport).await;
     let info = emulator.info().clone();
     let with_tags = |count: usize| pb::ListSandboxesRequest { tags: vec![String::new(); count], ..Default::default() };
+    let with_containers = |count: usize| pb::CreateSandboxRequest {
+        sandbox: Some(pb::Sandbox {
+            spec: Some(pb::SandboxSpec { containers: vec![pb::Container::default(); count], ..Default::default() }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
     for protocol in [Protocol::Grpc, Protocol::GrpcWeb, Protocol::ConnectProto, Protocol::ConnectJson] {
-        let encode = |request: &pb::ListSandboxesRequest| {
-            if protocol == Protocol::ConnectJson { serde_json::to_vec(request).unwrap() } else { request.encode_to_vec() }
-        };
+        let encode = |request: &dyn erased::Encode| request.bytes(protocol == Protocol::ConnectJson);
+        let list = rpc("ListSandboxes");
         // Above max_request_bytes: refused, naming the limit.
-        let answer =
-            call(&info.base_url, protocol, &rpc("ListSandboxes"), Some(&info.user_token), &encode(&with_tags(40_000))).await;
+        let answer = call(&info.base_url, protocol, &list, Some(&info.user_token), &encode(&with_tags(40_000))).await;
         assert_eq!(answer.code, Code::ResourceExhausted, "{protocol:?}: {answer:?}");
         assert!(answer.message.contains("65536"), "{protocol:?}: {answer:?}");
-        // Under it, but its reservation (wire bytes times the amplification) is above the budget.
+        // Small on the wire (4 KiB) and megabytes once decoded: refused before decoding.
         let answer =
-            call(&info.base_url, protocol, &rpc("ListSandboxes"), Some(&info.user_token), &encode(&with_tags(20_000))).await;
+            call(&info.base_url, protocol, &rpc("CreateSandbox"), Some(&info.user_token), &encode(&with_containers(2000)))
+                .await;
         assert_eq!(answer.code, Code::ResourceExhausted, "{protocol:?}: {answer:?}");
-        assert!(answer.message.contains("memory"), "{protocol:?}: {answer:?}");
+        assert!(answer.message.contains("decoded") && answer.message.contains("2097152"), "{protocol:?}: {answer:?}");
+        // Within both limits, but more than the whole memory budget.
+        let answer = call(&info.base_url, protocol, &list, Some(&info.user_token), &encode(&with_tags(20_000))).await;
+        assert_eq!(answer.code, Code::ResourceExhausted, "{protocol:?}: {answer:?}");
+        assert!(answer.message.contains("memory budget"), "{protocol:?}: {answer:?}");
         // Requests that fit, one after another, far more than the budget in total: every
         // reservation is given back.
         for _ in 0..20 {
-            let answer =
-                call(&info.base_url, protocol, &rpc("ListSandboxes"), Some(&info.user_token), &encode(&with_tags(10_000))).await;
+            let answer = call(&info.base_url, protocol, &list, Some(&info.user_token), &encode(&with_tags(5_000))).await;
             assert_eq!(answer.code, Code::Ok, "{protocol:?}: {answer:?}");
         }
+    }
+}
+
+/// Requests of different types encoded as protobuf or proto3 JSON.
+mod erased {
+    pub trait Encode {
+        fn bytes(&self, json: bool) -> Vec<u8>;
+    }
+
+    impl<T: prost::Message + serde::Serialize> Encode for T {
+        fn bytes(&self, json: bool) -> Vec<u8> {
+            if json { serde_json::to_vec(self).expect("JSON") } else { self.encode_to_vec() }
+        }
+    }
+}
+
+/// `VmHWM` (peak resident set) of a process, in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    let line = status.lines().find(|line| line.starts_with("VmHWM:")).expect("VmHWM");
+    let kib: u64 = line.split_whitespace().nth(1).and_then(|value| value.parse().ok()).expect("a size in kB");
+    kib * 1024
+}
+
+/// The peak memory of the binary (started through the testkit harness, default settings) stays
+/// within [`MEMORY_BOUND`] of where it started across hostile requests: the 32 MiB
+/// request of 16 Mi empty repeated strings, without a token, four of those at once, with a
+/// token, and the largest control requests the defaults accept: 4 MiB of empty strings (about
+/// 100 MiB once decoded) and 4 MiB of empty containers (1.5 GiB once decoded), both refused by
+/// their estimated decoded size; and the most empty strings that are admitted. The figures are
+/// printed; a memory bound, not a time.
+/// `CWSANDBOX_EMULATOR_BIN` runs it against another build (the figures of the unguarded one are
+/// in the crate README).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_stay_within_the_memory_bound() {
+    const MIB: u64 = 1 << 20;
+    const MEMORY_BOUND: u64 = 200 * MIB;
+    let binary = std::env::var("CWSANDBOX_EMULATOR_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_cwsandbox-emulator").to_owned());
+    let emulator = tokio::task::spawn_blocking(move || {
+        cwsandbox_testkit::emulator::EmulatorProcess::start(std::path::Path::new(&binary), &[])
+    })
+    .await
+    .unwrap()
+    .expect("the emulator starts");
+    let ready = emulator.ready.clone();
+    let pid = ready.pid;
+    let hostile = pb::ListSandboxesRequest { tags: vec![String::new(); 16 << 20], ..Default::default() }.encode_to_vec();
+    assert_eq!(hostile.len(), 32 << 20);
+    let largest = pb::ListSandboxesRequest { tags: vec![String::new(); (4 << 20) / 2 - 8], ..Default::default() }.encode_to_vec();
+    let start = peak_rss(pid);
+    let mut codes: Vec<(String, Vec<Code>)> = Vec::new();
+    let mut report = String::new();
+    let mut step = |name: &str, before: u64, codes_now: Vec<Code>, codes: &mut Vec<(String, Vec<Code>)>| {
+        let after = peak_rss(pid);
+        report.push_str(&format!("{name}: peak RSS +{} MiB {:?}\n", after.saturating_sub(before) / MIB, codes_now));
+        codes.push((name.to_owned(), codes_now));
+        after
+    };
+    let mut codes_by_step = Vec::new();
+    let base = ready.base_url.clone();
+    let before = peak_rss(pid);
+    let answer = call(&base, Protocol::Grpc, &rpc("ListSandboxes"), None, &hostile).await;
+    let mut mark = step("32 MiB of empty strings, no token", before, vec![answer.code], &mut codes_by_step);
+    let list = rpc("ListSandboxes");
+    let four = futures::future::join_all((0..4).map(|_| call(&base, Protocol::Grpc, &list, None, &hostile))).await;
+    mark = step("four of them at once, no token", mark, four.iter().map(|answer| answer.code).collect(), &mut codes_by_step);
+    let answer = call(&base, Protocol::Grpc, &rpc("ListSandboxes"), Some(&ready.user_token), &hostile).await;
+    mark = step("32 MiB of empty strings, with the token", mark, vec![answer.code], &mut codes_by_step);
+    let answer = call(&base, Protocol::ConnectProto, &rpc("ListSandboxes"), Some(&ready.user_token), &hostile).await;
+    mark = step("the same over Connect", mark, vec![answer.code], &mut codes_by_step);
+    let answer = call(&base, Protocol::Grpc, &rpc("ListSandboxes"), Some(&ready.user_token), &largest).await;
+    mark = step("4 MiB of empty strings (the default max_request_bytes), with the token", mark, vec![answer.code], &mut codes_by_step);
+    // The largest list of empty strings the default decoded limit (64 MiB) admits.
+    let admitted = pb::ListSandboxesRequest { tags: vec![String::new(); (60 << 20) / 48], ..Default::default() }.encode_to_vec();
+    let answer = call(&base, Protocol::Grpc, &rpc("ListSandboxes"), Some(&ready.user_token), &admitted).await;
+    mark = step("the most empty strings admitted (2.5 MiB, about 60 MiB decoded), with the token", mark, vec![answer.code], &mut codes_by_step);
+    let containers = pb::CreateSandboxRequest {
+        sandbox: Some(pb::Sandbox {
+            spec: Some(pb::SandboxSpec { containers: vec![pb::Container::default(); (4 << 20) / 2 - 16], ..Default::default() }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let answer = call(&base, Protocol::Grpc, &rpc("CreateSandbox"), Some(&ready.user_token), &containers).await;
+    let _ = step("4 MiB of empty containers, with the token", mark, vec![answer.code], &mut codes_by_step);
+    let growth = peak_rss(pid).saturating_sub(start);
+    eprintln!("{report}overall: peak RSS +{} MiB (bound {} MiB)", growth / MIB, MEMORY_BOUND / MIB);
+    codes.extend(codes_by_step);
+    let stopped = tokio::task::spawn_blocking(move || emulator.stop()).await.unwrap();
+    assert!(stopped.is_ok(), "{stopped:?}");
+    assert!(growth < MEMORY_BOUND, "{report}");
+    for (name, step_codes) in &codes {
+        let expected = if name.contains("no token") {
+            Code::Unauthenticated
+        } else if name.starts_with("the most") {
+            Code::Ok
+        } else {
+            Code::ResourceExhausted
+        };
+        assert!(step_codes.iter().all(|code| *code == expected), "{name}: {step_codes:?}\n{report}");
     }
 }
