@@ -253,7 +253,8 @@ impl Shared {
         let protocol = Protocol::of(&request);
         let path = request.uri().path().to_owned();
         if OPEN_PREFIXES.iter().any(|prefix| path.starts_with(prefix)) {
-            return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
+            let response = inner.oneshot(request).await.unwrap_or_else(|never| match never {});
+            return undecodable_is_invalid_argument(response);
         }
         let header = request.headers().get(http::header::AUTHORIZATION).and_then(|value| value.to_str().ok());
         if let Err(error) = self.app.tokens().authenticate(header) {
@@ -412,6 +413,21 @@ impl Shared {
         }
         Ok(())
     }
+}
+
+/// tonic-health and tonic-reflection decode with tonic's own codec, which answers INTERNAL to a
+/// request that is not protobuf; the API's servers answer INVALID_ARGUMENT (`cwsandbox_api::codec`),
+/// and so do these (their decode failures come before any message, as a trailers-only answer).
+fn undecodable_is_invalid_argument(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    let internal = headers.get("grpc-status").is_some_and(|status| status == "13");
+    let undecodable = headers
+        .get("grpc-message")
+        .is_some_and(|message| message.as_bytes().starts_with(b"failed%20to%20decode%20Protobuf%20message"));
+    if internal && undecodable {
+        headers.insert("grpc-status", http::HeaderValue::from_static("3"));
+    }
+    response
 }
 
 /// The length an envelope header declares (`buffer` holds at least the 5-byte header).

@@ -7,8 +7,8 @@
 //! headers. A connection with no request in flight for `idle_timeout` is closed (HTTP/2 with a
 //! GOAWAY, so clients reconnect without failing a call). Request bodies are bounded by the
 //! request guard (`crate::guard`): `body_read_timeout` between two pieces of a unary request.
-//! HTTP/2 connections are pinged every [`HTTP2_KEEP_ALIVE`] while in use, so a peer that vanished
-//! in the middle of a stream is noticed.
+//! An HTTP/2 connection is pinged after [`HTTP2_KEEP_ALIVE`]`.0` without traffic and closed if the
+//! ping goes unanswered for `.1`, so a peer that vanished in the middle of a stream is noticed.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -32,7 +32,7 @@ use tower::ServiceExt;
 
 use crate::tls;
 
-/// How often a busy HTTP/2 connection is pinged, and how long the answer may take.
+/// After how long without traffic an HTTP/2 connection is pinged, and how long the answer may take.
 pub const HTTP2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(60), Duration::from_secs(20));
 
 /// Connection and request settings of the one port.
