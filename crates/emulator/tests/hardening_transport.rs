@@ -852,7 +852,9 @@ async fn hostile_requests_stay_within_the_memory_bound() {
     let mut report = String::new();
     let mut step = |name: &str, before: u64, codes_now: Vec<Code>, codes: &mut Vec<(String, Vec<Code>)>| {
         let after = peak_rss(pid);
-        report.push_str(&format!("{name}: peak RSS +{} MiB {:?}\n", after.saturating_sub(before) / MIB, codes_now));
+        let line = format!("{name}: peak RSS +{} MiB {:?}\n", after.saturating_sub(before) / MIB, codes_now);
+        eprint!("{line}");
+        report.push_str(&line);
         codes.push((name.to_owned(), codes_now));
         after
     };
@@ -883,7 +885,7 @@ async fn hostile_requests_stay_within_the_memory_bound() {
     let answer = call(&base, Protocol::Grpc, &rpc("CreateSandbox"), Some(&ready.user_token), &containers).await;
     let _ = step("4 MiB of empty containers, with the token", mark, vec![answer.code], &mut codes_by_step);
     let growth = peak_rss(pid).saturating_sub(start);
-    eprintln!("{report}overall: peak RSS +{} MiB (bound {} MiB)", growth / MIB, MEMORY_BOUND / MIB);
+    eprintln!("overall: peak RSS +{} MiB (bound {} MiB)", growth / MIB, MEMORY_BOUND / MIB);
     codes.extend(codes_by_step);
     let stopped = tokio::task::spawn_blocking(move || emulator.stop()).await.unwrap();
     assert!(stopped.is_ok(), "{stopped:?}");
