@@ -83,7 +83,7 @@ fn grpc_status(headers: &http::HeaderMap) -> Option<(Code, String)> {
     let message = headers
         .get("grpc-message")
         .and_then(|value| value.to_str().ok())
-        .map(|text| percent_decode(text))
+        .map(percent_decode)
         .unwrap_or_default();
     Some((Code::from(code), message))
 }
@@ -465,7 +465,7 @@ impl Rng {
                 let insert = self.some_bytes(8);
                 bytes.splice(at..at, insert);
             }
-            3 => bytes.extend_from_slice(&valid.to_vec()),
+            3 => bytes.extend_from_slice(valid),
             _ => {
                 for _ in 0..1 + self.below(4) {
                     if !bytes.is_empty() {
@@ -517,7 +517,7 @@ async fn random_and_mutated_requests_never_fail_the_server_or_change_state() {
         [(std::path::Path::new("none.yaml"), "")],
     )
     .unwrap();
-    let mut options = cwsandbox_emulator::Options::new(config);
+    let options = cwsandbox_emulator::Options::new(config);
     // Frozen, so the world changes only if a request changes it.
     options.clock.freeze();
     let emulator = cwsandbox_emulator::Emulator::start(options).await.unwrap();
@@ -851,8 +851,9 @@ async fn hostile_requests_stay_within_the_memory_bound() {
         }
         .encode_to_vec(),
     );
-    // (what, method, body, copies at once, with the token, the expected code)
-    let cases: Vec<(&str, &str, Arc<Vec<u8>>, usize, bool, Code)> = vec![
+    // What, the method, the body, copies at once, with the token, the expected code.
+    type Case = (&'static str, &'static str, Arc<Vec<u8>>, usize, bool, Code);
+    let cases: Vec<Case> = vec![
         ("32 MiB of empty strings, no token", "ListSandboxes", Arc::clone(&hostile), 1, false, Code::Unauthenticated),
         ("four of them at once, no token", "ListSandboxes", Arc::clone(&hostile), 4, false, Code::Unauthenticated),
         ("32 MiB of empty strings, with the token", "ListSandboxes", Arc::clone(&hostile), 1, true, Code::ResourceExhausted),
