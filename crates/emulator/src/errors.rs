@@ -11,7 +11,8 @@
 //!
 //! Reasons the emulator adds to the public list (client-contract §8.3): `CWSANDBOX_UNAUTHENTICATED`,
 //! `CWSANDBOX_PERMISSION_DENIED`, `CWSANDBOX_CONTAINER_NOT_FOUND`, `CWSANDBOX_SANDBOX_NOT_RUNNING`,
-//! `CWSANDBOX_PRECONDITION_FAILED`, `CWSANDBOX_ALREADY_EXISTS`. None of them is one the client
+//! `CWSANDBOX_PRECONDITION_FAILED`, `CWSANDBOX_ALREADY_EXISTS`, and for the transport's limits
+//! `CWSANDBOX_REQUEST_TOO_LARGE`, `CWSANDBOX_RESPONSE_TOO_LARGE`, `CWSANDBOX_OVERLOADED`. None of them is one the client
 //! treats specially, so it classifies those errors by status code, as it would without a reason.
 
 use std::collections::HashMap;
@@ -59,6 +60,12 @@ pub mod reasons {
     pub const FILE_IO_FAILED: &str = "CWSANDBOX_FILE_IO_FAILED";
     /// An exec ran out of time.
     pub const COMMAND_TIMEOUT: &str = "CWSANDBOX_COMMAND_TIMEOUT";
+    /// A request above a size limit, on the wire or once decoded.
+    pub const REQUEST_TOO_LARGE: &str = "CWSANDBOX_REQUEST_TOO_LARGE";
+    /// A response that would be above the message limit (unary Exec's output).
+    pub const RESPONSE_TOO_LARGE: &str = "CWSANDBOX_RESPONSE_TOO_LARGE";
+    /// The requests in flight hold the whole request memory budget.
+    pub const OVERLOADED: &str = "CWSANDBOX_OVERLOADED";
 }
 
 /// A failed request, ready for either transport.

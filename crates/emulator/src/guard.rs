@@ -197,23 +197,24 @@ impl BodyFault {
         match self {
             BodyFault::TooLarge { limit } => ApiError::new(
                 Code::ResourceExhausted,
-                reasons::INVALID_REQUEST,
+                reasons::REQUEST_TOO_LARGE,
                 format!("the request message is larger than the limit of {limit} bytes"),
             )
-            .with_metadata("max_message_bytes", limit.to_string()),
+            .with_metadata("max_size_bytes", limit.to_string()),
             BodyFault::DecodesTooLarge { estimate, limit } => ApiError::new(
                 Code::ResourceExhausted,
-                reasons::INVALID_REQUEST,
+                reasons::REQUEST_TOO_LARGE,
                 format!(
                     "the request would take about {estimate} bytes of memory once decoded, above the limit of {limit} \
                      bytes (many small repeated elements decode to far more than their wire size)"
                 ),
             )
-            .with_metadata("max_decoded_request_bytes", limit.to_string()),
+            .with_metadata("decoded_size_bytes", estimate.to_string())
+            .with_metadata("max_decoded_size_bytes", limit.to_string()),
             BodyFault::OutOfMemory => {
                 let mut error = ApiError::new(
                     Code::ResourceExhausted,
-                    reasons::INVALID_REQUEST,
+                    reasons::OVERLOADED,
                     "the requests in flight hold the emulator's whole request memory budget; retry shortly",
                 );
                 error.retry_after = Some(Duration::from_secs(1));

@@ -262,7 +262,7 @@ fn fits(response: pb::ExecResponse, max_message_bytes: usize) -> Result<pb::Exec
     }
     Err(ApiError::new(
         tonic::Code::ResourceExhausted,
-        reasons::INVALID_REQUEST,
+        reasons::RESPONSE_TOO_LARGE,
         format!(
             "the command's output ({} bytes of stdout, {} of stderr kept) makes a {size}-byte Exec response, above the \
              message limit of {max_message_bytes} bytes: use StreamExec for large output, or a smaller max_output_bytes",
@@ -271,7 +271,7 @@ fn fits(response: pb::ExecResponse, max_message_bytes: usize) -> Result<pb::Exec
         ),
     )
     .with_metadata("size_bytes", size.to_string())
-    .with_metadata("max_message_bytes", max_message_bytes.to_string()))
+    .with_metadata("max_size_bytes", max_message_bytes.to_string()))
 }
 
 /// StreamLogs: the main container's output; `follow` keeps the stream open.
