@@ -17,7 +17,8 @@
 //!    message; tonic would decode the first and silently drop the rest.
 //!
 //! Client-streaming RPCs (StreamExec) are not buffered: each of their messages is bounded by
-//! `max_message_bytes` and handed on one at a time.
+//! `max_message_bytes` (over gRPC checked here from its prefix, so the code is RESOURCE_EXHAUSTED
+//! as for every other oversized request) and handed on one at a time.
 //!
 //! Errors are answered in the protocol of the request: a trailers-only gRPC response (which
 //! tonic-web turns into gRPC-Web), a Connect unary error, or a Connect end-of-stream message.
@@ -267,6 +268,14 @@ impl Shared {
             return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
         };
         if shape.client_streaming {
+            // Streamed on as it comes; over gRPC each message is held to the limit here, so an
+            // oversized one is RESOURCE_EXHAUSTED as everywhere else (tonic says OUT_OF_RANGE).
+            let request = if protocol == Protocol::Grpc {
+                let limit = self.limits.max_message_bytes;
+                request.map(|body| Body::new(StreamLimit { body, limit, header: [0; ENVELOPE], have: 0, remaining: 0 }))
+            } else {
+                request
+            };
             return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
         }
         let (limit, decoded_limit) = if shape.payload {
@@ -413,6 +422,70 @@ impl Shared {
             None => *reservation = Some(permit),
         }
         Ok(())
+    }
+}
+
+/// A streamed gRPC request body whose messages are checked against `limit` as their 5-byte
+/// prefixes pass; a larger one ends the body with RESOURCE_EXHAUSTED, which tonic finds in the
+/// error and answers with.
+struct StreamLimit {
+    body: Body,
+    limit: usize,
+    header: [u8; ENVELOPE],
+    /// Prefix bytes of the next message seen so far.
+    have: usize,
+    /// Bytes of the current message still to come.
+    remaining: usize,
+}
+
+impl StreamLimit {
+    fn scan(&mut self, mut data: &[u8]) -> Result<(), tonic::Status> {
+        while !data.is_empty() {
+            if self.remaining > 0 {
+                let take = self.remaining.min(data.len());
+                self.remaining -= take;
+                data = &data[take..];
+                continue;
+            }
+            self.header[self.have] = data[0];
+            self.have += 1;
+            data = &data[1..];
+            if self.have == ENVELOPE {
+                self.have = 0;
+                self.remaining = declared(&self.header);
+                if self.remaining > self.limit {
+                    return Err(BodyFault::TooLarge { limit: self.limit }.into_error().to_status());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl http_body::Body for StreamLimit {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, tonic::Status>>> {
+        let frame = match std::pin::Pin::new(&mut self.body).poll_frame(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Ready(Some(Err(error))) => return Poll::Ready(Some(Err(tonic::Status::from_error(Box::new(error))))),
+            Poll::Ready(Some(Ok(frame))) => frame,
+        };
+        if let Some(data) = frame.data_ref()
+            && let Err(status) = self.scan(data)
+        {
+            return Poll::Ready(Some(Err(status)));
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
     }
 }
 

@@ -791,6 +791,15 @@ async fn request_size_decoded_size_and_memory_are_bounded_on_every_protocol() {
         let answer = call(&info.base_url, protocol, &list, Some(&info.user_token), &encode(&with_tags(20_000))).await;
         assert_eq!(answer.code, Code::ResourceExhausted, "{protocol:?}: {answer:?}");
         assert!(answer.message.contains("memory budget"), "{protocol:?}: {answer:?}");
+        // A StreamExec message above max_message_bytes (64 MiB by default), announced by its
+        // prefix: refused before it is read, with the same code (gRPC-Web cannot stream requests).
+        if protocol == Protocol::Grpc {
+            let mut body = vec![0u8];
+            body.extend_from_slice(&(100u32 << 20).to_be_bytes());
+            body.extend_from_slice(&[0x0a, 0x00]);
+            let answer = call_raw(&info.base_url, protocol, &rpc("StreamExec"), Some(&info.user_token), body).await;
+            assert_eq!(answer.code, Code::ResourceExhausted, "{protocol:?}: {answer:?}");
+        }
         // Requests that fit, one after another, far more than the budget in total: every
         // reservation is given back.
         for _ in 0..20 {
