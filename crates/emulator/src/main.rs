@@ -95,8 +95,9 @@ struct TransportArgs {
     #[arg(long, value_name = "SECONDS", value_parser = seconds, default_value = "300")]
     idle_timeout: Duration,
     /// Connections served at once; more are closed as they arrive.
-    #[arg(long, value_name = "N", default_value_t = Transport::default().max_connections)]
-    max_connections: usize,
+    #[arg(long, value_name = "N", default_value_t = Transport::default().max_connections as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: u64,
     /// Largest request message, in bytes, of an RPC that carries no file content (WriteFile and
     /// StreamExec messages may reach --max-message-bytes).
     #[arg(long, value_name = "BYTES", default_value_t = Transport::default().max_request_bytes)]
@@ -117,7 +118,7 @@ impl TransportArgs {
             header_read_timeout: self.header_read_timeout,
             body_read_timeout: self.body_read_timeout,
             idle_timeout: self.idle_timeout,
-            max_connections: self.max_connections,
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
             max_request_bytes: self.max_request_bytes,
             max_decoded_request_bytes: self.max_decoded_request_bytes,
             request_memory_bytes: self.request_memory_bytes,

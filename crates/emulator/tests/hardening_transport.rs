@@ -930,3 +930,39 @@ async fn hostile_requests_stay_within_the_memory_bound() {
     }
     assert!(failures.is_empty(), "{failures:#?}\n{report}");
 }
+
+/// The binary's flags reach the transport (a half-sent request is cut off after
+/// `--header-read-timeout`, and `--max-request-bytes` refuses a request the defaults accept), and
+/// a bad value is refused at start, naming the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transport_flags_of_the_binary_take_effect() {
+    use tokio::io::AsyncWriteExt;
+    let binary = env!("CARGO_BIN_EXE_cwsandbox-emulator");
+    let emulator = tokio::task::spawn_blocking(move || {
+        cwsandbox_testkit::emulator::EmulatorProcess::start(
+            std::path::Path::new(binary),
+            &["--header-read-timeout", "0.3", "--max-request-bytes", "1000"],
+        )
+    })
+    .await
+    .unwrap()
+    .expect("the emulator starts");
+    let ready = emulator.ready.clone();
+    let address = ready.base_url.trim_start_matches("http://").to_owned();
+    let mut half = tokio::net::TcpStream::connect(&address).await.unwrap();
+    half.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+    assert!(closed_by_server(&mut half).await, "cut off after --header-read-timeout");
+    let big = empty_elements(&[3], 600);
+    let answer = call(&ready.base_url, Protocol::Grpc, &rpc("ListSandboxes"), Some(&ready.user_token), &big).await;
+    assert_eq!(answer.code, Code::ResourceExhausted, "{answer:?}");
+    assert!(answer.message.contains("1000"), "{answer:?}");
+    let stopped = tokio::task::spawn_blocking(move || emulator.stop()).await.unwrap();
+    assert!(stopped.is_ok(), "{stopped:?}");
+
+    for (flag, value) in [("--idle-timeout", "0"), ("--body-read-timeout", "soon"), ("--max-connections", "0")] {
+        let output = std::process::Command::new(binary).args(["serve", "--listen", "127.0.0.1:0", flag, value]).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}");
+        let text = String::from_utf8_lossy(&output.stderr);
+        assert!(text.contains(flag), "{flag} {value}: {text}");
+    }
+}
