@@ -90,10 +90,11 @@ fn generate_code(files: &[PathBuf], includes: &[PathBuf]) -> std::io::Result<()>
     match (server, client) {
         (true, true) => builder
             .with_tonic()
+            .with_tonic_prost_config(server_codec)
             .with_tonic_client()
             .with_connect_client()
             .compile(),
-        (true, false) => builder.with_tonic().compile(),
+        (true, false) => builder.with_tonic().with_tonic_prost_config(server_codec).compile(),
         (false, true) => builder
             .no_connect_server()
             .with_tonic_client()
@@ -101,4 +102,10 @@ fn generate_code(files: &[PathBuf], includes: &[PathBuf]) -> std::io::Result<()>
             .compile(),
         (false, false) => builder.no_connect_server().compile(),
     }
+}
+
+/// The generated gRPC servers decode with `codec::ServerCodec` (INVALID_ARGUMENT for a request
+/// that is not valid protobuf, like Connect); see `src/codec.rs`.
+fn server_codec(builder: tonic_prost_build::Builder) -> tonic_prost_build::Builder {
+    builder.codec_path("crate::codec::ServerCodec")
 }

@@ -3,13 +3,17 @@
 //!
 //! - Messages are prost types with proto3 JSON (pbjson): lowerCamelCase on output, both spellings
 //!   on input, unknown fields rejected, int64 as strings, enums by name.
-//! - Feature `server`: tonic gRPC services and connectrpc-axum Connect routes for every service.
+//! - Feature `server`: tonic gRPC services and connectrpc-axum Connect routes for every service;
+//!   the gRPC servers decode with [`codec::ServerCodec`] (INVALID_ARGUMENT for undecodable requests).
 //! - Feature `client`: tonic gRPC clients and typed Connect clients.
 //! - [`FILE_DESCRIPTOR_SET`] holds every file (with imports and comments) for gRPC reflection.
 
 #![allow(clippy::all, missing_docs, rustdoc::all)]
 
 pub mod wkt;
+
+#[cfg(feature = "server")]
+pub mod codec;
 
 include!(concat!(env!("OUT_DIR"), "/cwsandbox_api.rs"));
 

@@ -11,7 +11,8 @@
 //!
 //! Reasons the emulator adds to the public list (client-contract §8.3): `CWSANDBOX_UNAUTHENTICATED`,
 //! `CWSANDBOX_PERMISSION_DENIED`, `CWSANDBOX_CONTAINER_NOT_FOUND`, `CWSANDBOX_SANDBOX_NOT_RUNNING`,
-//! `CWSANDBOX_PRECONDITION_FAILED`, `CWSANDBOX_ALREADY_EXISTS`. None of them is one the client
+//! `CWSANDBOX_PRECONDITION_FAILED`, `CWSANDBOX_ALREADY_EXISTS`, and for the transport's limits
+//! `CWSANDBOX_REQUEST_TOO_LARGE`, `CWSANDBOX_RESPONSE_TOO_LARGE`, `CWSANDBOX_OVERLOADED`. None of them is one the client
 //! treats specially, so it classifies those errors by status code, as it would without a reason.
 
 use std::collections::HashMap;
@@ -59,6 +60,12 @@ pub mod reasons {
     pub const FILE_IO_FAILED: &str = "CWSANDBOX_FILE_IO_FAILED";
     /// An exec ran out of time.
     pub const COMMAND_TIMEOUT: &str = "CWSANDBOX_COMMAND_TIMEOUT";
+    /// A request above a size limit, on the wire or once decoded.
+    pub const REQUEST_TOO_LARGE: &str = "CWSANDBOX_REQUEST_TOO_LARGE";
+    /// A response that would be above the message limit (unary Exec's output).
+    pub const RESPONSE_TOO_LARGE: &str = "CWSANDBOX_RESPONSE_TOO_LARGE";
+    /// The requests in flight hold the whole request memory budget.
+    pub const OVERLOADED: &str = "CWSANDBOX_OVERLOADED";
 }
 
 /// A failed request, ready for either transport.
@@ -271,9 +278,17 @@ impl From<RuntimeError> for ApiError {
 /// Connect request-decoding failures (malformed JSON, unknown fields, bad binary messages) are
 /// answered by connectrpc-axum before any handler runs, with a bare `invalid_argument`. This gives
 /// them the same details as every other error: `ErrorInfo` with `CWSANDBOX_INVALID_REQUEST`, and a
-/// `BadRequest` naming the field when the decoder named one. Other responses pass through.
-pub async fn enrich_connect_error(response: axum::response::Response) -> axum::response::Response {
+/// `BadRequest` naming the field. With the request's JSON at hand (`request_json`, kept by the
+/// request guard for unary Connect JSON), the field is the JSON path where the decoder stopped
+/// (`sandbox.spec.containers[1].name`, see [`crate::json_path`]), and the message starts with it;
+/// without, it is the field an unknown- or missing-field message names. Other responses pass
+/// through.
+pub async fn enrich_connect_error(
+    response: axum::response::Response,
+    request_json: Option<&bytes::Bytes>,
+) -> axum::response::Response {
     const MAX_ERROR_BODY: usize = 64 << 10;
+    const DECODER_PREFIX: &str = "failed to decode JSON message: ";
     let is_json_error = response.status() == http::StatusCode::BAD_REQUEST
         && response
             .headers()
@@ -295,13 +310,31 @@ pub async fn enrich_connect_error(response: axum::response::Response) -> axum::r
         return rebuilt();
     }
     let message = error.get("message").and_then(|message| message.as_str()).unwrap_or("invalid request").to_owned();
-    let field = ["unknown field `", "missing field `"].iter().find_map(|marker| {
-        message.split_once(marker).and_then(|(_, rest)| rest.split_once('`')).map(|(name, _)| name.to_owned())
+    let located = request_json.zip(message.strip_prefix(DECODER_PREFIX)).and_then(|(json, fault)| {
+        let (line, column) = crate::json_path::position(fault)?;
+        let eof = fault.starts_with("EOF while parsing");
+        let mut stop = crate::json_path::offset(json, line, column);
+        // pbjson reads a number through an untagged enum, whose error serde_json places after
+        // the bracket that follows the number rather than after the number.
+        if fault.contains("untagged enum") && stop > 0 && matches!(json[stop - 1], b'}' | b']') {
+            stop -= 1;
+        }
+        let path = crate::json_path::locate(json, stop, eof);
+        (!path.is_empty()).then(|| (path, crate::json_path::without_position(fault).to_owned()))
     });
-    let mut api = ApiError::new(Code::InvalidArgument, reasons::INVALID_REQUEST, message.clone());
-    if let Some(field) = field {
-        api.violations.push((field, message));
-    }
+    let api = match located {
+        Some((path, fault)) => ApiError::invalid_field(&path, fault),
+        None => {
+            let field = ["unknown field `", "missing field `"].iter().find_map(|marker| {
+                message.split_once(marker).and_then(|(_, rest)| rest.split_once('`')).map(|(name, _)| name.to_owned())
+            });
+            let mut api = ApiError::new(Code::InvalidArgument, reasons::INVALID_REQUEST, message.clone());
+            if let Some(field) = field {
+                api.violations.push((field, message));
+            }
+            api
+        }
+    };
     let mut response = axum::response::IntoResponse::into_response(ConnectError::from(api));
     for (name, value) in parts.headers.iter().filter(|(name, _)| *name != http::header::CONTENT_LENGTH) {
         response.headers_mut().entry(name.clone()).or_insert(value.clone());

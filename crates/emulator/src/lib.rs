@@ -4,7 +4,8 @@
 //!
 //! Rooms: [`config`] (values and tokens), [`auth`] (bearer tokens → principals), [`errors`] (the
 //! one error mapping), [`convert`] (proto ↔ simulation), [`services`] (thin handlers),
-//! [`server`] (one port, every protocol), [`driver`] (the world on a clock, the effects pump),
+//! [`server`] (one port, every protocol), [`guard`] (authentication and bounds before any
+//! decoding), [`transport`] (the accept loop: timeouts, the connection cap), [`driver`] (the world on a clock, the effects pump),
 //! [`clock`] (wall time that can be frozen and advanced), [`runtime`] (the seam to the process
 //! executor), [`executor_runtime`] (the process executor behind that seam). [`Emulator::start`]
 //! puts them together; the binary adds the command line and attaches the executor.
@@ -17,15 +18,19 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod convert;
+pub mod decoded_size;
 pub mod driver;
 pub mod errors;
 pub mod executor_runtime;
+pub mod guard;
+pub mod json_path;
 pub mod kube;
 pub mod runtime;
 pub mod server;
 pub mod services;
 pub mod state_dir;
 pub mod tls;
+pub mod transport;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -64,6 +69,8 @@ pub struct Options {
     pub clock: EmulatorClock,
     /// Where to write a kubeconfig for the kube facade (admin token), if anywhere.
     pub kubeconfig: Option<PathBuf>,
+    /// Timeouts, the connection cap, request size and memory limits.
+    pub transport: transport::Transport,
 }
 
 impl Options {
@@ -77,6 +84,7 @@ impl Options {
             runtime: None,
             clock: EmulatorClock::new(),
             kubeconfig: None,
+            transport: transport::Transport::default(),
         }
     }
 }
@@ -204,7 +212,7 @@ fn seed_from_clock() -> u64 {
 impl Emulator {
     /// Builds the world, binds the port and starts serving; returns once connections are accepted.
     pub async fn start(options: Options) -> Result<Emulator, StartError> {
-        let Options { listen, config, seed, limits, runtime, clock, kubeconfig } = options;
+        let Options { listen, config, seed, limits, runtime, clock, kubeconfig, transport } = options;
         let default_org =
             config.values.runners.first().map(|runner| runner.org.clone()).unwrap_or_else(|| DEFAULT_ORG.to_owned());
         let tokens = if config.auth.tokens.is_empty() {
@@ -225,25 +233,21 @@ impl Emulator {
 
         let (driver, pump) = Driver::new(config.values, clock, seed.unwrap_or_else(seed_from_clock))?;
         let app = App::new(Arc::clone(&driver), tokens, runtime.clone(), limits);
-        let router = server::router(app.clone()).await;
+        let router = server::router(app.clone(), &transport).await;
 
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|source| StartError::Bind { address: listen, source })?;
         let bound = listener.local_addr().map_err(|source| StartError::Bind { address: listen, source })?;
         let identity = tls::ServerIdentity::self_signed(bound.ip())?;
-        let listener =
-            tls::DualListener::new(listener, &identity).map_err(|source| StartError::Bind { address: listen, source })?;
-        let (shutdown, mut shutdown_signal) = watch::channel(false);
+        let (shutdown, shutdown_signal) = watch::channel(false);
         let tasks = driver.spawn_tasks(pump, runtime.clone(), shutdown.subscribe());
-        let server = tokio::spawn(async move {
-            let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
-                let _ = shutdown_signal.wait_for(|stop| *stop).await;
-            });
-            if let Err(error) = serve.await {
-                tracing::error!("server stopped: {error}");
-            }
-        });
+        let server = {
+            let certificate = identity.config();
+            tokio::spawn(async move {
+                transport::serve(listener, certificate, router, transport, shutdown_signal).await;
+            })
+        };
 
         let host = match bound.ip() {
             IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),

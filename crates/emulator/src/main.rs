@@ -13,6 +13,7 @@ use cwsandbox_emulator::config::EmulatorConfig;
 use cwsandbox_emulator::executor_runtime::ExecutorRuntime;
 use cwsandbox_emulator::runtime::SandboxRuntime;
 use cwsandbox_emulator::state_dir::{self, SandboxRoot};
+use cwsandbox_emulator::transport::Transport;
 use cwsandbox_emulator::{Emulator, Options};
 use cwsandbox_executor::{ExecutorConfig, Isolation};
 use cwsandbox_sim::config::Scenario;
@@ -77,7 +78,63 @@ struct WorldArgs {
     #[arg(long, default_value_t = Limits::default().max_message_bytes)]
     max_message_bytes: usize,
     #[command(flatten)]
+    transport: TransportArgs,
+    #[command(flatten)]
     sandboxes: SandboxArgs,
+}
+
+/// Connections and requests: timeouts, caps, the memory budget.
+#[derive(Debug, Args)]
+struct TransportArgs {
+    /// Seconds a connection may take to send its first byte (and finish a TLS handshake), and an
+    /// HTTP/1.1 request its headers.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds, default_value = "30")]
+    header_read_timeout: Duration,
+    /// Seconds a unary request's body may pause between two pieces before it is refused.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds, default_value = "30")]
+    body_read_timeout: Duration,
+    /// Seconds a connection with no request in flight stays open.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds, default_value = "300")]
+    idle_timeout: Duration,
+    /// Connections served at once; more are closed as they arrive.
+    #[arg(long, value_name = "N", default_value_t = Transport::default().max_connections as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: u64,
+    /// Largest request message, in bytes, of an RPC that carries no file content (WriteFile and
+    /// StreamExec messages may reach --max-message-bytes).
+    #[arg(long, value_name = "BYTES", default_value_t = Transport::default().max_request_bytes)]
+    max_request_bytes: usize,
+    /// Largest memory, in bytes, one request may take once decoded (estimated from its bytes
+    /// before decoding; WriteFile may always reach --max-message-bytes).
+    #[arg(long, value_name = "BYTES", default_value_t = Transport::default().max_decoded_request_bytes)]
+    max_decoded_request_bytes: usize,
+    /// Memory, in bytes, that the requests in flight may reserve together; beyond it requests get
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, value_name = "BYTES", default_value_t = Transport::default().request_memory_bytes)]
+    request_memory_bytes: usize,
+}
+
+impl TransportArgs {
+    fn transport(&self) -> Transport {
+        Transport {
+            header_read_timeout: self.header_read_timeout,
+            body_read_timeout: self.body_read_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+            max_request_bytes: self.max_request_bytes,
+            max_decoded_request_bytes: self.max_decoded_request_bytes,
+            request_memory_bytes: self.request_memory_bytes,
+        }
+    }
+}
+
+/// A positive number of seconds (fractions allowed).
+fn seconds(text: &str) -> Result<Duration, String> {
+    let value: f64 = text.parse().map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(value.is_finite() && value > 0.0) {
+        return Err(format!("{text:?}: the number of seconds must be positive"));
+    }
+    Duration::try_from_secs_f64(value).map_err(|error| format!("{text:?}: {error}"))
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -154,6 +211,7 @@ impl WorldArgs {
         options.listen = listen;
         options.seed = self.seed;
         options.limits.max_message_bytes = self.max_message_bytes;
+        options.transport = self.transport.transport();
         let (runtime, root) = self.sandboxes.runtime(retention, options.limits.max_file_bytes)?;
         options.runtime = Some(Arc::new(runtime) as Arc<dyn SandboxRuntime>);
         Ok((options, root))

@@ -3,7 +3,8 @@
 //!
 //! connectrpc-axum builds, from one set of handlers per service, both the Connect routes and the
 //! tonic gRPC services, and dispatches on `content-type` (`application/grpc*` goes to tonic).
-//! gRPC-Web requests (`application/grpc-web*`) are translated to gRPC by tonic-web first.
+//! gRPC-Web requests (`application/grpc-web*`) are translated to gRPC by tonic-web first. Every
+//! RPC passes the [`Guard`] (token, size, memory, cardinality) before anything decodes it.
 
 use std::convert::Infallible;
 
@@ -24,8 +25,10 @@ use http::Request;
 use tower::{Layer, ServiceExt};
 
 use crate::app::App;
+use crate::guard::{Guard, RequestLimits};
 use crate::not_implemented;
 use crate::services::{data, discovery, emulator, runners, sandbox};
+use crate::transport::Transport;
 
 /// The gRPC service names this server answers for (health reports each as SERVING).
 pub const SERVICES: &[&str] = &[
@@ -39,9 +42,16 @@ pub const SERVICES: &[&str] = &[
     "coreweave.sandbox.emulator.v1.EmulatorService",
 ];
 
-/// The whole HTTP service of the emulator, ready for `axum::serve`.
-pub async fn router(app: App) -> Router {
+/// The whole HTTP service of the emulator, ready for [`crate::transport::serve`].
+pub async fn router(app: App, transport: &Transport) -> Router {
     let limit = app.limits().max_message_bytes;
+    let request_limits = RequestLimits {
+        max_request_bytes: transport.max_request_bytes,
+        max_message_bytes: limit,
+        max_decoded_request_bytes: transport.max_decoded_request_bytes,
+        request_memory_bytes: transport.request_memory_bytes,
+        body_read_timeout: transport.body_read_timeout,
+    };
 
     let (sandbox_routes, sandbox_grpc) = SandboxServiceTonicCompatibleBuilder::new()
         .create_sandbox(sandbox::create_sandbox)
@@ -289,8 +299,10 @@ pub async fn router(app: App) -> Router {
         .add_grpc_service(reflection_v1alpha)
         .build();
 
+    let switch = Guard::new(app.clone(), request_limits, switch);
+
     // tonic-web answers 400 to any HTTP/1.1 request that is not gRPC-Web, so only gRPC-Web goes
-    // through it; everything else reaches the content-type switch directly.
+    // through it; everything else reaches the guarded content-type switch directly.
     let grpc_web = tonic_web::GrpcWebLayer::new()
         .layer(switch.clone().map_request(|request: Request<tonic::body::Body>| request.map(Body::new)));
     let dispatch = tower::service_fn(move |request: Request<Body>| {
@@ -307,7 +319,7 @@ pub async fn router(app: App) -> Router {
                 Ok::<_, Infallible>(response.map(Body::new))
             } else {
                 let response = switch.oneshot(request).await?;
-                Ok(crate::errors::enrich_connect_error(response).await)
+                Ok(crate::errors::enrich_connect_error(response, None).await)
             }
         }
     });

@@ -6,16 +6,10 @@
 //! no HTTP/1.1 request line or HTTP/2 preface does. The certificate is self-signed, made at
 //! start for the loopback names, and handed to kubectl as `certificate-authority-data`.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-
-/// How long a new connection may take to send its first byte and finish a TLS handshake.
-const FIRST_BYTES_LIMIT: Duration = Duration::from_secs(10);
+use tokio::net::TcpStream;
 
 /// A connection of either kind.
 pub trait Connection: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
@@ -63,53 +57,15 @@ impl ServerIdentity {
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(ServerIdentity { certificate_pem: certified.cert.pem(), config: Arc::new(config) })
     }
-}
 
-/// A listener handing out plain and TLS connections alike.
-pub struct DualListener {
-    incoming: mpsc::Receiver<(Box<dyn Connection>, SocketAddr)>,
-    local: SocketAddr,
-}
-
-impl DualListener {
-    /// Starts accepting on `listener`; the accept task ends when the returned listener is dropped.
-    pub fn new(listener: TcpListener, identity: &ServerIdentity) -> std::io::Result<DualListener> {
-        let local = listener.local_addr()?;
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&identity.config));
-        let (sender, incoming) = mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    accepted = listener.accept() => accepted,
-                    () = sender.closed() => return,
-                };
-                let (stream, peer) = match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        // Out of descriptors and the like: back off instead of spinning.
-                        tracing::warn!("accept failed: {error}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let sender = sender.clone();
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    match tokio::time::timeout(FIRST_BYTES_LIMIT, classify(stream, acceptor)).await {
-                        Ok(Ok(connection)) => {
-                            let _ = sender.send((connection, peer)).await;
-                        }
-                        Ok(Err(error)) => tracing::debug!(%peer, "connection dropped before HTTP: {error}"),
-                        Err(_) => tracing::debug!(%peer, "connection sent nothing in time"),
-                    }
-                });
-            }
-        });
-        Ok(DualListener { incoming, local })
+    /// The rustls configuration the accept loop serves TLS with.
+    pub fn config(&self) -> Arc<rustls::ServerConfig> {
+        Arc::clone(&self.config)
     }
 }
 
-async fn classify(stream: TcpStream, acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<Box<dyn Connection>> {
+/// A TLS connection or a plain one, told apart by the first byte (read without consuming it).
+pub async fn classify(stream: TcpStream, acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<Box<dyn Connection>> {
     let _ = stream.set_nodelay(true);
     let mut first = [0u8; 1];
     let read = stream.peek(&mut first).await?;
@@ -117,23 +73,5 @@ async fn classify(stream: TcpStream, acceptor: tokio_rustls::TlsAcceptor) -> std
         Ok(Box::new(acceptor.accept(stream).await?))
     } else {
         Ok(Box::new(stream))
-    }
-}
-
-impl axum::serve::Listener for DualListener {
-    type Io = Box<dyn Connection>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.incoming.recv().await {
-            Some(connection) => connection,
-            // The accept task ends only when this listener is dropped, so this is unreachable
-            // while serving; never resolving keeps axum's loop from spinning regardless.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
     }
 }

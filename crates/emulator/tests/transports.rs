@@ -223,10 +223,10 @@ async fn malformed_and_oversized_messages_are_refused_and_the_server_keeps_servi
     request.metadata_mut().insert("authorization", format!("Bearer {}", info.user_token).parse().unwrap());
     let error =
         raw.unary::<Malformed, pb::Sandbox, _>(request, path, tonic_prost::ProstCodec::default()).await.unwrap_err();
-    assert!(matches!(error.code(), Code::Internal | Code::InvalidArgument), "{error:?}");
+    assert_eq!(error.code(), Code::InvalidArgument, "{error:?}");
     let mut client = sandboxes(&emulator, &info.user_token).await;
     let error = client.get_sandbox(pb::GetSandboxRequest { sandbox_id: "y".repeat(10_000) }).await.unwrap_err();
-    assert!(matches!(error.code(), Code::OutOfRange | Code::ResourceExhausted), "{error:?}");
+    assert_eq!(error.code(), Code::ResourceExhausted, "{error:?}");
     assert!(error.message().contains("4096"), "{}", error.message());
 
     // Still serving, state intact.

@@ -185,7 +185,9 @@ fn output_frame(stream: pb::exec_stream_output::Stream, data: Bytes) -> Reply {
 }
 
 /// Exec: runs a command with empty stdin and returns its output at once. `max_output_bytes`
-/// (0: the message limit) caps each stream; the rest is counted and dropped.
+/// caps each stream (0: half the room the message limit leaves, so both fit); the rest is counted
+/// and dropped. Output kept under a larger cap that does not fit in one message is
+/// RESOURCE_EXHAUSTED on every protocol, pointing at StreamExec.
 pub async fn exec(
     State(app): State<App>,
     caller: Caller,
@@ -207,8 +209,9 @@ async fn exec_unary(app: &App, caller: &Caller, request: pb::ExecRequest) -> Res
     let spec = ExecSpec { command: request.command, env: request.env.into_iter().collect(), tty: None };
     let mut session = runtime.exec(target, spec).await?;
     let _ = session.input.send(ExecInput::Close).await;
+    let max_message_bytes = app.limits().max_message_bytes;
     let cap = match usize::try_from(request.max_output_bytes) {
-        Ok(0) | Err(_) => app.limits().max_message_bytes / 2,
+        Ok(0) | Err(_) => max_message_bytes.saturating_sub(EXEC_RESPONSE_OVERHEAD) / 2,
         Ok(cap) => cap,
     };
     let mut response = pb::ExecResponse::default();
@@ -228,7 +231,7 @@ async fn exec_unary(app: &App, caller: &Caller, request: pb::ExecRequest) -> Res
             }
             ExecEvent::Exited(code) => {
                 response.exit_code = code;
-                return Ok(response);
+                return fits(response, max_message_bytes);
             }
             ExecEvent::Failed { code, message } => {
                 return Err(ApiError::new(
@@ -244,6 +247,31 @@ async fn exec_unary(app: &App, caller: &Caller, request: pb::ExecRequest) -> Res
         reasons::BACKEND_UNAVAILABLE,
         "the command's output ended without an exit status",
     ))
+}
+
+/// Room an ExecResponse needs besides its output: tags, lengths, the counters and the exit code.
+const EXEC_RESPONSE_OVERHEAD: usize = 64;
+
+/// The response, unless it is larger than one message may be: without this check the transports
+/// fail it while encoding, each with its own code (gRPC OUT_OF_RANGE, Connect resource_exhausted).
+fn fits(response: pb::ExecResponse, max_message_bytes: usize) -> Result<pb::ExecResponse, ApiError> {
+    use prost::Message;
+    let size = response.encoded_len();
+    if size <= max_message_bytes {
+        return Ok(response);
+    }
+    Err(ApiError::new(
+        tonic::Code::ResourceExhausted,
+        reasons::RESPONSE_TOO_LARGE,
+        format!(
+            "the command's output ({} bytes of stdout, {} of stderr kept) makes a {size}-byte Exec response, above the \
+             message limit of {max_message_bytes} bytes: use StreamExec for large output, or a smaller max_output_bytes",
+            response.stdout.len(),
+            response.stderr.len()
+        ),
+    )
+    .with_metadata("size_bytes", size.to_string())
+    .with_metadata("max_size_bytes", max_message_bytes.to_string()))
 }
 
 /// StreamLogs: the main container's output; `follow` keeps the stream open.

@@ -1,0 +1,541 @@
+//! What every RPC goes through before a decoder sees its body, on every protocol.
+//!
+//! 1. **Authentication from the headers.** A request without a valid bearer token is answered
+//!    UNAUTHENTICATED without reading its body (the handlers' `Caller` extractor runs only after
+//!    the message is decoded, which let anyone make the server decode up to the message limit).
+//!    `grpc.health.v1` and reflection need no token.
+//! 2. **A bounded body.** A unary request (and the one request of a server-streaming RPC) is read
+//!    here, before decoding: at most `max_request_bytes` (`max_message_bytes` for the RPCs that
+//!    carry file content), with no more than `body_read_timeout` between two pieces of it. Then
+//!    its decoded size is estimated from its bytes ([`crate::decoded_size`]: decoding amplifies,
+//!    an empty element of a repeated message is 2 bytes on the wire and its whole struct in
+//!    memory) and must stay within `max_decoded_request_bytes`. The wire bytes as they arrive,
+//!    then the estimate, are reserved from a memory budget shared by every request in flight
+//!    (`request_memory_bytes`), until the request's answer has begun. Beyond any of these:
+//!    RESOURCE_EXHAUSTED, before anything is decoded.
+//! 3. **Cardinality.** A gRPC unary or server-streaming call must carry exactly one request
+//!    message; tonic would decode the first and silently drop the rest.
+//!
+//! Client-streaming RPCs (StreamExec) are not buffered: each of their messages is bounded by
+//! `max_message_bytes` (over gRPC checked here from its prefix, so the code is RESOURCE_EXHAUSTED
+//! as for every other oversized request) and handed on one at a time.
+//!
+//! Errors are answered in the protocol of the request: a trailers-only gRPC response (which
+//! tonic-web turns into gRPC-Web), a Connect unary error, or a Connect end-of-stream message.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
+use connectrpc_axum::ConnectError;
+use futures::future::BoxFuture;
+use http::Request;
+use http_body_util::BodyExt;
+use prost::Message;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tonic::Code;
+
+use crate::app::App;
+use crate::errors::{ApiError, reasons};
+
+/// RPCs whose request carries file content, allowed up to `max_message_bytes`.
+const PAYLOAD_METHODS: &[&str] = &[
+    "/coreweave.sandbox.v1.SandboxService/WriteFile",
+    "/coreweave.sandbox.v1.SandboxDataPlaneService/WriteFile",
+];
+/// Paths answered without a token.
+const OPEN_PREFIXES: &[&str] =
+    &["/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.ServerReflection/"];
+/// The 5-byte prefix of every gRPC and Connect streaming message: flags, then a big-endian length.
+const ENVELOPE: usize = 5;
+
+/// The request limits of [`Guard`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// Largest request message of an RPC that carries no file content.
+    pub max_request_bytes: usize,
+    /// Largest request message of WriteFile (and each StreamExec message, and any response).
+    pub max_message_bytes: usize,
+    /// Largest estimated decoded size of one request (for WriteFile: at least
+    /// `max_message_bytes`).
+    pub max_decoded_request_bytes: usize,
+    /// Memory all requests in flight may reserve together.
+    pub request_memory_bytes: usize,
+    /// The longest wait for the next piece of a request body.
+    pub body_read_timeout: Duration,
+}
+
+/// How an RPC takes its request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MethodShape {
+    client_streaming: bool,
+    payload: bool,
+    /// The request message's full name (`.coreweave.sandbox.v1.GetSandboxRequest`).
+    input: String,
+}
+
+/// The RPCs of the API, by HTTP path, from the embedded descriptor set.
+fn methods() -> HashMap<String, MethodShape> {
+    let set = prost_types::FileDescriptorSet::decode(cwsandbox_api::FILE_DESCRIPTOR_SET)
+        .expect("the embedded descriptor set is valid");
+    let mut methods = HashMap::new();
+    for file in &set.file {
+        for service in &file.service {
+            for method in &service.method {
+                let path = format!("/{}.{}/{}", file.package(), service.name(), method.name());
+                let payload = PAYLOAD_METHODS.contains(&path.as_str());
+                let input = method.input_type().to_owned();
+                methods.insert(path, MethodShape { client_streaming: method.client_streaming(), payload, input });
+            }
+        }
+    }
+    methods
+}
+
+/// The protocol of a request, from its `content-type` (gRPC-Web arrives here as gRPC, translated
+/// by tonic-web, which translates the answer back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Grpc,
+    ConnectUnary { json: bool },
+    ConnectStream { json: bool },
+}
+
+impl Protocol {
+    fn of(request: &Request<Body>) -> Protocol {
+        let content_type = request
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if content_type.starts_with("application/grpc") {
+            Protocol::Grpc
+        } else if let Some(codec) = content_type.strip_prefix("application/connect+") {
+            Protocol::ConnectStream { json: codec.starts_with("json") }
+        } else {
+            Protocol::ConnectUnary { json: !content_type.starts_with("application/proto") }
+        }
+    }
+
+    fn enveloped(self) -> bool {
+        !matches!(self, Protocol::ConnectUnary { .. })
+    }
+
+    /// The error answer in this protocol.
+    fn reject(self, error: &ApiError) -> Response {
+        match self {
+            Protocol::Grpc => error.to_status().into_http::<Body>(),
+            Protocol::ConnectUnary { .. } => ConnectError::from(error.clone()).into_response(),
+            Protocol::ConnectStream { json } => ConnectError::from(error.clone()).into_streaming_response(!json),
+        }
+    }
+}
+
+struct Shared {
+    app: App,
+    limits: RequestLimits,
+    budget: Arc<Semaphore>,
+    methods: HashMap<String, MethodShape>,
+    estimator: crate::decoded_size::Estimator,
+}
+
+/// The guard around the RPC services (see the module documentation).
+#[derive(Clone)]
+pub struct Guard<S> {
+    shared: Arc<Shared>,
+    inner: S,
+}
+
+impl<S> Guard<S> {
+    /// Guards `inner` with the tokens of `app`.
+    pub fn new(app: App, limits: RequestLimits, inner: S) -> Guard<S> {
+        // tokio's semaphore counts at most usize::MAX >> 3 permits.
+        let budget = Arc::new(Semaphore::new(limits.request_memory_bytes.min(Semaphore::MAX_PERMITS)));
+        let estimator = crate::decoded_size::Estimator::new();
+        Guard { shared: Arc::new(Shared { app, limits, budget, methods: methods(), estimator }), inner }
+    }
+}
+
+impl<S> tower::Service<Request<Body>> for Guard<S>
+where
+    S: tower::Service<Request<Body>, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let shared = Arc::clone(&self.shared);
+        let inner = self.inner.clone();
+        Box::pin(async move { Ok(shared.handle(request, inner).await) })
+    }
+}
+
+/// Why a request body was not accepted.
+enum BodyFault {
+    TooLarge { limit: usize },
+    DecodesTooLarge { estimate: usize, limit: usize },
+    OutOfMemory,
+    TooSlow(Duration),
+    Broken(String),
+    /// A unary gRPC call with other than one message.
+    Cardinality(usize),
+}
+
+impl BodyFault {
+    fn into_error(self) -> ApiError {
+        match self {
+            BodyFault::TooLarge { limit } => ApiError::new(
+                Code::ResourceExhausted,
+                reasons::REQUEST_TOO_LARGE,
+                format!("the request message is larger than the limit of {limit} bytes"),
+            )
+            .with_metadata("max_size_bytes", limit.to_string()),
+            BodyFault::DecodesTooLarge { estimate, limit } => ApiError::new(
+                Code::ResourceExhausted,
+                reasons::REQUEST_TOO_LARGE,
+                format!(
+                    "the request would take about {estimate} bytes of memory once decoded, above the limit of {limit} \
+                     bytes (many small repeated elements decode to far more than their wire size)"
+                ),
+            )
+            .with_metadata("decoded_size_bytes", estimate.to_string())
+            .with_metadata("max_decoded_size_bytes", limit.to_string()),
+            BodyFault::OutOfMemory => {
+                let mut error = ApiError::new(
+                    Code::ResourceExhausted,
+                    reasons::OVERLOADED,
+                    "the requests in flight hold the emulator's whole request memory budget; retry shortly",
+                );
+                error.retry_after = Some(Duration::from_secs(1));
+                error
+            }
+            BodyFault::TooSlow(timeout) => ApiError::new(
+                Code::DeadlineExceeded,
+                reasons::INVALID_REQUEST,
+                format!("the request body stalled: nothing arrived for {timeout:?}"),
+            ),
+            BodyFault::Broken(why) => ApiError::new(
+                Code::InvalidArgument,
+                reasons::INVALID_REQUEST,
+                format!("the request body could not be read: {why}"),
+            ),
+            // grpc/doc/statuscodes.md: "Request cardinality violation (method requires exactly one
+            // request but client sent some other number of requests): UNIMPLEMENTED".
+            BodyFault::Cardinality(count) => ApiError::new(
+                Code::Unimplemented,
+                reasons::INVALID_REQUEST,
+                format!(
+                    "this method takes exactly one request message, and the call carried {}",
+                    if count == 0 { "none".to_owned() } else { "more than one".to_owned() }
+                ),
+            ),
+        }
+    }
+}
+
+impl Shared {
+    async fn handle<S>(&self, request: Request<Body>, inner: S) -> Response
+    where
+        S: tower::Service<Request<Body>, Response = Response, Error = Infallible> + Send + 'static,
+        S::Future: Send + 'static,
+    {
+        use tower::ServiceExt;
+        let protocol = Protocol::of(&request);
+        let path = request.uri().path().to_owned();
+        if OPEN_PREFIXES.iter().any(|prefix| path.starts_with(prefix)) {
+            let response = inner.oneshot(request).await.unwrap_or_else(|never| match never {});
+            return undecodable_is_invalid_argument(response);
+        }
+        let header = request.headers().get(http::header::AUTHORIZATION).and_then(|value| value.to_str().ok());
+        if let Err(error) = self.app.tokens().authenticate(header) {
+            tracing::debug!(%path, "{error}");
+            return protocol.reject(&error);
+        }
+        let Some(shape) = self.methods.get(&path) else {
+            // Not an RPC of the API: the services answer (UNIMPLEMENTED, 404).
+            return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
+        };
+        if shape.client_streaming {
+            // Streamed on as it comes; over gRPC each message is held to the limit here, so an
+            // oversized one is RESOURCE_EXHAUSTED as everywhere else (tonic says OUT_OF_RANGE).
+            let request = if protocol == Protocol::Grpc {
+                let limit = self.limits.max_message_bytes;
+                request.map(|body| Body::new(StreamLimit { body, limit, header: [0; ENVELOPE], have: 0, remaining: 0 }))
+            } else {
+                request
+            };
+            return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
+        }
+        let (limit, decoded_limit) = if shape.payload {
+            let limit = self.limits.max_message_bytes;
+            (limit, self.limits.max_decoded_request_bytes.max(limit))
+        } else {
+            (self.limits.max_request_bytes.min(self.limits.max_message_bytes), self.limits.max_decoded_request_bytes)
+        };
+        let (parts, body) = request.into_parts();
+        let compressed = parts.headers.contains_key("grpc-encoding");
+        let announced = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<usize>().ok());
+        let mut reservation: Option<OwnedSemaphorePermit> = None;
+        let read = self.read(body, protocol, compressed, announced, limit, &mut reservation).await;
+        let bytes = match read.and_then(|bytes| {
+            self.admit(&bytes, protocol, compressed, &shape.input, decoded_limit, &mut reservation).map(|()| bytes)
+        }) {
+            Ok(bytes) => bytes,
+            Err(fault) => {
+                let error = fault.into_error();
+                tracing::debug!(%path, "{error}");
+                return protocol.reject(&error);
+            }
+        };
+        let json = matches!(protocol, Protocol::ConnectUnary { json: true }).then(|| bytes.clone());
+        let response =
+            inner.oneshot(Request::from_parts(parts, Body::from(bytes))).await.unwrap_or_else(|never| match never {});
+        let response = match json {
+            Some(json) => crate::errors::enrich_connect_error(response, Some(&json)).await,
+            None => response,
+        };
+        drop(reservation);
+        response
+    }
+
+    /// Reads the whole body of a single-message request, reserving memory as it arrives.
+    async fn read(
+        &self,
+        mut body: Body,
+        protocol: Protocol,
+        compressed: bool,
+        announced: Option<usize>,
+        limit: usize,
+        reservation: &mut Option<OwnedSemaphorePermit>,
+    ) -> Result<Bytes, BodyFault> {
+        let enveloped = protocol.enveloped();
+        // A gRPC body is one envelope: its header, then the message.
+        let wire_limit = if enveloped { limit + ENVELOPE } else { limit };
+        if announced.is_some_and(|length| length > wire_limit) {
+            return Err(BodyFault::TooLarge { limit });
+        }
+        let mut buffer = BytesMut::new();
+        loop {
+            let frame = match tokio::time::timeout(self.limits.body_read_timeout, body.frame()).await {
+                Err(_) => return Err(BodyFault::TooSlow(self.limits.body_read_timeout)),
+                Ok(None) => break,
+                Ok(Some(Err(error))) => return Err(BodyFault::Broken(error.to_string())),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            let Ok(data) = frame.into_data() else { continue };
+            if buffer.len() + data.len() > wire_limit {
+                if protocol == Protocol::Grpc && buffer.len() >= ENVELOPE && declared(&buffer) <= limit {
+                    // The first message fits and something follows it.
+                    return Err(BodyFault::Cardinality(2));
+                }
+                return Err(BodyFault::TooLarge { limit });
+            }
+            self.reserve(data.len(), reservation)?;
+            buffer.extend_from_slice(&data);
+            if enveloped && buffer.len() >= ENVELOPE {
+                let length = declared(&buffer);
+                if length > limit {
+                    return Err(BodyFault::TooLarge { limit });
+                }
+                if protocol == Protocol::Grpc && buffer.len() > ENVELOPE + length {
+                    return Err(BodyFault::Cardinality(2));
+                }
+            }
+        }
+        if protocol == Protocol::Grpc {
+            if buffer.is_empty() {
+                return Err(BodyFault::Cardinality(0));
+            }
+            if buffer.len() < ENVELOPE {
+                return Err(BodyFault::Broken("the body ends inside a message's 5-byte prefix".to_owned()));
+            }
+            if buffer.len() < ENVELOPE + declared(&buffer) {
+                return Err(BodyFault::Broken(format!(
+                    "the message announces {} bytes and the body ends after {}",
+                    declared(&buffer),
+                    buffer.len() - ENVELOPE
+                )));
+            }
+            // Flags: bit 0 is "compressed" (with the grpc-encoding header), no other bit is
+            // defined; tonic answers INTERNAL to either fault.
+            if buffer[0] & !1 != 0 || (buffer[0] == 1 && !compressed) {
+                return Err(BodyFault::Broken(format!(
+                    "invalid message flags {:#04x}{}",
+                    buffer[0],
+                    if buffer[0] == 1 { " (compressed, without a grpc-encoding header)" } else { "" }
+                )));
+            }
+        }
+        Ok(buffer.freeze())
+    }
+
+    /// Estimates the decoded size of a complete body and reserves it.
+    fn admit(
+        &self,
+        body: &[u8],
+        protocol: Protocol,
+        compressed: bool,
+        input: &str,
+        limit: usize,
+        reservation: &mut Option<OwnedSemaphorePermit>,
+    ) -> Result<(), BodyFault> {
+        let message = if protocol.enveloped() && body.len() >= ENVELOPE { &body[ENVELOPE..] } else { body };
+        let estimate = match protocol {
+            // A compressed message is refused by the services (no compression is enabled) before
+            // it is decoded.
+            Protocol::Grpc if compressed => 0,
+            Protocol::ConnectUnary { json: true } | Protocol::ConnectStream { json: true } => {
+                self.estimator.json(message)
+            }
+            _ => self.estimator.protobuf(input, message),
+        };
+        if estimate > limit {
+            return Err(BodyFault::DecodesTooLarge { estimate, limit });
+        }
+        self.reserve(estimate, reservation)
+    }
+
+    fn reserve(&self, bytes: usize, reservation: &mut Option<OwnedSemaphorePermit>) -> Result<(), BodyFault> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let permits = u32::try_from(bytes).map_err(|_| BodyFault::OutOfMemory)?;
+        let permit = Arc::clone(&self.budget).try_acquire_many_owned(permits).map_err(|_| BodyFault::OutOfMemory)?;
+        match reservation {
+            Some(held) => held.merge(permit),
+            None => *reservation = Some(permit),
+        }
+        Ok(())
+    }
+}
+
+/// A streamed gRPC request body whose messages are checked against `limit` as their 5-byte
+/// prefixes pass; a larger one ends the body with RESOURCE_EXHAUSTED, which tonic finds in the
+/// error and answers with.
+struct StreamLimit {
+    body: Body,
+    limit: usize,
+    header: [u8; ENVELOPE],
+    /// Prefix bytes of the next message seen so far.
+    have: usize,
+    /// Bytes of the current message still to come.
+    remaining: usize,
+}
+
+impl StreamLimit {
+    fn scan(&mut self, mut data: &[u8]) -> Result<(), tonic::Status> {
+        while !data.is_empty() {
+            if self.remaining > 0 {
+                let take = self.remaining.min(data.len());
+                self.remaining -= take;
+                data = &data[take..];
+                continue;
+            }
+            self.header[self.have] = data[0];
+            self.have += 1;
+            data = &data[1..];
+            if self.have == ENVELOPE {
+                self.have = 0;
+                self.remaining = declared(&self.header);
+                if self.remaining > self.limit {
+                    return Err(BodyFault::TooLarge { limit: self.limit }.into_error().to_status());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl http_body::Body for StreamLimit {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, tonic::Status>>> {
+        let frame = match std::pin::Pin::new(&mut self.body).poll_frame(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Ready(Some(Err(error))) => return Poll::Ready(Some(Err(tonic::Status::from_error(Box::new(error))))),
+            Poll::Ready(Some(Ok(frame))) => frame,
+        };
+        if let Some(data) = frame.data_ref()
+            && let Err(status) = self.scan(data)
+        {
+            return Poll::Ready(Some(Err(status)));
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+}
+
+/// tonic-health and tonic-reflection decode with tonic's own codec, which answers INTERNAL to a
+/// request that is not protobuf; the API's servers answer INVALID_ARGUMENT (`cwsandbox_api::codec`),
+/// and so do these (their decode failures come before any message, as a trailers-only answer).
+fn undecodable_is_invalid_argument(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    let internal = headers.get("grpc-status").is_some_and(|status| status == "13");
+    let undecodable = headers
+        .get("grpc-message")
+        .is_some_and(|message| message.as_bytes().starts_with(b"failed%20to%20decode%20Protobuf%20message"));
+    if internal && undecodable {
+        headers.insert("grpc-status", http::HeaderValue::from_static("3"));
+    }
+    response
+}
+
+/// The length an envelope header declares (`buffer` holds at least the 5-byte header).
+fn declared(buffer: &[u8]) -> usize {
+    u32::from_be_bytes([buffer[1], buffer[2], buffer[3], buffer[4]]) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rpc_of_the_api_is_known_with_its_shape() {
+        let methods = methods();
+        let exec = &methods["/coreweave.sandbox.v1.SandboxService/StreamExec"];
+        assert!(exec.client_streaming);
+        let logs = &methods["/coreweave.sandbox.v1.SandboxService/StreamLogs"];
+        assert!(!logs.client_streaming && !logs.payload);
+        assert_eq!(logs.input, ".coreweave.sandbox.v1.StreamLogsRequest");
+        assert!(methods["/coreweave.sandbox.v1.SandboxDataPlaneService/WriteFile"].payload);
+        assert!(methods.contains_key("/coreweave.sandbox.emulator.v1.EmulatorService/ApplyValues"));
+        for payload in PAYLOAD_METHODS {
+            assert!(methods.contains_key(*payload), "{payload} is an RPC of the API");
+        }
+    }
+
+    #[test]
+    fn protocols_follow_the_content_type() {
+        let request = |content_type: &str| {
+            Request::post("/x").header(http::header::CONTENT_TYPE, content_type).body(Body::empty()).unwrap()
+        };
+        assert_eq!(Protocol::of(&request("application/grpc+proto")), Protocol::Grpc);
+        assert_eq!(Protocol::of(&request("application/json; charset=utf-8")), Protocol::ConnectUnary { json: true });
+        assert_eq!(Protocol::of(&request("application/proto")), Protocol::ConnectUnary { json: false });
+        assert_eq!(Protocol::of(&request("application/connect+proto")), Protocol::ConnectStream { json: false });
+    }
+}
