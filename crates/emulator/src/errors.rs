@@ -60,6 +60,8 @@ pub mod reasons {
     pub const FILE_IO_FAILED: &str = "CWSANDBOX_FILE_IO_FAILED";
     /// An exec ran out of time.
     pub const COMMAND_TIMEOUT: &str = "CWSANDBOX_COMMAND_TIMEOUT";
+    /// The call's own deadline (`grpc-timeout`) passed before it finished.
+    pub const DEADLINE_EXCEEDED: &str = "CWSANDBOX_DEADLINE_EXCEEDED";
     /// A request above a size limit, on the wire or once decoded.
     pub const REQUEST_TOO_LARGE: &str = "CWSANDBOX_REQUEST_TOO_LARGE";
     /// A response that would be above the message limit (unary Exec's output).

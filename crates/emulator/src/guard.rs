@@ -182,6 +182,27 @@ where
     }
 }
 
+/// The deadline a gRPC call carries in `grpc-timeout` (an integer of at most 8 digits and a
+/// unit: H, M, S, m, u, n); `None` without one or for a malformed value, which gRPC says to
+/// treat as no deadline.
+fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount * 3600),
+        "M" => Duration::from_secs(amount * 60),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
 /// Why a request body was not accepted.
 enum BodyFault {
     TooLarge { limit: usize },
@@ -304,8 +325,26 @@ impl Shared {
             }
         };
         let json = matches!(protocol, Protocol::ConnectUnary { json: true }).then(|| bytes.clone());
-        let response =
-            inner.oneshot(Request::from_parts(parts, Body::from(bytes))).await.unwrap_or_else(|never| match never {});
+        // The caller's own deadline: Connect's `connect-timeout-ms` is enforced by
+        // connectrpc-axum; gRPC's `grpc-timeout` here, since the services are not behind tonic's
+        // server (which would). Dropping the handler's future cancels its work.
+        let deadline = (protocol == Protocol::Grpc).then(|| grpc_timeout(&parts.headers)).flatten();
+        let call = inner.oneshot(Request::from_parts(parts, Body::from(bytes)));
+        let response = match deadline {
+            None => call.await.unwrap_or_else(|never| match never {}),
+            Some(deadline) => match tokio::time::timeout(deadline, call).await {
+                Ok(response) => response.unwrap_or_else(|never| match never {}),
+                Err(_) => {
+                    let error = ApiError::new(
+                        Code::DeadlineExceeded,
+                        reasons::DEADLINE_EXCEEDED,
+                        format!("the call's deadline ({deadline:?}, grpc-timeout) passed before it finished"),
+                    );
+                    tracing::debug!(%path, "{error}");
+                    return protocol.reject(&error);
+                }
+            },
+        };
         let response = match json {
             Some(json) => crate::errors::enrich_connect_error(response, Some(&json)).await,
             None => response,
@@ -511,6 +550,25 @@ fn declared(buffer: &[u8]) -> usize {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn grpc_timeouts_parse_as_the_spec_writes_them() {
+        let parse = |value: &str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert("grpc-timeout", value.parse().unwrap());
+            super::grpc_timeout(&headers)
+        };
+        use std::time::Duration;
+        assert_eq!(parse("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse("2M"), Some(Duration::from_secs(120)));
+        assert_eq!(parse("99999999S"), Some(Duration::from_secs(99_999_999)));
+        assert_eq!(parse("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(parse("5n"), Some(Duration::from_nanos(5)));
+        for bad in ["", "S", "123456789S", "10x", "-1S", "1.5S"] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

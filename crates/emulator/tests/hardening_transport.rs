@@ -115,6 +115,7 @@ async fn send(
     path: &str,
     token: Option<&str>,
     body: Vec<u8>,
+    headers: &[(&str, &str)],
 ) -> (http::response::Parts, Bytes, Option<http::HeaderMap>) {
     let address = base_url.trim_start_matches("http://").to_owned();
     let stream = tokio::net::TcpStream::connect(&address).await.expect("connects");
@@ -135,6 +136,9 @@ async fn send(
     }
     if let Some(token) = token {
         request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
     }
     let request = request.body(Full::new(Bytes::from(body))).expect("request");
     let response = if protocol == Protocol::Grpc {
@@ -167,7 +171,19 @@ async fn call(base_url: &str, protocol: Protocol, method: &str, token: Option<&s
 
 /// Like [`call`], with the body exactly as given.
 async fn call_raw(base_url: &str, protocol: Protocol, method: &str, token: Option<&str>, body: Vec<u8>) -> Answer {
-    let (parts, body, trailers) = send(base_url, protocol, method, token, body).await;
+    call_with_headers(base_url, protocol, method, token, body, &[]).await
+}
+
+/// Like [`call_raw`], with extra request headers.
+async fn call_with_headers(
+    base_url: &str,
+    protocol: Protocol,
+    method: &str,
+    token: Option<&str>,
+    body: Vec<u8>,
+    headers: &[(&str, &str)],
+) -> Answer {
+    let (parts, body, trailers) = send(base_url, protocol, method, token, body, headers).await;
     match protocol {
         Protocol::Grpc => {
             let (code, message) = grpc_status(&parts.headers)
@@ -363,6 +379,11 @@ impl SandboxRuntime for Spew {
         self.0.kill(pod_uid)
     }
     fn exec(&self, target: Target, spec: ExecSpec) -> BoxFuture<'_, Result<ExecSession, RuntimeError>> {
+        if spec.command == ["hang"] {
+            // A command that never ends and never prints.
+            let session = ExecSession { input: tokio::sync::mpsc::channel(4).0, output: futures::stream::pending().boxed() };
+            return futures::future::ready(Ok(session)).boxed();
+        }
         let Some(size) = (spec.command.len() == 2 && spec.command[0] == "spew")
             .then(|| spec.command[1].parse::<usize>().ok())
             .flatten()
@@ -425,6 +446,38 @@ async fn exec_output_beyond_the_message_limit_is_resource_exhausted_on_every_pro
             call(&info.base_url, protocol, &rpc("Exec"), Some(&info.user_token), &encode(&exec(10_000, 20_000))).await;
         assert_eq!(answer.code, Code::ResourceExhausted, "{protocol:?}: {answer:?}");
         assert!(answer.message.contains("StreamExec"), "{protocol:?}: {answer:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_unary_call_ends_at_its_own_deadline_on_every_protocol() {
+    let config = cwsandbox_emulator::config::EmulatorConfig::from_overlays(
+        cwsandbox_sim::config::Scenario::Ready,
+        [(std::path::Path::new("none.yaml"), "")],
+    )
+    .unwrap();
+    let mut options = cwsandbox_emulator::Options::new(config);
+    options.runtime = Some(Arc::new(Spew(FakeRuntime::new())) as Arc<dyn SandboxRuntime>);
+    let emulator = cwsandbox_emulator::Emulator::start(options).await.unwrap();
+    let info = emulator.info().clone();
+    let mut client = sandboxes(&emulator, &info.user_token).await;
+    let created = client.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap().into_inner();
+    advance(&emulator, Duration::from_secs(2));
+    let request = pb::ExecRequest { sandbox_id: created.sandbox_id.clone(), command: vec!["hang".to_owned()], ..Default::default() };
+    for protocol in [Protocol::Grpc, Protocol::GrpcWeb, Protocol::ConnectProto, Protocol::ConnectJson] {
+        let (body, deadline) = match protocol {
+            Protocol::Grpc | Protocol::GrpcWeb => (envelope(&request.encode_to_vec()), ("grpc-timeout", "200m")),
+            Protocol::ConnectProto => (request.encode_to_vec(), ("connect-timeout-ms", "200")),
+            Protocol::ConnectJson => (serde_json::to_vec(&request).unwrap(), ("connect-timeout-ms", "200")),
+        };
+        // The client does not give up by itself: the answer is the server's.
+        let answer = tokio::time::timeout(
+            Duration::from_secs(30),
+            call_with_headers(&info.base_url, protocol, &rpc("Exec"), Some(&info.user_token), body, &[deadline]),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{protocol:?}: the call outlived its deadline by 30 s"));
+        assert_eq!(answer.code, Code::DeadlineExceeded, "{protocol:?}: {answer:?}");
     }
 }
 
