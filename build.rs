@@ -10,10 +10,8 @@ const PROTO_ROOT: &str = "proto";
 const API_DIR: &str = "proto/coreweave";
 /// Well-known types whose proto3 JSON `pbjson-types` does not get right; see `src/wkt.rs`. The
 /// other `google.protobuf` types map to `pbjson-types` (connectrpc-axum-build's default).
-const OWN_WELL_KNOWN_TYPES: &[(&str, &str)] = &[
-    (".google.protobuf.Timestamp", "crate::wkt::Timestamp"),
-    (".google.protobuf.FieldMask", "crate::wkt::FieldMask"),
-];
+const OWN_WELL_KNOWN_TYPES: &[(&str, &str)] =
+    &[(".google.protobuf.Timestamp", "crate::wkt::Timestamp"), (".google.protobuf.FieldMask", "crate::wkt::FieldMask")];
 const DESCRIPTOR_FILE: &str = "cwsandbox_descriptor_set.bin";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -95,11 +93,7 @@ fn generate_code(files: &[PathBuf], includes: &[PathBuf]) -> std::io::Result<()>
             .with_connect_client()
             .compile(),
         (true, false) => builder.with_tonic().with_tonic_prost_config(server_codec).compile(),
-        (false, true) => builder
-            .no_connect_server()
-            .with_tonic_client()
-            .with_connect_client()
-            .compile(),
+        (false, true) => builder.no_connect_server().with_tonic_client().with_connect_client().compile(),
         (false, false) => builder.no_connect_server().compile(),
     }
 }

@@ -18,8 +18,7 @@ pub mod codec;
 include!(concat!(env!("OUT_DIR"), "/cwsandbox_api.rs"));
 
 /// `google.protobuf.FileDescriptorSet` of `proto/` and everything it imports, with source info.
-pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/cwsandbox_descriptor_set.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cwsandbox_descriptor_set.bin"));
 
 /// The API package, re-exported under a short name.
 pub use coreweave::sandbox::v1 as sandbox_v1;

@@ -28,7 +28,9 @@ impl ::prost::Name for Timestamp {
 
 /// A time outside what a Timestamp can carry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("timestamp out of range: {seconds}s {nanos}ns (allowed: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z)")]
+#[error(
+    "timestamp out of range: {seconds}s {nanos}ns (allowed: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z)"
+)]
 pub struct TimestampOutOfRange {
     seconds: i64,
     nanos: i32,
@@ -181,9 +183,8 @@ impl Serialize for FieldMask {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut joined = Vec::with_capacity(self.paths.len());
         for path in &self.paths {
-            let camel = path_to_camel(path).ok_or_else(|| {
-                serde::ser::Error::custom(format!("field mask path {path:?} has no JSON form"))
-            })?;
+            let camel = path_to_camel(path)
+                .ok_or_else(|| serde::ser::Error::custom(format!("field mask path {path:?} has no JSON form")))?;
             joined.push(camel);
         }
         serializer.serialize_str(&joined.join(","))

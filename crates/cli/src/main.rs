@@ -267,7 +267,11 @@ impl std::error::Error for Exit {}
 
 impl Cli {
     fn config(&self) -> Result<Config> {
-        let base_url = self.base_url.clone().filter(|u| !u.is_empty()).unwrap_or_else(|| cwsandbox_client::DEFAULT_BASE_URL.to_owned());
+        let base_url = self
+            .base_url
+            .clone()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| cwsandbox_client::DEFAULT_BASE_URL.to_owned());
         let api_key = self.api_key.clone().context("no API key: set CWSANDBOX_API_KEY or pass --api-key")?;
         let mut config = Config::new(base_url, api_key);
         if let Some(url) = self.control_plane_url.clone().filter(|u| !u.is_empty()) {
@@ -287,7 +291,9 @@ fn slurm_command(name: &str, args: &[String], config: Result<Config>) -> ExitCod
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     // The lazy channel registers with the runtime when it is built.
     let _context = runtime.enter();
-    let conn = config.map_err(|error| format!("{error:#}")).and_then(|config| slurm::Conn::new(config).map_err(|e| e.to_string()));
+    let conn = config
+        .map_err(|error| format!("{error:#}"))
+        .and_then(|config| slurm::Conn::new(config).map_err(|e| e.to_string()));
     let output = runtime.block_on(slurm::run(name, args, &env, conn));
     print!("{}", output.stdout);
     eprint!("{}", output.stderr);
@@ -336,7 +342,8 @@ fn main() -> ExitCode {
         }
         return slurm_command(name, rest, cli.config());
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     match runtime.block_on(run(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
@@ -369,7 +376,10 @@ async fn run(cli: Cli) -> Result<u8> {
             let applied = cli.client()?.emulator()?.apply_values(&yaml, *dry_run).await?;
             match format {
                 Format::Table => {
-                    eprintln!("{}", if *dry_run { "values are valid (dry run, nothing changed)" } else { "values applied" })
+                    eprintln!(
+                        "{}",
+                        if *dry_run { "values are valid (dry run, nothing changed)" } else { "values applied" }
+                    )
                 }
                 Format::Yaml => print!("{applied}"),
                 Format::Json => print_value(&output::yaml_to_json(&applied)?, Format::Json)?,
@@ -404,7 +414,8 @@ async fn runner(cli: &Cli, command: &RunnerCmd, format: Format) -> Result<u8> {
     match command {
         RunnerCmd::Policy(command) => policy::run(cli, command, format).await,
         RunnerCmd::List { cluster, zone } => {
-            let runners = cli.client()?.runners()?.list(cluster.as_deref().unwrap_or(""), zone.as_deref().unwrap_or("")).await?;
+            let runners =
+                cli.client()?.runners()?.list(cluster.as_deref().unwrap_or(""), zone.as_deref().unwrap_or("")).await?;
             match format {
                 Format::Table => table(&RUNNER_HEADER, runners.iter().map(runner_row)),
                 _ => print_value(&serde_json::to_value(&runners)?, format)?,
@@ -503,10 +514,14 @@ async fn sandbox(cli: &Cli, command: &SandboxCmd, format: Format) -> Result<u8> 
                 builder = builder.env(k, v);
             }
             if args.cpu_request.is_some() || args.memory_request.is_some() {
-                builder = builder.requests(args.cpu_request.clone().unwrap_or_default(), args.memory_request.clone().unwrap_or_default());
+                builder = builder.requests(
+                    args.cpu_request.clone().unwrap_or_default(),
+                    args.memory_request.clone().unwrap_or_default(),
+                );
             }
             if args.cpu_limit.is_some() || args.memory_limit.is_some() {
-                builder = builder.limits(args.cpu_limit.clone().unwrap_or_default(), args.memory_limit.clone().unwrap_or_default());
+                builder = builder
+                    .limits(args.cpu_limit.clone().unwrap_or_default(), args.memory_limit.clone().unwrap_or_default());
             }
             if let Some(dir) = &args.workdir {
                 builder = builder.working_dir(dir);
@@ -525,7 +540,11 @@ async fn sandbox(cli: &Cli, command: &SandboxCmd, format: Format) -> Result<u8> 
                             "{}: {}{}",
                             sandbox.sandbox_id,
                             state_name(status.state),
-                            if status.state_reason.is_empty() { String::new() } else { format!(" ({})", status.state_reason) }
+                            if status.state_reason.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" ({})", status.state_reason)
+                            }
                         );
                         if line != last {
                             eprintln!("waiting for {line}");

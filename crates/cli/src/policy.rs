@@ -203,7 +203,13 @@ fn describe(runner_id: &str, runner: &pb::ManagedRunner) {
     );
 }
 
-async fn submit(admin: &RunnerAdmin, runner_id: &str, policy: pb::Policy, etag: &str, saved: Option<&Path>) -> Result<u8> {
+async fn submit(
+    admin: &RunnerAdmin,
+    runner_id: &str,
+    policy: pb::Policy,
+    etag: &str,
+    saved: Option<&Path>,
+) -> Result<u8> {
     match admin.update_policy(runner_id, policy, etag).await {
         Ok(updated) => {
             println!("runner {runner_id}: policy updated (etag {})", updated.etag);
@@ -248,7 +254,12 @@ fn edit_file(runner_id: &str) -> PathBuf {
     std::env::temp_dir().join(format!("cwsbx-policy-{runner_id}-{}.yaml", std::process::id()))
 }
 
-async fn edit_interactively(admin: &RunnerAdmin, runner_id: &str, runner: &pb::ManagedRunner, etag: &str) -> Result<u8> {
+async fn edit_interactively(
+    admin: &RunnerAdmin,
+    runner_id: &str,
+    runner: &pb::ManagedRunner,
+    etag: &str,
+) -> Result<u8> {
     let original = policy_json(&runner.policy)?;
     let original = if original.is_null() { serde_json::json!({}) } else { original };
     let body = to_yaml(&original)?;
@@ -272,7 +283,10 @@ async fn edit_interactively(admin: &RunnerAdmin, runner_id: &str, runner: &pb::M
         }
         attempts += 1;
         if last_invalid.as_deref() == Some(content.as_str()) || attempts > MAX_EDITS {
-            bail!("edit cancelled: the policy is still invalid and was not changed; your edit is kept in {}", path.display());
+            bail!(
+                "edit cancelled: the policy is still invalid and was not changed; your edit is kept in {}",
+                path.display()
+            );
         }
         match check_policy(&content) {
             Ok(policy) => {
@@ -317,10 +331,33 @@ mod tests {
 
     fn key() -> impl Strategy<Value = String> {
         let known = &[
-            "displayName", "base", "metadata", "labels", "annotations", "spec", "schedulerName", "tolerations",
-            "constraints", "resources", "maxCpu", "minMemory", "maxGpuCount", "network", "allowedEgress", "cidr",
-            "ports", "port", "security", "runtimeClassMappings", "lifecycle", "defaultLifetimeSeconds",
-            "controlPlaneAccess", "sourceIpAllowlist", "cidrs", "max_cpu", "display_name",
+            "displayName",
+            "base",
+            "metadata",
+            "labels",
+            "annotations",
+            "spec",
+            "schedulerName",
+            "tolerations",
+            "constraints",
+            "resources",
+            "maxCpu",
+            "minMemory",
+            "maxGpuCount",
+            "network",
+            "allowedEgress",
+            "cidr",
+            "ports",
+            "port",
+            "security",
+            "runtimeClassMappings",
+            "lifecycle",
+            "defaultLifetimeSeconds",
+            "controlPlaneAccess",
+            "sourceIpAllowlist",
+            "cidrs",
+            "max_cpu",
+            "display_name",
         ];
         prop_oneof![4 => proptest::sample::select(&known[..]).prop_map(str::to_owned), 1 => "\\PC{0,8}"]
     }
@@ -336,7 +373,8 @@ mod tests {
         leaf.prop_recursive(4, 32, 4, |inner| {
             prop_oneof![
                 proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
-                proptest::collection::vec((key(), inner), 0..4).prop_map(|entries| Value::Object(entries.into_iter().collect())),
+                proptest::collection::vec((key(), inner), 0..4)
+                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
             ]
         })
     }

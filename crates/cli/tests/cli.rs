@@ -122,7 +122,8 @@ fn policy_validate_is_offline_and_lists_every_violation() {
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("good.yaml");
     std::fs::write(&good, "display_name: ok\nbase:\n  spec:\n    schedulerName: slurm-scheduler\n").unwrap();
-    let output = Command::new(cwsbx_path()).args(["sandbox", "runner", "policy", "validate", "-f"]).arg(&good).output().unwrap();
+    let output =
+        Command::new(cwsbx_path()).args(["sandbox", "runner", "policy", "validate", "-f"]).arg(&good).output().unwrap();
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert!(text(&output.stdout).contains("valid"));
 
@@ -147,7 +148,11 @@ fn policy_validate_is_offline_and_lists_every_violation() {
 
     let unknown = dir.path().join("unknown.yaml");
     std::fs::write(&unknown, "constraints:\n  nope: 1\n").unwrap();
-    let output = Command::new(cwsbx_path()).args(["sandbox", "runner", "policy", "validate", "-f"]).arg(&unknown).output().unwrap();
+    let output = Command::new(cwsbx_path())
+        .args(["sandbox", "runner", "policy", "validate", "-f"])
+        .arg(&unknown)
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(1));
     assert!(text(&output.stdout).contains("nope"), "{}", text(&output.stdout));
 }
@@ -159,13 +164,16 @@ fn policy_edit_in_editor_sends_the_change_with_the_etag() {
     let dir = tempfile::tempdir().unwrap();
     let before = etag(&emu);
     // Unchanged: nothing is sent.
-    let output = command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", "true").output().unwrap();
+    let output =
+        command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", "true").output().unwrap();
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert!(text(&output.stderr).contains("no changes"), "{}", text(&output.stderr));
     assert_eq!(etag(&emu), before);
 
-    let editor = write_script(dir.path(), "editor.sh", r#"sed -i 's/^displayName: .*/displayName: Edited in the editor/' "$1""#);
-    let output = command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", &editor).output().unwrap();
+    let editor =
+        write_script(dir.path(), "editor.sh", r#"sed -i 's/^displayName: .*/displayName: Edited in the editor/' "$1""#);
+    let output =
+        command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", &editor).output().unwrap();
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert_eq!(policy_json(&emu)["displayName"], "Edited in the editor");
     assert_ne!(etag(&emu), before);
@@ -194,7 +202,8 @@ fi"#,
             seen = seen.display()
         ),
     );
-    let output = command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", &editor).output().unwrap();
+    let output =
+        command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", &editor).output().unwrap();
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "2");
     let shown = std::fs::read_to_string(&seen).unwrap();
@@ -208,7 +217,8 @@ fi"#,
         "stubborn.sh",
         r#"grep -q 'is invalid' "$1" || sed -i 's/defaultLifetimeSeconds: 3600/defaultLifetimeSeconds: -5/' "$1""#,
     );
-    let output = command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", &stubborn).output().unwrap();
+    let output =
+        command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", &stubborn).output().unwrap();
     assert_eq!(output.status.code(), Some(1));
     assert!(text(&output.stderr).contains("still invalid"), "{}", text(&output.stderr));
 }
@@ -231,7 +241,8 @@ sed -i 's/^displayName: .*/displayName: Mine/' "$1""#,
             other = other.display()
         ),
     );
-    let output = command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", &editor).output().unwrap();
+    let output =
+        command(&emu, &["sandbox", "runner", "policy", "edit", &runner]).env("EDITOR", &editor).output().unwrap();
     assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
     let stderr = text(&output.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -239,14 +250,20 @@ sed -i 's/^displayName: .*/displayName: Mine/' "$1""#,
     assert_eq!(policy_json(&emu)["displayName"], "Changed meanwhile");
 
     // `-f` with a pinned stale etag fails the same way.
-    let stale = fails(&emu, &["sandbox", "runner", "policy", "edit", &runner, "-f", other.to_str().unwrap(), "--etag", "c3RhbGU"]);
+    let stale = fails(
+        &emu,
+        &["sandbox", "runner", "policy", "edit", &runner, "-f", other.to_str().unwrap(), "--etag", "c3RhbGU"],
+    );
     assert!(stale.contains("changed by someone else"), "{stale}");
 }
 
 #[test]
 fn sandbox_run_get_ls_stop_delete() {
     let emu = emulator();
-    let output = cwsbx(&emu, &["sandbox", "run", "--tag", "cli-test", "-a", "sunk.coreweave.com/partition=sandboxes", "-o", "json"]);
+    let output = cwsbx(
+        &emu,
+        &["sandbox", "run", "--tag", "cli-test", "-a", "sunk.coreweave.com/partition=sandboxes", "-o", "json"],
+    );
     assert!(output.status.success(), "{}", text(&output.stderr));
     let progress = text(&output.stderr);
     assert!(progress.contains("waiting for ") && progress.contains("STATE_"), "{progress}");
@@ -285,7 +302,8 @@ fn sandbox_run_reports_a_pending_reason() {
 #[test]
 fn sandbox_exec_and_logs() {
     let emu = emulator();
-    let created = json(&ok(&emu, &["sandbox", "run", "-o", "json", "--", "/bin/sh", "-c", "echo main-says-hi; sleep 300"]));
+    let created =
+        json(&ok(&emu, &["sandbox", "run", "-o", "json", "--", "/bin/sh", "-c", "echo main-says-hi; sleep 300"]));
     let id = created["sandboxId"].as_str().unwrap().to_owned();
     let output = cwsbx(&emu, &["sandbox", "exec", &id, "--", "hostname"]);
     assert!(output.status.success(), "{}", text(&output.stderr));
@@ -295,7 +313,9 @@ fn sandbox_exec_and_logs() {
     assert_eq!(text(&output.stdout), "out\n");
     assert_eq!(text(&output.stderr), "err\n");
     let output = command(&emu, &["sandbox", "exec", "-i", &id, "--", "cat"])
-        .stdin(std::fs::File::open(write_script(Path::new(&std::env::temp_dir()), &format!("stdin-{id}"), "x")).unwrap())
+        .stdin(
+            std::fs::File::open(write_script(Path::new(&std::env::temp_dir()), &format!("stdin-{id}"), "x")).unwrap(),
+        )
         .output()
         .unwrap();
     assert!(text(&output.stdout).contains("set -e"), "{}", text(&output.stdout));
@@ -333,7 +353,8 @@ fn errors_are_one_line_with_a_non_zero_exit() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("UNAUTHENTICATED"), "{stderr}");
     // A user token may not administer runners.
-    let output = command(&emu, &["sandbox", "runner", "list"]).env("CWSANDBOX_API_KEY", &emu.ready.user_token).output().unwrap();
+    let output =
+        command(&emu, &["sandbox", "runner", "list"]).env("CWSANDBOX_API_KEY", &emu.ready.user_token).output().unwrap();
     assert_eq!(output.status.code(), Some(1));
     assert!(text(&output.stderr).contains("PERMISSION_DENIED"), "{}", text(&output.stderr));
 }

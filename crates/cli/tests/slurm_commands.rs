@@ -59,8 +59,14 @@ fn symlinked_commands_show_cancel_and_account_a_batch_job() {
     let id = job.job_id.to_string();
 
     let queue = ok(&emu, &bin, "squeue", &[]);
-    assert!(queue.starts_with("             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n"), "{queue}");
-    let row = queue.lines().find(|line| line.trim_start().starts_with(&format!("{id} "))).unwrap_or_else(|| panic!("{queue}"));
+    assert!(
+        queue.starts_with("             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n"),
+        "{queue}"
+    );
+    let row = queue
+        .lines()
+        .find(|line| line.trim_start().starts_with(&format!("{id} ")))
+        .unwrap_or_else(|| panic!("{queue}"));
     assert_eq!(&row[..18], format!("{id:>18}"));
     assert!(row.contains("    train     root  R "), "{row}");
 
@@ -93,9 +99,15 @@ fn symlinked_commands_show_cancel_and_account_a_batch_job() {
     assert_eq!(unknown.status.code(), Some(1));
     assert_eq!(text(&unknown.stderr), "scancel: error: Kill job error on job id 999999: Invalid job id specified\n");
     let missing = slurm(&emu, &bin, "scontrol", &["show", "job", "999999"]);
-    assert_eq!((missing.status.code(), text(&missing.stderr)), (Some(1), "slurm_load_jobs error: Invalid job id specified\n".to_owned()));
+    assert_eq!(
+        (missing.status.code(), text(&missing.stderr)),
+        (Some(1), "slurm_load_jobs error: Invalid job id specified\n".to_owned())
+    );
     let invalid = slurm(&emu, &bin, "sacct", &["-o", "foo"]);
-    assert_eq!((invalid.status.code(), text(&invalid.stderr)), (Some(1), "sacct: error: Invalid field requested: \"foo\"\n".to_owned()));
+    assert_eq!(
+        (invalid.status.code(), text(&invalid.stderr)),
+        (Some(1), "sacct: error: Invalid field requested: \"foo\"\n".to_owned())
+    );
     assert!(invalid.stdout.is_empty());
 
     // `cwsbx slurm <command>` is the same command.
@@ -147,7 +159,8 @@ fn the_guides_sacct_lines_find_a_python_clients_sandbox() {
     let python = cwsandbox_testkit::python_env().expect("python venv");
     let emu = emulator();
     let bin = links(&emu);
-    let path = format!("{}:{}:{}", bin.display(), python.bin_dir().display(), std::env::var("PATH").unwrap_or_default());
+    let path =
+        format!("{}:{}:{}", bin.display(), python.bin_dir().display(), std::env::var("PATH").unwrap_or_default());
     let output = Command::new(python.python())
         .args(["-c", GUIDE])
         .current_dir(emu.dir())

@@ -64,7 +64,8 @@ impl RunnerAdmin {
 
     /// Creates a runner.
     pub async fn create(&self, runner: pb::ManagedRunner, request_id: &str) -> Result<pb::ManagedRunner> {
-        let request = pb::CreateManagedRunnerRequest { managed_runner: Some(runner), request_id: request_id.to_owned() };
+        let request =
+            pb::CreateManagedRunnerRequest { managed_runner: Some(runner), request_id: request_id.to_owned() };
         Ok(self.client.create_managed_runner(&request).await?.into_inner())
     }
 
@@ -76,7 +77,12 @@ impl RunnerAdmin {
     }
 
     /// Updates the fields named by `paths`.
-    pub async fn update(&self, runner_id: &str, runner: pb::ManagedRunner, paths: &[&str]) -> Result<pb::ManagedRunner> {
+    pub async fn update(
+        &self,
+        runner_id: &str,
+        runner: pb::ManagedRunner,
+        paths: &[&str],
+    ) -> Result<pb::ManagedRunner> {
         let request = pb::UpdateManagedRunnerRequest {
             runner_id: runner_id.to_owned(),
             managed_runner: Some(runner),

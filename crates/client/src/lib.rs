@@ -22,7 +22,7 @@ pub use cwsandbox_api::emulator_v1;
 pub use cwsandbox_api::sandbox_v1 as pb;
 pub use error::{ApiStatus, Code, Error, FieldViolation, Result, code_name};
 pub use sandbox::{
-    ExecOptions, ExecOutput, ExecStream, ExecEvent, Sandbox, SandboxBuilder, SandboxDefaults, state_name,
+    ExecEvent, ExecOptions, ExecOutput, ExecStream, Sandbox, SandboxBuilder, SandboxDefaults, state_name,
 };
 pub use session::Session;
 
@@ -52,15 +52,20 @@ impl Config {
     /// A configuration for one URL (both planes) and token.
     pub fn new(base_url: impl Into<String>, api_key: impl Into<String>) -> Config {
         let base_url = base_url.into().trim_end_matches('/').to_owned();
-        Config { control_plane_url: base_url.clone(), base_url, api_key: api_key.into(), timeout: Duration::from_secs(60) }
+        Config {
+            control_plane_url: base_url.clone(),
+            base_url,
+            api_key: api_key.into(),
+            timeout: Duration::from_secs(60),
+        }
     }
 
     /// From the environment: `CWSANDBOX_BASE_URL` (default the public endpoint),
     /// `CWSANDBOX_API_KEY` (required), `CWSANDBOX_CONTROL_PLANE_URL` (default the base URL).
     pub fn from_env() -> Result<Config> {
         let base_url = std::env::var("CWSANDBOX_BASE_URL").unwrap_or_else(|_| DEFAULT_BASE_URL.to_owned());
-        let api_key = std::env::var("CWSANDBOX_API_KEY")
-            .map_err(|_| Error::Config("CWSANDBOX_API_KEY is not set".to_owned()))?;
+        let api_key =
+            std::env::var("CWSANDBOX_API_KEY").map_err(|_| Error::Config("CWSANDBOX_API_KEY is not set".to_owned()))?;
         let mut config = Config::new(base_url, api_key);
         if let Ok(url) = std::env::var("CWSANDBOX_CONTROL_PLANE_URL") {
             if !url.is_empty() {

@@ -279,14 +279,17 @@ impl ExecStream {
     /// Sends bytes to the command's stdin.
     pub async fn write_stdin(&mut self, data: impl Into<Vec<u8>>) -> Result<()> {
         let sender = self.stdin.as_ref().ok_or_else(|| Error::Protocol("stdin is closed".to_owned()))?;
-        let message = pb::ExecStreamRequest { message: Some(pb::exec_stream_request::Message::Stdin(data.into().into())) };
+        let message =
+            pb::ExecStreamRequest { message: Some(pb::exec_stream_request::Message::Stdin(data.into().into())) };
         sender.send(message).await.map_err(|_| Error::Protocol("the exec stream is closed".to_owned()))
     }
 
     /// Ends stdin (the command sees EOF).
     pub async fn close_stdin(&mut self) {
         if let Some(sender) = self.stdin.take() {
-            let close = pb::ExecStreamRequest { message: Some(pb::exec_stream_request::Message::Close(pb::ExecStreamClose {})) };
+            let close = pb::ExecStreamRequest {
+                message: Some(pb::exec_stream_request::Message::Close(pb::ExecStreamClose {})),
+            };
             let _ = sender.send(close).await;
         }
     }
@@ -465,7 +468,8 @@ impl Sandbox {
 
     /// Reads a file.
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
-        let request = pb::ReadFileRequest { sandbox_id: self.id().to_owned(), path: path.to_owned(), container: String::new() };
+        let request =
+            pb::ReadFileRequest { sandbox_id: self.id().to_owned(), path: path.to_owned(), container: String::new() };
         Ok(self.client.sandbox_service().read_file(request).await?.into_inner().content.to_vec())
     }
 
@@ -520,7 +524,12 @@ fn map_logs(stream: tonic::Streaming<pb::LogEntry>) -> impl Stream<Item = Result
 
 impl Client {
     /// Log stream of a sandbox by id.
-    pub async fn logs(&self, sandbox_id: &str, follow: bool, tail_lines: i32) -> Result<BoxStream<'static, Result<Vec<u8>>>> {
+    pub async fn logs(
+        &self,
+        sandbox_id: &str,
+        follow: bool,
+        tail_lines: i32,
+    ) -> Result<BoxStream<'static, Result<Vec<u8>>>> {
         logs(self, sandbox_id, follow, tail_lines).await
     }
 

@@ -168,7 +168,8 @@ impl EmulatorConfig {
             merge_values(&mut tree, &overlay);
         }
         let values = values_from_tree(tree).map_err(|error| ConfigError::Values(error.to_string()))?;
-        let auth_tree = auth_tree.as_object_mut().and_then(|map| map.remove("auth")).unwrap_or_else(|| serde_json::json!({}));
+        let auth_tree =
+            auth_tree.as_object_mut().and_then(|map| map.remove("auth")).unwrap_or_else(|| serde_json::json!({}));
         let auth: AuthConfig = from_tree(auth_tree).map_err(|error| ConfigError::Auth(error.to_string()))?;
         for (index, token) in auth.tokens.iter().enumerate() {
             if token.token.trim().is_empty() {
@@ -243,17 +244,23 @@ mod tests {
     fn a_null_auth_is_the_default_and_auth_errors_name_the_key() {
         let tokens = "auth:\n  tokens:\n    - {token: a, org: o, user: u, roles: [sandbox_user]}\n";
         for cleared in ["auth:\n", "auth: null\n"] {
-            let config = EmulatorConfig::from_overlays(Scenario::Fresh, [(Path::new("a.yaml"), tokens), (Path::new("b.yaml"), cleared)])
-                .unwrap_or_else(|error| panic!("{cleared:?}: {error}"));
+            let config = EmulatorConfig::from_overlays(
+                Scenario::Fresh,
+                [(Path::new("a.yaml"), tokens), (Path::new("b.yaml"), cleared)],
+            )
+            .unwrap_or_else(|error| panic!("{cleared:?}: {error}"));
             assert!(config.auth.tokens.is_empty(), "{cleared:?} removes the tokens");
         }
         let error = EmulatorConfig::from_overlays(Scenario::Fresh, [(Path::new("a.yaml"), "auth:\n  tokens: 5\n")])
             .unwrap_err()
             .to_string();
         assert!(error.starts_with("auth: tokens: invalid type"), "{error}");
-        let error = EmulatorConfig::from_overlays(Scenario::Fresh, [(Path::new("a.yaml"), "auth:\n  tokens:\n    - {token: a, org: o, user: u, uid: -1, roles: []}\n")])
-            .unwrap_err()
-            .to_string();
+        let error = EmulatorConfig::from_overlays(
+            Scenario::Fresh,
+            [(Path::new("a.yaml"), "auth:\n  tokens:\n    - {token: a, org: o, user: u, uid: -1, roles: []}\n")],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(error.starts_with("auth: tokens[0].uid: invalid value"), "{error}");
     }
 

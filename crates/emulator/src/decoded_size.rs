@@ -280,7 +280,11 @@ mod tests {
         }
         .encode_to_vec();
         let estimate = estimator.protobuf(".coreweave.sandbox.v1.CreateSandboxRequest", &containers);
-        assert!(estimate >= 100 * std::mem::size_of::<pb::Container>(), "{estimate} for {} wire bytes", containers.len());
+        assert!(
+            estimate >= 100 * std::mem::size_of::<pb::Container>(),
+            "{estimate} for {} wire bytes",
+            containers.len()
+        );
         // An ordinary request stays small.
         let get = pb::GetSandboxRequest { sandbox_id: "abc".to_owned() }.encode_to_vec();
         assert!(estimator.protobuf(".coreweave.sandbox.v1.GetSandboxRequest", &get) < 256);

@@ -151,7 +151,8 @@ impl Driver {
         use std::hash::{Hash, Hasher};
         let cluster = &world.cluster;
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        (cluster.resource_version, cluster.event_sequence, cluster.namespaces.len(), cluster.config_maps.len()).hash(&mut hasher);
+        (cluster.resource_version, cluster.event_sequence, cluster.namespaces.len(), cluster.config_maps.len())
+            .hash(&mut hasher);
         for map in cluster.config_maps.values() {
             map.data.len().hash(&mut hasher);
         }
@@ -174,7 +175,8 @@ impl Driver {
     pub fn reset(&self) -> SimResult<usize> {
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let seed = self.seed ^ generation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let fresh = World::new(self.initial_values.clone(), Box::new(self.clock.clone()), Box::new(SeededIds::new(seed)))?;
+        let fresh =
+            World::new(self.initial_values.clone(), Box::new(self.clock.clone()), Box::new(SeededIds::new(seed)))?;
         let stopped = {
             let mut world = self.lock();
             let old = std::mem::replace(&mut *world, fresh);
@@ -204,7 +206,13 @@ impl Driver {
                     self.starting.send_modify(|starting| {
                         starting.insert(pod_uid.to_string());
                     });
-                    PumpItem::Start(launch_of(world, pod_uid.into(), namespace.into(), pod_name.into(), sandbox_id.map(String::from)))
+                    PumpItem::Start(launch_of(
+                        world,
+                        pod_uid.into(),
+                        namespace.into(),
+                        pod_name.into(),
+                        sandbox_id.map(String::from),
+                    ))
                 }
                 Effect::StopPod { pod_uid, grace } => PumpItem::Stop { pod_uid: pod_uid.into(), grace },
                 Effect::KillPod { pod_uid } => PumpItem::Kill { pod_uid: pod_uid.into() },

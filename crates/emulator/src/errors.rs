@@ -265,7 +265,8 @@ impl From<RuntimeError> for ApiError {
                 ApiError::new(Code::Internal, reasons::FILE_IO_FAILED, message).with_metadata("filepath", path)
             }
             RuntimeError::NotRegularFile { path, .. } => {
-                ApiError::new(Code::FailedPrecondition, reasons::FILE_IO_FAILED, message).with_metadata("filepath", path)
+                ApiError::new(Code::FailedPrecondition, reasons::FILE_IO_FAILED, message)
+                    .with_metadata("filepath", path)
             }
             RuntimeError::FileTimeout { path, .. } => {
                 ApiError::new(Code::DeadlineExceeded, reasons::FILE_IO_FAILED, message).with_metadata("filepath", path)

@@ -44,10 +44,8 @@ use crate::app::App;
 use crate::errors::{ApiError, reasons};
 
 /// RPCs whose request carries file content, allowed up to `max_message_bytes`.
-const PAYLOAD_METHODS: &[&str] = &[
-    "/coreweave.sandbox.v1.SandboxService/WriteFile",
-    "/coreweave.sandbox.v1.SandboxDataPlaneService/WriteFile",
-];
+const PAYLOAD_METHODS: &[&str] =
+    &["/coreweave.sandbox.v1.SandboxService/WriteFile", "/coreweave.sandbox.v1.SandboxDataPlaneService/WriteFile"];
 /// Paths answered without a token.
 const OPEN_PREFIXES: &[&str] =
     &["/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.ServerReflection/"];
@@ -205,8 +203,13 @@ fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
 
 /// Why a request body was not accepted.
 enum BodyFault {
-    TooLarge { limit: usize },
-    DecodesTooLarge { estimate: usize, limit: usize },
+    TooLarge {
+        limit: usize,
+    },
+    DecodesTooLarge {
+        estimate: usize,
+        limit: usize,
+    },
     OutOfMemory,
     TooSlow(Duration),
     Broken(String),

@@ -323,8 +323,5 @@ pub async fn router(app: App, transport: &Transport) -> Router {
             }
         }
     });
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .merge(crate::kube::routes(app))
-        .fallback_service(dispatch)
+    Router::new().route("/healthz", get(|| async { "ok\n" })).merge(crate::kube::routes(app)).fallback_service(dispatch)
 }

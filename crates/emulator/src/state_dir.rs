@@ -311,7 +311,9 @@ mod tests {
         assert!(is_sandbox_dir_name("582d6717-a91d-279d-6c7c-5b1c60b890ff"));
         assert!(is_sandbox_dir_name("1b5051c62d0332cd"));
         assert!(is_sandbox_dir_name(".probe-123-0"));
-        for other in ["data", "cafe", ".cwsandbox-emulator.lock", "582d6717-a91d-279d-6c7c-5b1c60b890fz", ".probe-x-1", ""] {
+        for other in
+            ["data", "cafe", ".cwsandbox-emulator.lock", "582d6717-a91d-279d-6c7c-5b1c60b890fz", ".probe-x-1", ""]
+        {
             assert!(!is_sandbox_dir_name(other), "{other:?}");
         }
     }

@@ -69,9 +69,5 @@ pub async fn classify(stream: TcpStream, acceptor: tokio_rustls::TlsAcceptor) ->
     let _ = stream.set_nodelay(true);
     let mut first = [0u8; 1];
     let read = stream.peek(&mut first).await?;
-    if read == 1 && first[0] == 0x16 {
-        Ok(Box::new(acceptor.accept(stream).await?))
-    } else {
-        Ok(Box::new(stream))
-    }
+    if read == 1 && first[0] == 0x16 { Ok(Box::new(acceptor.accept(stream).await?)) } else { Ok(Box::new(stream)) }
 }

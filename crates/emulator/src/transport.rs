@@ -142,11 +142,14 @@ impl Connection {
     /// sees the close may connect again at once.
     async fn run(mut self, stream: tokio::net::TcpStream, slot: tokio::sync::OwnedSemaphorePermit) {
         let peer = self.peer;
-        let io = match tokio::time::timeout(self.settings.header_read_timeout, tls::classify(stream, self.acceptor.clone())).await {
-            Ok(Ok(io)) => io,
-            Ok(Err(error)) => return tracing::debug!(%peer, "connection dropped before HTTP: {error}"),
-            Err(_) => return tracing::debug!(%peer, "connection sent nothing in time"),
-        };
+        let io =
+            match tokio::time::timeout(self.settings.header_read_timeout, tls::classify(stream, self.acceptor.clone()))
+                .await
+            {
+                Ok(Ok(io)) => io,
+                Ok(Err(error)) => return tracing::debug!(%peer, "connection dropped before HTTP: {error}"),
+                Err(_) => return tracing::debug!(%peer, "connection sent nothing in time"),
+            };
         let activity = Arc::new(Activity::new());
         let service = {
             let activity = Arc::clone(&activity);
@@ -214,7 +217,11 @@ struct Activity {
 
 impl Activity {
     fn new() -> Activity {
-        Activity { in_flight: AtomicUsize::new(0), since: std::sync::Mutex::new(Instant::now()), changed: tokio::sync::Notify::new() }
+        Activity {
+            in_flight: AtomicUsize::new(0),
+            since: std::sync::Mutex::new(Instant::now()),
+            changed: tokio::sync::Notify::new(),
+        }
     }
 
     /// When the connection will have been idle for `timeout`, if nothing is in flight now.

@@ -22,11 +22,48 @@ fn config(cases: u32) -> Config {
 /// Keys of the values document and of `auth:`, at every level, and random ones.
 fn key() -> BoxedStrategy<String> {
     let known = &[
-        "sunk", "version", "namespace", "release", "scheduler", "enabled", "name", "scope", "type", "namespaces",
-        "terminationOffsetSeconds", "gpuTypes", "slurmConfig", "KillWait", "PrologFlags", "slurm", "users", "uid",
-        "partitions", "default", "nodeSets", "firstJobId", "replicas", "cpu", "memory", "gpus", "labels", "slurmd",
-        "requests", "extraNodes", "runners", "policy", "sandboxes", "eventCapacity", "kubelet", "cpuManagerPolicy",
-        "auth", "tokens", "token", "org", "user", "roles",
+        "sunk",
+        "version",
+        "namespace",
+        "release",
+        "scheduler",
+        "enabled",
+        "name",
+        "scope",
+        "type",
+        "namespaces",
+        "terminationOffsetSeconds",
+        "gpuTypes",
+        "slurmConfig",
+        "KillWait",
+        "PrologFlags",
+        "slurm",
+        "users",
+        "uid",
+        "partitions",
+        "default",
+        "nodeSets",
+        "firstJobId",
+        "replicas",
+        "cpu",
+        "memory",
+        "gpus",
+        "labels",
+        "slurmd",
+        "requests",
+        "extraNodes",
+        "runners",
+        "policy",
+        "sandboxes",
+        "eventCapacity",
+        "kubelet",
+        "cpuManagerPolicy",
+        "auth",
+        "tokens",
+        "token",
+        "org",
+        "user",
+        "roles",
     ];
     prop_oneof![5 => proptest::sample::select(&known[..]).prop_map(str::to_owned), 1 => "[a-zA-Z_]{1,8}", 1 => "\\PC{0,6}"].boxed()
 }
@@ -38,8 +75,23 @@ fn tree() -> BoxedStrategy<Value> {
         (-5i64..100_000).prop_map(Value::from),
         any::<i64>().prop_map(Value::from),
         (-1.0e3f64..1.0e3).prop_map(|number| serde_json::Number::from_f64(number).map_or(Value::Null, Value::Number)),
-        proptest::sample::select(&["cluster", "namespace", "static", "none", "CANCELLED", "sandbox_user", "sandbox_admin", "1", "4Gi", "", "~", "yes"][..])
-            .prop_map(|text| Value::String(text.to_owned())),
+        proptest::sample::select(
+            &[
+                "cluster",
+                "namespace",
+                "static",
+                "none",
+                "CANCELLED",
+                "sandbox_user",
+                "sandbox_admin",
+                "1",
+                "4Gi",
+                "",
+                "~",
+                "yes"
+            ][..]
+        )
+        .prop_map(|text| Value::String(text.to_owned())),
         "\\PC{0,8}".prop_map(Value::String),
     ];
     leaf.prop_recursive(4, 40, 4, |inner| {
@@ -52,17 +104,38 @@ fn tree() -> BoxedStrategy<Value> {
 }
 
 fn overlay() -> BoxedStrategy<Value> {
-    proptest::collection::vec((key(), tree()), 0..5).prop_map(|entries| Value::Object(entries.into_iter().collect())).boxed()
+    proptest::collection::vec((key(), tree()), 0..5)
+        .prop_map(|entries| Value::Object(entries.into_iter().collect()))
+        .boxed()
 }
 
 /// YAML-ish text: indentation, block and flow syntax, anchors, tags, comments, documents.
 fn yaml_like() -> impl Strategy<Value = String> {
     let token = prop_oneof![
-        Just("\n".to_owned()), Just("  ".to_owned()), Just(": ".to_owned()), Just("- ".to_owned()), Just("{".to_owned()),
-        Just("}".to_owned()), Just("[".to_owned()), Just("]".to_owned()), Just(", ".to_owned()), Just("&a ".to_owned()),
-        Just("*a".to_owned()), Just("!!str ".to_owned()), Just("!!binary ".to_owned()), Just("# c".to_owned()),
-        Just("---\n".to_owned()), Just("...\n".to_owned()), Just("'".to_owned()), Just("\"".to_owned()), Just("|\n".to_owned()),
-        Just("? ".to_owned()), Just("<<: *a".to_owned()), Just("\t".to_owned()), key(), "[0-9.e+-]{1,6}",
+        Just("\n".to_owned()),
+        Just("  ".to_owned()),
+        Just(": ".to_owned()),
+        Just("- ".to_owned()),
+        Just("{".to_owned()),
+        Just("}".to_owned()),
+        Just("[".to_owned()),
+        Just("]".to_owned()),
+        Just(", ".to_owned()),
+        Just("&a ".to_owned()),
+        Just("*a".to_owned()),
+        Just("!!str ".to_owned()),
+        Just("!!binary ".to_owned()),
+        Just("# c".to_owned()),
+        Just("---\n".to_owned()),
+        Just("...\n".to_owned()),
+        Just("'".to_owned()),
+        Just("\"".to_owned()),
+        Just("|\n".to_owned()),
+        Just("? ".to_owned()),
+        Just("<<: *a".to_owned()),
+        Just("\t".to_owned()),
+        key(),
+        "[0-9.e+-]{1,6}",
     ];
     proptest::collection::vec(token, 0..24).prop_map(|tokens| tokens.concat())
 }
@@ -122,7 +195,10 @@ fn steps(path: &str) -> Option<Vec<Step>> {
                 position = end + 1;
             }
             _ => {
-                let end = chars[position..].iter().position(|c| *c == '.' || *c == '[').map_or(chars.len(), |end| position + end);
+                let end = chars[position..]
+                    .iter()
+                    .position(|c| *c == '.' || *c == '[')
+                    .map_or(chars.len(), |end| position + end);
                 if end == position {
                     return None;
                 }
@@ -231,7 +307,13 @@ fn places(tree: &Value, path: &str, free: bool, out: &mut Vec<Place>) {
             for (key, value) in map {
                 let child = member(path, key);
                 let child_free = free || key == "policy";
-                out.push(Place { path: child.clone(), parent: path.to_owned(), key: Some(key.clone()), free: child_free, parent_free: free });
+                out.push(Place {
+                    path: child.clone(),
+                    parent: path.to_owned(),
+                    key: Some(key.clone()),
+                    free: child_free,
+                    parent_free: free,
+                });
                 places(value, &child, child_free, out);
             }
         }
@@ -325,7 +407,8 @@ proptest! {
 /// was refused as "invalid type: null, expected struct AuthConfig" instead of meaning "no tokens".
 #[test]
 fn a_bare_auth_key_means_no_tokens() {
-    let config = EmulatorConfig::from_overlays(Scenario::Ready, [(Path::new("values.yaml"), "auth:\n")]).expect("loads");
+    let config =
+        EmulatorConfig::from_overlays(Scenario::Ready, [(Path::new("values.yaml"), "auth:\n")]).expect("loads");
     assert!(config.auth.tokens.is_empty());
 }
 
@@ -338,6 +421,9 @@ fn a_key_that_is_not_a_name_is_quoted_in_the_path() {
     merge_values(&mut tree, &serde_json::json!({"[": false}));
     assert_eq!(values_from_tree(tree).unwrap_err().path, r#"["["]"#);
     let mut tree = Values::scenario_tree(Scenario::Ready);
-    merge_values(&mut tree, &serde_json::json!({"extraNodes": [{"name": "n", "cpu": "1", "memory": "1Gi", "labels": {"a.b/c": 5}}]}));
+    merge_values(
+        &mut tree,
+        &serde_json::json!({"extraNodes": [{"name": "n", "cpu": "1", "memory": "1Gi", "labels": {"a.b/c": 5}}]}),
+    );
     assert_eq!(values_from_tree(tree).unwrap_err().path, r#"extraNodes[0].labels["a.b/c"]"#);
 }

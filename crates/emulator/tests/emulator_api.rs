@@ -60,7 +60,8 @@ fn annotated_spec(runner_id: &str) -> pb::SandboxSpec {
     let mut spec = client_spec(runner_id);
     spec.annotations.insert("sunk.coreweave.com/partition".to_owned(), "hpc-prod".to_owned());
     spec.annotations.insert("sunk.coreweave.com/user-id".to_owned(), "1001".to_owned());
-    let resources = |cpu: &str, memory: &str| Some(pb::Resources { cpu: cpu.to_owned(), memory: memory.to_owned(), gpu: None });
+    let resources =
+        |cpu: &str, memory: &str| Some(pb::Resources { cpu: cpu.to_owned(), memory: memory.to_owned(), gpu: None });
     spec.containers[0].resource_requirements =
         Some(pb::ResourceRequirements { requests: resources("1500m", "512Mi"), limits: resources("2", "1Gi") });
     spec
@@ -133,25 +134,29 @@ async fn a_sandbox_shows_its_placeholder_job_and_its_pod() {
     let container = &spec.containers[0];
     assert_eq!((container.name.as_str(), container.image.as_str()), ("main", "python:3.11"));
     assert_eq!(container.command, ["/bin/sh"]);
-    assert_eq!(container.requests, HashMap::from([("cpu".to_owned(), "1500m".to_owned()), ("memory".to_owned(), "512Mi".to_owned())]));
+    assert_eq!(
+        container.requests,
+        HashMap::from([("cpu".to_owned(), "1500m".to_owned()), ("memory".to_owned(), "512Mi".to_owned())])
+    );
     assert_eq!(container.limits["memory"], "1Gi");
     assert_eq!(status.phase, "Running");
     let conditions: Vec<(&str, &str)> =
         status.conditions.iter().map(|condition| (condition.r#type.as_str(), condition.status.as_str())).collect();
-    assert_eq!(conditions, [("Initialized", "True"), ("Ready", "True"), ("ContainersReady", "True"), ("PodScheduled", "True")]);
+    assert_eq!(
+        conditions,
+        [("Initialized", "True"), ("Ready", "True"), ("ContainersReady", "True"), ("PodScheduled", "True")]
+    );
     assert!(status.start_time.is_some());
     let container_status = &status.container_statuses[0];
     assert!(container_status.ready);
-    assert!(matches!(
-        container_status.state.as_ref().unwrap().state,
-        Some(emu::container_state::State::Running(_))
-    ));
+    assert!(matches!(container_status.state.as_ref().unwrap().state, Some(emu::container_state::State::Running(_))));
     let origin = pod.origin.clone().unwrap();
     assert_eq!(emu::PodOriginKind::try_from(origin.kind).unwrap(), emu::PodOriginKind::Sandbox);
     assert_eq!((origin.sandbox_id.as_str(), origin.placeholder_job_id), (id.as_str(), Some(job.job_id)));
 
     // Field selectors, namespaces and the other Pods of the cluster.
-    let by_node = emu::ListPodsRequest { field_selector: format!("spec.nodeName={}", spec.node_name), ..Default::default() };
+    let by_node =
+        emu::ListPodsRequest { field_selector: format!("spec.nodeName={}", spec.node_name), ..Default::default() };
     let on_node = client.list_pods(by_node).await.unwrap().into_inner().pods;
     assert!(on_node.iter().any(|pod| pod.metadata.as_ref().unwrap().name == slurm_node), "the slurmd Pod is there too");
     let slurmd = pods_with(&mut client, "app.kubernetes.io/name in (slurmd)").await;
@@ -163,7 +168,10 @@ async fn a_sandbox_shows_its_placeholder_job_and_its_pod() {
 
     // The Node carries the lock taint and counts the Pod's requests.
     let nodes = client
-        .list_nodes(emu::ListNodesRequest { field_selector: format!("metadata.name={}", spec.node_name), ..Default::default() })
+        .list_nodes(emu::ListNodesRequest {
+            field_selector: format!("metadata.name={}", spec.node_name),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()
@@ -208,17 +216,16 @@ async fn scancel_leaves_the_job_completing_in_the_queue_until_the_pod_is_gone() 
     advance_by(&mut client, 2).await;
     let job_id = jobs(&mut client, emu::ListJobsRequest::default()).await[0].job_id;
 
-    let cancelled = client
-        .cancel_job(emu::CancelJobRequest { job_id, uid: Some(1001) })
-        .await
-        .unwrap()
-        .into_inner()
-        .job
-        .unwrap();
+    let cancelled =
+        client.cancel_job(emu::CancelJobRequest { job_id, uid: Some(1001) }).await.unwrap().into_inner().job.unwrap();
     assert_eq!(source(&cancelled), emu::JobSource::Queue);
     assert_eq!(state(&cancelled), emu::JobState::Cancelled);
     assert!(cancelled.completing, "CANCELLED|COMPLETING while the Pod terminates");
-    let accounting = jobs(&mut client, emu::ListJobsRequest { source: emu::JobSource::Accounting as i32, job_ids: vec![job_id], ..Default::default() }).await;
+    let accounting = jobs(
+        &mut client,
+        emu::ListJobsRequest { source: emu::JobSource::Accounting as i32, job_ids: vec![job_id], ..Default::default() },
+    )
+    .await;
     assert_eq!(accounting.len(), 1);
     assert_eq!(state(&accounting[0]), emu::JobState::Cancelled);
     assert!(!accounting[0].completing, "accounting never shows COMPLETING");
@@ -320,7 +327,11 @@ async fn apply_values_behaves_like_helm_upgrade_and_names_bad_keys() {
         .await
         .unwrap_err();
     assert_eq!(misspelt.code(), Code::InvalidArgument);
-    assert!(misspelt.message().starts_with("yaml.slurmConfig.KillWiat: unknown field `KillWiat`"), "{}", misspelt.message());
+    assert!(
+        misspelt.message().starts_with("yaml.slurmConfig.KillWiat: unknown field `KillWiat`"),
+        "{}",
+        misspelt.message()
+    );
     assert_eq!(details(&misspelt).bad_request().unwrap().field_violations[0].field, "yaml.slurmConfig.KillWiat");
     let wrong_type = client
         .apply_values(emu::ApplyValuesRequest {
@@ -402,7 +413,8 @@ async fn batch_jobs_nodes_partitions_pod_deletion_and_reset() {
     let Frozen { emulator, info, mut client, mut sandboxes, .. } = frozen(start().await).await;
 
     let partitions = client.list_partitions(emu::ListPartitionsRequest {}).await.unwrap().into_inner().partitions;
-    let names: Vec<(&str, bool)> = partitions.iter().map(|partition| (partition.name.as_str(), partition.default)).collect();
+    let names: Vec<(&str, bool)> =
+        partitions.iter().map(|partition| (partition.name.as_str(), partition.default)).collect();
     assert_eq!(names, [("cpu", true), ("hpc-prod", false), ("sandboxes", false)]);
     assert_eq!(partitions[0].nodes.len(), 4);
     assert_eq!(partitions[0].total_cpus, 64);
@@ -462,9 +474,11 @@ async fn batch_jobs_nodes_partitions_pod_deletion_and_reset() {
     assert_eq!(reason(&unknown_node), "CWSANDBOX_NODE_NOT_FOUND");
 
     // kubectl delete pod on a sandbox Pod: Terminating for its grace, the sandbox with it.
-    let created = sandboxes.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap().into_inner();
+    let created =
+        sandboxes.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap().into_inner();
     advance_by(&mut client, 2).await;
-    let pod = pods_with(&mut client, &format!("sandbox.coreweave.com/sandbox-id={}", created.sandbox_id)).await.remove(0);
+    let pod =
+        pods_with(&mut client, &format!("sandbox.coreweave.com/sandbox-id={}", created.sandbox_id)).await.remove(0);
     let metadata = pod.metadata.unwrap();
     let deleted = client
         .delete_pod(emu::DeletePodRequest {
@@ -479,11 +493,16 @@ async fn batch_jobs_nodes_partitions_pod_deletion_and_reset() {
         .unwrap();
     assert_eq!(deleted.metadata.unwrap().deletion_grace_period_seconds, Some(5));
     let missing = client
-        .delete_pod(emu::DeletePodRequest { namespace: "default".to_owned(), name: "nope".to_owned(), grace_period_seconds: None })
+        .delete_pod(emu::DeletePodRequest {
+            namespace: "default".to_owned(),
+            name: "nope".to_owned(),
+            grace_period_seconds: None,
+        })
         .await
         .unwrap_err();
     assert_eq!((missing.code(), reason(&missing).as_str()), (Code::NotFound, "CWSANDBOX_POD_NOT_FOUND"));
-    let namespaces = client.list_namespaces(emu::ListNamespacesRequest::default()).await.unwrap().into_inner().namespaces;
+    let namespaces =
+        client.list_namespaces(emu::ListNamespacesRequest::default()).await.unwrap().into_inner().namespaces;
     assert!(namespaces.iter().any(|namespace| namespace.metadata.as_ref().unwrap().name == "sandbox-alice"));
 
     // Reset: the configured world again, with the clock kept.
@@ -495,7 +514,8 @@ async fn batch_jobs_nodes_partitions_pod_deletion_and_reset() {
     assert!(pods_with(&mut client, "sandbox.coreweave.com/sandbox-id").await.is_empty());
     let gone = sandboxes.get_sandbox(pb::GetSandboxRequest { sandbox_id: created.sandbox_id }).await.unwrap_err();
     assert_eq!(gone.code(), Code::NotFound);
-    let namespaces = client.list_namespaces(emu::ListNamespacesRequest::default()).await.unwrap().into_inner().namespaces;
+    let namespaces =
+        client.list_namespaces(emu::ListNamespacesRequest::default()).await.unwrap().into_inner().namespaces;
     assert!(!namespaces.iter().any(|namespace| namespace.metadata.as_ref().unwrap().name == "sandbox-alice"));
     emulator.stop().await;
 }
@@ -503,7 +523,10 @@ async fn batch_jobs_nodes_partitions_pod_deletion_and_reset() {
 #[tokio::test]
 async fn reset_stops_running_sandbox_processes_through_the_runtime() {
     let runtime = FakeRuntime::new();
-    let Frozen { emulator, info, mut client, mut sandboxes, .. } = frozen(start_with("", Some(runtime.clone() as std::sync::Arc<dyn cwsandbox_emulator::runtime::SandboxRuntime>)).await).await;
+    let Frozen { emulator, info, mut client, mut sandboxes, .. } = frozen(
+        start_with("", Some(runtime.clone() as std::sync::Arc<dyn cwsandbox_emulator::runtime::SandboxRuntime>)).await,
+    )
+    .await;
     sandboxes.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap();
     advance_by(&mut client, 2).await;
     assert_eq!(runtime.started().len(), 1);
@@ -523,7 +546,8 @@ async fn reset_stops_running_sandbox_processes_through_the_runtime() {
 #[tokio::test]
 async fn users_get_permission_denied_on_every_rpc() {
     let emulator = start().await;
-    let mut user = EmulatorServiceClient::with_interceptor(channel(&emulator).await, Bearer(emulator.info().user_token.clone()));
+    let mut user =
+        EmulatorServiceClient::with_interceptor(channel(&emulator).await, Bearer(emulator.info().user_token.clone()));
     let mut codes = Vec::new();
     macro_rules! call {
         ($method:ident, $request:expr) => {

@@ -86,8 +86,10 @@ async fn every_rpc_over_connect_json_with_curl() {
     assert_eq!(pod["metadata"]["labels"]["sandbox.coreweave.com/sandbox-id"], id.as_str());
     assert_eq!(pod["spec"]["schedulerName"], "slurm-scheduler");
     assert_eq!(pod["origin"]["placeholderJobId"], json!(job_id));
-    let (namespace, pod_name) =
-        (pod["metadata"]["namespace"].as_str().unwrap().to_owned(), pod["metadata"]["name"].as_str().unwrap().to_owned());
+    let (namespace, pod_name) = (
+        pod["metadata"]["namespace"].as_str().unwrap().to_owned(),
+        pod["metadata"]["name"].as_str().unwrap().to_owned(),
+    );
 
     let nodes = call("ListNodes", json!({"labelSelector": "sunk.coreweave.com/nodeset=cpu"})).await;
     assert_eq!(nodes["nodes"].as_array().unwrap().len(), 4);
@@ -102,7 +104,10 @@ async fn every_rpc_over_connect_json_with_curl() {
     assert_eq!(slurm_nodes["nodes"].as_array().unwrap().len(), 4);
     assert_eq!(slurm_nodes["nodes"][0]["realMemoryMb"], "65536");
     let partitions = call("ListPartitions", json!({})).await;
-    assert_eq!((&partitions["partitions"][0]["name"], &partitions["partitions"][0]["default"]), (&json!("cpu"), &json!(true)));
+    assert_eq!(
+        (&partitions["partitions"][0]["name"], &partitions["partitions"][0]["default"]),
+        (&json!("cpu"), &json!(true))
+    );
 
     let values = call("GetValues", json!({})).await;
     assert!(values["yaml"].as_str().unwrap().contains("KillWait: 60"));

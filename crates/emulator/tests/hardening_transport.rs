@@ -80,11 +80,8 @@ fn envelope(message: &[u8]) -> Vec<u8> {
 /// The `grpc-status` and `grpc-message` of a header or trailer block.
 fn grpc_status(headers: &http::HeaderMap) -> Option<(Code, String)> {
     let code = headers.get("grpc-status")?.to_str().ok()?.parse::<i32>().ok()?;
-    let message = headers
-        .get("grpc-message")
-        .and_then(|value| value.to_str().ok())
-        .map(percent_decode)
-        .unwrap_or_default();
+    let message =
+        headers.get("grpc-message").and_then(|value| value.to_str().ok()).map(percent_decode).unwrap_or_default();
     Some((Code::from(code), message))
 }
 
@@ -253,7 +250,8 @@ async fn malformed_protobuf_is_invalid_argument_naming_the_field_on_every_protoc
             assert_eq!(answer.code, Code::InvalidArgument, "{protocol:?} health: {answer:?}");
         }
         // Bytes that end inside a length-delimited field.
-        let answer = call(&info.base_url, protocol, &rpc("GetSandbox"), Some(&info.user_token), &[0x0a, 0x05, b'a']).await;
+        let answer =
+            call(&info.base_url, protocol, &rpc("GetSandbox"), Some(&info.user_token), &[0x0a, 0x05, b'a']).await;
         assert_eq!(answer.code, Code::InvalidArgument, "{protocol:?}: {answer:?}");
     }
 }
@@ -327,9 +325,8 @@ fn violation(error: &serde_json::Value) -> Option<(String, String)> {
     let details = error["details"].as_array()?;
     let bad_request = details.iter().find(|detail| detail["type"] == "google.rpc.BadRequest")?;
     let encoded = bad_request["value"].as_str()?;
-    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
-        .decode(encoded.trim_end_matches('='))
-        .expect("base64 detail");
+    let bytes =
+        base64::engine::general_purpose::STANDARD_NO_PAD.decode(encoded.trim_end_matches('=')).expect("base64 detail");
     let decoded = tonic_types::pb::BadRequest::decode(&bytes[..]).expect("BadRequest");
     decoded.field_violations.first().map(|violation| (violation.field.clone(), violation.description.clone()))
 }
@@ -340,7 +337,11 @@ async fn connect_json_errors_name_the_json_path() {
     let info = emulator.info().clone();
     let cases: &[(&str, &[u8], &str)] = &[
         // A wrong type deep inside.
-        ("CreateSandbox", br#"{"sandbox": {"spec": {"containers": [{"name": "a"}, {"name": 5}]}}}"#, "sandbox.spec.containers[1].name"),
+        (
+            "CreateSandbox",
+            br#"{"sandbox": {"spec": {"containers": [{"name": "a"}, {"name": 5}]}}}"#,
+            "sandbox.spec.containers[1].name",
+        ),
         // A number too large for an int32.
         ("DeleteSandbox", br#"{"sandboxId": "x", "gracePeriodSeconds": 99999999999999999999}"#, "gracePeriodSeconds"),
         // A wrong type in a list.
@@ -381,7 +382,8 @@ impl SandboxRuntime for Spew {
     fn exec(&self, target: Target, spec: ExecSpec) -> BoxFuture<'_, Result<ExecSession, RuntimeError>> {
         if spec.command == ["hang"] {
             // A command that never ends and never prints.
-            let session = ExecSession { input: tokio::sync::mpsc::channel(4).0, output: futures::stream::pending().boxed() };
+            let session =
+                ExecSession { input: tokio::sync::mpsc::channel(4).0, output: futures::stream::pending().boxed() };
             return futures::future::ready(Ok(session)).boxed();
         }
         let Some(size) = (spec.command.len() == 2 && spec.command[0] == "spew")
@@ -400,7 +402,11 @@ impl SandboxRuntime for Spew {
     fn read_file(&self, target: Target, path: String, max_bytes: u64) -> BoxFuture<'_, Result<Bytes, RuntimeError>> {
         self.0.read_file(target, path, max_bytes)
     }
-    fn logs(&self, target: Target, request: LogRequest) -> BoxFuture<'_, Result<BoxStream<'static, LogEvent>, RuntimeError>> {
+    fn logs(
+        &self,
+        target: Target,
+        request: LogRequest,
+    ) -> BoxFuture<'_, Result<BoxStream<'static, LogEvent>, RuntimeError>> {
         self.0.logs(target, request)
     }
     fn exits(&self) -> BoxStream<'static, MainExit> {
@@ -434,7 +440,11 @@ async fn exec_output_beyond_the_message_limit_is_resource_exhausted_on_every_pro
     };
     for protocol in [Protocol::Grpc, Protocol::GrpcWeb, Protocol::ConnectProto, Protocol::ConnectJson] {
         let encode = |request: &pb::ExecRequest| {
-            if protocol == Protocol::ConnectJson { serde_json::to_vec(request).unwrap() } else { request.encode_to_vec() }
+            if protocol == Protocol::ConnectJson {
+                serde_json::to_vec(request).unwrap()
+            } else {
+                request.encode_to_vec()
+            }
         };
         // Within the limit, and beyond it with the default cap (truncated to fit).
         for request in [exec(1000, 0), exec(10_000, 0)] {
@@ -463,7 +473,11 @@ async fn a_unary_call_ends_at_its_own_deadline_on_every_protocol() {
     let mut client = sandboxes(&emulator, &info.user_token).await;
     let created = client.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap().into_inner();
     advance(&emulator, Duration::from_secs(2));
-    let request = pb::ExecRequest { sandbox_id: created.sandbox_id.clone(), command: vec!["hang".to_owned()], ..Default::default() };
+    let request = pb::ExecRequest {
+        sandbox_id: created.sandbox_id.clone(),
+        command: vec!["hang".to_owned()],
+        ..Default::default()
+    };
     for protocol in [Protocol::Grpc, Protocol::GrpcWeb, Protocol::ConnectProto, Protocol::ConnectJson] {
         let (body, deadline) = match protocol {
             Protocol::Grpc | Protocol::GrpcWeb => (envelope(&request.encode_to_vec()), ("grpc-timeout", "200m")),
@@ -581,7 +595,11 @@ async fn random_and_mutated_requests_never_fail_the_server_or_change_state() {
     let before = client.list_sandboxes(pb::ListSandboxesRequest::default()).await.unwrap().into_inner();
 
     let valid: Vec<(&str, Vec<u8>, serde_json::Value)> = vec![
-        ("GetSandbox", pb::GetSandboxRequest { sandbox_id: "nope".to_owned() }.encode_to_vec(), serde_json::json!({"sandboxId": "nope"})),
+        (
+            "GetSandbox",
+            pb::GetSandboxRequest { sandbox_id: "nope".to_owned() }.encode_to_vec(),
+            serde_json::json!({"sandboxId": "nope"}),
+        ),
         (
             "ListSandboxes",
             pb::ListSandboxesRequest { tags: vec!["a".to_owned()], page_size: 2, ..Default::default() }.encode_to_vec(),
@@ -601,16 +619,36 @@ async fn random_and_mutated_requests_never_fail_the_server_or_change_state() {
         ),
         (
             "WriteFile",
-            pb::WriteFileRequest { sandbox_id: "nope".to_owned(), path: "/a".to_owned(), content: b"x".to_vec(), ..Default::default() }
-                .encode_to_vec(),
+            pb::WriteFileRequest {
+                sandbox_id: "nope".to_owned(),
+                path: "/a".to_owned(),
+                content: b"x".to_vec(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
             serde_json::json!({"sandboxId": "nope", "path": "/a", "content": "eA=="}),
         ),
         // Random bytes only: a mutation of a valid create could legitimately create.
         ("CreateSandbox", Vec::new(), serde_json::json!({})),
     ];
     let keys = [
-        "sandboxId", "sandbox_id", "tags", "pageSize", "pageToken", "command", "env", "maxOutputBytes", "path",
-        "content", "gracePeriodSeconds", "sandbox", "spec", "containers", "name", "image", "state",
+        "sandboxId",
+        "sandbox_id",
+        "tags",
+        "pageSize",
+        "pageToken",
+        "command",
+        "env",
+        "maxOutputBytes",
+        "path",
+        "content",
+        "gracePeriodSeconds",
+        "sandbox",
+        "spec",
+        "containers",
+        "name",
+        "image",
+        "state",
     ];
     let seed = std::env::var("FUZZ_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or(0x5eed_2026_u64);
     let rounds: usize = std::env::var("FUZZ_ROUNDS").ok().and_then(|rounds| rounds.parse().ok()).unwrap_or(800);
@@ -734,7 +772,8 @@ async fn an_idle_http2_connection_is_closed_and_a_stalled_body_is_refused() {
             .await
             .unwrap();
     tokio::spawn(connection);
-    let (mut body_sender, body) = futures::channel::mpsc::channel::<Result<hyper::body::Frame<Bytes>, std::io::Error>>(4);
+    let (mut body_sender, body) =
+        futures::channel::mpsc::channel::<Result<hyper::body::Frame<Bytes>, std::io::Error>>(4);
     let mut framed = envelope(&pb::GetSandboxRequest { sandbox_id: "abc".to_owned() }.encode_to_vec());
     framed.truncate(6);
     use futures::SinkExt;
@@ -766,7 +805,8 @@ async fn connections_beyond_the_cap_are_closed_and_clients_get_in_once_others_le
         stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\n").await.unwrap();
         use tokio::io::AsyncReadExt;
         let mut buffer = [0u8; 256];
-        let read = tokio::time::timeout(HANG, stream.read(&mut buffer)).await.expect("the first request is answered").unwrap();
+        let read =
+            tokio::time::timeout(HANG, stream.read(&mut buffer)).await.expect("the first request is answered").unwrap();
         assert!(String::from_utf8_lossy(&buffer[..read]).starts_with("HTTP/1.1 200"));
         stalled.push(stream);
     }
@@ -835,9 +875,14 @@ async fn request_size_decoded_size_and_memory_are_bounded_on_every_protocol() {
         assert_eq!(answer.code, Code::ResourceExhausted, "{protocol:?}: {answer:?}");
         assert!(answer.message.contains("65536"), "{protocol:?}: {answer:?}");
         // Small on the wire (4 KiB) and megabytes once decoded: refused before decoding.
-        let answer =
-            call(&info.base_url, protocol, &rpc("CreateSandbox"), Some(&info.user_token), &encode(&with_containers(2000)))
-                .await;
+        let answer = call(
+            &info.base_url,
+            protocol,
+            &rpc("CreateSandbox"),
+            Some(&info.user_token),
+            &encode(&with_containers(2000)),
+        )
+        .await;
         assert_eq!(answer.code, Code::ResourceExhausted, "{protocol:?}: {answer:?}");
         assert!(answer.message.contains("decoded") && answer.message.contains("2097152"), "{protocol:?}: {answer:?}");
         // Within both limits, but more than the whole memory budget.
@@ -856,7 +901,8 @@ async fn request_size_decoded_size_and_memory_are_bounded_on_every_protocol() {
         // Requests that fit, one after another, far more than the budget in total: every
         // reservation is given back.
         for _ in 0..20 {
-            let answer = call(&info.base_url, protocol, &list, Some(&info.user_token), &encode(&with_tags(5_000))).await;
+            let answer =
+                call(&info.base_url, protocol, &list, Some(&info.user_token), &encode(&with_tags(5_000))).await;
             assert_eq!(answer.code, Code::Ok, "{protocol:?}: {answer:?}");
         }
     }
@@ -928,8 +974,8 @@ fn peak_rss(pid: u32) -> u64 {
 async fn hostile_requests_stay_within_the_memory_bound() {
     const MIB: u64 = 1 << 20;
     const MEMORY_BOUND: u64 = 128 * MIB;
-    let binary = std::env::var("CWSANDBOX_EMULATOR_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_cwsandbox-emulator").to_owned());
+    let binary =
+        std::env::var("CWSANDBOX_EMULATOR_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_cwsandbox-emulator").to_owned());
     // Built as bytes: the decoded forms would take the test itself gigabytes.
     let strings = |count: usize| empty_elements(&[3], count);
     let hostile = Arc::new(strings(16 << 20));
@@ -941,11 +987,32 @@ async fn hostile_requests_stay_within_the_memory_bound() {
     let cases: Vec<Case> = vec![
         ("32 MiB of empty strings, no token", "ListSandboxes", Arc::clone(&hostile), 1, false, Code::Unauthenticated),
         ("four of them at once, no token", "ListSandboxes", Arc::clone(&hostile), 4, false, Code::Unauthenticated),
-        ("32 MiB of empty strings, with the token", "ListSandboxes", Arc::clone(&hostile), 1, true, Code::ResourceExhausted),
-        ("4 MiB of empty strings, with the token", "ListSandboxes", Arc::new(strings((4 << 20) / 2 - 8)), 1, true, Code::ResourceExhausted),
+        (
+            "32 MiB of empty strings, with the token",
+            "ListSandboxes",
+            Arc::clone(&hostile),
+            1,
+            true,
+            Code::ResourceExhausted,
+        ),
+        (
+            "4 MiB of empty strings, with the token",
+            "ListSandboxes",
+            Arc::new(strings((4 << 20) / 2 - 8)),
+            1,
+            true,
+            Code::ResourceExhausted,
+        ),
         ("4 MiB of empty containers, with the token", "CreateSandbox", containers, 1, true, Code::ResourceExhausted),
         // The largest list of empty strings the default decoded limit (64 MiB) admits.
-        ("2.5 MiB of empty strings (about 60 MiB decoded), with the token", "ListSandboxes", Arc::new(strings((60 << 20) / 48)), 1, true, Code::Ok),
+        (
+            "2.5 MiB of empty strings (about 60 MiB decoded), with the token",
+            "ListSandboxes",
+            Arc::new(strings((60 << 20) / 48)),
+            1,
+            true,
+            Code::Ok,
+        ),
     ];
     let mut report = String::new();
     let mut failures = Vec::new();
@@ -970,8 +1037,10 @@ async fn hostile_requests_stay_within_the_memory_bound() {
         }))
         .await;
         let growth = peak_rss(ready.pid).saturating_sub(before);
-        let codes: Vec<String> =
-            answers.iter().map(|answer| answer.as_ref().map_or("transport error".to_owned(), |code| format!("{code:?}"))).collect();
+        let codes: Vec<String> = answers
+            .iter()
+            .map(|answer| answer.as_ref().map_or("transport error".to_owned(), |code| format!("{code:?}")))
+            .collect();
         let line = format!("{what}: peak RSS +{} MiB, {codes:?}\n", growth / MIB);
         eprint!("{line}");
         report.push_str(&line);
@@ -1013,7 +1082,10 @@ async fn the_transport_flags_of_the_binary_take_effect() {
     assert!(stopped.is_ok(), "{stopped:?}");
 
     for (flag, value) in [("--idle-timeout", "0"), ("--body-read-timeout", "soon"), ("--max-connections", "0")] {
-        let output = std::process::Command::new(binary).args(["serve", "--listen", "127.0.0.1:0", flag, value]).output().unwrap();
+        let output = std::process::Command::new(binary)
+            .args(["serve", "--listen", "127.0.0.1:0", flag, value])
+            .output()
+            .unwrap();
         assert_eq!(output.status.code(), Some(2), "{flag} {value}");
         let text = String::from_utf8_lossy(&output.stderr);
         assert!(text.contains(flag), "{flag} {value}: {text}");

@@ -190,7 +190,10 @@ async fn guide_step_1_inspection_reads_true_on_sunk_8() {
     // 1.3: KillWait from the scheduler's arguments.
     let args = yq_list(&kube.sh(GUIDE_1_3).await);
     assert!(args.contains(&"--slurm-kill-wait=60s".to_owned()), "{args:?}");
-    assert!(!args.iter().any(|arg| arg.starts_with("--scheduler-name")), "8.x reads its name from the ConfigMap: {args:?}");
+    assert!(
+        !args.iter().any(|arg| arg.starts_with("--scheduler-name")),
+        "8.x reads its name from the ConfigMap: {args:?}"
+    );
 
     // 1.4: after `helm upgrade` with a new KillWait the same command reports it.
     kube.set_values(|values| values.slurm_config.kill_wait = 330);
@@ -223,9 +226,8 @@ async fn guide_step_1_inspection_reads_true_on_sunk_7() {
     let args = yq_list(&kube.sh(GUIDE_1_3).await);
     assert!(args.contains(&"--scheduler-name=slurm-scheduler".to_owned()), "{args:?}");
     assert!(args.contains(&"--slurm-kill-wait=30s".to_owned()), "{args:?}");
-    let output = kube
-        .kubectl(&["get", "configmap", "-n", "tenant-slurm", "-l", "app.kubernetes.io/component=scheduler"])
-        .await;
+    let output =
+        kube.kubectl(&["get", "configmap", "-n", "tenant-slurm", "-l", "app.kubernetes.io/component=scheduler"]).await;
     assert!(output.status.success());
     assert_eq!(String::from_utf8_lossy(&output.stderr).trim(), "No resources found in tenant-slurm namespace.");
 
@@ -291,10 +293,14 @@ async fn sandbox_pod_tables_pending_running_and_out_of_cpu() {
     assert_eq!(field("Status"), "Failed", "{describe}");
     assert_eq!(field("Reason"), "OutOfcpu", "{describe}");
     assert!(
-        field("Message").starts_with("Pod was rejected: Node didn't have enough resource: cpu, requested: 1000, used: "),
+        field("Message")
+            .starts_with("Pod was rejected: Node didn't have enough resource: cpu, requested: 1000, used: "),
         "{describe}"
     );
-    assert_eq!(field("Node"), format!("{}/", kube.ok(&["get", "pod", "-n", namespace, &second_pod, "-o", "jsonpath={.spec.nodeName}"]).await));
+    assert_eq!(
+        field("Node"),
+        format!("{}/", kube.ok(&["get", "pod", "-n", namespace, &second_pod, "-o", "jsonpath={.spec.nodeName}"]).await)
+    );
     assert!(describe.contains("Warning  OutOfcpu"), "{describe}");
     let events = kube.ok(&["get", "events", "-n", namespace, "--field-selector", "reason=OutOfcpu"]).await;
     let lines: Vec<&str> = events.lines().collect();
@@ -321,13 +327,28 @@ async fn selectors_reach_the_simulation() {
     let names = |output: String| output.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
     let jsonpath = "jsonpath={.items[*].metadata.name}";
 
-    let set_based = kube.ok(&["get", "pods", "-A", "-l", "app.kubernetes.io/name in (sunk-scheduler, nothing)", "-o", jsonpath]).await;
+    let set_based = kube
+        .ok(&["get", "pods", "-A", "-l", "app.kubernetes.io/name in (sunk-scheduler, nothing)", "-o", jsonpath])
+        .await;
     assert_eq!(names(set_based).len(), 1);
-    let not_sandboxes = names(kube.ok(&["get", "pods", "-A", "-l", "!sandbox.coreweave.com/sandbox-id", "-o", jsonpath]).await);
+    let not_sandboxes =
+        names(kube.ok(&["get", "pods", "-A", "-l", "!sandbox.coreweave.com/sandbox-id", "-o", jsonpath]).await);
     assert_eq!(not_sandboxes.len(), 5, "four slurmd Pods and the scheduler: {not_sandboxes:?}");
-    let on_node = names(kube.ok(&["get", "pods", "-A", "--field-selector", "spec.nodeName=node-cpu-0", "-o", jsonpath]).await);
+    let on_node =
+        names(kube.ok(&["get", "pods", "-A", "--field-selector", "spec.nodeName=node-cpu-0", "-o", jsonpath]).await);
     assert_eq!(on_node, vec!["slurm-cpu-0"]);
-    let running = names(kube.ok(&["get", "pods", "-A", "--field-selector", "status.phase=Running,metadata.namespace=tenant-slurm", "-o", jsonpath]).await);
+    let running = names(
+        kube.ok(&[
+            "get",
+            "pods",
+            "-A",
+            "--field-selector",
+            "status.phase=Running,metadata.namespace=tenant-slurm",
+            "-o",
+            jsonpath,
+        ])
+        .await,
+    );
     assert_eq!(running.len(), 5, "{running:?}");
     let nodes = names(kube.ok(&["get", "nodes", "-l", "node-role.kubernetes.io/control-plane", "-o", jsonpath]).await);
     assert_eq!(nodes, vec!["node-system-0"]);
@@ -366,7 +387,11 @@ async fn watch_follows_a_sandbox_pod_and_delete_tears_it_down() {
     let mut event_lines = BufReader::new(events_watch.stdout.take().expect("stdout")).lines();
     let mut lines = BufReader::new(watch.stdout.take().expect("stdout")).lines();
     let mut next_line = async || {
-        tokio::time::timeout(WATCH_GUARD, lines.next_line()).await.expect("watch output").expect("read").expect("a line")
+        tokio::time::timeout(WATCH_GUARD, lines.next_line())
+            .await
+            .expect("watch output")
+            .expect("read")
+            .expect("a line")
     };
 
     // The namespace is empty until the first sandbox; kubectl's list prints nothing, the watch is open.
@@ -377,7 +402,8 @@ async fn watch_follows_a_sandbox_pod_and_delete_tears_it_down() {
     assert_eq!(words, vec!["ADDED", pod.as_str(), "0/1", "Pending", "0", "0s"], "{added}");
 
     // The SUNK scheduler's Event about the placeholder job reaches the Events watch.
-    let event = tokio::time::timeout(WATCH_GUARD, event_lines.next_line()).await.expect("event").expect("read").expect("line");
+    let event =
+        tokio::time::timeout(WATCH_GUARD, event_lines.next_line()).await.expect("event").expect("read").expect("line");
     let words: Vec<&str> = event.split_whitespace().collect();
     assert_eq!(&words[..4], &["0s", "Normal", "Submitted", &format!("pod/{pod}")], "{event}");
     let _ = events_watch.kill().await;
@@ -412,7 +438,10 @@ async fn watch_follows_a_sandbox_pod_and_delete_tears_it_down() {
 
     let gone = kube.kubectl(&["get", "pod", "-n", namespace, &pod]).await;
     assert!(!gone.status.success());
-    assert_eq!(String::from_utf8_lossy(&gone.stderr).trim(), format!("Error from server (NotFound): pods \"{pod}\" not found"));
+    assert_eq!(
+        String::from_utf8_lossy(&gone.stderr).trim(),
+        format!("Error from server (NotFound): pods \"{pod}\" not found")
+    );
 
     // The same teardown as DeleteSandbox: the sandbox is no longer running.
     let info = kube.emulator.info();
@@ -480,7 +509,9 @@ async fn refusals_read_as_the_api_server_writes_them() {
         "Error from server (MethodNotAllowed): the server does not allow this method on the requested resource"
     );
     // Query parameters are checked the same way on every path, naming the parameter.
-    for path in ["/api/v1/pods?includeObject=Bogus", "/api/v1/namespaces/default/pods/nope?watch=true&includeObject=Bogus"] {
+    for path in
+        ["/api/v1/pods?includeObject=Bogus", "/api/v1/namespaces/default/pods/nope?watch=true&includeObject=Bogus"]
+    {
         assert_eq!(
             stderr(kube.kubectl(&["get", "--raw", path]).await),
             "Error from server (BadRequest): invalid includeObject \"Bogus\"",
@@ -502,7 +533,9 @@ async fn refusals_read_as_the_api_server_writes_them() {
     let user_token = kube.emulator.info().user_token.clone();
     let forbidden = stderr(kube.kubectl(&["get", "pods", "-n", "default", "--token", &user_token]).await);
     assert!(
-        forbidden.starts_with("Error from server (Forbidden): pods is forbidden: User \"alice\" cannot list resource \"pods\""),
+        forbidden.starts_with(
+            "Error from server (Forbidden): pods is forbidden: User \"alice\" cannot list resource \"pods\""
+        ),
         "{forbidden}"
     );
 

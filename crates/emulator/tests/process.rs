@@ -152,8 +152,11 @@ impl Serve {
         for (name, value) in env {
             command.env(name, value);
         }
-        let mut child =
-            command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn()?;
+        let mut child = command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
         let (sender, lines) = std::sync::mpsc::channel();
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
@@ -200,7 +203,8 @@ impl Serve {
     }
 
     fn wait_ready(&mut self) -> bool {
-        self.wait_for(|line| matches!(line, Line::Out(text) if text == cwsandbox_testkit::emulator::READY_LINE)).is_some()
+        self.wait_for(|line| matches!(line, Line::Out(text) if text == cwsandbox_testkit::emulator::READY_LINE))
+            .is_some()
     }
 
     fn output(&self) -> String {
@@ -213,7 +217,10 @@ impl Serve {
         let _ = self.child.kill();
         let _ = self.child.wait();
         for process in descendants.iter().filter(|process| process.is_alive()) {
-            let _ = Command::new("kill").args(["-KILL", &process.pid.to_string()]).stderr(std::process::Stdio::null()).status();
+            let _ = Command::new("kill")
+                .args(["-KILL", &process.pid.to_string()])
+                .stderr(std::process::Stdio::null())
+                .status();
         }
     }
 }
@@ -261,8 +268,11 @@ fn running_sandbox(ready: &Path) -> anyhow::Result<String> {
     let emulator = "coreweave.sandbox.emulator.v1.EmulatorService";
     post(&text("admin_token"), &format!("{emulator}/FreezeClock"), serde_json::json!({}))?;
     post(&text("admin_token"), &format!("{emulator}/AdvanceClock"), serde_json::json!({"duration": "2s"}))?;
-    let sandbox =
-        post(&text("user_token"), "coreweave.sandbox.v1.SandboxService/GetSandbox", serde_json::json!({"sandboxId": id}))?;
+    let sandbox = post(
+        &text("user_token"),
+        "coreweave.sandbox.v1.SandboxService/GetSandbox",
+        serde_json::json!({"sandboxId": id}),
+    )?;
     anyhow::ensure!(sandbox["status"]["state"] == "STATE_RUNNING", "{sandbox}");
     Ok(id)
 }
@@ -351,7 +361,9 @@ fn the_default_sandbox_root_of_a_dead_emulator_is_removed_at_the_next_start() ->
     assert!(serve.wait_ready(), "{}", serve.output());
     assert!(!stale.exists(), "{}", serve.output());
     assert!(other.exists());
-    assert!(temp.path().join(format!("cwsandbox-emulator-{}", serve.child.id())).join(".cwsandbox-emulator.lock").exists());
+    assert!(
+        temp.path().join(format!("cwsandbox-emulator-{}", serve.child.id())).join(".cwsandbox-emulator.lock").exists()
+    );
     Ok(())
 }
 

@@ -28,15 +28,14 @@ use std::os::fd::RawFd;
 
 use libc::{c_char, c_int, pid_t};
 
-use crate::sys::{
-    block_all_signals, close_fds_except, control_signalfd, drop_privileges, errno, exit,
-    exit_code_of, format_decimal, mount, next_signal, next_signal_timeout, peer_gone,
-    pipe_cloexec, pivot_root_here, raw_fork, rearm_parent_death_signal, remount_read_only,
-    reset_signal_dispositions, set_name, set_not_dumpable, set_parent_death_signal,
-    unblock_all_signals, write_all,
-};
 #[cfg(test)]
 use crate::sys::parse_decimal;
+use crate::sys::{
+    block_all_signals, close_fds_except, control_signalfd, drop_privileges, errno, exit, exit_code_of, format_decimal,
+    mount, next_signal, next_signal_timeout, peer_gone, pipe_cloexec, pivot_root_here, raw_fork,
+    rearm_parent_death_signal, remount_read_only, reset_signal_dispositions, set_name, set_not_dumpable,
+    set_parent_death_signal, unblock_all_signals, write_all,
+};
 
 /// One step of sandbox setup, reported back to the emulator when it fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -208,22 +207,9 @@ unsafe impl Send for Program {}
 unsafe impl Sync for Program {}
 
 impl Program {
-    pub(crate) fn new(
-        candidates: Vec<CString>,
-        argv: Vec<CString>,
-        envp: Vec<CString>,
-        display: &str,
-    ) -> Program {
-        let argv_ptrs = argv
-            .iter()
-            .map(|arg| arg.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect();
-        let envp_ptrs = envp
-            .iter()
-            .map(|var| var.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect();
+    pub(crate) fn new(candidates: Vec<CString>, argv: Vec<CString>, envp: Vec<CString>, display: &str) -> Program {
+        let argv_ptrs = argv.iter().map(|arg| arg.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        let envp_ptrs = envp.iter().map(|var| var.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
         Program {
             candidates,
             _argv: argv,
@@ -362,10 +348,8 @@ pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
                 Ok(()) | Err(libc::ENOENT) => {}
                 Err(error) => return Err((Stage::SetGroups, error)),
             }
-            write_proc_file(c"/proc/self/gid_map", gid_map.to_bytes())
-                .map_err(|error| (Stage::GidMap, error))?;
-            write_proc_file(c"/proc/self/uid_map", uid_map.to_bytes())
-                .map_err(|error| (Stage::UidMap, error))?;
+            write_proc_file(c"/proc/self/gid_map", gid_map.to_bytes()).map_err(|error| (Stage::GidMap, error))?;
+            write_proc_file(c"/proc/self/uid_map", uid_map.to_bytes()).map_err(|error| (Stage::UidMap, error))?;
         }
         (Some(IdMap::Range { .. }), Some((pid, sync))) => {
             write_all(sync, b"m");
@@ -388,11 +372,9 @@ pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
         return Err((Stage::Hostname, errno()));
     }
     // Without this, our mounts could propagate back to the host's mount table.
-    mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
-        .map_err(|error| (Stage::MountPrivate, error))?;
+    mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None).map_err(|error| (Stage::MountPrivate, error))?;
     // pivot_root needs the new root to be a mount point.
-    mount(Some(&plan.rootfs), &plan.rootfs, None, libc::MS_BIND, None)
-        .map_err(|error| (Stage::MountRoot, error))?;
+    mount(Some(&plan.rootfs), &plan.rootfs, None, libc::MS_BIND, None).map_err(|error| (Stage::MountRoot, error))?;
     for bind in &plan.binds {
         mount(Some(&bind.source), &bind.target, None, libc::MS_BIND | libc::MS_REC, None)
             .map_err(|error| (Stage::MountHost, error))?;
@@ -416,14 +398,8 @@ pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
 /// Mounts a procfs that shows the caller's pid namespace at `<rootfs>/proc` (the caller
 /// must be inside it), with `/proc/sys` read-only, then pivots into the root.
 fn enter_root(ns: &NsPlan) -> Result<(), (Stage, c_int)> {
-    mount(
-        Some(c"proc"),
-        &ns.proc_dir,
-        Some(c"proc"),
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        None,
-    )
-    .map_err(|error| (Stage::MountProc, error))?;
+    mount(Some(c"proc"), &ns.proc_dir, Some(c"proc"), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, None)
+        .map_err(|error| (Stage::MountProc, error))?;
     mount(Some(&ns.proc_sys), &ns.proc_sys, None, libc::MS_BIND, None)
         .and_then(|()| remount_read_only(&ns.proc_sys))
         .map_err(|error| (Stage::MountProc, error))?;
@@ -529,15 +505,7 @@ fn sorted_keep(plan: &InitPlan) -> [RawFd; 7] {
 /// sandbox. Never returns.
 fn run_ns_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
     // SAFETY: prctl only changes the calling process.
-    unsafe {
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
     // Our parent is outside the pid namespace (getppid() says 0), so the lifeline
     // tells whether the keeper died before the death signal was armed.
     if peer_gone(life_read) {
@@ -795,13 +763,7 @@ fn run_main(plan: &InitPlan) -> ! {
     let mut worst = libc::ENOENT;
     for candidate in &program.candidates {
         // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
-        unsafe {
-            libc::execve(
-                candidate.as_ptr(),
-                program.argv.as_ptr(),
-                program.envp.as_ptr(),
-            )
-        };
+        unsafe { libc::execve(candidate.as_ptr(), program.argv.as_ptr(), program.envp.as_ptr()) };
         let error = errno();
         // As a shell does: a later "not found" does not hide an earlier "denied".
         if error != libc::ENOENT && error != libc::ENOTDIR {
@@ -852,12 +814,7 @@ fn monotonic_ms() -> i64 {
 /// code, so the emulator's child handle reports the command's status. Told to stop
 /// (SIGTERM: the caller went away), the shim ends the command's whole process group:
 /// SIGTERM, then SIGKILL after a short grace.
-pub(crate) fn exec_in_namespaces(
-    parent: pid_t,
-    ns: NsFds,
-    cwd: &CStr,
-    tty: bool,
-) -> io::Result<()> {
+pub(crate) fn exec_in_namespaces(parent: pid_t, ns: NsFds, cwd: &CStr, tty: bool) -> io::Result<()> {
     block_all_signals();
     reset_signal_dispositions();
     set_not_dumpable();
@@ -1033,10 +990,7 @@ mod tests {
     #[test]
     fn report_records_round_trip() {
         let mut bytes = Vec::new();
-        for message in [
-            ReportMessage::Ready(42),
-            ReportMessage::Failed(Stage::MountProc, libc::EPERM),
-        ] {
+        for message in [ReportMessage::Ready(42), ReportMessage::Failed(Stage::MountProc, libc::EPERM)] {
             let (tag, stage, value) = match message {
                 ReportMessage::Ready(pid) => (b'R', 0, pid),
                 ReportMessage::Failed(stage, errno) => (b'E', stage as u8, errno),
@@ -1047,10 +1001,7 @@ mod tests {
         }
         assert_eq!(
             parse_report(&bytes),
-            vec![
-                ReportMessage::Ready(42),
-                ReportMessage::Failed(Stage::MountProc, libc::EPERM)
-            ]
+            vec![ReportMessage::Ready(42), ReportMessage::Failed(Stage::MountProc, libc::EPERM)]
         );
     }
 

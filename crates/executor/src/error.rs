@@ -57,13 +57,9 @@ impl FileError {
         match error.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::ENOTDIR) => FileError::NotFound,
             Some(libc::EISDIR) => FileError::IsDirectory,
-            Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => {
-                FileError::PermissionDenied
-            }
+            Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => FileError::PermissionDenied,
             // RESOLVE_IN_ROOT refuses magic links (/proc/self/...) and escapes.
-            Some(libc::EXDEV) | Some(libc::ELOOP) => {
-                FileError::Io(format!("cannot resolve the path: {error}"))
-            }
+            Some(libc::EXDEV) | Some(libc::ELOOP) => FileError::Io(format!("cannot resolve the path: {error}")),
             _ => FileError::Io(error.to_string()),
         }
     }

@@ -64,9 +64,7 @@ impl ExecSession {
     pub fn resize(&self, cols: u16, rows: u16) -> Result<(), ExecutorError> {
         match &self.tty {
             Some(tty) => tty.resize(cols, rows),
-            None => Err(ExecutorError::InvalidRequest(
-                "resize needs a session started with tty".into(),
-            )),
+            None => Err(ExecutorError::InvalidRequest("resize needs a session started with tty".into())),
         }
     }
 
@@ -96,15 +94,10 @@ impl ExecSession {
     pub(crate) fn failed(message: String) -> ExecSession {
         let (sender, receiver) = mpsc::channel(1);
         // The channel has room for this one message.
-        let _ = sender.try_send(Output {
-            stream: Stream::Stderr,
-            data: Bytes::from(message.into_bytes()),
-        });
+        let _ = sender.try_send(Output { stream: Stream::Stderr, data: Bytes::from(message.into_bytes()) });
         let (_, exit) = watch::channel(Some(127));
         ExecSession {
-            stdin: ExecStdin {
-                inner: StdinInner::Closed,
-            },
+            stdin: ExecStdin { inner: StdinInner::Closed },
             output: ExecOutput { receiver },
             exit: ExecExit { exit, kill: None },
             tty: None,
@@ -240,11 +233,7 @@ impl ExecTracker {
 /// child, reports its exit code and kills it on request.
 /// `shim`: the child is a namespaced exec's shim (see `kill_child`); otherwise it is
 /// the command itself.
-pub(crate) fn attach(
-    mut child: Child,
-    pty_master: Option<OwnedFd>,
-    shim: bool,
-) -> (ExecSession, ExecTracker) {
+pub(crate) fn attach(mut child: Child, pty_master: Option<OwnedFd>, shim: bool) -> (ExecSession, ExecTracker) {
     let (output_sender, receiver) = mpsc::channel(64);
     let (stdin, tty) = match pty_master {
         Some(master) => {
@@ -259,10 +248,7 @@ pub(crate) fn attach(
             if let Some(stderr) = child.stderr.take() {
                 tokio::spawn(pump(stderr, Stream::Stderr, output_sender));
             }
-            let stdin = child
-                .stdin
-                .take()
-                .map_or(StdinInner::Closed, StdinInner::Pipe);
+            let stdin = child.stdin.take().map_or(StdinInner::Closed, StdinInner::Pipe);
             (stdin, None)
         }
     };
@@ -280,17 +266,11 @@ pub(crate) fn attach(
         let code = status.map_or(137, |status| exit_code(&status));
         let _ = exit_sender.send(Some(code));
     });
-    let tracker = ExecTracker {
-        exit: exit.clone(),
-        kill: stop,
-    };
+    let tracker = ExecTracker { exit: exit.clone(), kill: stop };
     let session = ExecSession {
         stdin: ExecStdin { inner: stdin },
         output: ExecOutput { receiver },
-        exit: ExecExit {
-            exit,
-            kill: Some(kill),
-        },
+        exit: ExecExit { exit, kill: Some(kill) },
         tty,
     };
     (session, tracker)
@@ -314,10 +294,7 @@ async fn kill_child(child: &mut Child, shim: bool) -> std::io::Result<std::proce
 /// The shell convention: the exit code, or 128+N after signal N.
 pub(crate) fn exit_code(status: &std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .or_else(|| status.signal().map(|signal| 128 + signal))
-        .unwrap_or(255)
+    status.code().or_else(|| status.signal().map(|signal| 128 + signal)).unwrap_or(255)
 }
 
 async fn pump(mut source: impl AsyncRead + Unpin, stream: Stream, sink: mpsc::Sender<Output>) {
@@ -350,12 +327,7 @@ fn spawn_pty_reader(master: Arc<File>, sink: mpsc::Sender<Output>) {
                 Ok(read) => {
                     if listening {
                         let data = Bytes::copy_from_slice(&buffer[..read]);
-                        listening = sink
-                            .blocking_send(Output {
-                                stream: Stream::Stdout,
-                                data,
-                            })
-                            .is_ok();
+                        listening = sink.blocking_send(Output { stream: Stream::Stdout, data }).is_ok();
                     }
                 }
                 Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}

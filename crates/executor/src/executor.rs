@@ -17,10 +17,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
 use crate::child::{self, Bind, IdMap, InitPlan, NsFds, NsPlan, Program, ReportMessage};
-use crate::rootfs;
 use crate::exec::{self, ExecRequest, ExecSession, ExecTracker};
 use crate::files;
 use crate::logs::{LogBuffer, LogReader};
+use crate::rootfs;
 use crate::spawner::Spawner;
 use crate::sys::{self, ProcessHandle};
 use crate::{ExecutorConfig, ExecutorError, FileError, Isolation, LaunchSpec, MainExit};
@@ -135,15 +135,15 @@ enum Target {
         becomes_root: bool,
     },
     /// The main command's process group, which exec'd commands join.
-    Plain { group: pid_t },
+    Plain {
+        group: pid_t,
+    },
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // The guarded data stays consistent across a panic in another holder (each
     // update is a single insert/remove), so poisoning is not a reason to fail.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Sandbox {
@@ -179,7 +179,8 @@ impl Executor {
                     "sandboxes run as the root of a user namespace (host uid {base} and up) without CAP_SYS_ADMIN"
                 ),
                 Mode::Namespaces { .. } => {
-                    "no user namespace can be made here, so sandboxes run as the host's root (without CAP_SYS_ADMIN)".to_owned()
+                    "no user namespace can be made here, so sandboxes run as the host's root (without CAP_SYS_ADMIN)"
+                        .to_owned()
                 }
                 Mode::Plain => "sandboxes run as plain root processes, not isolated at all".to_owned(),
             };
@@ -227,9 +228,7 @@ impl Executor {
         match lock(&self.inner.exits_receiver).take() {
             Some(receiver) => receiver,
             None => {
-                warn!(
-                    "Executor::exits was called more than once; only the first receiver gets exits"
-                );
+                warn!("Executor::exits was called more than once; only the first receiver gets exits");
                 mpsc::unbounded_channel().1
             }
         }
@@ -239,14 +238,12 @@ impl Executor {
     /// 128+N after signal N), once every process of it is gone; `None` while it
     /// runs or for an unknown sandbox. Set for stopped and killed sandboxes too.
     pub fn exit_code(&self, id: &str) -> Option<i32> {
-        self.sandbox(id)
-            .and_then(|sandbox| sandbox.exit_code.get().copied())
+        self.sandbox(id).and_then(|sandbox| sandbox.exit_code.get().copied())
     }
 
     /// Whether the sandbox's processes are running.
     pub fn is_running(&self, id: &str) -> bool {
-        self.sandbox(id)
-            .is_some_and(|sandbox| sandbox.running().is_some())
+        self.sandbox(id).is_some_and(|sandbox| sandbox.running().is_some())
     }
 
     fn sandbox(&self, id: &str) -> Option<Arc<Sandbox>> {
@@ -280,13 +277,8 @@ impl Executor {
                     .into_iter()
                     .map(c_string)
                     .collect::<Result<_, _>>()?,
-                spec.command
-                    .iter()
-                    .map(|arg| c_string(arg.clone()))
-                    .collect::<Result<_, _>>()?,
-                env.iter()
-                    .map(|(key, value)| c_string(format!("{key}={value}")))
-                    .collect::<Result<_, _>>()?,
+                spec.command.iter().map(|arg| c_string(arg.clone())).collect::<Result<_, _>>()?,
+                env.iter().map(|(key, value)| c_string(format!("{key}={value}"))).collect::<Result<_, _>>()?,
                 program,
             )),
         };
@@ -306,11 +298,7 @@ impl Executor {
             self_exe: self.inner.self_exe.as_raw_fd(),
             probe: false,
             cwd: c_string(layout.working_dir.clone())?,
-            cwd_message: format!(
-                "cwsandbox: cannot enter the working directory {}\n",
-                layout.working_dir
-            )
-            .into_bytes(),
+            cwd_message: format!("cwsandbox: cannot enter the working directory {}\n", layout.working_dir).into_bytes(),
             program,
         });
         let mut command = Command::new("cwsandbox-keeper");
@@ -323,11 +311,7 @@ impl Executor {
         // fork-safe code of `child`, reading the plan prepared above.
         unsafe {
             command.pre_exec(move || -> std::io::Result<()> {
-                if plan.ns.is_some() {
-                    child::run_ns_keeper(&plan)
-                } else {
-                    child::run_plain_keeper(&plan)
-                }
+                if plan.ns.is_some() { child::run_ns_keeper(&plan) } else { child::run_plain_keeper(&plan) }
             });
         }
         let spawned = self.inner.spawner.spawn(command).await;
@@ -336,8 +320,7 @@ impl Executor {
         drop(report_write);
         drop(go_read);
         drop(started_write);
-        let mut child = spawned
-            .map_err(|error| setup_error(id, format!("cannot fork the sandbox keeper: {error}")))?;
+        let mut child = spawned.map_err(|error| setup_error(id, format!("cannot fork the sandbox keeper: {error}")))?;
         let Some(pid) = child.id() else {
             return Err(setup_error(id, "the sandbox keeper ended at once".into()));
         };
@@ -354,10 +337,7 @@ impl Executor {
             Ok(running) => running,
             Err(error) => {
                 abandon(&mut child).await;
-                return Err(setup_error(
-                    id,
-                    format!("cannot open the sandbox's namespaces: {error}"),
-                ));
+                return Err(setup_error(id, format!("cannot open the sandbox's namespaces: {error}")));
             }
         };
         // Let the main command run. If it cannot be told, the sandbox's processes
@@ -390,18 +370,9 @@ impl Executor {
             execs: Mutex::new(Vec::new()),
             exit_code: std::sync::OnceLock::new(),
         });
-        lock(&self.inner.registry)
-            .sandboxes
-            .insert(id.to_owned(), sandbox.clone());
+        lock(&self.inner.registry).sandboxes.insert(id.to_owned(), sandbox.clone());
         info!(sandbox = id, hostname = %spec.hostname, isolation = ?mode, "sandbox started");
-        tokio::spawn(watch_keeper(
-            sandbox.clone(),
-            child,
-            eof,
-            pump,
-            done_sender,
-            self.inner.exits_sender.clone(),
-        ));
+        tokio::spawn(watch_keeper(sandbox.clone(), child, eof, pump, done_sender, self.inner.exits_sender.clone()));
         if !command_runs {
             // A command that cannot start never ran: its exit (127) is known before `start`
             // returns, so the caller can report the sandbox failed rather than running.
@@ -416,17 +387,11 @@ impl Executor {
         if registry.shut_down {
             return Err(ExecutorError::ShutDown);
         }
-        let running = registry
-            .sandboxes
-            .get(id)
-            .is_some_and(|sandbox| sandbox.running().is_some());
+        let running = registry.sandboxes.get(id).is_some_and(|sandbox| sandbox.running().is_some());
         if running || !registry.starting.insert(id.to_owned()) {
             return Err(ExecutorError::AlreadyRunning(id.to_owned()));
         }
-        Ok(Claim {
-            inner: self.inner.clone(),
-            id: id.to_owned(),
-        })
+        Ok(Claim { inner: self.inner.clone(), id: id.to_owned() })
     }
 
     /// Stops a sandbox: SIGTERM to every one of its processes, SIGKILL to those
@@ -440,10 +405,7 @@ impl Executor {
         // The keeper relays it: init sends it to the whole pid namespace, or the
         // plain keeper to the whole process group.
         sandbox.signal(libc::SIGTERM);
-        if tokio::time::timeout(grace, sandbox.wait_done())
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(grace, sandbox.wait_done()).await.is_err() {
             debug!(sandbox = id, ?grace, "grace period over; killing");
             sandbox.signal(libc::SIGUSR1);
             sandbox.wait_done().await;
@@ -466,11 +428,7 @@ impl Executor {
         let sandboxes: Vec<Arc<Sandbox>> = {
             let mut registry = lock(&self.inner.registry);
             registry.shut_down = true;
-            registry
-                .sandboxes
-                .drain()
-                .map(|(_, sandbox)| sandbox)
-                .collect()
+            registry.sandboxes.drain().map(|(_, sandbox)| sandbox).collect()
         };
         // Signal all first, then wait, so sandboxes die in parallel.
         for sandbox in &sandboxes {
@@ -480,12 +438,8 @@ impl Executor {
         for sandbox in &sandboxes {
             sandbox.wait_done().await;
         }
-        let dirs: Vec<PathBuf> = sandboxes
-            .iter()
-            .map(|sandbox| sandbox.dir.clone())
-            .collect();
-        let _ =
-            tokio::task::spawn_blocking(move || dirs.iter().for_each(|dir| remove_dir(dir))).await;
+        let dirs: Vec<PathBuf> = sandboxes.iter().map(|sandbox| sandbox.dir.clone()).collect();
+        let _ = tokio::task::spawn_blocking(move || dirs.iter().for_each(|dir| remove_dir(dir))).await;
         info!(count = sandboxes.len(), "executor shut down");
     }
 
@@ -503,12 +457,8 @@ impl Executor {
     /// working directory as its main command). A command that cannot start gives
     /// a session with a message on stderr and exit code 127, not an error.
     pub async fn exec(&self, id: &str, request: ExecRequest) -> Result<ExecSession, ExecutorError> {
-        let sandbox = self
-            .sandbox(id)
-            .ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
-        let running = sandbox
-            .running()
-            .ok_or_else(|| ExecutorError::NotRunning(id.to_owned()))?;
+        let sandbox = self.sandbox(id).ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
+        let running = sandbox.running().ok_or_else(|| ExecutorError::NotRunning(id.to_owned()))?;
         validate_exec(&request)?;
         let Some(program) = request.argv.first() else {
             return Err(ExecutorError::InvalidRequest("argv is empty".into()));
@@ -529,30 +479,21 @@ impl Executor {
         }
         env.extend(request.env.clone());
         let mut command = Command::new(program);
-        command
-            .args(&request.argv[1..])
-            .env_clear()
-            .envs(&env)
-            .kill_on_drop(true);
+        command.args(&request.argv[1..]).env_clear().envs(&env).kill_on_drop(true);
         let pty_master = if request.tty {
             let (cols, rows) = request.tty_size.unwrap_or((80, 24));
             // A namespaced sandbox's terminal comes from its own devpts.
             let master = match running.target {
-                Target::Namespaces { .. } => Some(
-                    sys::open_in_root(
-                        running.root.as_raw_fd(),
-                        c"/dev/pts/ptmx",
-                        libc::O_RDWR | libc::O_NOCTTY,
-                        0,
-                    )?,
-                ),
+                Target::Namespaces { .. } => Some(sys::open_in_root(
+                    running.root.as_raw_fd(),
+                    c"/dev/pts/ptmx",
+                    libc::O_RDWR | libc::O_NOCTTY,
+                    0,
+                )?),
                 Target::Plain { .. } => None,
             };
             let (master, slave) = sys::open_pty(master, cols, rows)?;
-            command
-                .stdin(slave.try_clone()?)
-                .stdout(slave.try_clone()?)
-                .stderr(slave);
+            command.stdin(slave.try_clone()?).stdout(slave.try_clone()?).stderr(slave);
             Some(master)
         } else {
             command
@@ -570,14 +511,7 @@ impl Executor {
         // for as long as the command object (and so the closure) lives.
         unsafe {
             command.pre_exec(move || match &target.target {
-                Target::Namespaces {
-                    user,
-                    mnt,
-                    uts,
-                    ipc,
-                    pid,
-                    becomes_root,
-                } => {
+                Target::Namespaces { user, mnt, uts, ipc, pid, becomes_root } => {
                     let fds = NsFds {
                         user: user.as_ref().map(AsRawFd::as_raw_fd),
                         mnt: mnt.as_raw_fd(),
@@ -615,15 +549,11 @@ impl Executor {
         let (sandbox, running) = self.running_for_files(id)?;
         let max = self.inner.config.max_file_bytes;
         if content.len() as u64 > max {
-            return Err(FileError::TooLarge {
-                size: content.len() as u64,
-                max,
-            });
+            return Err(FileError::TooLarge { size: content.len() as u64, max });
         }
         let path = files::resolve(path, &sandbox.working_dir)?;
         let content = content.to_vec();
-        self.file_operation(move || files::write(&running.root, &path, &content, running.owner))
-            .await
+        self.file_operation(move || files::write(&running.root, &path, &content, running.owner)).await
     }
 
     /// Runs a file operation on a blocking thread, at most `max_file_operations` at once
@@ -638,10 +568,8 @@ impl Executor {
         let limit = self.inner.config.max_file_operations;
         let operations = self.inner.file_operations.clone();
         let work = async move {
-            let permit = operations
-                .acquire_owned()
-                .await
-                .map_err(|_| FileError::Io("the executor is shut down".into()))?;
+            let permit =
+                operations.acquire_owned().await.map_err(|_| FileError::Io("the executor is shut down".into()))?;
             tokio::task::spawn_blocking(move || {
                 let result = operation();
                 drop(permit);
@@ -650,9 +578,7 @@ impl Executor {
             .await
             .map_err(|error| FileError::Io(error.to_string()))?
         };
-        tokio::time::timeout(timeout, work)
-            .await
-            .map_err(|_| FileError::TimedOut { after: timeout, limit })?
+        tokio::time::timeout(timeout, work).await.map_err(|_| FileError::TimedOut { after: timeout, limit })?
     }
 
     /// Reads a whole file inside a running sandbox.
@@ -660,8 +586,7 @@ impl Executor {
         let (sandbox, running) = self.running_for_files(id)?;
         let max = self.inner.config.max_file_bytes;
         let path = files::resolve(path, &sandbox.working_dir)?;
-        self.file_operation(move || files::read(&running.root, &path, max))
-            .await
+        self.file_operation(move || files::read(&running.root, &path, max)).await
     }
 
     fn running_for_files(&self, id: &str) -> Result<(Arc<Sandbox>, Arc<Running>), FileError> {
@@ -673,9 +598,7 @@ impl Executor {
     /// The main command's output (stdout and stderr together) of the sandbox's
     /// latest start; still readable after it stopped, until `remove`.
     pub fn logs(&self, id: &str) -> Result<LogReader, ExecutorError> {
-        let sandbox = self
-            .sandbox(id)
-            .ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
+        let sandbox = self.sandbox(id).ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
         Ok(LogReader::new(sandbox.logs.clone()))
     }
 }
@@ -730,10 +653,7 @@ async fn watch_keeper(
         info!(sandbox = %sandbox.id, exit_code, "sandbox stopped");
     } else {
         info!(sandbox = %sandbox.id, exit_code, "sandbox main command exited");
-        let _ = exits.send(MainExit {
-            id: sandbox.id.clone(),
-            exit_code,
-        });
+        let _ = exits.send(MainExit { id: sandbox.id.clone(), exit_code });
     }
     let _ = done.send(true);
 }
@@ -779,18 +699,14 @@ async fn read_report(mut pipe: std::io::PipeReader) -> Result<pid_t, String> {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(error)) => return Err(format!("reading the setup report failed: {error}")),
         Err(_) => {
-            return Err(format!(
-                "the sandbox did not finish its setup within {SETUP_TIMEOUT:?}"
-            ));
+            return Err(format!("the sandbox did not finish its setup within {SETUP_TIMEOUT:?}"));
         }
     };
     match child::parse_report(&bytes).first() {
         Some(ReportMessage::Ready(main_pid)) => Ok(*main_pid),
-        Some(ReportMessage::Failed(stage, errno)) => Err(format!(
-            "{} failed: {}",
-            stage.describe(),
-            std::io::Error::from_raw_os_error(*errno)
-        )),
+        Some(ReportMessage::Failed(stage, errno)) => {
+            Err(format!("{} failed: {}", stage.describe(), std::io::Error::from_raw_os_error(*errno)))
+        }
         None => Err("the sandbox keeper ended before the sandbox was ready".into()),
     }
 }
@@ -821,34 +737,21 @@ async fn wait_for_exec(mut pipe: std::io::PipeReader) -> bool {
     }
 }
 
-fn open_running(
-    keeper_pid: pid_t,
-    main_pid: pid_t,
-    mode: Mode,
-    keeper: ProcessHandle,
-) -> std::io::Result<Running> {
+fn open_running(keeper_pid: pid_t, main_pid: pid_t, mode: Mode, keeper: ProcessHandle) -> std::io::Result<Running> {
     match mode {
-        Mode::Plain => Ok(Running {
-            keeper,
-            root: sys::open_path(c"/")?,
-            owner: None,
-            target: Target::Plain { group: main_pid },
-        }),
+        Mode::Plain => {
+            Ok(Running { keeper, root: sys::open_path(c"/")?, owner: None, target: Target::Plain { group: main_pid } })
+        }
         Mode::Namespaces { ids } => {
             // The keeper is our unreaped child, so its pid cannot have been reused;
             // it shares the user, uts and mount namespaces with init, and its
             // pid_for_children is init's pid namespace.
             let open = |name: &str| -> std::io::Result<OwnedFd> {
                 sys::open_readonly(
-                    &CString::new(format!("/proc/{keeper_pid}/ns/{name}"))
-                        .map_err(std::io::Error::other)?,
+                    &CString::new(format!("/proc/{keeper_pid}/ns/{name}")).map_err(std::io::Error::other)?,
                 )
             };
-            let user = if ids == IdMode::HostRoot {
-                None
-            } else {
-                Some(open("user")?)
-            };
+            let user = if ids == IdMode::HostRoot { None } else { Some(open("user")?) };
             let target = Target::Namespaces {
                 user,
                 mnt: open("mnt")?,
@@ -857,15 +760,9 @@ fn open_running(
                 pid: open("pid_for_children")?,
                 becomes_root: matches!(ids, IdMode::Range { .. }),
             };
-            let root = sys::open_path(
-                &CString::new(format!("/proc/{keeper_pid}/root")).map_err(std::io::Error::other)?,
-            )?;
-            Ok(Running {
-                keeper,
-                root,
-                owner: mode.sandbox_owner(),
-                target,
-            })
+            let root =
+                sys::open_path(&CString::new(format!("/proc/{keeper_pid}/root")).map_err(std::io::Error::other)?)?;
+            Ok(Running { keeper, root, owner: mode.sandbox_owner(), target })
         }
     }
 }
@@ -878,12 +775,7 @@ struct Layout {
     rootfs: Option<rootfs::Rootfs>,
 }
 
-fn prepare_layout(
-    dir: &Path,
-    mode: Mode,
-    host_paths: &[PathBuf],
-    working_dir: Option<&str>,
-) -> Result<Layout, String> {
+fn prepare_layout(dir: &Path, mode: Mode, host_paths: &[PathBuf], working_dir: Option<&str>) -> Result<Layout, String> {
     if let Mode::Namespaces { .. } = mode {
         let rootfs = rootfs::prepare(dir, host_paths, working_dir, mode.sandbox_owner())?;
         return Ok(Layout { working_dir: rootfs.working_dir.clone(), rootfs: Some(rootfs) });
@@ -891,9 +783,8 @@ fn prepare_layout(
     // Plain processes see the host's filesystem: their default working directory is a
     // directory of their own, and an absolute one must already exist (nothing is created
     // on the host on a sandbox's behalf).
-    let describe = |what: &str, path: &Path, error: std::io::Error| {
-        format!("cannot {what} {}: {error}", path.display())
-    };
+    let describe =
+        |what: &str, path: &Path, error: std::io::Error| format!("cannot {what} {}: {error}", path.display());
     if dir.exists() {
         std::fs::remove_dir_all(dir).map_err(|error| describe("clear", dir, error))?;
     }
@@ -1007,11 +898,7 @@ fn probe(config: &ExecutorConfig, ids: IdMode, self_exe: &OwnedFd) -> Result<(),
             program: None,
         };
         child::probe_namespaces(&plan, report_read.as_raw_fd()).map_err(|(stage, errno)| {
-            format!(
-                "{} failed: {}",
-                stage.describe(),
-                std::io::Error::from_raw_os_error(errno)
-            )
+            format!("{} failed: {}", stage.describe(), std::io::Error::from_raw_os_error(errno))
         })
     })();
     remove_dir(&dir);
@@ -1020,11 +907,7 @@ fn probe(config: &ExecutorConfig, ids: IdMode, self_exe: &OwnedFd) -> Result<(),
 
 fn namespace_flags(user_namespace: bool) -> libc::c_int {
     let flags = libc::CLONE_NEWUTS | libc::CLONE_NEWIPC | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
-    if user_namespace {
-        flags | libc::CLONE_NEWUSER
-    } else {
-        flags
-    }
+    if user_namespace { flags | libc::CLONE_NEWUSER } else { flags }
 }
 
 /// The id maps of a sandbox's user namespace.
@@ -1089,26 +972,19 @@ fn start_failure_message(program: &str, error: &std::io::Error) -> String {
 }
 
 fn setup_error(id: &str, message: String) -> ExecutorError {
-    ExecutorError::Setup {
-        id: id.to_owned(),
-        message,
-    }
+    ExecutorError::Setup { id: id.to_owned(), message }
 }
 
 fn c_string(value: String) -> Result<CString, ExecutorError> {
     CString::new(value).map_err(|error| {
-        ExecutorError::InvalidRequest(format!(
-            "{:?} contains a NUL byte",
-            String::from_utf8_lossy(&error.into_vec())
-        ))
+        ExecutorError::InvalidRequest(format!("{:?} contains a NUL byte", String::from_utf8_lossy(&error.into_vec())))
     })
 }
 
 fn path_c_string(path: &Path) -> Result<CString, ExecutorError> {
     use std::os::unix::ffi::OsStrExt;
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-        ExecutorError::InvalidRequest(format!("{} contains a NUL byte", path.display()))
-    })
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| ExecutorError::InvalidRequest(format!("{} contains a NUL byte", path.display())))
 }
 
 fn validate_id(id: &str) -> Result<(), ExecutorError> {
@@ -1116,22 +992,14 @@ fn validate_id(id: &str) -> Result<(), ExecutorError> {
         && id.len() <= 128
         && id != "."
         && id != ".."
-        && id
-            .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'));
-    if valid {
-        Ok(())
-    } else {
-        Err(ExecutorError::InvalidId(id.to_owned()))
-    }
+        && id.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'));
+    if valid { Ok(()) } else { Err(ExecutorError::InvalidId(id.to_owned())) }
 }
 
 fn validate_env(env: &BTreeMap<String, String>) -> Result<(), ExecutorError> {
     for (key, value) in env {
         if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
-            return Err(ExecutorError::InvalidRequest(format!(
-                "invalid environment variable {key:?}"
-            )));
+            return Err(ExecutorError::InvalidRequest(format!("invalid environment variable {key:?}")));
         }
     }
     Ok(())
@@ -1153,9 +1021,7 @@ fn validate_spec(spec: &LaunchSpec) -> Result<(), ExecutorError> {
         return Err(ExecutorError::InvalidHostname(spec.hostname.clone()));
     }
     if spec.command.first().is_some_and(String::is_empty) {
-        return Err(ExecutorError::InvalidRequest(
-            "the command's program is empty".into(),
-        ));
+        return Err(ExecutorError::InvalidRequest("the command's program is empty".into()));
     }
     validate_env(&spec.env)?;
     validate_working_dir(spec.working_dir.as_deref())
@@ -1170,9 +1036,7 @@ fn validate_exec(request: &ExecRequest) -> Result<(), ExecutorError> {
         Some(_) => {}
     }
     if request.argv.iter().any(|arg| arg.contains('\0')) {
-        return Err(ExecutorError::InvalidRequest(
-            "an argument contains a NUL byte".into(),
-        ));
+        return Err(ExecutorError::InvalidRequest("an argument contains a NUL byte".into()));
     }
     validate_env(&request.env)?;
     validate_working_dir(request.working_dir.as_deref())
@@ -1184,24 +1048,15 @@ mod tests {
 
     #[test]
     fn programs_are_searched_in_path_like_execvp() {
-        assert_eq!(
-            program_candidates("ls", Some("/a:/b/:")),
-            vec!["/a/ls", "/b/ls", "./ls"]
-        );
+        assert_eq!(program_candidates("ls", Some("/a:/b/:")), vec!["/a/ls", "/b/ls", "./ls"]);
         assert_eq!(program_candidates("./run.sh", Some("/a")), vec!["./run.sh"]);
-        assert_eq!(
-            program_candidates("sh", None).len(),
-            DEFAULT_PATH.split(':').count()
-        );
+        assert_eq!(program_candidates("sh", None).len(), DEFAULT_PATH.split(':').count());
     }
 
     #[test]
     fn ids_cannot_escape_the_root_directory() {
         for bad in ["", ".", "..", "a/b", "a b", "../x"] {
-            assert!(
-                matches!(validate_id(bad), Err(ExecutorError::InvalidId(_))),
-                "{bad:?}"
-            );
+            assert!(matches!(validate_id(bad), Err(ExecutorError::InvalidId(_))), "{bad:?}");
         }
         assert!(validate_id("sbx-1.a_b").is_ok());
     }

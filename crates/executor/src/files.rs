@@ -21,15 +21,10 @@ pub(crate) fn resolve(path: &str, working_dir: &str) -> Result<String, FileError
         return Err(FileError::InvalidPath("the path is empty".into()));
     }
     if path.contains('\0') {
-        return Err(FileError::InvalidPath(
-            "the path contains a NUL byte".into(),
-        ));
+        return Err(FileError::InvalidPath("the path contains a NUL byte".into()));
     }
-    let absolute = if path.starts_with('/') {
-        path.to_owned()
-    } else {
-        format!("{}/{}", working_dir.trim_end_matches('/'), path)
-    };
+    let absolute =
+        if path.starts_with('/') { path.to_owned() } else { format!("{}/{}", working_dir.trim_end_matches('/'), path) };
     Ok(absolute)
 }
 
@@ -84,12 +79,13 @@ pub(crate) fn write(root: &OwnedFd, path: &str, content: &[u8], owner: Option<(u
     ) {
         Ok(fd) => (fd, true),
         Err(error) if error.raw_os_error() == Some(libc::EEXIST) => (
-            open_in_root(root.as_raw_fd(), &c_path, libc::O_WRONLY | libc::O_NONBLOCK, 0)
-                .map_err(|error| match error.raw_os_error() {
+            open_in_root(root.as_raw_fd(), &c_path, libc::O_WRONLY | libc::O_NONBLOCK, 0).map_err(
+                |error| match error.raw_os_error() {
                     // A FIFO nobody reads.
                     Some(libc::ENXIO) => not_regular(None),
                     _ => FileError::from_io(&error),
-                })?,
+                },
+            )?,
             false,
         ),
         Err(error) => return Err(FileError::from_io(&error)),
@@ -104,8 +100,7 @@ pub(crate) fn write(root: &OwnedFd, path: &str, content: &[u8], owner: Option<(u
     }
     file.set_len(0).map_err(|error| FileError::from_io(&error))?;
     let mut file = file;
-    file.write_all(content)
-        .map_err(|error| FileError::from_io(&error))?;
+    file.write_all(content).map_err(|error| FileError::from_io(&error))?;
     file.flush().map_err(|error| FileError::from_io(&error))
 }
 
@@ -123,17 +118,10 @@ fn not_regular(mode: Option<u32>) -> FileError {
 
 pub(crate) fn read(root: &OwnedFd, path: &str, max: u64) -> Result<Vec<u8>, FileError> {
     // O_NONBLOCK so that opening a FIFO does not wait for a writer.
-    let fd = open_in_root(
-        root.as_raw_fd(),
-        &c_path(path)?,
-        libc::O_RDONLY | libc::O_NONBLOCK,
-        0,
-    )
-    .map_err(|error| FileError::from_io(&error))?;
-    let file = File::from(fd);
-    let metadata = file
-        .metadata()
+    let fd = open_in_root(root.as_raw_fd(), &c_path(path)?, libc::O_RDONLY | libc::O_NONBLOCK, 0)
         .map_err(|error| FileError::from_io(&error))?;
+    let file = File::from(fd);
+    let metadata = file.metadata().map_err(|error| FileError::from_io(&error))?;
     if metadata.is_dir() {
         return Err(FileError::IsDirectory);
     }
@@ -141,36 +129,23 @@ pub(crate) fn read(root: &OwnedFd, path: &str, max: u64) -> Result<Vec<u8>, File
         return Err(not_regular(Some(metadata.mode())));
     }
     if metadata.len() > max {
-        return Err(FileError::TooLarge {
-            size: metadata.len(),
-            max,
-        });
+        return Err(FileError::TooLarge { size: metadata.len(), max });
     }
     // The file may grow while we read (and /proc files report size 0): read at
     // most one byte past the limit to notice.
     let mut content = Vec::with_capacity(metadata.len() as usize);
-    file.take(max.saturating_add(1))
-        .read_to_end(&mut content)
-        .map_err(|error| FileError::from_io(&error))?;
+    file.take(max.saturating_add(1)).read_to_end(&mut content).map_err(|error| FileError::from_io(&error))?;
     if content.len() as u64 > max {
-        return Err(FileError::TooLarge {
-            size: content.len() as u64,
-            max,
-        });
+        return Err(FileError::TooLarge { size: content.len() as u64, max });
     }
     Ok(content)
 }
 
 /// Whether `path` is a directory inside the sandbox (for an exec's working directory).
 pub(crate) fn is_directory(root: &OwnedFd, path: &str) -> Result<(), FileError> {
-    open_in_root(
-        root.as_raw_fd(),
-        &c_path(path)?,
-        libc::O_PATH | libc::O_DIRECTORY,
-        0,
-    )
-    .map(drop)
-    .map_err(|error| FileError::from_io(&error))
+    open_in_root(root.as_raw_fd(), &c_path(path)?, libc::O_PATH | libc::O_DIRECTORY, 0)
+        .map(drop)
+        .map_err(|error| FileError::from_io(&error))
 }
 
 #[cfg(test)]
@@ -181,13 +156,7 @@ mod tests {
     fn relative_paths_resolve_against_the_working_directory() {
         assert_eq!(resolve("a/b", "/work/").unwrap(), "/work/a/b");
         assert_eq!(resolve("/tmp/x", "/work").unwrap(), "/tmp/x");
-        assert!(matches!(
-            resolve("", "/work"),
-            Err(FileError::InvalidPath(_))
-        ));
-        assert!(matches!(
-            resolve("a\0b", "/work"),
-            Err(FileError::InvalidPath(_))
-        ));
+        assert!(matches!(resolve("", "/work"), Err(FileError::InvalidPath(_))));
+        assert!(matches!(resolve("a\0b", "/work"), Err(FileError::InvalidPath(_))));
     }
 }

@@ -22,8 +22,7 @@ pub(crate) const INIT_MAGIC: &CStr = c"--cwsandbox-init-v1";
 
 #[used]
 #[unsafe(link_section = ".init_array")]
-static SANDBOX_INIT_ENTRY: extern "C" fn(c_int, *const *const c_char, *const *const c_char) =
-    sandbox_init_entry;
+static SANDBOX_INIT_ENTRY: extern "C" fn(c_int, *const *const c_char, *const *const c_char) = sandbox_init_entry;
 
 /// Keeps [`SANDBOX_INIT_ENTRY`] in every program that uses the executor: the linker
 /// only takes an object file from a library for a symbol someone refers to.

@@ -18,8 +18,8 @@ mod exec;
 mod executor;
 mod files;
 mod init;
-pub(crate) mod rootfs;
 mod logs;
+pub(crate) mod rootfs;
 mod spawner;
 mod sys;
 
@@ -28,12 +28,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use error::{ExecutorError, FileError, LogError};
-pub use exec::{
-    ExecExit, ExecOutput, ExecRequest, ExecSession, ExecStdin, Output, Stream, TtyControl,
-};
+pub use exec::{ExecExit, ExecOutput, ExecRequest, ExecSession, ExecStdin, Output, Stream, TtyControl};
 pub use executor::Executor;
-pub use rootfs::DEFAULT_HOST_PATHS;
 pub use logs::{LogChunk, LogFollower, LogReader, LogSlice};
+pub use rootfs::DEFAULT_HOST_PATHS;
 
 /// How sandboxes are isolated from the host and from each other.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

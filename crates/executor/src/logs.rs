@@ -41,10 +41,7 @@ pub struct LogSlice {
 impl LogSlice {
     /// All the bytes, joined.
     pub fn bytes(&self) -> Vec<u8> {
-        self.chunks
-            .iter()
-            .flat_map(|chunk| chunk.data.iter().copied())
-            .collect()
+        self.chunks.iter().flat_map(|chunk| chunk.data.iter().copied()).collect()
     }
 }
 
@@ -73,9 +70,7 @@ static SESSION_COUNTER: AtomicU64 = AtomicU64::new(0);
 fn new_session_id() -> String {
     // Unique across restarts of a sandbox and, through the clock, across runs of
     // the emulator, so a stale resume token never matches a new session.
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_nanos());
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_nanos());
     let counter = SESSION_COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("{nanos:x}-{counter:x}")
 }
@@ -86,13 +81,7 @@ impl LogBuffer {
         LogBuffer {
             session_id: new_session_id(),
             capacity: capacity.max(1),
-            state: Mutex::new(LogState {
-                chunks: VecDeque::new(),
-                start: 0,
-                end: 0,
-                held: 0,
-                closed: false,
-            }),
+            state: Mutex::new(LogState { chunks: VecDeque::new(), start: 0, end: 0, held: 0, closed: false }),
             changes,
         }
     }
@@ -100,9 +89,7 @@ impl LogBuffer {
     fn lock(&self) -> MutexGuard<'_, LogState> {
         // A panic while holding this lock cannot leave the state inconsistent in a
         // way that matters more than losing the logs, so keep going.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(crate) fn push(&self, data: Bytes, time: SystemTime) {
@@ -180,55 +167,35 @@ impl LogReader {
     pub fn read_from(&self, offset: u64) -> Result<LogSlice, LogError> {
         let state = self.buffer.lock();
         check_offset(&state, offset)?;
-        Ok(LogSlice {
-            chunks: slice_from(&state, offset),
-            next_offset: state.end,
-        })
+        Ok(LogSlice { chunks: slice_from(&state, offset), next_offset: state.end })
     }
 
     /// The last `lines` lines (a final line without a newline counts as one).
     pub fn tail(&self, lines: usize) -> LogSlice {
         let state = self.buffer.lock();
         let from = tail_start(&state, lines);
-        LogSlice {
-            chunks: slice_from(&state, from),
-            next_offset: state.end,
-        }
+        LogSlice { chunks: slice_from(&state, from), next_offset: state.end }
     }
 
     /// Follows new output from the current end on.
     pub fn subscribe(&self) -> LogFollower {
         let next = self.buffer.lock().end;
-        LogFollower {
-            buffer: self.buffer.clone(),
-            next,
-            changes: self.buffer.changes.subscribe(),
-        }
+        LogFollower { buffer: self.buffer.clone(), next, changes: self.buffer.changes.subscribe() }
     }
 
     /// Follows output from `offset` on (resuming a stream).
     pub fn follow_from(&self, offset: u64) -> Result<LogFollower, LogError> {
         check_offset(&self.buffer.lock(), offset)?;
-        Ok(LogFollower {
-            buffer: self.buffer.clone(),
-            next: offset,
-            changes: self.buffer.changes.subscribe(),
-        })
+        Ok(LogFollower { buffer: self.buffer.clone(), next: offset, changes: self.buffer.changes.subscribe() })
     }
 }
 
 fn check_offset(state: &LogState, offset: u64) -> Result<(), LogError> {
     if offset < state.start {
-        return Err(LogError::ReplayGap {
-            requested: offset,
-            oldest: state.start,
-        });
+        return Err(LogError::ReplayGap { requested: offset, oldest: state.start });
     }
     if offset > state.end {
-        return Err(LogError::InvalidOffset {
-            requested: offset,
-            end: state.end,
-        });
+        return Err(LogError::InvalidOffset { requested: offset, end: state.end });
     }
     Ok(())
 }
@@ -243,11 +210,7 @@ fn slice_from(state: &LogState, offset: u64) -> Vec<LogChunk> {
                 chunk.clone()
             } else {
                 let skip = (offset - chunk.offset) as usize;
-                LogChunk {
-                    offset,
-                    time: chunk.time,
-                    data: chunk.data.slice(skip..),
-                }
+                LogChunk { offset, time: chunk.time, data: chunk.data.slice(skip..) }
             }
         })
         .collect()
@@ -304,10 +267,7 @@ impl LogFollower {
                 if self.next < state.start {
                     let requested = self.next;
                     self.next = state.start;
-                    return Some(Err(LogError::ReplayGap {
-                        requested,
-                        oldest: state.start,
-                    }));
+                    return Some(Err(LogError::ReplayGap { requested, oldest: state.start }));
                 }
                 if self.next < state.end {
                     let mut chunks = slice_from(&state, self.next);
@@ -354,13 +314,7 @@ mod tests {
         assert_eq!(slice.chunks[0].offset, 3);
         assert_eq!(slice.next_offset, 6);
         assert_eq!(text(&reader.read_from(6).unwrap()), "");
-        assert_eq!(
-            reader.read_from(7),
-            Err(LogError::InvalidOffset {
-                requested: 7,
-                end: 6
-            })
-        );
+        assert_eq!(reader.read_from(7), Err(LogError::InvalidOffset { requested: 7, end: 6 }));
     }
 
     #[test]
@@ -368,13 +322,7 @@ mod tests {
         let reader = buffer(4, &["abc", "def"]);
         assert_eq!(reader.start_offset(), 2);
         assert_eq!(text(&reader.read_from(2).unwrap()), "cdef");
-        assert_eq!(
-            reader.read_from(1),
-            Err(LogError::ReplayGap {
-                requested: 1,
-                oldest: 2
-            })
-        );
+        assert_eq!(reader.read_from(1), Err(LogError::ReplayGap { requested: 1, oldest: 2 }));
         // A single chunk larger than the buffer keeps its newest bytes.
         let reader = buffer(3, &["abcdefg"]);
         assert_eq!(reader.start_offset(), 4);
@@ -417,13 +365,7 @@ mod tests {
         let reader = LogReader::new(buffer.clone());
         let mut follower = reader.follow_from(0).unwrap();
         buffer.push(Bytes::from_static(b"abcdef"), SystemTime::now());
-        assert_eq!(
-            follower.next().await,
-            Some(Err(LogError::ReplayGap {
-                requested: 0,
-                oldest: 2
-            }))
-        );
+        assert_eq!(follower.next().await, Some(Err(LogError::ReplayGap { requested: 0, oldest: 2 })));
         assert_eq!(&follower.next().await.unwrap().unwrap().data[..], b"cdef");
     }
 }

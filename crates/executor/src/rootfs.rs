@@ -37,7 +37,8 @@ pub(crate) fn prepare(
     working_dir: Option<&str>,
     owner: Option<(u32, u32)>,
 ) -> Result<Rootfs, String> {
-    let describe = |what: &str, path: &Path, error: std::io::Error| format!("cannot {what} {}: {error}", path.display());
+    let describe =
+        |what: &str, path: &Path, error: std::io::Error| format!("cannot {what} {}: {error}", path.display());
     let give = |path: &Path| -> Result<(), String> {
         match owner {
             Some((uid, gid)) => std::os::unix::fs::lchown(path, Some(uid), Some(gid))
@@ -153,11 +154,8 @@ pub(crate) fn prepare(
 /// The working directory as the sandbox sees it: `/` by default (as a container without
 /// a `WORKDIR`), a relative one under `/`, repeated and trailing slashes folded.
 pub(crate) fn sandbox_working_dir(working_dir: Option<&str>) -> String {
-    let parts: Vec<&str> = working_dir
-        .unwrap_or("/")
-        .split('/')
-        .filter(|part| !part.is_empty() && *part != ".")
-        .collect();
+    let parts: Vec<&str> =
+        working_dir.unwrap_or("/").split('/').filter(|part| !part.is_empty() && *part != ".").collect();
     format!("/{}", parts.join("/"))
 }
 

@@ -23,15 +23,13 @@ pub(crate) struct Spawner {
 impl Spawner {
     pub(crate) fn new() -> std::io::Result<Spawner> {
         let (jobs, receiver) = mpsc::channel::<Job>();
-        thread::Builder::new()
-            .name("cwsandbox-spawner".into())
-            .spawn(move || {
-                // Ends when the executor (the only sender) is dropped; the death signals
-                // of the sandboxes' keepers then fire.
-                while let Ok(job) = receiver.recv() {
-                    job();
-                }
-            })?;
+        thread::Builder::new().name("cwsandbox-spawner".into()).spawn(move || {
+            // Ends when the executor (the only sender) is dropped; the death signals
+            // of the sandboxes' keepers then fire.
+            while let Ok(job) = receiver.recv() {
+                job();
+            }
+        })?;
         Ok(Spawner { jobs })
     }
 
@@ -44,11 +42,7 @@ impl Spawner {
             let _runtime = handle.enter();
             let _ = sender.send(command.spawn());
         });
-        self.jobs
-            .send(job)
-            .map_err(|_| std::io::Error::other("the executor's spawner thread is gone"))?;
-        receiver
-            .await
-            .map_err(|_| std::io::Error::other("the executor's spawner thread is gone"))?
+        self.jobs.send(job).map_err(|_| std::io::Error::other("the executor's spawner thread is gone"))?;
+        receiver.await.map_err(|_| std::io::Error::other("the executor's spawner thread is gone"))?
     }
 }

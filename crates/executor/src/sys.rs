@@ -34,14 +34,8 @@ pub(crate) unsafe fn raw_fork() -> pid_t {
     // exactly like fork(2). The argument order of the remaining (null) arguments
     // differs between architectures, which does not matter when all are zero.
     unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            libc::SIGCHLD as c_long,
-            0 as c_long,
-            0 as c_long,
-            0 as c_long,
-            0 as c_long,
-        ) as pid_t
+        libc::syscall(libc::SYS_clone, libc::SIGCHLD as c_long, 0 as c_long, 0 as c_long, 0 as c_long, 0 as c_long)
+            as pid_t
     }
 }
 
@@ -178,15 +172,9 @@ pub(crate) fn control_signalfd() -> Result<RawFd, c_int> {
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for signal in [
-            libc::SIGCHLD,
-            libc::SIGTERM,
-            libc::SIGINT,
-            libc::SIGHUP,
-            libc::SIGQUIT,
-            libc::SIGUSR1,
-            libc::SIGUSR2,
-        ] {
+        for signal in
+            [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2]
+        {
             libc::sigaddset(&mut set, signal);
         }
         let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC);
@@ -201,13 +189,7 @@ pub(crate) fn next_signal(signalfd: RawFd) -> Option<c_int> {
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
         let size = std::mem::size_of::<libc::signalfd_siginfo>();
         // SAFETY: reading into a local buffer of the right size.
-        let read = unsafe {
-            libc::read(
-                signalfd,
-                (&mut info as *mut libc::signalfd_siginfo).cast(),
-                size,
-            )
-        };
+        let read = unsafe { libc::read(signalfd, (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
         if read == size as isize {
             return Some(info.ssi_signo as c_int);
         }
@@ -220,28 +202,16 @@ pub(crate) fn next_signal(signalfd: RawFd) -> Option<c_int> {
 
 /// Like `next_signal`, but gives up after `timeout_ms`. Fork-safe.
 pub(crate) fn next_signal_timeout(signalfd: RawFd, timeout_ms: c_int) -> Option<c_int> {
-    let mut poll = libc::pollfd {
-        fd: signalfd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
+    let mut poll = libc::pollfd { fd: signalfd, events: libc::POLLIN, revents: 0 };
     // SAFETY: one valid pollfd.
     let ready = unsafe { libc::poll(&mut poll, 1, timeout_ms) };
-    if ready == 1 {
-        next_signal(signalfd)
-    } else {
-        None
-    }
+    if ready == 1 { next_signal(signalfd) } else { None }
 }
 
 /// Whether the write end of the pipe whose read end is `fd` has been closed, i.e.
 /// whether the process holding it is gone. Fork-safe.
 pub(crate) fn peer_gone(fd: RawFd) -> bool {
-    let mut poll = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
+    let mut poll = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     // SAFETY: one valid pollfd, no waiting.
     let ready = unsafe { libc::poll(&mut poll, 1, 0) };
     ready == 1 && poll.revents & (libc::POLLHUP | libc::POLLERR) != 0
@@ -251,11 +221,7 @@ pub(crate) fn peer_gone(fd: RawFd) -> bool {
 pub(crate) fn pipe_cloexec() -> Result<(RawFd, RawFd), c_int> {
     let mut fds = [0 as c_int; 2];
     // SAFETY: pipe2 writes two descriptors into the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
-        Ok((fds[0], fds[1]))
-    } else {
-        Err(errno())
-    }
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 { Ok((fds[0], fds[1])) } else { Err(errno()) }
 }
 
 /// A descriptor that refers to one process for as long as it is held, so signals
@@ -308,17 +274,9 @@ struct OpenHow {
 
 /// `openat2` with `RESOLVE_IN_ROOT`: `path` is resolved as if `root` were `/`, so
 /// absolute symbolic links inside a sandbox stay inside it.
-pub(crate) fn open_in_root(
-    root: RawFd,
-    path: &CStr,
-    flags: c_int,
-    mode: libc::mode_t,
-) -> io::Result<OwnedFd> {
-    let how = OpenHow {
-        flags: (flags | libc::O_CLOEXEC) as u64,
-        mode: u64::from(mode),
-        resolve: libc::RESOLVE_IN_ROOT,
-    };
+pub(crate) fn open_in_root(root: RawFd, path: &CStr, flags: c_int, mode: libc::mode_t) -> io::Result<OwnedFd> {
+    let how =
+        OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: u64::from(mode), resolve: libc::RESOLVE_IN_ROOT };
     loop {
         // SAFETY: the path is a valid C string and `how` is a correctly sized open_how.
         let fd = unsafe {
@@ -344,12 +302,7 @@ pub(crate) fn open_in_root(
 /// Opens a directory (or anything) as an `O_PATH` descriptor, for use as a root.
 pub(crate) fn open_path(path: &CStr) -> io::Result<OwnedFd> {
     // SAFETY: the path is a valid C string.
-    let fd = unsafe {
-        libc::open(
-            path.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -403,12 +356,7 @@ pub(crate) fn open_pty(master: Option<OwnedFd>, cols: u16, rows: u16) -> io::Res
 
 /// Sets a terminal's size; the kernel then sends SIGWINCH to its foreground group.
 pub(crate) fn set_window_size(fd: RawFd, cols: u16, rows: u16) -> io::Result<()> {
-    let size = libc::winsize {
-        ws_row: rows,
-        ws_col: cols,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
+    let size = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
     // SAFETY: TIOCSWINSZ reads one winsize.
     if unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &size) } != 0 {
         return Err(io::Error::last_os_error());
@@ -436,15 +384,7 @@ pub(crate) fn mount(
 ) -> Result<(), c_int> {
     let pointer = |value: Option<&CStr>| value.map_or(std::ptr::null(), CStr::as_ptr);
     // SAFETY: every pointer is a valid C string or null, as mount(2) allows.
-    let result = unsafe {
-        libc::mount(
-            pointer(source),
-            target.as_ptr(),
-            pointer(fstype),
-            flags,
-            pointer(data).cast(),
-        )
-    };
+    let result = unsafe { libc::mount(pointer(source), target.as_ptr(), pointer(fstype), flags, pointer(data).cast()) };
     if result == 0 { Ok(()) } else { Err(errno()) }
 }
 

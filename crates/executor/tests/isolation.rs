@@ -14,10 +14,7 @@ use common::*;
 use cwsandbox_executor::{Executor, ExecutorConfig, Isolation, LaunchSpec};
 
 fn host_hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .expect("hostname")
-        .trim()
-        .to_owned()
+    std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -35,26 +32,12 @@ async fn hostname_is_the_given_name() {
     let executor = &harness.executor;
     let before = host_hostname();
     let id = unique("host");
-    executor
-        .start(&id, spec("sbx-pod-7f3a", &[]))
-        .await
-        .unwrap();
+    executor.start(&id, spec("sbx-pod-7f3a", &[])).await.unwrap();
     assert_eq!(sh(executor, &id, "hostname").await, "sbx-pod-7f3a");
-    assert_eq!(
-        sh(
-            executor,
-            &id,
-            "cat /proc/sys/kernel/hostname; echo $HOSTNAME"
-        )
-        .await,
-        "sbx-pod-7f3a\nsbx-pod-7f3a"
-    );
+    assert_eq!(sh(executor, &id, "cat /proc/sys/kernel/hostname; echo $HOSTNAME").await, "sbx-pod-7f3a\nsbx-pod-7f3a");
     // Each sandbox has its own, and the host keeps its name.
     let other = unique("host");
-    executor
-        .start(&other, spec("another-pod", &[]))
-        .await
-        .unwrap();
+    executor.start(&other, spec("another-pod", &[])).await.unwrap();
     assert_eq!(sh(executor, &other, "hostname").await, "another-pod");
     assert_eq!(sh(executor, &id, "hostname").await, "sbx-pod-7f3a");
     assert_eq!(host_hostname(), before);
@@ -79,18 +62,9 @@ async fn tmp_is_private() {
 
     // Files written through the API land in the same private /tmp.
     let api_path = format!("/tmp/{}", unique("api"));
-    executor
-        .write_file(&second, &api_path, b"via api")
-        .await
-        .unwrap();
-    assert_eq!(
-        sh(executor, &second, &format!("cat {api_path}")).await,
-        "via api"
-    );
-    assert_eq!(
-        executor.read_file(&first, &api_path).await,
-        Err(cwsandbox_executor::FileError::NotFound)
-    );
+    executor.write_file(&second, &api_path, b"via api").await.unwrap();
+    assert_eq!(sh(executor, &second, &format!("cat {api_path}")).await, "via api");
+    assert_eq!(executor.read_file(&first, &api_path).await, Err(cwsandbox_executor::FileError::NotFound));
     assert!(!Path::new(&api_path).exists());
     // And /tmp behaves like /tmp: sticky and writable by all.
     assert_eq!(sh(executor, &first, "stat -c %a /tmp").await, "1777");
@@ -108,24 +82,12 @@ async fn the_working_directory_is_private() {
     let workdir = shared.to_string_lossy().into_owned();
     let (first, second) = (unique("wd"), unique("wd"));
     for id in [&first, &second] {
-        executor
-            .start(
-                id,
-                LaunchSpec {
-                    working_dir: Some(workdir.clone()),
-                    ..spec("wd", &[])
-                },
-            )
-            .await
-            .unwrap();
+        executor.start(id, LaunchSpec { working_dir: Some(workdir.clone()), ..spec("wd", &[]) }).await.unwrap();
     }
     assert_eq!(sh(executor, &first, "pwd").await, workdir);
     // The sandbox starts with an empty directory, not the host's content.
     assert_eq!(sh(executor, &first, "ls -A").await, "");
-    executor
-        .write_file(&first, "mine.txt", b"first")
-        .await
-        .unwrap();
+    executor.write_file(&first, "mine.txt", b"first").await.unwrap();
     assert_eq!(sh(executor, &first, "cat mine.txt").await, "first");
     assert_eq!(sh(executor, &second, "ls -A").await, "");
     assert!(!shared.join("mine.txt").exists());
@@ -138,47 +100,23 @@ async fn each_sandbox_has_its_own_pid_namespace() {
     let harness = harness(Isolation::Namespaces);
     let executor = &harness.executor;
     let id = unique("pid");
-    executor
-        .start(&id, spec("pid-host", &["sleep", "1000"]))
-        .await
-        .unwrap();
+    executor.start(&id, spec("pid-host", &["sleep", "1000"])).await.unwrap();
     // PID 1 is the sandbox's init, PID 2 its main command.
-    assert_eq!(
-        sh(executor, &id, "cat /proc/1/comm").await,
-        "cwsandbox-init"
-    );
+    assert_eq!(sh(executor, &id, "cat /proc/1/comm").await, "cwsandbox-init");
     assert_eq!(sh(executor, &id, "cat /proc/2/comm").await, "sleep");
     let own_pid: u32 = sh(executor, &id, "echo $$").await.parse().unwrap();
     assert!(own_pid < 20, "pid {own_pid} inside the sandbox");
     // Only the sandbox's own processes are visible.
     let listing = sh(executor, &id, "ls /proc").await;
-    let pids: Vec<u32> = listing
-        .lines()
-        .filter_map(|line| line.parse().ok())
-        .collect();
-    assert!(
-        !pids.is_empty() && pids.len() < 10,
-        "visible pids: {pids:?}"
-    );
-    assert!(
-        !pids.contains(&std::process::id()),
-        "the emulator is visible"
-    );
+    let pids: Vec<u32> = listing.lines().filter_map(|line| line.parse().ok()).collect();
+    assert!(!pids.is_empty() && pids.len() < 10, "visible pids: {pids:?}");
+    assert!(!pids.contains(&std::process::id()), "the emulator is visible");
     // read_file sees the sandbox's /proc too.
-    assert_eq!(
-        executor.read_file(&id, "/proc/1/comm").await.unwrap(),
-        b"cwsandbox-init\n"
-    );
+    assert_eq!(executor.read_file(&id, "/proc/1/comm").await.unwrap(), b"cwsandbox-init\n");
     // Another sandbox counts from 1 again.
     let other = unique("pid");
-    executor
-        .start(&other, spec("pid-host-2", &[]))
-        .await
-        .unwrap();
-    assert_eq!(
-        sh(executor, &other, "cat /proc/2/comm").await,
-        "cwsandbox-idle"
-    );
+    executor.start(&other, spec("pid-host-2", &[])).await.unwrap();
+    assert_eq!(sh(executor, &other, "cat /proc/2/comm").await, "cwsandbox-idle");
     executor.shutdown().await;
 }
 
@@ -198,10 +136,7 @@ async fn plain_mode_differences() {
     std::fs::remove_file(&path).unwrap();
     // The working directory is still the sandbox's own.
     let cwd = sh(executor, &id, "pwd").await;
-    assert!(
-        cwd.starts_with(&harness.root.path().to_string_lossy().into_owned()),
-        "{cwd}"
-    );
+    assert!(cwd.starts_with(&harness.root.path().to_string_lossy().into_owned()), "{cwd}");
     executor.shutdown().await;
 }
 
@@ -225,11 +160,7 @@ fn wait_all_gone(processes: Vec<(u32, OwnedFd)>) -> Vec<u32> {
     let mut left = Vec::new();
     for (pid, fd) in processes {
         let remaining = deadline.saturating_duration_since(std::time::Instant::now());
-        let mut poll = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd.
         let ready = unsafe { libc::poll(&mut poll, 1, remaining.as_millis() as i32) };
         if ready != 1 {
@@ -247,13 +178,7 @@ fn helper(role: &str, isolation: &str, root: &Path, marker: &str) -> Command {
 fn helper_at(program: &Path, role: &str, isolation: &str, root: &Path, marker: &str) -> Command {
     let mut command = Command::new(program);
     command
-        .args([
-            "--exact",
-            "helper_process",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "helper_process", "--ignored", "--nocapture", "--test-threads=1"])
         .env("CWSBX_HELPER_ROLE", role)
         .env("CWSBX_HELPER_ISOLATION", isolation)
         .env("CWSBX_HELPER_ROOT", root)
@@ -280,9 +205,7 @@ fn read_until(stdout: &mut impl BufRead, prefix: &str) -> Option<String> {
 fn sandboxes_die_with_the_emulator(isolation: &str) {
     let root = tempfile::tempdir().unwrap();
     let marker = unique("orphan");
-    let mut child = helper("hold", isolation, root.path(), &marker)
-        .spawn()
-        .unwrap();
+    let mut child = helper("hold", isolation, root.path(), &marker).spawn().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let ready = read_until(&mut stdout, "HELPER-READY");
     assert!(ready.is_some(), "the helper emulator did not get ready");
@@ -333,10 +256,7 @@ fn unprivileged_users_get_a_user_namespace() {
     let output = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains("HELPER-OK"),
-        "helper failed: {stdout}\n{stderr}"
-    );
+    assert!(output.status.success() && stdout.contains("HELPER-OK"), "helper failed: {stdout}\n{stderr}");
 }
 
 /// Not a test: the other end of the tests above, run in its own process.
@@ -346,11 +266,7 @@ fn helper_process() {
     let Ok(role) = std::env::var("CWSBX_HELPER_ROLE") else {
         return;
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let root = std::env::var("CWSBX_HELPER_ROOT").unwrap();
         let mut config = ExecutorConfig::new(&root);
@@ -400,22 +316,9 @@ async fn check_unprivileged(executor: &Executor) {
     assert_eq!(sh(executor, id, "cat /proc/1/comm").await, "cwsandbox-init");
     let path = format!("/tmp/{}", unique("rootless"));
     executor.write_file(id, &path, b"rootless").await.unwrap();
-    assert_eq!(
-        sh(
-            executor,
-            id,
-            &format!("cat {path}; echo; stat -c %u {path}")
-        )
-        .await,
-        format!("rootless\n{uid}")
-    );
+    assert_eq!(sh(executor, id, &format!("cat {path}; echo; stat -c %u {path}")).await, format!("rootless\n{uid}"));
     assert!(!Path::new(&path).exists(), "the host's /tmp got the file");
-    let (_, _, code) = run(
-        executor,
-        id,
-        &["sh", "-c", "echo x > /etc/cwsbx-should-fail"],
-    )
-    .await;
+    let (_, _, code) = run(executor, id, &["sh", "-c", "echo x > /etc/cwsbx-should-fail"]).await;
     assert_ne!(code, 0, "a rootless sandbox could write to /etc");
     executor.shutdown().await;
     println!("HELPER-OK");
@@ -432,10 +335,7 @@ async fn no_sandbox_process_holds_the_emulators_memory_or_environment() {
     // A secret in the emulator's memory before the sandbox starts, as its tokens are.
     let secret = std::hint::black_box(format!("cwsbx-secret-{}", unique("token")));
     let id = unique("secrets");
-    executor
-        .start(&id, spec("secrets", &["sh", "-c", "sleep 1000 & wait"]))
-        .await
-        .unwrap();
+    executor.start(&id, spec("secrets", &["sh", "-c", "sleep 1000 & wait"])).await.unwrap();
     // Init's command line and environment are its own, not the emulator's.
     let cmdline = sh(executor, &id, "tr '\\0' ' ' < /proc/1/cmdline").await;
     assert!(cmdline.starts_with("cwsandbox-init --cwsandbox-init-v1 "), "{cmdline}");
@@ -504,10 +404,7 @@ async fn an_absolute_working_directory_is_made_inside_the_sandbox_only() {
     let executor = &harness.executor;
     let wanted = format!("/var/tmp/{}", unique("wd-test"));
     let id = unique("wd-abs");
-    executor
-        .start(&id, LaunchSpec { working_dir: Some(wanted.clone()), ..spec("wd-abs", &[]) })
-        .await
-        .unwrap();
+    executor.start(&id, LaunchSpec { working_dir: Some(wanted.clone()), ..spec("wd-abs", &[]) }).await.unwrap();
     assert_eq!(sh(executor, &id, "pwd").await, wanted);
     executor.write_file(&id, "here.txt", b"x").await.unwrap();
     assert_eq!(sh(executor, &id, "cat here.txt").await, "x");
@@ -529,9 +426,11 @@ async fn a_sandbox_cannot_undo_its_isolation() {
     let id = unique("caps");
     executor.start(&id, spec("caps", &[])).await.unwrap();
     // No CAP_SYS_ADMIN (bit 21), whoever runs the emulator: mounts stay as they are.
-    let effective = u64::from_str_radix(&sh(executor, &id, "awk '/^CapEff/ {print $2}' /proc/self/status").await, 16).unwrap();
+    let effective =
+        u64::from_str_radix(&sh(executor, &id, "awk '/^CapEff/ {print $2}' /proc/self/status").await, 16).unwrap();
     assert_eq!(effective & (1 << 21), 0, "CapEff {effective:x}");
-    let bounding = u64::from_str_radix(&sh(executor, &id, "awk '/^CapBnd/ {print $2}' /proc/self/status").await, 16).unwrap();
+    let bounding =
+        u64::from_str_radix(&sh(executor, &id, "awk '/^CapBnd/ {print $2}' /proc/self/status").await, 16).unwrap();
     assert_eq!(bounding & (1 << 21 | 1 << 2 | 1 << 19), 0, "CapBnd {bounding:x}");
     sh(executor, &id, "echo mine > /tmp/mine").await;
     for attempt in ["umount -l /tmp", "umount /proc", "umount -l /", "mount -t tmpfs none /mnt"] {

@@ -5,9 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use cwsandbox_executor::{
-    ExecRequest, ExecutorError, FileError, Isolation, LaunchSpec, LogError, MainExit,
-};
+use cwsandbox_executor::{ExecRequest, ExecutorError, FileError, Isolation, LaunchSpec, LogError, MainExit};
 
 in_both_modes!(
     env_and_working_dir_are_honoured,
@@ -54,18 +52,9 @@ async fn env_and_working_dir_are_honoured(isolation: Isolation) {
     let (stdout, _, code) = run_request(executor, &id, request).await;
     assert_eq!((stdout.as_str(), code), ("bye\n/\n", 0));
     // Relative exec working directories resolve against the sandbox's.
-    let request = ExecRequest {
-        working_dir: Some("..".into()),
-        ..argv(&["pwd"])
-    };
-    assert!(matches!(
-        executor.exec(&id, request).await,
-        Err(ExecutorError::InvalidRequest(_))
-    ));
-    let request = ExecRequest {
-        working_dir: Some("missing".into()),
-        ..argv(&["pwd"])
-    };
+    let request = ExecRequest { working_dir: Some("..".into()), ..argv(&["pwd"]) };
+    assert!(matches!(executor.exec(&id, request).await, Err(ExecutorError::InvalidRequest(_))));
+    let request = ExecRequest { working_dir: Some("missing".into()), ..argv(&["pwd"]) };
     let (_, stderr, code) = run_request(executor, &id, request).await;
     assert_eq!(code, 127, "{stderr}");
     assert!(stderr.contains("working directory"), "{stderr}");
@@ -75,10 +64,7 @@ async fn env_and_working_dir_are_honoured(isolation: Isolation) {
     // filesystem, so there it must exist.
     let absolute = harness.root.path().join(unique("abs-workdir"));
     let absolute_text = absolute.to_string_lossy().into_owned();
-    let launch = || LaunchSpec {
-        working_dir: Some(absolute_text.clone()),
-        ..spec("env-host-2", &[])
-    };
+    let launch = || LaunchSpec { working_dir: Some(absolute_text.clone()), ..spec("env-host-2", &[]) };
     let id2 = unique("env-abs");
     if isolation == Isolation::Plain {
         let error = executor.start(&id2, launch()).await.unwrap_err();
@@ -102,16 +88,8 @@ async fn exec_reports_stdout_stderr_and_exit_code(isolation: Isolation) {
     let executor = &harness.executor;
     let id = unique("exec");
     executor.start(&id, spec("exec-host", &[])).await.unwrap();
-    let (stdout, stderr, code) = run(
-        executor,
-        &id,
-        &["sh", "-c", "echo out; echo err >&2; exit 3"],
-    )
-    .await;
-    assert_eq!(
-        (stdout.as_str(), stderr.as_str(), code),
-        ("out\n", "err\n", 3)
-    );
+    let (stdout, stderr, code) = run(executor, &id, &["sh", "-c", "echo out; echo err >&2; exit 3"]).await;
+    assert_eq!((stdout.as_str(), stderr.as_str(), code), ("out\n", "err\n", 3));
     let (stdout, _, code) = run(executor, &id, &["echo", "plain", "args"]).await;
     assert_eq!((stdout.as_str(), code), ("plain args\n", 0));
     // Killed by a signal: 128 + N.
@@ -135,10 +113,7 @@ async fn closing_stdin_is_end_of_file(isolation: Isolation) {
     session.stdin.write(b"stdin\n").await.unwrap();
     session.stdin.close().await;
     let (stdout, stderr, code) = within("cat to end", session.collect()).await;
-    assert_eq!(
-        (stdout.as_slice(), stderr.as_slice(), code),
-        (&b"hello stdin\n"[..], &b""[..], 0)
-    );
+    assert_eq!((stdout.as_slice(), stderr.as_slice(), code), (&b"hello stdin\n"[..], &b""[..], 0));
 
     // Without any input, closing at once still ends `cat`.
     let (stdout, _, code) = run(executor, &id, &["cat"]).await;
@@ -150,16 +125,10 @@ async fn a_missing_command_exits_127_with_a_message(isolation: Isolation) {
     let harness = harness(isolation);
     let executor = &harness.executor;
     let id = unique("missing");
-    executor
-        .start(&id, spec("missing-host", &[]))
-        .await
-        .unwrap();
+    executor.start(&id, spec("missing-host", &[])).await.unwrap();
     let (stdout, stderr, code) = run(executor, &id, &["no-such-command-cwsbx"]).await;
     assert_eq!((stdout.as_str(), code), ("", 127));
-    assert!(
-        stderr.contains("no-such-command-cwsbx") && stderr.contains("not found"),
-        "{stderr:?}"
-    );
+    assert!(stderr.contains("no-such-command-cwsbx") && stderr.contains("not found"), "{stderr:?}");
     // The sandbox is unharmed.
     assert_eq!(sh(executor, &id, "echo still here").await, "still here");
     executor.shutdown().await;
@@ -172,32 +141,17 @@ async fn written_files_are_seen_by_exec_and_read_back(isolation: Isolation) {
     executor.start(&id, spec("files-host", &[])).await.unwrap();
 
     // Relative: against the working directory, creating parents.
-    executor
-        .write_file(&id, "notes/a.txt", b"relative data\n")
-        .await
-        .unwrap();
+    executor.write_file(&id, "notes/a.txt", b"relative data\n").await.unwrap();
     assert_eq!(sh(executor, &id, "cat notes/a.txt").await, "relative data");
     // Absolute, in the sandbox's /tmp (private in namespaces mode).
     let tmp_path = format!("/tmp/{}", unique("file"));
-    executor
-        .write_file(&id, &tmp_path, b"tmp data")
-        .await
-        .unwrap();
-    assert_eq!(
-        sh(executor, &id, &format!("cat {tmp_path}")).await,
-        "tmp data"
-    );
+    executor.write_file(&id, &tmp_path, b"tmp data").await.unwrap();
+    assert_eq!(sh(executor, &id, &format!("cat {tmp_path}")).await, "tmp data");
     // What exec writes, read_file reads; writing replaces the whole content.
     sh(executor, &id, "printf 'from exec' > made.txt").await;
-    assert_eq!(
-        executor.read_file(&id, "made.txt").await.unwrap(),
-        b"from exec"
-    );
+    assert_eq!(executor.read_file(&id, "made.txt").await.unwrap(), b"from exec");
     let absolute = format!("{}/made.txt", sh(executor, &id, "pwd").await);
-    assert_eq!(
-        executor.read_file(&id, &absolute).await.unwrap(),
-        b"from exec"
-    );
+    assert_eq!(executor.read_file(&id, &absolute).await.unwrap(), b"from exec");
     executor.write_file(&id, "made.txt", b"x").await.unwrap();
     assert_eq!(sh(executor, &id, "cat made.txt").await, "x");
     // Empty files are fine.
@@ -213,79 +167,35 @@ async fn read_file_reports_reasons(isolation: Isolation) {
     let harness = harness_with(isolation, |config| config.max_file_bytes = 16);
     let executor = &harness.executor;
     let id = unique("reasons");
-    executor
-        .start(&id, spec("reasons-host", &[]))
-        .await
-        .unwrap();
+    executor.start(&id, spec("reasons-host", &[])).await.unwrap();
 
-    assert_eq!(
-        executor.read_file(&id, "nope.txt").await,
-        Err(FileError::NotFound)
-    );
-    assert_eq!(
-        executor.read_file(&id, "nope/deeper.txt").await,
-        Err(FileError::NotFound)
-    );
+    assert_eq!(executor.read_file(&id, "nope.txt").await, Err(FileError::NotFound));
+    assert_eq!(executor.read_file(&id, "nope/deeper.txt").await, Err(FileError::NotFound));
     sh(executor, &id, "mkdir adir").await;
-    assert_eq!(
-        executor.read_file(&id, "adir").await,
-        Err(FileError::IsDirectory)
-    );
-    assert_eq!(
-        executor.read_file(&id, "/tmp").await,
-        Err(FileError::IsDirectory)
-    );
-    assert_eq!(
-        executor.write_file(&id, "adir", b"x").await,
-        Err(FileError::IsDirectory)
-    );
+    assert_eq!(executor.read_file(&id, "adir").await, Err(FileError::IsDirectory));
+    assert_eq!(executor.read_file(&id, "/tmp").await, Err(FileError::IsDirectory));
+    assert_eq!(executor.write_file(&id, "adir", b"x").await, Err(FileError::IsDirectory));
 
     sh(executor, &id, "head -c 32 /dev/zero > big").await;
-    assert_eq!(
-        executor.read_file(&id, "big").await,
-        Err(FileError::TooLarge { size: 32, max: 16 })
-    );
-    assert_eq!(
-        executor.write_file(&id, "big2", &[0u8; 17]).await,
-        Err(FileError::TooLarge { size: 17, max: 16 })
-    );
+    assert_eq!(executor.read_file(&id, "big").await, Err(FileError::TooLarge { size: 32, max: 16 }));
+    assert_eq!(executor.write_file(&id, "big2", &[0u8; 17]).await, Err(FileError::TooLarge { size: 17, max: 16 }));
     executor.write_file(&id, "fits", &[7u8; 16]).await.unwrap();
-    assert_eq!(
-        executor.read_file(&id, "fits").await.unwrap(),
-        vec![7u8; 16]
-    );
-    assert!(matches!(
-        executor.read_file(&id, "").await,
-        Err(FileError::InvalidPath(_))
-    ));
+    assert_eq!(executor.read_file(&id, "fits").await.unwrap(), vec![7u8; 16]);
+    assert!(matches!(executor.read_file(&id, "").await, Err(FileError::InvalidPath(_))));
 
     if sys_uid() != 0 {
         sh(executor, &id, "touch secret && chmod 000 secret").await;
-        assert_eq!(
-            executor.read_file(&id, "secret").await,
-            Err(FileError::PermissionDenied)
-        );
+        assert_eq!(executor.read_file(&id, "secret").await, Err(FileError::PermissionDenied));
     }
 
     executor.stop(&id, Duration::ZERO).await;
-    assert_eq!(
-        executor.read_file(&id, "fits").await,
-        Err(FileError::SandboxNotRunning)
-    );
-    assert_eq!(
-        executor.write_file(&id, "fits", b"x").await,
-        Err(FileError::SandboxNotRunning)
-    );
-    assert_eq!(
-        executor.read_file("never-started", "x").await,
-        Err(FileError::SandboxNotRunning)
-    );
+    assert_eq!(executor.read_file(&id, "fits").await, Err(FileError::SandboxNotRunning));
+    assert_eq!(executor.write_file(&id, "fits", b"x").await, Err(FileError::SandboxNotRunning));
+    assert_eq!(executor.read_file("never-started", "x").await, Err(FileError::SandboxNotRunning));
 }
 
 fn sys_uid() -> u32 {
-    std::fs::metadata("/proc/self")
-        .map(|meta| std::os::unix::fs::MetadataExt::uid(&meta))
-        .unwrap_or(0)
+    std::fs::metadata("/proc/self").map(|meta| std::os::unix::fs::MetadataExt::uid(&meta)).unwrap_or(0)
 }
 
 async fn logs_have_offsets_tail_and_follow_until_stop(isolation: Isolation) {
@@ -294,17 +204,7 @@ async fn logs_have_offsets_tail_and_follow_until_stop(isolation: Isolation) {
     let mut exits = executor.exits();
     let id = unique("logs");
     executor
-        .start(
-            &id,
-            spec(
-                "logs-host",
-                &[
-                    "sh",
-                    "-c",
-                    "echo one; echo two >&2; echo three; exec sleep 1000",
-                ],
-            ),
-        )
+        .start(&id, spec("logs-host", &["sh", "-c", "echo one; echo two >&2; echo three; exec sleep 1000"]))
         .await
         .unwrap();
     let logs = executor.logs(&id).unwrap();
@@ -316,20 +216,10 @@ async fn logs_have_offsets_tail_and_follow_until_stop(isolation: Isolation) {
     let all = logs.read_from(0).unwrap();
     assert_eq!(all.bytes(), b"one\ntwo\nthree\n");
     assert_eq!(all.next_offset, 14);
-    assert!(
-        all.chunks
-            .iter()
-            .all(|chunk| chunk.time <= std::time::SystemTime::now())
-    );
+    assert!(all.chunks.iter().all(|chunk| chunk.time <= std::time::SystemTime::now()));
     assert_eq!(logs.read_from(4).unwrap().bytes(), b"two\nthree\n");
     assert_eq!(logs.read_from(14).unwrap().bytes(), b"");
-    assert_eq!(
-        logs.read_from(15),
-        Err(LogError::InvalidOffset {
-            requested: 15,
-            end: 14
-        })
-    );
+    assert_eq!(logs.read_from(15), Err(LogError::InvalidOffset { requested: 15, end: 14 }));
     assert_eq!(logs.tail(1).bytes(), b"three\n");
     assert_eq!(logs.tail(2).bytes(), b"two\nthree\n");
 
@@ -348,27 +238,15 @@ async fn logs_have_offsets_tail_and_follow_until_stop(isolation: Isolation) {
     within("stop", stopper).await.unwrap();
     assert!(logs.is_closed());
     // Logs stay readable after the stop.
-    assert_eq!(
-        executor.logs(&id).unwrap().read_from(0).unwrap().bytes(),
-        b"one\ntwo\nthree\n"
-    );
+    assert_eq!(executor.logs(&id).unwrap().read_from(0).unwrap().bytes(), b"one\ntwo\nthree\n");
 
     // A restart is a new log session.
-    executor
-        .start(&id, spec("logs-host", &["sh", "-c", "echo again"]))
-        .await
-        .unwrap();
+    executor.start(&id, spec("logs-host", &["sh", "-c", "echo again"])).await.unwrap();
     let logs = executor.logs(&id).unwrap();
     assert_ne!(logs.session_id(), first_session);
     // The main command ended by itself: reported, and the logs are complete.
     let exit = within("the main exit", exits.recv()).await.unwrap();
-    assert_eq!(
-        exit,
-        MainExit {
-            id: id.clone(),
-            exit_code: 0
-        }
-    );
+    assert_eq!(exit, MainExit { id: id.clone(), exit_code: 0 });
     assert_eq!(logs.read_from(0).unwrap().bytes(), b"again\n");
     assert!(logs.is_closed());
     // The stop before was requested, so it was not reported as a main exit.
@@ -380,24 +258,12 @@ async fn a_small_log_buffer_reports_replay_gaps(isolation: Isolation) {
     let executor = &harness.executor;
     let mut exits = executor.exits();
     let id = unique("gap");
-    executor
-        .start(
-            &id,
-            spec("gap-host", &["sh", "-c", "echo 0123456789abcdef"]),
-        )
-        .await
-        .unwrap();
+    executor.start(&id, spec("gap-host", &["sh", "-c", "echo 0123456789abcdef"])).await.unwrap();
     within("the main exit", exits.recv()).await.unwrap();
     let logs = executor.logs(&id).unwrap();
     assert_eq!(logs.end_offset(), 17);
     assert_eq!(logs.start_offset(), 9);
-    assert_eq!(
-        logs.read_from(0),
-        Err(LogError::ReplayGap {
-            requested: 0,
-            oldest: 9
-        })
-    );
+    assert_eq!(logs.read_from(0), Err(LogError::ReplayGap { requested: 0, oldest: 9 }));
     assert_eq!(logs.read_from(9).unwrap().bytes(), b"9abcdef\n");
     assert_eq!(logs.tail(5).bytes(), b"9abcdef\n");
 }
@@ -410,32 +276,14 @@ async fn stop_waits_for_term_then_kills_at_the_grace(isolation: Isolation) {
     // A main command that handles TERM ends at once, well before a long grace.
     let polite = unique("polite");
     executor
-        .start(
-            &polite,
-            spec(
-                "polite",
-                &[
-                    "sh",
-                    "-c",
-                    "trap 'echo bye; exit 0' TERM; echo ready; sleep 1000 & wait",
-                ],
-            ),
-        )
+        .start(&polite, spec("polite", &["sh", "-c", "trap 'echo bye; exit 0' TERM; echo ready; sleep 1000 & wait"]))
         .await
         .unwrap();
     let polite_logs = executor.logs(&polite).unwrap();
     wait_for_log(&polite_logs, "ready\n").await;
     let started = Instant::now();
-    within(
-        "a polite stop",
-        executor.stop(&polite, Duration::from_secs(20)),
-    )
-    .await;
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        started.elapsed()
-    );
+    within("a polite stop", executor.stop(&polite, Duration::from_secs(20))).await;
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     assert!(!executor.is_running(&polite));
     // The trap's own code, kept for whoever asked for the stop.
     assert_eq!(executor.exit_code(&polite), Some(0));
@@ -444,23 +292,11 @@ async fn stop_waits_for_term_then_kills_at_the_grace(isolation: Isolation) {
     // One that ignores TERM (and so do its children) dies at the grace.
     let stubborn = unique("stubborn");
     executor
-        .start(
-            &stubborn,
-            spec(
-                "stubborn",
-                &["sh", "-c", "trap '' TERM; echo ready; sleep 1000 & wait"],
-            ),
-        )
+        .start(&stubborn, spec("stubborn", &["sh", "-c", "trap '' TERM; echo ready; sleep 1000 & wait"]))
         .await
         .unwrap();
     wait_for_log(&executor.logs(&stubborn).unwrap(), "ready\n").await;
-    let mut exec = executor
-        .exec(
-            &stubborn,
-            argv(&["sh", "-c", "trap '' TERM; echo ready; sleep 1000"]),
-        )
-        .await
-        .unwrap();
+    let mut exec = executor.exec(&stubborn, argv(&["sh", "-c", "trap '' TERM; echo ready; sleep 1000"])).await.unwrap();
     // Stop only once the exec'd shell ignores TERM too.
     within("the exec to be ready", async {
         let output = exec.output.recv().await.expect("output");
@@ -471,10 +307,7 @@ async fn stop_waits_for_term_then_kills_at_the_grace(isolation: Isolation) {
     let started = Instant::now();
     within("a stubborn stop", executor.stop(&stubborn, grace)).await;
     let elapsed = started.elapsed();
-    assert!(
-        elapsed >= grace,
-        "stopped after {elapsed:?}, before the grace"
-    );
+    assert!(elapsed >= grace, "stopped after {elapsed:?}, before the grace");
     assert!(elapsed < grace + Duration::from_secs(8), "took {elapsed:?}");
     assert!(!executor.is_running(&stubborn));
     assert!(executor.exit_code(&stubborn).is_some());
@@ -489,99 +322,38 @@ async fn main_exit_is_reported_with_its_code(isolation: Isolation) {
     let executor = &harness.executor;
     let mut exits = executor.exits();
     let seven = unique("seven");
-    executor
-        .start(&seven, spec("seven", &["sh", "-c", "exit 7"]))
-        .await
-        .unwrap();
-    assert_eq!(
-        within("exit 7", exits.recv()).await.unwrap(),
-        MainExit {
-            id: seven.clone(),
-            exit_code: 7
-        }
-    );
+    executor.start(&seven, spec("seven", &["sh", "-c", "exit 7"])).await.unwrap();
+    assert_eq!(within("exit 7", exits.recv()).await.unwrap(), MainExit { id: seven.clone(), exit_code: 7 });
     assert!(!executor.is_running(&seven));
 
     let killed = unique("killed");
-    executor
-        .start(&killed, spec("killed", &["sh", "-c", "kill -KILL $$"]))
-        .await
-        .unwrap();
-    assert_eq!(
-        within("a killed main", exits.recv()).await.unwrap(),
-        MainExit {
-            id: killed,
-            exit_code: 137
-        }
-    );
+    executor.start(&killed, spec("killed", &["sh", "-c", "kill -KILL $$"])).await.unwrap();
+    assert_eq!(within("a killed main", exits.recv()).await.unwrap(), MainExit { id: killed, exit_code: 137 });
 
     // A main command that cannot run: 127, with the reason in the logs.
     let missing = unique("missing-main");
-    executor
-        .start(&missing, spec("missing", &["no-such-main-cwsbx", "arg"]))
-        .await
-        .unwrap();
+    executor.start(&missing, spec("missing", &["no-such-main-cwsbx", "arg"])).await.unwrap();
     // Known when `start` returns: the caller can fail the sandbox before anyone sees it running.
     assert_eq!(executor.exit_code(&missing), Some(127));
-    assert_eq!(
-        within("a missing main", exits.recv()).await.unwrap(),
-        MainExit {
-            id: missing.clone(),
-            exit_code: 127
-        }
-    );
-    let text = String::from_utf8(
-        executor
-            .logs(&missing)
-            .unwrap()
-            .read_from(0)
-            .unwrap()
-            .bytes(),
-    )
-    .unwrap();
-    assert!(
-        text.contains("no-such-main-cwsbx: command not found"),
-        "{text:?}"
-    );
+    assert_eq!(within("a missing main", exits.recv()).await.unwrap(), MainExit { id: missing.clone(), exit_code: 127 });
+    let text = String::from_utf8(executor.logs(&missing).unwrap().read_from(0).unwrap().bytes()).unwrap();
+    assert!(text.contains("no-such-main-cwsbx: command not found"), "{text:?}");
 
     // When the main command ends, the rest of the sandbox goes with it.
     let marker = unique("marker");
     let leader = unique("leader");
     let script = "mkfifo go; echo ready; read line < go; exit 3";
-    let launch = LaunchSpec {
-        env: env(&[("CWSBX_TEST_MARKER", &marker)]),
-        ..spec("leader", &["sh", "-c", script])
-    };
+    let launch = LaunchSpec { env: env(&[("CWSBX_TEST_MARKER", &marker)]), ..spec("leader", &["sh", "-c", script]) };
     executor.start(&leader, launch).await.unwrap();
     wait_for_log(&executor.logs(&leader).unwrap(), "ready\n").await;
-    let mut background = executor
-        .exec(&leader, argv(&["sleep", "1000"]))
-        .await
-        .unwrap();
-    assert_eq!(
-        processes_with_marker(&marker).len(),
-        2,
-        "the main shell and the exec'd sleep"
-    );
+    let mut background = executor.exec(&leader, argv(&["sleep", "1000"])).await.unwrap();
+    assert_eq!(processes_with_marker(&marker).len(), 2, "the main shell and the exec'd sleep");
     // The writer's own end is of no interest (it may be killed with the sandbox before it
     // reports it); its session is kept so that dropping it does not kill it first.
-    let _writer = executor
-        .exec(&leader, argv(&["sh", "-c", "echo go > go"]))
-        .await
-        .unwrap();
-    assert_eq!(
-        within("the leader's exit", exits.recv()).await.unwrap(),
-        MainExit {
-            id: leader,
-            exit_code: 3
-        }
-    );
+    let _writer = executor.exec(&leader, argv(&["sh", "-c", "echo go > go"])).await.unwrap();
+    assert_eq!(within("the leader's exit", exits.recv()).await.unwrap(), MainExit { id: leader, exit_code: 3 });
     assert_eq!(within("the background exec", background.wait()).await, 137);
-    assert!(
-        processes_with_marker(&marker).is_empty(),
-        "left: {:?}",
-        processes_with_marker(&marker)
-    );
+    assert!(processes_with_marker(&marker).is_empty(), "left: {:?}", processes_with_marker(&marker));
 }
 
 async fn shutdown_leaves_no_process(isolation: Isolation) {
@@ -592,29 +364,18 @@ async fn shutdown_leaves_no_process(isolation: Isolation) {
     let mut sessions = Vec::new();
     for id in &ids {
         let script = "sleep 1000 & sleep 1000 & echo ready; wait";
-        let launch = LaunchSpec {
-            env: env(&[("CWSBX_TEST_MARKER", &marker)]),
-            ..spec("down", &["sh", "-c", script])
-        };
+        let launch = LaunchSpec { env: env(&[("CWSBX_TEST_MARKER", &marker)]), ..spec("down", &["sh", "-c", script]) };
         executor.start(id, launch).await.unwrap();
         wait_for_log(&executor.logs(id).unwrap(), "ready\n").await;
         // A busy exec, one that leaves an orphan behind, and an idle shell.
-        sessions.push(
-            executor
-                .exec(id, argv(&["sh", "-c", "sleep 1000"]))
-                .await
-                .unwrap(),
-        );
+        sessions.push(executor.exec(id, argv(&["sh", "-c", "sleep 1000"])).await.unwrap());
         sh(executor, id, "sleep 1000 >/dev/null 2>&1 &").await;
         sessions.push(executor.exec(id, argv(&["cat"])).await.unwrap());
     }
     // Each sandbox has its main shell and 2 sleeps, an exec'd shell (and maybe
     // its sleep), an orphaned sleep and cat.
     let seen = processes_with_marker(&marker).len();
-    assert!(
-        seen >= 2 * 6,
-        "only {seen} marked processes before shutdown"
-    );
+    assert!(seen >= 2 * 6, "only {seen} marked processes before shutdown");
     let root = harness.root.path().to_path_buf();
     within("shutdown", executor.shutdown()).await;
     let left = processes_with_marker(&marker);
@@ -626,10 +387,7 @@ async fn shutdown_leaves_no_process(isolation: Isolation) {
     for id in &ids {
         assert!(!root.join(id).exists());
     }
-    assert!(matches!(
-        executor.start(&unique("late"), spec("late", &[])).await,
-        Err(ExecutorError::ShutDown)
-    ));
+    assert!(matches!(executor.start(&unique("late"), spec("late", &[])).await, Err(ExecutorError::ShutDown)));
 }
 
 async fn exec_on_a_terminal_honours_size_and_resize(isolation: Isolation) {
@@ -640,26 +398,15 @@ async fn exec_on_a_terminal_honours_size_and_resize(isolation: Isolation) {
     let request = ExecRequest {
         tty: true,
         tty_size: Some((100, 30)),
-        ..argv(&[
-            "sh",
-            "-c",
-            "stty size; test -t 0 && echo is-a-tty; echo $TERM",
-        ])
+        ..argv(&["sh", "-c", "stty size; test -t 0 && echo is-a-tty; echo $TERM"])
     };
     let (stdout, stderr, code) = run_request(executor, &id, request).await;
     assert_eq!((code, stderr.as_str()), (0, ""));
-    assert_eq!(
-        stdout.replace('\r', ""),
-        "30 100\nis-a-tty\nxterm-256color\n"
-    );
+    assert_eq!(stdout.replace('\r', ""), "30 100\nis-a-tty\nxterm-256color\n");
 
     let request = ExecRequest {
         tty: true,
-        ..argv(&[
-            "sh",
-            "-c",
-            "stty -echo; echo waiting; read line; stty size; echo got $line",
-        ])
+        ..argv(&["sh", "-c", "stty -echo; echo waiting; read line; stty size; echo got $line"])
     };
     let mut session = executor.exec(&id, request).await.unwrap();
     let mut seen = String::new();
@@ -675,69 +422,39 @@ async fn exec_on_a_terminal_honours_size_and_resize(isolation: Isolation) {
     let (stdout, _, code) = within("the tty session", session.collect()).await;
     seen.push_str(&String::from_utf8_lossy(&stdout));
     assert_eq!(code, 0);
-    assert!(
-        seen.replace('\r', "").ends_with("40 120\ngot go\n"),
-        "{seen:?}"
-    );
+    assert!(seen.replace('\r', "").ends_with("40 120\ngot go\n"), "{seen:?}");
 
     let plain = executor.exec(&id, argv(&["true"])).await.unwrap();
-    assert!(matches!(
-        plain.resize(1, 1),
-        Err(ExecutorError::InvalidRequest(_))
-    ));
+    assert!(matches!(plain.resize(1, 1), Err(ExecutorError::InvalidRequest(_))));
     executor.shutdown().await;
 }
 
 async fn operations_on_stopped_or_unknown_sandboxes_fail_cleanly(isolation: Isolation) {
     let harness = harness(isolation);
     let executor = &harness.executor;
-    assert!(matches!(
-        executor.exec("ghost", argv(&["true"])).await,
-        Err(ExecutorError::UnknownSandbox(_))
-    ));
-    assert!(matches!(
-        executor.logs("ghost"),
-        Err(ExecutorError::UnknownSandbox(_))
-    ));
-    assert!(matches!(
-        executor.start("../escape", spec("x", &[])).await,
-        Err(ExecutorError::InvalidId(_))
-    ));
-    assert!(matches!(
-        executor.start("ok-id", spec("", &[])).await,
-        Err(ExecutorError::InvalidHostname(_))
-    ));
+    assert!(matches!(executor.exec("ghost", argv(&["true"])).await, Err(ExecutorError::UnknownSandbox(_))));
+    assert!(matches!(executor.logs("ghost"), Err(ExecutorError::UnknownSandbox(_))));
+    assert!(matches!(executor.start("../escape", spec("x", &[])).await, Err(ExecutorError::InvalidId(_))));
+    assert!(matches!(executor.start("ok-id", spec("", &[])).await, Err(ExecutorError::InvalidHostname(_))));
     // Stopping or killing what is not running is a no-op.
     executor.stop("ghost", Duration::ZERO).await;
     executor.kill("ghost").await;
 
     let id = unique("stopped");
     executor.start(&id, spec("stopped", &[])).await.unwrap();
-    assert!(matches!(
-        executor.start(&id, spec("stopped", &[])).await,
-        Err(ExecutorError::AlreadyRunning(_))
-    ));
-    assert!(matches!(
-        executor.exec(&id, argv(&[])).await,
-        Err(ExecutorError::InvalidRequest(_))
-    ));
+    assert!(matches!(executor.start(&id, spec("stopped", &[])).await, Err(ExecutorError::AlreadyRunning(_))));
+    assert!(matches!(executor.exec(&id, argv(&[])).await, Err(ExecutorError::InvalidRequest(_))));
     assert_eq!(executor.exit_code(&id), None, "still running");
     executor.kill(&id).await;
     assert!(!executor.is_running(&id));
     assert!(executor.exit_code(&id).is_some());
     assert_eq!(executor.exit_code("ghost"), None);
-    assert!(matches!(
-        executor.exec(&id, argv(&["true"])).await,
-        Err(ExecutorError::NotRunning(_))
-    ));
+    assert!(matches!(executor.exec(&id, argv(&["true"])).await, Err(ExecutorError::NotRunning(_))));
     // A stopped sandbox can start again.
     executor.start(&id, spec("stopped", &[])).await.unwrap();
     assert_eq!(sh(executor, &id, "echo back").await, "back");
     executor.remove(&id).await;
-    assert!(matches!(
-        executor.logs(&id),
-        Err(ExecutorError::UnknownSandbox(_))
-    ));
+    assert!(matches!(executor.logs(&id), Err(ExecutorError::UnknownSandbox(_))));
     assert!(!harness.root.path().join(&id).exists());
 }
 
@@ -745,16 +462,7 @@ async fn a_killed_exec_leaves_no_zombie_and_the_sandbox_stops_at_once(isolation:
     let harness = harness(isolation);
     let executor = &harness.executor;
     let id = unique("killed-exec");
-    executor
-        .start(
-            &id,
-            spec(
-                "killed-exec",
-                &["sh", "-c", "trap 'exit 0' TERM; sleep 1000 & wait"],
-            ),
-        )
-        .await
-        .unwrap();
+    executor.start(&id, spec("killed-exec", &["sh", "-c", "trap 'exit 0' TERM; sleep 1000 & wait"])).await.unwrap();
     let marker = unique("exec-marker");
     let mut session = start_marked_exec(executor, &id, "exec sleep 1000", &marker).await;
     // Its environment reads as empty while `exec` replaces the shell: look until it is there.
@@ -778,17 +486,10 @@ async fn a_killed_exec_leaves_no_zombie_and_the_sandbox_stops_at_once(isolation:
     assert_eq!(within("the exec's end", session.exit.wait()).await, expected);
     // Reaped, not left as a zombie for a reaper outside the sandbox (which would also
     // hold up the pid namespace's teardown until it got round to it).
-    assert!(
-        !std::path::Path::new(&format!("/proc/{}", pids[0])).exists(),
-        "the killed command is still in /proc"
-    );
+    assert!(!std::path::Path::new(&format!("/proc/{}", pids[0])).exists(), "the killed command is still in /proc");
     let started = Instant::now();
     within("the stop", executor.stop(&id, Duration::from_secs(20))).await;
-    assert!(
-        started.elapsed() < Duration::from_millis(500),
-        "took {:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_millis(500), "took {:?}", started.elapsed());
     executor.shutdown().await;
 }
 

@@ -105,7 +105,8 @@ fn main() {
     for _ in 0..lifecycles / BATCH {
         let start = Instant::now();
         for _ in 0..BATCH {
-            batch.push(world.create_sandbox(&owner, spec(), "", &request_id(&mut sequence)).expect("create").id.clone());
+            batch
+                .push(world.create_sandbox(&owner, spec(), "", &request_id(&mut sequence)).expect("create").id.clone());
         }
         clock.advance(Duration::from_secs(1));
         world.tick();
@@ -145,7 +146,10 @@ fn main() {
     clock.advance(Duration::from_secs(1));
     world.tick();
     world.take_effects();
-    let live = ids.iter().filter(|id| world.get_sandbox("default-org", id).is_ok_and(|view| view.state == SandboxState::Running)).count();
+    let live = ids
+        .iter()
+        .filter(|id| world.get_sandbox("default-org", id).is_ok_and(|view| view.state == SandboxState::Running))
+        .count();
     // The ids are shared with the world (a count, not a copy): only the vector is the bench's own.
     let ids_bytes = ids.capacity() * std::mem::size_of_val(&ids[0]);
     let after = LIVE_BYTES.load(Ordering::Relaxed);

@@ -510,7 +510,10 @@ pub fn merge_values(base: &mut serde_json::Value, overlay: &serde_json::Value) {
 fn without_nulls(value: &serde_json::Value) -> serde_json::Value {
     match value {
         serde_json::Value::Object(map) => serde_json::Value::Object(
-            map.iter().filter(|(_, entry)| !entry.is_null()).map(|(key, entry)| (key.clone(), without_nulls(entry))).collect(),
+            map.iter()
+                .filter(|(_, entry)| !entry.is_null())
+                .map(|(key, entry)| (key.clone(), without_nulls(entry)))
+                .collect(),
         ),
         other => other.clone(),
     }
@@ -554,7 +557,8 @@ mod tests {
 
     #[test]
     fn a_null_inside_an_added_map_is_dropped_so_an_overlay_applies_idempotently() {
-        let overlay = json!({"kubelet": {"cpuManagerPolicy": null}, "scheduler": {"gpuTypes": {"a100": null, "h100": "h100"}}});
+        let overlay =
+            json!({"kubelet": {"cpuManagerPolicy": null}, "scheduler": {"gpuTypes": {"a100": null, "h100": "h100"}}});
         let mut base = json!({"scheduler": {"name": "s"}});
         merge_values(&mut base, &overlay);
         assert_eq!(base, json!({"scheduler": {"name": "s", "gpuTypes": {"h100": "h100"}}, "kubelet": {}}));

@@ -247,7 +247,8 @@ impl Labels {
 
 impl<'a> IntoIterator for &'a Labels {
     type Item = (&'a String, &'a String);
-    type IntoIter = std::iter::Map<std::slice::Iter<'a, (String, String)>, fn(&'a (String, String)) -> (&'a String, &'a String)>;
+    type IntoIter =
+        std::iter::Map<std::slice::Iter<'a, (String, String)>, fn(&'a (String, String)) -> (&'a String, &'a String)>;
     fn into_iter(self) -> Self::IntoIter {
         self.entries.iter().map(|(key, value)| (key, value))
     }
@@ -385,7 +386,8 @@ impl Pod {
     /// Whether the Pod tolerates a taint.
     pub fn tolerates(&self, taint: &Taint) -> bool {
         self.tolerations.iter().any(|toleration| {
-            let key_matches = (toleration.key.is_empty() && toleration.operator == "Exists") || toleration.key == taint.key;
+            let key_matches =
+                (toleration.key.is_empty() && toleration.operator == "Exists") || toleration.key == taint.key;
             let value_matches = toleration.operator == "Exists" || toleration.value == taint.value;
             let effect_matches = toleration.effect.is_empty() || toleration.effect == taint.effect;
             key_matches && value_matches && effect_matches

@@ -78,9 +78,7 @@ impl Quantity {
         if unsigned.starts_with('-') {
             return Err(error("negative"));
         }
-        let number_end = unsigned
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(unsigned.len());
+        let number_end = unsigned.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(unsigned.len());
         let (number, suffix) = unsigned.split_at(number_end);
         if number.is_empty() || number == "." || number.matches('.').count() > 1 {
             return Err(error("no number"));

@@ -161,7 +161,11 @@ impl LabelSelector {
                             other => return Err(format!("expected a value for {key:?}, found {}", describe(other))),
                         };
                         check_label_value(&key, &value)?;
-                        if negated { LabelRequirement::NotIn(key, vec![value]) } else { LabelRequirement::In(key, vec![value]) }
+                        if negated {
+                            LabelRequirement::NotIn(key, vec![value])
+                        } else {
+                            LabelRequirement::In(key, vec![value])
+                        }
                     }
                     Some(Token::Greater | Token::Less) => {
                         let greater = tokens[position] == Token::Greater;
@@ -181,7 +185,10 @@ impl LabelSelector {
                         let negated = operator == "notin";
                         position += 1;
                         if tokens.get(position) != Some(&Token::Open) {
-                            return Err(format!("expected '(' after {operator:?}, found {}", describe(tokens.get(position))));
+                            return Err(format!(
+                                "expected '(' after {operator:?}, found {}",
+                                describe(tokens.get(position))
+                            ));
                         }
                         position += 1;
                         let values = set_values(&tokens, &mut position, &key)?;
@@ -691,7 +698,9 @@ impl World {
             .nodes
             .iter()
             .filter(|node| names.is_empty() || names.contains(&node.name))
-            .filter(|node| partitions.is_empty() || node.partitions.iter().any(|partition| partitions.contains(partition)))
+            .filter(|node| {
+                partitions.is_empty() || node.partitions.iter().any(|partition| partitions.contains(partition))
+            })
             .collect()
     }
 

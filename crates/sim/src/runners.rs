@@ -12,9 +12,9 @@ use std::fmt;
 use std::time::Duration;
 
 use cwsandbox_api::sandbox_v1::{
-    CidrBlock, EgressRule, ManagedRunner, ManagedRunnerSpec, NetworkConstraints, Policy,
-    PolicyConstraints, ReleaseChannel, RunnerConnectionStatus, RunnerIdentity, RunnerInstallError,
-    RunnerInstallErrorReason, RunnerInstallStatus, egress_rule,
+    CidrBlock, EgressRule, ManagedRunner, ManagedRunnerSpec, NetworkConstraints, Policy, PolicyConstraints,
+    ReleaseChannel, RunnerConnectionStatus, RunnerIdentity, RunnerInstallError, RunnerInstallErrorReason,
+    RunnerInstallStatus, egress_rule,
 };
 use cwsandbox_api::wkt::{FieldMask, Timestamp};
 
@@ -188,10 +188,7 @@ impl RunnerRecord {
                 self.runner.connection_status = RunnerConnectionStatus::Connected as i32;
                 self.runner.last_heartbeat_time = Some(timestamp(now));
             }
-            (
-                RunnerTransition::FailInstall,
-                InstallPhase::Pending { .. } | InstallPhase::Provisioning { .. },
-            ) => {
+            (RunnerTransition::FailInstall, InstallPhase::Pending { .. } | InstallPhase::Provisioning { .. }) => {
                 let fault = self.fault.take().unwrap_or(InstallFault {
                     reason: RunnerInstallErrorReason::Internal,
                     message: "installation failed".to_owned(),
@@ -916,9 +913,7 @@ fn parse_update_mask(mask: &FieldMask) -> SimResult<Vec<UpdatePath>> {
             "spec.tenant_metrics" => Ok(UpdatePath::SpecTenantMetrics),
             "spec.image_pull" => Ok(UpdatePath::SpecImagePull),
             "spec.data_plane" => Ok(UpdatePath::SpecDataPlane),
-            "identity.runner_id" | "identity.zone" | "identity.cluster_id" => {
-                Err(format!("`{path}` is immutable"))
-            }
+            "identity.runner_id" | "identity.zone" | "identity.cluster_id" => Err(format!("`{path}` is immutable")),
             "identity" => {
                 Err("`identity` cannot be replaced; the only mutable key is `identity.runner_group_id`".to_owned())
             }
@@ -1194,7 +1189,7 @@ mod tests {
             RunnerTransition::BeginInstall,
             RunnerTransition::CompleteInstall,
             RunnerTransition::FailInstall,
-            RunnerTransition::StartRollout, // no update available
+            RunnerTransition::StartRollout,    // no update available
             RunnerTransition::CompleteRollout, // no rollout running
             RunnerTransition::FinishDelete,
         ] {

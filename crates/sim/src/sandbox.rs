@@ -257,7 +257,10 @@ impl World {
             if !same_body {
                 return Err(SimError::invalid(
                     Reason::RequestIdConflict,
-                    vec![FieldViolation::new("request_id", format!("request id {request_id:?} was used with a different request"))],
+                    vec![FieldViolation::new(
+                        "request_id",
+                        format!("request id {request_id:?} was used with a different request"),
+                    )],
                 ));
             }
             self.count_sandbox(SandboxTransition::Replay);
@@ -267,7 +270,8 @@ impl World {
         let defaults = self.runtime_defaults()?;
         let runner = self.choose_runner(owner, &spec)?;
         let runner_id = runner.identity.as_ref().map(|identity| identity.runner_id.clone()).unwrap_or_default();
-        let runner_group_id = runner.identity.as_ref().map(|identity| identity.runner_group_id.clone()).unwrap_or_default();
+        let runner_group_id =
+            runner.identity.as_ref().map(|identity| identity.runner_group_id.clone()).unwrap_or_default();
         let prepared = self.prepared_policy(&owner.org, &runner_id);
         let resolved = policy::resolve_prepared(&defaults, &prepared, &spec)?;
         if resolved.max_lifetime_seconds <= 0 || resolved.max_lifetime_seconds > MAX_LIFETIME_SECONDS {
@@ -483,7 +487,10 @@ impl World {
             .get(id)
             .filter(|sandbox| sandbox.owner.org == org)
             .map(|sandbox| self.view(sandbox))
-            .ok_or_else(|| SimError::NotFound { reason: Reason::SandboxNotFound, message: format!("sandbox {id:?} not found") })
+            .ok_or_else(|| SimError::NotFound {
+                reason: Reason::SandboxNotFound,
+                message: format!("sandbox {id:?} not found"),
+            })
     }
 
     /// A sandbox by id for the host (no organization check).
@@ -506,7 +513,10 @@ impl World {
         let after = if page_token.is_empty() {
             None
         } else {
-            Some(decode_token(page_token).ok_or_else(|| SimError::invalid_field("page_token", "not a token this server issued"))?)
+            Some(
+                decode_token(page_token)
+                    .ok_or_else(|| SimError::invalid_field("page_token", "not a token this server issued"))?,
+            )
         };
         let mut matching: Vec<SandboxView> = self
             .sandboxes
@@ -640,8 +650,12 @@ impl World {
         let Some(sandbox) = self.sandboxes.by_id.get_mut(id) else { return };
         let (state, reason) = match &sandbox.life {
             Life::Ended { .. } => return,
-            Life::TearingDown(TeardownCause::OwnerDeleted) => (SandboxState::Completed, "deleted by its owner".to_owned()),
-            Life::TearingDown(TeardownCause::PodDeleted) => (SandboxState::Terminated, "its Pod was deleted".to_owned()),
+            Life::TearingDown(TeardownCause::OwnerDeleted) => {
+                (SandboxState::Completed, "deleted by its owner".to_owned())
+            }
+            Life::TearingDown(TeardownCause::PodDeleted) => {
+                (SandboxState::Terminated, "its Pod was deleted".to_owned())
+            }
             Life::TearingDown(TeardownCause::LifetimeExpired(seconds)) => {
                 (SandboxState::Terminated, format!("maximum lifetime of {seconds}s reached"))
             }
@@ -771,7 +785,9 @@ impl World {
             Err(NotHandled::Disabled) => {
                 format!("no scheduler places this Pod: scheduler {:?} is not enabled", pod.scheduler_name)
             }
-            Err(NotHandled::OtherScheduler) => format!("waiting for scheduler {:?}, which is not running", pod.scheduler_name),
+            Err(NotHandled::OtherScheduler) => {
+                format!("waiting for scheduler {:?}, which is not running", pod.scheduler_name)
+            }
             Ok(()) => return (SandboxState::Creating, String::new()),
         };
         (SandboxState::Pending, reason)

@@ -721,13 +721,10 @@ impl Slurm {
     fn find_node(&self, job: &Job) -> Option<usize> {
         let partition = self.partitions.get(&*job.partition)?;
         let candidates = self.free_index.get(&*job.partition)?;
-        candidates
-            .range((job.req_cpus, 0)..)
-            .map(|&(_, index)| index)
-            .find(|&index| {
-                let node = &self.nodes[index];
-                self.fits(node, job) && self.sharing_allows_at(index, job, partition)
-            })
+        candidates.range((job.req_cpus, 0)..).map(|&(_, index)| index).find(|&index| {
+            let node = &self.nodes[index];
+            self.fits(node, job) && self.sharing_allows_at(index, job, partition)
+        })
     }
 
     fn allocate(&mut self, id: JobId, index: usize, now: SimTime) {

@@ -83,7 +83,8 @@ pub fn job_steps(job: &Job, contain: bool) -> Vec<JobStep> {
     }
     if contain {
         // The extern step only holds the container: it ends COMPLETED whenever the job ends.
-        let state = if job.end.is_some() || job.state.is_finished() { JobBaseState::Completed } else { JobBaseState::Running };
+        let state =
+            if job.end.is_some() || job.state.is_finished() { JobBaseState::Completed } else { JobBaseState::Running };
         steps.push(step(StepKind::Extern, state, (0, 0)));
     }
     steps

@@ -215,7 +215,6 @@ pub struct World {
     pub transitions: crate::counts::TransitionCounts,
 }
 
-
 /// Most Nodes the NodeSets of a values document may describe: ten times the largest world the
 /// benchmarks build, far beyond any cluster a guide walks through.
 pub const MAX_NODES: u64 = 100_000;
@@ -379,7 +378,11 @@ impl World {
                     uid: uid.into(),
                     labels,
                     taints: Vec::new(),
-                    allocatable: ResourceTotals { cpu_millis: cpu.millis(), memory_bytes: memory.units_ceil(), gpus: 0 },
+                    allocatable: ResourceTotals {
+                        cpu_millis: cpu.millis(),
+                        memory_bytes: memory.units_ceil(),
+                        gpus: 0,
+                    },
                     requested: ResourceTotals::default(),
                     pinned_cpus: 0,
                     created: self.now,
@@ -393,7 +396,10 @@ impl World {
             let mut nodes = Vec::new();
             for set in &partition.node_sets {
                 let members = nodes_of_set.get(set).ok_or_else(|| {
-                    SimError::invalid_field(format!("slurm.partitions[{index}].nodeSets"), format!("no NodeSet named {set:?}"))
+                    SimError::invalid_field(
+                        format!("slurm.partitions[{index}].nodeSets"),
+                        format!("no NodeSet named {set:?}"),
+                    )
                 })?;
                 nodes.extend(members.iter().cloned());
             }
@@ -449,7 +455,15 @@ impl World {
             state: ContainerState::Running(self.now),
         };
         let owner = PodOwner::Slurmd { slurm_node: slurm_name.to_owned() };
-        let pod = self.system_pod(namespace, slurm_name.to_owned(), labels, annotations, Some(node_name.to_owned()), container, owner);
+        let pod = self.system_pod(
+            namespace,
+            slurm_name.to_owned(),
+            labels,
+            annotations,
+            Some(node_name.to_owned()),
+            container,
+            owner,
+        );
         self.cluster.insert_pod(pod);
         Ok(())
     }
@@ -544,8 +558,15 @@ impl World {
             limits: ResourceAmounts::default(),
             state: ContainerState::Running(self.now),
         };
-        let pod =
-            self.system_pod(namespace.clone(), pod_name, labels.clone(), BTreeMap::new(), node_name, container, PodOwner::Scheduler);
+        let pod = self.system_pod(
+            namespace.clone(),
+            pod_name,
+            labels.clone(),
+            BTreeMap::new(),
+            node_name,
+            container,
+            PodOwner::Scheduler,
+        );
         self.cluster.insert_pod(pod);
         if values.sunk.version >= 8 {
             let config = format!(
@@ -605,7 +626,11 @@ impl World {
 
     fn layout_changes(&self, values: &Values) -> bool {
         let shape = |values: &Values| {
-            values.node_sets.iter().map(|set| (set.name.clone(), set.replicas, set.cpu.clone(), set.memory.clone(), set.gpus)).collect::<Vec<_>>()
+            values
+                .node_sets
+                .iter()
+                .map(|set| (set.name.clone(), set.replicas, set.cpu.clone(), set.memory.clone(), set.gpus))
+                .collect::<Vec<_>>()
         };
         shape(values) != shape(&self.values)
             || values.slurm.partitions != self.values.slurm.partitions
@@ -652,8 +677,10 @@ impl World {
                 for replica in 0..set.replicas {
                     let slurm_name = format!("slurm-{}-{replica}", set.name);
                     let node_name = format!("node-{}-{replica}", set.name);
-                    let old_uid = self.cluster.pod_by_name(&values.sunk.namespace, &slurm_name).map(|pod| pod.uid.clone());
-                    let old_annotations = old_uid.as_ref().and_then(|uid| self.cluster.pod(uid)).map(|pod| pod.annotations.clone());
+                    let old_uid =
+                        self.cluster.pod_by_name(&values.sunk.namespace, &slurm_name).map(|pod| pod.uid.clone());
+                    let old_annotations =
+                        old_uid.as_ref().and_then(|uid| self.cluster.pod(uid)).map(|pod| pod.annotations.clone());
                     if let Some(uid) = old_uid {
                         self.cluster.remove_pod(&uid);
                     }
@@ -686,12 +713,13 @@ impl World {
         Ok(())
     }
 
-
     pub(crate) fn ensure_namespace(&mut self, name: &str) {
         if !self.cluster.namespaces.contains_key(name) {
             let mut labels = BTreeMap::new();
             labels.insert("kubernetes.io/metadata.name".to_owned(), name.to_owned());
-            self.cluster.namespaces.insert(name.to_owned(), Namespace { name: name.to_owned(), labels, created: self.now });
+            self.cluster
+                .namespaces
+                .insert(name.to_owned(), Namespace { name: name.to_owned(), labels, created: self.now });
         }
     }
 
@@ -909,8 +937,12 @@ impl World {
 
     fn node_event(&mut self, node_name: &str, event_type: EventType, reason: &'static str, message: String) {
         let Some(node) = self.cluster.nodes.get(node_name) else { return };
-        let involved =
-            Arc::new(ObjectRef { kind: "Node", namespace: SharedStr::default(), name: node.name.clone(), uid: node.uid.as_str().into() });
+        let involved = Arc::new(ObjectRef {
+            kind: "Node",
+            namespace: SharedStr::default(),
+            name: node.name.clone(),
+            uid: node.uid.as_str().into(),
+        });
         self.cluster.record_event(Event {
             sequence: 0,
             involved,
@@ -965,7 +997,13 @@ impl World {
                     self.sandbox_job_submitted(id, job);
                 }
                 self.slurm_dirty = true;
-                self.event(uid, EventType::Normal, "Submitted", format!("Submitted placeholder Slurm job {job}"), "sunk-scheduler");
+                self.event(
+                    uid,
+                    EventType::Normal,
+                    "Submitted",
+                    format!("Submitted placeholder Slurm job {job}"),
+                    "sunk-scheduler",
+                );
                 self.count(Transition::PlaceholderSubmitted);
             }
             Err(error) => {
@@ -1061,7 +1099,8 @@ impl World {
         ];
         let affinity_ok = node_matches(pod, node);
         let source = if pod.scheduler_name == "default-scheduler" { "default-scheduler" } else { "sunk-scheduler" };
-        let assigned = crate::ids::joined(&["Successfully assigned ", &pod.namespace, "/", &pod.name, " to ", node_name]);
+        let assigned =
+            crate::ids::joined(&["Successfully assigned ", &pod.namespace, "/", &pod.name, " to ", node_name]);
         let sandbox_id = match &pod.owner {
             PodOwner::Sandbox(id) => Some(id.clone()),
             _ => None,
@@ -1207,7 +1246,12 @@ impl World {
     fn drain_node(&mut self, slurm_node: &str, reason: &str) {
         self.slurm.drain(slurm_node, reason);
         let k8s_node = self.slurm.node(slurm_node).map(|node| node.k8s_node.clone()).unwrap_or_default();
-        self.node_event(&k8s_node, EventType::Warning, "SlurmNodeDrained", format!("Slurm node {slurm_node} drained: {reason}"));
+        self.node_event(
+            &k8s_node,
+            EventType::Warning,
+            "SlurmNodeDrained",
+            format!("Slurm node {slurm_node} drained: {reason}"),
+        );
         self.count(Transition::NodeDrained);
     }
 
@@ -1257,7 +1301,13 @@ impl World {
             .map(|pod| pod.uid.clone())
             .collect();
         for uid in evicted {
-            self.event(&uid, EventType::Normal, "TaintManagerEviction", format!("Marking for deletion Pod (taint {LOCK_KEY})"), "taint-eviction-controller");
+            self.event(
+                &uid,
+                EventType::Normal,
+                "TaintManagerEviction",
+                format!("Marking for deletion Pod (taint {LOCK_KEY})"),
+                "taint-eviction-controller",
+            );
             self.count(Transition::PodEvicted);
             self.begin_pod_deletion(&uid, None);
         }
@@ -1307,7 +1357,8 @@ impl World {
             Timer::DrainBeforeKillWait(job) => {
                 let pod_alive = self.pod_of_placeholder.get(&job).is_some_and(|uid| self.cluster.pod(uid).is_some());
                 if pod_alive
-                    && let Some(node) = self.slurm.job(job).filter(|job| job.completing).and_then(|job| job.node.clone())
+                    && let Some(node) =
+                        self.slurm.job(job).filter(|job| job.completing).and_then(|job| job.node.clone())
                 {
                     let reason = self.values.scheduler.drain_reason.clone();
                     self.drain_node(&node, &reason);
@@ -1344,8 +1395,10 @@ impl World {
         self.set_lock_annotation(&slurm_node, "locked_strict");
         let Some(pod_uid) = self.pod_of_placeholder.get(&job).cloned() else { return };
         let k8s_node = self.slurm.node(&slurm_node).map(|node| node.k8s_node.clone()).unwrap_or_default();
-        let pod_pending =
-            self.cluster.pod(&pod_uid).is_some_and(|pod| pod.deletion_timestamp.is_none() && pod.phase == PodPhase::Pending);
+        let pod_pending = self
+            .cluster
+            .pod(&pod_uid)
+            .is_some_and(|pod| pod.deletion_timestamp.is_none() && pod.phase == PodPhase::Pending);
         if pod_pending {
             self.bind_and_admit(&pod_uid, &k8s_node);
         }
@@ -1370,7 +1423,10 @@ impl World {
                 }
                 let kill_wait = u64::from(self.values.slurm_config.kill_wait);
                 let margin = u64::from(self.values.scheduler.drain_margin_seconds).min(kill_wait);
-                self.schedule_timer(self.now + Duration::from_secs(kill_wait - margin), Timer::DrainBeforeKillWait(job));
+                self.schedule_timer(
+                    self.now + Duration::from_secs(kill_wait - margin),
+                    Timer::DrainBeforeKillWait(job),
+                );
                 self.schedule_timer(self.now + Duration::from_secs(kill_wait), Timer::KillWait(job));
                 self.begin_pod_deletion(&pod_uid, None);
             }
@@ -1444,7 +1500,10 @@ impl World {
                 }
                 let kill_wait = u64::from(self.values.slurm_config.kill_wait);
                 let margin = u64::from(self.values.scheduler.drain_margin_seconds).min(kill_wait);
-                self.schedule_timer(self.now + Duration::from_secs(kill_wait - margin), Timer::DrainBeforeKillWait(job));
+                self.schedule_timer(
+                    self.now + Duration::from_secs(kill_wait - margin),
+                    Timer::DrainBeforeKillWait(job),
+                );
                 self.schedule_timer(self.now + Duration::from_secs(kill_wait), Timer::KillWait(job));
             }
             _ => {}
@@ -1508,8 +1567,7 @@ impl World {
         let now = self.now;
         if let Some(pod) = self.cluster.pod_mut(uid) {
             for container in &mut pod.containers {
-                container.state =
-                    ContainerState::Terminated { exit_code, reason: reason.to_owned(), finished: now };
+                container.state = ContainerState::Terminated { exit_code, reason: reason.to_owned(), finished: now };
             }
         }
         self.cluster.finish_pod(uid, phase, None, None);
@@ -1557,7 +1615,9 @@ impl World {
             if self.slurm.job_or_record(job).is_some() {
                 return Err(SimError::FailedPrecondition {
                     reason: Reason::PreconditionFailed,
-                    message: format!("scancel: error: Kill job error on job id {job}: Job/step already completing or completed"),
+                    message: format!(
+                        "scancel: error: Kill job error on job id {job}: Job/step already completing or completed"
+                    ),
                 });
             }
             return Err(not_found());
@@ -1566,7 +1626,9 @@ impl World {
             // Slurm refuses a second cancel; the placeholder keeps waiting for its Pod.
             return Err(SimError::FailedPrecondition {
                 reason: Reason::PreconditionFailed,
-                message: format!("scancel: error: Kill job error on job id {job}: Job/step already completing or completed"),
+                message: format!(
+                    "scancel: error: Kill job error on job id {job}: Job/step already completing or completed"
+                ),
             });
         }
         let was_running = self.slurm.cancel(job, by_uid, self.now).unwrap_or(false);
@@ -1617,10 +1679,9 @@ impl World {
         grace_seconds: Option<i64>,
     ) -> SimResult<()> {
         self.settle();
-        let uid = self
-            .scoped_pod_by_name(scope, namespace, name)
-            .map(|pod| pod.uid.clone())
-            .ok_or_else(|| SimError::NotFound { reason: Reason::PodNotFound, message: format!("pods \"{name}\" not found") })?;
+        let uid = self.scoped_pod_by_name(scope, namespace, name).map(|pod| pod.uid.clone()).ok_or_else(|| {
+            SimError::NotFound { reason: Reason::PodNotFound, message: format!("pods \"{name}\" not found") }
+        })?;
         if let Some(PodOwner::Sandbox(id)) = self.cluster.pod(&uid).map(|pod| pod.owner.clone()) {
             self.sandbox_delete_requested(&id);
         }

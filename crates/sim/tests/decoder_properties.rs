@@ -11,12 +11,12 @@ use std::collections::BTreeMap;
 use cwsandbox_api::sandbox_v1::{Container, Policy, ResourceRequirements, Resources, SandboxSpec};
 use cwsandbox_sim::config::{Scenario, Values, merge_values};
 use cwsandbox_sim::ids::SeededIds;
+use cwsandbox_sim::k8s::PodOwner;
 use cwsandbox_sim::policy::{BASE_SCHEMA, RuntimeDefaults, resolve, validate_policy};
 use cwsandbox_sim::quantity::{Quantity, format_bytes};
 use cwsandbox_sim::query::{FieldSelector, LabelSelector, ObjectQuery, POD_FIELDS, Scope};
-use cwsandbox_sim::time::{ManualClock, SimTime};
-use cwsandbox_sim::k8s::PodOwner;
 use cwsandbox_sim::resolved::ResourceAmounts;
+use cwsandbox_sim::time::{ManualClock, SimTime};
 use cwsandbox_sim::world::{PodRequest, World};
 use cwsandbox_sim::{Reason, SimError};
 use proptest::prelude::*;
@@ -229,12 +229,21 @@ fn egress_rule() -> BoxedStrategy<Value> {
     let destination = prop_oneof![
         cidr_block().prop_map(|block| ("cidr", block)),
         hostname.clone().prop_map(|host| ("httpsHostname", host)),
-        enum_value(&["TENANT_SCOPE_SAME_USER", "TENANT_SCOPE_SAME_ORG", "TENANT_SCOPE_SANDBOX_NETWORK", "TENANT_SCOPE_UNSPECIFIED"])
-            .prop_map(|tenant| ("tenant", tenant)),
+        enum_value(&[
+            "TENANT_SCOPE_SAME_USER",
+            "TENANT_SCOPE_SAME_ORG",
+            "TENANT_SCOPE_SANDBOX_NETWORK",
+            "TENANT_SCOPE_UNSPECIFIED"
+        ])
+        .prop_map(|tenant| ("tenant", tenant)),
         boolean().prop_map(|any| ("any", any)),
-        object(vec![("podLabels", label_map()), ("namespaceLabels", label_map())]).prop_map(|selector| ("selector", selector)),
+        object(vec![("podLabels", label_map()), ("namespaceLabels", label_map())])
+            .prop_map(|selector| ("selector", selector)),
     ];
-    (proptest::option::weighted(0.9, destination), object(vec![("ports", list(port_range(), 2)), ("httpsHostnameExcept", list(hostname, 2))]))
+    (
+        proptest::option::weighted(0.9, destination),
+        object(vec![("ports", list(port_range(), 2)), ("httpsHostnameExcept", list(hostname, 2))]),
+    )
         .prop_map(|(destination, mut rule)| {
             if let (Some((key, value)), Value::Object(map)) = (destination, &mut rule) {
                 map.insert(key.to_owned(), value);
@@ -247,7 +256,8 @@ fn egress_rule() -> BoxedStrategy<Value> {
 fn ingress_rule() -> BoxedStrategy<Value> {
     let source = prop_oneof![
         cidr_block().prop_map(|block| ("cidr", block)),
-        enum_value(&["TENANT_SCOPE_SAME_USER", "TENANT_SCOPE_SAME_ORG", "TENANT_SCOPE_UNSPECIFIED"]).prop_map(|tenant| ("tenant", tenant)),
+        enum_value(&["TENANT_SCOPE_SAME_USER", "TENANT_SCOPE_SAME_ORG", "TENANT_SCOPE_UNSPECIFIED"])
+            .prop_map(|tenant| ("tenant", tenant)),
         boolean().prop_map(|any| ("any", any)),
     ];
     (proptest::option::weighted(0.9, source), object(vec![("ports", list(port_range(), 2))]))
@@ -261,9 +271,16 @@ fn ingress_rule() -> BoxedStrategy<Value> {
 }
 
 fn runtime_class_mapping() -> BoxedStrategy<Value> {
-    let classes = &["RUNTIME_CLASS_UNSPECIFIED", "RUNTIME_CLASS_CPU_DEFAULT", "RUNTIME_CLASS_GPU_DEFAULT", "RUNTIME_CLASS_GVISOR", "RUNTIME_CLASS_KATA"];
+    let classes = &[
+        "RUNTIME_CLASS_UNSPECIFIED",
+        "RUNTIME_CLASS_CPU_DEFAULT",
+        "RUNTIME_CLASS_GPU_DEFAULT",
+        "RUNTIME_CLASS_GVISOR",
+        "RUNTIME_CLASS_KATA",
+    ];
     let target = prop_oneof![
-        text(&["kata", "kata-nvidia", "Kata", "-x", "gvisor.example.com"]).prop_map(|name| Some(("kubernetesRuntimeClassName", name))),
+        text(&["kata", "kata-nvidia", "Kata", "-x", "gvisor.example.com"])
+            .prop_map(|name| Some(("kubernetesRuntimeClassName", name))),
         boolean().prop_map(|flag| Some(("nodeDefault", flag))),
         Just(None),
     ];
@@ -295,14 +312,23 @@ fn constraints() -> BoxedStrategy<Value> {
                 ("requireLimits", boolean()),
             ]),
         ),
-        ("image", object(vec![("allowedRegistries", list(text(&["docker.io/", "ghcr.io/"]), 2)), ("allowedImages", list(text(&["python:3.11"]), 2))])),
+        (
+            "image",
+            object(vec![
+                ("allowedRegistries", list(text(&["docker.io/", "ghcr.io/"]), 2)),
+                ("allowedImages", list(text(&["python:3.11"]), 2)),
+            ]),
+        ),
         (
             "network",
             object(vec![
                 ("allowedEgress", list(egress_rule(), 3)),
                 ("defaultEgress", list(egress_rule(), 2)),
                 ("denyHttpsHostnameRules", boolean()),
-                ("dnsEgress", enum_value(&["DNS_EGRESS_MODE_UNSPECIFIED", "DNS_EGRESS_MODE_ALLOW", "DNS_EGRESS_MODE_DENY"])),
+                (
+                    "dnsEgress",
+                    enum_value(&["DNS_EGRESS_MODE_UNSPECIFIED", "DNS_EGRESS_MODE_ALLOW", "DNS_EGRESS_MODE_DENY"]),
+                ),
                 ("allowedIngress", list(ingress_rule(), 2)),
                 ("defaultIngress", list(ingress_rule(), 2)),
             ]),
@@ -321,8 +347,26 @@ fn constraints() -> BoxedStrategy<Value> {
         ),
         ("instance", object(vec![("allowedInstanceTypes", list(text(&["cpu-small"]), 2))])),
         ("lifecycle", object(vec![("defaultLifetimeSeconds", int(-1..=2_600_000))])),
-        ("metadata", object(vec![("deniedAnnotationPrefixes", list(text(&["", "example.com/", "x"]), 2)), ("maxAnnotationCount", int(-2..=10))])),
-        ("volumes", object(vec![("allowedMedia", list(enum_value(&["STORAGE_MEDIUM_UNSPECIFIED", "STORAGE_MEDIUM_MEMORY", "STORAGE_MEDIUM_DISK"]), 2)), ("maxSize", quantity_value())])),
+        (
+            "metadata",
+            object(vec![
+                ("deniedAnnotationPrefixes", list(text(&["", "example.com/", "x"]), 2)),
+                ("maxAnnotationCount", int(-2..=10)),
+            ]),
+        ),
+        (
+            "volumes",
+            object(vec![
+                (
+                    "allowedMedia",
+                    list(
+                        enum_value(&["STORAGE_MEDIUM_UNSPECIFIED", "STORAGE_MEDIUM_MEMORY", "STORAGE_MEDIUM_DISK"]),
+                        2,
+                    ),
+                ),
+                ("maxSize", quantity_value()),
+            ]),
+        ),
     ])
 }
 
@@ -330,13 +374,28 @@ fn constraints() -> BoxedStrategy<Value> {
 /// carry, and random ones.
 fn base_key() -> BoxedStrategy<String> {
     let mut known: Vec<&'static str> = Vec::new();
-    for rules in [BASE_SCHEMA.top_level, BASE_SCHEMA.metadata, BASE_SCHEMA.spec, BASE_SCHEMA.container, BASE_SCHEMA.env_var, BASE_SCHEMA.toleration] {
+    for rules in [
+        BASE_SCHEMA.top_level,
+        BASE_SCHEMA.metadata,
+        BASE_SCHEMA.spec,
+        BASE_SCHEMA.container,
+        BASE_SCHEMA.env_var,
+        BASE_SCHEMA.toleration,
+    ] {
         known.extend(rules.allowed);
         known.extend(rules.managed_by_platform);
     }
     known.extend([
-        "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", "matchExpressions",
-        "matchFields", "values", "mountPath", "team", "sunk.coreweave.com/partition", "Bad Key",
+        "nodeAffinity",
+        "requiredDuringSchedulingIgnoredDuringExecution",
+        "nodeSelectorTerms",
+        "matchExpressions",
+        "matchFields",
+        "values",
+        "mountPath",
+        "team",
+        "sunk.coreweave.com/partition",
+        "Bad Key",
     ]);
     prop_oneof![6 => proptest::sample::select(known).prop_map(str::to_owned), 1 => "\\PC{0,10}"].boxed()
 }
@@ -347,7 +406,20 @@ fn json_scalar() -> BoxedStrategy<Value> {
         boolean(),
         (-5i64..100_000).prop_map(Value::from),
         any::<f64>().prop_map(|number| serde_json::Number::from_f64(number).map_or(Value::Null, Value::Number)),
-        text(&["", "Equal", "Exists", "NoSchedule", "NoExecute", "In", "NotIn", "ClusterFirst", "platform", "main", "/mnt", "a=b"]),
+        text(&[
+            "",
+            "Equal",
+            "Exists",
+            "NoSchedule",
+            "NoExecute",
+            "In",
+            "NotIn",
+            "ClusterFirst",
+            "platform",
+            "main",
+            "/mnt",
+            "a=b"
+        ]),
     ]
     .boxed()
 }
@@ -358,7 +430,8 @@ fn json_tree() -> BoxedStrategy<Value> {
         .prop_recursive(4, 32, 4, |inner| {
             prop_oneof![
                 proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                proptest::collection::vec((base_key(), inner), 0..5).prop_map(|entries| Value::Object(entries.into_iter().collect())),
+                proptest::collection::vec((base_key(), inner), 0..5)
+                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
             ]
         })
         .boxed()
@@ -383,7 +456,10 @@ fn base_document() -> BoxedStrategy<Value> {
     let container = object(vec![
         ("name", shaped(name())),
         ("env", shaped(list(object(vec![("name", shaped(name())), ("value", shaped(text(&["1", ""])))]), 3))),
-        ("volumeMounts", shaped(list(object(vec![("name", shaped(name())), ("mountPath", shaped(text(&["/data", ""])))]), 2))),
+        (
+            "volumeMounts",
+            shaped(list(object(vec![("name", shaped(name())), ("mountPath", shaped(text(&["/data", ""])))]), 2)),
+        ),
         ("securityContext", json_tree()),
     ]);
     let expression = object(vec![
@@ -476,7 +552,10 @@ fn path_steps(path: &str) -> Option<Vec<Step>> {
                 position = end + 1;
             }
             _ => {
-                let end = chars[position..].iter().position(|c| *c == '.' || *c == '[').map_or(chars.len(), |end| position + end);
+                let end = chars[position..]
+                    .iter()
+                    .position(|c| *c == '.' || *c == '[')
+                    .map_or(chars.len(), |end| position + end);
                 steps.push(Step::Field(chars[position..end].iter().collect()));
                 position = end;
             }
@@ -488,7 +567,9 @@ fn path_steps(path: &str) -> Option<Vec<Step>> {
 fn step_into<'v>(value: &'v Value, step: &Step) -> Option<&'v Value> {
     match (value, step) {
         (Value::Object(map), Step::Field(name)) => map.get(name),
-        (Value::Object(map), Step::Key(quoted)) => map.iter().find(|(key, _)| format!("{key:?}") == *quoted).map(|(_, v)| v),
+        (Value::Object(map), Step::Key(quoted)) => {
+            map.iter().find(|(key, _)| format!("{key:?}") == *quoted).map(|(_, v)| v)
+        }
         (Value::Array(items), Step::Index(index)) => items.get(*index),
         _ => None,
     }
@@ -645,13 +726,45 @@ fn sandbox_spec_document() -> BoxedStrategy<Value> {
     ]
     .boxed();
     let spec = object(vec![
-        ("volumes", list(object(vec![("name", text(&["scratch"])), ("scratch", object(vec![("size", mostly_valid_quantity()), ("medium", enum_value(&["STORAGE_MEDIUM_UNSPECIFIED", "STORAGE_MEDIUM_MEMORY", "STORAGE_MEDIUM_DISK"]))]))]), 2)),
+        (
+            "volumes",
+            list(
+                object(vec![
+                    ("name", text(&["scratch"])),
+                    (
+                        "scratch",
+                        object(vec![
+                            ("size", mostly_valid_quantity()),
+                            (
+                                "medium",
+                                enum_value(&[
+                                    "STORAGE_MEDIUM_UNSPECIFIED",
+                                    "STORAGE_MEDIUM_MEMORY",
+                                    "STORAGE_MEDIUM_DISK",
+                                ]),
+                            ),
+                        ]),
+                    ),
+                ]),
+                2,
+            ),
+        ),
         ("maxLifetimeSeconds", int(-1..=3_000_000)),
         ("annotations", annotations),
-        ("network", object(vec![("egress", list(sandbox_egress, 2)), ("ingress", list(sandbox_ingress, 2)), ("dnsEgress", enum_value(&["DNS_EGRESS_MODE_ALLOW", "DNS_EGRESS_MODE_DENY"]))])),
+        (
+            "network",
+            object(vec![
+                ("egress", list(sandbox_egress, 2)),
+                ("ingress", list(sandbox_ingress, 2)),
+                ("dnsEgress", enum_value(&["DNS_EGRESS_MODE_ALLOW", "DNS_EGRESS_MODE_DENY"])),
+            ]),
+        ),
         ("instanceType", text(&["cpu-small", "gpu-large"])),
         ("runtimeClass", text(&["kata", "gvisor", "Bad_Name"])),
-        ("runtimeClassSelection", enum_value(&["RUNTIME_CLASS_UNSPECIFIED", "RUNTIME_CLASS_CPU_DEFAULT", "RUNTIME_CLASS_GVISOR"])),
+        (
+            "runtimeClassSelection",
+            enum_value(&["RUNTIME_CLASS_UNSPECIFIED", "RUNTIME_CLASS_CPU_DEFAULT", "RUNTIME_CLASS_GVISOR"]),
+        ),
     ]);
     (spec, containers)
         .prop_map(|(mut spec, containers)| {
@@ -663,7 +776,9 @@ fn sandbox_spec_document() -> BoxedStrategy<Value> {
 
 /// Policies that validate, by construction, over every constraint group.
 fn valid_policy() -> BoxedStrategy<Value> {
-    let pick = |choices: &'static [&'static str]| proptest::sample::select(choices).prop_map(|text| Value::String(text.to_owned())).boxed();
+    let pick = |choices: &'static [&'static str]| {
+        proptest::sample::select(choices).prop_map(|text| Value::String(text.to_owned())).boxed()
+    };
     let resources = (proptest::collection::vec(1i64..16_000, 3), proptest::collection::vec(1i64..(32 << 10), 3), proptest::option::of(0i64..4))
         .prop_map(|(mut cpu, mut memory, gpus)| {
             cpu.sort_unstable();
@@ -691,9 +806,21 @@ fn valid_policy() -> BoxedStrategy<Value> {
         "constraints",
         object(vec![
             ("resources", resources),
-            ("image", object(vec![("allowedRegistries", list(pick(&["docker.io/", "ghcr.io/"]), 2)), ("allowedImages", list(pick(&["python:3.11"]), 1))])),
+            (
+                "image",
+                object(vec![
+                    ("allowedRegistries", list(pick(&["docker.io/", "ghcr.io/"]), 2)),
+                    ("allowedImages", list(pick(&["python:3.11"]), 1)),
+                ]),
+            ),
             ("instance", object(vec![("allowedInstanceTypes", list(pick(&["cpu-small"]), 1))])),
-            ("metadata", object(vec![("deniedAnnotationPrefixes", list(pick(&["example.com/", "x"]), 2)), ("maxAnnotationCount", (0i64..5).prop_map(Value::from).boxed())])),
+            (
+                "metadata",
+                object(vec![
+                    ("deniedAnnotationPrefixes", list(pick(&["example.com/", "x"]), 2)),
+                    ("maxAnnotationCount", (0i64..5).prop_map(Value::from).boxed()),
+                ]),
+            ),
             (
                 "security",
                 object(vec![
@@ -704,8 +831,20 @@ fn valid_policy() -> BoxedStrategy<Value> {
                 ]),
             ),
             ("lifecycle", object(vec![("defaultLifetimeSeconds", (0i64..=2_592_000).prop_map(Value::from).boxed())])),
-            ("network", object(vec![("allowedEgress", list(allowed_rule.boxed(), 3)), ("allowedIngress", list(Just(json!({"any": true})).boxed(), 1))])),
-            ("volumes", object(vec![("maxSize", pick(&["1Gi", "10Gi"])), ("allowedMedia", list(pick(&["STORAGE_MEDIUM_MEMORY", "STORAGE_MEDIUM_DISK"]), 2))])),
+            (
+                "network",
+                object(vec![
+                    ("allowedEgress", list(allowed_rule.boxed(), 3)),
+                    ("allowedIngress", list(Just(json!({"any": true})).boxed(), 1)),
+                ]),
+            ),
+            (
+                "volumes",
+                object(vec![
+                    ("maxSize", pick(&["1Gi", "10Gi"])),
+                    ("allowedMedia", list(pick(&["STORAGE_MEDIUM_MEMORY", "STORAGE_MEDIUM_DISK"]), 2)),
+                ]),
+            ),
         ]),
     )])
 }
@@ -834,7 +973,8 @@ fn requirement() -> impl Strategy<Value = Requirement> {
     prop_oneof![
         (label_key(), prop_oneof![label_value(), Just(String::new())], proptest::sample::select(&["=", "=="][..]))
             .prop_map(|(key, value, operator)| Requirement::Equal { key, value, operator }),
-        (label_key(), prop_oneof![label_value(), Just(String::new())]).prop_map(|(key, value)| Requirement::NotEqual { key, value }),
+        (label_key(), prop_oneof![label_value(), Just(String::new())])
+            .prop_map(|(key, value)| Requirement::NotEqual { key, value }),
         (label_key(), values.clone()).prop_map(|(key, values)| Requirement::In { key, values }),
         (label_key(), values).prop_map(|(key, values)| Requirement::NotIn { key, values }),
         label_key().prop_map(Requirement::Exists),
@@ -854,10 +994,20 @@ fn selector_like() -> impl Strategy<Value = String> {
     prop_oneof![
         proptest::collection::vec(
             prop_oneof![
-                Just("in".to_owned()), Just("notin".to_owned()), Just("(".to_owned()), Just(")".to_owned()),
-                Just(",".to_owned()), Just("=".to_owned()), Just("==".to_owned()), Just("!=".to_owned()),
-                Just("!".to_owned()), Just(">".to_owned()), Just("<".to_owned()), Just(" ".to_owned()),
-                label_key(), "-?[0-9]{1,20}",
+                Just("in".to_owned()),
+                Just("notin".to_owned()),
+                Just("(".to_owned()),
+                Just(")".to_owned()),
+                Just(",".to_owned()),
+                Just("=".to_owned()),
+                Just("==".to_owned()),
+                Just("!=".to_owned()),
+                Just("!".to_owned()),
+                Just(">".to_owned()),
+                Just("<".to_owned()),
+                Just(" ".to_owned()),
+                label_key(),
+                "-?[0-9]{1,20}",
             ],
             0..12,
         )
@@ -958,9 +1108,31 @@ proptest! {
 /// Keys of the values document at every level, and random ones.
 fn values_key() -> BoxedStrategy<String> {
     let known = &[
-        "sunk", "scheduler", "slurmConfig", "slurm", "nodeSets", "extraNodes", "runners", "sandboxes", "kubelet", "name",
-        "enabled", "scope", "type", "KillWait", "PrologFlags", "users", "partitions", "replicas", "cpu", "memory",
-        "labels", "policy", "gpuTypes", "auth", "tokens",
+        "sunk",
+        "scheduler",
+        "slurmConfig",
+        "slurm",
+        "nodeSets",
+        "extraNodes",
+        "runners",
+        "sandboxes",
+        "kubelet",
+        "name",
+        "enabled",
+        "scope",
+        "type",
+        "KillWait",
+        "PrologFlags",
+        "users",
+        "partitions",
+        "replicas",
+        "cpu",
+        "memory",
+        "labels",
+        "policy",
+        "gpuTypes",
+        "auth",
+        "tokens",
     ];
     prop_oneof![4 => proptest::sample::select(&known[..]).prop_map(str::to_owned), 1 => "[a-zA-Z]{1,6}"].boxed()
 }
@@ -1105,9 +1277,14 @@ proptest! {
 /// reported as `policy.base.sunk.coreweave.com/partition`, a path to a field that is not there.
 #[test]
 fn a_refused_key_that_is_not_a_name_is_quoted_in_the_path() {
-    let policy: Policy = serde_json::from_value(json!({"base": {"sunk.coreweave.com/partition": "x", "": 1, "spec": {"a[0]": 1}}})).unwrap();
+    let policy: Policy =
+        serde_json::from_value(json!({"base": {"sunk.coreweave.com/partition": "x", "": 1, "spec": {"a[0]": 1}}}))
+            .unwrap();
     let fields: Vec<String> = validate_policy(&policy).into_iter().map(|violation| violation.field).collect();
-    assert_eq!(fields, [r#"policy.base[""]"#, r#"policy.base["sunk.coreweave.com/partition"]"#, r#"policy.base.spec["a[0]"]"#]);
+    assert_eq!(
+        fields,
+        [r#"policy.base[""]"#, r#"policy.base["sunk.coreweave.com/partition"]"#, r#"policy.base.spec["a[0]"]"#]
+    );
 }
 
 /// Found by `decoded_values_build_a_world_or_name_the_field`: `replicas: 4294967295` started
@@ -1133,7 +1310,6 @@ fn an_extra_node_quantity_error_names_the_node() {
         .expect("refused");
     assert_eq!(error.violations()[0].field, "extraNodes[0].memory", "{error}");
 }
-
 
 /// Found by `decoded_values_build_a_world_or_name_the_field`: `firstJobId: 4294967295` built a
 /// world whose first SUNK Pod overflowed the next job id (a panic in debug builds, id 0 after

@@ -6,13 +6,17 @@ mod common;
 use common::*;
 use cwsandbox_api::sandbox_v1::{Container, SandboxMode, SandboxSpec};
 use cwsandbox_api::wkt::FieldMask;
-use cwsandbox_sim::config::{ScopeType, Scenario, Values};
+use cwsandbox_sim::config::{Scenario, ScopeType, Values};
 use cwsandbox_sim::k8s::PodPhase;
 use cwsandbox_sim::sandbox::{Owner, SandboxState, SandboxView};
 
 fn run_sandbox(h: &mut Harness) -> SandboxView {
     let spec = SandboxSpec {
-        containers: vec![Container { name: "main".to_owned(), image: "python:3.11".to_owned(), ..Container::default() }],
+        containers: vec![Container {
+            name: "main".to_owned(),
+            image: "python:3.11".to_owned(),
+            ..Container::default()
+        }],
         runner_ids: vec!["cks-runner".to_owned()],
         mode: SandboxMode::Cks as i32,
         ..SandboxSpec::default()
@@ -33,7 +37,11 @@ fn the_guide_on_a_fresh_cluster() {
     assert_eq!(unrouted.job_id, None, "sacct shows nothing");
 
     // Step 1.1 and 1.2: the scheduler runs and its name is in the ConfigMap.
-    let scheduler = h.world.cluster.pods_iter().find(|pod| pod.labels.get("app.kubernetes.io/name").map(String::as_str) == Some("sunk-scheduler"));
+    let scheduler = h
+        .world
+        .cluster
+        .pods_iter()
+        .find(|pod| pod.labels.get("app.kubernetes.io/name").map(String::as_str) == Some("sunk-scheduler"));
     assert_eq!(scheduler.map(|pod| pod.namespace.as_str()), Some("tenant-slurm"));
     let conf = h.world.cluster.config_maps.values().find_map(|map| map.data.get("scheduler.conf")).unwrap();
     assert!(conf.contains("name: slurm-scheduler"));
@@ -50,7 +58,11 @@ fn the_guide_on_a_fresh_cluster() {
     // Failure of step 1.5: the scheduler only watches its own namespace.
     let out_of_scope = run_sandbox(&mut h);
     assert_eq!(out_of_scope.state, SandboxState::Pending);
-    assert!(out_of_scope.state_reason.contains("does not watch namespace \"sandbox-alice\""), "{}", out_of_scope.state_reason);
+    assert!(
+        out_of_scope.state_reason.contains("does not watch namespace \"sandbox-alice\""),
+        "{}",
+        out_of_scope.state_reason
+    );
     assert!(h.warnings_for(&out_of_scope.pod_uid).is_empty(), "the scheduler is silent about Pods it does not watch");
 
     let mut values = h.world.values().clone();
@@ -60,14 +72,23 @@ fn the_guide_on_a_fresh_cluster() {
     // Failure of step 1.4: the default 30 s grace is not below KillWait 30 − 5.
     let grace = run_sandbox(&mut h);
     assert_eq!(grace.state, SandboxState::Pending);
-    assert!(grace.state_reason.contains("termination grace period must be less than Slurm KillWait - 5s"), "{}", grace.state_reason);
+    assert!(
+        grace.state_reason.contains("termination grace period must be less than Slurm KillWait - 5s"),
+        "{}",
+        grace.state_reason
+    );
     let earlier = h.world.get_sandbox("default-org", &out_of_scope.id).unwrap();
     assert!(earlier.state_reason.contains("termination grace period"), "the newly watched Pod is validated too");
 
     let mut values = h.world.values().clone();
     values.slurm_config.kill_wait = 60;
     h.world.apply_values(values).unwrap();
-    let scheduler = h.world.cluster.pods_iter().find(|pod| pod.labels.get("app.kubernetes.io/name").map(String::as_str) == Some("sunk-scheduler")).unwrap();
+    let scheduler = h
+        .world
+        .cluster
+        .pods_iter()
+        .find(|pod| pod.labels.get("app.kubernetes.io/name").map(String::as_str) == Some("sunk-scheduler"))
+        .unwrap();
     assert!(scheduler.containers[0].args.contains(&"--slurm-kill-wait=60s".to_owned()));
 
     // Failure of step 1.6: slurmd's requests leave no room, so kubelet refuses the bound Pod.

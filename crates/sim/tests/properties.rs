@@ -25,7 +25,10 @@ fn spec(rng: &mut SeededIds) -> SandboxSpec {
         }
         1 => {
             annotations.insert("sunk.coreweave.com/exclusive".to_owned(), "user".to_owned());
-            annotations.insert("sunk.coreweave.com/user-id".to_owned(), ["1001", "1002"][(rng.next_u64() % 2) as usize].to_owned());
+            annotations.insert(
+                "sunk.coreweave.com/user-id".to_owned(),
+                ["1001", "1002"][(rng.next_u64() % 2) as usize].to_owned(),
+            );
         }
         2 => {
             annotations.insert("sunk.coreweave.com/partition".to_owned(), "hpc-prod".to_owned());
@@ -59,7 +62,8 @@ fn check_invariants(h: &Harness, known_records: &mut BTreeSet<u32>, step: usize)
         assert_eq!(node.alloc_cpus, jobs.iter().map(|job| job.alloc_cpus).sum::<u32>(), "step {step}: {}", node.name);
         let exclusive = jobs.iter().filter(|job| job.sharing == Sharing::Exclusive).count();
         assert!(exclusive == 0 || jobs.len() == 1, "step {step}: exclusive job shares {}", node.name);
-        let user_jobs: BTreeSet<u32> = jobs.iter().filter(|job| job.sharing == Sharing::User).map(|job| job.uid).collect();
+        let user_jobs: BTreeSet<u32> =
+            jobs.iter().filter(|job| job.sharing == Sharing::User).map(|job| job.uid).collect();
         if !user_jobs.is_empty() {
             let owners: BTreeSet<u32> = jobs.iter().map(|job| job.uid).collect();
             assert_eq!(owners.len(), 1, "step {step}: user-exclusive node {} shared across users", node.name);
@@ -73,8 +77,16 @@ fn check_invariants(h: &Harness, known_records: &mut BTreeSet<u32>, step: usize)
             sum.add(pod.requested());
         }
         assert_eq!(node.requested, sum, "step {step}: {} bookkeeping", node.name);
-        assert!(node.requested.cpu_millis <= node.allocatable.cpu_millis, "step {step}: {} CPU over capacity", node.name);
-        assert!(node.requested.memory_bytes <= node.allocatable.memory_bytes, "step {step}: {} memory over capacity", node.name);
+        assert!(
+            node.requested.cpu_millis <= node.allocatable.cpu_millis,
+            "step {step}: {} CPU over capacity",
+            node.name
+        );
+        assert!(
+            node.requested.memory_bytes <= node.allocatable.memory_bytes,
+            "step {step}: {} memory over capacity",
+            node.name
+        );
     }
     // A running placeholder has a live Pod; a running SUNK Pod has a running placeholder.
     for job in world.slurm.queue.values() {
@@ -84,11 +96,18 @@ fn check_invariants(h: &Harness, known_records: &mut BTreeSet<u32>, step: usize)
             && !job.in_prolog
         {
             let pod = world.cluster.pod(pod_uid);
-            assert!(pod.is_some_and(|pod| !pod.phase.is_terminal()), "step {step}: job {} runs without its Pod", job.id);
+            assert!(
+                pod.is_some_and(|pod| !pod.phase.is_terminal()),
+                "step {step}: job {} runs without its Pod",
+                job.id
+            );
         }
     }
     for pod in world.cluster.pods_iter() {
-        if matches!(pod.owner, PodOwner::Sandbox(_)) && pod.phase == PodPhase::Running && pod.deletion_timestamp.is_none() {
+        if matches!(pod.owner, PodOwner::Sandbox(_))
+            && pod.phase == PodPhase::Running
+            && pod.deletion_timestamp.is_none()
+        {
             let job = world.placeholder_job(&pod.uid).and_then(|id| world.slurm.job(id));
             assert!(
                 job.is_some_and(|job| job.state == JobBaseState::Running && !job.completing),
@@ -100,7 +119,11 @@ fn check_invariants(h: &Harness, known_records: &mut BTreeSet<u32>, step: usize)
     // Accounting only grows, and covers every submission.
     let now: BTreeSet<u32> = world.slurm.accounting_records().iter().map(|job| job.id).collect();
     assert!(known_records.is_subset(&now), "step {step}: accounting lost records");
-    assert_eq!(now.len() as u64, world.transitions.get("placeholder_submitted").copied().unwrap_or(0) + batch_count(world), "step {step}");
+    assert_eq!(
+        now.len() as u64,
+        world.transitions.get("placeholder_submitted").copied().unwrap_or(0) + batch_count(world),
+        "step {step}"
+    );
     *known_records = now;
 }
 
@@ -121,13 +144,20 @@ fn random_operations_keep_the_invariants() {
         for step in 0..250 {
             let live: Vec<String> = h
                 .world
-                .list_sandboxes("default-org", &SandboxFilter { show_terminated: false, ..Default::default() }, 1000, "")
+                .list_sandboxes(
+                    "default-org",
+                    &SandboxFilter { show_terminated: false, ..Default::default() },
+                    1000,
+                    "",
+                )
                 .unwrap()
                 .0
                 .into_iter()
                 .map(|view| view.id.to_string())
                 .collect();
-            let pick = |rng: &mut SeededIds, items: &[String]| items.get((rng.next_u64() as usize) % items.len().max(1)).cloned();
+            let pick = |rng: &mut SeededIds, items: &[String]| {
+                items.get((rng.next_u64() as usize) % items.len().max(1)).cloned()
+            };
             match rng.next_u64() % 8 {
                 0 | 1 => {
                     let spec = spec(&mut rng);

@@ -5,16 +5,15 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use cwsandbox_api::sandbox_v1::{
-    CidrBlock, EgressRule, ManagedRunner, ManagedRunnerSpec, MaintenancePolicy, MaintenanceWindow,
-    Policy, ReleaseChannel, RunnerConnectionStatus, RunnerDataPlaneDisabled, RunnerDataPlaneSpec,
-    RunnerDeploymentOverrides, RunnerIdentity, RunnerImagePullSpec, RunnerInstallError,
-    RunnerInstallErrorReason, RunnerInstallStatus, RunnerTenantMetricsSpec, RunnerVolumesSpec,
-    SandboxImagePullPolicy, UpdateManagedRunnerRequest, egress_rule, runner_data_plane_spec,
+    CidrBlock, EgressRule, MaintenancePolicy, MaintenanceWindow, ManagedRunner, ManagedRunnerSpec, Policy,
+    ReleaseChannel, RunnerConnectionStatus, RunnerDataPlaneDisabled, RunnerDataPlaneSpec, RunnerDeploymentOverrides,
+    RunnerIdentity, RunnerImagePullSpec, RunnerInstallError, RunnerInstallErrorReason, RunnerInstallStatus,
+    RunnerTenantMetricsSpec, RunnerVolumesSpec, SandboxImagePullPolicy, UpdateManagedRunnerRequest, egress_rule,
+    runner_data_plane_spec,
 };
 use cwsandbox_api::wkt::{FieldMask, Timestamp};
 use cwsandbox_sim::runners::{
-    EXPLICIT_MASK_REQUIRED, RunnerRegistry, RunnerTimings, RunnerTransition, STALE_ETAG_MESSAGE,
-    default_policy,
+    EXPLICIT_MASK_REQUIRED, RunnerRegistry, RunnerTimings, RunnerTransition, STALE_ETAG_MESSAGE, default_policy,
 };
 use cwsandbox_sim::time::SimTime;
 use cwsandbox_sim::{FieldViolation, Reason, SimError};
@@ -375,8 +374,7 @@ fn create_resolves_cluster_name_from_the_cluster_id() -> Result<()> {
     let mut registry = RunnerRegistry::default();
     assert_eq!(identity(&registry.create(ORG, runner("runner-1"), "", at(0))?).cluster_name, "cluster-a");
 
-    let mut named = RunnerRegistry::default()
-        .with_cluster_names([("8c1f-uuid".to_owned(), "prod-east".to_owned())]);
+    let mut named = RunnerRegistry::default().with_cluster_names([("8c1f-uuid".to_owned(), "prod-east".to_owned())]);
     let created = named.create(ORG, runner_in("runner-1", "us-east-04a", "8c1f-uuid"), "", at(0))?;
     assert_eq!(identity(&created).cluster_id, "8c1f-uuid");
     assert_eq!(identity(&created).cluster_name, "prod-east");
@@ -618,14 +616,8 @@ fn update_rejects_policy_sub_paths() -> Result<()> {
 #[test]
 fn update_rejects_unknown_and_output_only_paths() -> Result<()> {
     let mut registry = with_ready("runner-1")?;
-    let paths = [
-        "bogus",
-        "spec",
-        "identity",
-        "etag",
-        "identity.cluster_name",
-        "spec.allow_privileged_profile_annotations",
-    ];
+    let paths =
+        ["bogus", "spec", "identity", "etag", "identity.cluster_name", "spec.allow_privileged_profile_annotations"];
     let (reason, violations) =
         invalid_argument(registry.update(ORG, "runner-1", ManagedRunner::default(), &mask(&paths), at(1)))?;
     assert_eq!(reason, Reason::InvalidRequest);
@@ -1033,8 +1025,7 @@ fn an_etag_never_survives_delete_and_recreate() -> Result<()> {
 /// 120 runners `runner-000`…`runner-119`, created out of order: even ones on cluster-a, odd
 /// ones on cluster-b; every third in us-east-04a, the others in us-west-01b.
 fn registry_with_120() -> Result<RunnerRegistry> {
-    let mut registry = RunnerRegistry::default()
-        .with_cluster_names([("cluster-a".to_owned(), "Prod-East".to_owned())]);
+    let mut registry = RunnerRegistry::default().with_cluster_names([("cluster-a".to_owned(), "Prod-East".to_owned())]);
     for step in 0..120 {
         let index = step * 7 % 120; // 7 is coprime to 120: a permutation
         let cluster = if index % 2 == 0 { "cluster-a" } else { "cluster-b" };

@@ -51,7 +51,12 @@ fn create_goes_pending_then_running_through_slurm() {
     assert_eq!(running.runner_id, "cks-runner");
     assert!(running.node_name.as_deref().is_some_and(|node| node.starts_with("node-cpu-")));
     let effects = h.world.take_effects();
-    assert!(effects.iter().any(|effect| matches!(effect, Effect::StartPod { sandbox_id: Some(id), .. } if *id == created.id)), "{effects:?}");
+    assert!(
+        effects
+            .iter()
+            .any(|effect| matches!(effect, Effect::StartPod { sandbox_id: Some(id), .. } if *id == created.id)),
+        "{effects:?}"
+    );
     let pod = h.world.cluster.pod(&running.pod_uid).unwrap();
     assert_eq!(pod.labels["sandbox.coreweave.com/sandbox-id"], created.id);
     assert_eq!(pod.scheduler_name, "slurm-scheduler");
@@ -87,7 +92,13 @@ fn unknown_runner_and_serverless_mode_are_refused_and_nothing_is_created() {
     assert_eq!(error.reason(), Some(Reason::NoSuitableRunner));
     let error = h.world.create_sandbox(&alice(), SandboxSpec::default(), "", "").unwrap_err();
     assert_eq!(error.violations()[0].field, "sandbox.spec.containers");
-    assert!(h.world.list_sandboxes("default-org", &SandboxFilter { show_terminated: true, ..Default::default() }, 0, "").unwrap().0.is_empty());
+    assert!(
+        h.world
+            .list_sandboxes("default-org", &SandboxFilter { show_terminated: true, ..Default::default() }, 0, "")
+            .unwrap()
+            .0
+            .is_empty()
+    );
     assert_eq!(h.world.slurm.accounted_jobs(), 0);
 }
 
@@ -98,7 +109,12 @@ fn delete_goes_terminating_then_completed_and_stays_readable_until_retention() {
     h.advance(1);
     let deleting = h.world.delete_sandbox("default-org", &sandbox.id, 10).unwrap();
     assert_eq!(deleting.state, SandboxState::Terminating);
-    assert!(h.world.take_effects().iter().any(|effect| matches!(effect, Effect::StopPod { grace, .. } if grace.as_secs() == 10)));
+    assert!(
+        h.world
+            .take_effects()
+            .iter()
+            .any(|effect| matches!(effect, Effect::StopPod { grace, .. } if grace.as_secs() == 10))
+    );
     // The keep-alive traps TERM and exits at once.
     h.world.sandbox_exited(&sandbox.id, 0);
     let done = h.world.get_sandbox("default-org", &sandbox.id).unwrap();
@@ -106,8 +122,15 @@ fn delete_goes_terminating_then_completed_and_stays_readable_until_retention() {
     assert!(done.ended.is_some());
     let job = h.world.slurm.accounting_record(done.job_id.unwrap()).unwrap();
     assert_eq!(job.state.as_str(), "CANCELLED");
-    assert!(h.world.list_sandboxes("default-org", &SandboxFilter::default(), 0, "").unwrap().0.is_empty(), "hidden by default");
-    let shown = h.world.list_sandboxes("default-org", &SandboxFilter { show_terminated: true, ..Default::default() }, 0, "").unwrap().0;
+    assert!(
+        h.world.list_sandboxes("default-org", &SandboxFilter::default(), 0, "").unwrap().0.is_empty(),
+        "hidden by default"
+    );
+    let shown = h
+        .world
+        .list_sandboxes("default-org", &SandboxFilter { show_terminated: true, ..Default::default() }, 0, "")
+        .unwrap()
+        .0;
     assert_eq!(shown.len(), 1);
     h.advance(3600);
     assert_eq!(h.world.get_sandbox("default-org", &sandbox.id).unwrap_err().reason(), Some(Reason::SandboxNotFound));
@@ -171,7 +194,11 @@ fn kubelet_rejection_fails_the_sandbox_with_the_reason() {
     h.advance(1);
     let view = h.world.get_sandbox("default-org", &sandbox.id).unwrap();
     assert_eq!(view.state, SandboxState::Failed);
-    assert!(view.state_reason.starts_with("OutOfcpu: Pod was rejected: Node didn't have enough resource: cpu"), "{}", view.state_reason);
+    assert!(
+        view.state_reason.starts_with("OutOfcpu: Pod was rejected: Node didn't have enough resource: cpu"),
+        "{}",
+        view.state_reason
+    );
 }
 
 #[test]
@@ -217,7 +244,11 @@ fn listing_pages_with_opaque_tokens_and_filters() {
         token = next;
     }
     assert_eq!(seen, ids, "every sandbox once, in creation order");
-    let even = h.world.list_sandboxes("default-org", &SandboxFilter { tags: vec!["even".to_owned()], ..Default::default() }, 0, "").unwrap().0;
+    let even = h
+        .world
+        .list_sandboxes("default-org", &SandboxFilter { tags: vec!["even".to_owned()], ..Default::default() }, 0, "")
+        .unwrap()
+        .0;
     assert_eq!(even.len(), 4);
     let error = h.world.list_sandboxes("default-org", &SandboxFilter::default(), 3, "garbage").unwrap_err();
     assert_eq!(error.violations()[0].field, "page_token");
@@ -233,14 +264,19 @@ fn fresh_scenario_rejects_the_default_grace_and_says_why() {
     h.advance(5);
     let view = h.world.get_sandbox("default-org", &sandbox.id).unwrap();
     assert_eq!(view.state, SandboxState::Pending);
-    assert!(view.state_reason.contains("termination grace period must be less than Slurm KillWait - 5s"), "{}", view.state_reason);
+    assert!(
+        view.state_reason.contains("termination grace period must be less than Slurm KillWait - 5s"),
+        "{}",
+        view.state_reason
+    );
 }
 
 #[test]
 fn same_seed_same_world() {
     let run = || {
         let mut h = ready();
-        let ids: Vec<String> = (0..3).map(|_| h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap().id.to_string()).collect();
+        let ids: Vec<String> =
+            (0..3).map(|_| h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap().id.to_string()).collect();
         h.advance(1);
         (ids, h.world.slurm.accounting_records().iter().map(|job| job.id).collect::<Vec<_>>())
     };
@@ -302,9 +338,23 @@ fn job_listings_keep_queue_and_accounting_apart() {
     assert_eq!(by(JobQuery { states: vec![JobBaseState::Running], ..JobQuery::default() }), 0);
     assert_eq!(by(JobQuery { queue: true, accounting: false, ..JobQuery::default() }), 0);
 
-    let none = ObjectQuery::parse(Scope::Cluster, "", &format!("sandbox.coreweave.com/sandbox-id={}", sandbox.id), "", POD_FIELDS).unwrap();
+    let none = ObjectQuery::parse(
+        Scope::Cluster,
+        "",
+        &format!("sandbox.coreweave.com/sandbox-id={}", sandbox.id),
+        "",
+        POD_FIELDS,
+    )
+    .unwrap();
     assert!(h.world.query_pods(&none).is_empty(), "the Pod is gone");
-    let slurmd = ObjectQuery::parse(Scope::Cluster, "tenant-slurm", "app.kubernetes.io/name=slurmd", "status.phase=Running", POD_FIELDS).unwrap();
+    let slurmd = ObjectQuery::parse(
+        Scope::Cluster,
+        "tenant-slurm",
+        "app.kubernetes.io/name=slurmd",
+        "status.phase=Running",
+        POD_FIELDS,
+    )
+    .unwrap();
     assert_eq!(h.world.query_pods(&slurmd).len(), 4);
     assert!(ObjectQuery::parse(Scope::Cluster, "", "", "spec.foo=bar", POD_FIELDS).is_err());
 }
@@ -353,7 +403,8 @@ fn organizations_see_and_reset_only_their_own_part_of_the_cluster() {
     assert!(!events.is_empty());
     assert!(events.iter().all(|event| event.involved.uid == theirs.pod_uid), "only its Pods' Events");
     let namespaces = ObjectQuery::parse(b.clone(), "", "", "", NAMESPACE_FIELDS).unwrap();
-    let namespaces: Vec<&str> = h.world.query_namespaces(&namespaces).iter().map(|namespace| namespace.name.as_str()).collect();
+    let namespaces: Vec<&str> =
+        h.world.query_namespaces(&namespaces).iter().map(|namespace| namespace.name.as_str()).collect();
     assert_eq!(namespaces, ["sandbox-bob"]);
     let everything = ObjectQuery::parse(b.clone(), "", "", "", &["metadata.name", "metadata.namespace"]).unwrap();
     assert!(h.world.query_config_maps(&everything).is_empty(), "ConfigMaps are the operator's");
@@ -377,7 +428,10 @@ fn organizations_see_and_reset_only_their_own_part_of_the_cluster() {
 
     assert_eq!(h.world.reset_organization("other-org"), 1, "its running Pod was stopped");
     let effects = h.world.take_effects();
-    assert!(effects.iter().any(|effect| matches!(effect, Effect::KillPod { pod_uid } if *pod_uid == theirs.pod_uid)), "{effects:?}");
+    assert!(
+        effects.iter().any(|effect| matches!(effect, Effect::KillPod { pod_uid } if *pod_uid == theirs.pod_uid)),
+        "{effects:?}"
+    );
     assert_eq!(h.world.get_sandbox("other-org", &theirs.id).unwrap_err().reason(), Some(Reason::SandboxNotFound));
     assert!(pods(&h, &b).is_empty() && jobs(&h, &b).is_empty(), "a clean slate");
     assert_eq!(h.world.get_sandbox("default-org", &mine.id).unwrap().state, SandboxState::Running);

@@ -9,7 +9,6 @@ use cwsandbox_sim::k8s::PodPhase;
 use cwsandbox_sim::query::Scope;
 use cwsandbox_sim::slurm::JobBaseState;
 
-
 #[test]
 fn item_01_other_scheduler_name_is_ignored() {
     let mut h = harness(|_| {});
@@ -53,7 +52,11 @@ fn item_03_default_grace_with_killwait_30_is_rejected_once_without_retry() {
     let warnings = h.warnings_for(&uid);
     assert_eq!(warnings.len(), 1, "exactly one Warning after 5 minutes: {warnings:?}");
     assert_eq!(warnings[0].reason, "FailedScheduling");
-    assert!(warnings[0].message.contains("termination grace period must be less than Slurm KillWait - 5s"), "{}", warnings[0].message);
+    assert!(
+        warnings[0].message.contains("termination grace period must be less than Slurm KillWait - 5s"),
+        "{}",
+        warnings[0].message
+    );
     assert_eq!(h.job_id(&uid), None);
     assert_eq!(h.total_jobs(), 0, "sacct and squeue are empty");
     assert_eq!(h.pod(&uid).phase, PodPhase::Pending);
@@ -89,13 +92,22 @@ fn item_05_killwait_60_accepts_50_rejects_55() {
 #[test]
 fn item_06_missing_or_zero_cpu_or_memory_requests_are_rejected() {
     let mut h = harness(|_| {});
-    for (name, cpu, memory) in [("nocpu", None, Some("1Gi")), ("zerocpu", Some("0"), Some("1Gi")), ("nomem", Some("1"), None), ("zeromem", Some("1"), Some("0"))] {
+    for (name, cpu, memory) in [
+        ("nocpu", None, Some("1Gi")),
+        ("zerocpu", Some("0"), Some("1Gi")),
+        ("nomem", Some("1"), None),
+        ("zeromem", Some("1"), Some("0")),
+    ] {
         let uid = h.create(with_requests(sunk_pod(name), cpu, memory, None));
         assert_eq!(h.job_id(&uid), None, "{name}");
         let warnings = h.warnings_for(&uid);
         assert_eq!(warnings.len(), 1, "{name}");
         let resource = if name.contains("cpu") { "cpu" } else { "memory" };
-        assert!(warnings[0].message.contains(&format!("must request a non-zero {resource}")), "{name}: {}", warnings[0].message);
+        assert!(
+            warnings[0].message.contains(&format!("must request a non-zero {resource}")),
+            "{name}: {}",
+            warnings[0].message
+        );
     }
 }
 
@@ -106,7 +118,11 @@ fn item_07_invalid_exclusive_value_is_rejected() {
     assert_eq!(h.job_id(&uid), None);
     let warnings = h.warnings_for(&uid);
     assert_eq!(warnings.len(), 1);
-    assert!(warnings[0].message.contains("exclusive") && warnings[0].message.contains("bogus"), "{}", warnings[0].message);
+    assert!(
+        warnings[0].message.contains("exclusive") && warnings[0].message.contains("bogus"),
+        "{}",
+        warnings[0].message
+    );
 }
 
 #[test]
@@ -263,7 +279,12 @@ fn item_15_gpu_requests_become_gres_of_the_node_type_without_shared_indices() {
     assert_eq!((a.req_gpus, a.gres_type.as_deref()), (4, Some("h100")));
     assert_eq!(a.gpu_indices.len(), 4);
     assert_eq!(b.gpu_indices.len(), 4);
-    assert!(a.gpu_indices.iter().all(|index| !b.gpu_indices.contains(index)), "{:?} vs {:?}", a.gpu_indices, b.gpu_indices);
+    assert!(
+        a.gpu_indices.iter().all(|index| !b.gpu_indices.contains(index)),
+        "{:?} vs {:?}",
+        a.gpu_indices,
+        b.gpu_indices
+    );
 }
 
 fn outofcpu_values(values: &mut cwsandbox_sim::config::Values) {
@@ -295,7 +316,9 @@ fn item_16_kubelet_rejects_with_outofcpu_and_outofmemory() {
     assert_eq!(pod.reason.as_deref(), Some("OutOfmemory"));
     assert_eq!(
         pod.message.as_deref(),
-        Some("Pod was rejected: Node didn't have enough resource: memory, requested: 8589934592, used: 30064771072, capacity: 34359738368")
+        Some(
+            "Pod was rejected: Node didn't have enough resource: memory, requested: 8589934592, used: 30064771072, capacity: 34359738368"
+        )
     );
 }
 
@@ -331,7 +354,12 @@ fn item_19_exclusive_user_shares_only_with_the_same_user() {
         values.node_sets[0].gpus = 8;
         values.node_sets[0].gpu_class = "H100".to_owned();
     });
-    let pod = |name: &str, uid: &str| annotated(with_requests(sunk_pod(name), Some("1"), Some("1Gi"), Some(4)), &[("exclusive", "user"), ("user-id", uid)]);
+    let pod = |name: &str, uid: &str| {
+        annotated(
+            with_requests(sunk_pod(name), Some("1"), Some("1Gi"), Some(4)),
+            &[("exclusive", "user"), ("user-id", uid)],
+        )
+    };
     let a = h.create(pod("a", "1001"));
     let b = h.create(pod("b", "1001"));
     let c = h.create(pod("c", "1002"));
@@ -344,7 +372,8 @@ fn item_19_exclusive_user_shares_only_with_the_same_user() {
 #[test]
 fn item_20_exclusive_ok_with_gpus_is_rejected() {
     let mut h = harness(|values| values.node_sets[0].gpus = 8);
-    let uid = h.create(annotated(with_requests(sunk_pod("gpu-ok"), Some("1"), Some("1Gi"), Some(1)), &[("exclusive", "ok")]));
+    let uid =
+        h.create(annotated(with_requests(sunk_pod("gpu-ok"), Some("1"), Some("1Gi"), Some(1)), &[("exclusive", "ok")]));
     assert_eq!(h.job_id(&uid), None);
     assert_eq!(h.warnings_for(&uid).len(), 1);
 }
@@ -553,7 +582,8 @@ fn item_27_pod_finishing_by_itself_releases_the_placeholder() {
     let record = h.record(job_id);
     assert_eq!((record.state, record.exit_code), (JobBaseState::Completed, (0, 0)));
 
-    let mut h = harness(|values| values.scheduler.finished_pod_job_state = cwsandbox_sim::config::FinalJobState::Cancelled);
+    let mut h =
+        harness(|values| values.scheduler.finished_pod_job_state = cwsandbox_sim::config::FinalJobState::Cancelled);
     let uid = h.create(sunk_pod("done"));
     h.advance(1);
     let job_id = h.job_id(&uid).unwrap();
@@ -624,7 +654,12 @@ fn item_43_scheduler_pod_and_configmap_carry_name_and_killwait() {
         assert_eq!(scheduler.namespace, "tenant-slurm");
         let container = scheduler.containers.iter().find(|container| container.name == "scheduler").unwrap();
         assert!(container.args.contains(&"--slurm-kill-wait=30s".to_owned()), "{:?}", container.args);
-        let config = h.world.cluster.config_maps.values().find(|map| map.labels.get("app.kubernetes.io/component").map(String::as_str) == Some("scheduler"));
+        let config = h
+            .world
+            .cluster
+            .config_maps
+            .values()
+            .find(|map| map.labels.get("app.kubernetes.io/component").map(String::as_str) == Some("scheduler"));
         if version == 7 {
             assert!(container.args.contains(&format!("--scheduler-name={SCHEDULER}")));
             assert!(config.is_none());
@@ -639,7 +674,13 @@ fn item_43_scheduler_pod_and_configmap_carry_name_and_killwait() {
 fn item_44_unsatisfied_node_affinity_leaves_the_pod_stuck_after_binding() {
     let mut h = harness(|_| {});
     let mut pod = sunk_pod("affinity");
-    pod.required_node_affinity = vec![labels(&[]).into_iter().map(|(k, v): (String, String)| (k, vec![v])).chain([("zone".to_owned(), vec!["nowhere".to_owned()])]).collect()];
+    pod.required_node_affinity = vec![
+        labels(&[])
+            .into_iter()
+            .map(|(k, v): (String, String)| (k, vec![v]))
+            .chain([("zone".to_owned(), vec!["nowhere".to_owned()])])
+            .collect(),
+    ];
     let uid = h.create(pod);
     assert!(h.job_id(&uid).is_some(), "Slurm allocates");
     h.advance(1);

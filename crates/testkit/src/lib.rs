@@ -12,11 +12,7 @@ use anyhow::{Context, Result, bail};
 
 /// The workspace root (this crate lives in `crates/testkit`).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("crates/testkit has two ancestors")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("crates/testkit has two ancestors").to_path_buf()
 }
 
 /// Where installed tools live: under `target/`, so `cargo clean` removes them.
@@ -75,9 +71,7 @@ pub fn buf() -> Result<PathBuf> {
         fs::create_dir_all(root)?;
         fs::copy(&manifest, root.join("package.json"))?;
         fs::copy(&lock, root.join("package-lock.json"))?;
-        run(Command::new("npm")
-            .args(["ci", "--silent", "--no-audit", "--no-fund", "--prefix"])
-            .arg(root))
+        run(Command::new("npm").args(["ci", "--silent", "--no-audit", "--no-fund", "--prefix"]).arg(root))
     })?;
     Ok(root.join("node_modules/.bin/buf"))
 }
@@ -100,8 +94,7 @@ pub struct GeneratedClients {
 /// `clients/python/requirements.txt`), runs `buf generate` and compiles the TypeScript project
 /// (`tsc -p clients/ts`): the README's commands. Once per process, under a file lock.
 pub fn generated_clients() -> Result<GeneratedClients> {
-    static GENERATED: std::sync::OnceLock<std::result::Result<GeneratedClients, String>> =
-        std::sync::OnceLock::new();
+    static GENERATED: std::sync::OnceLock<std::result::Result<GeneratedClients, String>> = std::sync::OnceLock::new();
     GENERATED
         .get_or_init(|| generate_clients().map_err(|error| format!("{error:#}")))
         .clone()
@@ -127,8 +120,7 @@ fn generate_clients() -> Result<GeneratedClients> {
     })?;
     let lock = File::create(tools_dir().join("clients-generate.lock"))?;
     lock.lock().context("locking the client generation")?;
-    run(Command::new(ts.join("node_modules/.bin/buf")).arg("generate").current_dir(&root))
-        .context("buf generate")?;
+    run(Command::new(ts.join("node_modules/.bin/buf")).arg("generate").current_dir(&root)).context("buf generate")?;
     run(Command::new(ts.join("node_modules/.bin/tsc")).args(["-p", "."]).current_dir(&ts)).context("tsc")?;
     Ok(GeneratedClients { ts_project: ts, python: venv.join("bin/python"), python_gen: python_dir.join("gen") })
 }

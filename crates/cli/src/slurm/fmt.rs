@@ -5,8 +5,8 @@
 //! Times are whole seconds since the epoch; the emulator's time zone is UTC.
 
 use chrono::{DateTime, Datelike, Utc};
-use cwsandbox_client::emulator_v1 as pb;
 use cwsandbox_api::wkt::Timestamp;
+use cwsandbox_client::emulator_v1 as pb;
 
 /// Seconds of a timestamp (Slurm keeps whole seconds).
 pub fn secs(timestamp: Option<&Timestamp>) -> Option<i64> {
@@ -92,7 +92,11 @@ pub fn secs2time(seconds: i64) -> String {
         return "INVALID".to_owned();
     }
     let (days, hours, minutes, secs) = (seconds / 86400, (seconds / 3600) % 24, (seconds / 60) % 60, seconds % 60);
-    if days > 0 { format!("{days}-{hours:02}:{minutes:02}:{secs:02}") } else { format!("{hours:02}:{minutes:02}:{secs:02}") }
+    if days > 0 {
+        format!("{days}-{hours:02}:{minutes:02}:{secs:02}")
+    } else {
+        format!("{hours:02}:{minutes:02}:{secs:02}")
+    }
 }
 
 /// `mins2time_str`.

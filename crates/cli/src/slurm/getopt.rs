@@ -156,8 +156,9 @@ mod tests {
 
     #[test]
     fn every_form_of_an_argument() {
-        let parsed = parse("sacct", &args(&["-oJobID", "-o", "State", "--format=End", "--format", "Start", "--form=x"]), SPEC)
-            .unwrap();
+        let parsed =
+            parse("sacct", &args(&["-oJobID", "-o", "State", "--format=End", "--format", "Start", "--form=x"]), SPEC)
+                .unwrap();
         let values: Vec<_> =
             parsed.iter().map(|item| if let Item::Opt(_, Some(v)) = item { v.as_str() } else { "" }).collect();
         assert_eq!(values, ["JobID", "State", "End", "Start", "x"]);
@@ -183,7 +184,10 @@ mod tests {
         assert_eq!(parse("sacct", &args(&["-z"]), SPEC).unwrap_err(), "sacct: invalid option -- 'z'");
         assert_eq!(parse("sacct", &args(&["-o"]), SPEC).unwrap_err(), "sacct: option requires an argument -- 'o'");
         assert_eq!(parse("sacct", &args(&["--bogus"]), SPEC).unwrap_err(), "sacct: unrecognized option '--bogus'");
-        assert_eq!(parse("sacct", &args(&["--format"]), SPEC).unwrap_err(), "sacct: option '--format' requires an argument");
+        assert_eq!(
+            parse("sacct", &args(&["--format"]), SPEC).unwrap_err(),
+            "sacct: option '--format' requires an argument"
+        );
         assert_eq!(
             parse("sacct", &args(&["--noheader=1"]), SPEC).unwrap_err(),
             "sacct: option '--noheader' doesn't allow an argument"

@@ -52,7 +52,15 @@ fn running(id: u32, name: &str, start: i64) -> pb::Job {
     }
 }
 
-fn step(name: &str, state: pb::JobState, start: i64, end: Option<i64>, elapsed: i64, cpus: u32, exit: (i32, i32)) -> pb::JobStep {
+fn step(
+    name: &str,
+    state: pb::JobState,
+    start: i64,
+    end: Option<i64>,
+    elapsed: i64,
+    cpus: u32,
+    exit: (i32, i32),
+) -> pb::JobStep {
     pb::JobStep {
         name: name.into(),
         state: state as i32,
@@ -194,7 +202,10 @@ fn sacct_parsable_modes_and_noheader() {
     assert_eq!(sacct(&["-X", "-P", "-o", "JobID,State"], &jobs), "JobID|State\n43|CANCELLED by 0\n");
     assert_eq!(sacct(&["-X", "-p", "-o", "JobID,State"], &jobs), "JobID|State|\n43|CANCELLED by 0|\n");
     assert_eq!(sacct(&["-X", "-p", "-n", "-o", "JobID,State"], &jobs), "43|CANCELLED by 0|\n");
-    assert_eq!(sacct(&["-X", "-P", "--delimiter=;", "-o", "JobID,Partition,State"], &jobs), "JobID;Partition;State\n43;cpu;CANCELLED by 0\n");
+    assert_eq!(
+        sacct(&["-X", "-P", "--delimiter=;", "-o", "JobID,Partition,State"], &jobs),
+        "JobID;Partition;State\n43;cpu;CANCELLED by 0\n"
+    );
     // --delimiter only matters in parsable mode.
     assert_eq!(sacct(&["-X", "-n", "--delimiter=;", "-o", "JobID"], &jobs), "43           \n");
     // -n drops both header lines in fixed-width mode too.
@@ -228,10 +239,7 @@ fn sacct_field_names_are_case_insensitive_prefixes_in_table_order() {
     assert_eq!(header("acc"), "Account");
     let error = sacct_err(&["-o", "foo"]);
     assert_eq!((error.stderr.as_str(), error.code), ("sacct: error: Invalid field requested: \"foo\"\n", 1));
-    assert_eq!(
-        sacct_err(&["-o", "AllocGRES"]).stderr,
-        "sacct: fatal: AllocGRES is deprecated, please use AllocTRES\n"
-    );
+    assert_eq!(sacct_err(&["-o", "AllocGRES"]).stderr, "sacct: fatal: AllocGRES is deprecated, please use AllocTRES\n");
 }
 
 #[test]
@@ -251,9 +259,10 @@ fn sacct_format_sources_and_conflicts() {
         error.stderr,
         "sacct: fatal: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.\n"
     );
-    assert_eq!(sacct(&["-X", "-P", "-l"], &jobs).lines().next().unwrap().split('|').take(4).collect::<Vec<_>>(), [
-        "JobID", "JobIDRaw", "JobName", "Partition"
-    ]);
+    assert_eq!(
+        sacct(&["-X", "-P", "-l"], &jobs).lines().next().unwrap().split('|').take(4).collect::<Vec<_>>(),
+        ["JobID", "JobIDRaw", "JobName", "Partition"]
+    );
 }
 
 #[test]
@@ -272,8 +281,14 @@ fn sacct_req_mem_units() {
         rows.into_iter().map(|(_, value)| value).collect::<Vec<_>>()
     };
     assert_eq!(sorted(&["-X", "-n", "-P", "-o", "JobID,ReqMem"]), ["0", "512M", "1000M", "1G", "1.50G", "2G"]);
-    assert_eq!(sorted(&["-X", "-n", "-P", "--noconvert", "-o", "JobID,ReqMem"]), ["0", "512M", "1000M", "1024M", "1536M", "2048M"]);
-    assert_eq!(sorted(&["-X", "-n", "-P", "--units=G", "-o", "JobID,ReqMem"]), ["0", "0.50G", "0.98G", "1G", "1.50G", "2G"]);
+    assert_eq!(
+        sorted(&["-X", "-n", "-P", "--noconvert", "-o", "JobID,ReqMem"]),
+        ["0", "512M", "1000M", "1024M", "1536M", "2048M"]
+    );
+    assert_eq!(
+        sorted(&["-X", "-n", "-P", "--units=G", "-o", "JobID,ReqMem"]),
+        ["0", "0.50G", "0.98G", "1G", "1.50G", "2G"]
+    );
     assert_eq!(sacct_err(&["--units=x"]).stderr.lines().last().unwrap(), "sacct: fatal: Invalid unit type");
 }
 
@@ -323,7 +338,10 @@ fn sacct_time_window_defaults_and_forms() {
         error.stderr,
         "sacct: error: Start time (2025-01-02T00:00:00) requested is after end time (2025-01-01T00:00:00).\n"
     );
-    assert_eq!(sacct_err(&["-S", "yesterdayish"]).stderr, "sacct: error: Invalid time specification (pos=0): yesterdayish\n");
+    assert_eq!(
+        sacct_err(&["-S", "yesterdayish"]).stderr,
+        "sacct: error: Invalid time specification (pos=0): yesterdayish\n"
+    );
 }
 
 #[test]
@@ -392,13 +410,18 @@ fn sacct_timelimit_exit_codes_and_cancelled_by() {
 fn sacct_slurm_time_format() {
     let jobs = [running(1, "a", NOW - 3600)];
     let out = |value: &str| {
-        sacct_as(&Caller::root(), &["-X", "-n", "-P", "-o", "Start"], &env(&[("SLURM_TIME_FORMAT", value)]), &jobs).stdout
+        sacct_as(&Caller::root(), &["-X", "-n", "-P", "-o", "Start"], &env(&[("SLURM_TIME_FORMAT", value)]), &jobs)
+            .stdout
     };
     assert_eq!(out("standard"), "2025-01-02T02:04:05\n");
     assert_eq!(out("%d/%m %H:%M"), "02/01 02:04\n");
     assert_eq!(out("relative"), "02:04:05\n");
-    let invalid = sacct_as(&Caller::root(), &["-X", "-n", "-P", "-o", "Start"], &env(&[("SLURM_TIME_FORMAT", "junk")]), &jobs);
-    assert_eq!((invalid.stdout.as_str(), invalid.stderr.as_str()), ("2025-01-02T02:04:05\n", "sacct: error: invalid SLURM_TIME_FORMAT = junk\n"));
+    let invalid =
+        sacct_as(&Caller::root(), &["-X", "-n", "-P", "-o", "Start"], &env(&[("SLURM_TIME_FORMAT", "junk")]), &jobs);
+    assert_eq!(
+        (invalid.stdout.as_str(), invalid.stderr.as_str()),
+        ("2025-01-02T02:04:05\n", "sacct: error: invalid SLURM_TIME_FORMAT = junk\n")
+    );
 }
 
 #[test]
@@ -445,10 +468,19 @@ fn squeue_default_format_reasons_and_completing() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     let header = "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n";
     let rows = [
-        format!("{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n", 43, "cpu", "waits", "root", "PD", "0:00", 1, "(Resources)"),
-        format!("{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n", 42, "cpu", "train", "root", "R", "1:05", 1, "slurm-cpu-0"),
+        format!(
+            "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n",
+            43, "cpu", "waits", "root", "PD", "0:00", 1, "(Resources)"
+        ),
+        format!(
+            "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n",
+            42, "cpu", "train", "root", "R", "1:05", 1, "slurm-cpu-0"
+        ),
         // The name is cut at 8 without `+`.
-        format!("{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n", 44, "cpu", "tenant/s", "root", "CG", "1:01:40", 1, "slurm-cpu-0"),
+        format!(
+            "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n",
+            44, "cpu", "tenant/s", "root", "CG", "1:01:40", 1, "slurm-cpu-0"
+        ),
     ];
     assert_eq!(out.stdout, format!("{header}{}", rows.concat()));
 }
@@ -458,7 +490,10 @@ fn squeue_formats_long_view_and_filters() {
     let alice = pb::Job { user: "alice".into(), uid: 1001, ..queue(running(2, "a", NOW - 90_061)) };
     let jobs = [queue(running(1, "r", NOW - 5)), alice, queue(pending(3, "p", NOW))];
     let out = squeue(&["-h", "-o", "%i|%.5u|%6j|%T|%M|%2P"], &Env::new(), &jobs).stdout;
-    assert_eq!(out, "3| root|p     |PENDING|0:00|cp\n1| root|r     |RUNNING|0:05|cp\n2|alice|a     |RUNNING|1-01:01:01|cp\n");
+    assert_eq!(
+        out,
+        "3| root|p     |PENDING|0:00|cp\n1| root|r     |RUNNING|0:05|cp\n2|alice|a     |RUNNING|1-01:01:01|cp\n"
+    );
     // squeue has no `-` flag: `%-6j` is an invalid specification `-` followed by the text "6j".
     let invalid = squeue(&["-h", "-o", "%i %-6j"], &Env::new(), &jobs[..1]);
     assert_eq!(invalid.stdout, "1 6j\n");
@@ -529,7 +564,9 @@ fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
         node(names[3], pb::SlurmNodeState::Idle, &["cpu", "hpc-prod"]),
     ];
     let partitions = [partition("cpu", true, &names), partition("hpc-prod", false, &names[..2])];
-    let render = |list: &[&str]| sinfo::render(&sinfo::parse(&args(list), &Env::new()).unwrap(), &partitions, &nodes, NOW).stdout;
+    let render = |list: &[&str]| {
+        sinfo::render(&sinfo::parse(&args(list), &Env::new()).unwrap(), &partitions, &nodes, NOW).stdout
+    };
     assert_eq!(
         render(&[]),
         "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n\
@@ -539,13 +576,17 @@ fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
          hpc-prod     up   infinite      1    mix slurm-cpu-0\n\
          hpc-prod     up   infinite      1   idle slurm-cpu-1\n"
     );
-    assert_eq!(render(&["-h", "-p", "hpc-prod"]), "hpc-prod     up   infinite      1    mix slurm-cpu-0\nhpc-prod     up   infinite      1   idle slurm-cpu-1\n");
+    assert_eq!(
+        render(&["-h", "-p", "hpc-prod"]),
+        "hpc-prod     up   infinite      1    mix slurm-cpu-0\nhpc-prod     up   infinite      1   idle slurm-cpu-1\n"
+    );
     assert_eq!(
         render(&["-N", "-p", "hpc-prod"]),
         "NODELIST     NODES PARTITION STATE \nslurm-cpu-0      1  hpc-prod mix   \nslurm-cpu-1      1  hpc-prod idle  \n"
     );
     let drained = [node(names[0], pb::SlurmNodeState::Drained, &["cpu"])];
-    let out = sinfo::render(&sinfo::parse(&args(&["-h"]), &Env::new()).unwrap(), &partitions[..1], &drained, NOW).stdout;
+    let out =
+        sinfo::render(&sinfo::parse(&args(&["-h"]), &Env::new()).unwrap(), &partitions[..1], &drained, NOW).stdout;
     assert_eq!(out, "cpu*         up   infinite      1  drain slurm-cpu-0\n");
 }
 

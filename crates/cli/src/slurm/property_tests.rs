@@ -121,17 +121,97 @@ fn nodes() -> Vec<pb::SlurmNode> {
 /// form, values of the kinds they take, `--`, and random text.
 fn word() -> impl Strategy<Value = String> {
     let options = &[
-        "-a", "-A", "-X", "-b", "--delimiter", "-D", "-e", "-E", "-h", "-U", "--name", "-j", "-l", "--local", "-N", "-n",
-        "--noconvert", "--units", "-o", "-p", "-P", "-r", "-s", "-S", "-T", "-u", "-v", "-V", "-t", "--format",
-        "--starttime", "--endtime", "--state", "--states", "--user", "--jobs", "--long", "--me", "--noheader", "--help",
-        "--parsable2", "--format=", "--form", "--st", "--", "-", "-oJobID%5", "-Xn", "--units=G", "-w", "--nodelist",
-        "show", "job", "partition", "node", "-o", "--oneliner", "--quiet", "--signal", "--user=alice",
+        "-a",
+        "-A",
+        "-X",
+        "-b",
+        "--delimiter",
+        "-D",
+        "-e",
+        "-E",
+        "-h",
+        "-U",
+        "--name",
+        "-j",
+        "-l",
+        "--local",
+        "-N",
+        "-n",
+        "--noconvert",
+        "--units",
+        "-o",
+        "-p",
+        "-P",
+        "-r",
+        "-s",
+        "-S",
+        "-T",
+        "-u",
+        "-v",
+        "-V",
+        "-t",
+        "--format",
+        "--starttime",
+        "--endtime",
+        "--state",
+        "--states",
+        "--user",
+        "--jobs",
+        "--long",
+        "--me",
+        "--noheader",
+        "--help",
+        "--parsable2",
+        "--format=",
+        "--form",
+        "--st",
+        "--",
+        "-",
+        "-oJobID%5",
+        "-Xn",
+        "--units=G",
+        "-w",
+        "--nodelist",
+        "show",
+        "job",
+        "partition",
+        "node",
+        "-o",
+        "--oneliner",
+        "--quiet",
+        "--signal",
+        "--user=alice",
     ];
     let values = &[
-        "jobid,jobname%-30,state%5,start%3,end%0", "ALL%7", "%.18i %.9P %20j %.2t %#N %10M", "%#P %.5a %N %0T", "now",
-        "now-1days", "now+99999999999999999weeks", "midnight", "12:30PM", "2025-01-02T03:04:05", "0102", "01/02/25",
-        "1.2.3", "1000", "1000.batch", "0", "-1", "R,PD,CA", "running", "cpu", "slurm-cpu-[0-1]", "n[0-99999999999]",
-        "alice", "root", "K", "x", "", "jobid%2147483647", "%99999999999999999999i",
+        "jobid,jobname%-30,state%5,start%3,end%0",
+        "ALL%7",
+        "%.18i %.9P %20j %.2t %#N %10M",
+        "%#P %.5a %N %0T",
+        "now",
+        "now-1days",
+        "now+99999999999999999weeks",
+        "midnight",
+        "12:30PM",
+        "2025-01-02T03:04:05",
+        "0102",
+        "01/02/25",
+        "1.2.3",
+        "1000",
+        "1000.batch",
+        "0",
+        "-1",
+        "R,PD,CA",
+        "running",
+        "cpu",
+        "slurm-cpu-[0-1]",
+        "n[0-99999999999]",
+        "alice",
+        "root",
+        "K",
+        "x",
+        "",
+        "jobid%2147483647",
+        "%99999999999999999999i",
     ];
     prop_oneof![
         3 => proptest::sample::select(&options[..]).prop_map(str::to_owned),
@@ -142,8 +222,20 @@ fn word() -> impl Strategy<Value = String> {
 }
 
 fn env() -> impl Strategy<Value = Env> {
-    let formats = prop_oneof![Just(None), proptest::sample::select(&["", "%s", "relative", "standard", "%A %B %d %Y %T", "%Q", "junk"][..]).prop_map(|s| Some(s.to_owned())), "\\PC{0,8}".prop_map(Some), "(%[-:#.0-9a-zA-Z%]{0,3}){1,5}".prop_map(Some)];
-    (formats, proptest::option::of(word()), proptest::option::of(word()), proptest::option::of(word()), proptest::option::of(proptest::sample::select(&["root", "alice", "1001", "nobody", ""][..])))
+    let formats = prop_oneof![
+        Just(None),
+        proptest::sample::select(&["", "%s", "relative", "standard", "%A %B %d %Y %T", "%Q", "junk"][..])
+            .prop_map(|s| Some(s.to_owned())),
+        "\\PC{0,8}".prop_map(Some),
+        "(%[-:#.0-9a-zA-Z%]{0,3}){1,5}".prop_map(Some)
+    ];
+    (
+        formats,
+        proptest::option::of(word()),
+        proptest::option::of(word()),
+        proptest::option::of(word()),
+        proptest::option::of(proptest::sample::select(&["root", "alice", "1001", "nobody", ""][..])),
+    )
         .prop_map(|(time_format, sacct_format, squeue_format, sinfo_format, user)| {
             let mut env = Env::new();
             let mut put = |key: &str, value: Option<String>| {
@@ -234,7 +326,9 @@ fn unambiguous_prefix(long: &str, key: &str) -> String {
         .map(|length| &long[..length])
         .find(|prefix| {
             SPEC.iter().filter(|opt| opt.key != key).all(|opt| opt.long.iter().all(|other| !other.starts_with(prefix)))
-                && !SPEC.iter().any(|opt| opt.key == key && opt.long.iter().any(|other| other != &long && other.starts_with(prefix)))
+                && !SPEC.iter().any(|opt| {
+                    opt.key == key && opt.long.iter().any(|other| other != &long && other.starts_with(prefix))
+                })
         })
         .unwrap_or(long)
         .to_owned()
@@ -394,8 +488,27 @@ proptest! {
 /// sacct fields printed with `print_fields_str` or `print_fields_date`, which cut and pad to the
 /// width (the unsigned and duration printers never cut, as in Slurm).
 const CUT_FIELDS: &[&str] = &[
-    "JobID", "JobName", "Partition", "Account", "State", "ExitCode", "User", "Group", "NodeList", "Start", "End",
-    "Submit", "Eligible", "Reason", "ReqMem", "AllocTRES", "ReqTRES", "Timelimit", "QOS", "Comment", "WorkDir",
+    "JobID",
+    "JobName",
+    "Partition",
+    "Account",
+    "State",
+    "ExitCode",
+    "User",
+    "Group",
+    "NodeList",
+    "Start",
+    "End",
+    "Submit",
+    "Eligible",
+    "Reason",
+    "ReqMem",
+    "AllocTRES",
+    "ReqTRES",
+    "Timelimit",
+    "QOS",
+    "Comment",
+    "WorkDir",
 ];
 
 proptest! {
@@ -493,7 +606,8 @@ fn a_relative_time_past_the_calendar_is_refused() {
     assert_eq!(sacct::parse_time("now+99999999999999999weeks", NOW), None);
     assert_eq!(sacct::parse_time("now+9223372036854775807", NOW), None, "past i64 after adding now");
     assert_eq!(sacct::parse_time("now-9000000000000000", NOW), None, "before the calendar starts");
-    let options = sacct::parse(&["-S".to_owned(), "now+99999999999999999weeks".to_owned()], &Env::new()).expect("parses");
+    let options =
+        sacct::parse(&["-S".to_owned(), "now+99999999999999999weeks".to_owned()], &Env::new()).expect("parses");
     let output = sacct::render(&options, &jobs(), NOW, &Caller::root(), &users());
     assert_eq!(output.stderr, "sacct: error: Invalid time specification (pos=0): now+99999999999999999weeks\n");
 }
@@ -504,7 +618,8 @@ fn a_relative_time_past_the_calendar_is_refused() {
 #[test]
 fn a_huge_squeue_or_sinfo_width_is_held() {
     for format in ["%65536i", "%99999999999999999999i"] {
-        let options = squeue::parse(&["-h".to_owned(), "-o".to_owned(), format.to_owned()], &Env::new()).expect("parses");
+        let options =
+            squeue::parse(&["-h".to_owned(), "-o".to_owned(), format.to_owned()], &Env::new()).expect("parses");
         let output = squeue::render(&options, &jobs(), NOW, 0, &users(), &Env::new());
         assert_eq!(output.stdout.lines().map(|line| line.chars().count()).collect::<Vec<_>>(), [MAX_WIDTH, MAX_WIDTH]);
     }
@@ -516,8 +631,17 @@ fn a_huge_squeue_or_sinfo_width_is_held() {
 /// The same for `sacct -o jobid%65536` (a panic) and `jobid%-2147483647`.
 #[test]
 fn a_huge_sacct_width_is_held() {
-    let options = sacct::parse(&["-a".to_owned(), "-X".to_owned(), "-n".to_owned(), "-o".to_owned(), "jobid%65536,jobid%-2147483647".to_owned()], &Env::new())
-        .expect("parses");
+    let options = sacct::parse(
+        &[
+            "-a".to_owned(),
+            "-X".to_owned(),
+            "-n".to_owned(),
+            "-o".to_owned(),
+            "jobid%65536,jobid%-2147483647".to_owned(),
+        ],
+        &Env::new(),
+    )
+    .expect("parses");
     let output = sacct::render(&options, &jobs(), NOW, &Caller::root(), &users());
     assert!(output.stdout.lines().all(|line| line.chars().count() == 2 * (MAX_WIDTH + 1)), "{}", output.stdout.len());
 }

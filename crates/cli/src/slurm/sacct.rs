@@ -642,7 +642,11 @@ pub fn window(options: &Options, now: i64) -> Result<Window, Output> {
     }
     if start > end {
         let show = |t: i64| fmt::time_str(Some(t), &TimeFormat::Standard, now, 32);
-        return Err(fail(format!("sacct: error: Start time ({}) requested is after end time ({}).", show(start), show(end))));
+        return Err(fail(format!(
+            "sacct: error: Start time ({}) requested is after end time ({}).",
+            show(start),
+            show(end)
+        )));
     }
     Ok(Window { start, end })
 }
@@ -708,7 +712,9 @@ fn selects(options: &Options, users: &Users, window: Window, job: &pb::Job) -> b
     if !options.jobs.is_empty() && !options.jobs.iter().any(|(id, _)| *id == job.job_id) {
         return false;
     }
-    if !any(&options.names, &job.name) || !any(&options.partitions, &job.partition) || !any(&options.accounts, &job.account)
+    if !any(&options.names, &job.name)
+        || !any(&options.partitions, &job.partition)
+        || !any(&options.accounts, &job.account)
     {
         return false;
     }
@@ -1100,8 +1106,11 @@ pub async fn run(args: &[String], env: &Env, conn: Result<Conn, String>) -> Outp
         Ok(caller) => caller,
         Err(error) => return fail(format!("sacct: error: {error}")),
     };
-    let request =
-        pb::ListJobsRequest { source: pb::JobSource::Accounting as i32, job_ids: options.job_ids(), ..Default::default() };
+    let request = pb::ListJobsRequest {
+        source: pb::JobSource::Accounting as i32,
+        job_ids: options.job_ids(),
+        ..Default::default()
+    };
     match conn.admin().list_jobs(&request).await {
         Ok(response) => render(&options, &response.jobs, super::now_of(&response), &caller, &known),
         Err(error) => super::api_error("sacct", &error),

@@ -134,7 +134,12 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
 }
 
 /// The jobs the filters select among queue rows (and the given ids, if any). Pure.
-pub fn select(options: &Options, jobs: &[pb::Job], caller: &Caller, known: &[(String, u32)]) -> Result<Vec<u32>, Output> {
+pub fn select(
+    options: &Options,
+    jobs: &[pb::Job],
+    caller: &Caller,
+    known: &[(String, u32)],
+) -> Result<Vec<u32>, Output> {
     let mut uids = Vec::new();
     for user in &options.users {
         match resolve_user(user, known) {
@@ -160,7 +165,10 @@ pub fn select(options: &Options, jobs: &[pb::Job], caller: &Caller, known: &[(St
                 })
         })
         .filter(|job| {
-            options.nodes.as_ref().is_none_or(|nodes| fmt::expand_hostlist(&job.node_list).iter().any(|n| nodes.contains(n)))
+            options
+                .nodes
+                .as_ref()
+                .is_none_or(|nodes| fmt::expand_hostlist(&job.node_list).iter().any(|n| nodes.contains(n)))
         })
         .map(|job| job.job_id)
         .collect())
@@ -199,11 +207,12 @@ pub async fn run(args: &[String], env: &Env, conn: Result<Conn, String>) -> Outp
         Ok(caller) => caller,
         Err(error) => return fail(format!("scancel: error: {error}")),
     };
-    let queue = match admin.list_jobs(&pb::ListJobsRequest { source: pb::JobSource::Queue as i32, ..Default::default() }).await
-    {
-        Ok(response) => response.jobs,
-        Err(error) => return super::api_error("scancel", &error),
-    };
+    let queue =
+        match admin.list_jobs(&pb::ListJobsRequest { source: pb::JobSource::Queue as i32, ..Default::default() }).await
+        {
+            Ok(response) => response.jobs,
+            Err(error) => return super::api_error("scancel", &error),
+        };
     let targets = if options.filtered() {
         match select(&options, &queue, &caller, &known) {
             Ok(targets) => targets,

@@ -49,7 +49,8 @@ fn fail(message: String) -> Output {
 
 /// Parses `scontrol [-o] show job|partition|node [<id>]`.
 pub fn parse(args: &[String]) -> Result<Options, Output> {
-    let items = getopt::parse("scontrol", args, SPEC).map_err(|e| fail(format!("{e}\nTry \"scontrol --help\" for more information")))?;
+    let items = getopt::parse("scontrol", args, SPEC)
+        .map_err(|e| fail(format!("{e}\nTry \"scontrol --help\" for more information")))?;
     let mut one_liner = false;
     let mut quiet = false;
     let mut words = Vec::new();
@@ -169,14 +170,20 @@ pub fn job_text(job: &pb::Job, now: i64, one_liner: bool, format: &TimeFormat) -
     }
     lines.push(format!("NumNodes=1 NumCPUs={cpus} NumTasks=1 CPUs/Task={} ReqB:S:C:T=0:0:*:*", job.req_cpus.max(1)));
     lines.push(format!("ReqTRES={}", tres(job.req_cpus, job.req_mem_mb, job)));
-    lines.push(format!("AllocTRES={}", if pending { "(null)".to_owned() } else { tres(job.alloc_cpus, job.req_mem_mb, job) }));
+    lines.push(format!(
+        "AllocTRES={}",
+        if pending { "(null)".to_owned() } else { tres(job.alloc_cpus, job.req_mem_mb, job) }
+    ));
     lines.push(format!(
         "MinCPUsNode={} MinMemoryNode={} MinTmpDiskNode=0",
         job.req_cpus.max(1),
         fmt::convert_num_unit(job.req_mem_mb as f64, 2, Convert::Exact)
     ));
     lines.push("Features=(null) DelayBoot=00:00:00".to_owned());
-    lines.push(format!("OverSubscribe={} Contiguous=0 Licenses=(null) Network=(null)", over_subscribe(job.over_subscribe)));
+    lines.push(format!(
+        "OverSubscribe={} Contiguous=0 Licenses=(null) Network=(null)",
+        over_subscribe(job.over_subscribe)
+    ));
     lines.push("Command=(null)".to_owned());
     lines.push("WorkDir=/".to_owned());
     if !job.comment.is_empty() {
@@ -272,7 +279,8 @@ pub fn render(
     env: &Env,
 ) -> Output {
     let (format, _) = TimeFormat::from_env(env.get("SLURM_TIME_FORMAT").map(String::as_str));
-    let quiet_fail = |message: &str| if options.quiet { Output::fail(String::new(), 1) } else { fail(message.to_owned()) };
+    let quiet_fail =
+        |message: &str| if options.quiet { Output::fail(String::new(), 1) } else { fail(message.to_owned()) };
     match &options.request {
         Request::Info(text) => Output::ok(text.clone()),
         Request::Jobs(id) => {

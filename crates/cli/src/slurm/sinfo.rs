@@ -101,19 +101,33 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
                 match key {
                     "noheader" => options.header = false,
                     "help" | "usage" => {
-                        options.info = Some("Usage: sinfo [-ahlNsv] [-n nodes] [-o format] [-p partition] [-t states]\n".into())
+                        options.info =
+                            Some("Usage: sinfo [-ahlNsv] [-n nodes] [-o format] [-p partition] [-t states]\n".into())
                     }
                     "version" => options.info = Some("slurm 25.05.3\n".to_owned()),
                     "long" => options.long = true,
                     "Node" => options.node_view = true,
                     "nodes" => options.nodes = Some(fmt::expand_hostlist(&value)),
                     "format" => format = Some(value),
-                    "partition" => options.partitions.extend(value.split(',').filter(|s| !s.is_empty()).map(str::to_owned)),
+                    "partition" => {
+                        options.partitions.extend(value.split(',').filter(|s| !s.is_empty()).map(str::to_owned))
+                    }
                     "summarize" => options.summarize = true,
                     "states" => {
                         for state in value.split(',').filter(|s| !s.is_empty()) {
                             let lower = state.to_ascii_lowercase();
-                            let known = ["idle", "mix", "mixed", "alloc", "allocated", "drain", "drained", "draining", "drng", "all"];
+                            let known = [
+                                "idle",
+                                "mix",
+                                "mixed",
+                                "alloc",
+                                "allocated",
+                                "drain",
+                                "drained",
+                                "draining",
+                                "drng",
+                                "all",
+                            ];
                             if !known.contains(&lower.as_str()) {
                                 return Err(usage_error(format!("sinfo: error: Bad state string {state}")));
                             }
@@ -243,7 +257,9 @@ fn value_of(letter: char, group: &Group<'_>) -> String {
         }
         'd' => "0".to_owned(),
         'D' => group.nodes.len().to_string(),
-        'E' => first.map(|n| if n.drain_reason.is_empty() { "none".to_owned() } else { n.drain_reason.clone() }).unwrap_or_default(),
+        'E' => first
+            .map(|n| if n.drain_reason.is_empty() { "none".to_owned() } else { n.drain_reason.clone() })
+            .unwrap_or_default(),
         'f' | 'g' => "(null)".to_owned(),
         'F' => {
             let alloc = group.nodes.iter().filter(|n| !n.job_ids.is_empty()).count();
@@ -257,7 +273,13 @@ fn value_of(letter: char, group: &Group<'_>) -> String {
                 (gpus, kind) => format!("gpu:{kind}:{gpus}"),
             })
             .unwrap_or_default(),
-        'h' => if group.partition.over_subscribe.is_empty() { "NO".to_owned() } else { group.partition.over_subscribe.clone() },
+        'h' => {
+            if group.partition.over_subscribe.is_empty() {
+                "NO".to_owned()
+            } else {
+                group.partition.over_subscribe.clone()
+            }
+        }
         'l' => time_limit(group.partition),
         'm' => first.map(|n| n.real_memory_mb.to_string()).unwrap_or_default(),
         'N' => fmt::hostlist(&names),
@@ -341,7 +363,10 @@ pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::Slur
         .collect();
     let mut out = String::new();
     if options.long {
-        out.push_str(&format!("{}\n", chrono::DateTime::from_timestamp(now, 0).unwrap_or_default().format("%a %b %e %T %Y")));
+        out.push_str(&format!(
+            "{}\n",
+            chrono::DateTime::from_timestamp(now, 0).unwrap_or_default().format("%a %b %e %T %Y")
+        ));
     }
     let line = |out: &mut String, value: &dyn Fn(char) -> String| {
         out.push_str(&options.prefix);

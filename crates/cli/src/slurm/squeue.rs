@@ -133,13 +133,11 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
                 match key {
                     "account" => options.accounts.extend(list(&value)),
                     "noheader" => options.header = false,
-                    "help" | "usage" => {
-                        options.info = Some(
-                            "Usage: squeue [-A account] [-j jobid] [-l] [-n name] [-o format] [-p partitions] [-t states] \
+                    "help" | "usage" => options.info = Some(
+                        "Usage: squeue [-A account] [-j jobid] [-l] [-n name] [-o format] [-p partitions] [-t states] \
                              [-u user_name] [-w nodes] [-h] [--me]\n"
-                                .to_owned(),
-                        )
-                    }
+                            .to_owned(),
+                    ),
                     "version" => options.info = Some("slurm 25.05.3\n".to_owned()),
                     "jobs" if value.is_empty() => job_flag = true,
                     "jobs" => add_jobs(&mut options, &value)?,
@@ -157,7 +155,9 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
                                 && upper != "COMPLETING"
                                 && fmt::parse_state(&upper).is_none()
                             {
-                                return Err(usage_error(format!("squeue: error: Invalid job state specified: {state}")));
+                                return Err(usage_error(format!(
+                                    "squeue: error: Invalid job state specified: {state}"
+                                )));
                             }
                             options.states.push(upper);
                         }
@@ -294,7 +294,13 @@ fn value_of(letter: char, job: &pb::Job, now: i64, time_format: &TimeFormat) -> 
         'h' => over_subscribe(job.over_subscribe).to_owned(),
         'i' => job.job_id.to_string(),
         'j' => job.name.clone(),
-        'k' => if job.comment.is_empty() { "(null)".to_owned() } else { job.comment.clone() },
+        'k' => {
+            if job.comment.is_empty() {
+                "(null)".to_owned()
+            } else {
+                job.comment.clone()
+            }
+        }
         'l' => match job.time_limit_seconds {
             None => "Partition_Limit".to_owned(),
             Some(seconds) => squeue_secs(fmt::limit_minutes(seconds) * 60),
@@ -309,7 +315,13 @@ fn value_of(letter: char, job: &pb::Job, now: i64, time_format: &TimeFormat) -> 
         'P' => job.partition.clone(),
         'q' => job.qos.clone(),
         'Q' => job.priority.to_string(),
-        'r' => if job.reason.is_empty() { "None".to_owned() } else { job.reason.clone() },
+        'r' => {
+            if job.reason.is_empty() {
+                "None".to_owned()
+            } else {
+                job.reason.clone()
+            }
+        }
         'R' => {
             if pending(job) {
                 format!("({})", if job.reason.is_empty() { "None" } else { &job.reason })
@@ -322,7 +334,13 @@ fn value_of(letter: char, job: &pb::Job, now: i64, time_format: &TimeFormat) -> 
         'T' => state_long(job).to_owned(),
         'u' => job.user.clone(),
         'U' => job.uid.to_string(),
-        'v' => if job.reservation.is_empty() { "(null)".to_owned() } else { job.reservation.clone() },
+        'v' => {
+            if job.reservation.is_empty() {
+                "(null)".to_owned()
+            } else {
+                job.reservation.clone()
+            }
+        }
         'V' => time_or_na(fmt::secs(job.submit_time.as_ref()), now),
         _ => String::new(),
     }
@@ -334,14 +352,22 @@ fn state_matches(job: &pb::Job, states: &[String]) -> bool {
             "ALL" => true,
             "CG" | "COMPLETING" => job.completing,
             other => {
-                !job.completing && fmt::parse_state(other).flatten().is_some_and(|wanted| wanted == fmt::state(job.state))
+                !job.completing
+                    && fmt::parse_state(other).flatten().is_some_and(|wanted| wanted == fmt::state(job.state))
             }
         })
 }
 
 /// Renders the queue: `jobs` are queue rows, `now` the emulator's time, `caller_uid` for `--me`,
 /// `known` the Slurm users (for `-u <name>`). Pure.
-pub fn render(options: &Options, jobs: &[pb::Job], now: i64, caller_uid: u32, known: &[(String, u32)], env: &Env) -> Output {
+pub fn render(
+    options: &Options,
+    jobs: &[pb::Job],
+    now: i64,
+    caller_uid: u32,
+    known: &[(String, u32)],
+    env: &Env,
+) -> Output {
     if let Some(info) = &options.info {
         return Output::ok(info.clone());
     }
@@ -366,9 +392,10 @@ pub fn render(options: &Options, jobs: &[pb::Job], now: i64, caller_uid: u32, kn
         .filter(|job| any(&options.names, &job.name) && any(&options.qos, &job.qos))
         .filter(|job| state_matches(job, &options.states))
         .filter(|job| {
-            options.nodes.as_ref().is_none_or(|nodes| {
-                fmt::expand_hostlist(&job.node_list).iter().any(|node| nodes.contains(node))
-            })
+            options
+                .nodes
+                .as_ref()
+                .is_none_or(|nodes| fmt::expand_hostlist(&job.node_list).iter().any(|node| nodes.contains(node)))
         })
         .collect();
     if options.jobs.len() == 1 && selected.is_empty() {
@@ -385,7 +412,10 @@ pub fn render(options: &Options, jobs: &[pb::Job], now: i64, caller_uid: u32, kn
     });
     let mut out = String::new();
     if options.long {
-        out.push_str(&format!("{}\n", chrono::DateTime::from_timestamp(now, 0).unwrap_or_default().format("%a %b %e %T %Y")));
+        out.push_str(&format!(
+            "{}\n",
+            chrono::DateTime::from_timestamp(now, 0).unwrap_or_default().format("%a %b %e %T %Y")
+        ));
     }
     let line = |out: &mut String, value: &dyn Fn(char) -> String| {
         out.push_str(&options.prefix);

@@ -204,11 +204,15 @@ pub fn pod(pod: &Pod, placeholder: Option<JobId>) -> pb::Pod {
             .iter()
             .map(|container| {
                 let (state, ready, started) = match &container.state {
-                    ContainerState::Waiting(reason) => {
-                        (pb::container_state::State::Waiting(pb::ContainerStateWaiting { reason: reason.clone() }), false, false)
-                    }
+                    ContainerState::Waiting(reason) => (
+                        pb::container_state::State::Waiting(pb::ContainerStateWaiting { reason: reason.clone() }),
+                        false,
+                        false,
+                    ),
                     ContainerState::Running(since) => (
-                        pb::container_state::State::Running(pb::ContainerStateRunning { started_at: Some(timestamp(*since)) }),
+                        pb::container_state::State::Running(pb::ContainerStateRunning {
+                            started_at: Some(timestamp(*since)),
+                        }),
                         true,
                         true,
                     ),

@@ -49,7 +49,13 @@ enum Source {
     Empty,
 }
 
-pub(super) async fn serve(app: &App, scope: &Scope, namespace: &str, name: &str, uri: &Uri) -> Result<Response, Status> {
+pub(super) async fn serve(
+    app: &App,
+    scope: &Scope,
+    namespace: &str,
+    name: &str,
+    uri: &Uri,
+) -> Result<Response, Status> {
     let params = parse(uri)?;
     let source = app.driver().with_world(|world| -> Result<Source, Status> {
         let pod = world.scoped_pod_by_name(scope, namespace, name).ok_or_else(|| Status::not_found("pods", name))?;
@@ -87,10 +93,7 @@ pub(super) async fn serve(app: &App, scope: &Scope, namespace: &str, name: &str,
         timestamps: params.timestamps,
         resume: None,
     };
-    let events = runtime
-        .logs(target, request)
-        .await
-        .map_err(|error| Status::from_api(&error.into(), "pods", name))?;
+    let events = runtime.logs(target, request).await.map_err(|error| Status::from_api(&error.into(), "pods", name))?;
     let chunks = events.filter_map(|event| async move {
         match event {
             LogEvent::Chunk { data, .. } => Some(Ok::<Bytes, std::io::Error>(data)),

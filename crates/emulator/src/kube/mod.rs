@@ -226,7 +226,11 @@ fn read_world(world: &World, selection: &Selection) -> (Read, u64, i64) {
         Resource::Pods => {
             let jobs = world.placeholder_jobs_by_pod();
             Read::Pods(
-                world.query_pods(query).into_iter().map(|pod| convert::pod(pod, jobs.get(pod.uid.as_str()).copied())).collect(),
+                world
+                    .query_pods(query)
+                    .into_iter()
+                    .map(|pod| convert::pod(pod, jobs.get(pod.uid.as_str()).copied()))
+                    .collect(),
             )
         }
         Resource::Nodes => {
@@ -240,9 +244,13 @@ fn read_world(world: &World, selection: &Selection) -> (Read, u64, i64) {
                     .collect(),
             )
         }
-        Resource::Namespaces => Read::Namespaces(world.query_namespaces(query).into_iter().map(convert::namespace).collect()),
+        Resource::Namespaces => {
+            Read::Namespaces(world.query_namespaces(query).into_iter().map(convert::namespace).collect())
+        }
         Resource::Events => Read::Events(world.query_events(query).into_iter().map(convert::event).collect()),
-        Resource::ConfigMaps => Read::ConfigMaps(world.query_config_maps(query).into_iter().map(convert::config_map).collect()),
+        Resource::ConfigMaps => {
+            Read::ConfigMaps(world.query_config_maps(query).into_iter().map(convert::config_map).collect())
+        }
     };
     let version = match selection.resource {
         Resource::Events => world.cluster.event_sequence,
@@ -381,7 +389,8 @@ fn authorize(
         Some(namespace) => format!("in the namespace \"{namespace}\""),
         None => "at the cluster scope".to_owned(),
     };
-    let what = if resource.is_empty() { "this path".to_owned() } else { format!("resource \"{resource}\" in API group \"\"") };
+    let what =
+        if resource.is_empty() { "this path".to_owned() } else { format!("resource \"{resource}\" in API group \"\"") };
     Err(Status::forbidden(
         resource,
         format!(
@@ -443,7 +452,8 @@ fn resource_list() -> Value {
             })
         })
         .collect();
-    resources.push(json!({ "name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"] }));
+    resources
+        .push(json!({ "name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"] }));
     json!({ "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": resources })
 }
 
@@ -451,14 +461,25 @@ fn resource_list() -> Value {
 enum Target {
     Versions,
     Resources,
-    Collection { resource: Resource, namespace: Option<String> },
-    Object { resource: Resource, namespace: Option<String>, name: String },
+    Collection {
+        resource: Resource,
+        namespace: Option<String>,
+    },
+    Object {
+        resource: Resource,
+        namespace: Option<String>,
+        name: String,
+    },
     /// `pods/<name>/log`: the main process's output.
-    PodLog { namespace: String, name: String },
+    PodLog {
+        namespace: String,
+        name: String,
+    },
 }
 
 fn target(path: &str) -> Result<(Target, bool), Status> {
-    let mut segments: Vec<&str> = path.trim_start_matches("/api").split('/').filter(|segment| !segment.is_empty()).collect();
+    let mut segments: Vec<&str> =
+        path.trim_start_matches("/api").split('/').filter(|segment| !segment.is_empty()).collect();
     if segments.is_empty() {
         return Ok((Target::Versions, false));
     }
@@ -511,7 +532,13 @@ async fn core(State(app): State<App>, method: Method, uri: Uri, headers: HeaderM
     }
 }
 
-async fn serve_core(app: &App, method: &Method, uri: &Uri, headers: &HeaderMap, body: &Bytes) -> Result<Response, Status> {
+async fn serve_core(
+    app: &App,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, Status> {
     let (target, legacy_watch) = match target(uri.path()) {
         Ok(parsed) => parsed,
         Err(status) => {
@@ -590,10 +617,7 @@ fn selection(scope: Scope, resource: Resource, namespace: Option<&str>, params: 
     let labels = LabelSelector::parse(&params.label_selector)
         .map_err(|error| Status::bad_request(format!("unable to parse requirement: {error}")))?;
     let fields = FieldSelector::parse(&params.field_selector, resource.fields()).map_err(Status::bad_request)?;
-    Ok(Selection {
-        resource,
-        query: ObjectQuery { scope, namespace: namespace.map(str::to_owned), labels, fields },
-    })
+    Ok(Selection { resource, query: ObjectQuery { scope, namespace: namespace.map(str::to_owned), labels, fields } })
 }
 
 /// A continue token: the resource version of the first page and the offset of the next.
@@ -703,7 +727,8 @@ fn delete_pod(
     if grace.is_some_and(|grace| grace < 0) {
         return Err(Status::invalid("pods", name, "gracePeriodSeconds", "must be greater than or equal to 0"));
     }
-    let before = find(app, scope, Resource::Pods, Some(namespace), name).ok_or_else(|| Status::not_found("pods", name))?;
+    let before =
+        find(app, scope, Resource::Pods, Some(namespace), name).ok_or_else(|| Status::not_found("pods", name))?;
     if let Some(preconditions) = &options.preconditions {
         if preconditions.uid.as_ref().is_some_and(|uid| Some(uid) != before.metadata.uid.as_ref()) {
             return Err(Status::conflict(
@@ -716,7 +741,11 @@ fn delete_pod(
                 ),
             ));
         }
-        if preconditions.resource_version.as_ref().is_some_and(|version| Some(version) != before.metadata.resource_version.as_ref()) {
+        if preconditions
+            .resource_version
+            .as_ref()
+            .is_some_and(|version| Some(version) != before.metadata.resource_version.as_ref())
+        {
             return Err(Status::conflict(
                 "pods",
                 name,

@@ -15,7 +15,10 @@ pub const KUBELET_VERSION: &str = "v1.33.0";
 
 /// A protobuf Timestamp as a Kubernetes time (whole seconds, as the API server keeps them).
 pub fn time(timestamp: &Timestamp) -> Time {
-    Time(k8s_openapi::jiff::Timestamp::from_second(timestamp.seconds).unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH))
+    Time(
+        k8s_openapi::jiff::Timestamp::from_second(timestamp.seconds)
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    )
 }
 
 fn map(source: &std::collections::HashMap<String, String>) -> Option<BTreeMap<String, String>> {
@@ -173,7 +176,8 @@ fn container_status(source: &pb::ContainerStatus) -> core::ContainerStatus {
 
 /// The QoS class the kubelet would give these containers.
 fn qos_class(containers: &[pb::Container]) -> &'static str {
-    let requests_or_limits = containers.iter().any(|container| !container.requests.is_empty() || !container.limits.is_empty());
+    let requests_or_limits =
+        containers.iter().any(|container| !container.requests.is_empty() || !container.limits.is_empty());
     if !requests_or_limits {
         return "BestEffort";
     }
@@ -278,7 +282,10 @@ pub fn event(source: &pb::Event) -> core::Event {
         reason: text(&source.reason),
         message: text(&source.message),
         type_: text(&source.r#type),
-        source: source.source.as_ref().map(|origin| core::EventSource { component: text(&origin.component), host: None }),
+        source: source
+            .source
+            .as_ref()
+            .map(|origin| core::EventSource { component: text(&origin.component), host: None }),
         first_timestamp: source.first_timestamp.as_ref().map(time),
         last_timestamp: source.last_timestamp.as_ref().map(time),
         count: Some(source.count),
@@ -301,7 +308,11 @@ pub fn config_map(source: &pb::ConfigMap) -> core::ConfigMap {
 pub fn namespace(source: &pb::Namespace) -> core::Namespace {
     let mut metadata = metadata(source.metadata.as_ref());
     if let Some(name) = metadata.name.clone() {
-        metadata.labels.get_or_insert_with(BTreeMap::new).entry("kubernetes.io/metadata.name".to_owned()).or_insert(name);
+        metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .entry("kubernetes.io/metadata.name".to_owned())
+            .or_insert(name);
     }
     core::Namespace {
         metadata,

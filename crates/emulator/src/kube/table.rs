@@ -33,10 +33,8 @@ const NAME: Column = Column {
     priority: 0,
     description: "Name must be unique within a namespace.",
 };
-const AGE: Column = column(
-    "Age",
-    "CreationTimestamp is a timestamp representing the server time when this object was created.",
-);
+const AGE: Column =
+    column("Age", "CreationTimestamp is a timestamp representing the server time when this object was created.");
 
 /// The columns the API server prints for Pods.
 pub const POD_COLUMNS: &[Column] = &[
@@ -65,17 +63,25 @@ pub const NODE_COLUMNS: &[Column] = &[
     wide("External-IP", "List of addresses reachable to the node. Queried from cloud provider, if available."),
     wide("OS-Image", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy))."),
     wide("Kernel-Version", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."),
-    wide("Container-Runtime", "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2)."),
+    wide(
+        "Container-Runtime",
+        "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).",
+    ),
 ];
 
 /// The columns the API server prints for Namespaces.
-pub const NAMESPACE_COLUMNS: &[Column] =
-    &[NAME, column("Status", "The status of the namespace"), AGE];
+pub const NAMESPACE_COLUMNS: &[Column] = &[NAME, column("Status", "The status of the namespace"), AGE];
 
 /// The columns the API server prints for ConfigMaps.
 pub const CONFIG_MAP_COLUMNS: &[Column] = &[
     NAME,
-    Column { name: "Data", kind: "integer", format: "", priority: 0, description: "Data contains the configuration data." },
+    Column {
+        name: "Data",
+        kind: "integer",
+        format: "",
+        priority: 0,
+        description: "Data contains the configuration data.",
+    },
     AGE,
 ];
 
@@ -83,13 +89,22 @@ pub const CONFIG_MAP_COLUMNS: &[Column] = &[
 pub const EVENT_COLUMNS: &[Column] = &[
     column("Last Seen", "The time at which the most recent occurrence of this event was recorded."),
     column("Type", "Type of this event (Normal, Warning), new types could be added in the future."),
-    column("Reason", "This should be a short, machine understandable string that gives the reason for the transition into the object's current status."),
+    column(
+        "Reason",
+        "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.",
+    ),
     column("Object", "The object that this event is about."),
     wide("Subobject", "The specific part of the object that this event is about."),
     wide("Source", "The component reporting this event. Should be a short machine understandable string."),
     column("Message", "A human-readable description of the status of this operation."),
     wide("First Seen", "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)"),
-    Column { name: "Count", kind: "integer", format: "", priority: 1, description: "The number of times this event has occurred." },
+    Column {
+        name: "Count",
+        kind: "integer",
+        format: "",
+        priority: 1,
+        description: "The number of times this event has occurred.",
+    },
     wide("Name", "Name must be unique within a namespace."),
 ];
 
@@ -228,7 +243,10 @@ pub fn pod_status(pod: &core::Pod) -> (String, usize, usize) {
     let phase = status.phase.clone().unwrap_or_default();
     let mut reason = status.reason.clone().filter(|reason| !reason.is_empty()).unwrap_or_else(|| phase.clone());
     let conditions = status.conditions.clone().unwrap_or_default();
-    if conditions.iter().any(|condition| condition.type_ == "PodScheduled" && condition.reason.as_deref() == Some("SchedulingGated")) {
+    if conditions
+        .iter()
+        .any(|condition| condition.type_ == "PodScheduled" && condition.reason.as_deref() == Some("SchedulingGated"))
+    {
         reason = "SchedulingGated".to_owned();
     }
     let total = pod.spec.as_ref().map_or(0, |spec| spec.containers.len());
@@ -236,7 +254,9 @@ pub fn pod_status(pod: &core::Pod) -> (String, usize, usize) {
     let mut has_running = false;
     for container in status.container_statuses.iter().flatten().rev() {
         let state = container.state.clone().unwrap_or_default();
-        if let Some(waiting) = state.waiting.as_ref().and_then(|waiting| waiting.reason.clone()).filter(|reason| !reason.is_empty()) {
+        if let Some(waiting) =
+            state.waiting.as_ref().and_then(|waiting| waiting.reason.clone()).filter(|reason| !reason.is_empty())
+        {
             reason = waiting;
         } else if let Some(terminated) = &state.terminated {
             reason = match terminated.reason.clone().filter(|reason| !reason.is_empty()) {
@@ -271,7 +291,12 @@ fn or_none(value: Option<&str>) -> String {
 /// A Pod's row.
 pub fn pod_row(pod: &core::Pod, now_seconds: i64) -> Vec<Value> {
     let (status, ready, total) = pod_status(pod);
-    let restarts: i32 = pod.status.iter().flat_map(|status| status.container_statuses.iter().flatten()).map(|container| container.restart_count).sum();
+    let restarts: i32 = pod
+        .status
+        .iter()
+        .flat_map(|status| status.container_statuses.iter().flatten())
+        .map(|container| container.restart_count)
+        .sum();
     let ip = pod.status.as_ref().and_then(|status| status.pod_ip.as_deref());
     let node = pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref());
     let nominated = pod.status.as_ref().and_then(|status| status.nominated_node_name.as_deref());
@@ -305,11 +330,13 @@ pub fn pod_row_conditions(pod: &core::Pod) -> Option<Value> {
 pub fn node_row(node: &core::Node, now_seconds: i64) -> Vec<Value> {
     let status = node.status.clone().unwrap_or_default();
     let ready = status.conditions.iter().flatten().find(|condition| condition.type_ == "Ready");
-    let mut words = vec![match ready.map(|condition| condition.status.as_str()) {
-        Some("True") => "Ready",
-        _ => "NotReady",
-    }
-    .to_owned()];
+    let mut words = vec![
+        match ready.map(|condition| condition.status.as_str()) {
+            Some("True") => "Ready",
+            _ => "NotReady",
+        }
+        .to_owned(),
+    ];
     if node.spec.as_ref().and_then(|spec| spec.unschedulable) == Some(true) {
         words.push("SchedulingDisabled".to_owned());
     }
@@ -353,7 +380,8 @@ pub fn namespace_row(namespace: &core::Namespace, now_seconds: i64) -> Vec<Value
 
 /// A ConfigMap's row.
 pub fn config_map_row(map: &core::ConfigMap, now_seconds: i64) -> Vec<Value> {
-    let entries = map.data.as_ref().map_or(0, |data| data.len()) + map.binary_data.as_ref().map_or(0, |data| data.len());
+    let entries =
+        map.data.as_ref().map_or(0, |data| data.len()) + map.binary_data.as_ref().map_or(0, |data| data.len());
     vec![
         json!(map.metadata.name.clone().unwrap_or_default()),
         json!(entries),
@@ -401,15 +429,20 @@ pub fn whole_seconds(duration: Duration) -> i64 {
 mod tests {
     use super::*;
 
-    fn pod(phase: &str, reason: Option<&str>, state: Option<core::ContainerState>, ready: bool, deleting: bool) -> core::Pod {
+    fn pod(
+        phase: &str,
+        reason: Option<&str>,
+        state: Option<core::ContainerState>,
+        ready: bool,
+        deleting: bool,
+    ) -> core::Pod {
         let mut pod = core::Pod::default();
         pod.spec = Some(core::PodSpec { containers: vec![core::Container::default()], ..Default::default() });
         pod.status = Some(core::PodStatus {
             phase: Some(phase.to_owned()),
             reason: reason.map(str::to_owned),
-            container_statuses: state.map(|state| {
-                vec![core::ContainerStatus { ready, state: Some(state), ..Default::default() }]
-            }),
+            container_statuses: state
+                .map(|state| vec![core::ContainerStatus { ready, state: Some(state), ..Default::default() }]),
             ..Default::default()
         });
         if deleting {
@@ -445,7 +478,10 @@ mod tests {
         let status = |pod: core::Pod| pod_status(&pod);
         assert_eq!(status(pod("Pending", None, None, false, false)), ("Pending".to_owned(), 0, 1));
         assert_eq!(status(pod("Failed", Some("OutOfcpu"), None, false, false)), ("OutOfcpu".to_owned(), 0, 1));
-        assert_eq!(status(pod("Pending", None, Some(waiting("ContainerCreating")), false, false)).0, "ContainerCreating");
+        assert_eq!(
+            status(pod("Pending", None, Some(waiting("ContainerCreating")), false, false)).0,
+            "ContainerCreating"
+        );
         assert_eq!(status(pod("Running", None, Some(running()), true, false)), ("Running".to_owned(), 1, 1));
         assert_eq!(status(pod("Running", None, Some(running()), true, true)), ("Terminating".to_owned(), 1, 1));
         assert_eq!(status(pod("Succeeded", None, Some(terminated(Some("Completed"), 0)), false, false)).0, "Completed");

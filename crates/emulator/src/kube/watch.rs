@@ -60,7 +60,8 @@ impl WatchState {
         }
         let mut gone: Vec<&Item> = self.known.values().filter(|item| !seen.contains_key(&item.key)).collect();
         gone.sort_by(|left, right| left.key.cmp(&right.key));
-        let lines: Vec<Bytes> = gone.iter().map(|item| self.encode("DELETED", item, &current.resource_version)).collect();
+        let lines: Vec<Bytes> =
+            gone.iter().map(|item| self.encode("DELETED", item, &current.resource_version)).collect();
         self.pending.extend(lines);
         self.known = seen;
     }

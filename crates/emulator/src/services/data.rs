@@ -21,10 +21,10 @@ use tokio::sync::mpsc;
 
 use super::respond;
 use crate::app::App;
-use crate::driver::RUNTIME_CATCH_UP;
 use crate::auth::{Caller, Role};
 use crate::clock::EmulatorClock;
 use crate::convert;
+use crate::driver::RUNTIME_CATCH_UP;
 use crate::errors::{ApiError, reasons};
 use crate::runtime::{ExecEvent, ExecInput, ExecSpec, LogEvent, LogRequest, SandboxRuntime, Target, TtySize};
 
@@ -38,7 +38,6 @@ enum Needs {
     /// RUNNING, or ended (logs of a finished sandbox without follow).
     RunningOrEnded,
 }
-
 
 /// Finds the caller's sandbox, the runtime and the container for a data operation, once the
 /// runtime has caught up with the world.

@@ -32,7 +32,8 @@ fn scoped<T>(
     caller: &Caller,
     body: impl FnOnce(Scope) -> Result<T, ApiError>,
 ) -> Result<ConnectResponse<T>, ConnectError> {
-    let allowed = caller.require_any(&[Role::SandboxAdmin, Role::ClusterAdmin], "EmulatorService is for administrators");
+    let allowed =
+        caller.require_any(&[Role::SandboxAdmin, Role::ClusterAdmin], "EmulatorService is for administrators");
     respond(method, allowed.and_then(|()| body(caller.scope())))
 }
 
@@ -186,7 +187,8 @@ pub async fn list_nodes(
     ConnectRequest(request): ConnectRequest<pb::ListNodesRequest>,
 ) -> Result<ConnectResponse<pb::ListNodesResponse>, ConnectError> {
     scoped("ListNodes", &caller, |scope| {
-        let query = ObjectQuery::parse(scope, "", &request.label_selector, &request.field_selector, query::NODE_FIELDS)?;
+        let query =
+            ObjectQuery::parse(scope, "", &request.label_selector, &request.field_selector, query::NODE_FIELDS)?;
         Ok(app.driver().with_world(|world| {
             let slurm_nodes: HashMap<&str, &str> =
                 world.slurm.nodes.iter().map(|node| (node.k8s_node.as_str(), node.name.as_str())).collect();
@@ -207,7 +209,8 @@ pub async fn list_events(
     ConnectRequest(request): ConnectRequest<pb::ListEventsRequest>,
 ) -> Result<ConnectResponse<pb::ListEventsResponse>, ConnectError> {
     scoped("ListEvents", &caller, |scope| {
-        let mut query = ObjectQuery::parse(scope, &request.namespace, "", &request.field_selector, query::EVENT_FIELDS)?;
+        let mut query =
+            ObjectQuery::parse(scope, &request.namespace, "", &request.field_selector, query::EVENT_FIELDS)?;
         for (field, value) in [
             ("involvedObject.kind", &request.involved_object_kind),
             ("involvedObject.name", &request.involved_object_name),
@@ -317,7 +320,8 @@ pub async fn list_partitions(
                 .partitions
                 .values()
                 .map(|partition| {
-                    let cpus = partition.nodes.iter().filter_map(|name| world.slurm.node(name)).map(|node| node.cpus).sum();
+                    let cpus =
+                        partition.nodes.iter().filter_map(|name| world.slurm.node(name)).map(|node| node.cpus).sum();
                     convert::partition(partition, cpus)
                 })
                 .collect(),
@@ -363,25 +367,28 @@ pub async fn submit_batch_job(
                     .or_else(|| world.slurm.users.values().find(|known| &*known.name == user).map(|known| known.uid))
                     .ok_or_else(|| ApiError::invalid_field("user", format!("Invalid user id: {user}")))?,
             };
-            let job = world.submit_batch_job(&scope, JobRequest {
-                name: if request.name.is_empty() { "batch".to_owned() } else { request.name.clone() },
-                uid,
-                gid: request.gid,
-                account: text(&request.account),
-                partition: text(&request.partition),
-                qos: text(&request.qos),
-                comment: text(&request.comment),
-                reservation: text(&request.reservation),
-                cpus: request.cpus.max(1),
-                mem_mb: request.mem_mb,
-                gpus: request.gpus,
-                gres_type: text(&request.gres_type),
-                sharing,
-                time_limit_seconds: request.time_limit_seconds,
-                priority: if request.priority == 0 { 100 } else { request.priority },
-                kind: JobKind::Batch { run_seconds: request.run_seconds },
-                prolog: false,
-            })?;
+            let job = world.submit_batch_job(
+                &scope,
+                JobRequest {
+                    name: if request.name.is_empty() { "batch".to_owned() } else { request.name.clone() },
+                    uid,
+                    gid: request.gid,
+                    account: text(&request.account),
+                    partition: text(&request.partition),
+                    qos: text(&request.qos),
+                    comment: text(&request.comment),
+                    reservation: text(&request.reservation),
+                    cpus: request.cpus.max(1),
+                    mem_mb: request.mem_mb,
+                    gpus: request.gpus,
+                    gres_type: text(&request.gres_type),
+                    sharing,
+                    time_limit_seconds: request.time_limit_seconds,
+                    priority: if request.priority == 0 { 100 } else { request.priority },
+                    kind: JobKind::Batch { run_seconds: request.run_seconds },
+                    prolog: false,
+                },
+            )?;
             tracing::info!(job_id = job, uid, "batch job submitted");
             Ok(pb::SubmitBatchJobResponse { job: job_row(world, &scope, job) })
         })

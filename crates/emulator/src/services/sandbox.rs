@@ -43,7 +43,8 @@ pub async fn get_sandbox(
 async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Result<pb::Sandbox, ApiError> {
     caller.require(Role::SandboxUser)?;
     let id = convert::required("sandbox_id", &request.sandbox_id)?;
-    let read = || app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id));
+    let read =
+        || app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id));
     let view = read()?;
     // A Pod whose command is being started is RUNNING only once it started: a command that
     // cannot run turns the sandbox FAILED instead.

@@ -52,7 +52,12 @@ pub async fn start_with(overlay: &str, runtime: Option<Arc<dyn SandboxRuntime>>)
 
 /// An emulator on `scenario` with an overlay and a fake runtime that also writes a kubeconfig
 /// for its Kubernetes API to `kubeconfig`; its clock starts frozen.
-pub async fn start_for_kubectl(scenario: Scenario, overlay: &str, kubeconfig: &Path, runtime: Arc<FakeRuntime>) -> Emulator {
+pub async fn start_for_kubectl(
+    scenario: Scenario,
+    overlay: &str,
+    kubeconfig: &Path,
+    runtime: Arc<FakeRuntime>,
+) -> Emulator {
     let config = EmulatorConfig::from_overlays(scenario, [(Path::new("test.yaml"), overlay)]).expect("config");
     let mut options = Options::new(config);
     options.seed = Some(7);
@@ -185,7 +190,11 @@ impl SandboxRuntime for FakeRuntime {
         // As the executor does for a command that cannot be exec'd: over (127) before `start`
         // returns. Only `exited` says so here (the executor also reports it through `exits`,
         // later), so a test sees whether the emulator asks at the right moment.
-        if launch.containers.first().is_some_and(|main| main.command.first().is_some_and(|program| program.starts_with("/no/such/"))) {
+        if launch
+            .containers
+            .first()
+            .is_some_and(|main| main.command.first().is_some_and(|program| program.starts_with("/no/such/")))
+        {
             state.failed_at_start.insert(launch.pod_uid.clone(), 127);
         }
         state.started.push(launch);

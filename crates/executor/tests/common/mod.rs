@@ -30,33 +30,21 @@ pub fn harness(isolation: Isolation) -> Harness {
 }
 
 pub fn harness_with(isolation: Isolation, tweak: impl FnOnce(&mut ExecutorConfig)) -> Harness {
-    let root = tempfile::Builder::new()
-        .prefix("cwsbx-exec-test")
-        .tempdir()
-        .expect("temp dir");
+    let root = tempfile::Builder::new().prefix("cwsbx-exec-test").tempdir().expect("temp dir");
     let mut config = ExecutorConfig::new(root.path());
     config.isolation = isolation;
     tweak(&mut config);
     let executor = Executor::new(config).expect("executor");
-    assert_eq!(
-        executor.isolation(),
-        isolation,
-        "the requested isolation must be in force"
-    );
+    assert_eq!(executor.isolation(), isolation, "the requested isolation must be in force");
     Harness { executor, root }
 }
 
 /// A name no other test (or earlier run) uses.
 pub fn unique(prefix: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_nanos());
-    format!(
-        "{prefix}-{}-{nanos:x}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_nanos());
+    format!("{prefix}-{}-{nanos:x}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 pub fn spec(hostname: &str, command: &[&str]) -> LaunchSpec {
@@ -68,32 +56,18 @@ pub fn spec(hostname: &str, command: &[&str]) -> LaunchSpec {
 }
 
 pub fn argv(args: &[&str]) -> ExecRequest {
-    ExecRequest {
-        argv: args.iter().map(|arg| arg.to_string()).collect(),
-        ..ExecRequest::default()
-    }
+    ExecRequest { argv: args.iter().map(|arg| arg.to_string()).collect(), ..ExecRequest::default() }
 }
 
 pub fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(key, value)| (key.to_string(), value.to_string()))
-        .collect()
+    pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
 }
 
 /// Runs a command to completion: (stdout, stderr, exit code).
-pub async fn run_request(
-    executor: &Executor,
-    id: &str,
-    request: ExecRequest,
-) -> (String, String, i32) {
+pub async fn run_request(executor: &Executor, id: &str, request: ExecRequest) -> (String, String, i32) {
     let session = executor.exec(id, request).await.expect("exec");
     let (stdout, stderr, code) = within("an exec to finish", session.collect()).await;
-    (
-        String::from_utf8_lossy(&stdout).into_owned(),
-        String::from_utf8_lossy(&stderr).into_owned(),
-        code,
-    )
+    (String::from_utf8_lossy(&stdout).into_owned(), String::from_utf8_lossy(&stderr).into_owned(), code)
 }
 
 pub async fn run(executor: &Executor, id: &str, args: &[&str]) -> (String, String, i32) {
@@ -103,18 +77,13 @@ pub async fn run(executor: &Executor, id: &str, args: &[&str]) -> (String, Strin
 /// Runs a shell command that must succeed and returns its trimmed stdout.
 pub async fn sh(executor: &Executor, id: &str, script: &str) -> String {
     let (stdout, stderr, code) = run(executor, id, &["sh", "-c", script]).await;
-    assert_eq!(
-        code, 0,
-        "`{script}` failed: stdout {stdout:?} stderr {stderr:?}"
-    );
+    assert_eq!(code, 0, "`{script}` failed: stdout {stdout:?} stderr {stderr:?}");
     stdout.trim_end().to_owned()
 }
 
 /// Waits until the log holds `needle` (following it, not polling).
 pub async fn wait_for_log(logs: &LogReader, needle: &str) -> String {
-    let mut text =
-        String::from_utf8_lossy(&logs.read_from(logs.start_offset()).expect("read").bytes())
-            .into_owned();
+    let mut text = String::from_utf8_lossy(&logs.read_from(logs.start_offset()).expect("read").bytes()).into_owned();
     let mut follower = logs.follow_from(logs.end_offset()).expect("follow");
     within(&format!("{needle:?} in the logs"), async {
         while !text.contains(needle) {
@@ -141,11 +110,7 @@ pub fn processes_with_marker(marker: &str) -> Vec<u32> {
         .filter(|pid| {
             // A zombie has no environment left; a process that vanished reads as an error.
             std::fs::read(format!("/proc/{pid}/environ"))
-                .map(|environ| {
-                    environ
-                        .split(|byte| *byte == 0)
-                        .any(|var| var == needle.as_bytes())
-                })
+                .map(|environ| environ.split(|byte| *byte == 0).any(|var| var == needle.as_bytes()))
                 .unwrap_or(false)
         })
         .collect()
@@ -177,7 +142,12 @@ macro_rules! in_both_modes {
 
 /// Starts `sh -c "echo started; SCRIPT"` with `CWSBX_TEST_MARKER=marker` in its environment and
 /// returns once it has printed `started`.
-pub async fn start_marked_exec(executor: &Executor, id: &str, script: &str, marker: &str) -> cwsandbox_executor::ExecSession {
+pub async fn start_marked_exec(
+    executor: &Executor,
+    id: &str,
+    script: &str,
+    marker: &str,
+) -> cwsandbox_executor::ExecSession {
     let mut request = argv(&["sh", "-c", &format!("echo started; {script}")]);
     request.env = env(&[("CWSBX_TEST_MARKER", marker)]);
     let mut session = executor.exec(id, request).await.expect("exec");

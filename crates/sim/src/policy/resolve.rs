@@ -350,7 +350,8 @@ fn resolve_containers(
         };
         // A linear check: sandboxes have a container or two, and a set would cost allocations.
         if !name.is_empty() && containers.iter().any(|earlier: &ResolvedContainer| earlier.name == name) {
-            violations.push(FieldViolation::new(format!("{}.name", path()), format!("duplicate container name {name:?}")));
+            violations
+                .push(FieldViolation::new(format!("{}.name", path()), format!("duplicate container name {name:?}")));
         }
         if container.primary == Some(true) && explicit_primary != Some(index) {
             violations.push(FieldViolation::new(format!("{}.primary", path()), "only one container may be primary"));

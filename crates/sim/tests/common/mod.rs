@@ -70,7 +70,12 @@ pub fn sunk_pod(name: &str) -> PodRequest {
         name: name.to_owned(),
         scheduler_name: SCHEDULER.to_owned(),
         termination_grace_period_seconds: Some(20),
-        containers: vec![("main".to_owned(), "python:3.11".to_owned(), amounts(Some("1"), Some("1Gi"), None), amounts(None, None, None))],
+        containers: vec![(
+            "main".to_owned(),
+            "python:3.11".to_owned(),
+            amounts(Some("1"), Some("1Gi"), None),
+            amounts(None, None, None),
+        )],
         ..PodRequest::default()
     }
 }
@@ -142,7 +147,10 @@ impl Harness {
     }
 
     pub fn node_locked(&self, node: &str) -> bool {
-        self.world.cluster.nodes[node].taints.iter().any(|taint| taint.key == "sunk.coreweave.com/lock" && taint.effect == "NoExecute")
+        self.world.cluster.nodes[node]
+            .taints
+            .iter()
+            .any(|taint| taint.key == "sunk.coreweave.com/lock" && taint.effect == "NoExecute")
     }
 
     pub fn total_jobs(&self) -> usize {
