@@ -36,6 +36,8 @@ struct Cli {
     command: Top,
 }
 
+// Parsed once per run: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Top {
     /// Sandboxes and managed runners.
@@ -65,6 +67,7 @@ The commands run as the Slurm user $CWSBX_SLURM_USER (a name or a uid), default 
 as SUNK's placeholder jobs are root's. Times are the emulator's clock, in UTC.
 The connection comes from CWSANDBOX_BASE_URL and CWSANDBOX_API_KEY (an admin token).";
 
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum SandboxCmd {
     /// Managed runners and their policies.
@@ -471,7 +474,7 @@ async fn runner(cli: &Cli, command: &RunnerCmd, format: Format) -> Result<u8> {
 
 fn sandbox_row(sandbox: &pb::Sandbox) -> Vec<String> {
     let status = sandbox.status.clone().unwrap_or_default();
-    let created = status.create_time.map(|t| serde_json::to_value(t).ok()).flatten();
+    let created = status.create_time.and_then(|t| serde_json::to_value(t).ok());
     vec![
         sandbox.sandbox_id.clone(),
         state_name(status.state).trim_start_matches("STATE_").to_owned(),
@@ -581,7 +584,9 @@ async fn sandbox(cli: &Cli, command: &SandboxCmd, format: Format) -> Result<u8> 
                     ExecEvent::Exit(exit) => code = exit,
                 }
             }
-            Ok(u8::try_from(code).unwrap_or(if code < 0 { 255 } else { 255 }))
+            // A code a process cannot exit with (negative: unknown) reads as 255, never as a
+            // truncated value that could look like success.
+            Ok(u8::try_from(code).unwrap_or(255))
         }
         SandboxCmd::Ls { all, tag, runner_ids } => {
             let sandboxes = client

@@ -185,13 +185,12 @@ fn describe(runner_id: &str, runner: &pb::ManagedRunner) {
     for (name, set) in groups {
         println!("  {name:<10} {}", if set { "set" } else { "<unset>" });
     }
-    if let Ok(value) = serde_json::to_value(&constraints) {
-        if value.as_object().is_some_and(|o| !o.is_empty()) {
-            if let Ok(yaml) = to_yaml(&value) {
-                for line in yaml.lines() {
-                    println!("    {line}");
-                }
-            }
+    if let Ok(value) = serde_json::to_value(&constraints)
+        && value.as_object().is_some_and(|o| !o.is_empty())
+        && let Ok(yaml) = to_yaml(&value)
+    {
+        for line in yaml.lines() {
+            println!("    {line}");
         }
     }
     println!(

@@ -255,12 +255,12 @@ impl From<connectrpc_axum_client::ClientError> for Error {
                         .map(|v| FieldViolation { field: v.field, description: v.description })
                         .collect();
                 }
-            } else if type_url.ends_with("google.rpc.RetryInfo") {
-                if let Ok(retry) = tonic_types::pb::RetryInfo::decode(detail.value()) {
-                    api.retry_delay = retry.retry_delay.and_then(|d| {
-                        (d.seconds >= 0 && d.nanos >= 0).then(|| Duration::new(d.seconds as u64, d.nanos as u32))
-                    });
-                }
+            } else if type_url.ends_with("google.rpc.RetryInfo")
+                && let Ok(retry) = tonic_types::pb::RetryInfo::decode(detail.value())
+            {
+                api.retry_delay = retry.retry_delay.and_then(|d| {
+                    (d.seconds >= 0 && d.nanos >= 0).then(|| Duration::new(d.seconds as u64, d.nanos as u32))
+                });
             }
         }
         Error::Api(Box::new(api))

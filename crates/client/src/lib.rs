@@ -67,10 +67,10 @@ impl Config {
         let api_key =
             std::env::var("CWSANDBOX_API_KEY").map_err(|_| Error::Config("CWSANDBOX_API_KEY is not set".to_owned()))?;
         let mut config = Config::new(base_url, api_key);
-        if let Ok(url) = std::env::var("CWSANDBOX_CONTROL_PLANE_URL") {
-            if !url.is_empty() {
-                config.control_plane_url = url.trim_end_matches('/').to_owned();
-            }
+        if let Ok(url) = std::env::var("CWSANDBOX_CONTROL_PLANE_URL")
+            && !url.is_empty()
+        {
+            config.control_plane_url = url.trim_end_matches('/').to_owned();
         }
         Ok(config)
     }

@@ -279,8 +279,7 @@ impl ExecStream {
     /// Sends bytes to the command's stdin.
     pub async fn write_stdin(&mut self, data: impl Into<Vec<u8>>) -> Result<()> {
         let sender = self.stdin.as_ref().ok_or_else(|| Error::Protocol("stdin is closed".to_owned()))?;
-        let message =
-            pb::ExecStreamRequest { message: Some(pb::exec_stream_request::Message::Stdin(data.into().into())) };
+        let message = pb::ExecStreamRequest { message: Some(pb::exec_stream_request::Message::Stdin(data.into())) };
         sender.send(message).await.map_err(|_| Error::Protocol("the exec stream is closed".to_owned()))
     }
 
@@ -459,7 +458,7 @@ impl Sandbox {
         let request = pb::WriteFileRequest {
             sandbox_id: self.id().to_owned(),
             path: path.to_owned(),
-            content: content.into().into(),
+            content: content.into(),
             container: String::new(),
         };
         self.client.sandbox_service().write_file(request).await?;

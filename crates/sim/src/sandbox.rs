@@ -833,7 +833,7 @@ fn encode_token(created_millis: i64, id: &str) -> String {
 }
 
 fn decode_token(token: &str) -> Option<(i64, String)> {
-    if token.len() % 2 != 0 {
+    if !token.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> =

@@ -482,7 +482,7 @@ impl World {
         owner: PodOwner,
     ) -> Pod {
         Pod {
-            uid: self.ids.uid().into(),
+            uid: self.ids.uid(),
             namespace: namespace.into(),
             name: name.into(),
             labels: labels.into(),
@@ -1638,7 +1638,7 @@ impl World {
             self.pod_of_placeholder.remove(&job);
             self.placeholder_of_pod.remove(pod_uid);
             if queued.state == JobBaseState::Pending && self.values.scheduler.delete_pod_when_pending_job_cancelled {
-                self.begin_pod_deletion(&pod_uid, None);
+                self.begin_pod_deletion(pod_uid, None);
             } else {
                 // Never placed and never retried.
                 self.sunk_rejected.insert(pod_uid.clone());

@@ -145,7 +145,7 @@ pub fn convert_num_unit(num: f64, orig: usize, convert: Convert) -> String {
         Convert::No => {}
         Convert::Exact => {
             // Half values (1.50G) still count as exact.
-            while num >= 1024.0 && (num as u64) % 512 == 0 {
+            while num >= 1024.0 && (num as u64).is_multiple_of(512) {
                 num /= 1024.0;
                 unit += 1;
             }

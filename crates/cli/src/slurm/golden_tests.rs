@@ -215,7 +215,7 @@ fn sacct_parsable_modes_and_noheader() {
 #[test]
 fn sacct_dates_elapsed_and_unknown() {
     let long = pb::Job { elapsed_seconds: 93_784, ..running(7, "long", NOW - 93_784) };
-    let jobs = [pending(5, "waits", NOW - 20), cancelled(6, "done", NOW - 12, NOW - 0, 0), long];
+    let jobs = [pending(5, "waits", NOW - 20), cancelled(6, "done", NOW - 12, NOW, 0), long];
     assert_eq!(
         sacct(&["-X", "-n", "-P", "-o", "JobID,Start,End,Elapsed,CPUTime,ElapsedRaw"], &jobs),
         "7|2025-01-01T01:01:01|Unknown|1-02:03:04|2-04:06:08|93784\n\

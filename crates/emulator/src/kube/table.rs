@@ -436,15 +436,17 @@ mod tests {
         ready: bool,
         deleting: bool,
     ) -> core::Pod {
-        let mut pod = core::Pod::default();
-        pod.spec = Some(core::PodSpec { containers: vec![core::Container::default()], ..Default::default() });
-        pod.status = Some(core::PodStatus {
-            phase: Some(phase.to_owned()),
-            reason: reason.map(str::to_owned),
-            container_statuses: state
-                .map(|state| vec![core::ContainerStatus { ready, state: Some(state), ..Default::default() }]),
+        let mut pod = core::Pod {
+            spec: Some(core::PodSpec { containers: vec![core::Container::default()], ..Default::default() }),
+            status: Some(core::PodStatus {
+                phase: Some(phase.to_owned()),
+                reason: reason.map(str::to_owned),
+                container_statuses: state
+                    .map(|state| vec![core::ContainerStatus { ready, state: Some(state), ..Default::default() }]),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         if deleting {
             pod.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         }

@@ -543,8 +543,8 @@ fn resolve_amounts(
     }
     let gpu_request = stated_gpus(container, Side::Requests, index, violations);
     let gpu_limit = stated_gpus(container, Side::Limits, index, violations);
-    let gpu_request = gpu_request.or_else(|| gpu_limit.clone());
-    let gpu_limit = gpu_limit.or_else(|| gpu_request.clone());
+    let gpu_request = gpu_request.or(gpu_limit);
+    let gpu_limit = gpu_limit.or(gpu_request);
     requests.gpu = gpu_request.as_ref().map(|(count, _)| *count);
     limits.gpu = gpu_limit.as_ref().map(|(count, _)| *count);
     sources.requests.gpu = gpu_request.map(|(_, field)| source(field));
