@@ -161,53 +161,11 @@ proptest! {
     }
 }
 
-/// One step of a values path: a field, a list index, or a quoted map key as `{:?}` prints it.
-#[derive(Debug, Clone, PartialEq)]
-enum Step {
-    Field(String),
-    Index(usize),
-    Key(String),
-}
+use cwsandbox_sim::config::KeyPathStep as Step;
 
-/// Splits `nodeSets[0].labels["a.b/c"]` into steps; `None` when it is not a path at all.
+/// The steps of a path as the simulation writes it.
 fn steps(path: &str) -> Option<Vec<Step>> {
-    let chars: Vec<char> = path.chars().collect();
-    let mut steps = Vec::new();
-    let mut position = 0;
-    while position < chars.len() {
-        match chars[position] {
-            '.' if position > 0 => position += 1,
-            '[' if chars.get(position + 1) == Some(&'"') => {
-                let start = position + 1;
-                let mut end = start + 1;
-                while end < chars.len() && chars[end] != '"' {
-                    end += if chars[end] == '\\' { 2 } else { 1 };
-                }
-                if chars.get(end + 1) != Some(&']') {
-                    return None;
-                }
-                steps.push(Step::Key(chars[start..=end].iter().collect()));
-                position = end + 2;
-            }
-            '[' => {
-                let end = position + chars[position..].iter().position(|c| *c == ']')?;
-                steps.push(Step::Index(chars[position + 1..end].iter().collect::<String>().parse().ok()?));
-                position = end + 1;
-            }
-            _ => {
-                let end = chars[position..]
-                    .iter()
-                    .position(|c| *c == '.' || *c == '[')
-                    .map_or(chars.len(), |end| position + end);
-                if end == position {
-                    return None;
-                }
-                steps.push(Step::Field(chars[position..end].iter().collect()));
-                position = end;
-            }
-        }
-    }
-    Some(steps)
+    cwsandbox_sim::config::key_path_steps(path)
 }
 
 fn step_key(map: &Map<String, Value>, step: &Step) -> Option<String> {

@@ -484,6 +484,59 @@ pub fn key_path(path: &serde_path_to_error::Path) -> String {
     text
 }
 
+/// One step of a path [`key_path`] writes: a plain field, a list index, or a quoted key
+/// (`"a.b/c"`, quotes and escapes kept as `{:?}` prints them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPathStep {
+    /// `name` or `.name`.
+    Field(String),
+    /// `[3]`.
+    Index(usize),
+    /// `["a.b/c"]`, with its quotes.
+    Key(String),
+}
+
+/// Reads back what [`key_path`] writes (`nodeSets[0].labels["a.b/c"]` → its steps); `None` for
+/// text that is not such a path. Tests use it to check that an error names a real place.
+pub fn key_path_steps(path: &str) -> Option<Vec<KeyPathStep>> {
+    let chars: Vec<char> = path.chars().collect();
+    let mut steps = Vec::new();
+    let mut position = 0;
+    while position < chars.len() {
+        match chars[position] {
+            // A joint, also the leading one of a path cut off a longer one.
+            '.' => position += 1,
+            '[' if chars.get(position + 1) == Some(&'"') => {
+                // A quoted key: scan to the closing quote, skipping escapes.
+                let start = position + 1;
+                let mut end = start + 1;
+                while end < chars.len() && chars[end] != '"' {
+                    end += if chars[end] == '\\' { 2 } else { 1 };
+                }
+                if chars.get(end + 1) != Some(&']') {
+                    return None;
+                }
+                steps.push(KeyPathStep::Key(chars[start..=end].iter().collect()));
+                position = end + 2;
+            }
+            '[' => {
+                let end = position + chars[position..].iter().position(|c| *c == ']')?;
+                steps.push(KeyPathStep::Index(chars[position + 1..end].iter().collect::<String>().parse().ok()?));
+                position = end + 1;
+            }
+            _ => {
+                let end = chars[position..]
+                    .iter()
+                    .position(|c| *c == '.' || *c == '[')
+                    .map_or(chars.len(), |end| position + end);
+                steps.push(KeyPathStep::Field(chars[position..end].iter().collect()));
+                position = end;
+            }
+        }
+    }
+    Some(steps)
+}
+
 /// Merges `overlay` into `base` the way `helm -f` does: maps merge key by key, anything else
 /// (lists included) is replaced, and an explicit `null` removes the key. A `null` never survives
 /// into the result, even inside a map the overlay adds, so applying the same overlay twice gives

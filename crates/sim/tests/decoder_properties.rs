@@ -517,51 +517,11 @@ fn policy_document() -> BoxedStrategy<Value> {
     ])
 }
 
-/// One step of a violation path: a field, a list index, or a quoted map key as `{:?}` prints it.
-#[derive(Debug, Clone, PartialEq)]
-enum Step {
-    Field(String),
-    Index(usize),
-    Key(String),
-}
+use cwsandbox_sim::config::KeyPathStep as Step;
 
-/// Splits `policy.base.spec.tolerations[0].key` or `…labels["a.b/c"]` into steps.
+/// The steps of a path as the simulation writes it.
 fn path_steps(path: &str) -> Option<Vec<Step>> {
-    let mut steps = Vec::new();
-    let chars: Vec<char> = path.chars().collect();
-    let mut position = 0;
-    while position < chars.len() {
-        match chars[position] {
-            '.' => position += 1,
-            '[' if chars.get(position + 1) == Some(&'"') => {
-                // A Debug-quoted key: scan to the closing quote, skipping escapes.
-                let start = position + 1;
-                let mut end = start + 1;
-                while end < chars.len() && chars[end] != '"' {
-                    end += if chars[end] == '\\' { 2 } else { 1 };
-                }
-                if chars.get(end + 1) != Some(&']') {
-                    return None;
-                }
-                steps.push(Step::Key(chars[start..=end].iter().collect()));
-                position = end + 2;
-            }
-            '[' => {
-                let end = position + chars[position..].iter().position(|c| *c == ']')?;
-                steps.push(Step::Index(chars[position + 1..end].iter().collect::<String>().parse().ok()?));
-                position = end + 1;
-            }
-            _ => {
-                let end = chars[position..]
-                    .iter()
-                    .position(|c| *c == '.' || *c == '[')
-                    .map_or(chars.len(), |end| position + end);
-                steps.push(Step::Field(chars[position..end].iter().collect()));
-                position = end;
-            }
-        }
-    }
-    Some(steps)
+    cwsandbox_sim::config::key_path_steps(path)
 }
 
 fn step_into<'v>(value: &'v Value, step: &Step) -> Option<&'v Value> {
