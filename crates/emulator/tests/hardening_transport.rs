@@ -417,21 +417,31 @@ impl SandboxRuntime for Spew {
     }
 }
 
-#[tokio::test]
-async fn exec_output_beyond_the_message_limit_is_resource_exhausted_on_every_protocol() {
+/// An emulator whose runtime is [`Spew`] (with `max_message_bytes` where given) and one running
+/// sandbox of the user's.
+async fn spew_emulator(max_message_bytes: Option<usize>) -> (cwsandbox_emulator::Emulator, pb::Sandbox) {
     let config = cwsandbox_emulator::config::EmulatorConfig::from_overlays(
         cwsandbox_sim::config::Scenario::Ready,
         [(std::path::Path::new("none.yaml"), "")],
     )
     .unwrap();
     let mut options = cwsandbox_emulator::Options::new(config);
-    options.limits.max_message_bytes = 4096;
+    if let Some(limit) = max_message_bytes {
+        options.limits.max_message_bytes = limit;
+    }
     options.runtime = Some(Arc::new(Spew(FakeRuntime::new())) as Arc<dyn SandboxRuntime>);
     let emulator = cwsandbox_emulator::Emulator::start(options).await.unwrap();
     let info = emulator.info().clone();
     let mut client = sandboxes(&emulator, &info.user_token).await;
     let created = client.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap().into_inner();
     advance(&emulator, Duration::from_secs(2));
+    (emulator, created)
+}
+
+#[tokio::test]
+async fn exec_output_beyond_the_message_limit_is_resource_exhausted_on_every_protocol() {
+    let (emulator, created) = spew_emulator(Some(4096)).await;
+    let info = emulator.info().clone();
     let exec = |size: usize, max_output_bytes: i32| pb::ExecRequest {
         sandbox_id: created.sandbox_id.clone(),
         command: vec!["spew".to_owned(), size.to_string()],
@@ -461,18 +471,8 @@ async fn exec_output_beyond_the_message_limit_is_resource_exhausted_on_every_pro
 
 #[tokio::test]
 async fn a_unary_call_ends_at_its_own_deadline_on_every_protocol() {
-    let config = cwsandbox_emulator::config::EmulatorConfig::from_overlays(
-        cwsandbox_sim::config::Scenario::Ready,
-        [(std::path::Path::new("none.yaml"), "")],
-    )
-    .unwrap();
-    let mut options = cwsandbox_emulator::Options::new(config);
-    options.runtime = Some(Arc::new(Spew(FakeRuntime::new())) as Arc<dyn SandboxRuntime>);
-    let emulator = cwsandbox_emulator::Emulator::start(options).await.unwrap();
+    let (emulator, created) = spew_emulator(None).await;
     let info = emulator.info().clone();
-    let mut client = sandboxes(&emulator, &info.user_token).await;
-    let created = client.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap().into_inner();
-    advance(&emulator, Duration::from_secs(2));
     let request = pb::ExecRequest {
         sandbox_id: created.sandbox_id.clone(),
         command: vec!["hang".to_owned()],
