@@ -6,7 +6,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use cwsandbox_api::sandbox_v1 as pb;
@@ -94,20 +94,17 @@ fn stdout_of(frames: &[Reply]) -> String {
 
 /// Polls GetSandbox until `done` holds (the runtime reports exits asynchronously).
 async fn wait_for(setup: &mut Setup, done: impl Fn(&pb::Sandbox) -> bool) -> pb::Sandbox {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let sandbox = setup
-            .client
-            .get_sandbox(pb::GetSandboxRequest { sandbox_id: setup.sandbox.sandbox_id.clone() })
-            .await
-            .unwrap()
-            .into_inner();
-        if done(&sandbox) {
-            return sandbox;
+    let client = setup.client.clone();
+    let id = setup.sandbox.sandbox_id.clone();
+    cwsandbox_testkit::eventually("the sandbox's state", || {
+        let mut client = client.clone();
+        let (id, done) = (id.clone(), &done);
+        async move {
+            let sandbox = client.get_sandbox(pb::GetSandboxRequest { sandbox_id: id }).await.unwrap().into_inner();
+            if done(&sandbox) { Ok(sandbox) } else { Err(sandbox.status) }
         }
-        assert!(Instant::now() < deadline, "gave up waiting; last: {:?}", sandbox.status);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]

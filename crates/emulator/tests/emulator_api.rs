@@ -7,7 +7,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use common::*;
 use cwsandbox_api::emulator_v1 as emu;
@@ -533,13 +532,11 @@ async fn reset_stops_running_sandbox_processes_through_the_runtime() {
     let reset = client.reset(emu::ResetRequest {}).await.unwrap().into_inner();
     assert_eq!(reset.stopped_pods, 1);
     let started = runtime.started()[0].pod_uid.clone();
-    for _ in 0..100 {
-        if runtime.killed().contains(&started) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(runtime.killed().contains(&started), "the old Pod's processes are killed");
+    cwsandbox_testkit::eventually("the old Pod's processes to be killed", || async {
+        let killed = runtime.killed();
+        if killed.contains(&started) { Ok(()) } else { Err(killed) }
+    })
+    .await;
     emulator.stop().await;
 }
 

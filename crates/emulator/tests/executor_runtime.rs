@@ -66,15 +66,17 @@ impl Setup {
 
     /// Polls GetSandbox until `done` holds (exits reach the world asynchronously).
     async fn wait_for(&mut self, id: &str, done: impl Fn(&pb::Sandbox) -> bool) -> pb::Sandbox {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let sandbox = self.get(id).await;
-            if done(&sandbox) {
-                return sandbox;
+        let client = self.client.clone();
+        cwsandbox_testkit::eventually("the sandbox's state", || {
+            let mut client = client.clone();
+            let done = &done;
+            async move {
+                let sandbox =
+                    client.get_sandbox(pb::GetSandboxRequest { sandbox_id: id.to_owned() }).await.unwrap().into_inner();
+                if done(&sandbox) { Ok(sandbox) } else { Err(sandbox.status) }
             }
-            assert!(Instant::now() < deadline, "gave up waiting; last: {:?}", sandbox.status);
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        })
+        .await
     }
 
     async fn logs(&mut self, request: pb::StreamLogsRequest) -> Result<Vec<pb::LogEntry>, tonic::Status> {
@@ -337,23 +339,19 @@ async fn a_stream_exec_whose_caller_goes_away_ends_its_whole_process_tree() {
     while !stdout_text(&frames).contains("started") {
         frames.push(responses.message().await.unwrap().unwrap().message.unwrap());
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while marked_processes(&marker).len() < 2 {
-        assert!(Instant::now() < deadline, "the shell and its sleep never both ran");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    cwsandbox_testkit::eventually("the shell and its sleep", || async {
+        let running = marked_processes(&marker);
+        if running.len() >= 2 { Ok(()) } else { Err(running) }
+    })
+    .await;
     // The caller goes away without an exit: the stream is cancelled from its side.
     drop(responses);
     drop(requests);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    cwsandbox_testkit::eventually("the end of every process of the cancelled exec", || async {
         let left = marked_processes(&marker);
-        if left.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "processes outlived their cancelled exec: {left:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        if left.is_empty() { Ok(()) } else { Err(left) }
+    })
+    .await;
     setup.emulator.stop().await;
 }
 

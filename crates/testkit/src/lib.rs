@@ -4,6 +4,34 @@
 pub mod emulator;
 pub mod procs;
 
+/// How long [`eventually`] keeps trying: a safety net for a broken build, not a timing claim.
+pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits for something that happens by itself, outside the test's control (a process ending, an
+/// exit reaching the world): polls `probe` until it gives `Ok`, 5 ms apart at first and up to
+/// 100 ms, and panics after [`EVENTUALLY`] naming `what` and the last `Err` (what was seen instead).
+/// Where an event can be awaited (a stream, a channel, a log line), await it instead.
+pub async fn eventually<T, E, F, Fut>(what: &str, mut probe: F) -> T
+where
+    E: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, E>>,
+{
+    let deadline = std::time::Instant::now() + EVENTUALLY;
+    let mut pause = std::time::Duration::from_millis(5);
+    loop {
+        match probe().await {
+            Ok(value) => return value,
+            Err(seen) if std::time::Instant::now() >= deadline => {
+                panic!("gave up after {EVENTUALLY:?} waiting for {what}; last seen: {seen:?}")
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(100));
+    }
+}
+
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
