@@ -1,14 +1,14 @@
 //! Runs and controls the processes of emulated sandboxes.
 //!
 //! Each sandbox's main command really runs on this machine, by default in its
-//! own Linux namespaces (hostname, mount table with a private `/tmp` and working
-//! directory, pid namespace, and a user namespace when not root); commands run
-//! with [`Executor::exec`], file operations and logs all act inside the same
-//! sandbox. Where namespaces are unavailable the executor falls back to plain
-//! processes (see the crate's README for the differences).
+//! own Linux namespaces (user, mount with a root directory of its own, UTS, IPC,
+//! pid) without `CAP_SYS_ADMIN`; commands run with [`Executor::exec`], file
+//! operations and logs all act inside the same sandbox. Where namespaces are
+//! unavailable the executor falls back to plain, unisolated processes (see the
+//! crate's README for the differences).
 //!
-//! The image of a sandbox is not pulled: commands run from the host's
-//! filesystem, with the rights of the user running the emulator.
+//! The image of a sandbox is not pulled: its commands are the host's programs,
+//! bound read-only into its root.
 //!
 //! This crate knows nothing of protobuf or the simulation: plain Rust types.
 
