@@ -731,11 +731,12 @@ fn run_main(plan: &InitPlan) -> ! {
         // The emulator gave up on this sandbox.
         exit(127);
     }
+    // Init dropped the same privileges a moment ago, so this cannot fail in practice; if it
+    // does, nothing runs with more rights than the sandbox's.
     if let Some(ns) = &plan.ns
-        && let Err(error) = drop_privileges(ns.becomes_root())
+        && drop_privileges(ns.becomes_root()).is_err()
     {
         write_all(2, b"cwsandbox: cannot drop the sandbox's privileges\n");
-        let _ = error;
         write_all(plan.started_fd, b"!");
         exit(127);
     }
