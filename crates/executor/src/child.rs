@@ -731,8 +731,8 @@ fn run_main(plan: &InitPlan) -> ! {
         // The emulator gave up on this sandbox.
         exit(127);
     }
-    // Init dropped the same privileges a moment ago, so this cannot fail in practice; if it
-    // does, nothing runs with more rights than the sandbox's.
+    // Init makes the same drop (it succeeded, or the sandbox would not have started), so this
+    // cannot fail in practice; if it does, nothing runs with more rights than the sandbox's.
     if let Some(ns) = &plan.ns
         && drop_privileges(ns.becomes_root()).is_err()
     {
