@@ -158,6 +158,10 @@ struct SandboxArgs {
     /// by a later start).
     #[arg(long, value_name = "DIR", env = "CWSANDBOX_EMULATOR_SANDBOX_ROOT")]
     sandbox_root: Option<PathBuf>,
+    /// A host directory to bind read-only into every namespaced sandbox, beside the defaults
+    /// (/usr, /bin, /sbin, /lib*, /etc, /opt): for programs installed elsewhere. Repeatable.
+    #[arg(long = "sandbox-host-path", value_name = "DIR")]
+    sandbox_host_paths: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -186,6 +190,7 @@ impl SandboxArgs {
             IsolationArg::Plain => Isolation::Plain,
         };
         config.max_file_bytes = max_file_bytes;
+        config.host_paths.extend(self.sandbox_host_paths.iter().cloned());
         let runtime = ExecutorRuntime::new(config, retention)
             .with_context(|| format!("starting the sandbox executor in {}", root.display()))?;
         let runtime = if temporary { runtime.remove_root_on_shutdown() } else { runtime };

@@ -16,7 +16,8 @@ const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
 /// The host paths bound read-only into every sandbox by default: what the host's
 /// programs need to run (binaries, libraries, configuration).
-pub const DEFAULT_HOST_PATHS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"];
+pub const DEFAULT_HOST_PATHS: &[&str] =
+    &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"];
 
 /// What the keeper needs to build the sandbox's root.
 #[derive(Debug)]
@@ -61,34 +62,6 @@ pub(crate) fn prepare(
     let rootfs = dir.join("rootfs");
     make_dir(&rootfs, 0o755, true)?;
     let mut binds = Vec::new();
-    let mut host_tops = Vec::new();
-    for host in host_paths {
-        let Ok(relative) = host.strip_prefix("/") else {
-            return Err(format!("host path {} is not absolute", host.display()));
-        };
-        if relative.as_os_str().is_empty() || relative.components().any(|part| !matches!(part, Component::Normal(_))) {
-            return Err(format!("host path {} must name a directory below /, without '..'", host.display()));
-        }
-        let Ok(metadata) = std::fs::symlink_metadata(host) else { continue };
-        let target = rootfs.join(relative);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).map_err(|error| describe("create", parent, error))?;
-        }
-        if metadata.file_type().is_symlink() {
-            // Merged-/usr hosts have /bin -> usr/bin: the same link, resolved inside.
-            let link = std::fs::read_link(host).map_err(|error| describe("read the link", host, error))?;
-            symlink(&link, &target).map_err(|error| describe("create the link", &target, error))?;
-        } else if metadata.is_dir() {
-            std::fs::create_dir(&target).map_err(|error| describe("create", &target, error))?;
-            binds.push((host.clone(), target, true));
-        } else {
-            std::fs::write(&target, b"").map_err(|error| describe("create", &target, error))?;
-            binds.push((host.clone(), target, true));
-        }
-        if let Some(Component::Normal(top)) = relative.components().next() {
-            host_tops.push(top.to_string_lossy().into_owned());
-        }
-    }
     let dev = rootfs.join("dev");
     make_dir(&dev, 0o755, false)?;
     for device in DEVICES {
@@ -118,33 +91,63 @@ pub(crate) fn prepare(
     make_dir(&rootfs.join("tmp"), 0o1777, true)?;
     make_dir(&rootfs.join("root"), 0o700, true)?;
 
+    for host in host_paths {
+        let Ok(relative) = host.strip_prefix("/") else {
+            return Err(format!("host path {} is not absolute", host.display()));
+        };
+        if relative.as_os_str().is_empty() || relative.components().any(|part| !matches!(part, Component::Normal(_))) {
+            return Err(format!("host path {} must name a directory below /, without '..'", host.display()));
+        }
+        if relative.starts_with("proc") || relative.starts_with("dev") {
+            return Err(format!("host path {}: /proc and /dev are the sandbox's own", host.display()));
+        }
+        let Ok(metadata) = std::fs::symlink_metadata(host) else { continue };
+        let target = rootfs.join(relative);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|error| describe("create", parent, error))?;
+        }
+        if metadata.file_type().is_symlink() {
+            // Merged-/usr hosts have /bin -> usr/bin: the same link, resolved inside.
+            let link = std::fs::read_link(host).map_err(|error| describe("read the link", host, error))?;
+            symlink(&link, &target).map_err(|error| describe("create the link", &target, error))?;
+        } else if metadata.is_dir() {
+            // Under /tmp or /root the directory may already be there.
+            if !target.is_dir() {
+                std::fs::create_dir(&target).map_err(|error| describe("create", &target, error))?;
+            }
+            binds.push((host.clone(), target, true));
+        } else {
+            std::fs::write(&target, b"").map_err(|error| describe("create", &target, error))?;
+            binds.push((host.clone(), target, true));
+        }
+    }
     let working_dir = sandbox_working_dir(working_dir);
     let relative = working_dir.trim_start_matches('/');
-    if !relative.is_empty() {
-        let top = relative.split('/').next().unwrap_or_default();
-        if host_tops.iter().any(|host_top| host_top == top) || top == "dev" || top == "proc" {
-            // Under the host's read-only directories (or /dev, /proc) nothing can be created.
-            let seen = if top == "dev" || top == "proc" { rootfs.join(relative) } else { PathBuf::from(&working_dir) };
-            let exists = if top == "dev" || top == "proc" {
-                matches!(relative, "dev" | "dev/pts" | "dev/shm" | "proc")
-            } else {
-                seen.is_dir()
-            };
-            if !exists {
-                return Err(format!(
-                    "the working directory {working_dir} does not exist and cannot be created: /{top} is read-only in the sandbox"
-                ));
-            }
-        } else {
-            // Created inside the sandbox's own root, owned by its root user; never on the host.
-            let mut path = rootfs.clone();
-            for part in relative.split('/') {
-                path.push(part);
-                match std::fs::symlink_metadata(&path) {
-                    Ok(metadata) if metadata.is_dir() => continue,
-                    Ok(_) => return Err(format!("the working directory {working_dir} is not a directory")),
-                    Err(_) => make_dir(&path, 0o755, true)?,
-                }
+    let wanted = Path::new(&working_dir);
+    let under_host_path = host_paths.iter().any(|host| wanted.starts_with(host));
+    let top = relative.split('/').next().unwrap_or_default();
+    if relative.is_empty() {
+        // `/`: the sandbox's own root.
+    } else if under_host_path {
+        // The host's read-only directory is what the sandbox sees there: nothing can be created.
+        if !wanted.is_dir() {
+            return Err(format!(
+                "the working directory {working_dir} does not exist and cannot be created: it is under a read-only host directory"
+            ));
+        }
+    } else if top == "dev" || top == "proc" {
+        if !matches!(relative, "dev" | "dev/pts" | "dev/shm" | "proc") {
+            return Err(format!("the working directory {working_dir} cannot be created under /{top}"));
+        }
+    } else {
+        // Created inside the sandbox's own root, owned by its root user; never on the host.
+        let mut path = rootfs.clone();
+        for part in relative.split('/') {
+            path.push(part);
+            match std::fs::symlink_metadata(&path) {
+                Ok(metadata) if metadata.is_dir() => continue,
+                Ok(_) => return Err(format!("the working directory {working_dir} is not a directory")),
+                Err(_) => make_dir(&path, 0o755, true)?,
             }
         }
     }
@@ -181,6 +184,16 @@ mod tests {
         assert!(!outside.exists(), "nothing is created at the host path");
         assert!(rootfs.path.join(wanted.trim_start_matches('/')).is_dir());
         let error = prepare(&dir, &[PathBuf::from("/usr")], Some("/usr/no-such-dir"), None).unwrap_err();
+        assert!(error.contains("read-only"), "{error}");
+        // Only what is under a host path is the host's: a sibling of a nested one is the sandbox's.
+        let nested = base.path().join("shared");
+        std::fs::create_dir(&nested).unwrap();
+        let sibling = format!("{}/sibling", base.path().display());
+        let rootfs = prepare(&dir, std::slice::from_ref(&nested), Some(&sibling), None).unwrap();
+        assert!(rootfs.path.join(sibling.trim_start_matches('/')).is_dir());
+        assert!(!Path::new(&sibling).exists());
+        let error = prepare(&dir, std::slice::from_ref(&nested), Some(&format!("{}/missing", nested.display())), None)
+            .unwrap_err();
         assert!(error.contains("read-only"), "{error}");
     }
 }

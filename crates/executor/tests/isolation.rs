@@ -485,3 +485,20 @@ async fn a_cancelled_exec_ends_its_whole_process_tree() {
     }
     executor.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_host_paths_are_in_view_read_only() {
+    let extra = tempfile::Builder::new().prefix("cwsbx-host-path").tempdir_in("/var/tmp").unwrap();
+    std::fs::write(extra.path().join("tool.sh"), b"echo from the host").unwrap();
+    let shared = extra.path().to_path_buf();
+    let harness = harness_with(Isolation::Namespaces, |config| config.host_paths.push(shared.clone()));
+    let executor = &harness.executor;
+    let id = unique("host-path");
+    executor.start(&id, spec("host-path", &[])).await.unwrap();
+    let inside = shared.to_string_lossy().into_owned();
+    assert_eq!(sh(executor, &id, &format!("sh {inside}/tool.sh")).await, "from the host");
+    let (_, _, code) = run(executor, &id, &["sh", "-c", &format!("echo x > {inside}/written")]).await;
+    assert_ne!(code, 0, "a configured host path is writable from the sandbox");
+    assert!(!shared.join("written").exists());
+    executor.shutdown().await;
+}
