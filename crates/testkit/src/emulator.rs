@@ -204,12 +204,47 @@ impl EmulatorProcess {
     }
 }
 
+/// Set to keep every emulator's scratch directory (ready file, log, kubeconfig, sandbox roots)
+/// after its test, for a look at what a failed test left.
+pub const KEEP_DIR: &str = "CWSANDBOX_TEST_KEEP_DIR";
+/// Set to print every emulator's log to stderr when it ends (cargo shows it for failed tests).
+pub const LOG: &str = "CWSANDBOX_TEST_LOG";
+
+fn switched_on(variable: &str) -> bool {
+    is_on(std::env::var_os(variable).as_deref())
+}
+
+/// A switch is on when set to anything but nothing or `0`.
+fn is_on(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_some_and(|value| !value.is_empty() && value != "0")
+}
+
 impl Drop for EmulatorProcess {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if switched_on(LOG) {
+            eprintln!("--- emulator log ({}) ---\n{}--- end of emulator log ---", self.dir.display(), self.log());
+        }
+        if switched_on(KEEP_DIR) {
+            eprintln!("{KEEP_DIR}: kept the emulator's directory {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn switches_are_on_unless_unset_empty_or_zero() {
+        use std::ffi::OsStr;
+        assert!(!super::is_on(None));
+        assert!(!super::is_on(Some(OsStr::new(""))));
+        assert!(!super::is_on(Some(OsStr::new("0"))));
+        assert!(super::is_on(Some(OsStr::new("1"))));
+        assert!(super::is_on(Some(OsStr::new("yes"))));
     }
 }
