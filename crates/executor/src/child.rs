@@ -275,9 +275,14 @@ fn proc_pid_path<'a>(pid: pid_t, name: &[u8], buffer: &'a mut [u8; 64]) -> &'a C
     CStr::from_bytes_until_nul(&buffer[..]).unwrap_or(c"/proc/self")
 }
 
+/// Added to the id mapper's exit code when the uid map (not the gid map) failed.
+const MAPPER_UID_FAILED: c_int = 128;
+
 /// The helper that writes a root emulator's id maps for the keeper from outside the new
 /// user namespace: it waits for one byte (the keeper has unshared), writes the maps and
-/// exits with 0, or with the errno that failed (+1000 for the uid map). Never returns.
+/// exits with 0, or with the errno that failed ([`MAPPER_UID_FAILED`] added for the uid map).
+/// An exit status has 8 bits: errnos (all below 128 that these writes give) fit beside the flag.
+/// Never returns.
 fn run_id_mapper(sync: RawFd, keeper: pid_t, uid_map: &CStr, gid_map: &CStr) -> ! {
     if !set_parent_death_signal(libc::SIGKILL, keeper) {
         exit(libc::ECANCELED);
@@ -296,10 +301,10 @@ fn run_id_mapper(sync: RawFd, keeper: pid_t, uid_map: &CStr, gid_map: &CStr) -> 
     }
     let mut buffer = [0u8; 64];
     if let Err(error) = write_proc_file(proc_pid_path(keeper, b"gid_map", &mut buffer), gid_map.to_bytes()) {
-        exit(error.clamp(1, 999));
+        exit(error.clamp(1, MAPPER_UID_FAILED - 1));
     }
     if let Err(error) = write_proc_file(proc_pid_path(keeper, b"uid_map", &mut buffer), uid_map.to_bytes()) {
-        exit(1000 + error.clamp(1, 999) % 256);
+        exit(MAPPER_UID_FAILED + error.clamp(1, MAPPER_UID_FAILED - 1));
     }
     exit(0)
 }
@@ -361,7 +366,11 @@ pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
             }
             let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { libc::ECHILD };
             if code != 0 {
-                return Err(if code >= 1000 { (Stage::UidMap, code - 1000) } else { (Stage::GidMap, code) });
+                return Err(if code >= MAPPER_UID_FAILED {
+                    (Stage::UidMap, code - MAPPER_UID_FAILED)
+                } else {
+                    (Stage::GidMap, code)
+                });
             }
         }
         _ => {}

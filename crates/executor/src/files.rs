@@ -90,7 +90,7 @@ pub(crate) fn write(root: &OwnedFd, path: &str, content: &[u8], owner: Option<(u
         ),
         Err(error) => return Err(FileError::from_io(&error)),
     };
-    let file = File::from(fd);
+    let mut file = File::from(fd);
     let metadata = file.metadata().map_err(|error| FileError::from_io(&error))?;
     if !metadata.is_file() {
         return Err(not_regular(Some(metadata.mode())));
@@ -99,7 +99,6 @@ pub(crate) fn write(root: &OwnedFd, path: &str, content: &[u8], owner: Option<(u
         std::os::unix::fs::fchown(&file, Some(uid), Some(gid)).map_err(|error| FileError::from_io(&error))?;
     }
     file.set_len(0).map_err(|error| FileError::from_io(&error))?;
-    let mut file = file;
     file.write_all(content).map_err(|error| FileError::from_io(&error))?;
     file.flush().map_err(|error| FileError::from_io(&error))
 }
