@@ -304,20 +304,6 @@ async fn stream_exec_with_stdin_a_terminal_and_resize() {
     setup.emulator.stop().await;
 }
 
-/// Host pids of living processes whose environment holds `marker`.
-fn marked_processes(marker: &str) -> Vec<u32> {
-    let needle = format!("CWSBX_EXEC_MARKER={marker}");
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|environ| environ.split(|byte| *byte == 0).any(|var| var == needle.as_bytes()))
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_exec_whose_caller_goes_away_ends_its_whole_process_tree() {
     let mut setup = setup(4 << 20).await;
@@ -340,7 +326,7 @@ async fn a_stream_exec_whose_caller_goes_away_ends_its_whole_process_tree() {
         frames.push(responses.message().await.unwrap().unwrap().message.unwrap());
     }
     cwsandbox_testkit::eventually("the shell and its sleep", || async {
-        let running = marked_processes(&marker);
+        let running = cwsandbox_testkit::procs::with_env("CWSBX_EXEC_MARKER", &marker);
         if running.len() >= 2 { Ok(()) } else { Err(running) }
     })
     .await;
@@ -348,7 +334,7 @@ async fn a_stream_exec_whose_caller_goes_away_ends_its_whole_process_tree() {
     drop(responses);
     drop(requests);
     cwsandbox_testkit::eventually("the end of every process of the cancelled exec", || async {
-        let left = marked_processes(&marker);
+        let left = cwsandbox_testkit::procs::with_env("CWSBX_EXEC_MARKER", &marker);
         if left.is_empty() { Ok(()) } else { Err(left) }
     })
     .await;
