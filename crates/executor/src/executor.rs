@@ -56,6 +56,11 @@ enum IdMode {
 
 impl Mode {
     /// The host (uid, gid) of the sandbox's root user, where it is not ours.
+    /// Whether the sandbox's processes switch to uid 0 of its user namespace.
+    fn becomes_root(self) -> bool {
+        matches!(self, Mode::Namespaces { ids: IdMode::Range { .. } })
+    }
+
     fn sandbox_owner(self) -> Option<(u32, u32)> {
         match self {
             Mode::Namespaces { ids: IdMode::Range { base, .. } } => Some((base, base)),
@@ -119,8 +124,6 @@ struct Running {
     keeper: ProcessHandle,
     /// The sandbox's root directory, for file operations.
     root: OwnedFd,
-    /// Who files the emulator creates in the sandbox must belong to (host ids).
-    owner: Option<(u32, u32)>,
     target: Target,
 }
 
@@ -132,7 +135,6 @@ enum Target {
         uts: OwnedFd,
         ipc: OwnedFd,
         pid: OwnedFd,
-        becomes_root: bool,
     },
     /// The main command's process group, which exec'd commands join.
     Plain {
@@ -506,19 +508,20 @@ impl Executor {
         let parent = self.inner.pid;
         let tty = request.tty;
         let target = running.clone();
+        let becomes_root = self.inner.mode.becomes_root();
         // SAFETY: the closures run between fork and exec and only call the
         // fork-safe code of `child`; `target` keeps the namespace descriptors open
         // for as long as the command object (and so the closure) lives.
         unsafe {
             command.pre_exec(move || match &target.target {
-                Target::Namespaces { user, mnt, uts, ipc, pid, becomes_root } => {
+                Target::Namespaces { user, mnt, uts, ipc, pid } => {
                     let fds = NsFds {
                         user: user.as_ref().map(AsRawFd::as_raw_fd),
                         mnt: mnt.as_raw_fd(),
                         uts: uts.as_raw_fd(),
                         ipc: ipc.as_raw_fd(),
                         pid: pid.as_raw_fd(),
-                        becomes_root: *becomes_root,
+                        becomes_root,
                     };
                     child::exec_in_namespaces(parent, fds, &cwd_c, tty)
                 }
@@ -553,7 +556,9 @@ impl Executor {
         }
         let path = files::resolve(path, &sandbox.working_dir)?;
         let content = content.to_vec();
-        self.file_operation(move || files::write(&running.root, &path, &content, running.owner)).await
+        // Files the emulator creates belong to the sandbox's root user (host ids), where it is not ours.
+        let owner = self.inner.mode.sandbox_owner();
+        self.file_operation(move || files::write(&running.root, &path, &content, owner)).await
     }
 
     /// Runs a file operation on a blocking thread, at most `max_file_operations` at once
@@ -739,9 +744,7 @@ async fn wait_for_exec(mut pipe: std::io::PipeReader) -> bool {
 
 fn open_running(keeper_pid: pid_t, main_pid: pid_t, mode: Mode, keeper: ProcessHandle) -> std::io::Result<Running> {
     match mode {
-        Mode::Plain => {
-            Ok(Running { keeper, root: sys::open_path(c"/")?, owner: None, target: Target::Plain { group: main_pid } })
-        }
+        Mode::Plain => Ok(Running { keeper, root: sys::open_path(c"/")?, target: Target::Plain { group: main_pid } }),
         Mode::Namespaces { ids } => {
             // The keeper is our unreaped child, so its pid cannot have been reused;
             // it shares the user, uts and mount namespaces with init, and its
@@ -758,11 +761,10 @@ fn open_running(keeper_pid: pid_t, main_pid: pid_t, mode: Mode, keeper: ProcessH
                 uts: open("uts")?,
                 ipc: open("ipc")?,
                 pid: open("pid_for_children")?,
-                becomes_root: matches!(ids, IdMode::Range { .. }),
             };
             let root =
                 sys::open_path(&CString::new(format!("/proc/{keeper_pid}/root")).map_err(std::io::Error::other)?)?;
-            Ok(Running { keeper, root, owner: mode.sandbox_owner(), target })
+            Ok(Running { keeper, root, target })
         }
     }
 }
