@@ -151,7 +151,7 @@ impl SandboxInfo {
 pub(crate) struct Sandbox {
     info: Arc<SandboxInfo>,
     /// Its lifetime timer, cancelled when the sandbox is forgotten.
-    lifetime_timer: Option<(SimTime, u64)>,
+    lifetime_timer: Option<crate::world::TimerKey>,
     job_id: Option<JobId>,
     started: Option<SimTime>,
     life: Life,
@@ -367,7 +367,7 @@ impl World {
         }
         self.count_sandbox(SandboxTransition::Create);
         self.insert_new_pod(pod);
-        let lifetime_timer = self.schedule_timer(now + lifetime, crate::world::Timer::SandboxLifetime(id.clone()));
+        let lifetime_timer = self.timers.schedule(now + lifetime, crate::world::Timer::SandboxLifetime(id.clone()));
         if let Some(sandbox) = self.sandboxes.by_id.get_mut(&id) {
             sandbox.lifetime_timer = Some(lifetime_timer);
         }
@@ -635,7 +635,7 @@ impl World {
         sandbox.life = Life::Ended { state, reason, exit_code, at: now };
         let id = sandbox.info.id.clone();
         self.count_sandbox(SandboxTransition::Finish);
-        self.schedule_timer(now + retention, crate::world::Timer::SandboxForget(id));
+        self.timers.schedule(now + retention, crate::world::Timer::SandboxForget(id));
     }
 
     /// The Pod object is gone: the sandbox ends.
@@ -676,7 +676,7 @@ impl World {
         sandbox.life = Life::Ended { state, reason, exit_code: None, at: now };
         let id = sandbox.info.id.clone();
         self.count_sandbox(SandboxTransition::End);
-        self.schedule_timer(now + retention, crate::world::Timer::SandboxForget(id));
+        self.timers.schedule(now + retention, crate::world::Timer::SandboxForget(id));
     }
 
     /// Ends a sandbox at once (its Pod removed without grace) and forgets it, for an
@@ -686,6 +686,8 @@ impl World {
         let running = self.cluster.pod(&pod_uid).is_some_and(|pod| pod.phase == PodPhase::Running);
         self.sandbox_delete_requested(id);
         self.remove_pod(&pod_uid);
+        // The Pod's end is this sandbox's end before it is forgotten.
+        self.hand_over_sandbox_outcomes();
         let now = self.now();
         if let Some(sandbox) = self.sandboxes.by_id.get_mut(id)
             && !matches!(sandbox.life, Life::Ended { .. })
@@ -718,7 +720,7 @@ impl World {
         }
         // Its lifetime timer would find nothing: drop it now rather than at its distant time.
         if let Some(key) = sandbox.lifetime_timer {
-            self.cancel_timer(key);
+            self.timers.cancel(key);
         }
         self.sandboxes.by_id.remove(id);
         if self.cluster.pod(&pod_uid).is_some() {

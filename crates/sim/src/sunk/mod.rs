@@ -1,5 +1,8 @@
-//! The SUNK Pod Scheduler's rules: which Pods it handles, how it validates them, and how a Pod
-//! becomes a placeholder Slurm job. The flows that move Pods and jobs are in `world`.
+//! The SUNK Pod Scheduler: which Pods it handles, how it validates them, and how a Pod becomes a
+//! placeholder Slurm job (here); what it does once Slurm has the job — lock, prolog, drain, the
+//! two-way sync with the Pod — is in `flow`.
+
+mod flow;
 
 use crate::config::{ScopeType, Values};
 use crate::k8s::Pod;

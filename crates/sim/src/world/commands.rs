@@ -1,0 +1,155 @@
+//! Commands from outside on Slurm and Pods (scancel, sbatch, kubectl delete, scontrol resume,
+//! an organization's reset).
+
+use crate::error::{Reason, SimError, SimResult};
+use crate::ids::SharedStr;
+use crate::k8s::PodOwner;
+use crate::query::Scope;
+use crate::slurm::{JobBaseState, JobId, JobKind, JobRequest, SubmitError};
+
+use crate::world::{SandboxOutcome, World, shared_org_name};
+
+impl World {
+    /// `scancel` by `by_uid`, of a job inside `scope` (others are NOT_FOUND like unknown ids).
+    pub fn scancel(&mut self, scope: &Scope, job: JobId, by_uid: u32) -> SimResult<()> {
+        self.settle();
+        let not_found = || SimError::NotFound {
+            reason: Reason::JobNotFound,
+            message: format!("scancel: error: Kill job error on job id {job}: Invalid job id specified"),
+        };
+        if !self.job_in_scope(scope, job) {
+            return Err(not_found());
+        }
+        let Some(queued) = self.slurm.job(job).cloned() else {
+            if self.slurm.job_or_record(job).is_some() {
+                return Err(SimError::FailedPrecondition {
+                    reason: Reason::PreconditionFailed,
+                    message: format!(
+                        "scancel: error: Kill job error on job id {job}: Job/step already completing or completed"
+                    ),
+                });
+            }
+            return Err(not_found());
+        };
+        if queued.completing || queued.state.is_finished() {
+            // Slurm refuses a second cancel; the placeholder keeps waiting for its Pod.
+            return Err(SimError::FailedPrecondition {
+                reason: Reason::PreconditionFailed,
+                message: format!(
+                    "scancel: error: Kill job error on job id {job}: Job/step already completing or completed"
+                ),
+            });
+        }
+        let was_running = self.slurm.cancel(job, by_uid, self.now).unwrap_or(false);
+        if was_running {
+            self.on_job_ended(job);
+        } else if let JobKind::Placeholder { pod_uid } = &queued.kind {
+            self.pod_of_placeholder.remove(&job);
+            self.placeholder_of_pod.remove(pod_uid);
+            if queued.state == JobBaseState::Pending && self.values.scheduler.delete_pod_when_pending_job_cancelled {
+                self.begin_pod_deletion(pod_uid, None);
+            } else {
+                // Never placed and never retried.
+                self.sunk_rejected.insert(pod_uid.clone());
+            }
+        }
+        self.slurm_dirty = true;
+        self.settle();
+        Ok(())
+    }
+
+    /// Submits an ordinary Slurm batch job (not a Pod) for `scope`: an organization's job is its
+    /// own, the cluster scope's the cluster's.
+    pub fn submit_batch_job(&mut self, scope: &Scope, request: JobRequest) -> SimResult<JobId> {
+        self.settle();
+        let job = self.slurm.submit(request, self.now).map_err(|error| {
+            let field = match error {
+                SubmitError::InvalidPartition => "partition",
+                SubmitError::InvalidUser => "user",
+                SubmitError::NodeConfigUnavailable => "cpus",
+            };
+            SimError::invalid_field(field, format!("Batch job submission failed: {error}"))
+        })?;
+        if let Scope::Organization(org) = scope {
+            let org = shared_org_name(&mut self.org_names, org);
+            self.job_orgs.insert(job, org);
+        }
+        self.slurm_dirty = true;
+        self.settle();
+        Ok(job)
+    }
+
+    /// Deletes a Pod inside `scope` by namespace and name (`kubectl delete pod`).
+    pub fn delete_pod(
+        &mut self,
+        scope: &Scope,
+        namespace: &str,
+        name: &str,
+        grace_seconds: Option<i64>,
+    ) -> SimResult<()> {
+        self.settle();
+        let uid = self.scoped_pod_by_name(scope, namespace, name).map(|pod| pod.uid.clone()).ok_or_else(|| {
+            SimError::NotFound { reason: Reason::PodNotFound, message: format!("pods \"{name}\" not found") }
+        })?;
+        if let Some(PodOwner::Sandbox(id)) = self.cluster.pod(&uid).map(|pod| pod.owner.clone()) {
+            self.sandbox_outcomes.push_back(SandboxOutcome::PodDeleteRequested(id));
+        }
+        self.begin_pod_deletion(&uid, grace_seconds);
+        self.settle();
+        Ok(())
+    }
+
+    /// Resets one organization's part of the cluster, leaving every other organization's and the
+    /// cluster's own as they are: each of its sandboxes ends at once (its Pod removed without a
+    /// grace period, its processes killed) and is forgotten; its batch jobs still queued are
+    /// cancelled; and none of its jobs is its own any more (they stay in the cluster's accounting,
+    /// as cancelled jobs stay in `sacct`; nodes held by them free after the epilog, as in Slurm).
+    /// Runners and policies are kept. Returns how many running Pods were stopped.
+    pub fn reset_organization(&mut self, org: &str) -> usize {
+        self.settle();
+        let sandboxes: Vec<SharedStr> = self.organization_sandboxes(org).map(|sandbox| sandbox.id.clone()).collect();
+        let mut stopped = 0;
+        for id in &sandboxes {
+            stopped += usize::from(self.sandbox_reset(id));
+        }
+        let batch_jobs: Vec<JobId> = self
+            .job_orgs
+            .iter()
+            .filter(|(job, owner)| owner.as_str() == org && self.slurm.job(**job).is_some())
+            .map(|(job, _)| *job)
+            .collect();
+        for job in batch_jobs {
+            // A job already completing cannot be cancelled again; it ends by itself.
+            let _ = self.scancel(&Scope::Cluster, job, 0);
+        }
+        self.job_orgs.retain(|_, owner| owner.as_str() != org);
+        self.settle();
+        stopped
+    }
+
+    /// Resumes a drained Slurm node (`scontrol update nodename=… state=resume`).
+    pub fn resume_node(&mut self, name: &str) -> SimResult<()> {
+        if self.slurm.node(name).is_none() {
+            return Err(SimError::NotFound {
+                reason: Reason::NodeNotFound,
+                message: format!("scontrol: error: Invalid node name specified: {name}"),
+            });
+        }
+        self.slurm.resume(name);
+        self.slurm_dirty = true;
+        self.settle();
+        Ok(())
+    }
+
+    /// The placeholder job of a Pod, if it has one.
+    pub fn placeholder_job(&self, pod_uid: &str) -> Option<JobId> {
+        // Once released, the placeholder is only on record: search the jobs without copying them.
+        self.placeholder_of_pod.get(pod_uid).copied().or_else(|| {
+            self.slurm
+                .jobs()
+                .filter(|job| matches!(&job.kind, JobKind::Placeholder { pod_uid: owner } if owner == pod_uid))
+                .map(|job| job.id)
+                .max()
+        })
+    }
+}

@@ -1,0 +1,154 @@
+//! The kubelet: binding and admission (`OutOfcpu`, `NodeAffinity`), and the static CPU Manager's
+//! pinned CPUs that Slurm does not know about.
+
+use super::scheduling::node_matches;
+use crate::config::CpuManagerPolicy;
+use crate::k8s::{ContainerState, EventType, Pod, PodOwner, PodPhase};
+use crate::slurm::{JobBaseState, JobId};
+
+use crate::world::{Effect, Transition, World};
+
+impl World {
+    /// Binds a Pod and runs kubelet admission: it either starts or is rejected for good.
+    pub(crate) fn bind_and_admit(&mut self, uid: &str, node_name: &str) {
+        let (Some(pod), Some(node)) = (self.cluster.pod(uid), self.cluster.nodes.get(node_name)) else { return };
+        let need = pod.requested();
+        let checks = [
+            ("cpu", need.cpu_millis, node.requested.cpu_millis, node.allocatable.cpu_millis),
+            ("memory", need.memory_bytes, node.requested.memory_bytes, node.allocatable.memory_bytes),
+            ("nvidia.com/gpu", need.gpus, node.requested.gpus, node.allocatable.gpus),
+        ];
+        let affinity_ok = node_matches(pod, node);
+        let source = if pod.scheduler_name == "default-scheduler" { "default-scheduler" } else { "sunk-scheduler" };
+        let assigned =
+            crate::ids::joined(&["Successfully assigned ", &pod.namespace, "/", &pod.name, " to ", node_name]);
+        let sandbox_id = match &pod.owner {
+            PodOwner::Sandbox(id) => Some(id.clone()),
+            _ => None,
+        };
+        let (pod_uid, namespace, pod_name) = (pod.uid.clone(), pod.namespace.clone(), pod.name.clone());
+        if let Some(pod) = self.cluster.pod_mut(uid) {
+            pod.scheduled_condition = Some((true, String::new(), String::new()));
+        }
+        self.event(uid, EventType::Normal, "Scheduled", assigned, source);
+        self.count(Transition::PodBound);
+        let rejection = if !affinity_ok {
+            Some(("NodeAffinity".to_owned(), "Pod was rejected: Predicate NodeAffinity failed".to_owned()))
+        } else {
+            checks.iter().find(|(_, requested, used, capacity)| *requested > 0 && used + requested > *capacity).map(
+                |(resource, requested, used, capacity)| {
+                    (
+                        format!("OutOf{resource}"),
+                        format!(
+                            "Pod was rejected: Node didn't have enough resource: {resource}, requested: {requested}, used: {used}, capacity: {capacity}"
+                        ),
+                    )
+                },
+            )
+        };
+        match rejection {
+            Some((reason, message)) => {
+                // A rejected Pod still shows its node, but never counted against it.
+                if let Some(pod) = self.cluster.pod_mut(uid) {
+                    pod.phase = PodPhase::Failed;
+                    pod.reason = Some(reason.clone());
+                    pod.message = Some(message.clone());
+                }
+                self.cluster.bind(uid, node_name);
+                self.event(uid, EventType::Warning, reason, message, "kubelet");
+                self.count(Transition::PodRejectedByKubelet);
+                self.on_pod_terminal(uid);
+            }
+            None => {
+                self.cluster.bind(uid, node_name);
+                let now = self.now;
+                if let Some(pod) = self.cluster.pod_mut(uid) {
+                    pod.phase = PodPhase::Running;
+                    pod.start_time = Some(now);
+                    for container in &mut pod.containers {
+                        container.state = ContainerState::Running(now);
+                    }
+                }
+                self.event(uid, EventType::Normal, "Started", "Started container main", "kubelet");
+                self.count(Transition::PodStarted);
+                self.pin_cpus(uid, node_name);
+                self.effects.push(Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id });
+            }
+        }
+    }
+
+    /// The static CPU Manager: a Guaranteed-QoS Pod's integer CPUs become its alone. Only Pods
+    /// placed by the default scheduler count: a SUNK Pod's CPUs are its placeholder job's, which
+    /// Slurm already holds for it.
+    pub(super) fn pin_cpus(&mut self, uid: &str, node_name: &str) {
+        if self.values.kubelet.cpu_manager_policy != CpuManagerPolicy::Static {
+            return;
+        }
+        let Some(pod) = self.cluster.pod(uid) else { return };
+        if pod.scheduler_name != "default-scheduler" {
+            return;
+        }
+        let cpus = exclusive_cpus(pod);
+        if cpus == 0 {
+            return;
+        }
+        let pod_uid = pod.uid.clone();
+        let Some(node) = self.cluster.nodes.get_mut(node_name) else { return };
+        node.pinned_cpus += cpus;
+        let node_name = node.name.clone();
+        self.pinned_cpus.insert(pod_uid, (node_name, cpus));
+        self.count(Transition::CpusPinned);
+    }
+
+    /// Gives a Pod's pinned CPUs back (it finished or left).
+    pub(super) fn unpin_cpus(&mut self, uid: &str) {
+        if let Some((node_name, cpus)) = self.pinned_cpus.remove(uid)
+            && let Some(node) = self.cluster.nodes.get_mut(node_name.as_str())
+        {
+            node.pinned_cpus -= cpus;
+        }
+    }
+
+    /// A job's processes start on `slurm_node`. Slurm hands out CPUs from the lowest index and the
+    /// kubelet pins from the highest, so the job runs on pinned CPUs exactly when its node's
+    /// allocation (this job included) and the pinned CPUs add up to more than the node has. The
+    /// job's processes then cannot run there: it fails, and Slurm drains the node with the
+    /// misleading reason the support notes quote. Returns whether the job may run.
+    pub(crate) fn job_fits_beside_pinned_cpus(&mut self, job: JobId, slurm_node: &str) -> bool {
+        if self.pinned_cpus.is_empty() {
+            return true;
+        }
+        let Some(node) = self.slurm.node(slurm_node) else { return true };
+        let pinned = self.cluster.nodes.get(node.k8s_node.as_str()).map_or(0, |k8s| k8s.pinned_cpus);
+        if pinned == 0 || i64::from(node.alloc_cpus) + pinned <= i64::from(node.cpus) {
+            return true;
+        }
+        self.slurm.finish(job, JobBaseState::Failed, (1, 0), self.now);
+        self.drain_node(slurm_node, "batch job complete failure");
+        self.count(Transition::JobFailedOnPinnedCpus);
+        self.on_job_ended(job);
+        false
+    }
+}
+
+/// The CPUs the static CPU Manager gives a Pod: with Guaranteed QoS (every container's CPU and
+/// memory limits set, requests equal to them), each container asking for whole CPUs gets them.
+pub(super) fn exclusive_cpus(pod: &Pod) -> i64 {
+    let guaranteed = !pod.containers.is_empty()
+        && pod.containers.iter().all(|container| {
+            let (requests, limits) = (&container.requests, &container.limits);
+            limits.cpu.is_some()
+                && limits.memory.is_some()
+                && requests.cpu.is_none_or(|cpu| Some(cpu) == limits.cpu)
+                && requests.memory.is_none_or(|memory| Some(memory) == limits.memory)
+        });
+    if !guaranteed {
+        return 0;
+    }
+    pod.containers
+        .iter()
+        .filter_map(|container| container.limits.cpu.map(|cpu| cpu.millis()))
+        .filter(|millis| millis % 1000 == 0)
+        .map(|millis| millis / 1000)
+        .sum()
+}

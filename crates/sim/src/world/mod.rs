@@ -1,0 +1,416 @@
+//! The world: Kubernetes, the SUNK scheduler, Slurm, runners and sandboxes, moved by commands
+//! and by time. Every command settles the world before it returns: due timers fire in time
+//! order, schedulers run until nothing changes, and each decision leaves an Event.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{SandboxValues, Values};
+use crate::error::SimResult;
+use crate::ids::{IdHash, IdSource, SharedStr};
+use crate::k8s::{Cluster, Event, EventType, Namespace, ObjectRef};
+use crate::resolved::{ResourceAmounts, Toleration};
+use crate::runners::RunnerRegistry;
+use crate::slurm::{JobId, Slurm, SlurmOutcome};
+use crate::time::{Clock, SimTime};
+
+mod commands;
+mod kubelet;
+mod scheduling;
+mod teardown;
+mod timers;
+mod topology;
+
+pub(crate) use timers::{Timer, TimerKey, Timers};
+
+/// What happened to a sandbox's Pod or placeholder job, for the sandbox lifecycle to take in.
+/// The Kubernetes and SUNK parts of the world queue these instead of calling into `sandbox`
+/// (which calls them), and `settle` hands them over in order, as it does Slurm's outcomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SandboxOutcome {
+    /// SUNK submitted the sandbox Pod's placeholder job.
+    JobSubmitted(SharedStr, JobId),
+    /// Someone deleted the sandbox's Pod directly (`kubectl delete pod`).
+    PodDeleteRequested(SharedStr),
+    /// The Pod turned terminal by itself (exit, or kubelet rejection).
+    PodTerminal(SharedStr),
+    /// The Pod object is gone.
+    PodGone(SharedStr),
+}
+
+/// Label every sandbox Pod carries.
+pub const SANDBOX_ID_LABEL: &str = "sandbox.coreweave.com/sandbox-id";
+
+/// Something the world asks its host to do outside the simulation (run or stop processes).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// A Pod's containers start: run its main command.
+    StartPod {
+        /// Pod uid.
+        pod_uid: SharedStr,
+        /// Namespace.
+        namespace: SharedStr,
+        /// Pod name (the hostname inside).
+        pod_name: SharedStr,
+        /// The sandbox, if it is a sandbox Pod.
+        sandbox_id: Option<SharedStr>,
+    },
+    /// SIGTERM the Pod's processes; they have `grace` before SIGKILL.
+    StopPod {
+        /// Pod uid.
+        pod_uid: SharedStr,
+        /// Grace period.
+        grace: Duration,
+    },
+    /// The Pod is gone: SIGKILL whatever is left.
+    KillPod {
+        /// Pod uid.
+        pod_uid: SharedStr,
+    },
+}
+
+/// Named world transitions, counted so tests can check coverage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// A Pod was created.
+    PodCreated,
+    /// SUNK ignored a Pod (name or scope).
+    PodIgnored,
+    /// SUNK refused a Pod (validation).
+    PodRejectedBySunk,
+    /// Slurm refused the placeholder job.
+    PlaceholderRefused,
+    /// A placeholder job was submitted.
+    PlaceholderSubmitted,
+    /// A node was locked for a job.
+    NodeLocked,
+    /// A node was unlocked.
+    NodeUnlocked,
+    /// A Pod was bound to a Node.
+    PodBound,
+    /// Kubelet admitted a Pod; it runs.
+    PodStarted,
+    /// Kubelet refused a Pod (`OutOfcpu`, `NodeAffinity`…).
+    PodRejectedByKubelet,
+    /// A Pod got a deletion timestamp.
+    PodTerminating,
+    /// A Pod object was removed.
+    PodRemoved,
+    /// A Pod's containers exited by themselves.
+    PodFinished,
+    /// A Pod was evicted by the lock taint.
+    PodEvicted,
+    /// The default scheduler could not place a Pod.
+    DefaultSchedulingFailed,
+    /// A node was drained because a Pod outlived KillWait.
+    NodeDrained,
+    /// KillWait ran out and Slurm killed the script.
+    JobKilled,
+    /// The kubelet's static CPU Manager gave a Pod exclusive CPUs Slurm does not know about.
+    CpusPinned,
+    /// A Slurm job started on CPUs the kubelet had pinned: it failed and the node drained.
+    JobFailedOnPinnedCpus,
+}
+
+impl Transition {
+    /// Stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transition::PodCreated => "pod_created",
+            Transition::PodIgnored => "pod_ignored",
+            Transition::PodRejectedBySunk => "pod_rejected_by_sunk",
+            Transition::PlaceholderRefused => "placeholder_refused",
+            Transition::PlaceholderSubmitted => "placeholder_submitted",
+            Transition::NodeLocked => "node_locked",
+            Transition::NodeUnlocked => "node_unlocked",
+            Transition::PodBound => "pod_bound",
+            Transition::PodStarted => "pod_started",
+            Transition::PodRejectedByKubelet => "pod_rejected_by_kubelet",
+            Transition::PodTerminating => "pod_terminating",
+            Transition::PodRemoved => "pod_removed",
+            Transition::PodFinished => "pod_finished",
+            Transition::PodEvicted => "pod_evicted",
+            Transition::DefaultSchedulingFailed => "default_scheduling_failed",
+            Transition::NodeDrained => "node_drained",
+            Transition::JobKilled => "job_killed",
+            Transition::CpusPinned => "cpus_pinned",
+            Transition::JobFailedOnPinnedCpus => "job_failed_on_pinned_cpus",
+        }
+    }
+}
+
+/// A Pod to create through the world (sandbox Pods are built from resolved specs).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PodRequest {
+    /// Namespace (created if missing).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// `spec.schedulerName`; empty means `default-scheduler`.
+    pub scheduler_name: String,
+    /// `spec.terminationGracePeriodSeconds`; `None` is the Kubernetes default, 30.
+    pub termination_grace_period_seconds: Option<i64>,
+    /// Containers: (name, image, requests, limits).
+    pub containers: Vec<(String, String, ResourceAmounts, ResourceAmounts)>,
+    /// Node selector.
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Required node affinity terms.
+    pub required_node_affinity: Vec<BTreeMap<String, Vec<String>>>,
+}
+
+/// The world.
+pub struct World {
+    pub(crate) clock: Box<dyn Clock>,
+    pub(crate) ids: Box<dyn IdSource>,
+    pub(crate) values: Values,
+    /// Kubernetes objects.
+    pub cluster: Cluster,
+    /// Slurm.
+    pub slurm: Slurm,
+    /// Managed runners.
+    pub runners: RunnerRegistry,
+    pub(crate) sandboxes: crate::sandbox::Sandboxes,
+    /// The time the world has reached.
+    pub(crate) now: SimTime,
+    pub(crate) timers: Timers,
+    pub(crate) placeholder_of_pod: HashMap<SharedStr, JobId, IdHash>,
+    /// Scratch space for Slurm's scheduling outcomes.
+    pub(crate) slurm_outcomes: Vec<SlurmOutcome>,
+    /// Slurm node name → uid of its slurmd Pod, as last found (see `slurmd_pod_uid`).
+    pub(crate) slurmd_pods: HashMap<String, SharedStr, IdHash>,
+    pub(crate) pod_of_placeholder: HashMap<JobId, SharedStr, IdHash>,
+    /// The organization of each job whose organization its sandbox no longer tells: batch jobs an
+    /// organization submitted, and the placeholders of forgotten sandboxes (see `query::Scope`).
+    pub(crate) job_orgs: HashMap<JobId, SharedStr, IdHash>,
+    /// Organization names, one copy each, shared by the `job_orgs` entries that name them.
+    pub(crate) org_names: HashMap<String, SharedStr>,
+    /// Pods the scheduler refused: never retried.
+    pub(crate) sunk_rejected: BTreeSet<SharedStr>,
+    /// Pods needing a scheduling decision.
+    pub(crate) unscheduled: BTreeSet<SharedStr>,
+    /// Default-scheduler Pods waiting for room.
+    pub(crate) waiting_for_room: BTreeSet<SharedStr>,
+    /// Pods holding CPUs pinned by the kubelet: uid → (Node, whole CPUs).
+    pub(crate) pinned_cpus: HashMap<SharedStr, (SharedStr, i64), IdHash>,
+    /// Something released Node resources: retry `waiting_for_room`.
+    pub(crate) room_freed: bool,
+    pub(crate) slurm_dirty: bool,
+    pub(crate) effects: Vec<Effect>,
+    /// Sandbox outcomes not yet handed over (see `SandboxOutcome`).
+    pub(crate) sandbox_outcomes: VecDeque<SandboxOutcome>,
+    /// How often each named transition ran.
+    pub transitions: crate::counts::TransitionCounts,
+}
+
+/// Most Nodes the NodeSets of a values document may describe: ten times the largest world the
+/// benchmarks build, far beyond any cluster a guide walks through.
+pub const MAX_NODES: u64 = 100_000;
+
+/// slurm.conf's default `MaxJobId`, the largest `FirstJobId` a values document may name.
+pub const MAX_JOB_ID: u32 = 67_043_328;
+
+impl World {
+    /// A world built from `values`, at the clock's current time.
+    pub fn new(values: Values, clock: Box<dyn Clock>, ids: Box<dyn IdSource>) -> SimResult<World> {
+        let now = clock.now();
+        let mut world = World {
+            clock,
+            ids,
+            values: values.clone(),
+            cluster: Cluster::new(values.sandboxes.event_capacity),
+            slurm: Slurm::new(values.slurm.first_job_id),
+            runners: RunnerRegistry::default(),
+            sandboxes: crate::sandbox::Sandboxes::default(),
+            now,
+            timers: Timers::default(),
+            placeholder_of_pod: HashMap::default(),
+            slurmd_pods: HashMap::default(),
+            slurm_outcomes: Vec::new(),
+            pod_of_placeholder: HashMap::default(),
+            job_orgs: HashMap::default(),
+            org_names: HashMap::new(),
+            sunk_rejected: BTreeSet::new(),
+            unscheduled: BTreeSet::new(),
+            waiting_for_room: BTreeSet::new(),
+            pinned_cpus: HashMap::default(),
+            room_freed: false,
+            slurm_dirty: false,
+            effects: Vec::new(),
+            sandbox_outcomes: VecDeque::new(),
+            transitions: Default::default(),
+        };
+        world.build_topology()?;
+        world.build_runners()?;
+        world.settle();
+        Ok(world)
+    }
+
+    /// The configuration in force.
+    pub fn values(&self) -> &Values {
+        &self.values
+    }
+
+    /// The time the world has reached.
+    pub fn now(&self) -> SimTime {
+        self.now
+    }
+
+    /// Takes the effects produced since the last call.
+    pub fn take_effects(&mut self) -> Vec<Effect> {
+        // The next batch starts at this one's size instead of growing from nothing again.
+        let capacity = self.effects.len();
+        std::mem::replace(&mut self.effects, Vec::with_capacity(capacity))
+    }
+
+    pub(crate) fn count(&mut self, transition: Transition) {
+        self.transitions.add(transition.name());
+    }
+
+    pub(crate) fn ensure_namespace(&mut self, name: &str) {
+        if !self.cluster.namespaces.contains_key(name) {
+            let mut labels = BTreeMap::new();
+            labels.insert("kubernetes.io/metadata.name".to_owned(), name.to_owned());
+            self.cluster
+                .namespaces
+                .insert(name.to_owned(), Namespace { name: name.to_owned(), labels, created: self.now });
+        }
+    }
+
+    /// Moves the world to the clock's time, firing every due timer in order.
+    pub fn tick(&mut self) {
+        self.settle();
+    }
+
+    /// When the next timer fires, if any (the host may sleep until then).
+    pub fn next_wakeup(&self) -> Option<SimTime> {
+        self.timers.next_at()
+    }
+
+    pub(crate) fn settle(&mut self) {
+        let target = self.clock.now().max(self.now);
+        loop {
+            self.reconcile();
+            let Some((at, timer)) = self.timers.pop_due(target) else { break };
+            self.now = self.now.max(at);
+            self.fire(timer);
+            self.hand_over_sandbox_outcomes();
+        }
+        self.now = target;
+        self.runners.advance(self.now);
+    }
+
+    pub(crate) fn reconcile(&mut self) {
+        for _ in 0..10_000 {
+            let mut changed = false;
+            while let Some(uid) = self.unscheduled.pop_first() {
+                changed = true;
+                self.schedule_pod(&uid);
+                self.hand_over_sandbox_outcomes();
+            }
+            if self.slurm_dirty {
+                self.slurm_dirty = false;
+                changed = true;
+                // The buffer is reused: placement runs after every command.
+                let mut outcomes = std::mem::take(&mut self.slurm_outcomes);
+                self.slurm.schedule_into(self.now, &mut outcomes);
+                for outcome in outcomes.drain(..) {
+                    match outcome {
+                        SlurmOutcome::Allocated(job) => self.on_allocated(job),
+                        SlurmOutcome::Preempted(job) => self.on_job_ended(job),
+                    }
+                }
+                self.slurm_outcomes = outcomes;
+                self.hand_over_sandbox_outcomes();
+            }
+            if self.room_freed {
+                self.room_freed = false;
+                let waiting = std::mem::take(&mut self.waiting_for_room);
+                for uid in waiting {
+                    if self.try_default_schedule(&uid, false) {
+                        changed = true;
+                    }
+                }
+                self.hand_over_sandbox_outcomes();
+            }
+            if !changed {
+                return;
+            }
+        }
+    }
+
+    pub(crate) fn event(
+        &mut self,
+        pod_uid: &str,
+        event_type: EventType,
+        reason: impl Into<Cow<'static, str>>,
+        message: impl Into<Cow<'static, str>>,
+        source: &'static str,
+    ) {
+        let Some(pod) = self.cluster.pod(pod_uid) else { return };
+        let involved = Arc::clone(&pod.object_ref);
+        self.cluster.record_event(Event {
+            sequence: 0,
+            involved,
+            event_type,
+            reason: reason.into(),
+            message: message.into(),
+            source,
+            time: self.now,
+        });
+    }
+
+    pub(crate) fn node_event(&mut self, node_name: &str, event_type: EventType, reason: &'static str, message: String) {
+        let Some(node) = self.cluster.nodes.get(node_name) else { return };
+        let involved = Arc::new(ObjectRef {
+            kind: "Node",
+            namespace: SharedStr::default(),
+            name: node.name.clone(),
+            uid: node.uid.as_str().into(),
+        });
+        self.cluster.record_event(Event {
+            sequence: 0,
+            involved,
+            event_type,
+            reason: reason.into(),
+            message: message.into(),
+            source: "sunk-syncer",
+            time: self.now,
+        });
+    }
+
+    /// Hands the queued sandbox outcomes to the sandbox lifecycle, oldest first (handling one
+    /// may queue more).
+    pub(crate) fn hand_over_sandbox_outcomes(&mut self) {
+        while let Some(outcome) = self.sandbox_outcomes.pop_front() {
+            match outcome {
+                SandboxOutcome::JobSubmitted(id, job) => self.sandbox_job_submitted(&id, job),
+                SandboxOutcome::PodDeleteRequested(id) => self.sandbox_delete_requested(&id),
+                SandboxOutcome::PodTerminal(id) => self.sandbox_pod_changed(&id),
+                SandboxOutcome::PodGone(id) => self.sandbox_pod_gone(&id),
+            }
+        }
+    }
+
+    pub(crate) fn sandbox_values(&self) -> &SandboxValues {
+        &self.values.sandboxes
+    }
+}
+
+/// The one shared copy of an organization's name (a job record of a forgotten sandbox names its
+/// organization without a new allocation).
+pub(crate) fn shared_org_name(names: &mut HashMap<String, SharedStr>, org: &str) -> SharedStr {
+    if let Some(name) = names.get(org) {
+        return name.clone();
+    }
+    let name = SharedStr::from(org);
+    names.insert(org.to_owned(), name.clone());
+    name
+}

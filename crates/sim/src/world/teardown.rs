@@ -1,0 +1,146 @@
+//! How Pods end: deletion with a grace period, exit of their containers, removal of the object.
+
+use std::time::Duration;
+
+use crate::config::FinalJobState;
+use crate::k8s::{ContainerState, EventType, PodOwner, PodPhase};
+use crate::slurm::JobBaseState;
+
+use crate::world::{Effect, SandboxOutcome, Timer, Transition, World};
+
+impl World {
+    /// Starts deleting a Pod: Terminating with its grace period, then removal. An unbound or
+    /// finished Pod goes at once.
+    pub fn begin_pod_deletion(&mut self, uid: &str, grace_seconds: Option<i64>) {
+        let Some(pod) = self.cluster.pod(uid) else { return };
+        let (already_deleting, own_grace, running) =
+            (pod.deletion_timestamp.is_some(), pod.termination_grace_period_seconds, pod.phase == PodPhase::Running);
+        let shared_uid = pod.uid.clone();
+        if already_deleting {
+            // A shorter grace on a second delete shortens the wait, as in Kubernetes, and the
+            // Pod's deletion timestamp and grace say so.
+            if let Some(grace) = grace_seconds {
+                let deadline = self.now + Duration::from_secs(grace.max(0) as u64);
+                if let Some(pod) = self.cluster.pod(uid)
+                    && pod.deletion_timestamp.is_some_and(|current| deadline < current)
+                    && let Some(pod) = self.cluster.pod_mut(uid)
+                {
+                    pod.deletion_timestamp = Some(deadline);
+                    pod.deletion_grace_period_seconds = Some(grace.max(0));
+                }
+                self.timers.schedule(deadline, Timer::PodGraceOver(shared_uid));
+            }
+            return;
+        }
+        let grace = grace_seconds.unwrap_or(own_grace).max(0);
+        if !running || grace == 0 {
+            if let Some(pod) = self.cluster.pod_mut(uid) {
+                pod.deletion_timestamp = Some(self.now);
+                pod.deletion_grace_period_seconds = Some(0);
+            }
+            self.count(Transition::PodTerminating);
+            self.remove_pod(uid);
+            return;
+        }
+        let now = self.now;
+        if let Some(pod) = self.cluster.pod_mut(uid) {
+            pod.deletion_timestamp = Some(now + Duration::from_secs(grace as u64));
+            pod.deletion_grace_period_seconds = Some(grace);
+        }
+        self.count(Transition::PodTerminating);
+        self.event(uid, EventType::Normal, "Killing", "Stopping container main", "kubelet");
+        self.effects.push(Effect::StopPod { pod_uid: shared_uid.clone(), grace: Duration::from_secs(grace as u64) });
+        self.timers.schedule(now + Duration::from_secs(grace as u64), Timer::PodGraceOver(shared_uid));
+        self.on_pod_deleting(uid);
+    }
+
+    /// The Pod object disappears; a placeholder waiting for it finishes.
+    pub(crate) fn remove_pod(&mut self, uid: &str) {
+        let Some(pod) = self.cluster.remove_pod(uid) else { return };
+        self.unpin_cpus(uid);
+        self.count(Transition::PodRemoved);
+        self.effects.push(Effect::KillPod { pod_uid: pod.uid.clone() });
+        self.unscheduled.remove(uid);
+        self.waiting_for_room.remove(uid);
+        self.sunk_rejected.remove(uid);
+        if let Some(job) = self.placeholder_of_pod.get(uid).copied() {
+            match self.slurm.job(job).map(|job| (job.state, job.completing)) {
+                Some((JobBaseState::Pending, _)) => {
+                    self.slurm.cancel(job, 0, self.now);
+                    self.placeholder_of_pod.remove(uid);
+                    self.pod_of_placeholder.remove(&job);
+                }
+                Some((_, true)) => self.schedule_epilog(job),
+                Some((JobBaseState::Running, false)) => {
+                    // Removed without passing through Terminating (grace 0): cancel, then release.
+                    self.slurm.cancel(job, 0, self.now);
+                    self.schedule_epilog(job);
+                }
+                _ => {
+                    self.placeholder_of_pod.remove(uid);
+                    self.pod_of_placeholder.remove(&job);
+                }
+            }
+        }
+        if pod.node_name.is_some() {
+            self.room_freed = true;
+            self.slurm_dirty = true;
+        }
+        if let PodOwner::Sandbox(id) = &pod.owner {
+            let id = id.clone();
+            self.sandbox_outcomes.push_back(SandboxOutcome::PodGone(id));
+        }
+    }
+
+    /// A Pod's containers exited by themselves (the host reports it).
+    pub fn pod_exited(&mut self, uid: &str, exit_code: i32) {
+        self.settle();
+        self.on_pod_exited(uid, exit_code);
+        self.settle();
+    }
+
+    pub(super) fn on_pod_exited(&mut self, uid: &str, exit_code: i32) {
+        let Some(pod) = self.cluster.pod(uid) else { return };
+        if pod.phase != PodPhase::Running {
+            return;
+        }
+        let deleting = pod.deletion_timestamp.is_some();
+        let phase = if exit_code == 0 { PodPhase::Succeeded } else { PodPhase::Failed };
+        let reason = if exit_code == 0 { "Completed" } else { "Error" };
+        let now = self.now;
+        if let Some(pod) = self.cluster.pod_mut(uid) {
+            for container in &mut pod.containers {
+                container.state = ContainerState::Terminated { exit_code, reason: reason.to_owned(), finished: now };
+            }
+        }
+        self.cluster.finish_pod(uid, phase, None, None);
+        self.count(Transition::PodFinished);
+        if deleting {
+            // The process honoured SIGTERM: the Pod object goes now.
+            self.remove_pod(uid);
+        } else {
+            self.on_pod_terminal(uid);
+        }
+    }
+
+    /// A Pod ended (rejected or finished): its placeholder is released; the sandbox mirrors it.
+    pub(super) fn on_pod_terminal(&mut self, uid: &str) {
+        self.unpin_cpus(uid);
+        if let Some(&job) = self.placeholder_of_pod.get(uid)
+            && self.slurm.job(job).is_some_and(|job| job.state == JobBaseState::Running && !job.completing)
+        {
+            match self.values.scheduler.finished_pod_job_state {
+                FinalJobState::Completed => self.slurm.finish(job, JobBaseState::Completed, (0, 0), self.now),
+                FinalJobState::Cancelled => {
+                    self.slurm.cancel(job, 0, self.now);
+                }
+            }
+            self.schedule_epilog(job);
+        }
+        self.room_freed = true;
+        self.slurm_dirty = true;
+        if let Some(PodOwner::Sandbox(id)) = self.cluster.pod(uid).map(|pod| pod.owner.clone()) {
+            self.sandbox_outcomes.push_back(SandboxOutcome::PodTerminal(id));
+        }
+    }
+}
