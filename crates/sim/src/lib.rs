@@ -5,10 +5,10 @@
 //! event with a reason and a message. See the crate README for the rooms.
 
 pub mod config;
-pub mod counts;
 pub mod error;
 pub mod ids;
 pub mod k8s;
+pub mod machine;
 pub mod policy;
 pub mod quantity;
 pub mod query;

@@ -19,6 +19,7 @@ use cwsandbox_api::sandbox_v1::{
 use cwsandbox_api::wkt::{FieldMask, Timestamp};
 
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
+use crate::machine::{Counts, IllegalTransition, Transition};
 use crate::time::SimTime;
 
 /// Page size when the request names none (§9 #2).
@@ -69,9 +70,9 @@ pub enum RunnerTransition {
     FinishDelete,
 }
 
-impl RunnerTransition {
-    /// Every transition, in declaration order.
-    pub const ALL: [RunnerTransition; 8] = [
+impl Transition for RunnerTransition {
+    const MACHINE: &'static str = "runner";
+    const ALL: &'static [RunnerTransition] = &[
         RunnerTransition::BeginInstall,
         RunnerTransition::CompleteInstall,
         RunnerTransition::FailInstall,
@@ -82,8 +83,7 @@ impl RunnerTransition {
         RunnerTransition::FinishDelete,
     ];
 
-    /// A stable name for logs and counters.
-    pub fn name(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             RunnerTransition::BeginInstall => "BeginInstall",
             RunnerTransition::CompleteInstall => "CompleteInstall",
@@ -101,17 +101,6 @@ impl fmt::Display for RunnerTransition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
-}
-
-/// A transition was asked for in a state that does not allow it. Inside the registry this means
-/// a precondition check was missed; callers see it as FAILED_PRECONDITION.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("transition {transition} is not allowed while the runner is {state}")]
-pub struct IllegalTransition {
-    /// What was attempted.
-    pub transition: RunnerTransition,
-    /// The state it was attempted in.
-    pub state: &'static str,
 }
 
 /// Where a runner's installation stands. The `since` times are when the phase became due, not
@@ -174,7 +163,11 @@ struct RunnerRecord {
 
 impl RunnerRecord {
     /// Applies one transition if the current state allows it; otherwise changes nothing.
-    fn transition(&mut self, transition: RunnerTransition, now: SimTime) -> Result<(), IllegalTransition> {
+    fn transition(
+        &mut self,
+        transition: RunnerTransition,
+        now: SimTime,
+    ) -> Result<(), IllegalTransition<RunnerTransition>> {
         let illegal = IllegalTransition { transition, state: self.phase.name() };
         match (transition, self.phase) {
             (RunnerTransition::BeginInstall, InstallPhase::Pending { since }) => {
@@ -316,7 +309,7 @@ pub struct RunnerRegistry {
     allow_blind_policy_writes: bool,
     default_policy: Policy,
     policy_validator: fn(&Policy) -> Vec<FieldViolation>,
-    transition_counts: BTreeMap<RunnerTransition, u64>,
+    transition_counts: Counts<RunnerTransition>,
     next_incarnation: u64,
 }
 
@@ -336,7 +329,7 @@ impl RunnerRegistry {
             allow_blind_policy_writes: false,
             default_policy: default_policy(),
             policy_validator: crate::policy::validate_policy,
-            transition_counts: BTreeMap::new(),
+            transition_counts: Counts::default(),
             next_incarnation: 1,
         }
     }
@@ -640,7 +633,7 @@ impl RunnerRegistry {
         }
         record.transition(RunnerTransition::BeginDelete, now).map_err(illegal_to_error)?;
         record.runner.update_time = Some(timestamp(now));
-        count(&mut self.transition_counts, RunnerTransition::BeginDelete);
+        self.transition_counts.add(RunnerTransition::BeginDelete);
         Ok(())
     }
 
@@ -659,7 +652,7 @@ impl RunnerRegistry {
         record.transition(RunnerTransition::StartRollout, now).map_err(illegal_to_error)?;
         record.runner.update_time = Some(timestamp(now));
         let runner = record.runner.clone();
-        count(&mut self.transition_counts, RunnerTransition::StartRollout);
+        self.transition_counts.add(RunnerTransition::StartRollout);
         Ok(runner)
     }
 
@@ -678,7 +671,7 @@ impl RunnerRegistry {
                     if record.transition(transition, now).is_err() {
                         break;
                     }
-                    count(&mut self.transition_counts, transition);
+                    self.transition_counts.add(transition);
                 }
             }
             // Checked before pruning: this runs on every command, and there is rarely anything
@@ -749,11 +742,11 @@ impl RunnerRegistry {
 
     /// How often each transition has run since the registry was made.
     pub fn transition_count(&self, transition: RunnerTransition) -> u64 {
-        self.transition_counts.get(&transition).copied().unwrap_or(0)
+        self.transition_counts.get(transition)
     }
 
     /// All transition counters, by transition.
-    pub fn transition_counts(&self) -> &BTreeMap<RunnerTransition, u64> {
+    pub fn transition_counts(&self) -> &Counts<RunnerTransition> {
         &self.transition_counts
     }
 
@@ -1021,12 +1014,8 @@ fn being_deleted(runner_id: &str) -> SimError {
     }
 }
 
-fn illegal_to_error(illegal: IllegalTransition) -> SimError {
+fn illegal_to_error(illegal: IllegalTransition<RunnerTransition>) -> SimError {
     SimError::FailedPrecondition { reason: Reason::PreconditionFailed, message: illegal.to_string() }
-}
-
-fn count(counts: &mut BTreeMap<RunnerTransition, u64>, transition: RunnerTransition) {
-    *counts.entry(transition).or_insert(0) += 1;
 }
 
 fn runner_id_of(runner: &ManagedRunner) -> &str {

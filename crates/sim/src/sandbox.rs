@@ -12,12 +12,14 @@ use prost::Message;
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::ids::{IdHash, SharedStr};
 use crate::k8s::{ContainerState, Labels, Pod, PodContainer, PodOwner, PodPhase};
+use crate::machine::IllegalTransition;
 use crate::policy::{self, PreparedPolicy, RuntimeDefaults};
 use crate::quantity::Quantity;
 use crate::resolved::ResolvedSpec;
 use crate::slurm::{JobBaseState, JobId};
 use crate::sunk::{self, NotHandled};
 use crate::time::SimTime;
+use crate::world::legal;
 use crate::world::{SANDBOX_ID_LABEL, World};
 
 /// Who asks: an organization and a user in it.
@@ -74,6 +76,48 @@ enum Life {
     Ended { state: SandboxState, reason: String, exit_code: Option<i32>, at: SimTime },
 }
 
+/// The phase of a sandbox's life, without what each phase carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LifePhase {
+    Live,
+    TearingDown,
+    Ended,
+}
+
+impl Life {
+    fn phase(&self) -> LifePhase {
+        match self {
+            Life::Live => LifePhase::Live,
+            Life::TearingDown(_) => LifePhase::TearingDown,
+            Life::Ended { .. } => LifePhase::Ended,
+        }
+    }
+
+    /// Moves to `to` by `transition` if the current phase allows it; otherwise changes nothing.
+    fn transition(
+        &mut self,
+        transition: SandboxTransition,
+        to: Life,
+    ) -> Result<(), IllegalTransition<SandboxTransition>> {
+        let phase = self.phase();
+        if !transition.allowed_from().contains(&phase) || transition.leads_to() != Some(to.phase()) {
+            return Err(IllegalTransition { transition, state: phase.name() });
+        }
+        *self = to;
+        Ok(())
+    }
+}
+
+impl LifePhase {
+    fn name(self) -> &'static str {
+        match self {
+            LifePhase::Live => "LIVE",
+            LifePhase::TearingDown => "TEARING_DOWN",
+            LifePhase::Ended => "ENDED",
+        }
+    }
+}
+
 /// Named sandbox transitions, counted for coverage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SandboxTransition {
@@ -83,6 +127,8 @@ pub enum SandboxTransition {
     Replay,
     /// Deletion requested.
     Delete,
+    /// Its Pod was deleted directly (`kubectl delete pod`).
+    PodDeleted,
     /// Lifetime expired.
     Expire,
     /// Pod gone: ended.
@@ -93,16 +139,56 @@ pub enum SandboxTransition {
     Forget,
 }
 
-impl SandboxTransition {
+impl crate::machine::Transition for SandboxTransition {
+    const MACHINE: &'static str = "sandbox";
+    const ALL: &'static [SandboxTransition] = &[
+        SandboxTransition::Create,
+        SandboxTransition::Replay,
+        SandboxTransition::Delete,
+        SandboxTransition::PodDeleted,
+        SandboxTransition::Expire,
+        SandboxTransition::End,
+        SandboxTransition::Finish,
+        SandboxTransition::Forget,
+    ];
+
     fn name(self) -> &'static str {
         match self {
             SandboxTransition::Create => "sandbox_create",
             SandboxTransition::Replay => "sandbox_replay",
             SandboxTransition::Delete => "sandbox_delete",
+            SandboxTransition::PodDeleted => "sandbox_pod_deleted",
             SandboxTransition::Expire => "sandbox_expire",
             SandboxTransition::End => "sandbox_end",
             SandboxTransition::Finish => "sandbox_finish",
             SandboxTransition::Forget => "sandbox_forget",
+        }
+    }
+}
+
+impl SandboxTransition {
+    /// The phases this transition may start from (creation starts from no sandbox).
+    fn allowed_from(self) -> &'static [LifePhase] {
+        match self {
+            SandboxTransition::Create | SandboxTransition::Replay => &[],
+            SandboxTransition::Delete
+            | SandboxTransition::PodDeleted
+            | SandboxTransition::Expire
+            | SandboxTransition::Finish => &[LifePhase::Live],
+            SandboxTransition::End => &[LifePhase::Live, LifePhase::TearingDown],
+            SandboxTransition::Forget => &[LifePhase::Ended],
+        }
+    }
+
+    /// The phase it leads to (`None`: out of the world).
+    fn leads_to(self) -> Option<LifePhase> {
+        match self {
+            SandboxTransition::Create | SandboxTransition::Replay => Some(LifePhase::Live),
+            SandboxTransition::Delete | SandboxTransition::PodDeleted | SandboxTransition::Expire => {
+                Some(LifePhase::TearingDown)
+            }
+            SandboxTransition::Finish | SandboxTransition::End => Some(LifePhase::Ended),
+            SandboxTransition::Forget => None,
         }
     }
 }
@@ -230,7 +316,22 @@ const MAX_LIFETIME_SECONDS: i32 = 2_592_000;
 
 impl World {
     fn count_sandbox(&mut self, transition: SandboxTransition) {
-        self.transitions.add(transition.name());
+        self.sandbox_transitions.add(transition);
+    }
+
+    /// Moves sandbox `id` by `transition` to `to`, counted.
+    fn sandbox_step(
+        &mut self,
+        id: &str,
+        transition: SandboxTransition,
+        to: Life,
+    ) -> Result<(), IllegalTransition<SandboxTransition>> {
+        let Some(sandbox) = self.sandboxes.by_id.get_mut(id) else {
+            return Err(IllegalTransition { transition, state: "forgotten" });
+        };
+        sandbox.life.transition(transition, to)?;
+        self.count_sandbox(transition);
+        Ok(())
     }
 
     /// Creates a sandbox. The same `request_id` with the same body returns the same sandbox;
@@ -561,10 +662,7 @@ impl World {
         if sandbox.state.is_terminal() || sandbox.state == SandboxState::Terminating {
             return Ok(sandbox);
         }
-        if let Some(stored) = self.sandboxes.by_id.get_mut(id) {
-            stored.life = Life::TearingDown(TeardownCause::OwnerDeleted);
-        }
-        self.count_sandbox(SandboxTransition::Delete);
+        legal(self.sandbox_step(id, SandboxTransition::Delete, Life::TearingDown(TeardownCause::OwnerDeleted)));
         let grace = (grace_seconds > 0).then_some(i64::from(grace_seconds));
         self.begin_pod_deletion(&sandbox.pod_uid, grace);
         self.settle();
@@ -587,10 +685,9 @@ impl World {
     }
 
     pub(crate) fn sandbox_delete_requested(&mut self, id: &str) {
-        if let Some(sandbox) = self.sandboxes.by_id.get_mut(id)
-            && sandbox.life == Life::Live
-        {
-            sandbox.life = Life::TearingDown(TeardownCause::PodDeleted);
+        // A Pod already going (its sandbox deleted, or expired) is deleted again: nothing changes.
+        if self.sandboxes.by_id.get(id).is_some_and(|sandbox| sandbox.life == Life::Live) {
+            legal(self.sandbox_step(id, SandboxTransition::PodDeleted, Life::TearingDown(TeardownCause::PodDeleted)));
         }
     }
 
@@ -600,9 +697,12 @@ impl World {
             return;
         }
         let lifetime = sandbox.resolved.max_lifetime_seconds;
-        sandbox.life = Life::TearingDown(TeardownCause::LifetimeExpired(lifetime));
         let pod_uid = sandbox.pod_uid.clone();
-        self.count_sandbox(SandboxTransition::Expire);
+        legal(self.sandbox_step(
+            id,
+            SandboxTransition::Expire,
+            Life::TearingDown(TeardownCause::LifetimeExpired(lifetime)),
+        ));
         if self.cluster.pod(&pod_uid).is_some() {
             self.begin_pod_deletion(&pod_uid, None);
         } else {
@@ -631,10 +731,8 @@ impl World {
         };
         let now = self.now();
         let retention = Duration::from_secs(u64::from(self.sandbox_values().retention_seconds));
-        let Some(sandbox) = self.sandboxes.by_id.get_mut(id) else { return };
-        sandbox.life = Life::Ended { state, reason, exit_code, at: now };
-        let id = sandbox.info.id.clone();
-        self.count_sandbox(SandboxTransition::Finish);
+        legal(self.sandbox_step(id, SandboxTransition::Finish, Life::Ended { state, reason, exit_code, at: now }));
+        let Some(id) = self.sandboxes.by_id.get(id).map(|sandbox| sandbox.info.id.clone()) else { return };
         self.timers.schedule(now + retention, crate::world::Timer::SandboxForget(id));
     }
 
@@ -647,7 +745,7 @@ impl World {
         });
         let now = self.now();
         let retention = Duration::from_secs(u64::from(self.sandbox_values().retention_seconds));
-        let Some(sandbox) = self.sandboxes.by_id.get_mut(id) else { return };
+        let Some(sandbox) = self.sandboxes.by_id.get(id) else { return };
         let (state, reason) = match &sandbox.life {
             Life::Ended { .. } => return,
             Life::TearingDown(TeardownCause::OwnerDeleted) => {
@@ -673,9 +771,8 @@ impl World {
                 _ => (SandboxState::Terminated, "its Pod was removed".to_owned()),
             },
         };
-        sandbox.life = Life::Ended { state, reason, exit_code: None, at: now };
         let id = sandbox.info.id.clone();
-        self.count_sandbox(SandboxTransition::End);
+        legal(self.sandbox_step(&id, SandboxTransition::End, Life::Ended { state, reason, exit_code: None, at: now }));
         self.timers.schedule(now + retention, crate::world::Timer::SandboxForget(id));
     }
 
@@ -689,16 +786,12 @@ impl World {
         // The Pod's end is this sandbox's end before it is forgotten.
         self.hand_over_sandbox_outcomes();
         let now = self.now();
-        if let Some(sandbox) = self.sandboxes.by_id.get_mut(id)
-            && !matches!(sandbox.life, Life::Ended { .. })
-        {
-            // It never had a Pod: nothing else would end it.
-            sandbox.life = Life::Ended {
-                state: SandboxState::Terminated,
-                reason: "its organization was reset".to_owned(),
-                exit_code: None,
-                at: now,
-            };
+        if self.sandboxes.by_id.get(id).is_some_and(|sandbox| sandbox.life.phase() != LifePhase::Ended) {
+            // Its Pod was already gone without ending it (no path does that today): end it here,
+            // or it could never be forgotten.
+            let reason = "its organization was reset".to_owned();
+            let ended = Life::Ended { state: SandboxState::Terminated, reason, exit_code: None, at: now };
+            legal(self.sandbox_step(id, SandboxTransition::End, ended));
         }
         self.sandbox_forget(id);
         running
@@ -706,7 +799,8 @@ impl World {
 
     pub(crate) fn sandbox_forget(&mut self, id: &str) {
         let Some(sandbox) = self.sandboxes.by_id.get(id) else { return };
-        if !matches!(sandbox.life, Life::Ended { .. }) {
+        // Only an ended sandbox is forgotten (an organization's reset ends it first).
+        if !SandboxTransition::Forget.allowed_from().contains(&sandbox.life.phase()) {
             return;
         }
         let pod_uid = sandbox.pod_uid.clone();
@@ -843,4 +937,40 @@ fn decode_token(token: &str) -> Option<(i64, String)> {
     let text = String::from_utf8(bytes?).ok()?;
     let (millis, id) = text.split_once('.')?;
     Some((i64::from_str_radix(millis, 16).ok()?, id.to_owned()))
+}
+
+#[cfg(test)]
+mod machine_tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_transitions_refuse_phases_that_do_not_allow_them() {
+        let ended = || Life::Ended {
+            state: SandboxState::Completed,
+            reason: String::new(),
+            exit_code: Some(0),
+            at: SimTime::from_secs(1),
+        };
+        let mut life = Life::Live;
+        assert_eq!(
+            life.transition(SandboxTransition::Delete, ended()),
+            Err(IllegalTransition { transition: SandboxTransition::Delete, state: "LIVE" }),
+            "a transition cannot lead anywhere but its own target"
+        );
+        assert_eq!(
+            life.transition(SandboxTransition::Forget, ended()),
+            Err(IllegalTransition { transition: SandboxTransition::Forget, state: "LIVE" })
+        );
+        assert_eq!(life.transition(SandboxTransition::Delete, Life::TearingDown(TeardownCause::OwnerDeleted)), Ok(()));
+        assert_eq!(
+            life.transition(SandboxTransition::Expire, Life::TearingDown(TeardownCause::LifetimeExpired(5))),
+            Err(IllegalTransition { transition: SandboxTransition::Expire, state: "TEARING_DOWN" })
+        );
+        assert_eq!(life, Life::TearingDown(TeardownCause::OwnerDeleted), "a refused transition changes nothing");
+        assert_eq!(life.transition(SandboxTransition::End, ended()), Ok(()));
+        assert_eq!(
+            life.transition(SandboxTransition::Finish, ended()).unwrap_err().to_string(),
+            "transition sandbox_finish is not allowed while the sandbox is ENDED"
+        );
+    }
 }

@@ -410,7 +410,7 @@ pub struct Slurm {
     /// Per partition: schedulable nodes ordered by free CPUs.
     free_index: HashMap<String, BTreeSet<(u32, usize)>, crate::ids::IdHash>,
     /// How often each named transition ran.
-    pub transitions: crate::counts::TransitionCounts,
+    pub transitions: crate::machine::Counts<JobTransition>,
     /// The default QOS name, shared by every job that names none.
     normal_qos: Arc<str>,
     /// Per node (same index as `nodes`): how many of its jobs refuse company or share only with
@@ -427,20 +427,68 @@ struct NodeSharing {
     user: u32,
 }
 
-/// Named job transitions, counted for coverage.
+/// Where a job stands: the one reading of its base state, its COMPLETING flag and whether its
+/// prolog still runs, on which the job machine's transitions are defined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobPhase {
+    /// Queued, waiting for a node.
+    Pending,
+    /// Holding its node while the prolog runs (RUNNING, reason `Prolog`).
+    Prolog,
+    /// The script runs.
+    Running,
+    /// Ended (cancelled, finished, preempted, timed out) and COMPLETING: the epilog, or the
+    /// placeholder's Pod, is not done yet. The node is still held.
+    Completing,
+    /// Out of the queue: on record only.
+    Ended,
+}
+
+impl JobPhase {
+    /// Every phase.
+    pub const ALL: [JobPhase; 5] =
+        [JobPhase::Pending, JobPhase::Prolog, JobPhase::Running, JobPhase::Completing, JobPhase::Ended];
+
+    /// A stable name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobPhase::Pending => "PENDING",
+            JobPhase::Prolog => "PROLOG",
+            JobPhase::Running => "RUNNING",
+            JobPhase::Completing => "COMPLETING",
+            JobPhase::Ended => "ENDED",
+        }
+    }
+}
+
+impl Job {
+    /// Where the job stands.
+    pub fn phase(&self) -> JobPhase {
+        match (self.state, self.completing, self.in_prolog) {
+            (_, true, _) => JobPhase::Completing,
+            (JobBaseState::Pending, false, _) => JobPhase::Pending,
+            (JobBaseState::Running, false, true) => JobPhase::Prolog,
+            (JobBaseState::Running, false, false) => JobPhase::Running,
+            (_, false, _) => JobPhase::Ended,
+        }
+    }
+}
+
+/// One named step of a job's lifecycle. Every change of a queued job's state goes through one
+/// of these; [`JobTransition::allowed_from`] is the machine's table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum JobTransition {
     /// Queued.
     Submit,
-    /// Node allocated.
+    /// Node allocated (PENDING → PROLOG, or RUNNING for a job without a prolog).
     Allocate,
     /// Prolog finished; the script started.
     StartScript,
-    /// Ended by itself.
+    /// Ended by itself (COMPLETED, FAILED).
     Finish,
-    /// `scancel`.
+    /// `scancel` of an allocated job: CANCELLED|COMPLETING.
     Cancel,
-    /// Cancelled before it started.
+    /// Cancelled before it started: out of the queue at once.
     CancelPending,
     /// Preempted (CANCEL).
     Preempt,
@@ -448,11 +496,25 @@ pub enum JobTransition {
     Requeue,
     /// Time limit hit.
     Timeout,
-    /// Left COMPLETING; leaves the queue.
+    /// Left COMPLETING; leaves the queue (or, requeued, waits again).
     Release,
 }
 
-impl JobTransition {
+impl crate::machine::Transition for JobTransition {
+    const MACHINE: &'static str = "job";
+    const ALL: &'static [JobTransition] = &[
+        JobTransition::Submit,
+        JobTransition::Allocate,
+        JobTransition::StartScript,
+        JobTransition::Finish,
+        JobTransition::Cancel,
+        JobTransition::CancelPending,
+        JobTransition::Preempt,
+        JobTransition::Requeue,
+        JobTransition::Timeout,
+        JobTransition::Release,
+    ];
+
     fn name(self) -> &'static str {
         match self {
             JobTransition::Submit => "submit",
@@ -468,6 +530,27 @@ impl JobTransition {
         }
     }
 }
+
+impl JobTransition {
+    /// The phases this transition may start from (`Submit` starts from no job at all).
+    pub fn allowed_from(self) -> &'static [JobPhase] {
+        use JobPhase::*;
+        match self {
+            JobTransition::Submit => &[],
+            JobTransition::Allocate | JobTransition::CancelPending => &[Pending],
+            JobTransition::StartScript => &[Prolog],
+            JobTransition::Finish
+            | JobTransition::Cancel
+            | JobTransition::Preempt
+            | JobTransition::Requeue
+            | JobTransition::Timeout => &[Prolog, Running],
+            JobTransition::Release => &[Completing],
+        }
+    }
+}
+
+/// A job transition refused: the job is in a phase that does not allow it, or not queued.
+pub type IllegalJobTransition = crate::machine::IllegalTransition<JobTransition>;
 
 impl Slurm {
     /// An empty cluster whose first job id is `first_job_id`.
@@ -533,8 +616,14 @@ impl Slurm {
         }
     }
 
-    fn count(&mut self, transition: JobTransition) {
-        self.transitions.add(transition.name());
+    /// Checks that `transition` may run on job `id` now and counts it; the caller then applies it.
+    fn begin(&mut self, id: JobId, transition: JobTransition) -> Result<(), IllegalJobTransition> {
+        let phase = self.queue.get(&id).map_or(JobPhase::Ended, |job| job.phase());
+        if !transition.allowed_from().contains(&phase) {
+            return Err(IllegalJobTransition { transition, state: phase.name() });
+        }
+        self.transitions.add(transition);
+        Ok(())
     }
 
     /// The default partition's name.
@@ -666,7 +755,7 @@ impl Slurm {
         };
         self.pending.insert((Reverse(tier), Reverse(job.priority), now, id));
         self.queue.insert(id, Box::new(job));
-        self.count(JobTransition::Submit);
+        self.transitions.add(JobTransition::Submit);
         Ok(id)
     }
 
@@ -728,6 +817,10 @@ impl Slurm {
     }
 
     fn allocate(&mut self, id: JobId, index: usize, now: SimTime) {
+        // Only pending jobs are in the pending set that scheduling walks.
+        if self.begin(id, JobTransition::Allocate).is_err() {
+            return;
+        }
         self.index_remove(index);
         let Some(job) = self.queue.get(&id) else { return };
         let (cpus, mem, gpus) = (job.req_cpus, job.req_mem_mb, job.req_gpus);
@@ -759,7 +852,6 @@ impl Slurm {
             job.gpu_indices = indices;
             job.waiting_for_preempted.clear();
         }
-        self.count(JobTransition::Allocate);
     }
 
     fn free(&mut self, id: JobId) {
@@ -881,74 +973,76 @@ impl Slurm {
             .get(&id)
             .and_then(|job| self.partitions.get(&*job.partition))
             .map_or(PreemptMode::Cancel, |partition| partition.preempt_mode);
+        let transition = if mode == PreemptMode::Requeue { JobTransition::Requeue } else { JobTransition::Preempt };
+        // Victims are chosen among allocated jobs that are not completing.
+        if self.begin(id, transition).is_err() {
+            return;
+        }
         if let Some(job) = self.queue.get_mut(&id) {
             job.state = if mode == PreemptMode::Requeue { JobBaseState::Requeued } else { JobBaseState::Preempted };
             job.completing = true;
             job.end = Some(now);
             job.exit_code = (0, 15);
         }
-        self.count(if mode == PreemptMode::Requeue { JobTransition::Requeue } else { JobTransition::Preempt });
     }
 
     /// The prolog finished and the script started: `Extra` gets `: started`.
-    pub fn start_script(&mut self, id: JobId) {
-        if let Some(job) = self.queue.get_mut(&id)
-            && job.state == JobBaseState::Running
-            && job.in_prolog
-        {
+    pub fn start_script(&mut self, id: JobId) -> Result<(), IllegalJobTransition> {
+        self.begin(id, JobTransition::StartScript)?;
+        if let Some(job) = self.queue.get_mut(&id) {
             job.in_prolog = false;
             set_reason(&mut job.reason, "None");
             job.extra.push_str(": started");
-            self.count(JobTransition::StartScript);
         }
+        Ok(())
     }
 
-    /// `scancel` by `uid`. Pending jobs end at once (start = end); running ones become
-    /// CANCELLED|COMPLETING until [`Slurm::release`]. Returns whether the job was running.
-    pub fn cancel(&mut self, id: JobId, by_uid: u32, now: SimTime) -> Option<bool> {
-        let job = self.queue.get_mut(&id)?;
-        if job.completing || job.state.is_finished() {
-            return Some(false);
-        }
-        let was_running = job.state == JobBaseState::Running;
+    /// `scancel` by `uid`. Pending jobs end at once (start = end); allocated ones become
+    /// CANCELLED|COMPLETING until [`Slurm::release`]. Returns whether the job was allocated.
+    pub fn cancel(&mut self, id: JobId, by_uid: u32, now: SimTime) -> Result<bool, IllegalJobTransition> {
+        let pending = self.queue.get(&id).is_some_and(|job| job.phase() == JobPhase::Pending);
+        self.begin(id, if pending { JobTransition::CancelPending } else { JobTransition::Cancel })?;
+        let Some(job) = self.queue.get_mut(&id) else { return Ok(false) };
+        let was_running = !pending;
         job.state = JobBaseState::Cancelled;
         job.cancelled_by = Some(by_uid);
         job.end = Some(now);
         job.exit_code = (0, if was_running { 15 } else { 0 });
         if was_running {
             job.completing = true;
-            self.count(JobTransition::Cancel);
         } else {
             job.start = Some(now);
             set_reason(&mut job.reason, "None");
             self.pending.retain(|key| key.3 != id);
             self.retire(id);
-            self.count(JobTransition::CancelPending);
         }
-        Some(was_running)
+        Ok(was_running)
     }
 
     /// The job ended by itself with `state` (COMPLETED, FAILED, TIMEOUT); it completes once
     /// [`Slurm::release`] is called.
-    pub fn finish(&mut self, id: JobId, state: JobBaseState, exit_code: (i32, i32), now: SimTime) {
-        let Some(job) = self.queue.get_mut(&id) else { return };
-        if job.completing || job.state != JobBaseState::Running {
-            return;
+    pub fn finish(
+        &mut self,
+        id: JobId,
+        state: JobBaseState,
+        exit_code: (i32, i32),
+        now: SimTime,
+    ) -> Result<(), IllegalJobTransition> {
+        self.begin(id, if state == JobBaseState::Timeout { JobTransition::Timeout } else { JobTransition::Finish })?;
+        if let Some(job) = self.queue.get_mut(&id) {
+            job.state = state;
+            job.exit_code = exit_code;
+            job.end = Some(now);
+            job.completing = true;
         }
-        job.state = state;
-        job.exit_code = exit_code;
-        job.end = Some(now);
-        job.completing = true;
-        self.count(if state == JobBaseState::Timeout { JobTransition::Timeout } else { JobTransition::Finish });
+        Ok(())
     }
 
     /// COMPLETING ends: the node is freed and the job leaves the queue (a requeued one goes back
     /// to pending as a fresh allocation request).
-    pub fn release(&mut self, id: JobId, now: SimTime) {
-        let Some(job) = self.queue.get(&id) else { return };
-        if !job.completing {
-            return;
-        }
+    pub fn release(&mut self, id: JobId, now: SimTime) -> Result<(), IllegalJobTransition> {
+        self.begin(id, JobTransition::Release)?;
+        let Some(job) = self.queue.get(&id) else { return Ok(()) };
         let requeue = job.state == JobBaseState::Requeued;
         let tier = self.partitions.get(&*job.partition).map_or(0, |partition| partition.priority_tier);
         self.free(id);
@@ -969,7 +1063,7 @@ impl Slurm {
         } else {
             self.retire(id);
         }
-        self.count(JobTransition::Release);
+        Ok(())
     }
 
     /// Drains a node with a reason: nothing new is placed there.

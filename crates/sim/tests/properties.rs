@@ -121,7 +121,7 @@ fn check_invariants(h: &Harness, known_records: &mut BTreeSet<u32>, step: usize)
     assert!(known_records.is_subset(&now), "step {step}: accounting lost records");
     assert_eq!(
         now.len() as u64,
-        world.transitions.get("placeholder_submitted").copied().unwrap_or(0) + batch_count(world),
+        world.transitions.get(cwsandbox_sim::world::Transition::PlaceholderSubmitted) + batch_count(world),
         "step {step}"
     );
     *known_records = now;

@@ -444,3 +444,27 @@ fn organizations_see_and_reset_only_their_own_part_of_the_cluster() {
     assert_eq!(h.world.get_sandbox("default-org", &mine.id).unwrap_err().reason(), Some(Reason::SandboxNotFound));
     assert_eq!(jobs(&h, &a), [my_job]);
 }
+
+/// Every named sandbox transition runs in some scenario of this file.
+#[test]
+fn every_sandbox_transition_is_exercised() {
+    let coverage = coverage_of(&[
+        create_goes_pending_then_running_through_slurm,
+        same_request_id_same_body_returns_the_same_sandbox_other_body_conflicts,
+        unknown_runner_and_serverless_mode_are_refused_and_nothing_is_created,
+        delete_goes_terminating_then_completed_and_stays_readable_until_retention,
+        delete_of_a_process_ignoring_sigterm_completes_after_the_grace,
+        main_process_exit_codes_give_completed_or_failed,
+        lifetime_expiry_terminates,
+        kubelet_rejection_fails_the_sandbox_with_the_reason,
+        scancel_terminates_the_sandbox_with_the_job_in_the_reason,
+        other_organizations_see_nothing,
+        listing_pages_with_opaque_tokens_and_filters,
+        fresh_scenario_rejects_the_default_grace_and_says_why,
+        same_seed_same_world,
+        job_listings_keep_queue_and_accounting_apart,
+        a_failed_upgrade_changes_nothing,
+        organizations_see_and_reset_only_their_own_part_of_the_cluster,
+    ]);
+    assert_eq!(coverage.sandboxes.never_run(), [], "sandboxes transitions no scenario here exercises");
+}

@@ -7,7 +7,8 @@ use common::*;
 use cwsandbox_sim::config::ScopeType;
 use cwsandbox_sim::k8s::PodPhase;
 use cwsandbox_sim::query::Scope;
-use cwsandbox_sim::slurm::JobBaseState;
+use cwsandbox_sim::slurm::{IllegalJobTransition, JobBaseState, JobPhase, JobTransition};
+use cwsandbox_sim::world::Transition;
 
 #[test]
 fn item_01_other_scheduler_name_is_ignored() {
@@ -191,7 +192,7 @@ fn item_11_node_lock_taint_annotation_and_eviction() {
     assert!(h.node_locked("node-cpu-0"));
     assert_eq!(h.slurmd_lock("slurm-cpu-0"), "locked_strict");
     assert!(h.pod(&plain).deletion_timestamp.is_some(), "non-tolerating non-SUNK Pod evicted (Terminating)");
-    assert!(h.world.transitions.get("pod_evicted").copied().unwrap_or(0) >= 1);
+    assert!(h.world.transitions.get(Transition::PodEvicted) >= 1);
     let second = h.create(sunk_pod("second"));
     assert_eq!(h.slurmd_lock("slurm-cpu-0"), "locked_strict");
     h.advance(2);
@@ -388,6 +389,29 @@ fn default_scheduler_pod(name: &str, requests: (&str, &str), limits: (&str, &str
 }
 
 #[test]
+fn default_scheduler_pod_that_fits_no_node_waits_with_one_failed_scheduling_warning() {
+    let mut h = harness(|_| {});
+    let huge = h.create(default_scheduler_pod("huge", ("100", "1Gi"), ("100", "1Gi")));
+    let pod = h.pod(&huge);
+    assert_eq!((pod.phase, pod.node_name.as_deref()), (PodPhase::Pending, None));
+    let warnings = h.warnings_for(&huge);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].reason, "FailedScheduling");
+    let nodes = h.world.cluster.nodes.len();
+    assert!(
+        warnings[0].message.starts_with(&format!("0/{nodes} nodes are available: {nodes} Insufficient cpu")),
+        "{}",
+        warnings[0].message
+    );
+    // Retried when room frees, silently: the warning is not repeated.
+    let small = h.create(default_scheduler_pod("small", ("1", "1Gi"), ("1", "1Gi")));
+    h.world.delete_pod(&Scope::Cluster, "sandboxes", "small", Some(0)).unwrap();
+    assert!(!h.pod_exists(&small));
+    assert_eq!(h.warnings_for(&huge).len(), 1);
+    assert_eq!(h.world.transitions.get(Transition::DefaultSchedulingFailed), 1);
+}
+
+#[test]
 fn item_21_guaranteed_integer_cpu_pod_pins_cpus_and_the_next_job_drains_the_node() {
     // One 8-CPU Slurm node; a 4-CPU Guaranteed Pod does not fit the 4-CPU system Node, so the
     // default scheduler puts it on the Slurm node, where Slurm cannot see it.
@@ -403,7 +427,7 @@ fn item_21_guaranteed_integer_cpu_pod_pins_cpus_and_the_next_job_drains_the_node
     assert_eq!((record.state, record.exit_code), (JobBaseState::Failed, (1, 0)), "the job failed");
     let node = h.world.slurm.node("slurm-cpu-0").unwrap();
     assert_eq!(node.drain_reason.as_deref(), Some("batch job complete failure"), "the node drained");
-    assert_eq!(h.world.transitions.get("job_failed_on_pinned_cpus"), Some(&1));
+    assert_eq!(h.world.transitions.get(Transition::JobFailedOnPinnedCpus), 1);
 
     // Resuming the node while the Pod still pins its CPUs fails the next job the same way; once
     // the Pod is gone the CPUs are free again.
@@ -412,7 +436,7 @@ fn item_21_guaranteed_integer_cpu_pod_pins_cpus_and_the_next_job_drains_the_node
     h.world.resume_node("slurm-cpu-0").unwrap();
     let job = h.world.submit_batch_job(&Scope::Cluster, batch(6, Some(600))).unwrap();
     assert_eq!(h.record(job).state, JobBaseState::Failed);
-    assert_eq!(h.world.transitions.get("job_failed_on_pinned_cpus"), Some(&2));
+    assert_eq!(h.world.transitions.get(Transition::JobFailedOnPinnedCpus), 2);
     h.world.delete_pod(&Scope::Cluster, "sandboxes", "pinned", Some(0)).unwrap();
     assert_eq!(h.world.cluster.nodes["node-cpu-0"].pinned_cpus, 0);
     h.advance(1);
@@ -629,6 +653,68 @@ fn item_28_higher_tier_placeholder_preempts_a_batch_job() {
 }
 
 #[test]
+fn preempt_mode_requeue_puts_the_lower_tier_batch_job_back_in_the_queue() {
+    let mut h = harness(|values| {
+        preemption_values(values);
+        values.slurm.partitions[0].preempt_mode = "REQUEUE".to_owned();
+    });
+    let low = h.world.submit_batch_job(&Scope::Cluster, batch(8, None)).unwrap();
+    let mut urgent = batch(8, Some(60));
+    urgent.partition = Some("high".to_owned());
+    let urgent = h.world.submit_batch_job(&Scope::Cluster, urgent).unwrap();
+    h.advance(1);
+    let requeued = h.queued(low).expect("a requeued job stays queued");
+    assert_eq!((requeued.state, requeued.start), (JobBaseState::Pending, None), "waiting again, as a fresh request");
+    assert_eq!(h.world.slurm.transitions.get(JobTransition::Requeue), 1);
+    assert_eq!(h.queued(urgent).unwrap().state, JobBaseState::Running);
+    h.advance(61);
+    assert_eq!(h.queued(low).unwrap().state, JobBaseState::Running, "placed again once the urgent job ended");
+}
+
+#[test]
+fn a_batch_job_over_its_time_limit_ends_timeout() {
+    let mut h = harness(|_| {});
+    let mut request = batch(2, Some(600));
+    request.time_limit_seconds = Some(10);
+    let job = h.world.submit_batch_job(&Scope::Cluster, request).unwrap();
+    h.advance(9);
+    assert_eq!(h.queued(job).unwrap().state, JobBaseState::Running);
+    h.advance(1);
+    let record = h.record(job);
+    assert_eq!((record.state, record.exit_code), (JobBaseState::Timeout, (0, 1)));
+    assert!(h.queued(job).is_none(), "released after the epilog");
+}
+
+#[test]
+fn job_transitions_refuse_phases_that_do_not_allow_them() {
+    let mut h = harness(|values| values.node_sets[0].replicas = 1);
+    let now = h.world.now();
+    let running = h.world.submit_batch_job(&Scope::Cluster, batch(8, None)).unwrap();
+    let pending = h.world.submit_batch_job(&Scope::Cluster, batch(8, None)).unwrap();
+    let slurm = &mut h.world.slurm;
+    assert_eq!(
+        (slurm.job(running).unwrap().phase(), slurm.job(pending).unwrap().phase()),
+        (JobPhase::Running, JobPhase::Pending)
+    );
+    fn refused<T>(transition: JobTransition, state: &'static str) -> Result<T, IllegalJobTransition> {
+        Err(IllegalJobTransition { transition, state })
+    }
+    assert_eq!(slurm.start_script(running), refused(JobTransition::StartScript, "RUNNING"), "no prolog to end");
+    assert_eq!(slurm.start_script(pending), refused(JobTransition::StartScript, "PENDING"));
+    assert_eq!(slurm.finish(pending, JobBaseState::Completed, (0, 0), now), refused(JobTransition::Finish, "PENDING"));
+    assert_eq!(slurm.release(running, now), refused(JobTransition::Release, "RUNNING"));
+    assert_eq!(slurm.cancel(running, 0, now), Ok(true));
+    assert_eq!(slurm.job(running).unwrap().phase(), JobPhase::Completing);
+    assert_eq!(slurm.cancel(running, 0, now), refused(JobTransition::Cancel, "COMPLETING"), "no second cancel");
+    assert_eq!(slurm.cancel(pending, 0, now), Ok(false));
+    assert_eq!(slurm.cancel(pending, 0, now), refused(JobTransition::Cancel, "ENDED"));
+    assert_eq!(
+        refused::<()>(JobTransition::Release, "ENDED").unwrap_err().to_string(),
+        "transition release is not allowed while the job is ENDED"
+    );
+}
+
+#[test]
 fn item_29_completing_is_never_in_accounting() {
     let mut h = harness(|_| {});
     let uid = h.create(sunk_pod("cg"));
@@ -689,4 +775,51 @@ fn item_44_unsatisfied_node_affinity_leaves_the_pod_stuck_after_binding() {
     assert_eq!((pod.phase, pod.reason.as_deref()), (PodPhase::Failed, Some("NodeAffinity")));
     h.advance(60);
     assert_eq!(h.pod(&uid).node_name, pod.node_name, "no retry elsewhere");
+}
+
+/// Every named transition of the world (Pods, nodes, SUNK) and of Slurm jobs runs in some checklist item.
+#[test]
+fn every_world_and_job_transition_is_exercised() {
+    let coverage = coverage_of(&[
+        preempt_mode_requeue_puts_the_lower_tier_batch_job_back_in_the_queue,
+        a_batch_job_over_its_time_limit_ends_timeout,
+        default_scheduler_pod_that_fits_no_node_waits_with_one_failed_scheduling_warning,
+        item_01_other_scheduler_name_is_ignored,
+        item_02_namespace_scope_ignores_other_namespaces_cluster_scope_handles_them,
+        item_03_default_grace_with_killwait_30_is_rejected_once_without_retry,
+        item_04_grace_25_rejected_grace_24_accepted,
+        item_05_killwait_60_accepts_50_rejects_55,
+        item_06_missing_or_zero_cpu_or_memory_requests_are_rejected,
+        item_07_invalid_exclusive_value_is_rejected,
+        item_08_unknown_partition_is_refused_by_slurm,
+        item_09_valid_pod_goes_pending_then_running_and_binds_to_the_slurmd_node,
+        item_10_prolog_shows_running_with_reason_prolog_then_extra_started_and_binding,
+        item_11_node_lock_taint_annotation_and_eviction,
+        item_11_lock_moves_from_false_through_pending,
+        item_12_annotations_set_account_partition_qos_comment_reservation,
+        item_13_user_id_annotation_sets_the_owner_default_is_root,
+        item_14_cpus_and_memory_map_to_alloc_cpus_and_req_mem,
+        item_15_gpu_requests_become_gres_of_the_node_type_without_shared_indices,
+        item_16_kubelet_rejects_with_outofcpu_and_outofmemory,
+        item_17_lowering_slurmd_requests_lets_the_same_pod_run,
+        item_18_exclusive_none_holds_the_whole_node,
+        item_19_exclusive_user_shares_only_with_the_same_user,
+        item_20_exclusive_ok_with_gpus_is_rejected,
+        item_21_guaranteed_integer_cpu_pod_pins_cpus_and_the_next_job_drains_the_node,
+        item_21_fractional_or_burstable_cpu_and_a_disabled_cpu_manager_pin_nothing,
+        item_22_slurm_job_on_all_gpus_and_a_cpu_only_pod_share_a_node,
+        item_23_kubectl_delete_pod_cancels_the_placeholder_and_unlocks,
+        item_24_scancel_running_placeholder_terminates_the_pod,
+        item_24_pod_that_honours_sigterm_goes_at_once,
+        item_25_pod_outliving_killwait_drains_the_node,
+        item_26_scancel_pending_placeholder_never_binds,
+        item_27_pod_finishing_by_itself_releases_the_placeholder,
+        item_28_higher_tier_job_preempts_a_placeholder_after_its_pod_is_gone,
+        item_28_higher_tier_placeholder_preempts_a_batch_job,
+        item_29_completing_is_never_in_accounting,
+        item_43_scheduler_pod_and_configmap_carry_name_and_killwait,
+        item_44_unsatisfied_node_affinity_leaves_the_pod_stuck_after_binding,
+    ]);
+    assert_eq!(coverage.world.never_run(), [], "world transitions no scenario here exercises");
+    assert_eq!(coverage.jobs.never_run(), [], "jobs transitions no scenario here exercises");
 }

@@ -6,9 +6,9 @@ use std::time::Duration;
 use crate::config::FinalJobState;
 use crate::ids::SharedStr;
 use crate::k8s::{EventType, LOCK_KEY, PodOwner, PodPhase, Taint};
-use crate::slurm::{JobBaseState, JobId, JobKind};
+use crate::slurm::{JobBaseState, JobId, JobKind, JobPhase};
 
-use crate::world::{SandboxOutcome, Timer, Transition, World};
+use crate::world::{SandboxOutcome, Timer, Transition, World, legal};
 
 impl World {
     /// The slurmd Pod of a Slurm node. Remembered per node (the lock annotation changes several
@@ -72,7 +72,9 @@ impl World {
                 if !self.job_fits_beside_pinned_cpus(job, &slurm_node) {
                     return;
                 }
-                self.slurm.start_script(job);
+                if self.slurm.job(job).is_some_and(|job| job.phase() == JobPhase::Prolog) {
+                    legal(self.slurm.start_script(job));
+                }
                 self.set_lock_annotation(&slurm_node, "locked");
                 if let Some(seconds) = run_seconds {
                     self.timers.schedule(self.now + Duration::from_secs(u64::from(*seconds)), Timer::BatchJobEnds(job));
@@ -141,7 +143,10 @@ impl World {
         if !self.job_fits_beside_pinned_cpus(job, &slurm_node) {
             return;
         }
-        self.slurm.start_script(job);
+        // A requeued job whose script had started runs again without a prolog.
+        if self.slurm.job(job).is_some_and(|job| job.phase() == JobPhase::Prolog) {
+            legal(self.slurm.start_script(job));
+        }
         self.set_lock_annotation(&slurm_node, "locked_strict");
         let Some(pod_uid) = self.pod_of_placeholder.get(&job).cloned() else { return };
         let k8s_node = self.slurm.node(&slurm_node).map(|node| node.k8s_node.clone()).unwrap_or_default();
@@ -187,15 +192,15 @@ impl World {
         let final_state = self.values.scheduler.deleted_pod_job_state;
         match queued.state {
             JobBaseState::Pending => {
-                self.slurm.cancel(job, 0, self.now);
+                legal(self.slurm.cancel(job, 0, self.now));
                 self.pod_of_placeholder.remove(&job);
                 self.placeholder_of_pod.remove(uid);
             }
             JobBaseState::Running => {
                 if final_state == FinalJobState::Completed {
-                    self.slurm.finish(job, JobBaseState::Completed, (0, 0), self.now);
+                    legal(self.slurm.finish(job, JobBaseState::Completed, (0, 0), self.now));
                 } else {
-                    self.slurm.cancel(job, 0, self.now);
+                    legal(self.slurm.cancel(job, 0, self.now));
                 }
                 self.arm_kill_wait(job);
             }
@@ -215,8 +220,14 @@ impl World {
 
     /// The epilog finished: the job leaves the queue, and its node unlocks if nothing else runs there.
     pub(crate) fn on_epilog_done(&mut self, job: JobId) {
-        let node = self.slurm.job(job).and_then(|job| job.node.clone());
-        self.slurm.release(job, self.now);
+        // A job's epilog can be scheduled twice (KillWait, then its Pod's removal): the first
+        // releases it.
+        let Some(node) =
+            self.slurm.job(job).filter(|job| job.phase() == JobPhase::Completing).map(|job| job.node.clone())
+        else {
+            return;
+        };
+        legal(self.slurm.release(job, self.now));
         if let Some(pod_uid) = self.pod_of_placeholder.remove(&job) {
             self.placeholder_of_pod.remove(&pod_uid);
         }

@@ -7,7 +7,7 @@ use crate::k8s::PodOwner;
 use crate::query::Scope;
 use crate::slurm::{JobBaseState, JobId, JobKind, JobRequest, SubmitError};
 
-use crate::world::{SandboxOutcome, World, shared_org_name};
+use crate::world::{SandboxOutcome, World, legal, shared_org_name};
 
 impl World {
     /// `scancel` by `by_uid`, of a job inside `scope` (others are NOT_FOUND like unknown ids).
@@ -40,7 +40,7 @@ impl World {
                 ),
             });
         }
-        let was_running = self.slurm.cancel(job, by_uid, self.now).unwrap_or(false);
+        let was_running = legal(self.slurm.cancel(job, by_uid, self.now)).unwrap_or(false);
         if was_running {
             self.on_job_ended(job);
         } else if let JobKind::Placeholder { pod_uid } = &queued.kind {

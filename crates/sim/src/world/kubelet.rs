@@ -6,7 +6,7 @@ use crate::config::CpuManagerPolicy;
 use crate::k8s::{ContainerState, EventType, Pod, PodOwner, PodPhase};
 use crate::slurm::{JobBaseState, JobId};
 
-use crate::world::{Effect, Transition, World};
+use crate::world::{Effect, Transition, World, legal};
 
 impl World {
     /// Binds a Pod and runs kubelet admission: it either starts or is rejected for good.
@@ -123,7 +123,7 @@ impl World {
         if pinned == 0 || i64::from(node.alloc_cpus) + pinned <= i64::from(node.cpus) {
             return true;
         }
-        self.slurm.finish(job, JobBaseState::Failed, (1, 0), self.now);
+        legal(self.slurm.finish(job, JobBaseState::Failed, (1, 0), self.now));
         self.drain_node(slurm_node, "batch job complete failure");
         self.count(Transition::JobFailedOnPinnedCpus);
         self.on_job_ended(job);

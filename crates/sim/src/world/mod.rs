@@ -11,6 +11,7 @@ use crate::config::{SandboxValues, Values};
 use crate::error::SimResult;
 use crate::ids::{IdHash, IdSource, SharedStr};
 use crate::k8s::{Cluster, Event, EventType, Namespace, ObjectRef};
+use crate::machine::{Counts, IllegalTransition};
 use crate::resolved::{ResourceAmounts, Toleration};
 use crate::runners::RunnerRegistry;
 use crate::slurm::{JobId, Slurm, SlurmOutcome};
@@ -38,6 +39,21 @@ pub(crate) enum SandboxOutcome {
     PodTerminal(SharedStr),
     /// The Pod object is gone.
     PodGone(SharedStr),
+}
+
+/// A transition the world's own bookkeeping has checked is legal. A refusal is a missed
+/// precondition, a bug: loud in debug builds (every test), while a release build leaves the
+/// machine as it was rather than take the emulator down.
+pub(crate) fn legal<T, M: crate::machine::Transition>(result: Result<T, IllegalTransition<M>>) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(illegal) => {
+            if cfg!(debug_assertions) {
+                panic!("{illegal}");
+            }
+            None
+        }
+    }
 }
 
 /// Label every sandbox Pod carries.
@@ -114,9 +130,31 @@ pub enum Transition {
     JobFailedOnPinnedCpus,
 }
 
-impl Transition {
-    /// Stable name.
-    pub fn name(self) -> &'static str {
+impl crate::machine::Transition for Transition {
+    const MACHINE: &'static str = "world";
+    const ALL: &'static [Transition] = &[
+        Transition::PodCreated,
+        Transition::PodIgnored,
+        Transition::PodRejectedBySunk,
+        Transition::PlaceholderRefused,
+        Transition::PlaceholderSubmitted,
+        Transition::NodeLocked,
+        Transition::NodeUnlocked,
+        Transition::PodBound,
+        Transition::PodStarted,
+        Transition::PodRejectedByKubelet,
+        Transition::PodTerminating,
+        Transition::PodRemoved,
+        Transition::PodFinished,
+        Transition::PodEvicted,
+        Transition::DefaultSchedulingFailed,
+        Transition::NodeDrained,
+        Transition::JobKilled,
+        Transition::CpusPinned,
+        Transition::JobFailedOnPinnedCpus,
+    ];
+
+    fn name(self) -> &'static str {
         match self {
             Transition::PodCreated => "pod_created",
             Transition::PodIgnored => "pod_ignored",
@@ -207,7 +245,9 @@ pub struct World {
     /// Sandbox outcomes not yet handed over (see `SandboxOutcome`).
     pub(crate) sandbox_outcomes: VecDeque<SandboxOutcome>,
     /// How often each named transition ran.
-    pub transitions: crate::counts::TransitionCounts,
+    pub transitions: Counts<Transition>,
+    /// How often each sandbox transition ran.
+    pub sandbox_transitions: Counts<crate::sandbox::SandboxTransition>,
 }
 
 /// Most Nodes the NodeSets of a values document may describe: ten times the largest world the
@@ -245,7 +285,8 @@ impl World {
             slurm_dirty: false,
             effects: Vec::new(),
             sandbox_outcomes: VecDeque::new(),
-            transitions: Default::default(),
+            transitions: Counts::default(),
+            sandbox_transitions: Counts::default(),
         };
         world.build_topology()?;
         world.build_runners()?;
@@ -271,7 +312,7 @@ impl World {
     }
 
     pub(crate) fn count(&mut self, transition: Transition) {
-        self.transitions.add(transition.name());
+        self.transitions.add(transition);
     }
 
     pub(crate) fn ensure_namespace(&mut self, name: &str) {

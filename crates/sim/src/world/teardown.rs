@@ -6,7 +6,7 @@ use crate::config::FinalJobState;
 use crate::k8s::{ContainerState, EventType, PodOwner, PodPhase};
 use crate::slurm::JobBaseState;
 
-use crate::world::{Effect, SandboxOutcome, Timer, Transition, World};
+use crate::world::{Effect, SandboxOutcome, Timer, Transition, World, legal};
 
 impl World {
     /// Starts deleting a Pod: Terminating with its grace period, then removal. An unbound or
@@ -66,14 +66,14 @@ impl World {
         if let Some(job) = self.placeholder_of_pod.get(uid).copied() {
             match self.slurm.job(job).map(|job| (job.state, job.completing)) {
                 Some((JobBaseState::Pending, _)) => {
-                    self.slurm.cancel(job, 0, self.now);
+                    legal(self.slurm.cancel(job, 0, self.now));
                     self.placeholder_of_pod.remove(uid);
                     self.pod_of_placeholder.remove(&job);
                 }
                 Some((_, true)) => self.schedule_epilog(job),
                 Some((JobBaseState::Running, false)) => {
                     // Removed without passing through Terminating (grace 0): cancel, then release.
-                    self.slurm.cancel(job, 0, self.now);
+                    legal(self.slurm.cancel(job, 0, self.now));
                     self.schedule_epilog(job);
                 }
                 _ => {
@@ -130,9 +130,11 @@ impl World {
             && self.slurm.job(job).is_some_and(|job| job.state == JobBaseState::Running && !job.completing)
         {
             match self.values.scheduler.finished_pod_job_state {
-                FinalJobState::Completed => self.slurm.finish(job, JobBaseState::Completed, (0, 0), self.now),
+                FinalJobState::Completed => {
+                    legal(self.slurm.finish(job, JobBaseState::Completed, (0, 0), self.now));
+                }
                 FinalJobState::Cancelled => {
-                    self.slurm.cancel(job, 0, self.now);
+                    legal(self.slurm.cancel(job, 0, self.now));
                 }
             }
             self.schedule_epilog(job);

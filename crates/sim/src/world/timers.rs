@@ -3,9 +3,9 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::ids::SharedStr;
-use crate::slurm::{JobBaseState, JobId};
+use crate::slurm::{JobBaseState, JobId, JobPhase};
 use crate::time::SimTime;
-use crate::world::World;
+use crate::world::{World, legal};
 
 /// What a timer does when it fires.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -120,12 +120,15 @@ impl World {
             Timer::PrologDone(job) => self.on_prolog_done(job),
             Timer::EpilogDone(job) => self.on_epilog_done(job),
             Timer::BatchJobEnds(job) => {
-                self.slurm.finish(job, JobBaseState::Completed, (0, 0), self.now);
-                self.on_job_ended(job);
+                // Unless it was cancelled, preempted or timed out first.
+                if self.slurm.job(job).is_some_and(|job| job.phase() == JobPhase::Running) {
+                    legal(self.slurm.finish(job, JobBaseState::Completed, (0, 0), self.now));
+                    self.on_job_ended(job);
+                }
             }
             Timer::TimeLimit(job) => {
-                if self.slurm.job(job).is_some_and(|job| job.state == JobBaseState::Running && !job.completing) {
-                    self.slurm.finish(job, JobBaseState::Timeout, (0, 1), self.now);
+                if self.slurm.job(job).is_some_and(|job| matches!(job.phase(), JobPhase::Prolog | JobPhase::Running)) {
+                    legal(self.slurm.finish(job, JobBaseState::Timeout, (0, 1), self.now));
                     self.on_job_ended(job);
                 }
             }

@@ -1,17 +1,20 @@
 //! A world on a manual clock, with shorthands for the checklist tests.
 #![allow(dead_code)]
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cwsandbox_sim::config::{PartitionValues, Scenario, Values};
 use cwsandbox_sim::ids::SeededIds;
 use cwsandbox_sim::k8s::{Event, Pod, PodOwner};
+use cwsandbox_sim::machine::Counts;
 use cwsandbox_sim::quantity::Quantity;
 use cwsandbox_sim::resolved::ResourceAmounts;
-use cwsandbox_sim::slurm::{Job, JobKind, JobRequest, Sharing};
+use cwsandbox_sim::sandbox::SandboxTransition;
+use cwsandbox_sim::slurm::{Job, JobKind, JobRequest, JobTransition, Sharing};
 use cwsandbox_sim::time::{ManualClock, SimTime};
-use cwsandbox_sim::world::{PodRequest, World};
+use cwsandbox_sim::world::{PodRequest, Transition, World};
 
 pub const SCHEDULER: &str = "tenant-slurm-slurm-scheduler";
 pub const START: SimTime = SimTime::from_secs(1_764_480_000);
@@ -19,6 +22,39 @@ pub const START: SimTime = SimTime::from_secs(1_764_480_000);
 pub struct Harness {
     pub world: World,
     pub clock: ManualClock,
+}
+
+/// Transitions run by every harness this thread dropped, per machine: a coverage test runs the
+/// scenarios of its file on one thread and reads what they exercised.
+#[derive(Default)]
+pub struct Coverage {
+    pub world: Counts<Transition>,
+    pub jobs: Counts<JobTransition>,
+    pub sandboxes: Counts<SandboxTransition>,
+}
+
+thread_local! {
+    pub static COVERAGE: RefCell<Coverage> = RefCell::new(Coverage::default());
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        COVERAGE.with(|coverage| {
+            let mut coverage = coverage.borrow_mut();
+            coverage.world.merge(&self.world.transitions);
+            coverage.jobs.merge(&self.world.slurm.transitions);
+            coverage.sandboxes.merge(&self.world.sandbox_transitions);
+        });
+    }
+}
+
+/// Runs `scenarios` on this thread and returns the transitions they exercised.
+pub fn coverage_of(scenarios: &[fn()]) -> Coverage {
+    COVERAGE.with(|coverage| *coverage.borrow_mut() = Coverage::default());
+    for scenario in scenarios {
+        scenario();
+    }
+    COVERAGE.with(|coverage| std::mem::take(&mut *coverage.borrow_mut()))
 }
 
 /// The checklist's defaults: scheduler `tenant-slurm-slurm-scheduler`, KillWait 30 s, one
