@@ -278,7 +278,8 @@ impl World {
         };
         let request = match super::validate(&self.values, pod, gpu_type) {
             Ok(request) => request,
-            Err(message) => {
+            Err(rejection) => {
+                let message = rejection.to_string();
                 let reason = self.values.scheduler.validation_event_reason.clone();
                 self.sunk_rejected.insert(uid.clone());
                 self.set_unschedulable(uid, &reason, &message);

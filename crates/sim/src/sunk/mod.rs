@@ -44,16 +44,66 @@ pub fn handles(values: &Values, pod: &Pod) -> Result<(), NotHandled> {
     }
 }
 
+/// Why the SUNK scheduler refuses a Pod it handles. The message (Display) goes into the Pod's
+/// Warning Event word for word; the Pod is never retried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SunkRejection {
+    /// `terminationGracePeriodSeconds` is not below KillWait minus the termination offset.
+    #[error(
+        "termination grace period must be less than Slurm KillWait - {offset}s (terminationGracePeriodSeconds {grace}, KillWait {kill_wait}s)"
+    )]
+    GraceNotBelowKillWait {
+        /// The Pod's grace period, seconds.
+        grace: i64,
+        /// Slurm's KillWait, seconds.
+        kill_wait: i64,
+        /// The scheduler's termination offset, seconds.
+        offset: i64,
+    },
+    /// A container requests no CPU, or zero.
+    #[error("container {container:?} must request a non-zero cpu")]
+    NoCpuRequest {
+        /// The container's name.
+        container: String,
+    },
+    /// A container requests no memory, or zero.
+    #[error("container {container:?} must request a non-zero memory")]
+    NoMemoryRequest {
+        /// The container's name.
+        container: String,
+    },
+    /// A numeric annotation (`user-id`, `group-id`, `timeout`) is not a non-negative integer.
+    #[error("annotation {ANNOTATION_PREFIX}{key}: {value:?} is not a non-negative integer")]
+    NotANumber {
+        /// The annotation's short key.
+        key: String,
+        /// Its value.
+        value: String,
+    },
+    /// The `exclusive` annotation holds a value the scheduler does not allow.
+    #[error("annotation {ANNOTATION_PREFIX}exclusive: invalid value {value:?} (allowed: {})", allowed.join(", "))]
+    InvalidExclusive {
+        /// The value given.
+        value: String,
+        /// The values allowed.
+        allowed: Vec<String>,
+    },
+    /// `exclusive: ok` on a Pod that requests GPUs.
+    #[error("annotation {ANNOTATION_PREFIX}exclusive: \"ok\" is not allowed for GPU Pods")]
+    SharedGpuPod,
+}
+
 /// The validation rules of the scheduler (research sunk.md §1.3, §2). On failure the message is
 /// put in a Warning Event and the Pod is never retried.
-pub fn validate(values: &Values, pod: &Pod, gpu_type_of_any_node: Option<&str>) -> Result<JobRequest, String> {
+pub fn validate(values: &Values, pod: &Pod, gpu_type_of_any_node: Option<&str>) -> Result<JobRequest, SunkRejection> {
     let kill_wait = i64::from(values.slurm_config.kill_wait);
     let offset = i64::from(values.scheduler.termination_offset_seconds);
     if pod.termination_grace_period_seconds >= kill_wait - offset {
-        return Err(format!(
-            "termination grace period must be less than Slurm KillWait - {offset}s (terminationGracePeriodSeconds {}, KillWait {kill_wait}s)",
-            pod.termination_grace_period_seconds
-        ));
+        return Err(SunkRejection::GraceNotBelowKillWait {
+            grace: pod.termination_grace_period_seconds,
+            kill_wait,
+            offset,
+        });
     }
     let mut cpu_millis = 0i64;
     let mut memory_bytes = 0i64;
@@ -61,11 +111,11 @@ pub fn validate(values: &Values, pod: &Pod, gpu_type_of_any_node: Option<&str>) 
     for container in &pod.containers {
         match container.requests.cpu {
             Some(cpu) if !cpu.is_zero() => cpu_millis += cpu.millis(),
-            _ => return Err(format!("container {:?} must request a non-zero cpu", container.name)),
+            _ => return Err(SunkRejection::NoCpuRequest { container: container.name.clone() }),
         }
         match container.requests.memory {
             Some(memory) if !memory.is_zero() => memory_bytes += memory.units_ceil(),
-            _ => return Err(format!("container {:?} must request a non-zero memory", container.name)),
+            _ => return Err(SunkRejection::NoMemoryRequest { container: container.name.clone() }),
         }
         gpus += container.requests.gpu.unwrap_or(0);
     }
@@ -78,12 +128,12 @@ pub fn validate(values: &Values, pod: &Pod, gpu_type_of_any_node: Option<&str>) 
             .find(|(short, _)| *short == key)
             .map(|(_, value)| value.as_str())
     };
-    let number = |key: &str| -> Result<Option<u32>, String> {
+    let number = |key: &str| -> Result<Option<u32>, SunkRejection> {
         annotation(key)
             .map(|text| {
                 text.trim()
                     .parse::<u32>()
-                    .map_err(|_| format!("annotation {ANNOTATION_PREFIX}{key}: {text:?} is not a non-negative integer"))
+                    .map_err(|_| SunkRejection::NotANumber { key: key.to_owned(), value: text.to_owned() })
             })
             .transpose()
     };
@@ -95,14 +145,14 @@ pub fn validate(values: &Values, pod: &Pod, gpu_type_of_any_node: Option<&str>) 
             _ => Sharing::Ok,
         },
         Some(value) => {
-            return Err(format!(
-                "annotation {ANNOTATION_PREFIX}exclusive: invalid value {value:?} (allowed: {})",
-                values.scheduler.exclusive_values.join(", ")
-            ));
+            return Err(SunkRejection::InvalidExclusive {
+                value: value.to_owned(),
+                allowed: values.scheduler.exclusive_values.clone(),
+            });
         }
     };
     if sharing == Sharing::Ok && gpus > 0 {
-        return Err(format!("annotation {ANNOTATION_PREFIX}exclusive: \"ok\" is not allowed for GPU Pods"));
+        return Err(SunkRejection::SharedGpuPod);
     }
     let uid = number("user-id")?.unwrap_or(0);
     let gid = number("group-id")?;

@@ -6,7 +6,7 @@ use crate::config::CpuManagerPolicy;
 use crate::k8s::{ContainerState, EventType, Pod, PodOwner, PodPhase};
 use crate::slurm::{JobBaseState, JobId};
 
-use crate::world::{Effect, Transition, World, legal};
+use crate::world::{Effect, PodTransition, Transition, World, legal};
 
 impl World {
     /// Binds a Pod and runs kubelet admission: it either starts or is rejected for good.
@@ -31,7 +31,7 @@ impl World {
             pod.scheduled_condition = Some((true, String::new(), String::new()));
         }
         self.event(uid, EventType::Normal, "Scheduled", assigned, source);
-        self.count(Transition::PodBound);
+        legal(self.pod_step(uid, PodTransition::Bind));
         let rejection = if !affinity_ok {
             Some(("NodeAffinity".to_owned(), "Pod was rejected: Predicate NodeAffinity failed".to_owned()))
         } else {
@@ -49,6 +49,7 @@ impl World {
         match rejection {
             Some((reason, message)) => {
                 // A rejected Pod still shows its node, but never counted against it.
+                legal(self.pod_step(uid, PodTransition::RejectByKubelet));
                 if let Some(pod) = self.cluster.pod_mut(uid) {
                     pod.phase = PodPhase::Failed;
                     pod.reason = Some(reason.clone());
@@ -56,10 +57,10 @@ impl World {
                 }
                 self.cluster.bind(uid, node_name);
                 self.event(uid, EventType::Warning, reason, message, "kubelet");
-                self.count(Transition::PodRejectedByKubelet);
                 self.on_pod_terminal(uid);
             }
             None => {
+                legal(self.pod_step(uid, PodTransition::Start));
                 self.cluster.bind(uid, node_name);
                 let now = self.now;
                 if let Some(pod) = self.cluster.pod_mut(uid) {
@@ -70,7 +71,6 @@ impl World {
                     }
                 }
                 self.event(uid, EventType::Normal, "Started", "Started container main", "kubelet");
-                self.count(Transition::PodStarted);
                 self.pin_cpus(uid, node_name);
                 self.effects.push(Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id });
             }

@@ -19,11 +19,13 @@ use crate::time::{Clock, SimTime};
 
 mod commands;
 mod kubelet;
+mod pods;
 mod scheduling;
 mod teardown;
 mod timers;
 mod topology;
 
+pub use pods::{PodLifecycle, PodTransition};
 pub(crate) use timers::{Timer, TimerKey, Timers};
 
 /// What happened to a sandbox's Pod or placeholder job, for the sandbox lifecycle to take in.
@@ -87,11 +89,10 @@ pub enum Effect {
     },
 }
 
-/// Named world transitions, counted so tests can check coverage.
+/// Named steps of the cluster beside the Pod, job and sandbox machines (SUNK's decisions, node
+/// locks and drains, the CPU Manager), counted so tests can check coverage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transition {
-    /// A Pod was created.
-    PodCreated,
     /// SUNK ignored a Pod (name or scope).
     PodIgnored,
     /// SUNK refused a Pod (validation).
@@ -104,18 +105,6 @@ pub enum Transition {
     NodeLocked,
     /// A node was unlocked.
     NodeUnlocked,
-    /// A Pod was bound to a Node.
-    PodBound,
-    /// Kubelet admitted a Pod; it runs.
-    PodStarted,
-    /// Kubelet refused a Pod (`OutOfcpu`, `NodeAffinity`…).
-    PodRejectedByKubelet,
-    /// A Pod got a deletion timestamp.
-    PodTerminating,
-    /// A Pod object was removed.
-    PodRemoved,
-    /// A Pod's containers exited by themselves.
-    PodFinished,
     /// A Pod was evicted by the lock taint.
     PodEvicted,
     /// The default scheduler could not place a Pod.
@@ -133,19 +122,12 @@ pub enum Transition {
 impl crate::machine::Transition for Transition {
     const MACHINE: &'static str = "world";
     const ALL: &'static [Transition] = &[
-        Transition::PodCreated,
         Transition::PodIgnored,
         Transition::PodRejectedBySunk,
         Transition::PlaceholderRefused,
         Transition::PlaceholderSubmitted,
         Transition::NodeLocked,
         Transition::NodeUnlocked,
-        Transition::PodBound,
-        Transition::PodStarted,
-        Transition::PodRejectedByKubelet,
-        Transition::PodTerminating,
-        Transition::PodRemoved,
-        Transition::PodFinished,
         Transition::PodEvicted,
         Transition::DefaultSchedulingFailed,
         Transition::NodeDrained,
@@ -156,19 +138,12 @@ impl crate::machine::Transition for Transition {
 
     fn name(self) -> &'static str {
         match self {
-            Transition::PodCreated => "pod_created",
             Transition::PodIgnored => "pod_ignored",
             Transition::PodRejectedBySunk => "pod_rejected_by_sunk",
             Transition::PlaceholderRefused => "placeholder_refused",
             Transition::PlaceholderSubmitted => "placeholder_submitted",
             Transition::NodeLocked => "node_locked",
             Transition::NodeUnlocked => "node_unlocked",
-            Transition::PodBound => "pod_bound",
-            Transition::PodStarted => "pod_started",
-            Transition::PodRejectedByKubelet => "pod_rejected_by_kubelet",
-            Transition::PodTerminating => "pod_terminating",
-            Transition::PodRemoved => "pod_removed",
-            Transition::PodFinished => "pod_finished",
             Transition::PodEvicted => "pod_evicted",
             Transition::DefaultSchedulingFailed => "default_scheduling_failed",
             Transition::NodeDrained => "node_drained",
@@ -246,6 +221,8 @@ pub struct World {
     pub(crate) sandbox_outcomes: VecDeque<SandboxOutcome>,
     /// How often each named transition ran.
     pub transitions: Counts<Transition>,
+    /// How often each Pod transition ran.
+    pub pod_transitions: Counts<PodTransition>,
     /// How often each sandbox transition ran.
     pub sandbox_transitions: Counts<crate::sandbox::SandboxTransition>,
 }
@@ -286,6 +263,7 @@ impl World {
             effects: Vec::new(),
             sandbox_outcomes: VecDeque::new(),
             transitions: Counts::default(),
+            pod_transitions: Counts::default(),
             sandbox_transitions: Counts::default(),
         };
         world.build_topology()?;

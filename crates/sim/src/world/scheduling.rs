@@ -7,7 +7,7 @@ use crate::error::{Reason, SimError, SimResult};
 use crate::ids::SharedStr;
 use crate::k8s::{ContainerState, EventType, LOCK_KEY, Node, Pod, PodContainer, PodOwner, PodPhase};
 
-use crate::world::{PodRequest, Transition, World};
+use crate::world::{PodRequest, PodTransition, Transition, World};
 
 impl World {
     /// Creates a Pod (the emulator API's raw Pods, and sandbox Pods).
@@ -78,7 +78,7 @@ impl World {
     pub(crate) fn insert_new_pod(&mut self, pod: Pod) {
         self.unscheduled.insert(pod.uid.clone());
         self.cluster.insert_pod(pod);
-        self.count(Transition::PodCreated);
+        self.pod_transitions.add(PodTransition::Create);
     }
 
     /// Routes an unscheduled Pod to the scheduler its `schedulerName` names.

@@ -6,7 +6,7 @@ use crate::config::FinalJobState;
 use crate::k8s::{ContainerState, EventType, PodOwner, PodPhase};
 use crate::slurm::JobBaseState;
 
-use crate::world::{Effect, SandboxOutcome, Timer, Transition, World, legal};
+use crate::world::{Effect, PodTransition, SandboxOutcome, Timer, World, legal};
 
 impl World {
     /// Starts deleting a Pod: Terminating with its grace period, then removal. An unbound or
@@ -33,12 +33,12 @@ impl World {
             return;
         }
         let grace = grace_seconds.unwrap_or(own_grace).max(0);
+        legal(self.pod_step(uid, PodTransition::BeginDeletion));
         if !running || grace == 0 {
             if let Some(pod) = self.cluster.pod_mut(uid) {
                 pod.deletion_timestamp = Some(self.now);
                 pod.deletion_grace_period_seconds = Some(0);
             }
-            self.count(Transition::PodTerminating);
             self.remove_pod(uid);
             return;
         }
@@ -47,7 +47,6 @@ impl World {
             pod.deletion_timestamp = Some(now + Duration::from_secs(grace as u64));
             pod.deletion_grace_period_seconds = Some(grace);
         }
-        self.count(Transition::PodTerminating);
         self.event(uid, EventType::Normal, "Killing", "Stopping container main", "kubelet");
         self.effects.push(Effect::StopPod { pod_uid: shared_uid.clone(), grace: Duration::from_secs(grace as u64) });
         self.timers.schedule(now + Duration::from_secs(grace as u64), Timer::PodGraceOver(shared_uid));
@@ -56,9 +55,12 @@ impl World {
 
     /// The Pod object disappears; a placeholder waiting for it finishes.
     pub(crate) fn remove_pod(&mut self, uid: &str) {
+        if self.cluster.pod(uid).is_none() {
+            return;
+        }
+        legal(self.pod_step(uid, PodTransition::Remove));
         let Some(pod) = self.cluster.remove_pod(uid) else { return };
         self.unpin_cpus(uid);
-        self.count(Transition::PodRemoved);
         self.effects.push(Effect::KillPod { pod_uid: pod.uid.clone() });
         self.unscheduled.remove(uid);
         self.waiting_for_room.remove(uid);
@@ -107,6 +109,7 @@ impl World {
         let deleting = pod.deletion_timestamp.is_some();
         let phase = if exit_code == 0 { PodPhase::Succeeded } else { PodPhase::Failed };
         let reason = if exit_code == 0 { "Completed" } else { "Error" };
+        legal(self.pod_step(uid, PodTransition::Finish));
         let now = self.now;
         if let Some(pod) = self.cluster.pod_mut(uid) {
             for container in &mut pod.containers {
@@ -114,7 +117,6 @@ impl World {
             }
         }
         self.cluster.finish_pod(uid, phase, None, None);
-        self.count(Transition::PodFinished);
         if deleting {
             // The process honoured SIGTERM: the Pod object goes now.
             self.remove_pod(uid);

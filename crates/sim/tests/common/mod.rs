@@ -14,7 +14,7 @@ use cwsandbox_sim::resolved::ResourceAmounts;
 use cwsandbox_sim::sandbox::SandboxTransition;
 use cwsandbox_sim::slurm::{Job, JobKind, JobRequest, JobTransition, Sharing};
 use cwsandbox_sim::time::{ManualClock, SimTime};
-use cwsandbox_sim::world::{PodRequest, Transition, World};
+use cwsandbox_sim::world::{PodRequest, PodTransition, Transition, World};
 
 pub const SCHEDULER: &str = "tenant-slurm-slurm-scheduler";
 pub const START: SimTime = SimTime::from_secs(1_764_480_000);
@@ -29,6 +29,7 @@ pub struct Harness {
 #[derive(Default)]
 pub struct Coverage {
     pub world: Counts<Transition>,
+    pub pods: Counts<PodTransition>,
     pub jobs: Counts<JobTransition>,
     pub sandboxes: Counts<SandboxTransition>,
 }
@@ -42,6 +43,7 @@ impl Drop for Harness {
         COVERAGE.with(|coverage| {
             let mut coverage = coverage.borrow_mut();
             coverage.world.merge(&self.world.transitions);
+            coverage.pods.merge(&self.world.pod_transitions);
             coverage.jobs.merge(&self.world.slurm.transitions);
             coverage.sandboxes.merge(&self.world.sandbox_transitions);
         });
