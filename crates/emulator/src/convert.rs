@@ -6,12 +6,10 @@ pub mod emulator;
 
 use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_api::wkt::Timestamp;
-use cwsandbox_sim::k8s::{PodOwner, PodPhase, ResourceTotals};
 use cwsandbox_sim::quantity::{Quantity, format_bytes};
 use cwsandbox_sim::resolved::{ResolvedContainer, ResourceAmounts};
 use cwsandbox_sim::sandbox::{SandboxFilter, SandboxState, SandboxView};
 use cwsandbox_sim::time::SimTime;
-use cwsandbox_sim::world::World;
 
 use crate::errors::ApiError;
 
@@ -185,71 +183,6 @@ pub fn container_name(view: &SandboxView, asked: &str) -> Option<String> {
             .map(|container| container.name.clone());
     }
     view.resolved.containers.iter().find(|container| container.name == asked).map(|container| container.name.clone())
-}
-
-/// A runner as DiscoveryService shows it, with health and capacity computed from the cluster:
-/// `capabilities` is the largest sandbox one Node can hold (its allocatable minus what non-sandbox
-/// Pods such as slurmd request), `resources` what all Nodes have free now. Control-plane Nodes are
-/// not counted.
-pub fn available_runner(world: &World, org: &str, runner: &pb::ManagedRunner) -> pb::AvailableRunner {
-    let identity = runner.identity.clone().unwrap_or_default();
-    let healthy = runner.install_status == pb::RunnerInstallStatus::Ready as i32
-        && runner.connection_status == pb::RunnerConnectionStatus::Connected as i32;
-    let mut capabilities = pb::RunnerCapabilitySummary {
-        supported_architectures: vec![std::env::consts::ARCH.replace("x86_64", "amd64").replace("aarch64", "arm64")],
-        ..Default::default()
-    };
-    let mut resources = pb::RunnerResourceSummary::default();
-    let mut gpu_types = std::collections::BTreeSet::new();
-    for node in world.cluster.nodes.values() {
-        if node.labels.contains_key("node-role.kubernetes.io/control-plane") {
-            continue;
-        }
-        let mut system = ResourceTotals::default();
-        for pod in world.cluster.pods_iter() {
-            if pod.node_name.as_deref() == Some(node.name.as_str())
-                && pod.holds_resources()
-                && !matches!(pod.owner, PodOwner::Sandbox(_))
-            {
-                system.add(pod.requested());
-            }
-        }
-        capabilities.max_cpu_millicores =
-            capabilities.max_cpu_millicores.max(node.allocatable.cpu_millis - system.cpu_millis);
-        capabilities.max_memory_bytes =
-            capabilities.max_memory_bytes.max(node.allocatable.memory_bytes - system.memory_bytes);
-        capabilities.max_gpu_count = capabilities.max_gpu_count.max(node.allocatable.gpus - system.gpus);
-        resources.available_cpu_millicores += (node.allocatable.cpu_millis - node.requested.cpu_millis).max(0);
-        resources.available_memory_bytes += (node.allocatable.memory_bytes - node.requested.memory_bytes).max(0);
-        resources.available_gpu_count += (node.allocatable.gpus - node.requested.gpus).max(0);
-        if let Some(class) = node.labels.get("gpu.nvidia.com/class") {
-            gpu_types.insert(class.clone());
-        }
-    }
-    capabilities.supported_gpu_types = gpu_types.into_iter().collect();
-    let running = world
-        .cluster
-        .pods_iter()
-        .filter(|pod| pod.phase == PodPhase::Running)
-        .filter(|pod| match &pod.owner {
-            PodOwner::Sandbox(id) => {
-                world.sandbox(id).is_some_and(|view| view.owner.org == org && view.runner_id == identity.runner_id)
-            }
-            _ => false,
-        })
-        .count();
-    resources.running_sandboxes = i32::try_from(running).unwrap_or(i32::MAX);
-    pb::AvailableRunner {
-        runner_id: identity.runner_id,
-        runner_group_id: identity.runner_group_id,
-        tags: Vec::new(),
-        healthy,
-        capabilities: Some(capabilities),
-        resources: Some(resources),
-        connected_at: runner.last_heartbeat_time.or(runner.create_time),
-        is_shared: false,
-        organization_id: org.to_owned(),
-    }
 }
 
 /// A required string field.

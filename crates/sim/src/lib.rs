@@ -5,10 +5,12 @@
 //! event with a reason and a message. See the crate README for the rooms.
 
 pub mod config;
+pub mod discovery;
 pub mod error;
 pub mod ids;
 pub mod k8s;
 pub mod machine;
+pub mod pager;
 pub mod policy;
 pub mod quantity;
 pub mod query;

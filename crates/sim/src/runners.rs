@@ -20,6 +20,7 @@ use cwsandbox_api::wkt::{FieldMask, Timestamp};
 
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::machine::{Counts, IllegalTransition, Transition};
+use crate::pager::{Pager, base64url_encode};
 use crate::time::SimTime;
 
 /// Page size when the request names none (§9 #2).
@@ -471,13 +472,15 @@ impl RunnerRegistry {
         cluster_filter: &str,
         zone_filter: &str,
     ) -> SimResult<(Vec<ManagedRunner>, String)> {
-        let page_size = match usize::try_from(page_size) {
-            Err(_) => return Err(SimError::invalid_field("page_size", "must not be negative")),
-            Ok(0) => DEFAULT_PAGE_SIZE,
-            Ok(size) => size.min(MAX_PAGE_SIZE),
-        };
         let filter = ListFilter { cluster: cluster_filter.to_lowercase(), zone: zone_filter.to_lowercase() };
-        let after = if page_token.is_empty() { None } else { Some(decode_page_token(page_token, &filter)?) };
+        let pager = Pager::new(
+            "managed-runners",
+            [filter.cluster.clone(), filter.zone.clone()],
+            page_size,
+            DEFAULT_PAGE_SIZE,
+            MAX_PAGE_SIZE,
+        )?;
+        let after = pager.after(page_token)?.and_then(|key| key.into_iter().next());
 
         let Some(runners) = self.orgs.get(org) else {
             return Ok((Vec::new(), String::new()));
@@ -486,18 +489,13 @@ impl RunnerRegistry {
             Some(last) => std::ops::Bound::Excluded(last.as_str()),
             None => std::ops::Bound::Unbounded,
         };
-        let mut matching = runners
+        let matching = runners
             .runners
             .range::<str, _>((start, std::ops::Bound::Unbounded))
             .map(|(_, record)| &record.runner)
             .filter(|runner| filter.matches(runner));
-        let page: Vec<ManagedRunner> = matching.by_ref().take(page_size).cloned().collect();
-        // A token only when something follows, so the last page says so with "".
-        let next = match (matching.next(), page.last()) {
-            (Some(_), Some(last)) => encode_page_token(&filter, runner_id_of(last)),
-            _ => String::new(),
-        };
-        Ok((page, next))
+        let (page, next) = pager.page(matching, |runner| vec![runner_id_of(runner).to_owned()]);
+        Ok((page.into_iter().cloned().collect(), next))
     }
 
     /// UpdateManagedRunner: changes exactly the fields named by `mask`, taking their values
@@ -1052,85 +1050,9 @@ impl ListFilter {
     }
 }
 
-// Version tag inside page tokens, so a future format change rejects old tokens cleanly.
-const PAGE_TOKEN_VERSION: &str = "runners.v1";
-
-/// base64url(JSON `[version, cluster, zone, last_runner_id]`): opaque to clients, and JSON keeps
-/// arbitrary filter text unambiguous.
-fn encode_page_token(filter: &ListFilter, last_runner_id: &str) -> String {
-    let parts = [PAGE_TOKEN_VERSION, filter.cluster.as_str(), filter.zone.as_str(), last_runner_id];
-    // Serializing an array of strings cannot fail; an empty token would only end the listing.
-    let json = serde_json::to_vec(&parts).unwrap_or_default();
-    base64url_encode(&json)
-}
-
-/// The last runner id of the previous page, if `token` is one of ours for the same filters.
-fn decode_page_token(token: &str, filter: &ListFilter) -> SimResult<String> {
-    let invalid = || SimError::invalid_field("page_token", "not a page token of this listing");
-    let bytes = base64url_decode(token).ok_or_else(invalid)?;
-    let parts: Vec<String> = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
-    let [version, cluster, zone, last] = <[String; 4]>::try_from(parts).map_err(|_| invalid())?;
-    if version != PAGE_TOKEN_VERSION {
-        return Err(invalid());
-    }
-    if cluster != filter.cluster || zone != filter.zone {
-        return Err(SimError::invalid_field("page_token", "the page token belongs to a listing with other filters"));
-    }
-    Ok(last)
-}
-
-const BASE64URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-/// Unpadded base64url; small enough not to pull a crate in.
-fn base64url_encode(bytes: &[u8]) -> String {
-    let mut text = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let mut group = [0u8; 3];
-        group[..chunk.len()].copy_from_slice(chunk);
-        let bits = u32::from(group[0]) << 16 | u32::from(group[1]) << 8 | u32::from(group[2]);
-        // n input bytes make n + 1 output characters.
-        for index in 0..=chunk.len() {
-            text.push(char::from(BASE64URL[(bits >> (18 - 6 * index) & 63) as usize]));
-        }
-    }
-    text
-}
-
-fn base64url_decode(text: &str) -> Option<Vec<u8>> {
-    let value = |byte: u8| BASE64URL.iter().position(|&candidate| candidate == byte).map(|position| position as u32);
-    let mut bytes = Vec::with_capacity(text.len() / 4 * 3 + 2);
-    for chunk in text.as_bytes().chunks(4) {
-        // A lone trailing character carries fewer than 8 bits: never produced by the encoder.
-        if chunk.len() < 2 {
-            return None;
-        }
-        let mut bits = 0u32;
-        for (index, &byte) in chunk.iter().enumerate() {
-            bits |= value(byte)? << (18 - 6 * index);
-        }
-        for index in 0..chunk.len() - 1 {
-            bytes.push((bits >> (16 - 8 * index)) as u8);
-        }
-    }
-    Some(bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64url_round_trips_every_length() {
-        for length in 0..10 {
-            let bytes: Vec<u8> = (0..length).map(|index| (index * 37 + 250) as u8).collect();
-            let text = base64url_encode(&bytes);
-            assert!(text.bytes().all(|byte| BASE64URL.contains(&byte)), "{text}");
-            assert_eq!(base64url_decode(&text), Some(bytes));
-        }
-        assert_eq!(base64url_encode(b"runner-1:1:1"), "cnVubmVyLTE6MTox");
-        assert_eq!(base64url_decode("a"), None);
-        assert_eq!(base64url_decode("a*bc"), None);
-    }
 
     #[test]
     fn dns_labels_follow_rfc_1123() {
@@ -1143,17 +1065,6 @@ mod tests {
         assert!(check_dns_label("runner-").is_err());
         assert!(check_dns_label("run_ner").is_err());
         assert!(check_dns_label("run.ner").is_err());
-    }
-
-    #[test]
-    fn page_tokens_carry_the_filters_and_the_last_id() {
-        let filter = ListFilter { cluster: "c1".into(), zone: "z,\"1".into() };
-        let token = encode_page_token(&filter, "runner-7");
-        assert_eq!(decode_page_token(&token, &filter), Ok("runner-7".to_owned()));
-        let other = ListFilter { cluster: "c1".into(), zone: String::new() };
-        assert!(decode_page_token(&token, &other).is_err());
-        let foreign = base64url_encode(br#"["other.v9","c1","z,\"1","runner-7"]"#);
-        assert!(decode_page_token(&foreign, &filter).is_err());
     }
 
     #[test]

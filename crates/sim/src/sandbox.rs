@@ -13,6 +13,7 @@ use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::ids::{IdHash, SharedStr};
 use crate::k8s::{ContainerState, Labels, Pod, PodContainer, PodOwner, PodPhase};
 use crate::machine::IllegalTransition;
+use crate::pager::Pager;
 use crate::policy::{self, PreparedPolicy, RuntimeDefaults};
 use crate::quantity::Quantity;
 use crate::resolved::ResolvedSpec;
@@ -310,6 +311,20 @@ pub struct SandboxFilter {
     pub descending: bool,
 }
 
+impl SandboxFilter {
+    /// What a page token must have been issued for: the same filters, in the same order.
+    fn fingerprint(&self) -> Vec<String> {
+        let mut parts = vec![
+            self.tags.join("\u{0}"),
+            self.state.map(|state| format!("{state:?}")).unwrap_or_default(),
+            self.runner_ids.join("\u{0}"),
+        ];
+        parts.push(if self.show_terminated { "all" } else { "live" }.to_owned());
+        parts.push(if self.descending { "desc" } else { "asc" }.to_owned());
+        parts
+    }
+}
+
 const DEFAULT_PAGE_SIZE: usize = 100;
 const MAX_PAGE_SIZE: usize = 1000;
 const MAX_LIFETIME_SECONDS: i32 = 2_592_000;
@@ -594,6 +609,11 @@ impl World {
             })
     }
 
+    /// The organization and runner of a sandbox, without building its view.
+    pub(crate) fn sandbox_placement(&self, id: &str) -> Option<(&str, &str)> {
+        self.sandboxes.by_id.get(id).map(|sandbox| (sandbox.owner.org.as_str(), sandbox.info.runner_id.as_str()))
+    }
+
     /// A sandbox by id for the host (no organization check).
     pub fn sandbox(&self, id: &str) -> Option<SandboxView> {
         self.sandboxes.by_id.get(id).map(|sandbox| self.view(sandbox))
@@ -607,17 +627,16 @@ impl World {
         page_size: i32,
         page_token: &str,
     ) -> SimResult<(Vec<SandboxView>, String)> {
-        if page_size < 0 {
-            return Err(SimError::invalid_field("page_size", "must not be negative"));
-        }
-        let size = if page_size == 0 { DEFAULT_PAGE_SIZE } else { (page_size as usize).min(MAX_PAGE_SIZE) };
-        let after = if page_token.is_empty() {
-            None
-        } else {
-            Some(
-                decode_token(page_token)
-                    .ok_or_else(|| SimError::invalid_field("page_token", "not a token this server issued"))?,
-            )
+        let pager = Pager::new("sandboxes", filter.fingerprint(), page_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)?;
+        let after = match pager.after(page_token)?.as_deref() {
+            None => None,
+            Some([created, id]) => Some((
+                created
+                    .parse::<i64>()
+                    .map_err(|_| SimError::invalid_field("page_token", "not a page token of this listing"))?,
+                id.clone(),
+            )),
+            Some(_) => return Err(SimError::invalid_field("page_token", "not a page token of this listing")),
         };
         let mut matching: Vec<SandboxView> = self
             .sandboxes
@@ -645,13 +664,9 @@ impl World {
                 })
                 .unwrap_or(matching.len()),
         };
-        let page: Vec<SandboxView> = matching.iter().skip(start).take(size).cloned().collect();
-        let next = if start + page.len() < matching.len() {
-            page.last().map(|last| encode_token(last.created.millis(), &last.id)).unwrap_or_default()
-        } else {
-            String::new()
-        };
-        Ok((page, next))
+        Ok(pager.page(matching.into_iter().skip(start), |last| {
+            vec![last.created.millis().to_string(), last.id.to_string()]
+        }))
     }
 
     /// Deletes a sandbox: its Pod terminates with `grace_seconds` (0: the Pod's own grace).
@@ -922,21 +937,6 @@ fn dns_label(text: &str) -> String {
     label.truncate(50);
     let trimmed = label.trim_matches('-');
     if trimmed.is_empty() { "user".to_owned() } else { trimmed.to_owned() }
-}
-
-fn encode_token(created_millis: i64, id: &str) -> String {
-    format!("{created_millis:x}.{id}").bytes().map(|byte| format!("{byte:02x}")).collect()
-}
-
-fn decode_token(token: &str) -> Option<(i64, String)> {
-    if !token.len().is_multiple_of(2) {
-        return None;
-    }
-    let bytes: Option<Vec<u8>> =
-        (0..token.len()).step_by(2).map(|index| u8::from_str_radix(token.get(index..index + 2)?, 16).ok()).collect();
-    let text = String::from_utf8(bytes?).ok()?;
-    let (millis, id) = text.split_once('.')?;
-    Some((i64::from_str_radix(millis, 16).ok()?, id.to_owned()))
 }
 
 #[cfg(test)]

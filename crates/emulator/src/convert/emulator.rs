@@ -366,17 +366,6 @@ pub fn over_subscribe(sharing: Sharing) -> pb::OverSubscribe {
     }
 }
 
-/// A requested `OverSubscribe` as the simulation's sharing.
-pub fn sharing(value: i32) -> Result<Sharing, ApiError> {
-    match pb::OverSubscribe::try_from(value) {
-        Ok(pb::OverSubscribe::Unspecified | pb::OverSubscribe::Ok) => Ok(Sharing::Default),
-        Ok(pb::OverSubscribe::No) => Ok(Sharing::Exclusive),
-        Ok(pb::OverSubscribe::Yes) => Ok(Sharing::Ok),
-        Ok(pb::OverSubscribe::User) => Ok(Sharing::User),
-        Err(_) => Err(ApiError::invalid_field("over_subscribe", format!("{value} is not an OverSubscribe value"))),
-    }
-}
-
 fn job_pod(pod: &PlaceholderPod<'_>) -> pb::JobPod {
     pb::JobPod {
         uid: pod.uid.to_owned(),
@@ -566,7 +555,7 @@ mod tests {
     #[test]
     fn sharing_round_trips_and_prints_like_scontrol() {
         for value in [Sharing::Default, Sharing::Exclusive, Sharing::Ok, Sharing::User] {
-            assert_eq!(sharing(over_subscribe(value) as i32).unwrap(), value);
+            assert_eq!(cwsandbox_sim::world::requested_sharing(over_subscribe(value) as i32).unwrap(), value);
         }
         assert_eq!(over_subscribe(Sharing::Ok).as_str_name(), "OVER_SUBSCRIBE_YES");
         assert_eq!(over_subscribe(Sharing::Default).as_str_name(), "OVER_SUBSCRIBE_OK");

@@ -14,7 +14,7 @@ use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse};
 use cwsandbox_api::emulator_v1 as pb;
 use cwsandbox_sim::config::{Values, merge_values};
 use cwsandbox_sim::query::{self, JobQuery, ObjectQuery, Scope};
-use cwsandbox_sim::slurm::{JobId, JobKind, JobRequest};
+use cwsandbox_sim::slurm::JobId;
 use cwsandbox_sim::world::World;
 
 use super::respond;
@@ -356,40 +356,9 @@ pub async fn submit_batch_job(
 ) -> Result<ConnectResponse<pb::SubmitBatchJobResponse>, ConnectError> {
     // An organization's batch job is its own; the operator's is the cluster's.
     scoped("SubmitBatchJob", &caller, |scope| {
-        let sharing = convert::sharing(request.over_subscribe)?;
-        let text = |value: &str| (!value.is_empty()).then(|| value.to_owned());
         app.driver().with_world(|world| -> Result<_, ApiError> {
-            let uid = match request.user.trim() {
-                "" => caller.uid,
-                user => user
-                    .parse::<u32>()
-                    .ok()
-                    .or_else(|| world.slurm.users.values().find(|known| &*known.name == user).map(|known| known.uid))
-                    .ok_or_else(|| ApiError::invalid_field("user", format!("Invalid user id: {user}")))?,
-            };
-            let job = world.submit_batch_job(
-                &scope,
-                JobRequest {
-                    name: if request.name.is_empty() { "batch".to_owned() } else { request.name.clone() },
-                    uid,
-                    gid: request.gid,
-                    account: text(&request.account),
-                    partition: text(&request.partition),
-                    qos: text(&request.qos),
-                    comment: text(&request.comment),
-                    reservation: text(&request.reservation),
-                    cpus: request.cpus.max(1),
-                    mem_mb: request.mem_mb,
-                    gpus: request.gpus,
-                    gres_type: text(&request.gres_type),
-                    sharing,
-                    time_limit_seconds: request.time_limit_seconds,
-                    priority: if request.priority == 0 { 100 } else { request.priority },
-                    kind: JobKind::Batch { run_seconds: request.run_seconds },
-                    prolog: false,
-                },
-            )?;
-            tracing::info!(job_id = job, uid, "batch job submitted");
+            let job = world.submit_batch(&scope, caller.uid, &request)?;
+            tracing::info!(job_id = job, "batch job submitted");
             Ok(pb::SubmitBatchJobResponse { job: job_row(world, &scope, job) })
         })
     })

@@ -1,11 +1,13 @@
 //! Commands from outside on Slurm and Pods (scancel, sbatch, kubectl delete, scontrol resume,
 //! an organization's reset).
 
+use cwsandbox_api::emulator_v1;
+
 use crate::error::{Reason, SimError, SimResult};
 use crate::ids::SharedStr;
 use crate::k8s::PodOwner;
 use crate::query::Scope;
-use crate::slurm::{JobBaseState, JobId, JobKind, JobRequest, SubmitError};
+use crate::slurm::{JobBaseState, JobId, JobKind, JobRequest, Sharing, SubmitError};
 
 use crate::world::{SandboxOutcome, World, legal, shared_org_name};
 
@@ -77,6 +79,47 @@ impl World {
         self.slurm_dirty = true;
         self.settle();
         Ok(job)
+    }
+
+    /// SubmitBatchJob of the emulator's API, with the defaults `sbatch` fills in: the name
+    /// `batch`, at least one CPU, priority 100, and the caller's own uid unless `user` names
+    /// another Slurm user, by name or by uid.
+    pub fn submit_batch(
+        &mut self,
+        scope: &Scope,
+        caller_uid: u32,
+        request: &emulator_v1::SubmitBatchJobRequest,
+    ) -> SimResult<JobId> {
+        let sharing = requested_sharing(request.over_subscribe)?;
+        let uid = match request.user.trim() {
+            "" => caller_uid,
+            user => user
+                .parse::<u32>()
+                .ok()
+                .or_else(|| self.slurm.users.values().find(|known| &*known.name == user).map(|known| known.uid))
+                .ok_or_else(|| SimError::invalid_field("user", format!("Invalid user id: {user}")))?,
+        };
+        let text = |value: &str| (!value.is_empty()).then(|| value.to_owned());
+        let job = JobRequest {
+            name: if request.name.is_empty() { "batch".to_owned() } else { request.name.clone() },
+            uid,
+            gid: request.gid,
+            account: text(&request.account),
+            partition: text(&request.partition),
+            qos: text(&request.qos),
+            comment: text(&request.comment),
+            reservation: text(&request.reservation),
+            cpus: request.cpus.max(1),
+            mem_mb: request.mem_mb,
+            gpus: request.gpus,
+            gres_type: text(&request.gres_type),
+            sharing,
+            time_limit_seconds: request.time_limit_seconds,
+            priority: if request.priority == 0 { 100 } else { request.priority },
+            kind: JobKind::Batch { run_seconds: request.run_seconds },
+            prolog: false,
+        };
+        self.submit_batch_job(scope, job)
     }
 
     /// Deletes a Pod inside `scope` by namespace and name (`kubectl delete pod`).
@@ -151,5 +194,18 @@ impl World {
                 .map(|job| job.id)
                 .max()
         })
+    }
+}
+
+/// A requested `OverSubscribe` (the emulator API's enum) as Slurm's sharing.
+pub fn requested_sharing(over_subscribe: i32) -> SimResult<Sharing> {
+    match emulator_v1::OverSubscribe::try_from(over_subscribe) {
+        Ok(emulator_v1::OverSubscribe::Unspecified | emulator_v1::OverSubscribe::Ok) => Ok(Sharing::Default),
+        Ok(emulator_v1::OverSubscribe::No) => Ok(Sharing::Exclusive),
+        Ok(emulator_v1::OverSubscribe::Yes) => Ok(Sharing::Ok),
+        Ok(emulator_v1::OverSubscribe::User) => Ok(Sharing::User),
+        Err(_) => {
+            Err(SimError::invalid_field("over_subscribe", format!("{over_subscribe} is not an OverSubscribe value")))
+        }
     }
 }

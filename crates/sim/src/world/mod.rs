@@ -25,6 +25,7 @@ mod teardown;
 mod timers;
 mod topology;
 
+pub use commands::requested_sharing;
 pub use pods::{PodLifecycle, PodTransition};
 pub(crate) use timers::{Timer, TimerKey, Timers};
 

@@ -1,0 +1,189 @@
+//! What DiscoveryService tells about runners: each runner's health, and the capacity the
+//! simulated cluster offers its sandboxes.
+
+use std::collections::BTreeSet;
+
+use cwsandbox_api::sandbox_v1 as pb;
+
+use crate::error::{Reason, SimError, SimResult};
+use crate::k8s::{PodOwner, PodPhase, ResourceTotals};
+use crate::pager::Pager;
+use crate::world::World;
+
+const DEFAULT_PAGE_SIZE: usize = 50;
+const MAX_PAGE_SIZE: usize = 1000;
+
+/// The architecture sandboxes run on: the one this emulator was built for (they run on this
+/// host), in Kubernetes' names.
+fn host_architecture() -> String {
+    std::env::consts::ARCH.replace("x86_64", "amd64").replace("aarch64", "arm64")
+}
+
+impl World {
+    /// A runner as DiscoveryService shows it, with health and capacity computed from the
+    /// cluster: `capabilities` is the largest sandbox one Node can hold (its allocatable minus
+    /// what non-sandbox Pods such as slurmd request), `resources` what all Nodes have free now.
+    /// Control-plane Nodes are not counted. An unknown runner, or another organization's, is
+    /// NOT_FOUND (`CWSANDBOX_RUNNER_NOT_FOUND`).
+    pub fn available_runner(&self, org: &str, runner_id: &str) -> SimResult<pb::AvailableRunner> {
+        let runner = self.runners.find(org, runner_id).ok_or_else(|| SimError::NotFound {
+            reason: Reason::RunnerNotFound,
+            message: format!("no runner {runner_id:?} visible in organization {org:?}"),
+        })?;
+        Ok(self.availability(org, runner))
+    }
+
+    /// ListAvailableRunners: the organization's runners in runner-id order, filtered as the
+    /// request asks, one page at a time.
+    pub fn list_available_runners(
+        &self,
+        org: &str,
+        request: &pb::ListAvailableRunnersRequest,
+    ) -> SimResult<(Vec<pb::AvailableRunner>, String)> {
+        let filters = [
+            request.runner_group_id.clone(),
+            request.healthy_only.to_string(),
+            request.gpu_type.clone(),
+            request.architecture.clone(),
+            request.service_visibility.to_string(),
+        ];
+        let pager = Pager::new("available-runners", filters, request.page_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)?;
+        let after = pager.after(&request.page_token)?.and_then(|key| key.into_iter().next());
+        let matching = self
+            .runners
+            .iter(org)
+            .filter(|runner| after.as_deref().is_none_or(|last| runner_id(runner) > last))
+            .map(|runner| self.availability(org, runner))
+            .filter(|runner| request.runner_group_id.is_empty() || runner.runner_group_id == request.runner_group_id)
+            .filter(|runner| !request.healthy_only || runner.healthy)
+            .filter(|runner| {
+                let capabilities = runner.capabilities.clone().unwrap_or_default();
+                (request.gpu_type.is_empty() || capabilities.supported_gpu_types.contains(&request.gpu_type))
+                    && (request.architecture.is_empty()
+                        || capabilities.supported_architectures.contains(&request.architecture))
+                    && (request.service_visibility == pb::Visibility::Unspecified as i32
+                        || capabilities.supported_service_visibilities.contains(&request.service_visibility))
+            });
+        Ok(pager.page(matching, |runner| vec![runner.runner_id.clone()]))
+    }
+
+    fn availability(&self, org: &str, runner: &pb::ManagedRunner) -> pb::AvailableRunner {
+        let identity = runner.identity.clone().unwrap_or_default();
+        let healthy = runner.install_status == pb::RunnerInstallStatus::Ready as i32
+            && runner.connection_status == pb::RunnerConnectionStatus::Connected as i32;
+        let mut capabilities =
+            pb::RunnerCapabilitySummary { supported_architectures: vec![host_architecture()], ..Default::default() };
+        let mut resources = pb::RunnerResourceSummary::default();
+        let mut gpu_types = BTreeSet::new();
+        for node in self.cluster.nodes.values() {
+            if node.labels.contains_key("node-role.kubernetes.io/control-plane") {
+                continue;
+            }
+            let mut system = ResourceTotals::default();
+            for pod in self.cluster.pods_on(&node.name) {
+                if pod.holds_resources() && !matches!(pod.owner, PodOwner::Sandbox(_)) {
+                    system.add(pod.requested());
+                }
+            }
+            capabilities.max_cpu_millicores =
+                capabilities.max_cpu_millicores.max(node.allocatable.cpu_millis - system.cpu_millis);
+            capabilities.max_memory_bytes =
+                capabilities.max_memory_bytes.max(node.allocatable.memory_bytes - system.memory_bytes);
+            capabilities.max_gpu_count = capabilities.max_gpu_count.max(node.allocatable.gpus - system.gpus);
+            resources.available_cpu_millicores += (node.allocatable.cpu_millis - node.requested.cpu_millis).max(0);
+            resources.available_memory_bytes += (node.allocatable.memory_bytes - node.requested.memory_bytes).max(0);
+            resources.available_gpu_count += (node.allocatable.gpus - node.requested.gpus).max(0);
+            if let Some(class) = node.labels.get("gpu.nvidia.com/class") {
+                gpu_types.insert(class.clone());
+            }
+        }
+        capabilities.supported_gpu_types = gpu_types.into_iter().collect();
+        let running = self
+            .cluster
+            .pods_iter()
+            .filter(|pod| pod.phase == PodPhase::Running)
+            .filter(|pod| match &pod.owner {
+                PodOwner::Sandbox(id) => self.sandbox_placement(id) == Some((org, identity.runner_id.as_str())),
+                _ => false,
+            })
+            .count();
+        resources.running_sandboxes = i32::try_from(running).unwrap_or(i32::MAX);
+        pb::AvailableRunner {
+            runner_id: identity.runner_id,
+            runner_group_id: identity.runner_group_id,
+            tags: Vec::new(),
+            healthy,
+            capabilities: Some(capabilities),
+            resources: Some(resources),
+            connected_at: runner.last_heartbeat_time.or(runner.create_time),
+            is_shared: false,
+            organization_id: org.to_owned(),
+        }
+    }
+}
+
+fn runner_id(runner: &pb::ManagedRunner) -> &str {
+    runner.identity.as_ref().map_or("", |identity| identity.runner_id.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Scenario, Values};
+    use crate::ids::SeededIds;
+    use crate::time::{ManualClock, SimTime};
+
+    fn world_with_runners(ids: &[(&str, &str)]) -> World {
+        let clock = ManualClock::new(SimTime::from_secs(1_764_480_000));
+        let mut world =
+            World::new(Values::scenario(Scenario::Ready), Box::new(clock), Box::new(SeededIds::new(3))).unwrap();
+        for (index, (runner_id, group)) in ids.iter().enumerate() {
+            let runner = pb::ManagedRunner {
+                identity: Some(pb::RunnerIdentity {
+                    runner_id: (*runner_id).to_owned(),
+                    runner_group_id: (*group).to_owned(),
+                    zone: "us-east-1a".to_owned(),
+                    cluster_id: "cluster-1".to_owned(),
+                    ..Default::default()
+                }),
+                policy: Some(pb::Policy::default()),
+                ..Default::default()
+            };
+            world.runners.create("default-org", runner, &format!("request-{index}"), world.now()).unwrap();
+        }
+        world
+    }
+
+    #[test]
+    fn available_runners_page_in_runner_id_order_with_filters_bound_to_the_token() {
+        let world = world_with_runners(&[("runner-c", "gpu"), ("runner-a", "gpu"), ("runner-b", "cpu")]);
+        let mut request =
+            pb::ListAvailableRunnersRequest { runner_group_id: "gpu".to_owned(), page_size: 1, ..Default::default() };
+        let mut seen = Vec::new();
+        loop {
+            let (page, next) = world.list_available_runners("default-org", &request).unwrap();
+            seen.extend(page.into_iter().map(|runner| runner.runner_id));
+            if next.is_empty() {
+                break;
+            }
+            request.page_token = next;
+        }
+        assert_eq!(seen, ["runner-a", "runner-c"], "the group filter, in runner-id order, one per page");
+
+        let (_, token) = world
+            .list_available_runners(
+                "default-org",
+                &pb::ListAvailableRunnersRequest { page_size: 1, ..Default::default() },
+            )
+            .unwrap();
+        let other_filter = pb::ListAvailableRunnersRequest {
+            runner_group_id: "gpu".to_owned(),
+            page_token: token,
+            ..Default::default()
+        };
+        let error = world.list_available_runners("default-org", &other_filter).unwrap_err();
+        assert_eq!(error.to_string(), "page_token: the page token belongs to a listing with other filters");
+        assert!(world.list_available_runners("other-org", &Default::default()).unwrap().0.is_empty());
+        assert_eq!(world.available_runner("other-org", "runner-a").unwrap_err().reason(), Some(Reason::RunnerNotFound));
+    }
+}
