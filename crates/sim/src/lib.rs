@@ -9,10 +9,7 @@ pub mod error;
 pub mod ids;
 pub mod k8s;
 pub mod machine;
-pub mod policy;
-pub mod quantity;
 pub mod query;
-pub mod resolved;
 pub mod runners;
 pub mod sandbox;
 pub mod slurm;
@@ -22,3 +19,8 @@ pub mod time;
 pub mod world;
 
 pub use error::{FieldViolation, Reason, SimError, SimResult};
+
+// Policies, quantities and the resolved spec live in `cwsandbox-policy`; these paths are the ones
+// the world and the emulator have always used.
+pub use cwsandbox_policy as policy;
+pub use cwsandbox_policy::{quantity, resolved};

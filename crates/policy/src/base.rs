@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Number, Value};
 
-use super::k8s_names::{label_value_problem, qualified_name_problem};
-use super::quoted;
+use crate::k8s_names::{label_value_problem, qualified_name_problem};
+use crate::quoted;
 use crate::error::FieldViolation;
 use crate::resolved::Toleration;
 
