@@ -9,12 +9,12 @@ use cwsandbox_api::sandbox_v1::{
     RuntimeClass, SandboxSpec, SecurityConstraints, StorageMedium, VolumeConstraints, sandbox_volume,
 };
 
-use crate::network::{egress_rule_within, ingress_rule_within, is_hostname_rule};
-use crate::resolve::{AmountSource, Provenance, RuntimeClassRequest};
-use crate::{format_cpu, format_memory, quoted};
 use crate::error::{FieldViolation, PolicyError, RejectionKind};
+use crate::network::{egress_rule_within, ingress_rule_within, is_hostname_rule};
 use crate::quantity::Quantity;
+use crate::resolve::{AmountSource, Provenance, RuntimeClassRequest};
 use crate::resolved::{ResolvedSpec, ResourceAmounts};
+use crate::{format_cpu, format_memory, quoted};
 
 /// One refusal, and whether it is a whole-sandbox ceiling (which gets its own reason code).
 struct Refusal {

@@ -14,13 +14,13 @@ use cwsandbox_api::sandbox_v1::{
 use crate::MAX_LIFETIME_SECONDS;
 use crate::base::{BaseTemplate, parse_base};
 use crate::constraints::check_constraints;
+use crate::error::{FieldViolation, PolicyError};
 use crate::k8s_names::{TOTAL_ANNOTATION_SIZE_MAX, annotation_size, dns1123_subdomain_problem, qualified_name_problem};
 use crate::network::{EgressRuleSite, check_egress_rule, check_ingress_rule};
-use crate::validate::validate_policy;
-use crate::{format_cpu, format_memory, quoted};
-use crate::error::{FieldViolation, PolicyError};
 use crate::quantity::Quantity;
 use crate::resolved::{ResolvedContainer, ResolvedSpec, ResourceAmounts};
+use crate::validate::validate_policy;
+use crate::{format_cpu, format_memory, quoted};
 
 /// What a sandbox gets when neither it nor its runner's policy says otherwise.
 #[derive(Debug, Clone, PartialEq, Eq)]

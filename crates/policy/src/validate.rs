@@ -11,9 +11,9 @@ use cwsandbox_api::sandbox_v1::{
 
 use crate::MAX_LIFETIME_SECONDS;
 use crate::base::parse_base;
+use crate::error::FieldViolation;
 use crate::k8s_names::dns1123_subdomain_problem;
 use crate::network::{EgressRuleSite, IpPrefix, check_egress_rule, check_ingress_rule, is_hostname_rule};
-use crate::error::FieldViolation;
 use crate::quantity::Quantity;
 
 /// Most prefixes a control-plane source allowlist may hold.

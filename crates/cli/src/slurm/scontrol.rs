@@ -365,8 +365,7 @@ impl Command for Scontrol {
             }
             Request::Partitions(_) => answer.partitions = admin.list_partitions().await.map_err(api_error)?,
             Request::Nodes(_) => {
-                answer.nodes =
-                    admin.list_slurm_nodes(&pb::ListSlurmNodesRequest::default()).await.map_err(api_error)?
+                answer.nodes = admin.list_slurm_nodes(&pb::ListSlurmNodesRequest::default()).await.map_err(api_error)?
             }
             Request::Info(_) => {}
         }

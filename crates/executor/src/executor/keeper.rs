@@ -152,7 +152,12 @@ pub(super) async fn wait_for_exec(mut pipe: std::io::PipeReader) -> bool {
     }
 }
 
-pub(super) fn open_running(keeper_pid: pid_t, main_pid: pid_t, mode: Mode, keeper: ProcessHandle) -> std::io::Result<Running> {
+pub(super) fn open_running(
+    keeper_pid: pid_t,
+    main_pid: pid_t,
+    mode: Mode,
+    keeper: ProcessHandle,
+) -> std::io::Result<Running> {
     match mode {
         Mode::Plain => Ok(Running { keeper, root: sys::open_path(c"/")?, target: Target::Plain { group: main_pid } }),
         Mode::Namespaces { ids } => {

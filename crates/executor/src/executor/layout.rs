@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use tracing::warn;
 
 use super::mode::{IdMode, Mode};
+use crate::LaunchSpec;
 use crate::rootfs;
 use crate::sys;
-use crate::LaunchSpec;
 
 pub(super) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -22,7 +22,12 @@ pub(super) struct Layout {
     pub(super) rootfs: Option<rootfs::Rootfs>,
 }
 
-pub(super) fn prepare_layout(dir: &Path, mode: Mode, host_paths: &[PathBuf], working_dir: Option<&str>) -> Result<Layout, String> {
+pub(super) fn prepare_layout(
+    dir: &Path,
+    mode: Mode,
+    host_paths: &[PathBuf],
+    working_dir: Option<&str>,
+) -> Result<Layout, String> {
     if let Mode::Namespaces { .. } = mode {
         let rootfs = rootfs::prepare(dir, host_paths, working_dir, mode.sandbox_owner())?;
         return Ok(Layout { working_dir: rootfs.working_dir.clone(), rootfs: Some(rootfs) });
