@@ -2,7 +2,7 @@
 //!
 //! Policy documents are proto3 JSON (lowerCamelCase; snake_case accepted on input), shown as YAML.
 //! `edit` works like `kubectl edit`: $EDITOR on the current document, validated on save with the
-//! same validator the emulator uses (`cwsandbox_sim::policy::validate_policy`), errors shown as
+//! same validator the emulator uses (`cwsandbox_policy::validate_policy`), errors shown as
 //! comments and the editor reopened; nothing is sent when unchanged; the etag of the version that
 //! was read goes with the update, so a concurrent change fails instead of being overwritten.
 
@@ -70,7 +70,7 @@ pub fn parse_document<T: DeserializeOwned>(text: &str) -> Result<T> {
 /// `field: description`.
 pub fn check_policy(text: &str) -> Result<pb::Policy, Vec<String>> {
     let policy: pb::Policy = parse_document(text).map_err(|error| vec![format!("policy: {error:#}")])?;
-    let violations = cwsandbox_sim::policy::validate_policy(&policy);
+    let violations = cwsandbox_policy::validate_policy(&policy);
     if violations.is_empty() {
         Ok(policy)
     } else {

@@ -314,6 +314,77 @@ async fn data_operations_are_unavailable_without_an_executor() {
     assert_eq!((error.code(), reason(&error).as_str()), (Code::NotFound, "CWSANDBOX_SANDBOX_NOT_FOUND"));
 }
 
+/// A runner's policy refusing a sandbox, as the wire carries it: the reason tells a placement
+/// refusal from a ceiling-only one (the one a client may retry serverless), the message lists
+/// every violation, and the BadRequest names the sandbox field with the constraint that refused it.
+#[tokio::test]
+async fn policy_rejections_carry_their_reason_message_and_fields() {
+    let emulator = start().await;
+    let info = emulator.info().clone();
+    let mut runners =
+        RunnerManagementServiceClient::with_interceptor(channel(&emulator).await, Bearer(info.admin_token.clone()));
+    let current = runners
+        .get_managed_runner(pb::GetManagedRunnerRequest { runner_id: info.runner_id.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    let policy: pb::Policy =
+        serde_json::from_value(serde_json::json!({"constraints": {"resources": {"maxCpu": "2", "cpuCeiling": "3"}}}))
+            .unwrap();
+    let update = pb::UpdateManagedRunnerRequest {
+        runner_id: info.runner_id.clone(),
+        managed_runner: Some(pb::ManagedRunner { policy: Some(policy), etag: current.etag, ..Default::default() }),
+        update_mask: Some(cwsandbox_api::wkt::FieldMask { paths: vec!["policy".to_owned()] }),
+    };
+    runners.update_managed_runner(update).await.unwrap();
+    let mut client = sandboxes(&emulator, &info.user_token).await;
+    let refusal = |error: &tonic::Status| {
+        assert_eq!(error.code(), Code::InvalidArgument, "{error:?}");
+        let violations = details(error).bad_request().expect("BadRequest").field_violations.clone();
+        let violations: Vec<(String, String)> =
+            violations.into_iter().map(|violation| (violation.field, violation.description)).collect();
+        (reason(error), error.message().to_owned(), violations)
+    };
+
+    let mut over_max = client_spec(&info.runner_id);
+    over_max.containers[0].resource_requirements =
+        Some(pb::ResourceRequirements { requests: resources("4", "1Gi"), limits: None });
+    let error = client.create_sandbox(create_request(over_max, "")).await.unwrap_err();
+    // Over the maximum and the ceiling: a placement refusal, both violations listed.
+    let max = (
+        "sandbox.spec.containers[0].resourceRequirements.requests.cpu",
+        "4 exceeds policy constraints.resources.maxCpu 2",
+    );
+    let ceiling = ("sandbox.spec.containers", "total cpu requests 4 exceed policy constraints.resources.cpuCeiling 3");
+    assert_eq!(
+        refusal(&error),
+        (
+            "CWSANDBOX_PLACEMENT_REJECTED".to_owned(),
+            format!("the runner's policy rejects the sandbox: {}: {}; {}: {}", max.0, max.1, ceiling.0, ceiling.1),
+            vec![(max.0.to_owned(), max.1.to_owned()), (ceiling.0.to_owned(), ceiling.1.to_owned())]
+        )
+    );
+
+    let mut over_ceiling = client_spec(&info.runner_id);
+    let mut second = over_ceiling.containers[0].clone();
+    second.name = "second".to_owned();
+    over_ceiling.containers.push(second);
+    for container in &mut over_ceiling.containers {
+        container.resource_requirements =
+            Some(pb::ResourceRequirements { requests: resources("2", "1Gi"), limits: None });
+    }
+    let error = client.create_sandbox(create_request(over_ceiling, "")).await.unwrap_err();
+    // Over the ceiling alone: the ceiling's own reason.
+    assert_eq!(
+        refusal(&error),
+        (
+            "CWSANDBOX_RESOURCE_CEILING_EXCEEDED".to_owned(),
+            format!("the runner's policy rejects the sandbox: {}: {}", ceiling.0, ceiling.1),
+            vec![(ceiling.0.to_owned(), ceiling.1.to_owned())]
+        )
+    );
+}
+
 #[tokio::test]
 async fn runner_management_over_grpc() {
     let emulator = start().await;

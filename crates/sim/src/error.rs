@@ -5,6 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use cwsandbox_policy::{PolicyError, RejectionKind};
+
 /// A stable, documented error code sent as `ErrorInfo.reason`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
@@ -69,21 +71,8 @@ impl fmt::Display for Reason {
     }
 }
 
-/// One problem with one input field, named by its JSON-style path (`policy.base.spec.x`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldViolation {
-    /// Path of the offending field.
-    pub field: String,
-    /// What is wrong with it.
-    pub description: String,
-}
-
-impl FieldViolation {
-    /// A violation of `field`.
-    pub fn new(field: impl Into<String>, description: impl Into<String>) -> Self {
-        FieldViolation { field: field.into(), description: description.into() }
-    }
-}
+/// One problem with one input field; the policy crate's, so its violations need no copying.
+pub use cwsandbox_policy::FieldViolation;
 
 /// Why a command failed. Nothing is changed in the world when a command fails.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -145,6 +134,28 @@ impl SimError {
         match self {
             SimError::InvalidArgument { violations, .. } => violations,
             _ => &[],
+        }
+    }
+}
+
+/// The one place a policy's refusal gets its gRPC class and reason; the message is the policy's.
+impl From<PolicyError> for SimError {
+    fn from(error: PolicyError) -> SimError {
+        let message = error.to_string();
+        match error {
+            PolicyError::InvalidSpec { violations } => {
+                SimError::InvalidArgument { reason: Reason::InvalidRequest, message, violations }
+            }
+            PolicyError::Rejected { kind, violations } => {
+                let reason = match kind {
+                    RejectionKind::Placement => Reason::PlacementRejected,
+                    RejectionKind::CeilingExceeded => Reason::ResourceCeilingExceeded,
+                };
+                SimError::InvalidArgument { reason, message, violations }
+            }
+            PolicyError::InvalidPolicy { .. } => {
+                SimError::FailedPrecondition { reason: Reason::PreconditionFailed, message }
+            }
         }
     }
 }

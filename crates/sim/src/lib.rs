@@ -11,10 +11,7 @@ pub mod ids;
 pub mod k8s;
 pub mod machine;
 pub mod pager;
-pub mod policy;
-pub mod quantity;
 pub mod query;
-pub mod resolved;
 pub mod runners;
 pub mod sandbox;
 pub mod slurm;
@@ -24,3 +21,8 @@ pub mod time;
 pub mod world;
 
 pub use error::{FieldViolation, Reason, SimError, SimResult};
+
+// Policies, quantities and the resolved spec live in `cwsandbox-policy`; these paths are the ones
+// the world and the emulator have always used.
+pub use cwsandbox_policy as policy;
+pub use cwsandbox_policy::{quantity, resolved};

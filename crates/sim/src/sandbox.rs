@@ -14,6 +14,7 @@ use crate::ids::{IdHash, SharedStr};
 use crate::k8s::{ContainerState, Labels, Pod, PodContainer, PodOwner, PodPhase};
 use crate::machine::IllegalTransition;
 use crate::pager::Pager;
+use crate::policy::MAX_LIFETIME_SECONDS;
 use crate::policy::{self, PreparedPolicy, RuntimeDefaults};
 use crate::quantity::Quantity;
 use crate::resolved::ResolvedSpec;
@@ -327,7 +328,6 @@ impl SandboxFilter {
 
 const DEFAULT_PAGE_SIZE: usize = 100;
 const MAX_PAGE_SIZE: usize = 1000;
-const MAX_LIFETIME_SECONDS: i32 = 2_592_000;
 
 impl World {
     fn count_sandbox(&mut self, transition: SandboxTransition) {

@@ -581,7 +581,8 @@ proptest! {
             );
         }
         prop_assert_eq!(&violations, &validate_policy(&policy), "validation is deterministic");
-        let resolved = resolve(&RuntimeDefaults::default(), Some(&policy), &spec_with("500m", "256Mi"));
+        let resolved =
+            resolve(&RuntimeDefaults::default(), Some(&policy), &spec_with("500m", "256Mi")).map_err(SimError::from);
         let refused_as_invalid_policy =
             matches!(&resolved, Err(SimError::FailedPrecondition { reason: Reason::PreconditionFailed, .. }));
         prop_assert_eq!(refused_as_invalid_policy, !violations.is_empty(), "{:?}", resolved);
@@ -607,7 +608,9 @@ proptest! {
         prop_assert!(resolve(&RuntimeDefaults::default(), Some(&policy), &inside).is_ok());
         if cpu[3] < 64_000 {
             let outside = spec_with(&millis(cpu[3] + 1), &mebibytes(memory[2]));
-            let error = resolve(&RuntimeDefaults::default(), Some(&policy), &outside).expect_err("above maxCpu");
+            let error = SimError::from(
+                resolve(&RuntimeDefaults::default(), Some(&policy), &outside).expect_err("above maxCpu"),
+            );
             prop_assert_eq!(error.reason(), Some(Reason::PlacementRejected));
             prop_assert_eq!(
                 error.violations().iter().map(|v| v.field.as_str()).collect::<Vec<_>>(),

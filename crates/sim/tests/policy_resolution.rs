@@ -41,7 +41,7 @@ fn resolve_ok(policy_document: Option<Value>, spec: &SandboxSpec) -> ResolvedSpe
 /// The reason and (field, description) pairs of an INVALID_ARGUMENT rejection.
 fn rejection(policy_document: Option<Value>, spec: &SandboxSpec) -> (Reason, Vec<(String, String)>) {
     let policy = policy_document.map(policy);
-    match resolve(&RuntimeDefaults::default(), policy.as_ref(), spec) {
+    match resolve(&RuntimeDefaults::default(), policy.as_ref(), spec).map_err(SimError::from) {
         Err(SimError::InvalidArgument { reason, violations, .. }) => {
             (reason, violations.into_iter().map(|violation| (violation.field, violation.description)).collect())
         }
@@ -383,7 +383,7 @@ fn a_sandbox_needs_a_container() {
 #[test]
 fn an_invalid_stored_policy_is_a_failed_precondition() {
     let stored = policy(json!({"base": {"spec": {"hostPID": true}}}));
-    match resolve(&RuntimeDefaults::default(), Some(&stored), &sandbox(json!({}))) {
+    match resolve(&RuntimeDefaults::default(), Some(&stored), &sandbox(json!({}))).map_err(SimError::from) {
         Err(SimError::FailedPrecondition { reason, message }) => {
             assert_eq!(reason, Reason::PreconditionFailed);
             assert!(message.ends_with("policy.base.spec.hostPID: field is managed by the platform"), "{message}");

@@ -126,13 +126,65 @@ pub fn api_error(prog: &str, error: &Error) -> Output {
 /// Runs one of [`COMMANDS`] with its arguments (without argv[0]).
 pub async fn run(prog: &str, args: &[String], env: &Env, conn: Result<Conn, String>) -> Output {
     match prog {
-        "sacct" => sacct::run(args, env, conn).await,
-        "squeue" => squeue::run(args, env, conn).await,
-        "sinfo" => sinfo::run(args, env, conn).await,
-        "scontrol" => scontrol::run(args, env, conn).await,
-        "scancel" => scancel::run(args, env, conn).await,
+        "sacct" => run_command::<sacct::Sacct>(args, env, conn).await,
+        "squeue" => run_command::<squeue::Squeue>(args, env, conn).await,
+        "sinfo" => run_command::<sinfo::Sinfo>(args, env, conn).await,
+        "scontrol" => run_command::<scontrol::Scontrol>(args, env, conn).await,
+        "scancel" => run_command::<scancel::Scancel>(args, env, conn).await,
         other => Output::fail(format!("cwsbx: {other} is not a Slurm command ({})", COMMANDS.join(", ")), 2),
     }
+}
+
+/// What one Slurm command supplies to the skeleton every command runs ([`run_command`]): its
+/// option syntax, its calls to the emulator and its rendering. Parsing and rendering stay pure
+/// functions of the command's module, so the golden and property tests drive them directly.
+pub(crate) trait Command {
+    /// The program name that starts its messages (`sacct: error: …`).
+    const NAME: &'static str;
+    /// A parsed command line.
+    type Options;
+    /// What the emulator answered.
+    type Answer;
+
+    /// Parses the command line (without argv[0]); an `Err` is printed as it is.
+    fn parse(args: &[String], env: &Env) -> Result<Self::Options, Output>;
+
+    /// `--help`, `--version` and the like: printed without asking the emulator.
+    fn info(options: &Self::Options) -> Option<&str>;
+
+    /// Asks the emulator (and, for `scancel`, acts); an `Err` is printed as it is.
+    async fn call(options: &Self::Options, env: &Env, conn: &Conn) -> Result<Self::Answer, Output>;
+
+    /// What the command prints, and its exit code.
+    fn render(options: &Self::Options, answer: Self::Answer, env: &Env) -> Output;
+}
+
+/// The skeleton of every Slurm command: parse the arguments, print `--help`-style text if that
+/// was asked, else call the emulator and render its answer. A missing connection is reported
+/// only once a command needs one, so `--help` works without an emulator.
+pub async fn run_command<C: Command>(args: &[String], env: &Env, conn: Result<Conn, String>) -> Output {
+    let options = match C::parse(args, env) {
+        Ok(options) => options,
+        Err(output) => return output,
+    };
+    if let Some(info) = C::info(&options) {
+        return Output::ok(info.to_owned());
+    }
+    let conn = match conn {
+        Ok(conn) => conn,
+        Err(error) => return Output::fail(format!("{}: error: {error}", C::NAME), 1),
+    };
+    match C::call(&options, env, &conn).await {
+        Ok(answer) => C::render(&options, answer, env),
+        Err(output) => output,
+    }
+}
+
+/// The Slurm users and the caller among them (`CWSBX_SLURM_USER`), in `prog`'s words on failure.
+pub async fn caller(prog: &str, env: &Env, conn: &Conn) -> Result<(Caller, Vec<(String, u32)>), Output> {
+    let known = conn.admin().slurm_users().await.map_err(|error| api_error(prog, &error))?;
+    let caller = Caller::from_env(env, &known).map_err(|error| Output::fail(format!("{prog}: error: {error}"), 1))?;
+    Ok((caller, known))
 }
 
 /// The emulator's time of a listing, in seconds.

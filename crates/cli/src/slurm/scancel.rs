@@ -2,11 +2,11 @@
 //! (`CANCELLED by <uid>` in `sacct`), by id or by the filters `-u`, `-p`, `-A`, `-n`, `-t`,
 //! `-w`; errors in Slurm's words (`scancel: error: Kill job error on job id N: …`).
 
-use cwsandbox_client::{Code, emulator_v1 as pb};
+use cwsandbox_client::{Code, Error, emulator_v1 as pb};
 
 use super::fmt;
 use super::getopt::{self, Arg, Item, Opt};
-use super::{Caller, Conn, Env, Output, resolve_user};
+use super::{Caller, Command, Conn, Env, Output, resolve_user};
 
 const SPEC: &[Opt] = &[
     Opt { key: "account", short: Some('A'), long: &["account"], arg: Arg::Required },
@@ -185,73 +185,86 @@ pub fn kill_error(job_id: u32, code: Code) -> String {
     format!("scancel: error: Kill job error on job id {job_id}: {reason}")
 }
 
-/// `scancel` against the emulator.
-pub async fn run(args: &[String], env: &Env, conn: Result<Conn, String>) -> Output {
-    let options = match parse(args) {
-        Ok(options) => options,
-        Err(output) => return output,
-    };
-    if let Some(info) = &options.info {
-        return Output::ok(info.clone());
+/// `scancel` against the emulator: cancels through `CancelJob`, one job at a time.
+pub struct Scancel;
+
+/// What became of one job `scancel` was to cancel.
+pub enum Outcome {
+    /// Cancelled.
+    Cancelled,
+    /// Not the caller's job, and the caller is not root: not sent.
+    NotOwner,
+    /// The emulator refused.
+    Refused(Error),
+}
+
+impl Command for Scancel {
+    const NAME: &'static str = "scancel";
+    type Options = Options;
+    /// Each target job and its outcome, in the order they were cancelled.
+    type Answer = Vec<(u32, Outcome)>;
+
+    fn parse(args: &[String], _env: &Env) -> Result<Options, Output> {
+        parse(args)
     }
-    let conn = match conn {
-        Ok(conn) => conn,
-        Err(error) => return fail(format!("scancel: error: {error}")),
-    };
-    let admin = conn.admin();
-    let known = match admin.slurm_users().await {
-        Ok(known) => known,
-        Err(error) => return super::api_error("scancel", &error),
-    };
-    let caller = match Caller::from_env(env, &known) {
-        Ok(caller) => caller,
-        Err(error) => return fail(format!("scancel: error: {error}")),
-    };
-    let queue =
-        match admin.list_jobs(&pb::ListJobsRequest { source: pb::JobSource::Queue as i32, ..Default::default() }).await
-        {
-            Ok(response) => response.jobs,
-            Err(error) => return super::api_error("scancel", &error),
-        };
-    let targets = if options.filtered() {
-        match select(&options, &queue, &caller, &known) {
-            Ok(targets) => targets,
-            Err(output) => return output,
-        }
-    } else {
-        options.jobs.clone()
-    };
-    let mut output = Output::default();
-    for job_id in targets {
-        // Only root and the owner may cancel a job.
-        if caller.uid != 0
-            && let Some(job) = queue.iter().find(|job| job.job_id == job_id)
-            && job.uid != caller.uid
-        {
-            output.code = 1;
-            if !options.quiet {
-                output.stderr.push_str(&format!("{}\n", kill_error(job_id, Code::PermissionDenied)));
+
+    fn info(options: &Options) -> Option<&str> {
+        options.info.as_deref()
+    }
+
+    async fn call(options: &Options, env: &Env, conn: &Conn) -> Result<Vec<(u32, Outcome)>, Output> {
+        let admin = conn.admin();
+        let (caller, known) = super::caller(Self::NAME, env, conn).await?;
+        let request = pb::ListJobsRequest { source: pb::JobSource::Queue as i32, ..Default::default() };
+        let queue = admin.list_jobs(&request).await.map_err(|error| super::api_error(Self::NAME, &error))?.jobs;
+        let targets = if options.filtered() { select(options, &queue, &caller, &known)? } else { options.jobs.clone() };
+        let mut outcomes = Vec::with_capacity(targets.len());
+        for job_id in targets {
+            // Only root and the owner may cancel a job.
+            if caller.uid != 0
+                && let Some(job) = queue.iter().find(|job| job.job_id == job_id)
+                && job.uid != caller.uid
+            {
+                outcomes.push((job_id, Outcome::NotOwner));
+                continue;
             }
-            continue;
+            let outcome = match admin.cancel_job(job_id, Some(caller.uid)).await {
+                Ok(_) => Outcome::Cancelled,
+                Err(error) => Outcome::Refused(error),
+            };
+            outcomes.push((job_id, outcome));
         }
-        match admin.cancel_job(job_id, Some(caller.uid)).await {
-            Ok(_) => {
-                if options.verbose {
-                    output.stderr.push_str(&format!("scancel: Terminating job {job_id}\n"));
+        Ok(outcomes)
+    }
+
+    fn render(options: &Options, outcomes: Vec<(u32, Outcome)>, _env: &Env) -> Output {
+        let mut output = Output::default();
+        for (job_id, outcome) in outcomes {
+            match outcome {
+                Outcome::Cancelled => {
+                    if options.verbose {
+                        output.stderr.push_str(&format!("scancel: Terminating job {job_id}\n"));
+                    }
+                }
+                Outcome::NotOwner => {
+                    output.code = 1;
+                    if !options.quiet {
+                        output.stderr.push_str(&format!("{}\n", kill_error(job_id, Code::PermissionDenied)));
+                    }
+                }
+                Outcome::Refused(error) => {
+                    output.code = 1;
+                    let quiet_ok = options.quiet && error.code() == Code::FailedPrecondition;
+                    if !quiet_ok {
+                        let text = match error.code() {
+                            Code::NotFound | Code::FailedPrecondition => kill_error(job_id, error.code()),
+                            _ => format!("scancel: error: Kill job error on job id {job_id}: {error}"),
+                        };
+                        output.stderr.push_str(&format!("{text}\n"));
+                    }
                 }
             }
-            Err(error) => {
-                output.code = 1;
-                let quiet_ok = options.quiet && error.code() == Code::FailedPrecondition;
-                if !quiet_ok {
-                    let text = match error.code() {
-                        Code::NotFound | Code::FailedPrecondition => kill_error(job_id, error.code()),
-                        _ => format!("scancel: error: Kill job error on job id {job_id}: {error}"),
-                    };
-                    output.stderr.push_str(&format!("{text}\n"));
-                }
-            }
         }
+        output
     }
-    output
 }

@@ -7,7 +7,7 @@ use cwsandbox_client::emulator_v1 as pb;
 
 use super::fmt::{self, Convert, TimeFormat};
 use super::getopt::{self, Arg, Item, Opt};
-use super::{Conn, Env, Output};
+use super::{Command, Conn, Env, Output};
 
 const SPEC: &[Opt] = &[
     Opt { key: "oneliner", short: Some('o'), long: &["oneliner"], arg: Arg::No },
@@ -321,52 +321,58 @@ pub fn render(
     }
 }
 
-/// `scontrol` against the emulator.
-pub async fn run(args: &[String], env: &Env, conn: Result<Conn, String>) -> Output {
-    let options = match parse(args) {
-        Ok(options) => options,
-        Err(output) => return output,
-    };
-    if let Request::Info(text) = &options.request {
-        return Output::ok(text.clone());
+/// `scontrol show …` against the emulator's queue, partitions and nodes.
+pub struct Scontrol;
+
+/// What `scontrol` renders: only what was asked is fetched, the rest stays empty.
+pub struct Answer {
+    jobs: Vec<pb::Job>,
+    partitions: Vec<pb::Partition>,
+    nodes: Vec<pb::SlurmNode>,
+    now: i64,
+}
+
+impl Command for Scontrol {
+    const NAME: &'static str = "scontrol";
+    type Options = Options;
+    type Answer = Answer;
+
+    fn parse(args: &[String], _env: &Env) -> Result<Options, Output> {
+        parse(args)
     }
-    let conn = match conn {
-        Ok(conn) => conn,
-        Err(error) => return fail(format!("scontrol: error: {error}")),
-    };
-    let admin = conn.admin();
-    let (jobs, now) = match &options.request {
-        Request::Jobs(id) => {
-            let request = pb::ListJobsRequest {
-                source: pb::JobSource::Queue as i32,
-                job_ids: id.iter().copied().collect(),
-                ..Default::default()
-            };
-            match admin.list_jobs(&request).await {
-                Ok(response) => {
-                    let now = super::now_of(&response);
-                    (response.jobs, now)
-                }
-                Err(error) => return super::api_error("scontrol", &error),
+
+    fn info(options: &Options) -> Option<&str> {
+        match &options.request {
+            Request::Info(text) => Some(text),
+            _ => None,
+        }
+    }
+
+    async fn call(options: &Options, _env: &Env, conn: &Conn) -> Result<Answer, Output> {
+        let api_error = |error| super::api_error(Self::NAME, &error);
+        let admin = conn.admin();
+        let mut answer = Answer { jobs: Vec::new(), partitions: Vec::new(), nodes: Vec::new(), now: 0 };
+        match &options.request {
+            Request::Jobs(id) => {
+                let request = pb::ListJobsRequest {
+                    source: pb::JobSource::Queue as i32,
+                    job_ids: id.iter().copied().collect(),
+                    ..Default::default()
+                };
+                let response = admin.list_jobs(&request).await.map_err(api_error)?;
+                answer.now = super::now_of(&response);
+                answer.jobs = response.jobs;
             }
+            Request::Partitions(_) => answer.partitions = admin.list_partitions().await.map_err(api_error)?,
+            Request::Nodes(_) => {
+                answer.nodes = admin.list_slurm_nodes(&pb::ListSlurmNodesRequest::default()).await.map_err(api_error)?
+            }
+            Request::Info(_) => {}
         }
-        _ => (Vec::new(), 0),
-    };
-    let partitions = if matches!(options.request, Request::Partitions(_)) {
-        match admin.list_partitions().await {
-            Ok(partitions) => partitions,
-            Err(error) => return super::api_error("scontrol", &error),
-        }
-    } else {
-        Vec::new()
-    };
-    let nodes = if matches!(options.request, Request::Nodes(_)) {
-        match admin.list_slurm_nodes(&pb::ListSlurmNodesRequest::default()).await {
-            Ok(nodes) => nodes,
-            Err(error) => return super::api_error("scontrol", &error),
-        }
-    } else {
-        Vec::new()
-    };
-    render(&options, &jobs, &partitions, &nodes, now, env)
+        Ok(answer)
+    }
+
+    fn render(options: &Options, answer: Answer, env: &Env) -> Output {
+        render(options, &answer.jobs, &answer.partitions, &answer.nodes, answer.now, env)
+    }
 }

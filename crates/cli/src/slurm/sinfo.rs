@@ -6,7 +6,7 @@ use cwsandbox_client::emulator_v1 as pb;
 
 use super::fmt;
 use super::getopt::{self, Arg, Item, Opt};
-use super::{Conn, Env, Output};
+use super::{Command, Conn, Env, Output};
 
 /// The default format.
 pub const DEFAULT_FORMAT: &str = "%9P %.5a %.10l %.6D %.6t %N";
@@ -385,30 +385,39 @@ pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::Slur
     Output::ok(out)
 }
 
-/// `sinfo` against the emulator.
-pub async fn run(args: &[String], env: &Env, conn: Result<Conn, String>) -> Output {
-    let options = match parse(args, env) {
-        Ok(options) => options,
-        Err(output) => return output,
-    };
-    if let Some(info) = &options.info {
-        return Output::ok(info.clone());
+/// `sinfo` against the emulator's partitions and nodes.
+pub struct Sinfo;
+
+/// What `sinfo` renders: partitions, nodes and the emulator's time.
+pub struct Answer {
+    partitions: Vec<pb::Partition>,
+    nodes: Vec<pb::SlurmNode>,
+    now: i64,
+}
+
+impl Command for Sinfo {
+    const NAME: &'static str = "sinfo";
+    type Options = Options;
+    type Answer = Answer;
+
+    fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
+        parse(args, env)
     }
-    let conn = match conn {
-        Ok(conn) => conn,
-        Err(error) => return Output::fail(format!("sinfo: error: {error}"), 1),
-    };
-    let partitions = match conn.admin().list_partitions().await {
-        Ok(partitions) => partitions,
-        Err(error) => return super::api_error("sinfo", &error),
-    };
-    let nodes = match conn.admin().list_slurm_nodes(&pb::ListSlurmNodesRequest::default()).await {
-        Ok(nodes) => nodes,
-        Err(error) => return super::api_error("sinfo", &error),
-    };
-    let now = match conn.admin().clock().await {
-        Ok(clock) => clock.now.map(|now| now.seconds).unwrap_or_default(),
-        Err(error) => return super::api_error("sinfo", &error),
-    };
-    render(&options, &partitions, &nodes, now)
+
+    fn info(options: &Options) -> Option<&str> {
+        options.info.as_deref()
+    }
+
+    async fn call(_options: &Options, _env: &Env, conn: &Conn) -> Result<Answer, Output> {
+        let api_error = |error| super::api_error(Self::NAME, &error);
+        let admin = conn.admin();
+        let partitions = admin.list_partitions().await.map_err(api_error)?;
+        let nodes = admin.list_slurm_nodes(&pb::ListSlurmNodesRequest::default()).await.map_err(api_error)?;
+        let clock = admin.clock().await.map_err(api_error)?;
+        Ok(Answer { partitions, nodes, now: clock.now.map(|now| now.seconds).unwrap_or_default() })
+    }
+
+    fn render(options: &Options, answer: Answer, _env: &Env) -> Output {
+        render(options, &answer.partitions, &answer.nodes, answer.now)
+    }
 }

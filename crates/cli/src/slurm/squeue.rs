@@ -6,7 +6,7 @@ use cwsandbox_client::emulator_v1 as pb;
 
 use super::fmt::{self, Convert, TimeFormat};
 use super::getopt::{self, Arg, Item, Opt};
-use super::{Conn, Env, Output, resolve_user};
+use super::{Caller, Command, Conn, Env, Output, resolve_user};
 
 /// The default format.
 pub const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
@@ -436,30 +436,38 @@ pub fn render(
     output
 }
 
-/// `squeue` against the emulator.
-pub async fn run(args: &[String], env: &Env, conn: Result<Conn, String>) -> Output {
-    let options = match parse(args, env) {
-        Ok(options) => options,
-        Err(output) => return output,
-    };
-    if let Some(info) = &options.info {
-        return Output::ok(info.clone());
+/// `squeue` against the emulator's queue.
+pub struct Squeue;
+
+/// What `squeue` renders: queue rows, the emulator's time, the caller and the Slurm users.
+pub struct Answer {
+    jobs: Vec<pb::Job>,
+    now: i64,
+    caller: Caller,
+    known: Vec<(String, u32)>,
+}
+
+impl Command for Squeue {
+    const NAME: &'static str = "squeue";
+    type Options = Options;
+    type Answer = Answer;
+
+    fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
+        parse(args, env)
     }
-    let conn = match conn {
-        Ok(conn) => conn,
-        Err(error) => return fail(format!("squeue: error: {error}")),
-    };
-    let known = match conn.admin().slurm_users().await {
-        Ok(known) => known,
-        Err(error) => return super::api_error("squeue", &error),
-    };
-    let caller = match super::Caller::from_env(env, &known) {
-        Ok(caller) => caller,
-        Err(error) => return fail(format!("squeue: error: {error}")),
-    };
-    let request = pb::ListJobsRequest { source: pb::JobSource::Queue as i32, ..Default::default() };
-    match conn.admin().list_jobs(&request).await {
-        Ok(response) => render(&options, &response.jobs, super::now_of(&response), caller.uid, &known, env),
-        Err(error) => super::api_error("squeue", &error),
+
+    fn info(options: &Options) -> Option<&str> {
+        options.info.as_deref()
+    }
+
+    async fn call(_options: &Options, env: &Env, conn: &Conn) -> Result<Answer, Output> {
+        let (caller, known) = super::caller(Self::NAME, env, conn).await?;
+        let request = pb::ListJobsRequest { source: pb::JobSource::Queue as i32, ..Default::default() };
+        let response = conn.admin().list_jobs(&request).await.map_err(|error| super::api_error(Self::NAME, &error))?;
+        Ok(Answer { now: super::now_of(&response), jobs: response.jobs, caller, known })
+    }
+
+    fn render(options: &Options, answer: Answer, env: &Env) -> Output {
+        render(options, &answer.jobs, answer.now, answer.caller.uid, &answer.known, env)
     }
 }

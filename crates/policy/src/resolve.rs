@@ -1,7 +1,7 @@
 //! The base stage of resolution (runner-api.md §2.4): runtime defaults, then the policy's `base`,
 //! then the sandbox's own spec. The sandbox wins on scalar values; `base` attachments (tolerations,
 //! container environment, pinned labels) always apply; on a duplicate annotation key the policy's
-//! `base.metadata.annotations` win. The constraint stage ([`super::constraints`]) then checks the
+//! `base.metadata.annotations` win. The constraint stage ([`crate::constraints`]) then checks the
 //! result without rewriting it.
 
 use std::collections::BTreeMap;
@@ -11,16 +11,16 @@ use cwsandbox_api::sandbox_v1::{
     runtime_class_mapping::Target, sandbox_volume,
 };
 
-use super::MAX_LIFETIME_SECONDS;
-use super::base::{BaseTemplate, parse_base};
-use super::constraints::check_constraints;
-use super::k8s_names::{TOTAL_ANNOTATION_SIZE_MAX, annotation_size, dns1123_subdomain_problem, qualified_name_problem};
-use super::network::{EgressRuleSite, check_egress_rule, check_ingress_rule};
-use super::validate::validate_policy;
-use super::{format_cpu, format_memory, quoted};
-use crate::error::{FieldViolation, Reason, SimError};
+use crate::MAX_LIFETIME_SECONDS;
+use crate::base::{BaseTemplate, parse_base};
+use crate::constraints::check_constraints;
+use crate::error::{FieldViolation, PolicyError};
+use crate::k8s_names::{TOTAL_ANNOTATION_SIZE_MAX, annotation_size, dns1123_subdomain_problem, qualified_name_problem};
+use crate::network::{EgressRuleSite, check_egress_rule, check_ingress_rule};
 use crate::quantity::Quantity;
 use crate::resolved::{ResolvedContainer, ResolvedSpec, ResourceAmounts};
+use crate::validate::validate_policy;
+use crate::{format_cpu, format_memory, quoted};
 
 /// What a sandbox gets when neither it nor its runner's policy says otherwise.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,19 +125,21 @@ pub(crate) struct Provenance {
 /// Resolves a sandbox spec against its runner's policy: merges runtime defaults, `base` and the
 /// spec, then checks the policy's constraints against the merged result.
 ///
-/// Errors:
-/// - `INVALID_ARGUMENT` / `CWSANDBOX_INVALID_REQUEST` when the spec itself is malformed (bad
-///   quantities, lifetime outside 0..=2592000, invalid annotation keys, malformed network rules…).
-/// - `INVALID_ARGUMENT` / `CWSANDBOX_PLACEMENT_REJECTED` when the policy's constraints reject it,
-///   or `CWSANDBOX_RESOURCE_CEILING_EXCEEDED` when every violation is a `cpuCeiling` /
-///   `memoryCeiling` one (the only rejection eligible for serverless spillover).
-/// - `FAILED_PRECONDITION` / `CWSANDBOX_PRECONDITION_FAILED` when the stored policy is itself
-///   invalid, which validation at write time should have prevented.
+/// Errors (the sim's codes and reasons in brackets):
+/// - [`PolicyError::InvalidSpec`] when the spec itself is malformed (bad quantities, lifetime
+///   outside 0..=2592000, invalid annotation keys, malformed network rules…)
+///   [`INVALID_ARGUMENT` / `CWSANDBOX_INVALID_REQUEST`].
+/// - [`PolicyError::Rejected`] when the policy's constraints reject it
+///   [`INVALID_ARGUMENT` / `CWSANDBOX_PLACEMENT_REJECTED`], or with
+///   [`RejectionKind::CeilingExceeded`](crate::RejectionKind::CeilingExceeded) when every
+///   violation is a `cpuCeiling` / `memoryCeiling` one [`CWSANDBOX_RESOURCE_CEILING_EXCEEDED`].
+/// - [`PolicyError::InvalidPolicy`] when the stored policy is itself invalid, which validation at
+///   write time should have prevented [`FAILED_PRECONDITION` / `CWSANDBOX_PRECONDITION_FAILED`].
 pub fn resolve(
     defaults: &RuntimeDefaults,
     policy: Option<&Policy>,
     spec: &SandboxSpec,
-) -> Result<ResolvedSpec, SimError> {
+) -> Result<ResolvedSpec, PolicyError> {
     resolve_prepared(defaults, &PreparedPolicy::new(policy), spec)
 }
 
@@ -165,18 +167,9 @@ pub fn resolve_prepared(
     defaults: &RuntimeDefaults,
     prepared: &PreparedPolicy,
     spec: &SandboxSpec,
-) -> Result<ResolvedSpec, SimError> {
+) -> Result<ResolvedSpec, PolicyError> {
     if !prepared.problems.is_empty() {
-        let listed = prepared
-            .problems
-            .iter()
-            .map(|violation| format!("{}: {}", violation.field, violation.description))
-            .collect::<Vec<_>>()
-            .join("; ");
-        return Err(SimError::FailedPrecondition {
-            reason: Reason::PreconditionFailed,
-            message: format!("the runner's policy is invalid and must be fixed before sandboxes can use it: {listed}"),
-        });
+        return Err(PolicyError::InvalidPolicy { problems: prepared.problems.clone() });
     }
     let (resolved, provenance) = merge(defaults, &prepared.policy, &prepared.base, spec)?;
     check_constraints(&prepared.policy, spec, &resolved, &provenance)?;
@@ -190,7 +183,7 @@ fn merge(
     policy: &Policy,
     base: &BaseTemplate,
     spec: &SandboxSpec,
-) -> Result<(ResolvedSpec, Provenance), SimError> {
+) -> Result<(ResolvedSpec, Provenance), PolicyError> {
     let mut violations = Vec::new();
     let constraints = policy.constraints.clone().unwrap_or_default();
     let resources = constraints.resources.unwrap_or_default();
@@ -243,7 +236,7 @@ fn merge(
 
     let runtime_class_request = runtime_class_request(spec, &mut violations);
     if !violations.is_empty() {
-        return Err(SimError::invalid(Reason::InvalidRequest, violations));
+        return Err(PolicyError::InvalidSpec { violations });
     }
 
     let mut resolved = ResolvedSpec {

@@ -19,9 +19,9 @@ use cwsandbox_api::sandbox_v1::{
     ingress_rule::Source,
 };
 
-use super::k8s_names::{label_value_problem, qualified_name_problem};
-use super::quoted;
 use crate::error::FieldViolation;
+use crate::k8s_names::{label_value_problem, qualified_name_problem};
+use crate::quoted;
 
 // ---------------------------------------------------------------------------------------------
 // IP prefixes

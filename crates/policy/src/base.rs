@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Number, Value};
 
-use super::k8s_names::{label_value_problem, qualified_name_problem};
-use super::quoted;
 use crate::error::FieldViolation;
+use crate::k8s_names::{label_value_problem, qualified_name_problem};
+use crate::quoted;
 use crate::resolved::Toleration;
 
 /// Description of a key the platform sets itself (lifecycle and safety fields).

@@ -51,7 +51,7 @@ fn is_qualified_name_part(text: &str) -> bool {
 
 /// Why `key` is not a Kubernetes qualified name (`[prefix/]name`, the syntax of label and
 /// annotation keys), or `None` when it is one.
-pub(crate) fn qualified_name_problem(key: &str) -> Option<String> {
+pub fn qualified_name_problem(key: &str) -> Option<String> {
     let (prefix, name) = match key.split_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),
@@ -76,7 +76,7 @@ pub(crate) fn qualified_name_problem(key: &str) -> Option<String> {
 }
 
 /// Why `value` is not a Kubernetes label value (empty, or a qualified name's name part), or `None`.
-pub(crate) fn label_value_problem(value: &str) -> Option<String> {
+pub fn label_value_problem(value: &str) -> Option<String> {
     if value.is_empty() || is_qualified_name_part(value) {
         None
     } else {

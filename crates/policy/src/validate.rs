@@ -9,11 +9,11 @@ use cwsandbox_api::sandbox_v1::{
     runtime_class_mapping::Target,
 };
 
-use super::MAX_LIFETIME_SECONDS;
-use super::base::parse_base;
-use super::k8s_names::dns1123_subdomain_problem;
-use super::network::{EgressRuleSite, IpPrefix, check_egress_rule, check_ingress_rule, is_hostname_rule};
+use crate::MAX_LIFETIME_SECONDS;
+use crate::base::parse_base;
 use crate::error::FieldViolation;
+use crate::k8s_names::dns1123_subdomain_problem;
+use crate::network::{EgressRuleSite, IpPrefix, check_egress_rule, check_ingress_rule, is_hostname_rule};
 use crate::quantity::Quantity;
 
 /// Most prefixes a control-plane source allowlist may hold.

@@ -1,8 +1,8 @@
 //! `validate_policy`: every rule with a passing and a failing case, exact paths and descriptions.
 
 use cwsandbox_api::sandbox_v1::Policy;
-use cwsandbox_sim::FieldViolation;
-use cwsandbox_sim::policy::{BASE_SCHEMA, MANAGED_BY_PLATFORM, NOT_ALLOWED_IN_BASE, validate_policy};
+use cwsandbox_policy::FieldViolation;
+use cwsandbox_policy::{BASE_SCHEMA, MANAGED_BY_PLATFORM, NOT_ALLOWED_IN_BASE, validate_policy};
 use serde_json::{Value, json};
 
 fn policy(document: Value) -> Policy {

@@ -9,12 +9,12 @@ use cwsandbox_api::sandbox_v1::{
     RuntimeClass, SandboxSpec, SecurityConstraints, StorageMedium, VolumeConstraints, sandbox_volume,
 };
 
-use super::network::{egress_rule_within, ingress_rule_within, is_hostname_rule};
-use super::resolve::{AmountSource, Provenance, RuntimeClassRequest};
-use super::{format_cpu, format_memory, quoted};
-use crate::error::{FieldViolation, Reason, SimError};
+use crate::error::{FieldViolation, PolicyError, RejectionKind};
+use crate::network::{egress_rule_within, ingress_rule_within, is_hostname_rule};
 use crate::quantity::Quantity;
+use crate::resolve::{AmountSource, Provenance, RuntimeClassRequest};
 use crate::resolved::{ResolvedSpec, ResourceAmounts};
+use crate::{format_cpu, format_memory, quoted};
 
 /// One refusal, and whether it is a whole-sandbox ceiling (which gets its own reason code).
 struct Refusal {
@@ -48,7 +48,7 @@ pub(crate) fn check_constraints(
     spec: &SandboxSpec,
     resolved: &ResolvedSpec,
     provenance: &Provenance,
-) -> Result<(), SimError> {
+) -> Result<(), PolicyError> {
     let mut refusals = Refusals::default();
     let constraints = policy.constraints.clone().unwrap_or_default();
     if let Some(resources) = &constraints.resources {
@@ -76,22 +76,12 @@ pub(crate) fn check_constraints(
     if refusals.0.is_empty() {
         return Ok(());
     }
-    let reason = if refusals.0.iter().all(|refusal| refusal.is_ceiling) {
-        Reason::ResourceCeilingExceeded
+    let kind = if refusals.0.iter().all(|refusal| refusal.is_ceiling) {
+        RejectionKind::CeilingExceeded
     } else {
-        Reason::PlacementRejected
+        RejectionKind::Placement
     };
-    let violations: Vec<FieldViolation> = refusals.0.into_iter().map(|refusal| refusal.violation).collect();
-    let listed = violations
-        .iter()
-        .map(|violation| format!("{}: {}", violation.field, violation.description))
-        .collect::<Vec<_>>()
-        .join("; ");
-    Err(SimError::InvalidArgument {
-        reason,
-        message: format!("the runner's policy rejects the sandbox: {listed}"),
-        violations,
-    })
+    Err(PolicyError::Rejected { kind, violations: refusals.0.into_iter().map(|refusal| refusal.violation).collect() })
 }
 
 /// A policy quantity that validation already accepted; empty or (impossibly) unparsable is unset.
@@ -155,7 +145,7 @@ fn check_resources(
         format: format_memory,
     };
     for (index, (container, sources)) in resolved.containers.iter().zip(&provenance.containers).enumerate() {
-        let sides: [(&ResourceAmounts, &super::resolve::AmountSources); 2] =
+        let sides: [(&ResourceAmounts, &crate::resolve::AmountSources); 2] =
             [(&container.requests, &sources.requests), (&container.limits, &sources.limits)];
         for (amounts, amount_sources) in sides {
             cpu.check(amounts.cpu, amount_sources.cpu.as_ref(), refusals);

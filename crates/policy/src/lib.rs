@@ -1,23 +1,29 @@
-//! Runner policies: checking a policy document when an administrator writes it, and resolving a
-//! sandbox against its runner's policy when the sandbox is created (runner-api.md §2, §9).
+//! `cwsandbox-policy`: runner policies, checked when an administrator writes one and applied to a
+//! sandbox when it is created (runner-api.md §2, §9).
 //!
 //! - [`validate_policy`] lists every problem of a document, each at its JSON path
 //!   (`policy.base.spec.terminationGracePeriodSeconds`). The empty policy is valid.
 //! - [`resolve`] merges [`RuntimeDefaults`], the policy's `base` and the sandbox spec, then checks
-//!   the policy's constraints against the merged result, which it never rewrites.
+//!   the policy's constraints against the merged result, which it never rewrites; the result is a
+//!   [`resolved::ResolvedSpec`], or a [`PolicyError`].
 //! - [`BASE_SCHEMA`] is the one table of keys `base` may and may not carry.
+//! - [`quantity`] parses and prints Kubernetes resource quantities exactly.
 //!
-//! Pure and deterministic: no I/O, no clock, and every list of violations comes out in the same
-//! order for the same input.
+//! Pure and deterministic: no I/O, no clock, no async runtime, and every list of violations comes
+//! out in the same order for the same input.
 
 mod base;
 mod constraints;
-pub(crate) mod k8s_names;
+pub mod error;
+pub mod k8s_names;
 mod network;
+pub mod quantity;
 mod resolve;
+pub mod resolved;
 mod validate;
 
 pub use base::{BASE_SCHEMA, BaseSchema, KeyRules, MANAGED_BY_PLATFORM, NOT_ALLOWED_IN_BASE};
+pub use error::{FieldViolation, PolicyError, RejectionKind};
 pub use resolve::{PreparedPolicy, RuntimeDefaults, resolve, resolve_prepared};
 pub use validate::validate_policy;
 

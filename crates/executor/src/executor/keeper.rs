@@ -1,0 +1,185 @@
+//! The keeper, the process that holds a sandbox (its namespaces' init, or the leader of its
+//! plain process group): the setup handshake with it, the handles to reach the running sandbox,
+//! and its watcher, which collects the logs and tears the sandbox down when it ends.
+
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use libc::pid_t;
+use tokio::io::AsyncReadExt;
+use tokio::process::Child;
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{info, warn};
+
+use super::mode::{IdMode, Mode};
+use super::{Running, Sandbox, Target, lock};
+use crate::MainExit;
+use crate::child::{self, ReportMessage};
+use crate::exec::{self, ExecTracker};
+use crate::logs::LogBuffer;
+use crate::sys::{self, ProcessHandle};
+
+/// How long a sandbox may take to set itself up before start gives up.
+pub(super) const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// After the keeper ends, how long to wait for the log pipe to close. In
+/// namespaces mode it closes at once (every process is gone); in plain mode a
+/// process that left the sandbox's group may hold it.
+const LOG_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Owns the keeper: reports the main command's end and tears the sandbox down.
+pub(super) async fn watch_keeper(
+    sandbox: Arc<Sandbox>,
+    mut child: Child,
+    eof: oneshot::Receiver<()>,
+    pump: Option<tokio::task::JoinHandle<()>>,
+    done: watch::Sender<bool>,
+    exits: mpsc::UnboundedSender<MainExit>,
+) {
+    let exit_code = match child.wait().await {
+        Ok(status) => exec::exit_code(&status),
+        Err(error) => {
+            warn!(sandbox = %sandbox.id, %error, "lost track of the sandbox keeper");
+            let _ = child.start_kill();
+            137
+        }
+    };
+    // The log pipe closes when the last process holding it is gone.
+    if tokio::time::timeout(LOG_DRAIN_TIMEOUT, eof).await.is_err() {
+        warn!(sandbox = %sandbox.id, "a process that left the sandbox still holds its log pipe; closing the logs");
+    }
+    if let Some(pump) = pump {
+        pump.abort();
+    }
+    sandbox.logs.close();
+    lock(&sandbox.running).take();
+    // Exec'd commands are gone with the namespace (or the process group); this
+    // also ends shims and any plain-mode command that left the group.
+    let execs: Vec<ExecTracker> = std::mem::take(&mut *lock(&sandbox.execs));
+    for tracker in execs {
+        tracker.kill_and_wait().await;
+    }
+    let _ = sandbox.exit_code.set(exit_code);
+    // Report before marking done, so whoever waits for the stop sees the report.
+    if sandbox.stop_requested.load(Ordering::SeqCst) {
+        info!(sandbox = %sandbox.id, exit_code, "sandbox stopped");
+    } else {
+        info!(sandbox = %sandbox.id, exit_code, "sandbox main command exited");
+        let _ = exits.send(MainExit { id: sandbox.id.clone(), exit_code });
+    }
+    let _ = done.send(true);
+}
+
+pub(super) async fn pump_logs(mut stdout: tokio::process::ChildStdout, logs: &LogBuffer) {
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        match stdout.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(read) => logs.push(Bytes::copy_from_slice(&buffer[..read]), SystemTime::now()),
+        }
+    }
+}
+
+/// Kills a keeper whose sandbox failed to set up, and reaps it.
+pub(super) async fn abandon(child: &mut Child) {
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+}
+
+/// Waits for the keeper's setup report: the main pid (plain mode) or a failure.
+pub(super) async fn read_report(mut pipe: std::io::PipeReader) -> Result<pid_t, String> {
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut bytes = Vec::new();
+        let mut buffer = [0u8; 64];
+        loop {
+            match pipe.read(&mut buffer) {
+                Ok(0) => return bytes,
+                Ok(read) => {
+                    bytes.extend_from_slice(&buffer[..read]);
+                    // Stop at the first complete message: the main command may keep
+                    // an inherited copy open for a moment.
+                    if !child::parse_report(&bytes).is_empty() {
+                        return bytes;
+                    }
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return bytes,
+            }
+        }
+    });
+    let bytes = match tokio::time::timeout(SETUP_TIMEOUT, reading).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(error)) => return Err(format!("reading the setup report failed: {error}")),
+        Err(_) => {
+            return Err(format!("the sandbox did not finish its setup within {SETUP_TIMEOUT:?}"));
+        }
+    };
+    match child::parse_report(&bytes).first() {
+        Some(ReportMessage::Ready(main_pid)) => Ok(*main_pid),
+        Some(ReportMessage::Failed(stage, errno)) => {
+            Err(format!("{} failed: {}", stage.describe(), std::io::Error::from_raw_os_error(*errno)))
+        }
+        None => Err("the sandbox keeper ended before the sandbox was ready".into()),
+    }
+}
+
+/// Waits until the main command was exec'd (the pipe closes on exec) or could not be (the child
+/// writes a byte, then exits). Returns whether it runs.
+pub(super) async fn wait_for_exec(mut pipe: std::io::PipeReader) -> bool {
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut buffer = [0u8; 8];
+        let mut failed = false;
+        while let Ok(read) = pipe.read(&mut buffer) {
+            if read == 0 {
+                break;
+            }
+            failed = true;
+        }
+        !failed
+    });
+    match tokio::time::timeout(SETUP_TIMEOUT, reading).await {
+        Ok(Ok(ran)) => ran,
+        Ok(Err(_)) => true,
+        Err(_) => {
+            warn!("the main command took more than {SETUP_TIMEOUT:?} to start");
+            true
+        }
+    }
+}
+
+pub(super) fn open_running(
+    keeper_pid: pid_t,
+    main_pid: pid_t,
+    mode: Mode,
+    keeper: ProcessHandle,
+) -> std::io::Result<Running> {
+    match mode {
+        Mode::Plain => Ok(Running { keeper, root: sys::open_path(c"/")?, target: Target::Plain { group: main_pid } }),
+        Mode::Namespaces { ids } => {
+            // The keeper is our unreaped child, so its pid cannot have been reused;
+            // it shares the user, uts and mount namespaces with init, and its
+            // pid_for_children is init's pid namespace.
+            let open = |name: &str| -> std::io::Result<OwnedFd> {
+                sys::open_readonly(
+                    &CString::new(format!("/proc/{keeper_pid}/ns/{name}")).map_err(std::io::Error::other)?,
+                )
+            };
+            let user = if ids == IdMode::HostRoot { None } else { Some(open("user")?) };
+            let target = Target::Namespaces {
+                user,
+                mnt: open("mnt")?,
+                uts: open("uts")?,
+                ipc: open("ipc")?,
+                pid: open("pid_for_children")?,
+            };
+            let root =
+                sys::open_path(&CString::new(format!("/proc/{keeper_pid}/root")).map_err(std::io::Error::other)?)?;
+            Ok(Running { keeper, root, target })
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! What a sandbox's processes find: their directories and working directory (a root of their
+//! own in namespaces mode, a directory on the host's filesystem in plain mode), their
+//! environment, and where `PATH` leads for a program name.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use tracing::warn;
+
+use super::mode::{IdMode, Mode};
+use crate::LaunchSpec;
+use crate::rootfs;
+use crate::sys;
+
+pub(super) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Where a sandbox's directories are and how its working directory is made.
+pub(super) struct Layout {
+    /// The working directory as the sandbox sees it.
+    pub(super) working_dir: String,
+    /// Namespaces mode: the sandbox's root.
+    pub(super) rootfs: Option<rootfs::Rootfs>,
+}
+
+pub(super) fn prepare_layout(
+    dir: &Path,
+    mode: Mode,
+    host_paths: &[PathBuf],
+    working_dir: Option<&str>,
+) -> Result<Layout, String> {
+    if let Mode::Namespaces { .. } = mode {
+        let rootfs = rootfs::prepare(dir, host_paths, working_dir, mode.sandbox_owner())?;
+        return Ok(Layout { working_dir: rootfs.working_dir.clone(), rootfs: Some(rootfs) });
+    }
+    // Plain processes see the host's filesystem: their default working directory is a
+    // directory of their own, and an absolute one must already exist (nothing is created
+    // on the host on a sandbox's behalf).
+    let describe =
+        |what: &str, path: &Path, error: std::io::Error| format!("cannot {what} {}: {error}", path.display());
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|error| describe("clear", dir, error))?;
+    }
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).map_err(|error| describe("create", &work, error))?;
+    let work_path = work.to_string_lossy().into_owned();
+    let working_dir = match working_dir.map(|dir| dir.trim_end_matches('/')) {
+        None => work_path,
+        Some("") => "/".to_owned(),
+        Some(relative) if !relative.starts_with('/') => {
+            std::fs::create_dir_all(work.join(relative))
+                .map_err(|error| describe("create", &work.join(relative), error))?;
+            format!("{work_path}/{relative}")
+        }
+        Some(absolute) => {
+            if !Path::new(absolute).is_dir() {
+                return Err(format!(
+                    "the working directory {absolute} does not exist (plain processes use the host's filesystem, where nothing is created for them)"
+                ));
+            }
+            absolute.to_owned()
+        }
+    };
+    Ok(Layout { working_dir, rootfs: None })
+}
+
+pub(super) fn remove_dir(dir: &Path) {
+    if let Err(error) = std::fs::remove_dir_all(dir)
+        && error.kind() != std::io::ErrorKind::NotFound
+    {
+        warn!(dir = %dir.display(), %error, "cannot remove a sandbox directory");
+    }
+}
+
+/// The environment of the main command and the base of every exec's.
+pub(super) fn sandbox_env(spec: &LaunchSpec, mode: Mode) -> BTreeMap<String, String> {
+    let home = match mode {
+        // The sandbox's root user, whose home is in its own root directory.
+        Mode::Namespaces { ids: IdMode::Range { .. } | IdMode::HostRoot } => "/root".to_owned(),
+        // The emulator's user, whose home is not in the sandbox's view.
+        Mode::Namespaces { ids: IdMode::Own } => "/".to_owned(),
+        Mode::Plain if sys::current_uid() == 0 => "/root".to_owned(),
+        Mode::Plain => std::env::var("HOME").unwrap_or_else(|_| "/".into()),
+    };
+    let mut env = BTreeMap::from([
+        ("PATH".to_owned(), DEFAULT_PATH.to_owned()),
+        // The only way plain mode can tell a command its hostname.
+        ("HOSTNAME".to_owned(), spec.hostname.clone()),
+        ("HOME".to_owned(), home),
+    ]);
+    env.extend(spec.env.clone());
+    env
+}
+
+/// Where `execve` should look for `program`, as `execvp` would search `PATH`.
+pub(super) fn program_candidates(program: &str, path: Option<&str>) -> Vec<String> {
+    if program.contains('/') {
+        return vec![program.to_owned()];
+    }
+    path.unwrap_or(DEFAULT_PATH)
+        .split(':')
+        .map(|dir| if dir.is_empty() { "." } else { dir })
+        .map(|dir| format!("{}/{program}", dir.trim_end_matches('/')))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_are_searched_in_path_like_execvp() {
+        assert_eq!(program_candidates("ls", Some("/a:/b/:")), vec!["/a/ls", "/b/ls", "./ls"]);
+        assert_eq!(program_candidates("./run.sh", Some("/a")), vec!["./run.sh"]);
+        assert_eq!(program_candidates("sh", None).len(), DEFAULT_PATH.split(':').count());
+    }
+
+    #[test]
+    fn sandbox_env_layers_the_spec_over_defaults() {
+        let spec = LaunchSpec {
+            hostname: "pod-1".into(),
+            env: BTreeMap::from([("PATH".into(), "/x".into()), ("A".into(), "b".into())]),
+            ..LaunchSpec::default()
+        };
+        let env = sandbox_env(&spec, Mode::Plain);
+        assert_eq!(env["PATH"], "/x");
+        assert_eq!(env["HOSTNAME"], "pod-1");
+        assert_eq!(env["A"], "b");
+    }
+}

@@ -1,0 +1,160 @@
+//! How sandboxes are isolated, chosen once when the executor starts: Linux namespaces (with the
+//! user ids they map to) where a probe sandbox can be built, else plain processes; and the
+//! keeper's plan for a namespaced sandbox (flags, id maps, root, binds).
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use libc::pid_t;
+use tracing::warn;
+
+use super::layout::remove_dir;
+use super::validate::{c_string, path_c_string};
+use crate::child::{self, Bind, IdMap, InitPlan, NsPlan};
+use crate::rootfs;
+use crate::sys;
+use crate::{ExecutorConfig, ExecutorError, Isolation};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    Namespaces { ids: IdMode },
+    Plain,
+}
+
+/// How a namespaced sandbox's user ids relate to the host's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum IdMode {
+    /// An unprivileged emulator: its uid and gid map to themselves.
+    Own,
+    /// A root emulator: the sandbox's ids 0..count are host ids base..base+count, and its
+    /// processes run as that root (which owns nothing of the host).
+    Range { base: u32, count: u32 },
+    /// Root where no user namespace can be made: the sandbox's root is the host's root,
+    /// without the capabilities that could undo its isolation.
+    HostRoot,
+}
+
+impl Mode {
+    /// Whether the sandbox's processes switch to uid 0 of its user namespace.
+    pub(super) fn becomes_root(self) -> bool {
+        matches!(self, Mode::Namespaces { ids: IdMode::Range { .. } })
+    }
+
+    /// The host (uid, gid) of the sandbox's root user, where it is not ours.
+    pub(super) fn sandbox_owner(self) -> Option<(u32, u32)> {
+        match self {
+            Mode::Namespaces { ids: IdMode::Range { base, .. } } => Some((base, base)),
+            _ => None,
+        }
+    }
+}
+
+/// The keeper's plan for a namespaced sandbox.
+pub(super) fn ns_plan(ids: IdMode, hostname: &str, rootfs: &rootfs::Rootfs) -> Result<NsPlan, ExecutorError> {
+    let root = &rootfs.path;
+    Ok(NsPlan {
+        flags: namespace_flags(ids != IdMode::HostRoot),
+        id_map: id_map(ids)?,
+        hostname: c_string(hostname.to_owned())?,
+        rootfs: path_c_string(root)?,
+        binds: rootfs
+            .binds
+            .iter()
+            .map(|(source, target, read_only)| {
+                Ok(Bind { source: path_c_string(source)?, target: path_c_string(target)?, read_only: *read_only })
+            })
+            .collect::<Result<_, ExecutorError>>()?,
+        devpts: path_c_string(&root.join("dev/pts"))?,
+        proc_dir: path_c_string(&root.join("proc"))?,
+        proc_sys: path_c_string(&root.join("proc/sys"))?,
+    })
+}
+
+pub(super) fn choose_mode(config: &ExecutorConfig, self_exe: &OwnedFd) -> Result<Mode, ExecutorError> {
+    if config.isolation == Isolation::Plain {
+        return Ok(Mode::Plain);
+    }
+    // A user namespace always where one can be made; root gets a range of unused host
+    // ids for it. Inside some containers root can make every namespace but that one.
+    let attempts: Vec<IdMode> = if sys::current_uid() == 0 {
+        let (base, count) = config.sandbox_id_range;
+        vec![IdMode::Range { base, count }, IdMode::HostRoot]
+    } else {
+        vec![IdMode::Own]
+    };
+    let mut failures = Vec::new();
+    for ids in attempts {
+        match probe(config, ids, self_exe) {
+            Ok(()) => return Ok(Mode::Namespaces { ids }),
+            Err(failure) => failures.push(format!("{ids:?}: {failure}")),
+        }
+    }
+    let reason = failures.join("; ");
+    if config.isolation == Isolation::Namespaces {
+        return Err(ExecutorError::NamespacesUnavailable(reason));
+    }
+    warn!(
+        %reason,
+        "Linux namespaces are unavailable: sandboxes run as plain processes with the emulator's rights, sharing the host's filesystem, hostname and pid space; they are NOT isolated from the host or from each other"
+    );
+    Ok(Mode::Plain)
+}
+
+static PROBE_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Builds a throw-away sandbox with every step a real one takes (root, pivot, privilege
+/// drop, re-executed init).
+fn probe(config: &ExecutorConfig, ids: IdMode, self_exe: &OwnedFd) -> Result<(), String> {
+    let dir = config.root_dir.join(format!(
+        ".probe-{}-{}",
+        std::process::id(),
+        PROBE_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mode = Mode::Namespaces { ids };
+    let result = (|| {
+        let rootfs = rootfs::prepare(&dir, &config.host_paths, None, mode.sandbox_owner())?;
+        let ns = ns_plan(ids, "cwsandbox-probe", &rootfs).map_err(|error| error.to_string())?;
+        let (report_read, report_write) = std::io::pipe().map_err(|error| error.to_string())?;
+        let plan = InitPlan {
+            parent: std::process::id() as pid_t,
+            report_fd: std::os::fd::IntoRawFd::into_raw_fd(report_write),
+            go_fd: -1,
+            started_fd: -1,
+            ns: Some(ns),
+            self_exe: self_exe.as_raw_fd(),
+            probe: true,
+            cwd: c"/".to_owned(),
+            cwd_message: Vec::new(),
+            program: None,
+        };
+        child::probe_namespaces(&plan, report_read.as_raw_fd()).map_err(|(stage, errno)| {
+            format!("{} failed: {}", stage.describe(), std::io::Error::from_raw_os_error(errno))
+        })
+    })();
+    remove_dir(&dir);
+    result
+}
+
+fn namespace_flags(user_namespace: bool) -> libc::c_int {
+    let flags = libc::CLONE_NEWUTS | libc::CLONE_NEWIPC | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    if user_namespace { flags | libc::CLONE_NEWUSER } else { flags }
+}
+
+/// The id maps of a sandbox's user namespace.
+fn id_map(ids: IdMode) -> Result<Option<IdMap>, ExecutorError> {
+    Ok(match ids {
+        // Files keep their owner and commands run with the emulator user's rights (no more).
+        IdMode::Own => {
+            let (uid, gid) = (sys::current_uid(), sys::current_gid());
+            Some(IdMap::Own {
+                uid_map: c_string(format!("{uid} {uid} 1\n"))?,
+                gid_map: c_string(format!("{gid} {gid} 1\n"))?,
+            })
+        }
+        IdMode::Range { base, count } => Some(IdMap::Range {
+            uid_map: c_string(format!("0 {base} {count}\n"))?,
+            gid_map: c_string(format!("0 {base} {count}\n"))?,
+        }),
+        IdMode::HostRoot => None,
+    })
+}

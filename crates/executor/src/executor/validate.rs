@@ -1,0 +1,89 @@
+//! Checks of what callers hand the executor (sandbox ids, launch specs, exec requests) and the
+//! conversion of their strings for `execve`, each refused as an `ExecutorError` naming the value.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::path::Path;
+
+use crate::exec::ExecRequest;
+use crate::{ExecutorError, LaunchSpec};
+
+pub(super) fn c_string(value: String) -> Result<CString, ExecutorError> {
+    CString::new(value).map_err(|error| {
+        ExecutorError::InvalidRequest(format!("{:?} contains a NUL byte", String::from_utf8_lossy(&error.into_vec())))
+    })
+}
+
+pub(super) fn path_c_string(path: &Path) -> Result<CString, ExecutorError> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| ExecutorError::InvalidRequest(format!("{} contains a NUL byte", path.display())))
+}
+
+pub(super) fn validate_id(id: &str) -> Result<(), ExecutorError> {
+    let valid = !id.is_empty()
+        && id.len() <= 128
+        && id != "."
+        && id != ".."
+        && id.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'));
+    if valid { Ok(()) } else { Err(ExecutorError::InvalidId(id.to_owned())) }
+}
+
+fn validate_env(env: &BTreeMap<String, String>) -> Result<(), ExecutorError> {
+    for (key, value) in env {
+        if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
+            return Err(ExecutorError::InvalidRequest(format!("invalid environment variable {key:?}")));
+        }
+    }
+    Ok(())
+}
+
+fn validate_working_dir(dir: Option<&str>) -> Result<(), ExecutorError> {
+    if let Some(dir) = dir
+        && (dir.contains('\0') || dir.split('/').any(|component| component == ".."))
+    {
+        return Err(ExecutorError::InvalidRequest(format!(
+            "invalid working directory {dir:?}: no NUL bytes or '..' components"
+        )));
+    }
+    Ok(())
+}
+
+pub(super) fn validate_spec(spec: &LaunchSpec) -> Result<(), ExecutorError> {
+    if spec.hostname.is_empty() || spec.hostname.len() > 64 || spec.hostname.contains('\0') {
+        return Err(ExecutorError::InvalidHostname(spec.hostname.clone()));
+    }
+    if spec.command.first().is_some_and(String::is_empty) {
+        return Err(ExecutorError::InvalidRequest("the command's program is empty".into()));
+    }
+    validate_env(&spec.env)?;
+    validate_working_dir(spec.working_dir.as_deref())
+}
+
+pub(super) fn validate_exec(request: &ExecRequest) -> Result<(), ExecutorError> {
+    match request.argv.first() {
+        None => return Err(ExecutorError::InvalidRequest("argv is empty".into())),
+        Some(program) if program.is_empty() => {
+            return Err(ExecutorError::InvalidRequest("the program is empty".into()));
+        }
+        Some(_) => {}
+    }
+    if request.argv.iter().any(|arg| arg.contains('\0')) {
+        return Err(ExecutorError::InvalidRequest("an argument contains a NUL byte".into()));
+    }
+    validate_env(&request.env)?;
+    validate_working_dir(request.working_dir.as_deref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_cannot_escape_the_root_directory() {
+        for bad in ["", ".", "..", "a/b", "a b", "../x"] {
+            assert!(matches!(validate_id(bad), Err(ExecutorError::InvalidId(_))), "{bad:?}");
+        }
+        assert!(validate_id("sbx-1.a_b").is_ok());
+    }
+}
