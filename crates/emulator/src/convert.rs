@@ -76,17 +76,10 @@ pub fn sandbox_filter(request: &pb::ListSandboxesRequest, state: Option<SandboxS
     }
 }
 
-/// Checks and normalizes a sandbox before it reaches the simulation: the spec is required, a lone
-/// unnamed container is called `main`, and `runner_ids` only go with CKS placement.
+/// The spec and display name of a CreateSandbox body; the simulation normalizes the spec.
 pub fn sandbox_input(sandbox: Option<pb::Sandbox>) -> Result<(pb::SandboxSpec, String), ApiError> {
     let sandbox = sandbox.ok_or_else(|| ApiError::missing_field("sandbox"))?;
-    let mut spec = sandbox.spec.ok_or_else(|| ApiError::missing_field("sandbox.spec"))?;
-    if spec.containers.len() == 1 && spec.containers[0].name.trim().is_empty() {
-        spec.containers[0].name = "main".to_owned();
-    }
-    if !spec.runner_ids.is_empty() && spec.mode == pb::SandboxMode::Serverless as i32 {
-        return Err(ApiError::invalid_field("sandbox.spec.mode", "runner_ids need placement mode CKS, not SERVERLESS"));
-    }
+    let spec = sandbox.spec.ok_or_else(|| ApiError::missing_field("sandbox.spec"))?;
     Ok((spec, sandbox.display_name))
 }
 
@@ -203,15 +196,10 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_unnamed_container_is_main() {
-        let spec = pb::SandboxSpec {
-            containers: vec![pb::Container { image: "python:3.11".to_owned(), ..Default::default() }],
-            ..Default::default()
-        };
-        let (spec, _) = sandbox_input(Some(pb::Sandbox { spec: Some(spec), ..Default::default() })).unwrap();
-        assert_eq!(spec.containers[0].name, "main");
-        let error = sandbox_input(None).unwrap_err();
-        assert_eq!(error.violations[0].0, "sandbox");
+    fn a_sandbox_body_needs_its_spec() {
+        assert_eq!(sandbox_input(None).unwrap_err().violations[0].0, "sandbox");
+        let no_spec = sandbox_input(Some(pb::Sandbox::default())).unwrap_err();
+        assert_eq!(no_spec.violations[0].0, "sandbox.spec");
     }
 
     #[test]

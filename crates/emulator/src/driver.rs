@@ -202,17 +202,17 @@ impl Driver {
     fn pump_effects(&self, world: &mut World) {
         for effect in world.take_effects() {
             let item = match effect {
-                Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id } => {
+                Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id, containers } => {
                     self.starting.send_modify(|starting| {
                         starting.insert(pod_uid.to_string());
                     });
-                    PumpItem::Start(launch_of(
-                        world,
-                        pod_uid.into(),
-                        namespace.into(),
-                        pod_name.into(),
-                        sandbox_id.map(String::from),
-                    ))
+                    PumpItem::Start(PodLaunch {
+                        pod_uid: pod_uid.into(),
+                        sandbox_id: sandbox_id.map(String::from),
+                        namespace: namespace.into(),
+                        pod_name: pod_name.into(),
+                        containers: containers.into_iter().map(ContainerLaunch::from).collect(),
+                    })
                 }
                 Effect::StopPod { pod_uid, grace } => PumpItem::Stop { pod_uid: pod_uid.into(), grace },
                 Effect::KillPod { pod_uid } => PumpItem::Kill { pod_uid: pod_uid.into() },
@@ -307,45 +307,6 @@ impl Driver {
 }
 
 /// The launch description of a Pod, main container first.
-fn launch_of(
-    world: &World,
-    pod_uid: String,
-    namespace: String,
-    pod_name: String,
-    sandbox_id: Option<String>,
-) -> PodLaunch {
-    let mut containers: Vec<ContainerLaunch> = world
-        .cluster
-        .pod(&pod_uid)
-        .map(|pod| {
-            pod.containers
-                .iter()
-                .map(|container| ContainerLaunch {
-                    name: container.name.clone(),
-                    image: container.image.clone(),
-                    command: container.command.clone(),
-                    args: container.args.clone(),
-                    env: container.env.clone(),
-                    working_dir: container.working_dir.clone(),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let primary = world
-        .cluster
-        .pod(&pod_uid)
-        .and_then(|pod| match &pod.owner {
-            PodOwner::Sandbox(id) => world.sandbox(id),
-            _ => None,
-        })
-        .and_then(|view| view.resolved.containers.iter().position(|container| container.primary));
-    if let Some(index) = primary.filter(|index| *index < containers.len()) {
-        let main = containers.remove(index);
-        containers.insert(0, main);
-    }
-    PodLaunch { pod_uid, sandbox_id, namespace, pod_name, containers }
-}
-
 async fn run_pump(
     driver: Arc<Driver>,
     mut items: mpsc::UnboundedReceiver<PumpItem>,

@@ -52,6 +52,13 @@ pub struct ContainerLaunch {
     pub working_dir: Option<String>,
 }
 
+impl From<cwsandbox_sim::world::ContainerStart> for ContainerLaunch {
+    fn from(start: cwsandbox_sim::world::ContainerStart) -> ContainerLaunch {
+        let cwsandbox_sim::world::ContainerStart { name, image, command, args, env, working_dir } = start;
+        ContainerLaunch { name, image, command, args, env, working_dir }
+    }
+}
+
 /// Which running container an operation acts in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {

@@ -550,6 +550,50 @@ async fn refusals_read_as_the_api_server_writes_them() {
     assert_eq!(kube.sh(&line).await, "v1.33.0\n");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_delete_honours_dry_run_preconditions_and_refuses_a_negative_grace() {
+    let kube = Kube::start(Scenario::Ready, "").await;
+    let pod = format!("sandbox-{}", kube.create(&[]).await);
+    kube.advance(2);
+    let namespace = "sandbox-admin";
+    let uid = kube.ok(&["get", "pod", "-n", namespace, &pod, "-o", "jsonpath={.metadata.uid}"]).await;
+
+    let dry = kube.ok(&["delete", "pod", "-n", namespace, &pod, "--dry-run=server"]).await;
+    assert_eq!(dry.trim(), format!("pod \"{pod}\" deleted (server dry run)"));
+    let phase = kube.ok(&["get", "pod", "-n", namespace, &pod, "-o", "jsonpath={.status.phase}"]).await;
+    assert_eq!(phase, "Running", "a dry run changes nothing");
+
+    let info = kube.emulator.info();
+    let delete = |body: &str| {
+        format!(
+            "curl -s -X DELETE -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' -d '{body}' \
+             {}/api/v1/namespaces/{namespace}/pods/{pod} | jq -r '.kind, .reason // .status.phase, .code // 0, .message // \"\"'",
+            info.admin_token, info.base_url
+        )
+    };
+    let conflict = kube.sh(&delete(r#"{"preconditions":{"uid":"not-its-uid"}}"#)).await;
+    assert_eq!(
+        conflict,
+        format!(
+            "Status\nConflict\n409\nPrecondition failed: UID in precondition: not-its-uid, UID in object meta: {uid}\n"
+        )
+    );
+    let invalid = kube.sh(&delete(r#"{"gracePeriodSeconds":-3}"#)).await;
+    assert_eq!(
+        invalid,
+        format!(
+            "Status\nInvalid\n422\nPod \"{pod}\" is invalid: gracePeriodSeconds: Invalid value: must not be negative\n"
+        )
+    );
+    let phase = kube.ok(&["get", "pod", "-n", namespace, &pod, "-o", "jsonpath={.status.phase}"]).await;
+    assert_eq!(phase, "Running", "refused deletes change nothing");
+
+    let deleted = kube.sh(&delete(&format!(r#"{{"preconditions":{{"uid":"{uid}"}},"gracePeriodSeconds":0}}"#))).await;
+    assert!(deleted.starts_with("Pod\n"), "the Pod as it was is returned: {deleted}");
+    let gone = kube.kubectl(&["get", "pod", "-n", namespace, &pod]).await;
+    assert!(!gone.status.success(), "deleted with grace 0");
+}
+
 #[test]
 fn tabular_matches_kubectls_own_example() {
     // kubectl's get_test.go: "NAME   AGE" / "foo    <unknown>".

@@ -359,6 +359,7 @@ impl World {
         request_id: &str,
     ) -> SimResult<SandboxView> {
         self.settle();
+        let spec = normalize_spec(spec)?;
         let spec_bytes = spec.encode_to_vec();
         if !request_id.is_empty()
             && let Some(id) =
@@ -609,6 +610,12 @@ impl World {
             })
     }
 
+    /// Which of a sandbox's containers is its primary one (index in spec order).
+    pub(crate) fn sandbox_primary_container(&self, id: &str) -> Option<usize> {
+        let sandbox = self.sandboxes.by_id.get(id)?;
+        sandbox.info.resolved.containers.iter().position(|container| container.primary)
+    }
+
     /// The organization and runner of a sandbox, without building its view.
     pub(crate) fn sandbox_placement(&self, id: &str) -> Option<(&str, &str)> {
         self.sandboxes.by_id.get(id).map(|sandbox| (sandbox.owner.org.as_str(), sandbox.info.runner_id.as_str()))
@@ -669,16 +676,20 @@ impl World {
         }))
     }
 
-    /// Deletes a sandbox: its Pod terminates with `grace_seconds` (0: the Pod's own grace).
+    /// Deletes a sandbox: its Pod terminates with `grace_seconds` (0: the Pod's own grace;
+    /// negative is refused).
     /// Deleting an ended sandbox is a no-op that returns it.
     pub fn delete_sandbox(&mut self, org: &str, id: &str, grace_seconds: i32) -> SimResult<SandboxView> {
+        if grace_seconds < 0 {
+            return Err(SimError::invalid_field("grace_period_seconds", "must not be negative"));
+        }
         self.settle();
         let sandbox = self.get_sandbox(org, id)?;
         if sandbox.state.is_terminal() || sandbox.state == SandboxState::Terminating {
             return Ok(sandbox);
         }
         legal(self.sandbox_step(id, SandboxTransition::Delete, Life::TearingDown(TeardownCause::OwnerDeleted)));
-        let grace = (grace_seconds > 0).then_some(i64::from(grace_seconds));
+        let grace = u64::try_from(grace_seconds).ok().filter(|grace| *grace > 0);
         self.begin_pod_deletion(&sandbox.pod_uid, grace);
         self.settle();
         self.get_sandbox(org, id)
@@ -906,6 +917,18 @@ impl World {
 }
 
 /// Checks the fields a sandbox must have before anything else.
+/// The spec as the sandbox keeps it (and a replayed request is compared with): a lone unnamed
+/// container is called `main`; `runner_ids` go with CKS placement only.
+fn normalize_spec(mut spec: SandboxSpec) -> SimResult<SandboxSpec> {
+    if spec.containers.len() == 1 && spec.containers[0].name.trim().is_empty() {
+        spec.containers[0].name = "main".to_owned();
+    }
+    if !spec.runner_ids.is_empty() && spec.mode == SandboxMode::Serverless as i32 {
+        return Err(SimError::invalid_field("sandbox.spec.mode", "runner_ids need placement mode CKS, not SERVERLESS"));
+    }
+    Ok(spec)
+}
+
 fn validate_spec(spec: &SandboxSpec) -> SimResult<()> {
     let mut violations = Vec::new();
     if spec.containers.is_empty() {

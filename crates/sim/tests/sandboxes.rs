@@ -79,6 +79,38 @@ fn same_request_id_same_body_returns_the_same_sandbox_other_body_conflicts() {
 }
 
 #[test]
+fn a_lone_unnamed_container_is_main_and_a_replay_with_the_name_spelled_out_is_the_same_request() {
+    let mut h = ready();
+    let mut unnamed = client_spec();
+    unnamed.containers[0].name = " ".to_owned();
+    let created = h.world.create_sandbox(&alice(), unnamed, "", "request-1").unwrap();
+    assert_eq!(created.resolved.containers[0].name, "main");
+    let replayed = h.world.create_sandbox(&alice(), client_spec(), "", "request-1").unwrap();
+    assert_eq!(replayed.id, created.id);
+}
+
+#[test]
+fn start_pod_carries_the_containers_to_run_primary_first() {
+    let mut h = ready();
+    let mut spec = client_spec();
+    let mut sidecar = spec.containers[0].clone();
+    sidecar.name = "sidecar".to_owned();
+    spec.containers.insert(0, sidecar);
+    spec.containers[1].primary = Some(true);
+    let created = h.world.create_sandbox(&alice(), spec, "", "").unwrap();
+    h.advance(1);
+    let effects = h.world.take_effects();
+    let started = effects.iter().find_map(|effect| match effect {
+        Effect::StartPod { sandbox_id: Some(id), containers, .. } if *id == created.id => Some(containers),
+        _ => None,
+    });
+    let names: Vec<&str> = started.expect("started").iter().map(|container| container.name.as_str()).collect();
+    assert_eq!(names, ["main", "sidecar"], "the primary container first, whatever its place in the spec");
+    let pod = h.world.cluster.pod(&created.pod_uid).unwrap();
+    assert_eq!(pod.containers[0].name, "sidecar", "the Pod keeps the spec's order");
+}
+
+#[test]
 fn unknown_runner_and_serverless_mode_are_refused_and_nothing_is_created() {
     let mut h = ready();
     let mut spec = client_spec();
@@ -90,6 +122,10 @@ fn unknown_runner_and_serverless_mode_are_refused_and_nothing_is_created() {
     spec.runner_ids.clear();
     let error = h.world.create_sandbox(&alice(), spec, "", "").unwrap_err();
     assert_eq!(error.reason(), Some(Reason::NoSuitableRunner));
+    let mut spec = client_spec();
+    spec.mode = SandboxMode::Serverless as i32;
+    let error = h.world.create_sandbox(&alice(), spec, "", "").unwrap_err();
+    assert_eq!(error.violations()[0].field, "sandbox.spec.mode", "runner_ids need CKS: {error}");
     let error = h.world.create_sandbox(&alice(), SandboxSpec::default(), "", "").unwrap_err();
     assert_eq!(error.violations()[0].field, "sandbox.spec.containers");
     assert!(
@@ -449,6 +485,8 @@ fn organizations_see_and_reset_only_their_own_part_of_the_cluster() {
 #[test]
 fn every_sandbox_transition_is_exercised() {
     let coverage = coverage_of(&[
+        start_pod_carries_the_containers_to_run_primary_first,
+        a_lone_unnamed_container_is_main_and_a_replay_with_the_name_spelled_out_is_the_same_request,
         create_goes_pending_then_running_through_slurm,
         same_request_id_same_body_returns_the_same_sandbox_other_body_conflicts,
         unknown_runner_and_serverless_mode_are_refused_and_nothing_is_created,

@@ -31,7 +31,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use cwsandbox_api::emulator_v1 as pb;
 use cwsandbox_sim::query::{self, FieldSelector, LabelSelector, ObjectQuery, Scope};
-use cwsandbox_sim::world::World;
+use cwsandbox_sim::world::{PodDeletion, World};
 use http::{HeaderMap, Method, StatusCode, Uri};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
@@ -723,50 +723,23 @@ fn delete_pod(
     } else {
         serde_json::from_slice(body).map_err(|error| Status::bad_request(format!("invalid DeleteOptions: {error}")))?
     };
-    let grace = options.grace_period_seconds.or(params.grace_period_seconds);
-    if grace.is_some_and(|grace| grace < 0) {
-        return Err(Status::invalid("pods", name, "gracePeriodSeconds", "must be greater than or equal to 0"));
-    }
-    let before =
-        find(app, scope, Resource::Pods, Some(namespace), name).ok_or_else(|| Status::not_found("pods", name))?;
-    if let Some(preconditions) = &options.preconditions {
-        if preconditions.uid.as_ref().is_some_and(|uid| Some(uid) != before.metadata.uid.as_ref()) {
-            return Err(Status::conflict(
-                "pods",
-                name,
-                format!(
-                    "Precondition failed: UID in precondition: {}, UID in object meta: {}",
-                    preconditions.uid.clone().unwrap_or_default(),
-                    before.metadata.uid.clone().unwrap_or_default()
-                ),
-            ));
-        }
-        if preconditions
-            .resource_version
-            .as_ref()
-            .is_some_and(|version| Some(version) != before.metadata.resource_version.as_ref())
-        {
-            return Err(Status::conflict(
-                "pods",
-                name,
-                format!(
-                    "Precondition failed: ResourceVersion in precondition: {}, ResourceVersion in object meta: {}",
-                    preconditions.resource_version.clone().unwrap_or_default(),
-                    before.metadata.resource_version.clone().unwrap_or_default()
-                ),
-            ));
-        }
-    }
-    let dry_run = params.dry_run || options.dry_run.is_some_and(|modes| modes.iter().any(|mode| mode == "All"));
-    if dry_run {
-        return Ok(json_response(StatusCode::OK, &before.object));
-    }
-    app.driver()
-        .with_world(|world| world.delete_pod(scope, namespace, name, grace))
-        .map_err(|error| Status::from_api(&error.into(), "pods", name))?;
+    let deletion = PodDeletion {
+        grace_seconds: options.grace_period_seconds.or(params.grace_period_seconds),
+        uid: options.preconditions.as_ref().and_then(|preconditions| preconditions.uid.clone()),
+        resource_version: options.preconditions.and_then(|preconditions| preconditions.resource_version),
+        dry_run: params.dry_run || options.dry_run.is_some_and(|modes| modes.iter().any(|mode| mode == "All")),
+    };
+    // Checked, applied and read back under one lock: the Pod the preconditions saw is the one
+    // deleted and returned.
+    let deleted = app.driver().with_world(|world| {
+        world.delete_pod_with(scope, namespace, name, &deletion).map(|deleted| {
+            let object = |pod: &cwsandbox_sim::k8s::Pod| convert::pod(pod, world.placeholder_job(&pod.uid));
+            (object(&deleted.before), deleted.after.as_ref().map(object))
+        })
+    });
+    let (before, after) = deleted.map_err(|error| Status::from_sim(error, "pods", name))?;
     // A Pod that is still terminating is returned as it is now; one already gone as it was.
-    let after = find(app, scope, Resource::Pods, Some(namespace), name).filter(|after| after.key == before.key);
-    Ok(json_response(StatusCode::OK, &after.unwrap_or(before).object))
+    Ok(json_response(StatusCode::OK, &objects::pod(&after.unwrap_or(before))))
 }
 
 /// A kubeconfig for the facade: one cluster (HTTPS, trusting the emulator's own certificate: kubectl

@@ -65,11 +65,6 @@ impl Status {
         status
     }
 
-    /// 409 for a failed precondition.
-    pub fn conflict(plural: &str, name: &str, message: impl Into<String>) -> Status {
-        Status::new(409, "Conflict", message).with_details(plural, name)
-    }
-
     /// 401 for a missing or unknown token.
     pub fn unauthorized() -> Status {
         Status::new(401, "Unauthorized", "Unauthorized")
@@ -89,6 +84,18 @@ impl Status {
     pub fn from_api(error: &ApiError, plural: &str, name: &str) -> Status {
         let (code, reason) = error.kube_status();
         Status::new(code, reason, error.message.clone()).with_details(plural, name)
+    }
+
+    /// A refusal of the simulation: an invalid field reads as the API server's "is invalid"
+    /// (with the field in its JSON name), anything else by its code.
+    pub fn from_sim(error: cwsandbox_sim::SimError, plural: &str, name: &str) -> Status {
+        let error = ApiError::from(error);
+        match error.violations.first() {
+            Some((field, description)) if error.kube_status().0 == 422 => {
+                Status::invalid(plural, name, &json_name(field), description)
+            }
+            _ => Status::from_api(&error, plural, name),
+        }
     }
 
     /// The Status object.
@@ -121,5 +128,33 @@ impl IntoResponse for Status {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self.body()).unwrap_or_default();
         (code, [(http::header::CONTENT_TYPE, "application/json")], body).into_response()
+    }
+}
+
+/// `grace_period_seconds` → `gracePeriodSeconds`: the name a field has in JSON.
+fn json_name(field: &str) -> String {
+    let mut name = String::with_capacity(field.len());
+    let mut upper = false;
+    for character in field.chars() {
+        match character {
+            '_' => upper = true,
+            _ if upper => {
+                name.extend(character.to_uppercase());
+                upper = false;
+            }
+            _ => name.push(character),
+        }
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_names_read_as_in_json() {
+        assert_eq!(json_name("grace_period_seconds"), "gracePeriodSeconds");
+        assert_eq!(json_name("pod.spec.terminationGracePeriodSeconds"), "pod.spec.terminationGracePeriodSeconds");
     }
 }

@@ -166,9 +166,6 @@ pub async fn delete_pod(
     scoped("DeletePod", &caller, |scope| {
         let namespace = required("namespace", &request.namespace)?;
         let name = required("name", &request.name)?;
-        if request.grace_period_seconds.is_some_and(|grace| grace < 0) {
-            return Err(ApiError::invalid_field("grace_period_seconds", "must not be negative"));
-        }
         app.driver().with_world(|world| -> Result<_, ApiError> {
             world.delete_pod(&scope, namespace, name, request.grace_period_seconds)?;
             let jobs = world.placeholder_jobs_by_pod();

@@ -98,9 +98,6 @@ fn delete(
 ) -> Result<pb::DeleteSandboxResponse, ApiError> {
     caller.require(Role::SandboxUser)?;
     let id = convert::required("sandbox_id", &request.sandbox_id)?;
-    if request.grace_period_seconds < 0 {
-        return Err(ApiError::invalid_field("grace_period_seconds", "must not be negative"));
-    }
     if !request.snapshot_volumes.is_empty() {
         return Err(ApiError::not_implemented("DeleteSandbox.snapshot_volumes"));
     }

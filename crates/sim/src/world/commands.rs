@@ -5,7 +5,7 @@ use cwsandbox_api::emulator_v1;
 
 use crate::error::{Reason, SimError, SimResult};
 use crate::ids::SharedStr;
-use crate::k8s::PodOwner;
+use crate::k8s::{Pod, PodOwner};
 use crate::query::Scope;
 use crate::slurm::{JobBaseState, JobId, JobKind, JobRequest, Sharing, SubmitError};
 
@@ -130,16 +130,52 @@ impl World {
         name: &str,
         grace_seconds: Option<i64>,
     ) -> SimResult<()> {
-        self.settle();
-        let uid = self.scoped_pod_by_name(scope, namespace, name).map(|pod| pod.uid.clone()).ok_or_else(|| {
-            SimError::NotFound { reason: Reason::PodNotFound, message: format!("pods \"{name}\" not found") }
-        })?;
-        if let Some(PodOwner::Sandbox(id)) = self.cluster.pod(&uid).map(|pod| pod.owner.clone()) {
-            self.sandbox_outcomes.push_back(SandboxOutcome::PodDeleteRequested(id));
+        self.delete_pod_with(scope, namespace, name, &PodDeletion { grace_seconds, ..Default::default() }).map(|_| ())
+    }
+
+    /// Deletes a Pod as a Kubernetes DELETE asks: with its grace period, only if the
+    /// preconditions hold, or not at all (dry run). Checked and applied at one instant, so the
+    /// Pod the preconditions saw is the Pod deleted; returns it as it was and as it is now.
+    pub fn delete_pod_with(
+        &mut self,
+        scope: &Scope,
+        namespace: &str,
+        name: &str,
+        deletion: &PodDeletion,
+    ) -> SimResult<DeletedPod> {
+        if deletion.grace_seconds.is_some_and(|grace| grace < 0) {
+            return Err(SimError::invalid_field("grace_period_seconds", "must not be negative"));
         }
-        self.begin_pod_deletion(&uid, grace_seconds);
         self.settle();
-        Ok(())
+        let before = self.scoped_pod_by_name(scope, namespace, name).cloned().ok_or_else(|| SimError::NotFound {
+            reason: Reason::PodNotFound,
+            message: format!("pods \"{name}\" not found"),
+        })?;
+        let precondition_failed = |what: &str, expected: &str, actual: &str| SimError::FailedPrecondition {
+            reason: Reason::PreconditionFailed,
+            message: format!(
+                "Precondition failed: {what} in precondition: {expected}, {what} in object meta: {actual}"
+            ),
+        };
+        if let Some(uid) = deletion.uid.as_deref().filter(|uid| *uid != before.uid.as_str()) {
+            return Err(precondition_failed("UID", uid, &before.uid));
+        }
+        let version = before.resource_version.to_string();
+        if let Some(expected) = deletion.resource_version.as_deref().filter(|expected| *expected != version) {
+            return Err(precondition_failed("ResourceVersion", expected, &version));
+        }
+        if deletion.dry_run {
+            let after = Some(before.clone());
+            return Ok(DeletedPod { before, after });
+        }
+        let uid = before.uid.clone();
+        if let PodOwner::Sandbox(id) = &before.owner {
+            self.sandbox_outcomes.push_back(SandboxOutcome::PodDeleteRequested(id.clone()));
+        }
+        self.begin_pod_deletion(&uid, deletion.grace_seconds.map(|grace| grace.unsigned_abs()));
+        self.settle();
+        let after = self.cluster.pod(&uid).cloned();
+        Ok(DeletedPod { before, after })
     }
 
     /// Resets one organization's part of the cluster, leaving every other organization's and the
@@ -208,4 +244,26 @@ pub fn requested_sharing(over_subscribe: i32) -> SimResult<Sharing> {
             Err(SimError::invalid_field("over_subscribe", format!("{over_subscribe} is not an OverSubscribe value")))
         }
     }
+}
+
+/// What a Pod delete asks beyond the Pod's name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodDeletion {
+    /// Grace period; `None` is the Pod's own. Negative is refused.
+    pub grace_seconds: Option<i64>,
+    /// `preconditions.uid`: delete only the Pod with this uid.
+    pub uid: Option<String>,
+    /// `preconditions.resourceVersion`: delete only at this version.
+    pub resource_version: Option<String>,
+    /// Check everything, change nothing.
+    pub dry_run: bool,
+}
+
+/// A Pod delete's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeletedPod {
+    /// The Pod as the delete found it.
+    pub before: Pod,
+    /// The Pod now: still Terminating, or `None` once removed.
+    pub after: Option<Pod>,
 }

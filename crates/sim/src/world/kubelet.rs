@@ -6,7 +6,7 @@ use crate::config::CpuManagerPolicy;
 use crate::k8s::{ContainerState, EventType, Pod, PodOwner, PodPhase};
 use crate::slurm::{JobBaseState, JobId};
 
-use crate::world::{Effect, PodTransition, Transition, World, legal};
+use crate::world::{ContainerStart, Effect, PodTransition, Transition, World, legal};
 
 impl World {
     /// Binds a Pod and runs kubelet admission: it either starts or is rejected for good.
@@ -72,9 +72,35 @@ impl World {
                 }
                 self.event(uid, EventType::Normal, "Started", "Started container main", "kubelet");
                 self.pin_cpus(uid, node_name);
-                self.effects.push(Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id });
+                let containers = self.containers_to_start(uid, sandbox_id.as_deref());
+                self.effects.push(Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id, containers });
             }
         }
+    }
+
+    /// A Pod's containers as its host starts them: spec order, except that a sandbox's primary
+    /// container comes first.
+    fn containers_to_start(&self, uid: &str, sandbox_id: Option<&str>) -> Vec<ContainerStart> {
+        let Some(pod) = self.cluster.pod(uid) else { return Vec::new() };
+        let mut containers: Vec<ContainerStart> = pod
+            .containers
+            .iter()
+            .map(|container| ContainerStart {
+                name: container.name.clone(),
+                image: container.image.clone(),
+                command: container.command.clone(),
+                args: container.args.clone(),
+                env: container.env.clone(),
+                working_dir: container.working_dir.clone(),
+            })
+            .collect();
+        if let Some(index) = sandbox_id.and_then(|id| self.sandbox_primary_container(id))
+            && index < containers.len()
+        {
+            let main = containers.remove(index);
+            containers.insert(0, main);
+        }
+        containers
     }
 
     /// The static CPU Manager: a Guaranteed-QoS Pod's integer CPUs become its alone. Only Pods

@@ -25,7 +25,7 @@ mod teardown;
 mod timers;
 mod topology;
 
-pub use commands::requested_sharing;
+pub use commands::{DeletedPod, PodDeletion, requested_sharing};
 pub use pods::{PodLifecycle, PodTransition};
 pub(crate) use timers::{Timer, TimerKey, Timers};
 
@@ -42,6 +42,23 @@ pub(crate) enum SandboxOutcome {
     PodTerminal(SharedStr),
     /// The Pod object is gone.
     PodGone(SharedStr),
+}
+
+/// One container of a starting Pod, as its host runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerStart {
+    /// Container name.
+    pub name: String,
+    /// Image reference.
+    pub image: String,
+    /// Entrypoint; empty means the image default.
+    pub command: Vec<String>,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Environment variables.
+    pub env: BTreeMap<String, String>,
+    /// Working directory, if the spec sets one.
+    pub working_dir: Option<String>,
 }
 
 /// A transition the world's own bookkeeping has checked is legal. A refusal is a missed
@@ -75,6 +92,8 @@ pub enum Effect {
         pod_name: SharedStr,
         /// The sandbox, if it is a sandbox Pod.
         sandbox_id: Option<SharedStr>,
+        /// What to run, main container first (the one whose exit ends the Pod).
+        containers: Vec<ContainerStart>,
     },
     /// SIGTERM the Pod's processes; they have `grace` before SIGKILL.
     StopPod {

@@ -15,6 +15,9 @@ impl World {
         if request.name.is_empty() {
             return Err(SimError::invalid_field("pod.metadata.name", "required"));
         }
+        if request.termination_grace_period_seconds.is_some_and(|grace| grace < 0) {
+            return Err(SimError::invalid_field("pod.spec.terminationGracePeriodSeconds", "must not be negative"));
+        }
         if request.containers.is_empty() {
             return Err(SimError::invalid_field("pod.spec.containers", "at least one container is required"));
         }

@@ -11,7 +11,7 @@ use crate::world::{Effect, PodTransition, SandboxOutcome, Timer, World, legal};
 impl World {
     /// Starts deleting a Pod: Terminating with its grace period, then removal. An unbound or
     /// finished Pod goes at once.
-    pub fn begin_pod_deletion(&mut self, uid: &str, grace_seconds: Option<i64>) {
+    pub fn begin_pod_deletion(&mut self, uid: &str, grace_seconds: Option<u64>) {
         let Some(pod) = self.cluster.pod(uid) else { return };
         let (already_deleting, own_grace, running) =
             (pod.deletion_timestamp.is_some(), pod.termination_grace_period_seconds, pod.phase == PodPhase::Running);
@@ -20,19 +20,20 @@ impl World {
             // A shorter grace on a second delete shortens the wait, as in Kubernetes, and the
             // Pod's deletion timestamp and grace say so.
             if let Some(grace) = grace_seconds {
-                let deadline = self.now + Duration::from_secs(grace.max(0) as u64);
+                let deadline = self.now + Duration::from_secs(grace);
                 if let Some(pod) = self.cluster.pod(uid)
                     && pod.deletion_timestamp.is_some_and(|current| deadline < current)
                     && let Some(pod) = self.cluster.pod_mut(uid)
                 {
                     pod.deletion_timestamp = Some(deadline);
-                    pod.deletion_grace_period_seconds = Some(grace.max(0));
+                    pod.deletion_grace_period_seconds = Some(i64::try_from(grace).unwrap_or(i64::MAX));
                 }
                 self.timers.schedule(deadline, Timer::PodGraceOver(shared_uid));
             }
             return;
         }
-        let grace = grace_seconds.unwrap_or(own_grace).max(0);
+        // A Pod's own grace is never negative: `create_pod` refuses that.
+        let grace = grace_seconds.unwrap_or_else(|| u64::try_from(own_grace).unwrap_or(0));
         legal(self.pod_step(uid, PodTransition::BeginDeletion));
         if !running || grace == 0 {
             if let Some(pod) = self.cluster.pod_mut(uid) {
@@ -44,12 +45,12 @@ impl World {
         }
         let now = self.now;
         if let Some(pod) = self.cluster.pod_mut(uid) {
-            pod.deletion_timestamp = Some(now + Duration::from_secs(grace as u64));
-            pod.deletion_grace_period_seconds = Some(grace);
+            pod.deletion_timestamp = Some(now + Duration::from_secs(grace));
+            pod.deletion_grace_period_seconds = Some(i64::try_from(grace).unwrap_or(i64::MAX));
         }
         self.event(uid, EventType::Normal, "Killing", "Stopping container main", "kubelet");
-        self.effects.push(Effect::StopPod { pod_uid: shared_uid.clone(), grace: Duration::from_secs(grace as u64) });
-        self.timers.schedule(now + Duration::from_secs(grace as u64), Timer::PodGraceOver(shared_uid));
+        self.effects.push(Effect::StopPod { pod_uid: shared_uid.clone(), grace: Duration::from_secs(grace) });
+        self.timers.schedule(now + Duration::from_secs(grace), Timer::PodGraceOver(shared_uid));
         self.on_pod_deleting(uid);
     }
 
