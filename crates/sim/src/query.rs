@@ -470,7 +470,8 @@ pub struct JobQuery {
     pub job_ids: Vec<JobId>,
     /// Only these users, by name or numeric uid.
     pub users: Vec<String>,
-    /// Only these base states.
+    /// Only these base states: the current state without a window, else a state held during the
+    /// window (see [`JobQuery::selects`]).
     pub states: Vec<JobBaseState>,
     /// Only these partitions.
     pub partitions: Vec<String>,
@@ -478,9 +479,9 @@ pub struct JobQuery {
     pub accounts: Vec<String>,
     /// Only these job names.
     pub names: Vec<String>,
-    /// Only jobs not ended before this time.
+    /// sacct's `-S`: the window's start (inclusive); `None` is no lower bound.
     pub window_start: Option<SimTime>,
-    /// Only jobs submitted by this time.
+    /// sacct's `-E`: the window's end (exclusive); `None` is no upper bound.
     pub window_end: Option<SimTime>,
 }
 
@@ -508,12 +509,57 @@ impl JobQuery {
         (self.job_ids.is_empty() || self.job_ids.contains(&job.id))
             && (self.users.is_empty()
                 || self.users.iter().any(|user| *user == *job.user || user.parse::<u32>() == Ok(job.uid)))
-            && (self.states.is_empty() || self.states.contains(&job.state))
             && any(&self.partitions, &job.partition)
             && any(&self.accounts, &job.account)
             && any(&self.names, &job.name)
-            && self.window_end.is_none_or(|end| job.submit <= end)
-            && self.window_start.is_none_or(|start| job.end.is_none_or(|ended| ended >= start))
+            && self.in_window(job)
+    }
+
+    /// The accounting database's time rules (slurmdbd's `_state_time_string`): without states,
+    /// a job eligible before the window's end and not ended before its start; with states, a job
+    /// in one of them during the window: PENDING and RUNNING by its times alone (a job that ran
+    /// during the window is listed with its present state), the final states by their end time.
+    /// Without a window, states are the current ones.
+    fn in_window(&self, job: &Job) -> bool {
+        let start = self.window_start.map(SimTime::secs);
+        let end = self.window_end.map(SimTime::secs);
+        if start.is_none() && end.is_none() {
+            return self.states.is_empty() || self.states.contains(&job.state);
+        }
+        let end = end.unwrap_or(i64::MAX);
+        let eligible = job.submit.secs();
+        let started = job.start.map(SimTime::secs);
+        let ended = job.end.map(SimTime::secs);
+        if self.states.is_empty() {
+            return eligible < end && ended.is_none_or(|ended| start.is_none_or(|start| ended >= start));
+        }
+        let between = |value: i64, low: i64, high: i64| low <= value && value <= high;
+        self.states.iter().any(|state| match state {
+            JobBaseState::Pending => match start {
+                Some(start) => {
+                    let started_or_zero = started.unwrap_or(0);
+                    between(start, eligible, started_or_zero)
+                        || between(eligible, start, end)
+                        || (started.is_none() && ended.is_some_and(|ended| between(start, eligible, ended)))
+                }
+                None => eligible < end,
+            },
+            JobBaseState::Running => started.is_some_and(|started| match start {
+                Some(start) => {
+                    (ended.is_none() && job.state == JobBaseState::Running)
+                        || ended.is_some_and(|ended| between(start, started, ended))
+                        || between(started, start, end)
+                }
+                None => started < end,
+            }),
+            final_state => {
+                job.state == *final_state
+                    && ended.is_some_and(|ended| match start {
+                        Some(start) => between(ended, start, end),
+                        None => ended <= end,
+                    })
+            }
+        })
     }
 }
 
@@ -832,5 +878,106 @@ mod tests {
         let error = FieldSelector::parse("spec.foo=1", POD_FIELDS).unwrap_err();
         assert_eq!(error, "field label not supported: spec.foo");
         assert!(FieldSelector::parse("metadata.name", POD_FIELDS).is_err());
+    }
+
+    /// A root batch job: submitted and started at `start`, ended at `end` (if it did).
+    fn job(id: JobId, state: JobBaseState, start: i64, end: Option<i64>) -> Job {
+        Job {
+            id,
+            name: format!("job-{id}"),
+            user: "root".into(),
+            uid: 0,
+            group: "root".into(),
+            gid: 0,
+            account: "root".into(),
+            partition: "cpu".into(),
+            qos: "normal".into(),
+            comment: String::new(),
+            reservation: String::new(),
+            req_cpus: 2,
+            req_mem_mb: 512,
+            req_gpus: 0,
+            gres_type: None,
+            sharing: crate::slurm::Sharing::Default,
+            time_limit_seconds: None,
+            priority: 100,
+            state,
+            completing: false,
+            reason: "None".to_owned(),
+            submit: SimTime::from_secs(start),
+            start: Some(SimTime::from_secs(start)),
+            end: end.map(SimTime::from_secs),
+            node: Some("slurm-cpu-0".to_owned()),
+            gpu_indices: Vec::new(),
+            alloc_cpus: 2,
+            exit_code: (0, 0),
+            cancelled_by: None,
+            extra: String::new(),
+            kind: JobKind::Batch { run_seconds: None },
+            in_prolog: false,
+            waiting_for_preempted: Vec::new(),
+        }
+    }
+
+    fn selected(jobs: &[Job], start: Option<i64>, end: i64, states: &[JobBaseState], ids: &[JobId]) -> Vec<JobId> {
+        let query = JobQuery {
+            window_start: start.map(SimTime::from_secs),
+            window_end: Some(SimTime::from_secs(end)),
+            states: states.to_vec(),
+            job_ids: ids.to_vec(),
+            ..JobQuery::default()
+        };
+        jobs.iter().filter(|job| query.selects(job)).map(|job| job.id).collect()
+    }
+
+    // The windows are the ones `sacct` sends for these command lines at NOW (the CLI's golden
+    // tests check each): these are the rows slurmdbd answers with.
+    const NOW: i64 = 1_735_787_045;
+    const MIDNIGHT: i64 = 1_735_776_000;
+    const DAY: i64 = 86_400;
+
+    #[test]
+    fn a_window_selects_jobs_eligible_before_its_end_and_not_ended_before_its_start() {
+        use JobBaseState::*;
+        let jobs = [
+            job(1, Cancelled, MIDNIGHT - 7200, Some(MIDNIGHT - 3600)),
+            job(2, Cancelled, MIDNIGHT + 60, Some(MIDNIGHT + 120)),
+            job(3, Running, NOW, None),
+        ];
+        assert_eq!(selected(&jobs, Some(MIDNIGHT), NOW + 1, &[], &[]), [2, 3], "sacct: since midnight, now included");
+        assert_eq!(selected(&jobs, None, NOW + 1, &[], &[1, 2]), [1, 2], "sacct -j 1,2");
+        assert_eq!(selected(&jobs, Some(MIDNIGHT - DAY), NOW + 1, &[], &[]), [1, 2, 3], "sacct -S 2025-01-01");
+        assert_eq!(
+            selected(&jobs, Some(MIDNIGHT - DAY), MIDNIGHT - 1800, &[], &[]),
+            [1],
+            "sacct -S 2025-01-01T00:00:00 -E 2025-01-01T23:30"
+        );
+        assert_eq!(selected(&jobs, Some(NOW - DAY), NOW + 1, &[], &[]), [1, 2, 3], "sacct -S now-1days -E now");
+        assert_eq!(
+            selected(&jobs, Some(MIDNIGHT - 3599), MIDNIGHT - 3598, &[], &[]),
+            [] as [JobId; 0],
+            "ended just before"
+        );
+        assert_eq!(selected(&jobs, Some(MIDNIGHT - 3600), MIDNIGHT - 3599, &[], &[]), [1], "the start is inclusive");
+        assert_eq!(selected(&jobs, Some(MIDNIGHT), MIDNIGHT + 60, &[], &[]), [] as [JobId; 0], "the end is exclusive");
+    }
+
+    #[test]
+    fn states_in_a_window_follow_slurmdbd_running_by_times_final_states_by_their_end() {
+        use JobBaseState::*;
+        let jobs = [
+            job(1, Cancelled, NOW - 30, Some(NOW)),
+            job(2, Cancelled, NOW - 300, Some(NOW - 100)),
+            job(3, Completed, NOW - 30, Some(NOW)),
+            job(4, Running, NOW - 60, None),
+        ];
+        assert_eq!(selected(&jobs, Some(NOW), NOW + 1, &[Cancelled], &[]), [1], "sacct -s CA: at the instant");
+        assert_eq!(selected(&jobs, Some(NOW), NOW + 1, &[Cancelled, Completed], &[]), [1, 3], "sacct -s ca,CD");
+        assert_eq!(selected(&jobs, Some(MIDNIGHT), NOW + 1, &[Cancelled], &[]), [1, 2], "-s CA -S midnight -E now");
+        assert_eq!(selected(&jobs, Some(NOW), NOW + 1, &[Running], &[]), [1, 3, 4], "ended this second: ran in it");
+        assert_eq!(selected(&jobs, Some(NOW + 1), NOW + 2, &[Running], &[]), [4], "sacct -s R -S now+1");
+        assert_eq!(selected(&jobs, None, NOW + 1, &[Cancelled], &[2]), [2], "sacct -s CA -j 2: from the epoch");
+        let no_window = JobQuery { states: vec![Running], ..JobQuery::default() };
+        assert_eq!(jobs.iter().filter(|job| no_window.selects(job)).map(|job| job.id).collect::<Vec<_>>(), [4]);
     }
 }

@@ -315,59 +315,66 @@ fn sacct_lists_only_the_callers_jobs_unless_root_all_users_or_jobs() {
     assert_eq!((error.stderr.as_str(), error.code), ("sacct: error: Invalid user id: nobody\n", 1));
 }
 
+/// The accounting query a command line sends at NOW: its window `[start, end)` (`None`: no
+/// lower bound) and states. Which rows a window selects is the emulator's (the simulation's
+/// `query` tests hold the same jobs and windows).
+fn query(list: &[&str]) -> (Option<i64>, i64, Vec<i32>, Vec<u32>) {
+    let options = sacct::parse(&args(list), &Env::new()).expect("parses");
+    let request = sacct::request(&options, NOW).expect("a valid window").expect("a query");
+    let seconds = |at: Option<Timestamp>| at.map(|at| at.seconds);
+    (seconds(request.window_start), seconds(request.window_end).expect("an end"), request.states, request.job_ids)
+}
+
 #[test]
 fn sacct_time_window_defaults_and_forms() {
-    let yesterday = cancelled(1, "old", MIDNIGHT - 7200, MIDNIGHT - 3600, 0);
-    let today = cancelled(2, "new", MIDNIGHT + 60, MIDNIGHT + 120, 0);
-    let now_job = running(3, "now", NOW);
-    let jobs = [yesterday, today, now_job];
-    let ids = |list: &[&str]| {
-        let mut list = list.to_vec();
-        list.extend(["-X", "-n", "-P", "-o", "JobID"]);
-        sacct(&list, &jobs)
-    };
-    assert_eq!(ids(&[]), "2\n3\n", "default: since midnight, the current second included");
-    assert_eq!(ids(&["-j", "1,2"]), "1\n2\n", "-j: from the epoch");
-    assert_eq!(ids(&["-S", "2025-01-01"]), "1\n2\n3\n");
-    assert_eq!(ids(&["-S", "2025-01-01T00:00:00", "-E", "2025-01-01T23:30"]), "1\n");
-    assert_eq!(ids(&["--starttime=now-1days", "--endtime", "now"]), "1\n2\n3\n");
-    assert_eq!(ids(&["-S", "0101", "-E", "01/01/25-23:30"]), "1\n");
-    assert_eq!(ids(&["-S", "midnight"]), "2\n3\n");
-    let error = sacct_err(&["-S", "2025-01-02", "-E", "2025-01-01"]);
+    let day = 86_400;
     assert_eq!(
-        error.stderr,
-        "sacct: error: Start time (2025-01-02T00:00:00) requested is after end time (2025-01-01T00:00:00).\n"
+        query(&[]),
+        (Some(MIDNIGHT), NOW + 1, vec![], vec![]),
+        "default: since midnight, the current second included"
+    );
+    assert_eq!(query(&["-j", "1,2"]), (None, NOW + 1, vec![], vec![1, 2]), "-j: from the epoch");
+    assert_eq!(query(&["-S", "2025-01-01"]), (Some(MIDNIGHT - day), NOW + 1, vec![], vec![]));
+    assert_eq!(
+        query(&["-S", "2025-01-01T00:00:00", "-E", "2025-01-01T23:30"]),
+        (Some(MIDNIGHT - day), MIDNIGHT - 1800, vec![], vec![])
+    );
+    assert_eq!(query(&["--starttime=now-1days", "--endtime", "now"]).0, Some(NOW - day));
+    assert_eq!(query(&["--starttime=now-1days", "--endtime", "now"]).1, NOW + 1, "an end at now includes that second");
+    assert_eq!(
+        query(&["-S", "0101", "-E", "01/01/25-23:30"]),
+        query(&["-S", "2025-01-01T00:00:00", "-E", "2025-01-01T23:30"])
+    );
+    assert_eq!(query(&["-S", "midnight"]).0, Some(MIDNIGHT));
+    let refused = |list: &[&str]| {
+        let options = sacct::parse(&args(list), &Env::new()).expect("parses");
+        sacct::request(&options, NOW).expect_err("refused")
+    };
+    let error = refused(&["-S", "2025-01-02", "-E", "2025-01-01"]);
+    assert_eq!(
+        (error.stderr.as_str(), error.code),
+        ("sacct: error: Start time (2025-01-02T00:00:00) requested is after end time (2025-01-01T00:00:00).\n", 1)
     );
     assert_eq!(
-        sacct_err(&["-S", "yesterdayish"]).stderr,
+        refused(&["-S", "yesterdayish"]).stderr,
         "sacct: error: Invalid time specification (pos=0): yesterdayish\n"
     );
 }
 
 #[test]
 fn sacct_states_short_or_long_and_the_instant() {
-    let ended_now = cancelled(1, "a", NOW - 30, NOW, 0);
-    let ended_before = cancelled(2, "b", NOW - 300, NOW - 100, 1001);
-    let done = pb::Job {
-        state: pb::JobState::Completed as i32,
-        cancelled_by_uid: None,
-        exit_signal: 0,
-        ..cancelled(3, "c", NOW - 30, NOW, 0)
-    };
-    let jobs = [ended_now, ended_before, done, running(4, "r", NOW - 60)];
-    let ids = |list: &[&str]| {
-        let mut list = list.to_vec();
-        list.extend(["-X", "-n", "-P", "-o", "JobID"]);
-        sacct(&list, &jobs)
-    };
-    assert_eq!(ids(&["-s", "CA"]), "1\n", "-s alone: at the current instant");
-    assert_eq!(ids(&["-s", "cancelled"]), ids(&["-s", "CA"]));
-    assert_eq!(ids(&["--state=ca,CD"]), "1\n3\n");
-    assert_eq!(ids(&["-s", "CA", "-S", "midnight", "-E", "now"]), "2\n1\n");
-    // RUNNING selects by times only: jobs that ended in this very second were running in it.
-    assert_eq!(ids(&["-s", "R"]), "4\n1\n3\n", "running at the instant");
-    assert_eq!(ids(&["-s", "R", "-S", "now+1"]), "4\n");
-    assert_eq!(ids(&["-s", "CA", "-j", "2"]), "2\n", "-j and -s: from the epoch");
+    let (cancelled, completed, running) =
+        (pb::JobState::Cancelled as i32, pb::JobState::Completed as i32, pb::JobState::Running as i32);
+    assert_eq!(query(&["-s", "CA"]), (Some(NOW), NOW + 1, vec![cancelled], vec![]), "-s alone: at the current instant");
+    assert_eq!(query(&["-s", "cancelled"]), query(&["-s", "CA"]));
+    assert_eq!(query(&["--state=ca,CD"]).2, [cancelled, completed]);
+    assert_eq!(query(&["-s", "CA", "-S", "midnight", "-E", "now"]), (Some(MIDNIGHT), NOW + 1, vec![cancelled], vec![]));
+    assert_eq!(
+        query(&["-s", "R", "-S", "now+1"]),
+        (Some(NOW + 1), NOW + 2, vec![running], vec![]),
+        "-S alone: end = start"
+    );
+    assert_eq!(query(&["-s", "CA", "-j", "2"]), (None, NOW + 1, vec![cancelled], vec![2]), "-j and -s: from the epoch");
     assert_eq!(sacct_err(&["-s", "bogus"]).code, 1);
 }
 

@@ -270,7 +270,7 @@ proptest! {
         let jobs = jobs();
         match sacct::parse(&args, &env) {
             Ok(options) => {
-                let _ = sacct::window(&options, NOW);
+                let _ = sacct::request(&options, NOW);
                 let output = sacct::render(&options, &jobs, NOW, &caller, &users());
                 if output.code != 0 {
                     refusal_is_well_formed("sacct", &output)?;
@@ -608,7 +608,7 @@ fn a_relative_time_past_the_calendar_is_refused() {
     assert_eq!(sacct::parse_time("now-9000000000000000", NOW), None, "before the calendar starts");
     let options =
         sacct::parse(&["-S".to_owned(), "now+99999999999999999weeks".to_owned()], &Env::new()).expect("parses");
-    let output = sacct::render(&options, &jobs(), NOW, &Caller::root(), &users());
+    let output = sacct::request(&options, NOW).expect_err("refused before any call");
     assert_eq!(output.stderr, "sacct: error: Invalid time specification (pos=0): now+99999999999999999weeks\n");
 }
 

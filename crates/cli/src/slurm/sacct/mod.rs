@@ -15,7 +15,8 @@ pub use args::{Options, parse};
 pub use render::render;
 // The property tests drive the time parser and the window directly.
 #[cfg(test)]
-pub use time::{parse_time, window};
+pub use time::parse_time;
+pub use time::window;
 
 use super::{Caller, Command, Conn, Env, Output};
 
@@ -49,10 +50,12 @@ impl Command for Sacct {
 
     async fn call(options: &Options, env: &Env, conn: &Conn) -> Result<Answer, Output> {
         let (caller, known) = super::caller(Self::NAME, env, conn).await?;
-        let request = pb::ListJobsRequest {
-            source: pb::JobSource::Accounting as i32,
-            job_ids: options.job_ids(),
-            ..Default::default()
+        // The defaults of the window are the client's, as in Slurm (against the emulator's time);
+        // which rows a window and states select is the accounting database's, the emulator's.
+        let clock = conn.admin().clock().await.map_err(|error| super::api_error(Self::NAME, &error))?;
+        let now = clock.now.map(|now| now.seconds).unwrap_or_default();
+        let Some(request) = request(options, now)? else {
+            return Ok(Answer { now, jobs: Vec::new(), caller, known });
         };
         let response = conn.admin().list_jobs(&request).await.map_err(|error| super::api_error(Self::NAME, &error))?;
         Ok(Answer { now: super::now_of(&response), jobs: response.jobs, caller, known })
@@ -61,4 +64,24 @@ impl Command for Sacct {
     fn render(options: &Options, answer: Answer, _env: &Env) -> Output {
         render(options, &answer.jobs, answer.now, &answer.caller, &answer.known)
     }
+}
+
+/// The accounting query of a command line at `now`: its job ids, states and time window
+/// (`slurmdb_job_cond_def_start_end`'s defaults, `[start, end)`). `None` when it can select
+/// nothing (only states the emulator never records). Pure.
+pub fn request(options: &Options, now: i64) -> Result<Option<pb::ListJobsRequest>, Output> {
+    let window = window(options, now)?;
+    let states: Vec<i32> = options.states.iter().flatten().map(|state| *state as i32).collect();
+    if !options.states.is_empty() && states.is_empty() {
+        return Ok(None);
+    }
+    let at = |seconds: i64| cwsandbox_api::wkt::Timestamp { seconds, nanos: 0 };
+    Ok(Some(pb::ListJobsRequest {
+        source: pb::JobSource::Accounting as i32,
+        job_ids: options.job_ids(),
+        states,
+        window_start: (window.start != 0).then(|| at(window.start)),
+        window_end: Some(at(window.end)),
+        ..Default::default()
+    }))
 }

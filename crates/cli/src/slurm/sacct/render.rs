@@ -6,7 +6,6 @@ use cwsandbox_client::emulator_v1 as pb;
 use super::args::{Options, Parsable};
 use super::fields::{FIELDS, Row, Value, value};
 use super::select::{selects, users};
-use super::time::window;
 use crate::slurm::fmt;
 use crate::slurm::{Caller, Output};
 
@@ -109,10 +108,6 @@ pub fn render(options: &Options, jobs: &[pb::Job], now: i64, caller: &Caller, kn
     if let Some(info) = &options.info {
         return Output::ok(info.clone());
     }
-    let window = match window(options, now) {
-        Ok(window) => window,
-        Err(output) => return output,
-    };
     let users = match users(options, caller, known) {
         Ok(users) => users,
         Err(output) => return output,
@@ -120,7 +115,7 @@ pub fn render(options: &Options, jobs: &[pb::Job], now: i64, caller: &Caller, kn
     let mut selected: Vec<&pb::Job> = jobs
         .iter()
         .filter(|job| job.source != pb::JobSource::Queue as i32)
-        .filter(|job| selects(options, &users, window, job))
+        .filter(|job| selects(options, &users, job))
         .collect();
     selected.sort_by_key(|job| (fmt::secs(job.submit_time.as_ref()).unwrap_or(0), job.job_id));
     let mut out = String::new();

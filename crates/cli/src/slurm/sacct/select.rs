@@ -1,11 +1,10 @@
-//! Which accounting rows a query selects: its users, ids, names, partitions, accounts and nodes,
-//! and the accounting database's rules for a state during the time window.
+//! Which of the rows the emulator returned a query shows: its users, ids, names, partitions,
+//! accounts and nodes. (States and the time window the emulator applies, as slurmdbd does.)
 
 use cwsandbox_client::emulator_v1 as pb;
 
 use super::args::Options;
 use super::fail;
-use super::time::Window;
 use crate::slurm::fmt;
 use crate::slurm::{Caller, Output, resolve_user};
 
@@ -18,54 +17,9 @@ pub(super) enum Users {
     Uids(Vec<u32>),
 }
 
-fn between(value: i64, low: i64, high: i64) -> bool {
-    low <= value && value <= high
-}
-
-/// `_state_time_string` of as_mysql_jobacct_process.c: whether a job counts as being in `state`
-/// during the window. PENDING and RUNNING select by the times alone (a job that ran during the
-/// window is listed with its present state); the final states by their end time.
-fn state_in_window(job: &pb::Job, state: pb::JobState, window: Window) -> bool {
-    let eligible = fmt::secs(job.eligible_time.as_ref()).unwrap_or(0);
-    let started = fmt::secs(job.start_time.as_ref()).unwrap_or(0);
-    let ended = fmt::secs(job.end_time.as_ref()).unwrap_or(0);
-    let (start, end) = (window.start, window.end);
-    if start == 0 && end == 0 {
-        return fmt::state(job.state) == state;
-    }
-    match state {
-        pb::JobState::Pending => {
-            eligible != 0
-                && if start != 0 {
-                    between(start, eligible, started)
-                        || between(eligible, start, end)
-                        || (started == 0 && between(start, eligible, ended))
-                } else {
-                    eligible < end
-                }
-        }
-        pb::JobState::Running => {
-            started != 0
-                && if start != 0 {
-                    (ended == 0 && fmt::state(job.state) == pb::JobState::Running)
-                        || between(start, started, ended)
-                        || between(started, start, end)
-                } else {
-                    started < end
-                }
-        }
-        _ => {
-            fmt::state(job.state) == state
-                && ended != 0
-                && if start != 0 { between(ended, start, end) } else { ended <= end }
-        }
-    }
-}
-
-/// Whether the caller's query selects `job`: users, ids, names, partitions, accounts, nodes,
-/// and the window (by state when `-s` is given, else "eligible before the end and not ended
-/// before the start").
-pub(super) fn selects(options: &Options, users: &Users, window: Window, job: &pb::Job) -> bool {
+/// Whether the caller's query selects `job` among the rows the emulator selected by ids, states
+/// and time window: users, names, partitions, accounts and nodes.
+pub(super) fn selects(options: &Options, users: &Users, job: &pb::Job) -> bool {
     if let Users::Uids(uids) = users
         && !uids.contains(&job.uid)
     {
@@ -87,12 +41,7 @@ pub(super) fn selects(options: &Options, users: &Users, window: Window, job: &pb
             return false;
         }
     }
-    if !options.states.is_empty() {
-        return options.states.iter().flatten().any(|state| state_in_window(job, *state, window));
-    }
-    let eligible = fmt::secs(job.eligible_time.as_ref()).unwrap_or(0);
-    let ended = fmt::secs(job.end_time.as_ref()).unwrap_or(0);
-    eligible < window.end && (ended == 0 || ended >= window.start)
+    true
 }
 
 /// Who `sacct` lists: `-a`, `-u -1`, `-j`/`-N` without `-u`, and root see everyone; otherwise
