@@ -90,7 +90,7 @@ impl Options {
 }
 
 /// What a client needs to talk to a running emulator; also the ready file's JSON.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ReadyInfo {
     /// `http://127.0.0.1:PORT`: the value of `CWSANDBOX_BASE_URL`.
     pub base_url: String,

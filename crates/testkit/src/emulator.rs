@@ -10,36 +10,15 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use serde::Deserialize;
 
 /// The last line `serve` prints once it accepts connections.
 pub const READY_LINE: &str = "# cwsandbox-emulator ready";
 /// How long a start may take before the harness gives up (a debug build on a busy machine).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The ready file of `serve --ready-file`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ReadyFile {
-    /// `http://127.0.0.1:PORT`.
-    pub base_url: String,
-    /// The operator's token (`cluster_admin`, and for the generated one `sandbox_admin` and
-    /// `sandbox_user` too), else one with `sandbox_admin`.
-    pub admin_token: String,
-    /// A token with only `sandbox_user`.
-    pub user_token: String,
-    /// The default runner.
-    pub runner_id: String,
-    /// The organization of the tokens.
-    pub org: String,
-    /// The emulator's pid.
-    pub pid: u32,
-    /// How sandbox processes are isolated: `namespaces` or `plain`.
-    #[serde(default)]
-    pub isolation: String,
-    /// The kubeconfig the emulator wrote for kubectl (empty without `--kubeconfig`).
-    #[serde(default)]
-    pub kubeconfig: String,
-}
+/// The ready file of `serve --ready-file`: the emulator's own type, so the harness reads every
+/// field the emulator writes.
+pub use cwsandbox_emulator::ReadyInfo as ReadyFile;
 
 /// The emulator binary: `$CWSANDBOX_EMULATOR_BIN`, else `target/debug/cwsandbox-emulator` of this
 /// workspace (honouring `CARGO_TARGET_DIR`). Integration tests of the emulator crate pass
@@ -132,16 +111,7 @@ impl EmulatorProcess {
         let mut process = EmulatorProcess {
             child: Some(child),
             dir,
-            ready: ReadyFile {
-                base_url: String::new(),
-                admin_token: String::new(),
-                user_token: String::new(),
-                runner_id: String::new(),
-                org: String::new(),
-                pid: 0,
-                isolation: String::new(),
-                kubeconfig: String::new(),
-            },
+            ready: ReadyFile::default(),
             startup: Duration::ZERO,
         };
         loop {

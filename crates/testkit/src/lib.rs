@@ -1,7 +1,9 @@
 //! Provisioning of the external tools the test suites judge compatibility with, and the emulator
-//! harness ([`emulator::EmulatorProcess`]).
+//! harnesses: the binary as a child process ([`emulator::EmulatorProcess`]) and the library in
+//! this process ([`in_process`], with a fake runtime).
 
 pub mod emulator;
+pub mod in_process;
 pub mod procs;
 
 /// How long [`eventually`] keeps trying: a safety net for a broken build, not a timing claim.
