@@ -23,6 +23,13 @@ use crate::machine::{Counts, IllegalTransition, Transition};
 use crate::pager::{Pager, base64url_encode};
 use crate::time::SimTime;
 
+mod machine;
+mod mask;
+
+pub use machine::RunnerTransition;
+use machine::{InstallFault, InstallPhase, Rollout, RunnerRecord};
+use mask::{UpdatePath, copy_spec_field, parse_update_mask};
+
 /// Page size when the request names none (§9 #2).
 pub const DEFAULT_PAGE_SIZE: usize = 50;
 /// Largest page; bigger requests are capped, not refused (AIP-158).
@@ -47,242 +54,6 @@ pub struct RunnerTimings {
     pub delete_delay: Duration,
     /// From ApplyAvailableUpdate until `active_revision` reaches `target_revision`.
     pub rollout_delay: Duration,
-}
-
-/// One named step of a runner's state machines. Every change of install, connection, rollout or
-/// existence state goes through exactly one of these, so tests can count them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum RunnerTransition {
-    /// PENDING → PROVISIONING: the installer picked the runner up.
-    BeginInstall,
-    /// PROVISIONING → READY: installed, CONNECTED, first heartbeat.
-    CompleteInstall,
-    /// PENDING | PROVISIONING → FAILED, with `install_error` (an injected fault).
-    FailInstall,
-    /// READY → READY: the runner reported to the gateway (`last_heartbeat_time` moves).
-    Heartbeat,
-    /// No rollout → rollout: ApplyAvailableUpdate accepted (`target_revision` + 1).
-    StartRollout,
-    /// Rollout → no rollout: `active_revision` reaches `target_revision`.
-    CompleteRollout,
-    /// Anything but DELETING → DELETING.
-    BeginDelete,
-    /// DELETING → gone: the runner is removed and Get answers NOT_FOUND.
-    FinishDelete,
-}
-
-impl Transition for RunnerTransition {
-    const MACHINE: &'static str = "runner";
-    const ALL: &'static [RunnerTransition] = &[
-        RunnerTransition::BeginInstall,
-        RunnerTransition::CompleteInstall,
-        RunnerTransition::FailInstall,
-        RunnerTransition::Heartbeat,
-        RunnerTransition::StartRollout,
-        RunnerTransition::CompleteRollout,
-        RunnerTransition::BeginDelete,
-        RunnerTransition::FinishDelete,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            RunnerTransition::BeginInstall => "BeginInstall",
-            RunnerTransition::CompleteInstall => "CompleteInstall",
-            RunnerTransition::FailInstall => "FailInstall",
-            RunnerTransition::Heartbeat => "Heartbeat",
-            RunnerTransition::StartRollout => "StartRollout",
-            RunnerTransition::CompleteRollout => "CompleteRollout",
-            RunnerTransition::BeginDelete => "BeginDelete",
-            RunnerTransition::FinishDelete => "FinishDelete",
-        }
-    }
-}
-
-impl fmt::Display for RunnerTransition {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Where a runner's installation stands. The `since` times are when the phase became due, not
-/// when `advance` noticed, so results do not depend on how often the driver ticks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum InstallPhase {
-    Pending { since: SimTime },
-    Provisioning { since: SimTime },
-    Ready,
-    Failed,
-    Deleting { since: SimTime },
-    // Terminal: the registry drops the record right after the transition that leads here.
-    Gone,
-}
-
-impl InstallPhase {
-    fn name(self) -> &'static str {
-        match self {
-            InstallPhase::Pending { .. } => "PENDING",
-            InstallPhase::Provisioning { .. } => "PROVISIONING",
-            InstallPhase::Ready => "READY",
-            InstallPhase::Failed => "FAILED",
-            InstallPhase::Deleting { .. } => "DELETING",
-            InstallPhase::Gone => "gone",
-        }
-    }
-}
-
-/// Whether a version rollout runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Rollout {
-    Idle,
-    Running { since: SimTime },
-}
-
-/// A fault armed by [`RunnerRegistry::fail_install`], fired by the next `advance`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct InstallFault {
-    reason: RunnerInstallErrorReason,
-    message: String,
-}
-
-/// One runner and the state behind its output-only fields.
-#[derive(Debug, Clone)]
-struct RunnerRecord {
-    /// The resource as clients read it. Status fields mirror `phase`/`rollout` and are written
-    /// only by [`RunnerRecord::transition`].
-    runner: ManagedRunner,
-    phase: InstallPhase,
-    rollout: Rollout,
-    /// Distinguishes a runner from an earlier one with the same id, so an etag read before a
-    /// delete-and-recreate can never match the new runner.
-    incarnation: u64,
-    /// Policy revision: 1 at creation, +1 per policy change. The etag encodes it.
-    policy_revision: u64,
-    /// Registered volumes referencing the runner; deletion is refused while > 0.
-    volume_refs: u32,
-    fault: Option<InstallFault>,
-}
-
-impl RunnerRecord {
-    /// Applies one transition if the current state allows it; otherwise changes nothing.
-    fn transition(
-        &mut self,
-        transition: RunnerTransition,
-        now: SimTime,
-    ) -> Result<(), IllegalTransition<RunnerTransition>> {
-        let illegal = IllegalTransition { transition, state: self.phase.name() };
-        match (transition, self.phase) {
-            (RunnerTransition::BeginInstall, InstallPhase::Pending { since }) => {
-                // The installer starts at once; the install delay is measured from creation.
-                self.phase = InstallPhase::Provisioning { since };
-                self.runner.install_status = RunnerInstallStatus::Provisioning as i32;
-            }
-            (RunnerTransition::CompleteInstall, InstallPhase::Provisioning { .. }) => {
-                self.phase = InstallPhase::Ready;
-                self.runner.install_status = RunnerInstallStatus::Ready as i32;
-                self.runner.connection_status = RunnerConnectionStatus::Connected as i32;
-                self.runner.last_heartbeat_time = Some(timestamp(now));
-            }
-            (RunnerTransition::FailInstall, InstallPhase::Pending { .. } | InstallPhase::Provisioning { .. }) => {
-                let fault = self.fault.take().unwrap_or(InstallFault {
-                    reason: RunnerInstallErrorReason::Internal,
-                    message: "installation failed".to_owned(),
-                });
-                self.phase = InstallPhase::Failed;
-                self.runner.install_status = RunnerInstallStatus::Failed as i32;
-                self.runner.connection_status = RunnerConnectionStatus::Disconnected as i32;
-                self.runner.install_error = Some(RunnerInstallError {
-                    reason: fault.reason as i32,
-                    message: fault.message,
-                    diagnostic_detail: String::new(),
-                    remediation_hints: remediation_hints(fault.reason),
-                    occurred_at: Some(timestamp(now)),
-                });
-            }
-            (RunnerTransition::Heartbeat, InstallPhase::Ready) => {
-                self.runner.last_heartbeat_time = Some(timestamp(now));
-            }
-            (
-                RunnerTransition::StartRollout,
-                InstallPhase::Pending { .. }
-                | InstallPhase::Provisioning { .. }
-                | InstallPhase::Ready
-                | InstallPhase::Failed,
-            ) if self.rollout == Rollout::Idle && self.runner.update_available => {
-                self.rollout = Rollout::Running { since: now };
-                self.runner.target_revision = self.runner.target_revision.saturating_add(1);
-                self.runner.rollout_in_progress = true;
-                self.runner.update_available = false;
-            }
-            (RunnerTransition::CompleteRollout, phase)
-                if phase != InstallPhase::Gone && matches!(self.rollout, Rollout::Running { .. }) =>
-            {
-                self.rollout = Rollout::Idle;
-                self.runner.active_revision = self.runner.target_revision;
-                self.runner.active_config_version = config_version(self.runner.active_revision);
-                self.runner.rollout_in_progress = false;
-            }
-            (
-                RunnerTransition::BeginDelete,
-                InstallPhase::Pending { .. }
-                | InstallPhase::Provisioning { .. }
-                | InstallPhase::Ready
-                | InstallPhase::Failed,
-            ) => {
-                self.phase = InstallPhase::Deleting { since: now };
-                self.fault = None;
-                self.runner.install_status = RunnerInstallStatus::Deleting as i32;
-                self.runner.connection_status = RunnerConnectionStatus::Disconnected as i32;
-            }
-            (RunnerTransition::FinishDelete, InstallPhase::Deleting { .. }) => {
-                self.phase = InstallPhase::Gone;
-            }
-            _ => return Err(illegal),
-        }
-        Ok(())
-    }
-
-    /// The transition `advance(now)` should run next, if any. Only transitions legal in the
-    /// current state are returned.
-    fn due(&self, now: SimTime, timings: &RunnerTimings) -> Option<RunnerTransition> {
-        match self.phase {
-            InstallPhase::Gone => return None,
-            InstallPhase::Deleting { since } => {
-                // A runner being deleted does nothing else, whatever else was pending.
-                return (now >= since + timings.delete_delay).then_some(RunnerTransition::FinishDelete);
-            }
-            InstallPhase::Pending { .. } | InstallPhase::Provisioning { .. } if self.fault.is_some() => {
-                // An armed fault wins over progress: that is what the fault is for.
-                return Some(RunnerTransition::FailInstall);
-            }
-            InstallPhase::Pending { since } if now >= since => return Some(RunnerTransition::BeginInstall),
-            InstallPhase::Provisioning { since } if now >= since + timings.install_delay => {
-                return Some(RunnerTransition::CompleteInstall);
-            }
-            InstallPhase::Pending { .. }
-            | InstallPhase::Provisioning { .. }
-            | InstallPhase::Ready
-            | InstallPhase::Failed => {}
-        }
-        if let Rollout::Running { since } = self.rollout
-            && now >= since + timings.rollout_delay
-        {
-            return Some(RunnerTransition::CompleteRollout);
-        }
-        let heartbeat_is_old = self.runner.last_heartbeat_time.is_none_or(|last| last < timestamp(now));
-        (self.phase == InstallPhase::Ready && heartbeat_is_old).then_some(RunnerTransition::Heartbeat)
-    }
-
-    fn is_deleting(&self) -> bool {
-        matches!(self.phase, InstallPhase::Deleting { .. } | InstallPhase::Gone)
-    }
-
-    fn etag(&self) -> String {
-        etag(&self.runner_id(), self.incarnation, self.policy_revision)
-    }
-
-    fn runner_id(&self) -> String {
-        self.runner.identity.as_ref().map(|identity| identity.runner_id.clone()).unwrap_or_default()
-    }
 }
 
 /// What a `request_id` was used for, kept while the runner it created exists.
@@ -864,104 +635,6 @@ pub fn default_policy() -> Policy {
     }
 }
 
-/// A legal update-mask path (§9 #6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum UpdatePath {
-    DisplayName,
-    RunnerGroupId,
-    Policy,
-    SpecReleaseChannel,
-    SpecMaintenancePolicy,
-    SpecOverrides,
-    SpecEnforceResourceLimits,
-    SpecVolumes,
-    SpecTenantMetrics,
-    SpecImagePull,
-    SpecDataPlane,
-}
-
-/// Parses the mask, rejecting it as a whole with one violation per bad path.
-fn parse_update_mask(mask: &FieldMask) -> SimResult<Vec<UpdatePath>> {
-    if mask.paths.is_empty() || mask.paths.iter().any(|path| path == "*") {
-        return Err(SimError::InvalidArgument {
-            reason: Reason::InvalidRequest,
-            message: EXPLICIT_MASK_REQUIRED.to_owned(),
-            violations: vec![FieldViolation::new("update_mask", EXPLICIT_MASK_REQUIRED)],
-        });
-    }
-    let mut paths = Vec::new();
-    let mut violations = Vec::new();
-    for path in &mask.paths {
-        let parsed = match path.as_str() {
-            "display_name" => Ok(UpdatePath::DisplayName),
-            "identity.runner_group_id" => Ok(UpdatePath::RunnerGroupId),
-            "policy" => Ok(UpdatePath::Policy),
-            "spec.release_channel" => Ok(UpdatePath::SpecReleaseChannel),
-            "spec.maintenance_policy" => Ok(UpdatePath::SpecMaintenancePolicy),
-            "spec.overrides" => Ok(UpdatePath::SpecOverrides),
-            "spec.enforce_resource_limits" => Ok(UpdatePath::SpecEnforceResourceLimits),
-            "spec.volumes" => Ok(UpdatePath::SpecVolumes),
-            "spec.tenant_metrics" => Ok(UpdatePath::SpecTenantMetrics),
-            "spec.image_pull" => Ok(UpdatePath::SpecImagePull),
-            "spec.data_plane" => Ok(UpdatePath::SpecDataPlane),
-            "identity.runner_id" | "identity.zone" | "identity.cluster_id" => Err(format!("`{path}` is immutable")),
-            "identity" => {
-                Err("`identity` cannot be replaced; the only mutable key is `identity.runner_group_id`".to_owned())
-            }
-            "spec" => Err("name the spec fields to change (`spec.<field>`), not `spec`".to_owned()),
-            other if other.starts_with("policy.") => {
-                Err(format!("`{other}`: only `policy` is supported; a policy update replaces the whole document"))
-            }
-            other if is_output_only_path(other) => Err(format!("`{other}` is output only")),
-            other => Err(format!("unknown field path `{other}`")),
-        };
-        match parsed {
-            Ok(parsed) if !paths.contains(&parsed) => paths.push(parsed),
-            Ok(_) => {}
-            Err(description) => violations.push(FieldViolation::new("update_mask", description)),
-        }
-    }
-    if violations.is_empty() { Ok(paths) } else { Err(SimError::invalid(Reason::InvalidRequest, violations)) }
-}
-
-fn is_output_only_path(path: &str) -> bool {
-    let top = path.split('.').next().unwrap_or(path);
-    path == "identity.cluster_name"
-        || matches!(
-            top,
-            "etag"
-                | "install_status"
-                | "connection_status"
-                | "active_config_version"
-                | "active_revision"
-                | "target_revision"
-                | "update_available"
-                | "rollout_in_progress"
-                | "deployment_spec"
-                | "install_error"
-                | "data_plane_status"
-                | "create_time"
-                | "update_time"
-                | "last_heartbeat_time"
-        )
-}
-
-/// Copies one masked spec field; an absent source clears the target (a release channel cannot
-/// be absent here: that was refused earlier).
-fn copy_spec_field(path: UpdatePath, from: &ManagedRunnerSpec, to: &mut ManagedRunnerSpec) {
-    match path {
-        UpdatePath::SpecReleaseChannel => to.release_channel = from.release_channel,
-        UpdatePath::SpecMaintenancePolicy => to.maintenance_policy = from.maintenance_policy.clone(),
-        UpdatePath::SpecOverrides => to.overrides = from.overrides.clone(),
-        UpdatePath::SpecEnforceResourceLimits => to.enforce_resource_limits = from.enforce_resource_limits,
-        UpdatePath::SpecVolumes => to.volumes = from.volumes.clone(),
-        UpdatePath::SpecTenantMetrics => to.tenant_metrics = from.tenant_metrics.clone(),
-        UpdatePath::SpecImagePull => to.image_pull = from.image_pull,
-        UpdatePath::SpecDataPlane => to.data_plane = from.data_plane.clone(),
-        UpdatePath::DisplayName | UpdatePath::RunnerGroupId | UpdatePath::Policy => {}
-    }
-}
-
 fn default_spec() -> ManagedRunnerSpec {
     ManagedRunnerSpec { release_channel: ReleaseChannel::Stable as i32, ..ManagedRunnerSpec::default() }
 }
@@ -1049,7 +722,6 @@ impl ListFilter {
         cluster_ok && zone_ok
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1071,39 +743,5 @@ mod tests {
     fn timestamps_split_millis_into_seconds_and_nanos() {
         assert_eq!(timestamp(SimTime::from_millis(1_500)), Timestamp { seconds: 1, nanos: 500_000_000 });
         assert_eq!(timestamp(SimTime::from_millis(-1)), Timestamp { seconds: -1, nanos: 999_000_000 });
-    }
-
-    #[test]
-    fn transitions_refuse_states_that_do_not_allow_them() {
-        let mut record = RunnerRecord {
-            runner: ManagedRunner::default(),
-            phase: InstallPhase::Ready,
-            rollout: Rollout::Idle,
-            incarnation: 1,
-            policy_revision: 1,
-            volume_refs: 0,
-            fault: None,
-        };
-        let now = SimTime::from_secs(1);
-        for transition in [
-            RunnerTransition::BeginInstall,
-            RunnerTransition::CompleteInstall,
-            RunnerTransition::FailInstall,
-            RunnerTransition::StartRollout,    // no update available
-            RunnerTransition::CompleteRollout, // no rollout running
-            RunnerTransition::FinishDelete,
-        ] {
-            assert_eq!(
-                record.transition(transition, now),
-                Err(IllegalTransition { transition, state: "READY" }),
-                "{transition}"
-            );
-        }
-        assert_eq!(record.transition(RunnerTransition::BeginDelete, now), Ok(()));
-        assert_eq!(
-            record.transition(RunnerTransition::Heartbeat, now),
-            Err(IllegalTransition { transition: RunnerTransition::Heartbeat, state: "DELETING" })
-        );
-        assert!(record.transition(RunnerTransition::BeginDelete, now).is_err());
     }
 }
