@@ -108,12 +108,8 @@ impl EmulatorProcess {
                 }
             }
         });
-        let mut process = EmulatorProcess {
-            child: Some(child),
-            dir,
-            ready: ReadyFile::default(),
-            startup: Duration::ZERO,
-        };
+        let mut process =
+            EmulatorProcess { child: Some(child), dir, ready: ReadyFile::default(), startup: Duration::ZERO };
         loop {
             match received.recv_timeout(START_TIMEOUT.saturating_sub(started.elapsed())) {
                 Ok(line) if line == READY_LINE => break,
