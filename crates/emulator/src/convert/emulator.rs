@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use cwsandbox_api::emulator_v1 as pb;
+use cwsandbox_sim::Reason;
 use cwsandbox_sim::config::Values;
 use cwsandbox_sim::k8s::{ConfigMap, ContainerState, Event, Namespace, Node, Pod, PodOwner, PodPhase, ResourceTotals};
 use cwsandbox_sim::quantity::{Quantity, format_bytes};
@@ -26,7 +27,7 @@ use crate::errors::ApiError;
 /// The values as YAML text and as a Struct.
 pub fn values(values: &Values) -> Result<(String, pbjson_types::Struct), ApiError> {
     let internal = |what: &str, error: String| {
-        ApiError::new(tonic::Code::Internal, crate::errors::reasons::INVALID_REQUEST, format!("{what}: {error}"))
+        ApiError::new(tonic::Code::Internal, Reason::InvalidRequest, format!("{what}: {error}"))
     };
     let yaml = serde_saphyr::to_string(values).map_err(|error| internal("values as YAML", error.to_string()))?;
     let tree = serde_json::to_value(values).map_err(|error| internal("values as JSON", error.to_string()))?;
