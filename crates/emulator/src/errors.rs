@@ -410,6 +410,15 @@ mod tests {
         assert_eq!(json["details"][0]["type"], "google.rpc.ErrorInfo");
     }
 
+    /// The catalogue's codes are the ones sent: a reason with a code `codes` does not list is a
+    /// bug caught where the error is built.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "which errors::codes does not list for it")]
+    fn a_reason_sent_with_an_unlisted_code_is_caught() {
+        let _ = ApiError::new(Code::NotFound, Reason::Overloaded, "the budget is gone");
+    }
+
     /// The name gRPC's own documents use for a code (`INVALID_ARGUMENT`).
     fn grpc_name(code: Code) -> String {
         let mut name = String::new();

@@ -31,12 +31,17 @@ pub fn values(values: &Values) -> Result<(String, pbjson_types::Struct), ApiErro
     };
     let yaml = serde_saphyr::to_string(values).map_err(|error| internal("values as YAML", error.to_string()))?;
     let tree = serde_json::to_value(values).map_err(|error| internal("values as JSON", error.to_string()))?;
-    Ok((yaml, struct_of(tree).map_err(|error| internal("values as a Struct", error))?))
+    Ok((yaml, struct_of(tree).map_err(|error| internal("values as a Struct", error.to_string()))?))
 }
 
+/// Why a JSON tree is not a Struct (it is not an object, or holds a number JSON cannot carry).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct StructError(#[from] serde_json::Error);
+
 /// A JSON object as a Struct.
-pub fn struct_of(tree: serde_json::Value) -> Result<pbjson_types::Struct, String> {
-    serde_json::from_value(tree).map_err(|error| error.to_string())
+pub fn struct_of(tree: serde_json::Value) -> Result<pbjson_types::Struct, StructError> {
+    Ok(serde_json::from_value(tree)?)
 }
 
 /// A Struct as a JSON tree. Struct numbers are doubles; whole ones become integers again, so
