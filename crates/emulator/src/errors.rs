@@ -37,9 +37,7 @@ pub fn codes(reason: Reason) -> &'static [Code] {
         // The transport's own decoding faults take the code gRPC prescribes for them (a stalled
         // body DEADLINE_EXCEEDED, a unary call with other than one message UNIMPLEMENTED), and a
         // state the emulator could not render is INTERNAL.
-        Reason::InvalidRequest => {
-            &[Code::InvalidArgument, Code::DeadlineExceeded, Code::Unimplemented, Code::Internal]
-        }
+        Reason::InvalidRequest => &[Code::InvalidArgument, Code::DeadlineExceeded, Code::Unimplemented, Code::Internal],
         Reason::RequestIdConflict => &[Code::InvalidArgument],
         Reason::SandboxNotFound => &[Code::NotFound],
         Reason::RunnerNotFound => &[Code::NotFound],
@@ -120,8 +118,7 @@ impl ApiError {
     /// INVALID_ARGUMENT with one field violation; the message names the field.
     pub fn invalid_field(field: &str, description: impl Into<String>) -> ApiError {
         let description = description.into();
-        let mut error =
-            ApiError::new(Code::InvalidArgument, Reason::InvalidRequest, format!("{field}: {description}"));
+        let mut error = ApiError::new(Code::InvalidArgument, Reason::InvalidRequest, format!("{field}: {description}"));
         error.violations.push((field.to_owned(), description));
         error
     }
@@ -248,9 +245,7 @@ impl From<RuntimeError> for ApiError {
     fn from(error: RuntimeError) -> ApiError {
         let message = error.to_string();
         match error {
-            RuntimeError::NotRunning(_) => {
-                ApiError::new(Code::FailedPrecondition, Reason::SandboxNotRunning, message)
-            }
+            RuntimeError::NotRunning(_) => ApiError::new(Code::FailedPrecondition, Reason::SandboxNotRunning, message),
             RuntimeError::ContainerNotFound(name) => {
                 ApiError::new(Code::NotFound, Reason::ContainerNotFound, message).with_metadata("container", name)
             }
@@ -275,8 +270,7 @@ impl From<RuntimeError> for ApiError {
                 ApiError::new(Code::Internal, Reason::FileIoFailed, message).with_metadata("filepath", path)
             }
             RuntimeError::NotRegularFile { path, .. } => {
-                ApiError::new(Code::FailedPrecondition, Reason::FileIoFailed, message)
-                    .with_metadata("filepath", path)
+                ApiError::new(Code::FailedPrecondition, Reason::FileIoFailed, message).with_metadata("filepath", path)
             }
             RuntimeError::FileTimeout { path, .. } => {
                 ApiError::new(Code::DeadlineExceeded, Reason::FileIoFailed, message).with_metadata("filepath", path)
