@@ -482,6 +482,7 @@ mod tests {
              and commit the result"
         );
         for &reason in Reason::ALL {
+            assert!(!codes(reason).is_empty(), "{reason} has no status code");
             assert!(current.contains(&format!("| `{reason}` |")), "{reason} is missing from docs/errors.md");
         }
     }
