@@ -6,11 +6,16 @@
 //! - Feature `server`: tonic gRPC services and connectrpc-axum Connect routes for every service;
 //!   the gRPC servers decode with [`codec::ServerCodec`] (INVALID_ARGUMENT for undecodable requests).
 //! - Feature `client`: tonic gRPC clients and typed Connect clients.
+//! - [`Reason`]: every `google.rpc.ErrorInfo.reason` the emulator sends, with its remedy (plain Rust).
 //! - [`FILE_DESCRIPTOR_SET`] holds every file (with imports and comments) for gRPC reflection.
 
 #![allow(clippy::all, missing_docs, rustdoc::all)]
 
 pub mod wkt;
+
+/// The `ErrorInfo.reason` catalogue, shared by the simulation, the emulator and the client.
+pub mod reason;
+pub use reason::Reason;
 
 #[cfg(feature = "server")]
 pub mod codec;

@@ -6,6 +6,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
+/// The catalogue of `ErrorInfo.reason` values (when each happens, its remedy): the API crate's, so
+/// the client and the emulator cannot disagree on a name.
+pub use cwsandbox_api::Reason;
 use prost::Message;
 pub use tonic::Code;
 use tonic_types::StatusExt;
@@ -32,7 +35,8 @@ pub struct ApiStatus {
     pub code: Code,
     /// The human message.
     pub message: String,
-    /// `ErrorInfo.reason` (e.g. `CWSANDBOX_SANDBOX_NOT_FOUND`), empty when none was sent.
+    /// `ErrorInfo.reason` as sent (e.g. `CWSANDBOX_SANDBOX_NOT_FOUND`), empty when none was; see
+    /// [`ApiStatus::known_reason`] for it as a [`Reason`].
     pub reason: String,
     /// `ErrorInfo.domain`.
     pub domain: String,
@@ -42,6 +46,14 @@ pub struct ApiStatus {
     pub violations: Vec<FieldViolation>,
     /// `RetryInfo.retry_delay`.
     pub retry_delay: Option<Duration>,
+}
+
+impl ApiStatus {
+    /// The reason, when it is one of the catalogue; a reason this client does not know (a newer
+    /// server's) stays readable as the raw [`ApiStatus::reason`] string.
+    pub fn known_reason(&self) -> Option<Reason> {
+        Reason::from_wire(&self.reason)
+    }
 }
 
 impl fmt::Display for ApiStatus {
@@ -114,8 +126,14 @@ impl Error {
         self.status().map(|status| status.code).unwrap_or(Code::Unknown)
     }
 
-    /// The `ErrorInfo` reason, empty when none.
-    pub fn reason(&self) -> &str {
+    /// The `ErrorInfo` reason, when the server sent one the catalogue knows (match on it; its
+    /// [`Reason::remedy`] says what to do). [`Error::reason_str`] has the raw string of any reason.
+    pub fn reason(&self) -> Option<Reason> {
+        self.status().and_then(ApiStatus::known_reason)
+    }
+
+    /// The `ErrorInfo` reason as sent, empty when none; kept for reasons this client does not know.
+    pub fn reason_str(&self) -> &str {
         self.status().map(|status| status.reason.as_str()).unwrap_or("")
     }
 
@@ -264,5 +282,31 @@ impl From<connectrpc_axum_client::ClientError> for Error {
             }
         }
         Error::Api(Box::new(api))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic_types::ErrorDetails;
+
+    fn refused(reason: &str) -> Error {
+        let details = ErrorDetails::with_error_info(reason, "cwsandbox.com", HashMap::new());
+        Error::from(tonic::Status::with_error_details(Code::NotFound, "sandbox x not found", details))
+    }
+
+    #[test]
+    fn a_catalogued_reason_reads_as_its_variant() {
+        let error = refused("CWSANDBOX_SANDBOX_NOT_FOUND");
+        assert_eq!(error.reason(), Some(Reason::SandboxNotFound));
+        assert_eq!(error.reason_str(), "CWSANDBOX_SANDBOX_NOT_FOUND");
+    }
+
+    #[test]
+    fn an_unknown_reason_stays_available_as_sent() {
+        let error = refused("CWSANDBOX_FROM_A_NEWER_SERVER");
+        assert_eq!(error.reason(), None);
+        assert_eq!(error.reason_str(), "CWSANDBOX_FROM_A_NEWER_SERVER");
+        assert_eq!(Error::Transport("down".to_owned()).reason(), None);
     }
 }

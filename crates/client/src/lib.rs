@@ -20,7 +20,7 @@ use std::time::Duration;
 pub use admin::{EmulatorAdmin, RunnerAdmin};
 pub use cwsandbox_api::emulator_v1;
 pub use cwsandbox_api::sandbox_v1 as pb;
-pub use error::{ApiStatus, Code, Error, FieldViolation, Result, code_name};
+pub use error::{ApiStatus, Code, Error, FieldViolation, Reason, Result, code_name};
 pub use sandbox::{
     ExecEvent, ExecOptions, ExecOutput, ExecStream, Sandbox, SandboxBuilder, SandboxDefaults, state_name,
 };

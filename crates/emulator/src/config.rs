@@ -99,34 +99,40 @@ pub struct EmulatorConfig {
 
 /// Parses one YAML overlay into a JSON tree (a map at the top).
 pub fn parse_overlay(path: &Path, text: &str) -> Result<serde_json::Value, ConfigError> {
-    parse_values_text(text).map_err(|message| ConfigError::Parse { path: path.to_owned(), message })
+    parse_values_text(text).map_err(|error| ConfigError::Parse { path: path.to_owned(), message: error.to_string() })
 }
 
 /// Parses YAML (or JSON) values text into a JSON tree; the top level must be a map (empty text is
 /// the empty map).
-pub fn parse_values_text(text: &str) -> Result<serde_json::Value, String> {
+pub fn parse_values_text(text: &str) -> Result<serde_json::Value, ValuesTextError> {
     let tree: serde_json::Value = if text.trim().is_empty() {
         serde_json::Value::Object(serde_json::Map::new())
     } else {
-        serde_saphyr::from_str(text).map_err(|error| error.to_string())?
+        serde_saphyr::from_str(text)?
     };
     match tree {
         serde_json::Value::Object(_) => Ok(tree),
         serde_json::Value::Null => Ok(serde_json::Value::Object(serde_json::Map::new())),
-        other => Err(format!("the top level must be a map of values, found {}", kind(&other))),
+        other => Err(ValuesTextError::NotAMap { found: kind(&other) }),
     }
 }
 
-/// Why a values tree does not describe a world: the key (as a path, `scheduler.nmae`,
-/// `nodeSets[0].cpu`, `extraNodes[0].labels["a.b/c"]`) and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}{message}", if path.is_empty() { String::new() } else { format!("{path}: ") })]
-pub struct KeyError {
-    /// Path of the offending key; empty for the top level.
-    pub path: String,
-    /// What is wrong.
-    pub message: String,
+/// Why values text is not a map of values.
+#[derive(Debug, thiserror::Error)]
+pub enum ValuesTextError {
+    /// The text is not YAML (or JSON); the parser's message says where.
+    #[error(transparent)]
+    Syntax(#[from] serde_saphyr::Error),
+    /// The text is a scalar or a list, not a map.
+    #[error("the top level must be a map of values, found {found}")]
+    NotAMap {
+        /// What it is instead (`a list`, `a string`).
+        found: &'static str,
+    },
 }
+
+/// Why a values tree does not describe a world: the sim's, which names the key by its path.
+pub use cwsandbox_sim::config::KeyError;
 
 /// The values a merged tree describes; errors name the offending key by its path.
 pub fn values_from_tree(tree: serde_json::Value) -> Result<Values, KeyError> {

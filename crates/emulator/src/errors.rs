@@ -9,11 +9,12 @@
 //! the Connect JSON error's `details` hold the same messages (`{"type": "google.rpc.ErrorInfo",
 //! "value": <base64>}`).
 //!
-//! Reasons the emulator adds to the public list (client-contract §8.3): `CWSANDBOX_UNAUTHENTICATED`,
-//! `CWSANDBOX_PERMISSION_DENIED`, `CWSANDBOX_CONTAINER_NOT_FOUND`, `CWSANDBOX_SANDBOX_NOT_RUNNING`,
-//! `CWSANDBOX_PRECONDITION_FAILED`, `CWSANDBOX_ALREADY_EXISTS`, and for the transport's limits
-//! `CWSANDBOX_REQUEST_TOO_LARGE`, `CWSANDBOX_RESPONSE_TOO_LARGE`, `CWSANDBOX_OVERLOADED`. None of them is one the client
-//! treats specially, so it classifies those errors by status code, as it would without a reason.
+//! Reasons are the one catalogue [`Reason`] (the API crate's, shared with the simulation and the
+//! client); [`codes`] gives each the status codes it is sent with, and `docs/errors.md`, generated
+//! from both (`errors_doc` below), lists every reason with its codes, when it happens and its
+//! remedy. The reasons the emulator adds to the public list (client-contract §8.3), such as
+//! `CWSANDBOX_UNAUTHENTICATED` or `CWSANDBOX_OVERLOADED`, are none the client treats specially, so
+//! it classifies those errors by status code, as it would without a reason.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -28,46 +29,47 @@ use crate::runtime::RuntimeError;
 /// The `ErrorInfo.domain` of every error.
 pub const DOMAIN: &str = "cwsandbox.com";
 
-/// Reasons not in the simulation's [`Reason`] list.
-pub mod reasons {
-    /// No or unknown bearer token.
-    pub const UNAUTHENTICATED: &str = "CWSANDBOX_UNAUTHENTICATED";
-    /// The caller lacks a role.
-    pub const PERMISSION_DENIED: &str = "CWSANDBOX_PERMISSION_DENIED";
-    /// The RPC or option is not emulated.
-    pub const NOT_IMPLEMENTED: &str = "CWSANDBOX_NOT_IMPLEMENTED";
-    /// No process executor is attached.
-    pub const BACKEND_UNAVAILABLE: &str = "CWSANDBOX_BACKEND_UNAVAILABLE";
-    /// The request is malformed.
-    pub const INVALID_REQUEST: &str = "CWSANDBOX_INVALID_REQUEST";
-    /// The sandbox exists but is not RUNNING.
-    pub const SANDBOX_NOT_RUNNING: &str = "CWSANDBOX_SANDBOX_NOT_RUNNING";
-    /// No container of that name.
-    pub const CONTAINER_NOT_FOUND: &str = "CWSANDBOX_CONTAINER_NOT_FOUND";
-    /// A sandbox is not visible to the caller.
-    pub const SANDBOX_NOT_FOUND: &str = "CWSANDBOX_SANDBOX_NOT_FOUND";
-    /// A runner is not visible to the caller.
-    pub const RUNNER_NOT_FOUND: &str = "CWSANDBOX_RUNNER_NOT_FOUND";
-    /// File errors.
-    pub const FILE_NOT_FOUND: &str = "CWSANDBOX_FILE_NOT_FOUND";
-    /// File errors.
-    pub const FILE_IS_DIRECTORY: &str = "CWSANDBOX_FILE_IS_DIRECTORY";
-    /// File errors.
-    pub const FILE_PERMISSION_DENIED: &str = "CWSANDBOX_FILE_PERMISSION_DENIED";
-    /// File errors.
-    pub const FILE_TOO_LARGE: &str = "CWSANDBOX_FILE_TOO_LARGE";
-    /// File errors.
-    pub const FILE_IO_FAILED: &str = "CWSANDBOX_FILE_IO_FAILED";
-    /// An exec ran out of time.
-    pub const COMMAND_TIMEOUT: &str = "CWSANDBOX_COMMAND_TIMEOUT";
-    /// The call's own deadline (`grpc-timeout`) passed before it finished.
-    pub const DEADLINE_EXCEEDED: &str = "CWSANDBOX_DEADLINE_EXCEEDED";
-    /// A request above a size limit, on the wire or once decoded.
-    pub const REQUEST_TOO_LARGE: &str = "CWSANDBOX_REQUEST_TOO_LARGE";
-    /// A response that would be above the message limit (unary Exec's output).
-    pub const RESPONSE_TOO_LARGE: &str = "CWSANDBOX_RESPONSE_TOO_LARGE";
-    /// The requests in flight hold the whole request memory budget.
-    pub const OVERLOADED: &str = "CWSANDBOX_OVERLOADED";
+/// The status codes a reason is sent with, the usual one first: the one place a reason meets its
+/// code. Every [`ApiError`] is checked against it (in debug builds), and `docs/errors.md` is
+/// generated from it, so the catalogue lists every code a client can see with each reason.
+pub fn codes(reason: Reason) -> &'static [Code] {
+    match reason {
+        // The transport's own decoding faults take the code gRPC prescribes for them (a stalled
+        // body DEADLINE_EXCEEDED, a unary call with other than one message UNIMPLEMENTED), and a
+        // state the emulator could not render is INTERNAL.
+        Reason::InvalidRequest => &[Code::InvalidArgument, Code::DeadlineExceeded, Code::Unimplemented, Code::Internal],
+        Reason::RequestIdConflict => &[Code::InvalidArgument],
+        Reason::SandboxNotFound => &[Code::NotFound],
+        Reason::RunnerNotFound => &[Code::NotFound],
+        Reason::RunnerUnavailable => &[Code::Unavailable],
+        Reason::NoSuitableRunner => &[Code::FailedPrecondition],
+        Reason::PlacementRejected => &[Code::InvalidArgument],
+        Reason::ResourceCeilingExceeded => &[Code::InvalidArgument],
+        Reason::PreconditionFailed => &[Code::FailedPrecondition],
+        Reason::NotImplemented => &[Code::Unimplemented],
+        Reason::AlreadyExists => &[Code::AlreadyExists],
+        Reason::VolumeInUse => &[Code::FailedPrecondition],
+        Reason::JobNotFound => &[Code::NotFound],
+        Reason::NodeNotFound => &[Code::NotFound],
+        Reason::PodNotFound => &[Code::NotFound],
+        Reason::Unauthenticated => &[Code::Unauthenticated],
+        Reason::PermissionDenied => &[Code::PermissionDenied],
+        // INTERNAL when the executor reports that it failed to run the command.
+        Reason::BackendUnavailable => &[Code::Unavailable, Code::Internal],
+        Reason::SandboxNotRunning => &[Code::FailedPrecondition],
+        Reason::ContainerNotFound => &[Code::NotFound],
+        Reason::FileNotFound => &[Code::NotFound],
+        Reason::FileIsDirectory => &[Code::FailedPrecondition],
+        Reason::FilePermissionDenied => &[Code::PermissionDenied],
+        Reason::FileTooLarge => &[Code::ResourceExhausted],
+        // An I/O error, a path that is not a regular file, a transfer out of time.
+        Reason::FileIoFailed => &[Code::Internal, Code::FailedPrecondition, Code::DeadlineExceeded],
+        Reason::CommandTimeout => &[Code::DeadlineExceeded],
+        Reason::DeadlineExceeded => &[Code::DeadlineExceeded],
+        Reason::RequestTooLarge => &[Code::ResourceExhausted],
+        Reason::ResponseTooLarge => &[Code::ResourceExhausted],
+        Reason::Overloaded => &[Code::ResourceExhausted],
+    }
 }
 
 /// A failed request, ready for either transport.
@@ -78,7 +80,7 @@ pub struct ApiError {
     /// Human-readable message.
     pub message: String,
     /// `ErrorInfo.reason`.
-    pub reason: String,
+    pub reason: Reason,
     /// `ErrorInfo.metadata`, in insertion order.
     pub metadata: Vec<(String, String)>,
     /// `BadRequest.field_violations` as (field, description).
@@ -88,12 +90,18 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    /// An error with a code, a reason and a message.
-    pub fn new(code: Code, reason: &str, message: impl Into<String>) -> ApiError {
+    /// An error with a code, a reason and a message. The code is one [`codes`] lists for the
+    /// reason; a debug build panics otherwise, so the catalogue cannot fall behind.
+    pub fn new(code: Code, reason: Reason, message: impl Into<String>) -> ApiError {
+        debug_assert!(
+            codes(reason).contains(&code),
+            "{reason} is sent with {code:?}, which errors::codes does not list for it: add it there and regenerate \
+             docs/errors.md (CWSANDBOX_REGENERATE_DOCS=1 cargo test -p cwsandbox-emulator --lib errors_doc)"
+        );
         ApiError {
             code,
             message: message.into(),
-            reason: reason.to_owned(),
+            reason,
             metadata: Vec::new(),
             violations: Vec::new(),
             retry_after: None,
@@ -110,8 +118,7 @@ impl ApiError {
     /// INVALID_ARGUMENT with one field violation; the message names the field.
     pub fn invalid_field(field: &str, description: impl Into<String>) -> ApiError {
         let description = description.into();
-        let mut error =
-            ApiError::new(Code::InvalidArgument, reasons::INVALID_REQUEST, format!("{field}: {description}"));
+        let mut error = ApiError::new(Code::InvalidArgument, Reason::InvalidRequest, format!("{field}: {description}"));
         error.violations.push((field.to_owned(), description));
         error
     }
@@ -123,17 +130,17 @@ impl ApiError {
 
     /// UNAUTHENTICATED.
     pub fn unauthenticated(message: impl Into<String>) -> ApiError {
-        ApiError::new(Code::Unauthenticated, reasons::UNAUTHENTICATED, message)
+        ApiError::new(Code::Unauthenticated, Reason::Unauthenticated, message)
     }
 
     /// PERMISSION_DENIED for a missing role.
     pub fn permission_denied(role: &str, message: impl Into<String>) -> ApiError {
-        ApiError::new(Code::PermissionDenied, reasons::PERMISSION_DENIED, message).with_metadata("required_role", role)
+        ApiError::new(Code::PermissionDenied, Reason::PermissionDenied, message).with_metadata("required_role", role)
     }
 
     /// UNIMPLEMENTED with reason `CWSANDBOX_NOT_IMPLEMENTED`.
     pub fn not_implemented(what: &str) -> ApiError {
-        ApiError::new(Code::Unimplemented, reasons::NOT_IMPLEMENTED, format!("{what} is not emulated"))
+        ApiError::new(Code::Unimplemented, Reason::NotImplemented, format!("{what} is not emulated"))
             .with_metadata("method", what)
     }
 
@@ -141,7 +148,7 @@ impl ApiError {
     pub fn backend_unavailable(operation: &str) -> ApiError {
         ApiError::new(
             Code::Unavailable,
-            reasons::BACKEND_UNAVAILABLE,
+            Reason::BackendUnavailable,
             format!(
                 "{operation} needs a process executor, and none is attached to this emulator: sandboxes are \
                  scheduled and their state is emulated, but their processes do not run"
@@ -153,7 +160,7 @@ impl ApiError {
     /// The `tonic::Status` with `grpc-status-details-bin`.
     pub fn to_status(&self) -> tonic::Status {
         let mut details = ErrorDetails::new();
-        details.set_error_info(self.reason.clone(), DOMAIN, self.metadata.iter().cloned().collect::<HashMap<_, _>>());
+        details.set_error_info(self.reason.as_str(), DOMAIN, self.metadata.iter().cloned().collect::<HashMap<_, _>>());
         if !self.violations.is_empty() {
             for (field, description) in &self.violations {
                 details.add_bad_request_violation(field.clone(), description.clone());
@@ -207,7 +214,7 @@ impl From<ApiError> for ConnectError {
 impl From<SimError> for ApiError {
     fn from(error: SimError) -> ApiError {
         let message = error.to_string();
-        let reason = error.reason().unwrap_or(Reason::InvalidRequest).as_str();
+        let reason = error.reason().unwrap_or(Reason::InvalidRequest);
         let mut api = match &error {
             SimError::InvalidArgument { .. } => ApiError::new(Code::InvalidArgument, reason, message),
             SimError::NotFound { .. } => ApiError::new(Code::NotFound, reason, message),
@@ -223,7 +230,7 @@ impl From<SimError> for ApiError {
                 api.retry_after = *retry_after;
                 api
             }
-            SimError::Unimplemented { .. } => ApiError::new(Code::Unimplemented, reasons::NOT_IMPLEMENTED, message),
+            SimError::Unimplemented { .. } => ApiError::new(Code::Unimplemented, Reason::NotImplemented, message),
         };
         api.violations = error
             .violations()
@@ -238,41 +245,38 @@ impl From<RuntimeError> for ApiError {
     fn from(error: RuntimeError) -> ApiError {
         let message = error.to_string();
         match error {
-            RuntimeError::NotRunning(_) => {
-                ApiError::new(Code::FailedPrecondition, reasons::SANDBOX_NOT_RUNNING, message)
-            }
+            RuntimeError::NotRunning(_) => ApiError::new(Code::FailedPrecondition, Reason::SandboxNotRunning, message),
             RuntimeError::ContainerNotFound(name) => {
-                ApiError::new(Code::NotFound, reasons::CONTAINER_NOT_FOUND, message).with_metadata("container", name)
+                ApiError::new(Code::NotFound, Reason::ContainerNotFound, message).with_metadata("container", name)
             }
             RuntimeError::FileNotFound { path } => {
-                ApiError::new(Code::NotFound, reasons::FILE_NOT_FOUND, message).with_metadata("filepath", path)
+                ApiError::new(Code::NotFound, Reason::FileNotFound, message).with_metadata("filepath", path)
             }
             RuntimeError::IsDirectory { path } => {
-                ApiError::new(Code::FailedPrecondition, reasons::FILE_IS_DIRECTORY, message)
+                ApiError::new(Code::FailedPrecondition, Reason::FileIsDirectory, message)
                     .with_metadata("filepath", path)
             }
             RuntimeError::PermissionDenied { path } => {
-                ApiError::new(Code::PermissionDenied, reasons::FILE_PERMISSION_DENIED, message)
+                ApiError::new(Code::PermissionDenied, Reason::FilePermissionDenied, message)
                     .with_metadata("filepath", path)
             }
             RuntimeError::FileTooLarge { path, size_bytes, max_size_bytes } => {
-                ApiError::new(Code::ResourceExhausted, reasons::FILE_TOO_LARGE, message)
+                ApiError::new(Code::ResourceExhausted, Reason::FileTooLarge, message)
                     .with_metadata("filepath", path)
                     .with_metadata("size_bytes", size_bytes.to_string())
                     .with_metadata("max_size_bytes", max_size_bytes.to_string())
             }
             RuntimeError::Io { path, .. } => {
-                ApiError::new(Code::Internal, reasons::FILE_IO_FAILED, message).with_metadata("filepath", path)
+                ApiError::new(Code::Internal, Reason::FileIoFailed, message).with_metadata("filepath", path)
             }
             RuntimeError::NotRegularFile { path, .. } => {
-                ApiError::new(Code::FailedPrecondition, reasons::FILE_IO_FAILED, message)
-                    .with_metadata("filepath", path)
+                ApiError::new(Code::FailedPrecondition, Reason::FileIoFailed, message).with_metadata("filepath", path)
             }
             RuntimeError::FileTimeout { path, .. } => {
-                ApiError::new(Code::DeadlineExceeded, reasons::FILE_IO_FAILED, message).with_metadata("filepath", path)
+                ApiError::new(Code::DeadlineExceeded, Reason::FileIoFailed, message).with_metadata("filepath", path)
             }
-            RuntimeError::CommandTimeout(_) => ApiError::new(Code::DeadlineExceeded, reasons::COMMAND_TIMEOUT, message),
-            RuntimeError::Unavailable(_) => ApiError::new(Code::Unavailable, reasons::BACKEND_UNAVAILABLE, message),
+            RuntimeError::CommandTimeout(_) => ApiError::new(Code::DeadlineExceeded, Reason::CommandTimeout, message),
+            RuntimeError::Unavailable(_) => ApiError::new(Code::Unavailable, Reason::BackendUnavailable, message),
             RuntimeError::InvalidArgument { field, description } => ApiError::invalid_field(&field, description),
         }
     }
@@ -331,7 +335,7 @@ pub async fn enrich_connect_error(
             let field = ["unknown field `", "missing field `"].iter().find_map(|marker| {
                 message.split_once(marker).and_then(|(_, rest)| rest.split_once('`')).map(|(name, _)| name.to_owned())
             });
-            let mut api = ApiError::new(Code::InvalidArgument, reasons::INVALID_REQUEST, message.clone());
+            let mut api = ApiError::new(Code::InvalidArgument, Reason::InvalidRequest, message.clone());
             if let Some(field) = field {
                 api.violations.push((field, message));
             }
@@ -398,6 +402,89 @@ mod tests {
         let json = serde_json::to_value(connect.status()).unwrap();
         assert_eq!(json["code"], "invalid_argument");
         assert_eq!(json["details"][0]["type"], "google.rpc.ErrorInfo");
+    }
+
+    /// The catalogue's codes are the ones sent: a reason with a code `codes` does not list is a
+    /// bug caught where the error is built.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "which errors::codes does not list for it")]
+    fn a_reason_sent_with_an_unlisted_code_is_caught() {
+        let _ = ApiError::new(Code::NotFound, Reason::Overloaded, "the budget is gone");
+    }
+
+    /// The name gRPC's own documents use for a code (`INVALID_ARGUMENT`).
+    fn grpc_name(code: Code) -> String {
+        let mut name = String::new();
+        for (index, letter) in format!("{code:?}").chars().enumerate() {
+            if letter.is_uppercase() && index > 0 {
+                name.push('_');
+            }
+            name.push(letter.to_ascii_uppercase());
+        }
+        name
+    }
+
+    /// `docs/errors.md` as the code describes it: every reason, its codes on each transport, when
+    /// it happens and its remedy.
+    fn errors_markdown() -> String {
+        let mut text = String::from(
+            "# Error reasons\n\n\
+             <!-- Generated by `errors_doc` in crates/emulator/src/errors.rs from `cwsandbox_api::Reason` and \
+             `errors::codes`; do not edit. Regenerate with \
+             `CWSANDBOX_REGENERATE_DOCS=1 cargo test -p cwsandbox-emulator --lib errors_doc`. -->\n\n\
+             Every failed call carries a `google.rpc.ErrorInfo` (domain `cwsandbox.com`) whose `reason` is one of \
+             these, over gRPC (`grpc-status-details-bin`), Connect and gRPC-Web alike; the Kubernetes facade \
+             answers the same failures with a Kubernetes `Status`. Where a reason is sent with more than one code, \
+             the first is the usual one. In Rust, `cwsandbox_api::Reason` holds this table \
+             (`Reason::ALL`, `description()`, `remedy()`), and `cwsandbox_client::Error::reason()` returns it.\n\n\
+             | Reason | gRPC code | Connect code (HTTP) | Kubernetes facade | When | Remedy |\n\
+             |---|---|---|---|---|---|\n",
+        );
+        for &reason in Reason::ALL {
+            let column = |cell: &dyn Fn(Code) -> String| {
+                codes(reason).iter().map(|&code| cell(code)).collect::<Vec<_>>().join(", ")
+            };
+            let grpc = column(&|code| format!("`{}`", grpc_name(code)));
+            let connect = column(&|code| {
+                let error = ConnectError::from(tonic::Status::new(code, ""));
+                let name = error.code().as_str().to_owned();
+                let http = axum::response::IntoResponse::into_response(error).status().as_u16();
+                format!("`{name}` ({http})")
+            });
+            let kube = column(&|code| {
+                let (http, kube_reason) = ApiError::new(code, reason, "").kube_status();
+                format!("{http} `{kube_reason}`")
+            });
+            text.push_str(&format!(
+                "| `{reason}` | {grpc} | {connect} | {kube} | {} | {} |\n",
+                reason.description().replace('|', "\\|"),
+                reason.remedy().replace('|', "\\|")
+            ));
+        }
+        text
+    }
+
+    /// Keeps `docs/errors.md` complete and current: it must be what the code generates.
+    #[test]
+    fn errors_doc() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/errors.md");
+        let generated = errors_markdown();
+        if std::env::var_os("CWSANDBOX_REGENERATE_DOCS").is_some() {
+            std::fs::write(&path, &generated).unwrap();
+            return;
+        }
+        let current = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            current == generated,
+            "docs/errors.md is not what the code generates (a reason, its codes or its remedy changed); \
+             regenerate it with `CWSANDBOX_REGENERATE_DOCS=1 cargo test -p cwsandbox-emulator --lib errors_doc` \
+             and commit the result"
+        );
+        for &reason in Reason::ALL {
+            assert!(!codes(reason).is_empty(), "{reason} has no status code");
+            assert!(current.contains(&format!("| `{reason}` |")), "{reason} is missing from docs/errors.md");
+        }
     }
 
     #[test]

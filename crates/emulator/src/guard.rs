@@ -33,6 +33,7 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
 use connectrpc_axum::ConnectError;
+use cwsandbox_sim::Reason;
 use futures::future::BoxFuture;
 use http::Request;
 use http_body_util::BodyExt;
@@ -41,7 +42,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Code;
 
 use crate::app::App;
-use crate::errors::{ApiError, reasons};
+use crate::errors::ApiError;
 
 /// RPCs whose request carries file content, allowed up to `max_message_bytes`.
 const PAYLOAD_METHODS: &[&str] =
@@ -222,13 +223,13 @@ impl BodyFault {
         match self {
             BodyFault::TooLarge { limit } => ApiError::new(
                 Code::ResourceExhausted,
-                reasons::REQUEST_TOO_LARGE,
+                Reason::RequestTooLarge,
                 format!("the request message is larger than the limit of {limit} bytes"),
             )
             .with_metadata("max_size_bytes", limit.to_string()),
             BodyFault::DecodesTooLarge { estimate, limit } => ApiError::new(
                 Code::ResourceExhausted,
-                reasons::REQUEST_TOO_LARGE,
+                Reason::RequestTooLarge,
                 format!(
                     "the request would take about {estimate} bytes of memory once decoded, above the limit of {limit} \
                      bytes (many small repeated elements decode to far more than their wire size)"
@@ -239,7 +240,7 @@ impl BodyFault {
             BodyFault::OutOfMemory => {
                 let mut error = ApiError::new(
                     Code::ResourceExhausted,
-                    reasons::OVERLOADED,
+                    Reason::Overloaded,
                     "the requests in flight hold the emulator's whole request memory budget; retry shortly",
                 );
                 error.retry_after = Some(Duration::from_secs(1));
@@ -247,19 +248,19 @@ impl BodyFault {
             }
             BodyFault::TooSlow(timeout) => ApiError::new(
                 Code::DeadlineExceeded,
-                reasons::INVALID_REQUEST,
+                Reason::InvalidRequest,
                 format!("the request body stalled: nothing arrived for {timeout:?}"),
             ),
             BodyFault::Broken(why) => ApiError::new(
                 Code::InvalidArgument,
-                reasons::INVALID_REQUEST,
+                Reason::InvalidRequest,
                 format!("the request body could not be read: {why}"),
             ),
             // grpc/doc/statuscodes.md: "Request cardinality violation (method requires exactly one
             // request but client sent some other number of requests): UNIMPLEMENTED".
             BodyFault::Cardinality(count) => ApiError::new(
                 Code::Unimplemented,
-                reasons::INVALID_REQUEST,
+                Reason::InvalidRequest,
                 format!(
                     "this method takes exactly one request message, and the call carried {}",
                     if count == 0 { "none".to_owned() } else { "more than one".to_owned() }
@@ -340,7 +341,7 @@ impl Shared {
                 Err(_) => {
                     let error = ApiError::new(
                         Code::DeadlineExceeded,
-                        reasons::DEADLINE_EXCEEDED,
+                        Reason::DeadlineExceeded,
                         format!("the call's deadline ({deadline:?}, grpc-timeout) passed before it finished"),
                     );
                     tracing::debug!(%path, "{error}");

@@ -153,7 +153,7 @@ proptest! {
     ) {
         match parse_values_text(&text) {
             Ok(tree) => prop_assert!(tree.is_object()),
-            Err(message) => prop_assert!(!message.is_empty()),
+            Err(error) => prop_assert!(!error.to_string().is_empty()),
         }
         if let Err(error) = EmulatorConfig::from_overlays(Scenario::Ready, [(Path::new("values.yaml"), text.as_str())]) {
             prop_assert!(!error.to_string().is_empty());

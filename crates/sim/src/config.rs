@@ -450,13 +450,21 @@ impl Values {
 
     /// Reads a merged tree, naming the offending key on error (`slurmConfig.KillWait: invalid
     /// type: …`; serde alone names the key only for unknown and missing fields).
-    pub fn from_tree(tree: serde_json::Value) -> Result<Values, String> {
-        serde_path_to_error::deserialize(tree).map_err(|error| {
-            let path = key_path(error.path());
-            let message = error.into_inner().to_string();
-            if path.is_empty() { message } else { format!("{path}: {message}") }
-        })
+    pub fn from_tree(tree: serde_json::Value) -> Result<Values, KeyError> {
+        serde_path_to_error::deserialize(tree)
+            .map_err(|error| KeyError { path: key_path(error.path()), message: error.into_inner().to_string() })
     }
+}
+
+/// Why a values tree does not describe a world: the key (as a path, `scheduler.nmae`,
+/// `nodeSets[0].cpu`, `extraNodes[0].labels["a.b/c"]`) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{message}", if path.is_empty() { String::new() } else { format!("{path}: ") })]
+pub struct KeyError {
+    /// Path of the offending key; empty for the top level.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
 }
 
 /// A key's path as the API names fields: `nodeSets[0].cpu`, and a key that is not a plain name
@@ -628,7 +636,8 @@ mod tests {
         let mut tree = Values::scenario_tree(Scenario::Ready);
         merge_values(&mut tree, &json!({"slurmConfig": {"KillWait": "sixty"}}));
         let error = Values::from_tree(tree).unwrap_err();
-        assert!(error.starts_with("slurmConfig.KillWait: invalid type"), "{error}");
+        assert_eq!(error.path, "slurmConfig.KillWait");
+        assert!(error.to_string().starts_with("slurmConfig.KillWait: invalid type"), "{error}");
     }
 
     #[test]
@@ -636,6 +645,6 @@ mod tests {
         let mut tree = Values::scenario_tree(Scenario::Ready);
         merge_values(&mut tree, &json!({"scheduler": {"nmae": "x"}}));
         let error = Values::from_tree(tree).unwrap_err();
-        assert!(error.contains("nmae"), "{error}");
+        assert!(error.to_string().contains("nmae"), "{error}");
     }
 }

@@ -1,75 +1,14 @@
 //! The one error type of the simulation. Each variant is a gRPC status class; the emulator maps
 //! them to codes and `google.rpc` details in one place. Reasons are the public `ErrorInfo.reason`
-//! strings (domain `cwsandbox.com`).
+//! strings (domain `cwsandbox.com`), catalogued in `cwsandbox_api::Reason` (`docs/errors.md`).
 
-use std::fmt;
 use std::time::Duration;
 
 use cwsandbox_policy::{PolicyError, RejectionKind};
 
-/// A stable, documented error code sent as `ErrorInfo.reason`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Reason {
-    /// The request is malformed (a BadRequest lists the fields).
-    InvalidRequest,
-    /// The same `request_id` came with a different body.
-    RequestIdConflict,
-    /// No sandbox with that id is visible to the caller.
-    SandboxNotFound,
-    /// No runner with that id is visible to the caller.
-    RunnerNotFound,
-    /// The runner exists but cannot take sandboxes now.
-    RunnerUnavailable,
-    /// No runner matches the sandbox's mode and `runner_ids`.
-    NoSuitableRunner,
-    /// The runner's policy rejects the sandbox.
-    PlacementRejected,
-    /// The sandbox exceeds a policy ceiling (`cpu_ceiling`, `memory_ceiling`).
-    ResourceCeilingExceeded,
-    /// A precondition (etag, state) does not hold.
-    PreconditionFailed,
-    /// The operation is not emulated.
-    NotImplemented,
-    /// The resource exists already.
-    AlreadyExists,
-    /// A volume still references the runner.
-    VolumeInUse,
-    /// No Slurm job with that id (`Invalid job id specified`).
-    JobNotFound,
-    /// No Slurm node with that name (`Invalid node name specified`).
-    NodeNotFound,
-    /// No Pod with that namespace and name.
-    PodNotFound,
-}
-
-impl Reason {
-    /// The wire string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::InvalidRequest => "CWSANDBOX_INVALID_REQUEST",
-            Reason::RequestIdConflict => "CWSANDBOX_REQUEST_ID_CONFLICT",
-            Reason::SandboxNotFound => "CWSANDBOX_SANDBOX_NOT_FOUND",
-            Reason::RunnerNotFound => "CWSANDBOX_RUNNER_NOT_FOUND",
-            Reason::RunnerUnavailable => "CWSANDBOX_RUNNER_UNAVAILABLE",
-            Reason::NoSuitableRunner => "CWSANDBOX_NO_SUITABLE_RUNNER",
-            Reason::PlacementRejected => "CWSANDBOX_PLACEMENT_REJECTED",
-            Reason::ResourceCeilingExceeded => "CWSANDBOX_RESOURCE_CEILING_EXCEEDED",
-            Reason::PreconditionFailed => "CWSANDBOX_PRECONDITION_FAILED",
-            Reason::NotImplemented => "CWSANDBOX_NOT_IMPLEMENTED",
-            Reason::AlreadyExists => "CWSANDBOX_ALREADY_EXISTS",
-            Reason::VolumeInUse => "CWSANDBOX_VOLUME_IN_USE",
-            Reason::JobNotFound => "CWSANDBOX_JOB_NOT_FOUND",
-            Reason::NodeNotFound => "CWSANDBOX_NODE_NOT_FOUND",
-            Reason::PodNotFound => "CWSANDBOX_POD_NOT_FOUND",
-        }
-    }
-}
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// A stable, documented error code sent as `ErrorInfo.reason`: the API crate's catalogue, shared
+/// with the emulator and the client (each variant says when it happens and its remedy).
+pub use cwsandbox_api::Reason;
 
 /// One problem with one input field; the policy crate's, so its violations need no copying.
 pub use cwsandbox_policy::FieldViolation;

@@ -121,10 +121,35 @@ fn tokenize(text: &str) -> Result<Vec<Token>, String> {
     Ok(tokens)
 }
 
+/// Why a label or field selector is refused; the messages are the API server's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    /// A label selector that does not parse, or names an invalid key or value; the message says
+    /// what is wrong and where.
+    #[error("{0}")]
+    Label(String),
+    /// A field selector part that is not `field=value`, `field==value` or `field!=value`.
+    #[error("invalid selector: {part:?}: expected field=value, field==value or field!=value")]
+    FieldSyntax {
+        /// The part, as written.
+        part: String,
+    },
+    /// A field the resource cannot be selected by.
+    #[error("field label not supported: {field}")]
+    UnsupportedField {
+        /// The field named.
+        field: String,
+    },
+}
+
 impl LabelSelector {
     /// Parses `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`, `k>n`, `k<n`,
     /// joined by commas. Errors say what is wrong and where.
-    pub fn parse(text: &str) -> Result<LabelSelector, String> {
+    pub fn parse(text: &str) -> Result<LabelSelector, SelectorError> {
+        LabelSelector::parse_text(text).map_err(SelectorError::Label)
+    }
+
+    fn parse_text(text: &str) -> Result<LabelSelector, String> {
         let tokens = tokenize(text)?;
         let mut requirements = Vec::new();
         let mut position = 0;
@@ -316,7 +341,7 @@ pub struct FieldSelector {
 impl FieldSelector {
     /// Parses a selector whose fields must be among `supported`; others are refused as the API
     /// server refuses them (`field label not supported: …`).
-    pub fn parse(text: &str, supported: &[&str]) -> Result<FieldSelector, String> {
+    pub fn parse(text: &str, supported: &[&str]) -> Result<FieldSelector, SelectorError> {
         let mut requirements = Vec::new();
         for part in text.split(',').map(str::trim).filter(|part| !part.is_empty()) {
             let (field, value, equal) = if let Some((field, value)) = part.split_once("!=") {
@@ -326,11 +351,11 @@ impl FieldSelector {
             } else if let Some((field, value)) = part.split_once('=') {
                 (field, value, true)
             } else {
-                return Err(format!("invalid selector: {part:?}: expected field=value, field==value or field!=value"));
+                return Err(SelectorError::FieldSyntax { part: part.to_owned() });
             };
             let field = field.trim();
             if !supported.contains(&field) {
-                return Err(format!("field label not supported: {field}"));
+                return Err(SelectorError::UnsupportedField { field: field.to_owned() });
             }
             requirements.push((field.to_owned(), value.trim().to_owned(), equal));
         }
@@ -433,9 +458,9 @@ impl ObjectQuery {
             scope,
             namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
             labels: LabelSelector::parse(label_selector)
-                .map_err(|error| SimError::invalid_field("label_selector", error))?,
+                .map_err(|error| SimError::invalid_field("label_selector", error.to_string()))?,
             fields: FieldSelector::parse(field_selector, fields)
-                .map_err(|error| SimError::invalid_field("field_selector", error))?,
+                .map_err(|error| SimError::invalid_field("field_selector", error.to_string()))?,
         })
     }
 
@@ -852,7 +877,8 @@ mod tests {
         // Each was accepted and answered with an empty list; the API server refuses it.
         for bad in ["a$b=c", "app=we$b", "Example.com/x", "!-app", "app in (web,-x)", "replicas>-1", "app!=v_"] {
             let error = LabelSelector::parse(bad).expect_err(bad);
-            assert!(error.starts_with("invalid"), "{bad:?}: {error}");
+            assert!(matches!(error, SelectorError::Label(_)), "{bad:?}: {error:?}");
+            assert!(error.to_string().starts_with("invalid"), "{bad:?}: {error}");
         }
     }
 
@@ -876,8 +902,13 @@ mod tests {
         assert!(selector.matches(|field| if field == "metadata.name" { "a" } else { "node-1" }));
         assert!(!selector.matches(|field| if field == "metadata.name" { "a" } else { "" }));
         let error = FieldSelector::parse("spec.foo=1", POD_FIELDS).unwrap_err();
-        assert_eq!(error, "field label not supported: spec.foo");
-        assert!(FieldSelector::parse("metadata.name", POD_FIELDS).is_err());
+        assert_eq!(error, SelectorError::UnsupportedField { field: "spec.foo".to_owned() });
+        assert_eq!(error.to_string(), "field label not supported: spec.foo");
+        let error = FieldSelector::parse("metadata.name", POD_FIELDS).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "invalid selector: \"metadata.name\": expected field=value, field==value or field!=value"
+        );
     }
 
     /// A root batch job: submitted and started at `start`, ended at `end` (if it did).

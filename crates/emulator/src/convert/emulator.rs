@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use cwsandbox_api::emulator_v1 as pb;
+use cwsandbox_sim::Reason;
 use cwsandbox_sim::config::Values;
 use cwsandbox_sim::k8s::{ConfigMap, ContainerState, Event, Namespace, Node, Pod, PodOwner, PodPhase, ResourceTotals};
 use cwsandbox_sim::quantity::{Quantity, format_bytes};
@@ -26,16 +27,21 @@ use crate::errors::ApiError;
 /// The values as YAML text and as a Struct.
 pub fn values(values: &Values) -> Result<(String, pbjson_types::Struct), ApiError> {
     let internal = |what: &str, error: String| {
-        ApiError::new(tonic::Code::Internal, crate::errors::reasons::INVALID_REQUEST, format!("{what}: {error}"))
+        ApiError::new(tonic::Code::Internal, Reason::InvalidRequest, format!("{what}: {error}"))
     };
     let yaml = serde_saphyr::to_string(values).map_err(|error| internal("values as YAML", error.to_string()))?;
     let tree = serde_json::to_value(values).map_err(|error| internal("values as JSON", error.to_string()))?;
-    Ok((yaml, struct_of(tree).map_err(|error| internal("values as a Struct", error))?))
+    Ok((yaml, struct_of(tree).map_err(|error| internal("values as a Struct", error.to_string()))?))
 }
 
+/// Why a JSON tree is not a Struct (it is not an object, or holds a number JSON cannot carry).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct StructError(#[from] serde_json::Error);
+
 /// A JSON object as a Struct.
-pub fn struct_of(tree: serde_json::Value) -> Result<pbjson_types::Struct, String> {
-    serde_json::from_value(tree).map_err(|error| error.to_string())
+pub fn struct_of(tree: serde_json::Value) -> Result<pbjson_types::Struct, StructError> {
+    Ok(serde_json::from_value(tree)?)
 }
 
 /// A Struct as a JSON tree. Struct numbers are doubles; whole ones become integers again, so

@@ -616,7 +616,8 @@ async fn serve_core(
 fn selection(scope: Scope, resource: Resource, namespace: Option<&str>, params: &Params) -> Result<Selection, Status> {
     let labels = LabelSelector::parse(&params.label_selector)
         .map_err(|error| Status::bad_request(format!("unable to parse requirement: {error}")))?;
-    let fields = FieldSelector::parse(&params.field_selector, resource.fields()).map_err(Status::bad_request)?;
+    let fields = FieldSelector::parse(&params.field_selector, resource.fields())
+        .map_err(|error| Status::bad_request(error.to_string()))?;
     Ok(Selection { resource, query: ObjectQuery { scope, namespace: namespace.map(str::to_owned), labels, fields } })
 }
 

@@ -14,6 +14,7 @@ use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse, StreamBody,
 use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_api::sandbox_v1::exec_stream_request::Message as Frame;
 use cwsandbox_api::sandbox_v1::exec_stream_response::Message as Reply;
+use cwsandbox_sim::Reason;
 use cwsandbox_sim::sandbox::{SandboxState, SandboxView};
 use futures::StreamExt;
 use futures::stream::{self, BoxStream};
@@ -25,7 +26,7 @@ use crate::auth::{Caller, Role};
 use crate::clock::EmulatorClock;
 use crate::convert;
 use crate::driver::RUNTIME_CATCH_UP;
-use crate::errors::{ApiError, reasons};
+use crate::errors::ApiError;
 use crate::runtime::{ExecEvent, ExecInput, ExecSpec, LogEvent, LogRequest, SandboxRuntime, Target, TtySize};
 
 /// A boxed stream of response frames.
@@ -53,7 +54,7 @@ async fn resolve(
     let id = convert::required("sandbox_id", sandbox_id)?;
     let view: SandboxView = app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| {
         let api = ApiError::from(error);
-        if api.reason == reasons::SANDBOX_NOT_FOUND { api.with_metadata("sandbox_id", id) } else { api }
+        if api.reason == Reason::SandboxNotFound { api.with_metadata("sandbox_id", id) } else { api }
     })?;
     let runtime = Arc::clone(app.runtime(operation)?);
     let accepted = match needs {
@@ -65,7 +66,7 @@ async fn resolve(
         let why = if view.state_reason.is_empty() { String::new() } else { format!(" ({})", view.state_reason) };
         return Err(ApiError::new(
             tonic::Code::FailedPrecondition,
-            reasons::SANDBOX_NOT_RUNNING,
+            Reason::SandboxNotRunning,
             format!("sandbox {id} is {state}{why}, not STATE_RUNNING"),
         )
         .with_metadata("sandbox_id", id)
@@ -74,7 +75,7 @@ async fn resolve(
     let name = convert::container_name(&view, container).ok_or_else(|| {
         ApiError::new(
             tonic::Code::NotFound,
-            reasons::CONTAINER_NOT_FOUND,
+            Reason::ContainerNotFound,
             format!("sandbox {id} has no container named {container:?}"),
         )
         .with_metadata("container", container)
@@ -235,7 +236,7 @@ async fn exec_unary(app: &App, caller: &Caller, request: pb::ExecRequest) -> Res
             ExecEvent::Failed { code, message } => {
                 return Err(ApiError::new(
                     tonic::Code::Internal,
-                    reasons::BACKEND_UNAVAILABLE,
+                    Reason::BackendUnavailable,
                     format!("{code}: {message}"),
                 ));
             }
@@ -243,7 +244,7 @@ async fn exec_unary(app: &App, caller: &Caller, request: pb::ExecRequest) -> Res
     }
     Err(ApiError::new(
         tonic::Code::Unavailable,
-        reasons::BACKEND_UNAVAILABLE,
+        Reason::BackendUnavailable,
         "the command's output ended without an exit status",
     ))
 }
@@ -261,7 +262,7 @@ fn fits(response: pb::ExecResponse, max_message_bytes: usize) -> Result<pb::Exec
     }
     Err(ApiError::new(
         tonic::Code::ResourceExhausted,
-        reasons::RESPONSE_TOO_LARGE,
+        Reason::ResponseTooLarge,
         format!(
             "the command's output ({} bytes of stdout, {} of stderr kept) makes a {size}-byte Exec response, above the \
              message limit of {max_message_bytes} bytes: use StreamExec for large output, or a smaller max_output_bytes",

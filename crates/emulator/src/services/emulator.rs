@@ -77,9 +77,10 @@ pub async fn apply_values(
     operator("ApplyValues", &caller, || {
         use pb::apply_values_request::Document;
         let (field, document) = match &request.document {
-            Some(Document::Yaml(text)) => {
-                ("yaml", config::parse_values_text(text).map_err(|error| ApiError::invalid_field("yaml", error))?)
-            }
+            Some(Document::Yaml(text)) => (
+                "yaml",
+                config::parse_values_text(text).map_err(|error| ApiError::invalid_field("yaml", error.to_string()))?,
+            ),
             Some(Document::Values(tree)) => ("values", convert::tree_of(tree)),
             None => return Err(ApiError::missing_field("yaml")),
         };

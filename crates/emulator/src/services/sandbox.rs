@@ -4,13 +4,13 @@
 use axum::extract::State;
 use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse};
 use cwsandbox_api::sandbox_v1 as pb;
-use cwsandbox_sim::SimError;
+use cwsandbox_sim::{Reason, SimError};
 
 use super::respond;
 use crate::app::App;
 use crate::auth::{Caller, Role};
 use crate::convert::{self, StateFilter};
-use crate::errors::{ApiError, reasons};
+use crate::errors::ApiError;
 
 /// CreateSandbox: idempotent by `request_id`.
 pub async fn create_sandbox(
@@ -131,5 +131,5 @@ pub async fn connect_sandbox(
 /// Adds the sandbox id to a NOT_FOUND.
 fn not_found(error: SimError, id: &str) -> ApiError {
     let api = ApiError::from(error);
-    if api.reason == reasons::SANDBOX_NOT_FOUND { api.with_metadata("sandbox_id", id) } else { api }
+    if api.reason == Reason::SandboxNotFound { api.with_metadata("sandbox_id", id) } else { api }
 }
