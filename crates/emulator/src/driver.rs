@@ -21,7 +21,7 @@ use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::clock::EmulatorClock;
-use crate::runtime::{ContainerLaunch, PodLaunch, SandboxRuntime};
+use crate::runtime::{PodLaunch, SandboxRuntime};
 
 /// How long a reader waits for the runtime to catch up with the world (a Pod the world just
 /// called Running is being started) before answering anyway.
@@ -211,7 +211,7 @@ impl Driver {
                         sandbox_id: sandbox_id.map(String::from),
                         namespace: namespace.into(),
                         pod_name: pod_name.into(),
-                        containers: containers.into_iter().map(ContainerLaunch::from).collect(),
+                        containers,
                     })
                 }
                 Effect::StopPod { pod_uid, grace } => PumpItem::Stop { pod_uid: pod_uid.into(), grace },

@@ -35,29 +35,8 @@ pub struct PodLaunch {
     pub containers: Vec<ContainerLaunch>,
 }
 
-/// One container to start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerLaunch {
-    /// Container name.
-    pub name: String,
-    /// Image reference: recorded, never pulled.
-    pub image: String,
-    /// Entrypoint; empty means the image default (for the emulator: a shell that waits).
-    pub command: Vec<String>,
-    /// Arguments.
-    pub args: Vec<String>,
-    /// Environment variables.
-    pub env: BTreeMap<String, String>,
-    /// Working directory, if the spec sets one.
-    pub working_dir: Option<String>,
-}
-
-impl From<cwsandbox_sim::world::ContainerStart> for ContainerLaunch {
-    fn from(start: cwsandbox_sim::world::ContainerStart) -> ContainerLaunch {
-        let cwsandbox_sim::world::ContainerStart { name, image, command, args, env, working_dir } = start;
-        ContainerLaunch { name, image, command, args, env, working_dir }
-    }
-}
+/// One container to start: the simulation's own description of it.
+pub use cwsandbox_sim::world::ContainerStart as ContainerLaunch;
 
 /// Which running container an operation acts in.
 #[derive(Debug, Clone, PartialEq, Eq)]
