@@ -506,7 +506,7 @@ async fn batch_jobs_nodes_partitions_pod_deletion_and_reset() {
 
     // Reset: the configured world again, with the clock kept.
     let before = client.get_clock(emu::GetClockRequest {}).await.unwrap().into_inner().clock.unwrap();
-    let reset = client.reset(emu::ResetRequest {}).await.unwrap().into_inner();
+    let reset = client.reset(emu::ResetRequest::default()).await.unwrap().into_inner();
     assert_eq!(reset.clock.as_ref().unwrap().now, before.now);
     assert!(reset.clock.unwrap().frozen);
     assert!(jobs(&mut client, emu::ListJobsRequest::default()).await.is_empty());
@@ -529,7 +529,7 @@ async fn reset_stops_running_sandbox_processes_through_the_runtime() {
     sandboxes.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap();
     advance_by(&mut client, 2).await;
     assert_eq!(runtime.started().len(), 1);
-    let reset = client.reset(emu::ResetRequest {}).await.unwrap().into_inner();
+    let reset = client.reset(emu::ResetRequest::default()).await.unwrap().into_inner();
     assert_eq!(reset.stopped_pods, 1);
     let started = runtime.started()[0].pod_uid.clone();
     cwsandbox_testkit::eventually("the old Pod's processes to be killed", || async {
@@ -569,7 +569,7 @@ async fn users_get_permission_denied_on_every_rpc() {
     call!(freeze_clock, emu::FreezeClockRequest {});
     call!(advance_clock, emu::AdvanceClockRequest::default());
     call!(resume_clock, emu::ResumeClockRequest {});
-    call!(reset, emu::ResetRequest {});
+    call!(reset, emu::ResetRequest::default());
     assert_eq!(codes.len(), 19);
     for (method, status) in &codes {
         assert_eq!(status.code(), Code::PermissionDenied, "{method}: {status:?}");

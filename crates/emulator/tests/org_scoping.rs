@@ -226,7 +226,7 @@ async fn an_organizations_admin_acts_on_its_own_objects() {
 async fn an_organizations_reset_leaves_the_others_running() {
     let Tenants { emulator, runtime, mut operator, mut b_admin, a, b } = tenants().await;
     let b_pod = pod_of(&mut operator, &b).await.metadata.expect("metadata").uid;
-    let reset = b_admin.reset(emu::ResetRequest {}).await.unwrap().into_inner();
+    let reset = b_admin.reset(emu::ResetRequest::default()).await.unwrap().into_inner();
     assert_eq!(reset.stopped_pods, 1, "its own running Pod");
     let error = sandboxes(&emulator, "b-user")
         .await
@@ -242,6 +242,31 @@ async fn an_organizations_reset_leaves_the_others_running() {
     assert!(sandbox_ids(&pods(&mut operator).await).contains(&a.sandbox_id.as_str()));
     let clock = operator.get_clock(emu::GetClockRequest {}).await.unwrap().into_inner().clock.unwrap();
     assert!(clock.frozen, "the cluster's clock is the operator's");
+    emulator.stop().await;
+}
+
+#[tokio::test]
+async fn the_operator_resets_one_organization_by_name_and_an_organization_only_its_own() {
+    let Tenants { emulator, mut operator, mut b_admin, a, b, .. } = tenants().await;
+    let refused = b_admin.reset(emu::ResetRequest { organization: "org-a".to_owned() }).await.unwrap_err();
+    assert_eq!((refused.code(), reason(&refused).as_str()), (Code::PermissionDenied, "CWSANDBOX_PERMISSION_DENIED"));
+    assert_eq!(
+        state_of(&sandbox(&emulator, "a-user", &a.sandbox_id).await),
+        pb::State::Running,
+        "refused: nothing reset"
+    );
+
+    let reset = operator.reset(emu::ResetRequest { organization: "org-b".to_owned() }).await.unwrap().into_inner();
+    assert_eq!(reset.stopped_pods, 1, "org B's running Pod");
+    let error = sandboxes(&emulator, "b-user")
+        .await
+        .get_sandbox(pb::GetSandboxRequest { sandbox_id: b.sandbox_id.clone() })
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), Code::NotFound, "org B starts over");
+    assert_eq!(state_of(&sandbox(&emulator, "a-user", &a.sandbox_id).await), pb::State::Running, "org A is untouched");
+    let own = b_admin.reset(emu::ResetRequest { organization: "org-b".to_owned() }).await.unwrap().into_inner();
+    assert_eq!(own.stopped_pods, 0, "naming its own organization is its own reset");
     emulator.stop().await;
 }
 

@@ -442,12 +442,23 @@ pub async fn resume_clock(
 pub async fn reset(
     State(app): State<App>,
     caller: Caller,
-    ConnectRequest(_request): ConnectRequest<pb::ResetRequest>,
+    ConnectRequest(request): ConnectRequest<pb::ResetRequest>,
 ) -> Result<ConnectResponse<pb::ResetResponse>, ConnectError> {
     scoped("Reset", &caller, |scope| {
-        let stopped = match &scope {
-            Scope::Cluster => app.driver().reset()?,
-            Scope::Organization(org) => {
+        let named = request.organization.trim();
+        let org = match (&scope, named) {
+            (Scope::Cluster, "") => None,
+            (Scope::Cluster, named) => Some(named),
+            (Scope::Organization(own), "") => Some(own.as_str()),
+            (Scope::Organization(own), named) if named == own => Some(own.as_str()),
+            (Scope::Organization(_), _) => {
+                let message = format!("organization {named:?} is not the caller's: only cluster_admin resets another");
+                return Err(ApiError::permission_denied("cluster_admin", message).with_metadata("organization", named));
+            }
+        };
+        let stopped = match org {
+            None => app.driver().reset()?,
+            Some(org) => {
                 let stopped = app.driver().with_world(|world| world.reset_organization(org));
                 tracing::info!(stopped, org, "organization reset");
                 stopped
