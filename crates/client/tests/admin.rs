@@ -14,7 +14,7 @@ async fn reset_organization_resets_only_the_one_named() {
     assert_eq!(admin.reset_organization("some-other-org").await.unwrap(), 0, "another organization: nothing of ours");
     assert!(client.get(sandbox.id()).await.is_ok(), "still there");
     assert_eq!(admin.reset_organization(&emu.ready.org).await.unwrap(), 1, "our running sandbox's Pod");
-    let error = client.get(sandbox.id()).await.err().expect("forgotten");
+    let Err(error) = client.get(sandbox.id()).await else { panic!("the reset forgets the sandbox") };
     assert_eq!(error.code(), Code::NotFound, "{error}");
     emu.stop().expect("stops with nothing left running");
 }
