@@ -73,6 +73,16 @@ async fn tenants() -> Tenants {
     Tenants { emulator, runtime, operator, b_admin, a, b }
 }
 
+/// After its organization's reset, a sandbox is forgotten: NOT_FOUND for its own organization.
+async fn assert_forgotten(emulator: &Emulator, token: &str, id: &str) {
+    let error = sandboxes(emulator, token)
+        .await
+        .get_sandbox(pb::GetSandboxRequest { sandbox_id: id.to_owned() })
+        .await
+        .expect_err("the organization starts over");
+    assert_eq!(error.code(), Code::NotFound, "the organization starts over: {error:?}");
+}
+
 async fn sandbox(emulator: &Emulator, token: &str, id: &str) -> pb::Sandbox {
     sandboxes(emulator, token)
         .await
@@ -228,12 +238,7 @@ async fn an_organizations_reset_leaves_the_others_running() {
     let b_pod = pod_of(&mut operator, &b).await.metadata.expect("metadata").uid;
     let reset = b_admin.reset(emu::ResetRequest::default()).await.unwrap().into_inner();
     assert_eq!(reset.stopped_pods, 1, "its own running Pod");
-    let error = sandboxes(&emulator, "b-user")
-        .await
-        .get_sandbox(pb::GetSandboxRequest { sandbox_id: b.sandbox_id.clone() })
-        .await
-        .unwrap_err();
-    assert_eq!(error.code(), Code::NotFound, "org B starts over");
+    assert_forgotten(&emulator, "b-user", &b.sandbox_id).await;
     assert!(pods(&mut b_admin).await.is_empty() && jobs(&mut b_admin).await.is_empty());
     assert!(emulator.app().driver().effects_applied(Duration::from_secs(30)).await);
     assert!(runtime.killed().contains(&b_pod), "its processes are killed");
@@ -258,12 +263,7 @@ async fn the_operator_resets_one_organization_by_name_and_an_organization_only_i
 
     let reset = operator.reset(emu::ResetRequest { organization: "org-b".to_owned() }).await.unwrap().into_inner();
     assert_eq!(reset.stopped_pods, 1, "org B's running Pod");
-    let error = sandboxes(&emulator, "b-user")
-        .await
-        .get_sandbox(pb::GetSandboxRequest { sandbox_id: b.sandbox_id.clone() })
-        .await
-        .unwrap_err();
-    assert_eq!(error.code(), Code::NotFound, "org B starts over");
+    assert_forgotten(&emulator, "b-user", &b.sandbox_id).await;
     assert_eq!(state_of(&sandbox(&emulator, "a-user", &a.sandbox_id).await), pb::State::Running, "org A is untouched");
     let own = b_admin.reset(emu::ResetRequest { organization: "org-b".to_owned() }).await.unwrap().into_inner();
     assert_eq!(own.stopped_pods, 0, "naming its own organization is its own reset");
