@@ -1,7 +1,7 @@
 //! What DiscoveryService tells about runners: each runner's health, and the capacity the
 //! simulated cluster offers its sandboxes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use cwsandbox_api::sandbox_v1 as pb;
 
@@ -30,7 +30,7 @@ impl World {
             reason: Reason::RunnerNotFound,
             message: format!("no runner {runner_id:?} visible in organization {org:?}"),
         })?;
-        Ok(self.availability(org, runner))
+        Ok(availability(org, runner, &self.capacity(org)))
     }
 
     /// ListAvailableRunners: the organization's runners in runner-id order, filtered as the
@@ -49,11 +49,13 @@ impl World {
         ];
         let pager = Pager::new("available-runners", filters, request.page_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)?;
         let after = pager.after(&request.page_token)?.and_then(|key| key.into_iter().next());
+        // The same for every runner of the listing: computed once, not per runner.
+        let capacity = self.capacity(org);
         let matching = self
             .runners
             .iter(org)
             .filter(|runner| after.as_deref().is_none_or(|last| runner_id(runner) > last))
-            .map(|runner| self.availability(org, runner))
+            .map(|runner| availability(org, runner, &capacity))
             .filter(|runner| request.runner_group_id.is_empty() || runner.runner_group_id == request.runner_group_id)
             .filter(|runner| !request.healthy_only || runner.healthy)
             .filter(|runner| {
@@ -67,10 +69,8 @@ impl World {
         Ok(pager.page(matching, |runner| vec![runner.runner_id.clone()]))
     }
 
-    fn availability(&self, org: &str, runner: &pb::ManagedRunner) -> pb::AvailableRunner {
-        let identity = runner.identity.clone().unwrap_or_default();
-        let healthy = runner.install_status == pb::RunnerInstallStatus::Ready as i32
-            && runner.connection_status == pb::RunnerConnectionStatus::Connected as i32;
+    /// What the cluster offers the organization's sandboxes now.
+    fn capacity(&self, org: &str) -> Capacity {
         let mut capabilities =
             pb::RunnerCapabilitySummary { supported_architectures: vec![host_architecture()], ..Default::default() };
         let mut resources = pb::RunnerResourceSummary::default();
@@ -98,27 +98,44 @@ impl World {
             }
         }
         capabilities.supported_gpu_types = gpu_types.into_iter().collect();
-        let running = self
-            .cluster
-            .pods_iter()
-            .filter(|pod| pod.phase == PodPhase::Running)
-            .filter(|pod| match &pod.owner {
-                PodOwner::Sandbox(id) => self.sandbox_placement(id) == Some((org, identity.runner_id.as_str())),
-                _ => false,
-            })
-            .count();
-        resources.running_sandboxes = i32::try_from(running).unwrap_or(i32::MAX);
-        pb::AvailableRunner {
-            runner_id: identity.runner_id,
-            runner_group_id: identity.runner_group_id,
-            tags: Vec::new(),
-            healthy,
-            capabilities: Some(capabilities),
-            resources: Some(resources),
-            connected_at: runner.last_heartbeat_time.or(runner.create_time),
-            is_shared: false,
-            organization_id: org.to_owned(),
+        let mut running_by_runner: HashMap<&str, i32> = HashMap::new();
+        for pod in self.cluster.pods_iter().filter(|pod| pod.phase == PodPhase::Running) {
+            if let PodOwner::Sandbox(id) = &pod.owner
+                && let Some((sandbox_org, runner_id)) = self.sandbox_placement(id)
+                && sandbox_org == org
+            {
+                *running_by_runner.entry(runner_id).or_default() += 1;
+            }
         }
+        let running_by_runner =
+            running_by_runner.into_iter().map(|(runner_id, count)| (runner_id.to_owned(), count)).collect();
+        Capacity { capabilities, resources, running_by_runner }
+    }
+}
+
+/// The cluster's capacity for one organization's sandboxes, shared by its runners.
+struct Capacity {
+    capabilities: pb::RunnerCapabilitySummary,
+    resources: pb::RunnerResourceSummary,
+    /// Running sandbox Pods per runner id.
+    running_by_runner: HashMap<String, i32>,
+}
+
+fn availability(org: &str, runner: &pb::ManagedRunner, capacity: &Capacity) -> pb::AvailableRunner {
+    let identity = runner.identity.clone().unwrap_or_default();
+    let healthy = runner.install_status == pb::RunnerInstallStatus::Ready as i32
+        && runner.connection_status == pb::RunnerConnectionStatus::Connected as i32;
+    let running = capacity.running_by_runner.get(&identity.runner_id).copied().unwrap_or(0);
+    pb::AvailableRunner {
+        runner_id: identity.runner_id,
+        runner_group_id: identity.runner_group_id,
+        tags: Vec::new(),
+        healthy,
+        capabilities: Some(capacity.capabilities.clone()),
+        resources: Some(pb::RunnerResourceSummary { running_sandboxes: running, ..capacity.resources }),
+        connected_at: runner.last_heartbeat_time.or(runner.create_time),
+        is_shared: false,
+        organization_id: org.to_owned(),
     }
 }
 
