@@ -13,8 +13,12 @@
 // Handlers must return connectrpc-axum's `ConnectError` (160 bytes), a foreign type we cannot box.
 #![allow(clippy::result_large_err)]
 
+// `cli` (the binary's command line, moved here whole) names this crate as the binary did.
+extern crate self as cwsandbox_emulator;
+
 pub mod app;
 pub mod auth;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod convert;

@@ -319,7 +319,8 @@ fn install_links(dir: &str) -> Result<()> {
     Ok(())
 }
 
-fn main() -> ExitCode {
+/// The whole command: `src/bin/cwsbx.rs` and the Python wheel's `cwsbx` (crates/wheel) call it.
+pub fn main() -> ExitCode {
     let mut argv = std::env::args();
     let argv0 = argv.next().unwrap_or_default();
     let called = std::path::Path::new(&argv0).file_name().and_then(|name| name.to_str()).unwrap_or_default().to_owned();

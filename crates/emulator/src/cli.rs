@@ -1,4 +1,5 @@
-//! The `cwsandbox-emulator` command line: `serve` and `exec`.
+//! The `cwsandbox-emulator` command line: `serve` and `exec`. In the library so that the binary
+//! (`src/bin/cwsandbox-emulator.rs`) and the Python wheel's copy of it (crates/wheel) are one command.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -244,7 +245,8 @@ impl WorldArgs {
     }
 }
 
-fn main() -> ExitCode {
+/// The whole command, arguments from the process's own.
+pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
