@@ -17,6 +17,8 @@ use tonic::Code;
 use tonic_types::{ErrorDetails, StatusExt};
 use wildmatch::WildMatch;
 
+use cwsandbox_sim::world::{InjectedFault, InjectedKind};
+
 use crate::errors::{ApiError, DOMAIN};
 
 /// The request metadata that injects a fault into one call.
@@ -75,7 +77,13 @@ pub struct Verdict {
     pub failure: Option<tonic::Status>,
     /// Or let the handler answer, and end its stream after this many messages.
     pub cut: Option<StreamCut>,
+    /// Faults of the simulated cluster for the sandbox a CreateSandbox call makes.
+    pub domain: Vec<InjectedFault>,
 }
+
+/// The domain faults the guard hands to CreateSandbox (a request extension).
+#[derive(Debug, Clone, Default)]
+pub struct InjectedFaults(pub Vec<InjectedFault>);
 
 /// A stream ended early by a fault.
 #[derive(Debug)]
@@ -91,6 +99,8 @@ struct Rule {
     method: Option<WildMatch>,
     headers: Vec<(String, WildMatch)>,
     rng: XorShiftRng,
+    /// For a domain fault: what it injects into the sandboxes it hits.
+    domain: Option<InjectedKind>,
 }
 
 #[derive(Default)]
@@ -176,6 +186,10 @@ impl Faults {
                 continue;
             }
             rule.fault.hits += 1;
+            if let Some(kind) = &rule.domain {
+                verdict.domain.push(InjectedFault { id: rule.fault.id.clone(), kind: kind.clone() });
+                continue;
+            }
             let action = rule.fault.action.clone().unwrap_or_default();
             let id = rule.fault.id.clone();
             act(&action, &id, call.server_streaming, &mut rule.rng, &mut verdict);
@@ -210,6 +224,11 @@ fn matches(rule: &Rule, call: &Call<'_>, tags: &mut Option<Option<Vec<String>>>)
         return false;
     }
     if !condition.organization.is_empty() && condition.organization != call.org {
+        return false;
+    }
+    if rule.domain.is_some()
+        && (call.method != "CreateSandbox" || call.service != "coreweave.sandbox.v1.SandboxService")
+    {
         return false;
     }
     if let Some(pattern) = &rule.method {
@@ -396,12 +415,34 @@ fn check(mut fault: pb::Fault, owner: Option<&str>) -> Result<Rule, ApiError> {
             return Err(ApiError::invalid_field(field, "assigned by the emulator; leave it unset"));
         }
     }
-    if fault.domain.is_some() {
-        return Err(ApiError::not_implemented("Fault.domain").with_metadata("field", "fault.domain"));
-    }
-    let action = fault.action.take().ok_or_else(|| ApiError::missing_field("fault.action"))?;
-    fault.action = Some(check_action(action, "fault.action")?);
+    let domain = match &fault.domain {
+        None => {
+            let action = fault.action.take().ok_or_else(|| ApiError::missing_field("fault.action"))?;
+            fault.action = Some(check_action(action, "fault.action")?);
+            None
+        }
+        Some(domain) => {
+            if fault.action.as_ref().is_some_and(|action| *action != pb::FaultAction::default()) {
+                return Err(ApiError::invalid_field(
+                    "fault.action",
+                    "a domain fault has no RPC action; leave it unset",
+                ));
+            }
+            Some(domain_kind(domain)?)
+        }
+    };
     let condition = fault.r#match.clone().unwrap_or_default();
+    if domain.is_some() && !condition.method.is_empty() {
+        let pattern = WildMatch::new(condition.method.trim());
+        let names =
+            ["CreateSandbox", "SandboxService/CreateSandbox", "coreweave.sandbox.v1.SandboxService/CreateSandbox"];
+        if !names.iter().any(|name| pattern.matches(name)) {
+            return Err(ApiError::invalid_field(
+                "fault.match.method",
+                "a domain fault acts on the sandboxes CreateSandbox makes: leave it empty or name CreateSandbox",
+            ));
+        }
+    }
     if let Some(owner) = owner
         && !condition.organization.is_empty()
         && condition.organization != owner
@@ -448,7 +489,36 @@ fn check(mut fault: pb::Fault, owner: Option<&str>) -> Result<Rule, ApiError> {
     }
     let seed = if schedule.seed == 0 { 1 } else { schedule.seed };
     fault.owner = owner.unwrap_or_default().to_owned();
-    Ok(Rule { fault, method, headers, rng: XorShiftRng::seed_from_u64(seed) })
+    Ok(Rule { fault, method, headers, rng: XorShiftRng::seed_from_u64(seed), domain })
+}
+
+/// What a domain fault injects, its durations checked.
+fn domain_kind(domain: &pb::DomainFault) -> Result<InjectedKind, ApiError> {
+    use pb::domain_fault::Kind;
+    let positive = |value: &pbjson_types::Duration, field: &str| -> Result<Duration, ApiError> {
+        if value.seconds < 0 || value.nanos < 0 {
+            return Err(ApiError::invalid_field(field, "must not be negative"));
+        }
+        let value = duration(*value);
+        if value > Duration::from_secs(30 * 24 * 3600) {
+            return Err(ApiError::invalid_field(field, "at most 30 days (a sandbox's longest lifetime)"));
+        }
+        Ok(value)
+    };
+    match &domain.kind {
+        None => Err(ApiError::invalid_field(
+            "fault.domain",
+            "set one of image_pull, oom_kill_after, node_not_ready_after, pending_for",
+        )),
+        Some(Kind::ImagePull(images)) => Ok(InjectedKind::ImagePull { images: images.trim().to_owned() }),
+        Some(Kind::OomKillAfter(after)) => {
+            Ok(InjectedKind::OomKillAfter(positive(after, "fault.domain.oom_kill_after")?))
+        }
+        Some(Kind::NodeNotReadyAfter(after)) => {
+            Ok(InjectedKind::NodeNotReadyAfter(positive(after, "fault.domain.node_not_ready_after")?))
+        }
+        Some(Kind::PendingFor(hold)) => Ok(InjectedKind::PendingFor(positive(hold, "fault.domain.pending_for")?)),
+    }
 }
 
 #[cfg(test)]

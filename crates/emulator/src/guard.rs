@@ -45,7 +45,7 @@ use crate::app::App;
 use crate::auth::{Principal, Role};
 use crate::errors::ApiError;
 use crate::fault_stream::{CutBody, Tail, string_field};
-use crate::faults::{Call, FAULT_HEADER, Verdict, header_verdict};
+use crate::faults::{Call, FAULT_HEADER, InjectedFaults, Verdict, header_verdict};
 
 /// RPCs whose request carries file content, allowed up to `max_message_bytes`.
 const PAYLOAD_METHODS: &[&str] =
@@ -402,10 +402,15 @@ impl Shared {
             }
         };
         let tags = || self.tags_of(&path, shape, &principal.org, protocol, compressed, &bytes);
-        let verdict = match self.faults(&path, shape, &principal, &parts.headers, &tags) {
+        let mut verdict = match self.faults(&path, shape, &principal, &parts.headers, &tags) {
             Ok(verdict) => verdict,
             Err(error) => return protocol.reject(&error),
         };
+        let injected = std::mem::take(&mut verdict.domain);
+        let mut parts = parts;
+        if !injected.is_empty() {
+            parts.extensions.insert(InjectedFaults(injected));
+        }
         let cut = match self.inflict(verdict, protocol).await {
             Ok(cut) => cut,
             Err(response) => return response,

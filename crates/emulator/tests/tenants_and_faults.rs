@@ -438,3 +438,186 @@ async fn a_stream_fault_ends_connect_streams_and_stream_exec_too() {
     assert!(matches!(ready.message, Some(pb::exec_stream_response::Message::Ready(_))));
     assert_eq!(stream.message().await.unwrap_err().code(), Code::Unavailable);
 }
+
+fn domain_fault(kind: emu::domain_fault::Kind, method: &str) -> emu::Fault {
+    emu::Fault {
+        r#match: Some(emu::FaultMatch { method: method.to_owned(), ..Default::default() }),
+        domain: Some(emu::DomainFault { kind: Some(kind) }),
+        schedule: Some(emu::FaultSchedule { times: 1, ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+fn seconds(seconds: i64) -> pbjson_types::Duration {
+    pbjson_types::Duration { seconds, nanos: 0 }
+}
+
+async fn sandbox_now(emulator: &Emulator, token: &str, id: &str) -> pb::Sandbox {
+    sandboxes(emulator, token)
+        .await
+        .get_sandbox(pb::GetSandboxRequest { sandbox_id: id.to_owned() })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn pod_of(operator: &mut Client, id: &str) -> emu::Pod {
+    let request =
+        emu::ListPodsRequest { label_selector: format!("sandbox.coreweave.com/sandbox-id={id}"), ..Default::default() };
+    operator.list_pods(request).await.unwrap().into_inner().pods.remove(0)
+}
+
+async fn events_of(operator: &mut Client, pod: &emu::Pod) -> Vec<(String, String)> {
+    let name = pod.metadata.as_ref().unwrap().name.clone();
+    let events = operator.list_events(emu::ListEventsRequest::default()).await.unwrap().into_inner().events;
+    events
+        .into_iter()
+        .filter(|event| event.involved_object.as_ref().is_some_and(|object| object.name == name))
+        .map(|event| (event.reason, event.message))
+        .collect()
+}
+
+fn waiting_reason(pod: &emu::Pod) -> String {
+    let status = pod.status.as_ref().unwrap();
+    match status.container_statuses[0].state.as_ref().and_then(|state| state.state.clone()) {
+        Some(emu::container_state::State::Waiting(waiting)) => waiting.reason,
+        other => format!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_held_sandbox_stays_pending_for_its_virtual_time() {
+    let (emulator, _runtime) = with_runtime("").await;
+    let info = emulator.info().clone();
+    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let fault = domain_fault(emu::domain_fault::Kind::PendingFor(seconds(30)), "");
+    operator.add_fault(emu::AddFaultRequest { fault: Some(fault) }).await.unwrap();
+    let mut client = sandboxes(&emulator, &info.user_token).await;
+    let held = client.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap().into_inner();
+    let free = running(&emulator, &info.user_token, &info.runner_id, &[]).await;
+    assert_eq!(state_of(&free), pb::State::Running, "the fault hit once");
+    advance(&emulator, Duration::from_secs(20));
+    let now = sandbox_now(&emulator, &info.user_token, &held.sandbox_id).await;
+    assert_eq!(state_of(&now), pb::State::Pending);
+    assert!(
+        now.status.as_ref().unwrap().state_reason.contains("held unscheduled for 30s (injected by fault-1)"),
+        "{now:?}"
+    );
+    let pod = pod_of(&mut operator, &held.sandbox_id).await;
+    assert!(events_of(&mut operator, &pod).await.iter().any(|(reason, _)| reason == "FailedScheduling"));
+    advance(&emulator, Duration::from_secs(12));
+    assert_eq!(state_of(&sandbox_now(&emulator, &info.user_token, &held.sandbox_id).await), pb::State::Running);
+    let faults = operator.list_faults(emu::ListFaultsRequest {}).await.unwrap().into_inner().faults;
+    assert_eq!((faults[0].matched, faults[0].hits), (2, 1));
+}
+
+#[tokio::test]
+async fn an_image_that_cannot_be_pulled_shows_err_image_pull_then_back_off() {
+    let (emulator, runtime) = with_runtime("").await;
+    let info = emulator.info().clone();
+    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut fault = domain_fault(emu::domain_fault::Kind::ImagePull("python:*".to_owned()), "CreateSandbox");
+    fault.schedule = None;
+    operator.add_fault(emu::AddFaultRequest { fault: Some(fault) }).await.unwrap();
+    let mut client = sandboxes(&emulator, &info.user_token).await;
+    let created = client.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap().into_inner();
+    advance(&emulator, Duration::from_secs(2));
+    let sandbox = sandbox_now(&emulator, &info.user_token, &created.sandbox_id).await;
+    assert_eq!(state_of(&sandbox), pb::State::Pending);
+    let reason = sandbox.status.unwrap().state_reason;
+    assert!(reason.starts_with("ErrImagePull: ") && reason.contains("python:3.11"), "{reason}");
+    let pod = pod_of(&mut operator, &created.sandbox_id).await;
+    assert_eq!(waiting_reason(&pod), "ErrImagePull");
+    assert!(!pod.spec.as_ref().unwrap().node_name.is_empty(), "bound to its Node");
+    let events = events_of(&mut operator, &pod).await;
+    assert!(
+        events.iter().any(|(reason, message)| reason == "Failed" && message.contains("Failed to pull image")),
+        "{events:?}"
+    );
+    assert!(runtime.started().is_empty(), "nothing runs");
+    advance(&emulator, Duration::from_secs(10));
+    let pod = pod_of(&mut operator, &created.sandbox_id).await;
+    assert_eq!(waiting_reason(&pod), "ImagePullBackOff");
+    let reason = sandbox_now(&emulator, &info.user_token, &created.sandbox_id).await.status.unwrap().state_reason;
+    assert!(reason.starts_with("ImagePullBackOff: "), "{reason}");
+
+    // Another image is pulled; deleting the stuck sandbox ends it.
+    let mut other = client_spec(&info.runner_id);
+    other.containers[0].image = "ubuntu:24.04".to_owned();
+    let fine = client.create_sandbox(create_request(other, "")).await.unwrap().into_inner();
+    advance(&emulator, Duration::from_secs(2));
+    assert_eq!(state_of(&sandbox_now(&emulator, &info.user_token, &fine.sandbox_id).await), pb::State::Running);
+    let deleted = client
+        .delete_sandbox(pb::DeleteSandboxRequest { sandbox_id: created.sandbox_id.clone(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&deleted.sandbox.unwrap()), pb::State::Completed);
+}
+
+#[tokio::test]
+async fn an_oom_kill_fails_the_sandbox_with_137_and_a_lost_node_fails_its_sandboxes() {
+    let (emulator, runtime) = with_runtime("").await;
+    let info = emulator.info().clone();
+    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let oom = domain_fault(emu::domain_fault::Kind::OomKillAfter(seconds(5)), "");
+    operator.add_fault(emu::AddFaultRequest { fault: Some(oom) }).await.unwrap();
+    let killed = running(&emulator, &info.user_token, &info.runner_id, &[]).await;
+    advance(&emulator, Duration::from_secs(5));
+    let ended = sandbox_now(&emulator, &info.user_token, &killed.sandbox_id).await;
+    assert_eq!(state_of(&ended), pb::State::Failed);
+    let status = ended.status.unwrap();
+    assert_eq!(status.exit_code, Some(137));
+    assert!(status.state_reason.starts_with("OOMKilled"), "{}", status.state_reason);
+    let pod_uid = pod_of(&mut operator, &killed.sandbox_id).await.metadata.unwrap().uid;
+    assert!(runtime.killed().contains(&pod_uid), "its processes are killed");
+    let pod = pod_of(&mut operator, &killed.sandbox_id).await;
+    let state = pod.status.unwrap().container_statuses[0].state.clone().unwrap().state;
+    let Some(emu::container_state::State::Terminated(terminated)) = state else { panic!("{state:?}") };
+    assert_eq!((terminated.exit_code, terminated.reason.as_str()), (137, "OOMKilled"));
+
+    operator.clear_faults(emu::ClearFaultsRequest {}).await.unwrap();
+    let lost = domain_fault(emu::domain_fault::Kind::NodeNotReadyAfter(seconds(3)), "");
+    operator.add_fault(emu::AddFaultRequest { fault: Some(lost) }).await.unwrap();
+    let victim = running(&emulator, &info.user_token, &info.runner_id, &[]).await;
+    let node = pod_of(&mut operator, &victim.sandbox_id).await.spec.unwrap().node_name;
+    advance(&emulator, Duration::from_secs(3));
+    let ended = sandbox_now(&emulator, &info.user_token, &victim.sandbox_id).await;
+    assert_eq!(state_of(&ended), pb::State::Failed);
+    assert!(ended.status.unwrap().state_reason.starts_with("NodeLost: "));
+    let nodes = operator.list_nodes(emu::ListNodesRequest::default()).await.unwrap().into_inner().nodes;
+    let node = nodes.iter().find(|candidate| candidate.metadata.as_ref().unwrap().name == node).unwrap();
+    assert_eq!(node.conditions[0].status, "False");
+    assert!(node.taints.iter().any(|taint| taint.key == "node.kubernetes.io/unreachable"));
+    let slurm = operator
+        .list_slurm_nodes(emu::ListSlurmNodesRequest { names: vec![node.slurm_node.clone()], ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .nodes;
+    assert!(slurm[0].drain_reason.contains("NotReady"), "{:?}", slurm[0]);
+    // The next sandbox goes elsewhere.
+    let next = running(&emulator, &info.user_token, &info.runner_id, &[]).await;
+    let next_node = pod_of(&mut operator, &next.sandbox_id).await.spec.unwrap().node_name;
+    assert_ne!(next_node, node.metadata.as_ref().unwrap().name);
+}
+
+#[tokio::test]
+async fn bad_domain_faults_name_their_field() {
+    let (emulator, _runtime) = with_runtime("").await;
+    let info = emulator.info().clone();
+    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut wrong_method = domain_fault(emu::domain_fault::Kind::PendingFor(seconds(1)), "GetSandbox");
+    let error = operator.add_fault(emu::AddFaultRequest { fault: Some(wrong_method.clone()) }).await.unwrap_err();
+    assert_eq!(violation(&error), "fault.match.method");
+    wrong_method.r#match = None;
+    wrong_method.action = Some(emu::FaultAction { code: "UNAVAILABLE".to_owned(), ..Default::default() });
+    let error = operator.add_fault(emu::AddFaultRequest { fault: Some(wrong_method) }).await.unwrap_err();
+    assert_eq!(violation(&error), "fault.action");
+    let empty = emu::Fault { domain: Some(emu::DomainFault { kind: None }), ..Default::default() };
+    let error = operator.add_fault(emu::AddFaultRequest { fault: Some(empty) }).await.unwrap_err();
+    assert_eq!(violation(&error), "fault.domain");
+    let negative = domain_fault(emu::domain_fault::Kind::OomKillAfter(seconds(-1)), "");
+    let error = operator.add_fault(emu::AddFaultRequest { fault: Some(negative) }).await.unwrap_err();
+    assert_eq!(violation(&error), "fault.domain.oom_kill_after");
+}

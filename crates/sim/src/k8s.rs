@@ -70,6 +70,8 @@ pub struct Node {
     pub pinned_cpus: i64,
     /// When it joined.
     pub created: SimTime,
+    /// Whether its kubelet reports Ready (an injected fault can make it NotReady).
+    pub ready: bool,
 }
 
 /// Pod phases.

@@ -365,6 +365,19 @@ impl World {
         display_name: &str,
         request_id: &str,
     ) -> SimResult<SandboxView> {
+        self.create_sandbox_with_faults(owner, spec, display_name, request_id, Vec::new())
+    }
+
+    /// [`World::create_sandbox`], with faults injected into the new sandbox (none for a replay of
+    /// a request id: the sandbox exists already).
+    pub fn create_sandbox_with_faults(
+        &mut self,
+        owner: &Owner,
+        spec: SandboxSpec,
+        display_name: &str,
+        request_id: &str,
+        faults: Vec<crate::world::InjectedFault>,
+    ) -> SimResult<SandboxView> {
         self.settle();
         let spec = normalize_spec(spec)?;
         let spec_bytes = spec.encode_to_vec();
@@ -490,7 +503,9 @@ impl World {
             requests.insert(request_id.to_owned(), id.clone());
         }
         self.count_sandbox(SandboxTransition::Create);
+        let uid = pod.uid.clone();
         self.insert_new_pod(pod);
+        self.arm_faults(&uid, faults);
         let lifetime_timer = self.timers.schedule(now + lifetime, crate::world::Timer::SandboxLifetime(id.clone()));
         if let Some(sandbox) = self.sandboxes.by_id.get_mut(&id) {
             sandbox.lifetime_timer = Some(lifetime_timer);
@@ -764,14 +779,22 @@ impl World {
             return;
         }
         let Some(pod) = self.cluster.pod(&sandbox.pod_uid) else { return };
-        let exit_code = pod.containers.iter().find_map(|container| match container.state {
-            ContainerState::Terminated { exit_code, .. } => Some(exit_code),
-            _ => None,
-        });
+        let (exit_code, container_reason) = pod
+            .containers
+            .iter()
+            .find_map(|container| match &container.state {
+                ContainerState::Terminated { exit_code, reason, .. } => Some((Some(*exit_code), reason.as_str())),
+                _ => None,
+            })
+            .unwrap_or((None, ""));
         let (state, reason) = match (pod.phase, &pod.reason, exit_code) {
             (PodPhase::Failed, Some(reason), _) => {
                 (SandboxState::Failed, format!("{reason}: {}", pod.message.clone().unwrap_or_default()))
             }
+            (_, _, Some(code)) if container_reason == "OOMKilled" => (
+                SandboxState::Failed,
+                format!("OOMKilled: the main process ran out of memory and was killed (exit code {code})"),
+            ),
             (_, _, Some(0)) => (SandboxState::Completed, "main process exited with code 0".to_owned()),
             (_, _, Some(code)) => (SandboxState::Failed, format!("main process exited with code {code}")),
             _ => return,
@@ -873,7 +896,9 @@ impl World {
     fn view(&self, sandbox: &Sandbox) -> SandboxView {
         let pod = self.cluster.pod(&sandbox.pod_uid);
         let job_id = sandbox.job_id;
-        let started = pod.and_then(|pod| pod.start_time).or(sandbox.started);
+        // A Pod still pulling its image has a start time, but the sandbox has not started.
+        let started =
+            pod.filter(|pod| pod.phase != PodPhase::Pending).and_then(|pod| pod.start_time).or(sandbox.started);
         let (state, state_reason, exit_code, ended) = match &sandbox.life {
             Life::Ended { state, reason, exit_code, at } => (*state, reason.clone(), *exit_code, Some(*at)),
             Life::TearingDown(_) => (SandboxState::Terminating, String::new(), None, None),
@@ -900,6 +925,19 @@ impl World {
 
     /// What keeps a Pending sandbox Pod from running, in words a user can act on.
     fn pending_reason(&self, pod: &Pod, job_id: Option<JobId>) -> (SandboxState, String) {
+        let waiting = pod.containers.iter().find_map(|container| match &container.state {
+            ContainerState::Waiting(reason) if reason != "ContainerCreating" => Some(reason.as_str()),
+            _ => None,
+        });
+        if let Some(reason) = waiting {
+            let image = self
+                .unpullable_image(&pod.uid)
+                .map(|(image, fault)| format!(" (image {image:?}, injected by {fault})"));
+            return (
+                SandboxState::Pending,
+                format!("{reason}: the image cannot be pulled{}", image.unwrap_or_default()),
+            );
+        }
         if let Some((false, _, message)) = &pod.scheduled_condition {
             return (SandboxState::Pending, message.clone());
         }

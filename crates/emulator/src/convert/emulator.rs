@@ -282,7 +282,11 @@ pub fn node(node: &Node, slurm_node: Option<&str>) -> pb::Node {
         capacity: resource_list(node.allocatable),
         allocatable: resource_list(node.allocatable),
         requested: resource_list(node.requested),
-        conditions: vec![condition("Ready", true, "KubeletReady", "kubelet is posting ready status")],
+        conditions: vec![if node.ready {
+            condition("Ready", true, "KubeletReady", "kubelet is posting ready status")
+        } else {
+            condition("Ready", false, "NodeStatusUnknown", "Kubelet stopped posting node status.")
+        }],
         slurm_node: slurm_node.unwrap_or_default().to_owned(),
     }
 }

@@ -1,32 +1,53 @@
 //! SandboxService's control operations: Create, Get, List, Delete. Each handler is the same three
 //! steps: check the caller and the request, one simulation command, convert the answer.
 
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
 use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse};
 use cwsandbox_api::sandbox_v1 as pb;
+use cwsandbox_sim::world::InjectedFault;
 use cwsandbox_sim::{Reason, SimError};
+use http::request::Parts;
 
 use super::respond;
 use crate::app::App;
 use crate::auth::{Caller, Role};
 use crate::convert::{self, StateFilter};
 use crate::errors::ApiError;
+use crate::faults::InjectedFaults;
+
+/// The domain faults the request guard chose for this CreateSandbox (`crate::faults`).
+pub struct Injected(Vec<InjectedFault>);
+
+impl FromRequestParts<App> for Injected {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _app: &App) -> Result<Injected, Self::Rejection> {
+        Ok(Injected(parts.extensions.get::<InjectedFaults>().map(|injected| injected.0.clone()).unwrap_or_default()))
+    }
+}
 
 /// CreateSandbox: idempotent by `request_id`.
 pub async fn create_sandbox(
     State(app): State<App>,
     caller: Caller,
+    Injected(faults): Injected,
     ConnectRequest(request): ConnectRequest<pb::CreateSandboxRequest>,
 ) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
-    respond("CreateSandbox", create(&app, &caller, request))
+    respond("CreateSandbox", create(&app, &caller, request, faults))
 }
 
-fn create(app: &App, caller: &Caller, request: pb::CreateSandboxRequest) -> Result<pb::Sandbox, ApiError> {
+fn create(
+    app: &App,
+    caller: &Caller,
+    request: pb::CreateSandboxRequest,
+    faults: Vec<InjectedFault>,
+) -> Result<pb::Sandbox, ApiError> {
     caller.require(Role::SandboxUser)?;
     let (spec, display_name) = convert::sandbox_input(request.sandbox)?;
     let owner = caller.owner();
-    let view =
-        app.driver().with_world(|world| world.create_sandbox(&owner, spec, &display_name, &request.request_id))?;
+    let view = app.driver().with_world(|world| {
+        world.create_sandbox_with_faults(&owner, spec, &display_name, &request.request_id, faults)
+    })?;
     tracing::info!(sandbox_id = %view.id, state = ?view.state, runner = %view.runner_id, user = %owner.user, "sandbox created");
     Ok(convert::sandbox(&view))
 }

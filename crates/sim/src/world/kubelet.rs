@@ -46,6 +46,13 @@ impl World {
                 },
             )
         };
+        let unpullable = if rejection.is_none() { self.unpullable_image(uid) } else { None };
+        if let Some((image, fault)) = unpullable {
+            // Admitted, but its image never arrives: Pending on its Node (it holds its requests).
+            self.cluster.bind(uid, node_name);
+            self.fail_image_pull(uid, &image, &fault);
+            return;
+        }
         match rejection {
             Some((reason, message)) => {
                 // A rejected Pod still shows its node, but never counted against it.
@@ -73,6 +80,7 @@ impl World {
                 self.event(uid, EventType::Normal, "Started", "Started container main", "kubelet");
                 self.pin_cpus(uid, node_name);
                 let containers = self.containers_to_start(uid, sandbox_id.as_deref());
+                self.arm_started_faults(&pod_uid);
                 self.effects.push(Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id, containers });
             }
         }

@@ -18,6 +18,7 @@ use crate::slurm::{JobId, Slurm, SlurmOutcome};
 use crate::time::{Clock, SimTime};
 
 mod commands;
+mod faults;
 mod kubelet;
 mod pods;
 mod scheduling;
@@ -27,6 +28,7 @@ mod timers;
 mod topology;
 
 pub use commands::{DeletedPod, PodDeletion, requested_sharing};
+pub use faults::{IMAGE_PULL_BACK_OFF, InjectedFault, InjectedKind, OOM_EXIT_CODE};
 pub use pods::{PodLifecycle, PodTransition};
 pub use tenants::TenantSpec;
 pub(crate) use timers::{Timer, TimerKey, Timers};
@@ -231,6 +233,10 @@ pub struct World {
     pub(crate) sunk_rejected: BTreeSet<SharedStr>,
     /// Pods needing a scheduling decision.
     pub(crate) unscheduled: BTreeSet<SharedStr>,
+    /// Pods an injected fault holds unscheduled until its timer.
+    pub(crate) held: BTreeSet<SharedStr>,
+    /// Faults injected into sandbox Pods, by Pod uid.
+    pub(crate) pod_faults: HashMap<SharedStr, Vec<InjectedFault>, IdHash>,
     /// Default-scheduler Pods waiting for room.
     pub(crate) waiting_for_room: BTreeSet<SharedStr>,
     /// Pods holding CPUs pinned by the kubelet: uid → (Node, whole CPUs).
@@ -278,6 +284,8 @@ impl World {
             org_names: HashMap::new(),
             sunk_rejected: BTreeSet::new(),
             unscheduled: BTreeSet::new(),
+            held: BTreeSet::new(),
+            pod_faults: HashMap::default(),
             waiting_for_room: BTreeSet::new(),
             pinned_cpus: HashMap::default(),
             room_freed: false,

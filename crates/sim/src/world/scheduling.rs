@@ -90,6 +90,9 @@ impl World {
         if pod.node_name.is_some() || pod.deletion_timestamp.is_some() || pod.phase != PodPhase::Pending {
             return;
         }
+        if self.held.contains(uid) {
+            return;
+        }
         if pod.scheduler_name == "default-scheduler" {
             self.try_default_schedule(uid, true);
             return;

@@ -64,6 +64,8 @@ impl World {
         self.unpin_cpus(uid);
         self.effects.push(Effect::KillPod { pod_uid: pod.uid.clone() });
         self.unscheduled.remove(uid);
+        self.held.remove(uid);
+        self.pod_faults.remove(uid);
         self.waiting_for_room.remove(uid);
         self.sunk_rejected.remove(uid);
         if let Some(job) = self.placeholder_of_pod.get(uid).copied() {

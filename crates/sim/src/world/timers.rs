@@ -19,6 +19,10 @@ pub(crate) enum Timer {
     PodGraceOver(SharedStr),
     SandboxLifetime(SharedStr),
     SandboxForget(SharedStr),
+    HoldOver(SharedStr),
+    ImagePullBackOff(SharedStr),
+    OomKill(SharedStr),
+    NodeNotReady(SharedStr),
 }
 
 /// Names one scheduled timer, so it can be cancelled.
@@ -141,6 +145,10 @@ impl World {
             }
             Timer::SandboxLifetime(id) => self.sandbox_lifetime_over(&id),
             Timer::SandboxForget(id) => self.sandbox_forget(&id),
+            Timer::HoldOver(uid) => self.on_hold_over(&uid),
+            Timer::ImagePullBackOff(uid) => self.on_image_pull_back_off(&uid),
+            Timer::OomKill(uid) => self.on_oom_kill(&uid),
+            Timer::NodeNotReady(uid) => self.on_node_not_ready(&uid),
         }
     }
 }

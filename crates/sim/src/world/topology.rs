@@ -81,6 +81,7 @@ impl World {
                         requested: ResourceTotals::default(),
                         pinned_cpus: 0,
                         created: self.now,
+                        ready: true,
                     },
                 );
                 self.slurm.add_node(SlurmNode {
@@ -122,6 +123,7 @@ impl World {
                     requested: ResourceTotals::default(),
                     pinned_cpus: 0,
                     created: self.now,
+                    ready: true,
                 },
             );
         }
