@@ -92,22 +92,6 @@ def pytest_report_header(config: pytest.Config) -> str:
 TARGET_REASON = "emulator-only helper {name!r}: --cwsandbox-target runs against a real service"
 
 
-class _EmulatorOnly:
-    """A helper of the emulator that a real service does not have: using it skips the test."""
-
-    def __init__(self, name: str):
-        self._name = name
-
-    def _skip(self) -> Any:
-        pytest.skip(TARGET_REASON.format(name=self._name))
-
-    def __getattr__(self, attribute: str) -> Any:
-        self._skip()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self._skip()
-
-
 class Target:
     """`cwsandbox_emulator` with --cwsandbox-target: the real endpoint, the user's own key."""
 
@@ -143,8 +127,9 @@ class Target:
         return env
 
     def __getattr__(self, name: str) -> Any:
-        if name in self._EMULATOR_ONLY or name in TargetTenant._EMULATOR_ONLY:
-            return _EmulatorOnly(name)
+        # Reached only for what a target lacks: an emulator-only helper skips the test using it.
+        if name in TargetTenant._EMULATOR_ONLY:
+            pytest.skip(TARGET_REASON.format(name=name))
         raise AttributeError(name)
 
 
