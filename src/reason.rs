@@ -107,6 +107,12 @@ reasons! {
     PodNotFound => "CWSANDBOX_POD_NOT_FOUND",
         when: "No Pod with that namespace and name.",
         remedy: "Check the namespace and name; list the Pods to find the right one.";
+    TenantNotFound => "CWSANDBOX_TENANT_NOT_FOUND",
+        when: "No tenant of that organization was created at run time (EmulatorService DeleteTenant), or the organization is a configured one.",
+        remedy: "ListTenants names the tenants; configured organizations end only with the emulator.";
+    FaultNotFound => "CWSANDBOX_FAULT_NOT_FOUND",
+        when: "No fault with that id is in force in the caller's scope (EmulatorService RemoveFault).",
+        remedy: "ListFaults names the faults in force; a Reset or ClearFaults may have removed it.";
     Unauthenticated => "CWSANDBOX_UNAUTHENTICATED",
         when: "The request carries no bearer token, or one the emulator does not know.",
         remedy: "Send `Authorization: Bearer <token>` with a token the emulator issued (`CWSANDBOX_API_KEY`).";

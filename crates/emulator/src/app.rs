@@ -1,12 +1,14 @@
 //! The state every handler shares: the driver (world and clock), the tokens, the optional
 //! process runtime and the limits.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::auth::Tokens;
+use crate::auth::{Principal, Tokens, bearer};
 use crate::driver::Driver;
 use crate::errors::ApiError;
+use crate::faults::Faults;
 use crate::runtime::SandboxRuntime;
+use crate::tenants::Tenants;
 
 /// Size limits of one request or response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +29,10 @@ impl Default for Limits {
 struct Inner {
     driver: Arc<Driver>,
     tokens: Tokens,
+    tenants: RwLock<Tenants>,
+    faults: Faults,
+    /// The values' `faults:`, installed again by each full Reset.
+    configured_faults: std::sync::Mutex<Vec<cwsandbox_api::emulator_v1::Fault>>,
     runtime: Option<Arc<dyn SandboxRuntime>>,
     limits: Limits,
 }
@@ -44,7 +50,15 @@ impl std::fmt::Debug for App {
 impl App {
     /// Assembles the state.
     pub fn new(driver: Arc<Driver>, tokens: Tokens, runtime: Option<Arc<dyn SandboxRuntime>>, limits: Limits) -> App {
-        App(Arc::new(Inner { driver, tokens, runtime, limits }))
+        App(Arc::new(Inner {
+            driver,
+            tokens,
+            tenants: RwLock::default(),
+            faults: Faults::default(),
+            configured_faults: Default::default(),
+            runtime,
+            limits,
+        }))
     }
 
     /// The driver.
@@ -52,9 +66,57 @@ impl App {
         &self.0.driver
     }
 
-    /// The accepted tokens.
+    /// The configured tokens (tenants' tokens are in [`App::tenants`]).
     pub fn tokens(&self) -> &Tokens {
         &self.0.tokens
+    }
+
+    /// The caller of an `authorization` header value: a configured token or a tenant's.
+    pub fn authenticate(&self, header: Option<&str>) -> Result<Principal, ApiError> {
+        let token = bearer(header)?;
+        if let Some(principal) = self.0.tokens.principal(token) {
+            return Ok(principal.clone());
+        }
+        self.tenants().principal(token).cloned().ok_or_else(|| ApiError::unauthenticated("unknown bearer token"))
+    }
+
+    /// The tenants, for reading (a poisoned lock is still readable: the registry has no
+    /// invariant a panic could break halfway).
+    pub fn tenants(&self) -> RwLockReadGuard<'_, Tenants> {
+        self.0.tenants.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The tenants, for changing.
+    pub fn tenants_mut(&self) -> RwLockWriteGuard<'_, Tenants> {
+        self.0.tenants.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The faults in force.
+    pub fn faults(&self) -> &Faults {
+        &self.0.faults
+    }
+
+    /// Installs the values' faults (the operator's), at start.
+    pub fn install_configured_faults(&self, faults: Vec<cwsandbox_api::emulator_v1::Fault>) -> Result<(), ApiError> {
+        for (index, fault) in faults.iter().enumerate() {
+            self.0.faults.add(fault.clone(), None).map_err(|error| {
+                let mut error = error;
+                error.message = format!("[{index}]: {}", error.message);
+                error
+            })?;
+        }
+        *self.0.configured_faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = faults;
+        Ok(())
+    }
+
+    /// After a full Reset: only the values' faults, with fresh counts.
+    pub fn reinstall_configured_faults(&self) {
+        self.0.faults.clear(None);
+        let faults = self.0.configured_faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        for fault in faults {
+            // They were checked at start.
+            let _ = self.0.faults.add(fault, None);
+        }
     }
 
     /// The limits.

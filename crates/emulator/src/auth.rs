@@ -123,6 +123,11 @@ pub struct Tokens {
     ordered: Vec<(String, Principal)>,
 }
 
+/// The operator's token under `serve --dev-tokens`.
+pub const DEV_ADMIN_TOKEN: &str = "cwsbx-dev-admin";
+/// The user's token under `serve --dev-tokens`.
+pub const DEV_USER_TOKEN: &str = "cwsbx-dev-user";
+
 /// The tokens generated when none are configured.
 #[derive(Debug, Clone)]
 pub struct GeneratedTokens {
@@ -132,7 +137,8 @@ pub struct GeneratedTokens {
     pub user: String,
 }
 
-fn random_token(prefix: &str) -> String {
+/// A random token with a readable prefix.
+pub(crate) fn random_token(prefix: &str) -> String {
     let mut bytes = [0u8; 24];
     if getrandom::fill(&mut bytes).is_err() {
         // No OS randomness: fall back to time and address entropy (local emulator tokens only).
@@ -189,6 +195,23 @@ impl Tokens {
         (tokens, generated)
     }
 
+    /// The fixed development tokens (`serve --dev-tokens`): the same principals as
+    /// [`Tokens::generate`], under tokens that survive restarts ([`DEV_ADMIN_TOKEN`],
+    /// [`DEV_USER_TOKEN`]), for a shell or `.env` file. Local use only.
+    pub fn dev(org: &str) -> Tokens {
+        let (generated, _) = Tokens::generate(org);
+        let mut tokens = Tokens::default();
+        for ((_, principal), token) in generated.ordered.into_iter().zip([DEV_ADMIN_TOKEN, DEV_USER_TOKEN]) {
+            tokens.insert(token.to_owned(), principal);
+        }
+        tokens
+    }
+
+    /// The organizations the tokens belong to.
+    pub fn has_org(&self, org: &str) -> bool {
+        self.ordered.iter().any(|(_, principal)| principal.org == org)
+    }
+
     fn insert(&mut self, token: String, principal: Principal) {
         self.by_token.insert(token.clone(), principal.clone());
         self.ordered.push((token, principal));
@@ -220,18 +243,23 @@ impl Tokens {
 
     /// Resolves an `authorization` header value.
     pub fn authenticate(&self, header: Option<&str>) -> Result<Principal, ApiError> {
-        let Some(header) = header else {
-            return Err(ApiError::unauthenticated(
-                "missing credentials: send `authorization: Bearer <token>` (set CWSANDBOX_API_KEY for the Python client)",
-            ));
-        };
-        let token = header
-            .split_once(' ')
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim())
-            .ok_or_else(|| ApiError::unauthenticated("the authorization header must be `Bearer <token>`"))?;
+        let token = bearer(header)?;
         self.principal(token).cloned().ok_or_else(|| ApiError::unauthenticated("unknown bearer token"))
     }
+}
+
+/// The token of an `authorization` header value, or UNAUTHENTICATED saying what is wrong.
+pub fn bearer(header: Option<&str>) -> Result<&str, ApiError> {
+    let Some(header) = header else {
+        return Err(ApiError::unauthenticated(
+            "missing credentials: send `authorization: Bearer <token>` (set CWSANDBOX_API_KEY for the Python client)",
+        ));
+    };
+    header
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .ok_or_else(|| ApiError::unauthenticated("the authorization header must be `Bearer <token>`"))
 }
 
 /// The authenticated caller of an RPC: an axum extractor that works on both transports (the gRPC
@@ -251,7 +279,7 @@ impl FromRequestParts<App> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Caller, ConnectError> {
         let header = parts.headers.get(http::header::AUTHORIZATION).and_then(|value| value.to_str().ok());
-        match app.tokens().authenticate(header) {
+        match app.authenticate(header) {
             Ok(principal) => Ok(Caller(Arc::new(principal))),
             Err(error) => {
                 tracing::debug!(path = %parts.uri.path(), "{error}");

@@ -17,7 +17,7 @@ use cwsandbox_emulator::state_dir::{self, SandboxRoot};
 use cwsandbox_emulator::transport::Transport;
 use cwsandbox_emulator::{Emulator, Options};
 use cwsandbox_executor::{ExecutorConfig, Isolation};
-use cwsandbox_sim::config::Scenario;
+use cwsandbox_sim::config::{Scenario, Timing};
 
 /// A local emulator of the CoreWeave Sandbox API (gRPC, Connect and gRPC-Web on one port) on a
 /// simulated CKS cluster with the SUNK Pod Scheduler and Slurm.
@@ -75,6 +75,16 @@ struct WorldArgs {
     /// Seed of generated identifiers (same seed and requests, same ids).
     #[arg(long)]
     seed: Option<u64>,
+    /// Timing profile: `realistic` (the guide's simulated prolog and epilog) or `instant` (no
+    /// artificial delay, for test suites). Overrides the values' `timing`; delays the values set
+    /// explicitly still apply. Default: the values' `timing`, else realistic.
+    #[arg(long, value_enum, env = "CWSANDBOX_EMULATOR_TIMING")]
+    timing: Option<TimingArg>,
+    /// Accept the fixed development tokens `cwsbx-dev-admin` (the operator) and `cwsbx-dev-user`
+    /// instead of random ones, so a shell or `.env` file survives restarts. Only on a loopback
+    /// address, and not with `auth.tokens` in the values.
+    #[arg(long, env = "CWSANDBOX_EMULATOR_DEV_TOKENS")]
+    dev_tokens: bool,
     /// Largest message accepted or sent on any transport, in bytes.
     #[arg(long, default_value_t = Limits::default().max_message_bytes)]
     max_message_bytes: usize,
@@ -144,6 +154,12 @@ enum ScenarioArg {
     Fresh,
 }
 
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum TimingArg {
+    Realistic,
+    Instant,
+}
+
 /// Where and how sandbox processes run.
 #[derive(Debug, Args)]
 struct SandboxArgs {
@@ -211,11 +227,16 @@ impl WorldArgs {
             ScenarioArg::Ready => Scenario::Ready,
             ScenarioArg::Fresh => Scenario::Fresh,
         };
-        let config = EmulatorConfig::load(scenario, &self.values)?;
+        let timing = self.timing.map(|timing| match timing {
+            TimingArg::Realistic => Timing::Realistic,
+            TimingArg::Instant => Timing::Instant,
+        });
+        let config = EmulatorConfig::load(scenario, &self.values, timing)?;
         let retention = Duration::from_secs(u64::from(config.values.sandboxes.retention_seconds));
         let mut options = Options::new(config);
         options.listen = listen;
         options.seed = self.seed;
+        options.dev_tokens = self.dev_tokens;
         options.limits.max_message_bytes = self.max_message_bytes;
         options.transport = self.transport.transport();
         let (runtime, root) = self.sandboxes.runtime(retention, options.limits.max_file_bytes)?;

@@ -29,7 +29,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cwsandbox_sim::config::{Scenario, Values, key_path, merge_values};
+use cwsandbox_sim::config::{Scenario, Timing, Values, key_path, merge_values};
 use serde::Deserialize;
 
 use crate::auth::Role;
@@ -95,6 +95,9 @@ pub struct EmulatorConfig {
     pub values: Values,
     /// Tokens.
     pub auth: AuthConfig,
+    /// Faults installed at start and after each full Reset (`faults:`, each a `Fault` as proto3
+    /// JSON).
+    pub faults: Vec<cwsandbox_api::emulator_v1::Fault>,
 }
 
 /// Parses one YAML overlay into a JSON tree (a map at the top).
@@ -162,18 +165,68 @@ impl EmulatorConfig {
         scenario: Scenario,
         overlays: impl IntoIterator<Item = (&'a Path, &'a str)>,
     ) -> Result<EmulatorConfig, ConfigError> {
-        let mut tree = Values::scenario_tree(scenario);
-        // `auth` merges under its own key, so `auth: null` (or a bare `auth:`) removes it as
-        // `null` removes any key, leaving the default.
+        EmulatorConfig::from_overlays_timed(scenario, overlays, None)
+    }
+
+    /// [`EmulatorConfig::from_overlays`] with a timing profile that overrides the values'
+    /// `timing` (`serve --timing`). The profile sets the delay defaults the overlays start from,
+    /// so a delay an overlay sets explicitly wins.
+    pub fn from_overlays_timed<'a>(
+        scenario: Scenario,
+        overlays: impl IntoIterator<Item = (&'a Path, &'a str)>,
+        timing: Option<Timing>,
+    ) -> Result<EmulatorConfig, ConfigError> {
+        // `auth` and `faults` merge under their own keys, so `auth: null` (or a bare `auth:`)
+        // removes it as `null` removes any key, leaving the default.
         let mut auth_tree = serde_json::json!({});
+        let mut faults_tree = serde_json::json!({});
+        let mut parsed = Vec::new();
         for (path, text) in overlays {
             let mut overlay = parse_overlay(path, text)?;
             if let Some(auth) = overlay.as_object_mut().and_then(|map| map.remove("auth")) {
                 merge_values(&mut auth_tree, &serde_json::json!({ "auth": auth }));
             }
-            merge_values(&mut tree, &overlay);
+            if let Some(faults) = overlay.as_object_mut().and_then(|map| map.remove("faults")) {
+                merge_values(&mut faults_tree, &serde_json::json!({ "faults": faults }));
+            }
+            parsed.push(overlay);
+        }
+        let timing = match timing {
+            Some(timing) => timing,
+            None => {
+                // The profile the overlays ask for, read before they are merged onto its defaults.
+                let mut asked = serde_json::json!({});
+                for overlay in &parsed {
+                    merge_values(&mut asked, overlay);
+                }
+                match asked.get("timing") {
+                    None | Some(serde_json::Value::Null) => Timing::Realistic,
+                    Some(value) => serde_json::from_value(value.clone()).map_err(|_| {
+                        ConfigError::Values(format!("timing: {value} is not a timing profile (realistic, instant)"))
+                    })?,
+                }
+            }
+        };
+        let mut tree = Values::scenario_tree_timed(scenario, timing);
+        for overlay in &parsed {
+            merge_values(&mut tree, overlay);
+        }
+        if let Some(map) = tree.as_object_mut() {
+            map.insert("timing".to_owned(), serde_json::Value::String(timing.as_str().to_owned()));
         }
         let values = values_from_tree(tree).map_err(|error| ConfigError::Values(error.to_string()))?;
+        let faults = match faults_tree.as_object_mut().and_then(|map| map.remove("faults")) {
+            None | Some(serde_json::Value::Null) => Vec::new(),
+            Some(serde_json::Value::Array(items)) => items
+                .into_iter()
+                .enumerate()
+                .map(|(index, item)| {
+                    serde_json::from_value::<cwsandbox_api::emulator_v1::Fault>(item)
+                        .map_err(|error| ConfigError::Values(format!("faults[{index}]: {error}")))
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(ConfigError::Values("faults: must be a list of faults".to_owned())),
+        };
         let auth_tree =
             auth_tree.as_object_mut().and_then(|map| map.remove("auth")).unwrap_or_else(|| serde_json::json!({}));
         let auth: AuthConfig = from_tree(auth_tree).map_err(|error| ConfigError::Auth(error.to_string()))?;
@@ -188,18 +241,18 @@ impl EmulatorConfig {
                 return Err(ConfigError::Auth(format!("tokens[{index}]: the same token is listed twice")));
             }
         }
-        Ok(EmulatorConfig { values, auth })
+        Ok(EmulatorConfig { values, auth, faults })
     }
 
     /// The scenario overlaid with the given files, in order.
-    pub fn load(scenario: Scenario, files: &[PathBuf]) -> Result<EmulatorConfig, ConfigError> {
+    pub fn load(scenario: Scenario, files: &[PathBuf], timing: Option<Timing>) -> Result<EmulatorConfig, ConfigError> {
         let mut texts = Vec::new();
         for path in files {
             let text =
                 std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
             texts.push((path.as_path(), text));
         }
-        EmulatorConfig::from_overlays(scenario, texts.iter().map(|(path, text)| (*path, text.as_str())))
+        EmulatorConfig::from_overlays_timed(scenario, texts.iter().map(|(path, text)| (*path, text.as_str())), timing)
     }
 }
 

@@ -173,10 +173,17 @@ impl Driver {
     /// one and the number of resets, so a replay is still deterministic while a late exit report of
     /// an old Pod can never name a new one. Returns how many Pods were stopped.
     pub fn reset(&self) -> SimResult<usize> {
+        self.reset_with(|_| Ok(()))
+    }
+
+    /// [`Driver::reset`], with `rebuild` run on the fresh world before it replaces the old one
+    /// (tenants admitted again).
+    pub fn reset_with(&self, rebuild: impl FnOnce(&mut World) -> SimResult<()>) -> SimResult<usize> {
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let seed = self.seed ^ generation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let fresh =
+        let mut fresh =
             World::new(self.initial_values.clone(), Box::new(self.clock.clone()), Box::new(SeededIds::new(seed)))?;
+        rebuild(&mut fresh)?;
         let stopped = {
             let mut world = self.lock();
             let old = std::mem::replace(&mut *world, fresh);

@@ -52,6 +52,8 @@ pub fn codes(reason: Reason) -> &'static [Code] {
         Reason::JobNotFound => &[Code::NotFound],
         Reason::NodeNotFound => &[Code::NotFound],
         Reason::PodNotFound => &[Code::NotFound],
+        Reason::TenantNotFound => &[Code::NotFound],
+        Reason::FaultNotFound => &[Code::NotFound],
         Reason::Unauthenticated => &[Code::Unauthenticated],
         Reason::PermissionDenied => &[Code::PermissionDenied],
         // INTERNAL when the executor reports that it failed to run the command.

@@ -42,7 +42,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Code;
 
 use crate::app::App;
+use crate::auth::{Principal, Role};
 use crate::errors::ApiError;
+use crate::fault_stream::{CutBody, Tail, string_field};
+use crate::faults::{Call, FAULT_HEADER, Verdict, header_verdict};
 
 /// RPCs whose request carries file content, allowed up to `max_message_bytes`.
 const PAYLOAD_METHODS: &[&str] =
@@ -73,7 +76,10 @@ pub struct RequestLimits {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct MethodShape {
     client_streaming: bool,
+    server_streaming: bool,
     payload: bool,
+    /// The number of the request's `sandbox_id` field, if it has one (for faults matching tags).
+    sandbox_id_field: Option<u32>,
     /// The request message's full name (`.coreweave.sandbox.v1.GetSandboxRequest`).
     input: String,
 }
@@ -82,6 +88,14 @@ struct MethodShape {
 fn methods() -> HashMap<String, MethodShape> {
     let set = prost_types::FileDescriptorSet::decode(cwsandbox_api::FILE_DESCRIPTOR_SET)
         .expect("the embedded descriptor set is valid");
+    let mut sandbox_id_fields = HashMap::new();
+    for file in &set.file {
+        for message in &file.message_type {
+            if let Some(field) = message.field.iter().find(|field| field.name() == "sandbox_id") {
+                sandbox_id_fields.insert(format!(".{}.{}", file.package(), message.name()), field.number() as u32);
+            }
+        }
+    }
     let mut methods = HashMap::new();
     for file in &set.file {
         for service in &file.service {
@@ -89,7 +103,17 @@ fn methods() -> HashMap<String, MethodShape> {
                 let path = format!("/{}.{}/{}", file.package(), service.name(), method.name());
                 let payload = PAYLOAD_METHODS.contains(&path.as_str());
                 let input = method.input_type().to_owned();
-                methods.insert(path, MethodShape { client_streaming: method.client_streaming(), payload, input });
+                let sandbox_id_field = sandbox_id_fields.get(&input).copied();
+                methods.insert(
+                    path,
+                    MethodShape {
+                        client_streaming: method.client_streaming(),
+                        server_streaming: method.server_streaming(),
+                        payload,
+                        sandbox_id_field,
+                        input,
+                    },
+                );
             }
         }
     }
@@ -132,6 +156,36 @@ impl Protocol {
             Protocol::Grpc => error.to_status().into_http::<Body>(),
             Protocol::ConnectUnary { .. } => ConnectError::from(error.clone()).into_response(),
             Protocol::ConnectStream { json } => ConnectError::from(error.clone()).into_streaming_response(!json),
+        }
+    }
+
+    /// An injected status (a fault's, not a domain error) as the answer in this protocol.
+    fn reject_status(self, status: tonic::Status) -> Response {
+        match self {
+            Protocol::Grpc => status.into_http::<Body>(),
+            Protocol::ConnectUnary { .. } => ConnectError::from(status).into_response(),
+            Protocol::ConnectStream { json } => ConnectError::from(status).into_streaming_response(!json),
+        }
+    }
+
+    /// How a stream cut by a fault ends in this protocol.
+    async fn tail(self, status: tonic::Status) -> Tail {
+        match self {
+            Protocol::Grpc => {
+                // tonic keeps its trailer encoder private; its trailers-only answer carries the
+                // same headers.
+                let mut trailers = http::HeaderMap::new();
+                for (name, value) in status.into_http::<Body>().headers() {
+                    if name.as_str().starts_with("grpc-") {
+                        trailers.insert(name.clone(), value.clone());
+                    }
+                }
+                Tail::Grpc(trailers)
+            }
+            Protocol::ConnectUnary { json } | Protocol::ConnectStream { json } => {
+                let response = ConnectError::from(status).into_streaming_response(!json);
+                Tail::Connect(response.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default())
+            }
         }
     }
 }
@@ -179,6 +233,12 @@ where
         let inner = self.inner.clone();
         Box::pin(async move { Ok(shared.handle(request, inner).await) })
     }
+}
+
+/// A response whose stream a fault ends after some messages (an error answer passes unchanged).
+async fn cut_stream(response: Response, cut: Option<(u32, Tail)>) -> Response {
+    let Some((after, tail)) = cut else { return response };
+    response.map(|body| Body::new(CutBody::new(body, after, tail)))
 }
 
 /// The deadline a gRPC call carries in `grpc-timeout` (an integer of at most 8 digits and a
@@ -284,15 +344,27 @@ impl Shared {
             return undecodable_is_invalid_argument(response);
         }
         let header = request.headers().get(http::header::AUTHORIZATION).and_then(|value| value.to_str().ok());
-        if let Err(error) = self.app.tokens().authenticate(header) {
-            tracing::debug!(%path, "{error}");
-            return protocol.reject(&error);
-        }
+        let principal = match self.app.authenticate(header) {
+            Ok(principal) => principal,
+            Err(error) => {
+                tracing::debug!(%path, "{error}");
+                return protocol.reject(&error);
+            }
+        };
         let Some(shape) = self.methods.get(&path) else {
             // Not an RPC of the API: the services answer (UNIMPLEMENTED, 404).
             return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
         };
         if shape.client_streaming {
+            // The request streams on: faults match it by method, organization and headers.
+            let verdict = match self.faults(&path, shape, &principal, request.headers(), &|| None) {
+                Ok(verdict) => verdict,
+                Err(error) => return protocol.reject(&error),
+            };
+            let cut = match self.inflict(verdict, protocol).await {
+                Ok(cut) => cut,
+                Err(response) => return response,
+            };
             // Streamed on as it comes; over gRPC each message is held to the limit here, so an
             // oversized one is RESOURCE_EXHAUSTED as everywhere else (tonic says OUT_OF_RANGE).
             let request = if protocol == Protocol::Grpc {
@@ -301,7 +373,8 @@ impl Shared {
             } else {
                 request
             };
-            return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
+            let response = inner.oneshot(request).await.unwrap_or_else(|never| match never {});
+            return cut_stream(response, cut).await;
         }
         let (limit, decoded_limit) = if shape.payload {
             let limit = self.limits.max_message_bytes;
@@ -327,6 +400,15 @@ impl Shared {
                 tracing::debug!(%path, "{error}");
                 return protocol.reject(&error);
             }
+        };
+        let tags = || self.tags_of(&path, shape, &principal.org, protocol, compressed, &bytes);
+        let verdict = match self.faults(&path, shape, &principal, &parts.headers, &tags) {
+            Ok(verdict) => verdict,
+            Err(error) => return protocol.reject(&error),
+        };
+        let cut = match self.inflict(verdict, protocol).await {
+            Ok(cut) => cut,
+            Err(response) => return response,
         };
         let json = matches!(protocol, Protocol::ConnectUnary { json: true }).then(|| bytes.clone());
         // The caller's own deadline: Connect's `connect-timeout-ms` is enforced by
@@ -354,7 +436,80 @@ impl Shared {
             None => response,
         };
         drop(reservation);
-        response
+        cut_stream(response, cut).await
+    }
+
+    /// What the faults in force, and the call's own fault header, do to this call.
+    fn faults(
+        &self,
+        path: &str,
+        shape: &MethodShape,
+        principal: &Principal,
+        headers: &http::HeaderMap,
+        tags: &dyn Fn() -> Option<Vec<String>>,
+    ) -> Result<Verdict, ApiError> {
+        let (service, method) = path.trim_start_matches('/').split_once('/').unwrap_or((path, ""));
+        let call =
+            Call { service, method, org: &principal.org, headers, server_streaming: shape.server_streaming, tags };
+        let mut verdict = self.app.faults().evaluate(&call);
+        if let Some(value) = headers.get(FAULT_HEADER) {
+            principal
+                .require_any(&[Role::SandboxAdmin, Role::ClusterAdmin], "the fault header is for administrators")?;
+            let value = value.to_str().map_err(|_| ApiError::invalid_field(FAULT_HEADER, "not ASCII text"))?;
+            let one = header_verdict(value, shape.server_streaming)?;
+            verdict.latency += one.latency;
+            verdict.failure = verdict.failure.or(one.failure);
+            verdict.cut = verdict.cut.or(one.cut);
+        }
+        Ok(verdict)
+    }
+
+    /// Waits the verdict's latency; then its failure is the answer (`Err`), or its cut is to be
+    /// applied to the answer (`Ok`).
+    async fn inflict(&self, verdict: Verdict, protocol: Protocol) -> Result<Option<(u32, Tail)>, Response> {
+        if !verdict.latency.is_zero() {
+            tokio::time::sleep(verdict.latency).await;
+        }
+        if let Some(status) = verdict.failure {
+            tracing::debug!(code = ?status.code(), "call failed by a fault");
+            return Err(protocol.reject_status(status));
+        }
+        match verdict.cut {
+            Some(cut) => Ok(Some((cut.after, protocol.tail(cut.status).await))),
+            None => Ok(None),
+        }
+    }
+
+    /// The tags of the sandbox a unary request concerns: CreateSandbox's own, else those of the
+    /// sandbox its `sandbox_id` names (in the caller's organization).
+    fn tags_of(
+        &self,
+        path: &str,
+        shape: &MethodShape,
+        org: &str,
+        protocol: Protocol,
+        compressed: bool,
+        bytes: &Bytes,
+    ) -> Option<Vec<String>> {
+        if compressed {
+            return None;
+        }
+        let message: &[u8] = if protocol.enveloped() { bytes.get(ENVELOPE..)? } else { bytes };
+        let json = matches!(protocol, Protocol::ConnectUnary { json: true } | Protocol::ConnectStream { json: true });
+        if path.ends_with("/CreateSandbox") {
+            let request: cwsandbox_api::sandbox_v1::CreateSandboxRequest =
+                if json { serde_json::from_slice(message).ok()? } else { Message::decode(message).ok()? };
+            return Some(request.sandbox.and_then(|sandbox| sandbox.spec).map(|spec| spec.tags).unwrap_or_default());
+        }
+        let sandbox_id = if json {
+            let tree: serde_json::Value = serde_json::from_slice(message).ok()?;
+            tree.get("sandboxId").or_else(|| tree.get("sandbox_id"))?.as_str()?.to_owned()
+        } else {
+            string_field(message, shape.sandbox_id_field?)?
+        };
+        self.app
+            .driver()
+            .with_world(|world| world.get_sandbox(org, &sandbox_id).ok().map(|sandbox| sandbox.tags.clone()))
     }
 
     /// Reads the whole body of a single-message request, reserving memory as it arrives.

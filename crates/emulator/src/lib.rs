@@ -26,6 +26,8 @@ pub mod decoded_size;
 pub mod driver;
 pub mod errors;
 pub mod executor_runtime;
+pub mod fault_stream;
+pub mod faults;
 pub mod guard;
 pub mod json_path;
 pub mod kube;
@@ -33,6 +35,7 @@ pub mod runtime;
 pub mod server;
 pub mod services;
 pub mod state_dir;
+pub mod tenants;
 pub mod tls;
 pub mod transport;
 
@@ -75,6 +78,9 @@ pub struct Options {
     pub kubeconfig: Option<PathBuf>,
     /// Timeouts, the connection cap, request size and memory limits.
     pub transport: transport::Transport,
+    /// Accept the fixed development tokens ([`auth::DEV_ADMIN_TOKEN`], [`auth::DEV_USER_TOKEN`])
+    /// instead of random ones (loopback only, not with configured tokens).
+    pub dev_tokens: bool,
 }
 
 impl Options {
@@ -89,6 +95,7 @@ impl Options {
             clock: EmulatorClock::new(),
             kubeconfig: None,
             transport: transport::Transport::default(),
+            dev_tokens: false,
         }
     }
 }
@@ -176,6 +183,12 @@ pub enum StartError {
         /// Why.
         source: std::io::Error,
     },
+    /// `--dev-tokens` cannot be honoured.
+    #[error("{0}")]
+    DevTokens(String),
+    /// A fault of the values' `faults:` is not a valid rule.
+    #[error("invalid values: faults: {0}")]
+    Fault(String),
     /// The values do not describe a world.
     #[error("invalid values: {0}")]
     Values(#[from] cwsandbox_sim::SimError),
@@ -215,13 +228,23 @@ fn seed_from_clock() -> u64 {
 impl Emulator {
     /// Builds the world, binds the port and starts serving; returns once connections are accepted.
     pub async fn start(options: Options) -> Result<Emulator, StartError> {
-        let Options { listen, config, seed, limits, runtime, clock, kubeconfig, transport } = options;
+        let Options { listen, config, seed, limits, runtime, clock, kubeconfig, transport, dev_tokens } = options;
         let default_org =
             config.values.runners.first().map(|runner| runner.org.clone()).unwrap_or_else(|| DEFAULT_ORG.to_owned());
-        let tokens = if config.auth.tokens.is_empty() {
-            Tokens::generate(&default_org).0
-        } else {
-            Tokens::from_config(&config.auth)
+        let tokens = match (config.auth.tokens.is_empty(), dev_tokens) {
+            (true, false) => Tokens::generate(&default_org).0,
+            (true, true) if listen.ip().is_loopback() => Tokens::dev(&default_org),
+            (true, true) => {
+                return Err(StartError::DevTokens(format!(
+                    "the development tokens are public; they are refused on {listen}, which is not a loopback address"
+                )));
+            }
+            (false, false) => Tokens::from_config(&config.auth),
+            (false, true) => {
+                return Err(StartError::DevTokens(
+                    "--dev-tokens and auth.tokens in the values both name the tokens; use one".to_owned(),
+                ));
+            }
         };
         let admin = tokens.first_admin().map(|(token, principal)| (token.to_owned(), principal.org.clone()));
         let user = tokens.first_user().map(|(token, principal)| (token.to_owned(), principal.org.clone()));
@@ -236,6 +259,7 @@ impl Emulator {
 
         let (driver, pump) = Driver::new(config.values, clock, seed.unwrap_or_else(seed_from_clock))?;
         let app = App::new(Arc::clone(&driver), tokens, runtime.clone(), limits);
+        app.install_configured_faults(config.faults).map_err(|error| StartError::Fault(error.to_string()))?;
         let router = server::router(app.clone(), &transport).await;
 
         let listener = tokio::net::TcpListener::bind(listen)

@@ -27,7 +27,7 @@ use tower::{Layer, ServiceExt};
 use crate::app::App;
 use crate::guard::{Guard, RequestLimits};
 use crate::not_implemented;
-use crate::services::{data, discovery, emulator, runners, sandbox};
+use crate::services::{data, discovery, emulator, faults, runners, sandbox, tenants};
 use crate::transport::Transport;
 
 /// The gRPC service names this server answers for (health reports each as SERVING).
@@ -237,6 +237,13 @@ pub async fn router(app: App, transport: &Transport) -> Router {
 
     let (emulator_routes, emulator_grpc) = EmulatorServiceTonicCompatibleBuilder::new()
         .get_values(emulator::get_values)
+        .create_tenant(tenants::create_tenant)
+        .delete_tenant(tenants::delete_tenant)
+        .list_tenants(tenants::list_tenants)
+        .add_fault(faults::add_fault)
+        .list_faults(faults::list_faults)
+        .remove_fault(faults::remove_fault)
+        .clear_faults(faults::clear_faults)
         .apply_values(emulator::apply_values)
         .list_pods(emulator::list_pods)
         .delete_pod(emulator::delete_pod)

@@ -45,6 +45,34 @@ pub struct Values {
     /// The kubelets' configuration.
     #[serde(default)]
     pub kubelet: KubeletValues,
+    /// The timing profile the values were made with (see [`Timing`]).
+    #[serde(default)]
+    pub timing: Timing,
+}
+
+/// How much artificial delay the simulation adds. The profile sets the defaults of the delay
+/// settings; values that set one explicitly win over the profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Timing {
+    /// The guide's behaviour: the placeholder job's prolog takes `scheduler.prologSeconds` (1 s)
+    /// before the Pod binds, and its epilog `scheduler.epilogSeconds`.
+    #[default]
+    Realistic,
+    /// No artificial delay: prolog and epilog take no time, so a sandbox runs as soon as its
+    /// process started and ends as soon as its processes ended. Freeze the clock and set the
+    /// delays explicitly to watch the phases in between.
+    Instant,
+}
+
+impl Timing {
+    /// The profile's name, as values spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Timing::Realistic => "realistic",
+            Timing::Instant => "instant",
+        }
+    }
 }
 
 /// The kubelets' configuration (the same on every Node).
@@ -317,6 +345,14 @@ pub struct RunnerValues {
     pub display_name: String,
     /// The policy as proto3 JSON (`{}` is the permissive policy).
     pub policy: serde_json::Value,
+    /// Whether tenants created at run time (EmulatorService CreateTenant) get a runner of this
+    /// id and policy in their own organization.
+    #[serde(default = "shared_with_tenants")]
+    pub tenants: bool,
+}
+
+fn shared_with_tenants() -> bool {
+    true
 }
 
 fn default_group() -> String {
@@ -429,6 +465,7 @@ impl Values {
                 cluster_id: "cks-cluster".to_owned(),
                 display_name: "Emulated CKS runner".to_owned(),
                 policy,
+                tenants: true,
             }],
             sandboxes: SandboxValues {
                 pod_termination_grace_period_seconds: 30,
@@ -440,12 +477,24 @@ impl Values {
                 event_capacity: 10_000,
             },
             kubelet: KubeletValues::default(),
+            timing: Timing::Realistic,
         }
     }
 
     /// The scenario as a JSON tree, the base a values overlay merges into.
     pub fn scenario_tree(scenario: Scenario) -> serde_json::Value {
-        serde_json::to_value(Values::scenario(scenario)).unwrap_or(serde_json::Value::Null)
+        Values::scenario_tree_timed(scenario, Timing::Realistic)
+    }
+
+    /// The scenario with the delay defaults of a timing profile, as a JSON tree.
+    pub fn scenario_tree_timed(scenario: Scenario, timing: Timing) -> serde_json::Value {
+        let mut values = Values::scenario(scenario);
+        values.timing = timing;
+        if timing == Timing::Instant {
+            values.scheduler.prolog_seconds = 0;
+            values.scheduler.epilog_seconds = 0;
+        }
+        serde_json::to_value(values).unwrap_or(serde_json::Value::Null)
     }
 
     /// Reads a merged tree, naming the offending key on error (`slurmConfig.KillWait: invalid

@@ -261,11 +261,18 @@ pub(crate) struct Sandboxes {
     by_request: HashMap<String, HashMap<String, SharedStr>>,
     /// Prepared policies by organization and runner, with the etag they were prepared at.
     policies: HashMap<String, HashMap<String, (String, Arc<PreparedPolicy>)>>,
-    /// Each user's namespace name, made once and shared by the user's sandboxes and Pods.
-    /// Cleared when values change (the prefix may have).
-    pub(crate) namespaces: HashMap<String, SharedStr>,
+    /// Organization → user → the user's namespace name, made once and shared by the user's
+    /// sandboxes and Pods. Cleared when values change (the prefix may have).
+    pub(crate) namespaces: HashMap<String, HashMap<String, SharedStr>>,
     /// The runtime defaults parsed from the values in force; cleared when values change.
     pub(crate) defaults: Option<RuntimeDefaults>,
+}
+
+impl Sandboxes {
+    /// Drops an organization's prepared policies (its runners are gone).
+    pub(crate) fn forget_policies(&mut self, org: &str) {
+        self.policies.remove(org);
+    }
 }
 
 /// What a reader sees of a sandbox: the shared, unchanging [`SandboxInfo`] (reachable
@@ -399,7 +406,7 @@ impl World {
         }
 
         let id = self.ids.sandbox_id();
-        let namespace = self.user_namespace(&owner.user);
+        let namespace = self.user_namespace(&owner.org, &owner.user);
         let pod_name = SharedStr::concat(&["sandbox-", &id]);
         let pod_uid = self.ids.uid();
         self.ensure_namespace(&namespace);
@@ -492,13 +499,27 @@ impl World {
         self.get_sandbox(&owner.org, &id)
     }
 
-    /// The namespace of a user's sandboxes (created if missing).
-    fn user_namespace(&mut self, user: &str) -> SharedStr {
-        if let Some(namespace) = self.sandboxes.namespaces.get(user) {
+    /// The namespace of a user's sandboxes (created if missing): `<prefix><user>`, or
+    /// `<prefix><user>-<org>` when another organization's user of the same name has the first
+    /// (organizations never share a namespace).
+    fn user_namespace(&mut self, org: &str, user: &str) -> SharedStr {
+        if let Some(namespace) = self.sandboxes.namespaces.get(org).and_then(|users| users.get(user)) {
             return namespace.clone();
         }
-        let namespace = SharedStr::from(format!("{}{}", self.sandbox_values().namespace_prefix, dns_label(user)));
-        self.sandboxes.namespaces.insert(user.to_owned(), namespace.clone());
+        let prefix = &self.sandbox_values().namespace_prefix;
+        let taken = |name: &str| {
+            self.sandboxes.namespaces.values().flat_map(|users| users.values()).any(|taken| &**taken == name)
+        };
+        let plain = format!("{prefix}{}", dns_label(user));
+        let name = if taken(&plain) {
+            let mut qualified = format!("{prefix}{}-{}", dns_label(user), dns_label(org));
+            qualified.truncate(63);
+            qualified.trim_end_matches('-').to_owned()
+        } else {
+            plain
+        };
+        let namespace = SharedStr::from(name);
+        self.sandboxes.namespaces.entry(org.to_owned()).or_default().insert(user.to_owned(), namespace.clone());
         namespace
     }
 

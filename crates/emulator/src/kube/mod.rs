@@ -381,7 +381,7 @@ fn authorize(
     namespace: Option<&str>,
 ) -> Result<Scope, Status> {
     let header = headers.get(http::header::AUTHORIZATION).and_then(|value| value.to_str().ok());
-    let principal = app.tokens().authenticate(header).map_err(|_| Status::unauthorized())?;
+    let principal = app.authenticate(header).map_err(|_| Status::unauthorized())?;
     if principal.has(Role::SandboxAdmin) || principal.has(Role::ClusterAdmin) {
         return Ok(principal.scope());
     }

@@ -27,7 +27,7 @@ use crate::errors::ApiError;
 
 /// Runs `body` in the caller's scope, for `sandbox_admin` or `cluster_admin`; anyone else gets
 /// PERMISSION_DENIED.
-fn scoped<T>(
+pub(crate) fn scoped<T>(
     method: &str,
     caller: &Caller,
     body: impl FnOnce(Scope) -> Result<T, ApiError>,
@@ -38,7 +38,7 @@ fn scoped<T>(
 }
 
 /// Runs `body` for the cluster operator (`cluster_admin`); anyone else gets PERMISSION_DENIED.
-fn operator<T>(
+pub(crate) fn operator<T>(
     method: &str,
     caller: &Caller,
     body: impl FnOnce() -> Result<T, ApiError>,
@@ -457,8 +457,17 @@ pub async fn reset(
             }
         };
         let stopped = match org {
-            None => app.driver().reset()?,
+            None => {
+                // Tenants and their tokens stay: the fresh world admits them again.
+                let tenants: Vec<_> = app.tenants().iter().map(|tenant| tenant.spec.clone()).collect();
+                let stopped = app
+                    .driver()
+                    .reset_with(|world| tenants.iter().try_for_each(|tenant| world.admit_tenant(tenant).map(drop)))?;
+                app.reinstall_configured_faults();
+                stopped
+            }
             Some(org) => {
+                app.faults().forget_organization(org);
                 let stopped = app.driver().with_world(|world| world.reset_organization(org));
                 tracing::info!(stopped, org, "organization reset");
                 stopped

@@ -6,8 +6,10 @@
 pub mod data;
 pub mod discovery;
 pub mod emulator;
+pub mod faults;
 pub mod runners;
 pub mod sandbox;
+pub mod tenants;
 
 use connectrpc_axum::{ConnectError, ConnectResponse};
 

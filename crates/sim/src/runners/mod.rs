@@ -500,6 +500,12 @@ impl RunnerRegistry {
     }
 
     /// The organization's runners in runner-id order, DELETING ones included.
+    /// Forgets every runner and request id of an organization at once (a tenant that leaves;
+    /// no DELETING phase: nothing outside the emulator watches a tenant's runners).
+    pub fn forget_organization(&mut self, org: &str) {
+        self.orgs.remove(org);
+    }
+
     /// A runner by id, borrowed (no copy of its policy), if it exists in the organization.
     pub fn find(&self, org: &str, runner_id: &str) -> Option<&ManagedRunner> {
         self.orgs.get(org).and_then(|runners| runners.runners.get(runner_id)).map(|record| &record.runner)

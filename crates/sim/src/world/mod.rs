@@ -22,11 +22,13 @@ mod kubelet;
 mod pods;
 mod scheduling;
 mod teardown;
+mod tenants;
 mod timers;
 mod topology;
 
 pub use commands::{DeletedPod, PodDeletion, requested_sharing};
 pub use pods::{PodLifecycle, PodTransition};
+pub use tenants::TenantSpec;
 pub(crate) use timers::{Timer, TimerKey, Timers};
 
 /// What happened to a sandbox's Pod or placeholder job, for the sandbox lifecycle to take in.

@@ -326,23 +326,34 @@ impl World {
 
     pub(super) fn build_runners(&mut self) -> SimResult<()> {
         for (index, runner) in self.values.runners.clone().into_iter().enumerate() {
-            let policy: cwsandbox_api::sandbox_v1::Policy = serde_json::from_value(runner.policy.clone())
-                .map_err(|error| SimError::invalid_field(format!("runners[{index}].policy"), error.to_string()))?;
-            let managed = cwsandbox_api::sandbox_v1::ManagedRunner {
-                identity: Some(cwsandbox_api::sandbox_v1::RunnerIdentity {
-                    runner_id: runner.runner_id.clone(),
-                    runner_group_id: runner.runner_group_id.clone(),
-                    zone: runner.zone.clone(),
-                    cluster_id: runner.cluster_id.clone(),
-                    cluster_name: String::new(),
-                }),
-                display_name: runner.display_name.clone(),
-                policy: Some(policy),
-                ..Default::default()
-            };
-            self.runners.create(&runner.org, managed, &format!("config-{index}"), self.now)?;
+            self.create_configured_runner(&runner.org, index, &runner)?;
         }
         self.runners.advance(self.now);
+        Ok(())
+    }
+
+    /// Creates `runners[index]` of the values in `org` (its own, or a tenant's).
+    pub(super) fn create_configured_runner(
+        &mut self,
+        org: &str,
+        index: usize,
+        runner: &crate::config::RunnerValues,
+    ) -> SimResult<()> {
+        let policy: cwsandbox_api::sandbox_v1::Policy = serde_json::from_value(runner.policy.clone())
+            .map_err(|error| SimError::invalid_field(format!("runners[{index}].policy"), error.to_string()))?;
+        let managed = cwsandbox_api::sandbox_v1::ManagedRunner {
+            identity: Some(cwsandbox_api::sandbox_v1::RunnerIdentity {
+                runner_id: runner.runner_id.clone(),
+                runner_group_id: runner.runner_group_id.clone(),
+                zone: runner.zone.clone(),
+                cluster_id: runner.cluster_id.clone(),
+                cluster_name: String::new(),
+            }),
+            display_name: runner.display_name.clone(),
+            policy: Some(policy),
+            ..Default::default()
+        };
+        self.runners.create(org, managed, &format!("config-{index}"), self.now)?;
         Ok(())
     }
 
