@@ -115,3 +115,17 @@ def test_the_orphan_check_fails_the_stop_when_a_process_survives():
         if survivor.poll() is None:
             survivor.kill()
             survivor.wait()
+
+
+def test_jobs_are_the_accounting_rows_once_and_the_queue_on_request(monkeypatch):
+    with Emulator() as emu:
+        for name, value in emu.env().items():
+            monkeypatch.setenv(name, value)
+        with Sandbox.run(placement_mode="cks", runner_ids=[emu.runner_id]) as sb:
+            assert sb.exec(["true"]).result().returncode == 0
+            [accounted] = [job for job in emu.slurm.jobs() if sb.sandbox_id in job["name"]]
+            [queued] = [job for job in emu.slurm.queue() if sb.sandbox_id in job["name"]]
+            assert (accounted["source"], queued["source"]) == ("accounting", "queue")
+            assert accounted["job_id"] == queued["job_id"]
+            assert emu.slurm.jobs(states=["RUNNING"], job_ids=[accounted["job_id"]]) == [accounted]
+            assert emu.slurm.jobs(states=["COMPLETED"], job_ids=[accounted["job_id"]]) == []

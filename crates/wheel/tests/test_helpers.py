@@ -32,3 +32,9 @@ def test_jobs_become_sacct_rows_with_every_usual_field():
     assert row["req_mem_mb"] == 4096
     # Fields proto3 JSON leaves out when empty are there with their empty values.
     assert row["exit_code"] == 0 and row["partition"] == "" and row["steps"] == []
+
+
+def test_job_steps_and_source_read_as_sacct_prints_them():
+    row = job_row({"source": "JOB_SOURCE_ACCOUNTING", "state": "JOB_STATE_COMPLETED", "steps": [{"name": "batch", "state": "JOB_STATE_COMPLETED"}]})
+    assert row["source"] == "accounting"
+    assert row["steps"][0]["state"] == "COMPLETED"

@@ -199,6 +199,7 @@ _JOB_DEFAULTS: Dict[str, Any] = {
     "exit_code": 0,
     "exit_signal": 0,
     "comment": "",
+    "completing": False,
     "steps": [],
 }
 
@@ -216,8 +217,11 @@ def job_row(job: Mapping[str, Any]) -> Dict[str, Any]:
     field present, `state` as sacct prints it (`RUNNING`, `COMPLETED`, …), numbers as ints."""
     row = dict(_JOB_DEFAULTS)
     row.update(_snake_tree(dict(job)))
-    state = str(row.get("state", ""))
-    row["state"] = state.removeprefix("JOB_STATE_")
+    row["state"] = str(row["state"]).removeprefix("JOB_STATE_")
+    row["source"] = str(row.get("source", "")).removeprefix("JOB_SOURCE_").lower()
+    for step in row["steps"]:
+        if isinstance(step, dict) and "state" in step:
+            step["state"] = str(step["state"]).removeprefix("JOB_STATE_")
     for key in ("job_id", "uid", "gid", "alloc_nodes", "alloc_cpus", "req_cpus", "req_mem_mb", "req_gpus", "elapsed_seconds"):
         if key in row and isinstance(row[key], str):
             row[key] = int(row[key])
@@ -239,9 +243,25 @@ class Slurm:
         partitions: Iterable[str] = (),
         names: Iterable[str] = (),
     ) -> List[Dict[str, Any]]:
-        """Jobs as `sacct` rows (see `job_row`), filtered like sacct's options; states by name
-        (`RUNNING` or `JOB_STATE_RUNNING`)."""
-        body: Dict[str, Any] = {}
+        """Every job as `sacct` has it (the accounting rows, base states only), as rows (see
+        `job_row`), filtered like sacct's options; states by name (`RUNNING`)."""
+        return self._list("JOB_SOURCE_ACCOUNTING", job_ids, users, states, partitions, names)
+
+    def queue(
+        self,
+        *,
+        job_ids: Iterable[int] = (),
+        users: Iterable[str] = (),
+        states: Iterable[str] = (),
+        partitions: Iterable[str] = (),
+        names: Iterable[str] = (),
+    ) -> List[Dict[str, Any]]:
+        """The jobs in slurmctld's queue as `squeue` has them (pending, running, completing: the
+        `completing` flag), as rows."""
+        return self._list("JOB_SOURCE_QUEUE", job_ids, users, states, partitions, names)
+
+    def _list(self, source, job_ids, users, states, partitions, names) -> List[Dict[str, Any]]:
+        body: Dict[str, Any] = {"source": source}
         for key, values in (("jobIds", job_ids), ("users", users), ("partitions", partitions), ("names", names)):
             values = list(values)
             if values:
