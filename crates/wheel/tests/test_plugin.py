@@ -18,6 +18,7 @@ def test_the_fixtures_give_each_test_a_tenant_of_one_emulator(pytester):
         textwrap.dedent(
             """
             import os
+            import pytest
             from cwsandbox import Sandbox
 
             seen = {}
@@ -38,10 +39,14 @@ def test_the_fixtures_give_each_test_a_tenant_of_one_emulator(pytester):
                 # The first test's sandbox is not this tenant's business.
                 assert cwsandbox_tenant.slurm.jobs() == []
                 assert Sandbox.list().result() == []
+
+            @pytest.mark.cwsandbox_emulator_only
+            def test_marked_runs_on_the_emulator(cwsandbox_tenant):
+                assert cwsandbox_tenant.is_target is False
             """
         )
     )
-    run(pytester).assert_outcomes(passed=2)
+    run(pytester).assert_outcomes(passed=3)
 
 
 def test_tenants_do_not_see_each_other_and_are_deleted_at_teardown(cwsandbox_emulator, monkeypatch):
@@ -115,6 +120,7 @@ def test_the_target_mode_runs_against_another_endpoint_and_skips_emulator_only_h
             textwrap.dedent(
                 """
                 import os
+                import pytest
                 from cwsandbox import Sandbox
 
                 def test_contract(cwsandbox_emulator, cwsandbox_tenant):
@@ -136,12 +142,16 @@ def test_the_target_mode_runs_against_another_endpoint_and_skips_emulator_only_h
 
                 def test_tenant_tokens(cwsandbox_tenant):
                     cwsandbox_tenant.admin_token
+
+                @pytest.mark.cwsandbox_emulator_only
+                def test_marked(cwsandbox_tenant):
+                    raise AssertionError("not reached")
                 """
             )
         )
         result = run(pytester, f"--cwsandbox-target={cloud.base_url}", "--cwsandbox-runner-id", cloud.runner_id)
-        result.assert_outcomes(passed=1, skipped=4)
-        for helper in ("faults", "clock", "slurm", "admin_token"):
+        result.assert_outcomes(passed=1, skipped=5)
+        for helper in ("faults", "clock", "slurm", "admin_token", "cwsandbox_emulator_only"):
             result.stdout.fnmatch_lines([f"*emulator-only helper '{helper}': --cwsandbox-target runs against a real service*"])
         # The contract test's sandbox ran in the stand-in cloud, placed through its SUNK.
         sandbox_id = placed.read_text()

@@ -93,6 +93,9 @@ class Emulator(WorldView):
     `--timing`. `args`: more `serve` arguments. The stop fails (OrphanError) if any process of
     its sandboxes outlived it."""
 
+    # The pytest plugin's stand-in for a real service (--cwsandbox-target) says True.
+    is_target = False
+
     def __init__(
         self,
         values: Union[None, ValuesArg, Sequence[ValuesArg]] = None,
@@ -330,6 +333,8 @@ class Tenant(WorldView):
     """One organization of an emulator, for one test: `user_token` is what the code under test
     uses (`api_key`), the helpers call with its `admin_token` and so see only its part of the
     world; the clock is the emulator's (operator only)."""
+
+    is_target = False
 
     def __init__(self, emulator: Emulator, tenant: Mapping[str, Any]):
         self.emulator = emulator

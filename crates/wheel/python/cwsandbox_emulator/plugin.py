@@ -76,10 +76,18 @@ class Settings:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "cwsandbox_emulator_only: needs the emulator (skipped with --cwsandbox-target)")
+    config.addinivalue_line(
+        "markers", "cwsandbox_emulator_only: the test needs the emulator (skipped before it starts with --cwsandbox-target)"
+    )
     settings = Settings(config)
     if settings.target and not os.environ.get("CWSANDBOX_API_KEY"):
         raise pytest.UsageError("--cwsandbox-target needs your own CWSANDBOX_API_KEY in the environment")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # A marked test is skipped before its fixtures run: nothing of it reaches the real service.
+    if item.get_closest_marker("cwsandbox_emulator_only") and Settings(item.config).target:
+        pytest.skip(TARGET_REASON.format(name="cwsandbox_emulator_only"))
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -143,16 +151,12 @@ class TargetTenant(Target):
         return self.api_key
 
 
-def _settings(config: pytest.Config) -> Settings:
-    return Settings(config)
-
-
 @pytest.fixture(scope="session")
 def cwsandbox_emulator(request: pytest.FixtureRequest) -> Iterator[Any]:
     """One emulator for the session (one per xdist worker), started from the packaged binary on a
     free port and stopped at the end; the session fails if a sandbox process outlived it. With
     --cwsandbox-target, the target instead (no emulator)."""
-    settings = _settings(request.config)
+    settings = Settings(request.config)
     if settings.target:
         yield Target(settings.target, os.environ.get("CWSANDBOX_API_KEY", ""), settings.runner_id)
         return
