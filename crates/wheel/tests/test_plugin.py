@@ -200,3 +200,21 @@ def test_parallel_workers_with_xdist(pytester):
         )
     )
     run(pytester, "-n", "2").assert_outcomes(passed=4)
+
+
+def test_a_domain_fault_shows_where_a_user_looks(cwsandbox_emulator, monkeypatch):
+    from cwsandbox import Sandbox
+    from cwsandbox.exceptions import CWSandboxError
+
+    tenant = cwsandbox_emulator.create_tenant()
+    try:
+        for name, value in tenant.env().items():
+            monkeypatch.setenv(name, value)
+        tenant.faults.add(method="CreateSandbox", domain={"image_pull": "registry.example/broken*"})
+        with pytest.raises(CWSandboxError):
+            with Sandbox.run(placement_mode="cks", runner_ids=[tenant.runner_id], container_image="registry.example/broken:1"):
+                pass
+        reasons = {event.get("reason") for event in tenant.events()}
+        assert reasons & {"ErrImagePull", "ImagePullBackOff"}, reasons
+    finally:
+        tenant.delete()
