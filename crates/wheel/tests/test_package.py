@@ -35,3 +35,15 @@ def test_python_dash_m_runs_the_emulator_binary():
 def test_the_plugin_is_registered_through_its_entry_point(pytester):
     result = pytester.runpytest_subprocess("--help")
     result.stdout.fnmatch_lines(["*--cwsandbox-timing*", "*--cwsandbox-target=URL*"])
+
+
+def test_the_packaged_cwsbx_talks_to_the_packaged_emulator():
+    from cwsandbox_emulator import Emulator
+
+    with Emulator() as emu:
+        env = dict(os.environ, CWSANDBOX_BASE_URL=emu.base_url, CWSANDBOX_API_KEY=emu.admin_token)
+        runners = subprocess.run(
+            [cwsandbox_emulator.binary("cwsbx"), "sandbox", "runner", "list"], env=env, capture_output=True, text=True
+        )
+        assert runners.returncode == 0, runners.stderr
+        assert emu.runner_id in runners.stdout
