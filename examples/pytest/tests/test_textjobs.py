@@ -54,6 +54,15 @@ def test_a_refused_create_surfaces_as_the_clients_error(cwsandbox_tenant):
     assert cwsandbox_tenant.faults.hits("CreateSandbox") == 1
 
 
+def test_an_output_stream_cut_midway_surfaces_as_the_clients_error(cwsandbox_tenant):
+    with textjobs.sandbox(cwsandbox_tenant.runner_id) as sb:
+        # StreamExec lets one message through, then ends UNAVAILABLE.
+        cwsandbox_tenant.faults.add(method="StreamExec", stream_messages=1, code="UNAVAILABLE", message="cut")
+        with pytest.raises(CWSandboxError, match="cut"):
+            sb.exec(["sh", "-c", "echo one; sleep 0.1; echo two"]).result()
+        assert cwsandbox_tenant.faults.hits("StreamExec") == 1
+
+
 def test_sunk_placement(cwsandbox_tenant):
     with textjobs.sandbox(cwsandbox_tenant.runner_id) as sb:
         assert sb.exec(["true"]).result().returncode == 0
