@@ -129,3 +129,13 @@ def test_jobs_are_the_accounting_rows_once_and_the_queue_on_request(monkeypatch)
             assert accounted["job_id"] == queued["job_id"]
             assert emu.slurm.jobs(states=["RUNNING"], job_ids=[accounted["job_id"]]) == [accounted]
             assert emu.slurm.jobs(states=["COMPLETED"], job_ids=[accounted["job_id"]]) == []
+
+
+def test_an_emulator_never_stopped_is_killed_when_it_is_collected():
+    import gc
+
+    emu = Emulator().start()
+    process = emu._process
+    del emu
+    gc.collect()
+    assert process.poll() is not None

@@ -12,6 +12,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Union
 
@@ -43,6 +44,12 @@ class OrphanError(EmulatorError):
     def __init__(self, message: str, survivors: List[_procs.Process]):
         super().__init__(message)
         self.survivors = survivors
+
+
+def _kill(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait()
 
 
 def binary(name: str = "cwsandbox-emulator") -> str:
@@ -156,6 +163,8 @@ class Emulator(WorldView):
         self._process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env
         )
+        # An emulator never stopped (no `with`, no stop()) goes with this interpreter at the latest.
+        self._finalizer = weakref.finalize(self, _kill, self._process)
         deadline = time.monotonic() + self._start_timeout
         while not ready_file.exists():
             code = self._process.poll()
@@ -170,9 +179,7 @@ class Emulator(WorldView):
 
     def _abandon(self, why: str) -> NoReturn:
         """Kills a start that failed and raises with its output."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait()
+        self._finalizer()
         self._process = None
         if self._log is not None:
             self._log.close()
@@ -188,6 +195,7 @@ class Emulator(WorldView):
         if process is None:
             return 0
         self._process = None
+        self._finalizer.detach()
         before = _procs.descendants(process.pid)
         process.send_signal(signal.SIGTERM)
         try:
