@@ -3,6 +3,7 @@
 //! top of `cwsandbox-client`. Started under one of the Slurm names (a symlink), it is that
 //! command, with that command's own options.
 
+mod emulator;
 mod output;
 mod policy;
 mod slurm;
@@ -46,6 +47,9 @@ enum Top {
     /// The emulated cluster.
     #[command(subcommand)]
     Cluster(ClusterCmd),
+    /// The emulator's own controls: clock, reset, tenants, faults.
+    #[command(subcommand)]
+    Emulator(emulator::EmulatorCmd),
     /// Slurm views over the emulator: sacct, squeue, sinfo, scontrol, scancel.
     #[command(long_about = SLURM_ABOUT)]
     Slurm {
@@ -367,6 +371,11 @@ async fn run(cli: Cli) -> Result<u8> {
         Top::Slurm { .. } => unreachable!("handled in main"),
         Top::Sandbox(SandboxCmd::Runner(command)) => runner(&cli, command, format).await,
         Top::Sandbox(command) => sandbox(&cli, command, format).await,
+        Top::Emulator(command) => {
+            let config = cli.config()?;
+            let admin = cwsandbox_client::EmulatorAdmin::new(&config)?;
+            emulator::run(&admin, command, &config.base_url, format).await
+        }
         Top::Cluster(ClusterCmd::Values(ValuesCmd::Get)) => {
             let yaml = cli.client()?.emulator()?.get_values().await?;
             match format {

@@ -358,3 +358,76 @@ fn errors_are_one_line_with_a_non_zero_exit() {
     assert_eq!(output.status.code(), Some(1));
     assert!(text(&output.stderr).contains("PERMISSION_DENIED"), "{}", text(&output.stderr));
 }
+
+#[test]
+fn emulator_clock_tenants_faults_and_reset() {
+    let emu = emulator();
+    let frozen = ok(&emu, &["emulator", "clock", "freeze"]);
+    assert!(frozen.trim_end().ends_with(" frozen"), "{frozen}");
+    let before = json(&ok(&emu, &["emulator", "clock", "get", "-o", "json"]));
+    let after = json(&ok(&emu, &["emulator", "clock", "advance", "1h30m", "-o", "json"]));
+    let seconds = |clock: &serde_json::Value| {
+        chrono::DateTime::parse_from_rfc3339(clock["now"].as_str().unwrap()).unwrap().timestamp()
+    };
+    assert_eq!(seconds(&after) - seconds(&before), 5400);
+    assert!(ok(&emu, &["emulator", "clock", "resume"]).trim_end().ends_with(" running"));
+    let bad_duration = cwsbx(&emu, &["emulator", "clock", "advance", "5x"]);
+    assert!(!bad_duration.status.success() && text(&bad_duration.stderr).contains("unknown unit"));
+
+    let tenant = json(&ok(&emu, &["emulator", "tenant", "create", "--org", "team-a", "-o", "json"]));
+    assert_eq!(tenant["organization"], "team-a");
+    let user_token = tenant["userToken"].as_str().unwrap().to_owned();
+    let exports = ok(&emu, &["emulator", "tenant", "create", "--env"]);
+    assert!(exports.contains("export CWSANDBOX_API_KEY=cwsbx-tenant-user-"), "{exports}");
+    let listed = ok(&emu, &["emulator", "tenant", "list"]);
+    assert!(listed.starts_with("ORG") && listed.contains("team-a") && listed.contains("tenant-1"), "{listed}");
+    let taken = fails(&emu, &["emulator", "tenant", "create", "--org", "team-a"]);
+    assert!(taken.contains("exists already"), "{taken}");
+
+    // A fault fails the tenant's next sandbox listing once, and says so.
+    let added = ok(
+        &emu,
+        &[
+            "emulator",
+            "faults",
+            "add",
+            "--method",
+            "ListSandboxes",
+            "--code",
+            "UNAVAILABLE",
+            "--times",
+            "1",
+            "--org",
+            "team-a",
+        ],
+    );
+    assert!(added.contains("fault-1") && added.contains("first 1"), "{added}");
+    let as_tenant = |args: &[&str]| {
+        let mut command = command(&emu, args);
+        command.env("CWSANDBOX_API_KEY", &user_token);
+        command.output().unwrap()
+    };
+    let failed = as_tenant(&["sandbox", "ls"]);
+    assert!(
+        !failed.status.success() && text(&failed.stderr).contains("injected by fault fault-1"),
+        "{}",
+        text(&failed.stderr)
+    );
+    assert!(as_tenant(&["sandbox", "ls"]).status.success(), "once only");
+    let faults = json(&ok(&emu, &["emulator", "faults", "list", "-o", "json"]));
+    assert_eq!((faults[0]["hits"].as_str(), faults[0]["matched"].as_str()), (Some("1"), Some("2")), "{faults}");
+    let bad = fails(&emu, &["emulator", "faults", "add", "--method", "NoSuchMethod", "--code", "UNAVAILABLE"]);
+    assert!(bad.contains("fault.match.method"), "{bad}");
+    assert!(text(&cwsbx(&emu, &["emulator", "faults", "clear"]).stderr).contains("1 faults removed"));
+
+    let reset = cwsbx(&emu, &["emulator", "reset", "--org", "team-a"]);
+    assert!(
+        reset.status.success() && text(&reset.stderr).contains("organization team-a reset"),
+        "{}",
+        text(&reset.stderr)
+    );
+    assert!(cwsbx(&emu, &["emulator", "tenant", "delete", "team-a"]).status.success());
+    let gone = fails(&emu, &["emulator", "tenant", "delete", "team-a"]);
+    assert!(gone.contains("no tenant"), "{gone}");
+    assert!(cwsbx(&emu, &["emulator", "reset"]).status.success());
+}

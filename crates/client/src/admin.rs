@@ -236,4 +236,48 @@ impl EmulatorAdmin {
         let request = emu::ResetRequest { organization: organization.to_owned() };
         Ok(self.client.reset(&request).await?.into_inner().stopped_pods)
     }
+
+    /// Lets the emulator's clock run again.
+    pub async fn resume_clock(&self) -> Result<emu::Clock> {
+        Ok(self.client.resume_clock(&emu::ResumeClockRequest {}).await?.into_inner().clock.unwrap_or_default())
+    }
+
+    /// A tenant: a fresh organization with a user token and an admin token (the operator's).
+    pub async fn create_tenant(&self, request: &emu::CreateTenantRequest) -> Result<emu::Tenant> {
+        let tenant = self.client.create_tenant(request).await?.into_inner().tenant;
+        tenant.ok_or_else(|| Error::Config("the emulator answered CreateTenant without a tenant".to_owned()))
+    }
+
+    /// Ends a tenant: its tokens stop working and its part of the world is reset. Returns how
+    /// many running Pods were stopped.
+    pub async fn delete_tenant(&self, organization: &str) -> Result<i32> {
+        let request = emu::DeleteTenantRequest { organization: organization.to_owned() };
+        Ok(self.client.delete_tenant(&request).await?.into_inner().stopped_pods)
+    }
+
+    /// The tenants, in creation order.
+    pub async fn list_tenants(&self) -> Result<Vec<emu::Tenant>> {
+        Ok(self.client.list_tenants(&emu::ListTenantsRequest {}).await?.into_inner().tenants)
+    }
+
+    /// Installs a fault; returns it with its id.
+    pub async fn add_fault(&self, fault: emu::Fault) -> Result<emu::Fault> {
+        let added = self.client.add_fault(&emu::AddFaultRequest { fault: Some(fault) }).await?.into_inner().fault;
+        added.ok_or_else(|| Error::Config("the emulator answered AddFault without the fault".to_owned()))
+    }
+
+    /// The faults in force in the caller's scope, with their counts.
+    pub async fn list_faults(&self) -> Result<Vec<emu::Fault>> {
+        Ok(self.client.list_faults(&emu::ListFaultsRequest {}).await?.into_inner().faults)
+    }
+
+    /// Removes one fault; returns it with its final counts.
+    pub async fn remove_fault(&self, id: &str) -> Result<Option<emu::Fault>> {
+        Ok(self.client.remove_fault(&emu::RemoveFaultRequest { id: id.to_owned() }).await?.into_inner().fault)
+    }
+
+    /// Removes every fault in the caller's scope; returns how many.
+    pub async fn clear_faults(&self) -> Result<i32> {
+        Ok(self.client.clear_faults(&emu::ClearFaultsRequest {}).await?.into_inner().removed)
+    }
 }

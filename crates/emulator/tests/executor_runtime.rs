@@ -483,3 +483,35 @@ async fn a_sandbox_that_cannot_be_set_up_fails_instead_of_running_empty() {
     assert_eq!(ended.status.unwrap().exit_code, Some(127));
     setup.emulator.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_answers_terminal_once_the_processes_honoured_sigterm() {
+    let mut setup = setup(1 << 20).await;
+    let sandbox = setup.create(spec_running(&setup, r#"trap "exit 0" TERM; sleep infinity & wait"#)).await;
+    assert_eq!(state_of(&sandbox), pb::State::Running);
+    let deleted = setup
+        .client
+        .delete_sandbox(pb::DeleteSandboxRequest { sandbox_id: sandbox.sandbox_id.clone(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .sandbox
+        .unwrap();
+    // The client's first GetSandbox after the delete finds the end: no polling round.
+    assert_eq!(state_of(&deleted), pb::State::Completed, "{:?}", deleted.status);
+    assert_eq!(state_of(&setup.get(&sandbox.sandbox_id).await), pb::State::Completed);
+
+    // A process that ignores SIGTERM keeps it TERMINATING for its grace period.
+    let stubborn = setup.create(spec_running(&setup, r#"trap "" TERM; sleep infinity & wait"#)).await;
+    let deleted = setup
+        .client
+        .delete_sandbox(pb::DeleteSandboxRequest { sandbox_id: stubborn.sandbox_id.clone(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .sandbox
+        .unwrap();
+    assert_eq!(state_of(&deleted), pb::State::Terminating);
+    advance(&setup.emulator, Duration::from_secs(31));
+    setup.wait_for(&stubborn.sandbox_id, |sandbox| state_of(sandbox) != pb::State::Terminating).await;
+}

@@ -88,10 +88,45 @@ pub async fn delete_sandbox(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::DeleteSandboxRequest>,
 ) -> Result<ConnectResponse<pb::DeleteSandboxResponse>, ConnectError> {
-    respond("DeleteSandbox", delete(&app, &caller, &request))
+    respond("DeleteSandbox", delete(&app, &caller, &request).await)
 }
 
-fn delete(
+/// How long DeleteSandbox waits for the sandbox's processes to honour SIGTERM before it answers
+/// TERMINATING: processes that stop at once make it answer terminal, so the client's first
+/// GetSandbox after it finds the end instead of sleeping a polling round.
+const STOP_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The sandbox once it left TERMINATING, or as it is after [`STOP_CATCH_UP`].
+async fn stopped(
+    app: &App,
+    org: &str,
+    view: cwsandbox_sim::sandbox::SandboxView,
+) -> cwsandbox_sim::sandbox::SandboxView {
+    use cwsandbox_sim::sandbox::SandboxState;
+    if view.state != SandboxState::Terminating || !app.has_runtime() {
+        return view;
+    }
+    let mut changes = app.driver().changes();
+    let deadline = tokio::time::Instant::now() + STOP_CATCH_UP;
+    let mut current = view;
+    loop {
+        match app.driver().with_world(|world| world.get_sandbox(org, &current.id)) {
+            Ok(latest) if latest.state != SandboxState::Terminating => {
+                // The Pod's removal kills what is left of its processes: done before the answer.
+                app.driver().effects_applied(STOP_CATCH_UP).await;
+                return latest;
+            }
+            Ok(latest) => current = latest,
+            Err(_) => return current,
+        }
+        // Out of time, or the emulator is stopping (the sender is gone).
+        if !matches!(tokio::time::timeout_at(deadline, changes.changed()).await, Ok(Ok(()))) {
+            return current;
+        }
+    }
+}
+
+async fn delete(
     app: &App,
     caller: &Caller,
     request: &pb::DeleteSandboxRequest,
@@ -103,6 +138,7 @@ fn delete(
     }
     match app.driver().with_world(|world| world.delete_sandbox(&caller.org, id, request.grace_period_seconds)) {
         Ok(view) => {
+            let view = stopped(app, &caller.org, view).await;
             tracing::info!(sandbox_id = %view.id, state = ?view.state, "sandbox deletion requested");
             Ok(pb::DeleteSandboxResponse {
                 sandbox: Some(convert::sandbox(&view)),
