@@ -36,6 +36,8 @@ def test_the_fixtures_give_each_test_a_tenant_of_one_emulator(pytester):
             def test_two(cwsandbox_emulator, cwsandbox_tenant):
                 assert cwsandbox_emulator.base_url == seen["emulator"]
                 assert cwsandbox_tenant.organization != seen["org"]
+                # The first test's tenant was deleted at its teardown.
+                assert [t["organization"] for t in cwsandbox_emulator.tenants()] == [cwsandbox_tenant.organization]
                 # The first test's sandbox is not this tenant's business.
                 assert cwsandbox_tenant.slurm.jobs() == []
                 assert Sandbox.list().result() == []
