@@ -1,0 +1,141 @@
+"""The context manager: start on a free port, the ready file, the operator's helpers, the stop
+and its orphan check."""
+
+import os
+import subprocess
+import uuid
+
+import pytest
+from conftest import MARK, processes_with
+
+from cwsandbox import Sandbox
+from cwsandbox_emulator import Emulator, EmulatorApiError, EmulatorError, OrphanError
+
+
+def test_starts_on_a_free_port_and_stops_with_sigterm():
+    with Emulator() as emu:
+        assert emu.base_url.startswith("http://127.0.0.1:")
+        assert not emu.base_url.endswith(":0")
+        assert emu.admin_token and emu.user_token and emu.runner_id
+        assert os.path.exists(emu.kubeconfig)
+        assert emu.isolation in ("namespaces", "plain")
+        assert emu.running
+        directory = emu.dir
+    assert not emu.running
+    # Nothing of the run is left behind.
+    assert not directory.exists()
+
+
+def test_two_emulators_at_once_do_not_share_anything():
+    with Emulator() as one, Emulator() as two:
+        assert one.base_url != two.base_url
+        assert one.admin_token != two.admin_token
+
+
+def test_the_clock_freezes_advances_and_resumes():
+    with Emulator() as emu:
+        frozen_at = emu.clock.freeze()
+        assert emu.clock.frozen
+        assert emu.clock.now() == frozen_at
+        later = emu.clock.advance(90)
+        assert (later - frozen_at).total_seconds() == 90
+        assert emu.clock.advance(0.5) > later
+        emu.clock.resume()
+        assert not emu.clock.frozen
+
+
+def test_values_are_applied_as_dicts_and_yaml_and_bad_ones_are_refused():
+    with Emulator(values={"sandboxes": {"retentionSeconds": 123}}) as emu:
+        assert emu.values()["sandboxes"]["retentionSeconds"] == 123
+        applied = emu.apply_values("sandboxes:\n  retentionSeconds: 77\n")
+        assert applied["sandboxes"]["retentionSeconds"] == 77
+        with pytest.raises(EmulatorApiError) as refused:
+            emu.apply_values({"sandboxes": {"retentionSeconds": "soon"}})
+        assert refused.value.code == "invalid_argument"
+        assert "retentionSeconds" in refused.value.message
+
+
+def test_api_errors_carry_the_connect_code_and_message():
+    with Emulator() as emu:
+        from cwsandbox_emulator import ConnectClient
+
+        with pytest.raises(EmulatorApiError) as unknown_token:
+            ConnectClient(emu.base_url, "not-a-token").call("GetClock")
+        assert unknown_token.value.code == "unauthenticated"
+        assert unknown_token.value.message
+        with pytest.raises(EmulatorApiError) as user:
+            ConnectClient(emu.base_url, emu.user_token).call("FreezeClock")
+        assert user.value.code == "permission_denied"
+
+
+def test_a_start_that_fails_reports_the_emulators_output():
+    with pytest.raises(EmulatorError) as failed:
+        Emulator(values=["/nonexistent/values.yaml"]).start()
+    assert "/nonexistent/values.yaml" in str(failed.value)
+
+
+def test_unknown_settings_are_refused_before_anything_starts():
+    with pytest.raises(ValueError, match="timing"):
+        Emulator(timing="slow")
+    with pytest.raises(ValueError, match="scenario"):
+        Emulator(scenario="empty")
+
+
+def test_sandboxes_left_running_end_with_the_emulator(monkeypatch):
+    mark = uuid.uuid4().hex
+    with Emulator() as emu:
+        for name, value in emu.env().items():
+            monkeypatch.setenv(name, value)
+        sandbox = Sandbox.run(
+            "sleep", "600", placement_mode="cks", runner_ids=[emu.runner_id], environment_variables={MARK: mark}
+        )
+        assert sandbox.exec(["true"]).result().returncode == 0
+        assert processes_with(MARK, mark)
+        jobs = emu.slurm.jobs()
+        assert any(sandbox.sandbox_id in job["name"] and job["state"] == "RUNNING" for job in jobs), jobs
+        assert any(pod.get("origin", {}).get("sandboxId") == sandbox.sandbox_id for pod in emu.pods())
+    # The stop's orphan check passed, and indeed nothing is left.
+    assert processes_with(MARK, mark) == []
+
+
+def test_the_orphan_check_fails_the_stop_when_a_process_survives():
+    emu = Emulator().start()
+    # A process living in the sandbox root, as a sandbox's process that escaped would.
+    hideout = emu.sandbox_root / "escaped"
+    hideout.mkdir(parents=True)
+    survivor = subprocess.Popen(["sleep", "600"], cwd=hideout)
+    try:
+        with pytest.raises(OrphanError) as orphans:
+            emu.stop()
+        assert [p.pid for p in orphans.value.survivors] == [survivor.pid]
+        assert f"pid {survivor.pid} sleep 600" in str(orphans.value)
+        # The check killed it.
+        assert survivor.wait(timeout=60) == -9
+    finally:
+        if survivor.poll() is None:
+            survivor.kill()
+            survivor.wait()
+
+
+def test_jobs_are_the_accounting_rows_once_and_the_queue_on_request(monkeypatch):
+    with Emulator() as emu:
+        for name, value in emu.env().items():
+            monkeypatch.setenv(name, value)
+        with Sandbox.run(placement_mode="cks", runner_ids=[emu.runner_id]) as sb:
+            assert sb.exec(["true"]).result().returncode == 0
+            [accounted] = [job for job in emu.slurm.jobs() if sb.sandbox_id in job["name"]]
+            [queued] = [job for job in emu.slurm.queue() if sb.sandbox_id in job["name"]]
+            assert (accounted["source"], queued["source"]) == ("accounting", "queue")
+            assert accounted["job_id"] == queued["job_id"]
+            assert emu.slurm.jobs(states=["RUNNING"], job_ids=[accounted["job_id"]]) == [accounted]
+            assert emu.slurm.jobs(states=["COMPLETED"], job_ids=[accounted["job_id"]]) == []
+
+
+def test_an_emulator_never_stopped_is_killed_when_it_is_collected():
+    import gc
+
+    emu = Emulator().start()
+    process = emu._process
+    del emu
+    gc.collect()
+    assert process.poll() is not None
