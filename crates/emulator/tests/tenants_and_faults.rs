@@ -535,24 +535,32 @@ async fn an_image_that_cannot_be_pulled_shows_err_image_pull_then_back_off() {
         "{events:?}"
     );
     assert!(runtime.started().is_empty(), "nothing runs");
+    // A sandbox deleted while its image does not come ends as deleted.
+    let stuck = client.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap().into_inner();
+    advance(&emulator, Duration::from_secs(1));
+    let deleted = client
+        .delete_sandbox(pb::DeleteSandboxRequest { sandbox_id: stuck.sandbox_id.clone(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&deleted.sandbox.unwrap()), pb::State::Completed);
+
+    // At the back-off (kubelet.imagePullBackOffSeconds, 10 s) the runner gives up.
     advance(&emulator, Duration::from_secs(10));
     let pod = pod_of(&mut operator, &created.sandbox_id).await;
     assert_eq!(waiting_reason(&pod), "ImagePullBackOff");
-    let reason = sandbox_now(&emulator, &info.user_token, &created.sandbox_id).await.status.unwrap().state_reason;
-    assert!(reason.starts_with("ImagePullBackOff: "), "{reason}");
+    assert_eq!(pod.status.as_ref().unwrap().phase, "Failed");
+    let failed = sandbox_now(&emulator, &info.user_token, &created.sandbox_id).await;
+    assert_eq!(state_of(&failed), pb::State::Failed);
+    let reason = failed.status.unwrap().state_reason;
+    assert!(reason.starts_with("ImagePullBackOff: Back-off pulling image \"python:3.11\""), "{reason}");
 
-    // Another image is pulled; deleting the stuck sandbox ends it.
+    // Another image is pulled.
     let mut other = client_spec(&info.runner_id);
     other.containers[0].image = "ubuntu:24.04".to_owned();
     let fine = client.create_sandbox(create_request(other, "")).await.unwrap().into_inner();
     advance(&emulator, Duration::from_secs(2));
     assert_eq!(state_of(&sandbox_now(&emulator, &info.user_token, &fine.sandbox_id).await), pb::State::Running);
-    let deleted = client
-        .delete_sandbox(pb::DeleteSandboxRequest { sandbox_id: created.sandbox_id.clone(), ..Default::default() })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(state_of(&deleted.sandbox.unwrap()), pb::State::Completed);
 }
 
 #[tokio::test]

@@ -59,8 +59,8 @@ pub enum Timing {
     /// before the Pod binds, and its epilog `scheduler.epilogSeconds`.
     #[default]
     Realistic,
-    /// No artificial delay: prolog and epilog take no time, so a sandbox runs as soon as its
-    /// process started and ends as soon as its processes ended. Freeze the clock and set the
+    /// No artificial delay: prolog, epilog and the image pull back-off take no time, so a
+    /// sandbox runs as soon as its process started and ends as soon as its processes ended. Freeze the clock and set the
     /// delays explicitly to watch the phases in between.
     Instant,
 }
@@ -76,7 +76,7 @@ impl Timing {
 }
 
 /// The kubelets' configuration (the same on every Node).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KubeletValues {
     /// The CPU Manager policy. `static` (on by default on CKS) gives a Guaranteed-QoS Pod's
@@ -84,6 +84,24 @@ pub struct KubeletValues {
     /// scheduler on a Slurm node takes CPUs Slurm still hands out (research sunk.md §4.4).
     #[serde(default)]
     pub cpu_manager_policy: CpuManagerPolicy,
+    /// Seconds from `ErrImagePull` to `ImagePullBackOff` (Kubernetes' first back-off, 10 s), when
+    /// the runner gives up and the sandbox fails. Only an injected image-pull fault gets here.
+    /// Unverified against the real service: whether it fails the sandbox or leaves it PENDING.
+    #[serde(default = "default_image_pull_back_off")]
+    pub image_pull_back_off_seconds: u32,
+}
+
+fn default_image_pull_back_off() -> u32 {
+    10
+}
+
+impl Default for KubeletValues {
+    fn default() -> Self {
+        KubeletValues {
+            cpu_manager_policy: CpuManagerPolicy::default(),
+            image_pull_back_off_seconds: default_image_pull_back_off(),
+        }
+    }
 }
 
 /// The kubelet's `cpuManagerPolicy`.
@@ -493,6 +511,7 @@ impl Values {
         if timing == Timing::Instant {
             values.scheduler.prolog_seconds = 0;
             values.scheduler.epilog_seconds = 0;
+            values.kubelet.image_pull_back_off_seconds = 0;
         }
         serde_json::to_value(values).unwrap_or(serde_json::Value::Null)
     }

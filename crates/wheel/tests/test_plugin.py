@@ -204,12 +204,6 @@ def test_parallel_workers_with_xdist(pytester):
     run(pytester, "-n", "2").assert_outcomes(passed=4)
 
 
-# Strict: once the emulator carries domain faults out this passes, and the marker must go.
-@pytest.mark.xfail(
-    strict=True,
-    raises=EmulatorApiError,
-    reason="domain faults are not emulated yet: AddFault with Fault.domain answers UNIMPLEMENTED",
-)
 def test_a_domain_fault_shows_where_a_user_looks(cwsandbox_emulator, monkeypatch):
     from cwsandbox import Sandbox
     from cwsandbox.exceptions import CWSandboxError

@@ -9,8 +9,6 @@ use crate::ids::SharedStr;
 use crate::k8s::{ContainerState, EventType, PodOwner, PodPhase, Taint};
 use crate::world::{Effect, PodTransition, Timer, World, legal};
 
-/// Kubernetes' first image pull back-off: `ErrImagePull` turns into `ImagePullBackOff` after it.
-pub const IMAGE_PULL_BACK_OFF: Duration = Duration::from_secs(10);
 /// The exit code of a process the kernel's OOM killer ended (128 + SIGKILL).
 pub const OOM_EXIT_CODE: i32 = 137;
 
@@ -108,10 +106,13 @@ impl World {
         self.event(uid, EventType::Warning, "Failed", "Error: ErrImagePull", "kubelet");
         if let Some(pod) = self.cluster.pod(uid) {
             let uid = pod.uid.clone();
-            self.timers.schedule(self.now + IMAGE_PULL_BACK_OFF, Timer::ImagePullBackOff(uid));
+            let back_off = Duration::from_secs(u64::from(self.values.kubelet.image_pull_back_off_seconds));
+            self.timers.schedule(self.now + back_off, Timer::ImagePullBackOff(uid));
         }
     }
 
+    /// The kubelet backs off pulling; the runner gives up: the Pod fails (`ImagePullBackOff`,
+    /// its container still waiting) and the sandbox with it.
     pub(super) fn on_image_pull_back_off(&mut self, uid: &SharedStr) {
         let Some((image, _)) = self.unpullable_image(uid) else { return };
         let Some(pod) = self.cluster.pod_mut(uid) else { return };
@@ -121,8 +122,12 @@ impl World {
         for container in &mut pod.containers {
             container.state = ContainerState::Waiting("ImagePullBackOff".to_owned());
         }
-        self.event(uid, EventType::Normal, "BackOff", format!("Back-off pulling image \"{image}\""), "kubelet");
+        let message = format!("Back-off pulling image \"{image}\"");
+        self.event(uid, EventType::Normal, "BackOff", message.clone(), "kubelet");
         self.event(uid, EventType::Warning, "Failed", "Error: ImagePullBackOff", "kubelet");
+        legal(self.pod_step(uid, PodTransition::RejectByKubelet));
+        self.cluster.finish_pod(uid, PodPhase::Failed, Some("ImagePullBackOff".to_owned()), Some(message));
+        self.on_pod_terminal(uid);
     }
 
     /// Timers a started Pod's faults need.

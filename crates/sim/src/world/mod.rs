@@ -28,7 +28,7 @@ mod timers;
 mod topology;
 
 pub use commands::{DeletedPod, PodDeletion, requested_sharing};
-pub use faults::{IMAGE_PULL_BACK_OFF, InjectedFault, InjectedKind, OOM_EXIT_CODE};
+pub use faults::{InjectedFault, InjectedKind, OOM_EXIT_CODE};
 pub use pods::{PodLifecycle, PodTransition};
 pub use tenants::TenantSpec;
 pub(crate) use timers::{Timer, TimerKey, Timers};

@@ -1,0 +1,115 @@
+"""Faults injected through EmulatorService, as the published client meets them: its retries are
+observable in the fault's hit count, and each injected status becomes the client's own exception.
+
+The faults are installed over Connect JSON with the operator's token (the suite's
+CWSANDBOX_API_KEY) and removed after each test, so the rest of the suite runs unharmed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+
+import pytest
+
+from conftest import WAIT, processes_with, run
+from cwsandbox import Sandbox, SandboxStatus
+from cwsandbox.exceptions import (
+    CWSandboxAuthenticationError,
+    SandboxFailedError,
+    SandboxResourceExhaustedError,
+    SandboxUnavailableError,
+)
+
+BASE_URL = os.environ["CWSANDBOX_BASE_URL"]
+ADMIN = os.environ["CWSANDBOX_API_KEY"]
+
+
+def emulator(method: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        f"{BASE_URL}/coreweave.sandbox.emulator.v1.EmulatorService/{method}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {ADMIN}"},
+    )
+    with urllib.request.urlopen(request, timeout=WAIT) as reply:
+        return json.load(reply)
+
+
+def add_fault(**fault) -> str:
+    return emulator("AddFault", {"fault": fault})["fault"]["id"]
+
+
+def hits(fault_id: str) -> int:
+    [fault] = [fault for fault in emulator("ListFaults", {})["faults"] if fault["id"] == fault_id]
+    return int(fault.get("hits", 0))
+
+
+@pytest.fixture(autouse=True)
+def no_faults_left():
+    yield
+    emulator("ClearFaults", {})
+
+
+def test_transient_get_failures_are_retried_by_the_client_and_counted(mark):
+    fault = add_fault(
+        match={"method": "GetSandbox"},
+        action={"code": "UNAVAILABLE", "retryDelay": "0.05s"},
+        schedule={"times": 2},
+    )
+    sb = run(mark=mark)
+    sb.wait(timeout=WAIT)
+    assert sb.exec(["true"]).result().returncode == 0
+    sb.stop().result()
+    assert hits(fault) == 2
+
+
+def test_an_overloaded_runner_is_retried_within_the_create_budget(mark):
+    fault = add_fault(
+        match={"method": "CreateSandbox"},
+        action={"code": "UNAVAILABLE", "reason": "CWSANDBOX_RUNNER_OVERLOADED", "retryDelay": "0.05s"},
+        schedule={"times": 2},
+    )
+    sb = run(mark=mark, create_retry_budget_seconds=WAIT)
+    sb.wait(timeout=WAIT)
+    sb.stop().result()
+    assert hits(fault) == 2
+
+
+def test_injected_statuses_become_the_clients_exceptions(sandbox):
+    for code, error in [
+        ("PERMISSION_DENIED", CWSandboxAuthenticationError),
+        ("RESOURCE_EXHAUSTED", SandboxResourceExhaustedError),
+    ]:
+        fault = add_fault(match={"method": "StreamExec"}, action={"code": code}, schedule={"times": 1})
+        with pytest.raises(error, match=f"injected by fault {fault}"):
+            sandbox.exec(["true"]).result()
+    assert sandbox.exec(["true"]).result().returncode == 0, "each fault acted once"
+
+    add_fault(match={"method": "CreateSandbox"}, action={"code": "PERMISSION_DENIED"}, schedule={"times": 1})
+    with pytest.raises(CWSandboxAuthenticationError):
+        Sandbox.run(placement_mode="cks", runner_ids=[os.environ["RUNNER_ID"]]).wait(timeout=WAIT)
+
+
+def test_a_stream_exec_cut_mid_output_is_the_clients_stream_error(sandbox):
+    fault = add_fault(
+        match={"method": "StreamExec"},
+        action={"code": "UNAVAILABLE", "message": "cut by the test", "streamMessages": 2},
+        schedule={"times": 1},
+    )
+    with pytest.raises(SandboxUnavailableError, match="cut by the test"):
+        sandbox.exec(["sh", "-c", "echo one; sleep 0.2; echo two"]).result()
+    assert hits(fault) == 1
+
+
+def test_an_oom_killed_main_process_fails_the_sandbox_with_137(mark):
+    add_fault(match={"method": "CreateSandbox"}, domain={"oomKillAfter": "3s"}, schedule={"times": 1})
+    sb = run(mark=mark)
+    sb.wait(timeout=WAIT)
+    # The main process is killed 3 s (virtual, here real) after its start.
+    with pytest.raises(SandboxFailedError) as raised:
+        sb.wait_until_complete(timeout=WAIT).result()
+    assert "OOMKilled" in str(raised.value) and "exit code 137" in str(raised.value)
+    ended = Sandbox.from_id(sb.sandbox_id).result()
+    assert ended.status == SandboxStatus.FAILED
+    assert processes_with(mark) == []
