@@ -1,0 +1,32 @@
+"""The published client's life cycle, timed: `with Sandbox.run(...) as sb: sb.exec(["hostname"])`
+(CreateSandbox, GetSandbox until RUNNING, StreamExec, DeleteSandbox, GetSandbox until terminal).
+
+Usage: python python_lifecycle.py URL RUNNER ROUNDS  → prints the median, min and max in ms as JSON.
+CWSANDBOX_API_KEY must be set (any value for the fake).
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+url, runner, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+# Read by the client when it is imported.
+os.environ["CWSANDBOX_BASE_URL"] = url
+
+from cwsandbox import Sandbox  # noqa: E402
+
+
+def once():
+    started = time.perf_counter()
+    with Sandbox.run(placement_mode="cks", runner_ids=[runner]) as sb:
+        result = sb.exec(["hostname"]).result()
+        # Plain isolation shares the host's hostname: any name will do.
+        assert result.returncode == 0 and result.stdout.strip(), result
+    return (time.perf_counter() - started) * 1000
+
+
+once()  # warm-up: connections, imports
+samples = [once() for _ in range(rounds)]
+print(json.dumps({"median_ms": statistics.median(samples), "min_ms": min(samples), "max_ms": max(samples), "rounds": rounds}))
