@@ -261,6 +261,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_timing_profile_sets_delay_defaults_and_explicit_delays_win() {
+        let load = |overlay: &str, timing: Option<Timing>| {
+            EmulatorConfig::from_overlays_timed(Scenario::Ready, [(Path::new("v.yaml"), overlay)], timing)
+        };
+        let realistic = load("", None).unwrap().values;
+        assert_eq!((realistic.timing, realistic.scheduler.prolog_seconds), (Timing::Realistic, 1));
+        assert_eq!(realistic.kubelet.image_pull_back_off_seconds, 10);
+        let instant = load("", Some(Timing::Instant)).unwrap().values;
+        assert_eq!(
+            (instant.timing, instant.scheduler.prolog_seconds, instant.kubelet.image_pull_back_off_seconds),
+            (Timing::Instant, 0, 0)
+        );
+        // The values may ask for the profile themselves; the flag overrides them.
+        assert_eq!(load("timing: instant\n", None).unwrap().values.scheduler.prolog_seconds, 0);
+        assert_eq!(load("timing: instant\n", Some(Timing::Realistic)).unwrap().values.scheduler.prolog_seconds, 1);
+        // A delay set explicitly wins over the profile.
+        let explicit = load("scheduler: {prologSeconds: 3}\n", Some(Timing::Instant)).unwrap().values;
+        assert_eq!((explicit.timing, explicit.scheduler.prolog_seconds), (Timing::Instant, 3));
+        let bad = load("timing: fast\n", None).unwrap_err().to_string();
+        assert!(bad.contains("timing") && bad.contains("realistic, instant"), "{bad}");
+    }
+
+    #[test]
+    fn faults_in_the_values_are_read_as_faults_and_a_bad_one_is_named() {
+        let text = "faults:\n  - match: {method: CreateSandbox}\n    action: {code: UNAVAILABLE, retryDelay: 0.1s}\n    schedule: {times: 2}\n";
+        let config = EmulatorConfig::from_overlays(Scenario::Ready, [(Path::new("v.yaml"), text)]).unwrap();
+        assert_eq!(config.faults.len(), 1);
+        assert_eq!(config.faults[0].schedule.unwrap().times, 2);
+        let bad = EmulatorConfig::from_overlays(Scenario::Ready, [(Path::new("v.yaml"), "faults:\n  - {mtach: {}}\n")]);
+        assert!(bad.unwrap_err().to_string().contains("faults[0]"));
+    }
+
+    #[test]
     fn overlays_merge_in_order_and_auth_is_kept_apart() {
         let first = "slurmConfig:\n  KillWait: 90\nauth:\n  tokens:\n    - {token: a, org: o, user: u, roles: [sandbox_user]}\n    - {token: b, org: o, user: ops, roles: [cluster_admin, sandbox_admin]}\n";
         let second = "scheduler:\n  scope:\n    type: namespace\n";

@@ -65,8 +65,8 @@ async fn tenants() -> Tenants {
     let duration = pbjson_types::Duration { seconds: 2, nanos: 0 };
     operator.advance_clock(emu::AdvanceClockRequest { duration: Some(duration) }).await.unwrap();
     let (a, b) = (
-        sandbox(&emulator, "a-user", &a.into_inner().sandbox_id).await,
-        sandbox(&emulator, "b-user", &b.into_inner().sandbox_id).await,
+        sandbox_of(&emulator, "a-user", &a.into_inner().sandbox_id).await,
+        sandbox_of(&emulator, "b-user", &b.into_inner().sandbox_id).await,
     );
     assert_eq!((state_of(&a), state_of(&b)), (pb::State::Running, pb::State::Running));
     let b_admin = emulator_client(&emulator, "b-admin").await;
@@ -81,15 +81,6 @@ async fn assert_forgotten(emulator: &Emulator, token: &str, id: &str) {
         .await
         .expect_err("the organization starts over");
     assert_eq!(error.code(), Code::NotFound, "the organization starts over: {error:?}");
-}
-
-async fn sandbox(emulator: &Emulator, token: &str, id: &str) -> pb::Sandbox {
-    sandboxes(emulator, token)
-        .await
-        .get_sandbox(pb::GetSandboxRequest { sandbox_id: id.to_owned() })
-        .await
-        .unwrap()
-        .into_inner()
 }
 
 /// A sandbox's Pod, as the operator lists it.
@@ -188,7 +179,7 @@ async fn another_organizations_objects_are_not_found_and_stay_as_they_are() {
     let unknown = b_admin.cancel_job(emu::CancelJobRequest { job_id: 4_242_424, uid: None }).await.unwrap_err();
     assert_eq!(error.message(), unknown.message().replace("4242424", &a_job.to_string()), "as for an unknown id");
 
-    let after = sandbox(&emulator, "a-user", &a.sandbox_id).await;
+    let after = sandbox_of(&emulator, "a-user", &a.sandbox_id).await;
     assert_eq!(state_of(&after), pb::State::Running, "nothing changed");
     let queued = operator
         .list_jobs(emu::ListJobsRequest {
@@ -227,7 +218,7 @@ async fn an_organizations_admin_acts_on_its_own_objects() {
         .unwrap()
         .into_inner();
     assert!(deleted.pod.is_none(), "gone at once with grace 0");
-    let after = sandbox(&emulator, "b-user", &b.sandbox_id).await;
+    let after = sandbox_of(&emulator, "b-user", &b.sandbox_id).await;
     assert_eq!(state_of(&after), pb::State::Terminated, "its Pod took the sandbox with it");
     emulator.stop().await;
 }
@@ -243,7 +234,11 @@ async fn an_organizations_reset_leaves_the_others_running() {
     assert!(emulator.app().driver().effects_applied(Duration::from_secs(30)).await);
     assert!(runtime.killed().contains(&b_pod), "its processes are killed");
 
-    assert_eq!(state_of(&sandbox(&emulator, "a-user", &a.sandbox_id).await), pb::State::Running, "org A is untouched");
+    assert_eq!(
+        state_of(&sandbox_of(&emulator, "a-user", &a.sandbox_id).await),
+        pb::State::Running,
+        "org A is untouched"
+    );
     assert!(sandbox_ids(&pods(&mut operator).await).contains(&a.sandbox_id.as_str()));
     let clock = operator.get_clock(emu::GetClockRequest {}).await.unwrap().into_inner().clock.unwrap();
     assert!(clock.frozen, "the cluster's clock is the operator's");
@@ -256,7 +251,7 @@ async fn the_operator_resets_one_organization_by_name_and_an_organization_only_i
     let refused = b_admin.reset(emu::ResetRequest { organization: "org-a".to_owned() }).await.unwrap_err();
     assert_eq!((refused.code(), reason(&refused).as_str()), (Code::PermissionDenied, "CWSANDBOX_PERMISSION_DENIED"));
     assert_eq!(
-        state_of(&sandbox(&emulator, "a-user", &a.sandbox_id).await),
+        state_of(&sandbox_of(&emulator, "a-user", &a.sandbox_id).await),
         pb::State::Running,
         "refused: nothing reset"
     );
@@ -264,7 +259,11 @@ async fn the_operator_resets_one_organization_by_name_and_an_organization_only_i
     let reset = operator.reset(emu::ResetRequest { organization: "org-b".to_owned() }).await.unwrap().into_inner();
     assert_eq!(reset.stopped_pods, 1, "org B's running Pod");
     assert_forgotten(&emulator, "b-user", &b.sandbox_id).await;
-    assert_eq!(state_of(&sandbox(&emulator, "a-user", &a.sandbox_id).await), pb::State::Running, "org A is untouched");
+    assert_eq!(
+        state_of(&sandbox_of(&emulator, "a-user", &a.sandbox_id).await),
+        pb::State::Running,
+        "org A is untouched"
+    );
     let own = b_admin.reset(emu::ResetRequest { organization: "org-b".to_owned() }).await.unwrap().into_inner();
     assert_eq!(own.stopped_pods, 0, "naming its own organization is its own reset");
     emulator.stop().await;
@@ -347,7 +346,7 @@ async fn the_kube_facade_shows_an_organization_only_its_own_pods() {
         assert_eq!((status, body["reason"].as_str()), (404, Some("NotFound")), "{method} {path}: {body}");
     }
     assert_eq!(
-        state_of(&sandbox(&emulator, "a-user", &a.sandbox_id).await),
+        state_of(&sandbox_of(&emulator, "a-user", &a.sandbox_id).await),
         pb::State::Running,
         "the DELETE changed nothing"
     );

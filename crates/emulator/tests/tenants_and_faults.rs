@@ -452,15 +452,6 @@ fn seconds(seconds: i64) -> pbjson_types::Duration {
     pbjson_types::Duration { seconds, nanos: 0 }
 }
 
-async fn sandbox_now(emulator: &Emulator, token: &str, id: &str) -> pb::Sandbox {
-    sandboxes(emulator, token)
-        .await
-        .get_sandbox(pb::GetSandboxRequest { sandbox_id: id.to_owned() })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
 async fn pod_of(operator: &mut Client, id: &str) -> emu::Pod {
     let request =
         emu::ListPodsRequest { label_selector: format!("sandbox.coreweave.com/sandbox-id={id}"), ..Default::default() };
@@ -497,7 +488,7 @@ async fn a_held_sandbox_stays_pending_for_its_virtual_time() {
     let free = running(&emulator, &info.user_token, &info.runner_id, &[]).await;
     assert_eq!(state_of(&free), pb::State::Running, "the fault hit once");
     advance(&emulator, Duration::from_secs(20));
-    let now = sandbox_now(&emulator, &info.user_token, &held.sandbox_id).await;
+    let now = sandbox_of(&emulator, &info.user_token, &held.sandbox_id).await;
     assert_eq!(state_of(&now), pb::State::Pending);
     assert!(
         now.status.as_ref().unwrap().state_reason.contains("held unscheduled for 30s (injected by fault-1)"),
@@ -506,7 +497,7 @@ async fn a_held_sandbox_stays_pending_for_its_virtual_time() {
     let pod = pod_of(&mut operator, &held.sandbox_id).await;
     assert!(events_of(&mut operator, &pod).await.iter().any(|(reason, _)| reason == "FailedScheduling"));
     advance(&emulator, Duration::from_secs(12));
-    assert_eq!(state_of(&sandbox_now(&emulator, &info.user_token, &held.sandbox_id).await), pb::State::Running);
+    assert_eq!(state_of(&sandbox_of(&emulator, &info.user_token, &held.sandbox_id).await), pb::State::Running);
     let faults = operator.list_faults(emu::ListFaultsRequest {}).await.unwrap().into_inner().faults;
     assert_eq!((faults[0].matched, faults[0].hits), (2, 1));
 }
@@ -522,7 +513,7 @@ async fn an_image_that_cannot_be_pulled_shows_err_image_pull_then_back_off() {
     let mut client = sandboxes(&emulator, &info.user_token).await;
     let created = client.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap().into_inner();
     advance(&emulator, Duration::from_secs(2));
-    let sandbox = sandbox_now(&emulator, &info.user_token, &created.sandbox_id).await;
+    let sandbox = sandbox_of(&emulator, &info.user_token, &created.sandbox_id).await;
     assert_eq!(state_of(&sandbox), pb::State::Pending);
     let reason = sandbox.status.unwrap().state_reason;
     assert!(reason.starts_with("ErrImagePull: ") && reason.contains("python:3.11"), "{reason}");
@@ -550,7 +541,7 @@ async fn an_image_that_cannot_be_pulled_shows_err_image_pull_then_back_off() {
     let pod = pod_of(&mut operator, &created.sandbox_id).await;
     assert_eq!(waiting_reason(&pod), "ImagePullBackOff");
     assert_eq!(pod.status.as_ref().unwrap().phase, "Failed");
-    let failed = sandbox_now(&emulator, &info.user_token, &created.sandbox_id).await;
+    let failed = sandbox_of(&emulator, &info.user_token, &created.sandbox_id).await;
     assert_eq!(state_of(&failed), pb::State::Failed);
     let reason = failed.status.unwrap().state_reason;
     assert!(reason.starts_with("ImagePullBackOff: Back-off pulling image \"python:3.11\""), "{reason}");
@@ -560,7 +551,7 @@ async fn an_image_that_cannot_be_pulled_shows_err_image_pull_then_back_off() {
     other.containers[0].image = "ubuntu:24.04".to_owned();
     let fine = client.create_sandbox(create_request(other, "")).await.unwrap().into_inner();
     advance(&emulator, Duration::from_secs(2));
-    assert_eq!(state_of(&sandbox_now(&emulator, &info.user_token, &fine.sandbox_id).await), pb::State::Running);
+    assert_eq!(state_of(&sandbox_of(&emulator, &info.user_token, &fine.sandbox_id).await), pb::State::Running);
 }
 
 #[tokio::test]
@@ -572,7 +563,7 @@ async fn an_oom_kill_fails_the_sandbox_with_137_and_a_lost_node_fails_its_sandbo
     operator.add_fault(emu::AddFaultRequest { fault: Some(oom) }).await.unwrap();
     let killed = running(&emulator, &info.user_token, &info.runner_id, &[]).await;
     advance(&emulator, Duration::from_secs(5));
-    let ended = sandbox_now(&emulator, &info.user_token, &killed.sandbox_id).await;
+    let ended = sandbox_of(&emulator, &info.user_token, &killed.sandbox_id).await;
     assert_eq!(state_of(&ended), pb::State::Failed);
     let status = ended.status.unwrap();
     assert_eq!(status.exit_code, Some(137));
@@ -590,7 +581,7 @@ async fn an_oom_kill_fails_the_sandbox_with_137_and_a_lost_node_fails_its_sandbo
     let victim = running(&emulator, &info.user_token, &info.runner_id, &[]).await;
     let node = pod_of(&mut operator, &victim.sandbox_id).await.spec.unwrap().node_name;
     advance(&emulator, Duration::from_secs(3));
-    let ended = sandbox_now(&emulator, &info.user_token, &victim.sandbox_id).await;
+    let ended = sandbox_of(&emulator, &info.user_token, &victim.sandbox_id).await;
     assert_eq!(state_of(&ended), pb::State::Failed);
     assert!(ended.status.unwrap().state_reason.starts_with("NodeLost: "));
     let nodes = operator.list_nodes(emu::ListNodesRequest::default()).await.unwrap().into_inner().nodes;
@@ -628,4 +619,34 @@ async fn bad_domain_faults_name_their_field() {
     let negative = domain_fault(emu::domain_fault::Kind::OomKillAfter(seconds(-1)), "");
     let error = operator.add_fault(emu::AddFaultRequest { fault: Some(negative) }).await.unwrap_err();
     assert_eq!(violation(&error), "fault.domain.oom_kill_after");
+}
+
+#[tokio::test]
+async fn dev_tokens_are_fixed_on_loopback_and_refused_elsewhere() {
+    use cwsandbox_emulator::config::EmulatorConfig;
+    use cwsandbox_emulator::{Options, StartError};
+    use cwsandbox_sim::config::Scenario;
+    let config = |overlay: &str| {
+        EmulatorConfig::from_overlays(Scenario::Ready, [(std::path::Path::new("test.yaml"), overlay)]).unwrap()
+    };
+    let mut options = Options::new(config(""));
+    options.dev_tokens = true;
+    let emulator = Emulator::start(options).await.expect("starts");
+    assert_eq!(emulator.info().admin_token, cwsandbox_emulator::auth::DEV_ADMIN_TOKEN);
+    assert_eq!(emulator.info().user_token, cwsandbox_emulator::auth::DEV_USER_TOKEN);
+    let mut operator = emulator_client(&emulator, "cwsbx-dev-admin").await;
+    assert!(operator.get_values(emu::GetValuesRequest {}).await.is_ok(), "the fixed operator token works");
+    emulator.stop().await;
+
+    let mut everywhere = Options::new(config(""));
+    everywhere.dev_tokens = true;
+    everywhere.listen = "0.0.0.0:0".parse().unwrap();
+    let refused = Emulator::start(everywhere).await.expect_err("public tokens on every address");
+    assert!(matches!(&refused, StartError::DevTokens(why) if why.contains("loopback")), "{refused}");
+
+    let mut both =
+        Options::new(config("auth:\n  tokens:\n    - {token: t, org: o, user: u, uid: 1, roles: [sandbox_user]}\n"));
+    both.dev_tokens = true;
+    let refused = Emulator::start(both).await.expect_err("two sources of tokens");
+    assert!(matches!(&refused, StartError::DevTokens(why) if why.contains("auth.tokens")), "{refused}");
 }

@@ -81,6 +81,16 @@ pub async fn sandboxes(emulator: &Emulator, token: &str) -> SandboxServiceClient
     SandboxServiceClient::with_interceptor(channel(emulator).await, Bearer(token.to_owned()))
 }
 
+/// The sandbox `id` as GetSandbox answers `token`'s caller (panics on an error).
+pub async fn sandbox_of(emulator: &Emulator, token: &str, id: &str) -> pb::Sandbox {
+    sandboxes(emulator, token)
+        .await
+        .get_sandbox(pb::GetSandboxRequest { sandbox_id: id.to_owned() })
+        .await
+        .expect("GetSandbox")
+        .into_inner()
+}
+
 /// Moves the emulator's clock forward and lets the world catch up.
 pub fn advance(emulator: &Emulator, by: Duration) {
     emulator.app().driver().clock().advance(by);

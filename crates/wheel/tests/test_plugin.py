@@ -214,9 +214,15 @@ def test_a_domain_fault_shows_where_a_user_looks(cwsandbox_emulator, monkeypatch
             monkeypatch.setenv(name, value)
         tenant.faults.add(method="CreateSandbox", domain={"image_pull": "registry.example/broken*"})
         with pytest.raises(CWSandboxError):
-            with Sandbox.run(placement_mode="cks", runner_ids=[tenant.runner_id], container_image="registry.example/broken:1"):
-                pass
-        reasons = {event.get("reason") for event in tenant.events()}
-        assert reasons & {"ErrImagePull", "ImagePullBackOff"}, reasons
+            with Sandbox.run(
+                placement_mode="cks", runner_ids=[tenant.runner_id], container_image="registry.example/broken:1"
+            ) as sb:
+                # Instant timing: no image pull back-off, the sandbox fails at once.
+                sb.wait(timeout=60)
+        # As the kubelet reports it: reasons Failed and BackOff, the waiting reason in the message.
+        events = tenant.events()
+        messages = {event.get("message", "") for event in events if event.get("reason") == "Failed"}
+        assert {"Error: ErrImagePull", "Error: ImagePullBackOff"} <= messages, events
+        assert "BackOff" in {event.get("reason") for event in events}
     finally:
         tenant.delete()
