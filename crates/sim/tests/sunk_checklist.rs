@@ -288,6 +288,36 @@ fn item_15_gpu_requests_become_gres_of_the_node_type_without_shared_indices() {
     );
 }
 
+#[test]
+fn item_15_a_gpu_pod_sees_the_gpus_its_job_holds() {
+    use cwsandbox_sim::world::{Effect, NVIDIA_VISIBLE_DEVICES};
+    let mut h = harness(|values| {
+        values.node_sets[0].replicas = 1;
+        values.node_sets[0].gpus = 8;
+        values.node_sets[0].gpu_class = "H100".to_owned();
+        values.scheduler.gpu_types.insert("H100".to_owned(), "h100".to_owned());
+    });
+    h.world.take_effects();
+    let gpu = h.create(with_requests(sunk_pod("gpu-a"), Some("1"), Some("1Gi"), Some(2)));
+    let cpu_only = h.create(with_requests(sunk_pod("cpu-a"), Some("1"), Some("1Gi"), None));
+    h.advance(2);
+    let held = h.job(&gpu).gpu_indices.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    assert_eq!(held.split(',').count(), 2);
+    let started: Vec<(String, Option<String>)> = h
+        .world
+        .take_effects()
+        .into_iter()
+        .filter_map(|effect| match effect {
+            Effect::StartPod { pod_uid, containers, .. } => {
+                Some((pod_uid.to_string(), containers[0].env.get(NVIDIA_VISIBLE_DEVICES).cloned()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(started.contains(&(gpu.clone(), Some(held))), "{started:?}");
+    assert!(started.contains(&(cpu_only.clone(), None)), "a Pod without GPUs is told none: {started:?}");
+}
+
 fn outofcpu_values(values: &mut cwsandbox_sim::config::Values) {
     values.node_sets[0].replicas = 1;
     values.node_sets[0].slurmd.requests.cpu = "7".to_owned();
@@ -386,6 +416,20 @@ fn default_scheduler_pod(name: &str, requests: (&str, &str), limits: (&str, &str
     pod.containers[0].2 = amounts(Some(requests.0), Some(requests.1), None);
     pod.containers[0].3 = amounts(Some(limits.0), Some(limits.1), None);
     pod
+}
+
+#[test]
+fn default_scheduler_gpu_pod_without_a_gpu_node_waits_insufficient_gpu() {
+    let mut h = harness(|_| {});
+    let mut pod = default_scheduler_pod("gpu", ("1", "1Gi"), ("1", "1Gi"));
+    pod.containers[0].2.gpu = Some(1);
+    pod.containers[0].3.gpu = Some(1);
+    let uid = h.create(pod);
+    let pod = h.pod(&uid);
+    assert_eq!((pod.phase, pod.node_name.as_deref()), (PodPhase::Pending, None), "not bound, then rejected");
+    let warnings = h.warnings_for(&uid);
+    let nodes = h.world.cluster.nodes.len();
+    assert_eq!(warnings[0].message, format!("0/{nodes} nodes are available: {nodes} Insufficient nvidia.com/gpu."));
 }
 
 #[test]

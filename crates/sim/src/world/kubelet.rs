@@ -8,6 +8,9 @@ use crate::slurm::{JobBaseState, JobId};
 
 use crate::world::{ContainerStart, Effect, PodTransition, Transition, World, legal};
 
+/// The variable through which a container learns which GPUs it has.
+pub const NVIDIA_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
+
 impl World {
     /// Binds a Pod and runs kubelet admission: it either starts or is rejected for good.
     pub(crate) fn bind_and_admit(&mut self, uid: &str, node_name: &str) {
@@ -90,16 +93,33 @@ impl World {
     /// container comes first.
     fn containers_to_start(&self, uid: &str, sandbox_id: Option<&str>) -> Vec<ContainerStart> {
         let Some(pod) = self.cluster.pod(uid) else { return Vec::new() };
+        // What the NVIDIA device plugin tells a container that asked for GPUs: the indices of
+        // the GPUs it got, here those its placeholder job holds on the node (a Pod the default
+        // scheduler placed has no indices in the simulation, so it gets none).
+        let gpu_indices = self
+            .placeholder_of_pod
+            .get(uid)
+            .and_then(|job| self.slurm.job(*job))
+            .filter(|job| !job.gpu_indices.is_empty())
+            .map(|job| job.gpu_indices.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
         let mut containers: Vec<ContainerStart> = pod
             .containers
             .iter()
-            .map(|container| ContainerStart {
-                name: container.name.clone(),
-                image: container.image.clone(),
-                command: container.command.clone(),
-                args: container.args.clone(),
-                env: container.env.clone(),
-                working_dir: container.working_dir.clone(),
+            .map(|container| {
+                let mut env = container.env.clone();
+                if let Some(indices) = &gpu_indices
+                    && container.requests.gpu.is_some_and(|gpus| gpus > 0)
+                {
+                    env.insert(NVIDIA_VISIBLE_DEVICES.to_owned(), indices.clone());
+                }
+                ContainerStart {
+                    name: container.name.clone(),
+                    image: container.image.clone(),
+                    command: container.command.clone(),
+                    args: container.args.clone(),
+                    env,
+                    working_dir: container.working_dir.clone(),
+                }
             })
             .collect();
         if let Some(index) = sandbox_id.and_then(|id| self.sandbox_primary_container(id))

@@ -116,6 +116,7 @@ impl World {
         let need = pod.requested();
         let mut insufficient_cpu = 0;
         let mut insufficient_memory = 0;
+        let mut insufficient_gpus = 0;
         let mut tainted = 0;
         let mut mismatched = 0;
         let mut best: Option<(i64, SharedStr)> = None;
@@ -130,7 +131,12 @@ impl World {
             }
             let free_cpu = node.allocatable.cpu_millis - node.requested.cpu_millis;
             let free_memory = node.allocatable.memory_bytes - node.requested.memory_bytes;
+            let free_gpus = node.allocatable.gpus - node.requested.gpus;
             let mut fits = true;
+            if need.gpus > 0 && free_gpus < need.gpus {
+                insufficient_gpus += 1;
+                fits = false;
+            }
             if free_cpu < need.cpu_millis {
                 insufficient_cpu += 1;
                 fits = false;
@@ -154,6 +160,9 @@ impl World {
         }
         if insufficient_memory > 0 {
             parts.push(format!("{insufficient_memory} Insufficient memory"));
+        }
+        if insufficient_gpus > 0 {
+            parts.push(format!("{insufficient_gpus} Insufficient nvidia.com/gpu"));
         }
         if mismatched > 0 {
             parts.push(format!("{mismatched} node(s) didn't match Pod's node affinity/selector"));
