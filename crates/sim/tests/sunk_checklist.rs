@@ -433,6 +433,32 @@ fn default_scheduler_gpu_pod_without_a_gpu_node_waits_insufficient_gpu() {
 }
 
 #[test]
+fn default_scheduler_names_the_taint_that_turned_each_node_away() {
+    let mut h = harness(|_| {});
+    let names: Vec<_> = h.world.cluster.nodes.keys().cloned().collect();
+    let (first, rest) = names.split_first().unwrap();
+    for (index, name) in names.iter().enumerate() {
+        let node = h.world.cluster.nodes.get_mut(name).unwrap();
+        let key = if name == first { "node.kubernetes.io/unreachable" } else { "example.com/busy" };
+        node.taints.push(cwsandbox_sim::k8s::Taint {
+            key: key.to_owned(),
+            value: if index == 0 { String::new() } else { "yes".to_owned() },
+            effect: "NoSchedule".to_owned(),
+        });
+    }
+    let uid = h.create(default_scheduler_pod("tainted", ("1", "1Gi"), ("1", "1Gi")));
+    let message = h.warnings_for(&uid)[0].message.clone();
+    let nodes = names.len();
+    assert_eq!(
+        message,
+        format!(
+            "0/{nodes} nodes are available: {} node(s) had untolerated taint {{example.com/busy: yes}}, 1 node(s) had untolerated taint {{node.kubernetes.io/unreachable: }}.",
+            rest.len()
+        )
+    );
+}
+
+#[test]
 fn default_scheduler_pod_that_fits_no_node_waits_with_one_failed_scheduling_warning() {
     let mut h = harness(|_| {});
     let huge = h.create(default_scheduler_pod("huge", ("100", "1Gi"), ("100", "1Gi")));

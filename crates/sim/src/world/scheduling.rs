@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::error::{Reason, SimError, SimResult};
 use crate::ids::SharedStr;
-use crate::k8s::{ContainerState, EventType, LOCK_KEY, Node, Pod, PodContainer, PodOwner, PodPhase};
+use crate::k8s::{ContainerState, EventType, Node, Pod, PodContainer, PodOwner, PodPhase};
 
 use crate::world::{PodRequest, PodTransition, Transition, World};
 
@@ -117,12 +117,15 @@ impl World {
         let mut insufficient_cpu = 0;
         let mut insufficient_memory = 0;
         let mut insufficient_gpus = 0;
-        let mut tainted = 0;
+        // Nodes turned away by a taint, by the first taint that did it, as kube-scheduler reports.
+        let mut tainted: BTreeMap<String, usize> = BTreeMap::new();
         let mut mismatched = 0;
         let mut best: Option<(i64, SharedStr)> = None;
         for node in self.cluster.nodes.values() {
-            if node.taints.iter().any(|taint| taint.effect != "PreferNoSchedule" && !pod.tolerates(taint)) {
-                tainted += 1;
+            if let Some(taint) =
+                node.taints.iter().find(|taint| taint.effect != "PreferNoSchedule" && !pod.tolerates(taint))
+            {
+                *tainted.entry(format!("{{{}: {}}}", taint.key, taint.value)).or_default() += 1;
                 continue;
             }
             if !node_matches(&pod, node) {
@@ -167,8 +170,8 @@ impl World {
         if mismatched > 0 {
             parts.push(format!("{mismatched} node(s) didn't match Pod's node affinity/selector"));
         }
-        if tainted > 0 {
-            parts.push(format!("{tainted} node(s) had untolerated taint {{{LOCK_KEY}: true}}"));
+        for (taint, count) in &tainted {
+            parts.push(format!("{count} node(s) had untolerated taint {taint}"));
         }
         let message = format!("0/{total} nodes are available: {}.", parts.join(", "));
         self.waiting_for_room.insert(uid.clone());
