@@ -139,3 +139,33 @@ def test_an_emulator_never_stopped_is_killed_when_it_is_collected():
     del emu
     gc.collect()
     assert process.poll() is not None
+
+
+def test_a_gpu_sandbox_sees_the_gpus_its_slurm_job_holds(monkeypatch):
+    from cwsandbox import ResourceOptions
+
+    gpu_nodes = {
+        "nodeSets": [
+            {
+                "name": "cpu",
+                "replicas": 1,
+                "cpu": "16",
+                "memory": "64Gi",
+                "gpus": 8,
+                "gpuClass": "H100",
+                "slurmd": {"requests": {"cpu": "1", "memory": "4Gi"}},
+            }
+        ],
+        "scheduler": {"gpuTypes": {"H100": "h100"}},
+    }
+    with Emulator(values=gpu_nodes) as emu:
+        monkeypatch.setenv("CWSANDBOX_BASE_URL", emu.base_url)
+        monkeypatch.setenv("CWSANDBOX_API_KEY", emu.admin_token)
+        two_gpus = ResourceOptions(
+            requests={"cpu": "1", "memory": "1Gi"}, limits={"cpu": "1", "memory": "1Gi"}, gpu={"count": 2}
+        )
+        with Sandbox.run(placement_mode="cks", runner_ids=[emu.runner_id], resources=two_gpus) as sb:
+            seen = sb.exec(["sh", "-c", 'echo "$NVIDIA_VISIBLE_DEVICES"']).result().stdout.strip()
+            [job] = [job for job in emu.slurm.jobs() if sb.sandbox_id in job["name"]]
+        assert job["req_gpus"] == 2 and len(job["gpu_indices"]) == 2
+        assert seen == ",".join(str(index) for index in job["gpu_indices"])
