@@ -177,8 +177,9 @@ impl Faults {
             return verdict;
         }
         let mut tags: Option<Option<Vec<String>>> = None;
+        let forms = method_forms(call.service, call.method);
         for rule in &mut registry.rules {
-            if !matches(rule, call, &mut tags) {
+            if !matches(rule, call, &forms, &mut tags) {
                 continue;
             }
             rule.fault.matched += 1;
@@ -214,30 +215,36 @@ pub fn header_verdict(value: &str, server_streaming: bool) -> Result<Verdict, Ap
     Ok(verdict)
 }
 
+/// The service of CreateSandbox, the one call domain faults act on.
+const SANDBOX_SERVICE: &str = "coreweave.sandbox.v1.SandboxService";
+
+/// The three spellings a method pattern is matched against: `CreateSandbox`,
+/// `SandboxService/CreateSandbox`, `coreweave.sandbox.v1.SandboxService/CreateSandbox`.
+fn method_forms(service: &str, method: &str) -> [String; 3] {
+    let short = service.rsplit('.').next().unwrap_or(service);
+    [method.to_owned(), format!("{short}/{method}"), format!("{service}/{method}")]
+}
+
 fn visible(rule: &Rule, owner: Option<&str>) -> bool {
     owner.is_none_or(|owner| rule.fault.owner == owner)
 }
 
-fn matches(rule: &Rule, call: &Call<'_>, tags: &mut Option<Option<Vec<String>>>) -> bool {
-    let condition = rule.fault.r#match.clone().unwrap_or_default();
+fn matches(rule: &Rule, call: &Call<'_>, forms: &[String; 3], tags: &mut Option<Option<Vec<String>>>) -> bool {
+    let unset = pb::FaultMatch::default();
+    let condition = rule.fault.r#match.as_ref().unwrap_or(&unset);
     if !rule.fault.owner.is_empty() && rule.fault.owner != call.org {
         return false;
     }
     if !condition.organization.is_empty() && condition.organization != call.org {
         return false;
     }
-    if rule.domain.is_some()
-        && (call.method != "CreateSandbox" || call.service != "coreweave.sandbox.v1.SandboxService")
-    {
+    if rule.domain.is_some() && (call.method != "CreateSandbox" || call.service != SANDBOX_SERVICE) {
         return false;
     }
-    if let Some(pattern) = &rule.method {
-        let service = call.service.rsplit('.').next().unwrap_or(call.service);
-        let forms =
-            [call.method.to_owned(), format!("{service}/{}", call.method), format!("{}/{}", call.service, call.method)];
-        if !forms.iter().any(|form| pattern.matches(form)) {
-            return false;
-        }
+    if let Some(pattern) = &rule.method
+        && !forms.iter().any(|form| pattern.matches(form))
+    {
+        return false;
     }
     for (key, pattern) in &rule.headers {
         let value = call.headers.get(key.as_str()).and_then(|value| value.to_str().ok());
@@ -325,16 +332,27 @@ fn duration(value: pbjson_types::Duration) -> Duration {
     Duration::new(value.seconds.max(0) as u64, value.nanos.max(0) as u32)
 }
 
-fn check_duration(value: Option<pbjson_types::Duration>, field: &str) -> Result<Duration, ApiError> {
-    let Some(value) = value else { return Ok(Duration::ZERO) };
+/// A duration of a fault, refused on `field` when negative or above `max` (`limit` says why).
+fn bounded_duration(
+    value: pbjson_types::Duration,
+    field: &str,
+    max: Duration,
+    limit: &str,
+) -> Result<Duration, ApiError> {
     if value.seconds < 0 || value.nanos < 0 {
         return Err(ApiError::invalid_field(field, "must not be negative"));
     }
     let value = duration(value);
-    if value > MAX_LATENCY {
-        return Err(ApiError::invalid_field(field, format!("at most {} seconds", MAX_LATENCY.as_secs())));
+    if value > max {
+        return Err(ApiError::invalid_field(field, limit));
     }
     Ok(value)
+}
+
+/// An action's delay: at most [`MAX_LATENCY`]; unset is none.
+fn check_duration(value: Option<pbjson_types::Duration>, field: &str) -> Result<Duration, ApiError> {
+    let Some(value) = value else { return Ok(Duration::ZERO) };
+    bounded_duration(value, field, MAX_LATENCY, &format!("at most {} seconds", MAX_LATENCY.as_secs()))
 }
 
 fn check_action(action: pb::FaultAction, field: &str) -> Result<pb::FaultAction, ApiError> {
@@ -434,9 +452,7 @@ fn check(mut fault: pb::Fault, owner: Option<&str>) -> Result<Rule, ApiError> {
     let condition = fault.r#match.clone().unwrap_or_default();
     if domain.is_some() && !condition.method.is_empty() {
         let pattern = WildMatch::new(condition.method.trim());
-        let names =
-            ["CreateSandbox", "SandboxService/CreateSandbox", "coreweave.sandbox.v1.SandboxService/CreateSandbox"];
-        if !names.iter().any(|name| pattern.matches(name)) {
+        if !method_forms(SANDBOX_SERVICE, "CreateSandbox").iter().any(|name| pattern.matches(name)) {
             return Err(ApiError::invalid_field(
                 "fault.match.method",
                 "a domain fault acts on the sandboxes CreateSandbox makes: leave it empty or name CreateSandbox",
@@ -462,8 +478,7 @@ fn check(mut fault: pb::Fault, owner: Option<&str>) -> Result<Rule, ApiError> {
             let compiled = WildMatch::new(pattern);
             let reaches = known_methods().iter().any(|path| {
                 let (service, method) = path.split_once('/').unwrap_or((path, ""));
-                let short = service.rsplit('.').next().unwrap_or(service);
-                [method.to_owned(), format!("{short}/{method}"), path.clone()].iter().any(|form| compiled.matches(form))
+                method_forms(service, method).iter().any(|form| compiled.matches(form))
             });
             if !reaches {
                 return Err(ApiError::invalid_field(
@@ -495,15 +510,13 @@ fn check(mut fault: pb::Fault, owner: Option<&str>) -> Result<Rule, ApiError> {
 /// What a domain fault injects, its durations checked.
 fn domain_kind(domain: &pb::DomainFault) -> Result<InjectedKind, ApiError> {
     use pb::domain_fault::Kind;
-    let positive = |value: &pbjson_types::Duration, field: &str| -> Result<Duration, ApiError> {
-        if value.seconds < 0 || value.nanos < 0 {
-            return Err(ApiError::invalid_field(field, "must not be negative"));
-        }
-        let value = duration(*value);
-        if value > Duration::from_secs(30 * 24 * 3600) {
-            return Err(ApiError::invalid_field(field, "at most 30 days (a sandbox's longest lifetime)"));
-        }
-        Ok(value)
+    let positive = |value: &pbjson_types::Duration, field: &str| {
+        bounded_duration(
+            *value,
+            field,
+            Duration::from_secs(30 * 24 * 3600),
+            "at most 30 days (a sandbox's longest lifetime)",
+        )
     };
     match &domain.kind {
         None => Err(ApiError::invalid_field(

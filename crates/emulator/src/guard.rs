@@ -152,14 +152,10 @@ impl Protocol {
 
     /// The error answer in this protocol.
     fn reject(self, error: &ApiError) -> Response {
-        match self {
-            Protocol::Grpc => error.to_status().into_http::<Body>(),
-            Protocol::ConnectUnary { .. } => ConnectError::from(error.clone()).into_response(),
-            Protocol::ConnectStream { json } => ConnectError::from(error.clone()).into_streaming_response(!json),
-        }
+        self.reject_status(error.to_status())
     }
 
-    /// An injected status (a fault's, not a domain error) as the answer in this protocol.
+    /// A status (an injected fault's, or an [`ApiError`]'s) as the answer in this protocol.
     fn reject_status(self, status: tonic::Status) -> Response {
         match self {
             Protocol::Grpc => status.into_http::<Body>(),
