@@ -35,10 +35,6 @@ auth:
 
 type Client = EmulatorServiceClient<Authed>;
 
-async fn emulator_client(emulator: &Emulator, token: &str) -> Client {
-    EmulatorServiceClient::with_interceptor(channel(emulator).await, Bearer(token.to_owned()))
-}
-
 /// Two organizations with a running sandbox each, on a frozen clock.
 struct Tenants {
     emulator: Emulator,
@@ -56,7 +52,7 @@ async fn tenants() -> Tenants {
     let emulator =
         start_with(OVERLAY, Some(runtime.clone() as std::sync::Arc<dyn cwsandbox_emulator::runtime::SandboxRuntime>))
             .await;
-    let mut operator = emulator_client(&emulator, "operator").await;
+    let mut operator = emulator_service(&emulator, "operator").await;
     operator.freeze_clock(emu::FreezeClockRequest {}).await.unwrap();
     let a =
         sandboxes(&emulator, "a-user").await.create_sandbox(create_request(client_spec("runner-a"), "")).await.unwrap();
@@ -69,7 +65,7 @@ async fn tenants() -> Tenants {
         sandbox_of(&emulator, "b-user", &b.into_inner().sandbox_id).await,
     );
     assert_eq!((state_of(&a), state_of(&b)), (pb::State::Running, pb::State::Running));
-    let b_admin = emulator_client(&emulator, "b-admin").await;
+    let b_admin = emulator_service(&emulator, "b-admin").await;
     Tenants { emulator, runtime, operator, b_admin, a, b }
 }
 
@@ -148,7 +144,7 @@ async fn another_organizations_admin_lists_none_of_its_pods_events_or_jobs() {
     assert!(!everything.contains("sandbox-alice"), "org A's namespace leaked to org B");
 
     // Org A's admin sees its own; the operator sees both and the cluster's own Pods.
-    let mut a_admin = emulator_client(&emulator, "a-admin").await;
+    let mut a_admin = emulator_service(&emulator, "a-admin").await;
     assert_eq!(sandbox_ids(&pods(&mut a_admin).await), [a_id]);
     let all = pods(&mut operator).await;
     let ids = sandbox_ids(&all);
@@ -207,7 +203,7 @@ async fn an_organizations_admin_acts_on_its_own_objects() {
         .job
         .expect("its row");
     assert!(jobs(&mut b_admin).await.iter().any(|job| job.job_id == submitted.job_id), "its own batch job");
-    let mut a_admin = emulator_client(&emulator, "a-admin").await;
+    let mut a_admin = emulator_service(&emulator, "a-admin").await;
     assert!(jobs(&mut a_admin).await.iter().all(|job| job.job_id != submitted.job_id), "not org A's");
     b_admin.cancel_job(emu::CancelJobRequest { job_id: submitted.job_id, uid: None }).await.unwrap();
 
@@ -296,7 +292,7 @@ async fn cluster_wide_calls_need_cluster_admin() {
         let info = details(status).error_info().cloned().expect("ErrorInfo");
         assert_eq!(info.metadata.get("required_role").map(String::as_str), Some("cluster_admin"), "{method}");
     }
-    let mut operator = emulator_client(&emulator, "operator").await;
+    let mut operator = emulator_service(&emulator, "operator").await;
     let clock = operator.get_clock(emu::GetClockRequest {}).await.unwrap().into_inner().clock.unwrap();
     assert!(clock.frozen, "still frozen: org B's ResumeClock changed nothing");
     emulator.stop().await;

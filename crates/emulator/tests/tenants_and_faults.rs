@@ -17,10 +17,6 @@ use tonic::Code;
 
 type Client = EmulatorServiceClient<Authed>;
 
-async fn emulator_client(emulator: &Emulator, token: &str) -> Client {
-    EmulatorServiceClient::with_interceptor(channel(emulator).await, Bearer(token.to_owned()))
-}
-
 async fn with_runtime(overlay: &str) -> (Emulator, Arc<FakeRuntime>) {
     let runtime = FakeRuntime::new();
     let emulator = start_with(overlay, Some(runtime.clone() as Arc<dyn SandboxRuntime>)).await;
@@ -52,7 +48,7 @@ fn violation(status: &tonic::Status) -> String {
 async fn tenants_share_the_configured_runners_and_see_nothing_of_each_other() {
     let (emulator, runtime) = with_runtime("").await;
     let info = emulator.info().clone();
-    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
     // The configured organization's alice comes first and has `sandbox-alice`.
     running(&emulator, &info.user_token, &info.runner_id, &[]).await;
     let one = create_tenant(&mut operator, emu::CreateTenantRequest::default()).await;
@@ -83,7 +79,7 @@ async fn tenants_share_the_configured_runners_and_see_nothing_of_each_other() {
     assert_eq!(error.code(), Code::NotFound);
 
     // Each tenant's admin token sees its own Pods, in a namespace of its own, and its job.
-    let mut one_admin = emulator_client(&emulator, &one.admin_token).await;
+    let mut one_admin = emulator_service(&emulator, &one.admin_token).await;
     let pods = one_admin.list_pods(emu::ListPodsRequest::default()).await.unwrap().into_inner().pods;
     assert_eq!(pods.len(), 1, "only its sandbox's Pod");
     let namespace = pods[0].metadata.as_ref().unwrap().namespace.clone();
@@ -143,7 +139,7 @@ async fn tenants_share_the_configured_runners_and_see_nothing_of_each_other() {
 async fn a_full_reset_keeps_the_tenants_and_their_runners() {
     let (emulator, _runtime) = with_runtime("").await;
     let info = emulator.info().clone();
-    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
     let tenant = create_tenant(&mut operator, emu::CreateTenantRequest::default()).await;
     running(&emulator, &tenant.user_token, &info.runner_id, &[]).await;
     operator.reset(emu::ResetRequest::default()).await.unwrap();
@@ -157,7 +153,7 @@ async fn a_full_reset_keeps_the_tenants_and_their_runners() {
 async fn bad_tenant_requests_name_their_field_and_only_the_operator_makes_tenants() {
     let (emulator, _runtime) = with_runtime("").await;
     let info = emulator.info().clone();
-    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
     let cases = [
         (emu::CreateTenantRequest { organization: "Bad_Name".to_owned(), ..Default::default() }, "organization"),
         (emu::CreateTenantRequest { user: "-x".to_owned(), ..Default::default() }, "user"),
@@ -183,11 +179,11 @@ async fn bad_tenant_requests_name_their_field_and_only_the_operator_makes_tenant
     let tenants = operator.list_tenants(emu::ListTenantsRequest {}).await.unwrap().into_inner().tenants;
     assert!(tenants.is_empty(), "no failed create left a tenant: {tenants:?}");
 
-    let mut user = emulator_client(&emulator, &info.user_token).await;
+    let mut user = emulator_service(&emulator, &info.user_token).await;
     let denied = user.create_tenant(emu::CreateTenantRequest::default()).await.unwrap_err();
     assert_eq!(denied.code(), Code::PermissionDenied);
     let admin = create_tenant(&mut operator, emu::CreateTenantRequest::default()).await;
-    let mut tenant_admin = emulator_client(&emulator, &admin.admin_token).await;
+    let mut tenant_admin = emulator_service(&emulator, &admin.admin_token).await;
     let denied = tenant_admin.create_tenant(emu::CreateTenantRequest::default()).await.unwrap_err();
     assert_eq!(denied.code(), Code::PermissionDenied, "a tenant's admin is one organization's");
 }
@@ -205,7 +201,7 @@ fn fault(method: &str, code: &str, schedule: emu::FaultSchedule) -> emu::Fault {
 async fn a_fault_fails_the_first_calls_with_its_details_and_counts_its_hits() {
     let (emulator, runtime) = with_runtime("").await;
     let info = emulator.info().clone();
-    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
     let mut rule = fault("CreateSandbox", "UNAVAILABLE", emu::FaultSchedule { times: 2, ..Default::default() });
     let action = rule.action.as_mut().unwrap();
     action.reason = "CWSANDBOX_BACKEND_UNAVAILABLE".to_owned();
@@ -242,13 +238,13 @@ async fn a_fault_fails_the_first_calls_with_its_details_and_counts_its_hits() {
 async fn bad_faults_are_refused_by_field() {
     let (emulator, _runtime) = with_runtime("").await;
     let info = emulator.info().clone();
-    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
     let typo = fault("CreateSandbx", "UNAVAILABLE", emu::FaultSchedule::default());
     let error = operator.add_fault(emu::AddFaultRequest { fault: Some(typo) }).await.unwrap_err();
     assert_eq!((error.code(), violation(&error)), (Code::InvalidArgument, "fault.match.method".to_owned()));
     let error = operator.add_fault(emu::AddFaultRequest { fault: None }).await.unwrap_err();
     assert_eq!(violation(&error), "fault");
-    let mut user = emulator_client(&emulator, &info.user_token).await;
+    let mut user = emulator_service(&emulator, &info.user_token).await;
     let denied = user
         .add_fault(emu::AddFaultRequest { fault: Some(fault("", "UNAVAILABLE", Default::default())) })
         .await
@@ -261,10 +257,10 @@ async fn bad_faults_are_refused_by_field() {
 async fn an_organizations_faults_touch_only_its_calls_and_go_with_its_reset() {
     let (emulator, _runtime) = with_runtime("").await;
     let info = emulator.info().clone();
-    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
     let one = create_tenant(&mut operator, emu::CreateTenantRequest::default()).await;
     let two = create_tenant(&mut operator, emu::CreateTenantRequest::default()).await;
-    let mut one_admin = emulator_client(&emulator, &one.admin_token).await;
+    let mut one_admin = emulator_service(&emulator, &one.admin_token).await;
     one_admin
         .add_fault(emu::AddFaultRequest {
             fault: Some(fault("ListSandboxes", "PERMISSION_DENIED", Default::default())),
@@ -278,7 +274,7 @@ async fn an_organizations_faults_touch_only_its_calls_and_go_with_its_reset() {
     assert_eq!(list(one.user_token.clone()).await.unwrap_err().code(), Code::PermissionDenied);
     assert!(list(two.user_token.clone()).await.is_ok(), "another tenant's calls are untouched");
     assert!(list(info.user_token.clone()).await.is_ok());
-    let mut two_admin = emulator_client(&emulator, &two.admin_token).await;
+    let mut two_admin = emulator_service(&emulator, &two.admin_token).await;
     assert!(two_admin.list_faults(emu::ListFaultsRequest {}).await.unwrap().into_inner().faults.is_empty());
     let foreign = two_admin.remove_fault(emu::RemoveFaultRequest { id: "fault-1".to_owned() }).await.unwrap_err();
     assert_eq!(foreign.code(), Code::NotFound);
@@ -295,7 +291,7 @@ async fn an_organizations_faults_touch_only_its_calls_and_go_with_its_reset() {
 async fn faults_match_sandbox_tags_and_header_values() {
     let (emulator, _runtime) = with_runtime("").await;
     let info = emulator.info().clone();
-    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
     let flaky = running(&emulator, &info.user_token, &info.runner_id, &["flaky"]).await;
     let steady = running(&emulator, &info.user_token, &info.runner_id, &["steady"]).await;
     let mut rule = fault("GetSandbox", "INTERNAL", Default::default());
@@ -354,7 +350,7 @@ async fn a_stream_fault_ends_stream_logs_after_n_messages() {
     let (emulator, _runtime) = with_runtime("").await;
     let info = emulator.info().clone();
     let sandbox = running(&emulator, &info.user_token, &info.runner_id, &[]).await;
-    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
     let mut rule = fault("StreamLogs", "DATA_LOSS", emu::FaultSchedule { times: 1, ..Default::default() });
     rule.action.as_mut().unwrap().stream_messages = Some(1);
     operator.add_fault(emu::AddFaultRequest { fault: Some(rule) }).await.unwrap();
@@ -384,7 +380,7 @@ faults:
 "#;
     let (emulator, _runtime) = with_runtime(overlay).await;
     let info = emulator.info().clone();
-    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
     let error = operator.get_clock(emu::GetClockRequest {}).await.unwrap_err();
     assert_eq!(error.message(), "clock down");
     assert!(operator.get_clock(emu::GetClockRequest {}).await.is_ok());
@@ -401,7 +397,7 @@ async fn a_stream_fault_ends_connect_streams_and_stream_exec_too() {
     let (emulator, _runtime) = with_runtime("").await;
     let info = emulator.info().clone();
     let sandbox = running(&emulator, &info.user_token, &info.runner_id, &[]).await;
-    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
     let mut rule = fault("*/Stream*", "UNAVAILABLE", Default::default());
     rule.action.as_mut().unwrap().stream_messages = Some(1);
     operator.add_fault(emu::AddFaultRequest { fault: Some(rule) }).await.unwrap();
@@ -480,7 +476,7 @@ fn waiting_reason(pod: &emu::Pod) -> String {
 async fn a_held_sandbox_stays_pending_for_its_virtual_time() {
     let (emulator, _runtime) = with_runtime("").await;
     let info = emulator.info().clone();
-    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
     let fault = domain_fault(emu::domain_fault::Kind::PendingFor(seconds(30)), "");
     operator.add_fault(emu::AddFaultRequest { fault: Some(fault) }).await.unwrap();
     let mut client = sandboxes(&emulator, &info.user_token).await;
@@ -506,7 +502,7 @@ async fn a_held_sandbox_stays_pending_for_its_virtual_time() {
 async fn an_image_that_cannot_be_pulled_shows_err_image_pull_then_back_off() {
     let (emulator, runtime) = with_runtime("").await;
     let info = emulator.info().clone();
-    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
     let mut fault = domain_fault(emu::domain_fault::Kind::ImagePull("python:*".to_owned()), "CreateSandbox");
     fault.schedule = None;
     operator.add_fault(emu::AddFaultRequest { fault: Some(fault) }).await.unwrap();
@@ -558,7 +554,7 @@ async fn an_image_that_cannot_be_pulled_shows_err_image_pull_then_back_off() {
 async fn an_oom_kill_fails_the_sandbox_with_137_and_a_lost_node_fails_its_sandboxes() {
     let (emulator, runtime) = with_runtime("").await;
     let info = emulator.info().clone();
-    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
     let oom = domain_fault(emu::domain_fault::Kind::OomKillAfter(seconds(5)), "");
     operator.add_fault(emu::AddFaultRequest { fault: Some(oom) }).await.unwrap();
     let killed = running(&emulator, &info.user_token, &info.runner_id, &[]).await;
@@ -605,7 +601,7 @@ async fn an_oom_kill_fails_the_sandbox_with_137_and_a_lost_node_fails_its_sandbo
 async fn bad_domain_faults_name_their_field() {
     let (emulator, _runtime) = with_runtime("").await;
     let info = emulator.info().clone();
-    let mut operator = emulator_client(&emulator, &info.admin_token).await;
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
     let mut wrong_method = domain_fault(emu::domain_fault::Kind::PendingFor(seconds(1)), "GetSandbox");
     let error = operator.add_fault(emu::AddFaultRequest { fault: Some(wrong_method.clone()) }).await.unwrap_err();
     assert_eq!(violation(&error), "fault.match.method");
@@ -634,7 +630,7 @@ async fn dev_tokens_are_fixed_on_loopback_and_refused_elsewhere() {
     let emulator = Emulator::start(options).await.expect("starts");
     assert_eq!(emulator.info().admin_token, cwsandbox_emulator::auth::DEV_ADMIN_TOKEN);
     assert_eq!(emulator.info().user_token, cwsandbox_emulator::auth::DEV_USER_TOKEN);
-    let mut operator = emulator_client(&emulator, "cwsbx-dev-admin").await;
+    let mut operator = emulator_service(&emulator, "cwsbx-dev-admin").await;
     assert!(operator.get_values(emu::GetValuesRequest {}).await.is_ok(), "the fixed operator token works");
     emulator.stop().await;
 

@@ -81,6 +81,17 @@ pub async fn sandboxes(emulator: &Emulator, token: &str) -> SandboxServiceClient
     SandboxServiceClient::with_interceptor(channel(emulator).await, Bearer(token.to_owned()))
 }
 
+/// An EmulatorService client authenticated as `token`.
+pub async fn emulator_service(
+    emulator: &Emulator,
+    token: &str,
+) -> cwsandbox_api::emulator_v1::emulator_service_client::EmulatorServiceClient<Authed> {
+    cwsandbox_api::emulator_v1::emulator_service_client::EmulatorServiceClient::with_interceptor(
+        channel(emulator).await,
+        Bearer(token.to_owned()),
+    )
+}
+
 /// The sandbox `id` as GetSandbox answers `token`'s caller (panics on an error).
 pub async fn sandbox_of(emulator: &Emulator, token: &str, id: &str) -> pb::Sandbox {
     sandboxes(emulator, token)
