@@ -230,12 +230,7 @@ impl World {
         } else {
             legal(self.pod_step(uid, PodTransition::RejectByKubelet));
         }
-        let now = self.now;
-        if let Some(pod) = self.cluster.pod_mut(uid) {
-            for container in &mut pod.containers {
-                container.state = ContainerState::Terminated { exit_code, reason: reason.to_owned(), finished: now };
-            }
-        }
+        self.terminate_containers(uid, exit_code, reason);
         let (pod_reason, message) =
             self.cluster.pod(uid).map(|pod| (pod.reason.clone(), pod.message.clone())).unwrap_or_default();
         self.cluster.finish_pod(uid, phase, pod_reason, message);

@@ -113,18 +113,24 @@ impl World {
         let phase = if exit_code == 0 { PodPhase::Succeeded } else { PodPhase::Failed };
         let reason = if exit_code == 0 { "Completed" } else { "Error" };
         legal(self.pod_step(uid, PodTransition::Finish));
-        let now = self.now;
-        if let Some(pod) = self.cluster.pod_mut(uid) {
-            for container in &mut pod.containers {
-                container.state = ContainerState::Terminated { exit_code, reason: reason.to_owned(), finished: now };
-            }
-        }
+        self.terminate_containers(uid, exit_code, reason);
         self.cluster.finish_pod(uid, phase, None, None);
         if deleting {
             // The process honoured SIGTERM: the Pod object goes now.
             self.remove_pod(uid);
         } else {
             self.on_pod_terminal(uid);
+        }
+    }
+
+    /// Every container of the Pod ended now with `exit_code` and `reason` (`Completed`, `Error`,
+    /// `OOMKilled`).
+    pub(super) fn terminate_containers(&mut self, uid: &str, exit_code: i32, reason: &str) {
+        let now = self.now;
+        if let Some(pod) = self.cluster.pod_mut(uid) {
+            for container in &mut pod.containers {
+                container.state = ContainerState::Terminated { exit_code, reason: reason.to_owned(), finished: now };
+            }
         }
     }
 
