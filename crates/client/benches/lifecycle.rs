@@ -8,17 +8,33 @@ use std::time::{Duration, Instant};
 
 use cwsandbox_client::Client;
 
-async fn once(client: &Client, runner: &str) -> Result<Duration, Box<dyn std::error::Error>> {
+/// The times of one life cycle: start to RUNNING, exec, delete, and the whole.
+struct Steps {
+    run: Duration,
+    exec: Duration,
+    delete: Duration,
+    total: Duration,
+}
+
+async fn once(client: &Client, runner: &str) -> Result<Steps, Box<dyn std::error::Error>> {
     let started = Instant::now();
     let sandbox = client.sandbox().cks().runner_ids([runner.to_owned()]).run().await?;
+    let running = Instant::now();
     let result = sandbox.exec_check(&["hostname"]).await?;
+    let executed = Instant::now();
     sandbox.delete().await?;
-    let elapsed = started.elapsed();
+    let deleted = Instant::now();
+    let steps = Steps {
+        run: running - started,
+        exec: executed - running,
+        delete: deleted - executed,
+        total: deleted - started,
+    };
     // Plain isolation shares the host's hostname: any name will do.
     if result.stdout_text().trim().is_empty() {
         return Err(format!("unexpected hostname {:?}", result.stdout_text()).into());
     }
-    Ok(elapsed)
+    Ok(steps)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -33,17 +49,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|value| value.parse().ok()).unwrap_or(50).max(1);
     let client = Client::from_env()?;
     once(&client, &runner).await?;
-    let mut samples = Vec::with_capacity(rounds);
+    let mut steps = Vec::with_capacity(rounds);
     for _ in 0..rounds {
-        samples.push(once(&client, &runner).await?);
+        steps.push(once(&client, &runner).await?);
     }
-    samples.sort();
     let ms = |duration: Duration| duration.as_secs_f64() * 1000.0;
+    let median = |step: fn(&Steps) -> Duration| {
+        let mut samples: Vec<Duration> = steps.iter().map(step).collect();
+        samples.sort();
+        ms(samples[rounds / 2])
+    };
+    let mut totals: Vec<Duration> = steps.iter().map(|steps| steps.total).collect();
+    totals.sort();
+    // The steps' medians, on stderr: where the time goes, for BENCHMARKS.md.
+    eprintln!(
+        "steps (medians, ms): run to RUNNING {:.2}, exec {:.2}, delete {:.2}",
+        median(|steps| steps.run),
+        median(|steps| steps.exec),
+        median(|steps| steps.delete)
+    );
     println!(
         "{{\"median_ms\": {:.2}, \"min_ms\": {:.2}, \"max_ms\": {:.2}, \"rounds\": {rounds}}}",
-        ms(samples[rounds / 2]),
-        ms(samples[0]),
-        ms(samples[rounds - 1])
+        ms(totals[rounds / 2]),
+        ms(totals[0]),
+        ms(totals[rounds - 1])
     );
     Ok(())
 }

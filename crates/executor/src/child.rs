@@ -553,18 +553,31 @@ fn run_ns_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
     if peer_gone(life_read) {
         give_up(Stage::Fork, libc::ECHILD);
     }
-    // The report pipe closes on exec; the init we become reports on a copy that does not.
-    // SAFETY: dup of a descriptor we hold.
-    let report = unsafe { libc::dup(plan.report_fd) };
-    if report < 0 {
-        give_up(Stage::ExecInit, errno());
-    }
     let mut report_digits = [0u8; 16];
+    let report_argument: &CStr = if plan.probe {
+        // The probe proves the whole chain, the re-executed init included: that init reports,
+        // on a copy of the pipe that stays open across exec.
+        // SAFETY: dup of a descriptor we hold.
+        let report = unsafe { libc::dup(plan.report_fd) };
+        if report < 0 {
+            give_up(Stage::ExecInit, errno());
+        }
+        format_decimal(report as u32, &mut report_digits)
+    } else {
+        // Everything that can fail for this sandbox's reasons is done, so the emulator may
+        // let the main command go while the re-execution below loads: the start is that much
+        // shorter. Until it execs, this process (the main command's PID 1) still holds the
+        // emulator's memory, but it is not dumpable and runs with the sandbox's credentials,
+        // which have no CAP_SYS_PTRACE, so no process of the sandbox can read it. If the
+        // re-execution fails, init exits, the namespace ends, and the keeper reports that.
+        report(plan.report_fd, ReportMessage::Ready(0));
+        crate::init::ALREADY_REPORTED
+    };
     let mut main_digits = [0u8; 16];
     let argv = [
         c"cwsandbox-init".as_ptr(),
         crate::init::INIT_MAGIC.as_ptr(),
-        format_decimal(report as u32, &mut report_digits).as_ptr(),
+        report_argument.as_ptr(),
         format_decimal(main as u32, &mut main_digits).as_ptr(),
         std::ptr::null(),
     ];

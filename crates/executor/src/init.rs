@@ -20,6 +20,9 @@ use crate::sys::{control_signalfd, exit, parse_decimal, set_name, set_not_dumpab
 /// The argument that makes a program a sandbox's init.
 pub(crate) const INIT_MAGIC: &CStr = c"--cwsandbox-init-v1";
 
+/// The report argument of an init that told the emulator it was ready before re-executing.
+pub(crate) const ALREADY_REPORTED: &CStr = c"reported";
+
 #[used]
 #[unsafe(link_section = ".init_array")]
 static SANDBOX_INIT_ENTRY: extern "C" fn(c_int, *const *const c_char, *const *const c_char) = sandbox_init_entry;
@@ -39,15 +42,23 @@ extern "C" fn sandbox_init_entry(argc: c_int, argv: *const *const c_char, _envp:
     if argument(1) != INIT_MAGIC {
         return;
     }
-    let (Some(report_fd), Some(main)) = (parse_decimal(argument(2)), parse_decimal(argument(3))) else {
+    let report_fd = match argument(2) {
+        reported if reported == ALREADY_REPORTED => None,
+        digits => match parse_decimal(digits) {
+            Some(fd) => Some(fd as c_int),
+            None => exit(1),
+        },
+    };
+    let Some(main) = parse_decimal(argument(3)) else {
         exit(1);
     };
-    run(report_fd as c_int, main as libc::pid_t)
+    run(report_fd, main as libc::pid_t)
 }
 
-/// Reports ready on the descriptor the setup handed over, then runs the init loop
-/// (a probe, whose `main` is 0, exits at once). Never returns.
-fn run(report_fd: c_int, main: libc::pid_t) -> ! {
+/// Reports ready on the descriptor the setup handed over, unless init reported before it
+/// re-executed, then runs the init loop (a probe, whose `main` is 0, exits at once). Never
+/// returns.
+fn run(report_fd: Option<c_int>, main: libc::pid_t) -> ! {
     // exec named the process after the binary.
     set_name(c"cwsandbox-init");
     set_not_dumpable();
@@ -56,13 +67,17 @@ fn run(report_fd: c_int, main: libc::pid_t) -> ! {
     let signals = match control_signalfd() {
         Ok(fd) => fd,
         Err(error) => {
-            report(report_fd, ReportMessage::Failed(crate::child::Stage::Signalfd, error));
+            if let Some(report_fd) = report_fd {
+                report(report_fd, ReportMessage::Failed(crate::child::Stage::Signalfd, error));
+            }
             exit(1)
         }
     };
-    report(report_fd, ReportMessage::Ready(0));
-    // SAFETY: closing the descriptor handed to us.
-    unsafe { libc::close(report_fd) };
+    if let Some(report_fd) = report_fd {
+        report(report_fd, ReportMessage::Ready(0));
+        // SAFETY: closing the descriptor handed to us.
+        unsafe { libc::close(report_fd) };
+    }
     if main == 0 {
         exit(0);
     }

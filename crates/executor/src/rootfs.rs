@@ -29,6 +29,36 @@ pub(crate) struct Rootfs {
     pub(crate) working_dir: String,
 }
 
+/// A sandbox's directory with everything of its root but the working directory, which
+/// depends on the sandbox: it can be made before the sandbox is asked for, and moved into
+/// place when it is.
+#[derive(Debug)]
+pub(crate) struct Skeleton {
+    dir: PathBuf,
+    /// (host source, target relative to the root, read-only).
+    binds: Vec<(PathBuf, PathBuf, bool)>,
+}
+
+fn describe(what: &str, path: &Path, error: std::io::Error) -> String {
+    format!("cannot {what} {}: {error}", path.display())
+}
+
+/// Gives `path` to the sandbox's root user, where that is not us.
+fn give(path: &Path, owner: Option<(u32, u32)>) -> Result<(), String> {
+    match owner {
+        Some((uid, gid)) => std::os::unix::fs::lchown(path, Some(uid), Some(gid))
+            .map_err(|error| describe("give the sandbox", path, error)),
+        None => Ok(()),
+    }
+}
+
+fn make_dir(path: &Path, mode: u32, owner: Option<(u32, u32)>) -> Result<(), String> {
+    std::fs::create_dir(path).map_err(|error| describe("create", path, error))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|error| describe("set the mode of", path, error))?;
+    give(path, owner)
+}
+
 /// Prepares `<dir>/rootfs`. `owner` is the host (uid, gid) of the sandbox's root user
 /// when it differs from ours (a root emulator's sandboxes): what the sandbox must be able
 /// to write is given to it.
@@ -38,32 +68,19 @@ pub(crate) fn prepare(
     working_dir: Option<&str>,
     owner: Option<(u32, u32)>,
 ) -> Result<Rootfs, String> {
-    let describe =
-        |what: &str, path: &Path, error: std::io::Error| format!("cannot {what} {}: {error}", path.display());
-    let give = |path: &Path| -> Result<(), String> {
-        match owner {
-            Some((uid, gid)) => std::os::unix::fs::lchown(path, Some(uid), Some(gid))
-                .map_err(|error| describe("give the sandbox", path, error)),
-            None => Ok(()),
-        }
-    };
-    let make_dir = |path: &Path, mode: u32, owned: bool| -> Result<(), String> {
-        std::fs::create_dir(path).map_err(|error| describe("create", path, error))?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-            .map_err(|error| describe("set the mode of", path, error))?;
-        if owned { give(path) } else { Ok(()) }
-    };
-    if dir.exists() {
-        // Left from an earlier start: a restarted container starts from scratch.
-        std::fs::remove_dir_all(dir).map_err(|error| describe("clear", dir, error))?;
-    }
+    skeleton(dir, host_paths, owner)?.finish(host_paths, working_dir, owner)
+}
+
+/// Makes `<dir>/rootfs` without its working directory, clearing what an earlier start left.
+pub(crate) fn skeleton(dir: &Path, host_paths: &[PathBuf], owner: Option<(u32, u32)>) -> Result<Skeleton, String> {
+    clear(dir)?;
     // Only we may enter the sandbox's host directory: its processes reach it only as `/`.
-    make_dir(dir, 0o700, false)?;
+    make_dir(dir, 0o700, None)?;
     let rootfs = dir.join("rootfs");
-    make_dir(&rootfs, 0o755, true)?;
+    make_dir(&rootfs, 0o755, owner)?;
     let mut binds = Vec::new();
     let dev = rootfs.join("dev");
-    make_dir(&dev, 0o755, false)?;
+    make_dir(&dev, 0o755, None)?;
     for device in DEVICES {
         let host = Path::new("/dev").join(device);
         if !host.exists() {
@@ -72,10 +89,10 @@ pub(crate) fn prepare(
         let target = dev.join(device);
         std::fs::write(&target, b"").map_err(|error| describe("create", &target, error))?;
         // Device nodes stay writable: a read-only /dev/null could not be written to.
-        binds.push((host, target, false));
+        binds.push((host, Path::new("dev").join(device), false));
     }
-    make_dir(&dev.join("pts"), 0o755, false)?;
-    make_dir(&dev.join("shm"), 0o1777, true)?;
+    make_dir(&dev.join("pts"), 0o755, None)?;
+    make_dir(&dev.join("shm"), 0o1777, owner)?;
     for (name, link) in [
         ("ptmx", "pts/ptmx"),
         ("fd", "/proc/self/fd"),
@@ -86,10 +103,10 @@ pub(crate) fn prepare(
         let target = dev.join(name);
         symlink(link, &target).map_err(|error| describe("create the link", &target, error))?;
     }
-    make_dir(&rootfs.join("proc"), 0o555, false)?;
+    make_dir(&rootfs.join("proc"), 0o555, None)?;
     // Like the real /tmp: writable by all, sticky.
-    make_dir(&rootfs.join("tmp"), 0o1777, true)?;
-    make_dir(&rootfs.join("root"), 0o700, true)?;
+    make_dir(&rootfs.join("tmp"), 0o1777, owner)?;
+    make_dir(&rootfs.join("root"), 0o700, owner)?;
 
     for host in host_paths {
         let Ok(relative) = host.strip_prefix("/") else {
@@ -115,43 +132,87 @@ pub(crate) fn prepare(
             if !target.is_dir() {
                 std::fs::create_dir(&target).map_err(|error| describe("create", &target, error))?;
             }
-            binds.push((host.clone(), target, true));
+            binds.push((host.clone(), relative.to_owned(), true));
         } else {
             std::fs::write(&target, b"").map_err(|error| describe("create", &target, error))?;
-            binds.push((host.clone(), target, true));
+            binds.push((host.clone(), relative.to_owned(), true));
         }
     }
-    let working_dir = sandbox_working_dir(working_dir);
-    let relative = working_dir.trim_start_matches('/');
-    let wanted = Path::new(&working_dir);
-    let under_host_path = host_paths.iter().any(|host| wanted.starts_with(host));
-    let top = relative.split('/').next().unwrap_or_default();
-    if relative.is_empty() {
-        // `/`: the sandbox's own root.
-    } else if under_host_path {
-        // The host's read-only directory is what the sandbox sees there: nothing can be created.
-        if !wanted.is_dir() {
-            return Err(format!(
-                "the working directory {working_dir} does not exist and cannot be created: it is under a read-only host directory"
-            ));
-        }
-    } else if top == "dev" || top == "proc" {
-        if !matches!(relative, "dev" | "dev/pts" | "dev/shm" | "proc") {
-            return Err(format!("the working directory {working_dir} cannot be created under /{top}"));
-        }
-    } else {
-        // Created inside the sandbox's own root, owned by its root user; never on the host.
-        let mut path = rootfs.clone();
-        for part in relative.split('/') {
-            path.push(part);
-            match std::fs::symlink_metadata(&path) {
-                Ok(metadata) if metadata.is_dir() => continue,
-                Ok(_) => return Err(format!("the working directory {working_dir} is not a directory")),
-                Err(_) => make_dir(&path, 0o755, true)?,
+    Ok(Skeleton { dir: dir.to_owned(), binds })
+}
+
+/// Removes a directory an earlier start (or a made-ahead skeleton) left: a restarted
+/// container starts from scratch.
+fn clear(dir: &Path) -> Result<(), String> {
+    match std::fs::remove_dir_all(dir) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(describe("clear", dir, error)),
+        _ => Ok(()),
+    }
+}
+
+impl Skeleton {
+    /// The directory it was made in.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Moves it to `dir` (in the same file system), replacing what an earlier start left there.
+    pub(crate) fn move_to(self, dir: &Path) -> Result<Skeleton, String> {
+        clear(dir)?;
+        std::fs::rename(&self.dir, dir).map_err(|error| describe("move a prepared root to", dir, error))?;
+        Ok(Skeleton { dir: dir.to_owned(), binds: self.binds })
+    }
+
+    /// Removes it from the disk.
+    pub(crate) fn remove(self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// Makes the working directory and says where everything is.
+    pub(crate) fn finish(
+        self,
+        host_paths: &[PathBuf],
+        working_dir: Option<&str>,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Rootfs, String> {
+        let rootfs = self.dir.join("rootfs");
+        let working_dir = sandbox_working_dir(working_dir);
+        let relative = working_dir.trim_start_matches('/');
+        let wanted = Path::new(&working_dir);
+        let under_host_path = host_paths.iter().any(|host| wanted.starts_with(host));
+        let top = relative.split('/').next().unwrap_or_default();
+        if relative.is_empty() {
+            // `/`: the sandbox's own root.
+        } else if under_host_path {
+            // The host's read-only directory is what the sandbox sees there: nothing can be created.
+            if !wanted.is_dir() {
+                return Err(format!(
+                    "the working directory {working_dir} does not exist and cannot be created: it is under a read-only host directory"
+                ));
+            }
+        } else if top == "dev" || top == "proc" {
+            if !matches!(relative, "dev" | "dev/pts" | "dev/shm" | "proc") {
+                return Err(format!("the working directory {working_dir} cannot be created under /{top}"));
+            }
+        } else {
+            // Created inside the sandbox's own root, owned by its root user; never on the host.
+            let mut path = rootfs.clone();
+            for part in relative.split('/') {
+                path.push(part);
+                match std::fs::symlink_metadata(&path) {
+                    Ok(metadata) if metadata.is_dir() => continue,
+                    Ok(_) => return Err(format!("the working directory {working_dir} is not a directory")),
+                    Err(_) => make_dir(&path, 0o755, owner)?,
+                }
             }
         }
+        let binds = self
+            .binds
+            .into_iter()
+            .map(|(source, target, read_only)| (source, rootfs.join(target), read_only))
+            .collect();
+        Ok(Rootfs { path: rootfs, binds, working_dir })
     }
-    Ok(Rootfs { path: rootfs, binds, working_dir })
 }
 
 /// The working directory as the sandbox sees it: `/` by default (as a container without

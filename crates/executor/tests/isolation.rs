@@ -95,6 +95,36 @@ async fn the_working_directory_is_private() {
     executor.shutdown().await;
 }
 
+/// Sandbox roots are made ahead of need and moved into place: a sandbox started from one
+/// starts from scratch all the same, and none is left behind by a shutdown or by an emulator
+/// that died (its pid is gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roots_made_ahead_start_from_scratch_and_leave_nothing_behind() {
+    let root = tempfile::Builder::new().prefix("cwsbx-exec-test").tempdir().unwrap();
+    // pid_max is at most 2^22: no process has this pid.
+    let orphan = root.path().join("spare@999999999.0");
+    std::fs::create_dir_all(orphan.join("rootfs/tmp")).unwrap();
+    let mut config = ExecutorConfig::new(root.path());
+    config.isolation = Isolation::Namespaces;
+    let executor = Executor::new(config).unwrap();
+    assert!(!orphan.exists(), "a dead emulator's spare root is removed");
+    let id = unique("ahead");
+    for round in 0..4 {
+        executor.start(&id, LaunchSpec { working_dir: Some("/work/here".into()), ..spec("ahead", &[]) }).await.unwrap();
+        // Each start sees an empty /tmp and its own working directory, whatever root it got.
+        assert_eq!(sh(&executor, &id, "ls -A /tmp; pwd").await, "/work/here", "round {round}");
+        assert_eq!(sh(&executor, &id, "touch /tmp/left-behind /work/here/too; echo ok").await, "ok");
+        executor.stop(&id, std::time::Duration::from_secs(5)).await;
+    }
+    executor.shutdown().await;
+    let left: Vec<String> = std::fs::read_dir(root.path())
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.iter().all(|name| !name.starts_with("spare@")), "left after shutdown: {left:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_sandbox_has_its_own_pid_namespace() {
     let harness = harness(Isolation::Namespaces);
@@ -253,7 +283,19 @@ fn unprivileged_users_get_a_user_namespace() {
         command = helper_at(&program, "unprivileged", "auto", root.path(), "unused");
         command.uid(NOBODY).gid(NOBODY).env("HOME", "/").current_dir(root.path());
     }
-    let output = command.output().unwrap();
+    // Another test's fork can hold the copy's write descriptor for a moment (until its child
+    // execs), and exec refuses a file open for writing: that is "text file busy", not a failure.
+    let mut attempts = 0;
+    let output = loop {
+        match command.output() {
+            Err(error) if error.kind() == std::io::ErrorKind::ExecutableFileBusy && attempts < 50 => {
+                attempts += 1;
+                // A back-off for the kernel's race, not a wait for our own code.
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            result => break result.unwrap(),
+        }
+    };
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success() && stdout.contains("HELPER-OK"), "helper failed: {stdout}\n{stderr}");

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::mode::{IdMode, Mode};
 use crate::LaunchSpec;
@@ -22,14 +22,32 @@ pub(super) struct Layout {
     pub(super) rootfs: Option<rootfs::Rootfs>,
 }
 
+/// Makes a sandbox's directories at `dir`; in namespaces mode from `spare`, a root made
+/// ahead, where there is one.
 pub(super) fn prepare_layout(
     dir: &Path,
     mode: Mode,
     host_paths: &[PathBuf],
     working_dir: Option<&str>,
+    spare: Option<rootfs::Skeleton>,
 ) -> Result<Layout, String> {
     if let Mode::Namespaces { .. } = mode {
-        let rootfs = rootfs::prepare(dir, host_paths, working_dir, mode.sandbox_owner())?;
+        let owner = mode.sandbox_owner();
+        let moved = spare.and_then(|spare| {
+            let from = spare.dir().to_owned();
+            spare
+                .move_to(dir)
+                .inspect_err(|error| {
+                    debug!(%error, "a root made ahead cannot be used; making one");
+                    let _ = std::fs::remove_dir_all(&from);
+                })
+                .ok()
+        });
+        let skeleton = match moved {
+            Some(skeleton) => skeleton,
+            None => rootfs::skeleton(dir, host_paths, owner)?,
+        };
+        let rootfs = skeleton.finish(host_paths, working_dir, owner)?;
         return Ok(Layout { working_dir: rootfs.working_dir.clone(), rootfs: Some(rootfs) });
     }
     // Plain processes see the host's filesystem: their default working directory is a

@@ -3,6 +3,7 @@
 mod keeper;
 mod layout;
 mod mode;
+mod spares;
 mod validate;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -20,6 +21,7 @@ use tracing::{debug, info, warn};
 use self::keeper::{SETUP_TIMEOUT, abandon, open_running, pump_logs, read_report, wait_for_exec, watch_keeper};
 use self::layout::{prepare_layout, program_candidates, remove_dir, sandbox_env};
 use self::mode::{IdMode, Mode, choose_mode, ns_plan};
+use self::spares::SpareRoots;
 use self::validate::{c_string, validate_exec, validate_id, validate_spec};
 use crate::child::{self, InitPlan, NsFds, Program};
 use crate::exec::{self, ExecRequest, ExecSession, ExecTracker};
@@ -47,6 +49,8 @@ struct Inner {
     self_exe: OwnedFd,
     /// File operations in flight: each holds a blocking thread, so they are counted.
     file_operations: Arc<tokio::sync::Semaphore>,
+    /// Namespaces mode: roots made ahead of need.
+    spares: Option<Arc<SpareRoots>>,
     registry: Mutex<Registry>,
     exits_sender: mpsc::UnboundedSender<MainExit>,
     exits_receiver: Mutex<Option<mpsc::UnboundedReceiver<MainExit>>>,
@@ -151,6 +155,14 @@ impl Executor {
         info!(?mode, root_dir = %config.root_dir.display(), "sandbox executor ready");
         let (exits_sender, exits_receiver) = mpsc::unbounded_channel();
         let file_operations = Arc::new(tokio::sync::Semaphore::new(config.max_file_operations.max(1)));
+        let spares = match mode {
+            Mode::Namespaces { .. } => {
+                let spares = SpareRoots::new(config.root_dir.clone(), config.host_paths.clone(), mode.sandbox_owner());
+                spares.refill();
+                Some(spares)
+            }
+            Mode::Plain => None,
+        };
         Ok(Executor {
             inner: Arc::new(Inner {
                 config,
@@ -159,6 +171,7 @@ impl Executor {
                 spawner: Spawner::new()?,
                 self_exe,
                 file_operations,
+                spares,
                 registry: Mutex::new(Registry::default()),
                 exits_sender,
                 exits_receiver: Mutex::new(Some(exits_receiver)),
@@ -217,6 +230,15 @@ impl Executor {
     /// that cannot be exec'd has exited (127) by then, and [`Executor::exit_code`]
     /// says so. Every exit is also reported on [`Executor::exits`].
     pub async fn start(&self, id: &str, spec: LaunchSpec) -> Result<(), ExecutorError> {
+        let started = self.start_sandbox(id, spec).await;
+        // Made after the start, not during it: the making would compete with it for the CPU.
+        if let Some(spares) = &self.inner.spares {
+            spares.refill();
+        }
+        started
+    }
+
+    async fn start_sandbox(&self, id: &str, spec: LaunchSpec) -> Result<(), ExecutorError> {
         validate_id(id)?;
         validate_spec(&spec)?;
         let _claim = self.claim(id)?;
@@ -226,7 +248,8 @@ impl Executor {
             let dir = dir.clone();
             let working_dir = spec.working_dir.clone();
             let host_paths = self.inner.config.host_paths.clone();
-            tokio::task::spawn_blocking(move || prepare_layout(&dir, mode, &host_paths, working_dir.as_deref()))
+            let spare = self.inner.spares.as_ref().and_then(|spares| spares.take());
+            tokio::task::spawn_blocking(move || prepare_layout(&dir, mode, &host_paths, working_dir.as_deref(), spare))
                 .await
                 .map_err(|error| setup_error(id, error.to_string()))?
                 .map_err(|message| setup_error(id, message))?
@@ -401,7 +424,14 @@ impl Executor {
             sandbox.wait_done().await;
         }
         let dirs: Vec<PathBuf> = sandboxes.iter().map(|sandbox| sandbox.dir.clone()).collect();
-        let _ = tokio::task::spawn_blocking(move || dirs.iter().for_each(|dir| remove_dir(dir))).await;
+        let spares = self.inner.spares.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            dirs.iter().for_each(|dir| remove_dir(dir));
+            if let Some(spares) = spares {
+                spares.clear();
+            }
+        })
+        .await;
         info!(count = sandboxes.len(), "executor shut down");
     }
 
