@@ -110,6 +110,9 @@ reasons! {
     TenantNotFound => "CWSANDBOX_TENANT_NOT_FOUND",
         when: "No tenant of that organization was created at run time (EmulatorService DeleteTenant), or the organization is a configured one.",
         remedy: "ListTenants names the tenants; configured organizations end only with the emulator.";
+    SecretNotFound => "CWSANDBOX_SECRET_NOT_FOUND",
+        when: "A container's `secret_stores` names a store, a secret path or a field the emulator's secret stores (the values' `secretStores`) do not have; the message names the field.",
+        remedy: "Add the store and secret to the values' `secretStores`, or fix the reference.";
     FaultNotFound => "CWSANDBOX_FAULT_NOT_FOUND",
         when: "No fault with that id is in force in the caller's scope (EmulatorService RemoveFault).",
         remedy: "ListFaults names the faults in force; a Reset or ClearFaults may have removed it.";

@@ -54,6 +54,7 @@ pub fn codes(reason: Reason) -> &'static [Code] {
         Reason::PodNotFound => &[Code::NotFound],
         Reason::TenantNotFound => &[Code::NotFound],
         Reason::FaultNotFound => &[Code::NotFound],
+        Reason::SecretNotFound => &[Code::NotFound],
         Reason::Unauthenticated => &[Code::Unauthenticated],
         Reason::PermissionDenied => &[Code::PermissionDenied],
         // INTERNAL when the executor reports that it failed to run the command.

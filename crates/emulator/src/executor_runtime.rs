@@ -27,7 +27,7 @@ use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, SecondsFormat, Utc};
 use cwsandbox_executor::{
     ExecExit, ExecOutput, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, Isolation, LaunchSpec,
-    LogChunk, LogError, LogReader, Output, Stream,
+    LogChunk, LogError, LogReader, MountedFile, Output, Stream,
 };
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
@@ -184,6 +184,11 @@ impl SandboxRuntime for ExecutorRuntime {
                 command,
                 env: main.env.clone(),
                 working_dir: main.working_dir.clone(),
+                files: main
+                    .files
+                    .iter()
+                    .map(|(path, content)| MountedFile { path: path.clone(), content: content.to_vec() })
+                    .collect(),
             };
             match self.executor.start(&launch.pod_uid, spec).await {
                 Ok(()) => {

@@ -31,7 +31,7 @@ pub use error::{ExecutorError, FileError, LogError};
 pub use exec::{ExecExit, ExecOutput, ExecRequest, ExecSession, ExecStdin, Output, Stream, TtyControl};
 pub use executor::Executor;
 pub use logs::{LogChunk, LogFollower, LogReader, LogSlice};
-pub use rootfs::DEFAULT_HOST_PATHS;
+pub use rootfs::{DEFAULT_HOST_PATHS, check_file_path};
 
 /// How sandboxes are isolated from the host and from each other.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -106,6 +106,21 @@ pub struct LaunchSpec {
     /// the host); under a read-only host directory it must exist. Plain mode: relative to
     /// a directory of the sandbox's own (the default), an absolute one must exist.
     pub working_dir: Option<String>,
+    /// Files placed in the sandbox before its command starts (the API's mounted files): at
+    /// absolute paths of the sandbox's own root, mode 0644, owned by the sandbox's root user,
+    /// missing directories made. Namespaces mode only: plain processes have no root of their
+    /// own to put them in, so a start with files fails there. A path under a read-only host
+    /// directory (`/usr`, `/etc`, …), `/proc` or `/dev` cannot hold one either.
+    pub files: Vec<MountedFile>,
+}
+
+/// One file placed in a sandbox before it starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MountedFile {
+    /// Absolute path as the sandbox sees it.
+    pub path: String,
+    /// The file's bytes.
+    pub content: Vec<u8>,
 }
 
 /// A sandbox's main command ended by itself (not through `stop`, `kill` or

@@ -215,6 +215,60 @@ impl Skeleton {
     }
 }
 
+/// Why `path` cannot name a mounted file, if it cannot: it must be absolute, with no `.`,
+/// `..` or empty components and no NUL byte, and not a directory of its own (`/`).
+pub fn check_file_path(path: &str) -> Result<(), &'static str> {
+    let Some(relative) = path.strip_prefix('/') else { return Err("the path must be absolute") };
+    if path.contains('\0') {
+        return Err("the path contains a NUL byte");
+    }
+    if relative.is_empty() || relative.split('/').any(|part| part.is_empty() || part == "." || part == "..") {
+        return Err("the path must name a file, without empty, '.' or '..' components");
+    }
+    Ok(())
+}
+
+/// Writes the mounted files into the root (before the sandbox's processes exist, so nothing
+/// of the sandbox can have put a link in the way), with the directories they need.
+pub(crate) fn place_files(
+    rootfs: &Rootfs,
+    files: &[crate::MountedFile],
+    host_paths: &[PathBuf],
+    owner: Option<(u32, u32)>,
+) -> Result<(), String> {
+    for file in files {
+        check_file_path(&file.path).map_err(|problem| format!("mounted file {}: {problem}", file.path))?;
+        let wanted = Path::new(&file.path);
+        let hidden = host_paths.iter().any(|host| wanted.starts_with(host));
+        if hidden || wanted.starts_with("/proc") || wanted.starts_with("/dev") {
+            return Err(format!(
+                "mounted file {}: the sandbox sees the host's read-only directory (or its own /proc, /dev) there",
+                file.path
+            ));
+        }
+        let relative = file.path.trim_start_matches('/');
+        let target = rootfs.path.join(relative);
+        let mut dir = rootfs.path.clone();
+        let parts: Vec<&str> = relative.split('/').collect();
+        for part in &parts[..parts.len() - 1] {
+            dir.push(part);
+            match std::fs::symlink_metadata(&dir) {
+                Ok(metadata) if metadata.is_dir() => {}
+                Ok(_) => return Err(format!("mounted file {}: {} is not a directory", file.path, dir.display())),
+                Err(_) => make_dir(&dir, 0o755, owner)?,
+            }
+        }
+        if std::fs::symlink_metadata(&target).is_ok_and(|metadata| metadata.is_dir()) {
+            return Err(format!("mounted file {}: a directory is there", file.path));
+        }
+        std::fs::write(&target, &file.content).map_err(|error| describe("write", &target, error))?;
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644))
+            .map_err(|error| describe("set the mode of", &target, error))?;
+        give(&target, owner)?;
+    }
+    Ok(())
+}
+
 /// The working directory as the sandbox sees it: `/` by default (as a container without
 /// a `WORKDIR`), a relative one under `/`, repeated and trailing slashes folded.
 pub(crate) fn sandbox_working_dir(working_dir: Option<&str>) -> String {

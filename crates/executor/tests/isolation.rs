@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::*;
-use cwsandbox_executor::{Executor, ExecutorConfig, Isolation, LaunchSpec};
+use cwsandbox_executor::{Executor, ExecutorConfig, Isolation, LaunchSpec, MountedFile};
 
 fn host_hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_owned()
@@ -93,6 +93,44 @@ async fn the_working_directory_is_private() {
     assert!(!shared.join("mine.txt").exists());
     assert_eq!(std::fs::read(shared.join("host-file")).unwrap(), b"host");
     executor.shutdown().await;
+}
+
+/// Mounted files are in place, with their content, mode 0644 and the sandbox's root as owner,
+/// before the command starts; a path the host's read-only directories cover is refused, and
+/// plain processes, with no root of their own, refuse them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mounted_files_are_in_place_before_the_command_starts() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let id = unique("files");
+    let files = vec![
+        MountedFile { path: "/etc-not/app/config.toml".into(), content: b"answer = 42\n".to_vec() },
+        MountedFile { path: "/root/.netrc".into(), content: vec![0, 1, 2, 255] },
+    ];
+    let launch = LaunchSpec {
+        files,
+        ..spec("files", &["sh", "-c", "cat /etc-not/app/config.toml > /tmp/seen; exec sleep 1000"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    assert_eq!(sh(executor, &id, "cat /tmp/seen").await, "answer = 42");
+    assert_eq!(sh(executor, &id, "stat -c '%u:%g %a' /etc-not/app/config.toml /etc-not/app").await, "0:0 644\n0:0 755");
+    assert_eq!(sh(executor, &id, "od -An -tu1 /root/.netrc | tr -s ' '").await, " 0 1 2 255");
+    executor.stop(&id, std::time::Duration::from_secs(5)).await;
+
+    for path in ["/usr/local/bin/tool", "/proc/x", "relative/file", "/a/../b", "/"] {
+        let launch =
+            LaunchSpec { files: vec![MountedFile { path: path.into(), content: b"x".to_vec() }], ..spec("files", &[]) };
+        let error = executor.start(&unique("bad-file"), launch).await.unwrap_err().to_string();
+        assert!(error.contains("mounted file"), "{path}: {error}");
+    }
+    executor.shutdown().await;
+
+    let plain = common::harness(Isolation::Plain);
+    let launch =
+        LaunchSpec { files: vec![MountedFile { path: "/opt/x".into(), content: b"x".to_vec() }], ..spec("files", &[]) };
+    let error = plain.executor.start(&unique("plain-file"), launch).await.unwrap_err().to_string();
+    assert!(error.contains("namespaces"), "{error}");
+    plain.executor.shutdown().await;
 }
 
 /// Sandbox roots are made ahead of need and moved into place: a sandbox started from one

@@ -48,6 +48,28 @@ pub struct Values {
     /// The timing profile the values were made with (see [`Timing`]).
     #[serde(default)]
     pub timing: Timing,
+    /// The secret stores containers read secrets from (`Container.secret_stores`), by store
+    /// name. Every organization sees the same stores.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secret_stores: BTreeMap<String, SecretStoreValues>,
+}
+
+/// One secret store: its secrets by path.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretStoreValues {
+    /// Secret path → value.
+    pub secrets: BTreeMap<String, SecretValue>,
+}
+
+/// A secret: one value, or named fields (a mapping's `field` picks one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SecretValue {
+    /// The secret as a whole.
+    Whole(String),
+    /// Fields of the secret.
+    Fields(BTreeMap<String, String>),
 }
 
 /// How much artificial delay the simulation adds. The profile sets the defaults of the delay
@@ -496,6 +518,7 @@ impl Values {
             },
             kubelet: KubeletValues::default(),
             timing: Timing::Realistic,
+            secret_stores: BTreeMap::new(),
         }
     }
 

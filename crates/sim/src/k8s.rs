@@ -151,6 +151,10 @@ pub struct PodContainer {
     pub args: Vec<String>,
     /// Environment.
     pub env: BTreeMap<String, String>,
+    /// What the runtime hands the container beside its spec: secrets and mounted files. Kept
+    /// apart from `env`, so the Pod's views (kubectl) never show a secret's value; boxed, as
+    /// few containers have any.
+    pub inputs: Option<Box<ContainerInputs>>,
     /// Working directory, if the spec sets one.
     pub working_dir: Option<String>,
     /// Requests.
@@ -159,6 +163,15 @@ pub struct PodContainer {
     pub limits: ResourceAmounts,
     /// Current state.
     pub state: ContainerState,
+}
+
+/// Secrets and mounted files of a container.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerInputs {
+    /// Environment variables read from secret stores; they win over the spec's own.
+    pub secret_env: BTreeMap<String, String>,
+    /// Files placed before the container starts: (absolute path, content).
+    pub files: Vec<(String, std::sync::Arc<[u8]>)>,
 }
 
 /// Labels or annotations of a Pod: a map kept as one vector sorted by key. A Pod has a handful

@@ -11,7 +11,7 @@ use prost::Message;
 
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::ids::{IdHash, SharedStr};
-use crate::k8s::{ContainerState, Labels, Pod, PodContainer, PodOwner, PodPhase};
+use crate::k8s::{ContainerInputs, ContainerState, Labels, Pod, PodContainer, PodOwner, PodPhase};
 use crate::machine::IllegalTransition;
 use crate::pager::Pager;
 use crate::policy::MAX_LIFETIME_SECONDS;
@@ -418,6 +418,7 @@ impl World {
             ));
         }
 
+        let mut inputs = container_inputs(&spec, &self.values().secret_stores)?;
         let id = self.ids.sandbox_id();
         let namespace = self.user_namespace(&owner.org, &owner.user);
         let pod_name = SharedStr::concat(&["sandbox-", &id]);
@@ -430,12 +431,14 @@ impl World {
         let containers = resolved
             .containers
             .iter()
-            .map(|container| PodContainer {
+            .zip(inputs.iter_mut())
+            .map(|(container, inputs)| PodContainer {
                 name: container.name.clone(),
                 image: container.image.clone(),
                 command: container.command.iter().cloned().collect(),
                 args: container.args.clone(),
                 env: container.env.clone(),
+                inputs: inputs.take(),
                 working_dir: container.working_dir.clone(),
                 requests: container.requests,
                 limits: container.limits,
@@ -1000,6 +1003,14 @@ fn validate_spec(spec: &SandboxSpec) -> SimResult<()> {
         if container.name.trim().is_empty() {
             violations.push(FieldViolation::new(format!("sandbox.spec.containers[{index}].name"), "required"));
         }
+        for (file_index, file) in container.files.iter().enumerate() {
+            if let Some(problem) = mounted_file_problem(&file.path) {
+                violations.push(FieldViolation::new(
+                    format!("sandbox.spec.containers[{index}].files[{file_index}].path"),
+                    problem,
+                ));
+            }
+        }
     }
     if spec.max_lifetime_seconds < 0 || spec.max_lifetime_seconds > MAX_LIFETIME_SECONDS {
         violations.push(FieldViolation::new(
@@ -1008,6 +1019,104 @@ fn validate_spec(spec: &SandboxSpec) -> SimResult<()> {
         ));
     }
     if violations.is_empty() { Ok(()) } else { Err(SimError::invalid(Reason::InvalidRequest, violations)) }
+}
+
+/// Each container's secrets, read from the values' secret stores, and mounted files, in spec
+/// order; `None` for a container with neither. A reference to a store, secret or field the
+/// stores do not have refuses the sandbox.
+fn container_inputs(
+    spec: &SandboxSpec,
+    stores: &std::collections::BTreeMap<String, crate::config::SecretStoreValues>,
+) -> SimResult<Vec<Option<Box<ContainerInputs>>>> {
+    use crate::config::SecretValue;
+    let mut all = Vec::with_capacity(spec.containers.len());
+    for (index, container) in spec.containers.iter().enumerate() {
+        if container.secret_stores.is_empty() && container.files.is_empty() {
+            all.push(None);
+            continue;
+        }
+        let mut inputs = ContainerInputs::default();
+        for (store_index, reference) in container.secret_stores.iter().enumerate() {
+            let at = format!("sandbox.spec.containers[{index}].secretStores[{store_index}]");
+            let missing = |field: String, what: String| SimError::NotFound {
+                reason: Reason::SecretNotFound,
+                message: format!("{field}: {what}"),
+            };
+            let Some(store) = stores.get(&reference.store_name) else {
+                return Err(missing(
+                    format!("{at}.storeName"),
+                    format!("no secret store {:?} (the values' secretStores name the stores)", reference.store_name),
+                ));
+            };
+            for (mapping_index, mapping) in reference.secrets.iter().enumerate() {
+                let at = format!("{at}.secrets[{mapping_index}]");
+                if mapping.env_var.is_empty() || mapping.env_var.contains('=') || mapping.env_var.contains('\0') {
+                    return Err(SimError::invalid_field(
+                        format!("{at}.envVar"),
+                        "required: the name of an environment variable",
+                    ));
+                }
+                let value = match (store.secrets.get(&mapping.path), mapping.field.as_str()) {
+                    (None, _) => {
+                        return Err(missing(
+                            format!("{at}.path"),
+                            format!("store {:?} has no secret {:?}", reference.store_name, mapping.path),
+                        ));
+                    }
+                    (Some(SecretValue::Whole(value)), "") => value.clone(),
+                    (Some(SecretValue::Whole(_)), field) => {
+                        return Err(missing(
+                            format!("{at}.field"),
+                            format!("secret {:?} is one value, without a field {field:?}", mapping.path),
+                        ));
+                    }
+                    (Some(SecretValue::Fields(fields)), "") => {
+                        return Err(SimError::invalid_field(
+                            format!("{at}.field"),
+                            format!(
+                                "secret {:?} has fields ({}): name one",
+                                mapping.path,
+                                fields.keys().cloned().collect::<Vec<_>>().join(", ")
+                            ),
+                        ));
+                    }
+                    (Some(SecretValue::Fields(fields)), field) => match fields.get(field) {
+                        Some(value) => value.clone(),
+                        None => {
+                            return Err(missing(
+                                format!("{at}.field"),
+                                format!("secret {:?} has no field {field:?}", mapping.path),
+                            ));
+                        }
+                    },
+                };
+                inputs.secret_env.insert(mapping.env_var.clone(), value);
+            }
+        }
+        inputs.files = container
+            .files
+            .iter()
+            .map(|file| (file.path.clone(), std::sync::Arc::from(file.content.as_slice())))
+            .collect();
+        all.push(Some(Box::new(inputs)));
+    }
+    Ok(all)
+}
+
+/// Why `path` cannot name a mounted file: it must be absolute, without empty, `.` or `..`
+/// components, and not `/proc` or `/dev`, which are the container's own.
+fn mounted_file_problem(path: &str) -> Option<&'static str> {
+    let Some(relative) = path.strip_prefix('/') else { return Some("must be an absolute path") };
+    if path.contains('\0') {
+        return Some("must not contain a NUL byte");
+    }
+    if relative.is_empty() || relative.split('/').any(|part| part.is_empty() || part == "." || part == "..") {
+        return Some("must name a file, without empty, '.' or '..' components");
+    }
+    if relative == "proc" || relative.starts_with("proc/") || relative == "dev" || relative.starts_with("dev/") {
+        return Some("/proc and /dev are the container's own");
+    }
+    None
 }
 
 /// A user name as a DNS label (lowercase alphanumerics and dashes, at most 50 characters).

@@ -506,3 +506,96 @@ fn every_sandbox_transition_is_exercised() {
     ]);
     assert_eq!(coverage.sandboxes.never_run(), [], "sandboxes transitions no scenario here exercises");
 }
+
+fn with_secret_store() -> Harness {
+    use cwsandbox_sim::config::{SecretStoreValues, SecretValue};
+    let mut values = Values::scenario(Scenario::Ready);
+    values.secret_stores.insert(
+        "vault".to_owned(),
+        SecretStoreValues {
+            secrets: [
+                ("token".to_owned(), SecretValue::Whole("t0ken".to_owned())),
+                (
+                    "db".to_owned(),
+                    SecretValue::Fields([("password".to_owned(), "pw".to_owned())].into_iter().collect()),
+                ),
+            ]
+            .into_iter()
+            .collect(),
+        },
+    );
+    harness_with(values)
+}
+
+fn secret(store: &str, path: &str, field: &str, env_var: &str) -> cwsandbox_api::sandbox_v1::SecretStoreReference {
+    use cwsandbox_api::sandbox_v1::{SecretMapping, SecretStoreReference};
+    SecretStoreReference {
+        store_name: store.to_owned(),
+        secrets: vec![SecretMapping { path: path.to_owned(), field: field.to_owned(), env_var: env_var.to_owned() }],
+    }
+}
+
+#[test]
+fn secrets_and_mounted_files_reach_the_container_start_but_not_the_pods_environment() {
+    use cwsandbox_api::sandbox_v1::FileMount;
+    let mut h = with_secret_store();
+    let mut spec = client_spec();
+    spec.containers[0].secret_stores =
+        vec![secret("vault", "token", "", "API_TOKEN"), secret("vault", "db", "password", "DB_PASSWORD")];
+    spec.containers[0].files = vec![FileMount { path: "/app/config.json".to_owned(), content: b"{}".to_vec() }];
+    let created = h.world.create_sandbox(&alice(), spec, "", "").unwrap();
+    h.advance(1);
+    let effects = h.world.take_effects();
+    let started = effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::StartPod { sandbox_id: Some(id), containers, .. } if *id == created.id => Some(containers),
+            _ => None,
+        })
+        .expect("started");
+    assert_eq!(started[0].env["API_TOKEN"], "t0ken");
+    assert_eq!(started[0].env["DB_PASSWORD"], "pw");
+    assert_eq!(started[0].files, vec![("/app/config.json".to_owned(), std::sync::Arc::from(&b"{}"[..]))]);
+    let pod = h.world.cluster.pod(&created.pod_uid).unwrap();
+    assert!(!pod.containers[0].env.contains_key("API_TOKEN"), "a Pod's views never show a secret's value");
+}
+
+#[test]
+fn a_missing_store_secret_or_field_refuses_the_sandbox_naming_the_field_and_creates_nothing() {
+    let mut h = with_secret_store();
+    for (reference, field) in [
+        (secret("nope", "token", "", "X"), "secretStores[0].storeName"),
+        (secret("vault", "nope", "", "X"), "secretStores[0].secrets[0].path"),
+        (secret("vault", "db", "nope", "X"), "secretStores[0].secrets[0].field"),
+        (secret("vault", "token", "nope", "X"), "secretStores[0].secrets[0].field"),
+    ] {
+        let mut spec = client_spec();
+        spec.containers[0].secret_stores = vec![reference];
+        let error = h.world.create_sandbox(&alice(), spec, "", "").unwrap_err();
+        assert_eq!(error.reason(), Some(Reason::SecretNotFound), "{error}");
+        assert!(error.to_string().contains(field), "{field}: {error}");
+    }
+    // A secret with fields needs one named; an env var needs a name.
+    for (reference, field) in
+        [(secret("vault", "db", "", "X"), "secrets[0].field"), (secret("vault", "token", "", ""), "secrets[0].envVar")]
+    {
+        let mut spec = client_spec();
+        spec.containers[0].secret_stores = vec![reference];
+        let error = h.world.create_sandbox(&alice(), spec, "", "").unwrap_err();
+        assert!(matches!(error, SimError::InvalidArgument { .. }), "{error}");
+        assert!(error.to_string().contains(field), "{field}: {error}");
+    }
+    assert!(h.world.list_sandboxes("default-org", &SandboxFilter::default(), 0, "").unwrap().0.is_empty());
+}
+
+#[test]
+fn mounted_files_need_absolute_plain_paths_outside_proc_and_dev() {
+    use cwsandbox_api::sandbox_v1::FileMount;
+    let mut h = ready();
+    for path in ["relative", "/", "/a/../b", "/a//b", "/proc/x", "/dev/null"] {
+        let mut spec = client_spec();
+        spec.containers[0].files = vec![FileMount { path: path.to_owned(), content: Vec::new() }];
+        let error = h.world.create_sandbox(&alice(), spec, "", "").unwrap_err();
+        assert_eq!(error.violations()[0].field, "sandbox.spec.containers[0].files[0].path", "{path}");
+    }
+}

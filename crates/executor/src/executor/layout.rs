@@ -29,6 +29,7 @@ pub(super) fn prepare_layout(
     mode: Mode,
     host_paths: &[PathBuf],
     working_dir: Option<&str>,
+    files: &[crate::MountedFile],
     spare: Option<rootfs::Skeleton>,
 ) -> Result<Layout, String> {
     if let Mode::Namespaces { .. } = mode {
@@ -48,7 +49,14 @@ pub(super) fn prepare_layout(
             None => rootfs::skeleton(dir, host_paths, owner)?,
         };
         let rootfs = skeleton.finish(host_paths, working_dir, owner)?;
+        rootfs::place_files(&rootfs, files, host_paths, owner)?;
         return Ok(Layout { working_dir: rootfs.working_dir.clone(), rootfs: Some(rootfs) });
+    }
+    if let Some(file) = files.first() {
+        return Err(format!(
+            "mounted file {}: plain processes have no root directory of their own to hold it (mounted files need the namespaces isolation)",
+            file.path
+        ));
     }
     // Plain processes see the host's filesystem: their default working directory is a
     // directory of their own, and an absolute one must already exist (nothing is created

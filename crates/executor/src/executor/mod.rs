@@ -238,7 +238,7 @@ impl Executor {
         started
     }
 
-    async fn start_sandbox(&self, id: &str, spec: LaunchSpec) -> Result<(), ExecutorError> {
+    async fn start_sandbox(&self, id: &str, mut spec: LaunchSpec) -> Result<(), ExecutorError> {
         validate_id(id)?;
         validate_spec(&spec)?;
         let _claim = self.claim(id)?;
@@ -247,12 +247,15 @@ impl Executor {
         let layout = {
             let dir = dir.clone();
             let working_dir = spec.working_dir.clone();
+            let files = std::mem::take(&mut spec.files);
             let host_paths = self.inner.config.host_paths.clone();
             let spare = self.inner.spares.as_ref().and_then(|spares| spares.take());
-            tokio::task::spawn_blocking(move || prepare_layout(&dir, mode, &host_paths, working_dir.as_deref(), spare))
-                .await
-                .map_err(|error| setup_error(id, error.to_string()))?
-                .map_err(|message| setup_error(id, message))?
+            tokio::task::spawn_blocking(move || {
+                prepare_layout(&dir, mode, &host_paths, working_dir.as_deref(), &files, spare)
+            })
+            .await
+            .map_err(|error| setup_error(id, error.to_string()))?
+            .map_err(|message| setup_error(id, message))?
         };
         let env = sandbox_env(&spec, mode);
         let program = match spec.command.first() {

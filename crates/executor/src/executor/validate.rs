@@ -57,6 +57,11 @@ pub(super) fn validate_spec(spec: &LaunchSpec) -> Result<(), ExecutorError> {
         return Err(ExecutorError::InvalidRequest("the command's program is empty".into()));
     }
     validate_env(&spec.env)?;
+    for file in &spec.files {
+        if let Err(problem) = crate::rootfs::check_file_path(&file.path) {
+            return Err(ExecutorError::InvalidRequest(format!("mounted file {:?}: {problem}", file.path)));
+        }
+    }
     validate_working_dir(spec.working_dir.as_deref())
 }
 

@@ -107,6 +107,9 @@ impl World {
             .iter()
             .map(|container| {
                 let mut env = container.env.clone();
+                if let Some(inputs) = &container.inputs {
+                    env.extend(inputs.secret_env.iter().map(|(key, value)| (key.clone(), value.clone())));
+                }
                 if let Some(indices) = &gpu_indices
                     && container.requests.gpu.is_some_and(|gpus| gpus > 0)
                 {
@@ -119,6 +122,7 @@ impl World {
                     args: container.args.clone(),
                     env,
                     working_dir: container.working_dir.clone(),
+                    files: container.inputs.as_ref().map(|inputs| inputs.files.clone()).unwrap_or_default(),
                 }
             })
             .collect();

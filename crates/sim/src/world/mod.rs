@@ -64,6 +64,8 @@ pub struct ContainerStart {
     pub env: BTreeMap<String, String>,
     /// Working directory, if the spec sets one.
     pub working_dir: Option<String>,
+    /// Files to place before the container starts: (absolute path, content).
+    pub files: Vec<(String, std::sync::Arc<[u8]>)>,
 }
 
 /// A transition the world's own bookkeeping has checked is legal. A refusal is a missed

@@ -40,6 +40,7 @@ impl World {
                 command: Vec::new(),
                 args: Vec::new(),
                 env: BTreeMap::new(),
+                inputs: None,
                 working_dir: None,
                 requests,
                 limits,

@@ -1,0 +1,98 @@
+"""What a sandbox is handed at creation, as the published client sends it: secrets from the
+values' secret stores (in the main process and every exec) and mounted files (at their paths,
+with their content).
+
+The secret store is added to the values in force for this module (ApplyValues, merged) and the
+values are put back after it, so the rest of the suite runs on the values it started with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+
+import pytest
+
+from conftest import NAMESPACES, WAIT, run
+from cwsandbox import Secret
+
+BASE_URL = os.environ["CWSANDBOX_BASE_URL"]
+ADMIN = os.environ["CWSANDBOX_API_KEY"]
+
+STORE = {
+    "secrets": {
+        "hf-token": "hf_abc123",
+        "database": {"user": "app", "password": "s3cret with spaces"},
+    }
+}
+
+
+def emulator(method: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        f"{BASE_URL}/coreweave.sandbox.emulator.v1.EmulatorService/{method}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {ADMIN}"},
+    )
+    with urllib.request.urlopen(request, timeout=WAIT) as reply:
+        return json.load(reply)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def secret_store():
+    before = emulator("GetValues", {})["values"]
+    emulator("ApplyValues", {"values": {"secretStores": {"test-store": STORE}}, "mode": "APPLY_MODE_MERGE"})
+    yield
+    emulator("ApplyValues", {"values": before, "mode": "APPLY_MODE_REPLACE"})
+
+
+def test_secrets_are_in_the_main_process_and_every_exec(mark):
+    secrets = [
+        Secret(store="test-store", name="hf-token", env_var="HF_TOKEN"),
+        Secret(store="test-store", name="database", field="password", env_var="DB_PASSWORD"),
+    ]
+    with run(
+        "sh", "-c", 'printf "%s|%s" "$HF_TOKEN" "$DB_PASSWORD" > /tmp/main-saw; exec sleep 1000',
+        mark=mark, secrets=secrets,
+    ) as sandbox:
+        sandbox.wait()
+        seen = sandbox.exec(["sh", "-c", 'printf "%s|%s" "$HF_TOKEN" "$DB_PASSWORD"']).result()
+        assert seen.stdout == "hf_abc123|s3cret with spaces"
+        if NAMESPACES:
+            # Plain processes share the host's /tmp; the exec above already proves the variables.
+            assert sandbox.read_file("/tmp/main-saw").result() == b"hf_abc123|s3cret with spaces"
+
+
+@pytest.mark.parametrize(
+    ("secret", "field"),
+    [
+        (Secret(store="no-such-store", name="hf-token", env_var="X"), "secretStores[0].storeName"),
+        (Secret(store="test-store", name="no-such-secret", env_var="X"), "secretStores[0].secrets[0].path"),
+        (Secret(store="test-store", name="database", field="no-such-field", env_var="X"), "secrets[0].field"),
+    ],
+)
+def test_a_secret_that_is_not_there_refuses_the_sandbox_naming_the_field(mark, secret, field):
+    with pytest.raises(Exception) as refused:
+        with run(mark=mark, secrets=[secret]) as sandbox:
+            sandbox.wait()
+    assert field in str(refused.value), refused.value
+
+
+@pytest.mark.skipif(not NAMESPACES, reason="plain processes have no root of their own for mounted files")
+def test_mounted_files_are_at_their_paths_before_the_command_starts(mark):
+    files = {"/app/config.json": b'{"answer": 42}', "/root/.cache/blob.bin": bytes(range(256))}
+    with run("sh", "-c", "cat /app/config.json > /tmp/main-saw; exec sleep 1000", mark=mark,
+             mounted_files=files) as sandbox:
+        sandbox.wait()
+        assert sandbox.read_file("/tmp/main-saw").result() == b'{"answer": 42}'
+        for path, content in files.items():
+            assert sandbox.read_file(path).result() == content
+        listing = sandbox.exec(["stat", "-c", "%a %u", "/app/config.json"]).result()
+        assert listing.stdout.strip() == "644 0"
+
+
+def test_a_mounted_file_with_a_relative_path_is_refused_naming_it(mark):
+    with pytest.raises(Exception) as refused:
+        with run(mark=mark, mounted_files={"relative/config.json": b"x"}) as sandbox:
+            sandbox.wait()
+    assert "files[0].path" in str(refused.value), refused.value
