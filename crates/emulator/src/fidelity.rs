@@ -158,69 +158,180 @@ pub const FIELDS: &[FieldRule] = &[
     output_only("CreateSandboxRequest.sandbox.control"),
     emulated("CreateSandboxRequest.sandbox.display_name", "stored and returned"),
     emulated("CreateSandboxRequest.sandbox.spec", "the sandbox's spec"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers", "the primary container runs; the others are refused (see EXTRA_CONTAINERS)"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.name", "the container's name (exec, logs and files name it)"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.image", "recorded in the Pod, never pulled: commands run on the host's file system, bound read-only"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers",
+        "the primary container runs; the others are refused (see EXTRA_CONTAINERS)",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.name",
+        "the container's name (exec, logs and files name it)",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.image",
+        "recorded in the Pod, never pulled: commands run on the host's file system, bound read-only",
+    ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.command", "the main process"),
     emulated("CreateSandboxRequest.sandbox.spec.containers.args", "the main process's arguments"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.environment_variables", "the main process's environment (merged with the policy's)"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.environment_variables",
+        "the main process's environment (merged with the policy's)",
+    ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.resources", "legacy resources: both sides"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.resources.cpu", "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.resources.memory", "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resources.cpu",
+        "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resources.memory",
+        "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes",
+    ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.resources.gpu", "GPUs"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.resources.gpu.count", "scheduled on GPU nodes; NVIDIA_VISIBLE_DEVICES holds the allocated indices"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.resources.gpu.type", "no GPU model is matched: any GPU node serves"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.resources.gpu.memory_gb", "no GPU memory size is matched: any GPU node serves"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resources.gpu.count",
+        "scheduled on GPU nodes; NVIDIA_VISIBLE_DEVICES holds the allocated indices",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.resources.gpu.type",
+        "no GPU model is matched: any GPU node serves",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.resources.gpu.memory_gb",
+        "no GPU memory size is matched: any GPU node serves",
+    ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements", "requests and limits"),
     emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests", "requests"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.cpu", "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.memory", "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.cpu",
+        "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.memory",
+        "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes",
+    ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.gpu", "GPUs"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.gpu.count", "scheduled on GPU nodes; NVIDIA_VISIBLE_DEVICES holds the allocated indices"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.gpu.type", "no GPU model is matched: any GPU node serves"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.gpu.memory_gb", "no GPU memory size is matched: any GPU node serves"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.gpu.count",
+        "scheduled on GPU nodes; NVIDIA_VISIBLE_DEVICES holds the allocated indices",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.gpu.type",
+        "no GPU model is matched: any GPU node serves",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.gpu.memory_gb",
+        "no GPU memory size is matched: any GPU node serves",
+    ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits", "limits"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.cpu", "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.memory", "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.cpu",
+        "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.memory",
+        "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes",
+    ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu", "GPUs"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu.count", "scheduled on GPU nodes; NVIDIA_VISIBLE_DEVICES holds the allocated indices"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu.type", "no GPU model is matched: any GPU node serves"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu.memory_gb", "no GPU memory size is matched: any GPU node serves"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu.count",
+        "scheduled on GPU nodes; NVIDIA_VISIBLE_DEVICES holds the allocated indices",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu.type",
+        "no GPU model is matched: any GPU node serves",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu.memory_gb",
+        "no GPU memory size is matched: any GPU node serves",
+    ),
     refused("CreateSandboxRequest.sandbox.spec.containers.files", "mounted files are not written into the sandbox"),
     refused("CreateSandboxRequest.sandbox.spec.containers.volume_mounts", "volumes are not mounted"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.secret_stores", "there is no secret store: no secret reaches the environment"),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.secret_stores",
+        "there is no secret store: no secret reaches the environment",
+    ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.working_dir", "the main process's working directory"),
     emulated("CreateSandboxRequest.sandbox.spec.containers.security_context", "each of its fields is refused"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.security_context.run_as_user", "processes run as the emulator's own user"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.security_context.run_as_group", "processes run as the emulator's own group"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.security_context.privileged", "processes are never privileged"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.security_context.allow_privilege_escalation", "not applied to the processes (no no_new_privs)"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.security_context.read_only_root_filesystem", "the root file system is not made read-only"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.security_context.capabilities_add", "capabilities are not changed"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.security_context.capabilities_drop", "capabilities are not changed"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.security_context.seccomp_profile", "no seccomp profile is applied"),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.run_as_user",
+        "processes run as the emulator's own user",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.run_as_group",
+        "processes run as the emulator's own group",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.privileged",
+        "processes are never privileged",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.allow_privilege_escalation",
+        "not applied to the processes (no no_new_privs)",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.read_only_root_filesystem",
+        "the root file system is not made read-only",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.capabilities_add",
+        "capabilities are not changed",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.capabilities_drop",
+        "capabilities are not changed",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.seccomp_profile",
+        "no seccomp profile is applied",
+    ),
     refused("CreateSandboxRequest.sandbox.spec.containers.image_pull_credentials", "no image is pulled"),
     emulated("CreateSandboxRequest.sandbox.spec.containers.primary", "which container is the main one"),
     refused("CreateSandboxRequest.sandbox.spec.containers.startup_probe", "probes are not run"),
     refused("CreateSandboxRequest.sandbox.spec.volumes", "volumes are not mounted"),
-    refused("CreateSandboxRequest.sandbox.spec.services", "no port is exposed: services, endpoints and URLs are not served"),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.services",
+        "no port is exposed: services, endpoints and URLs are not served",
+    ),
     emulated("CreateSandboxRequest.sandbox.spec.max_lifetime_seconds", "the sandbox ends when its lifetime is over"),
     refused("CreateSandboxRequest.sandbox.spec.network_ids", "there are no sandbox networks"),
     refused("CreateSandboxRequest.sandbox.spec.object_storage_access", "no object storage is reachable"),
     emulated("CreateSandboxRequest.sandbox.spec.tags", "stored, returned, filtered on"),
     emulated("CreateSandboxRequest.sandbox.spec.runner_ids", "placement on the first ready runner named"),
     emulated("CreateSandboxRequest.sandbox.spec.network", "network options; each is refused"),
-    refused("CreateSandboxRequest.sandbox.spec.network.ingress", "checked, echoed in effective_ingress, not enforced: the sandbox shares the host's network"),
-    refused("CreateSandboxRequest.sandbox.spec.network.egress", "checked, echoed in effective_egress, not enforced: the sandbox shares the host's network"),
-    refused("CreateSandboxRequest.sandbox.spec.network.deny_egress", "not enforced: the sandbox shares the host's network"),
-    refused("CreateSandboxRequest.sandbox.spec.network.deny_ingress", "not enforced: the sandbox shares the host's network"),
-    refused("CreateSandboxRequest.sandbox.spec.network.dns_egress", "not enforced: the sandbox shares the host's network"),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.network.ingress",
+        "checked, echoed in effective_ingress, not enforced: the sandbox shares the host's network",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.network.egress",
+        "checked, echoed in effective_egress, not enforced: the sandbox shares the host's network",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.network.deny_egress",
+        "not enforced: the sandbox shares the host's network",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.network.deny_ingress",
+        "not enforced: the sandbox shares the host's network",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.network.dns_egress",
+        "not enforced: the sandbox shares the host's network",
+    ),
     emulated("CreateSandboxRequest.sandbox.spec.annotations", "on the Pod; the SUNK annotations steer placement"),
     refused("CreateSandboxRequest.sandbox.spec.instance_type", "checked against the policy, not used for placement"),
-    emulated("CreateSandboxRequest.sandbox.spec.mode", "CKS places on a runner; SERVERLESS is refused (no serverless runners)"),
-    refused("CreateSandboxRequest.sandbox.spec.runtime_class", "checked against the policy and echoed; processes do not run under it"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.mode",
+        "CKS places on a runner; SERVERLESS is refused (no serverless runners)",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.runtime_class",
+        "checked against the policy and echoed; processes do not run under it",
+    ),
     refused("CreateSandboxRequest.sandbox.spec.network_config_id", "there are no network configurations"),
-    refused("CreateSandboxRequest.sandbox.spec.runtime_class_selection", "checked against the policy and echoed; processes do not run under it"),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.runtime_class_selection",
+        "checked against the policy and echoed; processes do not run under it",
+    ),
     // GetSandbox, ListSandboxes, DeleteSandbox
     emulated("GetSandboxRequest.sandbox_id", "the sandbox"),
     emulated("ListSandboxesRequest.page_size", "server-capped page size"),
@@ -241,7 +352,10 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("ExecRequest.command", "the command"),
     emulated("ExecRequest.env", "added to the command's environment"),
     emulated("ExecRequest.max_output_bytes", "output cap, with the truncation flags"),
-    emulated("ExecRequest.container", "must name a container of the sandbox; commands run in the sandbox's one process tree"),
+    emulated(
+        "ExecRequest.container",
+        "must name a container of the sandbox; commands run in the sandbox's one process tree",
+    ),
     emulated("ExecStreamRequest.init", "the command"),
     emulated("ExecStreamRequest.init.sandbox_id", "the sandbox"),
     emulated("ExecStreamRequest.init.command", "the command"),
@@ -249,7 +363,10 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("ExecStreamRequest.init.tty_width", "the terminal's size"),
     emulated("ExecStreamRequest.init.tty_height", "the terminal's size"),
     emulated("ExecStreamRequest.init.env", "added to the command's environment"),
-    emulated("ExecStreamRequest.init.container", "must name a container of the sandbox; commands run in the sandbox's one process tree"),
+    emulated(
+        "ExecStreamRequest.init.container",
+        "must name a container of the sandbox; commands run in the sandbox's one process tree",
+    ),
     emulated("ExecStreamRequest.stdin", "the command's stdin"),
     emulated("ExecStreamRequest.resize", "the terminal's new size"),
     emulated("ExecStreamRequest.resize.width", "the terminal's new size"),
@@ -266,10 +383,16 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("WriteFileRequest.sandbox_id", "the sandbox"),
     emulated("WriteFileRequest.path", "the file"),
     emulated("WriteFileRequest.content", "the bytes"),
-    emulated("WriteFileRequest.container", "must name a container of the sandbox; files are the sandbox's one file system"),
+    emulated(
+        "WriteFileRequest.container",
+        "must name a container of the sandbox; files are the sandbox's one file system",
+    ),
     emulated("ReadFileRequest.sandbox_id", "the sandbox"),
     emulated("ReadFileRequest.path", "the file"),
-    emulated("ReadFileRequest.container", "must name a container of the sandbox; files are the sandbox's one file system"),
+    emulated(
+        "ReadFileRequest.container",
+        "must name a container of the sandbox; files are the sandbox's one file system",
+    ),
     // DiscoveryService
     emulated("ListAvailableRunnersRequest.runner_group_id", "filter"),
     emulated("ListAvailableRunnersRequest.gpu_type", "filter (the nodes' gpu.nvidia.com/class)"),
@@ -277,10 +400,16 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("ListAvailableRunnersRequest.healthy_only", "filter"),
     emulated("ListAvailableRunnersRequest.page_size", "page size"),
     emulated("ListAvailableRunnersRequest.page_token", "page token"),
-    emulated("ListAvailableRunnersRequest.view", "which fields BASIC leaves out is not documented: every view answers every field"),
+    emulated(
+        "ListAvailableRunnersRequest.view",
+        "which fields BASIC leaves out is not documented: every view answers every field",
+    ),
     emulated("ListAvailableRunnersRequest.service_visibility", "filter"),
     emulated("GetAvailableRunnerRequest.runner_id", "the runner"),
-    emulated("GetAvailableRunnerRequest.view", "which fields BASIC leaves out is not documented: every view answers every field"),
+    emulated(
+        "GetAvailableRunnerRequest.view",
+        "which fields BASIC leaves out is not documented: every view answers every field",
+    ),
     emulated("GetAvailableRunnerRequest.organization_id", "the organization (the caller's when empty)"),
     // RunnerManagementService
     emulated("CreateManagedRunnerRequest.request_id", "idempotency"),
@@ -292,8 +421,14 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("CreateManagedRunnerRequest.managed_runner.identity.cluster_id", "stored, filtered on"),
     output_only("CreateManagedRunnerRequest.managed_runner.identity.cluster_name"),
     emulated("CreateManagedRunnerRequest.managed_runner.display_name", "stored and returned"),
-    stored("CreateManagedRunnerRequest.managed_runner.spec", "the runner's own deployment: validated, stored and returned; no runner Deployment is simulated"),
-    emulated_whole("CreateManagedRunnerRequest.managed_runner.policy", "every field validated and applied to the runner's sandboxes by cwsandbox-policy"),
+    stored(
+        "CreateManagedRunnerRequest.managed_runner.spec",
+        "the runner's own deployment: validated, stored and returned; no runner Deployment is simulated",
+    ),
+    emulated_whole(
+        "CreateManagedRunnerRequest.managed_runner.policy",
+        "every field validated and applied to the runner's sandboxes by cwsandbox-policy",
+    ),
     emulated("CreateManagedRunnerRequest.managed_runner.etag", "optimistic concurrency of policy changes"),
     output_only("CreateManagedRunnerRequest.managed_runner.install_status"),
     output_only("CreateManagedRunnerRequest.managed_runner.connection_status"),
@@ -318,8 +453,14 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("UpdateManagedRunnerRequest.managed_runner.identity.cluster_id", "stored, filtered on"),
     output_only("UpdateManagedRunnerRequest.managed_runner.identity.cluster_name"),
     emulated("UpdateManagedRunnerRequest.managed_runner.display_name", "stored and returned"),
-    stored("UpdateManagedRunnerRequest.managed_runner.spec", "the runner's own deployment: validated, stored and returned; no runner Deployment is simulated"),
-    emulated_whole("UpdateManagedRunnerRequest.managed_runner.policy", "every field validated and applied to the runner's sandboxes by cwsandbox-policy"),
+    stored(
+        "UpdateManagedRunnerRequest.managed_runner.spec",
+        "the runner's own deployment: validated, stored and returned; no runner Deployment is simulated",
+    ),
+    emulated_whole(
+        "UpdateManagedRunnerRequest.managed_runner.policy",
+        "every field validated and applied to the runner's sandboxes by cwsandbox-policy",
+    ),
     emulated("UpdateManagedRunnerRequest.managed_runner.etag", "optimistic concurrency of policy changes"),
     output_only("UpdateManagedRunnerRequest.managed_runner.install_status"),
     output_only("UpdateManagedRunnerRequest.managed_runner.connection_status"),
@@ -342,7 +483,6 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("DeleteManagedRunnerRequest.runner_id", "the runner"),
     emulated("DeleteManagedRunnerRequest.allow_missing", "NOT_FOUND becomes an empty answer"),
     emulated("ApplyAvailableUpdateRequest.runner_id", "the runner"),
-
 ];
 
 /// The public services whose requests the table covers (the emulator's own `EmulatorService` is
@@ -633,7 +773,9 @@ pub fn fidelity_table() -> String {
     for (method, note) in REFUSED_METHODS {
         table.push_str(&format!("| `{method}` (every request) | {note} |\n"));
     }
-    table.push_str("\nAccepted, validated, stored and returned, with no further effect:\n\n| request field | why |\n|---|---|\n");
+    table.push_str(
+        "\nAccepted, validated, stored and returned, with no further effect:\n\n| request field | why |\n|---|---|\n",
+    );
     for rule in FIELDS.iter().filter(|rule| rule.handling == Handling::Stored) {
         table.push_str(&format!("| `{}` | {} |\n", rule.path, rule.note));
     }
@@ -767,7 +909,11 @@ mod tests {
         });
         let spec = pb::SandboxSpec {
             containers: vec![container],
-            network: Some(pb::NetworkOptions { deny_egress: Some(false), deny_ingress: Some(false), ..Default::default() }),
+            network: Some(pb::NetworkOptions {
+                deny_egress: Some(false),
+                deny_ingress: Some(false),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         assert_eq!(fields(unemulated(&create(spec))), Vec::<String>::new());
@@ -780,7 +926,11 @@ mod tests {
         assert_eq!(fields(unemulated(&two)), ["sandbox.spec.containers[1]"]);
         let primary_second = pb::Container { primary: Some(true), ..sidecar() };
         let three = create(pb::SandboxSpec {
-            containers: vec![main_container(), primary_second, pb::Container { name: "x".to_owned(), ..main_container() }],
+            containers: vec![
+                main_container(),
+                primary_second,
+                pb::Container { name: "x".to_owned(), ..main_container() },
+            ],
             ..Default::default()
         });
         assert_eq!(fields(unemulated(&three)), ["sandbox.spec.containers[0]", "sandbox.spec.containers[2]"]);
