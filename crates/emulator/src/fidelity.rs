@@ -4,15 +4,21 @@
 //! says how the emulator treats it, with a note saying why:
 //! - [`Handling::Emulated`]: the emulator does what the field asks (a message field's own fields
 //!   are then on the table too);
+//! - [`Handling::EmulatedWhole`]: a message honoured as a whole by code of its own (a runner's
+//!   policy, which `cwsandbox-policy` validates and applies field by field);
 //! - [`Handling::OutputOnly`]: a field of a resource the server fills in (`sandbox.status`);
 //!   ignored in input, as AIP-203 has servers do;
+//! - [`Handling::Stored`]: a configuration resource's settings, validated, stored and returned,
+//!   with no further effect because what they configure is not simulated (a runner's own
+//!   deployment); the README lists them too;
 //! - [`Handling::Refused`]: the emulator would accept the field and do nothing with it, so a
 //!   request that sets it is refused with UNIMPLEMENTED, reason `CWSANDBOX_NOT_IMPLEMENTED` and a
 //!   BadRequest violation naming it ([`check`]); under `strictness: loose` it is accepted and the
 //!   emulator logs a warning naming it.
 //!
 //! RPCs that are not emulated at all are on [`REFUSED_METHODS`]: every call answers UNIMPLEMENTED,
-//! whatever its fields. The tests walk the embedded descriptor set and fail on any field or RPC
+//! whatever its fields. A sandbox with more than one container is refused by each extra
+//! container's index ([`EXTRA_CONTAINERS`]): only the primary container runs. The tests walk the embedded descriptor set and fail on any field or RPC
 //! that is on neither list, so a new proto field cannot slip through unhandled, and they check
 //! that the README's fidelity table is the one [`fidelity_table`] renders.
 //!
@@ -42,16 +48,6 @@ pub enum Strictness {
     Strict,
     /// Accept it, log a warning naming the fields, and go on without them.
     Loose,
-}
-
-impl Strictness {
-    /// The setting's name, as values spell it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Strictness::Strict => "strict",
-            Strictness::Loose => "loose",
-        }
-    }
 }
 
 /// How the emulator treats one request field.
