@@ -7,6 +7,7 @@ use crate::auth::{Principal, Tokens, bearer};
 use crate::driver::Driver;
 use crate::errors::ApiError;
 use crate::faults::Faults;
+use crate::fidelity::{self, Strictness};
 use crate::runtime::SandboxRuntime;
 use crate::tenants::Tenants;
 
@@ -35,6 +36,7 @@ struct Inner {
     configured_faults: std::sync::Mutex<Vec<cwsandbox_api::emulator_v1::Fault>>,
     runtime: Option<Arc<dyn SandboxRuntime>>,
     limits: Limits,
+    strictness: Strictness,
 }
 
 /// Cheap to clone; handlers get it as axum state.
@@ -49,7 +51,13 @@ impl std::fmt::Debug for App {
 
 impl App {
     /// Assembles the state.
-    pub fn new(driver: Arc<Driver>, tokens: Tokens, runtime: Option<Arc<dyn SandboxRuntime>>, limits: Limits) -> App {
+    pub fn new(
+        driver: Arc<Driver>,
+        tokens: Tokens,
+        runtime: Option<Arc<dyn SandboxRuntime>>,
+        limits: Limits,
+        strictness: Strictness,
+    ) -> App {
         App(Arc::new(Inner {
             driver,
             tokens,
@@ -58,7 +66,14 @@ impl App {
             configured_faults: Default::default(),
             runtime,
             limits,
+            strictness,
         }))
+    }
+
+    /// Refuses a request that sets a field the emulator does not emulate, or logs the fields and
+    /// lets it through, as the values' `strictness` says (`crate::fidelity`).
+    pub fn check_fields<R: fidelity::Request>(&self, method: &str, request: &R) -> Result<(), ApiError> {
+        fidelity::check(self.0.strictness, method, request)
     }
 
     /// The driver.

@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use cwsandbox_emulator::app::Limits;
 use cwsandbox_emulator::config::EmulatorConfig;
 use cwsandbox_emulator::executor_runtime::ExecutorRuntime;
+use cwsandbox_emulator::fidelity::Strictness;
 use cwsandbox_emulator::runtime::SandboxRuntime;
 use cwsandbox_emulator::state_dir::{self, SandboxRoot};
 use cwsandbox_emulator::transport::Transport;
@@ -80,6 +81,12 @@ struct WorldArgs {
     /// explicitly still apply. Default: the values' `timing`, else realistic.
     #[arg(long, value_enum, env = "CWSANDBOX_EMULATOR_TIMING")]
     timing: Option<TimingArg>,
+    /// What a request gets that sets a field the emulator does not emulate (the README's fidelity
+    /// table): `strict` refuses it with UNIMPLEMENTED naming the fields, `loose` accepts it and
+    /// logs a warning naming them. Overrides the values' `strictness`. Default: the values'
+    /// `strictness`, else strict.
+    #[arg(long, value_enum, env = "CWSANDBOX_EMULATOR_STRICTNESS")]
+    strictness: Option<StrictnessArg>,
     /// Accept the fixed development tokens `cwsbx-dev-admin` (the operator) and `cwsbx-dev-user`
     /// instead of random ones, so a shell or `.env` file survives restarts. Only on a loopback
     /// address, and not with `auth.tokens` in the values.
@@ -160,6 +167,12 @@ enum TimingArg {
     Instant,
 }
 
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum StrictnessArg {
+    Strict,
+    Loose,
+}
+
 /// Where and how sandbox processes run.
 #[derive(Debug, Args)]
 struct SandboxArgs {
@@ -231,7 +244,13 @@ impl WorldArgs {
             TimingArg::Realistic => Timing::Realistic,
             TimingArg::Instant => Timing::Instant,
         });
-        let config = EmulatorConfig::load(scenario, &self.values, timing)?;
+        let mut config = EmulatorConfig::load(scenario, &self.values, timing)?;
+        if let Some(strictness) = self.strictness {
+            config.strictness = match strictness {
+                StrictnessArg::Strict => Strictness::Strict,
+                StrictnessArg::Loose => Strictness::Loose,
+            };
+        }
         let retention = Duration::from_secs(u64::from(config.values.sandboxes.retention_seconds));
         let mut options = Options::new(config);
         options.listen = listen;

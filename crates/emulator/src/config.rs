@@ -24,7 +24,12 @@
 //!       roles: [sandbox_user]
 //! ```
 //!
-//! `auth` never reaches the simulation. With no tokens configured, the emulator generates an
+//! `strictness: strict | loose` (default strict, `serve --strictness` overrides it) says what a
+//! request gets that sets a field the emulator does not emulate (`crate::fidelity`): strict
+//! refuses it with UNIMPLEMENTED naming the fields, loose accepts it and logs a warning naming
+//! them (Azurite's `--loose`).
+//!
+//! `auth` and `strictness` never reach the simulation. With no tokens configured, the emulator generates an
 //! admin token and a user token at start (see [`crate::auth::Tokens::generate`]).
 
 use std::path::{Path, PathBuf};
@@ -33,6 +38,7 @@ use cwsandbox_sim::config::{Scenario, Timing, Values, key_path, merge_values};
 use serde::Deserialize;
 
 use crate::auth::Role;
+use crate::fidelity::Strictness;
 
 /// What can go wrong reading the configuration; every message names the file or the key.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +104,8 @@ pub struct EmulatorConfig {
     /// Faults installed at start and after each full Reset (`faults:`, each a `Fault` as proto3
     /// JSON).
     pub faults: Vec<cwsandbox_api::emulator_v1::Fault>,
+    /// What a request that sets a field the emulator does not emulate gets (`strictness:`).
+    pub strictness: Strictness,
 }
 
 /// Parses one YAML overlay into a JSON tree (a map at the top).
@@ -180,6 +188,7 @@ impl EmulatorConfig {
         // removes it as `null` removes any key, leaving the default.
         let mut auth_tree = serde_json::json!({});
         let mut faults_tree = serde_json::json!({});
+        let mut strictness = Strictness::default();
         let mut parsed = Vec::new();
         for (path, text) in overlays {
             let mut overlay = parse_overlay(path, text)?;
@@ -188,6 +197,14 @@ impl EmulatorConfig {
             }
             if let Some(faults) = overlay.as_object_mut().and_then(|map| map.remove("faults")) {
                 merge_values(&mut faults_tree, &serde_json::json!({ "faults": faults }));
+            }
+            if let Some(value) = overlay.as_object_mut().and_then(|map| map.remove("strictness")) {
+                strictness = match value {
+                    serde_json::Value::Null => Strictness::default(),
+                    value => serde_json::from_value(value.clone()).map_err(|_| {
+                        ConfigError::Values(format!("strictness: {value} is not a strictness (strict, loose)"))
+                    })?,
+                };
             }
             parsed.push(overlay);
         }
@@ -241,7 +258,7 @@ impl EmulatorConfig {
                 return Err(ConfigError::Auth(format!("tokens[{index}]: the same token is listed twice")));
             }
         }
-        Ok(EmulatorConfig { values, auth, faults })
+        Ok(EmulatorConfig { values, auth, faults, strictness })
     }
 
     /// The scenario overlaid with the given files, in order.
@@ -259,6 +276,19 @@ impl EmulatorConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strictness_is_strict_unless_the_values_say_loose() {
+        let load = |overlays: &[&str]| {
+            EmulatorConfig::from_overlays(Scenario::Ready, overlays.iter().map(|text| (Path::new("v.yaml"), *text)))
+        };
+        assert_eq!(load(&[]).unwrap().strictness, Strictness::Strict);
+        assert_eq!(load(&["strictness: loose\n"]).unwrap().strictness, Strictness::Loose);
+        assert_eq!(load(&["strictness: loose\n", "strictness: strict\n"]).unwrap().strictness, Strictness::Strict);
+        assert_eq!(load(&["strictness: loose\n", "strictness:\n"]).unwrap().strictness, Strictness::Strict);
+        let bad = load(&["strictness: lax\n"]).unwrap_err().to_string();
+        assert!(bad.contains("strictness") && bad.contains("strict, loose"), "{bad}");
+    }
 
     #[test]
     fn the_timing_profile_sets_delay_defaults_and_explicit_delays_win() {

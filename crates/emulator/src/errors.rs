@@ -147,6 +147,26 @@ impl ApiError {
             .with_metadata("method", what)
     }
 
+    /// UNIMPLEMENTED with reason `CWSANDBOX_NOT_IMPLEMENTED` for request fields the emulator would
+    /// otherwise ignore (`crate::fidelity`): one violation per field (its path in the request, and
+    /// why), the message naming them all.
+    pub fn fields_not_implemented(method: &str, fields: Vec<(String, String)>) -> ApiError {
+        let names: Vec<&str> = fields.iter().map(|(field, _)| field.as_str()).collect();
+        let names = names.join(", ");
+        let mut error = ApiError::new(
+            Code::Unimplemented,
+            Reason::NotImplemented,
+            format!(
+                "{method}: {names}: not emulated, so refused rather than ignored (the values' `strictness: loose` \
+                 accepts them and logs a warning)"
+            ),
+        )
+        .with_metadata("method", method)
+        .with_metadata("fields", names);
+        error.violations = fields;
+        error
+    }
+
     /// UNAVAILABLE: no process executor is attached to this emulator.
     pub fn backend_unavailable(operation: &str) -> ApiError {
         ApiError::new(

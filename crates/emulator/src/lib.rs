@@ -28,6 +28,7 @@ pub mod errors;
 pub mod executor_runtime;
 pub mod fault_stream;
 pub mod faults;
+pub mod fidelity;
 pub mod guard;
 pub mod json_path;
 pub mod kube;
@@ -258,7 +259,7 @@ impl Emulator {
             .unwrap_or_default();
 
         let (driver, pump) = Driver::new(config.values, clock, seed.unwrap_or_else(seed_from_clock))?;
-        let app = App::new(Arc::clone(&driver), tokens, runtime.clone(), limits);
+        let app = App::new(Arc::clone(&driver), tokens, runtime.clone(), limits, config.strictness);
         app.install_configured_faults(config.faults).map_err(|error| StartError::Fault(error.to_string()))?;
         let router = server::router(app.clone(), &transport).await;
 

@@ -319,7 +319,9 @@ async fn data_operations_are_unavailable_without_an_executor() {
 /// every violation, and the BadRequest names the sandbox field with the constraint that refused it.
 #[tokio::test]
 async fn policy_rejections_carry_their_reason_message_and_fields() {
-    let emulator = start().await;
+    // Loose: the ceiling sums the requests of every container, and strictness refuses a second
+    // container before the policy sees it (tests/fidelity.rs).
+    let emulator = start_with("strictness: loose\n", None).await;
     let info = emulator.info().clone();
     let mut runners =
         RunnerManagementServiceClient::with_interceptor(channel(&emulator).await, Bearer(info.admin_token.clone()));

@@ -374,3 +374,50 @@ fn ready_flag() -> &'static std::ffi::OsStr {
 fn root_flag() -> &'static std::ffi::OsStr {
     "--sandbox-root".as_ref()
 }
+
+/// `serve --strictness loose`: a CreateSandbox that sets fields the emulator does not emulate is
+/// accepted, and the log names them in a warning; by default the same request is refused by name.
+#[test]
+fn strictness_loose_accepts_unemulated_fields_and_logs_them_by_name() -> anyhow::Result<()> {
+    let create = |emulator: &EmulatorProcess| -> anyhow::Result<String> {
+        let body = serde_json::json!({
+            "sandbox": {"spec": {
+                "containers": [{"name": "main", "image": "python:3.11", "command": "sleep", "args": ["60"],
+                                "securityContext": {"runAsUser": 1000}}],
+                "services": [{"port": 8080}],
+                "runnerIds": [emulator.ready.runner_id],
+                "mode": "SANDBOX_MODE_CKS"
+            }}
+        });
+        let output = Command::new("curl")
+            .args(["--silent", "--show-error", "-X", "POST", "-H", "Content-Type: application/json", "-H"])
+            .arg(format!("Authorization: Bearer {}", emulator.ready.user_token))
+            .arg("--data")
+            .arg(body.to_string())
+            .arg(format!("{}/coreweave.sandbox.v1.SandboxService/CreateSandbox", emulator.ready.base_url))
+            .output()?;
+        Ok(output_text(&output))
+    };
+    let fields = ["sandbox.spec.containers[0].security_context.run_as_user", "sandbox.spec.services"];
+
+    let strict = EmulatorProcess::start(Path::new(BINARY), &[])?;
+    let refused = create(&strict)?;
+    let refused: serde_json::Value = serde_json::from_str(&refused)?;
+    assert_eq!(refused["code"], "unimplemented", "{refused}");
+    for field in fields {
+        assert!(refused["message"].as_str().is_some_and(|message| message.contains(field)), "names {field}: {refused}");
+    }
+    assert!(strict.stop()?.success());
+
+    let loose = EmulatorProcess::start(Path::new(BINARY), &["--strictness", "loose"])?;
+    let created: serde_json::Value = serde_json::from_str(&create(&loose)?)?;
+    assert!(created["sandboxId"].as_str().is_some_and(|id| !id.is_empty()), "{created}");
+    let log = loose.log();
+    let warning = log.lines().find(|line| line.contains(" WARN ") && line.contains("strictness: loose"));
+    let warning = warning.unwrap_or_else(|| panic!("no warning about the accepted fields in:\n{log}"));
+    for field in fields {
+        assert!(warning.contains(field), "the warning names {field}: {warning}");
+    }
+    assert!(loose.stop()?.success());
+    Ok(())
+}

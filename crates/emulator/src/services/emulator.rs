@@ -90,6 +90,12 @@ pub async fn apply_values(
                 "tokens are read at start only: restart the emulator with the new `-f` file",
             ));
         }
+        if document.get("strictness").is_some() {
+            return Err(ApiError::invalid_field(
+                &format!("{field}.strictness"),
+                "strictness is read at start only: restart the emulator with the new `-f` file or `--strictness`",
+            ));
+        }
         let replace = match pb::ApplyMode::try_from(request.mode) {
             Ok(pb::ApplyMode::Unspecified | pb::ApplyMode::Merge) => false,
             Ok(pb::ApplyMode::Replace) => true,

@@ -43,6 +43,7 @@ fn create(
     faults: Vec<InjectedFault>,
 ) -> Result<pb::Sandbox, ApiError> {
     caller.require(Role::SandboxUser)?;
+    app.check_fields("CreateSandbox", &request)?;
     let (spec, display_name) = convert::sandbox_input(request.sandbox)?;
     let owner = caller.owner();
     let view = app.driver().with_world(|world| {
@@ -153,10 +154,8 @@ async fn delete(
     request: &pb::DeleteSandboxRequest,
 ) -> Result<pb::DeleteSandboxResponse, ApiError> {
     caller.require(Role::SandboxUser)?;
+    app.check_fields("DeleteSandbox", request)?;
     let id = convert::required("sandbox_id", &request.sandbox_id)?;
-    if !request.snapshot_volumes.is_empty() {
-        return Err(ApiError::not_implemented("DeleteSandbox.snapshot_volumes"));
-    }
     match app.driver().with_world(|world| world.delete_sandbox(&caller.org, id, request.grace_period_seconds)) {
         Ok(view) => {
             let view = stopped(app, &caller.org, view).await;

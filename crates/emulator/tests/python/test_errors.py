@@ -9,13 +9,17 @@ from conftest import RUNNER, WAIT, processes_with, run
 
 from cwsandbox import (
     CWSandboxAuthenticationError,
+    NetworkOptions,
     Sandbox,
+    SandboxError,
     SandboxFailedError,
     SandboxNotFoundError,
     SandboxNotRunningError,
     SandboxStatus,
     SandboxTerminatedError,
     SandboxValidationError,
+    SecurityContext,
+    Service,
 )
 
 MISSING = "0000000000000000"
@@ -39,6 +43,26 @@ def test_invalid_input_is_a_validation_error_naming_the_field():
         run(max_lifetime_seconds=10**9).wait(timeout=WAIT)
     fields = [violation.field for violation in raised.value.field_violations]
     assert fields == ["sandbox.spec.maxLifetimeSeconds"], raised.value.field_violations
+
+
+def test_an_option_the_emulator_does_not_emulate_is_refused_by_name():
+    # The fidelity rule: never accepted and silently ignored (README, "Request fields").
+    with pytest.raises(SandboxError) as raised:
+        run(
+            security_context=SecurityContext(run_as_user=1000),
+            services=[Service(port=8080)],
+            network=NetworkOptions(deny_egress=True),
+        ).wait(timeout=WAIT)
+    assert raised.value.reason == "CWSANDBOX_NOT_IMPLEMENTED", raised.value
+    for field in (
+        "sandbox.spec.containers[0].security_context.run_as_user",
+        "sandbox.spec.services",
+        "sandbox.spec.network.deny_egress",
+    ):
+        assert field in str(raised.value), raised.value
+    # At their defaults the same options ask for what the emulator does: accepted.
+    with run(security_context=SecurityContext(privileged=False), network=NetworkOptions(deny_egress=False)) as sb:
+        assert sb.exec(["true"]).result().returncode == 0
 
 
 def test_tokens(monkeypatch):

@@ -1,0 +1,983 @@
+//! Which request fields the emulator honours, and the one check that refuses the others.
+//!
+//! Every field of every request message of the public services is on [`FIELDS`], one table that
+//! says how the emulator treats it, with a note saying why:
+//! - [`Handling::Emulated`]: the emulator does what the field asks (a message field's own fields
+//!   are then on the table too);
+//! - [`Handling::EmulatedWhole`]: a message honoured as a whole by code of its own (a runner's
+//!   policy, which `cwsandbox-policy` validates and applies field by field);
+//! - [`Handling::OutputOnly`]: a field of a resource the server fills in (`sandbox.status`);
+//!   ignored in input, as AIP-203 has servers do;
+//! - [`Handling::Stored`]: a configuration resource's settings, validated, stored and returned,
+//!   with no further effect because what they configure is not simulated (a runner's own
+//!   deployment); the README lists them too;
+//! - [`Handling::Refused`]: the emulator would accept the field and do nothing with it, so a
+//!   request that sets it is refused with UNIMPLEMENTED, reason `CWSANDBOX_NOT_IMPLEMENTED` and a
+//!   BadRequest violation naming it ([`check`]); under `strictness: loose` it is accepted and the
+//!   emulator logs a warning naming it.
+//!
+//! RPCs that are not emulated at all are on [`REFUSED_METHODS`]: every call answers UNIMPLEMENTED,
+//! whatever its fields. A sandbox with more than one container is refused by each extra
+//! container's index ([`EXTRA_CONTAINERS`]): only the primary container runs. The tests walk the embedded descriptor set and fail on any field or RPC
+//! that is on neither list, so a new proto field cannot slip through unhandled, and they check
+//! that the README's fidelity table is the one [`fidelity_table`] renders.
+//!
+//! "Set" is judged on the wire: a repeated or map field with an element, a message field that is
+//! present and not empty, a scalar whose value is not its default. A field at its default asks for
+//! what the emulator does anyway (`deny_egress: false`), so the published client's own defaults
+//! pass. The check re-encodes the request and walks only into the fields that lead to a refused
+//! one, so a request type with nothing refused costs nothing.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
+
+use cwsandbox_api::sandbox_v1 as pb;
+use prost::Message;
+use prost::encoding::{WireType, decode_key, decode_varint};
+use prost_types::field_descriptor_proto::{Label, Type};
+use serde::{Deserialize, Serialize};
+
+use crate::errors::ApiError;
+
+/// What the emulator does with a request that sets a refused field (`strictness:` in the values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strictness {
+    /// Refuse it: UNIMPLEMENTED, reason `CWSANDBOX_NOT_IMPLEMENTED`, the fields named.
+    #[default]
+    Strict,
+    /// Accept it, log a warning naming the fields, and go on without them.
+    Loose,
+}
+
+/// How the emulator treats one request field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handling {
+    /// Honoured.
+    Emulated,
+    /// Filled in by the server; ignored in input (AIP-203).
+    OutputOnly,
+    /// A message honoured as a whole by code of its own, not walked here (a runner's policy).
+    EmulatedWhole,
+    /// A configuration resource's settings that are validated, stored and returned as given, with
+    /// no further effect because what they configure is not simulated.
+    Stored,
+    /// Not honoured: a request that sets it is refused (or, loose, logged).
+    Refused,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy)]
+pub struct FieldRule {
+    /// The request message's name, then the field path without indexes
+    /// (`CreateSandboxRequest.sandbox.spec.secrets`).
+    pub path: &'static str,
+    /// How it is treated.
+    pub handling: Handling,
+    /// Why, in a few words (the README's fidelity table shows the refused ones' notes).
+    pub note: &'static str,
+}
+
+const fn emulated(path: &'static str, note: &'static str) -> FieldRule {
+    FieldRule { path, handling: Handling::Emulated, note }
+}
+
+const fn output_only(path: &'static str) -> FieldRule {
+    FieldRule { path, handling: Handling::OutputOnly, note: "output only: ignored in input (AIP-203)" }
+}
+
+const fn emulated_whole(path: &'static str, note: &'static str) -> FieldRule {
+    FieldRule { path, handling: Handling::EmulatedWhole, note }
+}
+
+const fn stored(path: &'static str, note: &'static str) -> FieldRule {
+    FieldRule { path, handling: Handling::Stored, note }
+}
+
+const fn refused(path: &'static str, note: &'static str) -> FieldRule {
+    FieldRule { path, handling: Handling::Refused, note }
+}
+
+/// The RPCs of the public services that answer UNIMPLEMENTED whatever the request holds, with why.
+pub const REFUSED_METHODS: &[(&str, &str)] = &[
+    ("SandboxService.CreateSandboxFromTemplate", "there are no sandbox templates"),
+    ("SandboxService.CreateSandboxFromFile", "compose files are not read and no image is built"),
+    ("SandboxService.GetSandboxBuildLogs", "no image is built"),
+    ("SandboxService.PurgeSandboxes", "not emulated"),
+    ("SandboxService.ConnectSandbox", "no direct data plane: clients fall back to the gateway"),
+    ("SandboxService.CreateFileSystemSnapshot", "file-system snapshots are not emulated"),
+    ("SandboxService.GetFileSystemSnapshot", "file-system snapshots are not emulated"),
+    ("SandboxService.ListFileSystemSnapshots", "file-system snapshots are not emulated"),
+    ("SandboxService.DeleteFileSystemSnapshot", "file-system snapshots are not emulated"),
+    ("SandboxTemplateService.CreateSandboxTemplate", "there are no sandbox templates"),
+    ("SandboxTemplateService.GetSandboxTemplate", "there are no sandbox templates"),
+    ("SandboxTemplateService.ListSandboxTemplates", "there are no sandbox templates"),
+    ("SandboxTemplateService.UpdateSandboxTemplate", "there are no sandbox templates"),
+    ("SandboxTemplateService.DeleteSandboxTemplate", "there are no sandbox templates"),
+    ("SettingsService.GetBuildStorageConfig", "no image is built"),
+    ("SettingsService.UpdateBuildStorageConfig", "no image is built"),
+    ("SettingsService.GetObjectStorageWifConfig", "no object storage is reachable"),
+    ("SettingsService.UpdateObjectStorageWifConfig", "no object storage is reachable"),
+    ("SettingsService.DeleteObjectStorageWifConfig", "no object storage is reachable"),
+    ("SettingsService.GetFileSystemSnapshotBucketConfig", "file-system snapshots are not emulated"),
+    ("SettingsService.UpdateFileSystemSnapshotBucketConfig", "file-system snapshots are not emulated"),
+    ("SettingsService.CreateSecretStore", "there is no secret store"),
+    ("SettingsService.GetSecretStore", "there is no secret store"),
+    ("SettingsService.ListSecretStores", "there is no secret store"),
+    ("SettingsService.UpdateSecretStore", "there is no secret store"),
+    ("SettingsService.DeleteSecretStore", "there is no secret store"),
+    ("VolumeService.CreateVolume", "there are no registered volumes"),
+    ("VolumeService.GetVolume", "there are no registered volumes"),
+    ("VolumeService.ListVolumes", "there are no registered volumes"),
+    ("VolumeService.UpdateVolume", "there are no registered volumes"),
+    ("VolumeService.DeleteVolume", "there are no registered volumes"),
+    ("VolumeService.ValidateVolume", "there are no registered volumes"),
+];
+
+/// A sandbox with more than one container runs only the primary one: each other container is
+/// refused by its index (`sandbox.spec.containers[1]`), whatever fields it sets.
+pub const EXTRA_CONTAINERS: FieldRule = refused(
+    "CreateSandboxRequest.sandbox.spec.containers (other than the primary one)",
+    "only the primary container's command runs; the others would be recorded, not run",
+);
+
+/// Every field of every request message of the served RPCs, by request, in field order.
+pub const FIELDS: &[FieldRule] = &[
+    // CreateSandbox
+    emulated("CreateSandboxRequest.request_id", "idempotency: a replay with the same body answers the first sandbox"),
+    emulated("CreateSandboxRequest.sandbox", "the sandbox to create"),
+    output_only("CreateSandboxRequest.sandbox.sandbox_id"),
+    output_only("CreateSandboxRequest.sandbox.status"),
+    output_only("CreateSandboxRequest.sandbox.source_template_id"),
+    output_only("CreateSandboxRequest.sandbox.source_template_revision"),
+    output_only("CreateSandboxRequest.sandbox.endpoint_share_token"),
+    output_only("CreateSandboxRequest.sandbox.control"),
+    emulated("CreateSandboxRequest.sandbox.display_name", "stored and returned"),
+    emulated("CreateSandboxRequest.sandbox.spec", "the sandbox's spec"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers",
+        "the primary container runs; the others are refused (see EXTRA_CONTAINERS)",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.name",
+        "the container's name (exec, logs and files name it)",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.image",
+        "recorded in the Pod, never pulled: commands run on the host's file system, bound read-only",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.command", "the main process"),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.args", "the main process's arguments"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.environment_variables",
+        "the main process's environment (merged with the policy's)",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.resources", "legacy resources: both sides"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resources.cpu",
+        "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resources.memory",
+        "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.resources.gpu", "GPUs"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resources.gpu.count",
+        "scheduled on GPU nodes; NVIDIA_VISIBLE_DEVICES holds the allocated indices",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.resources.gpu.type",
+        "no GPU model is matched: any GPU node serves",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.resources.gpu.memory_gb",
+        "no GPU memory size is matched: any GPU node serves",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements", "requests and limits"),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests", "requests"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.cpu",
+        "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.memory",
+        "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.gpu", "GPUs"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.gpu.count",
+        "scheduled on GPU nodes; NVIDIA_VISIBLE_DEVICES holds the allocated indices",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.gpu.type",
+        "no GPU model is matched: any GPU node serves",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.gpu.memory_gb",
+        "no GPU memory size is matched: any GPU node serves",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits", "limits"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.cpu",
+        "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.memory",
+        "in the Pod: scheduling, policy ceilings, Slurm job size; not enforced on the processes",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu", "GPUs"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu.count",
+        "scheduled on GPU nodes; NVIDIA_VISIBLE_DEVICES holds the allocated indices",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu.type",
+        "no GPU model is matched: any GPU node serves",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu.memory_gb",
+        "no GPU memory size is matched: any GPU node serves",
+    ),
+    refused("CreateSandboxRequest.sandbox.spec.containers.files", "mounted files are not written into the sandbox"),
+    refused("CreateSandboxRequest.sandbox.spec.containers.volume_mounts", "volumes are not mounted"),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.secret_stores",
+        "there is no secret store: no secret reaches the environment",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.working_dir", "the main process's working directory"),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.security_context", "each of its fields is refused"),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.run_as_user",
+        "processes run as the emulator's own user",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.run_as_group",
+        "processes run as the emulator's own group",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.privileged",
+        "processes are never privileged",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.allow_privilege_escalation",
+        "not applied to the processes (no no_new_privs)",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.read_only_root_filesystem",
+        "the root file system is not made read-only",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.capabilities_add",
+        "capabilities are not changed",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.capabilities_drop",
+        "capabilities are not changed",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.seccomp_profile",
+        "no seccomp profile is applied",
+    ),
+    refused("CreateSandboxRequest.sandbox.spec.containers.image_pull_credentials", "no image is pulled"),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.primary", "which container is the main one"),
+    refused("CreateSandboxRequest.sandbox.spec.containers.startup_probe", "probes are not run"),
+    refused("CreateSandboxRequest.sandbox.spec.volumes", "volumes are not mounted"),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.services",
+        "no port is exposed: services, endpoints and URLs are not served",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.max_lifetime_seconds", "the sandbox ends when its lifetime is over"),
+    refused("CreateSandboxRequest.sandbox.spec.network_ids", "there are no sandbox networks"),
+    refused("CreateSandboxRequest.sandbox.spec.object_storage_access", "no object storage is reachable"),
+    emulated("CreateSandboxRequest.sandbox.spec.tags", "stored, returned, filtered on"),
+    emulated("CreateSandboxRequest.sandbox.spec.runner_ids", "placement on the first ready runner named"),
+    emulated("CreateSandboxRequest.sandbox.spec.network", "network options; each is refused"),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.network.ingress",
+        "checked, echoed in effective_ingress, not enforced: the sandbox shares the host's network",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.network.egress",
+        "checked, echoed in effective_egress, not enforced: the sandbox shares the host's network",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.network.deny_egress",
+        "not enforced: the sandbox shares the host's network",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.network.deny_ingress",
+        "not enforced: the sandbox shares the host's network",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.network.dns_egress",
+        "not enforced: the sandbox shares the host's network",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.annotations", "on the Pod; the SUNK annotations steer placement"),
+    refused("CreateSandboxRequest.sandbox.spec.instance_type", "checked against the policy, not used for placement"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.mode",
+        "CKS places on a runner; SERVERLESS is refused (no serverless runners)",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.runtime_class",
+        "checked against the policy and echoed; processes do not run under it",
+    ),
+    refused("CreateSandboxRequest.sandbox.spec.network_config_id", "there are no network configurations"),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.runtime_class_selection",
+        "checked against the policy and echoed; processes do not run under it",
+    ),
+    // GetSandbox, ListSandboxes, DeleteSandbox
+    emulated("GetSandboxRequest.sandbox_id", "the sandbox"),
+    emulated("ListSandboxesRequest.page_size", "server-capped page size"),
+    emulated("ListSandboxesRequest.page_token", "opaque page token"),
+    emulated("ListSandboxesRequest.tags", "filter"),
+    emulated("ListSandboxesRequest.state", "filter (PAUSED and PREPARING match nothing)"),
+    emulated("ListSandboxesRequest.show_terminated", "filter"),
+    emulated("ListSandboxesRequest.runner_ids", "filter"),
+    emulated("ListSandboxesRequest.volume_ids", "filter: no sandbox has volumes (they are refused), so none matches"),
+    emulated("ListSandboxesRequest.sort_direction", "order"),
+    emulated("DeleteSandboxRequest.sandbox_id", "the sandbox"),
+    emulated("DeleteSandboxRequest.grace_period_seconds", "SIGTERM, then SIGKILL after the grace period"),
+    refused("DeleteSandboxRequest.snapshot_volumes", "file-system snapshots are not emulated"),
+    refused("DeleteSandboxRequest.request_id", "deletion is not replayed by request id"),
+    emulated("DeleteSandboxRequest.allow_missing", "NOT_FOUND becomes an empty answer"),
+    // Data operations (SandboxService and SandboxDataPlaneService)
+    emulated("ExecRequest.sandbox_id", "the sandbox"),
+    emulated("ExecRequest.command", "the command"),
+    emulated("ExecRequest.env", "added to the command's environment"),
+    emulated("ExecRequest.max_output_bytes", "output cap, with the truncation flags"),
+    emulated(
+        "ExecRequest.container",
+        "must name a container of the sandbox; commands run in the sandbox's one process tree",
+    ),
+    emulated("ExecStreamRequest.init", "the command"),
+    emulated("ExecStreamRequest.init.sandbox_id", "the sandbox"),
+    emulated("ExecStreamRequest.init.command", "the command"),
+    emulated("ExecStreamRequest.init.tty", "a pseudo-terminal"),
+    emulated("ExecStreamRequest.init.tty_width", "the terminal's size"),
+    emulated("ExecStreamRequest.init.tty_height", "the terminal's size"),
+    emulated("ExecStreamRequest.init.env", "added to the command's environment"),
+    emulated(
+        "ExecStreamRequest.init.container",
+        "must name a container of the sandbox; commands run in the sandbox's one process tree",
+    ),
+    emulated("ExecStreamRequest.stdin", "the command's stdin"),
+    emulated("ExecStreamRequest.resize", "the terminal's new size"),
+    emulated("ExecStreamRequest.resize.width", "the terminal's new size"),
+    emulated("ExecStreamRequest.resize.height", "the terminal's new size"),
+    emulated("ExecStreamRequest.close", "stdin EOF"),
+    emulated("StreamLogsRequest.sandbox_id", "the sandbox"),
+    emulated("StreamLogsRequest.follow", "follow until the sandbox ends"),
+    emulated("StreamLogsRequest.tail_lines", "the last lines only"),
+    emulated("StreamLogsRequest.since_time", "lines after a time"),
+    emulated("StreamLogsRequest.container", "must name a container of the sandbox: the main process's output"),
+    emulated("StreamLogsRequest.timestamps", "RFC 3339 prefixes"),
+    emulated("StreamLogsRequest.resume_log_session_id", "resume a session"),
+    emulated("StreamLogsRequest.resume_log_offset", "resume at an offset"),
+    emulated("WriteFileRequest.sandbox_id", "the sandbox"),
+    emulated("WriteFileRequest.path", "the file"),
+    emulated("WriteFileRequest.content", "the bytes"),
+    emulated(
+        "WriteFileRequest.container",
+        "must name a container of the sandbox; files are the sandbox's one file system",
+    ),
+    emulated("ReadFileRequest.sandbox_id", "the sandbox"),
+    emulated("ReadFileRequest.path", "the file"),
+    emulated(
+        "ReadFileRequest.container",
+        "must name a container of the sandbox; files are the sandbox's one file system",
+    ),
+    // DiscoveryService
+    emulated("ListAvailableRunnersRequest.runner_group_id", "filter"),
+    emulated("ListAvailableRunnersRequest.gpu_type", "filter (the nodes' gpu.nvidia.com/class)"),
+    emulated("ListAvailableRunnersRequest.architecture", "filter (the host's architecture)"),
+    emulated("ListAvailableRunnersRequest.healthy_only", "filter"),
+    emulated("ListAvailableRunnersRequest.page_size", "page size"),
+    emulated("ListAvailableRunnersRequest.page_token", "page token"),
+    emulated(
+        "ListAvailableRunnersRequest.view",
+        "which fields BASIC leaves out is not documented: every view answers every field",
+    ),
+    emulated("ListAvailableRunnersRequest.service_visibility", "filter"),
+    emulated("GetAvailableRunnerRequest.runner_id", "the runner"),
+    emulated(
+        "GetAvailableRunnerRequest.view",
+        "which fields BASIC leaves out is not documented: every view answers every field",
+    ),
+    emulated("GetAvailableRunnerRequest.organization_id", "the organization (the caller's when empty)"),
+    // RunnerManagementService
+    emulated("CreateManagedRunnerRequest.request_id", "idempotency"),
+    emulated("CreateManagedRunnerRequest.managed_runner", "the runner"),
+    emulated("CreateManagedRunnerRequest.managed_runner.identity", "the runner's keys"),
+    emulated("CreateManagedRunnerRequest.managed_runner.identity.runner_id", "the runner's id"),
+    emulated("CreateManagedRunnerRequest.managed_runner.identity.runner_group_id", "its group"),
+    emulated("CreateManagedRunnerRequest.managed_runner.identity.zone", "stored, filtered on"),
+    emulated("CreateManagedRunnerRequest.managed_runner.identity.cluster_id", "stored, filtered on"),
+    output_only("CreateManagedRunnerRequest.managed_runner.identity.cluster_name"),
+    emulated("CreateManagedRunnerRequest.managed_runner.display_name", "stored and returned"),
+    stored(
+        "CreateManagedRunnerRequest.managed_runner.spec",
+        "the runner's own deployment: validated, stored and returned; no runner Deployment is simulated",
+    ),
+    emulated_whole(
+        "CreateManagedRunnerRequest.managed_runner.policy",
+        "every field validated and applied to the runner's sandboxes by cwsandbox-policy",
+    ),
+    emulated("CreateManagedRunnerRequest.managed_runner.etag", "optimistic concurrency of policy changes"),
+    output_only("CreateManagedRunnerRequest.managed_runner.install_status"),
+    output_only("CreateManagedRunnerRequest.managed_runner.connection_status"),
+    output_only("CreateManagedRunnerRequest.managed_runner.active_config_version"),
+    output_only("CreateManagedRunnerRequest.managed_runner.active_revision"),
+    output_only("CreateManagedRunnerRequest.managed_runner.target_revision"),
+    output_only("CreateManagedRunnerRequest.managed_runner.update_available"),
+    output_only("CreateManagedRunnerRequest.managed_runner.rollout_in_progress"),
+    output_only("CreateManagedRunnerRequest.managed_runner.deployment_spec"),
+    output_only("CreateManagedRunnerRequest.managed_runner.install_error"),
+    output_only("CreateManagedRunnerRequest.managed_runner.data_plane_status"),
+    output_only("CreateManagedRunnerRequest.managed_runner.create_time"),
+    output_only("CreateManagedRunnerRequest.managed_runner.update_time"),
+    output_only("CreateManagedRunnerRequest.managed_runner.last_heartbeat_time"),
+    emulated("UpdateManagedRunnerRequest.runner_id", "the runner"),
+    emulated("UpdateManagedRunnerRequest.update_mask", "the fields to change (AIP-134)"),
+    emulated("UpdateManagedRunnerRequest.managed_runner", "the runner"),
+    emulated("UpdateManagedRunnerRequest.managed_runner.identity", "the runner's keys"),
+    emulated("UpdateManagedRunnerRequest.managed_runner.identity.runner_id", "the runner's id"),
+    emulated("UpdateManagedRunnerRequest.managed_runner.identity.runner_group_id", "its group"),
+    emulated("UpdateManagedRunnerRequest.managed_runner.identity.zone", "stored, filtered on"),
+    emulated("UpdateManagedRunnerRequest.managed_runner.identity.cluster_id", "stored, filtered on"),
+    output_only("UpdateManagedRunnerRequest.managed_runner.identity.cluster_name"),
+    emulated("UpdateManagedRunnerRequest.managed_runner.display_name", "stored and returned"),
+    stored(
+        "UpdateManagedRunnerRequest.managed_runner.spec",
+        "the runner's own deployment: validated, stored and returned; no runner Deployment is simulated",
+    ),
+    emulated_whole(
+        "UpdateManagedRunnerRequest.managed_runner.policy",
+        "every field validated and applied to the runner's sandboxes by cwsandbox-policy",
+    ),
+    emulated("UpdateManagedRunnerRequest.managed_runner.etag", "optimistic concurrency of policy changes"),
+    output_only("UpdateManagedRunnerRequest.managed_runner.install_status"),
+    output_only("UpdateManagedRunnerRequest.managed_runner.connection_status"),
+    output_only("UpdateManagedRunnerRequest.managed_runner.active_config_version"),
+    output_only("UpdateManagedRunnerRequest.managed_runner.active_revision"),
+    output_only("UpdateManagedRunnerRequest.managed_runner.target_revision"),
+    output_only("UpdateManagedRunnerRequest.managed_runner.update_available"),
+    output_only("UpdateManagedRunnerRequest.managed_runner.rollout_in_progress"),
+    output_only("UpdateManagedRunnerRequest.managed_runner.deployment_spec"),
+    output_only("UpdateManagedRunnerRequest.managed_runner.install_error"),
+    output_only("UpdateManagedRunnerRequest.managed_runner.data_plane_status"),
+    output_only("UpdateManagedRunnerRequest.managed_runner.create_time"),
+    output_only("UpdateManagedRunnerRequest.managed_runner.update_time"),
+    output_only("UpdateManagedRunnerRequest.managed_runner.last_heartbeat_time"),
+    emulated("GetManagedRunnerRequest.runner_id", "the runner"),
+    emulated("ListManagedRunnersRequest.page_size", "page size"),
+    emulated("ListManagedRunnersRequest.page_token", "page token"),
+    emulated("ListManagedRunnersRequest.cluster_id", "filter"),
+    emulated("ListManagedRunnersRequest.zone", "filter"),
+    emulated("DeleteManagedRunnerRequest.runner_id", "the runner"),
+    emulated("DeleteManagedRunnerRequest.allow_missing", "NOT_FOUND becomes an empty answer"),
+    emulated("ApplyAvailableUpdateRequest.runner_id", "the runner"),
+];
+
+/// The public services whose requests the table covers (the emulator's own `EmulatorService` is
+/// emulated by definition and not listed).
+pub const SERVICES: &[&str] = &[
+    "coreweave.sandbox.v1.SandboxService",
+    "coreweave.sandbox.v1.SandboxDataPlaneService",
+    "coreweave.sandbox.v1.DiscoveryService",
+    "coreweave.sandbox.v1.RunnerManagementService",
+    "coreweave.sandbox.v1.SandboxTemplateService",
+    "coreweave.sandbox.v1.SettingsService",
+    "coreweave.sandbox.v1.VolumeService",
+];
+
+/// A request message the check can look into: its name is the first part of its rows' paths.
+pub trait Request: Message {
+    /// The message's name (`CreateSandboxRequest`).
+    const NAME: &'static str;
+
+    /// Refusals that depend on more than one field being set ([`EXTRA_CONTAINERS`]).
+    fn refused_shapes(&self) -> Vec<Unemulated> {
+        Vec::new()
+    }
+}
+
+macro_rules! requests {
+    ($($message:ident),* $(,)?) => {
+        $(impl Request for pb::$message {
+            const NAME: &'static str = stringify!($message);
+        })*
+    };
+}
+
+requests!(DeleteSandboxRequest);
+
+impl Request for pb::CreateSandboxRequest {
+    const NAME: &'static str = "CreateSandboxRequest";
+
+    fn refused_shapes(&self) -> Vec<Unemulated> {
+        let containers = self.sandbox.as_ref().and_then(|sandbox| sandbox.spec.as_ref()).map(|spec| &spec.containers);
+        let Some(containers) = containers.filter(|containers| containers.len() > 1) else { return Vec::new() };
+        // The simulation's choice: the one marked primary, else the first.
+        let primary = containers.iter().position(|container| container.primary == Some(true)).unwrap_or(0);
+        (0..containers.len())
+            .filter(|index| *index != primary)
+            .map(|index| Unemulated { field: format!("sandbox.spec.containers[{index}]"), note: EXTRA_CONTAINERS.note })
+            .collect()
+    }
+}
+
+/// The package of the well-known types (Timestamp, FieldMask): values, not walked into.
+const WELL_KNOWN: &str = ".google.protobuf.";
+
+/// One field of a message type, from the descriptor set.
+#[derive(Debug, Clone)]
+struct FieldInfo {
+    name: String,
+    /// The message type of a message field (`.coreweave.sandbox.v1.Container`), not for maps.
+    message: Option<String>,
+    repeated: bool,
+}
+
+/// The descriptor set's message types by full name, and each type's fields by number.
+#[derive(Debug, Default)]
+struct Descriptors {
+    messages: HashMap<String, HashMap<u32, FieldInfo>>,
+    /// `(package, service name, method name, input type)` of every RPC.
+    methods: Vec<(String, String, String, String)>,
+}
+
+impl Descriptors {
+    fn load() -> Descriptors {
+        let set = prost_types::FileDescriptorSet::decode(cwsandbox_api::FILE_DESCRIPTOR_SET)
+            .expect("the embedded descriptor set is valid");
+        let mut descriptors = Descriptors::default();
+        let mut map_entries = HashSet::new();
+        let mut raw = Vec::new();
+        fn collect<'a>(
+            prefix: &str,
+            message: &'a prost_types::DescriptorProto,
+            raw: &mut Vec<(String, &'a prost_types::DescriptorProto)>,
+            map_entries: &mut HashSet<String>,
+        ) {
+            let name = format!("{prefix}.{}", message.name());
+            if message.options.as_ref().is_some_and(|options| options.map_entry()) {
+                map_entries.insert(name.clone());
+            }
+            for nested in &message.nested_type {
+                collect(&name, nested, raw, map_entries);
+            }
+            raw.push((name, message));
+        }
+        for file in &set.file {
+            let prefix = format!(".{}", file.package());
+            for message in &file.message_type {
+                collect(&prefix, message, &mut raw, &mut map_entries);
+            }
+            for service in &file.service {
+                for method in &service.method {
+                    descriptors.methods.push((
+                        file.package().to_owned(),
+                        service.name().to_owned(),
+                        method.name().to_owned(),
+                        method.input_type().to_owned(),
+                    ));
+                }
+            }
+        }
+        for (name, message) in raw {
+            let fields = message
+                .field
+                .iter()
+                .map(|field| {
+                    let message = (field.r#type() == Type::Message && !map_entries.contains(field.type_name()))
+                        .then(|| field.type_name().to_owned());
+                    let info = FieldInfo {
+                        name: field.name().to_owned(),
+                        message,
+                        repeated: field.label() == Label::Repeated,
+                    };
+                    (field.number() as u32, info)
+                })
+                .collect();
+            descriptors.messages.insert(name, fields);
+        }
+        descriptors
+    }
+
+    fn get() -> &'static Descriptors {
+        static DESCRIPTORS: OnceLock<Descriptors> = OnceLock::new();
+        DESCRIPTORS.get_or_init(Descriptors::load)
+    }
+}
+
+/// The table by path, with the paths that lead to a refused field (so the check walks only
+/// those).
+struct Table {
+    rules: HashMap<&'static str, &'static FieldRule>,
+    leads_to_refused: HashSet<String>,
+}
+
+impl Table {
+    fn get() -> &'static Table {
+        static TABLE: OnceLock<Table> = OnceLock::new();
+        TABLE.get_or_init(|| {
+            let rules = FIELDS.iter().map(|rule| (rule.path, rule)).collect();
+            let mut leads_to_refused = HashSet::new();
+            for rule in FIELDS.iter().filter(|rule| rule.handling == Handling::Refused) {
+                let mut prefix = rule.path;
+                while let Some((parent, _)) = prefix.rsplit_once('.') {
+                    leads_to_refused.insert(parent.to_owned());
+                    prefix = parent;
+                }
+            }
+            Table { rules, leads_to_refused }
+        })
+    }
+}
+
+/// A refused field a request sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unemulated {
+    /// Its path in the request, with indexes (`sandbox.spec.containers[0].secret_stores`).
+    pub field: String,
+    /// Why it is refused.
+    pub note: &'static str,
+}
+
+/// The refused fields `request` sets, in the order they appear.
+pub fn unemulated<R: Request>(request: &R) -> Vec<Unemulated> {
+    let table = Table::get();
+    if !table.leads_to_refused.contains(R::NAME) {
+        return request.refused_shapes();
+    }
+    let descriptors = Descriptors::get();
+    let message = format!(".coreweave.sandbox.v1.{}", R::NAME);
+    let bytes = request.encode_to_vec();
+    let mut found = Vec::new();
+    walk(descriptors, table, &message, R::NAME, "", &bytes, &mut found);
+    found.extend(request.refused_shapes());
+    found
+}
+
+/// Walks one encoded message (`bytes`, of type `message`, at `pattern` in the table and `shown`
+/// in the request), adding the refused fields it sets to `found`. Malformed bytes end the walk:
+/// they came from prost's own encoder.
+fn walk(
+    descriptors: &Descriptors,
+    table: &Table,
+    message: &str,
+    pattern: &str,
+    shown: &str,
+    mut bytes: &[u8],
+    found: &mut Vec<Unemulated>,
+) {
+    let Some(fields) = descriptors.messages.get(message) else { return };
+    let mut occurrences: HashMap<u32, usize> = HashMap::new();
+    while !bytes.is_empty() {
+        let Ok((number, wire_type)) = decode_key(&mut bytes) else { return };
+        let (value, nonzero): (&[u8], bool) = match wire_type {
+            WireType::Varint => {
+                let Ok(varint) = decode_varint(&mut bytes) else { return };
+                (&[], varint != 0)
+            }
+            WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
+                let width = if wire_type == WireType::SixtyFourBit { 8 } else { 4 };
+                if bytes.len() < width {
+                    return;
+                }
+                let (fixed, rest) = bytes.split_at(width);
+                bytes = rest;
+                (&[], fixed.iter().any(|byte| *byte != 0))
+            }
+            WireType::LengthDelimited => {
+                let Ok(length) = decode_varint(&mut bytes) else { return };
+                let Ok(length) = usize::try_from(length) else { return };
+                if bytes.len() < length {
+                    return;
+                }
+                let (value, rest) = bytes.split_at(length);
+                bytes = rest;
+                (value, length > 0)
+            }
+            WireType::StartGroup | WireType::EndGroup => return,
+        };
+        let Some(field) = fields.get(&number) else { continue };
+        let index = occurrences.entry(number).or_default();
+        let position = *index;
+        *index += 1;
+        let path = format!("{pattern}.{}", field.name);
+        let Some(rule) = table.rules.get(path.as_str()) else { continue };
+        let shown_field = if shown.is_empty() { field.name.clone() } else { format!("{shown}.{}", field.name) };
+        match rule.handling {
+            Handling::Refused => {
+                if (field.repeated || nonzero) && !found.iter().any(|seen| seen.field == shown_field) {
+                    found.push(Unemulated { field: shown_field, note: rule.note });
+                }
+            }
+            Handling::Emulated => {
+                if let Some(child) = &field.message
+                    && !child.starts_with(WELL_KNOWN)
+                    && table.leads_to_refused.contains(&path)
+                {
+                    let shown_child = if field.repeated { format!("{shown_field}[{position}]") } else { shown_field };
+                    walk(descriptors, table, child, &path, &shown_child, value, found);
+                }
+            }
+            Handling::EmulatedWhole | Handling::Stored | Handling::OutputOnly => {}
+        }
+    }
+}
+
+/// Refuses `request` if it sets a refused field (strict), or logs the fields and accepts it
+/// (loose). `method` names the RPC in the log and the error's metadata.
+pub fn check<R: Request>(strictness: Strictness, method: &str, request: &R) -> Result<(), ApiError> {
+    let found = unemulated(request);
+    if found.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = found.iter().map(|field| field.field.as_str()).collect();
+    match strictness {
+        Strictness::Loose => {
+            tracing::warn!(method, fields = ?names, "accepted request fields the emulator does not emulate (strictness: loose)");
+            Ok(())
+        }
+        Strictness::Strict => Err(ApiError::fields_not_implemented(
+            method,
+            found.iter().map(|field| (field.field.clone(), field.note.to_owned())).collect(),
+        )),
+    }
+}
+
+/// The README's tables of refused fields and RPCs and of stored-only settings, in markdown,
+/// between the markers the README test looks for.
+pub fn fidelity_table() -> String {
+    let mut table = String::from(
+        "<!-- Generated from FIELDS and REFUSED_METHODS in crates/emulator/src/fidelity.rs; regenerate with \
+         `CWSANDBOX_REGENERATE_DOCS=1 cargo test -p cwsandbox-emulator --lib fidelity`. -->\n\n\
+         Refused with UNIMPLEMENTED, reason `CWSANDBOX_NOT_IMPLEMENTED`, one BadRequest violation per field \
+         (its path in the request, `sandbox.spec.containers[0].security_context.run_as_user`), when set to \
+         other than its default; `strictness: loose` accepts them and logs a warning instead:\n\n\
+         | request field or RPC | why |\n|---|---|\n",
+    );
+    for rule in FIELDS.iter().filter(|rule| rule.handling == Handling::Refused) {
+        table.push_str(&format!("| `{}` | {} |\n", rule.path, rule.note));
+    }
+    table.push_str(&format!("| `{}` | {} |\n", EXTRA_CONTAINERS.path, EXTRA_CONTAINERS.note));
+    for (method, note) in REFUSED_METHODS {
+        table.push_str(&format!("| `{method}` (every request) | {note} |\n"));
+    }
+    table.push_str(
+        "\nAccepted, validated, stored and returned, with no further effect:\n\n| request field | why |\n|---|---|\n",
+    );
+    for rule in FIELDS.iter().filter(|rule| rule.handling == Handling::Stored) {
+        table.push_str(&format!("| `{}` | {} |\n", rule.path, rule.note));
+    }
+    table
+}
+
+/// The markers around the generated part of the README's fidelity section.
+pub const README_MARKERS: (&str, &str) = ("<!-- fidelity-table:start -->\n", "<!-- fidelity-table:end -->");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field path of the requests of the served RPCs, as the table spells them, walking into
+    /// the message fields the table says are emulated; the paths with no row come back too.
+    fn walk_requests() -> (Vec<String>, Vec<String>) {
+        let descriptors = Descriptors::get();
+        let table = Table::get();
+        let mut seen = Vec::new();
+        let mut missing = Vec::new();
+        fn visit(
+            descriptors: &Descriptors,
+            table: &Table,
+            message: &str,
+            pattern: &str,
+            depth: usize,
+            seen: &mut Vec<String>,
+            missing: &mut Vec<String>,
+        ) {
+            assert!(depth < 32, "{pattern}: the request types nest too deep (a recursive type?)");
+            let mut fields: Vec<_> = descriptors.messages[message].iter().collect();
+            fields.sort_by_key(|(number, _)| **number);
+            for (_, field) in fields {
+                let path = format!("{pattern}.{}", field.name);
+                seen.push(path.clone());
+                match table.rules.get(path.as_str()) {
+                    None => missing.push(path),
+                    Some(rule) => {
+                        if let (Handling::Emulated, Some(child)) = (rule.handling, &field.message)
+                            && !child.starts_with(WELL_KNOWN)
+                        {
+                            visit(descriptors, table, child, &path, depth + 1, seen, missing);
+                        }
+                    }
+                }
+            }
+        }
+        let refused_methods: HashSet<&str> = REFUSED_METHODS.iter().map(|(method, _)| *method).collect();
+        let mut inputs = HashSet::new();
+        for (package, service, method, input) in &descriptors.methods {
+            if !SERVICES.contains(&format!("{package}.{service}").as_str())
+                || refused_methods.contains(format!("{service}.{method}").as_str())
+            {
+                continue;
+            }
+            if inputs.insert(input.clone()) {
+                let name = input.rsplit('.').next().unwrap_or_default();
+                visit(descriptors, table, input, name, 0, &mut seen, &mut missing);
+            }
+        }
+        (seen, missing)
+    }
+
+    #[test]
+    fn every_row_names_a_field_of_a_served_request() {
+        let (seen, _) = walk_requests();
+        let seen: HashSet<&str> = seen.iter().map(String::as_str).collect();
+        let stale: Vec<&str> = FIELDS.iter().map(|rule| rule.path).filter(|path| !seen.contains(path)).collect();
+        assert!(stale.is_empty(), "rows of FIELDS that name no field of a served request:\n{}", stale.join("\n"));
+        let mut paths = HashSet::new();
+        let twice: Vec<&str> = FIELDS.iter().map(|rule| rule.path).filter(|path| !paths.insert(*path)).collect();
+        assert!(twice.is_empty(), "rows listed twice: {twice:?}");
+        let methods: HashSet<String> = Descriptors::get()
+            .methods
+            .iter()
+            .filter(|(package, service, _, _)| SERVICES.contains(&format!("{package}.{service}").as_str()))
+            .map(|(_, service, method, _)| format!("{service}.{method}"))
+            .collect();
+        for (method, _) in REFUSED_METHODS {
+            assert!(methods.contains(*method), "REFUSED_METHODS names {method}, which no served service has");
+        }
+    }
+
+    fn create(spec: pb::SandboxSpec) -> pb::CreateSandboxRequest {
+        pb::CreateSandboxRequest {
+            sandbox: Some(pb::Sandbox { spec: Some(spec), ..Default::default() }),
+            request_id: "r".to_owned(),
+        }
+    }
+
+    fn main_container() -> pb::Container {
+        pb::Container { name: "main".to_owned(), image: "python:3.11".to_owned(), ..Default::default() }
+    }
+
+    fn fields(found: Vec<Unemulated>) -> Vec<String> {
+        found.into_iter().map(|found| found.field).collect()
+    }
+
+    #[test]
+    fn the_check_names_each_refused_field_a_request_sets_by_its_path() {
+        let plain = create(pb::SandboxSpec { containers: vec![main_container()], ..Default::default() });
+        assert_eq!(fields(unemulated(&plain)), Vec::<String>::new());
+
+        let mut container = main_container();
+        container.security_context = Some(pb::SecurityContext { run_as_user: Some(1000), ..Default::default() });
+        container.secret_stores = vec![pb::SecretStoreReference::default(), pb::SecretStoreReference::default()];
+        let spec = pb::SandboxSpec {
+            containers: vec![container],
+            services: vec![pb::Service { port: 8080, ..Default::default() }],
+            network: Some(pb::NetworkOptions { deny_egress: Some(true), ..Default::default() }),
+            ..Default::default()
+        };
+        assert_eq!(
+            fields(unemulated(&create(spec))),
+            [
+                "sandbox.spec.containers[0].secret_stores",
+                "sandbox.spec.containers[0].security_context.run_as_user",
+                "sandbox.spec.services",
+                "sandbox.spec.network.deny_egress",
+            ]
+        );
+    }
+
+    #[test]
+    fn fields_at_their_default_pass_as_the_published_client_sends_them() {
+        let mut container = main_container();
+        container.security_context = Some(pb::SecurityContext {
+            privileged: Some(false),
+            read_only_root_filesystem: Some(false),
+            ..Default::default()
+        });
+        let spec = pb::SandboxSpec {
+            containers: vec![container],
+            network: Some(pb::NetworkOptions {
+                deny_egress: Some(false),
+                deny_ingress: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(fields(unemulated(&create(spec))), Vec::<String>::new());
+    }
+
+    #[test]
+    fn containers_other_than_the_primary_one_are_refused_by_index() {
+        let sidecar = || pb::Container { name: "side".to_owned(), ..main_container() };
+        let two = create(pb::SandboxSpec { containers: vec![main_container(), sidecar()], ..Default::default() });
+        assert_eq!(fields(unemulated(&two)), ["sandbox.spec.containers[1]"]);
+        let primary_second = pb::Container { primary: Some(true), ..sidecar() };
+        let three = create(pb::SandboxSpec {
+            containers: vec![
+                main_container(),
+                primary_second,
+                pb::Container { name: "x".to_owned(), ..main_container() },
+            ],
+            ..Default::default()
+        });
+        assert_eq!(fields(unemulated(&three)), ["sandbox.spec.containers[0]", "sandbox.spec.containers[2]"]);
+    }
+
+    #[test]
+    fn strict_refuses_with_the_fields_named_and_loose_lets_the_request_through() {
+        let request = pb::DeleteSandboxRequest {
+            sandbox_id: "sb".to_owned(),
+            snapshot_volumes: vec!["scratch".to_owned()],
+            ..Default::default()
+        };
+        let error = check(Strictness::Strict, "DeleteSandbox", &request).unwrap_err();
+        assert_eq!((error.code, error.reason), (tonic::Code::Unimplemented, cwsandbox_sim::Reason::NotImplemented));
+        assert_eq!(error.violations.iter().map(|(field, _)| field.as_str()).collect::<Vec<_>>(), ["snapshot_volumes"]);
+        assert!(error.message.contains("snapshot_volumes"), "{}", error.message);
+        assert!(check(Strictness::Loose, "DeleteSandbox", &request).is_ok());
+        assert!(check(Strictness::Strict, "DeleteSandbox", &pb::DeleteSandboxRequest::default()).is_ok());
+    }
+
+    /// Keeps the README's fidelity section what the table generates.
+    #[test]
+    fn readme_lists_every_refused_field() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+        let readme = std::fs::read_to_string(&path).unwrap();
+        let (start, end) = README_MARKERS;
+        let (Some(from), Some(to)) = (readme.find(start), readme.find(end)) else {
+            panic!("README.md lacks the markers {start:?} … {end:?} around the fidelity table");
+        };
+        let current = &readme[from + start.len()..to];
+        let generated = fidelity_table();
+        if std::env::var_os("CWSANDBOX_REGENERATE_DOCS").is_some() {
+            let updated = format!("{}{generated}{}", &readme[..from + start.len()], &readme[to..]);
+            std::fs::write(&path, updated).unwrap();
+            return;
+        }
+        assert!(
+            current == generated,
+            "README.md's fidelity table is not what crates/emulator/src/fidelity.rs generates; regenerate it with \
+             `CWSANDBOX_REGENERATE_DOCS=1 cargo test -p cwsandbox-emulator --lib fidelity`"
+        );
+    }
+
+    #[test]
+    fn every_request_field_is_emulated_or_refused() {
+        let (_, missing) = walk_requests();
+        assert!(
+            missing.is_empty(),
+            "request fields on neither the emulated nor the refused list of crates/emulator/src/fidelity.rs: \
+             decide for each, and add a row to FIELDS:\n{}",
+            missing.join("\n")
+        );
+    }
+}
