@@ -239,11 +239,33 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu.memory_gb",
         "no GPU memory size is matched: any GPU node serves",
     ),
-    refused("CreateSandboxRequest.sandbox.spec.containers.files", "mounted files are not written into the sandbox"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.files",
+        "written into the sandbox's root before it starts (namespaces isolation only; plain processes fail the start)",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.files.path",
+        "absolute, outside /proc, /dev and the read-only host directories",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.files.content", "the file's bytes, mode 0644"),
     refused("CreateSandboxRequest.sandbox.spec.containers.volume_mounts", "volumes are not mounted"),
-    refused(
+    emulated(
         "CreateSandboxRequest.sandbox.spec.containers.secret_stores",
-        "there is no secret store: no secret reaches the environment",
+        "read from the values' secretStores into the main process's environment (and every exec's)",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.secret_stores.store_name",
+        "a store of the values' secretStores",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.secret_stores.secrets", "the secrets to copy"),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.secret_stores.secrets.path", "a secret of the store"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.secret_stores.secrets.field",
+        "a field of a secret that has fields",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.secret_stores.secrets.env_var",
+        "the variable that receives the value",
     ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.working_dir", "the main process's working directory"),
     emulated("CreateSandboxRequest.sandbox.spec.containers.security_context", "each of its fields is refused"),
@@ -877,7 +899,7 @@ mod tests {
 
         let mut container = main_container();
         container.security_context = Some(pb::SecurityContext { run_as_user: Some(1000), ..Default::default() });
-        container.secret_stores = vec![pb::SecretStoreReference::default(), pb::SecretStoreReference::default()];
+        container.volume_mounts = vec![pb::VolumeMount::default(), pb::VolumeMount::default()];
         let spec = pb::SandboxSpec {
             containers: vec![container],
             services: vec![pb::Service { port: 8080, ..Default::default() }],
@@ -887,7 +909,7 @@ mod tests {
         assert_eq!(
             fields(unemulated(&create(spec))),
             [
-                "sandbox.spec.containers[0].secret_stores",
+                "sandbox.spec.containers[0].volume_mounts",
                 "sandbox.spec.containers[0].security_context.run_as_user",
                 "sandbox.spec.services",
                 "sandbox.spec.network.deny_egress",
