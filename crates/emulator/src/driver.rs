@@ -209,7 +209,7 @@ impl Driver {
     fn pump_effects(&self, world: &mut World) {
         for effect in world.take_effects() {
             let item = match effect {
-                Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id, containers } => {
+                Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id, containers, loopback_only } => {
                     self.starting.send_modify(|starting| {
                         starting.insert(pod_uid.to_string());
                     });
@@ -219,6 +219,7 @@ impl Driver {
                         namespace: namespace.into(),
                         pod_name: pod_name.into(),
                         containers,
+                        loopback_only,
                     })
                 }
                 Effect::StopPod { pod_uid, grace } => PumpItem::Stop { pod_uid: pod_uid.into(), grace },

@@ -27,7 +27,7 @@ use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, SecondsFormat, Utc};
 use cwsandbox_executor::{
     ExecExit, ExecOutput, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, Isolation, LaunchSpec,
-    LogChunk, LogError, LogReader, MountedFile, Output, Stream,
+    LogChunk, LogError, LogReader, MountedFile, Network, Output, Stream,
 };
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
@@ -189,6 +189,7 @@ impl SandboxRuntime for ExecutorRuntime {
                     .iter()
                     .map(|(path, content)| MountedFile { path: path.clone(), content: content.to_vec() })
                     .collect(),
+                network: if launch.loopback_only { Network::LoopbackOnly } else { Network::Host },
             };
             match self.executor.start(&launch.pod_uid, spec).await {
                 Ok(()) => {

@@ -323,13 +323,13 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxRequest.sandbox.spec.network.egress",
         "checked, echoed in effective_egress, not enforced: the sandbox shares the host's network",
     ),
-    refused(
+    emulated(
         "CreateSandboxRequest.sandbox.spec.network.deny_egress",
-        "not enforced: the sandbox shares the host's network",
+        "true: a network namespace of the sandbox's own with only loopback (namespaces isolation only)",
     ),
     refused(
         "CreateSandboxRequest.sandbox.spec.network.deny_ingress",
-        "not enforced: the sandbox shares the host's network",
+        "not enforced on its own: only deny_egress gives the sandbox a network of its own (which nothing outside reaches)",
     ),
     refused(
         "CreateSandboxRequest.sandbox.spec.network.dns_egress",
@@ -903,7 +903,7 @@ mod tests {
         let spec = pb::SandboxSpec {
             containers: vec![container],
             services: vec![pb::Service { port: 8080, ..Default::default() }],
-            network: Some(pb::NetworkOptions { deny_egress: Some(true), ..Default::default() }),
+            network: Some(pb::NetworkOptions { deny_ingress: Some(true), ..Default::default() }),
             ..Default::default()
         };
         assert_eq!(
@@ -912,7 +912,7 @@ mod tests {
                 "sandbox.spec.containers[0].volume_mounts",
                 "sandbox.spec.containers[0].security_context.run_as_user",
                 "sandbox.spec.services",
-                "sandbox.spec.network.deny_egress",
+                "sandbox.spec.network.deny_ingress",
             ]
         );
     }

@@ -344,6 +344,9 @@ impl Shared {
             Ok(principal) => principal,
             Err(error) => {
                 tracing::debug!(%path, "{error}");
+                if self.methods.get(&path).is_some_and(|shape| shape.client_streaming) {
+                    refuse_stream(request.into_body()).await;
+                }
                 return protocol.reject(&error);
             }
         };
@@ -355,11 +358,17 @@ impl Shared {
             // The request streams on: faults match it by method, organization and headers.
             let verdict = match self.faults(&path, shape, &principal, request.headers(), &|| None) {
                 Ok(verdict) => verdict,
-                Err(error) => return protocol.reject(&error),
+                Err(error) => {
+                    refuse_stream(request.into_body()).await;
+                    return protocol.reject(&error);
+                }
             };
             let cut = match self.inflict(verdict, protocol).await {
                 Ok(cut) => cut,
-                Err(response) => return response,
+                Err(response) => {
+                    refuse_stream(request.into_body()).await;
+                    return response;
+                }
             };
             // Streamed on as it comes; over gRPC each message is held to the limit here, so an
             // oversized one is RESOURCE_EXHAUSTED as everywhere else (tonic says OUT_OF_RANGE).
@@ -706,6 +715,27 @@ fn undecodable_is_invalid_argument(mut response: Response) -> Response {
 /// The length an envelope header declares (`buffer` holds at least the 5-byte header).
 fn declared(buffer: &[u8]) -> usize {
     u32::from_be_bytes([buffer[1], buffer[2], buffer[3], buffer[4]]) as usize
+}
+
+/// How long a refused streaming call's first request message is waited for.
+const FIRST_MESSAGE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long the rest of a refused call's request is read and discarded.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Before a client-streaming call is refused (a fault, a bad token): waits for its first
+/// request message (at most [`FIRST_MESSAGE_WAIT`]), then reads and discards the rest in the
+/// background. grpc-core (the published Python client's StreamExec) reports a status that
+/// arrives before its first message went out as "Internal error from Core" about half the
+/// time, instead of the status; measured with StreamExec faults (PERMISSION_DENIED and
+/// RESOURCE_EXHAUSTED, 40 calls): 26 such errors before, none after. Dropped unread, the request would also make h2 reset the stream once
+/// the answer is sent. A client that neither ends nor resets its stream is let go after
+/// [`DRAIN_LIMIT`].
+async fn refuse_stream(mut body: Body) {
+    let _ = tokio::time::timeout(FIRST_MESSAGE_WAIT, body.frame()).await;
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(DRAIN_LIMIT, async { while let Some(Ok(_)) = body.frame().await {} }).await;
+    });
 }
 
 #[cfg(test)]

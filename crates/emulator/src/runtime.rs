@@ -33,6 +33,8 @@ pub struct PodLaunch {
     /// Containers in spec order; the first is the main one unless another is marked primary
     /// (the order is already resolved: `containers[0]` is the one whose exit ends the sandbox).
     pub containers: Vec<ContainerLaunch>,
+    /// The sandbox denies egress: its processes get a network of their own with only loopback.
+    pub loopback_only: bool,
 }
 
 /// One container to start: the simulation's own description of it.

@@ -206,10 +206,8 @@ async fn loose_strictness_accepts_refused_fields_and_creates_the_sandbox() {
     let mut client = sandboxes(&emulator, &info.user_token).await;
     let mut spec = client_spec(&info.runner_id);
     spec.containers[0].security_context = Some(pb::SecurityContext { run_as_user: Some(1000), ..Default::default() });
-    spec.containers[0].secret_stores = vec![pb::SecretStoreReference {
-        store_name: "vault".to_owned(),
-        secrets: vec![pb::SecretMapping { path: "p".to_owned(), field: "f".to_owned(), env_var: "TOKEN".to_owned() }],
-    }];
+    spec.containers[0].volume_mounts =
+        vec![pb::VolumeMount { volume: "scratch".to_owned(), mount_path: "/scratch".to_owned(), ..Default::default() }];
     spec.services = vec![pb::Service { port: 8080, ..Default::default() }];
     spec.network = Some(pb::NetworkOptions { deny_egress: Some(true), ..Default::default() });
     let created = client.create_sandbox(create_request(spec, "")).await.expect("loose accepts").into_inner();

@@ -238,12 +238,22 @@ fn ready_pid(path: &Path) -> Option<u64> {
 }
 
 /// The sandbox directories in a root (everything but the lock file).
+/// The sandbox directories under `root`, without the roots the executor made ahead of need
+/// (`spare@<pid>.<n>`).
 fn sandbox_dirs(root: &Path) -> Vec<std::path::PathBuf> {
-    let mut dirs: Vec<_> = std::fs::read_dir(root)
-        .map(|entries| entries.flatten().filter(|entry| entry.path().is_dir()).map(|entry| entry.path()).collect())
-        .unwrap_or_default();
+    let mut dirs: Vec<_> = entries(root).into_iter().filter(|path| !is_spare(path)).collect();
     dirs.sort();
     dirs
+}
+
+fn entries(root: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(root)
+        .map(|entries| entries.flatten().filter(|entry| entry.path().is_dir()).map(|entry| entry.path()).collect())
+        .unwrap_or_default()
+}
+
+fn is_spare(path: &Path) -> bool {
+    path.file_name().and_then(|name| name.to_str()).is_some_and(|name| name.starts_with("spare@"))
 }
 
 /// A running sandbox on an emulator started from the ready file at `ready`.
@@ -313,6 +323,11 @@ fn a_restart_after_kill_9_removes_the_dead_emulators_ready_file_and_sandbox_dire
     }
     assert_eq!(ready_pid(&ready), Some(second_pid));
     assert!(!left[0].exists(), "the killed emulator's sandbox directory is removed: {}", second.output());
+    let dead_spares: Vec<_> = entries(&root)
+        .into_iter()
+        .filter(|path| is_spare(path) && path.to_string_lossy().contains(&format!("spare@{first_pid}.")))
+        .collect();
+    assert!(dead_spares.is_empty(), "the killed emulator's made-ahead roots are removed: {dead_spares:?}");
     assert!(second.output().contains(&format!("removed {}", left[0].display())), "{}", second.output());
     Ok(())
 }

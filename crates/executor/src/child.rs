@@ -57,10 +57,11 @@ pub(crate) enum Stage {
     Credentials,
     ExecInit,
     Signalfd,
+    Loopback,
 }
 
 impl Stage {
-    const ALL: [Stage; 16] = [
+    const ALL: [Stage; 17] = [
         Stage::Unshare,
         Stage::SetGroups,
         Stage::GidMap,
@@ -77,6 +78,7 @@ impl Stage {
         Stage::Credentials,
         Stage::ExecInit,
         Stage::Signalfd,
+        Stage::Loopback,
     ];
 
     fn from_u8(value: u8) -> Option<Stage> {
@@ -101,6 +103,7 @@ impl Stage {
             Stage::Credentials => "drop capabilities and switch to the sandbox's root user",
             Stage::ExecInit => "execute the sandbox's init",
             Stage::Signalfd => "signalfd",
+            Stage::Loopback => "bring up the loopback interface of the sandbox's network namespace",
         }
     }
 }
@@ -380,6 +383,11 @@ pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
     if unsafe { libc::sethostname(hostname.as_ptr().cast(), hostname.len()) } != 0 {
         return Err((Stage::Hostname, errno()));
     }
+    if plan.flags & libc::CLONE_NEWNET != 0 {
+        // A new network namespace has its loopback interface down: nothing, not even
+        // 127.0.0.1, would answer inside.
+        loopback_up().map_err(|error| (Stage::Loopback, error))?;
+    }
     // Without this, our mounts could propagate back to the host's mount table.
     mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None).map_err(|error| (Stage::MountPrivate, error))?;
     // pivot_root needs the new root to be a mount point.
@@ -402,6 +410,31 @@ pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
     )
     .map_err(|error| (Stage::MountDevpts, error))?;
     Ok(())
+}
+
+/// Sets `lo` of the caller's network namespace up (SIOCSIFFLAGS on a throw-away socket).
+fn loopback_up() -> Result<(), c_int> {
+    // SAFETY: socket has no memory preconditions.
+    let socket = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if socket < 0 {
+        return Err(errno());
+    }
+    // SAFETY: a zeroed ifreq is a valid request; the name is "lo" and a NUL.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    request.ifr_name[0] = b'l' as c_char;
+    request.ifr_name[1] = b'o' as c_char;
+    // SAFETY: the ioctls read and write the ifreq we own; the socket is ours to close.
+    let result = unsafe {
+        if libc::ioctl(socket, libc::SIOCGIFFLAGS as _, &mut request) != 0 {
+            Err(errno())
+        } else {
+            request.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+            if libc::ioctl(socket, libc::SIOCSIFFLAGS as _, &request) != 0 { Err(errno()) } else { Ok(()) }
+        }
+    };
+    // SAFETY: closing our own socket.
+    unsafe { libc::close(socket) };
+    result
 }
 
 /// Mounts a procfs that shows the caller's pid namespace at `<rootfs>/proc` (the caller
@@ -813,6 +846,8 @@ pub(crate) struct NsFds {
     pub(crate) uts: RawFd,
     pub(crate) ipc: RawFd,
     pub(crate) pid: RawFd,
+    /// The sandbox's own network namespace, where it has one.
+    pub(crate) net: Option<RawFd>,
     /// Switch to uid 0 of the user namespace (a root emulator's sandboxes).
     pub(crate) becomes_root: bool,
 }
@@ -853,6 +888,7 @@ pub(crate) fn exec_in_namespaces(parent: pid_t, ns: NsFds, cwd: &CStr, tty: bool
         (Some(ns.uts), libc::CLONE_NEWUTS),
         (Some(ns.ipc), libc::CLONE_NEWIPC),
         (Some(ns.pid), libc::CLONE_NEWPID),
+        (ns.net, libc::CLONE_NEWNET),
     ];
     for (fd, kind) in joins {
         if let Some(fd) = fd {

@@ -112,6 +112,21 @@ pub struct LaunchSpec {
     /// own to put them in, so a start with files fails there. A path under a read-only host
     /// directory (`/usr`, `/etc`, …), `/proc` or `/dev` cannot hold one either.
     pub files: Vec<MountedFile>,
+    /// What the sandbox's processes reach on the network.
+    pub network: Network,
+}
+
+/// A sandbox's network.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Network {
+    /// The host's network, as a container with host networking (the emulator's default).
+    #[default]
+    Host,
+    /// A network namespace of its own with only its loopback interface, up: the sandbox reaches
+    /// nothing outside itself (not the host, the emulator or the internet) and nothing outside
+    /// reaches it. Namespaces mode only: plain processes cannot have one, so a start that asks
+    /// for it fails there.
+    LoopbackOnly,
 }
 
 /// One file placed in a sandbox before it starts.

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::*;
-use cwsandbox_executor::{Executor, ExecutorConfig, Isolation, LaunchSpec, MountedFile};
+use cwsandbox_executor::{Executor, ExecutorConfig, Isolation, LaunchSpec, MountedFile, Network};
 
 fn host_hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_owned()
@@ -93,6 +93,41 @@ async fn the_working_directory_is_private() {
     assert!(!shared.join("mine.txt").exists());
     assert_eq!(std::fs::read(shared.join("host-file")).unwrap(), b"host");
     executor.shutdown().await;
+}
+
+/// A sandbox with a network of its own sees only its loopback interface, up: it cannot reach a
+/// port the host listens on, while a host-network sandbox can; 127.0.0.1 inside answers only the
+/// sandbox's own servers. Exec'd commands are in the same network. Plain mode refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_only_network_reaches_nothing_outside_the_sandbox() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connect = format!(
+        "python3 -c 'import socket,sys\ntry:\n socket.create_connection((\"127.0.0.1\", {port}), 5); print(\"reached\")\nexcept OSError as e: print(\"refused\", e.errno)'"
+    );
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let (isolated, shared) = (unique("net"), unique("net"));
+    executor.start(&isolated, LaunchSpec { network: Network::LoopbackOnly, ..spec("net", &[]) }).await.unwrap();
+    executor.start(&shared, spec("net", &[])).await.unwrap();
+    assert_eq!(sh(executor, &shared, &connect).await, "reached", "the host's network is shared by default");
+    assert!(sh(executor, &isolated, &connect).await.starts_with("refused"), "nothing of the host is reachable");
+    let interfaces = sh(executor, &isolated, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").await;
+    assert_eq!(interfaces, "lo");
+    let loopback = "python3 -c 'import socket\ns=socket.socket(); s.bind((\"127.0.0.1\", 0)); s.listen(1)\nc=socket.create_connection(s.getsockname(), 5); print(\"loopback works\")'";
+    assert_eq!(sh(executor, &isolated, loopback).await, "loopback works");
+    executor.shutdown().await;
+    drop(listener);
+
+    let plain = common::harness(Isolation::Plain);
+    let error = plain
+        .executor
+        .start(&unique("plain-net"), LaunchSpec { network: Network::LoopbackOnly, ..spec("net", &[]) })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("namespaces"), "{error}");
+    plain.executor.shutdown().await;
 }
 
 /// Mounted files are in place, with their content, mode 0644 and the sandbox's root as owner,

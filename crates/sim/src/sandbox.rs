@@ -210,6 +210,8 @@ pub struct SandboxInfo {
     pub tags: Vec<String>,
     /// The resolved spec (effective values).
     pub resolved: ResolvedSpec,
+    /// `spec.network.deny_egress`: its processes get a network of their own with only loopback.
+    pub deny_egress: bool,
     /// Runner.
     pub runner_id: String,
     /// Runner group.
@@ -419,6 +421,7 @@ impl World {
         }
 
         let mut inputs = container_inputs(&spec, &self.values().secret_stores)?;
+        let deny_egress = spec.network.as_ref().and_then(|network| network.deny_egress).unwrap_or(false);
         let id = self.ids.sandbox_id();
         let namespace = self.user_namespace(&owner.org, &owner.user);
         let pod_name = SharedStr::concat(&["sandbox-", &id]);
@@ -484,6 +487,7 @@ impl World {
                     tags: spec.tags.clone(),
                     spec_bytes,
                     resolved,
+                    deny_egress,
                     runner_id,
                     runner_group_id,
                     namespace,
@@ -650,6 +654,11 @@ impl World {
     }
 
     /// Which of a sandbox's containers is its primary one (index in spec order).
+    /// Whether the sandbox's processes are cut off from every network but their own loopback.
+    pub(crate) fn sandbox_denies_egress(&self, id: &str) -> bool {
+        self.sandboxes.by_id.get(id).is_some_and(|sandbox| sandbox.info.deny_egress)
+    }
+
     pub(crate) fn sandbox_primary_container(&self, id: &str) -> Option<usize> {
         let sandbox = self.sandboxes.by_id.get(id)?;
         sandbox.info.resolved.containers.iter().position(|container| container.primary)

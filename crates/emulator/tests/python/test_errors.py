@@ -51,13 +51,13 @@ def test_an_option_the_emulator_does_not_emulate_is_refused_by_name():
         run(
             security_context=SecurityContext(run_as_user=1000),
             services=[Service(port=8080)],
-            network=NetworkOptions(deny_egress=True),
+            network=NetworkOptions(deny_ingress=True),
         ).wait(timeout=WAIT)
     assert raised.value.reason == "CWSANDBOX_NOT_IMPLEMENTED", raised.value
     for field in (
         "sandbox.spec.containers[0].security_context.run_as_user",
         "sandbox.spec.services",
-        "sandbox.spec.network.deny_egress",
+        "sandbox.spec.network.deny_ingress",
     ):
         assert field in str(raised.value), raised.value
     # At their defaults the same options ask for what the emulator does: accepted.

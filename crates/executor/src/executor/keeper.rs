@@ -18,11 +18,11 @@ use tracing::{info, warn};
 
 use super::mode::{IdMode, Mode};
 use super::{Running, Sandbox, Target, lock};
-use crate::MainExit;
 use crate::child::{self, ReportMessage};
 use crate::exec::{self, ExecTracker};
 use crate::logs::LogBuffer;
 use crate::sys::{self, ProcessHandle};
+use crate::{MainExit, Network};
 
 /// How long a sandbox may take to set itself up before start gives up.
 pub(super) const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -157,6 +157,7 @@ pub(super) fn open_running(
     main_pid: pid_t,
     mode: Mode,
     keeper: ProcessHandle,
+    network: Network,
 ) -> std::io::Result<Running> {
     match mode {
         Mode::Plain => Ok(Running { keeper, root: sys::open_path(c"/")?, target: Target::Plain { group: main_pid } }),
@@ -176,6 +177,7 @@ pub(super) fn open_running(
                 uts: open("uts")?,
                 ipc: open("ipc")?,
                 pid: open("pid_for_children")?,
+                net: if network == Network::LoopbackOnly { Some(open("net")?) } else { None },
             };
             let root =
                 sys::open_path(&CString::new(format!("/proc/{keeper_pid}/root")).map_err(std::io::Error::other)?)?;

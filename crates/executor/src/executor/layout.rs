@@ -30,6 +30,7 @@ pub(super) fn prepare_layout(
     host_paths: &[PathBuf],
     working_dir: Option<&str>,
     files: &[crate::MountedFile],
+    network: crate::Network,
     spare: Option<rootfs::Skeleton>,
 ) -> Result<Layout, String> {
     if let Mode::Namespaces { .. } = mode {
@@ -51,6 +52,12 @@ pub(super) fn prepare_layout(
         let rootfs = skeleton.finish(host_paths, working_dir, owner)?;
         rootfs::place_files(&rootfs, files, host_paths, owner)?;
         return Ok(Layout { working_dir: rootfs.working_dir.clone(), rootfs: Some(rootfs) });
+    }
+    if network == crate::Network::LoopbackOnly {
+        return Err(
+            "a network of its own (loopback only) needs the namespaces isolation: plain processes share the host's network"
+                .to_owned(),
+        );
     }
     if let Some(file) = files.first() {
         return Err(format!(

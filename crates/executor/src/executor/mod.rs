@@ -99,11 +99,11 @@ enum Target {
         uts: OwnedFd,
         ipc: OwnedFd,
         pid: OwnedFd,
+        /// The sandbox's own network namespace, where it has one.
+        net: Option<OwnedFd>,
     },
     /// The main command's process group, which exec'd commands join.
-    Plain {
-        group: pid_t,
-    },
+    Plain { group: pid_t },
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -248,10 +248,11 @@ impl Executor {
             let dir = dir.clone();
             let working_dir = spec.working_dir.clone();
             let files = std::mem::take(&mut spec.files);
+            let network = spec.network;
             let host_paths = self.inner.config.host_paths.clone();
             let spare = self.inner.spares.as_ref().and_then(|spares| spares.take());
             tokio::task::spawn_blocking(move || {
-                prepare_layout(&dir, mode, &host_paths, working_dir.as_deref(), &files, spare)
+                prepare_layout(&dir, mode, &host_paths, working_dir.as_deref(), &files, network, spare)
             })
             .await
             .map_err(|error| setup_error(id, error.to_string()))?
@@ -271,7 +272,7 @@ impl Executor {
             )),
         };
         let ns = match (mode, &layout.rootfs) {
-            (Mode::Namespaces { ids }, Some(rootfs)) => Some(ns_plan(ids, &spec.hostname, rootfs)?),
+            (Mode::Namespaces { ids }, Some(rootfs)) => Some(ns_plan(ids, &spec.hostname, rootfs, spec.network)?),
             _ => None,
         };
         let (report_read, report_write) = std::io::pipe()?;
@@ -321,7 +322,7 @@ impl Executor {
                 return Err(setup_error(id, message));
             }
         };
-        let running = match open_running(pid, main_pid, mode, keeper) {
+        let running = match open_running(pid, main_pid, mode, keeper, spec.network) {
             Ok(running) => running,
             Err(error) => {
                 abandon(&mut child).await;
@@ -507,13 +508,14 @@ impl Executor {
         // for as long as the command object (and so the closure) lives.
         unsafe {
             command.pre_exec(move || match &target.target {
-                Target::Namespaces { user, mnt, uts, ipc, pid } => {
+                Target::Namespaces { user, mnt, uts, ipc, pid, net } => {
                     let fds = NsFds {
                         user: user.as_ref().map(AsRawFd::as_raw_fd),
                         mnt: mnt.as_raw_fd(),
                         uts: uts.as_raw_fd(),
                         ipc: ipc.as_raw_fd(),
                         pid: pid.as_raw_fd(),
+                        net: net.as_ref().map(AsRawFd::as_raw_fd),
                         becomes_root,
                     };
                     child::exec_in_namespaces(parent, fds, &cwd_c, tty)

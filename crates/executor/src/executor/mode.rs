@@ -13,7 +13,7 @@ use super::validate::{c_string, path_c_string};
 use crate::child::{self, Bind, IdMap, InitPlan, NsPlan};
 use crate::rootfs;
 use crate::sys;
-use crate::{ExecutorConfig, ExecutorError, Isolation};
+use crate::{ExecutorConfig, ExecutorError, Isolation, Network};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -50,10 +50,15 @@ impl Mode {
 }
 
 /// The keeper's plan for a namespaced sandbox.
-pub(super) fn ns_plan(ids: IdMode, hostname: &str, rootfs: &rootfs::Rootfs) -> Result<NsPlan, ExecutorError> {
+pub(super) fn ns_plan(
+    ids: IdMode,
+    hostname: &str,
+    rootfs: &rootfs::Rootfs,
+    network: Network,
+) -> Result<NsPlan, ExecutorError> {
     let root = &rootfs.path;
     Ok(NsPlan {
-        flags: namespace_flags(ids != IdMode::HostRoot),
+        flags: namespace_flags(ids != IdMode::HostRoot, network),
         id_map: id_map(ids)?,
         hostname: c_string(hostname.to_owned())?,
         rootfs: path_c_string(root)?,
@@ -113,7 +118,7 @@ fn probe(config: &ExecutorConfig, ids: IdMode, self_exe: &OwnedFd) -> Result<(),
     let mode = Mode::Namespaces { ids };
     let result = (|| {
         let rootfs = rootfs::prepare(&dir, &config.host_paths, None, mode.sandbox_owner())?;
-        let ns = ns_plan(ids, "cwsandbox-probe", &rootfs).map_err(|error| error.to_string())?;
+        let ns = ns_plan(ids, "cwsandbox-probe", &rootfs, Network::Host).map_err(|error| error.to_string())?;
         let (report_read, report_write) = std::io::pipe().map_err(|error| error.to_string())?;
         let plan = InitPlan {
             parent: std::process::id() as pid_t,
@@ -135,9 +140,15 @@ fn probe(config: &ExecutorConfig, ids: IdMode, self_exe: &OwnedFd) -> Result<(),
     result
 }
 
-fn namespace_flags(user_namespace: bool) -> libc::c_int {
-    let flags = libc::CLONE_NEWUTS | libc::CLONE_NEWIPC | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
-    if user_namespace { flags | libc::CLONE_NEWUSER } else { flags }
+fn namespace_flags(user_namespace: bool, network: Network) -> libc::c_int {
+    let mut flags = libc::CLONE_NEWUTS | libc::CLONE_NEWIPC | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    if user_namespace {
+        flags |= libc::CLONE_NEWUSER;
+    }
+    if network == Network::LoopbackOnly {
+        flags |= libc::CLONE_NEWNET;
+    }
+    flags
 }
 
 /// The id maps of a sandbox's user namespace.

@@ -83,8 +83,16 @@ impl World {
                 self.event(uid, EventType::Normal, "Started", "Started container main", "kubelet");
                 self.pin_cpus(uid, node_name);
                 let containers = self.containers_to_start(uid, sandbox_id.as_deref());
+                let loopback_only = sandbox_id.as_deref().is_some_and(|id| self.sandbox_denies_egress(id));
                 self.arm_started_faults(&pod_uid);
-                self.effects.push(Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id, containers });
+                self.effects.push(Effect::StartPod {
+                    pod_uid,
+                    namespace,
+                    pod_name,
+                    sandbox_id,
+                    containers,
+                    loopback_only,
+                });
             }
         }
     }

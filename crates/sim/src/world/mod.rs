@@ -101,6 +101,9 @@ pub enum Effect {
         sandbox_id: Option<SharedStr>,
         /// What to run, main container first (the one whose exit ends the Pod).
         containers: Vec<ContainerStart>,
+        /// The sandbox denies egress (`network.deny_egress`): its processes get a network of
+        /// their own with only loopback.
+        loopback_only: bool,
     },
     /// SIGTERM the Pod's processes; they have `grace` before SIGKILL.
     StopPod {
