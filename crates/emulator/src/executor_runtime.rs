@@ -27,7 +27,7 @@ use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, SecondsFormat, Utc};
 use cwsandbox_executor::{
     ExecExit, ExecOutput, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, Isolation, LaunchSpec,
-    LogChunk, LogError, LogReader, MountedFile, Network, Output, Stream,
+    LogChunk, LogError, LogReader, MountedFile, Network, Output, SandboxUser, Stream,
 };
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
@@ -190,6 +190,11 @@ impl SandboxRuntime for ExecutorRuntime {
                     .map(|(path, content)| MountedFile { path: path.clone(), content: content.to_vec() })
                     .collect(),
                 network: if launch.loopback_only { Network::LoopbackOnly } else { Network::Host },
+                // As a container's: an id not given is the image's default, root.
+                user: match main.run_as {
+                    (None, None) => None,
+                    (uid, gid) => Some(SandboxUser { uid: uid.unwrap_or(0), gid: gid.unwrap_or(0) }),
+                },
             };
             match self.executor.start(&launch.pod_uid, spec).await {
                 Ok(()) => {

@@ -268,14 +268,17 @@ pub const FIELDS: &[FieldRule] = &[
         "the variable that receives the value",
     ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.working_dir", "the main process's working directory"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.security_context", "each of its fields is refused"),
-    refused(
-        "CreateSandboxRequest.sandbox.spec.containers.security_context.run_as_user",
-        "processes run as the emulator's own user",
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context",
+        "run_as_user and run_as_group are emulated, its other fields refused",
     ),
-    refused(
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.security_context.run_as_user",
+        "the main command and execs run as that uid of the sandbox's user namespace (needs one)",
+    ),
+    emulated(
         "CreateSandboxRequest.sandbox.spec.containers.security_context.run_as_group",
-        "processes run as the emulator's own group",
+        "the main command and execs run as that gid of the sandbox's user namespace (needs one)",
     ),
     refused(
         "CreateSandboxRequest.sandbox.spec.containers.security_context.privileged",
@@ -780,7 +783,7 @@ pub fn fidelity_table() -> String {
         "<!-- Generated from FIELDS and REFUSED_METHODS in crates/emulator/src/fidelity.rs; regenerate with \
          `CWSANDBOX_REGENERATE_DOCS=1 cargo test -p cwsandbox-emulator --lib fidelity`. -->\n\n\
          Refused with UNIMPLEMENTED, reason `CWSANDBOX_NOT_IMPLEMENTED`, one BadRequest violation per field \
-         (its path in the request, `sandbox.spec.containers[0].security_context.run_as_user`), when set to \
+         (its path in the request, `sandbox.spec.containers[0].security_context.read_only_root_filesystem`), when set to \
          other than its default; `strictness: loose` accepts them and logs a warning instead:\n\n\
          | request field or RPC | why |\n|---|---|\n",
     );
@@ -898,7 +901,8 @@ mod tests {
         assert_eq!(fields(unemulated(&plain)), Vec::<String>::new());
 
         let mut container = main_container();
-        container.security_context = Some(pb::SecurityContext { run_as_user: Some(1000), ..Default::default() });
+        container.security_context =
+            Some(pb::SecurityContext { read_only_root_filesystem: Some(true), ..Default::default() });
         container.volume_mounts = vec![pb::VolumeMount::default(), pb::VolumeMount::default()];
         let spec = pb::SandboxSpec {
             containers: vec![container],
@@ -910,7 +914,7 @@ mod tests {
             fields(unemulated(&create(spec))),
             [
                 "sandbox.spec.containers[0].volume_mounts",
-                "sandbox.spec.containers[0].security_context.run_as_user",
+                "sandbox.spec.containers[0].security_context.read_only_root_filesystem",
                 "sandbox.spec.services",
                 "sandbox.spec.network.deny_ingress",
             ]

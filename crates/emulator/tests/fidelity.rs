@@ -152,12 +152,13 @@ async fn every_refused_field_set_in_a_valid_request_is_refused_by_name() {
 
     // Several at once: every one named, and nothing was created.
     let mut many = client_spec(&info.runner_id);
-    many.containers[0].security_context = Some(pb::SecurityContext { run_as_user: Some(1000), ..Default::default() });
+    many.containers[0].security_context =
+        Some(pb::SecurityContext { read_only_root_filesystem: Some(true), ..Default::default() });
     many.services = vec![pb::Service { port: 8080, ..Default::default() }];
     let error = client.create_sandbox(create_request(many, "")).await.unwrap_err();
     assert_eq!(
         violations(&error),
-        ["sandbox.spec.containers[0].security_context.run_as_user", "sandbox.spec.services"]
+        ["sandbox.spec.containers[0].security_context.read_only_root_filesystem", "sandbox.spec.services"]
     );
     let listed = client.list_sandboxes(pb::ListSandboxesRequest::default()).await.unwrap().into_inner();
     assert!(listed.sandboxes.is_empty(), "a refused request creates nothing: {listed:?}");
@@ -205,7 +206,8 @@ async fn loose_strictness_accepts_refused_fields_and_creates_the_sandbox() {
     let info = emulator.info().clone();
     let mut client = sandboxes(&emulator, &info.user_token).await;
     let mut spec = client_spec(&info.runner_id);
-    spec.containers[0].security_context = Some(pb::SecurityContext { run_as_user: Some(1000), ..Default::default() });
+    spec.containers[0].security_context =
+        Some(pb::SecurityContext { read_only_root_filesystem: Some(true), ..Default::default() });
     spec.containers[0].volume_mounts =
         vec![pb::VolumeMount { volume: "scratch".to_owned(), mount_path: "/scratch".to_owned(), ..Default::default() }];
     spec.services = vec![pb::Service { port: 8080, ..Default::default() }];

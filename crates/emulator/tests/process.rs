@@ -398,7 +398,7 @@ fn strictness_loose_accepts_unemulated_fields_and_logs_them_by_name() -> anyhow:
         let body = serde_json::json!({
             "sandbox": {"spec": {
                 "containers": [{"name": "main", "image": "python:3.11", "command": "sleep", "args": ["60"],
-                                "securityContext": {"runAsUser": 1000}}],
+                                "securityContext": {"readOnlyRootFilesystem": true}}],
                 "services": [{"port": 8080}],
                 "runnerIds": [emulator.ready.runner_id],
                 "mode": "SANDBOX_MODE_CKS"
@@ -413,7 +413,7 @@ fn strictness_loose_accepts_unemulated_fields_and_logs_them_by_name() -> anyhow:
             .output()?;
         Ok(output_text(&output))
     };
-    let fields = ["sandbox.spec.containers[0].security_context.run_as_user", "sandbox.spec.services"];
+    let fields = ["sandbox.spec.containers[0].security_context.read_only_root_filesystem", "sandbox.spec.services"];
 
     let strict = EmulatorProcess::start(Path::new(BINARY), &[])?;
     let refused = create(&strict)?;

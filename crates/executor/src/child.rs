@@ -181,12 +181,17 @@ pub(crate) struct NsPlan {
     pub(crate) devpts: CString,
     pub(crate) proc_dir: CString,
     pub(crate) proc_sys: CString,
+    /// The (uid, gid) of the user namespace the main command switches to, where it switches
+    /// (a root emulator's sandboxes: their root, or the ids the spec asks for).
+    pub(crate) main_ids: Option<(u32, u32)>,
 }
 
 impl NsPlan {
-    /// Whether the sandbox's processes switch to uid 0 of their user namespace.
-    pub(crate) fn becomes_root(&self) -> bool {
-        matches!(self.id_map, Some(IdMap::Range { .. }))
+    /// What init switches to: uid and gid 0 of the user namespace for a root emulator's
+    /// sandboxes, nothing otherwise. Init stays the sandbox's root whatever user the commands
+    /// run as, so it can reap and signal them all.
+    pub(crate) fn init_ids(&self) -> Option<(u32, u32)> {
+        matches!(self.id_map, Some(IdMap::Range { .. })).then_some((0, 0))
     }
 }
 
@@ -577,7 +582,7 @@ fn run_ns_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
         }
         fail(plan.report_fd, stage, error)
     };
-    if let Err(error) = drop_privileges(ns.becomes_root()) {
+    if let Err(error) = drop_privileges(ns.init_ids()) {
         give_up(Stage::Credentials, error);
     }
     // Changing credentials cleared the death signal: arm it again, then make sure the
@@ -786,10 +791,10 @@ fn run_main(plan: &InitPlan) -> ! {
         // The emulator gave up on this sandbox.
         exit(127);
     }
-    // Init makes the same drop (it succeeded, or the sandbox would not have started), so this
-    // cannot fail in practice; if it does, nothing runs with more rights than the sandbox's.
+    // The ids were checked against the user namespace's map before the start, and init made
+    // the same capability drop, so this cannot fail in practice; if it does, nothing runs.
     if let Some(ns) = &plan.ns
-        && drop_privileges(ns.becomes_root()).is_err()
+        && drop_privileges(ns.main_ids).is_err()
     {
         write_all(2, b"cwsandbox: cannot drop the sandbox's privileges\n");
         write_all(plan.started_fd, b"!");
@@ -848,8 +853,8 @@ pub(crate) struct NsFds {
     pub(crate) pid: RawFd,
     /// The sandbox's own network namespace, where it has one.
     pub(crate) net: Option<RawFd>,
-    /// Switch to uid 0 of the user namespace (a root emulator's sandboxes).
-    pub(crate) becomes_root: bool,
+    /// The (uid, gid) of the user namespace to switch to, where the sandbox's commands switch.
+    pub(crate) ids: Option<(u32, u32)>,
 }
 
 /// How long an exec's process group has between SIGTERM and SIGKILL once its caller is gone.
@@ -916,7 +921,7 @@ pub(crate) fn exec_in_namespaces(parent: pid_t, ns: NsFds, cwd: &CStr, tty: bool
             // SAFETY: TIOCSCTTY on our own stdin.
             unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) };
         }
-        if let Err(error) = drop_privileges(ns.becomes_root) {
+        if let Err(error) = drop_privileges(ns.ids) {
             return Err(io::Error::from_raw_os_error(error));
         }
         // Set after the credentials changed (which clears it); the lifeline's read end

@@ -114,6 +114,22 @@ pub struct LaunchSpec {
     pub files: Vec<MountedFile>,
     /// What the sandbox's processes reach on the network.
     pub network: Network,
+    /// The user and group ids, as the sandbox sees them, its main command and exec'd commands
+    /// run as (a container's `runAsUser`/`runAsGroup`); `None`: the sandbox's root (a root
+    /// emulator's sandboxes) or the emulator's own user (an unprivileged one). Needs a user
+    /// namespace: a root emulator maps ids below its `sandbox_id_range` count (65,536), an
+    /// unprivileged one maps the asked ids to its own; without one (plain processes, root
+    /// where no user namespace can be made) a start that asks for ids fails.
+    pub user: Option<SandboxUser>,
+}
+
+/// A user and group id inside a sandbox.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SandboxUser {
+    /// The user id.
+    pub uid: u32,
+    /// The group id.
+    pub gid: u32,
 }
 
 /// A sandbox's network.

@@ -469,10 +469,10 @@ const KEPT_CAPABILITIES: &[c_int] = &[
 ];
 
 /// Drops every capability outside [`KEPT_CAPABILITIES`] from the bounding set, so no
-/// later `execve` can grant it, and, with `become_root`, switches to uid and gid 0 of the
-/// user namespace (the sandbox's root, an unprivileged id on the host) without
+/// later `execve` can grant it, and, with `switch_to`, switches to that (uid, gid) of the
+/// user namespace (0: the sandbox's root, an unprivileged id on the host) without
 /// supplementary groups. Fork-safe.
-pub(crate) fn drop_privileges(become_root: bool) -> Result<(), c_int> {
+pub(crate) fn drop_privileges(switch_to: Option<(u32, u32)>) -> Result<(), c_int> {
     for capability in 0..64 {
         if KEPT_CAPABILITIES.contains(&capability) {
             continue;
@@ -486,16 +486,17 @@ pub(crate) fn drop_privileges(become_root: bool) -> Result<(), c_int> {
             }
         }
     }
-    if become_root {
-        // SAFETY: plain credential system calls on the calling process.
+    if let Some((uid, gid)) = switch_to {
+        // SAFETY: plain credential system calls on the calling process. Switching to a uid other
+        // than 0 clears the capabilities, as for a container's non-root user.
         unsafe {
             if libc::setgroups(0, std::ptr::null()) != 0 {
                 return Err(errno());
             }
-            if libc::setresgid(0, 0, 0) != 0 {
+            if libc::setresgid(gid, gid, gid) != 0 {
                 return Err(errno());
             }
-            if libc::setresuid(0, 0, 0) != 0 {
+            if libc::setresuid(uid, uid, uid) != 0 {
                 return Err(errno());
             }
         }

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::*;
-use cwsandbox_executor::{Executor, ExecutorConfig, Isolation, LaunchSpec, MountedFile, Network};
+use cwsandbox_executor::{Executor, ExecutorConfig, Isolation, LaunchSpec, MountedFile, Network, SandboxUser};
 
 fn host_hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_owned()
@@ -95,6 +95,49 @@ async fn the_working_directory_is_private() {
     executor.shutdown().await;
 }
 
+/// A sandbox asked to run as a user runs its main command and every exec as that user and
+/// group of its user namespace, without capabilities; files written through the executor are
+/// that user's; ids its namespace does not map, and plain processes, refuse the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_runs_as_the_user_it_asks_for() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let id = unique("user");
+    let launch = LaunchSpec {
+        user: Some(SandboxUser { uid: 1000, gid: 2000 }),
+        ..spec("user", &["sh", "-c", "echo $(id -u):$(id -g) > /tmp/main-ids; exec sleep 1000"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    // The main command runs on its own: wait for what it writes.
+    assert_eq!(
+        sh(executor, &id, "until [ -s /tmp/main-ids ]; do sleep 0.01; done; cat /tmp/main-ids").await,
+        "1000:2000"
+    );
+    assert_eq!(sh(executor, &id, "echo $(id -u):$(id -g):$HOME").await, "1000:2000:/");
+    // No capabilities: root's directory and other users' files are out of reach.
+    assert_eq!(sh(executor, &id, "grep CapEff /proc/self/status | tr -d '\t'").await, "CapEff:0000000000000000");
+    assert_eq!(sh(executor, &id, "ls /root >/dev/null 2>&1 && echo readable || echo denied").await, "denied");
+    executor.write_file(&id, "/tmp/given.txt", b"mine").await.unwrap();
+    assert_eq!(
+        sh(executor, &id, "stat -c %u:%g /tmp/given.txt; echo more >> /tmp/given.txt && echo written").await,
+        "1000:2000\nwritten"
+    );
+    executor.stop(&id, std::time::Duration::from_secs(5)).await;
+
+    if unsafe { libc::geteuid() } == 0 {
+        let far = LaunchSpec { user: Some(SandboxUser { uid: 70_000, gid: 0 }), ..spec("user", &[]) };
+        let error = executor.start(&unique("far"), far).await.unwrap_err().to_string();
+        assert!(error.contains("outside the sandbox's user namespace"), "{error}");
+    }
+    executor.shutdown().await;
+
+    let plain = common::harness(Isolation::Plain);
+    let launch = LaunchSpec { user: Some(SandboxUser { uid: 1000, gid: 1000 }), ..spec("user", &[]) };
+    let error = plain.executor.start(&unique("plain-user"), launch).await.unwrap_err().to_string();
+    assert!(error.contains("needs a user namespace"), "{error}");
+    plain.executor.shutdown().await;
+}
+
 /// A sandbox with a network of its own sees only its loopback interface, up: it cannot reach a
 /// port the host listens on, while a host-network sandbox can; 127.0.0.1 inside answers only the
 /// sandbox's own servers. Exec'd commands are in the same network. Plain mode refuses it.
@@ -147,7 +190,8 @@ async fn mounted_files_are_in_place_before_the_command_starts() {
         ..spec("files", &["sh", "-c", "cat /etc-not/app/config.toml > /tmp/seen; exec sleep 1000"])
     };
     executor.start(&id, launch).await.unwrap();
-    assert_eq!(sh(executor, &id, "cat /tmp/seen").await, "answer = 42");
+    // The main command runs on its own: wait for what it writes.
+    assert_eq!(sh(executor, &id, "until [ -s /tmp/seen ]; do sleep 0.01; done; cat /tmp/seen").await, "answer = 42");
     assert_eq!(sh(executor, &id, "stat -c '%u:%g %a' /etc-not/app/config.toml /etc-not/app").await, "0:0 644\n0:0 755");
     assert_eq!(sh(executor, &id, "od -An -tu1 /root/.netrc | tr -s ' '").await, " 0 1 2 255");
     executor.stop(&id, std::time::Duration::from_secs(5)).await;
@@ -435,6 +479,11 @@ async fn check_unprivileged(executor: &Executor) {
     assert!(!Path::new(&path).exists(), "the host's /tmp got the file");
     let (_, _, code) = run(executor, id, &["sh", "-c", "echo x > /etc/cwsbx-should-fail"]).await;
     assert_ne!(code, 0, "a rootless sandbox could write to /etc");
+    // Asked for other ids, the namespace maps them onto the user: the same rights, other names.
+    let named = "unprivileged-as-user";
+    let launch = LaunchSpec { user: Some(SandboxUser { uid: 1234, gid: 5678 }), ..spec("rootless-pod", &[]) };
+    executor.start(named, launch).await.unwrap();
+    assert_eq!(sh(executor, named, "echo $(id -u):$(id -g)").await, "1234:5678");
     executor.shutdown().await;
     println!("HELPER-OK");
 }

@@ -151,7 +151,8 @@ pub struct PodContainer {
     pub args: Vec<String>,
     /// Environment.
     pub env: BTreeMap<String, String>,
-    /// What the runtime hands the container beside its spec: secrets and mounted files. Kept
+    /// What the runtime hands the container beside its spec: secrets, mounted files, the user
+    /// it runs as. Kept
     /// apart from `env`, so the Pod's views (kubectl) never show a secret's value; boxed, as
     /// few containers have any.
     pub inputs: Option<Box<ContainerInputs>>,
@@ -172,6 +173,8 @@ pub struct ContainerInputs {
     pub secret_env: BTreeMap<String, String>,
     /// Files placed before the container starts: (absolute path, content).
     pub files: Vec<(String, std::sync::Arc<[u8]>)>,
+    /// `security_context.run_as_user` and `run_as_group`.
+    pub run_as: (Option<u32>, Option<u32>),
 }
 
 /// Labels or annotations of a Pod: a map kept as one vector sorted by key. A Pod has a handful

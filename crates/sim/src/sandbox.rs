@@ -1040,11 +1040,15 @@ fn container_inputs(
     use crate::config::SecretValue;
     let mut all = Vec::with_capacity(spec.containers.len());
     for (index, container) in spec.containers.iter().enumerate() {
-        if container.secret_stores.is_empty() && container.files.is_empty() {
+        let run_as = container
+            .security_context
+            .as_ref()
+            .map_or((None, None), |context| (context.run_as_user, context.run_as_group));
+        if container.secret_stores.is_empty() && container.files.is_empty() && run_as == (None, None) {
             all.push(None);
             continue;
         }
-        let mut inputs = ContainerInputs::default();
+        let mut inputs = ContainerInputs { run_as, ..ContainerInputs::default() };
         for (store_index, reference) in container.secret_stores.iter().enumerate() {
             let at = format!("sandbox.spec.containers[{index}].secretStores[{store_index}]");
             let missing = |field: String, what: String| SimError::NotFound {

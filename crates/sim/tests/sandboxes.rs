@@ -536,13 +536,15 @@ fn secret(store: &str, path: &str, field: &str, env_var: &str) -> cwsandbox_api:
 }
 
 #[test]
-fn secrets_and_mounted_files_reach_the_container_start_but_not_the_pods_environment() {
+fn secrets_mounted_files_and_the_user_reach_the_container_start_but_secrets_not_the_pods_environment() {
     use cwsandbox_api::sandbox_v1::FileMount;
     let mut h = with_secret_store();
     let mut spec = client_spec();
     spec.containers[0].secret_stores =
         vec![secret("vault", "token", "", "API_TOKEN"), secret("vault", "db", "password", "DB_PASSWORD")];
     spec.containers[0].files = vec![FileMount { path: "/app/config.json".to_owned(), content: b"{}".to_vec() }];
+    spec.containers[0].security_context =
+        Some(cwsandbox_api::sandbox_v1::SecurityContext { run_as_user: Some(1000), ..Default::default() });
     let created = h.world.create_sandbox(&alice(), spec, "", "").unwrap();
     h.advance(1);
     let effects = h.world.take_effects();
@@ -556,6 +558,7 @@ fn secrets_and_mounted_files_reach_the_container_start_but_not_the_pods_environm
     assert_eq!(started[0].env["API_TOKEN"], "t0ken");
     assert_eq!(started[0].env["DB_PASSWORD"], "pw");
     assert_eq!(started[0].files, vec![("/app/config.json".to_owned(), std::sync::Arc::from(&b"{}"[..]))]);
+    assert_eq!(started[0].run_as, (Some(1000), None));
     let pod = h.world.cluster.pod(&created.pod_uid).unwrap();
     assert!(!pod.containers[0].env.contains_key("API_TOKEN"), "a Pod's views never show a secret's value");
 }

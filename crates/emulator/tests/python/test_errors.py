@@ -49,13 +49,13 @@ def test_an_option_the_emulator_does_not_emulate_is_refused_by_name():
     # The fidelity rule: never accepted and silently ignored (README, "Request fields").
     with pytest.raises(SandboxError) as raised:
         run(
-            security_context=SecurityContext(run_as_user=1000),
+            security_context=SecurityContext(read_only_root_filesystem=True),
             services=[Service(port=8080)],
             network=NetworkOptions(deny_ingress=True),
         ).wait(timeout=WAIT)
     assert raised.value.reason == "CWSANDBOX_NOT_IMPLEMENTED", raised.value
     for field in (
-        "sandbox.spec.containers[0].security_context.run_as_user",
+        "sandbox.spec.containers[0].security_context.read_only_root_filesystem",
         "sandbox.spec.services",
         "sandbox.spec.network.deny_ingress",
     ):

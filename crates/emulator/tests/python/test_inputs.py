@@ -1,6 +1,6 @@
 """What a sandbox is handed at creation, as the published client sends it: secrets from the
-values' secret stores (in the main process and every exec) and mounted files (at their paths,
-with their content).
+values' secret stores (in the main process and every exec), mounted files (at their paths,
+with their content) and the user its security context names.
 
 The secret store is added to the values in force for this module (ApplyValues, merged) and the
 values are put back after it, so the rest of the suite runs on the values it started with.
@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from conftest import NAMESPACES, WAIT, run
-from cwsandbox import Secret
+from cwsandbox import Secret, SecurityContext
 
 BASE_URL = os.environ["CWSANDBOX_BASE_URL"]
 ADMIN = os.environ["CWSANDBOX_API_KEY"]
@@ -36,6 +36,14 @@ def emulator(method: str, body: dict) -> dict:
     )
     with urllib.request.urlopen(request, timeout=WAIT) as reply:
         return json.load(reply)
+
+
+def main_saw(sandbox) -> str:
+    """What the main command wrote to /tmp/main-saw, once it has (it runs on its own)."""
+    waited = sandbox.exec(
+        ["sh", "-c", "until [ -s /tmp/main-saw ]; do sleep 0.01; done; cat /tmp/main-saw"], timeout_seconds=WAIT
+    )
+    return waited.result().stdout
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -60,7 +68,7 @@ def test_secrets_are_in_the_main_process_and_every_exec(mark):
         assert seen.stdout == "hf_abc123|s3cret with spaces"
         if NAMESPACES:
             # Plain processes share the host's /tmp; the exec above already proves the variables.
-            assert sandbox.read_file("/tmp/main-saw").result() == b"hf_abc123|s3cret with spaces"
+            assert main_saw(sandbox) == "hf_abc123|s3cret with spaces"
 
 
 @pytest.mark.parametrize(
@@ -84,7 +92,7 @@ def test_mounted_files_are_at_their_paths_before_the_command_starts(mark):
     with run("sh", "-c", "cat /app/config.json > /tmp/main-saw; exec sleep 1000", mark=mark,
              mounted_files=files) as sandbox:
         sandbox.wait()
-        assert sandbox.read_file("/tmp/main-saw").result() == b'{"answer": 42}'
+        assert main_saw(sandbox) == '{"answer": 42}'
         for path, content in files.items():
             assert sandbox.read_file(path).result() == content
         listing = sandbox.exec(["stat", "-c", "%a %u", "/app/config.json"]).result()
@@ -96,3 +104,13 @@ def test_a_mounted_file_with_a_relative_path_is_refused_naming_it(mark):
         with run(mark=mark, mounted_files={"relative/config.json": b"x"}) as sandbox:
             sandbox.wait()
     assert "files[0].path" in str(refused.value), refused.value
+
+
+@pytest.mark.skipif(not NAMESPACES, reason="plain processes cannot switch users")
+def test_the_main_process_and_execs_run_as_the_security_contexts_user(mark):
+    context = SecurityContext(run_as_user=1000, run_as_group=3000)
+    with run("sh", "-c", 'echo "$(id -u):$(id -g)" > /tmp/main-saw; exec sleep 1000', mark=mark,
+             security_context=context) as sandbox:
+        sandbox.wait(timeout=WAIT)
+        assert main_saw(sandbox).strip() == "1000:3000"
+        assert sandbox.exec(["sh", "-c", 'echo "$(id -u):$(id -g)"']).result().stdout.strip() == "1000:3000"

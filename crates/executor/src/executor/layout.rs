@@ -107,6 +107,8 @@ pub(super) fn remove_dir(dir: &Path) {
 /// The environment of the main command and the base of every exec's.
 pub(super) fn sandbox_env(spec: &LaunchSpec, mode: Mode) -> BTreeMap<String, String> {
     let home = match mode {
+        // A user the sandbox's image knows nothing of: `/`, as container runtimes do.
+        Mode::Namespaces { ids: IdMode::Range { .. } } if spec.user.is_some_and(|user| user.uid != 0) => "/".to_owned(),
         // The sandbox's root user, whose home is in its own root directory.
         Mode::Namespaces { ids: IdMode::Range { .. } | IdMode::HostRoot } => "/root".to_owned(),
         // The emulator's user, whose home is not in the sandbox's view.

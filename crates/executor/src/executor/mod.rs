@@ -20,7 +20,7 @@ use tracing::{debug, info, warn};
 
 use self::keeper::{SETUP_TIMEOUT, abandon, open_running, pump_logs, read_report, wait_for_exec, watch_keeper};
 use self::layout::{prepare_layout, program_candidates, remove_dir, sandbox_env};
-use self::mode::{IdMode, Mode, choose_mode, ns_plan};
+use self::mode::{IdMode, Mode, choose_mode, command_ids, ns_plan, user_problem};
 use self::spares::SpareRoots;
 use self::validate::{c_string, validate_exec, validate_id, validate_spec};
 use crate::child::{self, InitPlan, NsFds, Program};
@@ -80,6 +80,11 @@ struct Sandbox {
     execs: Mutex<Vec<ExecTracker>>,
     /// The main command's exit code (128+N after signal N), once every process is gone.
     exit_code: std::sync::OnceLock<i32>,
+    /// The (uid, gid) exec'd commands switch to in the user namespace, where they switch.
+    command_ids: Option<(u32, u32)>,
+    /// The host (uid, gid) files written through the API are given to, where not ours: the
+    /// user the sandbox's commands run as.
+    file_owner: Option<(u32, u32)>,
 }
 
 /// What is needed to reach a running sandbox.
@@ -241,6 +246,9 @@ impl Executor {
     async fn start_sandbox(&self, id: &str, mut spec: LaunchSpec) -> Result<(), ExecutorError> {
         validate_id(id)?;
         validate_spec(&spec)?;
+        if let Some(problem) = user_problem(self.inner.mode, spec.user) {
+            return Err(ExecutorError::InvalidRequest(problem));
+        }
         let _claim = self.claim(id)?;
         let dir = self.inner.config.root_dir.join(id);
         let mode = self.inner.mode;
@@ -272,7 +280,9 @@ impl Executor {
             )),
         };
         let ns = match (mode, &layout.rootfs) {
-            (Mode::Namespaces { ids }, Some(rootfs)) => Some(ns_plan(ids, &spec.hostname, rootfs, spec.network)?),
+            (Mode::Namespaces { ids }, Some(rootfs)) => {
+                Some(ns_plan(ids, &spec.hostname, rootfs, spec.network, spec.user)?)
+            }
             _ => None,
         };
         let (report_read, report_write) = std::io::pipe()?;
@@ -358,6 +368,14 @@ impl Executor {
             stop_requested: AtomicBool::new(false),
             execs: Mutex::new(Vec::new()),
             exit_code: std::sync::OnceLock::new(),
+            command_ids: match mode {
+                Mode::Namespaces { ids } => command_ids(ids, spec.user),
+                Mode::Plain => None,
+            },
+            file_owner: mode.sandbox_owner().map(|(uid, gid)| match spec.user {
+                Some(user) => (uid + user.uid, gid + user.gid),
+                None => (uid, gid),
+            }),
         });
         lock(&self.inner.registry).sandboxes.insert(id.to_owned(), sandbox.clone());
         info!(sandbox = id, hostname = %spec.hostname, isolation = ?mode, "sandbox started");
@@ -502,7 +520,7 @@ impl Executor {
         let parent = self.inner.pid;
         let tty = request.tty;
         let target = running.clone();
-        let becomes_root = self.inner.mode.becomes_root();
+        let command_ids = sandbox.command_ids;
         // SAFETY: the closures run between fork and exec and only call the
         // fork-safe code of `child`; `target` keeps the namespace descriptors open
         // for as long as the command object (and so the closure) lives.
@@ -516,7 +534,7 @@ impl Executor {
                         ipc: ipc.as_raw_fd(),
                         pid: pid.as_raw_fd(),
                         net: net.as_ref().map(AsRawFd::as_raw_fd),
-                        becomes_root,
+                        ids: command_ids,
                     };
                     child::exec_in_namespaces(parent, fds, &cwd_c, tty)
                 }
@@ -552,7 +570,7 @@ impl Executor {
         let path = files::resolve(path, &sandbox.working_dir)?;
         let content = content.to_vec();
         // Files the emulator creates belong to the sandbox's root user (host ids), where it is not ours.
-        let owner = self.inner.mode.sandbox_owner();
+        let owner = sandbox.file_owner;
         self.file_operation(move || files::write(&running.root, &path, &content, owner)).await
     }
 

@@ -13,7 +13,7 @@ use super::validate::{c_string, path_c_string};
 use crate::child::{self, Bind, IdMap, InitPlan, NsPlan};
 use crate::rootfs;
 use crate::sys;
-use crate::{ExecutorConfig, ExecutorError, Isolation, Network};
+use crate::{ExecutorConfig, ExecutorError, Isolation, Network, SandboxUser};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -35,11 +35,6 @@ pub(super) enum IdMode {
 }
 
 impl Mode {
-    /// Whether the sandbox's processes switch to uid 0 of its user namespace.
-    pub(super) fn becomes_root(self) -> bool {
-        matches!(self, Mode::Namespaces { ids: IdMode::Range { .. } })
-    }
-
     /// The host (uid, gid) of the sandbox's root user, where it is not ours.
     pub(super) fn sandbox_owner(self) -> Option<(u32, u32)> {
         match self {
@@ -55,11 +50,13 @@ pub(super) fn ns_plan(
     hostname: &str,
     rootfs: &rootfs::Rootfs,
     network: Network,
+    user: Option<SandboxUser>,
 ) -> Result<NsPlan, ExecutorError> {
     let root = &rootfs.path;
     Ok(NsPlan {
         flags: namespace_flags(ids != IdMode::HostRoot, network),
-        id_map: id_map(ids)?,
+        id_map: id_map(ids, user)?,
+        main_ids: command_ids(ids, user),
         hostname: c_string(hostname.to_owned())?,
         rootfs: path_c_string(root)?,
         binds: rootfs
@@ -118,7 +115,7 @@ fn probe(config: &ExecutorConfig, ids: IdMode, self_exe: &OwnedFd) -> Result<(),
     let mode = Mode::Namespaces { ids };
     let result = (|| {
         let rootfs = rootfs::prepare(&dir, &config.host_paths, None, mode.sandbox_owner())?;
-        let ns = ns_plan(ids, "cwsandbox-probe", &rootfs, Network::Host).map_err(|error| error.to_string())?;
+        let ns = ns_plan(ids, "cwsandbox-probe", &rootfs, Network::Host, None).map_err(|error| error.to_string())?;
         let (report_read, report_write) = std::io::pipe().map_err(|error| error.to_string())?;
         let plan = InitPlan {
             parent: std::process::id() as pid_t,
@@ -151,15 +148,49 @@ fn namespace_flags(user_namespace: bool, network: Network) -> libc::c_int {
     flags
 }
 
+/// The (uid, gid) a sandbox's commands switch to in its user namespace: a root emulator's
+/// switch to the sandbox's root or the ids asked for; an unprivileged emulator's are already
+/// the ids asked for (its map makes them so), and without a user namespace nothing switches.
+pub(super) fn command_ids(ids: IdMode, user: Option<SandboxUser>) -> Option<(u32, u32)> {
+    match ids {
+        IdMode::Range { .. } => Some(user.map_or((0, 0), |user| (user.uid, user.gid))),
+        IdMode::Own | IdMode::HostRoot => None,
+    }
+}
+
+/// Why the sandbox's processes cannot run as `user` in this mode, if they cannot.
+pub(super) fn user_problem(mode: Mode, user: Option<SandboxUser>) -> Option<String> {
+    let user = user?;
+    match mode {
+        Mode::Namespaces { ids: IdMode::Range { count, .. } } if user.uid >= count || user.gid >= count => {
+            Some(format!(
+                "user {}:{} is outside the sandbox's user namespace, which maps ids 0 to {}",
+                user.uid,
+                user.gid,
+                count.saturating_sub(1)
+            ))
+        }
+        Mode::Namespaces { ids: IdMode::Range { .. } | IdMode::Own } => None,
+        Mode::Namespaces { ids: IdMode::HostRoot } | Mode::Plain => Some(format!(
+            "running as user {}:{} needs a user namespace, which this emulator cannot make (isolation {})",
+            user.uid,
+            user.gid,
+            if mode == Mode::Plain { "plain" } else { "namespaces without a user namespace" }
+        )),
+    }
+}
+
 /// The id maps of a sandbox's user namespace.
-fn id_map(ids: IdMode) -> Result<Option<IdMap>, ExecutorError> {
+fn id_map(ids: IdMode, user: Option<SandboxUser>) -> Result<Option<IdMap>, ExecutorError> {
     Ok(match ids {
-        // Files keep their owner and commands run with the emulator user's rights (no more).
+        // Files keep their owner and commands run with the emulator user's rights (no more),
+        // under the ids the sandbox asks for, if it asks.
         IdMode::Own => {
             let (uid, gid) = (sys::current_uid(), sys::current_gid());
+            let (inside_uid, inside_gid) = user.map_or((uid, gid), |user| (user.uid, user.gid));
             Some(IdMap::Own {
-                uid_map: c_string(format!("{uid} {uid} 1\n"))?,
-                gid_map: c_string(format!("{gid} {gid} 1\n"))?,
+                uid_map: c_string(format!("{inside_uid} {uid} 1\n"))?,
+                gid_map: c_string(format!("{inside_gid} {gid} 1\n"))?,
             })
         }
         IdMode::Range { base, count } => Some(IdMap::Range {

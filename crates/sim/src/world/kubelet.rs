@@ -131,6 +131,7 @@ impl World {
                     env,
                     working_dir: container.working_dir.clone(),
                     files: container.inputs.as_ref().map(|inputs| inputs.files.clone()).unwrap_or_default(),
+                    run_as: container.inputs.as_ref().map_or((None, None), |inputs| inputs.run_as),
                 }
             })
             .collect();

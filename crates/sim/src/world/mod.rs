@@ -66,6 +66,8 @@ pub struct ContainerStart {
     pub working_dir: Option<String>,
     /// Files to place before the container starts: (absolute path, content).
     pub files: Vec<(String, std::sync::Arc<[u8]>)>,
+    /// The user and group ids it runs as (`security_context.run_as_user`, `run_as_group`).
+    pub run_as: (Option<u32>, Option<u32>),
 }
 
 /// A transition the world's own bookkeeping has checked is legal. A refusal is a missed
