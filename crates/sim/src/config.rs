@@ -418,6 +418,17 @@ pub struct SandboxValues {
     pub retention_seconds: u32,
     /// How many Events the cluster keeps (oldest dropped first).
     pub event_capacity: usize,
+    /// Whether a sandbox stopped while its main process ran reports that process's exit code
+    /// (0 when it honours SIGTERM by exiting 0, 143 when SIGTERM ends it, 137 when the grace
+    /// runs out and SIGKILL does), as the published client's `returncode` docstring promises.
+    /// The same client's code also says "gateway-initiated stops never stamp an exit code":
+    /// `false` gives that behaviour.
+    #[serde(default = "default_true")]
+    pub exit_code_after_stop: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl Values {
@@ -515,6 +526,7 @@ impl Values {
                 default_lifetime_seconds: 600,
                 retention_seconds: 3600,
                 event_capacity: 10_000,
+                exit_code_after_stop: true,
             },
             kubelet: KubeletValues::default(),
             timing: Timing::Realistic,

@@ -780,7 +780,7 @@ impl World {
         if self.cluster.pod(&pod_uid).is_some() {
             self.begin_pod_deletion(&pod_uid, None);
         } else {
-            self.sandbox_pod_gone(id);
+            self.sandbox_pod_gone(id, None);
         }
     }
 
@@ -819,7 +819,7 @@ impl World {
     }
 
     /// The Pod object is gone: the sandbox ends.
-    pub(crate) fn sandbox_pod_gone(&mut self, id: &str) {
+    pub(crate) fn sandbox_pod_gone(&mut self, id: &str, pod_exit_code: Option<i32>) {
         let job_note = self.sandboxes.by_id.get(id).and_then(|sandbox| {
             let job = sandbox.job_id?;
             let record = self.slurm.job_or_record(job)?;
@@ -854,7 +854,8 @@ impl World {
             },
         };
         let id = sandbox.info.id.clone();
-        legal(self.sandbox_step(&id, SandboxTransition::End, Life::Ended { state, reason, exit_code: None, at: now }));
+        let exit_code = pod_exit_code.filter(|_| self.sandbox_values().exit_code_after_stop);
+        legal(self.sandbox_step(&id, SandboxTransition::End, Life::Ended { state, reason, exit_code, at: now }));
         self.timers.schedule(now + retention, crate::world::Timer::SandboxForget(id));
     }
 

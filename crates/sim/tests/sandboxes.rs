@@ -602,3 +602,37 @@ fn mounted_files_need_absolute_plain_paths_outside_proc_and_dev() {
         assert_eq!(error.violations()[0].field, "sandbox.spec.containers[0].files[0].path", "{path}");
     }
 }
+
+#[test]
+fn a_stopped_sandbox_reports_how_its_main_process_ended_unless_the_values_say_otherwise() {
+    // Honours SIGTERM by exiting 0 (the client's default command): 0.
+    let mut h = ready();
+    let created = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    h.world.delete_sandbox("default-org", &created.id, 10).unwrap();
+    h.world.pod_exited(&created.pod_uid, 0);
+    let ended = h.world.get_sandbox("default-org", &created.id).unwrap();
+    assert_eq!((ended.state, ended.exit_code), (SandboxState::Completed, Some(0)));
+    // Ended by SIGTERM: 143.
+    let created = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    h.world.delete_sandbox("default-org", &created.id, 10).unwrap();
+    h.world.pod_exited(&created.pod_uid, 143);
+    assert_eq!(h.world.get_sandbox("default-org", &created.id).unwrap().exit_code, Some(143));
+    // Still running when the grace ends: killed, 137.
+    let created = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    h.world.delete_sandbox("default-org", &created.id, 10).unwrap();
+    h.advance(11);
+    assert_eq!(h.world.get_sandbox("default-org", &created.id).unwrap().exit_code, Some(137));
+
+    let mut values = Values::scenario(Scenario::Ready);
+    values.sandboxes.exit_code_after_stop = false;
+    let mut h = harness_with(values);
+    let created = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    h.world.delete_sandbox("default-org", &created.id, 10).unwrap();
+    h.world.pod_exited(&created.pod_uid, 143);
+    let ended = h.world.get_sandbox("default-org", &created.id).unwrap();
+    assert_eq!((ended.state, ended.exit_code), (SandboxState::Completed, None), "gateway-initiated stops stamp none");
+}

@@ -45,8 +45,9 @@ pub(crate) enum SandboxOutcome {
     PodDeleteRequested(SharedStr),
     /// The Pod turned terminal by itself (exit, or kubelet rejection).
     PodTerminal(SharedStr),
-    /// The Pod object is gone.
-    PodGone(SharedStr),
+    /// The Pod object is gone; with its main process's exit code, where it had started (the
+    /// code it ended with during the deletion, 137 if it was still running and is killed).
+    PodGone(SharedStr, Option<i32>),
 }
 
 /// One container of a starting Pod, as its host runs it.
@@ -451,7 +452,7 @@ impl World {
                 SandboxOutcome::JobSubmitted(id, job) => self.sandbox_job_submitted(&id, job),
                 SandboxOutcome::PodDeleteRequested(id) => self.sandbox_delete_requested(&id),
                 SandboxOutcome::PodTerminal(id) => self.sandbox_pod_changed(&id),
-                SandboxOutcome::PodGone(id) => self.sandbox_pod_gone(&id),
+                SandboxOutcome::PodGone(id, exit_code) => self.sandbox_pod_gone(&id, exit_code),
             }
         }
     }

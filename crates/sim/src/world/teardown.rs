@@ -93,7 +93,13 @@ impl World {
         }
         if let PodOwner::Sandbox(id) = &pod.owner {
             let id = id.clone();
-            self.sandbox_outcomes.push_back(SandboxOutcome::PodGone(id));
+            let exit_code = pod.containers.first().and_then(|container| match container.state {
+                ContainerState::Terminated { exit_code, .. } => Some(exit_code),
+                // Removed while it ran: the kill ends it.
+                ContainerState::Running(_) => Some(128 + 9),
+                ContainerState::Waiting(_) => None,
+            });
+            self.sandbox_outcomes.push_back(SandboxOutcome::PodGone(id, exit_code));
         }
     }
 
