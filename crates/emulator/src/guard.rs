@@ -343,6 +343,17 @@ impl Shared {
         let principal = match self.app.authenticate(header) {
             Ok(principal) => principal,
             Err(error) => {
+                // The published client's other auth mode sends only W&B headers: say so, rather
+                // than "missing credentials".
+                let error = if header.is_none() && request.headers().contains_key(WANDB_API_KEY_HEADER) {
+                    ApiError::unauthenticated(
+                        "W&B credentials (x-wandb-api-key) are not accepted by the emulator: send \
+                         `authorization: Bearer <token>` (the client's default auth, CWSANDBOX_API_KEY)",
+                    )
+                    .with_metadata("credentials", "wandb")
+                } else {
+                    error
+                };
                 tracing::debug!(%path, "{error}");
                 if self.methods.get(&path).is_some_and(|shape| shape.client_streaming) {
                     refuse_stream(request.into_body()).await;
@@ -716,6 +727,9 @@ fn undecodable_is_invalid_argument(mut response: Response) -> Response {
 fn declared(buffer: &[u8]) -> usize {
     u32::from_be_bytes([buffer[1], buffer[2], buffer[3], buffer[4]]) as usize
 }
+
+/// The header of the published client's W&B auth mode (`AuthStrategy.WANDB`).
+const WANDB_API_KEY_HEADER: &str = "x-wandb-api-key";
 
 /// How long a refused streaming call's first request message is waited for.
 const FIRST_MESSAGE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);

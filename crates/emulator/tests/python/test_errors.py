@@ -8,6 +8,7 @@ import pytest
 from conftest import RUNNER, WAIT, processes_with, run
 
 from cwsandbox import (
+    AuthHeaders,
     CWSandboxAuthenticationError,
     NetworkOptions,
     Sandbox,
@@ -76,6 +77,19 @@ def test_tokens(monkeypatch):
     # A user of the same organization works as well as the admin.
     monkeypatch.setenv("CWSANDBOX_API_KEY", os.environ["USER_TOKEN"])
     Sandbox.list(runner_ids=[RUNNER]).result()
+
+
+class WandbHeaders:
+    """What the client's W&B auth mode sends (without needing the wandb package here)."""
+
+    def resolve_auth(self, *, base_url: str) -> AuthHeaders:
+        return AuthHeaders(headers={"x-wandb-api-key": "wandb-key", "x-wandb-sdk-version": "0.0.0"}, strategy="wandb")
+
+
+def test_wandb_credentials_are_refused_with_the_clients_auth_error():
+    # Issue 14 item 14: W&B auth is not emulated; the refusal says so and is the client's auth error.
+    with pytest.raises(CWSandboxAuthenticationError, match="W&B credentials"):
+        Sandbox.list(auth=WandbHeaders()).result()
 
 
 def test_a_failing_main_process_fails_the_sandbox_with_its_reason(mark):
