@@ -506,17 +506,11 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("ApplyAvailableUpdateRequest.runner_id", "the runner"),
 ];
 
-/// The public services whose requests the table covers (the emulator's own `EmulatorService` is
-/// emulated by definition and not listed).
-pub const SERVICES: &[&str] = &[
-    "coreweave.sandbox.v1.SandboxService",
-    "coreweave.sandbox.v1.SandboxDataPlaneService",
-    "coreweave.sandbox.v1.DiscoveryService",
-    "coreweave.sandbox.v1.RunnerManagementService",
-    "coreweave.sandbox.v1.SandboxTemplateService",
-    "coreweave.sandbox.v1.SettingsService",
-    "coreweave.sandbox.v1.VolumeService",
-];
+/// Whether the table covers the requests of `service`: every public service the server answers
+/// for (the emulator's own `EmulatorService` is emulated by definition and not covered).
+pub fn covers(service: &str) -> bool {
+    crate::server::SERVICES.contains(&service) && !service.starts_with("coreweave.sandbox.emulator.")
+}
 
 /// A request message the check can look into: its name is the first part of its rows' paths.
 pub trait Request: Message {
@@ -847,7 +841,7 @@ mod tests {
         let refused_methods: HashSet<&str> = REFUSED_METHODS.iter().map(|(method, _)| *method).collect();
         let mut inputs = HashSet::new();
         for (package, service, method, input) in &descriptors.methods {
-            if !SERVICES.contains(&format!("{package}.{service}").as_str())
+            if !covers(&format!("{package}.{service}"))
                 || refused_methods.contains(format!("{service}.{method}").as_str())
             {
                 continue;
@@ -872,7 +866,7 @@ mod tests {
         let methods: HashSet<String> = Descriptors::get()
             .methods
             .iter()
-            .filter(|(package, service, _, _)| SERVICES.contains(&format!("{package}.{service}").as_str()))
+            .filter(|(package, service, _, _)| covers(&format!("{package}.{service}")))
             .map(|(_, service, method, _)| format!("{service}.{method}"))
             .collect();
         for (method, _) in REFUSED_METHODS {

@@ -13,9 +13,11 @@ The Rust test `tests/python_client.rs` starts the emulator binary through the te
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import urllib.request
 import uuid
 
 import pytest
@@ -71,6 +73,18 @@ def processes_with(mark: str) -> list[int]:
         if wanted in environ and state != "Z":
             found.append(int(name))
     return found
+
+
+def emulator(method: str, body: dict) -> dict:
+    """One EmulatorService call over Connect JSON with the operator's token (the suite's
+    CWSANDBOX_API_KEY)."""
+    request = urllib.request.Request(
+        f"{os.environ['CWSANDBOX_BASE_URL']}/coreweave.sandbox.emulator.v1.EmulatorService/{method}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {os.environ['CWSANDBOX_API_KEY']}"},
+    )
+    with urllib.request.urlopen(request, timeout=WAIT) as reply:
+        return json.load(reply)
 
 
 CLI = os.path.join(os.path.dirname(sys.executable), "cwsandbox")

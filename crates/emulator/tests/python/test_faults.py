@@ -1,19 +1,17 @@
 """Faults injected through EmulatorService, as the published client meets them: its retries are
 observable in the fault's hit count, and each injected status becomes the client's own exception.
 
-The faults are installed over Connect JSON with the operator's token (the suite's
-CWSANDBOX_API_KEY) and removed after each test, so the rest of the suite runs unharmed.
+The faults are installed over Connect JSON with the operator's token (conftest's `emulator`)
+and removed after each test, so the rest of the suite runs unharmed.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.request
 
 import pytest
 
-from conftest import WAIT, processes_with, run
+from conftest import WAIT, emulator, processes_with, run
 from cwsandbox import Sandbox, SandboxStatus
 from cwsandbox.exceptions import (
     CWSandboxAuthenticationError,
@@ -21,19 +19,6 @@ from cwsandbox.exceptions import (
     SandboxResourceExhaustedError,
     SandboxUnavailableError,
 )
-
-BASE_URL = os.environ["CWSANDBOX_BASE_URL"]
-ADMIN = os.environ["CWSANDBOX_API_KEY"]
-
-
-def emulator(method: str, body: dict) -> dict:
-    request = urllib.request.Request(
-        f"{BASE_URL}/coreweave.sandbox.emulator.v1.EmulatorService/{method}",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {ADMIN}"},
-    )
-    with urllib.request.urlopen(request, timeout=WAIT) as reply:
-        return json.load(reply)
 
 
 def add_fault(**fault) -> str:

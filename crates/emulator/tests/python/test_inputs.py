@@ -8,17 +8,10 @@ values are put back after it, so the rest of the suite runs on the values it sta
 
 from __future__ import annotations
 
-import json
-import os
-import urllib.request
-
 import pytest
 
-from conftest import NAMESPACES, WAIT, run
+from conftest import NAMESPACES, WAIT, emulator, run
 from cwsandbox import Secret, SecurityContext
-
-BASE_URL = os.environ["CWSANDBOX_BASE_URL"]
-ADMIN = os.environ["CWSANDBOX_API_KEY"]
 
 STORE = {
     "secrets": {
@@ -26,16 +19,6 @@ STORE = {
         "database": {"user": "app", "password": "s3cret with spaces"},
     }
 }
-
-
-def emulator(method: str, body: dict) -> dict:
-    request = urllib.request.Request(
-        f"{BASE_URL}/coreweave.sandbox.emulator.v1.EmulatorService/{method}",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {ADMIN}"},
-    )
-    with urllib.request.urlopen(request, timeout=WAIT) as reply:
-        return json.load(reply)
 
 
 def main_saw(sandbox) -> str:
