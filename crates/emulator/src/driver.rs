@@ -21,7 +21,7 @@ use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::clock::EmulatorClock;
-use crate::runtime::{PodLaunch, SandboxRuntime};
+use crate::runtime::{PodLaunch, RuntimeError, SandboxRuntime};
 
 /// How long a reader waits for the runtime to catch up with the world (a Pod the world just
 /// called Running is being started) before answering anyway.
@@ -325,11 +325,14 @@ async fn run_pump(
             PumpItem::Start(launch) => Some(launch.pod_uid.clone()),
             _ => None,
         };
-        apply(item, runtime.as_ref()).await;
+        let failed_start = apply(item, runtime.as_ref()).await;
         if let Some(pod_uid) = starting {
-            // A command that could not start has exited already: the world hears it before the
-            // start counts as done, so nobody reads the sandbox as RUNNING in between.
-            if let Some(exit_code) = runtime.as_ref().and_then(|runtime| runtime.exited(&pod_uid)) {
+            // A command that could not start has exited already, and a container that could not
+            // be started has its reason: the world hears either before the start counts as done,
+            // so nobody reads the sandbox as RUNNING in between.
+            if let Some(message) = failed_start {
+                driver.with_world(|world| world.pod_start_failed(&pod_uid, &message));
+            } else if let Some(exit_code) = runtime.as_ref().and_then(|runtime| runtime.exited(&pod_uid)) {
                 driver.with_world(|world| world.pod_exited(&pod_uid, exit_code));
             }
             driver.start_finished(&pod_uid);
@@ -338,7 +341,9 @@ async fn run_pump(
     }
 }
 
-async fn apply(item: PumpItem, runtime: Option<&Arc<dyn SandboxRuntime>>) {
+/// Applies one effect; returns why a start failed, where the runtime could not start the Pod's
+/// main container for a reason of its spec.
+async fn apply(item: PumpItem, runtime: Option<&Arc<dyn SandboxRuntime>>) -> Option<String> {
     let Some(runtime) = runtime else {
         match &item {
             PumpItem::Start(launch) => tracing::info!(
@@ -349,7 +354,7 @@ async fn apply(item: PumpItem, runtime: Option<&Arc<dyn SandboxRuntime>>) {
             PumpItem::Stop { pod_uid, grace } => tracing::debug!(%pod_uid, ?grace, "StopPod (no executor)"),
             PumpItem::Kill { pod_uid } => tracing::debug!(%pod_uid, "KillPod (no executor)"),
         }
-        return;
+        return None;
     };
     let outcome = match item {
         PumpItem::Start(launch) => {
@@ -361,7 +366,15 @@ async fn apply(item: PumpItem, runtime: Option<&Arc<dyn SandboxRuntime>>) {
         }
         PumpItem::Kill { pod_uid } => runtime.kill(pod_uid.clone()).await.map_err(|error| (pod_uid, "kill", error)),
     };
-    if let Err((pod_uid, what, error)) = outcome {
-        tracing::warn!(%pod_uid, "runtime could not {what} the Pod: {error}");
+    match outcome {
+        Err((pod_uid, _, RuntimeError::StartFailed(message))) => {
+            tracing::info!(%pod_uid, "the Pod's main container cannot start: {message}");
+            Some(message)
+        }
+        Err((pod_uid, what, error)) => {
+            tracing::warn!(%pod_uid, "runtime could not {what} the Pod: {error}");
+            None
+        }
+        Ok(()) => None,
     }
 }

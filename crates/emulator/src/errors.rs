@@ -300,6 +300,7 @@ impl From<RuntimeError> for ApiError {
             }
             RuntimeError::CommandTimeout(_) => ApiError::new(Code::DeadlineExceeded, Reason::CommandTimeout, message),
             RuntimeError::Unavailable(_) => ApiError::new(Code::Unavailable, Reason::BackendUnavailable, message),
+            RuntimeError::StartFailed(_) => ApiError::new(Code::FailedPrecondition, Reason::SandboxNotRunning, message),
             RuntimeError::InvalidArgument { field, description } => ApiError::invalid_field(&field, description),
         }
     }

@@ -114,11 +114,6 @@ impl ExecutorRuntime {
             ),
         }
     }
-
-    fn report_exit(&self, pod_uid: &str, exit_code: i32) {
-        // The receiver lives as long as the driver; after shutdown nobody listens.
-        let _ = self.own_exits.send(MainExit { pod_uid: pod_uid.to_owned(), exit_code });
-    }
 }
 
 /// The Pod's name as a hostname.
@@ -166,8 +161,7 @@ impl SandboxRuntime for ExecutorRuntime {
     fn start(&self, launch: PodLaunch) -> BoxFuture<'_, Result<(), RuntimeError>> {
         async move {
             let Some(main) = launch.containers.first() else {
-                self.report_exit(&launch.pod_uid, 127);
-                return Err(RuntimeError::Unavailable("the Pod has no container".to_owned()));
+                return Err(RuntimeError::StartFailed("the Pod has no container".to_owned()));
             };
             if launch.containers.len() > 1 && !self.warned_sidecars.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
@@ -207,12 +201,9 @@ impl SandboxRuntime for ExecutorRuntime {
                     Ok(())
                 }
                 Err(ExecutorError::ShutDown) => Err(RuntimeError::Unavailable("the emulator is stopping".to_owned())),
-                Err(error) => {
-                    // The world calls the Pod Running, but nothing runs: fail it as a container
-                    // whose command cannot start.
-                    self.report_exit(&launch.pod_uid, 127);
-                    Err(RuntimeError::Unavailable(error.to_string()))
-                }
+                // The world calls the Pod Running, but nothing runs: the driver fails it with the
+                // reason (a command that cannot be found is not this: it runs and exits 127).
+                Err(error) => Err(RuntimeError::StartFailed(error.to_string())),
             }
         }
         .boxed()

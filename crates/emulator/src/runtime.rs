@@ -171,6 +171,11 @@ pub enum RuntimeError {
     /// The Pod's processes are not running (never started, or gone).
     #[error("{0}")]
     NotRunning(String),
+    /// The Pod's main container cannot be started here, for a reason of its own spec (a mounted
+    /// file under a read-only host directory, a user or network plain processes cannot have):
+    /// the Pod fails with reason `StartError` and this message.
+    #[error("{0}")]
+    StartFailed(String),
     /// No container of that name in the Pod.
     #[error("container {0:?} not found")]
     ContainerNotFound(String),

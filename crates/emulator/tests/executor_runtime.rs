@@ -480,7 +480,11 @@ async fn a_sandbox_that_cannot_be_set_up_fails_instead_of_running_empty() {
     let created = setup.create(spec).await;
     let ended = setup.wait_for(&created.sandbox_id, |sandbox| state_of(sandbox) != pb::State::Running).await;
     assert_eq!(state_of(&ended), pb::State::Failed);
-    assert_eq!(ended.status.unwrap().exit_code, Some(127));
+    let status = ended.status.unwrap();
+    // As a kubelet reports a container the runtime cannot start: StartError, 128, the reason.
+    assert_eq!(status.exit_code, Some(128));
+    assert!(status.state_reason.starts_with("StartError: "), "{}", status.state_reason);
+    assert!(status.state_reason.contains("working directory"), "{}", status.state_reason);
     setup.emulator.stop().await;
 }
 

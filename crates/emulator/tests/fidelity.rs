@@ -142,7 +142,7 @@ async fn every_refused_field_set_in_a_valid_request_is_refused_by_name() {
         assert_refused(&error.0, &error.1);
         checked.insert(rule.path);
     }
-    assert!(checked.len() > 30, "the refused rows were walked: {checked:?}");
+    assert!(checked.len() > 20, "the refused rows were walked: {checked:?}");
 
     // A second container: refused by its index ([`EXTRA_CONTAINERS`]), whatever it sets.
     let mut two = client_spec(&info.runner_id);

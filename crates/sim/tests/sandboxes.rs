@@ -636,3 +636,17 @@ fn a_stopped_sandbox_reports_how_its_main_process_ended_unless_the_values_say_ot
     let ended = h.world.get_sandbox("default-org", &created.id).unwrap();
     assert_eq!((ended.state, ended.exit_code), (SandboxState::Completed, None), "gateway-initiated stops stamp none");
 }
+
+#[test]
+fn a_container_the_host_cannot_start_fails_the_sandbox_with_the_hosts_reason() {
+    let mut h = ready();
+    let created = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    h.world.pod_start_failed(&created.pod_uid, "mounted file /usr/x: read-only");
+    let ended = h.world.get_sandbox("default-org", &created.id).unwrap();
+    assert_eq!(ended.state, SandboxState::Failed);
+    assert_eq!(ended.state_reason, "StartError: mounted file /usr/x: read-only");
+    assert_eq!(ended.exit_code, Some(128));
+    let pod = h.world.cluster.pod(&created.pod_uid).unwrap();
+    assert_eq!(pod.reason.as_deref(), Some("StartError"));
+}

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import NAMESPACES, WAIT, emulator, run
 from cwsandbox import Secret, SecurityContext
+from cwsandbox.exceptions import SandboxFailedError
 
 STORE = {
     "secrets": {
@@ -97,3 +98,11 @@ def test_the_main_process_and_execs_run_as_the_security_contexts_user(mark):
         sandbox.wait(timeout=WAIT)
         assert main_saw(sandbox).strip() == "1000:3000"
         assert sandbox.exec(["sh", "-c", 'echo "$(id -u):$(id -g)"']).result().stdout.strip() == "1000:3000"
+
+
+@pytest.mark.skipif(not NAMESPACES, reason="plain processes have no root of their own for mounted files")
+def test_a_mounted_file_the_sandbox_cannot_hold_fails_it_with_the_reason(mark):
+    # /usr is the host's, bound read-only: the container cannot start, and the client says why.
+    sandbox = run(mark=mark, mounted_files={"/usr/local/etc/app.conf": b"x"})
+    with pytest.raises(SandboxFailedError, match="StartError.*read-only"):
+        sandbox.wait(timeout=WAIT)

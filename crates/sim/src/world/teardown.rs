@@ -103,6 +103,23 @@ impl World {
         }
     }
 
+    /// The host could not start a Pod's main container (`StartError`, as a kubelet reports a
+    /// container runtime's refusal): the Pod fails with the host's message, and its sandbox
+    /// with it.
+    pub fn pod_start_failed(&mut self, uid: &str, message: &str) {
+        self.settle();
+        if self.cluster.pod(uid).is_some_and(|pod| pod.phase == PodPhase::Running) {
+            let deleting = self.cluster.pod(uid).is_some_and(|pod| pod.deletion_timestamp.is_some());
+            legal(self.pod_step(uid, PodTransition::Finish));
+            // What containerd reports for a container that could not start.
+            self.terminate_containers(uid, 128, "StartError");
+            self.cluster.finish_pod(uid, PodPhase::Failed, Some("StartError".to_owned()), Some(message.to_owned()));
+            self.event(uid, EventType::Warning, "Failed", format!("Error: {message}"), "kubelet");
+            if deleting { self.remove_pod(uid) } else { self.on_pod_terminal(uid) }
+        }
+        self.settle();
+    }
+
     /// A Pod's containers exited by themselves (the host reports it).
     pub fn pod_exited(&mut self, uid: &str, exit_code: i32) {
         self.settle();
