@@ -196,15 +196,9 @@ impl Skeleton {
             }
         } else {
             // Created inside the sandbox's own root, owned by its root user; never on the host.
-            let mut path = rootfs.clone();
-            for part in relative.split('/') {
-                path.push(part);
-                match std::fs::symlink_metadata(&path) {
-                    Ok(metadata) if metadata.is_dir() => continue,
-                    Ok(_) => return Err(format!("the working directory {working_dir} is not a directory")),
-                    Err(_) => make_dir(&path, 0o755, owner)?,
-                }
-            }
+            make_dirs_inside(&rootfs, relative.split('/'), owner, |_| {
+                format!("the working directory {working_dir} is not a directory")
+            })?;
         }
         let binds = self
             .binds
@@ -228,6 +222,27 @@ pub fn check_file_path(path: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Makes the missing directories of the path `parts` spell out under `root` (mode 0755, given
+/// to `owner`), keeping those already there; `in_the_way` says what is wrong where something
+/// other than a directory is.
+fn make_dirs_inside<'a>(
+    root: &Path,
+    parts: impl IntoIterator<Item = &'a str>,
+    owner: Option<(u32, u32)>,
+    in_the_way: impl Fn(&Path) -> String,
+) -> Result<(), String> {
+    let mut path = root.to_owned();
+    for part in parts {
+        path.push(part);
+        match std::fs::symlink_metadata(&path) {
+            Ok(metadata) if metadata.is_dir() => {}
+            Ok(_) => return Err(in_the_way(&path)),
+            Err(_) => make_dir(&path, 0o755, owner)?,
+        }
+    }
+    Ok(())
+}
+
 /// Writes the mounted files into the root (before the sandbox's processes exist, so nothing
 /// of the sandbox can have put a link in the way), with the directories they need.
 pub(crate) fn place_files(
@@ -236,8 +251,8 @@ pub(crate) fn place_files(
     host_paths: &[PathBuf],
     owner: Option<(u32, u32)>,
 ) -> Result<(), String> {
+    // The paths' shape was checked with the launch spec (`check_file_path`).
     for file in files {
-        check_file_path(&file.path).map_err(|problem| format!("mounted file {}: {problem}", file.path))?;
         let wanted = Path::new(&file.path);
         let hidden = host_paths.iter().any(|host| wanted.starts_with(host));
         if hidden || wanted.starts_with("/proc") || wanted.starts_with("/dev") {
@@ -248,16 +263,10 @@ pub(crate) fn place_files(
         }
         let relative = file.path.trim_start_matches('/');
         let target = rootfs.path.join(relative);
-        let mut dir = rootfs.path.clone();
-        let parts: Vec<&str> = relative.split('/').collect();
-        for part in &parts[..parts.len() - 1] {
-            dir.push(part);
-            match std::fs::symlink_metadata(&dir) {
-                Ok(metadata) if metadata.is_dir() => {}
-                Ok(_) => return Err(format!("mounted file {}: {} is not a directory", file.path, dir.display())),
-                Err(_) => make_dir(&dir, 0o755, owner)?,
-            }
-        }
+        let parents = relative.rsplit_once('/').map_or("", |(parents, _)| parents);
+        make_dirs_inside(&rootfs.path, parents.split('/').filter(|part| !part.is_empty()), owner, |dir| {
+            format!("mounted file {}: {} is not a directory", file.path, dir.display())
+        })?;
         if std::fs::symlink_metadata(&target).is_ok_and(|metadata| metadata.is_dir()) {
             return Err(format!("mounted file {}: a directory is there", file.path));
         }

@@ -109,13 +109,10 @@ impl World {
     pub fn pod_start_failed(&mut self, uid: &str, message: &str) {
         self.settle();
         if self.cluster.pod(uid).is_some_and(|pod| pod.phase == PodPhase::Running) {
-            let deleting = self.cluster.pod(uid).is_some_and(|pod| pod.deletion_timestamp.is_some());
-            legal(self.pod_step(uid, PodTransition::Finish));
-            // What containerd reports for a container that could not start.
-            self.terminate_containers(uid, 128, "StartError");
-            self.cluster.finish_pod(uid, PodPhase::Failed, Some("StartError".to_owned()), Some(message.to_owned()));
             self.event(uid, EventType::Warning, "Failed", format!("Error: {message}"), "kubelet");
-            if deleting { self.remove_pod(uid) } else { self.on_pod_terminal(uid) }
+            // What containerd reports for a container that could not start.
+            let status = Some(("StartError".to_owned(), message.to_owned()));
+            self.finish_running_pod(uid, 128, "StartError", PodPhase::Failed, status);
         }
         self.settle();
     }
@@ -132,18 +129,28 @@ impl World {
         if pod.phase != PodPhase::Running {
             return;
         }
-        let deleting = pod.deletion_timestamp.is_some();
         let phase = if exit_code == 0 { PodPhase::Succeeded } else { PodPhase::Failed };
         let reason = if exit_code == 0 { "Completed" } else { "Error" };
+        self.finish_running_pod(uid, exit_code, reason, phase, None);
+    }
+
+    /// A running Pod's containers ended with `exit_code` (`container_reason`): the Pod ends in
+    /// `phase`, with `status` (its reason and message) where given, and a Pod being deleted goes
+    /// now (its processes honoured SIGTERM, or never started).
+    fn finish_running_pod(
+        &mut self,
+        uid: &str,
+        exit_code: i32,
+        container_reason: &str,
+        phase: PodPhase,
+        status: Option<(String, String)>,
+    ) {
+        let deleting = self.cluster.pod(uid).is_some_and(|pod| pod.deletion_timestamp.is_some());
         legal(self.pod_step(uid, PodTransition::Finish));
-        self.terminate_containers(uid, exit_code, reason);
-        self.cluster.finish_pod(uid, phase, None, None);
-        if deleting {
-            // The process honoured SIGTERM: the Pod object goes now.
-            self.remove_pod(uid);
-        } else {
-            self.on_pod_terminal(uid);
-        }
+        self.terminate_containers(uid, exit_code, container_reason);
+        let (reason, message) = status.unzip();
+        self.cluster.finish_pod(uid, phase, reason, message);
+        if deleting { self.remove_pod(uid) } else { self.on_pod_terminal(uid) }
     }
 
     /// Every container of the Pod ended now with `exit_code` and `reason` (`Completed`, `Error`,
