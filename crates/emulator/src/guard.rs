@@ -742,9 +742,9 @@ const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// background. grpc-core (the published Python client's StreamExec) reports a status that
 /// arrives before its first message went out as "Internal error from Core" about half the
 /// time, instead of the status; measured with StreamExec faults (PERMISSION_DENIED and
-/// RESOURCE_EXHAUSTED, 40 calls): 26 such errors before, none after. Dropped unread, the request would also make h2 reset the stream once
-/// the answer is sent. A client that neither ends nor resets its stream is let go after
-/// [`DRAIN_LIMIT`].
+/// RESOURCE_EXHAUSTED, 40 calls): 26 such errors before, none after. Dropped unread, the
+/// request would also make h2 reset the stream once the answer is sent. A client that neither
+/// ends nor resets its stream is let go after [`DRAIN_LIMIT`].
 async fn refuse_stream(mut body: Body) {
     let _ = tokio::time::timeout(FIRST_MESSAGE_WAIT, body.frame()).await;
     tokio::spawn(async move {
