@@ -252,8 +252,11 @@ fn entries(root: &Path) -> Vec<std::path::PathBuf> {
         .unwrap_or_default()
 }
 
+/// A root made ahead of need, or a sandbox started ahead of need: the executor's, not a sandbox's.
 fn is_spare(path: &Path) -> bool {
-    path.file_name().and_then(|name| name.to_str()).is_some_and(|name| name.starts_with("spare@"))
+    path.file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.starts_with("spare@") || name.starts_with("warm@"))
 }
 
 /// A running sandbox on an emulator started from the ready file at `ready`.
@@ -325,9 +328,15 @@ fn a_restart_after_kill_9_removes_the_dead_emulators_ready_file_and_sandbox_dire
     assert!(!left[0].exists(), "the killed emulator's sandbox directory is removed: {}", second.output());
     let dead_spares: Vec<_> = entries(&root)
         .into_iter()
-        .filter(|path| is_spare(path) && path.to_string_lossy().contains(&format!("spare@{first_pid}.")))
+        .filter(|path| {
+            let path = path.to_string_lossy();
+            path.contains(&format!("spare@{first_pid}.")) || path.contains(&format!("warm@{first_pid}."))
+        })
         .collect();
-    assert!(dead_spares.is_empty(), "the killed emulator's made-ahead roots are removed: {dead_spares:?}");
+    assert!(
+        dead_spares.is_empty(),
+        "the killed emulator's made-ahead roots and sandboxes are removed: {dead_spares:?}"
+    );
     assert!(second.output().contains(&format!("removed {}", left[0].display())), "{}", second.output());
     Ok(())
 }

@@ -33,8 +33,8 @@ use crate::sys::parse_decimal;
 use crate::sys::{
     block_all_signals, close_fds_except, control_signalfd, drop_privileges, errno, exit, exit_code_of, format_decimal,
     mount, next_signal, next_signal_timeout, peer_gone, pipe_cloexec, pivot_root_here, raw_fork,
-    rearm_parent_death_signal, remount_read_only, reset_signal_dispositions, set_name, set_not_dumpable,
-    set_parent_death_signal, unblock_all_signals, write_all,
+    rearm_parent_death_signal, remount_read_only, reset_signal_dispositions, set_idle_scheduling, set_name,
+    set_not_dumpable, set_parent_death_signal, switch_ids, unblock_all_signals, write_all,
 };
 
 /// One step of sandbox setup, reported back to the emulator when it fails.
@@ -250,6 +250,14 @@ pub(crate) struct InitPlan {
     pub(crate) self_exe: RawFd,
     /// A throw-away sandbox that only checks the setup works: init starts no command.
     pub(crate) probe: bool,
+    /// A sandbox made ahead of need: init re-executes at once and waits on `go_fd` for its
+    /// [`crate::activation::Activation`], then starts the main command itself
+    /// (`crate::init`); `cwd` and `program` are unused.
+    pub(crate) warm: bool,
+    /// The keeper and everything it forks run at idle priority (`SCHED_IDLE`) until the
+    /// emulator raises them: for sandboxes made ahead of need, which must not take a CPU from
+    /// work that is waited for.
+    pub(crate) idle: bool,
     pub(crate) cwd: CString,
     pub(crate) cwd_message: Vec<u8>,
     /// `None` keeps the sandbox alive with an idle process.
@@ -476,6 +484,11 @@ fn keeper_prologue(plan: &InitPlan, death_signal: c_int) {
 /// The sandbox keeper in namespaces mode. Never returns.
 pub(crate) fn run_ns_keeper(plan: &InitPlan) -> ! {
     keeper_prologue(plan, libc::SIGKILL);
+    if plan.idle {
+        // Inherited by the id-map helper and init. If it cannot be had, the work runs at the
+        // normal priority, which is only slower for others.
+        let _ = set_idle_scheduling(0, true);
+    }
     set_name(c"cwsandbox-ns");
     close_fds_except(&sorted_keep(plan));
     let Some(ns) = &plan.ns else { exit(1) };
@@ -563,6 +576,9 @@ fn run_ns_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
     if let Err((stage, error)) = enter_root(ns) {
         fail(plan.report_fd, stage, error);
     }
+    if plan.warm {
+        exec_warm_init(plan, ns, life_read);
+    }
     let main = if plan.probe {
         0
     } else {
@@ -632,6 +648,56 @@ fn run_ns_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
         )
     };
     give_up(Stage::ExecInit, errno())
+}
+
+/// Init of a warm sandbox: becomes the namespace's root and re-executes the emulator's binary
+/// at once, before any process of the sandbox exists, keeping the report, activation and
+/// started pipes. The bounding set stays whole, so the re-executed init can set the hostname
+/// the activation brings; it drops what a sandbox must not have before the main command
+/// runs. Never returns.
+fn exec_warm_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
+    if let Err(error) = switch_ids(ns.init_ids()) {
+        fail(plan.report_fd, Stage::Credentials, error);
+    }
+    rearm_parent_death_signal(libc::SIGKILL);
+    if peer_gone(life_read) {
+        exit(1);
+    }
+    let mut digits = [[0u8; 16]; 3];
+    let mut arguments = [c"".as_ptr(); 3];
+    for ((fd, buffer), argument) in
+        [plan.report_fd, plan.go_fd, plan.started_fd].into_iter().zip(digits.iter_mut()).zip(arguments.iter_mut())
+    {
+        // A copy without close-on-exec: the re-executed init needs it.
+        // SAFETY: dup of a descriptor we hold.
+        let copy = unsafe { libc::dup(fd) };
+        if copy < 0 {
+            fail(plan.report_fd, Stage::ExecInit, errno());
+        }
+        *argument = format_decimal(copy as u32, buffer).as_ptr();
+    }
+    let argv = [
+        c"cwsandbox-init".as_ptr(),
+        crate::init::INIT_MAGIC.as_ptr(),
+        crate::init::WARM.as_ptr(),
+        arguments[0],
+        arguments[1],
+        arguments[2],
+        std::ptr::null(),
+    ];
+    let envp = [std::ptr::null::<c_char>()];
+    // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
+    unsafe {
+        libc::syscall(
+            libc::SYS_execveat,
+            plan.self_exe,
+            c"".as_ptr(),
+            argv.as_ptr(),
+            envp.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    fail(plan.report_fd, Stage::ExecInit, errno())
 }
 
 /// Kills what is left of the namespace, reaps it, and exits with the main command's code.
@@ -774,7 +840,7 @@ fn end_group(main: pid_t, main_status: c_int, signals: RawFd) -> ! {
     exit(exit_code_of(main_status))
 }
 
-/// The main command's process: enters the working directory and execs. Never returns.
+/// The main command's process: waits for the emulator's go, then [`exec_main`]. Never returns.
 fn run_main(plan: &InitPlan) -> ! {
     // Until it execs, this process holds a copy of the emulator's memory.
     set_not_dumpable();
@@ -791,31 +857,68 @@ fn run_main(plan: &InitPlan) -> ! {
         // The emulator gave up on this sandbox.
         exit(127);
     }
+    exec_main(&MainExec {
+        started_fd: plan.started_fd,
+        credentials: match &plan.ns {
+            Some(ns) => Credentials::Drop(ns.main_ids),
+            None => Credentials::Keep,
+        },
+        cwd: &plan.cwd,
+        cwd_message: &plan.cwd_message,
+        program: plan.program.as_ref(),
+    })
+}
+
+/// What the main command's process needs once it may run.
+pub(crate) struct MainExec<'a> {
+    /// Close-on-exec; a byte written to it says the command could not start.
+    pub(crate) started_fd: RawFd,
+    pub(crate) credentials: Credentials,
+    pub(crate) cwd: &'a CStr,
+    pub(crate) cwd_message: &'a [u8],
+    /// `None` keeps the sandbox alive with an idle process.
+    pub(crate) program: Option<&'a Program>,
+}
+
+pub(crate) enum Credentials {
+    /// Plain mode: the emulator's own.
+    Keep,
+    /// Namespaces mode: the sandbox's capabilities, and these ids where it switches.
+    Drop(Option<(u32, u32)>),
+}
+
+/// The message of a main command whose working directory cannot be entered.
+pub(crate) fn cwd_message(cwd: &str) -> Vec<u8> {
+    format!("cwsandbox: cannot enter the working directory {cwd}\n").into_bytes()
+}
+
+/// Enters the working directory and execs the main command. Fork-safe. Never returns.
+pub(crate) fn exec_main(main: &MainExec) -> ! {
     // The ids were checked against the user namespace's map before the start, and init made
     // the same capability drop, so this cannot fail in practice; if it does, nothing runs.
-    if let Some(ns) = &plan.ns
-        && drop_privileges(ns.main_ids).is_err()
+    if let Credentials::Drop(ids) = main.credentials
+        && drop_privileges(ids).is_err()
     {
         write_all(2, b"cwsandbox: cannot drop the sandbox's privileges\n");
-        write_all(plan.started_fd, b"!");
+        write_all(main.started_fd, b"!");
         exit(127);
     }
     unblock_all_signals();
     // Keep only stdio: the sandbox's main command inherits nothing else of ours
     // (the started pipe closes on exec).
-    close_fds_except(&[0, 1, 2, plan.started_fd.max(3)]);
+    close_fds_except(&[0, 1, 2, main.started_fd.max(3)]);
     // SAFETY: valid C string.
-    if unsafe { libc::chdir(plan.cwd.as_ptr()) } != 0 {
-        write_all(2, &plan.cwd_message);
-        write_all(plan.started_fd, b"!");
+    if unsafe { libc::chdir(main.cwd.as_ptr()) } != 0 {
+        write_all(2, main.cwd_message);
+        write_all(main.started_fd, b"!");
         exit(127);
     }
-    let Some(program) = &plan.program else {
+    let Some(program) = main.program else {
         // The default keep-alive process, like `sleep infinity`, without depending
         // on the host having one. SIGTERM's default action ends it.
         set_name(c"cwsandbox-idle");
         // SAFETY: closing our end of the started pipe: we are "started".
-        unsafe { libc::close(plan.started_fd) };
+        unsafe { libc::close(main.started_fd) };
         loop {
             // SAFETY: pause has no preconditions.
             unsafe { libc::pause() };
@@ -839,7 +942,7 @@ fn run_main(plan: &InitPlan) -> ! {
     write_all(2, message);
     // Tells the emulator, waiting on the started pipe, that no command runs: the pipe would
     // close on exec, and closes at exit too, so a byte is what tells the two apart.
-    write_all(plan.started_fd, b"!");
+    write_all(main.started_fd, b"!");
     exit(127)
 }
 

@@ -12,6 +12,7 @@
 //!
 //! This crate knows nothing of protobuf or the simulation: plain Rust types.
 
+mod activation;
 mod child;
 mod error;
 mod exec;
@@ -66,6 +67,10 @@ pub struct ExecutorConfig {
     pub file_timeout: Duration,
     /// File operations in flight at once (each holds a thread).
     pub max_file_operations: usize,
+    /// Namespaces mode: how many sandboxes are kept started ahead of need (namespaces, root
+    /// and init made; a start that can use one only sends it its command). 0 makes every
+    /// start from scratch.
+    pub warm_sandboxes: usize,
 }
 
 /// The default first host id of a root emulator's sandboxes: far above the ranges
@@ -85,6 +90,7 @@ impl ExecutorConfig {
             sandbox_id_range: (DEFAULT_SANDBOX_ID_BASE, 65_536),
             file_timeout: Duration::from_secs(30),
             max_file_operations: 16,
+            warm_sandboxes: 2,
         }
     }
 }

@@ -143,7 +143,7 @@ pub(crate) fn skeleton(dir: &Path, host_paths: &[PathBuf], owner: Option<(u32, u
 
 /// Removes a directory an earlier start (or a made-ahead skeleton) left: a restarted
 /// container starts from scratch.
-fn clear(dir: &Path) -> Result<(), String> {
+pub(crate) fn clear(dir: &Path) -> Result<(), String> {
     match std::fs::remove_dir_all(dir) {
         Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(describe("clear", dir, error)),
         _ => Ok(()),
@@ -176,30 +176,7 @@ impl Skeleton {
         owner: Option<(u32, u32)>,
     ) -> Result<Rootfs, String> {
         let rootfs = self.dir.join("rootfs");
-        let working_dir = sandbox_working_dir(working_dir);
-        let relative = working_dir.trim_start_matches('/');
-        let wanted = Path::new(&working_dir);
-        let under_host_path = host_paths.iter().any(|host| wanted.starts_with(host));
-        let top = relative.split('/').next().unwrap_or_default();
-        if relative.is_empty() {
-            // `/`: the sandbox's own root.
-        } else if under_host_path {
-            // The host's read-only directory is what the sandbox sees there: nothing can be created.
-            if !wanted.is_dir() {
-                return Err(format!(
-                    "the working directory {working_dir} does not exist and cannot be created: it is under a read-only host directory"
-                ));
-            }
-        } else if top == "dev" || top == "proc" {
-            if !matches!(relative, "dev" | "dev/pts" | "dev/shm" | "proc") {
-                return Err(format!("the working directory {working_dir} cannot be created under /{top}"));
-            }
-        } else {
-            // Created inside the sandbox's own root, owned by its root user; never on the host.
-            make_dirs_inside(&rootfs, relative.split('/'), owner, |_| {
-                format!("the working directory {working_dir} is not a directory")
-            })?;
-        }
+        let working_dir = make_working_dir(&rootfs, host_paths, working_dir, owner)?;
         let binds = self
             .binds
             .into_iter()
@@ -207,6 +184,41 @@ impl Skeleton {
             .collect();
         Ok(Rootfs { path: rootfs, binds, working_dir })
     }
+}
+
+/// Makes the working directory a sandbox asks for inside its root `rootfs` and returns it as
+/// the sandbox sees it.
+pub(crate) fn make_working_dir(
+    rootfs: &Path,
+    host_paths: &[PathBuf],
+    working_dir: Option<&str>,
+    owner: Option<(u32, u32)>,
+) -> Result<String, String> {
+    let working_dir = sandbox_working_dir(working_dir);
+    let relative = working_dir.trim_start_matches('/');
+    let wanted = Path::new(&working_dir);
+    let under_host_path = host_paths.iter().any(|host| wanted.starts_with(host));
+    let top = relative.split('/').next().unwrap_or_default();
+    if relative.is_empty() {
+        // `/`: the sandbox's own root.
+    } else if under_host_path {
+        // The host's read-only directory is what the sandbox sees there: nothing can be created.
+        if !wanted.is_dir() {
+            return Err(format!(
+                "the working directory {working_dir} does not exist and cannot be created: it is under a read-only host directory"
+            ));
+        }
+    } else if top == "dev" || top == "proc" {
+        if !matches!(relative, "dev" | "dev/pts" | "dev/shm" | "proc") {
+            return Err(format!("the working directory {working_dir} cannot be created under /{top}"));
+        }
+    } else {
+        // Created inside the sandbox's own root, owned by its root user; never on the host.
+        make_dirs_inside(rootfs, relative.split('/'), owner, |_| {
+            format!("the working directory {working_dir} is not a directory")
+        })?;
+    }
+    Ok(working_dir)
 }
 
 /// Why `path` cannot name a mounted file, if it cannot: it must be absolute, with no `.`,
@@ -246,7 +258,7 @@ fn make_dirs_inside<'a>(
 /// Writes the mounted files into the root (before the sandbox's processes exist, so nothing
 /// of the sandbox can have put a link in the way), with the directories they need.
 pub(crate) fn place_files(
-    rootfs: &Rootfs,
+    rootfs: &Path,
     files: &[crate::MountedFile],
     host_paths: &[PathBuf],
     owner: Option<(u32, u32)>,
@@ -262,9 +274,9 @@ pub(crate) fn place_files(
             ));
         }
         let relative = file.path.trim_start_matches('/');
-        let target = rootfs.path.join(relative);
+        let target = rootfs.join(relative);
         let parents = relative.rsplit_once('/').map_or("", |(parents, _)| parents);
-        make_dirs_inside(&rootfs.path, parents.split('/').filter(|part| !part.is_empty()), owner, |dir| {
+        make_dirs_inside(rootfs, parents.split('/').filter(|part| !part.is_empty()), owner, |dir| {
             format!("mounted file {}: {} is not a directory", file.path, dir.display())
         })?;
         if std::fs::symlink_metadata(&target).is_ok_and(|metadata| metadata.is_dir()) {

@@ -441,6 +441,19 @@ pub(crate) fn set_not_dumpable() {
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) };
 }
 
+/// Sets the scheduling policy of `pid` (0: the calling thread): `SCHED_IDLE`, which runs
+/// only on a CPU nothing else wants, or back to the normal `SCHED_OTHER`. Leaving
+/// `SCHED_IDLE` needs `CAP_SYS_NICE`. Fork-safe.
+pub(crate) fn set_idle_scheduling(pid: pid_t, idle: bool) -> Result<(), c_int> {
+    let param = libc::sched_param { sched_priority: 0 };
+    let policy = if idle { libc::SCHED_IDLE } else { libc::SCHED_OTHER };
+    // SAFETY: a valid sched_param for a non-realtime policy.
+    if unsafe { libc::sched_setscheduler(pid, policy, &param) } != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
 /// Re-arms the parent death signal, which the kernel clears whenever the credentials
 /// change. Fork-safe.
 pub(crate) fn rearm_parent_death_signal(signal: c_int) {
@@ -473,6 +486,12 @@ const KEPT_CAPABILITIES: &[c_int] = &[
 /// user namespace (0: the sandbox's root, an unprivileged id on the host) without
 /// supplementary groups. Fork-safe.
 pub(crate) fn drop_privileges(switch_to: Option<(u32, u32)>) -> Result<(), c_int> {
+    drop_bounding_set()?;
+    switch_ids(switch_to)
+}
+
+/// Drops every capability outside [`KEPT_CAPABILITIES`] from the bounding set. Fork-safe.
+pub(crate) fn drop_bounding_set() -> Result<(), c_int> {
     for capability in 0..64 {
         if KEPT_CAPABILITIES.contains(&capability) {
             continue;
@@ -486,6 +505,12 @@ pub(crate) fn drop_privileges(switch_to: Option<(u32, u32)>) -> Result<(), c_int
             }
         }
     }
+    Ok(())
+}
+
+/// Switches to that (uid, gid) of the user namespace without supplementary groups; `None`
+/// keeps the ids. Fork-safe.
+pub(crate) fn switch_ids(switch_to: Option<(u32, u32)>) -> Result<(), c_int> {
     if let Some((uid, gid)) = switch_to {
         // SAFETY: plain credential system calls on the calling process. Switching to a uid other
         // than 0 clears the capabilities, as for a container's non-root user.
@@ -500,6 +525,46 @@ pub(crate) fn drop_privileges(switch_to: Option<(u32, u32)>) -> Result<(), c_int
                 return Err(errno());
             }
         }
+    }
+    Ok(())
+}
+
+/// Leaves the calling process only the capabilities of [`KEPT_CAPABILITIES`] it has, in its
+/// effective and permitted sets (none inheritable): what it would have after an `execve`
+/// with the bounding set [`drop_bounding_set`] leaves, without the `execve`. Lowering the
+/// sets keeps the parent death signal (the kernel clears it only when they grow).
+pub(crate) fn limit_capabilities() -> Result<(), c_int> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut kept = [0u32; 2];
+    for &capability in KEPT_CAPABILITIES {
+        kept[capability as usize / 32] |= 1 << (capability % 32);
+    }
+    let mut header = Header { version: VERSION_3, pid: 0 };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget fills two Data records for a version 3 header.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
+        return Err(errno());
+    }
+    for (half, kept) in data.iter_mut().zip(kept) {
+        half.permitted &= kept;
+        half.effective &= kept;
+        half.inheritable = 0;
+    }
+    // SAFETY: capset reads two Data records for a version 3 header.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
+        return Err(errno());
     }
     Ok(())
 }

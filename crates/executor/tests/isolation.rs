@@ -242,6 +242,97 @@ async fn roots_made_ahead_start_from_scratch_and_leave_nothing_behind() {
     assert!(left.iter().all(|name| !name.starts_with("spare@")), "left after shutdown: {left:?}");
 }
 
+/// Sandboxes started ahead of need: a start that takes one gets its own hostname, working
+/// directory, files and command as a cold start does; one whose init died meanwhile is passed
+/// over; none is left behind by a shutdown or by an emulator that died (its pid is gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandboxes_started_ahead_are_used_passed_over_when_dead_and_leave_nothing_behind() {
+    let root = tempfile::Builder::new().prefix("cwsbx-exec-test").tempdir().unwrap();
+    let orphan = root.path().join("warm@999999999.0");
+    std::fs::create_dir_all(orphan.join("rootfs/tmp")).unwrap();
+    let mut config = ExecutorConfig::new(root.path());
+    config.isolation = Isolation::Namespaces;
+    let executor = Executor::new(config).unwrap();
+    assert!(!orphan.exists(), "a dead emulator's warm sandbox directory is removed");
+    executor.ready_ahead().await;
+    let warm_inits = || warm_inits_under(root.path());
+    assert_eq!(warm_inits().len(), 2, "two sandboxes wait for a start");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        for pid in warm_inits() {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            assert_eq!(stat.split(' ').nth(40), Some("5"), "a waiting init is at idle priority (SCHED_IDLE): {stat}");
+        }
+    }
+    let id = unique("warm");
+    for round in 0..3 {
+        let launch = LaunchSpec {
+            working_dir: Some("/work/here".into()),
+            files: vec![MountedFile {
+                path: "/etc-of-mine/conf".into(),
+                content: format!("round {round}").into_bytes(),
+            }],
+            ..spec(
+                &format!("warm-{round}"),
+                &["sh", "-c", "echo \"$(hostname) $(pwd) $(cat /etc-of-mine/conf)\"; exec sleep 1000"],
+            )
+        };
+        executor.start(&id, launch).await.unwrap();
+        let logs = executor.logs(&id).unwrap();
+        wait_for_log(&logs, "\n").await;
+        assert_eq!(logs.read_from(0).unwrap().bytes(), format!("warm-{round} /work/here round {round}\n").as_bytes());
+        assert_eq!(sh(&executor, &id, "ls -A /tmp; cat /proc/1/comm /proc/2/comm").await, "cwsandbox-init\nsleep");
+        // Made at idle priority where the emulator may raise it again, run at the normal one
+        // (policy 0, SCHED_OTHER, in the 41st field).
+        assert_eq!(sh(&executor, &id, "cut -d' ' -f41 /proc/1/stat /proc/2/stat").await, "0\n0", "round {round}");
+        sh(&executor, &id, "touch /tmp/left-behind").await;
+        executor.stop(&id, std::time::Duration::from_secs(5)).await;
+        executor.ready_ahead().await;
+    }
+    // Both waiting inits die (as if killed from outside): the next start passes over them.
+    let dead: Vec<(u32, OwnedFd)> = warm_inits()
+        .into_iter()
+        .filter_map(|pid| {
+            // SAFETY: pidfd_open returns a new descriptor or -1.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+            // SAFETY: a non-negative result is a descriptor we own; kill has no preconditions.
+            (fd >= 0).then(|| unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                (pid, OwnedFd::from_raw_fd(fd as i32))
+            })
+        })
+        .collect();
+    assert_eq!(dead.len(), 2);
+    assert!(wait_all_gone(dead).is_empty());
+    executor.start(&id, spec("after-the-dead", &[])).await.unwrap();
+    assert_eq!(sh(&executor, &id, "hostname; ls -A /tmp").await, "after-the-dead");
+    executor.ready_ahead().await;
+    executor.shutdown().await;
+    assert!(warm_inits().is_empty(), "warm sandboxes outlived the shutdown");
+    let left: Vec<String> = std::fs::read_dir(root.path())
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("warm@"))
+        .collect();
+    assert!(left.is_empty(), "left after shutdown: {left:?}");
+}
+
+/// The inits of warm sandboxes whose roots are under `root` (their mount table names it).
+fn warm_inits_under(root: &Path) -> Vec<u32> {
+    let root = root.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cmdline.starts_with(b"cwsandbox-init\0--cwsandbox-init-v1\0warm\0")
+                && std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).is_ok_and(|mounts| mounts.contains(&root))
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_sandbox_has_its_own_pid_namespace() {
     let harness = harness(Isolation::Namespaces);
@@ -596,6 +687,12 @@ async fn a_sandbox_cannot_undo_its_isolation() {
     let bounding =
         u64::from_str_radix(&sh(executor, &id, "awk '/^CapBnd/ {print $2}' /proc/self/status").await, 16).unwrap();
     assert_eq!(bounding & (1 << 21 | 1 << 2 | 1 << 19), 0, "CapBnd {bounding:x}");
+    // Nor has the sandbox's init, whether it was started ahead of need or with the sandbox.
+    for set in ["CapEff", "CapPrm", "CapBnd"] {
+        let script = format!("awk '/^{set}/ {{print $2}}' /proc/1/status");
+        let init = u64::from_str_radix(&sh(executor, &id, &script).await, 16).unwrap();
+        assert_eq!(init & (1 << 21 | 1 << 2 | 1 << 19), 0, "init's {set} {init:x}");
+    }
     sh(executor, &id, "echo mine > /tmp/mine").await;
     for attempt in ["umount -l /tmp", "umount /proc", "umount -l /", "mount -t tmpfs none /mnt"] {
         let (_, _, code) = run(executor, &id, &["sh", "-c", attempt]).await;

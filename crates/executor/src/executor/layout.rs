@@ -50,7 +50,7 @@ pub(super) fn prepare_layout(
             None => rootfs::skeleton(dir, host_paths, owner)?,
         };
         let rootfs = skeleton.finish(host_paths, working_dir, owner)?;
-        rootfs::place_files(&rootfs, files, host_paths, owner)?;
+        rootfs::place_files(&rootfs.path, files, host_paths, owner)?;
         return Ok(Layout { working_dir: rootfs.working_dir.clone(), rootfs: Some(rootfs) });
     }
     if network == crate::Network::LoopbackOnly {
@@ -94,6 +94,27 @@ pub(super) fn prepare_layout(
         }
     };
     Ok(Layout { working_dir, rootfs: None })
+}
+
+/// Moves a warm sandbox's directory `from` to `dir`, replacing what an earlier start left
+/// there, and adds the working directory and mounted files; returns the working directory as
+/// the sandbox sees it. No process of the sandbox exists yet, so nothing of it can have put
+/// a link in the way.
+pub(super) fn move_warm_root(
+    from: &Path,
+    dir: &Path,
+    host_paths: &[PathBuf],
+    working_dir: Option<&str>,
+    files: &[crate::MountedFile],
+    owner: Option<(u32, u32)>,
+) -> Result<String, String> {
+    rootfs::clear(dir)?;
+    std::fs::rename(from, dir)
+        .map_err(|error| format!("cannot move a sandbox started ahead to {}: {error}", dir.display()))?;
+    let root = dir.join("rootfs");
+    let working_dir = rootfs::make_working_dir(&root, host_paths, working_dir, owner)?;
+    rootfs::place_files(&root, files, host_paths, owner)?;
+    Ok(working_dir)
 }
 
 pub(super) fn remove_dir(dir: &Path) {

@@ -5,10 +5,12 @@ mod layout;
 mod mode;
 mod spares;
 mod validate;
+mod warm;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -19,10 +21,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
 use self::keeper::{SETUP_TIMEOUT, abandon, open_running, pump_logs, read_report, wait_for_exec, watch_keeper};
-use self::layout::{prepare_layout, program_candidates, remove_dir, sandbox_env};
+use self::layout::{move_warm_root, prepare_layout, program_candidates, remove_dir, sandbox_env};
 use self::mode::{IdMode, Mode, choose_mode, command_ids, ns_plan, user_problem};
 use self::spares::SpareRoots;
 use self::validate::{c_string, validate_exec, validate_id, validate_spec};
+use self::warm::{WarmPool, WarmSandbox, can_use_warm, end_keeper};
+use crate::activation::{Activation, MainCommand};
 use crate::child::{self, InitPlan, NsFds, Program};
 use crate::exec::{self, ExecRequest, ExecSession, ExecTracker};
 use crate::files;
@@ -51,6 +55,8 @@ struct Inner {
     file_operations: Arc<tokio::sync::Semaphore>,
     /// Namespaces mode: roots made ahead of need.
     spares: Option<Arc<SpareRoots>>,
+    /// Namespaces mode: sandboxes started ahead of need.
+    warm: Option<WarmPool>,
     registry: Mutex<Registry>,
     exits_sender: mpsc::UnboundedSender<MainExit>,
     exits_receiver: Mutex<Option<mpsc::UnboundedReceiver<MainExit>>>,
@@ -168,7 +174,13 @@ impl Executor {
             }
             Mode::Plain => None,
         };
-        Ok(Executor {
+        let warm = match mode {
+            Mode::Namespaces { .. } if config.warm_sandboxes > 0 => {
+                Some(WarmPool::new(&config.root_dir, config.warm_sandboxes))
+            }
+            _ => None,
+        };
+        let executor = Executor {
             inner: Arc::new(Inner {
                 config,
                 mode,
@@ -180,8 +192,11 @@ impl Executor {
                 registry: Mutex::new(Registry::default()),
                 exits_sender,
                 exits_receiver: Mutex::new(Some(exits_receiver)),
+                warm,
             }),
-        })
+        };
+        WarmPool::refill(&executor.inner);
+        Ok(executor)
     }
 
     /// The isolation in force: `Namespaces` or `Plain`, never `Auto`.
@@ -240,7 +255,16 @@ impl Executor {
         if let Some(spares) = &self.inner.spares {
             spares.refill();
         }
+        WarmPool::refill(&self.inner);
         started
+    }
+
+    /// Returns once the sandboxes started ahead of need are ready (or could not be made): a
+    /// start after it takes one, when it can ([`ExecutorConfig::warm_sandboxes`]).
+    pub async fn ready_ahead(&self) {
+        if let Some(warm) = &self.inner.warm {
+            warm.settled().await;
+        }
     }
 
     async fn start_sandbox(&self, id: &str, mut spec: LaunchSpec) -> Result<(), ExecutorError> {
@@ -252,6 +276,22 @@ impl Executor {
         let _claim = self.claim(id)?;
         let dir = self.inner.config.root_dir.join(id);
         let mode = self.inner.mode;
+        let env = sandbox_env(&spec, mode);
+        let main = main_command(&spec, &env)?;
+        let hostname = c_string(spec.hostname.clone())?;
+        let mut warm = self.inner.warm.as_ref().filter(|_| can_use_warm(&spec)).and_then(WarmPool::take);
+        while let Some(taken) = warm {
+            match self.activate(id, &dir, &mut spec, &main, &hostname, taken).await {
+                Activated::Started(activated) => {
+                    let ActivatedSandbox { working_dir, keeper, running, started } = *activated;
+                    let command_runs = wait_for_exec(started).await;
+                    return self.register(id, dir, working_dir, env, &spec, keeper, running, command_runs).await;
+                }
+                Activated::Failed(error) => return Err(error),
+                // Its init is gone (nothing of the request ran in it): try the next, or start cold.
+                Activated::Unusable => warm = self.inner.warm.as_ref().and_then(WarmPool::take),
+            }
+        }
         let layout = {
             let dir = dir.clone();
             let working_dir = spec.working_dir.clone();
@@ -266,19 +306,7 @@ impl Executor {
             .map_err(|error| setup_error(id, error.to_string()))?
             .map_err(|message| setup_error(id, message))?
         };
-        let env = sandbox_env(&spec, mode);
-        let program = match spec.command.first() {
-            None => None,
-            Some(program) => Some(Program::new(
-                program_candidates(program, env.get("PATH").map(String::as_str))
-                    .into_iter()
-                    .map(c_string)
-                    .collect::<Result<_, _>>()?,
-                spec.command.iter().map(|arg| c_string(arg.clone())).collect::<Result<_, _>>()?,
-                env.iter().map(|(key, value)| c_string(format!("{key}={value}"))).collect::<Result<_, _>>()?,
-                program,
-            )),
-        };
+        let program = main.map(|main| Program::new(main.candidates, main.argv, main.envp, &main.display));
         let ns = match (mode, &layout.rootfs) {
             (Mode::Namespaces { ids }, Some(rootfs)) => {
                 Some(ns_plan(ids, &spec.hostname, rootfs, spec.network, spec.user)?)
@@ -296,24 +324,13 @@ impl Executor {
             ns,
             self_exe: self.inner.self_exe.as_raw_fd(),
             probe: false,
+            warm: false,
+            idle: false,
             cwd: c_string(layout.working_dir.clone())?,
-            cwd_message: format!("cwsandbox: cannot enter the working directory {}\n", layout.working_dir).into_bytes(),
+            cwd_message: child::cwd_message(&layout.working_dir),
             program,
         });
-        let mut command = Command::new("cwsandbox-keeper");
-        command
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null());
-        command.kill_on_drop(true);
-        // SAFETY: the closure runs between fork and exec and only calls the
-        // fork-safe code of `child`, reading the plan prepared above.
-        unsafe {
-            command.pre_exec(move || -> std::io::Result<()> {
-                if plan.ns.is_some() { child::run_ns_keeper(&plan) } else { child::run_plain_keeper(&plan) }
-            });
-        }
-        let spawned = self.inner.spawner.spawn(command).await;
+        let spawned = self.inner.spawner.spawn(keeper_command(plan)).await;
         // Only the keeper and its children may hold the write end now, so the
         // report ends (EOF) if they die.
         drop(report_write);
@@ -347,6 +364,110 @@ impl Executor {
         }
         drop(go_write);
         let command_runs = wait_for_exec(started_read).await;
+        self.register(id, dir, layout.working_dir, env, &spec, child, running, command_runs).await
+    }
+
+    /// Makes a warm sandbox `id`'s: moves its directory into place, adds the working directory
+    /// and mounted files, and sends init the activation.
+    async fn activate(
+        &self,
+        id: &str,
+        dir: &Path,
+        spec: &mut LaunchSpec,
+        main: &Option<MainCommand>,
+        hostname: &CString,
+        warm: WarmSandbox,
+    ) -> Activated {
+        let owner = self.inner.mode.sandbox_owner();
+        let host_paths = &self.inner.config.host_paths;
+        // Usually one rename and nothing to clear: done here, where a blocking thread's hop would
+        // cost more than the work. Removing an earlier start's directory, or writing files,
+        // can take long, so it goes to a blocking thread.
+        let quick = spec.files.is_empty() && std::fs::symlink_metadata(dir).is_err();
+        let placed = if quick {
+            move_warm_root(&warm.dir, dir, host_paths, spec.working_dir.as_deref(), &[], owner)
+        } else {
+            let (from, to, host_paths) = (warm.dir.clone(), dir.to_owned(), host_paths.clone());
+            let working_dir = spec.working_dir.clone();
+            let files = std::mem::take(&mut spec.files);
+            tokio::task::spawn_blocking(move || {
+                move_warm_root(&from, &to, &host_paths, working_dir.as_deref(), &files, owner)
+            })
+            .await
+            .unwrap_or_else(|error| Err(error.to_string()))
+        };
+        let (working_dir, warm) = match placed {
+            Ok(working_dir) => (working_dir, WarmSandbox { dir: dir.to_owned(), ..warm }),
+            Err(message) => {
+                // The directory may be where it was, or at `dir` already.
+                let moved = dir.to_owned();
+                warm.discard().await;
+                let _ = tokio::task::spawn_blocking(move || remove_dir(&moved)).await;
+                return Activated::Failed(setup_error(id, message));
+            }
+        };
+        let activation = Activation {
+            hostname: hostname.clone(),
+            main_ids: match self.inner.mode {
+                Mode::Namespaces { ids } => command_ids(ids, None),
+                Mode::Plain => None,
+            },
+            cwd: match c_string(working_dir.clone()) {
+                Ok(cwd) => cwd,
+                Err(error) => {
+                    warm.discard().await;
+                    return Activated::Failed(error);
+                }
+            },
+            main: main.clone(),
+        };
+        if let Err(error) = warm.raise_priority() {
+            debug!(sandbox = id, %error, "a sandbox started ahead of need cannot be used; using another");
+            warm.discard().await;
+            return Activated::Unusable;
+        }
+        let WarmSandbox { dir: warm_dir, keeper, running, activation: mut pipe, started, .. } = warm;
+        let bytes = activation.encode();
+        // A pipe holds at least a page: an activation that fits is written without blocking.
+        let written = if bytes.len() <= 4096 {
+            use std::io::Write;
+            pipe.write_all(&bytes).map(|()| pipe)
+        } else {
+            tokio::task::spawn_blocking(move || {
+                use std::io::Write;
+                pipe.write_all(&bytes).map(|()| pipe)
+            })
+            .await
+            .unwrap_or_else(|error| Err(std::io::Error::other(error)))
+        };
+        match written {
+            // Closing it tells init the activation is whole.
+            Ok(pipe) => drop(pipe),
+            Err(error) => {
+                debug!(sandbox = id, %error, "a sandbox started ahead of need is gone; using another");
+                drop((running, started));
+                end_keeper(keeper, warm_dir).await;
+                return Activated::Unusable;
+            }
+        }
+        Activated::Started(Box::new(ActivatedSandbox { working_dir, keeper, running, started }))
+    }
+
+    /// Records a started sandbox and has its keeper watched. A command that could not start has
+    /// ended by the time this returns.
+    #[allow(clippy::too_many_arguments)]
+    async fn register(
+        &self,
+        id: &str,
+        dir: PathBuf,
+        working_dir: String,
+        env: BTreeMap<String, String>,
+        spec: &LaunchSpec,
+        mut child: tokio::process::Child,
+        running: Running,
+        command_runs: bool,
+    ) -> Result<(), ExecutorError> {
+        let mode = self.inner.mode;
         let logs = Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes));
         let (eof_sender, eof) = oneshot::channel();
         let pump = child.stdout.take().map(|stdout| {
@@ -360,7 +481,7 @@ impl Executor {
         let sandbox = Arc::new(Sandbox {
             id: id.to_owned(),
             dir,
-            working_dir: layout.working_dir,
+            working_dir,
             env,
             logs,
             running: Mutex::new(Some(Arc::new(running))),
@@ -441,6 +562,9 @@ impl Executor {
         for sandbox in &sandboxes {
             sandbox.stop_requested.store(true, Ordering::SeqCst);
             sandbox.signal(libc::SIGUSR1);
+        }
+        if let Some(warm) = &self.inner.warm {
+            warm.close().await;
         }
         for sandbox in &sandboxes {
             sandbox.wait_done().await;
@@ -631,6 +755,51 @@ impl Drop for Claim {
     fn drop(&mut self) {
         lock(&self.inner.registry).starting.remove(&self.id);
     }
+}
+
+/// What became of an activation.
+enum Activated {
+    Started(Box<ActivatedSandbox>),
+    Failed(ExecutorError),
+    Unusable,
+}
+
+/// A warm sandbox told its command, which it is starting.
+struct ActivatedSandbox {
+    working_dir: String,
+    keeper: tokio::process::Child,
+    running: Running,
+    /// Closes when the main command has exec'd (a byte first if it could not).
+    started: std::io::PipeReader,
+}
+
+/// The main command of a spec, as `execve` takes it (`None`: the idle process).
+fn main_command(spec: &LaunchSpec, env: &BTreeMap<String, String>) -> Result<Option<MainCommand>, ExecutorError> {
+    let Some(program) = spec.command.first() else { return Ok(None) };
+    Ok(Some(MainCommand {
+        candidates: program_candidates(program, env.get("PATH").map(String::as_str))
+            .into_iter()
+            .map(c_string)
+            .collect::<Result<_, _>>()?,
+        argv: spec.command.iter().map(|arg| c_string(arg.clone())).collect::<Result<_, _>>()?,
+        envp: env.iter().map(|(key, value)| c_string(format!("{key}={value}"))).collect::<Result<_, _>>()?,
+        display: program.clone(),
+    }))
+}
+
+/// The keeper of a sandbox, forked to run `plan`.
+fn keeper_command(plan: Arc<InitPlan>) -> Command {
+    let mut command = Command::new("cwsandbox-keeper");
+    command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+    command.kill_on_drop(true);
+    // SAFETY: the closure runs between fork and exec and only calls the
+    // fork-safe code of `child`, reading the plan prepared before.
+    unsafe {
+        command.pre_exec(move || -> std::io::Result<()> {
+            if plan.ns.is_some() { child::run_ns_keeper(&plan) } else { child::run_plain_keeper(&plan) }
+        });
+    }
+    command
 }
 
 fn start_failure_message(program: &str, error: &std::io::Error) -> String {

@@ -40,7 +40,7 @@ struct State {
 
 impl SpareRoots {
     pub(super) fn new(root_dir: PathBuf, host_paths: Vec<PathBuf>, owner: Option<(u32, u32)>) -> Arc<SpareRoots> {
-        remove_orphans(&root_dir);
+        remove_orphans(&root_dir, SPARE_PREFIX);
         Arc::new(SpareRoots { root_dir, host_paths, owner, state: Mutex::default(), made: Condvar::new() })
     }
 
@@ -136,12 +136,13 @@ impl Drop for Maker {
 /// `@` is not allowed in sandbox ids, so a spare's name cannot be a sandbox's.
 const SPARE_PREFIX: &str = "spare@";
 
-/// Removes the spares of emulators that died without clearing them (their pid is gone).
-fn remove_orphans(root_dir: &std::path::Path) {
+/// Removes what executors that died without clearing it left under `<prefix><pid>.<n>`
+/// names (their pid is gone).
+pub(super) fn remove_orphans(root_dir: &std::path::Path, prefix: &str) {
     let Ok(entries) = std::fs::read_dir(root_dir) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|name| name.strip_prefix(SPARE_PREFIX)) else { continue };
+        let Some(rest) = name.to_str().and_then(|name| name.strip_prefix(prefix)) else { continue };
         let Some(pid) = rest.split('.').next().and_then(|pid| pid.parse::<libc::pid_t>().ok()) else { continue };
         // SAFETY: signal 0 only asks whether the process exists.
         let alive =

@@ -25,6 +25,11 @@ pub struct Harness {
     pub root: TempDir,
 }
 
+tokio::task_local! {
+    /// Set by `in_both_modes!`'s `namespaces_cold` tests: their executors start nothing ahead.
+    pub static COLD_STARTS: bool;
+}
+
 pub fn harness(isolation: Isolation) -> Harness {
     harness_with(isolation, |_| {})
 }
@@ -33,9 +38,18 @@ pub fn harness_with(isolation: Isolation, tweak: impl FnOnce(&mut ExecutorConfig
     let root = tempfile::Builder::new().prefix("cwsbx-exec-test").tempdir().expect("temp dir");
     let mut config = ExecutorConfig::new(root.path());
     config.isolation = isolation;
+    if COLD_STARTS.try_with(|cold| *cold).unwrap_or(false) {
+        config.warm_sandboxes = 0;
+    }
     tweak(&mut config);
     let executor = Executor::new(config).expect("executor");
     assert_eq!(executor.isolation(), isolation, "the requested isolation must be in force");
+    // The first start takes a sandbox started ahead of need, not whichever is quicker to come.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current()
+        && runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+    {
+        tokio::task::block_in_place(|| runtime.block_on(executor.ready_ahead()));
+    }
     Harness { executor, root }
 }
 
@@ -126,6 +140,15 @@ macro_rules! in_both_modes {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name(cwsandbox_executor::Isolation::Namespaces).await;
+                }
+            )*
+        }
+        /// Every start from scratch, with no sandbox started ahead of need.
+        mod namespaces_cold {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    $crate::common::COLD_STARTS.scope(true, super::$name(cwsandbox_executor::Isolation::Namespaces)).await;
                 }
             )*
         }

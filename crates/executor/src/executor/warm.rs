@@ -1,0 +1,307 @@
+//! Sandboxes started ahead of need (namespaces mode). Most of a start is process work that
+//! does not depend on the sandbox asked for: forking the keeper and its id-map helper,
+//! unsharing, mapping ids, the mounts, forking init and its re-execution (about 4 ms of a
+//! 5 ms start). A warm sandbox has all of it done, under a name no sandbox can have
+//! (`warm@<pid>.<n>`), and its init waits for an activation: the hostname, the working
+//! directory, the main command. A start that can use one (the host's network, no user of
+//! its own: what a warm sandbox was made with) moves its directory into place, sends the
+//! activation and waits only for the command's exec. After each take, another is made in
+//! the background.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use libc::pid_t;
+use tokio::process::Child;
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use super::keeper::{abandon, open_running, read_report};
+use super::layout::remove_dir;
+use super::mode::{Mode, ns_plan};
+use super::spares::remove_orphans;
+use super::{Inner, Running, keeper_command, lock};
+use crate::child::InitPlan;
+use crate::rootfs;
+use crate::sys::{ProcessHandle, set_idle_scheduling};
+use crate::{LaunchSpec, Network};
+
+/// `@` is not allowed in sandbox ids, so a warm sandbox's directory cannot be a sandbox's.
+const WARM_PREFIX: &str = "warm@";
+
+/// Numbers the warm sandboxes of every executor of this process (two may share a root).
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A sandbox whose namespaces, root and init are made, and whose init waits for its activation.
+#[derive(Debug)]
+pub(super) struct WarmSandbox {
+    pub(super) dir: PathBuf,
+    pub(super) keeper: Child,
+    pub(super) running: Running,
+    /// The activation is written here, then the pipe is closed; closed without one, init
+    /// ends the sandbox.
+    pub(super) activation: std::io::PipeWriter,
+    /// Closes when the main command has exec'd (a byte first if it could not).
+    pub(super) started: std::io::PipeReader,
+    /// Made at idle priority: [`WarmSandbox::raise_priority`] before its activation.
+    pub(super) idle: bool,
+}
+
+impl WarmSandbox {
+    /// Gives the keeper and init (and so the main command init forks) the normal priority.
+    pub(super) fn raise_priority(&self) -> Result<(), String> {
+        if !self.idle {
+            return Ok(());
+        }
+        let keeper = self.keeper.id().ok_or("the keeper ended")? as pid_t;
+        let children = std::fs::read_to_string(format!("/proc/{keeper}/task/{keeper}/children"))
+            .map_err(|error| format!("cannot find the sandbox's init: {error}"))?;
+        let init: pid_t = match children.split_whitespace().collect::<Vec<_>>()[..] {
+            [init] => init.parse().map_err(|_| format!("the keeper's children read {children:?}"))?,
+            _ => return Err(format!("the keeper's children read {children:?}, not one init")),
+        };
+        for pid in [keeper, init] {
+            set_idle_scheduling(pid, false).map_err(|error| {
+                format!("cannot raise the priority of {pid}: {}", std::io::Error::from_raw_os_error(error))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Ends a warm sandbox nobody will use, and removes its directory.
+    pub(super) async fn discard(mut self) {
+        // Closed without an activation, the pipe ends init, and the keeper ends once it has
+        // reaped init: when the keeper is gone, nothing of the sandbox is left. Killing the
+        // keeper would leave init to its death signal, a moment later.
+        drop(self.activation);
+        if tokio::time::timeout(DISCARD_TIMEOUT, self.keeper.wait()).await.is_err() {
+            warn!(dir = %self.dir.display(), "a sandbox started ahead of need did not end when given up; killing it");
+        }
+        end_keeper(self.keeper, self.dir).await;
+    }
+}
+
+/// How long a warm sandbox given up may take to end by itself before it is killed.
+const DISCARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Kills and reaps a warm sandbox's keeper, if it still runs (its init dies with it), and
+/// removes `dir`.
+pub(super) async fn end_keeper(mut keeper: Child, dir: PathBuf) {
+    abandon(&mut keeper).await;
+    let _ = tokio::task::spawn_blocking(move || remove_dir(&dir)).await;
+}
+
+/// Whether a start can take a warm sandbox: one with what every warm sandbox was made with.
+pub(super) fn can_use_warm(spec: &LaunchSpec) -> bool {
+    spec.network == Network::Host && spec.user.is_none()
+}
+
+#[derive(Debug)]
+pub(super) struct WarmPool {
+    wanted: usize,
+    /// Whether sandboxes are made at idle priority: only where the emulator may raise them
+    /// again at a start (`CAP_SYS_NICE`), or their commands would run at idle priority.
+    idle: bool,
+    state: Mutex<State>,
+    /// Told whenever a maker finishes.
+    changes: watch::Sender<()>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    ready: Vec<WarmSandbox>,
+    /// Makers running, so a burst of starts does not start a burst of makers.
+    making: usize,
+    /// Set at shutdown: nothing more is made, and what makers finish is discarded.
+    closed: bool,
+}
+
+impl WarmPool {
+    pub(super) fn new(root_dir: &Path, wanted: usize) -> WarmPool {
+        remove_orphans(root_dir, WARM_PREFIX);
+        let idle = can_leave_idle_scheduling();
+        WarmPool { wanted, idle, state: Mutex::default(), changes: watch::Sender::new(()) }
+    }
+
+    pub(super) fn take(&self) -> Option<WarmSandbox> {
+        lock(&self.state).ready.pop()
+    }
+
+    /// Starts makers until `wanted` sandboxes are ready or being made. Without a runtime (an
+    /// executor used from plain threads) nothing is made ahead.
+    pub(super) fn refill(inner: &Arc<Inner>) {
+        let Some(pool) = &inner.warm else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let missing = {
+            let mut state = lock(&pool.state);
+            if state.closed {
+                return;
+            }
+            let missing = pool.wanted.saturating_sub(state.ready.len() + state.making);
+            state.making += missing;
+            missing
+        };
+        for _ in 0..missing {
+            let inner = inner.clone();
+            runtime.spawn(async move {
+                let made = make(&inner).await;
+                let Some(pool) = &inner.warm else { return };
+                let discard = {
+                    let mut state = lock(&pool.state);
+                    state.making -= 1;
+                    match made {
+                        Ok(warm) if !state.closed => {
+                            state.ready.push(warm);
+                            None
+                        }
+                        Ok(warm) => Some(warm),
+                        // A start makes its own sandbox and reports what fails there.
+                        Err(error) => {
+                            debug!(%error, "cannot start a sandbox ahead of need");
+                            None
+                        }
+                    }
+                };
+                if let Some(warm) = discard {
+                    warm.discard().await;
+                }
+                pool.changes.send_replace(());
+            });
+        }
+    }
+
+    /// Returns once no maker runs (every wanted sandbox is ready, or could not be made).
+    pub(super) async fn settled(&self) {
+        let mut changes = self.changes.subscribe();
+        while lock(&self.state).making > 0 {
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Makes no more, waits for the makers still running and ends every warm sandbox: for
+    /// the executor's shutdown, so no process is left.
+    pub(super) async fn close(&self) {
+        lock(&self.state).closed = true;
+        self.settled().await;
+        let ready = std::mem::take(&mut lock(&self.state).ready);
+        for warm in ready {
+            warm.discard().await;
+        }
+    }
+}
+
+impl Drop for WarmPool {
+    fn drop(&mut self) {
+        // An executor dropped without a shutdown: the keepers are killed as their handles
+        // drop (and their inits with them); their directories go here.
+        let state = self.state.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for warm in state.ready.drain(..) {
+            remove_dir(&warm.dir);
+        }
+    }
+}
+
+/// Whether a thread that went to idle priority may come back (on a throw-away thread).
+fn can_leave_idle_scheduling() -> bool {
+    std::thread::spawn(|| set_idle_scheduling(0, true).and_then(|()| set_idle_scheduling(0, false)).is_ok())
+        .join()
+        .unwrap_or(false)
+}
+
+/// Starts one warm sandbox, as a cold start would but with no command and a placeholder
+/// hostname, and waits until its init is ready for the activation.
+async fn make(inner: &Arc<Inner>) -> Result<WarmSandbox, String> {
+    let Mode::Namespaces { ids } = inner.mode else {
+        return Err("warm sandboxes need the namespaces isolation".into());
+    };
+    let dir = inner.config.root_dir.join(format!(
+        "{WARM_PREFIX}{}.{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let made = {
+        let dir = dir.clone();
+        let host_paths = inner.config.host_paths.clone();
+        let owner = inner.mode.sandbox_owner();
+        let idle = pool_is_idle(inner);
+        tokio::task::spawn_blocking(move || {
+            // The blocking thread goes back to the normal priority after: it is shared.
+            if idle {
+                let _ = set_idle_scheduling(0, true);
+            }
+            let made = rootfs::prepare(&dir, &host_paths, None, owner);
+            if idle {
+                let _ = set_idle_scheduling(0, false);
+            }
+            made
+        })
+        .await
+        .map_err(|error| error.to_string())
+        .and_then(|made| made)
+    };
+    let started = match made {
+        Ok(rootfs) => start_keeper(inner, ids, &rootfs, dir.clone()).await,
+        Err(error) => Err(error),
+    };
+    if started.is_err() {
+        let dir = dir.clone();
+        let _ = tokio::task::spawn_blocking(move || remove_dir(&dir)).await;
+    }
+    started
+}
+
+fn pool_is_idle(inner: &Inner) -> bool {
+    inner.warm.as_ref().is_some_and(|pool| pool.idle)
+}
+
+async fn start_keeper(
+    inner: &Arc<Inner>,
+    ids: super::mode::IdMode,
+    rootfs: &rootfs::Rootfs,
+    dir: PathBuf,
+) -> Result<WarmSandbox, String> {
+    use std::os::fd::AsRawFd;
+    let ns = ns_plan(ids, "localhost", rootfs, Network::Host, None).map_err(|error| error.to_string())?;
+    let pipe = || std::io::pipe().map_err(|error| error.to_string());
+    let (report_read, report_write) = pipe()?;
+    let (activation_read, activation) = pipe()?;
+    let (started, started_write) = pipe()?;
+    let plan = Arc::new(InitPlan {
+        parent: inner.pid,
+        report_fd: report_write.as_raw_fd(),
+        go_fd: activation_read.as_raw_fd(),
+        started_fd: started_write.as_raw_fd(),
+        ns: Some(ns),
+        self_exe: inner.self_exe.as_raw_fd(),
+        probe: false,
+        warm: true,
+        idle: pool_is_idle(inner),
+        cwd: c"/".to_owned(),
+        cwd_message: Vec::new(),
+        program: None,
+    });
+    let spawned = inner.spawner.spawn(keeper_command(plan)).await;
+    // Only the keeper and its children may hold these ends now.
+    drop((report_write, activation_read, started_write));
+    let mut keeper = spawned.map_err(|error| format!("cannot fork the sandbox keeper: {error}"))?;
+    let Some(pid) = keeper.id() else {
+        return Err("the sandbox keeper ended at once".into());
+    };
+    let pid = pid as pid_t;
+    let handle = ProcessHandle::open(pid);
+    let opened = match read_report(report_read).await {
+        Ok(_) => open_running(pid, 0, inner.mode, handle, Network::Host)
+            .map_err(|error| format!("cannot open the sandbox's namespaces: {error}")),
+        Err(message) => Err(message),
+    };
+    match opened {
+        Ok(running) => Ok(WarmSandbox { dir, keeper, running, activation, started, idle: pool_is_idle(inner) }),
+        Err(message) => {
+            abandon(&mut keeper).await;
+            Err(message)
+        }
+    }
+}
