@@ -184,8 +184,9 @@ struct SandboxArgs {
     /// Directory holding each sandbox's root directory (created if missing); no sandbox sees it.
     /// Locked while the emulator runs: a second emulator on it is refused, and the next start
     /// removes the sandbox directories a killed emulator left. Default: `cwsandbox-emulator-PID`
-    /// under the system's temporary directory, removed on exit (and, if the emulator was killed,
-    /// by a later start).
+    /// under /dev/shm where it is a memory file system we may write and execute in (what
+    /// sandboxes write is then held in memory), else under the system's temporary directory;
+    /// removed on exit (and, if the emulator was killed, by a later start).
     #[arg(long, value_name = "DIR", env = "CWSANDBOX_EMULATOR_SANDBOX_ROOT")]
     sandbox_root: Option<PathBuf>,
     /// A host directory to bind read-only into every namespaced sandbox, beside the defaults
@@ -207,7 +208,11 @@ impl SandboxArgs {
     fn runtime(&self, retention: Duration, max_file_bytes: u64) -> Result<(ExecutorRuntime, SandboxRoot)> {
         let (claimed, temporary) = match &self.sandbox_root {
             Some(root) => (SandboxRoot::claim(root)?, false),
-            None => (SandboxRoot::claim_default(&std::env::temp_dir())?, true),
+            None => {
+                // Memory where it can be had: making a sandbox's root there is milliseconds faster.
+                let parent = cwsandbox_executor::memory_backed_dir().unwrap_or_else(std::env::temp_dir);
+                (SandboxRoot::claim_default(&parent, &std::env::temp_dir())?, true)
+            }
         };
         for stale in claimed.removed() {
             tracing::info!("removed {}, left by an emulator that was stopped without cleaning up", stale.display());

@@ -179,11 +179,15 @@ impl SandboxRoot {
         Ok(SandboxRoot { path: path.to_owned(), _lock: lock, removed })
     }
 
-    /// Takes `<temp_dir>/cwsandbox-emulator-<pid>` as the sandbox root, after removing the
-    /// default roots under `temp_dir` whose emulator is gone.
-    pub fn claim_default(temp_dir: &Path) -> Result<SandboxRoot, StateError> {
-        let mut removed = remove_dead_default_roots(temp_dir);
-        let mut root = SandboxRoot::claim(&temp_dir.join(format!("{DEFAULT_ROOT_PREFIX}{}", std::process::id())))?;
+    /// Takes `<parent>/cwsandbox-emulator-<pid>` as the sandbox root, after removing the
+    /// default roots under `parent` and `other_parent` (where an emulator may have put its
+    /// default root when `parent` was not to be had) whose emulator is gone.
+    pub fn claim_default(parent: &Path, other_parent: &Path) -> Result<SandboxRoot, StateError> {
+        let mut removed = remove_dead_default_roots(parent);
+        if other_parent != parent {
+            removed.extend(remove_dead_default_roots(other_parent));
+        }
+        let mut root = SandboxRoot::claim(&parent.join(format!("{DEFAULT_ROOT_PREFIX}{}", std::process::id())))?;
         removed.append(&mut root.removed);
         root.removed = removed;
         Ok(root)

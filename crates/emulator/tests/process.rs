@@ -383,11 +383,16 @@ fn the_default_sandbox_root_of_a_dead_emulator_is_removed_at_the_next_start() ->
 
     let mut serve = Serve::spawn(&[], &[("TMPDIR", temp.path())])?;
     assert!(serve.wait_ready(), "{}", serve.output());
+    // Swept from the temporary directory also where the default root is in memory (/dev/shm).
     assert!(!stale.exists(), "{}", serve.output());
     assert!(other.exists());
-    assert!(
-        temp.path().join(format!("cwsandbox-emulator-{}", serve.child.id())).join(".cwsandbox-emulator.lock").exists()
-    );
+    let parent = cwsandbox_executor::memory_backed_dir().unwrap_or_else(|| temp.path().to_owned());
+    let live = parent.join(format!("cwsandbox-emulator-{}", serve.child.id()));
+    assert!(live.join(".cwsandbox-emulator.lock").exists(), "no default root at {}", live.display());
+    // A clean exit takes its default root with it.
+    Command::new("kill").args(["-TERM", &serve.child.id().to_string()]).status()?;
+    serve.child.wait()?;
+    assert!(!live.exists(), "{} is left after the emulator's exit", live.display());
     Ok(())
 }
 

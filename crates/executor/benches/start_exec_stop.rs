@@ -1,5 +1,6 @@
 //! The executor's part of a sandbox's life cycle, without the API: start (idle main command),
-//! exec `hostname`, stop; with sandboxes started ahead of need and without. Medians of
+//! exec `hostname`, stop; with sandboxes started ahead of need and without, the roots on the
+//! temporary directory's file system and in memory (/dev/shm, where it can be had). Medians of
 //! `BENCH_ROUNDS` (default 60) per step, on stdout. Run with
 //! `cargo bench -p cwsandbox-executor --bench start_exec_stop`; figures in BENCHMARKS.md.
 
@@ -12,8 +13,12 @@ fn median(samples: &mut [Duration]) -> f64 {
     samples[samples.len() / 2].as_secs_f64() * 1000.0
 }
 
-async fn measure(warm_sandboxes: usize, rounds: usize) -> Result<String, Box<dyn std::error::Error>> {
-    let root = tempfile::Builder::new().prefix("cwsbx-bench").tempdir()?;
+async fn measure(
+    parent: &std::path::Path,
+    warm_sandboxes: usize,
+    rounds: usize,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let root = tempfile::Builder::new().prefix("cwsbx-bench").tempdir_in(parent)?;
     let mut config = ExecutorConfig::new(root.path());
     config.isolation = Isolation::Namespaces;
     config.warm_sandboxes = warm_sandboxes;
@@ -55,8 +60,14 @@ async fn measure(warm_sandboxes: usize, rounds: usize) -> Result<String, Box<dyn
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|value| value.parse().ok()).unwrap_or(60).max(1);
-    for (label, warm) in [("from scratch", 0), ("started ahead", 2), ("from scratch", 0), ("started ahead", 2)] {
-        println!("{label:>14}: {}", measure(warm, rounds).await?);
+    let mut parents = vec![("temporary directory", std::env::temp_dir())];
+    parents.extend(cwsandbox_executor::memory_backed_dir().map(|dir| ("memory", dir)));
+    for _ in 0..2 {
+        for (place, parent) in &parents {
+            for (label, warm) in [("from scratch", 0), ("started ahead", 2)] {
+                println!("{place:>19}, {label:>13}: {}", measure(parent, warm, rounds).await?);
+            }
+        }
     }
     Ok(())
 }

@@ -32,7 +32,7 @@ pub use error::{ExecutorError, FileError, LogError};
 pub use exec::{ExecExit, ExecOutput, ExecRequest, ExecSession, ExecStdin, Output, Stream, TtyControl};
 pub use executor::Executor;
 pub use logs::{LogChunk, LogFollower, LogReader, LogSlice};
-pub use rootfs::{DEFAULT_HOST_PATHS, check_file_path};
+pub use rootfs::{DEFAULT_HOST_PATHS, check_file_path, memory_backed_dir};
 
 /// How sandboxes are isolated from the host and from each other.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -12,7 +12,7 @@ from cwsandbox import Sandbox
 from cwsandbox_emulator import Emulator, EmulatorApiError, EmulatorError, OrphanError
 
 
-def test_starts_on_a_free_port_and_stops_with_sigterm():
+def test_starts_on_a_free_port_and_stops_with_sigterm(monkeypatch):
     with Emulator() as emu:
         assert emu.base_url.startswith("http://127.0.0.1:")
         assert not emu.base_url.endswith(":0")
@@ -21,9 +21,25 @@ def test_starts_on_a_free_port_and_stops_with_sigterm():
         assert emu.isolation in ("namespaces", "plain")
         assert emu.running
         directory = emu.dir
+        sandboxes = emu.sandbox_root
+        # Sandbox roots live in memory where /dev/shm is a tmpfs that allows executing files.
+        with open("/proc/mounts") as mounts:
+            shm = [line.split() for line in mounts if line.split()[1] == "/dev/shm"]
+        if shm and shm[-1][2] == "tmpfs" and "noexec" not in shm[-1][3].split(",") and os.access("/dev/shm", os.W_OK):
+            assert str(sandboxes).startswith("/dev/shm/"), sandboxes
+        else:
+            assert sandboxes.parent == directory
+        for name, value in emu.env().items():
+            monkeypatch.setenv(name, value)
+        # A program the sandbox writes runs: its root's file system allows executing files.
+        script = "printf '#!/bin/sh\\necho ran\\n' > /tmp/run.sh && chmod +x /tmp/run.sh && /tmp/run.sh"
+        with Sandbox.run(placement_mode="cks", runner_ids=[emu.runner_id]) as sb:
+            assert sb.exec(["sh", "-c", script]).result().stdout.strip() == "ran"
+        assert sandboxes.is_dir()
     assert not emu.running
     # Nothing of the run is left behind.
     assert not directory.exists()
+    assert not sandboxes.parent.exists()
 
 
 def test_two_emulators_at_once_do_not_share_anything():

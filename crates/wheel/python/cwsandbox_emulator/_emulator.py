@@ -46,10 +46,29 @@ class OrphanError(EmulatorError):
         self.survivors = survivors
 
 
-def _kill(process: subprocess.Popen) -> None:
+def _memory_dir() -> Optional[str]:
+    """/dev/shm where it is a memory file system (tmpfs) we may write to and execute from."""
+    path = "/dev/shm"
+    try:
+        stat = os.statvfs(path)
+        with open("/proc/mounts") as mounts:
+            tmpfs = any(line.split()[1:3] == [path, "tmpfs"] for line in mounts)
+    except OSError:
+        return None
+    if not tmpfs or stat.f_flag & os.ST_NOEXEC or not os.access(path, os.W_OK | os.X_OK):
+        return None
+    return path
+
+
+def _kill(process: subprocess.Popen, directories: List[Path]) -> None:
+    """An emulator never stopped: killed, and its directories removed (the sandboxes' are in
+    memory where /dev/shm allows)."""
     if process.poll() is None:
         process.kill()
         process.wait()
+    if os.environ.get(KEEP_DIR, "") in ("", "0"):
+        for directory in directories:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def binary(name: str = "cwsandbox-emulator") -> str:
@@ -128,6 +147,7 @@ class Emulator(WorldView):
         self._process: Optional[subprocess.Popen] = None
         self._log = None
         self.dir: Optional[Path] = None
+        self._sandbox_parent: Optional[Path] = None
         self.ready: Dict[str, Any] = {}
 
     # ---- life cycle -----------------------------------------------------------------------
@@ -136,6 +156,10 @@ class Emulator(WorldView):
         if self._process is not None:
             raise EmulatorError("already started")
         self.dir = Path(tempfile.mkdtemp(prefix="cwsandbox-emulator-py-"))
+        # Sandbox roots are made and removed at every start and delete: in memory that costs
+        # microseconds, on a disk file system milliseconds (as the emulator's own default does).
+        memory = _memory_dir()
+        self._sandbox_parent = Path(tempfile.mkdtemp(prefix="cwsandbox-emulator-py-", dir=memory)) if memory else self.dir
         ready_file = self.dir / "ready.json"
         command = [
             self._binary or binary(),
@@ -164,7 +188,8 @@ class Emulator(WorldView):
             command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env
         )
         # An emulator never stopped (no `with`, no stop()) goes with this interpreter at the latest.
-        self._finalizer = weakref.finalize(self, _kill, self._process)
+        directories = [self.dir] if self._sandbox_parent == self.dir else [self.dir, self._sandbox_parent]
+        self._finalizer = weakref.finalize(self, _kill, self._process, directories)
         deadline = time.monotonic() + self._start_timeout
         while not ready_file.exists():
             code = self._process.poll()
@@ -179,7 +204,9 @@ class Emulator(WorldView):
 
     def _abandon(self, why: str) -> NoReturn:
         """Kills a start that failed and raises with its output."""
-        self._finalizer()
+        self._finalizer.detach()
+        if self._process is not None:
+            _kill(self._process, [])
         self._process = None
         if self._log is not None:
             self._log.close()
@@ -217,9 +244,13 @@ class Emulator(WorldView):
                 except OSError:
                     pass
             listing = "\n".join(str(p) for p in survivors)
-            raise OrphanError(f"processes outlived the emulator (now killed):\n{listing}\nemulator log:\n{self.log()}", survivors)
+            message = f"processes outlived the emulator (now killed):\n{listing}\nemulator log:\n{self.log()}"
+            self._cleanup()
+            raise OrphanError(message, survivors)
         if code != 0:
-            raise EmulatorError(f"the emulator exited with code {code}:\n{self.log()}")
+            message = f"the emulator exited with code {code}:\n{self.log()}"
+            self._cleanup()
+            raise EmulatorError(message)
         self._cleanup()
         return code
 
@@ -227,9 +258,11 @@ class Emulator(WorldView):
         if self.dir is None:
             return
         if os.environ.get(KEEP_DIR, "") not in ("", "0"):
-            sys.stderr.write(f"{KEEP_DIR}: kept the emulator's directory {self.dir}\n")
+            sys.stderr.write(f"{KEEP_DIR}: kept the emulator's directory {self.dir} (sandboxes: {self.sandbox_root})\n")
             return
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self._sandbox_parent != self.dir:
+            shutil.rmtree(self._sandbox_parent, ignore_errors=True)
 
     def __enter__(self) -> "Emulator":
         return self.start()
@@ -254,8 +287,10 @@ class Emulator(WorldView):
 
     @property
     def sandbox_root(self) -> Path:
+        """Where the sandboxes' directories are: under /dev/shm where it is a memory file system
+        that allows executing files, else in the emulator's directory."""
         assert self.dir is not None, "not started"
-        return self.dir / "sandboxes"
+        return self._sandbox_parent / "sandboxes"
 
     @property
     def base_url(self) -> str:
