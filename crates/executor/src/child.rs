@@ -635,18 +635,7 @@ fn run_ns_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
         format_decimal(main as u32, &mut main_digits).as_ptr(),
         std::ptr::null(),
     ];
-    let envp = [std::ptr::null::<c_char>()];
-    // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
-    unsafe {
-        libc::syscall(
-            libc::SYS_execveat,
-            plan.self_exe,
-            c"".as_ptr(),
-            argv.as_ptr(),
-            envp.as_ptr(),
-            libc::AT_EMPTY_PATH,
-        )
-    };
+    exec_self(plan.self_exe, &argv);
     give_up(Stage::ExecInit, errno())
 }
 
@@ -685,19 +674,18 @@ fn exec_warm_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
         arguments[2],
         std::ptr::null(),
     ];
+    exec_self(plan.self_exe, &argv);
+    fail(plan.report_fd, Stage::ExecInit, errno())
+}
+
+/// Executes the emulator's own binary (open at `self_exe`) with `argv` (NULL-terminated) and an
+/// empty environment; returns only if that failed (`errno` says why). Fork-safe.
+fn exec_self(self_exe: RawFd, argv: &[*const c_char]) {
     let envp = [std::ptr::null::<c_char>()];
     // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
     unsafe {
-        libc::syscall(
-            libc::SYS_execveat,
-            plan.self_exe,
-            c"".as_ptr(),
-            argv.as_ptr(),
-            envp.as_ptr(),
-            libc::AT_EMPTY_PATH,
-        )
+        libc::syscall(libc::SYS_execveat, self_exe, c"".as_ptr(), argv.as_ptr(), envp.as_ptr(), libc::AT_EMPTY_PATH)
     };
-    fail(plan.report_fd, Stage::ExecInit, errno())
 }
 
 /// Kills what is left of the namespace, reaps it, and exits with the main command's code.
