@@ -887,9 +887,7 @@ pub(crate) fn exec_main(main: &MainExec) -> ! {
     if let Credentials::Drop(ids) = main.credentials
         && drop_privileges(ids).is_err()
     {
-        write_all(2, b"cwsandbox: cannot drop the sandbox's privileges\n");
-        write_all(main.started_fd, b"!");
-        exit(127);
+        not_started(main.started_fd, b"cwsandbox: cannot drop the sandbox's privileges\n");
     }
     unblock_all_signals();
     // Keep only stdio: the sandbox's main command inherits nothing else of ours
@@ -897,9 +895,7 @@ pub(crate) fn exec_main(main: &MainExec) -> ! {
     close_fds_except(&[0, 1, 2, main.started_fd.max(3)]);
     // SAFETY: valid C string.
     if unsafe { libc::chdir(main.cwd.as_ptr()) } != 0 {
-        write_all(2, main.cwd_message);
-        write_all(main.started_fd, b"!");
-        exit(127);
+        not_started(main.started_fd, main.cwd_message);
     }
     let Some(program) = main.program else {
         // The default keep-alive process, like `sleep infinity`, without depending
@@ -927,10 +923,16 @@ pub(crate) fn exec_main(main: &MainExec) -> ! {
         libc::EACCES | libc::EPERM => &program.denied,
         _ => &program.failed,
     };
+    not_started(main.started_fd, message)
+}
+
+/// Ends a main command that cannot start: `message` on stderr (its logs), exit code 127. A
+/// byte on the started pipe tells the emulator, waiting on it, that no command runs: the pipe
+/// would close on exec, and closes at exit too, so the byte is what tells the two apart.
+/// Fork-safe.
+pub(crate) fn not_started(started_fd: RawFd, message: &[u8]) -> ! {
     write_all(2, message);
-    // Tells the emulator, waiting on the started pipe, that no command runs: the pipe would
-    // close on exec, and closes at exit too, so a byte is what tells the two apart.
-    write_all(main.started_fd, b"!");
+    write_all(started_fd, b"!");
     exit(127)
 }
 

@@ -17,7 +17,7 @@ use std::ffi::{CStr, c_char, c_int};
 use crate::activation::Activation;
 use crate::child::{self, Credentials, MainExec, Program, ReportMessage, Stage, init_loop, report};
 use crate::sys::{
-    control_signalfd, drop_bounding_set, exit, limit_capabilities, parse_decimal, set_name, set_not_dumpable, write_all,
+    control_signalfd, drop_bounding_set, exit, limit_capabilities, parse_decimal, set_name, set_not_dumpable,
 };
 
 /// The argument that makes a program a sandbox's init.
@@ -129,30 +129,22 @@ fn run_warm(report_fd: c_int, activation_fd: c_int, started_fd: c_int) -> ! {
         // Given up (an emulator shutting down, or a malformed activation): nothing ran.
         child::end_namespace(0);
     };
-    // SAFETY: closing the descriptor handed to us.
-    unsafe { libc::close(activation_fd) };
     let hostname = activation.hostname.as_bytes();
     // SAFETY: pointer and length describe the hostname bytes.
     if unsafe { libc::sethostname(hostname.as_ptr().cast(), hostname.len()) } != 0 {
-        write_all(2, b"cwsandbox: cannot set the sandbox's hostname\n");
-        write_all(started_fd, b"!");
-        exit(127);
+        child::not_started(started_fd, b"cwsandbox: cannot set the sandbox's hostname\n");
     }
     // The sandbox's capabilities from now on, before any process of it exists: what the cold
     // start's init has after its re-execution with the reduced bounding set.
     if drop_bounding_set().and_then(|()| limit_capabilities()).is_err() {
-        write_all(2, b"cwsandbox: cannot drop the sandbox's privileges\n");
-        write_all(started_fd, b"!");
-        exit(127);
+        child::not_started(started_fd, b"cwsandbox: cannot drop the sandbox's privileges\n");
     }
     let cwd_message = child::cwd_message(&activation.cwd.to_string_lossy());
     let program = activation.main.map(|main| Program::new(main.candidates, main.argv, main.envp, &main.display));
     // SAFETY: this process has one thread; the child only execs or exits.
     let main = unsafe { libc::fork() };
     if main < 0 {
-        write_all(2, b"cwsandbox: cannot fork the main command\n");
-        write_all(started_fd, b"!");
-        exit(127);
+        child::not_started(started_fd, b"cwsandbox: cannot fork the main command\n");
     }
     if main == 0 {
         child::exec_main(&MainExec {
@@ -168,19 +160,13 @@ fn run_warm(report_fd: c_int, activation_fd: c_int, started_fd: c_int) -> ! {
     init_loop(main, signals)
 }
 
-/// Reads the activation until the emulator closes the pipe.
+/// Reads the activation until the emulator closes the pipe, and closes it.
 fn read_activation(fd: c_int) -> Option<Activation> {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    // SAFETY: the descriptor was handed to us and is used nowhere else.
+    let mut pipe = unsafe { std::fs::File::from_raw_fd(fd) };
     let mut bytes = Vec::new();
-    let mut buffer = [0u8; 16 * 1024];
-    loop {
-        // SAFETY: reading into a local buffer.
-        let read = unsafe { libc::read(fd, buffer.as_mut_ptr().cast(), buffer.len()) };
-        match read {
-            0 => break,
-            read if read > 0 => bytes.extend_from_slice(&buffer[..read as usize]),
-            _ if crate::sys::errno() == libc::EINTR => {}
-            _ => return None,
-        }
-    }
+    pipe.read_to_end(&mut bytes).ok()?;
     Activation::decode(&bytes)
 }

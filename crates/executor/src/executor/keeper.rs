@@ -4,7 +4,7 @@
 
 use std::ffi::CString;
 use std::io::Read;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
@@ -12,17 +12,17 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use libc::pid_t;
 use tokio::io::AsyncReadExt;
-use tokio::process::Child;
+use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 
 use super::mode::{IdMode, Mode};
-use super::{Running, Sandbox, Target, lock};
-use crate::child::{self, ReportMessage};
+use super::{Inner, Running, Sandbox, Target, lock};
+use crate::child::{self, InitPlan, ReportMessage};
 use crate::exec::{self, ExecTracker};
 use crate::logs::LogBuffer;
 use crate::sys::{self, ProcessHandle};
-use crate::{MainExit, Network};
+use crate::{ExecutorError, MainExit, Network};
 
 /// How long a sandbox may take to set itself up before start gives up.
 pub(super) const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -31,6 +31,80 @@ pub(super) const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// namespaces mode it closes at once (every process is gone); in plain mode a
 /// process that left the sandbox's group may hold it.
 const LOG_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The descriptors a keeper's plan names, for the keeper's side of its pipes.
+pub(super) struct PlanPipes {
+    pub(super) report_fd: RawFd,
+    pub(super) go_fd: RawFd,
+    pub(super) started_fd: RawFd,
+}
+
+/// A keeper whose sandbox is set up: the handles to reach it, and the emulator's ends of the
+/// pipe the main command (or a warm sandbox's init) waits on and of the one that closes when the
+/// main command has exec'd (a byte first if it could not).
+pub(super) struct StartedKeeper {
+    pub(super) child: Child,
+    pub(super) running: Running,
+    pub(super) go: std::io::PipeWriter,
+    pub(super) started: std::io::PipeReader,
+}
+
+/// Forks a keeper for sandbox `id` running the plan `plan` makes for its pipes, waits for its
+/// setup report and opens the handles to the sandbox (its own network namespace with
+/// `Network::LoopbackOnly`). A keeper that fails its setup is killed and reaped.
+pub(super) async fn start_keeper(
+    inner: &Inner,
+    id: &str,
+    network: Network,
+    plan: impl FnOnce(PlanPipes) -> InitPlan,
+) -> Result<StartedKeeper, ExecutorError> {
+    let setup_error = |message: String| ExecutorError::Setup { id: id.to_owned(), message };
+    let (report_read, report_write) = std::io::pipe()?;
+    let (go_read, go) = std::io::pipe()?;
+    let (started, started_write) = std::io::pipe()?;
+    let plan = Arc::new(plan(PlanPipes {
+        report_fd: report_write.as_raw_fd(),
+        go_fd: go_read.as_raw_fd(),
+        started_fd: started_write.as_raw_fd(),
+    }));
+    let spawned = inner.spawner.spawn(keeper_command(plan)).await;
+    // Only the keeper and its children may hold these ends now, so the report ends (EOF) if
+    // they die.
+    drop((report_write, go_read, started_write));
+    let mut child = spawned.map_err(|error| setup_error(format!("cannot fork the sandbox keeper: {error}")))?;
+    let Some(pid) = child.id() else {
+        return Err(setup_error("the sandbox keeper ended at once".into()));
+    };
+    let pid = pid as pid_t;
+    let handle = ProcessHandle::open(pid);
+    let opened = match read_report(report_read).await {
+        Ok(main_pid) => open_running(pid, main_pid, inner.mode, handle, network)
+            .map_err(|error| format!("cannot open the sandbox's namespaces: {error}")),
+        Err(message) => Err(message),
+    };
+    match opened {
+        Ok(running) => Ok(StartedKeeper { child, running, go, started }),
+        Err(message) => {
+            abandon(&mut child).await;
+            Err(setup_error(message))
+        }
+    }
+}
+
+/// The keeper of a sandbox, forked to run `plan`.
+fn keeper_command(plan: Arc<InitPlan>) -> Command {
+    let mut command = Command::new("cwsandbox-keeper");
+    command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+    command.kill_on_drop(true);
+    // SAFETY: the closure runs between fork and exec and only calls the
+    // fork-safe code of `child`, reading the plan prepared before.
+    unsafe {
+        command.pre_exec(move || -> std::io::Result<()> {
+            if plan.ns.is_some() { child::run_ns_keeper(&plan) } else { child::run_plain_keeper(&plan) }
+        });
+    }
+    command
+}
 
 /// Owns the keeper: reports the main command's end and tears the sandbox down.
 pub(super) async fn watch_keeper(
@@ -92,7 +166,7 @@ pub(super) async fn abandon(child: &mut Child) {
 }
 
 /// Waits for the keeper's setup report: the main pid (plain mode) or a failure.
-pub(super) async fn read_report(mut pipe: std::io::PipeReader) -> Result<pid_t, String> {
+async fn read_report(mut pipe: std::io::PipeReader) -> Result<pid_t, String> {
     let reading = tokio::task::spawn_blocking(move || {
         let mut bytes = Vec::new();
         let mut buffer = [0u8; 64];
@@ -152,7 +226,7 @@ pub(super) async fn wait_for_exec(mut pipe: std::io::PipeReader) -> bool {
     }
 }
 
-pub(super) fn open_running(
+fn open_running(
     keeper_pid: pid_t,
     main_pid: pid_t,
     mode: Mode,

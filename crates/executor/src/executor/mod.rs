@@ -20,9 +20,9 @@ use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
-use self::keeper::{SETUP_TIMEOUT, abandon, open_running, pump_logs, read_report, wait_for_exec, watch_keeper};
+use self::keeper::{SETUP_TIMEOUT, StartedKeeper, pump_logs, start_keeper, wait_for_exec, watch_keeper};
 use self::layout::{move_warm_root, prepare_layout, program_candidates, remove_dir, sandbox_env};
-use self::mode::{IdMode, Mode, choose_mode, command_ids, ns_plan, user_problem};
+use self::mode::{IdMode, Mode, choose_mode, ns_plan, user_problem};
 use self::spares::SpareRoots;
 use self::validate::{c_string, validate_exec, validate_id, validate_spec};
 use self::warm::{WarmPool, WarmSandbox, can_use_warm, end_keeper};
@@ -313,57 +313,31 @@ impl Executor {
             }
             _ => None,
         };
-        let (report_read, report_write) = std::io::pipe()?;
-        let (go_read, mut go_write) = std::io::pipe()?;
-        let (started_read, started_write) = std::io::pipe()?;
-        let plan = Arc::new(InitPlan {
-            parent: self.inner.pid,
-            report_fd: report_write.as_raw_fd(),
-            go_fd: go_read.as_raw_fd(),
-            started_fd: started_write.as_raw_fd(),
-            ns,
-            self_exe: self.inner.self_exe.as_raw_fd(),
-            probe: false,
-            warm: false,
-            idle: false,
-            cwd: c_string(layout.working_dir.clone())?,
-            cwd_message: child::cwd_message(&layout.working_dir),
-            program,
-        });
-        let spawned = self.inner.spawner.spawn(keeper_command(plan)).await;
-        // Only the keeper and its children may hold the write end now, so the
-        // report ends (EOF) if they die.
-        drop(report_write);
-        drop(go_read);
-        drop(started_write);
-        let mut child = spawned.map_err(|error| setup_error(id, format!("cannot fork the sandbox keeper: {error}")))?;
-        let Some(pid) = child.id() else {
-            return Err(setup_error(id, "the sandbox keeper ended at once".into()));
-        };
-        let pid = pid as pid_t;
-        let keeper = ProcessHandle::open(pid);
-        let main_pid = match read_report(report_read).await {
-            Ok(main_pid) => main_pid,
-            Err(message) => {
-                abandon(&mut child).await;
-                return Err(setup_error(id, message));
-            }
-        };
-        let running = match open_running(pid, main_pid, mode, keeper, spec.network) {
-            Ok(running) => running,
-            Err(error) => {
-                abandon(&mut child).await;
-                return Err(setup_error(id, format!("cannot open the sandbox's namespaces: {error}")));
-            }
-        };
+        let cwd = c_string(layout.working_dir.clone())?;
+        let StartedKeeper { child, running, mut go, started } =
+            start_keeper(&self.inner, id, spec.network, |pipes| InitPlan {
+                parent: self.inner.pid,
+                report_fd: pipes.report_fd,
+                go_fd: pipes.go_fd,
+                started_fd: pipes.started_fd,
+                ns,
+                self_exe: self.inner.self_exe.as_raw_fd(),
+                probe: false,
+                warm: false,
+                idle: false,
+                cwd,
+                cwd_message: child::cwd_message(&layout.working_dir),
+                program,
+            })
+            .await?;
         // Let the main command run. If it cannot be told, the sandbox's processes
         // are gone already, which the keeper's watcher reports.
         {
             use std::io::Write;
-            let _ = go_write.write_all(b"g");
+            let _ = go.write_all(b"g");
         }
-        drop(go_write);
-        let command_runs = wait_for_exec(started_read).await;
+        drop(go);
+        let command_runs = wait_for_exec(started).await;
         self.register(id, dir, layout.working_dir, env, &spec, child, running, command_runs).await
     }
 
@@ -378,6 +352,11 @@ impl Executor {
         hostname: &CString,
         warm: WarmSandbox,
     ) -> Activated {
+        if let Err(error) = warm.raise_priority() {
+            debug!(sandbox = id, %error, "a sandbox started ahead of need cannot be used; using another");
+            warm.discard().await;
+            return Activated::Unusable;
+        }
         let owner = self.inner.mode.sandbox_owner();
         let host_paths = &self.inner.config.host_paths;
         // Usually one rename and nothing to clear: done here, where a blocking thread's hop would
@@ -408,10 +387,7 @@ impl Executor {
         };
         let activation = Activation {
             hostname: hostname.clone(),
-            main_ids: match self.inner.mode {
-                Mode::Namespaces { ids } => command_ids(ids, None),
-                Mode::Plain => None,
-            },
+            main_ids: self.inner.mode.command_ids(None),
             cwd: match c_string(working_dir.clone()) {
                 Ok(cwd) => cwd,
                 Err(error) => {
@@ -421,11 +397,6 @@ impl Executor {
             },
             main: main.clone(),
         };
-        if let Err(error) = warm.raise_priority() {
-            debug!(sandbox = id, %error, "a sandbox started ahead of need cannot be used; using another");
-            warm.discard().await;
-            return Activated::Unusable;
-        }
         let WarmSandbox { dir: warm_dir, keeper, running, activation: mut pipe, started, .. } = warm;
         let bytes = activation.encode();
         // A pipe holds at least a page: an activation that fits is written without blocking.
@@ -489,10 +460,7 @@ impl Executor {
             stop_requested: AtomicBool::new(false),
             execs: Mutex::new(Vec::new()),
             exit_code: std::sync::OnceLock::new(),
-            command_ids: match mode {
-                Mode::Namespaces { ids } => command_ids(ids, spec.user),
-                Mode::Plain => None,
-            },
+            command_ids: mode.command_ids(spec.user),
             file_owner: mode.sandbox_owner().map(|(uid, gid)| match spec.user {
                 Some(user) => (uid + user.uid, gid + user.gid),
                 None => (uid, gid),
@@ -785,21 +753,6 @@ fn main_command(spec: &LaunchSpec, env: &BTreeMap<String, String>) -> Result<Opt
         envp: env.iter().map(|(key, value)| c_string(format!("{key}={value}"))).collect::<Result<_, _>>()?,
         display: program.clone(),
     }))
-}
-
-/// The keeper of a sandbox, forked to run `plan`.
-fn keeper_command(plan: Arc<InitPlan>) -> Command {
-    let mut command = Command::new("cwsandbox-keeper");
-    command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
-    command.kill_on_drop(true);
-    // SAFETY: the closure runs between fork and exec and only calls the
-    // fork-safe code of `child`, reading the plan prepared before.
-    unsafe {
-        command.pre_exec(move || -> std::io::Result<()> {
-            if plan.ns.is_some() { child::run_ns_keeper(&plan) } else { child::run_plain_keeper(&plan) }
-        });
-    }
-    command
 }
 
 fn start_failure_message(program: &str, error: &std::io::Error) -> String {

@@ -35,6 +35,14 @@ pub(super) enum IdMode {
 }
 
 impl Mode {
+    /// The (uid, gid) of the user namespace a sandbox's commands switch to, where they switch.
+    pub(super) fn command_ids(self, user: Option<SandboxUser>) -> Option<(u32, u32)> {
+        match self {
+            Mode::Namespaces { ids } => command_ids(ids, user),
+            Mode::Plain => None,
+        }
+    }
+
     /// The host (uid, gid) of the sandbox's root user, where it is not ours.
     pub(super) fn sandbox_owner(self) -> Option<(u32, u32)> {
         match self {
@@ -153,7 +161,7 @@ fn namespace_flags(user_namespace: bool, network: Network) -> libc::c_int {
 /// The (uid, gid) a sandbox's commands switch to in its user namespace: a root emulator's
 /// switch to the sandbox's root or the ids asked for; an unprivileged emulator's are already
 /// the ids asked for (its map makes them so), and without a user namespace nothing switches.
-pub(super) fn command_ids(ids: IdMode, user: Option<SandboxUser>) -> Option<(u32, u32)> {
+fn command_ids(ids: IdMode, user: Option<SandboxUser>) -> Option<(u32, u32)> {
     match ids {
         IdMode::Range { .. } => Some(user.map_or((0, 0), |user| (user.uid, user.gid))),
         IdMode::Own | IdMode::HostRoot => None,

@@ -17,14 +17,14 @@ use tokio::process::Child;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
-use super::keeper::{abandon, open_running, read_report};
+use super::keeper::{StartedKeeper, abandon, start_keeper};
 use super::layout::remove_dir;
 use super::mode::{Mode, ns_plan};
 use super::spares::remove_orphans;
-use super::{Inner, Running, keeper_command, lock};
+use super::{Inner, Running, lock};
 use crate::child::InitPlan;
 use crate::rootfs;
-use crate::sys::{ProcessHandle, set_idle_scheduling};
+use crate::sys::set_idle_scheduling;
 use crate::{LaunchSpec, Network};
 
 /// `@` is not allowed in sandbox ids, so a warm sandbox's directory cannot be a sandbox's.
@@ -243,7 +243,7 @@ async fn make(inner: &Arc<Inner>) -> Result<WarmSandbox, String> {
         .and_then(|made| made)
     };
     let started = match made {
-        Ok(rootfs) => start_keeper(inner, ids, &rootfs, dir.clone()).await,
+        Ok(rootfs) => start_warm_keeper(inner, ids, &rootfs, dir.clone()).await,
         Err(error) => Err(error),
     };
     if started.is_err() {
@@ -257,7 +257,8 @@ fn pool_is_idle(inner: &Inner) -> bool {
     inner.warm.as_ref().is_some_and(|pool| pool.idle)
 }
 
-async fn start_keeper(
+/// Forks the keeper of the warm sandbox at `dir`, whose root `rootfs` is made.
+async fn start_warm_keeper(
     inner: &Arc<Inner>,
     ids: super::mode::IdMode,
     rootfs: &rootfs::Rootfs,
@@ -265,43 +266,23 @@ async fn start_keeper(
 ) -> Result<WarmSandbox, String> {
     use std::os::fd::AsRawFd;
     let ns = ns_plan(ids, "localhost", rootfs, Network::Host, None).map_err(|error| error.to_string())?;
-    let pipe = || std::io::pipe().map_err(|error| error.to_string());
-    let (report_read, report_write) = pipe()?;
-    let (activation_read, activation) = pipe()?;
-    let (started, started_write) = pipe()?;
-    let plan = Arc::new(InitPlan {
+    let idle = pool_is_idle(inner);
+    let name = dir.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let StartedKeeper { child, running, go, started } = start_keeper(inner, &name, Network::Host, |pipes| InitPlan {
         parent: inner.pid,
-        report_fd: report_write.as_raw_fd(),
-        go_fd: activation_read.as_raw_fd(),
-        started_fd: started_write.as_raw_fd(),
+        report_fd: pipes.report_fd,
+        go_fd: pipes.go_fd,
+        started_fd: pipes.started_fd,
         ns: Some(ns),
         self_exe: inner.self_exe.as_raw_fd(),
         probe: false,
         warm: true,
-        idle: pool_is_idle(inner),
+        idle,
         cwd: c"/".to_owned(),
         cwd_message: Vec::new(),
         program: None,
-    });
-    let spawned = inner.spawner.spawn(keeper_command(plan)).await;
-    // Only the keeper and its children may hold these ends now.
-    drop((report_write, activation_read, started_write));
-    let mut keeper = spawned.map_err(|error| format!("cannot fork the sandbox keeper: {error}"))?;
-    let Some(pid) = keeper.id() else {
-        return Err("the sandbox keeper ended at once".into());
-    };
-    let pid = pid as pid_t;
-    let handle = ProcessHandle::open(pid);
-    let opened = match read_report(report_read).await {
-        Ok(_) => open_running(pid, 0, inner.mode, handle, Network::Host)
-            .map_err(|error| format!("cannot open the sandbox's namespaces: {error}")),
-        Err(message) => Err(message),
-    };
-    match opened {
-        Ok(running) => Ok(WarmSandbox { dir, keeper, running, activation, started, idle: pool_is_idle(inner) }),
-        Err(message) => {
-            abandon(&mut keeper).await;
-            Err(message)
-        }
-    }
+    })
+    .await
+    .map_err(|error| error.to_string())?;
+    Ok(WarmSandbox { dir, keeper: child, running, activation: go, started, idle })
 }
