@@ -143,13 +143,15 @@ impl WarmPool {
             missing
         };
         for _ in 0..missing {
-            let inner = inner.clone();
+            // Counted until what it made is in the pool or gone, so a shutdown waiting for the
+            // makers cannot return while a sandbox it made is still ending.
+            let making = Making(inner.clone());
             runtime.spawn(async move {
-                let made = make(&inner).await;
+                let inner = &making.0;
+                let made = make(inner).await;
                 let Some(pool) = &inner.warm else { return };
-                let discard = {
+                let leftover = {
                     let mut state = lock(&pool.state);
-                    state.making -= 1;
                     match made {
                         Ok(warm) if !state.closed => {
                             state.ready.push(warm);
@@ -163,10 +165,9 @@ impl WarmPool {
                         }
                     }
                 };
-                if let Some(warm) = discard {
+                if let Some(warm) = leftover {
                     warm.discard().await;
                 }
-                pool.changes.send_replace(());
             });
         }
     }
@@ -189,6 +190,20 @@ impl WarmPool {
         let ready = std::mem::take(&mut lock(&self.state).ready);
         for warm in ready {
             warm.discard().await;
+        }
+    }
+}
+
+/// One maker, counted in `making` from its spawn until it finished or was dropped unfinished
+/// (a runtime shutting down drops its tasks): either way the count goes down and waiters are
+/// told, so [`WarmPool::settled`] cannot wait for a maker that will never finish.
+struct Making(Arc<Inner>);
+
+impl Drop for Making {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.0.warm {
+            lock(&pool.state).making -= 1;
+            pool.changes.send_replace(());
         }
     }
 }
