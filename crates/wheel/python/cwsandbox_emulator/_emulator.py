@@ -60,15 +60,24 @@ def _memory_dir() -> Optional[str]:
     return path
 
 
+def _keep_dirs() -> bool:
+    return os.environ.get(KEEP_DIR, "") not in ("", "0")
+
+
+def _remove(directories: List[Path]) -> None:
+    """Removes a run's directories, unless `$CWSANDBOX_TEST_KEEP_DIR` asks to keep them."""
+    if not _keep_dirs():
+        for directory in directories:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 def _kill(process: subprocess.Popen, directories: List[Path]) -> None:
     """An emulator never stopped: killed, and its directories removed (the sandboxes' are in
     memory where /dev/shm allows)."""
     if process.poll() is None:
         process.kill()
         process.wait()
-    if os.environ.get(KEEP_DIR, "") in ("", "0"):
-        for directory in directories:
-            shutil.rmtree(directory, ignore_errors=True)
+    _remove(directories)
 
 
 def binary(name: str = "cwsandbox-emulator") -> str:
@@ -188,8 +197,7 @@ class Emulator(WorldView):
             command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env
         )
         # An emulator never stopped (no `with`, no stop()) goes with this interpreter at the latest.
-        directories = [self.dir] if self._sandbox_parent == self.dir else [self.dir, self._sandbox_parent]
-        self._finalizer = weakref.finalize(self, _kill, self._process, directories)
+        self._finalizer = weakref.finalize(self, _kill, self._process, self._directories())
         deadline = time.monotonic() + self._start_timeout
         while not ready_file.exists():
             code = self._process.poll()
@@ -254,15 +262,18 @@ class Emulator(WorldView):
         self._cleanup()
         return code
 
+    def _directories(self) -> List[Path]:
+        """The run's directories: its own, and the sandboxes' where they are elsewhere."""
+        assert self.dir is not None and self._sandbox_parent is not None, "not started"
+        return [self.dir] if self._sandbox_parent == self.dir else [self.dir, self._sandbox_parent]
+
     def _cleanup(self) -> None:
         if self.dir is None:
             return
-        if os.environ.get(KEEP_DIR, "") not in ("", "0"):
+        if _keep_dirs():
             sys.stderr.write(f"{KEEP_DIR}: kept the emulator's directory {self.dir} (sandboxes: {self.sandbox_root})\n")
             return
-        shutil.rmtree(self.dir, ignore_errors=True)
-        if self._sandbox_parent != self.dir:
-            shutil.rmtree(self._sandbox_parent, ignore_errors=True)
+        _remove(self._directories())
 
     def __enter__(self) -> "Emulator":
         return self.start()
