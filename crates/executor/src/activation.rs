@@ -29,29 +29,28 @@ pub(crate) struct Activation {
 
 const TAG: u8 = b'A';
 
+impl MainCommand {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        for list in [&self.candidates, &self.argv, &self.envp] {
+            out.extend_from_slice(&(list.len() as u32).to_le_bytes());
+            for item in list {
+                put_bytes(out, item.as_bytes());
+            }
+        }
+        put_bytes(out, self.display.as_bytes());
+    }
+}
+
 impl Activation {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = vec![TAG];
         put_bytes(&mut out, self.hostname.as_bytes());
-        match self.main_ids {
-            Some((uid, gid)) => {
-                out.push(1);
-                out.extend_from_slice(&uid.to_le_bytes());
-                out.extend_from_slice(&gid.to_le_bytes());
-            }
-            None => out.push(0),
-        }
+        put_ids(&mut out, self.main_ids);
         put_bytes(&mut out, self.cwd.as_bytes());
         match &self.main {
             Some(main) => {
                 out.push(1);
-                for list in [&main.candidates, &main.argv, &main.envp] {
-                    out.extend_from_slice(&(list.len() as u32).to_le_bytes());
-                    for item in list {
-                        put_bytes(&mut out, item.as_bytes());
-                    }
-                }
-                put_bytes(&mut out, main.display.as_bytes());
+                main.encode(&mut out);
             }
             None => out.push(0),
         }
@@ -65,44 +64,35 @@ impl Activation {
             return None;
         }
         let hostname = reader.c_string()?;
-        let main_ids = match reader.byte()? {
-            0 => None,
-            1 => Some((reader.u32()?, reader.u32()?)),
-            _ => return None,
-        };
+        let main_ids = reader.ids()?;
         let cwd = reader.c_string()?;
         let main = match reader.byte()? {
             0 => None,
-            1 => {
-                let mut lists = [Vec::new(), Vec::new(), Vec::new()];
-                for list in &mut lists {
-                    let count = reader.u32()? as usize;
-                    // Each item takes at least its 4-byte length: a count the rest cannot
-                    // hold is malformed, and is refused before anything is reserved for it.
-                    if count > reader.0.len() / 4 {
-                        return None;
-                    }
-                    list.reserve(count);
-                    for _ in 0..count {
-                        list.push(reader.c_string()?);
-                    }
-                }
-                let display = String::from_utf8(reader.bytes()?.to_vec()).ok()?;
-                let [candidates, argv, envp] = lists;
-                Some(MainCommand { candidates, argv, envp, display })
-            }
+            1 => Some(reader.command()?),
             _ => return None,
         };
         reader.0.is_empty().then_some(Activation { hostname, main_ids, cwd, main })
     }
 }
 
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(crate) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
     out.extend_from_slice(bytes);
 }
 
-struct Reader<'a>(&'a [u8]);
+pub(crate) fn put_ids(out: &mut Vec<u8>, ids: Option<(u32, u32)>) {
+    match ids {
+        Some((uid, gid)) => {
+            out.push(1);
+            out.extend_from_slice(&uid.to_le_bytes());
+            out.extend_from_slice(&gid.to_le_bytes());
+        }
+        None => out.push(0),
+    }
+}
+
+/// Reads what `put_bytes` and the `encode` functions wrote; every read checks the length left.
+pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
 
 impl<'a> Reader<'a> {
     fn take(&mut self, count: usize) -> Option<&'a [u8]> {
@@ -114,11 +104,11 @@ impl<'a> Reader<'a> {
         Some(head)
     }
 
-    fn byte(&mut self) -> Option<u8> {
+    pub(crate) fn byte(&mut self) -> Option<u8> {
         self.take(1).map(|bytes| bytes[0])
     }
 
-    fn u32(&mut self) -> Option<u32> {
+    pub(crate) fn u32(&mut self) -> Option<u32> {
         self.take(4).map(|bytes| u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
     }
 
@@ -127,8 +117,43 @@ impl<'a> Reader<'a> {
         self.take(count)
     }
 
-    fn c_string(&mut self) -> Option<CString> {
+    pub(crate) fn c_string(&mut self) -> Option<CString> {
         CString::new(self.bytes()?).ok()
+    }
+
+    /// What `put_ids` wrote: `Some(None)` for no ids, `None` for malformed bytes.
+    pub(crate) fn ids(&mut self) -> Option<Option<(u32, u32)>> {
+        match self.byte()? {
+            0 => Some(None),
+            1 => Some(Some((self.u32()?, self.u32()?))),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn u64(&mut self) -> Option<u64> {
+        let bytes = self.take(8)?;
+        let mut array = [0u8; 8];
+        array.copy_from_slice(bytes);
+        Some(u64::from_le_bytes(array))
+    }
+
+    pub(crate) fn command(&mut self) -> Option<MainCommand> {
+        let mut lists = [Vec::new(), Vec::new(), Vec::new()];
+        for list in &mut lists {
+            let count = self.u32()? as usize;
+            // Each item takes at least its 4-byte length: a count the rest cannot hold is
+            // malformed, and is refused before anything is reserved for it.
+            if count > self.0.len() / 4 {
+                return None;
+            }
+            list.reserve(count);
+            for _ in 0..count {
+                list.push(self.c_string()?);
+            }
+        }
+        let display = String::from_utf8(self.bytes()?.to_vec()).ok()?;
+        let [candidates, argv, envp] = lists;
+        Some(MainCommand { candidates, argv, envp, display })
     }
 }
 

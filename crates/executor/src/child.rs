@@ -14,9 +14,10 @@
 //!  └─ sandbox keeper  (new user?/uts/mnt ns,    └─ sandbox keeper (own process group,
 //!     │                parent of the pid ns)       │               child subreaper)
 //!     └─ init, PID 1 of the new pid ns             └─ main command (own process group)
-//!        └─ main command, PID 2
-//!  └─ exec shim (joins the namespaces)          └─ exec'd command (joins main's group)
-//!     └─ exec'd command (in the pid ns)
+//!        ├─ main command, PID 2
+//!        └─ exec'd commands (forked by init         └─ exec'd command (joins main's group)
+//!           on the emulator's order, see
+//!           `crate::init_channel`)
 //! ```
 //!
 //! The keeper is the emulator's child, so the emulator waits for and signals only
@@ -243,6 +244,9 @@ pub(crate) struct InitPlan {
     /// Close-on-exec: the emulator sees this pipe's end once the main command has
     /// exec'd (or given up), so `start` returns with the command running.
     pub(crate) started_fd: RawFd,
+    /// Init's end of its channel with the emulator (`crate::init_channel`), over which
+    /// commands are exec'd; -1 for none (plain mode, the probe).
+    pub(crate) control_fd: RawFd,
     /// `None` runs the plain fallback.
     pub(crate) ns: Option<NsPlan>,
     /// The emulator's own executable, re-executed as the sandbox's init so that init holds
@@ -551,9 +555,10 @@ fn unsafe_kill(pid: pid_t, signal: c_int) {
     unsafe { libc::kill(pid, signal) };
 }
 
-fn sorted_keep(plan: &InitPlan) -> [RawFd; 7] {
-    // The pipes were created after stdio, so they are above 2.
-    let mut keep = [0, 1, 2, plan.report_fd, plan.go_fd, plan.started_fd, plan.self_exe];
+fn sorted_keep(plan: &InitPlan) -> [RawFd; 8] {
+    // The pipes were created after stdio, so they are above 2 (or -1: none, which
+    // `close_fds_except` passes over).
+    let mut keep = [0, 1, 2, plan.report_fd, plan.go_fd, plan.started_fd, plan.control_fd, plan.self_exe];
     keep.sort_unstable();
     keep
 }
@@ -628,11 +633,18 @@ fn run_ns_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
         crate::init::ALREADY_REPORTED
     };
     let mut main_digits = [0u8; 16];
+    let mut control_digits = [0u8; 16];
+    let control_argument = match inheritable_copy(plan.control_fd) {
+        Some(Ok(copy)) => format_decimal(copy as u32, &mut control_digits),
+        Some(Err(error)) => give_up(Stage::ExecInit, error),
+        None => crate::init::NO_CONTROL,
+    };
     let argv = [
         c"cwsandbox-init".as_ptr(),
         crate::init::INIT_MAGIC.as_ptr(),
         report_argument.as_ptr(),
         format_decimal(main as u32, &mut main_digits).as_ptr(),
+        control_argument.as_ptr(),
         std::ptr::null(),
     ];
     exec_self(plan.self_exe, &argv);
@@ -652,18 +664,18 @@ fn exec_warm_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
     if peer_gone(life_read) {
         exit(1);
     }
-    let mut digits = [[0u8; 16]; 3];
-    let mut arguments = [c"".as_ptr(); 3];
-    for ((fd, buffer), argument) in
-        [plan.report_fd, plan.go_fd, plan.started_fd].into_iter().zip(digits.iter_mut()).zip(arguments.iter_mut())
+    let mut digits = [[0u8; 16]; 4];
+    let mut arguments = [c"".as_ptr(); 4];
+    for ((fd, buffer), argument) in [plan.report_fd, plan.go_fd, plan.started_fd, plan.control_fd]
+        .into_iter()
+        .zip(digits.iter_mut())
+        .zip(arguments.iter_mut())
     {
-        // A copy without close-on-exec: the re-executed init needs it.
-        // SAFETY: dup of a descriptor we hold.
-        let copy = unsafe { libc::dup(fd) };
-        if copy < 0 {
-            fail(plan.report_fd, Stage::ExecInit, errno());
-        }
-        *argument = format_decimal(copy as u32, buffer).as_ptr();
+        *argument = match inheritable_copy(fd) {
+            Some(Ok(copy)) => format_decimal(copy as u32, buffer).as_ptr(),
+            Some(Err(error)) => fail(plan.report_fd, Stage::ExecInit, error),
+            None => crate::init::NO_CONTROL.as_ptr(),
+        };
     }
     let argv = [
         c"cwsandbox-init".as_ptr(),
@@ -672,6 +684,7 @@ fn exec_warm_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
         arguments[0],
         arguments[1],
         arguments[2],
+        arguments[3],
         std::ptr::null(),
     ];
     exec_self(plan.self_exe, &argv);
@@ -688,6 +701,17 @@ fn exec_self(self_exe: RawFd, argv: &[*const c_char]) {
     };
 }
 
+/// A copy of `fd` without close-on-exec, for the re-executed init; `None` for no descriptor
+/// (-1). Fork-safe.
+fn inheritable_copy(fd: RawFd) -> Option<Result<RawFd, c_int>> {
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: dup of a descriptor we hold.
+    let copy = unsafe { libc::dup(fd) };
+    Some(if copy < 0 { Err(errno()) } else { Ok(copy) })
+}
+
 /// Kills what is left of the namespace, reaps it, and exits with the main command's code.
 pub(crate) fn end_namespace(main_status: c_int) -> ! {
     unsafe_kill(-1, libc::SIGKILL);
@@ -699,31 +723,6 @@ pub(crate) fn end_namespace(main_status: c_int) -> ! {
         }
     }
     exit(exit_code_of(main_status))
-}
-
-/// The loop of a sandbox's init once re-executed: reaps orphans, relays a stop's SIGTERM
-/// to every process of the namespace, and ends the sandbox when the main command ends
-/// (as a container runtime does). Never returns.
-pub(crate) fn init_loop(main: pid_t, signals: RawFd) -> ! {
-    loop {
-        match next_signal(signals) {
-            // From PID 1, kill(-1) reaches every process of the namespace but itself.
-            Some(libc::SIGTERM) => unsafe_kill(-1, libc::SIGTERM),
-            Some(libc::SIGCHLD) => loop {
-                let mut status = 0;
-                // SAFETY: waitpid with a valid status pointer.
-                let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-                if pid <= 0 {
-                    break;
-                }
-                if pid == main {
-                    end_namespace(status);
-                }
-            },
-            Some(_) => {}
-            None => end_namespace(libc::SIGKILL),
-        }
-    }
 }
 
 /// The sandbox keeper in plain mode. Never returns.
@@ -859,7 +858,8 @@ fn run_main(plan: &InitPlan) -> ! {
 
 /// What the main command's process needs once it may run.
 pub(crate) struct MainExec<'a> {
-    /// Close-on-exec; a byte written to it says the command could not start.
+    /// Close-on-exec; a byte written to it says the command could not start. -1 for an
+    /// exec'd command, whose failure to start is its message on stderr and exit code 127.
     pub(crate) started_fd: RawFd,
     pub(crate) credentials: Credentials,
     pub(crate) cwd: &'a CStr,
@@ -892,7 +892,8 @@ pub(crate) fn exec_main(main: &MainExec) -> ! {
     unblock_all_signals();
     // Keep only stdio: the sandbox's main command inherits nothing else of ours
     // (the started pipe closes on exec).
-    close_fds_except(&[0, 1, 2, main.started_fd.max(3)]);
+    let keep = [0, 1, 2, main.started_fd];
+    close_fds_except(if main.started_fd > 2 { &keep } else { &keep[..3] });
     // SAFETY: valid C string.
     if unsafe { libc::chdir(main.cwd.as_ptr()) } != 0 {
         not_started(main.started_fd, main.cwd_message);
@@ -932,158 +933,10 @@ pub(crate) fn exec_main(main: &MainExec) -> ! {
 /// Fork-safe.
 pub(crate) fn not_started(started_fd: RawFd, message: &[u8]) -> ! {
     write_all(2, message);
-    write_all(started_fd, b"!");
+    if started_fd >= 0 {
+        write_all(started_fd, b"!");
+    }
     exit(127)
-}
-
-/// The namespaces an exec'd command joins, as open descriptors.
-#[derive(Clone, Copy)]
-pub(crate) struct NsFds {
-    pub(crate) user: Option<RawFd>,
-    pub(crate) mnt: RawFd,
-    pub(crate) uts: RawFd,
-    pub(crate) ipc: RawFd,
-    pub(crate) pid: RawFd,
-    /// The sandbox's own network namespace, where it has one.
-    pub(crate) net: Option<RawFd>,
-    /// The (uid, gid) of the user namespace to switch to, where the sandbox's commands switch.
-    pub(crate) ids: Option<(u32, u32)>,
-}
-
-/// How long an exec's process group has between SIGTERM and SIGKILL once its caller is gone.
-const EXEC_KILL_GRACE_MS: i64 = 1_000;
-
-fn monotonic_ms() -> i64 {
-    // SAFETY: a zeroed timespec is a valid out-parameter.
-    let mut now: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: clock_gettime is async-signal-safe and writes into `now`.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    now.tv_sec as i64 * 1000 + now.tv_nsec as i64 / 1_000_000
-}
-
-/// `pre_exec` for a command run in a namespaced sandbox.
-///
-/// The forked process (the shim) joins the sandbox's namespaces; joining a pid
-/// namespace only applies to children, so it forks once more. The grandchild leads a
-/// session (and process group) of its own, drops to the sandbox's credentials and
-/// returns to std, which execs the command; the shim waits for it and exits with its
-/// code, so the emulator's child handle reports the command's status. Told to stop
-/// (SIGTERM: the caller went away), the shim ends the command's whole process group:
-/// SIGTERM, then SIGKILL after a short grace.
-pub(crate) fn exec_in_namespaces(parent: pid_t, ns: NsFds, cwd: &CStr, tty: bool) -> io::Result<()> {
-    block_all_signals();
-    reset_signal_dispositions();
-    set_not_dumpable();
-    // SAFETY: setpgid on ourselves.
-    unsafe { libc::setpgid(0, 0) };
-    if !set_parent_death_signal(libc::SIGKILL, parent) {
-        exit(1);
-    }
-    // The user namespace first: it grants the rights to join the others.
-    let joins = [
-        (ns.user, libc::CLONE_NEWUSER),
-        (Some(ns.mnt), libc::CLONE_NEWNS),
-        (Some(ns.uts), libc::CLONE_NEWUTS),
-        (Some(ns.ipc), libc::CLONE_NEWIPC),
-        (Some(ns.pid), libc::CLONE_NEWPID),
-        (ns.net, libc::CLONE_NEWNET),
-    ];
-    for (fd, kind) in joins {
-        if let Some(fd) = fd {
-            // SAFETY: setns on a namespace descriptor we hold open.
-            if unsafe { libc::setns(fd, kind) } != 0 {
-                return Err(io::Error::from_raw_os_error(errno()));
-            }
-        }
-    }
-    let (life_read, life_write) = pipe_cloexec().map_err(io::Error::from_raw_os_error)?;
-    // SAFETY: the child returns to std's pre-exec path, which only execs or exits.
-    let command = unsafe { raw_fork() };
-    if command < 0 {
-        return Err(io::Error::from_raw_os_error(errno()));
-    }
-    if command == 0 {
-        // SAFETY: closing our copy of the shim's end.
-        unsafe { libc::close(life_write) };
-        // A session and process group of its own: what the shim ends when told to.
-        // SAFETY: setsid on ourselves.
-        unsafe { libc::setsid() };
-        if tty {
-            // The pty on stdin becomes the controlling terminal, so job control and
-            // SIGWINCH work.
-            // SAFETY: TIOCSCTTY on our own stdin.
-            unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) };
-        }
-        if let Err(error) = drop_privileges(ns.ids) {
-            return Err(io::Error::from_raw_os_error(error));
-        }
-        // Set after the credentials changed (which clears it); the lifeline's read end
-        // closes on exec and until then tells whether the shim died before it was armed.
-        rearm_parent_death_signal(libc::SIGKILL);
-        if peer_gone(life_read) {
-            exit(1);
-        }
-        // SAFETY: valid C string.
-        if unsafe { libc::chdir(cwd.as_ptr()) } != 0 {
-            return Err(io::Error::from_raw_os_error(errno()));
-        }
-        unblock_all_signals();
-        return Ok(());
-    }
-    set_name(c"cwsandbox-exec");
-    // The shim must not hold the command's pipes or std's exec-status socket:
-    // they have to close when the command is done with them.
-    close_fds_except(&[life_write]);
-    let Ok(signals) = control_signalfd() else {
-        unsafe_kill(-command, libc::SIGKILL);
-        exit(1);
-    };
-    // A shim killed outright would orphan the command to a reaper outside the sandbox's
-    // pid namespace, so the emulator asks with SIGTERM and the shim reaps what it kills.
-    let mut deadline: Option<i64> = None;
-    let mut command_status: Option<c_int> = None;
-    loop {
-        let signal = match deadline {
-            None => next_signal(signals),
-            Some(deadline) => next_signal_timeout(signals, (deadline - monotonic_ms()).clamp(0, 50) as c_int),
-        };
-        match signal {
-            Some(libc::SIGCHLD) if command_status.is_none() => {
-                let mut status = 0;
-                // SAFETY: waitpid on our own child with a valid status pointer.
-                if unsafe { libc::waitpid(command, &mut status, libc::WNOHANG) } == command {
-                    if deadline.is_none() {
-                        exit(exit_code_of(status));
-                    }
-                    command_status = Some(status);
-                }
-            }
-            Some(libc::SIGTERM) if deadline.is_none() => {
-                deadline = Some(monotonic_ms() + EXEC_KILL_GRACE_MS);
-                unsafe_kill(-command, libc::SIGTERM);
-            }
-            Some(_) => {}
-            None if deadline.is_none() => exit(1),
-            None => {}
-        }
-        if let Some(limit) = deadline {
-            // SAFETY: signal 0 only checks whether the group still has members.
-            let group_alive = unsafe { libc::kill(-command, 0) } == 0;
-            if monotonic_ms() >= limit {
-                unsafe_kill(-command, libc::SIGKILL);
-            }
-            if !group_alive || monotonic_ms() >= limit + 2 * EXEC_KILL_GRACE_MS {
-                if command_status.is_none() {
-                    unsafe_kill(command, libc::SIGKILL);
-                    let mut status = 0;
-                    // SAFETY: waitpid on our own child.
-                    unsafe { libc::waitpid(command, &mut status, 0) };
-                    command_status = Some(status);
-                }
-                exit(exit_code_of(command_status.unwrap_or(libc::SIGKILL)));
-            }
-        }
-    }
 }
 
 /// `pre_exec` for a command run in a plain sandbox: it joins the main command's

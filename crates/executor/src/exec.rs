@@ -3,20 +3,23 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::error::ExecutorError;
 
-/// How long a shim told to end its command's process group may take before it is killed
-/// (it gives the group 1 s after SIGTERM, then SIGKILLs it and waits for it to be gone).
-const SHIM_EXIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+use crate::init_channel::InitChannel;
 use crate::sys;
+
+/// How long a command whose end was asked of the sandbox's init may take to be reported
+/// (init gives its group 1 s after SIGTERM, then SIGKILLs it).
+const INIT_EXIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A command to run in a sandbox.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -114,6 +117,8 @@ pub struct ExecStdin {
 #[derive(Debug)]
 enum StdinInner {
     Pipe(ChildStdin),
+    /// The pipe of a command init started.
+    Fifo(pipe::Sender),
     Pty(Arc<File>),
     Closed,
 }
@@ -124,6 +129,10 @@ impl ExecStdin {
     pub async fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
         match &mut self.inner {
             StdinInner::Pipe(pipe) => {
+                pipe.write_all(data).await?;
+                pipe.flush().await
+            }
+            StdinInner::Fifo(pipe) => {
                 pipe.write_all(data).await?;
                 pipe.flush().await
             }
@@ -229,11 +238,72 @@ impl ExecTracker {
     }
 }
 
-/// Wires a spawned child to a session: output pumps, and a waiter that owns the
-/// child, reports its exit code and kills it on request.
-/// `shim`: the child is a namespaced exec's shim (see `kill_child`); otherwise it is
-/// the command itself.
-pub(crate) fn attach(mut child: Child, pty_master: Option<OwnedFd>, shim: bool) -> (ExecSession, ExecTracker) {
+/// The standard descriptors of a command the sandbox's init starts: the emulator's ends and
+/// the command's, which travel to init with the order and close here once sent.
+pub(crate) struct CommandIo {
+    ours: OurEnds,
+    /// A terminal's slave (all three descriptors), or stdin's read end, stdout's and stderr's
+    /// write ends.
+    command: Vec<OwnedFd>,
+}
+
+enum OurEnds {
+    Pty(OwnedFd),
+    Pipes { stdin: OwnedFd, stdout: OwnedFd, stderr: OwnedFd },
+}
+
+impl CommandIo {
+    pub(crate) fn pty(master: OwnedFd, slave: OwnedFd) -> CommandIo {
+        CommandIo { ours: OurEnds::Pty(master), command: vec![slave] }
+    }
+
+    /// Blocking pipes: the command's ends must stay blocking for it (the emulator's ends are
+    /// made non-blocking on their own open file descriptions).
+    pub(crate) fn pipes() -> std::io::Result<CommandIo> {
+        let (stdin_read, stdin_write) = std::io::pipe()?;
+        let (stdout_read, stdout_write) = std::io::pipe()?;
+        let (stderr_read, stderr_write) = std::io::pipe()?;
+        Ok(CommandIo {
+            ours: OurEnds::Pipes { stdin: stdin_write.into(), stdout: stdout_read.into(), stderr: stderr_read.into() },
+            command: vec![stdin_read.into(), stdout_write.into(), stderr_write.into()],
+        })
+    }
+
+    /// The command's stdin, stdout and stderr.
+    pub(crate) fn command_ends(&self) -> [RawFd; 3] {
+        let fd = |index: usize| self.command[index.min(self.command.len() - 1)].as_raw_fd();
+        [fd(0), fd(1), fd(2)]
+    }
+}
+
+/// Wires a command init started to a session: output pumps, and a waiter that reports the
+/// status init sends and asks init to end the command on request.
+pub(crate) fn attach_to_init(
+    io: CommandIo,
+    channel: Arc<InitChannel>,
+    id: u64,
+    exit: oneshot::Receiver<libc::c_int>,
+) -> std::io::Result<(ExecSession, ExecTracker)> {
+    drop(io.command);
+    let (output_sender, receiver) = mpsc::channel(64);
+    let (stdin, tty) = match io.ours {
+        OurEnds::Pty(master) => {
+            let master = Arc::new(File::from(master));
+            spawn_pty_reader(master.clone(), output_sender);
+            (StdinInner::Pty(master.clone()), Some(TtyControl { master }))
+        }
+        OurEnds::Pipes { stdin, stdout, stderr } => {
+            tokio::spawn(pump(pipe::Receiver::from_owned_fd(stdout)?, Stream::Stdout, output_sender.clone()));
+            tokio::spawn(pump(pipe::Receiver::from_owned_fd(stderr)?, Stream::Stderr, output_sender));
+            (StdinInner::Fifo(pipe::Sender::from_owned_fd(stdin)?), None)
+        }
+    };
+    Ok(wire(stdin, tty, receiver, Process::Init { channel, id, exit }))
+}
+
+/// Wires a spawned child (a plain-mode command) to a session: output pumps, and a waiter that
+/// owns the child, reports its exit code and kills it on request.
+pub(crate) fn attach(mut child: Child, pty_master: Option<OwnedFd>) -> (ExecSession, ExecTracker) {
     let (output_sender, receiver) = mpsc::channel(64);
     let (stdin, tty) = match pty_master {
         Some(master) => {
@@ -252,18 +322,60 @@ pub(crate) fn attach(mut child: Child, pty_master: Option<OwnedFd>, shim: bool) 
             (stdin, None)
         }
     };
+    wire(stdin, tty, receiver, Process::Child(child))
+}
+
+/// What an exec's waiter waits for.
+enum Process {
+    Child(Child),
+    Init { channel: Arc<InitChannel>, id: u64, exit: oneshot::Receiver<libc::c_int> },
+}
+
+impl Process {
+    async fn wait(&mut self) -> i32 {
+        match self {
+            Process::Child(child) => child.wait().await.map_or(137, |status| exit_code(&status)),
+            // No status: init ended first, and the command with the sandbox.
+            Process::Init { exit, .. } => exit.await.map_or(137, sys::exit_code_of),
+        }
+    }
+
+    /// Ends the command (a plain-mode command gets SIGKILL; init ends a namespaced one's
+    /// whole group: SIGTERM, then SIGKILL after 1 s) and returns its exit code.
+    async fn end(&mut self) -> i32 {
+        match self {
+            Process::Child(child) => {
+                let _ = child.start_kill();
+                child.wait().await.map_or(137, |status| exit_code(&status))
+            }
+            Process::Init { channel, id, exit } => {
+                channel.end(*id).await;
+                match tokio::time::timeout(INIT_EXIT_TIMEOUT, exit).await {
+                    Ok(Ok(status)) => sys::exit_code_of(status),
+                    _ => 137,
+                }
+            }
+        }
+    }
+}
+
+fn wire(
+    stdin: StdinInner,
+    tty: Option<TtyControl>,
+    receiver: mpsc::Receiver<Output>,
+    mut process: Process,
+) -> (ExecSession, ExecTracker) {
     let (exit_sender, exit) = watch::channel(None);
-    let (kill, kill_requested) = oneshot::channel();
+    let (kill, kill_requested) = oneshot::channel::<()>();
     let stop = Arc::new(Notify::new());
     let stopped = stop.clone();
     tokio::spawn(async move {
-        let status = tokio::select! {
-            status = child.wait() => status,
+        let code = tokio::select! {
+            code = process.wait() => code,
             // An explicit kill, a dropped ExecExit, or the sandbox stopping.
-            _ = kill_requested => kill_child(&mut child, shim).await,
-            _ = stopped.notified() => kill_child(&mut child, shim).await,
+            _ = kill_requested => process.end().await,
+            _ = stopped.notified() => process.end().await,
         };
-        let code = status.map_or(137, |status| exit_code(&status));
         let _ = exit_sender.send(Some(code));
     });
     let tracker = ExecTracker { exit: exit.clone(), kill: stop };
@@ -274,21 +386,6 @@ pub(crate) fn attach(mut child: Child, pty_master: Option<OwnedFd>, shim: bool) 
         tty,
     };
     (session, tracker)
-}
-
-async fn kill_child(child: &mut Child, shim: bool) -> std::io::Result<std::process::ExitStatus> {
-    // A shim ends its command's group, reaps the command and exits when told with SIGTERM;
-    // killing the shim first would orphan the command outside its pid namespace.
-    if shim && let Some(pid) = child.id() {
-        // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-        if let Ok(status) = tokio::time::timeout(SHIM_EXIT_TIMEOUT, child.wait()).await {
-            return status;
-        }
-    }
-    // The shim dies, and its death signal takes the command with it.
-    let _ = child.start_kill();
-    child.wait().await
 }
 
 /// The shell convention: the exit code, or 128+N after signal N.

@@ -13,11 +13,14 @@
 //! and `envp` to these functions, as the Rust standard library itself relies on.
 
 use std::ffi::{CStr, c_char, c_int};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use crate::activation::Activation;
-use crate::child::{self, Credentials, MainExec, Program, ReportMessage, Stage, init_loop, report};
+use crate::child::{self, Credentials, MainExec, Program, ReportMessage, Stage, report};
+use crate::init_channel::{ExecOrder, MAX_ORDER_BYTES, Order, Report};
 use crate::sys::{
-    control_signalfd, drop_bounding_set, exit, limit_capabilities, parse_decimal, set_name, set_not_dumpable,
+    self, control_signalfd, drop_bounding_set, errno, exit, limit_capabilities, next_signal, parse_decimal, set_name,
+    set_not_dumpable,
 };
 
 /// The argument that makes a program a sandbox's init.
@@ -26,9 +29,16 @@ pub(crate) const INIT_MAGIC: &CStr = c"--cwsandbox-init-v1";
 /// The report argument of an init that told the emulator it was ready before re-executing.
 pub(crate) const ALREADY_REPORTED: &CStr = c"reported";
 
-/// The argument of a warm sandbox's init (followed by its report, activation and started
-/// descriptors).
+/// The argument of a warm sandbox's init (followed by its report, activation, started and
+/// control descriptors).
 pub(crate) const WARM: &CStr = c"warm";
+
+/// The control argument of an init without a channel to the emulator (the probe's).
+pub(crate) const NO_CONTROL: &CStr = c"none";
+
+/// How long an exec'd command's process group has between SIGTERM and SIGKILL once the
+/// emulator ended it (its caller went away).
+const EXEC_KILL_GRACE_MS: i64 = 1_000;
 
 #[used]
 #[unsafe(link_section = ".init_array")]
@@ -41,7 +51,7 @@ pub(crate) fn keep_linked() {
 }
 
 extern "C" fn sandbox_init_entry(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
-    if !(argc == 4 || argc == 6) || argv.is_null() {
+    if !(argc == 5 || argc == 7) || argv.is_null() {
         return;
     }
     // SAFETY: the kernel hands a program `argc` valid C strings in `argv`.
@@ -49,37 +59,43 @@ extern "C" fn sandbox_init_entry(argc: c_int, argv: *const *const c_char, _envp:
     if argument(1) != INIT_MAGIC {
         return;
     }
-    if argc == 6 {
-        let descriptor = |index: usize| match argument(2) == WARM {
-            true => parse_decimal(argument(index)).map(|fd| fd as c_int),
-            false => None,
-        };
-        let (Some(report_fd), Some(activation_fd), Some(started_fd)) = (descriptor(3), descriptor(4), descriptor(5))
+    let descriptor = |index: usize| parse_decimal(argument(index)).map(|fd| fd as c_int);
+    let control = |index: usize| match argument(index) {
+        none if none == NO_CONTROL => Some(None),
+        _ => descriptor(index).map(Some),
+    };
+    if argc == 7 {
+        if argument(2) != WARM {
+            exit(1);
+        }
+        let (Some(report_fd), Some(activation_fd), Some(started_fd), Some(control_fd)) =
+            (descriptor(3), descriptor(4), descriptor(5), control(6))
         else {
             exit(1);
         };
-        run_warm(report_fd, activation_fd, started_fd);
+        run_warm(report_fd, activation_fd, started_fd, control_fd);
     }
     let report_fd = match argument(2) {
         reported if reported == ALREADY_REPORTED => None,
-        digits => match parse_decimal(digits) {
-            Some(fd) => Some(fd as c_int),
+        _ => match descriptor(2) {
+            Some(fd) => Some(fd),
             None => exit(1),
         },
     };
-    let Some(main) = parse_decimal(argument(3)) else {
+    let (Some(main), Some(control_fd)) = (parse_decimal(argument(3)), control(4)) else {
         exit(1);
     };
-    run(report_fd, main as libc::pid_t)
+    run(report_fd, main as libc::pid_t, control_fd)
 }
 
 /// Reports ready on the descriptor the setup handed over, unless init reported before it
 /// re-executed, then runs the init loop (a probe, whose `main` is 0, exits at once). Never
 /// returns.
-fn run(report_fd: Option<c_int>, main: libc::pid_t) -> ! {
+fn run(report_fd: Option<c_int>, main: libc::pid_t, control_fd: Option<c_int>) -> ! {
     // exec named the process after the binary.
     set_name(c"cwsandbox-init");
     set_not_dumpable();
+    let control = control_fd.map(take_descriptor);
     // The signals stayed blocked across exec; SIGCHLD of a main command that already
     // ended is pending and reaches the signalfd.
     let signals = match control_signalfd() {
@@ -99,14 +115,14 @@ fn run(report_fd: Option<c_int>, main: libc::pid_t) -> ! {
     if main == 0 {
         exit(0);
     }
-    init_loop(main, signals)
+    init_loop(main, signals, control)
 }
 
 /// The init of a warm sandbox: reports ready, waits for its activation (the emulator
 /// closes the pipe after it, or without one when it gives the sandbox up), sets the
 /// hostname, starts the main command, leaves itself only the sandbox's capabilities and
 /// runs the init loop. Never returns.
-fn run_warm(report_fd: c_int, activation_fd: c_int, started_fd: c_int) -> ! {
+fn run_warm(report_fd: c_int, activation_fd: c_int, started_fd: c_int, control_fd: Option<c_int>) -> ! {
     set_name(c"cwsandbox-init");
     set_not_dumpable();
     // They came across exec without close-on-exec; the started pipe must close when the main
@@ -115,6 +131,7 @@ fn run_warm(report_fd: c_int, activation_fd: c_int, started_fd: c_int) -> ! {
         // SAFETY: fcntl on descriptors handed to us.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
+    let control = control_fd.map(take_descriptor);
     let signals = match control_signalfd() {
         Ok(fd) => fd,
         Err(error) => {
@@ -157,7 +174,7 @@ fn run_warm(report_fd: c_int, activation_fd: c_int, started_fd: c_int) -> ! {
     }
     // SAFETY: closing our copy: the pipe must close when the main command execs.
     unsafe { libc::close(started_fd) };
-    init_loop(main, signals)
+    init_loop(main, signals, control)
 }
 
 /// Reads the activation until the emulator closes the pipe, and closes it.
@@ -169,4 +186,198 @@ fn read_activation(fd: c_int) -> Option<Activation> {
     let mut bytes = Vec::new();
     pipe.read_to_end(&mut bytes).ok()?;
     Activation::decode(&bytes)
+}
+
+/// Owns a descriptor handed over across exec, and makes it close on the next exec, so no
+/// command of the sandbox inherits it.
+fn take_descriptor(fd: c_int) -> OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: fcntl on a descriptor handed to us.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // SAFETY: the descriptor was handed to us and is owned nowhere else.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// A command init started for the emulator.
+struct Exec {
+    id: u64,
+    /// Its pid, which is also its process group's (it leads a session of its own).
+    pid: libc::pid_t,
+    reaped: bool,
+    /// When the group gets SIGKILL, once the emulator ended it.
+    kill_at: Option<i64>,
+}
+
+/// The loop of a sandbox's init once re-executed: reaps orphans, relays a stop's SIGTERM to
+/// every process of the namespace, starts the commands the emulator orders and reports their
+/// ends, and ends the sandbox when the main command ends (as a container runtime does).
+/// Never returns.
+fn init_loop(main: libc::pid_t, signals: c_int, mut control: Option<OwnedFd>) -> ! {
+    let mut execs: Vec<Exec> = Vec::new();
+    // Zero pages until an order is written into them.
+    let mut buffer = if control.is_some() { vec![0u8; MAX_ORDER_BYTES] } else { Vec::new() };
+    loop {
+        let now = monotonic_ms();
+        let timeout = execs.iter().filter_map(|exec| exec.kill_at).min().map_or(-1, |at| (at - now).clamp(0, 1_000));
+        let mut polls = [
+            libc::pollfd { fd: signals, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: control.as_ref().map_or(-1, AsRawFd::as_raw_fd), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: valid pollfds; a negative descriptor is skipped.
+        let ready = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, timeout as c_int) };
+        if ready < 0 && errno() != libc::EINTR {
+            child::end_namespace(libc::SIGKILL);
+        }
+        if polls[0].revents != 0 {
+            match next_signal(signals) {
+                // From PID 1, kill(-1) reaches every process of the namespace but itself.
+                Some(libc::SIGTERM) => kill(-1, libc::SIGTERM),
+                Some(libc::SIGCHLD) => reap(main, &mut execs, control.as_ref()),
+                Some(_) => {}
+                None => child::end_namespace(libc::SIGKILL),
+            }
+        }
+        if polls[1].revents != 0
+            && let Some(socket) = &control
+        {
+            match sys::receive_message(socket.as_raw_fd(), &mut buffer, 0) {
+                Ok((0, _)) => control = None,
+                Ok((length, stdio)) => match Order::decode(&buffer[..length]) {
+                    Some(Order::Exec(order)) => start(order, stdio, &mut execs, socket),
+                    Some(Order::End { id }) => end(id, &mut execs),
+                    None => {}
+                },
+                Err(libc::EMSGSIZE | libc::EAGAIN) => {}
+                // The emulator is gone; the keeper's death signal ends the sandbox.
+                Err(_) => control = None,
+            }
+        }
+        let now = monotonic_ms();
+        for exec in &mut execs {
+            if exec.kill_at.is_some_and(|at| at <= now) {
+                kill(-exec.pid, libc::SIGKILL);
+                exec.kill_at = None;
+            }
+        }
+        execs.retain(|exec| !exec.reaped || exec.kill_at.is_some());
+    }
+}
+
+/// Reaps every child that ended: the main command's end ends the sandbox; an exec'd
+/// command's is reported.
+fn reap(main: libc::pid_t, execs: &mut [Exec], control: Option<&OwnedFd>) {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid with a valid status pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return;
+        }
+        if pid == main {
+            child::end_namespace(status);
+        }
+        if let Some(exec) = execs.iter_mut().find(|exec| exec.pid == pid && !exec.reaped) {
+            exec.reaped = true;
+            if let Some(socket) = control {
+                // Blocking: the emulator reads reports as they come.
+                let _ = sys::send_message(socket.as_raw_fd(), &Report::Exited { id: exec.id, status }.encode(), &[], 0);
+            }
+        }
+    }
+}
+
+/// Forks an ordered command with `stdio` as its standard descriptors and waits until it has
+/// exec'd. A command that cannot start says why on its stderr and exits with 127; one that
+/// cannot even be forked is reported as started and exited with 127.
+fn start(order: ExecOrder, stdio: Vec<OwnedFd>, execs: &mut Vec<Exec>, socket: &OwnedFd) {
+    let send = |report: Report| {
+        // Blocking: the emulator reads reports as they come.
+        let _ = sys::send_message(socket.as_raw_fd(), &report.encode(), &[], 0);
+    };
+    let id = order.id;
+    let give_up = |message: &[u8]| {
+        if let Some(stderr) = stdio.get(2) {
+            sys::write_all(stderr.as_raw_fd(), message);
+        }
+        send(Report::Started { id });
+        send(Report::Exited { id, status: 127 << 8 });
+    };
+    if stdio.len() != 3 {
+        give_up(b"cwsandbox: the command's standard descriptors did not arrive\n");
+        return;
+    }
+    let Ok((started_read, started_write)) = sys::pipe_cloexec() else {
+        give_up(b"cwsandbox: cannot make a pipe for the command\n");
+        return;
+    };
+    let cwd_message = child::cwd_message(&order.cwd.to_string_lossy());
+    let command = order.command;
+    let program = Program::new(command.candidates, command.argv, command.envp, &command.display);
+    // SAFETY: this process has one thread; the child only sets itself up and execs or exits.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        // SAFETY: closing the pipe we made.
+        unsafe {
+            libc::close(started_read);
+            libc::close(started_write);
+        }
+        give_up(b"cwsandbox: cannot fork the command\n");
+        return;
+    }
+    if pid == 0 {
+        // A session and process group of its own: what `end` ends.
+        // SAFETY: plain process and descriptor calls on ourselves; the received descriptors
+        // are above 2 (init's stdio is open), so dup2 never overwrites one still needed.
+        unsafe {
+            libc::setsid();
+            for (target, fd) in stdio.iter().enumerate() {
+                libc::dup2(fd.as_raw_fd(), target as c_int);
+            }
+            if order.tty {
+                // The pty on stdin becomes the controlling terminal, so job control and
+                // SIGWINCH work.
+                libc::ioctl(0, libc::TIOCSCTTY, 0);
+            }
+        }
+        child::exec_main(&MainExec {
+            started_fd: started_write,
+            credentials: Credentials::Drop(order.ids),
+            cwd: &order.cwd,
+            cwd_message: &cwd_message,
+            program: Some(&program),
+        });
+    }
+    // Our copies close here: the command's output ends when it (and what it left) is done.
+    drop(stdio);
+    // SAFETY: closing our copy of the write end, so the read below ends when the command
+    // execs (close-on-exec) or exits.
+    unsafe { libc::close(started_write) };
+    let mut byte = [0u8; 1];
+    // SAFETY: reading into a local buffer until EOF (or a byte: it could not start).
+    while unsafe { libc::read(started_read, byte.as_mut_ptr().cast(), 1) } < 0 && errno() == libc::EINTR {}
+    // SAFETY: closing the read end we made.
+    unsafe { libc::close(started_read) };
+    execs.push(Exec { id, pid, reaped: false, kill_at: None });
+    send(Report::Started { id });
+}
+
+/// Ends command `id`'s process group: SIGTERM now, SIGKILL after the grace period.
+fn end(id: u64, execs: &mut [Exec]) {
+    if let Some(exec) = execs.iter_mut().find(|exec| exec.id == id && exec.kill_at.is_none()) {
+        kill(-exec.pid, libc::SIGTERM);
+        exec.kill_at = Some(monotonic_ms() + EXEC_KILL_GRACE_MS);
+    }
+}
+
+fn kill(pid: libc::pid_t, signal: c_int) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid, signal) };
+}
+
+fn monotonic_ms() -> i64 {
+    // SAFETY: a zeroed timespec is a valid out-parameter.
+    let mut now: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_gettime writes into `now`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as i64 * 1000 + now.tv_nsec as i64 / 1_000_000
 }

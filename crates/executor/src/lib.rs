@@ -19,6 +19,7 @@ mod exec;
 mod executor;
 mod files;
 mod init;
+mod init_channel;
 mod logs;
 pub(crate) mod rootfs;
 mod spawner;

@@ -310,17 +310,6 @@ pub(crate) fn open_path(path: &CStr) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Opens a namespace file (`/proc/PID/ns/...`) for `setns`.
-pub(crate) fn open_readonly(path: &CStr) -> io::Result<OwnedFd> {
-    // SAFETY: the path is a valid C string.
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a non-negative result is a new descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 /// A new pseudo-terminal: (master, slave), both close-on-exec. `master` is one opened on
 /// a sandbox's own devpts (so the terminal exists inside it); `None` opens the host's.
 pub(crate) fn open_pty(master: Option<OwnedFd>, cols: u16, rows: u16) -> io::Result<(OwnedFd, OwnedFd)> {
@@ -496,6 +485,16 @@ pub(crate) fn drop_bounding_set() -> Result<(), c_int> {
         if KEPT_CAPABILITIES.contains(&capability) {
             continue;
         }
+        // Dropping needs CAP_SETPCAP even for a capability already gone, which a process of a
+        // sandbox whose init dropped the set may lack: only what is still there is dropped.
+        // SAFETY: prctl only reads the calling process's bounding set.
+        match unsafe { libc::prctl(libc::PR_CAPBSET_READ, capability as libc::c_ulong, 0, 0, 0) } {
+            0 => continue,
+            // Past the kernel's last capability (which PR_CAPBSET_DROP, without CAP_SETPCAP,
+            // would not say).
+            result if result < 0 => break,
+            _ => {}
+        }
         // SAFETY: prctl only changes the calling process.
         if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability as libc::c_ulong, 0, 0, 0) } != 0 {
             match errno() {
@@ -615,4 +614,103 @@ pub(crate) fn open_own_executable() -> io::Result<OwnedFd> {
     }
     // SAFETY: a non-negative result is a new descriptor we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The most descriptors one message of [`send_message`] carries.
+pub(crate) const MAX_MESSAGE_FDS: usize = 3;
+
+/// A connected pair of `SOCK_SEQPACKET` sockets (message boundaries kept, descriptors
+/// passed with `SCM_RIGHTS`), both close-on-exec.
+pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: socketpair writes two descriptors into the array.
+    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both are new descriptors we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sends `data` as one message with up to [`MAX_MESSAGE_FDS`] descriptors attached.
+/// `MSG_NOSIGNAL`: a closed peer is `EPIPE`, not a signal.
+pub(crate) fn send_message(socket: RawFd, data: &[u8], fds: &[RawFd], flags: c_int) -> Result<(), c_int> {
+    if fds.len() > MAX_MESSAGE_FDS {
+        return Err(libc::EINVAL);
+    }
+    // u64s keep the control buffer aligned for cmsghdr.
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the call.
+    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+    header.msg_iov = &mut iov;
+    header.msg_iovlen = 1;
+    if !fds.is_empty() {
+        let fd_bytes = std::mem::size_of_val(fds) as u32;
+        header.msg_control = control.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE only computes a size; 3 descriptors fit in 64 bytes.
+        header.msg_controllen = unsafe { libc::CMSG_SPACE(fd_bytes) } as usize;
+        // SAFETY: the control buffer is large enough for one header with `fds`, and
+        // CMSG_FIRSTHDR/CMSG_DATA point into it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&header);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes) as usize;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast::<RawFd>(), fds.len());
+        }
+    }
+    loop {
+        // SAFETY: the header describes valid buffers.
+        let sent = unsafe { libc::sendmsg(socket, &header, flags | libc::MSG_NOSIGNAL) };
+        if sent >= 0 {
+            return Ok(());
+        }
+        if errno() != libc::EINTR {
+            return Err(errno());
+        }
+    }
+}
+
+/// Receives one message into `buffer` and the descriptors that came with it (close-on-exec).
+/// `Ok((0, []))` means the peer closed. A message or descriptor list larger than what was
+/// room for is refused with `EMSGSIZE`, its descriptors closed.
+pub(crate) fn receive_message(socket: RawFd, buffer: &mut [u8], flags: c_int) -> Result<(usize, Vec<OwnedFd>), c_int> {
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec { iov_base: buffer.as_mut_ptr().cast(), iov_len: buffer.len() };
+    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the call.
+    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+    header.msg_iov = &mut iov;
+    header.msg_iovlen = 1;
+    header.msg_control = control.as_mut_ptr().cast();
+    header.msg_controllen = std::mem::size_of_val(&control);
+    let received = loop {
+        // SAFETY: the header describes valid buffers.
+        let received = unsafe { libc::recvmsg(socket, &mut header, flags | libc::MSG_CMSG_CLOEXEC) };
+        if received >= 0 {
+            break received as usize;
+        }
+        if errno() != libc::EINTR {
+            return Err(errno());
+        }
+    };
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled the control buffer; the CMSG_* macros walk it within
+    // msg_controllen, and each SCM_RIGHTS payload holds whole descriptors we now own.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&header);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let payload = (*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize;
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                for index in 0..payload / std::mem::size_of::<RawFd>() {
+                    fds.push(OwnedFd::from_raw_fd(data.add(index).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&header, cmsg);
+        }
+    }
+    if header.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 || fds.len() > MAX_MESSAGE_FDS {
+        return Err(libc::EMSGSIZE);
+    }
+    Ok((received, fds))
 }

@@ -173,6 +173,32 @@ async fn a_loopback_only_network_reaches_nothing_outside_the_sandbox() {
     plain.executor.shutdown().await;
 }
 
+/// Exec'd commands are started by the sandbox's own init: their parent is PID 1 of the
+/// sandbox, they inherit none of init's descriptors, a megabyte of environment reaches them
+/// whole, and an order too large for the channel to init is refused by name, losing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_d_commands_are_children_of_the_sandbox_s_init() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let id = unique("init-exec");
+    executor.start(&id, spec("init-exec", &[])).await.unwrap();
+    assert_eq!(sh(executor, &id, "echo $PPID; cat /proc/$PPID/comm").await, "1\ncwsandbox-init");
+    // stdin, stdout, stderr and the directory `ls` reads: nothing else.
+    assert_eq!(sh(executor, &id, "ls /proc/self/fd | wc -l").await, "4");
+    let mut request = argv(&["sh", "-c", "echo ${#BIG0} ${#BIG9}"]);
+    for index in 0..10 {
+        request.env.insert(format!("BIG{index}"), "x".repeat(100_000));
+    }
+    let (stdout, stderr, code) = common::run_request(executor, &id, request).await;
+    assert_eq!((stdout.as_str(), code), ("100000 100000\n", 0), "{stderr}");
+    let mut huge = argv(&["true"]);
+    huge.env.insert("HUGE".into(), "x".repeat(5 << 20));
+    let error = executor.exec(&id, huge).await.unwrap_err().to_string();
+    assert!(error.contains("arguments and environment"), "{error}");
+    assert_eq!(sh(executor, &id, "echo still here").await, "still here");
+    executor.shutdown().await;
+}
+
 /// Mounted files are in place, with their content, mode 0644 and the sandbox's root as owner,
 /// before the command starts; a path the host's read-only directories cover is refused, and
 /// plain processes, with no root of their own, refuse them all.

@@ -4,7 +4,7 @@
 
 use std::ffi::CString;
 use std::io::Read;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
@@ -16,13 +16,14 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 
-use super::mode::{IdMode, Mode};
+use super::mode::Mode;
 use super::{Inner, Running, Sandbox, Target, lock};
 use crate::child::{self, InitPlan, ReportMessage};
 use crate::exec::{self, ExecTracker};
+use crate::init_channel::InitChannel;
 use crate::logs::LogBuffer;
 use crate::sys::{self, ProcessHandle};
-use crate::{ExecutorError, MainExit, Network};
+use crate::{ExecutorError, MainExit};
 
 /// How long a sandbox may take to set itself up before start gives up.
 pub(super) const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -37,6 +38,8 @@ pub(super) struct PlanPipes {
     pub(super) report_fd: RawFd,
     pub(super) go_fd: RawFd,
     pub(super) started_fd: RawFd,
+    /// Init's end of its channel (`crate::init_channel`); -1 in plain mode.
+    pub(super) control_fd: RawFd,
 }
 
 /// A keeper whose sandbox is set up: the handles to reach it, and the emulator's ends of the
@@ -50,27 +53,38 @@ pub(super) struct StartedKeeper {
 }
 
 /// Forks a keeper for sandbox `id` running the plan `plan` makes for its pipes, waits for its
-/// setup report and opens the handles to the sandbox (its own network namespace with
-/// `Network::LoopbackOnly`). A keeper that fails its setup is killed and reaped.
+/// setup report and opens the handles to the sandbox (its root, and in namespaces mode the
+/// channel to its init). A keeper that fails its setup is killed and reaped.
 pub(super) async fn start_keeper(
     inner: &Inner,
     id: &str,
-    network: Network,
     plan: impl FnOnce(PlanPipes) -> InitPlan,
 ) -> Result<StartedKeeper, ExecutorError> {
     let setup_error = |message: String| ExecutorError::Setup { id: id.to_owned(), message };
     let (report_read, report_write) = std::io::pipe()?;
     let (go_read, go) = std::io::pipe()?;
     let (started, started_write) = std::io::pipe()?;
+    let control = match inner.mode {
+        Mode::Namespaces { .. } => Some(sys::seqpacket_pair()?),
+        Mode::Plain => None,
+    };
     let plan = Arc::new(plan(PlanPipes {
         report_fd: report_write.as_raw_fd(),
         go_fd: go_read.as_raw_fd(),
         started_fd: started_write.as_raw_fd(),
+        control_fd: control.as_ref().map_or(-1, |(_, init_end)| init_end.as_raw_fd()),
     }));
     let spawned = inner.spawner.spawn(keeper_command(plan)).await;
     // Only the keeper and its children may hold these ends now, so the report ends (EOF) if
-    // they die.
+    // they die, and so does the channel when init is gone.
     drop((report_write, go_read, started_write));
+    let channel = match control {
+        Some((ours, init_end)) => {
+            drop(init_end);
+            Some(InitChannel::open(ours)?)
+        }
+        None => None,
+    };
     let mut child = spawned.map_err(|error| setup_error(format!("cannot fork the sandbox keeper: {error}")))?;
     let Some(pid) = child.id() else {
         return Err(setup_error("the sandbox keeper ended at once".into()));
@@ -78,7 +92,7 @@ pub(super) async fn start_keeper(
     let pid = pid as pid_t;
     let handle = ProcessHandle::open(pid);
     let opened = match read_report(report_read).await {
-        Ok(main_pid) => open_running(pid, main_pid, inner.mode, handle, network)
+        Ok(main_pid) => open_running(pid, main_pid, inner.mode, handle, channel)
             .map_err(|error| format!("cannot open the sandbox's namespaces: {error}")),
         Err(message) => Err(message),
     };
@@ -133,7 +147,7 @@ pub(super) async fn watch_keeper(
     sandbox.logs.close();
     lock(&sandbox.running).take();
     // Exec'd commands are gone with the namespace (or the process group); this
-    // also ends shims and any plain-mode command that left the group.
+    // also ends any plain-mode command that left the group.
     let execs: Vec<ExecTracker> = std::mem::take(&mut *lock(&sandbox.execs));
     for tracker in execs {
         tracker.kill_and_wait().await;
@@ -231,28 +245,17 @@ fn open_running(
     main_pid: pid_t,
     mode: Mode,
     keeper: ProcessHandle,
-    network: Network,
+    channel: Option<Arc<InitChannel>>,
 ) -> std::io::Result<Running> {
     match mode {
         Mode::Plain => Ok(Running { keeper, root: sys::open_path(c"/")?, target: Target::Plain { group: main_pid } }),
-        Mode::Namespaces { ids } => {
-            // The keeper is our unreaped child, so its pid cannot have been reused;
-            // it shares the user, uts and mount namespaces with init, and its
-            // pid_for_children is init's pid namespace.
-            let open = |name: &str| -> std::io::Result<OwnedFd> {
-                sys::open_readonly(
-                    &CString::new(format!("/proc/{keeper_pid}/ns/{name}")).map_err(std::io::Error::other)?,
-                )
+        Mode::Namespaces { .. } => {
+            let Some(channel) = channel else {
+                return Err(std::io::Error::other("a namespaced sandbox has no channel to its init"));
             };
-            let user = if ids == IdMode::HostRoot { None } else { Some(open("user")?) };
-            let target = Target::Namespaces {
-                user,
-                mnt: open("mnt")?,
-                uts: open("uts")?,
-                ipc: open("ipc")?,
-                pid: open("pid_for_children")?,
-                net: if network == Network::LoopbackOnly { Some(open("net")?) } else { None },
-            };
+            // The keeper is our unreaped child, so its pid cannot have been reused; it shares
+            // the mount namespace with init.
+            let target = Target::Namespaces { channel };
             let root =
                 sys::open_path(&CString::new(format!("/proc/{keeper_pid}/root")).map_err(std::io::Error::other)?)?;
             Ok(Running { keeper, root, target })

@@ -27,9 +27,10 @@ use self::spares::SpareRoots;
 use self::validate::{c_string, validate_exec, validate_id, validate_spec};
 use self::warm::{WarmPool, WarmSandbox, can_use_warm, end_keeper};
 use crate::activation::{Activation, MainCommand};
-use crate::child::{self, InitPlan, NsFds, Program};
+use crate::child::{self, InitPlan, Program};
 use crate::exec::{self, ExecRequest, ExecSession, ExecTracker};
 use crate::files;
+use crate::init_channel::{InitChannel, MAX_ORDER_BYTES, SendError};
 use crate::logs::{LogBuffer, LogReader};
 use crate::spawner::Spawner;
 use crate::sys::{self, ProcessHandle};
@@ -104,15 +105,8 @@ struct Running {
 
 #[derive(Debug)]
 enum Target {
-    Namespaces {
-        user: Option<OwnedFd>,
-        mnt: OwnedFd,
-        uts: OwnedFd,
-        ipc: OwnedFd,
-        pid: OwnedFd,
-        /// The sandbox's own network namespace, where it has one.
-        net: Option<OwnedFd>,
-    },
+    /// Commands are exec'd by the sandbox's init, over its channel.
+    Namespaces { channel: Arc<InitChannel> },
     /// The main command's process group, which exec'd commands join.
     Plain { group: pid_t },
 }
@@ -314,22 +308,22 @@ impl Executor {
             _ => None,
         };
         let cwd = c_string(layout.working_dir.clone())?;
-        let StartedKeeper { child, running, mut go, started } =
-            start_keeper(&self.inner, id, spec.network, |pipes| InitPlan {
-                parent: self.inner.pid,
-                report_fd: pipes.report_fd,
-                go_fd: pipes.go_fd,
-                started_fd: pipes.started_fd,
-                ns,
-                self_exe: self.inner.self_exe.as_raw_fd(),
-                probe: false,
-                warm: false,
-                idle: false,
-                cwd,
-                cwd_message: child::cwd_message(&layout.working_dir),
-                program,
-            })
-            .await?;
+        let StartedKeeper { child, running, mut go, started } = start_keeper(&self.inner, id, |pipes| InitPlan {
+            parent: self.inner.pid,
+            report_fd: pipes.report_fd,
+            go_fd: pipes.go_fd,
+            started_fd: pipes.started_fd,
+            control_fd: pipes.control_fd,
+            ns,
+            self_exe: self.inner.self_exe.as_raw_fd(),
+            probe: false,
+            warm: false,
+            idle: false,
+            cwd,
+            cwd_message: child::cwd_message(&layout.working_dir),
+            program,
+        })
+        .await?;
         // Let the main command run. If it cannot be told, the sandbox's processes
         // are gone already, which the keeper's watcher reports.
         {
@@ -584,67 +578,85 @@ impl Executor {
             env.insert("TERM".into(), "xterm-256color".into());
         }
         env.extend(request.env.clone());
-        let mut command = Command::new(program);
-        command.args(&request.argv[1..]).env_clear().envs(&env).kill_on_drop(true);
-        let pty_master = if request.tty {
-            let (cols, rows) = request.tty_size.unwrap_or((80, 24));
-            // A namespaced sandbox's terminal comes from its own devpts.
-            let master = match running.target {
-                Target::Namespaces { .. } => Some(sys::open_in_root(
-                    running.root.as_raw_fd(),
-                    c"/dev/pts/ptmx",
-                    libc::O_RDWR | libc::O_NOCTTY,
-                    0,
-                )?),
-                Target::Plain { .. } => None,
-            };
-            let (master, slave) = sys::open_pty(master, cols, rows)?;
-            command.stdin(slave.try_clone()?).stdout(slave.try_clone()?).stderr(slave);
-            Some(master)
-        } else {
-            command
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped());
-            None
-        };
-        let cwd_c = c_string(cwd)?;
-        let parent = self.inner.pid;
-        let tty = request.tty;
-        let target = running.clone();
-        let command_ids = sandbox.command_ids;
-        // SAFETY: the closures run between fork and exec and only call the
-        // fork-safe code of `child`; `target` keeps the namespace descriptors open
-        // for as long as the command object (and so the closure) lives.
-        unsafe {
-            command.pre_exec(move || match &target.target {
-                Target::Namespaces { user, mnt, uts, ipc, pid, net } => {
-                    let fds = NsFds {
-                        user: user.as_ref().map(AsRawFd::as_raw_fd),
-                        mnt: mnt.as_raw_fd(),
-                        uts: uts.as_raw_fd(),
-                        ipc: ipc.as_raw_fd(),
-                        pid: pid.as_raw_fd(),
-                        net: net.as_ref().map(AsRawFd::as_raw_fd),
-                        ids: command_ids,
-                    };
-                    child::exec_in_namespaces(parent, fds, &cwd_c, tty)
+        let (session, tracker) = match &running.target {
+            Target::Namespaces { channel } => {
+                let command = MainCommand {
+                    candidates: program_candidates(program, env.get("PATH").map(String::as_str))
+                        .into_iter()
+                        .map(c_string)
+                        .collect::<Result<_, _>>()?,
+                    argv: request.argv.iter().map(|arg| c_string(arg.clone())).collect::<Result<_, _>>()?,
+                    envp: env
+                        .iter()
+                        .map(|(key, value)| c_string(format!("{key}={value}")))
+                        .collect::<Result<_, _>>()?,
+                    display: program.clone(),
+                };
+                let io = if request.tty {
+                    let (cols, rows) = request.tty_size.unwrap_or((80, 24));
+                    // The terminal comes from the sandbox's own devpts.
+                    let master = sys::open_in_root(
+                        running.root.as_raw_fd(),
+                        c"/dev/pts/ptmx",
+                        libc::O_RDWR | libc::O_NOCTTY,
+                        0,
+                    )?;
+                    let (master, slave) = sys::open_pty(Some(master), cols, rows)?;
+                    exec::CommandIo::pty(master, slave)
+                } else {
+                    exec::CommandIo::pipes()?
+                };
+                let cwd = c_string(cwd)?;
+                let ordered = channel.exec(request.tty, sandbox.command_ids, cwd, command, io.command_ends()).await;
+                let (exec_id, exit) = match ordered {
+                    Ok(ordered) => ordered,
+                    Err(SendError::Closed) => return Err(ExecutorError::NotRunning(id.to_owned())),
+                    Err(SendError::TooLarge(size)) => {
+                        return Err(ExecutorError::InvalidRequest(format!(
+                            "the command's arguments and environment take {size} bytes, more than a sandbox's \
+                             exec channel carries ({MAX_ORDER_BYTES} bytes at most)"
+                        )));
+                    }
+                    Err(SendError::Io(error)) => return Err(error.into()),
+                };
+                exec::attach_to_init(io, channel.clone(), exec_id, exit)?
+            }
+            Target::Plain { group } => {
+                let mut command = Command::new(program);
+                command.args(&request.argv[1..]).env_clear().envs(&env).kill_on_drop(true);
+                let pty_master = if request.tty {
+                    let (cols, rows) = request.tty_size.unwrap_or((80, 24));
+                    let (master, slave) = sys::open_pty(None, cols, rows)?;
+                    command.stdin(slave.try_clone()?).stdout(slave.try_clone()?).stderr(slave);
+                    Some(master)
+                } else {
+                    command
+                        .stdin(std::process::Stdio::piped())
+                        .stdout(std::process::Stdio::piped())
+                        .stderr(std::process::Stdio::piped());
+                    None
+                };
+                let cwd_c = c_string(cwd)?;
+                let parent = self.inner.pid;
+                let group = *group;
+                // SAFETY: the closure runs between fork and exec and only calls the
+                // fork-safe code of `child`.
+                unsafe {
+                    command.pre_exec(move || child::exec_plain(parent, group, &cwd_c));
                 }
-                Target::Plain { group } => child::exec_plain(parent, *group, &cwd_c),
-            });
-        }
-        let child = match self.inner.spawner.spawn(command).await {
-            Ok(child) => child,
-            Err(error) => {
-                if sandbox.running().is_none() {
-                    return Err(ExecutorError::NotRunning(id.to_owned()));
-                }
-                debug!(sandbox = id, %program, %error, "exec could not start");
-                return Ok(ExecSession::failed(start_failure_message(program, &error)));
+                let child = match self.inner.spawner.spawn(command).await {
+                    Ok(child) => child,
+                    Err(error) => {
+                        if sandbox.running().is_none() {
+                            return Err(ExecutorError::NotRunning(id.to_owned()));
+                        }
+                        debug!(sandbox = id, %program, %error, "exec could not start");
+                        return Ok(ExecSession::failed(start_failure_message(program, &error)));
+                    }
+                };
+                exec::attach(child, pty_master)
             }
         };
-        let shim = matches!(running.target, Target::Namespaces { .. });
-        let (session, tracker) = exec::attach(child, pty_master, shim);
         let mut execs = lock(&sandbox.execs);
         execs.retain(|tracker| !tracker.finished());
         execs.push(tracker);

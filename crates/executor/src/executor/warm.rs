@@ -283,11 +283,12 @@ async fn start_warm_keeper(
     let ns = ns_plan(ids, "localhost", rootfs, Network::Host, None).map_err(|error| error.to_string())?;
     let idle = pool_is_idle(inner);
     let name = dir.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-    let StartedKeeper { child, running, go, started } = start_keeper(inner, &name, Network::Host, |pipes| InitPlan {
+    let StartedKeeper { child, running, go, started } = start_keeper(inner, &name, |pipes| InitPlan {
         parent: inner.pid,
         report_fd: pipes.report_fd,
         go_fd: pipes.go_fd,
         started_fd: pipes.started_fd,
+        control_fd: pipes.control_fd,
         ns: Some(ns),
         self_exe: inner.self_exe.as_raw_fd(),
         probe: false,
