@@ -112,7 +112,7 @@ impl<'a> Reader<'a> {
         self.take(4).map(|bytes| u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
     }
 
-    fn bytes(&mut self) -> Option<&'a [u8]> {
+    pub(crate) fn bytes(&mut self) -> Option<&'a [u8]> {
         let count = self.u32()? as usize;
         self.take(count)
     }

@@ -11,17 +11,19 @@
 //! ```text
 //! namespaces mode                              plain mode
 //! emulator                                     emulator
-//!  └─ sandbox keeper  (new user?/uts/mnt ns,    └─ sandbox keeper (own process group,
-//!     │                parent of the pid ns)       │               child subreaper)
-//!     └─ init, PID 1 of the new pid ns             └─ main command (own process group)
-//!        ├─ main command, PID 2
-//!        └─ exec'd commands (forked by init         └─ exec'd command (joins main's group)
-//!           on the emulator's order, see
-//!           `crate::init_channel`)
+//!  └─ zygote (the emulator's binary, exec'd)    └─ sandbox keeper (own process group,
+//!     └─ sandbox keeper (new user?/uts/mnt ns,     │               child subreaper)
+//!        │               parent of the pid ns)     └─ main command (own process group)
+//!        └─ init, PID 1 of the new pid ns       └─ exec'd command (joins main's group)
+//!           ├─ main command, PID 2
+//!           └─ exec'd commands (forked by init on the emulator's order,
+//!              see `crate::init_channel`)
 //! ```
 //!
-//! The keeper is the emulator's child, so the emulator waits for and signals only
-//! its own unreaped children. Death propagates downward with `PR_SET_PDEATHSIG`.
+//! The emulator signals a keeper through a pidfd and learns of its end from its parent (the
+//! emulator itself in plain mode, the zygote otherwise). Death propagates downward with
+//! `PR_SET_PDEATHSIG`. A keeper forked from the zygote runs this same code: the zygote is
+//! single-threaded, so its children could do more, but the keeper's code is shared.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -207,6 +209,8 @@ pub(crate) struct Program {
     not_found: Vec<u8>,
     denied: Vec<u8>,
     failed: Vec<u8>,
+    /// The program as the user wrote it, for those messages.
+    display: String,
 }
 
 // SAFETY: the raw pointers point into the CStrings owned by the same value, which
@@ -228,6 +232,17 @@ impl Program {
             not_found: format!("cwsandbox: {display}: command not found\n").into_bytes(),
             denied: format!("cwsandbox: {display}: permission denied\n").into_bytes(),
             failed: format!("cwsandbox: {display}: cannot execute\n").into_bytes(),
+            display: display.to_owned(),
+        }
+    }
+
+    /// What [`Program::new`] was made from, to send it to another process.
+    pub(crate) fn command(&self) -> crate::activation::MainCommand {
+        crate::activation::MainCommand {
+            candidates: self.candidates.clone(),
+            argv: self._argv.clone(),
+            envp: self._envp.clone(),
+            display: self.display.clone(),
         }
     }
 }
@@ -612,25 +627,23 @@ fn run_ns_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
     if peer_gone(life_read) {
         give_up(Stage::Fork, libc::ECHILD);
     }
-    let mut report_digits = [0u8; 16];
-    let report_argument: &CStr = if plan.probe {
-        // The probe proves the whole chain, the re-executed init included: that init reports,
-        // on a copy of the pipe that stays open across exec.
-        // SAFETY: dup of a descriptor we hold.
-        let report = unsafe { libc::dup(plan.report_fd) };
-        if report < 0 {
-            give_up(Stage::ExecInit, errno());
-        }
-        format_decimal(report as u32, &mut report_digits)
-    } else {
-        // Everything that can fail for this sandbox's reasons is done, so the emulator may
-        // let the main command go while the re-execution below loads: the start is that much
-        // shorter. Until it execs, this process (the main command's PID 1) still holds the
-        // emulator's memory, but it is not dumpable and runs with the sandbox's credentials,
-        // which have no CAP_SYS_PTRACE, so no process of the sandbox can read it. If the
-        // re-execution fails, init exits, the namespace ends, and the keeper reports that.
+    if plan.self_exe < 0 {
+        // Forked from the zygote: nothing of the emulator's to shed, so init runs here. All that
+        // can fail for this sandbox's reasons is done: the emulator may let the main command go.
         report(plan.report_fd, ReportMessage::Ready(0));
-        crate::init::ALREADY_REPORTED
+        close_fds_except(&[0, 1, 2, plan.control_fd]);
+        let control = (plan.control_fd >= 0).then_some(plan.control_fd);
+        crate::zygote::retitle(INIT_TITLE);
+        crate::init::run(None, main, control);
+    }
+    // Forked from the emulator (the probe, which proves this path): init executes the binary
+    // again to shed the emulator's memory. That init reports, on a copy of the pipe that stays
+    // open across exec.
+    let mut report_digits = [0u8; 16];
+    let report_argument = match inheritable_copy(plan.report_fd) {
+        Some(Ok(copy)) => format_decimal(copy as u32, &mut report_digits),
+        Some(Err(error)) => give_up(Stage::ExecInit, error),
+        None => give_up(Stage::ExecInit, libc::EBADF),
     };
     let mut main_digits = [0u8; 16];
     let mut control_digits = [0u8; 16];
@@ -651,12 +664,16 @@ fn run_ns_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
     give_up(Stage::ExecInit, errno())
 }
 
-/// Init of a warm sandbox: becomes the namespace's root and re-executes the emulator's binary
-/// at once, before any process of the sandbox exists, keeping the report, activation and
-/// started pipes. The bounding set stays whole, so the re-executed init can set the hostname
-/// the activation brings; it drops what a sandbox must not have before the main command
-/// runs. Never returns.
+/// Init of a warm sandbox: becomes the namespace's root and waits at once, before any process
+/// of the sandbox exists, for its activation on the go pipe. The bounding set stays whole, so
+/// init can set the hostname the activation brings; it drops what a sandbox must not have
+/// before the main command runs. Never returns.
 fn exec_warm_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
+    // Only a process forked from the zygote may run init in place: one forked from the
+    // emulator holds its memory. Warm sandboxes are the zygote's.
+    if plan.self_exe >= 0 {
+        fail(plan.report_fd, Stage::ExecInit, libc::EINVAL);
+    }
     if let Err(error) = switch_ids(ns.init_ids()) {
         fail(plan.report_fd, Stage::Credentials, error);
     }
@@ -664,42 +681,26 @@ fn exec_warm_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
     if peer_gone(life_read) {
         exit(1);
     }
-    let mut digits = [[0u8; 16]; 4];
-    let mut arguments = [c"".as_ptr(); 4];
-    for ((fd, buffer), argument) in [plan.report_fd, plan.go_fd, plan.started_fd, plan.control_fd]
-        .into_iter()
-        .zip(digits.iter_mut())
-        .zip(arguments.iter_mut())
-    {
-        *argument = match inheritable_copy(fd) {
-            Some(Ok(copy)) => format_decimal(copy as u32, buffer).as_ptr(),
-            Some(Err(error)) => fail(plan.report_fd, Stage::ExecInit, error),
-            None => crate::init::NO_CONTROL.as_ptr(),
-        };
-    }
-    let argv = [
-        c"cwsandbox-init".as_ptr(),
-        crate::init::INIT_MAGIC.as_ptr(),
-        crate::init::WARM.as_ptr(),
-        arguments[0],
-        arguments[1],
-        arguments[2],
-        arguments[3],
-        std::ptr::null(),
-    ];
-    exec_self(plan.self_exe, &argv);
-    fail(plan.report_fd, Stage::ExecInit, errno())
+    let mut keep = [0, 1, 2, plan.report_fd, plan.go_fd, plan.started_fd, plan.control_fd];
+    keep.sort_unstable();
+    close_fds_except(&keep);
+    let control = (plan.control_fd >= 0).then_some(plan.control_fd);
+    crate::zygote::retitle(INIT_TITLE);
+    crate::init::run_warm(plan.report_fd, plan.go_fd, plan.started_fd, control)
 }
 
 /// Executes the emulator's own binary (open at `self_exe`) with `argv` (NULL-terminated) and an
 /// empty environment; returns only if that failed (`errno` says why). Fork-safe.
-fn exec_self(self_exe: RawFd, argv: &[*const c_char]) {
+pub(crate) fn exec_self(self_exe: RawFd, argv: &[*const c_char]) {
     let envp = [std::ptr::null::<c_char>()];
     // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
     unsafe {
         libc::syscall(libc::SYS_execveat, self_exe, c"".as_ptr(), argv.as_ptr(), envp.as_ptr(), libc::AT_EMPTY_PATH)
     };
 }
+
+/// The command line of an init that runs in place, as a re-executed one's begins.
+const INIT_TITLE: &[u8] = b"cwsandbox-init\0--cwsandbox-init-v1\0";
 
 /// A copy of `fd` without close-on-exec, for the re-executed init; `None` for no descriptor
 /// (-1). Fork-safe.

@@ -1,15 +1,17 @@
-//! The sandbox's init after it re-executed the emulator's binary.
+//! The sandbox's init once its setup is done, and the entry point of the processes the
+//! emulator's binary is executed as: the zygote (`crate::zygote`) and a re-executed init.
 //!
-//! PID 1 of a sandbox is forked from the emulator, so until it execs it holds a copy of
-//! the emulator's memory and environment (its tokens among them), readable by any
-//! process of the sandbox through `/proc/1/mem` and `/proc/1/environ`. So init, once it
-//! has set the sandbox up and started the main command, executes the program it came
-//! from again (through a descriptor opened at start, with an empty environment and a
-//! marker argument) and only then waits for the sandbox's processes.
+//! A process forked from the emulator holds a copy of its memory and environment (its tokens
+//! among them), readable by any process of the sandbox through `/proc/1/mem` and
+//! `/proc/1/environ`. So namespaced sandboxes descend from the zygote, the emulator's binary
+//! executed with an empty environment, and their init runs this loop in place. The probe at
+//! start is forked from the emulator: its init executes the program it came from again
+//! (through a descriptor opened at start, with an empty environment and a marker argument)
+//! before it runs the loop.
 //!
-//! The marker is recognised before `main` runs, by a function in `.init_array`: every
-//! program that links this crate (the emulator, its tests) becomes a sandbox init when
-//! started that way, without a separate binary to install. glibc passes `argc`, `argv`
+//! The markers are recognised before `main` runs, by a function in `.init_array`: every
+//! program that links this crate (the emulator, its tests) becomes a zygote or a sandbox init
+//! when started that way, without a separate binary to install. glibc passes `argc`, `argv`
 //! and `envp` to these functions, as the Rust standard library itself relies on.
 
 use std::ffi::{CStr, c_char, c_int};
@@ -25,13 +27,6 @@ use crate::sys::{
 
 /// The argument that makes a program a sandbox's init.
 pub(crate) const INIT_MAGIC: &CStr = c"--cwsandbox-init-v1";
-
-/// The report argument of an init that told the emulator it was ready before re-executing.
-pub(crate) const ALREADY_REPORTED: &CStr = c"reported";
-
-/// The argument of a warm sandbox's init (followed by its report, activation, started and
-/// control descriptors).
-pub(crate) const WARM: &CStr = c"warm";
 
 /// The control argument of an init without a channel to the emulator (the probe's).
 pub(crate) const NO_CONTROL: &CStr = c"none";
@@ -51,53 +46,46 @@ pub(crate) fn keep_linked() {
 }
 
 extern "C" fn sandbox_init_entry(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
-    if !(argc == 5 || argc == 7) || argv.is_null() {
+    if !(argc == 3 || argc == 5) || argv.is_null() {
         return;
     }
     // SAFETY: the kernel hands a program `argc` valid C strings in `argv`.
     let argument = |index: usize| unsafe { CStr::from_ptr(*argv.add(index)) };
+    if argc == 3 {
+        if argument(1) == crate::zygote::ZYGOTE_MAGIC {
+            // SAFETY: the kernel lays out the `argc` strings of `argv` one after the other.
+            unsafe { crate::zygote::remember_command_line(argc as usize, argv) };
+            match parse_decimal(argument(2)) {
+                Some(socket) => crate::zygote::run(socket as c_int),
+                None => exit(1),
+            }
+        }
+        return;
+    }
     if argument(1) != INIT_MAGIC {
         return;
     }
     let descriptor = |index: usize| parse_decimal(argument(index)).map(|fd| fd as c_int);
-    let control = |index: usize| match argument(index) {
+    let control = match argument(4) {
         none if none == NO_CONTROL => Some(None),
-        _ => descriptor(index).map(Some),
+        _ => descriptor(4).map(Some),
     };
-    if argc == 7 {
-        if argument(2) != WARM {
-            exit(1);
-        }
-        let (Some(report_fd), Some(activation_fd), Some(started_fd), Some(control_fd)) =
-            (descriptor(3), descriptor(4), descriptor(5), control(6))
-        else {
-            exit(1);
-        };
-        run_warm(report_fd, activation_fd, started_fd, control_fd);
-    }
-    let report_fd = match argument(2) {
-        reported if reported == ALREADY_REPORTED => None,
-        _ => match descriptor(2) {
-            Some(fd) => Some(fd),
-            None => exit(1),
-        },
-    };
-    let (Some(main), Some(control_fd)) = (parse_decimal(argument(3)), control(4)) else {
+    let (Some(report_fd), Some(main), Some(control_fd)) = (descriptor(2), parse_decimal(argument(3)), control) else {
         exit(1);
     };
-    run(report_fd, main as libc::pid_t, control_fd)
+    run(Some(report_fd), main as libc::pid_t, control_fd)
 }
 
-/// Reports ready on the descriptor the setup handed over, unless init reported before it
-/// re-executed, then runs the init loop (a probe, whose `main` is 0, exits at once). Never
-/// returns.
-fn run(report_fd: Option<c_int>, main: libc::pid_t, control_fd: Option<c_int>) -> ! {
-    // exec named the process after the binary.
+/// Reports ready on the descriptor the setup handed over (a re-executed init's), unless init
+/// reported before (one running in place), then runs the init loop (a probe, whose `main` is
+/// 0, exits at once). Never returns.
+pub(crate) fn run(report_fd: Option<c_int>, main: libc::pid_t, control_fd: Option<c_int>) -> ! {
+    // An exec named the process after the binary.
     set_name(c"cwsandbox-init");
     set_not_dumpable();
     let control = control_fd.map(take_descriptor);
-    // The signals stayed blocked across exec; SIGCHLD of a main command that already
-    // ended is pending and reaches the signalfd.
+    // The signals stayed blocked (across exec, for a re-executed init); SIGCHLD of a main
+    // command that already ended is pending and reaches the signalfd.
     let signals = match control_signalfd() {
         Ok(fd) => fd,
         Err(error) => {
@@ -122,11 +110,11 @@ fn run(report_fd: Option<c_int>, main: libc::pid_t, control_fd: Option<c_int>) -
 /// closes the pipe after it, or without one when it gives the sandbox up), sets the
 /// hostname, starts the main command, leaves itself only the sandbox's capabilities and
 /// runs the init loop. Never returns.
-fn run_warm(report_fd: c_int, activation_fd: c_int, started_fd: c_int, control_fd: Option<c_int>) -> ! {
+pub(crate) fn run_warm(report_fd: c_int, activation_fd: c_int, started_fd: c_int, control_fd: Option<c_int>) -> ! {
     set_name(c"cwsandbox-init");
     set_not_dumpable();
-    // They came across exec without close-on-exec; the started pipe must close when the main
-    // command execs.
+    // The started pipe must close when the main command execs (the pipes come from the
+    // emulator close-on-exec; this keeps them so whatever hands them over).
     for fd in [report_fd, activation_fd, started_fd] {
         // SAFETY: fcntl on descriptors handed to us.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };

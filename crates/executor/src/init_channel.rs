@@ -25,7 +25,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
 
 use crate::activation::{MainCommand, Reader, put_bytes, put_ids};
-use crate::sys::{self, MAX_MESSAGE_FDS};
+use crate::sys;
 
 /// The largest order: `execve` itself refuses more than about 2 MiB of arguments and
 /// environment with the default stack limit.
@@ -166,8 +166,8 @@ impl InitChannel {
     /// Takes the emulator's end and starts reading init's reports. Must run on a runtime with
     /// I/O enabled.
     pub(crate) fn open(socket: OwnedFd) -> io::Result<Arc<InitChannel>> {
-        set_nonblocking(socket.as_raw_fd())?;
-        grow_send_buffer(socket.as_raw_fd());
+        sys::set_nonblocking(socket.as_raw_fd())?;
+        sys::grow_send_buffer(socket.as_raw_fd(), MAX_ORDER_BYTES);
         // SAFETY: an OwnedFd keeps its descriptor open and unchanged until it is dropped,
         // which is when the AsyncFd is.
         let socket = unsafe { AsyncFd::register(socket) }.map_err(|error| error.into_parts().1)?;
@@ -186,7 +186,7 @@ impl InitChannel {
         ids: Option<(u32, u32)>,
         cwd: CString,
         command: MainCommand,
-        stdio: [RawFd; MAX_MESSAGE_FDS],
+        stdio: [RawFd; 3],
     ) -> Result<(u64, oneshot::Receiver<c_int>), SendError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let bytes = Order::Exec(ExecOrder { id, tty, ids, cwd, command }).encode();
@@ -275,37 +275,6 @@ async fn read_reports(channel: Arc<InitChannel>) {
         }
     }
     *channel.waiting() = Waiting::default();
-}
-
-fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor we own.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    // SAFETY: as above.
-    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// A message must fit the sender's buffer whole. Root may raise it past the system's limit;
-/// otherwise orders larger than that limit are refused as too large.
-fn grow_send_buffer(fd: RawFd) {
-    let size = (MAX_ORDER_BYTES + 64 * 1024) as c_int;
-    for option in [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF] {
-        // SAFETY: setsockopt with a pointer to a c_int and its size.
-        let set = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                option,
-                (&size as *const c_int).cast(),
-                std::mem::size_of::<c_int>() as libc::socklen_t,
-            )
-        };
-        if set == 0 {
-            return;
-        }
-    }
 }
 
 #[cfg(test)]

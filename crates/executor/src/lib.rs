@@ -24,6 +24,7 @@ mod logs;
 pub(crate) mod rootfs;
 mod spawner;
 mod sys;
+mod zygote;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -233,6 +233,11 @@ pub(crate) struct ProcessHandle {
 }
 
 impl ProcessHandle {
+    /// A handle from a pidfd someone else opened for `pid` (the zygote, which forked it).
+    pub(crate) fn from_pidfd(pid: pid_t, pidfd: OwnedFd) -> ProcessHandle {
+        ProcessHandle { pid, pidfd: Some(pidfd) }
+    }
+
     /// Opens a handle on `pid`, which must be an unreaped child of ours (so the pid
     /// cannot have been reused yet).
     pub(crate) fn open(pid: pid_t) -> ProcessHandle {
@@ -243,6 +248,15 @@ impl ProcessHandle {
         // SAFETY: a non-negative result is a descriptor we now own.
         let pidfd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
         ProcessHandle { pid, pidfd }
+    }
+
+    pub(crate) fn pid(&self) -> pid_t {
+        self.pid
+    }
+
+    pub(crate) fn try_clone(&self) -> io::Result<ProcessHandle> {
+        let pidfd = self.pidfd.as_ref().map(OwnedFd::try_clone).transpose()?;
+        Ok(ProcessHandle { pid: self.pid, pidfd })
     }
 
     pub(crate) fn signal(&self, signal: c_int) {
@@ -617,7 +631,7 @@ pub(crate) fn open_own_executable() -> io::Result<OwnedFd> {
 }
 
 /// The most descriptors one message of [`send_message`] carries.
-pub(crate) const MAX_MESSAGE_FDS: usize = 3;
+pub(crate) const MAX_MESSAGE_FDS: usize = 5;
 
 /// A connected pair of `SOCK_SEQPACKET` sockets (message boundaries kept, descriptors
 /// passed with `SCM_RIGHTS`), both close-on-exec.
@@ -647,7 +661,7 @@ pub(crate) fn send_message(socket: RawFd, data: &[u8], fds: &[RawFd], flags: c_i
     if !fds.is_empty() {
         let fd_bytes = std::mem::size_of_val(fds) as u32;
         header.msg_control = control.as_mut_ptr().cast();
-        // SAFETY: CMSG_SPACE only computes a size; 3 descriptors fit in 64 bytes.
+        // SAFETY: CMSG_SPACE only computes a size; 5 descriptors fit in 64 bytes.
         header.msg_controllen = unsafe { libc::CMSG_SPACE(fd_bytes) } as usize;
         // SAFETY: the control buffer is large enough for one header with `fds`, and
         // CMSG_FIRSTHDR/CMSG_DATA point into it.
@@ -713,4 +727,37 @@ pub(crate) fn receive_message(socket: RawFd, buffer: &mut [u8], flags: c_int) ->
         return Err(libc::EMSGSIZE);
     }
     Ok((received, fds))
+}
+
+/// A message must fit the sender's buffer whole: raised to `bytes` (and some room) where it
+/// may be. Root may raise it past the system's limit; otherwise larger messages are refused
+/// (`EMSGSIZE`).
+pub(crate) fn grow_send_buffer(socket: RawFd, bytes: usize) {
+    let size = c_int::try_from(bytes + 64 * 1024).unwrap_or(c_int::MAX);
+    for option in [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF] {
+        // SAFETY: setsockopt with a pointer to a c_int and its size.
+        let set = unsafe {
+            libc::setsockopt(
+                socket,
+                libc::SOL_SOCKET,
+                option,
+                (&size as *const c_int).cast(),
+                std::mem::size_of::<c_int>() as libc::socklen_t,
+            )
+        };
+        if set == 0 {
+            return;
+        }
+    }
+}
+
+/// Makes `fd` non-blocking.
+pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor the caller holds.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -173,6 +173,45 @@ async fn a_loopback_only_network_reaches_nothing_outside_the_sandbox() {
     plain.executor.shutdown().await;
 }
 
+/// The zygote (the process that forks namespaced keepers) killed from outside takes its
+/// sandboxes with it, as the emulator's death would, and the next start brings up a new one;
+/// shutdown ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_zygote_ends_its_sandboxes_and_is_started_again() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let mut exits = executor.exits();
+    let marker = unique("zygote-marker");
+    let id = unique("zygote");
+    let launch = LaunchSpec { env: env(&[("CWSBX_TEST_MARKER", &marker)]), ..spec("zygote", &["sleep", "1000"]) };
+    executor.start(&id, launch).await.unwrap();
+    let parent = |pid: u32| -> u32 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        // The fields after the command name, which is in parentheses.
+        stat.rsplit_once(") ").unwrap().1.split(' ').nth(1).unwrap().parse().unwrap()
+    };
+    let comm = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let [main] = processes_with_marker(&marker)[..] else { panic!("one main process") };
+    let zygote = parent(parent(parent(main)));
+    assert_eq!(comm(zygote), "cwsandbox-zygot\n", "main → init → keeper → zygote");
+    assert_eq!(parent(zygote), std::process::id(), "the zygote is the executor's child");
+    // SAFETY: kill has no preconditions.
+    unsafe { libc::kill(zygote as libc::pid_t, libc::SIGKILL) };
+    let exit = within("the sandbox's end", exits.recv()).await.unwrap();
+    assert_eq!((exit.id.as_str(), exit.exit_code), (id.as_str(), 137));
+    assert!(processes_with_marker(&marker).is_empty());
+    let next = unique("after-zygote");
+    let launch = LaunchSpec { env: env(&[("CWSBX_TEST_MARKER", &marker)]), ..spec("after-zygote", &["sleep", "1000"]) };
+    executor.start(&next, launch).await.unwrap();
+    assert_eq!(sh(executor, &next, "hostname").await, "after-zygote");
+    let [main] = processes_with_marker(&marker)[..] else { panic!("one main process") };
+    let second = parent(parent(parent(main)));
+    assert_ne!(second, zygote);
+    assert_eq!(comm(second), "cwsandbox-zygot\n");
+    executor.shutdown().await;
+    assert!(!Path::new(&format!("/proc/{second}")).exists(), "the zygote outlived the shutdown");
+}
+
 /// Exec'd commands are started by the sandbox's own init: their parent is PID 1 of the
 /// sandbox, they inherit none of init's descriptors, a megabyte of environment reaches them
 /// whole, and an order too large for the channel to init is refused by name, losing nothing.
@@ -352,8 +391,11 @@ fn warm_inits_under(root: &Path) -> Vec<u32> {
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            cmdline.starts_with(b"cwsandbox-init\0--cwsandbox-init-v1\0warm\0")
+            // An init without children has not started a main command: it waits.
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+            comm == "cwsandbox-init\n"
+                && children.trim().is_empty()
                 && std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).is_ok_and(|mounts| mounts.contains(&root))
         })
         .collect()
@@ -615,11 +657,17 @@ async fn no_sandbox_process_holds_the_emulators_memory_or_environment() {
     let executor = &harness.executor;
     // A secret in the emulator's memory before the sandbox starts, as its tokens are.
     let secret = std::hint::black_box(format!("cwsbx-secret-{}", unique("token")));
+    // Another sandbox's environment, which the keepers' common ancestor (the zygote) must
+    // never have seen.
+    let other_secret = std::hint::black_box(format!("cwsbx-other-{}", unique("env")));
+    let other = unique("other");
+    let launch = LaunchSpec { env: env(&[("OTHER_SECRET", &other_secret)]), ..spec("other", &["sleep", "1000"]) };
+    executor.start(&other, launch).await.unwrap();
     let id = unique("secrets");
     executor.start(&id, spec("secrets", &["sh", "-c", "sleep 1000 & wait"])).await.unwrap();
     // Init's command line and environment are its own, not the emulator's.
     let cmdline = sh(executor, &id, "tr '\\0' ' ' < /proc/1/cmdline").await;
-    assert!(cmdline.starts_with("cwsandbox-init --cwsandbox-init-v1 "), "{cmdline}");
+    assert_eq!(cmdline.trim_end(), "cwsandbox-init --cwsandbox-init-v1");
     // Empty, and not even readable from inside (init is not dumpable).
     let (stdout, _, _) = run(executor, &id, &["cat", "/proc/1/environ"]).await;
     assert_eq!(stdout, "");
@@ -629,7 +677,7 @@ async fn no_sandbox_process_holds_the_emulators_memory_or_environment() {
     }
     // Nothing any process of the sandbox can read holds the secret, or the emulator's
     // environment (cargo's CARGO_* variables stand for its tokens here).
-    for needle in [secret.as_str(), "CARGO_PKG_NAME="] {
+    for needle in [secret.as_str(), "CARGO_PKG_NAME=", other_secret.as_str()] {
         let (stdout, stderr, code) = run(executor, &id, &["python3", "-c", SCAN_PROCESSES, needle]).await;
         assert_eq!((stdout.as_str(), code), ("scanned\n", 0), "{needle} found: {stderr}");
     }

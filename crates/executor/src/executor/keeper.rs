@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use libc::pid_t;
 use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
@@ -23,6 +24,7 @@ use crate::exec::{self, ExecTracker};
 use crate::init_channel::InitChannel;
 use crate::logs::LogBuffer;
 use crate::sys::{self, ProcessHandle};
+use crate::zygote::{Zygote, encode_plan};
 use crate::{ExecutorError, MainExit};
 
 /// How long a sandbox may take to set itself up before start gives up.
@@ -46,7 +48,7 @@ pub(super) struct PlanPipes {
 /// pipe the main command (or a warm sandbox's init) waits on and of the one that closes when the
 /// main command has exec'd (a byte first if it could not).
 pub(super) struct StartedKeeper {
-    pub(super) child: Child,
+    pub(super) keeper: Keeper,
     pub(super) running: Running,
     pub(super) go: std::io::PipeWriter,
     pub(super) started: std::io::PipeReader,
@@ -68,13 +70,16 @@ pub(super) async fn start_keeper(
         Mode::Namespaces { .. } => Some(sys::seqpacket_pair()?),
         Mode::Plain => None,
     };
-    let plan = Arc::new(plan(PlanPipes {
+    let plan = plan(PlanPipes {
         report_fd: report_write.as_raw_fd(),
         go_fd: go_read.as_raw_fd(),
         started_fd: started_write.as_raw_fd(),
         control_fd: control.as_ref().map_or(-1, |(_, init_end)| init_end.as_raw_fd()),
-    }));
-    let spawned = inner.spawner.spawn(keeper_command(plan)).await;
+    });
+    let spawned = match inner.mode {
+        Mode::Namespaces { .. } => fork_from_zygote(inner, &plan).await,
+        Mode::Plain => inner.spawner.spawn(keeper_command(Arc::new(plan))).await.map(Keeper::Child),
+    };
     // Only the keeper and its children may hold these ends now, so the report ends (EOF) if
     // they die, and so does the channel when init is gone.
     drop((report_write, go_read, started_write));
@@ -85,22 +90,153 @@ pub(super) async fn start_keeper(
         }
         None => None,
     };
-    let mut child = spawned.map_err(|error| setup_error(format!("cannot fork the sandbox keeper: {error}")))?;
-    let Some(pid) = child.id() else {
-        return Err(setup_error("the sandbox keeper ended at once".into()));
+    let mut keeper = spawned.map_err(|error| setup_error(format!("cannot fork the sandbox keeper: {error}")))?;
+    let handle = match keeper.handle() {
+        Some(handle) => handle?,
+        None => return Err(setup_error("the sandbox keeper ended at once".into())),
     };
-    let pid = pid as pid_t;
-    let handle = ProcessHandle::open(pid);
+    let pid = handle.pid();
     let opened = match read_report(report_read).await {
         Ok(main_pid) => open_running(pid, main_pid, inner.mode, handle, channel)
             .map_err(|error| format!("cannot open the sandbox's namespaces: {error}")),
         Err(message) => Err(message),
     };
     match opened {
-        Ok(running) => Ok(StartedKeeper { child, running, go, started }),
+        Ok(running) => Ok(StartedKeeper { keeper, running, go, started }),
         Err(message) => {
-            abandon(&mut child).await;
+            abandon(&mut keeper).await;
             Err(setup_error(message))
+        }
+    }
+}
+
+/// Has the zygote (started on first use) fork the keeper of a namespaced sandbox.
+async fn fork_from_zygote(inner: &Inner, plan: &InitPlan) -> std::io::Result<Keeper> {
+    let zygote = {
+        let mut current = inner.zygote.lock().await;
+        match &*current {
+            Some(zygote) if !zygote.is_gone() => zygote.clone(),
+            // Not started yet, or it died (killed from outside): its keepers died with it.
+            _ => {
+                let zygote = Zygote::start(&inner.spawner, inner.self_exe.as_raw_fd(), inner.pid).await?;
+                *current = Some(zygote.clone());
+                zygote
+            }
+        }
+    };
+    let bytes =
+        encode_plan(plan).ok_or_else(|| std::io::Error::other("a namespaced keeper's plan has no namespaces"))?;
+    let (log_read, log_write) = std::io::pipe()?;
+    let forked = zygote
+        .fork_keeper(&bytes, [plan.report_fd, plan.go_fd, plan.started_fd, plan.control_fd, log_write.as_raw_fd()])
+        .await?;
+    drop(log_write);
+    Ok(Keeper::Forked {
+        handle: ProcessHandle::from_pidfd(forked.pid, forked.pidfd),
+        exit: forked.exit,
+        code: None,
+        stdout: Some(pipe::Receiver::from_owned_fd(log_read.into())?),
+    })
+}
+
+/// A sandbox's keeper process: the emulator's child (plain mode) or the zygote's.
+#[derive(Debug)]
+pub(super) enum Keeper {
+    Child(Child),
+    Forked {
+        handle: ProcessHandle,
+        exit: oneshot::Receiver<libc::c_int>,
+        code: Option<i32>,
+        stdout: Option<pipe::Receiver>,
+    },
+}
+
+impl Keeper {
+    pub(super) fn id(&self) -> Option<pid_t> {
+        match self {
+            Keeper::Child(child) => child.id().map(|pid| pid as pid_t),
+            Keeper::Forked { handle, code: None, .. } => Some(handle.pid()),
+            Keeper::Forked { .. } => None,
+        }
+    }
+
+    /// A handle to signal the keeper with (`None`: it is gone already).
+    fn handle(&mut self) -> Option<std::io::Result<ProcessHandle>> {
+        match self {
+            Keeper::Child(child) => child.id().map(|pid| Ok(ProcessHandle::open(pid as pid_t))),
+            Keeper::Forked { handle, code: None, .. } => Some(handle.try_clone()),
+            Keeper::Forked { .. } => None,
+        }
+    }
+
+    /// The keeper's stdout: the sandbox's log pipe.
+    pub(super) fn take_stdout(&mut self) -> Option<LogPipe> {
+        match self {
+            Keeper::Child(child) => child.stdout.take().map(LogPipe::Child),
+            Keeper::Forked { stdout, .. } => stdout.take().map(LogPipe::Pipe),
+        }
+    }
+
+    /// Waits for the keeper's end; its exit code (128+N after signal N).
+    pub(super) async fn wait(&mut self) -> std::io::Result<i32> {
+        match self {
+            Keeper::Child(child) => child.wait().await.map(|status| exec::exit_code(&status)),
+            Keeper::Forked { code: Some(code), .. } => Ok(*code),
+            // The receiver is awaited to its end once only: the code is kept.
+            Keeper::Forked { exit, code, .. } => match exit.await {
+                Ok(status) => Ok(*code.insert(sys::exit_code_of(status))),
+                Err(_) => {
+                    // Gone with the zygote, as by SIGKILL.
+                    *code = Some(137);
+                    Err(std::io::Error::other("the zygote that forked the sandbox keeper is gone"))
+                }
+            },
+        }
+    }
+
+    /// Whether the keeper is known to have ended, without waiting.
+    pub(super) fn has_ended(&mut self) -> bool {
+        match self {
+            Keeper::Child(child) => !matches!(child.try_wait(), Ok(None)),
+            Keeper::Forked { code: Some(_), .. } => true,
+            Keeper::Forked { exit, code, .. } => match exit.try_recv() {
+                Ok(status) => {
+                    *code = Some(sys::exit_code_of(status));
+                    true
+                }
+                Err(oneshot::error::TryRecvError::Empty) => false,
+                // Gone with the zygote.
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    *code = Some(137);
+                    true
+                }
+            },
+        }
+    }
+
+    /// Sends SIGKILL (its sandbox's processes die with it).
+    pub(super) fn start_kill(&mut self) {
+        match self {
+            Keeper::Child(child) => {
+                let _ = child.start_kill();
+            }
+            // The pidfd reaches that process only, reaped or not.
+            Keeper::Forked { handle, .. } => handle.signal(libc::SIGKILL),
+        }
+    }
+}
+
+/// Where a sandbox's output comes from.
+pub(super) enum LogPipe {
+    Child(tokio::process::ChildStdout),
+    Pipe(pipe::Receiver),
+}
+
+impl LogPipe {
+    async fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            LogPipe::Child(stdout) => stdout.read(buffer).await,
+            LogPipe::Pipe(pipe) => pipe.read(buffer).await,
         }
     }
 }
@@ -123,17 +259,17 @@ fn keeper_command(plan: Arc<InitPlan>) -> Command {
 /// Owns the keeper: reports the main command's end and tears the sandbox down.
 pub(super) async fn watch_keeper(
     sandbox: Arc<Sandbox>,
-    mut child: Child,
+    mut child: Keeper,
     eof: oneshot::Receiver<()>,
     pump: Option<tokio::task::JoinHandle<()>>,
     done: watch::Sender<bool>,
     exits: mpsc::UnboundedSender<MainExit>,
 ) {
     let exit_code = match child.wait().await {
-        Ok(status) => exec::exit_code(&status),
+        Ok(code) => code,
         Err(error) => {
             warn!(sandbox = %sandbox.id, %error, "lost track of the sandbox keeper");
-            let _ = child.start_kill();
+            child.start_kill();
             137
         }
     };
@@ -163,7 +299,7 @@ pub(super) async fn watch_keeper(
     let _ = done.send(true);
 }
 
-pub(super) async fn pump_logs(mut stdout: tokio::process::ChildStdout, logs: &LogBuffer) {
+pub(super) async fn pump_logs(mut stdout: LogPipe, logs: &LogBuffer) {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
         match stdout.read(&mut buffer).await {
@@ -174,8 +310,8 @@ pub(super) async fn pump_logs(mut stdout: tokio::process::ChildStdout, logs: &Lo
 }
 
 /// Kills a keeper whose sandbox failed to set up, and reaps it.
-pub(super) async fn abandon(child: &mut Child) {
-    let _ = child.start_kill();
+pub(super) async fn abandon(child: &mut Keeper) {
+    child.start_kill();
     let _ = child.wait().await;
 }
 

@@ -20,7 +20,7 @@ use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
-use self::keeper::{SETUP_TIMEOUT, StartedKeeper, pump_logs, start_keeper, wait_for_exec, watch_keeper};
+use self::keeper::{Keeper, SETUP_TIMEOUT, StartedKeeper, pump_logs, start_keeper, wait_for_exec, watch_keeper};
 use self::layout::{move_warm_root, prepare_layout, program_candidates, remove_dir, sandbox_env};
 use self::mode::{IdMode, Mode, choose_mode, ns_plan, user_problem};
 use self::spares::SpareRoots;
@@ -52,6 +52,9 @@ struct Inner {
     spawner: Spawner,
     /// The running program, re-executed as each sandbox's init.
     self_exe: OwnedFd,
+    /// Forks the keepers of namespaced sandboxes; started on first use, and again if it died
+    /// (`crate::zygote`).
+    zygote: tokio::sync::Mutex<Option<Arc<crate::zygote::Zygote>>>,
     /// File operations in flight: each holds a blocking thread, so they are counted.
     file_operations: Arc<tokio::sync::Semaphore>,
     /// Namespaces mode: roots made ahead of need.
@@ -181,6 +184,7 @@ impl Executor {
                 pid: std::process::id() as pid_t,
                 spawner: Spawner::new()?,
                 self_exe,
+                zygote: tokio::sync::Mutex::new(None),
                 file_operations,
                 spares,
                 registry: Mutex::new(Registry::default()),
@@ -308,22 +312,23 @@ impl Executor {
             _ => None,
         };
         let cwd = c_string(layout.working_dir.clone())?;
-        let StartedKeeper { child, running, mut go, started } = start_keeper(&self.inner, id, |pipes| InitPlan {
-            parent: self.inner.pid,
-            report_fd: pipes.report_fd,
-            go_fd: pipes.go_fd,
-            started_fd: pipes.started_fd,
-            control_fd: pipes.control_fd,
-            ns,
-            self_exe: self.inner.self_exe.as_raw_fd(),
-            probe: false,
-            warm: false,
-            idle: false,
-            cwd,
-            cwd_message: child::cwd_message(&layout.working_dir),
-            program,
-        })
-        .await?;
+        let StartedKeeper { keeper: child, running, mut go, started } =
+            start_keeper(&self.inner, id, |pipes| InitPlan {
+                parent: self.inner.pid,
+                report_fd: pipes.report_fd,
+                go_fd: pipes.go_fd,
+                started_fd: pipes.started_fd,
+                control_fd: pipes.control_fd,
+                ns,
+                self_exe: self.inner.self_exe.as_raw_fd(),
+                probe: false,
+                warm: false,
+                idle: false,
+                cwd,
+                cwd_message: child::cwd_message(&layout.working_dir),
+                program,
+            })
+            .await?;
         // Let the main command run. If it cannot be told, the sandbox's processes
         // are gone already, which the keeper's watcher reports.
         {
@@ -344,8 +349,14 @@ impl Executor {
         spec: &mut LaunchSpec,
         main: &Option<MainCommand>,
         hostname: &CString,
-        warm: WarmSandbox,
+        mut warm: WarmSandbox,
     ) -> Activated {
+        // A keeper known to be gone (with the zygote that forked it, say) is not even tried.
+        if warm.keeper.has_ended() {
+            debug!(sandbox = id, "a sandbox started ahead of need has ended; using another");
+            warm.discard().await;
+            return Activated::Unusable;
+        }
         if let Err(error) = warm.raise_priority() {
             debug!(sandbox = id, %error, "a sandbox started ahead of need cannot be used; using another");
             warm.discard().await;
@@ -428,14 +439,14 @@ impl Executor {
         working_dir: String,
         env: BTreeMap<String, String>,
         spec: &LaunchSpec,
-        mut child: tokio::process::Child,
+        mut child: Keeper,
         running: Running,
         command_runs: bool,
     ) -> Result<(), ExecutorError> {
         let mode = self.inner.mode;
         let logs = Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes));
         let (eof_sender, eof) = oneshot::channel();
-        let pump = child.stdout.take().map(|stdout| {
+        let pump = child.take_stdout().map(|stdout| {
             let logs = logs.clone();
             tokio::spawn(async move {
                 pump_logs(stdout, &logs).await;
@@ -530,6 +541,11 @@ impl Executor {
         }
         for sandbox in &sandboxes {
             sandbox.wait_done().await;
+        }
+        // Every keeper it forked is gone.
+        let zygote = self.inner.zygote.lock().await.take();
+        if let Some(zygote) = zygote {
+            zygote.stop().await;
         }
         let dirs: Vec<PathBuf> = sandboxes.iter().map(|sandbox| sandbox.dir.clone()).collect();
         let spares = self.inner.spares.clone();
@@ -747,7 +763,7 @@ enum Activated {
 /// A warm sandbox told its command, which it is starting.
 struct ActivatedSandbox {
     working_dir: String,
-    keeper: tokio::process::Child,
+    keeper: Keeper,
     running: Running,
     /// Closes when the main command has exec'd (a byte first if it could not).
     started: std::io::PipeReader,

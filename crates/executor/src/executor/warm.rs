@@ -13,11 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use libc::pid_t;
-use tokio::process::Child;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
-use super::keeper::{StartedKeeper, abandon, start_keeper};
+use super::keeper::{Keeper, StartedKeeper, abandon, start_keeper};
 use super::layout::remove_dir;
 use super::mode::{Mode, ns_plan};
 use super::spares::remove_orphans;
@@ -37,7 +36,7 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 #[derive(Debug)]
 pub(super) struct WarmSandbox {
     pub(super) dir: PathBuf,
-    pub(super) keeper: Child,
+    pub(super) keeper: Keeper,
     pub(super) running: Running,
     /// The activation is written here, then the pipe is closed; closed without one, init
     /// ends the sandbox.
@@ -54,7 +53,7 @@ impl WarmSandbox {
         if !self.idle {
             return Ok(());
         }
-        let keeper = self.keeper.id().ok_or("the keeper ended")? as pid_t;
+        let keeper = self.keeper.id().ok_or("the keeper ended")?;
         let children = std::fs::read_to_string(format!("/proc/{keeper}/task/{keeper}/children"))
             .map_err(|error| format!("cannot find the sandbox's init: {error}"))?;
         let init: pid_t = match children.split_whitespace().collect::<Vec<_>>()[..] {
@@ -87,7 +86,7 @@ const DISCARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Kills and reaps a warm sandbox's keeper, if it still runs (its init dies with it), and
 /// removes `dir`.
-pub(super) async fn end_keeper(mut keeper: Child, dir: PathBuf) {
+pub(super) async fn end_keeper(mut keeper: Keeper, dir: PathBuf) {
     abandon(&mut keeper).await;
     let _ = tokio::task::spawn_blocking(move || remove_dir(&dir)).await;
 }
@@ -283,7 +282,7 @@ async fn start_warm_keeper(
     let ns = ns_plan(ids, "localhost", rootfs, Network::Host, None).map_err(|error| error.to_string())?;
     let idle = pool_is_idle(inner);
     let name = dir.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-    let StartedKeeper { child, running, go, started } = start_keeper(inner, &name, |pipes| InitPlan {
+    let StartedKeeper { keeper: child, running, go, started } = start_keeper(inner, &name, |pipes| InitPlan {
         parent: inner.pid,
         report_fd: pipes.report_fd,
         go_fd: pipes.go_fd,

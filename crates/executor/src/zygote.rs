@@ -1,0 +1,544 @@
+//! The zygote: a small process exec'd once from the emulator's binary, with an empty
+//! environment, that forks the keeper of every namespaced sandbox.
+//!
+//! Why: a keeper forked from the emulator copies the page tables of a large multi-threaded
+//! process, makes every page the emulator writes afterwards fault and be copied (the keeper
+//! lives as long as its sandbox and keeps the old pages), and hands its init a copy of the
+//! emulator's memory, so init had to execute the emulator's binary again (about a millisecond
+//! of loading and relocation) before the sandbox's processes could see it. Forked from the
+//! zygote, a keeper and its init hold nothing but the zygote's few pages and their own
+//! sandbox's plan, and init runs in place.
+//!
+//! The zygote never sees a plan: it forks on request, and the child reads its plan (with its
+//! pipes attached) from a socket pair of its own. The zygote reports the child's pid with a
+//! pidfd (`CLONE_PIDFD`, so the emulator signals exactly that process) and, once it reaped it,
+//! its wait status. It exits when the emulator closes its end; it dies with the emulator
+//! (`PR_SET_PDEATHSIG`), and the keepers with it.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use libc::{c_int, pid_t};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::oneshot;
+
+use crate::activation::{Reader, put_bytes, put_ids};
+use crate::child::{self, Bind, IdMap, InitPlan, NsPlan, Program};
+use crate::spawner::Spawner;
+use crate::sys::{self, block_all_signals, control_signalfd, errno, exit, next_signal, set_name};
+
+/// The argument that makes a program the zygote (followed by its socket's descriptor).
+pub(crate) const ZYGOTE_MAGIC: &CStr = c"--cwsandbox-zygote-v1";
+
+/// Where the zygote's command line is (contiguous, as the kernel lays out `argv`), so the
+/// inits it leads to can show their own: `ps` and `/proc/1/cmdline` read this memory.
+static COMMAND_LINE: (AtomicPtr<u8>, AtomicUsize) = (AtomicPtr::new(std::ptr::null_mut()), AtomicUsize::new(0));
+
+/// Remembers the zygote's command line (`argc` strings at `argv`).
+///
+/// # Safety
+/// `argv` must hold `argc` valid C strings, laid out one after the other.
+pub(crate) unsafe fn remember_command_line(argc: usize, argv: *const *const libc::c_char) {
+    // SAFETY: per the caller, argv[0..argc] are valid C strings.
+    let (start, length) = unsafe {
+        let start = *argv;
+        let last = *argv.add(argc - 1);
+        (start, last.offset_from(start) as usize + CStr::from_ptr(last).to_bytes_with_nul().len())
+    };
+    COMMAND_LINE.0.store(start as *mut u8, Ordering::Relaxed);
+    COMMAND_LINE.1.store(length, Ordering::Relaxed);
+}
+
+/// Replaces this process's command line (one of the zygote's descendants) with `title`
+/// (NUL-separated arguments), cut to the room there is, the rest zeroed.
+pub(crate) fn retitle(title: &[u8]) {
+    let start = COMMAND_LINE.0.load(Ordering::Relaxed);
+    let length = COMMAND_LINE.1.load(Ordering::Relaxed);
+    if start.is_null() {
+        return;
+    }
+    // SAFETY: the area was the zygote's argv strings, which this process (a fork of it) owns a
+    // copy of and which nothing else reads as Rust data.
+    let area = unsafe { std::slice::from_raw_parts_mut(start, length) };
+    let kept = title.len().min(length.saturating_sub(1));
+    area[..kept].copy_from_slice(&title[..kept]);
+    area[kept..].fill(0);
+}
+
+/// The largest plan: a main command's arguments and environment are most of it, and `execve`
+/// refuses more than about 2 MiB of those.
+const MAX_PLAN_BYTES: usize = 4 << 20;
+
+const FORK_TAG: u8 = b'F';
+const FORKED_TAG: u8 = b'P';
+const FORK_FAILED_TAG: u8 = b'X';
+const EXITED_TAG: u8 = b'E';
+
+/// The descriptors a plan travels with, in this order.
+const PLAN_FDS: usize = 5;
+
+/// Encodes what a keeper forked by the zygote needs of `plan` (a namespaced one); the
+/// descriptors go alongside.
+pub(crate) fn encode_plan(plan: &InitPlan) -> Option<Vec<u8>> {
+    let ns = plan.ns.as_ref()?;
+    let mut out = Vec::new();
+    out.extend_from_slice(&ns.flags.to_le_bytes());
+    match &ns.id_map {
+        None => out.push(0),
+        Some(IdMap::Own { uid_map, gid_map }) => {
+            out.push(1);
+            put_bytes(&mut out, uid_map.as_bytes());
+            put_bytes(&mut out, gid_map.as_bytes());
+        }
+        Some(IdMap::Range { uid_map, gid_map }) => {
+            out.push(2);
+            put_bytes(&mut out, uid_map.as_bytes());
+            put_bytes(&mut out, gid_map.as_bytes());
+        }
+    }
+    for text in [&ns.hostname, &ns.rootfs] {
+        put_bytes(&mut out, text.as_bytes());
+    }
+    out.extend_from_slice(&(ns.binds.len() as u32).to_le_bytes());
+    for bind in &ns.binds {
+        put_bytes(&mut out, bind.source.as_bytes());
+        put_bytes(&mut out, bind.target.as_bytes());
+        out.push(u8::from(bind.read_only));
+    }
+    for text in [&ns.devpts, &ns.proc_dir, &ns.proc_sys] {
+        put_bytes(&mut out, text.as_bytes());
+    }
+    put_ids(&mut out, ns.main_ids);
+    out.push(u8::from(plan.warm));
+    out.push(u8::from(plan.idle));
+    put_bytes(&mut out, plan.cwd.as_bytes());
+    put_bytes(&mut out, &plan.cwd_message);
+    match &plan.program {
+        Some(program) => {
+            out.push(1);
+            program.command().encode(&mut out);
+        }
+        None => out.push(0),
+    }
+    Some(out)
+}
+
+/// The plan [`encode_plan`] wrote, with its descriptors (report, go, started, control); it
+/// runs in place (no re-execution: there is no emulator memory to shed).
+fn decode_plan(bytes: &[u8], parent: pid_t, fds: [RawFd; 4]) -> Option<InitPlan> {
+    let mut reader = Reader(bytes);
+    let flags = reader.u32()? as c_int;
+    let id_map = match reader.byte()? {
+        0 => None,
+        1 => Some(IdMap::Own { uid_map: reader.c_string()?, gid_map: reader.c_string()? }),
+        2 => Some(IdMap::Range { uid_map: reader.c_string()?, gid_map: reader.c_string()? }),
+        _ => return None,
+    };
+    let hostname = reader.c_string()?;
+    let rootfs = reader.c_string()?;
+    let count = reader.u32()? as usize;
+    if count > reader.0.len() / 9 {
+        return None;
+    }
+    let mut binds = Vec::with_capacity(count);
+    for _ in 0..count {
+        let source = reader.c_string()?;
+        let target = reader.c_string()?;
+        let read_only = flag(reader.byte()?)?;
+        binds.push(Bind { source, target, read_only });
+    }
+    let devpts = reader.c_string()?;
+    let proc_dir = reader.c_string()?;
+    let proc_sys = reader.c_string()?;
+    let main_ids = reader.ids()?;
+    let warm = flag(reader.byte()?)?;
+    let idle = flag(reader.byte()?)?;
+    let cwd = reader.c_string()?;
+    let cwd_message = reader.bytes()?.to_vec();
+    let program = match reader.byte()? {
+        0 => None,
+        1 => {
+            let command = reader.command()?;
+            Some(Program::new(command.candidates, command.argv, command.envp, &command.display))
+        }
+        _ => return None,
+    };
+    if !reader.0.is_empty() {
+        return None;
+    }
+    let [report_fd, go_fd, started_fd, control_fd] = fds;
+    Some(InitPlan {
+        parent,
+        report_fd,
+        go_fd,
+        started_fd,
+        control_fd,
+        ns: Some(NsPlan { flags, id_map, hostname, rootfs, binds, devpts, proc_dir, proc_sys, main_ids }),
+        self_exe: -1,
+        probe: false,
+        warm,
+        idle,
+        cwd,
+        cwd_message,
+        program,
+    })
+}
+
+fn flag(byte: u8) -> Option<bool> {
+    match byte {
+        0 => Some(false),
+        1 => Some(true),
+        _ => None,
+    }
+}
+
+/// The zygote's loop, once exec'd with its socket at `socket`. Never returns.
+pub(crate) fn run(socket: c_int) -> ! {
+    set_name(c"cwsandbox-zygote");
+    // SAFETY: fcntl on the descriptor handed to us.
+    unsafe { libc::fcntl(socket, libc::F_SETFD, libc::FD_CLOEXEC) };
+    block_all_signals();
+    let Ok(signals) = control_signalfd() else { exit(1) };
+    let zygote = std::process::id() as pid_t;
+    let mut buffer = [0u8; 64];
+    loop {
+        let mut polls = [
+            libc::pollfd { fd: signals, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: socket, events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds.
+        if unsafe { libc::poll(polls.as_mut_ptr(), 2, -1) } < 0 && errno() != libc::EINTR {
+            exit(1);
+        }
+        if polls[0].revents != 0 && next_signal(signals) == Some(libc::SIGCHLD) {
+            loop {
+                let mut status = 0;
+                // SAFETY: waitpid with a valid status pointer.
+                let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+                if pid <= 0 {
+                    break;
+                }
+                let mut message = vec![EXITED_TAG];
+                message.extend_from_slice(&pid.to_le_bytes());
+                message.extend_from_slice(&status.to_le_bytes());
+                let _ = sys::send_message(socket, &message, &[], 0);
+            }
+        }
+        if polls[1].revents != 0 {
+            match sys::receive_message(socket, &mut buffer, 0) {
+                // The emulator is gone: so are we (the keepers' death signals follow).
+                Ok((0, _)) => exit(0),
+                Ok((9, mut fds)) if buffer[0] == FORK_TAG && fds.len() == 1 => {
+                    let mut id = [0u8; 8];
+                    id.copy_from_slice(&buffer[1..9]);
+                    if let Some(plan_socket) = fds.pop() {
+                        fork_keeper(socket, zygote, u64::from_le_bytes(id), plan_socket);
+                    }
+                }
+                Ok(_) | Err(libc::EMSGSIZE) => {}
+                Err(_) => exit(1),
+            }
+        }
+    }
+}
+
+fn fork_keeper(socket: c_int, zygote: pid_t, id: u64, plan_socket: OwnedFd) {
+    let mut pidfd: c_int = -1;
+    // SAFETY: clone with CLONE_PIDFD writes the pidfd through the third argument (the parent
+    // tid pointer on x86_64 and aarch64 alike); this process has one thread, so the child may
+    // run any code.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_PIDFD | libc::SIGCHLD) as libc::c_ulong,
+            0 as libc::c_ulong,
+            &mut pidfd as *mut c_int,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    } as pid_t;
+    if pid == 0 {
+        become_keeper(zygote, plan_socket);
+    }
+    drop(plan_socket);
+    let mut message = vec![if pid < 0 { FORK_FAILED_TAG } else { FORKED_TAG }];
+    message.extend_from_slice(&id.to_le_bytes());
+    if pid < 0 {
+        message.extend_from_slice(&errno().to_le_bytes());
+        let _ = sys::send_message(socket, &message, &[], 0);
+        return;
+    }
+    message.extend_from_slice(&pid.to_le_bytes());
+    let _ = sys::send_message(socket, &message, &[pidfd], 0);
+    // SAFETY: closing our copy of the pidfd; the emulator has its own.
+    unsafe { libc::close(pidfd) };
+}
+
+/// The forked child: reads its plan and runs the keeper. Never returns.
+fn become_keeper(zygote: pid_t, plan_socket: OwnedFd) -> ! {
+    let mut buffer = vec![0u8; MAX_PLAN_BYTES];
+    let Ok((length, fds)) = sys::receive_message(plan_socket.as_raw_fd(), &mut buffer, 0) else { exit(1) };
+    let Ok(fds) = <[OwnedFd; PLAN_FDS]>::try_from(fds) else { exit(1) };
+    let [report, go, started, control, log] = fds.map(IntoRawFd::into_raw_fd);
+    let Some(plan) = decode_plan(&buffer[..length], zygote, [report, go, started, control]) else { exit(1) };
+    drop(buffer);
+    // The standard descriptors of a keeper: nothing to read, the sandbox's log pipe to write.
+    // SAFETY: plain descriptor calls; the received descriptors are above 2.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+        libc::dup2(null, 0);
+        libc::dup2(log, 1);
+    }
+    // The keeper closes every descriptor its plan does not name.
+    child::run_ns_keeper(&plan)
+}
+
+/// A keeper the zygote forked.
+#[derive(Debug)]
+pub(crate) struct Forked {
+    pub(crate) pid: pid_t,
+    pub(crate) pidfd: OwnedFd,
+    /// Its wait status, or an error if the zygote ended first (the keeper died with it).
+    pub(crate) exit: oneshot::Receiver<c_int>,
+}
+
+/// The emulator's end of the zygote.
+#[derive(Debug)]
+pub(crate) struct Zygote {
+    socket: AsyncFd<OwnedFd>,
+    waiting: Mutex<Waiting>,
+    next_id: AtomicU64,
+    process: Mutex<Option<tokio::process::Child>>,
+    /// Set once its socket closed: it is gone, and a new one is needed.
+    gone: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Waiting {
+    forks: HashMap<u64, oneshot::Sender<Result<Forked, c_int>>>,
+    exits: HashMap<pid_t, oneshot::Sender<c_int>>,
+}
+
+impl Zygote {
+    /// Executes the binary open at `self_exe` as the zygote, from the spawner thread (its death
+    /// signal is tied to that thread, which lives as long as the executor).
+    pub(crate) async fn start(spawner: &Spawner, self_exe: RawFd, parent: pid_t) -> io::Result<Arc<Zygote>> {
+        let (ours, theirs) = sys::seqpacket_pair()?;
+        let socket = theirs.as_raw_fd();
+        // Everything the child needs is made before the fork.
+        let socket_argument = CString::new(socket.to_string()).map_err(io::Error::other)?;
+        let arguments = [c"cwsandbox-zygote", ZYGOTE_MAGIC, socket_argument.as_c_str()];
+        let argv: Vec<usize> = arguments.iter().map(|argument| argument.as_ptr() as usize).chain([0]).collect();
+        // The program is never run: the child executes the emulator's binary itself.
+        let mut command = tokio::process::Command::new("cwsandbox-zygote");
+        command.env_clear().kill_on_drop(true);
+        command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
+        command.stderr(std::process::Stdio::null());
+        // SAFETY: the closure only makes async-signal-safe calls between fork and exec; `argv`
+        // points into `socket_argument` and static strings, which outlive the spawn.
+        unsafe {
+            command.pre_exec(move || {
+                if !sys::set_parent_death_signal(libc::SIGKILL, parent) {
+                    exit(1);
+                }
+                // The socket stays open across exec, at the number its argument says.
+                if libc::fcntl(socket, libc::F_SETFD, 0) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                child::exec_self(self_exe, std::slice::from_raw_parts(argv.as_ptr().cast(), argv.len()));
+                Err(io::Error::last_os_error())
+            });
+        }
+        let process = spawner.spawn(command).await?;
+        drop(theirs);
+        sys::set_nonblocking(ours.as_raw_fd())?;
+        // SAFETY: an OwnedFd keeps its descriptor open and unchanged until it is dropped,
+        // which is when the AsyncFd is.
+        let socket = unsafe { AsyncFd::register(ours) }.map_err(|error| error.into_parts().1)?;
+        let zygote = Arc::new(Zygote {
+            socket,
+            waiting: Mutex::new(Waiting::default()),
+            next_id: AtomicU64::new(1),
+            process: Mutex::new(Some(process)),
+            gone: AtomicBool::new(false),
+        });
+        tokio::spawn(read_reports(zygote.clone()));
+        Ok(zygote)
+    }
+
+    /// Has the zygote fork a keeper for `plan` ([`encode_plan`]) with its report, go, started
+    /// and control descriptors and the write end of its log pipe.
+    pub(crate) async fn fork_keeper(&self, plan: &[u8], fds: [RawFd; PLAN_FDS]) -> io::Result<Forked> {
+        if plan.len() > MAX_PLAN_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the sandbox's plan takes {} bytes, more than {MAX_PLAN_BYTES}", plan.len()),
+            ));
+        }
+        let (plan_ours, plan_theirs) = sys::seqpacket_pair()?;
+        sys::grow_send_buffer(plan_ours.as_raw_fd(), plan.len());
+        // Queued until the child reads it; the socket keeps it after our end closes.
+        sys::send_message(plan_ours.as_raw_fd(), plan, &fds, 0).map_err(|error| match error {
+            libc::EMSGSIZE | libc::ENOBUFS => io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the sandbox's plan ({} bytes) is larger than this machine's socket buffers allow", plan.len()),
+            ),
+            error => io::Error::from_raw_os_error(error),
+        })?;
+        drop(plan_ours);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = oneshot::channel();
+        self.waiting().forks.insert(id, sender);
+        let mut request = vec![FORK_TAG];
+        request.extend_from_slice(&id.to_le_bytes());
+        if let Err(error) = self.send(&request, &[plan_theirs.as_raw_fd()]).await {
+            self.waiting().forks.remove(&id);
+            return Err(error);
+        }
+        drop(plan_theirs);
+        match receiver.await {
+            Ok(Ok(forked)) => Ok(forked),
+            Ok(Err(error)) => Err(io::Error::from_raw_os_error(error)),
+            Err(_) => Err(io::Error::other("the zygote ended")),
+        }
+    }
+
+    /// Whether it has ended (its keepers with it).
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::SeqCst)
+    }
+
+    /// Ends the zygote (a keeper it forked dies with it) and reaps it.
+    pub(crate) async fn stop(&self) {
+        let process = self.process.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        if let Some(mut process) = process {
+            let _ = process.start_kill();
+            let _ = process.wait().await;
+        }
+    }
+
+    async fn send(&self, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
+        loop {
+            let mut ready = self.socket.writable().await?;
+            match ready.try_io(|socket| {
+                sys::send_message(socket.as_raw_fd(), bytes, fds, libc::MSG_DONTWAIT)
+                    .map_err(io::Error::from_raw_os_error)
+            }) {
+                Ok(result) => return result,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn waiting(&self) -> MutexGuard<'_, Waiting> {
+        // Each update is a single insert or remove, consistent across a panic elsewhere.
+        self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+async fn read_reports(zygote: Arc<Zygote>) {
+    let mut buffer = [0u8; 64];
+    loop {
+        let Ok(mut ready) = zygote.socket.readable().await else { break };
+        let received = ready.try_io(|socket| {
+            sys::receive_message(socket.as_raw_fd(), &mut buffer, libc::MSG_DONTWAIT)
+                .map_err(io::Error::from_raw_os_error)
+        });
+        let (length, mut fds) = match received {
+            Err(_would_block) => continue,
+            Ok(Ok((0, _))) => break,
+            Ok(Ok(message)) => message,
+            Ok(Err(error)) if error.raw_os_error() == Some(libc::EMSGSIZE) => continue,
+            Ok(Err(_)) => break,
+        };
+        let mut reader = Reader(&buffer[..length]);
+        match reader.byte() {
+            Some(FORKED_TAG) => {
+                let (Some(id), Some(pid), Some(pidfd)) = (reader.u64(), reader.u32(), fds.pop()) else { continue };
+                let pid = pid as pid_t;
+                let (exit_sender, exit) = oneshot::channel();
+                let mut waiting = zygote.waiting();
+                waiting.exits.insert(pid, exit_sender);
+                if let Some(waiter) = waiting.forks.remove(&id) {
+                    let _ = waiter.send(Ok(Forked { pid, pidfd, exit }));
+                }
+            }
+            Some(FORK_FAILED_TAG) => {
+                let (Some(id), Some(error)) = (reader.u64(), reader.u32()) else { continue };
+                if let Some(waiter) = zygote.waiting().forks.remove(&id) {
+                    let _ = waiter.send(Err(error as c_int));
+                }
+            }
+            Some(EXITED_TAG) => {
+                let (Some(pid), Some(status)) = (reader.u32(), reader.u32()) else { continue };
+                if let Some(waiter) = zygote.waiting().exits.remove(&(pid as pid_t)) {
+                    let _ = waiter.send(status as c_int);
+                }
+            }
+            _ => {}
+        }
+    }
+    zygote.gone.store(true, Ordering::SeqCst);
+    *zygote.waiting() = Waiting::default();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_plan(program: bool) -> InitPlan {
+        InitPlan {
+            parent: 1,
+            report_fd: 10,
+            go_fd: 11,
+            started_fd: 12,
+            control_fd: 13,
+            ns: Some(NsPlan {
+                flags: libc::CLONE_NEWNS | libc::CLONE_NEWUSER,
+                id_map: Some(IdMap::Range { uid_map: c"0 100000 65536".to_owned(), gid_map: c"0 100000 1".to_owned() }),
+                hostname: c"pod-1".to_owned(),
+                rootfs: c"/dev/shm/x/rootfs".to_owned(),
+                binds: vec![Bind {
+                    source: c"/usr".to_owned(),
+                    target: c"/dev/shm/x/rootfs/usr".to_owned(),
+                    read_only: true,
+                }],
+                devpts: c"/r/dev/pts".to_owned(),
+                proc_dir: c"/r/proc".to_owned(),
+                proc_sys: c"/r/proc/sys".to_owned(),
+                main_ids: Some((0, 0)),
+            }),
+            self_exe: 5,
+            probe: false,
+            warm: true,
+            idle: false,
+            cwd: c"/work".to_owned(),
+            cwd_message: b"cannot\n".to_vec(),
+            program: program.then(|| {
+                Program::new(vec![c"/bin/sh".to_owned()], vec![c"sh".to_owned()], vec![c"A=b".to_owned()], "sh")
+            }),
+        }
+    }
+
+    #[test]
+    fn plans_round_trip_and_malformed_ones_are_refused() {
+        for program in [false, true] {
+            let bytes = encode_plan(&sample_plan(program)).unwrap();
+            let decoded = decode_plan(&bytes, 77, [20, 21, 22, 23]).unwrap();
+            assert_eq!(encode_plan(&decoded).unwrap(), bytes);
+            assert_eq!((decoded.parent, decoded.report_fd, decoded.control_fd, decoded.self_exe), (77, 20, 23, -1));
+            for length in 0..bytes.len() {
+                assert!(decode_plan(&bytes[..length], 77, [20, 21, 22, 23]).is_none(), "truncated to {length}");
+            }
+            let mut longer = bytes.clone();
+            longer.push(0);
+            assert!(decode_plan(&longer, 77, [20, 21, 22, 23]).is_none());
+        }
+        let plain = InitPlan { ns: None, ..sample_plan(false) };
+        assert!(encode_plan(&plain).is_none(), "plain-mode keepers are not the zygote's");
+    }
+}
