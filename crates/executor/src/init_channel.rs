@@ -21,10 +21,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use libc::c_int;
-use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
 
 use crate::activation::{MainCommand, Reader, put_bytes, put_ids};
+use crate::message_socket::MessageSocket;
 use crate::sys;
 
 /// The largest order: `execve` itself refuses more than about 2 MiB of arguments and
@@ -150,7 +150,7 @@ pub(crate) enum SendError {
 /// The emulator's end of a sandbox's init channel.
 #[derive(Debug)]
 pub(crate) struct InitChannel {
-    socket: AsyncFd<OwnedFd>,
+    socket: MessageSocket,
     waiting: Mutex<Waiting>,
     next_id: AtomicU64,
 }
@@ -166,11 +166,8 @@ impl InitChannel {
     /// Takes the emulator's end and starts reading init's reports. Must run on a runtime with
     /// I/O enabled.
     pub(crate) fn open(socket: OwnedFd) -> io::Result<Arc<InitChannel>> {
-        sys::set_nonblocking(socket.as_raw_fd())?;
         sys::grow_send_buffer(socket.as_raw_fd(), MAX_ORDER_BYTES);
-        // SAFETY: an OwnedFd keeps its descriptor open and unchanged until it is dropped,
-        // which is when the AsyncFd is.
-        let socket = unsafe { AsyncFd::register(socket) }.map_err(|error| error.into_parts().1)?;
+        let socket = MessageSocket::new(socket)?;
         let channel =
             Arc::new(InitChannel { socket, waiting: Mutex::new(Waiting::default()), next_id: AtomicU64::new(1) });
         tokio::spawn(read_reports(channel.clone()));
@@ -217,23 +214,11 @@ impl InitChannel {
     }
 
     async fn send(&self, bytes: &[u8], fds: &[RawFd]) -> Result<(), SendError> {
-        loop {
-            let mut ready = self.socket.writable().await.map_err(SendError::Io)?;
-            match ready.try_io(|socket| {
-                sys::send_message(socket.as_raw_fd(), bytes, fds, libc::MSG_DONTWAIT)
-                    .map_err(io::Error::from_raw_os_error)
-            }) {
-                Ok(Ok(())) => return Ok(()),
-                Ok(Err(error)) => {
-                    return Err(match error.raw_os_error() {
-                        Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN) => SendError::Closed,
-                        Some(libc::EMSGSIZE | libc::ENOBUFS) => SendError::TooLarge(bytes.len()),
-                        _ => SendError::Io(error),
-                    });
-                }
-                Err(_would_block) => continue,
-            }
-        }
+        self.socket.send(bytes, fds).await.map_err(|error| match error.raw_os_error() {
+            Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN) => SendError::Closed,
+            Some(libc::EMSGSIZE | libc::ENOBUFS) => SendError::TooLarge(bytes.len()),
+            _ => SendError::Io(error),
+        })
     }
 
     fn waiting(&self) -> MutexGuard<'_, Waiting> {
@@ -247,16 +232,10 @@ impl InitChannel {
 async fn read_reports(channel: Arc<InitChannel>) {
     let mut buffer = [0u8; 64];
     loop {
-        let Ok(mut ready) = channel.socket.readable().await else { break };
-        let received = ready.try_io(|socket| {
-            sys::receive_message(socket.as_raw_fd(), &mut buffer, libc::MSG_DONTWAIT)
-                .map_err(io::Error::from_raw_os_error)
-        });
-        match received {
-            Err(_would_block) => continue,
-            Ok(Ok((0, _))) => break,
+        match channel.socket.receive(&mut buffer).await {
+            Ok((0, _)) => break,
             // Descriptors from init are never wanted; they close here.
-            Ok(Ok((length, _fds))) => match Report::decode(&buffer[..length]) {
+            Ok((length, _fds)) => match Report::decode(&buffer[..length]) {
                 Some(Report::Started { id }) => {
                     if let Some(waiter) = channel.waiting().starts.remove(&id) {
                         let _ = waiter.send(());
@@ -270,8 +249,8 @@ async fn read_reports(channel: Arc<InitChannel>) {
                 None => {}
             },
             // A report too large for any real one: skipped.
-            Ok(Err(error)) if error.raw_os_error() == Some(libc::EMSGSIZE) => {}
-            Ok(Err(_)) => break,
+            Err(error) if error.raw_os_error() == Some(libc::EMSGSIZE) => {}
+            Err(_) => break,
         }
     }
     *channel.waiting() = Waiting::default();

@@ -21,6 +21,7 @@ mod files;
 mod init;
 mod init_channel;
 mod logs;
+mod message_socket;
 pub(crate) mod rootfs;
 mod spawner;
 mod sys;

@@ -23,11 +23,11 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use libc::{c_int, pid_t};
-use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
 
 use crate::activation::{Reader, put_bytes, put_ids};
 use crate::child::{self, Bind, IdMap, InitPlan, NsPlan, Program};
+use crate::message_socket::MessageSocket;
 use crate::spawner::Spawner;
 use crate::sys::{self, block_all_signals, control_signalfd, errno, exit, next_signal, set_name};
 
@@ -309,7 +309,7 @@ pub(crate) struct Forked {
 /// The emulator's end of the zygote.
 #[derive(Debug)]
 pub(crate) struct Zygote {
-    socket: AsyncFd<OwnedFd>,
+    socket: MessageSocket,
     waiting: Mutex<Waiting>,
     next_id: AtomicU64,
     process: Mutex<Option<tokio::process::Child>>,
@@ -355,10 +355,7 @@ impl Zygote {
         }
         let process = spawner.spawn(command).await?;
         drop(theirs);
-        sys::set_nonblocking(ours.as_raw_fd())?;
-        // SAFETY: an OwnedFd keeps its descriptor open and unchanged until it is dropped,
-        // which is when the AsyncFd is.
-        let socket = unsafe { AsyncFd::register(ours) }.map_err(|error| error.into_parts().1)?;
+        let socket = MessageSocket::new(ours)?;
         let zygote = Arc::new(Zygote {
             socket,
             waiting: Mutex::new(Waiting::default()),
@@ -395,7 +392,7 @@ impl Zygote {
         self.waiting().forks.insert(id, sender);
         let mut request = vec![FORK_TAG];
         request.extend_from_slice(&id.to_le_bytes());
-        if let Err(error) = self.send(&request, &[plan_theirs.as_raw_fd()]).await {
+        if let Err(error) = self.socket.send(&request, &[plan_theirs.as_raw_fd()]).await {
             self.waiting().forks.remove(&id);
             return Err(error);
         }
@@ -421,19 +418,6 @@ impl Zygote {
         }
     }
 
-    async fn send(&self, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
-        loop {
-            let mut ready = self.socket.writable().await?;
-            match ready.try_io(|socket| {
-                sys::send_message(socket.as_raw_fd(), bytes, fds, libc::MSG_DONTWAIT)
-                    .map_err(io::Error::from_raw_os_error)
-            }) {
-                Ok(result) => return result,
-                Err(_would_block) => continue,
-            }
-        }
-    }
-
     fn waiting(&self) -> MutexGuard<'_, Waiting> {
         // Each update is a single insert or remove, consistent across a panic elsewhere.
         self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -443,17 +427,11 @@ impl Zygote {
 async fn read_reports(zygote: Arc<Zygote>) {
     let mut buffer = [0u8; 64];
     loop {
-        let Ok(mut ready) = zygote.socket.readable().await else { break };
-        let received = ready.try_io(|socket| {
-            sys::receive_message(socket.as_raw_fd(), &mut buffer, libc::MSG_DONTWAIT)
-                .map_err(io::Error::from_raw_os_error)
-        });
-        let (length, mut fds) = match received {
-            Err(_would_block) => continue,
-            Ok(Ok((0, _))) => break,
-            Ok(Ok(message)) => message,
-            Ok(Err(error)) if error.raw_os_error() == Some(libc::EMSGSIZE) => continue,
-            Ok(Err(_)) => break,
+        let (length, mut fds) = match zygote.socket.receive(&mut buffer).await {
+            Ok((0, _)) => break,
+            Ok(message) => message,
+            Err(error) if error.raw_os_error() == Some(libc::EMSGSIZE) => continue,
+            Err(_) => break,
         };
         let mut reader = Reader(&buffer[..length]);
         match reader.byte() {
