@@ -491,8 +491,12 @@ async fn a_sandbox_that_cannot_be_set_up_fails_instead_of_running_empty() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_answers_terminal_once_the_processes_honoured_sigterm() {
     let mut setup = setup(1 << 20).await;
-    let sandbox = setup.create(spec_running(&setup, r#"trap "exit 0" TERM; sleep infinity & wait"#)).await;
+    // Each script says when its trap is set: a SIGTERM before that would end the shell at once,
+    // as it would a container's.
+    let sandbox =
+        setup.create(spec_running(&setup, r#"trap "exit 0" TERM; echo trapped; sleep infinity & wait"#)).await;
     assert_eq!(state_of(&sandbox), pb::State::Running);
+    setup.wait_for_log(&sandbox.sandbox_id, "trapped\n").await;
     let deleted = setup
         .client
         .delete_sandbox(pb::DeleteSandboxRequest { sandbox_id: sandbox.sandbox_id.clone(), ..Default::default() })
@@ -506,7 +510,8 @@ async fn delete_answers_terminal_once_the_processes_honoured_sigterm() {
     assert_eq!(state_of(&setup.get(&sandbox.sandbox_id).await), pb::State::Completed);
 
     // A process that ignores SIGTERM keeps it TERMINATING for its grace period.
-    let stubborn = setup.create(spec_running(&setup, r#"trap "" TERM; sleep infinity & wait"#)).await;
+    let stubborn = setup.create(spec_running(&setup, r#"trap "" TERM; echo trapped; sleep infinity & wait"#)).await;
+    setup.wait_for_log(&stubborn.sandbox_id, "trapped\n").await;
     let deleted = setup
         .client
         .delete_sandbox(pb::DeleteSandboxRequest { sandbox_id: stubborn.sandbox_id.clone(), ..Default::default() })

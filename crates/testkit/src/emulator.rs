@@ -73,18 +73,17 @@ fn run_dir() -> Result<PathBuf> {
 
 impl EmulatorProcess {
     /// Runs `binary serve --listen 127.0.0.1:0 --ready-file … <extra_args>` and waits until it is
-    /// ready. Its log goes to a file shown when a start fails. Sandbox directories and the
-    /// kubeconfig for kubectl go to the run's scratch directory unless `extra_args` name a
-    /// `--sandbox-root` or a `--kubeconfig`.
+    /// ready. Its log goes to a file shown when a start fails. The kubeconfig for kubectl goes
+    /// to the run's scratch directory unless `extra_args` name a `--kubeconfig`. Sandbox
+    /// directories go where the emulator puts them by default (in memory, `/dev/shm`, where it
+    /// can, as users get them; it removes them when it stops) unless `extra_args` name a
+    /// `--sandbox-root`.
     pub fn start(binary: &Path, extra_args: &[&str]) -> Result<EmulatorProcess> {
         let dir = run_dir()?;
         let ready_file = dir.join("ready.json");
         let log = std::fs::File::create(dir.join("emulator.log"))?;
         let mut command = Command::new(binary);
         command.args(["serve", "--listen", "127.0.0.1:0", "--ready-file"]).arg(&ready_file);
-        if !extra_args.iter().any(|arg| arg.starts_with("--sandbox-root")) {
-            command.arg("--sandbox-root").arg(dir.join("sandboxes"));
-        }
         if !extra_args.iter().any(|arg| arg.starts_with("--kubeconfig")) {
             command.arg("--kubeconfig").arg(dir.join("kubeconfig"));
         }
