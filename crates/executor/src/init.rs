@@ -20,6 +20,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use crate::activation::Activation;
 use crate::child::{self, Credentials, MainExec, Program, ReportMessage, Stage, report};
 use crate::init_channel::{ExecOrder, MAX_ORDER_BYTES, Order, Report};
+use crate::sys::ENVELOPE_BUFFER_BYTES;
 use crate::sys::{
     self, control_signalfd, drop_bounding_set, errno, exit, limit_capabilities, next_signal, parse_decimal, set_name,
     set_not_dumpable,
@@ -202,8 +203,7 @@ struct Exec {
 /// Never returns.
 fn init_loop(main: libc::pid_t, signals: c_int, mut control: Option<OwnedFd>) -> ! {
     let mut execs: Vec<Exec> = Vec::new();
-    // Zero pages until an order is written into them.
-    let mut buffer = if control.is_some() { vec![0u8; MAX_ORDER_BYTES] } else { Vec::new() };
+    let mut buffer = if control.is_some() { vec![0u8; ENVELOPE_BUFFER_BYTES] } else { Vec::new() };
     loop {
         let now = monotonic_ms();
         let timeout = execs.iter().filter_map(|exec| exec.kill_at).min().map_or(-1, |at| (at - now).clamp(0, 1_000));
@@ -230,11 +230,14 @@ fn init_loop(main: libc::pid_t, signals: c_int, mut control: Option<OwnedFd>) ->
         {
             match sys::receive_message(socket.as_raw_fd(), &mut buffer, 0) {
                 Ok((0, _)) => control = None,
-                Ok((length, stdio)) => match Order::decode(&buffer[..length]) {
-                    Some(Order::Exec(order)) => start(order, stdio, &mut execs, socket),
-                    Some(Order::End { id }) => end(id, &mut execs),
-                    None => {}
-                },
+                Ok((length, mut fds)) => {
+                    let payload = sys::open_envelope(&buffer[..length], &mut fds, MAX_ORDER_BYTES);
+                    match payload.as_deref().and_then(Order::decode) {
+                        Some(Order::Exec(order)) => start(order, fds, &mut execs, socket),
+                        Some(Order::End { id }) => end(id, &mut execs),
+                        None => {}
+                    }
+                }
                 Err(libc::EMSGSIZE | libc::EAGAIN) => {}
                 // The emulator is gone; the keeper's death signal ends the sandbox.
                 Err(_) => control = None,

@@ -28,7 +28,8 @@ use crate::message_socket::MessageSocket;
 use crate::sys;
 
 /// The largest order: `execve` itself refuses more than about 2 MiB of arguments and
-/// environment with the default stack limit.
+/// environment with the default stack limit. Orders over `sys::INLINE_PAYLOAD_BYTES` travel in a
+/// sealed memfd.
 pub(crate) const MAX_ORDER_BYTES: usize = 4 << 20;
 
 const EXEC_TAG: u8 = b'X';
@@ -166,7 +167,6 @@ impl InitChannel {
     /// Takes the emulator's end and starts reading init's reports. Must run on a runtime with
     /// I/O enabled.
     pub(crate) fn open(socket: OwnedFd) -> io::Result<Arc<InitChannel>> {
-        sys::grow_send_buffer(socket.as_raw_fd(), MAX_ORDER_BYTES);
         let socket = MessageSocket::new(socket)?;
         let channel =
             Arc::new(InitChannel { socket, waiting: Mutex::new(Waiting::default()), next_id: AtomicU64::new(1) });
@@ -213,10 +213,14 @@ impl InitChannel {
         let _ = self.send(&Order::End { id }.encode(), &[]).await;
     }
 
-    async fn send(&self, bytes: &[u8], fds: &[RawFd]) -> Result<(), SendError> {
-        self.socket.send(bytes, fds).await.map_err(|error| match error.raw_os_error() {
+    /// Sends `payload` in an envelope (`sys::envelope`: a large one in a sealed memfd).
+    async fn send(&self, payload: &[u8], fds: &[RawFd]) -> Result<(), SendError> {
+        let (message, memfd) = sys::envelope(payload).map_err(SendError::Io)?;
+        let mut attached = fds.to_vec();
+        attached.extend(memfd.as_ref().map(AsRawFd::as_raw_fd));
+        self.socket.send(&message, &attached).await.map_err(|error| match error.raw_os_error() {
             Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN) => SendError::Closed,
-            Some(libc::EMSGSIZE | libc::ENOBUFS) => SendError::TooLarge(bytes.len()),
+            Some(libc::EMSGSIZE | libc::ENOBUFS) => SendError::TooLarge(payload.len()),
             _ => SendError::Io(error),
         })
     }
@@ -303,6 +307,39 @@ mod tests {
         let mut longer = Report::Started { id: 1 }.encode();
         longer.push(0);
         assert_eq!(Report::decode(&longer), None);
+    }
+
+    #[test]
+    fn large_payloads_travel_in_a_sealed_memfd_and_bad_envelopes_are_refused() {
+        let small = vec![7u8; 100];
+        let (message, memfd) = sys::envelope(&small).unwrap();
+        assert!(memfd.is_none(), "a small payload travels in the message");
+        assert_eq!(sys::open_envelope(&message, &mut Vec::new(), 1000).as_deref(), Some(&small[..]));
+        assert_eq!(sys::open_envelope(&message, &mut Vec::new(), 99), None, "over the limit");
+        let large: Vec<u8> = (0..200_000u32).map(|index| index as u8).collect();
+        let (message, memfd) = sys::envelope(&large).unwrap();
+        assert!(message.len() < 16);
+        // Through a socket pair, as it travels.
+        let (left, right) = sys::seqpacket_pair().unwrap();
+        sys::send_message(left.as_raw_fd(), &message, &[memfd.unwrap().as_raw_fd()], 0).unwrap();
+        let mut buffer = [0u8; sys::ENVELOPE_BUFFER_BYTES];
+        let (length, mut fds) = sys::receive_message(right.as_raw_fd(), &mut buffer, 0).unwrap();
+        assert_eq!(sys::open_envelope(&buffer[..length], &mut fds, 1 << 20).as_deref(), Some(&large[..]));
+        assert!(fds.is_empty(), "the memfd was taken off the end");
+        assert_eq!(sys::open_envelope(&message, &mut Vec::new(), 1 << 20), None, "no memfd came with it");
+        let (message, memfd) = sys::envelope(&large).unwrap();
+        assert_eq!(sys::open_envelope(&message, &mut vec![memfd.unwrap()], 1000), None, "over the limit");
+        // An unsealed memfd could change under the reader: refused.
+        // SAFETY: a valid C string; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"unsealed".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: a new descriptor we own.
+        let unsealed = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        std::fs::File::from(unsealed.try_clone().unwrap()).set_len(large.len() as u64).unwrap();
+        assert_eq!(sys::open_envelope(&message, &mut vec![unsealed], 1 << 20), None);
+        for malformed in [&[][..], &[2u8, 0][..], &[1u8, 0, 0][..]] {
+            assert_eq!(sys::open_envelope(malformed, &mut Vec::new(), 1 << 20), None, "{malformed:?}");
+        }
     }
 
     #[test]

@@ -631,7 +631,7 @@ pub(crate) fn open_own_executable() -> io::Result<OwnedFd> {
 }
 
 /// The most descriptors one message of [`send_message`] carries.
-pub(crate) const MAX_MESSAGE_FDS: usize = 5;
+pub(crate) const MAX_MESSAGE_FDS: usize = 6;
 
 /// A connected pair of `SOCK_SEQPACKET` sockets (message boundaries kept, descriptors
 /// passed with `SCM_RIGHTS`), both close-on-exec.
@@ -661,7 +661,7 @@ pub(crate) fn send_message(socket: RawFd, data: &[u8], fds: &[RawFd], flags: c_i
     if !fds.is_empty() {
         let fd_bytes = std::mem::size_of_val(fds) as u32;
         header.msg_control = control.as_mut_ptr().cast();
-        // SAFETY: CMSG_SPACE only computes a size; 5 descriptors fit in 64 bytes.
+        // SAFETY: CMSG_SPACE only computes a size; 6 descriptors fit in 64 bytes.
         header.msg_controllen = unsafe { libc::CMSG_SPACE(fd_bytes) } as usize;
         // SAFETY: the control buffer is large enough for one header with `fds`, and
         // CMSG_FIRSTHDR/CMSG_DATA point into it.
@@ -729,25 +729,72 @@ pub(crate) fn receive_message(socket: RawFd, buffer: &mut [u8], flags: c_int) ->
     Ok((received, fds))
 }
 
-/// A message must fit the sender's buffer whole: raised to `bytes` (and some room) where it
-/// may be. Root may raise it past the system's limit; otherwise larger messages are refused
-/// (`EMSGSIZE`).
-pub(crate) fn grow_send_buffer(socket: RawFd, bytes: usize) {
-    let size = c_int::try_from(bytes + 64 * 1024).unwrap_or(c_int::MAX);
-    for option in [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF] {
-        // SAFETY: setsockopt with a pointer to a c_int and its size.
-        let set = unsafe {
-            libc::setsockopt(
-                socket,
-                libc::SOL_SOCKET,
-                option,
-                (&size as *const c_int).cast(),
-                std::mem::size_of::<c_int>() as libc::socklen_t,
-            )
-        };
-        if set == 0 {
-            return;
+/// Payloads up to this size travel in the message itself; larger ones in a sealed memfd attached
+/// to it, since a socket message must fit its sender's buffer whole (`net.core.wmem_max` for a
+/// process without `CAP_NET_ADMIN`, often 208 KiB).
+pub(crate) const INLINE_PAYLOAD_BYTES: usize = 32 * 1024;
+
+/// Room for an inline payload and its envelope.
+pub(crate) const ENVELOPE_BUFFER_BYTES: usize = INLINE_PAYLOAD_BYTES + 16;
+
+const INLINE_ENVELOPE: u8 = 0;
+const MEMFD_ENVELOPE: u8 = 1;
+const MEMFD_SEALS: c_int = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+
+/// Wraps `payload` for sending: the message, and a memfd to attach last where the payload is
+/// larger than [`INLINE_PAYLOAD_BYTES`].
+pub(crate) fn envelope(payload: &[u8]) -> io::Result<(Vec<u8>, Option<OwnedFd>)> {
+    if payload.len() <= INLINE_PAYLOAD_BYTES {
+        let mut message = Vec::with_capacity(payload.len() + 1);
+        message.push(INLINE_ENVELOPE);
+        message.extend_from_slice(payload);
+        return Ok((message, None));
+    }
+    // SAFETY: a valid C string; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"cwsandbox-message".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor we own.
+    let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::from(memfd.try_clone()?);
+        file.write_all(payload)?;
+    }
+    // Sealed, so the receiver reads exactly what was written, whatever the sender does later.
+    // SAFETY: fcntl on a descriptor we own.
+    if unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, MEMFD_SEALS) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut message = vec![MEMFD_ENVELOPE];
+    message.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    Ok((message, Some(memfd)))
+}
+
+/// The payload of a message [`envelope`] made; a memfd it came with is taken off the end of
+/// `fds`. `None` for a malformed envelope, an unsealed memfd, or a payload over `max` bytes.
+pub(crate) fn open_envelope(message: &[u8], fds: &mut Vec<OwnedFd>, max: usize) -> Option<Vec<u8>> {
+    let (&kind, rest) = message.split_first()?;
+    match kind {
+        INLINE_ENVELOPE if rest.len() <= max => Some(rest.to_vec()),
+        MEMFD_ENVELOPE => {
+            let length = usize::try_from(u64::from_le_bytes(rest.try_into().ok()?)).ok()?;
+            if length > max {
+                return None;
+            }
+            let memfd = fds.pop()?;
+            // SAFETY: fcntl on a descriptor we own.
+            let seals = unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_GET_SEALS) };
+            if seals < 0 || seals & MEMFD_SEALS != MEMFD_SEALS {
+                return None;
+            }
+            let mut payload = vec![0u8; length];
+            use std::os::unix::fs::FileExt;
+            std::fs::File::from(memfd).read_exact_at(&mut payload, 0).ok()?;
+            Some(payload)
         }
+        _ => None,
     }
 }
 

@@ -70,7 +70,8 @@ pub(crate) fn retitle(title: &[u8]) {
 }
 
 /// The largest plan: a main command's arguments and environment are most of it, and `execve`
-/// refuses more than about 2 MiB of those.
+/// refuses more than about 2 MiB of those. Plans over `sys::INLINE_PAYLOAD_BYTES` travel in a
+/// sealed memfd.
 const MAX_PLAN_BYTES: usize = 4 << 20;
 
 const FORK_TAG: u8 = b'F';
@@ -280,12 +281,13 @@ fn fork_keeper(socket: c_int, zygote: pid_t, id: u64, plan_socket: OwnedFd) {
 
 /// The forked child: reads its plan and runs the keeper. Never returns.
 fn become_keeper(zygote: pid_t, plan_socket: OwnedFd) -> ! {
-    let mut buffer = vec![0u8; MAX_PLAN_BYTES];
-    let Ok((length, fds)) = sys::receive_message(plan_socket.as_raw_fd(), &mut buffer, 0) else { exit(1) };
+    let mut buffer = vec![0u8; sys::ENVELOPE_BUFFER_BYTES];
+    let Ok((length, mut fds)) = sys::receive_message(plan_socket.as_raw_fd(), &mut buffer, 0) else { exit(1) };
+    let Some(payload) = sys::open_envelope(&buffer[..length], &mut fds, MAX_PLAN_BYTES) else { exit(1) };
     let Ok(fds) = <[OwnedFd; PLAN_FDS]>::try_from(fds) else { exit(1) };
     let [report, go, started, control, log] = fds.map(IntoRawFd::into_raw_fd);
-    let Some(plan) = decode_plan(&buffer[..length], zygote, [report, go, started, control]) else { exit(1) };
-    drop(buffer);
+    let Some(plan) = decode_plan(&payload, zygote, [report, go, started, control]) else { exit(1) };
+    drop((buffer, payload));
     // The standard descriptors of a keeper: nothing to read, the sandbox's log pipe to write.
     // SAFETY: plain descriptor calls; the received descriptors are above 2.
     unsafe {
@@ -377,9 +379,12 @@ impl Zygote {
             ));
         }
         let (plan_ours, plan_theirs) = sys::seqpacket_pair()?;
-        sys::grow_send_buffer(plan_ours.as_raw_fd(), plan.len());
+        // A large plan travels in a sealed memfd, attached last.
+        let (message, memfd) = sys::envelope(plan)?;
+        let mut attached = fds.to_vec();
+        attached.extend(memfd.as_ref().map(AsRawFd::as_raw_fd));
         // Queued until the child reads it; the socket keeps it after our end closes.
-        sys::send_message(plan_ours.as_raw_fd(), plan, &fds, 0).map_err(|error| match error {
+        sys::send_message(plan_ours.as_raw_fd(), &message, &attached, 0).map_err(|error| match error {
             libc::EMSGSIZE | libc::ENOBUFS => io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("the sandbox's plan ({} bytes) is larger than this machine's socket buffers allow", plan.len()),

@@ -213,8 +213,9 @@ async fn a_killed_zygote_ends_its_sandboxes_and_is_started_again() {
 }
 
 /// Exec'd commands are started by the sandbox's own init: their parent is PID 1 of the
-/// sandbox, they inherit none of init's descriptors, a megabyte of environment reaches them
-/// whole, and an order too large for the channel to init is refused by name, losing nothing.
+/// sandbox, they inherit none of init's descriptors, a megabyte of environment reaches them (and
+/// a main command) whole, and an order too large for the channel to init is refused by name,
+/// losing nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_d_commands_are_children_of_the_sandbox_s_init() {
     let harness = harness(Isolation::Namespaces);
@@ -230,6 +231,15 @@ async fn exec_d_commands_are_children_of_the_sandbox_s_init() {
     }
     let (stdout, stderr, code) = common::run_request(executor, &id, request).await;
     assert_eq!((stdout.as_str(), code), ("100000 100000\n", 0), "{stderr}");
+    // The same for a main command's environment, which travels in the sandbox's plan.
+    let big = unique("init-exec-big");
+    // (Ten variables: one string may not exceed 128 KiB in `execve`.)
+    let mut launch = spec("big", &["sh", "-c", "echo ${#BIG0} ${#BIG9}; exec sleep 1000"]);
+    for index in 0..10 {
+        launch.env.insert(format!("BIG{index}"), "y".repeat(100_000));
+    }
+    executor.start(&big, launch).await.unwrap();
+    assert_eq!(wait_for_log(&executor.logs(&big).unwrap(), "\n").await, "100000 100000\n");
     let mut huge = argv(&["true"]);
     huge.env.insert("HUGE".into(), "x".repeat(5 << 20));
     let error = executor.exec(&id, huge).await.unwrap_err().to_string();
