@@ -1,7 +1,8 @@
 //! What the emulator tells a sandbox started ahead of need (a *warm* sandbox: namespaces,
 //! root and init made, no command yet) when a start takes it: its hostname, the ids and
 //! working directory of its main command, and that command. Sent once over a pipe to the
-//! warm init, which has re-executed and so may allocate: a length-prefixed encoding, decoded
+//! warm init, a fork of the single-threaded zygote's keeper and so free to allocate: a
+//! length-prefixed encoding, decoded
 //! with every length checked.
 
 use std::ffi::CString;

@@ -619,7 +619,7 @@ pub(crate) fn parse_decimal(text: &CStr) -> Option<u32> {
     u32::try_from(value).ok()
 }
 
-/// Opens the running program's executable, to re-execute it as a sandbox's init.
+/// Opens the running program's executable, to execute it as the zygote (and the probe's init).
 pub(crate) fn open_own_executable() -> io::Result<OwnedFd> {
     // SAFETY: a valid C string; the result is checked.
     let fd = unsafe { libc::open(c"/proc/self/exe".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };

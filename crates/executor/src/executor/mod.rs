@@ -50,7 +50,7 @@ struct Inner {
     /// Our pid, for children to check that we are still their parent.
     pid: pid_t,
     spawner: Spawner,
-    /// The running program, re-executed as each sandbox's init.
+    /// The running program, executed as the zygote (and as the probe's re-executed init).
     self_exe: OwnedFd,
     /// Forks the keepers of namespaced sandboxes; started on first use, and again if it died
     /// (`crate::zygote`).

@@ -1,8 +1,8 @@
 //! Sandboxes started ahead of need (namespaces mode). Most of a start is process work that
 //! does not depend on the sandbox asked for: forking the keeper and its id-map helper,
-//! unsharing, mapping ids, the mounts, forking init and its re-execution (about 4 ms of a
-//! 5 ms start). A warm sandbox has all of it done, under a name no sandbox can have
-//! (`warm@<pid>.<n>`), and its init waits for an activation: the hostname, the working
+//! unsharing, mapping ids, the mounts, forking init. A warm sandbox has all of it done, under
+//! a name no sandbox can have (`warm@<pid>.<n>`), and its init waits for an activation: the
+//! hostname, the working
 //! directory, the main command. A start that can use one (the host's network, no user of
 //! its own: what a warm sandbox was made with) moves its directory into place, sends the
 //! activation and waits only for the command's exec. After each take, another is made in
