@@ -565,7 +565,7 @@ pub(crate) fn run_ns_keeper(plan: &InitPlan) -> ! {
     }
 }
 
-fn unsafe_kill(pid: pid_t, signal: c_int) {
+pub(crate) fn unsafe_kill(pid: pid_t, signal: c_int) {
     // SAFETY: kill has no memory-safety preconditions.
     unsafe { libc::kill(pid, signal) };
 }
@@ -636,28 +636,24 @@ fn run_ns_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
         crate::zygote::retitle(INIT_TITLE);
         crate::init::run(None, main, control);
     }
-    // Forked from the emulator (the probe, which proves this path): init executes the binary
-    // again to shed the emulator's memory. That init reports, on a copy of the pipe that stays
-    // open across exec.
+    // Forked from the emulator: only the probe, which proves this path and has no channel. Init
+    // executes the binary again to shed the emulator's memory; that init reports, on a copy of
+    // the pipe that stays open across exec.
+    if !plan.probe {
+        give_up(Stage::ExecInit, libc::EINVAL);
+    }
+    // SAFETY: dup of a descriptor we hold; the copy is not close-on-exec.
+    let report = unsafe { libc::dup(plan.report_fd) };
+    if report < 0 {
+        give_up(Stage::ExecInit, errno());
+    }
     let mut report_digits = [0u8; 16];
-    let report_argument = match inheritable_copy(plan.report_fd) {
-        Some(Ok(copy)) => format_decimal(copy as u32, &mut report_digits),
-        Some(Err(error)) => give_up(Stage::ExecInit, error),
-        None => give_up(Stage::ExecInit, libc::EBADF),
-    };
     let mut main_digits = [0u8; 16];
-    let mut control_digits = [0u8; 16];
-    let control_argument = match inheritable_copy(plan.control_fd) {
-        Some(Ok(copy)) => format_decimal(copy as u32, &mut control_digits),
-        Some(Err(error)) => give_up(Stage::ExecInit, error),
-        None => crate::init::NO_CONTROL,
-    };
     let argv = [
         c"cwsandbox-init".as_ptr(),
         crate::init::INIT_MAGIC.as_ptr(),
-        report_argument.as_ptr(),
+        format_decimal(report as u32, &mut report_digits).as_ptr(),
         format_decimal(main as u32, &mut main_digits).as_ptr(),
-        control_argument.as_ptr(),
         std::ptr::null(),
     ];
     exec_self(plan.self_exe, &argv);
@@ -701,17 +697,6 @@ pub(crate) fn exec_self(self_exe: RawFd, argv: &[*const c_char]) {
 
 /// The command line of an init that runs in place, as a re-executed one's begins.
 const INIT_TITLE: &[u8] = b"cwsandbox-init\0--cwsandbox-init-v1\0";
-
-/// A copy of `fd` without close-on-exec, for the re-executed init; `None` for no descriptor
-/// (-1). Fork-safe.
-fn inheritable_copy(fd: RawFd) -> Option<Result<RawFd, c_int>> {
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: dup of a descriptor we hold.
-    let copy = unsafe { libc::dup(fd) };
-    Some(if copy < 0 { Err(errno()) } else { Ok(copy) })
-}
 
 /// Kills what is left of the namespace, reaps it, and exits with the main command's code.
 pub(crate) fn end_namespace(main_status: c_int) -> ! {

@@ -18,7 +18,7 @@ use std::ffi::{CStr, c_char, c_int};
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use crate::activation::Activation;
-use crate::child::{self, Credentials, MainExec, Program, ReportMessage, Stage, report};
+use crate::child::{self, Credentials, MainExec, Program, ReportMessage, Stage, report, unsafe_kill};
 use crate::init_channel::{ExecOrder, MAX_ORDER_BYTES, Order, Report};
 use crate::sys::ENVELOPE_BUFFER_BYTES;
 use crate::sys::{
@@ -28,9 +28,6 @@ use crate::sys::{
 
 /// The argument that makes a program a sandbox's init.
 pub(crate) const INIT_MAGIC: &CStr = c"--cwsandbox-init-v1";
-
-/// The control argument of an init without a channel to the emulator (the probe's).
-pub(crate) const NO_CONTROL: &CStr = c"none";
 
 /// How long an exec'd command's process group has between SIGTERM and SIGKILL once the
 /// emulator ended it (its caller went away).
@@ -47,7 +44,7 @@ pub(crate) fn keep_linked() {
 }
 
 extern "C" fn sandbox_init_entry(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
-    if !(argc == 3 || argc == 5) || argv.is_null() {
+    if !(argc == 3 || argc == 4) || argv.is_null() {
         return;
     }
     // SAFETY: the kernel hands a program `argc` valid C strings in `argv`.
@@ -66,15 +63,11 @@ extern "C" fn sandbox_init_entry(argc: c_int, argv: *const *const c_char, _envp:
     if argument(1) != INIT_MAGIC {
         return;
     }
-    let descriptor = |index: usize| parse_decimal(argument(index)).map(|fd| fd as c_int);
-    let control = match argument(4) {
-        none if none == NO_CONTROL => Some(None),
-        _ => descriptor(4).map(Some),
-    };
-    let (Some(report_fd), Some(main), Some(control_fd)) = (descriptor(2), parse_decimal(argument(3)), control) else {
+    // The probe's re-executed init: its report descriptor and its main pid (0: none).
+    let (Some(report_fd), Some(main)) = (parse_decimal(argument(2)), parse_decimal(argument(3))) else {
         exit(1);
     };
-    run(Some(report_fd), main as libc::pid_t, control_fd)
+    run(Some(report_fd as c_int), main as libc::pid_t, None)
 }
 
 /// Reports ready on the descriptor the setup handed over (a re-executed init's), unless init
@@ -114,12 +107,8 @@ pub(crate) fn run(report_fd: Option<c_int>, main: libc::pid_t, control_fd: Optio
 pub(crate) fn run_warm(report_fd: c_int, activation_fd: c_int, started_fd: c_int, control_fd: Option<c_int>) -> ! {
     set_name(c"cwsandbox-init");
     set_not_dumpable();
-    // The started pipe must close when the main command execs (the pipes come from the
-    // emulator close-on-exec; this keeps them so whatever hands them over).
-    for fd in [report_fd, activation_fd, started_fd] {
-        // SAFETY: fcntl on descriptors handed to us.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-    }
+    // The descriptors arrive close-on-exec (the keeper received them so), as the started pipe
+    // must be: it closes when the main command execs.
     let control = control_fd.map(take_descriptor);
     let signals = match control_signalfd() {
         Ok(fd) => fd,
@@ -177,12 +166,10 @@ fn read_activation(fd: c_int) -> Option<Activation> {
     Activation::decode(&bytes)
 }
 
-/// Owns a descriptor handed over across exec, and makes it close on the next exec, so no
-/// command of the sandbox inherits it.
+/// Owns the channel's descriptor, which arrives close-on-exec (the keeper received it so), so
+/// no command of the sandbox inherits it.
 fn take_descriptor(fd: c_int) -> OwnedFd {
     use std::os::fd::FromRawFd;
-    // SAFETY: fcntl on a descriptor handed to us.
-    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     // SAFETY: the descriptor was handed to us and is owned nowhere else.
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
@@ -197,7 +184,7 @@ struct Exec {
     kill_at: Option<i64>,
 }
 
-/// The loop of a sandbox's init once re-executed: reaps orphans, relays a stop's SIGTERM to
+/// The loop of a sandbox's init: reaps orphans, relays a stop's SIGTERM to
 /// every process of the namespace, starts the commands the emulator orders and reports their
 /// ends, and ends the sandbox when the main command ends (as a container runtime does).
 /// Never returns.
@@ -219,7 +206,7 @@ fn init_loop(main: libc::pid_t, signals: c_int, mut control: Option<OwnedFd>) ->
         if polls[0].revents != 0 {
             match next_signal(signals) {
                 // From PID 1, kill(-1) reaches every process of the namespace but itself.
-                Some(libc::SIGTERM) => kill(-1, libc::SIGTERM),
+                Some(libc::SIGTERM) => unsafe_kill(-1, libc::SIGTERM),
                 Some(libc::SIGCHLD) => reap(main, &mut execs, control.as_ref()),
                 Some(_) => {}
                 None => child::end_namespace(libc::SIGKILL),
@@ -246,7 +233,7 @@ fn init_loop(main: libc::pid_t, signals: c_int, mut control: Option<OwnedFd>) ->
         let now = monotonic_ms();
         for exec in &mut execs {
             if exec.kill_at.is_some_and(|at| at <= now) {
-                kill(-exec.pid, libc::SIGKILL);
+                unsafe_kill(-exec.pid, libc::SIGKILL);
                 exec.kill_at = None;
             }
         }
@@ -270,8 +257,7 @@ fn reap(main: libc::pid_t, execs: &mut [Exec], control: Option<&OwnedFd>) {
         if let Some(exec) = execs.iter_mut().find(|exec| exec.pid == pid && !exec.reaped) {
             exec.reaped = true;
             if let Some(socket) = control {
-                // Blocking: the emulator reads reports as they come.
-                let _ = sys::send_message(socket.as_raw_fd(), &Report::Exited { id: exec.id, status }.encode(), &[], 0);
+                send_report(socket, Report::Exited { id: exec.id, status });
             }
         }
     }
@@ -281,10 +267,7 @@ fn reap(main: libc::pid_t, execs: &mut [Exec], control: Option<&OwnedFd>) {
 /// exec'd. A command that cannot start says why on its stderr and exits with 127; one that
 /// cannot even be forked is reported as started and exited with 127.
 fn start(order: ExecOrder, stdio: Vec<OwnedFd>, execs: &mut Vec<Exec>, socket: &OwnedFd) {
-    let send = |report: Report| {
-        // Blocking: the emulator reads reports as they come.
-        let _ = sys::send_message(socket.as_raw_fd(), &report.encode(), &[], 0);
-    };
+    let send = |report: Report| send_report(socket, report);
     let id = order.id;
     let give_up = |message: &[u8]| {
         if let Some(stderr) = stdio.get(2) {
@@ -352,17 +335,17 @@ fn start(order: ExecOrder, stdio: Vec<OwnedFd>, execs: &mut Vec<Exec>, socket: &
     send(Report::Started { id });
 }
 
+/// Tells the emulator about a command. Blocking: the emulator reads reports as they come.
+fn send_report(socket: &OwnedFd, report: Report) {
+    let _ = sys::send_message(socket.as_raw_fd(), &report.encode(), &[], 0);
+}
+
 /// Ends command `id`'s process group: SIGTERM now, SIGKILL after the grace period.
 fn end(id: u64, execs: &mut [Exec]) {
     if let Some(exec) = execs.iter_mut().find(|exec| exec.id == id && exec.kill_at.is_none()) {
-        kill(-exec.pid, libc::SIGTERM);
+        unsafe_kill(-exec.pid, libc::SIGTERM);
         exec.kill_at = Some(monotonic_ms() + EXEC_KILL_GRACE_MS);
     }
-}
-
-fn kill(pid: libc::pid_t, signal: c_int) {
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe { libc::kill(pid, signal) };
 }
 
 fn monotonic_ms() -> i64 {

@@ -288,13 +288,10 @@ fn become_keeper(zygote: pid_t, plan_socket: OwnedFd) -> ! {
     let [report, go, started, control, log] = fds.map(IntoRawFd::into_raw_fd);
     let Some(plan) = decode_plan(&payload, zygote, [report, go, started, control]) else { exit(1) };
     drop((buffer, payload));
-    // The standard descriptors of a keeper: nothing to read, the sandbox's log pipe to write.
-    // SAFETY: plain descriptor calls; the received descriptors are above 2.
-    unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
-        libc::dup2(null, 0);
-        libc::dup2(log, 1);
-    }
+    // The standard descriptors of a keeper: stdin is the zygote's (/dev/null), stdout the
+    // sandbox's log pipe.
+    // SAFETY: dup2 of a descriptor we hold; the received descriptors are above 2.
+    unsafe { libc::dup2(log, 1) };
     // The keeper closes every descriptor its plan does not name.
     child::run_ns_keeper(&plan)
 }

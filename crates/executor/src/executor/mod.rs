@@ -275,7 +275,7 @@ impl Executor {
         let dir = self.inner.config.root_dir.join(id);
         let mode = self.inner.mode;
         let env = sandbox_env(&spec, mode);
-        let main = main_command(&spec, &env)?;
+        let main = command_for(&spec.command, &env)?;
         let hostname = c_string(spec.hostname.clone())?;
         let mut warm = self.inner.warm.as_ref().filter(|_| can_use_warm(&spec)).and_then(WarmPool::take);
         while let Some(taken) = warm {
@@ -596,18 +596,8 @@ impl Executor {
         env.extend(request.env.clone());
         let (session, tracker) = match &running.target {
             Target::Namespaces { channel } => {
-                let command = MainCommand {
-                    candidates: program_candidates(program, env.get("PATH").map(String::as_str))
-                        .into_iter()
-                        .map(c_string)
-                        .collect::<Result<_, _>>()?,
-                    argv: request.argv.iter().map(|arg| c_string(arg.clone())).collect::<Result<_, _>>()?,
-                    envp: env
-                        .iter()
-                        .map(|(key, value)| c_string(format!("{key}={value}")))
-                        .collect::<Result<_, _>>()?,
-                    display: program.clone(),
-                };
+                let command = command_for(&request.argv, &env)?
+                    .ok_or_else(|| ExecutorError::InvalidRequest("argv is empty".into()))?;
                 let io = if request.tty {
                     let (cols, rows) = request.tty_size.unwrap_or((80, 24));
                     // The terminal comes from the sandbox's own devpts.
@@ -769,15 +759,16 @@ struct ActivatedSandbox {
     started: std::io::PipeReader,
 }
 
-/// The main command of a spec, as `execve` takes it (`None`: the idle process).
-fn main_command(spec: &LaunchSpec, env: &BTreeMap<String, String>) -> Result<Option<MainCommand>, ExecutorError> {
-    let Some(program) = spec.command.first() else { return Ok(None) };
+/// A command line (the main command's, or an exec'd one's), as `execve` takes it, with the PATH
+/// search done against `env` (`None` for an empty one: the main command's idle process).
+fn command_for(argv: &[String], env: &BTreeMap<String, String>) -> Result<Option<MainCommand>, ExecutorError> {
+    let Some(program) = argv.first() else { return Ok(None) };
     Ok(Some(MainCommand {
         candidates: program_candidates(program, env.get("PATH").map(String::as_str))
             .into_iter()
             .map(c_string)
             .collect::<Result<_, _>>()?,
-        argv: spec.command.iter().map(|arg| c_string(arg.clone())).collect::<Result<_, _>>()?,
+        argv: argv.iter().map(|arg| c_string(arg.clone())).collect::<Result<_, _>>()?,
         envp: env.iter().map(|(key, value)| c_string(format!("{key}={value}"))).collect::<Result<_, _>>()?,
         display: program.clone(),
     }))
