@@ -130,7 +130,7 @@ reasons! {
         remedy: "Wait until the sandbox is RUNNING (GetSandbox, or the client's wait), or create a new one if it ended.";
     ContainerNotFound => "CWSANDBOX_CONTAINER_NOT_FOUND",
         when: "The sandbox has no container of that name (the metadata `container` names it).",
-        remedy: "Use one of the container names of the sandbox's spec, or leave the name empty for the first.";
+        remedy: "Use one of the container names of the sandbox's spec, or leave the name empty for the primary one.";
     FileNotFound => "CWSANDBOX_FILE_NOT_FOUND",
         when: "The file to read does not exist in the sandbox (the metadata `filepath` names it).",
         remedy: "Check the path; it is resolved inside the sandbox's file system.";

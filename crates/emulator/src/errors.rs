@@ -60,7 +60,10 @@ pub fn codes(reason: Reason) -> &'static [Code] {
         // INTERNAL when the executor reports that it failed to run the command.
         Reason::BackendUnavailable => &[Code::Unavailable, Code::Internal],
         Reason::SandboxNotRunning => &[Code::FailedPrecondition],
-        Reason::ContainerNotFound => &[Code::NotFound],
+        // INVALID_ARGUMENT with a BadRequest violation on `container`: the published client
+        // reads a NOT_FOUND of a data operation as "Sandbox … not found", and the violation
+        // as a validation error that keeps the message.
+        Reason::ContainerNotFound => &[Code::InvalidArgument],
         Reason::FileNotFound => &[Code::NotFound],
         Reason::FileIsDirectory => &[Code::FailedPrecondition],
         Reason::FilePermissionDenied => &[Code::PermissionDenied],
@@ -123,6 +126,15 @@ impl ApiError {
         let description = description.into();
         let mut error = ApiError::new(Code::InvalidArgument, Reason::InvalidRequest, format!("{field}: {description}"));
         error.violations.push((field.to_owned(), description));
+        error
+    }
+
+    /// A data operation named a container the sandbox does not have; `field` is where the
+    /// request named it (`container`, `init.container`).
+    pub fn container_not_found(field: &str, message: String, container: &str) -> ApiError {
+        let mut error = ApiError::new(Code::InvalidArgument, Reason::ContainerNotFound, message.clone())
+            .with_metadata("container", container);
+        error.violations.push((field.to_owned(), message));
         error
     }
 
@@ -269,9 +281,7 @@ impl From<RuntimeError> for ApiError {
         let message = error.to_string();
         match error {
             RuntimeError::NotRunning(_) => ApiError::new(Code::FailedPrecondition, Reason::SandboxNotRunning, message),
-            RuntimeError::ContainerNotFound(name) => {
-                ApiError::new(Code::NotFound, Reason::ContainerNotFound, message).with_metadata("container", name)
-            }
+            RuntimeError::ContainerNotFound(name) => ApiError::container_not_found("container", message, &name),
             RuntimeError::FileNotFound { path } => {
                 ApiError::new(Code::NotFound, Reason::FileNotFound, message).with_metadata("filepath", path)
             }

@@ -5,8 +5,10 @@
 //!
 //! - Sandboxes are keyed by their Pod's uid. The main container's `command` + `args`, `env` and
 //!   `working_dir` start the main process; the image is recorded by the simulation, never pulled.
-//!   Only the main container runs: other containers of a Pod are recorded, and operations that
-//!   name them act in the same sandbox.
+//!   Each other container of the Pod runs its own command next to it, in the sandbox's
+//!   namespaces, with its own environment, working directory, user and log (the executor's
+//!   sidecars); exec and logs that name a container reach it. Having no images, the containers
+//!   share the sandbox's root: every container's mounted files are written into it.
 //! - `stop` (SIGTERM, SIGKILL after the grace) and `kill` run in the background so the effects
 //!   pump never waits for a grace period. Once a stopped sandbox's processes are all gone its exit
 //!   goes back to the world, so a sandbox whose process honours SIGTERM ends at once rather than
@@ -20,14 +22,13 @@
 
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, SecondsFormat, Utc};
 use cwsandbox_executor::{
     ExecExit, ExecOutput, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, Isolation, LaunchSpec,
-    LogChunk, LogError, LogReader, MountedFile, Network, Output, SandboxUser, Stream,
+    LogChunk, LogError, LogReader, MountedFile, Network, Output, SandboxUser, Sidecar, Stream,
 };
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
@@ -35,8 +36,8 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
 use crate::runtime::{
-    ExecEvent, ExecInput, ExecSession, ExecSpec, LogEvent, LogRequest, MainExit, PodLaunch, RuntimeError,
-    SandboxRuntime, Target,
+    ContainerLaunch as ContainerStart, ExecEvent, ExecInput, ExecSession, ExecSpec, LogEvent, LogRequest, MainExit,
+    PodLaunch, RuntimeError, SandboxRuntime, Target,
 };
 
 /// After a command has exited, how long its output may stay silent before the stream ends: a
@@ -55,7 +56,6 @@ pub struct ExecutorRuntime {
     exits: Mutex<Option<ExitReceivers>>,
     /// Removed at shutdown: the emulator made it.
     owned_root: Option<PathBuf>,
-    warned_sidecars: AtomicBool,
 }
 
 type ExitReceivers = (mpsc::UnboundedReceiver<MainExit>, mpsc::UnboundedReceiver<cwsandbox_executor::MainExit>);
@@ -82,7 +82,6 @@ impl ExecutorRuntime {
             own_exits,
             exits: Mutex::new(Some((own, from_executor))),
             owned_root: None,
-            warned_sidecars: AtomicBool::new(false),
         })
     }
 
@@ -116,6 +115,23 @@ impl ExecutorRuntime {
     }
 }
 
+/// No image is pulled: with no command the arguments are the command (an image whose entrypoint
+/// is empty), and with neither the container runs nothing (the main one idles like
+/// `sleep infinity`).
+fn command_line(container: &ContainerStart) -> Vec<String> {
+    let mut command = container.command.clone();
+    command.extend(container.args.iter().cloned());
+    command
+}
+
+/// As a container's: an id not given is the image's default, root.
+fn user_of(container: &ContainerStart) -> Option<SandboxUser> {
+    match container.run_as {
+        (None, None) => None,
+        (uid, gid) => Some(SandboxUser { uid: uid.unwrap_or(0), gid: gid.unwrap_or(0) }),
+    }
+}
+
 /// The Pod's name as a hostname.
 fn hostname_of(pod_name: &str) -> String {
     let mut end = pod_name.len().min(MAX_HOSTNAME);
@@ -135,6 +151,7 @@ fn exec_error(error: ExecutorError, target: &Target) -> RuntimeError {
         ExecutorError::InvalidRequest(description) => {
             RuntimeError::InvalidArgument { field: "command".to_owned(), description }
         }
+        ExecutorError::UnknownContainer { container, .. } => RuntimeError::ContainerNotFound(container),
         other => RuntimeError::Unavailable(other.to_string()),
     }
 }
@@ -160,35 +177,34 @@ impl SandboxRuntime for ExecutorRuntime {
 
     fn start(&self, launch: PodLaunch) -> BoxFuture<'_, Result<(), RuntimeError>> {
         async move {
-            let Some(main) = launch.containers.first() else {
+            let Some((main, others)) = launch.containers.split_first() else {
                 return Err(RuntimeError::StartFailed("the Pod has no container".to_owned()));
             };
-            if launch.containers.len() > 1 && !self.warned_sidecars.swap(true, Ordering::Relaxed) {
-                tracing::warn!(
-                    pod = %launch.pod_name,
-                    "only a Pod's main container runs; its other containers are recorded (this is said once)"
-                );
-            }
-            // No image is pulled: with no command the arguments are the command (an image whose
-            // entrypoint is empty), and with neither the sandbox idles like `sleep infinity`.
-            let mut command = main.command.clone();
-            command.extend(main.args.iter().cloned());
             let spec = LaunchSpec {
                 hostname: hostname_of(&launch.pod_name),
-                command,
+                command: command_line(main),
                 env: main.env.clone(),
                 working_dir: main.working_dir.clone(),
-                files: main
-                    .files
+                // One root for all: no container has an image of its own to hold its files.
+                files: launch
+                    .containers
                     .iter()
+                    .flat_map(|container| &container.files)
                     .map(|(path, content)| MountedFile { path: path.clone(), content: content.to_vec() })
                     .collect(),
                 network: if launch.loopback_only { Network::LoopbackOnly } else { Network::Host },
-                // As a container's: an id not given is the image's default, root.
-                user: match main.run_as {
-                    (None, None) => None,
-                    (uid, gid) => Some(SandboxUser { uid: uid.unwrap_or(0), gid: gid.unwrap_or(0) }),
-                },
+                user: user_of(main),
+                name: main.name.clone(),
+                sidecars: others
+                    .iter()
+                    .map(|container| Sidecar {
+                        name: container.name.clone(),
+                        command: command_line(container),
+                        env: container.env.clone(),
+                        working_dir: container.working_dir.clone(),
+                        user: user_of(container),
+                    })
+                    .collect(),
             };
             match self.executor.start(&launch.pod_uid, spec).await {
                 Ok(()) => {
@@ -248,6 +264,7 @@ impl SandboxRuntime for ExecutorRuntime {
                     .tty
                     .filter(|tty| tty.width > 0 && tty.height > 0)
                     .map(|tty| (size(tty.width), size(tty.height))),
+                container: Some(target.container.clone()),
             };
             let session =
                 self.executor.exec(&target.pod_uid, request).await.map_err(|error| exec_error(error, &target))?;
@@ -287,7 +304,7 @@ impl SandboxRuntime for ExecutorRuntime {
         target: Target,
         request: LogRequest,
     ) -> BoxFuture<'_, Result<BoxStream<'static, LogEvent>, RuntimeError>> {
-        let reader = self.executor.logs(&target.pod_uid);
+        let reader = self.executor.container_logs(&target.pod_uid, Some(&target.container));
         async move {
             let reader = match reader {
                 Ok(reader) => reader,

@@ -17,8 +17,7 @@
 //!   emulator logs a warning naming it.
 //!
 //! RPCs that are not emulated at all are on [`REFUSED_METHODS`]: every call answers UNIMPLEMENTED,
-//! whatever its fields. A sandbox with more than one container is refused by each extra
-//! container's index ([`EXTRA_CONTAINERS`]): only the primary container runs. The tests walk the embedded descriptor set and fail on any field or RPC
+//! whatever its fields. The tests walk the embedded descriptor set and fail on any field or RPC
 //! that is on neither list, so a new proto field cannot slip through unhandled, and they check
 //! that the README's fidelity table is the one [`fidelity_table`] renders.
 //!
@@ -134,13 +133,6 @@ pub const REFUSED_METHODS: &[(&str, &str)] = &[
     ("VolumeService.ValidateVolume", "there are no registered volumes"),
 ];
 
-/// A sandbox with more than one container runs only the primary one: each other container is
-/// refused by its index (`sandbox.spec.containers[1]`), whatever fields it sets.
-pub const EXTRA_CONTAINERS: FieldRule = refused(
-    "CreateSandboxRequest.sandbox.spec.containers (other than the primary one)",
-    "only the primary container's command runs; the others would be recorded, not run",
-);
-
 /// Every field of every request message of the served RPCs, by request, in field order.
 pub const FIELDS: &[FieldRule] = &[
     // CreateSandbox
@@ -156,7 +148,7 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("CreateSandboxRequest.sandbox.spec", "the sandbox's spec"),
     emulated(
         "CreateSandboxRequest.sandbox.spec.containers",
-        "the primary container runs; the others are refused (see EXTRA_CONTAINERS)",
+        "each runs its command in the sandbox's namespaces (the primary one decides the sandbox's life); exec and logs name them",
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.containers.name",
@@ -166,11 +158,11 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxRequest.sandbox.spec.containers.image",
         "recorded in the Pod, never pulled: commands run on the host's file system, bound read-only",
     ),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.command", "the main process"),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.args", "the main process's arguments"),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.command", "the container's process"),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.args", "the container's process's arguments"),
     emulated(
         "CreateSandboxRequest.sandbox.spec.containers.environment_variables",
-        "the main process's environment (merged with the policy's)",
+        "the container's environment, its execs' too (the main container's merged with the policy's)",
     ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.resources", "legacy resources: both sides"),
     emulated(
@@ -251,7 +243,7 @@ pub const FIELDS: &[FieldRule] = &[
     refused("CreateSandboxRequest.sandbox.spec.containers.volume_mounts", "volumes are not mounted"),
     emulated(
         "CreateSandboxRequest.sandbox.spec.containers.secret_stores",
-        "read from the values' secretStores into the main process's environment (and every exec's)",
+        "read from the values' secretStores into the container's environment (and every exec's in it)",
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.containers.secret_stores.store_name",
@@ -267,7 +259,10 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxRequest.sandbox.spec.containers.secret_stores.secrets.env_var",
         "the variable that receives the value",
     ),
-    emulated("CreateSandboxRequest.sandbox.spec.containers.working_dir", "the main process's working directory"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.working_dir",
+        "the container's working directory (made in the sandbox's root if missing)",
+    ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.containers.security_context",
         "run_as_user and run_as_group are emulated, its other fields refused",
@@ -375,7 +370,7 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("ExecRequest.max_output_bytes", "output cap, with the truncation flags"),
     emulated(
         "ExecRequest.container",
-        "must name a container of the sandbox; commands run in the sandbox's one process tree",
+        "must name a container of the sandbox: the command starts with that container's environment, working directory and user",
     ),
     emulated("ExecStreamRequest.init", "the command"),
     emulated("ExecStreamRequest.init.sandbox_id", "the sandbox"),
@@ -386,7 +381,7 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("ExecStreamRequest.init.env", "added to the command's environment"),
     emulated(
         "ExecStreamRequest.init.container",
-        "must name a container of the sandbox; commands run in the sandbox's one process tree",
+        "must name a container of the sandbox: the command starts with that container's environment, working directory and user",
     ),
     emulated("ExecStreamRequest.stdin", "the command's stdin"),
     emulated("ExecStreamRequest.resize", "the terminal's new size"),
@@ -397,7 +392,10 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("StreamLogsRequest.follow", "follow until the sandbox ends"),
     emulated("StreamLogsRequest.tail_lines", "the last lines only"),
     emulated("StreamLogsRequest.since_time", "lines after a time"),
-    emulated("StreamLogsRequest.container", "must name a container of the sandbox: the main process's output"),
+    emulated(
+        "StreamLogsRequest.container",
+        "must name a container of the sandbox: that container's output (empty: the primary's)",
+    ),
     emulated("StreamLogsRequest.timestamps", "RFC 3339 prefixes"),
     emulated("StreamLogsRequest.resume_log_session_id", "resume a session"),
     emulated("StreamLogsRequest.resume_log_offset", "resume at an offset"),
@@ -516,11 +514,6 @@ pub fn covers(service: &str) -> bool {
 pub trait Request: Message {
     /// The message's name (`CreateSandboxRequest`).
     const NAME: &'static str;
-
-    /// Refusals that depend on more than one field being set ([`EXTRA_CONTAINERS`]).
-    fn refused_shapes(&self) -> Vec<Unemulated> {
-        Vec::new()
-    }
 }
 
 macro_rules! requests {
@@ -531,22 +524,7 @@ macro_rules! requests {
     };
 }
 
-requests!(DeleteSandboxRequest);
-
-impl Request for pb::CreateSandboxRequest {
-    const NAME: &'static str = "CreateSandboxRequest";
-
-    fn refused_shapes(&self) -> Vec<Unemulated> {
-        let containers = self.sandbox.as_ref().and_then(|sandbox| sandbox.spec.as_ref()).map(|spec| &spec.containers);
-        let Some(containers) = containers.filter(|containers| containers.len() > 1) else { return Vec::new() };
-        // The simulation's choice: the one marked primary, else the first.
-        let primary = containers.iter().position(|container| container.primary == Some(true)).unwrap_or(0);
-        (0..containers.len())
-            .filter(|index| *index != primary)
-            .map(|index| Unemulated { field: format!("sandbox.spec.containers[{index}]"), note: EXTRA_CONTAINERS.note })
-            .collect()
-    }
-}
+requests!(CreateSandboxRequest, DeleteSandboxRequest);
 
 /// The package of the well-known types (Timestamp, FieldMask): values, not walked into.
 const WELL_KNOWN: &str = ".google.protobuf.";
@@ -670,14 +648,13 @@ pub struct Unemulated {
 pub fn unemulated<R: Request>(request: &R) -> Vec<Unemulated> {
     let table = Table::get();
     if !table.leads_to_refused.contains(R::NAME) {
-        return request.refused_shapes();
+        return Vec::new();
     }
     let descriptors = Descriptors::get();
     let message = format!(".coreweave.sandbox.v1.{}", R::NAME);
     let bytes = request.encode_to_vec();
     let mut found = Vec::new();
     walk(descriptors, table, &message, R::NAME, "", &bytes, &mut found);
-    found.extend(request.refused_shapes());
     found
 }
 
@@ -784,7 +761,6 @@ pub fn fidelity_table() -> String {
     for rule in FIELDS.iter().filter(|rule| rule.handling == Handling::Refused) {
         table.push_str(&format!("| `{}` | {} |\n", rule.path, rule.note));
     }
-    table.push_str(&format!("| `{}` | {} |\n", EXTRA_CONTAINERS.path, EXTRA_CONTAINERS.note));
     for (method, note) in REFUSED_METHODS {
         table.push_str(&format!("| `{method}` (every request) | {note} |\n"));
     }
@@ -936,20 +912,19 @@ mod tests {
     }
 
     #[test]
-    fn containers_other_than_the_primary_one_are_refused_by_index() {
-        let sidecar = || pb::Container { name: "side".to_owned(), ..main_container() };
-        let two = create(pb::SandboxSpec { containers: vec![main_container(), sidecar()], ..Default::default() });
-        assert_eq!(fields(unemulated(&two)), ["sandbox.spec.containers[1]"]);
-        let primary_second = pb::Container { primary: Some(true), ..sidecar() };
-        let three = create(pb::SandboxSpec {
-            containers: vec![
-                main_container(),
-                primary_second,
-                pb::Container { name: "x".to_owned(), ..main_container() },
-            ],
-            ..Default::default()
-        });
-        assert_eq!(fields(unemulated(&three)), ["sandbox.spec.containers[0]", "sandbox.spec.containers[2]"]);
+    fn every_container_is_checked_and_a_sidecars_refused_field_is_named_by_its_index() {
+        let plain_sidecar = pb::Container { name: "side".to_owned(), ..main_container() };
+        let two =
+            create(pb::SandboxSpec { containers: vec![main_container(), plain_sidecar.clone()], ..Default::default() });
+        assert!(unemulated(&two).is_empty(), "a second container is emulated");
+        let read_only = pb::SecurityContext { read_only_root_filesystem: Some(true), ..Default::default() };
+        let refused_sidecar = pb::Container { security_context: Some(read_only), ..plain_sidecar };
+        let with_refused =
+            create(pb::SandboxSpec { containers: vec![main_container(), refused_sidecar], ..Default::default() });
+        assert_eq!(
+            fields(unemulated(&with_refused)),
+            ["sandbox.spec.containers[1].security_context.read_only_root_filesystem"]
+        );
     }
 
     #[test]

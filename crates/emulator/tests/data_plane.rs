@@ -176,7 +176,9 @@ async fn stream_exec_rejects_a_bad_first_frame_and_sandboxes_that_do_not_run() {
         init.container = "sidecar".to_owned();
     }
     let error = setup.client.stream_exec(futures::stream::iter(vec![wrong_container])).await.unwrap_err();
-    assert_eq!(error.code(), Code::NotFound);
+    assert_eq!((error.code(), reason(&error).as_str()), (Code::InvalidArgument, "CWSANDBOX_CONTAINER_NOT_FOUND"));
+    assert_eq!(details(&error).bad_request().unwrap().field_violations[0].field, "init.container");
+    assert!(error.message().contains("no container named \"sidecar\""), "{error:?}");
 
     // A sandbox that is still pending is FAILED_PRECONDITION.
     let info = setup.emulator.info().clone();

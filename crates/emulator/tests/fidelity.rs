@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 use common::*;
 use cwsandbox_api::sandbox_v1 as pb;
-use cwsandbox_emulator::fidelity::{EXTRA_CONTAINERS, FIELDS, Handling, REFUSED_METHODS};
+use cwsandbox_emulator::fidelity::{FIELDS, Handling, REFUSED_METHODS};
 use prost::Message;
 use prost_types::field_descriptor_proto::{Label, Type};
 use serde_json::{Value, json};
@@ -144,11 +144,14 @@ async fn every_refused_field_set_in_a_valid_request_is_refused_by_name() {
     }
     assert!(checked.len() > 20, "the refused rows were walked: {checked:?}");
 
-    // A second container: refused by its index ([`EXTRA_CONTAINERS`]), whatever it sets.
+    // A second container's refused fields are named by its own index.
     let mut two = client_spec(&info.runner_id);
-    two.containers.push(pb::Container { name: "sidecar".to_owned(), ..two.containers[0].clone() });
-    let error = client.create_sandbox(create_request(two, "")).await.expect_err(EXTRA_CONTAINERS.path);
-    assert_refused(&error, "sandbox.spec.containers[1]");
+    let mut sidecar = pb::Container { name: "sidecar".to_owned(), ..two.containers[0].clone() };
+    sidecar.security_context =
+        Some(pb::SecurityContext { read_only_root_filesystem: Some(true), ..Default::default() });
+    two.containers.push(sidecar);
+    let error = client.create_sandbox(create_request(two, "")).await.unwrap_err();
+    assert_refused(&error, "sandbox.spec.containers[1].security_context.read_only_root_filesystem");
 
     // Several at once: every one named, and nothing was created.
     let mut many = client_spec(&info.runner_id);

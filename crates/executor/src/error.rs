@@ -15,6 +15,8 @@ pub enum ExecutorError {
     NotRunning(String),
     #[error("sandbox {0} is unknown to the executor")]
     UnknownSandbox(String),
+    #[error("sandbox {sandbox} has no container named {container:?}")]
+    UnknownContainer { sandbox: String, container: String },
     #[error("Linux namespaces are unavailable: {0}")]
     NamespacesUnavailable(String),
     #[error("cannot start sandbox {id}: {message}")]

@@ -36,6 +36,9 @@ pub struct ExecRequest {
     pub tty: bool,
     /// Initial terminal size as (columns, rows); 80x24 when unset.
     pub tty_size: Option<(u16, u16)>,
+    /// Which of the sandbox's containers the command runs in (its environment, working
+    /// directory and user): a sidecar's name, or the main container's (`None` too).
+    pub container: Option<String>,
 }
 
 /// Which stream an output chunk came from. A terminal has only `Stdout`.

@@ -130,6 +130,33 @@ pub struct LaunchSpec {
     /// unprivileged one maps the asked ids to its own; without one (plain processes, root
     /// where no user namespace can be made) a start that asks for ids fails.
     pub user: Option<SandboxUser>,
+    /// The main container's name, which [`ExecRequest::container`] and [`Executor::logs`] may
+    /// use for it (any name: none is checked against it when it is empty).
+    pub name: String,
+    /// The Pod's other containers: each runs its own command in the sandbox's namespaces, next
+    /// to the main command, with its own environment, working directory and log. Namespaces
+    /// mode only (plain processes have nothing to put them in apart from the host).
+    pub sidecars: Vec<Sidecar>,
+}
+
+/// A container of a sandbox other than its main one. All of a sandbox's containers share its
+/// namespaces and root (no image is pulled, so there is no file system of their own to give
+/// them): what sets one apart is its command, environment, working directory, user and log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sidecar {
+    /// Unique among the sandbox's containers, the main one's included.
+    pub name: String,
+    /// Program and arguments, looked up in this container's `PATH`. Empty runs nothing: the
+    /// container is there (exec reaches it) with no process of its own, as an idle one.
+    pub command: Vec<String>,
+    /// On top of the same defaults as the main command's (`PATH`, `HOSTNAME`, `HOME`); the
+    /// main container's environment is not inherited.
+    pub env: BTreeMap<String, String>,
+    /// As [`LaunchSpec::working_dir`]; a missing one is created inside the sandbox's root.
+    pub working_dir: Option<String>,
+    /// As [`LaunchSpec::user`]. An unprivileged emulator maps one user per sandbox, so there a
+    /// sidecar must run as the main command's user.
+    pub user: Option<SandboxUser>,
 }
 
 /// A user and group id inside a sandbox.

@@ -11,7 +11,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::*;
-use cwsandbox_executor::{Executor, ExecutorConfig, Isolation, LaunchSpec, MountedFile, Network, SandboxUser};
+use cwsandbox_executor::{
+    ExecRequest, Executor, ExecutorConfig, ExecutorError, Isolation, LaunchSpec, MountedFile, Network, SandboxUser,
+    Sidecar,
+};
 
 fn host_hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_owned()
@@ -846,4 +849,115 @@ async fn configured_host_paths_are_in_view_read_only() {
     assert_ne!(code, 0, "a configured host path is writable from the sandbox");
     assert!(!shared.join("written").exists());
     executor.shutdown().await;
+}
+
+fn words(line: &str) -> Vec<String> {
+    line.split(' ').map(str::to_owned).collect()
+}
+
+/// Reads a log to its end (it closes once its command is gone) and returns it.
+async fn read_to_end(logs: &cwsandbox_executor::LogReader) -> String {
+    let mut text = String::new();
+    let mut follower = logs.follow_from(logs.start_offset()).expect("follow");
+    within("a container's log to end", async {
+        while let Some(chunk) = follower.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.expect("log chunk").data));
+        }
+    })
+    .await;
+    text
+}
+
+/// A Pod's other containers run next to the main command, in the sandbox's namespaces, each
+/// with its own command, environment, working directory and log; exec names them; a sidecar
+/// that ends leaves its exit code and its container (exec still reaches it); a stop ends them
+/// all; unknown names, duplicate names and plain processes are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecars_run_next_to_the_main_command_with_their_own_environment_and_log() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let id = unique("pod");
+    let sidecars = vec![
+        Sidecar {
+            name: "helper".into(),
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo helper says $ROLE in $(pwd); echo $$ > /tmp/helper.pid; exec sleep 1000".into(),
+            ],
+            env: env(&[("ROLE", "helper")]),
+            working_dir: Some("/srv/helper".into()),
+            user: None,
+        },
+        Sidecar { name: "idle".into(), ..Sidecar::default() },
+        Sidecar { name: "quits".into(), command: words("sh -c echo_bye"), ..Sidecar::default() },
+    ];
+    // `sh -c echo_bye` is not found: a command a container cannot run exits 127, its reason in
+    // the container's own log.
+    let launch = LaunchSpec {
+        name: "main".into(),
+        env: env(&[("ROLE", "main")]),
+        sidecars,
+        ..spec("pod", &["sh", "-c", "echo main says $ROLE; exec sleep 1000"])
+    };
+    executor.start(&id, launch).await.unwrap();
+
+    let helper_logs = executor.container_logs(&id, Some("helper")).unwrap();
+    wait_for_log(&helper_logs, "helper says helper in /srv/helper").await;
+    let main_logs = executor.logs(&id).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&executor.container_logs(&id, Some("main")).unwrap().read_from(0).unwrap().bytes()),
+        String::from_utf8_lossy(&main_logs.read_from(0).unwrap().bytes()),
+        "the main container's name reads the main log"
+    );
+    assert!(wait_for_log(&main_logs, "main says main").await.lines().all(|line| !line.contains("helper")));
+
+    let in_container = |container: &str, script: &str| ExecRequest {
+        container: Some(container.to_owned()),
+        ..argv(&["sh", "-c", script])
+    };
+    let (out, _, code) = run_request(executor, &id, in_container("helper", "echo $ROLE:$(pwd)")).await;
+    assert_eq!((out.trim(), code), ("helper:/srv/helper", 0));
+    let (out, _, _) = run_request(executor, &id, in_container("main", "echo $ROLE")).await;
+    assert_eq!(out.trim(), "main");
+    let (out, _, _) = run_request(executor, &id, in_container("idle", "echo ${ROLE:-none} $HOSTNAME")).await;
+    assert_eq!(out.trim(), "none pod", "a container's environment is its own, over the same defaults");
+
+    // One PID namespace: the main container sees the helper's process.
+    let pid = sh(executor, &id, "until [ -s /tmp/helper.pid ]; do sleep 0.01; done; cat /tmp/helper.pid").await;
+    assert_eq!(sh(executor, &id, &format!("kill -0 {pid} && echo alive")).await, "alive");
+
+    let quits = read_to_end(&executor.container_logs(&id, Some("quits")).unwrap()).await;
+    assert!(quits.contains("echo_bye"), "the reason is in the container's log: {quits:?}");
+    assert_eq!(executor.sidecar_exit_code(&id, "quits"), Some(127));
+    assert_eq!(executor.sidecar_exit_code(&id, "helper"), None, "still running");
+    let (out, _, _) = run_request(executor, &id, in_container("quits", "echo still here")).await;
+    assert_eq!(out.trim(), "still here", "an ended container is still there to exec in");
+    assert!(executor.is_running(&id), "a sidecar's end is not the sandbox's");
+
+    assert!(matches!(
+        executor.exec(&id, in_container("ghost", "true")).await,
+        Err(ExecutorError::UnknownContainer { container, .. }) if container == "ghost"
+    ));
+    assert!(matches!(executor.container_logs(&id, Some("ghost")), Err(ExecutorError::UnknownContainer { .. })));
+
+    executor.stop(&id, std::time::Duration::from_secs(5)).await;
+    // Its log ends: the stop reached the sidecar's processes too.
+    read_to_end(&helper_logs).await;
+
+    let twice = LaunchSpec {
+        name: "main".into(),
+        sidecars: vec![Sidecar { name: "main".into(), ..Sidecar::default() }],
+        ..spec("pod", &[])
+    };
+    let error = executor.start(&unique("twice"), twice).await.unwrap_err().to_string();
+    assert!(error.contains("two containers are named \"main\""), "{error}");
+    executor.shutdown().await;
+
+    let plain = common::harness(Isolation::Plain);
+    let launch =
+        LaunchSpec { sidecars: vec![Sidecar { name: "helper".into(), ..Sidecar::default() }], ..spec("pod", &[]) };
+    let error = plain.executor.start(&unique("plain-pod"), launch).await.unwrap_err().to_string();
+    assert!(error.contains("need the namespaces isolation"), "{error}");
+    plain.executor.shutdown().await;
 }

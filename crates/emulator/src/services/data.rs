@@ -73,12 +73,8 @@ async fn resolve(
         .with_metadata("state", state));
     }
     let name = convert::container_name(&view, container).ok_or_else(|| {
-        ApiError::new(
-            tonic::Code::NotFound,
-            Reason::ContainerNotFound,
-            format!("sandbox {id} has no container named {container:?}"),
-        )
-        .with_metadata("container", container)
+        let field = if operation == "StreamExec" { "init.container" } else { "container" };
+        ApiError::container_not_found(field, format!("sandbox {id} has no container named {container:?}"), container)
     })?;
     if !app.driver().effects_applied(RUNTIME_CATCH_UP).await {
         tracing::warn!(sandbox_id = id, "the process runtime is more than {RUNTIME_CATCH_UP:?} behind the world");

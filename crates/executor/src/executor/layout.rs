@@ -18,8 +18,26 @@ pub(super) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:
 pub(super) struct Layout {
     /// The working directory as the sandbox sees it.
     pub(super) working_dir: String,
+    /// The sidecars' working directories as the sandbox sees them, in the order asked.
+    pub(super) sidecar_dirs: Vec<String>,
     /// Namespaces mode: the sandbox's root.
     pub(super) rootfs: Option<rootfs::Rootfs>,
+}
+
+/// The working directories a start asks for, as the spec gives them.
+pub(super) struct WorkingDirs {
+    pub(super) main: Option<String>,
+    /// The sidecars', in the spec's order.
+    pub(super) sidecars: Vec<Option<String>>,
+}
+
+impl WorkingDirs {
+    pub(super) fn of(spec: &LaunchSpec) -> WorkingDirs {
+        WorkingDirs {
+            main: spec.working_dir.clone(),
+            sidecars: spec.sidecars.iter().map(|sidecar| sidecar.working_dir.clone()).collect(),
+        }
+    }
 }
 
 /// Makes a sandbox's directories at `dir`; in namespaces mode from `spare`, a root made
@@ -28,11 +46,12 @@ pub(super) fn prepare_layout(
     dir: &Path,
     mode: Mode,
     host_paths: &[PathBuf],
-    working_dir: Option<&str>,
+    working_dirs: &WorkingDirs,
     files: &[crate::MountedFile],
     network: crate::Network,
     spare: Option<rootfs::Skeleton>,
 ) -> Result<Layout, String> {
+    let (working_dir, sidecar_dirs) = (working_dirs.main.as_deref(), working_dirs.sidecars.as_slice());
     if let Mode::Namespaces { .. } = mode {
         let owner = mode.sandbox_owner();
         let moved = spare.and_then(|spare| {
@@ -50,8 +69,15 @@ pub(super) fn prepare_layout(
             None => rootfs::skeleton(dir, host_paths, owner)?,
         };
         let rootfs = skeleton.finish(host_paths, working_dir, owner)?;
+        let sidecar_dirs = make_sidecar_dirs(&rootfs.path, host_paths, sidecar_dirs, owner)?;
         rootfs::place_files(&rootfs.path, files, host_paths, owner)?;
-        return Ok(Layout { working_dir: rootfs.working_dir.clone(), rootfs: Some(rootfs) });
+        return Ok(Layout { working_dir: rootfs.working_dir.clone(), sidecar_dirs, rootfs: Some(rootfs) });
+    }
+    if !sidecar_dirs.is_empty() {
+        return Err(
+            "a Pod's other containers need the namespaces isolation: plain processes have nothing to run them in apart from the host"
+                .to_owned(),
+        );
     }
     if network == crate::Network::LoopbackOnly {
         return Err(
@@ -93,28 +119,40 @@ pub(super) fn prepare_layout(
             absolute.to_owned()
         }
     };
-    Ok(Layout { working_dir, rootfs: None })
+    Ok(Layout { working_dir, sidecar_dirs: Vec::new(), rootfs: None })
+}
+
+/// Makes the sidecars' working directories inside the root, as the main command's is made.
+fn make_sidecar_dirs(
+    root: &Path,
+    host_paths: &[PathBuf],
+    sidecar_dirs: &[Option<String>],
+    owner: Option<(u32, u32)>,
+) -> Result<Vec<String>, String> {
+    sidecar_dirs.iter().map(|dir| rootfs::make_working_dir(root, host_paths, dir.as_deref(), owner)).collect()
 }
 
 /// Moves a warm sandbox's directory `from` to `dir`, replacing what an earlier start left
 /// there, and adds the working directory and mounted files; returns the working directory as
-/// the sandbox sees it. No process of the sandbox exists yet, so nothing of it can have put
-/// a link in the way.
+/// the sandbox sees it, with the sidecars'. No process of the sandbox exists yet, so nothing of
+/// it can have put a link in the way.
 pub(super) fn move_warm_root(
     from: &Path,
     dir: &Path,
     host_paths: &[PathBuf],
-    working_dir: Option<&str>,
+    working_dirs: &WorkingDirs,
     files: &[crate::MountedFile],
     owner: Option<(u32, u32)>,
-) -> Result<String, String> {
+) -> Result<(String, Vec<String>), String> {
+    let (working_dir, sidecar_dirs) = (working_dirs.main.as_deref(), working_dirs.sidecars.as_slice());
     rootfs::clear(dir)?;
     std::fs::rename(from, dir)
         .map_err(|error| format!("cannot move a sandbox started ahead to {}: {error}", dir.display()))?;
     let root = dir.join("rootfs");
     let working_dir = rootfs::make_working_dir(&root, host_paths, working_dir, owner)?;
+    let sidecar_dirs = make_sidecar_dirs(&root, host_paths, sidecar_dirs, owner)?;
     rootfs::place_files(&root, files, host_paths, owner)?;
-    Ok(working_dir)
+    Ok((working_dir, sidecar_dirs))
 }
 
 pub(super) fn remove_dir(dir: &Path) {
@@ -127,9 +165,20 @@ pub(super) fn remove_dir(dir: &Path) {
 
 /// The environment of the main command and the base of every exec's.
 pub(super) fn sandbox_env(spec: &LaunchSpec, mode: Mode) -> BTreeMap<String, String> {
+    container_env(&spec.hostname, &spec.env, spec.user, mode)
+}
+
+/// The environment of one container's command and the base of every exec's in it: the
+/// defaults, then the container's own.
+pub(super) fn container_env(
+    hostname: &str,
+    own: &BTreeMap<String, String>,
+    user: Option<crate::SandboxUser>,
+    mode: Mode,
+) -> BTreeMap<String, String> {
     let home = match mode {
         // A user the sandbox's image knows nothing of: `/`, as container runtimes do.
-        Mode::Namespaces { ids: IdMode::Range { .. } } if spec.user.is_some_and(|user| user.uid != 0) => "/".to_owned(),
+        Mode::Namespaces { ids: IdMode::Range { .. } } if user.is_some_and(|user| user.uid != 0) => "/".to_owned(),
         // The sandbox's root user, whose home is in its own root directory.
         Mode::Namespaces { ids: IdMode::Range { .. } | IdMode::HostRoot } => "/root".to_owned(),
         // The emulator's user, whose home is not in the sandbox's view.
@@ -140,10 +189,10 @@ pub(super) fn sandbox_env(spec: &LaunchSpec, mode: Mode) -> BTreeMap<String, Str
     let mut env = BTreeMap::from([
         ("PATH".to_owned(), DEFAULT_PATH.to_owned()),
         // The only way plain mode can tell a command its hostname.
-        ("HOSTNAME".to_owned(), spec.hostname.clone()),
+        ("HOSTNAME".to_owned(), hostname.to_owned()),
         ("HOME".to_owned(), home),
     ]);
-    env.extend(spec.env.clone());
+    env.extend(own.clone());
     env
 }
 

@@ -3,6 +3,7 @@
 mod keeper;
 mod layout;
 mod mode;
+mod sidecars;
 mod spares;
 mod validate;
 mod warm;
@@ -21,8 +22,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
 use self::keeper::{Keeper, SETUP_TIMEOUT, StartedKeeper, pump_logs, start_keeper, wait_for_exec, watch_keeper};
-use self::layout::{move_warm_root, prepare_layout, program_candidates, remove_dir, sandbox_env};
-use self::mode::{IdMode, Mode, choose_mode, ns_plan, user_problem};
+use self::layout::{
+    WorkingDirs, container_env, move_warm_root, prepare_layout, program_candidates, remove_dir, sandbox_env,
+};
+use self::mode::{IdMode, Mode, choose_mode, ns_plan, sidecar_user_problem, user_problem};
+use self::sidecars::SidecarContainer;
 use self::spares::SpareRoots;
 use self::validate::{c_string, validate_exec, validate_id, validate_spec};
 use self::warm::{WarmPool, WarmSandbox, can_use_warm, end_keeper};
@@ -83,6 +87,10 @@ struct Sandbox {
     /// The environment exec'd commands start from.
     env: BTreeMap<String, String>,
     logs: Arc<LogBuffer>,
+    /// The main container's name (may be empty: then only `None` names it).
+    main_name: String,
+    /// The Pod's other containers.
+    sidecars: Vec<SidecarContainer>,
     /// `None` once the keeper has ended.
     running: Mutex<Option<Arc<Running>>>,
     done: watch::Receiver<bool>,
@@ -95,6 +103,13 @@ struct Sandbox {
     /// The host (uid, gid) files written through the API are given to, where not ours: the
     /// user the sandbox's commands run as.
     file_owner: Option<(u32, u32)>,
+}
+
+/// Where a command exec'd in one of a sandbox's containers starts.
+struct ExecContext<'a> {
+    env: &'a BTreeMap<String, String>,
+    working_dir: &'a str,
+    command_ids: Option<(u32, u32)>,
 }
 
 /// What is needed to reach a running sandbox.
@@ -123,6 +138,31 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Sandbox {
     fn running(&self) -> Option<Arc<Running>> {
         lock(&self.running).clone()
+    }
+
+    /// Where an exec in `container` starts: its environment, working directory and ids.
+    fn context(&self, container: Option<&str>) -> Result<ExecContext<'_>, ExecutorError> {
+        match container {
+            None => Ok(self.main_context()),
+            Some(name) if name == self.main_name => Ok(self.main_context()),
+            Some(name) => self
+                .sidecars
+                .iter()
+                .find(|sidecar| sidecar.name == name)
+                .map(|sidecar| ExecContext {
+                    env: &sidecar.env,
+                    working_dir: &sidecar.working_dir,
+                    command_ids: sidecar.command_ids,
+                })
+                .ok_or_else(|| ExecutorError::UnknownContainer {
+                    sandbox: self.id.clone(),
+                    container: name.to_owned(),
+                }),
+        }
+    }
+
+    fn main_context(&self) -> ExecContext<'_> {
+        ExecContext { env: &self.env, working_dir: &self.working_dir, command_ids: self.command_ids }
     }
 
     fn signal(&self, signal: libc::c_int) {
@@ -271,6 +311,13 @@ impl Executor {
         if let Some(problem) = user_problem(self.inner.mode, spec.user) {
             return Err(ExecutorError::InvalidRequest(problem));
         }
+        if let Some(problem) = spec
+            .sidecars
+            .iter()
+            .find_map(|sidecar| sidecar_user_problem(self.inner.mode, spec.user, &sidecar.name, sidecar.user))
+        {
+            return Err(ExecutorError::InvalidRequest(problem));
+        }
         let _claim = self.claim(id)?;
         let dir = self.inner.config.root_dir.join(id);
         let mode = self.inner.mode;
@@ -281,9 +328,10 @@ impl Executor {
         while let Some(taken) = warm {
             match self.activate(id, &dir, &mut spec, &main, &hostname, taken).await {
                 Activated::Started(activated) => {
-                    let ActivatedSandbox { working_dir, keeper, running, started } = *activated;
+                    let ActivatedSandbox { working_dir, sidecar_dirs, keeper, running, started } = *activated;
                     let command_runs = wait_for_exec(started).await;
-                    return self.register(id, dir, working_dir, env, &spec, keeper, running, command_runs).await;
+                    let dirs = Directories { dir, working_dir, sidecar_dirs };
+                    return self.register(id, dirs, env, &spec, Started { keeper, running, command_runs }).await;
                 }
                 Activated::Failed(error) => return Err(error),
                 // Its init is gone (nothing of the request ran in it): try the next, or start cold.
@@ -292,13 +340,13 @@ impl Executor {
         }
         let layout = {
             let dir = dir.clone();
-            let working_dir = spec.working_dir.clone();
+            let working_dirs = WorkingDirs::of(&spec);
             let files = std::mem::take(&mut spec.files);
             let network = spec.network;
             let host_paths = self.inner.config.host_paths.clone();
             let spare = self.inner.spares.as_ref().and_then(|spares| spares.take());
             tokio::task::spawn_blocking(move || {
-                prepare_layout(&dir, mode, &host_paths, working_dir.as_deref(), &files, network, spare)
+                prepare_layout(&dir, mode, &host_paths, &working_dirs, &files, network, spare)
             })
             .await
             .map_err(|error| setup_error(id, error.to_string()))?
@@ -337,7 +385,8 @@ impl Executor {
         }
         drop(go);
         let command_runs = wait_for_exec(started).await;
-        self.register(id, dir, layout.working_dir, env, &spec, child, running, command_runs).await
+        let dirs = Directories { dir, working_dir: layout.working_dir, sidecar_dirs: layout.sidecar_dirs };
+        self.register(id, dirs, env, &spec, Started { keeper: child, running, command_runs }).await
     }
 
     /// Makes a warm sandbox `id`'s: moves its directory into place, adds the working directory
@@ -367,21 +416,19 @@ impl Executor {
         // Usually one rename and nothing to clear: done here, where a blocking thread's hop would
         // cost more than the work. Removing an earlier start's directory, or writing files,
         // can take long, so it goes to a blocking thread.
-        let quick = spec.files.is_empty() && std::fs::symlink_metadata(dir).is_err();
+        let quick = spec.files.is_empty() && spec.sidecars.is_empty() && std::fs::symlink_metadata(dir).is_err();
         let placed = if quick {
-            move_warm_root(&warm.dir, dir, host_paths, spec.working_dir.as_deref(), &[], owner)
+            move_warm_root(&warm.dir, dir, host_paths, &WorkingDirs::of(spec), &[], owner)
         } else {
             let (from, to, host_paths) = (warm.dir.clone(), dir.to_owned(), host_paths.clone());
-            let working_dir = spec.working_dir.clone();
+            let working_dirs = WorkingDirs::of(spec);
             let files = std::mem::take(&mut spec.files);
-            tokio::task::spawn_blocking(move || {
-                move_warm_root(&from, &to, &host_paths, working_dir.as_deref(), &files, owner)
-            })
-            .await
-            .unwrap_or_else(|error| Err(error.to_string()))
+            tokio::task::spawn_blocking(move || move_warm_root(&from, &to, &host_paths, &working_dirs, &files, owner))
+                .await
+                .unwrap_or_else(|error| Err(error.to_string()))
         };
-        let (working_dir, warm) = match placed {
-            Ok(working_dir) => (working_dir, WarmSandbox { dir: dir.to_owned(), ..warm }),
+        let ((working_dir, sidecar_dirs), warm) = match placed {
+            Ok(placed) => (placed, WarmSandbox { dir: dir.to_owned(), ..warm }),
             Err(message) => {
                 // The directory may be where it was, or at `dir` already.
                 let moved = dir.to_owned();
@@ -426,23 +473,20 @@ impl Executor {
                 return Activated::Unusable;
             }
         }
-        Activated::Started(Box::new(ActivatedSandbox { working_dir, keeper, running, started }))
+        Activated::Started(Box::new(ActivatedSandbox { working_dir, sidecar_dirs, keeper, running, started }))
     }
 
     /// Records a started sandbox and has its keeper watched. A command that could not start has
     /// ended by the time this returns.
-    #[allow(clippy::too_many_arguments)]
     async fn register(
         &self,
         id: &str,
-        dir: PathBuf,
-        working_dir: String,
+        dirs: Directories,
         env: BTreeMap<String, String>,
         spec: &LaunchSpec,
-        mut child: Keeper,
-        running: Running,
-        command_runs: bool,
+        started: Started,
     ) -> Result<(), ExecutorError> {
+        let Started { keeper: mut child, running, command_runs } = started;
         let mode = self.inner.mode;
         let logs = Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes));
         let (eof_sender, eof) = oneshot::channel();
@@ -454,26 +498,56 @@ impl Executor {
             })
         });
         let (done_sender, done) = watch::channel(false);
+        let Directories { dir, working_dir, sidecar_dirs } = dirs;
+        let file_owner = |user: Option<crate::SandboxUser>| {
+            mode.sandbox_owner().map(|(uid, gid)| match user {
+                Some(user) => (uid + user.uid, gid + user.gid),
+                None => (uid, gid),
+            })
+        };
+        let sidecars = spec
+            .sidecars
+            .iter()
+            .zip(sidecar_dirs)
+            .map(|(sidecar, working_dir)| SidecarContainer {
+                name: sidecar.name.clone(),
+                env: container_env(&spec.hostname, &sidecar.env, sidecar.user, mode),
+                working_dir,
+                command_ids: mode.command_ids(sidecar.user),
+                logs: Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes)),
+                exit_code: Arc::default(),
+            })
+            .collect();
         let sandbox = Arc::new(Sandbox {
             id: id.to_owned(),
             dir,
             working_dir,
             env,
             logs,
+            main_name: spec.name.clone(),
+            sidecars,
             running: Mutex::new(Some(Arc::new(running))),
             done,
             stop_requested: AtomicBool::new(false),
             execs: Mutex::new(Vec::new()),
             exit_code: std::sync::OnceLock::new(),
             command_ids: mode.command_ids(spec.user),
-            file_owner: mode.sandbox_owner().map(|(uid, gid)| match spec.user {
-                Some(user) => (uid + user.uid, gid + user.gid),
-                None => (uid, gid),
-            }),
+            file_owner: file_owner(spec.user),
         });
         lock(&self.inner.registry).sandboxes.insert(id.to_owned(), sandbox.clone());
         info!(sandbox = id, hostname = %spec.hostname, isolation = ?mode, "sandbox started");
         tokio::spawn(watch_keeper(sandbox.clone(), child, eof, pump, done_sender, self.inner.exits_sender.clone()));
+        if command_runs && let Some(running) = sandbox.running() {
+            // Next to the main command, as a kubelet starts a Pod's containers; a sidecar that
+            // cannot be ordered (the sandbox ended meanwhile) leaves the main command's end to
+            // tell the story.
+            for (sidecar, launch) in sandbox.sidecars.iter().zip(&spec.sidecars) {
+                if let Err(error) = sidecars::start(id, &running, sidecar, &launch.command).await {
+                    warn!(sandbox = id, container = %sidecar.name, %error, "a sidecar container could not start");
+                    sidecar.logs.close();
+                }
+            }
+        }
         if !command_runs {
             // A command that cannot start never ran: its exit (127) is known before `start`
             // returns, so the caller can report the sandbox failed rather than running.
@@ -579,17 +653,18 @@ impl Executor {
         let Some(program) = request.argv.first() else {
             return Err(ExecutorError::InvalidRequest("argv is empty".into()));
         };
+        let context = sandbox.context(request.container.as_deref())?;
         let cwd = match &request.working_dir {
-            Some(dir) => files::resolve(dir, &sandbox.working_dir)
+            Some(dir) => files::resolve(dir, context.working_dir)
                 .map_err(|error| ExecutorError::InvalidRequest(error.to_string()))?,
-            None => sandbox.working_dir.clone(),
+            None => context.working_dir.to_owned(),
         };
         if let Err(error) = files::is_directory(&running.root, &cwd) {
             return Ok(ExecSession::failed(format!(
                 "cwsandbox: cannot change to the working directory {cwd}: {error}\n"
             )));
         }
-        let mut env = sandbox.env.clone();
+        let mut env = context.env.clone();
         if request.tty {
             env.insert("TERM".into(), "xterm-256color".into());
         }
@@ -613,7 +688,7 @@ impl Executor {
                     exec::CommandIo::pipes()?
                 };
                 let cwd = c_string(cwd)?;
-                let ordered = channel.exec(request.tty, sandbox.command_ids, cwd, command, io.command_ends()).await;
+                let ordered = channel.exec(request.tty, context.command_ids, cwd, command, io.command_ends()).await;
                 let (exec_id, exit) = match ordered {
                     Ok(ordered) => ordered,
                     Err(SendError::Closed) => return Err(ExecutorError::NotRunning(id.to_owned())),
@@ -726,8 +801,31 @@ impl Executor {
     /// The main command's output (stdout and stderr together) of the sandbox's
     /// latest start; still readable after it stopped, until `remove`.
     pub fn logs(&self, id: &str) -> Result<LogReader, ExecutorError> {
+        self.container_logs(id, None)
+    }
+
+    /// The output of one of the sandbox's containers: a sidecar's command, or the main
+    /// command's (`None`, or the main container's name).
+    pub fn container_logs(&self, id: &str, container: Option<&str>) -> Result<LogReader, ExecutorError> {
         let sandbox = self.sandbox(id).ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
-        Ok(LogReader::new(sandbox.logs.clone()))
+        match container {
+            None => Ok(LogReader::new(sandbox.logs.clone())),
+            Some(name) if name == sandbox.main_name => Ok(LogReader::new(sandbox.logs.clone())),
+            Some(name) => sandbox
+                .sidecars
+                .iter()
+                .find(|sidecar| sidecar.name == name)
+                .map(|sidecar| LogReader::new(sidecar.logs.clone()))
+                .ok_or_else(|| ExecutorError::UnknownContainer { sandbox: id.to_owned(), container: name.to_owned() }),
+        }
+    }
+
+    /// How a sidecar's command ended (its code, or 128+N after signal N), once it has; `None`
+    /// while it runs, for a container without a command, or an unknown one.
+    pub fn sidecar_exit_code(&self, id: &str, container: &str) -> Option<i32> {
+        let sandbox = self.sandbox(id)?;
+        let sidecar = sandbox.sidecars.iter().find(|sidecar| sidecar.name == container)?;
+        sidecar.exit_code.get().copied()
     }
 }
 
@@ -743,6 +841,22 @@ impl Drop for Claim {
     }
 }
 
+/// Where a started sandbox's directories are.
+struct Directories {
+    dir: PathBuf,
+    /// The main command's working directory, as the sandbox sees it.
+    working_dir: String,
+    /// The sidecars' working directories, in the order of the spec's sidecars.
+    sidecar_dirs: Vec<String>,
+}
+
+/// A started sandbox's keeper and what reaches it, and whether its main command runs.
+struct Started {
+    keeper: Keeper,
+    running: Running,
+    command_runs: bool,
+}
+
 /// What became of an activation.
 enum Activated {
     Started(Box<ActivatedSandbox>),
@@ -753,6 +867,7 @@ enum Activated {
 /// A warm sandbox told its command, which it is starting.
 struct ActivatedSandbox {
     working_dir: String,
+    sidecar_dirs: Vec<String>,
     keeper: Keeper,
     running: Running,
     /// Closes when the main command has exec'd (a byte first if it could not).

@@ -191,6 +191,29 @@ pub(super) fn user_problem(mode: Mode, user: Option<SandboxUser>) -> Option<Stri
     }
 }
 
+/// Why a sidecar cannot run as `user` next to a main command running as `main`, if it cannot:
+/// as for the main command, and an unprivileged emulator's user namespace maps one user only.
+pub(super) fn sidecar_user_problem(
+    mode: Mode,
+    main: Option<SandboxUser>,
+    name: &str,
+    user: Option<SandboxUser>,
+) -> Option<String> {
+    if let Some(problem) = user_problem(mode, user) {
+        return Some(format!("container {name:?}: {problem}"));
+    }
+    let as_text =
+        |user: Option<SandboxUser>| user.map_or("its default".to_owned(), |user| format!("{}:{}", user.uid, user.gid));
+    match mode {
+        Mode::Namespaces { ids: IdMode::Own } if user != main => Some(format!(
+            "container {name:?} asks for user {} and the main container for {}: an unprivileged emulator's sandbox maps one user only (run the emulator as root for a user per container)",
+            as_text(user),
+            as_text(main)
+        )),
+        _ => None,
+    }
+}
+
 /// The id maps of a sandbox's user namespace.
 fn id_map(ids: IdMode, user: Option<SandboxUser>) -> Result<Option<IdMap>, ExecutorError> {
     Ok(match ids {

@@ -62,7 +62,22 @@ pub(super) fn validate_spec(spec: &LaunchSpec) -> Result<(), ExecutorError> {
             return Err(ExecutorError::InvalidRequest(format!("mounted file {:?}: {problem}", file.path)));
         }
     }
-    validate_working_dir(spec.working_dir.as_deref())
+    validate_working_dir(spec.working_dir.as_deref())?;
+    let mut names = std::collections::HashSet::from([spec.name.as_str()]);
+    for sidecar in &spec.sidecars {
+        if sidecar.name.is_empty() || sidecar.name.contains('\0') {
+            return Err(ExecutorError::InvalidRequest(format!("invalid container name {:?}", sidecar.name)));
+        }
+        if !names.insert(sidecar.name.as_str()) {
+            return Err(ExecutorError::InvalidRequest(format!("two containers are named {:?}", sidecar.name)));
+        }
+        if sidecar.command.first().is_some_and(String::is_empty) {
+            return Err(ExecutorError::InvalidRequest(format!("container {:?}: the program is empty", sidecar.name)));
+        }
+        validate_env(&sidecar.env)?;
+        validate_working_dir(sidecar.working_dir.as_deref())?;
+    }
+    Ok(())
 }
 
 pub(super) fn validate_exec(request: &ExecRequest) -> Result<(), ExecutorError> {

@@ -1,6 +1,8 @@
 //! The kubelet: binding and admission (`OutOfcpu`, `NodeAffinity`), and the static CPU Manager's
 //! pinned CPUs that Slurm does not know about.
 
+use std::borrow::Cow;
+
 use super::scheduling::node_matches;
 use crate::config::CpuManagerPolicy;
 use crate::k8s::{ContainerState, EventType, Pod, PodOwner, PodPhase};
@@ -73,14 +75,23 @@ impl World {
                 legal(self.pod_step(uid, PodTransition::Start));
                 self.cluster.bind(uid, node_name);
                 let now = self.now;
+                let mut started = Vec::new();
                 if let Some(pod) = self.cluster.pod_mut(uid) {
                     pod.phase = PodPhase::Running;
                     pod.start_time = Some(now);
                     for container in &mut pod.containers {
                         container.state = ContainerState::Running(now);
+                        // One Event per container, as a kubelet writes them; the usual lone
+                        // `main` costs no allocation.
+                        started.push(match container.name.as_str() {
+                            "main" => Cow::Borrowed("Started container main"),
+                            name => Cow::Owned(format!("Started container {name}")),
+                        });
                     }
                 }
-                self.event(uid, EventType::Normal, "Started", "Started container main", "kubelet");
+                for message in started {
+                    self.event(uid, EventType::Normal, "Started", message, "kubelet");
+                }
                 self.pin_cpus(uid, node_name);
                 let containers = self.containers_to_start(uid, sandbox_id.as_deref());
                 let loopback_only = sandbox_id.as_deref().is_some_and(|id| self.sandbox_denies_egress(id));
