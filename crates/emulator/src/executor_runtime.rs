@@ -28,7 +28,7 @@ use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, SecondsFormat, Utc};
 use cwsandbox_executor::{
     ExecExit, ExecOutput, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, Isolation, LaunchSpec,
-    LogChunk, LogError, LogReader, MountedFile, Network, Output, SandboxUser, Sidecar, Stream,
+    LogChunk, LogError, LogReader, MountedFile, Network, Output, SandboxUser, Sidecar, Stream, VolumeMount,
 };
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
@@ -124,6 +124,33 @@ fn command_line(container: &ContainerStart) -> Vec<String> {
     command
 }
 
+/// Every container's volume mounts, as one root holds them: the same mount asked by two
+/// containers is made once, and two different mounts at one path cannot both be honoured.
+fn volume_mounts(containers: &[ContainerStart]) -> Result<Vec<VolumeMount>, String> {
+    let mut mounts: Vec<VolumeMount> = Vec::new();
+    for container in containers {
+        for asked in &container.volume_mounts {
+            let mount = VolumeMount {
+                volume: asked.volume.clone(),
+                path: asked.path.clone(),
+                read_only: asked.read_only,
+                sub_path: asked.sub_path.clone(),
+            };
+            match mounts.iter().find(|made| made.path.trim_end_matches('/') == mount.path.trim_end_matches('/')) {
+                Some(made) if *made == mount => {}
+                Some(made) => {
+                    return Err(format!(
+                        "container {:?} mounts volume {:?} at {}, where another container mounts volume {:?}: the containers share one root here (no images), so one path holds one mount",
+                        container.name, mount.volume, mount.path, made.volume
+                    ));
+                }
+                None => mounts.push(mount),
+            }
+        }
+    }
+    Ok(mounts)
+}
+
 /// As a container's: an id not given is the image's default, root.
 fn user_of(container: &ContainerStart) -> Option<SandboxUser> {
     match container.run_as {
@@ -180,6 +207,7 @@ impl SandboxRuntime for ExecutorRuntime {
             let Some((main, others)) = launch.containers.split_first() else {
                 return Err(RuntimeError::StartFailed("the Pod has no container".to_owned()));
             };
+            let volume_mounts = volume_mounts(&launch.containers).map_err(RuntimeError::StartFailed)?;
             let spec = LaunchSpec {
                 hostname: hostname_of(&launch.pod_name),
                 command: command_line(main),
@@ -194,6 +222,7 @@ impl SandboxRuntime for ExecutorRuntime {
                     .collect(),
                 network: if launch.loopback_only { Network::LoopbackOnly } else { Network::Host },
                 user: user_of(main),
+                volume_mounts,
                 name: main.name.clone(),
                 sidecars: others
                     .iter()

@@ -240,7 +240,20 @@ pub const FIELDS: &[FieldRule] = &[
         "absolute, outside /proc, /dev and the read-only host directories",
     ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.files.content", "the file's bytes, mode 0644"),
-    refused("CreateSandboxRequest.sandbox.spec.containers.volume_mounts", "volumes are not mounted"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.volume_mounts",
+        "the sandbox's scratch volumes bound at their paths (one root: every container sees every mount)",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.volume_mounts.volume", "a volume of sandbox.spec.volumes"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.volume_mounts.mount_path",
+        "where the volume appears (made if missing)",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.containers.volume_mounts.read_only", "a read-only bind"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.volume_mounts.sub_path",
+        "a directory of the volume (made if missing) instead of its root",
+    ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.containers.secret_stores",
         "read from the values' secretStores into the container's environment (and every exec's in it)",
@@ -302,7 +315,22 @@ pub const FIELDS: &[FieldRule] = &[
     refused("CreateSandboxRequest.sandbox.spec.containers.image_pull_credentials", "no image is pulled"),
     emulated("CreateSandboxRequest.sandbox.spec.containers.primary", "which container is the main one"),
     refused("CreateSandboxRequest.sandbox.spec.containers.startup_probe", "probes are not run"),
-    refused("CreateSandboxRequest.sandbox.spec.volumes", "volumes are not mounted"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.volumes",
+        "scratch volumes: a directory of the sandbox's, made empty with it, removed with it",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.volumes.name", "what volume mounts name"),
+    emulated("CreateSandboxRequest.sandbox.spec.volumes.scratch", "an emptyDir"),
+    refused("CreateSandboxRequest.sandbox.spec.volumes.scratch.size", "no size limit is enforced on a scratch volume"),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.volumes.scratch.medium",
+        "the medium is not chosen: a scratch volume lives where the sandbox's directory does",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.volumes.scratch.restore_from_snapshot_id",
+        "file-system snapshots are not emulated",
+    ),
+    refused("CreateSandboxRequest.sandbox.spec.volumes.volume_id", "there are no registered volumes"),
     refused(
         "CreateSandboxRequest.sandbox.spec.services",
         "no port is exposed: services, endpoints and URLs are not served",
@@ -356,7 +384,10 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("ListSandboxesRequest.state", "filter (PAUSED and PREPARING match nothing)"),
     emulated("ListSandboxesRequest.show_terminated", "filter"),
     emulated("ListSandboxesRequest.runner_ids", "filter"),
-    emulated("ListSandboxesRequest.volume_ids", "filter: no sandbox has volumes (they are refused), so none matches"),
+    emulated(
+        "ListSandboxesRequest.volume_ids",
+        "filter: no sandbox mounts a registered volume (volume_id is refused), so none matches",
+    ),
     emulated("ListSandboxesRequest.sort_direction", "order"),
     emulated("DeleteSandboxRequest.sandbox_id", "the sandbox"),
     emulated("DeleteSandboxRequest.grace_period_seconds", "SIGTERM, then SIGKILL after the grace period"),
@@ -873,9 +904,19 @@ mod tests {
         let mut container = main_container();
         container.security_context =
             Some(pb::SecurityContext { read_only_root_filesystem: Some(true), ..Default::default() });
-        container.volume_mounts = vec![pb::VolumeMount::default(), pb::VolumeMount::default()];
+        let sized = pb::ScratchVolume { size: "1Gi".to_owned(), ..Default::default() };
         let spec = pb::SandboxSpec {
             containers: vec![container],
+            volumes: vec![
+                pb::SandboxVolume {
+                    name: "plain".to_owned(),
+                    source: Some(pb::sandbox_volume::Source::Scratch(Default::default())),
+                },
+                pb::SandboxVolume {
+                    name: "sized".to_owned(),
+                    source: Some(pb::sandbox_volume::Source::Scratch(sized)),
+                },
+            ],
             services: vec![pb::Service { port: 8080, ..Default::default() }],
             network: Some(pb::NetworkOptions { deny_ingress: Some(true), ..Default::default() }),
             ..Default::default()
@@ -883,8 +924,8 @@ mod tests {
         assert_eq!(
             fields(unemulated(&create(spec))),
             [
-                "sandbox.spec.containers[0].volume_mounts",
                 "sandbox.spec.containers[0].security_context.read_only_root_filesystem",
+                "sandbox.spec.volumes[1].scratch.size",
                 "sandbox.spec.services",
                 "sandbox.spec.network.deny_ingress",
             ]

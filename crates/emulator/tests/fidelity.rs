@@ -211,8 +211,11 @@ async fn loose_strictness_accepts_refused_fields_and_creates_the_sandbox() {
     let mut spec = client_spec(&info.runner_id);
     spec.containers[0].security_context =
         Some(pb::SecurityContext { read_only_root_filesystem: Some(true), ..Default::default() });
-    spec.containers[0].volume_mounts =
-        vec![pb::VolumeMount { volume: "scratch".to_owned(), mount_path: "/scratch".to_owned(), ..Default::default() }];
+    let sized = pb::ScratchVolume { size: "1Gi".to_owned(), ..Default::default() };
+    spec.volumes = vec![pb::SandboxVolume {
+        name: "scratch".to_owned(),
+        source: Some(pb::sandbox_volume::Source::Scratch(sized)),
+    }];
     spec.services = vec![pb::Service { port: 8080, ..Default::default() }];
     spec.network = Some(pb::NetworkOptions { deny_egress: Some(true), ..Default::default() });
     let created = client.create_sandbox(create_request(spec, "")).await.expect("loose accepts").into_inner();

@@ -133,10 +133,27 @@ pub struct LaunchSpec {
     /// The main container's name, which [`ExecRequest::container`] and [`Executor::logs`] may
     /// use for it (any name: none is checked against it when it is empty).
     pub name: String,
+    /// Scratch volumes (a Pod's `emptyDir`s) mounted in the sandbox's root: each volume is a
+    /// directory of the sandbox's, made empty at its start and removed with it, bound at every
+    /// path that mounts it (all containers share the root, so every mount is seen by all).
+    /// Namespaces mode only.
+    pub volume_mounts: Vec<VolumeMount>,
     /// The Pod's other containers: each runs its own command in the sandbox's namespaces, next
     /// to the main command, with its own environment, working directory and log. Namespaces
     /// mode only (plain processes have nothing to put them in apart from the host).
     pub sidecars: Vec<Sidecar>,
+}
+
+/// Where a scratch volume appears in a sandbox's root.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VolumeMount {
+    /// The volume's name: a DNS label, unique in the sandbox.
+    pub volume: String,
+    /// Absolute path in the sandbox (not under `/proc`, `/dev` or a read-only host directory).
+    pub path: String,
+    pub read_only: bool,
+    /// A directory of the volume (relative, made if missing) mounted instead of its root.
+    pub sub_path: String,
 }
 
 /// A container of a sandbox other than its main one. All of a sandbox's containers share its

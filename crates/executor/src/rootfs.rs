@@ -282,6 +282,50 @@ fn make_dirs_inside<'a>(
     Ok(())
 }
 
+/// A scratch volume's bind: its directory under the sandbox's host directory `dir` (made empty
+/// with the sandbox and removed with it, never inside the root, where the sandbox could replace
+/// it), the sub-path made if missing, and its mount point inside `rootfs`, made as a working
+/// directory is (not under a read-only host directory, `/proc` or `/dev`).
+pub(crate) fn volume_bind(
+    dir: &Path,
+    rootfs: &Path,
+    host_paths: &[PathBuf],
+    mount: &crate::VolumeMount,
+    owner: Option<(u32, u32)>,
+) -> Result<(PathBuf, PathBuf, bool), String> {
+    let volumes = dir.join("volumes");
+    if !volumes.is_dir() {
+        make_dir(&volumes, 0o755, None)?;
+    }
+    let volume = volumes.join(&mount.volume);
+    if !volume.is_dir() {
+        // As Kubernetes makes an emptyDir: writable by any user of the Pod.
+        make_dir(&volume, 0o777, owner)?;
+    }
+    let sub_path = mount.sub_path.trim_matches('/');
+    let source = if sub_path.is_empty() {
+        volume
+    } else {
+        make_dirs_inside(&volume, sub_path.split('/'), owner, |path| {
+            format!("volume {:?}: {} is not a directory", mount.volume, path.display())
+        })?;
+        volume.join(sub_path)
+    };
+    let wanted = Path::new(&mount.path);
+    let relative = mount.path.trim_matches('/');
+    let top = relative.split('/').next().unwrap_or_default();
+    if relative.is_empty() || host_paths.iter().any(|host| wanted.starts_with(host)) || top == "proc" || top == "dev" {
+        return Err(format!(
+            "volume {:?} cannot be mounted at {}: the sandbox's root, /proc, /dev and the host's read-only directories cannot hold a mount",
+            mount.volume, mount.path
+        ));
+    }
+    make_dirs_inside(rootfs, relative.split('/'), owner, |path| {
+        format!("volume {:?} cannot be mounted at {}: {} is not a directory", mount.volume, mount.path, path.display())
+    })?;
+    Ok((source, rootfs.join(relative), mount.read_only))
+}
+
 /// Writes the mounted files into the root (before the sandbox's processes exist, so nothing
 /// of the sandbox can have put a link in the way), with the directories they need.
 pub(crate) fn place_files(

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use common::*;
 use cwsandbox_executor::{
     ExecRequest, Executor, ExecutorConfig, ExecutorError, Isolation, LaunchSpec, MountedFile, Network, SandboxUser,
-    Sidecar,
+    Sidecar, VolumeMount,
 };
 
 fn host_hostname() -> String {
@@ -959,5 +959,51 @@ async fn sidecars_run_next_to_the_main_command_with_their_own_environment_and_lo
         LaunchSpec { sidecars: vec![Sidecar { name: "helper".into(), ..Sidecar::default() }], ..spec("pod", &[]) };
     let error = plain.executor.start(&unique("plain-pod"), launch).await.unwrap_err().to_string();
     assert!(error.contains("need the namespaces isolation"), "{error}");
+    plain.executor.shutdown().await;
+}
+
+/// A scratch volume is a directory of the sandbox's, empty when it starts, bound at every path
+/// that mounts it (read-only, or a sub-path, where asked) and removed with the sandbox; a mount
+/// point the root cannot hold, and plain processes, refuse the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scratch_volumes_are_one_directory_at_each_of_their_mounts_and_go_with_the_sandbox() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let id = unique("vol");
+    let mount = |path: &str| VolumeMount { volume: "work".into(), path: path.into(), ..VolumeMount::default() };
+    let launch = LaunchSpec {
+        volume_mounts: vec![
+            mount("/data"),
+            VolumeMount { read_only: true, ..mount("/seen/ro") },
+            VolumeMount { sub_path: "inner/dir".into(), ..mount("/part") },
+        ],
+        ..spec("vol", &[])
+    };
+    executor.start(&id, launch).await.unwrap();
+    assert_eq!(
+        sh(executor, &id, "ls -A /data | wc -l").await,
+        "1",
+        "only the sub-path's directory, made for its mount"
+    );
+    assert_eq!(sh(executor, &id, "echo hi > /data/file; cat /seen/ro/file").await, "hi");
+    assert_eq!(
+        sh(executor, &id, "echo x > /seen/ro/other 2>/dev/null && echo written || echo refused").await,
+        "refused"
+    );
+    assert_eq!(sh(executor, &id, "echo deep > /part/f; cat /data/inner/dir/f").await, "deep");
+    let on_host = executor.config().root_dir.join(&id).join("volumes/work/file");
+    assert_eq!(std::fs::read_to_string(&on_host).unwrap(), "hi\n", "the volume lives outside the sandbox's root");
+    executor.remove(&id).await;
+    assert!(!on_host.exists(), "a scratch volume goes with its sandbox");
+
+    let under_host = LaunchSpec { volume_mounts: vec![mount("/usr/cwsbx-volume")], ..spec("vol", &[]) };
+    let error = executor.start(&unique("vol-usr"), under_host).await.unwrap_err().to_string();
+    assert!(error.contains("cannot be mounted at /usr/cwsbx-volume"), "{error}");
+    executor.shutdown().await;
+
+    let plain = common::harness(Isolation::Plain);
+    let launch = LaunchSpec { volume_mounts: vec![mount("/data")], ..spec("vol", &[]) };
+    let error = plain.executor.start(&unique("plain-vol"), launch).await.unwrap_err().to_string();
+    assert!(error.contains("volumes need the namespaces isolation"), "{error}");
     plain.executor.shutdown().await;
 }

@@ -175,6 +175,20 @@ pub struct ContainerInputs {
     pub files: Vec<(String, std::sync::Arc<[u8]>)>,
     /// `security_context.run_as_user` and `run_as_group`.
     pub run_as: (Option<u32>, Option<u32>),
+    /// Where the sandbox's scratch volumes appear in this container.
+    pub volume_mounts: Vec<VolumeMountStart>,
+}
+
+/// A scratch volume (an `emptyDir`: made empty with the Pod, gone with it) mounted in a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeMountStart {
+    /// The volume's name in the sandbox.
+    pub volume: String,
+    /// Absolute path in the container.
+    pub path: String,
+    pub read_only: bool,
+    /// A directory of the volume mounted instead of its root (relative; empty: the root).
+    pub sub_path: String,
 }
 
 /// Labels or annotations of a Pod: a map kept as one vector sorted by key. A Pod has a handful

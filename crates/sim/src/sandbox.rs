@@ -1021,6 +1021,45 @@ fn validate_spec(spec: &SandboxSpec) -> SimResult<()> {
                 ));
             }
         }
+        for (mount_index, mount) in container.volume_mounts.iter().enumerate() {
+            let at = format!("sandbox.spec.containers[{index}].volumeMounts[{mount_index}]");
+            if !spec.volumes.iter().any(|volume| volume.name == mount.volume) {
+                violations.push(FieldViolation::new(
+                    format!("{at}.volume"),
+                    format!("no volume named {:?} in sandbox.spec.volumes", mount.volume),
+                ));
+            }
+            if let Some(problem) = mounted_file_problem(&mount.mount_path) {
+                violations.push(FieldViolation::new(format!("{at}.mountPath"), problem));
+            }
+            if mount.sub_path.starts_with('/')
+                || mount.sub_path.contains('\0')
+                || mount.sub_path.split('/').any(|part| part == "..")
+            {
+                violations.push(FieldViolation::new(
+                    format!("{at}.subPath"),
+                    "must be a relative path inside the volume, without '..' components",
+                ));
+            }
+        }
+    }
+    for (index, volume) in spec.volumes.iter().enumerate() {
+        let valid_name = !volume.name.is_empty()
+            && volume.name.len() <= 63
+            && volume.name.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+            && !volume.name.starts_with('-')
+            && !volume.name.ends_with('-');
+        if !valid_name {
+            violations.push(FieldViolation::new(
+                format!("sandbox.spec.volumes[{index}].name"),
+                "required: a DNS label (lowercase letters, digits and '-', at most 63 characters)",
+            ));
+        } else if spec.volumes[..index].iter().any(|earlier| earlier.name == volume.name) {
+            violations.push(FieldViolation::new(
+                format!("sandbox.spec.volumes[{index}].name"),
+                format!("two volumes are named {:?}", volume.name),
+            ));
+        }
     }
     if spec.max_lifetime_seconds < 0 || spec.max_lifetime_seconds > MAX_LIFETIME_SECONDS {
         violations.push(FieldViolation::new(
@@ -1045,7 +1084,11 @@ fn container_inputs(
             .security_context
             .as_ref()
             .map_or((None, None), |context| (context.run_as_user, context.run_as_group));
-        if container.secret_stores.is_empty() && container.files.is_empty() && run_as == (None, None) {
+        if container.secret_stores.is_empty()
+            && container.files.is_empty()
+            && container.volume_mounts.is_empty()
+            && run_as == (None, None)
+        {
             all.push(None);
             continue;
         }
@@ -1111,6 +1154,16 @@ fn container_inputs(
             .files
             .iter()
             .map(|file| (file.path.clone(), std::sync::Arc::from(file.content.as_slice())))
+            .collect();
+        inputs.volume_mounts = container
+            .volume_mounts
+            .iter()
+            .map(|mount| crate::k8s::VolumeMountStart {
+                volume: mount.volume.clone(),
+                path: mount.mount_path.clone(),
+                read_only: mount.read_only,
+                sub_path: mount.sub_path.trim_matches('/').to_owned(),
+            })
             .collect();
         all.push(Some(Box::new(inputs)));
     }

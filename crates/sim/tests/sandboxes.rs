@@ -650,3 +650,54 @@ fn a_container_the_host_cannot_start_fails_the_sandbox_with_the_hosts_reason() {
     let pod = h.world.cluster.pod(&created.pod_uid).unwrap();
     assert_eq!(pod.reason.as_deref(), Some("StartError"));
 }
+
+#[test]
+fn scratch_volumes_reach_the_container_start_and_bad_volumes_and_mounts_are_named() {
+    use cwsandbox_api::sandbox_v1::{SandboxVolume, VolumeMount, sandbox_volume::Source};
+    let scratch =
+        |name: &str| SandboxVolume { name: name.to_owned(), source: Some(Source::Scratch(Default::default())) };
+    let mount = |volume: &str, path: &str| VolumeMount {
+        volume: volume.to_owned(),
+        mount_path: path.to_owned(),
+        sub_path: "part/".to_owned(),
+        read_only: true,
+    };
+    let mut h = ready();
+    let mut spec = client_spec();
+    spec.volumes = vec![scratch("work")];
+    spec.containers[0].volume_mounts = vec![mount("work", "/data")];
+    let created = h.world.create_sandbox(&alice(), spec, "", "").unwrap();
+    h.advance(1);
+    let started = h
+        .world
+        .take_effects()
+        .into_iter()
+        .find_map(|effect| match effect {
+            Effect::StartPod { sandbox_id: Some(id), containers, .. } if id == created.id => Some(containers),
+            _ => None,
+        })
+        .expect("started");
+    let mounts = &started[0].volume_mounts;
+    assert_eq!(mounts.len(), 1);
+    assert_eq!((mounts[0].volume.as_str(), mounts[0].path.as_str(), mounts[0].read_only), ("work", "/data", true));
+    assert_eq!(mounts[0].sub_path, "part", "the sub-path is relative to the volume");
+
+    let cases: [(Vec<SandboxVolume>, VolumeMount, &str); 5] = [
+        (vec![scratch("work")], mount("other", "/data"), "sandbox.spec.containers[0].volumeMounts[0].volume"),
+        (vec![scratch("work")], mount("work", "data"), "sandbox.spec.containers[0].volumeMounts[0].mountPath"),
+        (
+            vec![scratch("work")],
+            VolumeMount { sub_path: "../up".to_owned(), ..mount("work", "/data") },
+            "sandbox.spec.containers[0].volumeMounts[0].subPath",
+        ),
+        (vec![scratch("Work_1")], mount("Work_1", "/data"), "sandbox.spec.volumes[0].name"),
+        (vec![scratch("work"), scratch("work")], mount("work", "/data"), "sandbox.spec.volumes[1].name"),
+    ];
+    for (volumes, mount, field) in cases {
+        let mut spec = client_spec();
+        spec.volumes = volumes;
+        spec.containers[0].volume_mounts = vec![mount];
+        let error = h.world.create_sandbox(&alice(), spec, "", "").unwrap_err();
+        assert_eq!(error.violations()[0].field, field);
+    }
+}

@@ -24,18 +24,20 @@ pub(super) struct Layout {
     pub(super) rootfs: Option<rootfs::Rootfs>,
 }
 
-/// The working directories a start asks for, as the spec gives them.
-pub(super) struct WorkingDirs {
+/// What a start asks of the sandbox's root besides its files: working directories and volumes.
+pub(super) struct RootPlan {
     pub(super) main: Option<String>,
-    /// The sidecars', in the spec's order.
+    /// The sidecars' working directories, in the spec's order.
     pub(super) sidecars: Vec<Option<String>>,
+    pub(super) volume_mounts: Vec<crate::VolumeMount>,
 }
 
-impl WorkingDirs {
-    pub(super) fn of(spec: &LaunchSpec) -> WorkingDirs {
-        WorkingDirs {
+impl RootPlan {
+    pub(super) fn of(spec: &LaunchSpec) -> RootPlan {
+        RootPlan {
             main: spec.working_dir.clone(),
             sidecars: spec.sidecars.iter().map(|sidecar| sidecar.working_dir.clone()).collect(),
+            volume_mounts: spec.volume_mounts.clone(),
         }
     }
 }
@@ -46,12 +48,12 @@ pub(super) fn prepare_layout(
     dir: &Path,
     mode: Mode,
     host_paths: &[PathBuf],
-    working_dirs: &WorkingDirs,
+    plan: &RootPlan,
     files: &[crate::MountedFile],
     network: crate::Network,
     spare: Option<rootfs::Skeleton>,
 ) -> Result<Layout, String> {
-    let (working_dir, sidecar_dirs) = (working_dirs.main.as_deref(), working_dirs.sidecars.as_slice());
+    let (working_dir, sidecar_dirs) = (plan.main.as_deref(), plan.sidecars.as_slice());
     if let Mode::Namespaces { .. } = mode {
         let owner = mode.sandbox_owner();
         let moved = spare.and_then(|spare| {
@@ -68,10 +70,20 @@ pub(super) fn prepare_layout(
             Some(skeleton) => skeleton,
             None => rootfs::skeleton(dir, host_paths, owner)?,
         };
-        let rootfs = skeleton.finish(host_paths, working_dir, owner)?;
+        let mut rootfs = skeleton.finish(host_paths, working_dir, owner)?;
         let sidecar_dirs = make_sidecar_dirs(&rootfs.path, host_paths, sidecar_dirs, owner)?;
+        for mount in &plan.volume_mounts {
+            let bind = rootfs::volume_bind(dir, &rootfs.path, host_paths, mount, owner)?;
+            rootfs.binds.push(bind);
+        }
         rootfs::place_files(&rootfs.path, files, host_paths, owner)?;
         return Ok(Layout { working_dir: rootfs.working_dir.clone(), sidecar_dirs, rootfs: Some(rootfs) });
+    }
+    if let Some(mount) = plan.volume_mounts.first() {
+        return Err(format!(
+            "volume {:?} at {}: volumes need the namespaces isolation (plain processes have no root of their own to mount it in)",
+            mount.volume, mount.path
+        ));
     }
     if !sidecar_dirs.is_empty() {
         return Err(
@@ -140,11 +152,11 @@ pub(super) fn move_warm_root(
     from: &Path,
     dir: &Path,
     host_paths: &[PathBuf],
-    working_dirs: &WorkingDirs,
+    plan: &RootPlan,
     files: &[crate::MountedFile],
     owner: Option<(u32, u32)>,
 ) -> Result<(String, Vec<String>), String> {
-    let (working_dir, sidecar_dirs) = (working_dirs.main.as_deref(), working_dirs.sidecars.as_slice());
+    let (working_dir, sidecar_dirs) = (plan.main.as_deref(), plan.sidecars.as_slice());
     rootfs::clear(dir)?;
     std::fs::rename(from, dir)
         .map_err(|error| format!("cannot move a sandbox started ahead to {}: {error}", dir.display()))?;

@@ -23,7 +23,7 @@ use tracing::{debug, info, warn};
 
 use self::keeper::{Keeper, SETUP_TIMEOUT, StartedKeeper, pump_logs, start_keeper, wait_for_exec, watch_keeper};
 use self::layout::{
-    WorkingDirs, container_env, move_warm_root, prepare_layout, program_candidates, remove_dir, sandbox_env,
+    RootPlan, container_env, move_warm_root, prepare_layout, program_candidates, remove_dir, sandbox_env,
 };
 use self::mode::{IdMode, Mode, choose_mode, ns_plan, sidecar_user_problem, user_problem};
 use self::sidecars::SidecarContainer;
@@ -340,17 +340,15 @@ impl Executor {
         }
         let layout = {
             let dir = dir.clone();
-            let working_dirs = WorkingDirs::of(&spec);
+            let plan = RootPlan::of(&spec);
             let files = std::mem::take(&mut spec.files);
             let network = spec.network;
             let host_paths = self.inner.config.host_paths.clone();
             let spare = self.inner.spares.as_ref().and_then(|spares| spares.take());
-            tokio::task::spawn_blocking(move || {
-                prepare_layout(&dir, mode, &host_paths, &working_dirs, &files, network, spare)
-            })
-            .await
-            .map_err(|error| setup_error(id, error.to_string()))?
-            .map_err(|message| setup_error(id, message))?
+            tokio::task::spawn_blocking(move || prepare_layout(&dir, mode, &host_paths, &plan, &files, network, spare))
+                .await
+                .map_err(|error| setup_error(id, error.to_string()))?
+                .map_err(|message| setup_error(id, message))?
         };
         let program = main.map(|main| Program::new(main.candidates, main.argv, main.envp, &main.display));
         let ns = match (mode, &layout.rootfs) {
@@ -418,12 +416,12 @@ impl Executor {
         // can take long, so it goes to a blocking thread.
         let quick = spec.files.is_empty() && spec.sidecars.is_empty() && std::fs::symlink_metadata(dir).is_err();
         let placed = if quick {
-            move_warm_root(&warm.dir, dir, host_paths, &WorkingDirs::of(spec), &[], owner)
+            move_warm_root(&warm.dir, dir, host_paths, &RootPlan::of(spec), &[], owner)
         } else {
             let (from, to, host_paths) = (warm.dir.clone(), dir.to_owned(), host_paths.clone());
-            let working_dirs = WorkingDirs::of(spec);
+            let plan = RootPlan::of(spec);
             let files = std::mem::take(&mut spec.files);
-            tokio::task::spawn_blocking(move || move_warm_root(&from, &to, &host_paths, &working_dirs, &files, owner))
+            tokio::task::spawn_blocking(move || move_warm_root(&from, &to, &host_paths, &plan, &files, owner))
                 .await
                 .unwrap_or_else(|error| Err(error.to_string()))
         };

@@ -63,6 +63,20 @@ pub(super) fn validate_spec(spec: &LaunchSpec) -> Result<(), ExecutorError> {
         }
     }
     validate_working_dir(spec.working_dir.as_deref())?;
+    for mount in &spec.volume_mounts {
+        let name_ok = !mount.volume.is_empty()
+            && mount.volume.len() <= 63
+            && mount.volume.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-');
+        if !name_ok {
+            return Err(ExecutorError::InvalidRequest(format!("invalid volume name {:?}", mount.volume)));
+        }
+        if let Err(problem) = crate::rootfs::check_file_path(&mount.path) {
+            return Err(ExecutorError::InvalidRequest(format!("volume mount path {:?}: {problem}", mount.path)));
+        }
+        if mount.sub_path.contains('\0') || mount.sub_path.split('/').any(|part| part == "..") {
+            return Err(ExecutorError::InvalidRequest(format!("invalid volume sub-path {:?}", mount.sub_path)));
+        }
+    }
     let mut names = std::collections::HashSet::from([spec.name.as_str()]);
     for sidecar in &spec.sidecars {
         if sidecar.name.is_empty() || sidecar.name.contains('\0') {

@@ -93,7 +93,8 @@ pub(super) async fn end_keeper(mut keeper: Keeper, dir: PathBuf) {
 
 /// Whether a start can take a warm sandbox: one with what every warm sandbox was made with.
 pub(super) fn can_use_warm(spec: &LaunchSpec) -> bool {
-    spec.network == Network::Host && spec.user.is_none()
+    // A warm sandbox's mounts are made: a volume could not be added to them.
+    spec.network == Network::Host && spec.user.is_none() && spec.volume_mounts.is_empty()
 }
 
 #[derive(Debug)]

@@ -143,6 +143,11 @@ impl World {
                     working_dir: container.working_dir.clone(),
                     files: container.inputs.as_ref().map(|inputs| inputs.files.clone()).unwrap_or_default(),
                     run_as: container.inputs.as_ref().map_or((None, None), |inputs| inputs.run_as),
+                    volume_mounts: container
+                        .inputs
+                        .as_ref()
+                        .map(|inputs| inputs.volume_mounts.clone())
+                        .unwrap_or_default(),
                 }
             })
             .collect();

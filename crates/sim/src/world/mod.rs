@@ -69,6 +69,8 @@ pub struct ContainerStart {
     pub files: Vec<(String, std::sync::Arc<[u8]>)>,
     /// The user and group ids it runs as (`security_context.run_as_user`, `run_as_group`).
     pub run_as: (Option<u32>, Option<u32>),
+    /// Where the sandbox's scratch volumes appear in it.
+    pub volume_mounts: Vec<crate::k8s::VolumeMountStart>,
 }
 
 /// A transition the world's own bookkeeping has checked is legal. A refusal is a missed

@@ -1,0 +1,72 @@
+"""Scratch volumes as the published client asks for them (`volumes=[ScratchVolumeOptions(...)]`,
+`Container(volume_mounts=[VolumeMount(...)])`): an empty directory of the sandbox's at each of its
+mounts, read-only or a sub-path where asked, gone with the sandbox; what is not emulated about
+them (a size limit) is refused by name.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import NAMESPACES, RUNNER, WAIT, processes_with, run, sandbox_env
+from cwsandbox import Container, Sandbox, ScratchVolumeOptions, VolumeMount
+from cwsandbox.exceptions import SandboxError
+
+pytestmark = pytest.mark.skipif(not NAMESPACES, reason="plain processes have no root of their own to mount in")
+
+RESOURCES = {"requests": {"cpu": "100m", "memory": "64Mi"}}
+
+
+def test_a_scratch_volume_starts_empty_and_holds_what_is_written(mark):
+    volume = ScratchVolumeOptions(name="work", mount_path="/data")
+    with run(mark=mark, volumes=[volume]) as sb:
+        assert sb.exec(["sh", "-c", "ls -A /data | wc -l"]).result().stdout.strip() == "0"
+        sb.write_file("/data/notes.txt", b"kept").result()
+        assert sb.exec(["cat", "/data/notes.txt"]).result().stdout == "kept"
+    # Another sandbox's volume of the same name is its own, empty.
+    with run(mark=mark, volumes=[volume]) as other:
+        assert other.exec(["sh", "-c", "ls -A /data | wc -l"]).result().stdout.strip() == "0"
+    assert processes_with(mark) == []
+
+
+def test_containers_share_a_volume_through_their_own_mounts(mark):
+    writer = Container(
+        image="python:3.11",
+        name="writer",
+        primary=True,
+        command="sh",
+        args=["-c", "echo from-writer > /out/shared.txt; exec sleep 1000"],
+        environment_variables=sandbox_env(mark),
+        volume_mounts=[VolumeMount(volume="exchange", mount_path="/out")],
+        resources=RESOURCES,
+    )
+    reader = Container(
+        image="busybox:1.36",
+        name="reader",
+        command="sh",
+        args=["-c", "exec sleep 1000"],
+        environment_variables=sandbox_env(mark),
+        volume_mounts=[VolumeMount(volume="exchange", mount_path="/in", read_only=True)],
+        resources=RESOURCES,
+    )
+    volumes = [ScratchVolumeOptions(name="exchange")]
+    with Sandbox.run(
+        containers=[writer, reader], volumes=volumes, placement_mode="cks", runner_ids=[RUNNER]
+    ) as sb:
+        sb.wait(timeout=WAIT)
+        seen = sb.exec(
+            ["sh", "-c", "until [ -s /in/shared.txt ]; do sleep 0.01; done; cat /in/shared.txt"],
+            container="reader",
+            timeout_seconds=WAIT,
+        ).result()
+        assert seen.stdout == "from-writer\n"
+        refused = sb.exec(["sh", "-c", "echo x > /in/other 2>/dev/null || echo read-only"], container="reader")
+        assert refused.result().stdout == "read-only\n"
+    assert processes_with(mark) == []
+
+
+def test_a_size_limit_is_refused_by_name(mark):
+    with pytest.raises(SandboxError) as refused:
+        with run(mark=mark, volumes=[ScratchVolumeOptions(name="work", mount_path="/data", size="1Gi")]):
+            pass
+    assert "sandbox.spec.volumes[0].scratch.size" in str(refused.value)
