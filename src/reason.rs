@@ -80,12 +80,18 @@ reasons! {
     NoSuitableRunner => "CWSANDBOX_NO_SUITABLE_RUNNER",
         when: "No runner matches the sandbox's mode and `runner_ids`.",
         remedy: "Name a runner that supports the requested mode in `runner_ids`, or create one.";
+    RunnerCapacityExhausted => "CWSANDBOX_RUNNER_CAPACITY_EXHAUSTED",
+        when: "The serverless pool has no room for the sandbox now: its organization holds `serverless.maxSandboxesPerOrganization` serverless sandboxes, or no serverless Node has the requested CPU and memory free.",
+        remedy: "Retry after the RetryInfo delay (the client's `create_retry_budget_seconds`), spill over to CKS (`placement_spillover=\"serverless_then_cks\"`), or delete serverless sandboxes you no longer need.";
+    ServerlessDisabled => "CWSANDBOX_SERVERLESS_DISABLED",
+        when: "The sandbox asks for serverless placement and the values turn the serverless pool off (`serverless.enabled: false`).",
+        remedy: "Use placement mode CKS with a runner, or turn the serverless pool on in the values.";
     PlacementRejected => "CWSANDBOX_PLACEMENT_REJECTED",
         when: "The runner's policy rejects the sandbox (a BadRequest names the fields the policy refuses).",
         remedy: "Change the named fields to what the runner's policy allows, or use a runner whose policy admits them.";
     ResourceCeilingExceeded => "CWSANDBOX_RESOURCE_CEILING_EXCEEDED",
-        when: "The sandbox asks for more than a policy ceiling (`cpu_ceiling`, `memory_ceiling`).",
-        remedy: "Ask for no more than the ceiling, or have an administrator raise it in the runner's policy.";
+        when: "The sandbox asks for more than a policy ceiling (`cpu_ceiling`, `memory_ceiling`), or for more than one serverless Node holds (`serverless.cpu`, `serverless.memory`; any GPU).",
+        remedy: "Ask for no more than the ceiling, or have an administrator raise it in the runner's policy (for serverless: place it on CKS, where the client's spill-over takes it).";
     PreconditionFailed => "CWSANDBOX_PRECONDITION_FAILED",
         when: "A precondition does not hold: a stale etag, a state that does not allow the operation, or an invalid stored policy.",
         remedy: "Read the resource again (for its current etag and state) and decide whether to repeat the operation.";

@@ -43,6 +43,8 @@ pub fn codes(reason: Reason) -> &'static [Code] {
         Reason::RunnerNotFound => &[Code::NotFound],
         Reason::RunnerUnavailable => &[Code::Unavailable],
         Reason::NoSuitableRunner => &[Code::FailedPrecondition],
+        Reason::RunnerCapacityExhausted => &[Code::ResourceExhausted],
+        Reason::ServerlessDisabled => &[Code::FailedPrecondition],
         Reason::PlacementRejected => &[Code::InvalidArgument],
         Reason::ResourceCeilingExceeded => &[Code::InvalidArgument],
         Reason::PreconditionFailed => &[Code::FailedPrecondition],

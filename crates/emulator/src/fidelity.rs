@@ -365,7 +365,7 @@ pub const FIELDS: &[FieldRule] = &[
     refused("CreateSandboxRequest.sandbox.spec.instance_type", "checked against the policy, not used for placement"),
     emulated(
         "CreateSandboxRequest.sandbox.spec.mode",
-        "CKS places on a runner; SERVERLESS is refused (no serverless runners)",
+        "CKS places on a runner; SERVERLESS on the values' serverless pool (no runner, no SUNK)",
     ),
     refused(
         "CreateSandboxRequest.sandbox.spec.runtime_class",

@@ -279,10 +279,12 @@ async fn sandbox_pod_tables_pending_running_and_out_of_cpu() {
     let second = kube.create(&[("sunk.coreweave.com/partition", "hpc-prod")]).await;
     let second_pod = format!("sandbox-{second}");
     kube.advance(3);
-    assert_eq!(
-        kube.ok(&["get", "pods", "-n", namespace]).await,
-        tabular(&[header, &[&first_pod, "1/1", "Running", "0", "5s"], &[&second_pod, "0/1", "OutOfcpu", "0", "3s"]])
-    );
+    // kubectl lists by name, and names are drawn ids: their order is not the order of creation.
+    let running: [&str; 5] = [&first_pod, "1/1", "Running", "0", "5s"];
+    let rejected: [&str; 5] = [&second_pod, "0/1", "OutOfcpu", "0", "3s"];
+    let mut rows: Vec<&[&str]> = vec![&running, &rejected];
+    rows.sort_by_key(|row| row[0]);
+    assert_eq!(kube.ok(&["get", "pods", "-n", namespace]).await, tabular(&[&[header], rows.as_slice()].concat()));
     let describe = kube.ok(&["describe", "pod", "-n", namespace, &second_pod]).await;
     let field = |name: &str| {
         describe

@@ -42,6 +42,9 @@ pub struct Values {
     pub runners: Vec<RunnerValues>,
     /// How the runner builds sandbox Pods.
     pub sandboxes: SandboxValues,
+    /// The serverless pool that takes `SANDBOX_MODE_SERVERLESS` sandboxes, with no runner.
+    #[serde(default)]
+    pub serverless: ServerlessValues,
     /// The kubelets' configuration.
     #[serde(default)]
     pub kubelet: KubeletValues,
@@ -431,6 +434,78 @@ fn default_true() -> bool {
     true
 }
 
+/// The serverless pool: capacity of the platform's own, on which `SANDBOX_MODE_SERVERLESS`
+/// sandboxes run with no runner, no runner policy and no SUNK. Its Nodes
+/// (`node-serverless-<i>`) carry the label [`SERVERLESS_POOL_LABEL`] and the taint
+/// [`SERVERLESS_TAINT_KEY`]`=true:NoSchedule`, so the default scheduler places serverless Pods
+/// there and nothing else. How the real service sizes, names and reports its serverless capacity
+/// is not public: every setting here is the emulator's choice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServerlessValues {
+    /// Whether serverless placement is offered; when not, a serverless sandbox is refused with
+    /// `CWSANDBOX_SERVERLESS_DISABLED`, on which the published client never spills over to CKS.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// How many Nodes the pool has.
+    #[serde(default = "default_serverless_nodes")]
+    pub nodes: u32,
+    /// Allocatable CPU of each Node: also the most one serverless sandbox may request.
+    #[serde(default = "default_serverless_cpu")]
+    pub cpu: String,
+    /// Allocatable memory of each Node: also the most one serverless sandbox may request.
+    #[serde(default = "default_serverless_memory")]
+    pub memory: String,
+    /// At most this many serverless sandboxes of one organization hold capacity at once (from
+    /// creation until their Pod is gone); 0: only the Nodes' room limits them.
+    #[serde(default = "default_serverless_max_sandboxes")]
+    pub max_sandboxes_per_organization: u32,
+    /// What `status.runner_id` and `status.runner_group_id` say for a serverless sandbox (and
+    /// what ListSandboxes' `runner_ids` filter matches); the real value is unverified.
+    #[serde(default = "default_serverless_runner_id")]
+    pub runner_id: String,
+}
+
+/// The label every Node of the serverless pool carries, with the value [`SERVERLESS_POOL`].
+pub const SERVERLESS_POOL_LABEL: &str = "sandbox.coreweave.com/pool";
+/// The value of [`SERVERLESS_POOL_LABEL`] on the serverless pool's Nodes.
+pub const SERVERLESS_POOL: &str = "serverless";
+/// The `NoSchedule` taint on the serverless pool's Nodes, which only serverless Pods tolerate.
+pub const SERVERLESS_TAINT_KEY: &str = "sandbox.coreweave.com/serverless";
+
+fn default_serverless_nodes() -> u32 {
+    2
+}
+
+fn default_serverless_cpu() -> String {
+    "8".to_owned()
+}
+
+fn default_serverless_memory() -> String {
+    "32Gi".to_owned()
+}
+
+fn default_serverless_max_sandboxes() -> u32 {
+    16
+}
+
+fn default_serverless_runner_id() -> String {
+    "serverless".to_owned()
+}
+
+impl Default for ServerlessValues {
+    fn default() -> Self {
+        ServerlessValues {
+            enabled: true,
+            nodes: default_serverless_nodes(),
+            cpu: default_serverless_cpu(),
+            memory: default_serverless_memory(),
+            max_sandboxes_per_organization: default_serverless_max_sandboxes(),
+            runner_id: default_serverless_runner_id(),
+        }
+    }
+}
+
 impl Values {
     /// The built-in document of a scenario.
     pub fn scenario(scenario: Scenario) -> Values {
@@ -528,6 +603,7 @@ impl Values {
                 event_capacity: 10_000,
                 exit_code_after_stop: true,
             },
+            serverless: ServerlessValues::default(),
             kubelet: KubeletValues::default(),
             timing: Timing::Realistic,
             secret_stores: BTreeMap::new(),

@@ -76,7 +76,10 @@ impl World {
         let mut resources = pb::RunnerResourceSummary::default();
         let mut gpu_types = BTreeSet::new();
         for node in self.cluster.nodes.values() {
-            if node.labels.contains_key("node-role.kubernetes.io/control-plane") {
+            // The serverless pool is not the runners' to offer.
+            if node.labels.contains_key("node-role.kubernetes.io/control-plane")
+                || crate::world::is_serverless_node(node)
+            {
                 continue;
             }
             let mut system = ResourceTotals::default();

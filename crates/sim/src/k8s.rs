@@ -35,6 +35,20 @@ impl ResourceTotals {
         self.memory_bytes -= other.memory_bytes;
         self.gpus -= other.gpus;
     }
+
+    /// Whether this much room holds `need`, kind by kind.
+    pub fn holds(&self, need: ResourceTotals) -> bool {
+        self.cpu_millis >= need.cpu_millis && self.memory_bytes >= need.memory_bytes && self.gpus >= need.gpus
+    }
+}
+
+impl Node {
+    /// Allocatable minus what the Pods bound here request: the room the scheduler sees.
+    pub fn free(&self) -> ResourceTotals {
+        let mut free = self.allocatable;
+        free.subtract(self.requested);
+        free
+    }
 }
 
 /// A Node taint.
@@ -403,16 +417,21 @@ pub struct Pod {
     pub object_ref: Arc<ObjectRef>,
 }
 
+/// Sum of containers' requests in kubelet units (a Pod's, or a Pod's before it exists).
+pub fn requested_by(containers: &[PodContainer]) -> ResourceTotals {
+    let mut total = ResourceTotals::default();
+    for container in containers {
+        total.cpu_millis += container.requests.cpu.map_or(0, |cpu| cpu.millis());
+        total.memory_bytes += container.requests.memory.map_or(0, |memory| memory.units_ceil());
+        total.gpus += container.requests.gpu.unwrap_or(0);
+    }
+    total
+}
+
 impl Pod {
     /// Sum of its containers' requests in kubelet units.
     pub fn requested(&self) -> ResourceTotals {
-        let mut total = ResourceTotals::default();
-        for container in &self.containers {
-            total.cpu_millis += container.requests.cpu.map_or(0, |cpu| cpu.millis());
-            total.memory_bytes += container.requests.memory.map_or(0, |memory| memory.units_ceil());
-            total.gpus += container.requests.gpu.unwrap_or(0);
-        }
-        total
+        requested_by(&self.containers)
     }
 
     /// Whether the Pod tolerates a taint.

@@ -14,6 +14,7 @@ pub mod pager;
 pub mod query;
 pub mod runners;
 pub mod sandbox;
+mod serverless;
 pub mod slurm;
 pub mod steps;
 pub mod sunk;

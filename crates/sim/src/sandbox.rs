@@ -9,20 +9,25 @@ use std::time::Duration;
 use cwsandbox_api::sandbox_v1::{ManagedRunner, RunnerInstallStatus, SandboxMode, SandboxSpec};
 use prost::Message;
 
+use crate::config::SERVERLESS_POOL;
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::ids::{IdHash, SharedStr};
-use crate::k8s::{ContainerInputs, ContainerState, Labels, Pod, PodContainer, PodOwner, PodPhase};
+use crate::k8s::{ContainerInputs, ContainerState, Labels, Pod, PodContainer, PodOwner, PodPhase, requested_by};
 use crate::machine::IllegalTransition;
 use crate::pager::Pager;
 use crate::policy::MAX_LIFETIME_SECONDS;
 use crate::policy::{self, PreparedPolicy, RuntimeDefaults};
 use crate::quantity::Quantity;
 use crate::resolved::ResolvedSpec;
+use crate::serverless::{serverless_node_selector, serverless_toleration};
 use crate::slurm::{JobBaseState, JobId};
 use crate::sunk::{self, NotHandled};
 use crate::time::SimTime;
 use crate::world::legal;
 use crate::world::{SANDBOX_ID_LABEL, World};
+
+/// The label a serverless sandbox's Pod carries (value `serverless`), for `kubectl -l`.
+pub const SANDBOX_MODE_LABEL: &str = "sandbox.coreweave.com/mode";
 
 /// Who asks: an organization and a user in it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -212,6 +217,8 @@ pub struct SandboxInfo {
     pub resolved: ResolvedSpec,
     /// `spec.network.deny_egress`: its processes get a network of their own with only loopback.
     pub deny_egress: bool,
+    /// Placed in the serverless pool (no runner) rather than on a runner.
+    pub serverless: bool,
     /// Runner.
     pub runner_id: String,
     /// Runner group.
@@ -407,11 +414,20 @@ impl World {
         }
         validate_spec(&spec)?;
         let defaults = self.runtime_defaults()?;
-        let runner = self.choose_runner(owner, &spec)?;
-        let runner_id = runner.identity.as_ref().map(|identity| identity.runner_id.clone()).unwrap_or_default();
-        let runner_group_id =
-            runner.identity.as_ref().map(|identity| identity.runner_group_id.clone()).unwrap_or_default();
-        let prepared = self.prepared_policy(&owner.org, &runner_id);
+        let serverless = spec.mode == SandboxMode::Serverless as i32;
+        let (runner_id, runner_group_id, prepared) = if serverless {
+            // No runner, so no runner policy: the runtime defaults and the spec alone.
+            self.serverless_enabled()?;
+            let id = self.values().serverless.runner_id.clone();
+            (id.clone(), id, Arc::new(PreparedPolicy::new(None)))
+        } else {
+            let runner = self.choose_runner(owner, &spec)?;
+            let runner_id = runner.identity.as_ref().map(|identity| identity.runner_id.clone()).unwrap_or_default();
+            let runner_group_id =
+                runner.identity.as_ref().map(|identity| identity.runner_group_id.clone()).unwrap_or_default();
+            let prepared = self.prepared_policy(&owner.org, &runner_id);
+            (runner_id, runner_group_id, prepared)
+        };
         let resolved = policy::resolve_prepared(&defaults, &prepared, &spec)?;
         if resolved.max_lifetime_seconds <= 0 || resolved.max_lifetime_seconds > MAX_LIFETIME_SECONDS {
             return Err(SimError::invalid_field(
@@ -422,16 +438,7 @@ impl World {
 
         let mut inputs = container_inputs(&spec, &self.values().secret_stores)?;
         let deny_egress = spec.network.as_ref().and_then(|network| network.deny_egress).unwrap_or(false);
-        let id = self.ids.sandbox_id();
-        let namespace = self.user_namespace(&owner.org, &owner.user);
-        let pod_name = SharedStr::concat(&["sandbox-", &id]);
-        let pod_uid = self.ids.uid();
-        self.ensure_namespace(&namespace);
-        let mut labels = Labels::with_capacity(resolved.labels.len() + 2);
-        labels.extend(resolved.labels.iter().map(|(key, value)| (key.clone(), value.clone())));
-        labels.insert(SANDBOX_ID_LABEL.to_owned(), id.to_string());
-        labels.insert("sandbox.coreweave.com/runner-id".to_owned(), runner_id.clone());
-        let containers = resolved
+        let containers: Vec<PodContainer> = resolved
             .containers
             .iter()
             .zip(inputs.iter_mut())
@@ -448,6 +455,29 @@ impl World {
                 state: ContainerState::Waiting("ContainerCreating".to_owned()),
             })
             .collect();
+        if serverless {
+            // Checked before anything is made, so a refusal changes nothing.
+            self.serverless_room(&owner.org, requested_by(&containers))?;
+        }
+        let id = self.ids.sandbox_id();
+        let namespace = self.user_namespace(&owner.org, &owner.user);
+        let pod_name = SharedStr::concat(&["sandbox-", &id]);
+        let pod_uid = self.ids.uid();
+        self.ensure_namespace(&namespace);
+        let mut labels = Labels::with_capacity(resolved.labels.len() + 3);
+        labels.extend(resolved.labels.iter().map(|(key, value)| (key.clone(), value.clone())));
+        labels.insert(SANDBOX_ID_LABEL.to_owned(), id.to_string());
+        labels.insert("sandbox.coreweave.com/runner-id".to_owned(), runner_id.clone());
+        let (scheduler_name, node_selector, tolerations) = if serverless {
+            labels.insert(SANDBOX_MODE_LABEL.to_owned(), SERVERLESS_POOL.to_owned());
+            ("default-scheduler".to_owned(), serverless_node_selector(), vec![serverless_toleration()])
+        } else {
+            (
+                resolved.scheduler_name.clone().unwrap_or_else(|| "default-scheduler".to_owned()),
+                resolved.node_selector.clone(),
+                resolved.tolerations.clone(),
+            )
+        };
         let now = self.now();
         let pod = Pod {
             uid: pod_uid.clone(),
@@ -455,11 +485,11 @@ impl World {
             name: pod_name.clone(),
             labels,
             annotations: resolved.annotations.iter().map(|(key, value)| (key.clone(), value.clone())).collect(),
-            scheduler_name: resolved.scheduler_name.clone().unwrap_or_else(|| "default-scheduler".to_owned()),
+            scheduler_name,
             node_name: None,
             termination_grace_period_seconds: i64::from(self.sandbox_values().pod_termination_grace_period_seconds),
-            node_selector: resolved.node_selector.clone(),
-            tolerations: resolved.tolerations.clone(),
+            node_selector,
+            tolerations,
             required_node_affinity: resolved.required_node_affinity.clone(),
             priority_class_name: resolved.priority_class_name.clone(),
             extra_spec: resolved.extra_pod_spec.clone(),
@@ -488,6 +518,7 @@ impl World {
                     spec_bytes,
                     resolved,
                     deny_egress,
+                    serverless,
                     runner_id,
                     runner_group_id,
                     namespace,
@@ -585,12 +616,6 @@ impl World {
     /// Picks the runner: the first of `runner_ids` that exists and is ready, else (with no ids)
     /// the organization's first ready runner. Borrowed: placing a sandbox copies no policy.
     fn choose_runner(&self, owner: &Owner, spec: &SandboxSpec) -> SimResult<&ManagedRunner> {
-        if spec.mode == SandboxMode::Serverless as i32 {
-            return Err(SimError::FailedPrecondition {
-                reason: Reason::NoSuitableRunner,
-                message: "this emulator has no serverless runners; use placement mode CKS".to_owned(),
-            });
-        }
         let ready = |runner: &ManagedRunner| runner.install_status == RunnerInstallStatus::Ready as i32;
         if spec.runner_ids.is_empty() {
             return self.runners.iter(&owner.org).find(|runner| ready(runner)).ok_or_else(|| {
@@ -620,6 +645,17 @@ impl World {
                 message: format!("no runner named {:?} in organization {:?}", spec.runner_ids, owner.org),
             },
         })
+    }
+
+    /// How many of an organization's serverless sandboxes hold the pool's capacity: every one
+    /// whose Pod has not ended (a terminating Pod still holds its Node's room).
+    pub(crate) fn serverless_sandboxes_holding_capacity(&self, org: &str) -> usize {
+        self.sandboxes
+            .by_id
+            .values()
+            .filter(|sandbox| sandbox.info.serverless && sandbox.owner.org == org)
+            .filter(|sandbox| self.cluster.pod(&sandbox.pod_uid).is_some_and(|pod| !pod.phase.is_terminal()))
+            .count()
     }
 
     /// Every sandbox on record, by its Pod's uid.

@@ -111,17 +111,12 @@ fn start_pod_carries_the_containers_to_run_primary_first() {
 }
 
 #[test]
-fn unknown_runner_and_serverless_mode_are_refused_and_nothing_is_created() {
+fn unknown_runner_and_serverless_with_runner_ids_are_refused_and_nothing_is_created() {
     let mut h = ready();
     let mut spec = client_spec();
     spec.runner_ids = vec!["nope".to_owned()];
     let error = h.world.create_sandbox(&alice(), spec, "", "").unwrap_err();
     assert_eq!(error.reason(), Some(Reason::RunnerNotFound));
-    let mut spec = client_spec();
-    spec.mode = SandboxMode::Serverless as i32;
-    spec.runner_ids.clear();
-    let error = h.world.create_sandbox(&alice(), spec, "", "").unwrap_err();
-    assert_eq!(error.reason(), Some(Reason::NoSuitableRunner));
     let mut spec = client_spec();
     spec.mode = SandboxMode::Serverless as i32;
     let error = h.world.create_sandbox(&alice(), spec, "", "").unwrap_err();
@@ -489,7 +484,7 @@ fn every_sandbox_transition_is_exercised() {
         a_lone_unnamed_container_is_main_and_a_replay_with_the_name_spelled_out_is_the_same_request,
         create_goes_pending_then_running_through_slurm,
         same_request_id_same_body_returns_the_same_sandbox_other_body_conflicts,
-        unknown_runner_and_serverless_mode_are_refused_and_nothing_is_created,
+        unknown_runner_and_serverless_with_runner_ids_are_refused_and_nothing_is_created,
         delete_goes_terminating_then_completed_and_stays_readable_until_retention,
         delete_of_a_process_ignoring_sigterm_completes_after_the_grace,
         main_process_exit_codes_give_completed_or_failed,

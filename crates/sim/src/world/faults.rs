@@ -52,7 +52,7 @@ impl World {
             if let InjectedKind::PendingFor(hold) = fault.kind {
                 let message = format!(
                     "0/{} nodes are available: the Pod is held unscheduled for {}s (injected by {})",
-                    self.cluster.nodes.len(),
+                    self.cluster.pod(pod_uid).map_or(0, |pod| self.nodes_seen_by(pod).count()),
                     hold.as_secs(),
                     fault.id
                 );

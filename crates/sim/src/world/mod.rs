@@ -31,6 +31,7 @@ pub use commands::{DeletedPod, PodDeletion, requested_sharing};
 pub use faults::{InjectedFault, InjectedKind, OOM_EXIT_CODE};
 pub use kubelet::NVIDIA_VISIBLE_DEVICES;
 pub use pods::{PodLifecycle, PodTransition};
+pub(crate) use scheduling::is_serverless_node;
 pub use tenants::TenantSpec;
 pub(crate) use timers::{Timer, TimerKey, Timers};
 

@@ -1,11 +1,12 @@
 //! Pods entering the cluster and the choice of who places them: SUNK for its scheduler name,
-//! the default scheduler's essentials for the rest.
+//! the default scheduler's essentials for the rest (the serverless pool's Pods on its own Nodes).
 
 use std::collections::BTreeMap;
 
+use crate::config::{SERVERLESS_POOL, SERVERLESS_POOL_LABEL};
 use crate::error::{Reason, SimError, SimResult};
 use crate::ids::SharedStr;
-use crate::k8s::{ContainerState, EventType, Node, Pod, PodContainer, PodOwner, PodPhase};
+use crate::k8s::{ContainerState, EventType, Node, Pod, PodContainer, PodOwner, PodPhase, ResourceTotals};
 
 use crate::world::{PodRequest, PodTransition, Transition, World};
 
@@ -122,7 +123,11 @@ impl World {
         let mut tainted: BTreeMap<String, usize> = BTreeMap::new();
         let mut mismatched = 0;
         let mut best: Option<(i64, SharedStr)> = None;
-        for node in self.cluster.nodes.values() {
+        // The serverless pool is capacity apart from the cluster's own: its Pods see only its
+        // Nodes, and other Pods never see them (their messages count the cluster's Nodes alone).
+        let mut total = 0;
+        for node in self.nodes_seen_by(&pod) {
+            total += 1;
             if let Some(taint) =
                 node.taints.iter().find(|taint| taint.effect != "PreferNoSchedule" && !pod.tolerates(taint))
             {
@@ -133,9 +138,7 @@ impl World {
                 mismatched += 1;
                 continue;
             }
-            let free_cpu = node.allocatable.cpu_millis - node.requested.cpu_millis;
-            let free_memory = node.allocatable.memory_bytes - node.requested.memory_bytes;
-            let free_gpus = node.allocatable.gpus - node.requested.gpus;
+            let ResourceTotals { cpu_millis: free_cpu, memory_bytes: free_memory, gpus: free_gpus } = node.free();
             let mut fits = true;
             if need.gpus > 0 && free_gpus < need.gpus {
                 insufficient_gpus += 1;
@@ -157,7 +160,6 @@ impl World {
             self.bind_and_admit(uid, &node_name);
             return true;
         }
-        let total = self.cluster.nodes.len();
         let mut parts = Vec::new();
         if insufficient_cpu > 0 {
             parts.push(format!("{insufficient_cpu} Insufficient cpu"));
@@ -193,4 +195,23 @@ pub(super) fn node_matches(pod: &Pod, node: &Node) -> bool {
             term.iter().all(|(key, allowed)| node.labels.get(key).is_some_and(|value| allowed.contains(value)))
         });
     selector_ok && affinity_ok
+}
+
+impl World {
+    /// The Nodes the default scheduler weighs for `pod`: the serverless pool's for its Pods, the
+    /// cluster's own for the rest.
+    pub(super) fn nodes_seen_by<'w>(&'w self, pod: &Pod) -> impl Iterator<Item = &'w Node> + use<'w> {
+        let serverless = is_serverless_pod(pod);
+        self.cluster.nodes.values().filter(move |node| is_serverless_node(node) == serverless)
+    }
+}
+
+/// Whether a Node belongs to the serverless pool.
+pub(crate) fn is_serverless_node(node: &Node) -> bool {
+    node.labels.get(SERVERLESS_POOL_LABEL).is_some_and(|pool| pool == SERVERLESS_POOL)
+}
+
+/// Whether a Pod asks for the serverless pool (by its node selector).
+fn is_serverless_pod(pod: &Pod) -> bool {
+    pod.node_selector.get(SERVERLESS_POOL_LABEL).is_some_and(|pool| pool == SERVERLESS_POOL)
 }

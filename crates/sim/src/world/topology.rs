@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::Values;
+use crate::config::{SERVERLESS_POOL, SERVERLESS_POOL_LABEL, SERVERLESS_TAINT_KEY, Values};
 use crate::error::{Reason, SimError, SimResult};
 use crate::ids::{SeededIds, SharedStr};
 use crate::k8s::{
-    Cluster, ConfigMap, ContainerState, LOCK_KEY, Node, Pod, PodContainer, PodOwner, PodPhase, ResourceTotals,
+    Cluster, ConfigMap, ContainerState, LOCK_KEY, Node, Pod, PodContainer, PodOwner, PodPhase, ResourceTotals, Taint,
 };
 use crate::quantity::Quantity;
 use crate::resolved::{ResourceAmounts, Toleration};
@@ -127,6 +127,7 @@ impl World {
                 },
             );
         }
+        self.build_serverless_nodes(node_count)?;
         if !values.slurm.partitions.iter().any(|partition| partition.default) {
             return Err(SimError::invalid_field("slurm.partitions", "one partition must be the default"));
         }
@@ -162,6 +163,54 @@ impl World {
             });
         }
         self.create_scheduler_objects();
+        Ok(())
+    }
+
+    /// The serverless pool's Nodes: labelled for it and tainted so that only serverless Pods
+    /// land there. None when serverless placement is off.
+    fn build_serverless_nodes(&mut self, nodes_so_far: u64) -> SimResult<()> {
+        let pool = self.values.serverless.clone();
+        if !pool.enabled {
+            return Ok(());
+        }
+        if nodes_so_far + u64::from(pool.nodes) > MAX_NODES {
+            return Err(SimError::invalid_field(
+                "serverless.nodes",
+                format!("the NodeSets and the serverless pool hold more than {MAX_NODES} nodes in all"),
+            ));
+        }
+        let cpu = Self::quantity(&pool.cpu, "serverless.cpu")?;
+        let memory = Self::quantity(&pool.memory, "serverless.memory")?;
+        for index in 0..pool.nodes {
+            let name = format!("node-serverless-{index}");
+            let labels = BTreeMap::from([
+                ("kubernetes.io/hostname".to_owned(), name.clone()),
+                (SERVERLESS_POOL_LABEL.to_owned(), SERVERLESS_POOL.to_owned()),
+            ]);
+            let uid = self.ids.uid();
+            self.cluster.nodes.insert(
+                name.clone(),
+                Node {
+                    name: name.as_str().into(),
+                    uid: uid.into(),
+                    labels,
+                    taints: vec![Taint {
+                        key: SERVERLESS_TAINT_KEY.to_owned(),
+                        value: "true".to_owned(),
+                        effect: "NoSchedule".to_owned(),
+                    }],
+                    allocatable: ResourceTotals {
+                        cpu_millis: cpu.millis(),
+                        memory_bytes: memory.units_ceil(),
+                        gpus: 0,
+                    },
+                    requested: ResourceTotals::default(),
+                    pinned_cpus: 0,
+                    created: self.now,
+                    ready: true,
+                },
+            );
+        }
         Ok(())
     }
 
@@ -383,9 +432,14 @@ impl World {
                 .map(|set| (set.name.clone(), set.replicas, set.cpu.clone(), set.memory.clone(), set.gpus))
                 .collect::<Vec<_>>()
         };
+        let pool = |values: &Values| {
+            let pool = &values.serverless;
+            (pool.enabled, pool.nodes, pool.cpu.clone(), pool.memory.clone())
+        };
         shape(values) != shape(&self.values)
             || values.slurm.partitions != self.values.slurm.partitions
             || values.extra_nodes != self.values.extra_nodes
+            || pool(values) != pool(&self.values)
     }
 
     /// Applies new values like `helm upgrade`: the scheduler Pod's args and ConfigMap change,

@@ -60,9 +60,11 @@ pub fn coverage_of(scenarios: &[fn()]) -> Coverage {
 }
 
 /// The checklist's defaults: scheduler `tenant-slurm-slurm-scheduler`, KillWait 30 s, one
-/// default partition `cpu`, two 8-CPU/32Gi nodes whose slurmd requests 1 CPU/4Gi.
+/// default partition `cpu`, two 8-CPU/32Gi nodes whose slurmd requests 1 CPU/4Gi, and no
+/// serverless pool (the checklist is about a customer's cluster, which holds none).
 pub fn checklist_values() -> Values {
     let mut values = Values::scenario(Scenario::Ready);
+    values.serverless.enabled = false;
     values.scheduler.name = SCHEDULER.to_owned();
     values.slurm_config.kill_wait = 30;
     values.node_sets[0].replicas = 2;
