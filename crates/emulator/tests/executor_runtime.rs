@@ -446,7 +446,10 @@ async fn data_operations_check_the_state_and_their_input() {
         })
         .await
         .unwrap_err();
-    assert_eq!(other_container.code(), Code::NotFound);
+    assert_eq!(
+        (other_container.code(), reason(&other_container).as_str()),
+        (Code::InvalidArgument, "CWSANDBOX_CONTAINER_NOT_FOUND")
+    );
     setup
         .data_plane
         .write_file(pb::WriteFileRequest {
