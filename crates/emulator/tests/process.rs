@@ -40,7 +40,9 @@ fn serve_writes_a_private_kubeconfig_that_kubectl_uses() -> anyhow::Result<()> {
     assert!(nodes.status.success(), "{}\n{}", output_text(&nodes), emulator.log());
     assert_eq!(
         String::from_utf8_lossy(&nodes.stdout),
-        "node/node-cpu-0\nnode/node-cpu-1\nnode/node-cpu-2\nnode/node-cpu-3\nnode/node-system-0\n"
+        // The serverless pool's Nodes are in the simulated cluster too (the emulator README says so).
+        "node/node-cpu-0\nnode/node-cpu-1\nnode/node-cpu-2\nnode/node-cpu-3\nnode/node-serverless-0\n\
+         node/node-serverless-1\nnode/node-system-0\n"
     );
     // gRPC and Connect clients keep the plain port: the same port answers both.
     let health =
