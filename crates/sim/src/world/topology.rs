@@ -65,25 +65,7 @@ impl World {
                 if !set.gpu_class.is_empty() {
                     labels.insert("gpu.nvidia.com/class".to_owned(), set.gpu_class.clone());
                 }
-                let uid = self.ids.uid();
-                self.cluster.nodes.insert(
-                    node_name.clone(),
-                    Node {
-                        name: node_name.as_str().into(),
-                        uid: uid.into(),
-                        labels,
-                        taints: Vec::new(),
-                        allocatable: ResourceTotals {
-                            cpu_millis: cpu.millis(),
-                            memory_bytes: memory.units_ceil(),
-                            gpus: i64::from(set.gpus),
-                        },
-                        requested: ResourceTotals::default(),
-                        pinned_cpus: 0,
-                        created: self.now,
-                        ready: true,
-                    },
-                );
+                self.insert_node(&node_name, labels, Vec::new(), &cpu, &memory, i64::from(set.gpus));
                 self.slurm.add_node(SlurmNode {
                     name: slurm_name.clone(),
                     k8s_node: node_name.clone(),
@@ -107,25 +89,7 @@ impl World {
             let memory = Self::quantity(&node.memory, &format!("extraNodes[{node_index}].memory"))?;
             let mut labels = node.labels.clone();
             labels.insert("kubernetes.io/hostname".to_owned(), node.name.clone());
-            let uid = self.ids.uid();
-            self.cluster.nodes.insert(
-                node.name.clone(),
-                Node {
-                    name: node.name.as_str().into(),
-                    uid: uid.into(),
-                    labels,
-                    taints: Vec::new(),
-                    allocatable: ResourceTotals {
-                        cpu_millis: cpu.millis(),
-                        memory_bytes: memory.units_ceil(),
-                        gpus: 0,
-                    },
-                    requested: ResourceTotals::default(),
-                    pinned_cpus: 0,
-                    created: self.now,
-                    ready: true,
-                },
-            );
+            self.insert_node(&node.name, labels, Vec::new(), &cpu, &memory, 0);
         }
         self.build_serverless_nodes(node_count)?;
         if !values.slurm.partitions.iter().any(|partition| partition.default) {
@@ -187,31 +151,39 @@ impl World {
                 ("kubernetes.io/hostname".to_owned(), name.clone()),
                 (SERVERLESS_POOL_LABEL.to_owned(), SERVERLESS_POOL.to_owned()),
             ]);
-            let uid = self.ids.uid();
-            self.cluster.nodes.insert(
-                name.clone(),
-                Node {
-                    name: name.as_str().into(),
-                    uid: uid.into(),
-                    labels,
-                    taints: vec![Taint {
-                        key: SERVERLESS_TAINT_KEY.to_owned(),
-                        value: "true".to_owned(),
-                        effect: "NoSchedule".to_owned(),
-                    }],
-                    allocatable: ResourceTotals {
-                        cpu_millis: cpu.millis(),
-                        memory_bytes: memory.units_ceil(),
-                        gpus: 0,
-                    },
-                    requested: ResourceTotals::default(),
-                    pinned_cpus: 0,
-                    created: self.now,
-                    ready: true,
-                },
-            );
+            let taint = Taint {
+                key: SERVERLESS_TAINT_KEY.to_owned(),
+                value: "true".to_owned(),
+                effect: "NoSchedule".to_owned(),
+            };
+            self.insert_node(&name, labels, vec![taint], &cpu, &memory, 0);
         }
         Ok(())
+    }
+
+    /// A new, ready Node with nothing requested of it yet.
+    fn insert_node(
+        &mut self,
+        name: &str,
+        labels: BTreeMap<String, String>,
+        taints: Vec<Taint>,
+        cpu: &Quantity,
+        memory: &Quantity,
+        gpus: i64,
+    ) {
+        let uid = self.ids.uid();
+        let node = Node {
+            name: name.into(),
+            uid: uid.into(),
+            labels,
+            taints,
+            allocatable: ResourceTotals { cpu_millis: cpu.millis(), memory_bytes: memory.units_ceil(), gpus },
+            requested: ResourceTotals::default(),
+            pinned_cpus: 0,
+            created: self.now,
+            ready: true,
+        };
+        self.cluster.nodes.insert(name.to_owned(), node);
     }
 
     pub(super) fn create_slurmd_pod(&mut self, set_index: usize, slurm_name: &str, node_name: &str) -> SimResult<()> {
