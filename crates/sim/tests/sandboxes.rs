@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use cwsandbox_api::sandbox_v1::{Container, ResourceRequirements, Resources, SandboxMode, SandboxSpec};
+use cwsandbox_api::sandbox_v1::{ResourceRequirements, Resources, SandboxMode, SandboxSpec};
 use cwsandbox_sim::config::{Scenario, Values};
 use cwsandbox_sim::error::{Reason, SimError};
 use cwsandbox_sim::query::Scope;
@@ -18,13 +18,7 @@ fn alice() -> Owner {
 /// What `Sandbox.run(placement_mode="cks", runner_ids=["cks-runner"])` sends.
 fn client_spec() -> SandboxSpec {
     SandboxSpec {
-        containers: vec![Container {
-            name: "main".to_owned(),
-            image: "python:3.11".to_owned(),
-            command: "/bin/sh".to_owned(),
-            args: vec!["-c".to_owned(), "trap \"exit 0\" TERM INT; sleep infinity & wait".to_owned()],
-            ..Container::default()
-        }],
+        containers: vec![client_container()],
         runner_ids: vec!["cks-runner".to_owned()],
         mode: SandboxMode::Cks as i32,
         ..SandboxSpec::default()

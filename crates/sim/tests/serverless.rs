@@ -23,15 +23,11 @@ fn serverless_spec(cpu: &str, memory: &str) -> SandboxSpec {
     let resources = Resources { cpu: cpu.to_owned(), memory: memory.to_owned(), gpu: None };
     SandboxSpec {
         containers: vec![Container {
-            name: "main".to_owned(),
-            image: "python:3.11".to_owned(),
-            command: "/bin/sh".to_owned(),
-            args: vec!["-c".to_owned(), "trap \"exit 0\" TERM INT; sleep infinity & wait".to_owned()],
             resource_requirements: Some(ResourceRequirements {
                 requests: Some(resources.clone()),
                 limits: Some(resources),
             }),
-            ..Container::default()
+            ..client_container()
         }],
         mode: SandboxMode::Serverless as i32,
         ..SandboxSpec::default()

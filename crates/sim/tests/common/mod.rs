@@ -17,6 +17,18 @@ use cwsandbox_sim::time::{ManualClock, SimTime};
 use cwsandbox_sim::world::{PodRequest, PodTransition, Transition, World};
 
 pub const SCHEDULER: &str = "tenant-slurm-slurm-scheduler";
+
+/// The one container `Sandbox.run(...)` of the published client sends by default: its
+/// keep-alive command, which honours SIGTERM.
+pub fn client_container() -> cwsandbox_api::sandbox_v1::Container {
+    cwsandbox_api::sandbox_v1::Container {
+        name: "main".to_owned(),
+        image: "python:3.11".to_owned(),
+        command: "/bin/sh".to_owned(),
+        args: vec!["-c".to_owned(), "trap \"exit 0\" TERM INT; sleep infinity & wait".to_owned()],
+        ..Default::default()
+    }
+}
 pub const START: SimTime = SimTime::from_secs(1_764_480_000);
 
 pub struct Harness {
