@@ -134,11 +134,9 @@ async fn a_sandbox_runs_as_the_user_it_asks_for() {
     }
     executor.shutdown().await;
 
-    let plain = common::harness(Isolation::Plain);
     let launch = LaunchSpec { user: Some(SandboxUser { uid: 1000, gid: 1000 }), ..spec("user", &[]) };
-    let error = plain.executor.start(&unique("plain-user"), launch).await.unwrap_err().to_string();
+    let error = refused_by_plain_processes(launch).await;
     assert!(error.contains("needs a user namespace"), "{error}");
-    plain.executor.shutdown().await;
 }
 
 /// A sandbox with a network of its own sees only its loopback interface, up: it cannot reach a
@@ -165,15 +163,8 @@ async fn a_loopback_only_network_reaches_nothing_outside_the_sandbox() {
     executor.shutdown().await;
     drop(listener);
 
-    let plain = common::harness(Isolation::Plain);
-    let error = plain
-        .executor
-        .start(&unique("plain-net"), LaunchSpec { network: Network::LoopbackOnly, ..spec("net", &[]) })
-        .await
-        .unwrap_err()
-        .to_string();
+    let error = refused_by_plain_processes(LaunchSpec { network: Network::LoopbackOnly, ..spec("net", &[]) }).await;
     assert!(error.contains("namespaces"), "{error}");
-    plain.executor.shutdown().await;
 }
 
 /// The zygote (the process that forks namespaced keepers) killed from outside takes its
@@ -282,12 +273,10 @@ async fn mounted_files_are_in_place_before_the_command_starts() {
     }
     executor.shutdown().await;
 
-    let plain = common::harness(Isolation::Plain);
     let launch =
         LaunchSpec { files: vec![MountedFile { path: "/opt/x".into(), content: b"x".to_vec() }], ..spec("files", &[]) };
-    let error = plain.executor.start(&unique("plain-file"), launch).await.unwrap_err().to_string();
+    let error = refused_by_plain_processes(launch).await;
     assert!(error.contains("namespaces"), "{error}");
-    plain.executor.shutdown().await;
 }
 
 /// Sandbox roots are made ahead of need and moved into place: a sandbox started from one
@@ -954,12 +943,10 @@ async fn sidecars_run_next_to_the_main_command_with_their_own_environment_and_lo
     assert!(error.contains("two containers are named \"main\""), "{error}");
     executor.shutdown().await;
 
-    let plain = common::harness(Isolation::Plain);
     let launch =
         LaunchSpec { sidecars: vec![Sidecar { name: "helper".into(), ..Sidecar::default() }], ..spec("pod", &[]) };
-    let error = plain.executor.start(&unique("plain-pod"), launch).await.unwrap_err().to_string();
+    let error = refused_by_plain_processes(launch).await;
     assert!(error.contains("need the namespaces isolation"), "{error}");
-    plain.executor.shutdown().await;
 }
 
 /// A scratch volume is a directory of the sandbox's, empty when it starts, bound at every path
@@ -1001,9 +988,7 @@ async fn scratch_volumes_are_one_directory_at_each_of_their_mounts_and_go_with_t
     assert!(error.contains("cannot be mounted at /usr/cwsbx-volume"), "{error}");
     executor.shutdown().await;
 
-    let plain = common::harness(Isolation::Plain);
     let launch = LaunchSpec { volume_mounts: vec![mount("/data")], ..spec("vol", &[]) };
-    let error = plain.executor.start(&unique("plain-vol"), launch).await.unwrap_err().to_string();
+    let error = refused_by_plain_processes(launch).await;
     assert!(error.contains("volumes need the namespaces isolation"), "{error}");
-    plain.executor.shutdown().await;
 }

@@ -53,6 +53,15 @@ pub fn harness_with(isolation: Isolation, tweak: impl FnOnce(&mut ExecutorConfig
     Harness { executor, root }
 }
 
+/// Why plain processes refuse to start `launch`, which they must.
+pub async fn refused_by_plain_processes(launch: LaunchSpec) -> String {
+    let plain = harness(Isolation::Plain);
+    let error =
+        plain.executor.start(&unique("plain"), launch).await.expect_err("plain processes refuse it").to_string();
+    plain.executor.shutdown().await;
+    error
+}
+
 /// A name no other test (or earlier run) uses.
 pub fn unique(prefix: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
