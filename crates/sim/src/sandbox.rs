@@ -1080,15 +1080,12 @@ fn validate_spec(spec: &SandboxSpec) -> SimResult<()> {
         }
     }
     for (index, volume) in spec.volumes.iter().enumerate() {
-        let valid_name = !volume.name.is_empty()
-            && volume.name.len() <= 63
-            && volume.name.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
-            && !volume.name.starts_with('-')
-            && !volume.name.ends_with('-');
-        if !valid_name {
+        let name_problem =
+            if volume.name.is_empty() { Some("required") } else { crate::runners::check_dns_label(&volume.name).err() };
+        if let Some(problem) = name_problem {
             violations.push(FieldViolation::new(
                 format!("sandbox.spec.volumes[{index}].name"),
-                "required: a DNS label (lowercase letters, digits and '-', at most 63 characters)",
+                format!("{problem}: a volume's name is a DNS label (lowercase letters, digits and '-')"),
             ));
         } else if spec.volumes[..index].iter().any(|earlier| earlier.name == volume.name) {
             violations.push(FieldViolation::new(

@@ -651,7 +651,7 @@ fn runner_group_or_default(group: &str) -> String {
 }
 
 /// RFC 1123 label, as Kubernetes checks it: 1–63 of `[a-z0-9-]`, alphanumeric at both ends.
-fn check_dns_label(text: &str) -> Result<(), &'static str> {
+pub(crate) fn check_dns_label(text: &str) -> Result<(), &'static str> {
     if text.len() > 63 {
         return Err("at most 63 characters");
     }
