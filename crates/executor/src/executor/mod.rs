@@ -140,29 +140,26 @@ impl Sandbox {
         lock(&self.running).clone()
     }
 
-    /// Where an exec in `container` starts: its environment, working directory and ids.
-    fn context(&self, container: Option<&str>) -> Result<ExecContext<'_>, ExecutorError> {
+    /// The container `container` names: `None` for the main one (unnamed, or named by its
+    /// name), else the sidecar of that name.
+    fn sidecar(&self, container: Option<&str>) -> Result<Option<&SidecarContainer>, ExecutorError> {
         match container {
-            None => Ok(self.main_context()),
-            Some(name) if name == self.main_name => Ok(self.main_context()),
-            Some(name) => self
-                .sidecars
-                .iter()
-                .find(|sidecar| sidecar.name == name)
-                .map(|sidecar| ExecContext {
-                    env: &sidecar.env,
-                    working_dir: &sidecar.working_dir,
-                    command_ids: sidecar.command_ids,
-                })
-                .ok_or_else(|| ExecutorError::UnknownContainer {
-                    sandbox: self.id.clone(),
-                    container: name.to_owned(),
-                }),
+            None => Ok(None),
+            Some(name) if name == self.main_name => Ok(None),
+            Some(name) => self.sidecars.iter().find(|sidecar| sidecar.name == name).map(Some).ok_or_else(|| {
+                ExecutorError::UnknownContainer { sandbox: self.id.clone(), container: name.to_owned() }
+            }),
         }
     }
 
-    fn main_context(&self) -> ExecContext<'_> {
-        ExecContext { env: &self.env, working_dir: &self.working_dir, command_ids: self.command_ids }
+    /// Where an exec in `container` starts: its environment, working directory and ids.
+    fn context(&self, container: Option<&str>) -> Result<ExecContext<'_>, ExecutorError> {
+        Ok(match self.sidecar(container)? {
+            None => ExecContext { env: &self.env, working_dir: &self.working_dir, command_ids: self.command_ids },
+            Some(sidecar) => {
+                ExecContext { env: &sidecar.env, working_dir: &sidecar.working_dir, command_ids: sidecar.command_ids }
+            }
+        })
     }
 
     fn signal(&self, signal: libc::c_int) {
@@ -497,12 +494,6 @@ impl Executor {
         });
         let (done_sender, done) = watch::channel(false);
         let Directories { dir, working_dir, sidecar_dirs } = dirs;
-        let file_owner = |user: Option<crate::SandboxUser>| {
-            mode.sandbox_owner().map(|(uid, gid)| match user {
-                Some(user) => (uid + user.uid, gid + user.gid),
-                None => (uid, gid),
-            })
-        };
         let sidecars = spec
             .sidecars
             .iter()
@@ -530,7 +521,10 @@ impl Executor {
             execs: Mutex::new(Vec::new()),
             exit_code: std::sync::OnceLock::new(),
             command_ids: mode.command_ids(spec.user),
-            file_owner: file_owner(spec.user),
+            file_owner: mode.sandbox_owner().map(|(uid, gid)| match spec.user {
+                Some(user) => (uid + user.uid, gid + user.gid),
+                None => (uid, gid),
+            }),
         });
         lock(&self.inner.registry).sandboxes.insert(id.to_owned(), sandbox.clone());
         info!(sandbox = id, hostname = %spec.hostname, isolation = ?mode, "sandbox started");
@@ -806,23 +800,18 @@ impl Executor {
     /// command's (`None`, or the main container's name).
     pub fn container_logs(&self, id: &str, container: Option<&str>) -> Result<LogReader, ExecutorError> {
         let sandbox = self.sandbox(id).ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
-        match container {
-            None => Ok(LogReader::new(sandbox.logs.clone())),
-            Some(name) if name == sandbox.main_name => Ok(LogReader::new(sandbox.logs.clone())),
-            Some(name) => sandbox
-                .sidecars
-                .iter()
-                .find(|sidecar| sidecar.name == name)
-                .map(|sidecar| LogReader::new(sidecar.logs.clone()))
-                .ok_or_else(|| ExecutorError::UnknownContainer { sandbox: id.to_owned(), container: name.to_owned() }),
-        }
+        let logs = match sandbox.sidecar(container)? {
+            None => &sandbox.logs,
+            Some(sidecar) => &sidecar.logs,
+        };
+        Ok(LogReader::new(logs.clone()))
     }
 
     /// How a sidecar's command ended (its code, or 128+N after signal N), once it has; `None`
     /// while it runs, for a container without a command, or an unknown one.
     pub fn sidecar_exit_code(&self, id: &str, container: &str) -> Option<i32> {
         let sandbox = self.sandbox(id)?;
-        let sidecar = sandbox.sidecars.iter().find(|sidecar| sidecar.name == container)?;
+        let sidecar = sandbox.sidecar(Some(container)).ok().flatten()?;
         sidecar.exit_code.get().copied()
     }
 }
