@@ -101,6 +101,18 @@ reasons! {
     AlreadyExists => "CWSANDBOX_ALREADY_EXISTS",
         when: "The resource to create exists already.",
         remedy: "Use the existing resource, or create this one under another name.";
+    FssNotFound => "CWSANDBOX_FSS_NOT_FOUND",
+        when: "No file-system snapshot of that id is visible to the caller's organization (to read, delete or restore from).",
+        remedy: "Check the id (ListFileSystemSnapshots lists the organization's snapshots); a deleted snapshot is gone.";
+    FssNotReady => "CWSANDBOX_FSS_NOT_READY",
+        when: "The snapshot is not READY: still being created (it cannot be deleted yet), or FAILED (it cannot be restored from).",
+        remedy: "Wait until GetFileSystemSnapshot says READY, or take a new snapshot if it FAILED.";
+    FssNotSupported => "CWSANDBOX_FSS_NOT_SUPPORTED",
+        when: "File-system snapshots are turned off (values `fileSystemSnapshots.enabled: false`).",
+        remedy: "Turn them on in the values, or do without snapshots.";
+    FssQuotaExceeded => "CWSANDBOX_FSS_QUOTA_EXCEEDED",
+        when: "The organization keeps as many snapshots as values `fileSystemSnapshots.maxPerOrganization` allows.",
+        remedy: "Delete snapshots the organization no longer needs, or raise the setting.";
     VolumeInUse => "CWSANDBOX_VOLUME_IN_USE",
         when: "A volume still references the runner, so it cannot be removed.",
         remedy: "Delete or detach the volumes that reference the runner first, then retry.";

@@ -135,6 +135,7 @@ fn volume_mounts(containers: &[ContainerStart]) -> Result<Vec<VolumeMount>, Stri
                 path: asked.path.clone(),
                 read_only: asked.read_only,
                 sub_path: asked.sub_path.clone(),
+                restore_from: asked.restore_from_snapshot.clone(),
             };
             match mounts.iter().find(|made| made.path.trim_end_matches('/') == mount.path.trim_end_matches('/')) {
                 Some(made) if *made == mount => {}
@@ -279,6 +280,30 @@ impl SandboxRuntime for ExecutorRuntime {
             executor.remove(&pod_uid).await;
         });
         futures::future::ready(Ok(())).boxed()
+    }
+
+    fn snapshot_volume(
+        &self,
+        pod_uid: String,
+        volume: String,
+        snapshot_id: String,
+    ) -> BoxFuture<'_, Result<u64, RuntimeError>> {
+        async move {
+            self.executor.snapshot_volume(&pod_uid, &volume, &snapshot_id).await.map_err(|error| match error {
+                ExecutorError::UnknownSandbox(_) | ExecutorError::NotRunning(_) => {
+                    RuntimeError::NotRunning(format!("the sandbox's processes are not running: {error}"))
+                }
+                other => RuntimeError::Unavailable(other.to_string()),
+            })
+        }
+        .boxed()
+    }
+
+    fn delete_snapshot(&self, snapshot_id: String) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        async move {
+            self.executor.delete_snapshot(&snapshot_id).await.map_err(|error| RuntimeError::Unavailable(error.to_string()))
+        }
+        .boxed()
     }
 
     fn exec(&self, target: Target, spec: ExecSpec) -> BoxFuture<'_, Result<ExecSession, RuntimeError>> {

@@ -104,10 +104,6 @@ pub const REFUSED_METHODS: &[(&str, &str)] = &[
     ("SandboxService.GetSandboxBuildLogs", "no image is built"),
     ("SandboxService.PurgeSandboxes", "not emulated"),
     ("SandboxService.ConnectSandbox", "no direct data plane: clients fall back to the gateway"),
-    ("SandboxService.CreateFileSystemSnapshot", "file-system snapshots are not emulated"),
-    ("SandboxService.GetFileSystemSnapshot", "file-system snapshots are not emulated"),
-    ("SandboxService.ListFileSystemSnapshots", "file-system snapshots are not emulated"),
-    ("SandboxService.DeleteFileSystemSnapshot", "file-system snapshots are not emulated"),
     ("SandboxTemplateService.CreateSandboxTemplate", "there are no sandbox templates"),
     ("SandboxTemplateService.GetSandboxTemplate", "there are no sandbox templates"),
     ("SandboxTemplateService.ListSandboxTemplates", "there are no sandbox templates"),
@@ -326,9 +322,9 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxRequest.sandbox.spec.volumes.scratch.medium",
         "the medium is not chosen: a scratch volume lives where the sandbox's directory does",
     ),
-    refused(
+    emulated(
         "CreateSandboxRequest.sandbox.spec.volumes.scratch.restore_from_snapshot_id",
-        "file-system snapshots are not emulated",
+        "the volume starts as a copy of that READY snapshot of the organization (a volume no container mounts is refused)",
     ),
     refused("CreateSandboxRequest.sandbox.spec.volumes.volume_id", "there are no registered volumes"),
     refused(
@@ -391,9 +387,31 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("ListSandboxesRequest.sort_direction", "order"),
     emulated("DeleteSandboxRequest.sandbox_id", "the sandbox"),
     emulated("DeleteSandboxRequest.grace_period_seconds", "SIGTERM, then SIGKILL after the grace period"),
-    refused("DeleteSandboxRequest.snapshot_volumes", "file-system snapshots are not emulated"),
-    refused("DeleteSandboxRequest.request_id", "deletion is not replayed by request id"),
-    emulated("DeleteSandboxRequest.allow_missing", "NOT_FOUND becomes an empty answer"),
+    emulated(
+        "DeleteSandboxRequest.snapshot_volumes",
+        "each named scratch volume is copied into a snapshot before the stop (file_system_snapshot_ids)",
+    ),
+    emulated(
+        "DeleteSandboxRequest.request_id",
+        "with snapshot_volumes, a retry answers the first request's snapshots without copying again (a stop is idempotent anyway)",
+    ),
+    emulated(
+        "DeleteSandboxRequest.allow_missing",
+        "NOT_FOUND becomes an empty answer; with snapshot_volumes, a missing sandbox is INVALID_ARGUMENT",
+    ),
+    // File-system snapshots
+    emulated("CreateFileSystemSnapshotRequest.sandbox_id", "a running sandbox of the caller's organization"),
+    emulated("CreateFileSystemSnapshotRequest.request_id", "idempotency: a retry answers the first snapshot"),
+    emulated(
+        "CreateFileSystemSnapshotRequest.scratch_volume_name",
+        "the scratch volume to copy; empty: the sandbox's only one",
+    ),
+    emulated("GetFileSystemSnapshotRequest.file_system_snapshot_id", "a snapshot of the caller's organization"),
+    emulated("ListFileSystemSnapshotsRequest.page_size", "server-capped page size"),
+    emulated("ListFileSystemSnapshotsRequest.page_token", "opaque page token"),
+    emulated("ListFileSystemSnapshotsRequest.source_sandbox_id", "filter"),
+    emulated("DeleteFileSystemSnapshotRequest.file_system_snapshot_id", "the snapshot; its files are removed"),
+    emulated("DeleteFileSystemSnapshotRequest.allow_missing", "NOT_FOUND becomes an empty answer"),
     // Data operations (SandboxService and SandboxDataPlaneService)
     emulated("ExecRequest.sandbox_id", "the sandbox"),
     emulated("ExecRequest.command", "the command"),
@@ -970,16 +988,19 @@ mod tests {
 
     #[test]
     fn strict_refuses_with_the_fields_named_and_loose_lets_the_request_through() {
-        let request = pb::DeleteSandboxRequest {
-            sandbox_id: "sb".to_owned(),
-            snapshot_volumes: vec!["scratch".to_owned()],
+        let request = create(pb::SandboxSpec {
+            containers: vec![main_container()],
+            network_ids: vec!["net".to_owned()],
             ..Default::default()
-        };
-        let error = check(Strictness::Strict, "DeleteSandbox", &request).unwrap_err();
+        });
+        let error = check(Strictness::Strict, "CreateSandbox", &request).unwrap_err();
         assert_eq!((error.code, error.reason), (tonic::Code::Unimplemented, cwsandbox_sim::Reason::NotImplemented));
-        assert_eq!(error.violations.iter().map(|(field, _)| field.as_str()).collect::<Vec<_>>(), ["snapshot_volumes"]);
-        assert!(error.message.contains("snapshot_volumes"), "{}", error.message);
-        assert!(check(Strictness::Loose, "DeleteSandbox", &request).is_ok());
+        assert_eq!(
+            error.violations.iter().map(|(field, _)| field.as_str()).collect::<Vec<_>>(),
+            ["sandbox.spec.network_ids"]
+        );
+        assert!(error.message.contains("sandbox.spec.network_ids"), "{}", error.message);
+        assert!(check(Strictness::Loose, "CreateSandbox", &request).is_ok());
         assert!(check(Strictness::Strict, "DeleteSandbox", &pb::DeleteSandboxRequest::default()).is_ok());
     }
 

@@ -287,6 +287,27 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         request: LogRequest,
     ) -> BoxFuture<'_, Result<BoxStream<'static, LogEvent>, RuntimeError>>;
 
+    /// Copies scratch volume `volume` of a running Pod into snapshot `snapshot_id` and returns
+    /// the copy's size in bytes; a failure's message becomes the snapshot's FAILED reason. A
+    /// runtime without volumes cannot take one.
+    fn snapshot_volume(
+        &self,
+        pod_uid: String,
+        volume: String,
+        snapshot_id: String,
+    ) -> BoxFuture<'_, Result<u64, RuntimeError>> {
+        let _ = (pod_uid, volume, snapshot_id);
+        Box::pin(futures::future::ready(Err(RuntimeError::Unavailable(
+            "this sandbox runtime keeps no volumes to snapshot".to_owned(),
+        ))))
+    }
+
+    /// Removes snapshot `snapshot_id`'s files (nothing, for a runtime that keeps none).
+    fn delete_snapshot(&self, snapshot_id: String) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        let _ = snapshot_id;
+        Box::pin(futures::future::ready(Ok(())))
+    }
+
     /// Main processes that ended by themselves, as they happen. Called once, by the driver.
     fn exits(&self) -> BoxStream<'static, MainExit>;
 

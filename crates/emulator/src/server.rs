@@ -27,7 +27,7 @@ use tower::{Layer, ServiceExt};
 use crate::app::App;
 use crate::guard::{Guard, RequestLimits};
 use crate::not_implemented;
-use crate::services::{data, discovery, emulator, faults, runners, sandbox, tenants};
+use crate::services::{data, discovery, emulator, faults, runners, sandbox, snapshots, tenants};
 use crate::transport::Transport;
 
 /// The gRPC service names this server answers for (health reports each as SERVING).
@@ -84,26 +84,10 @@ pub async fn router(app: App, transport: &Transport) -> Router {
             pb::PurgeSandboxesResponse,
             "SandboxService.PurgeSandboxes"
         ))
-        .create_file_system_snapshot(not_implemented!(
-            pb::CreateFileSystemSnapshotRequest,
-            pb::FileSystemSnapshot,
-            "SandboxService.CreateFileSystemSnapshot"
-        ))
-        .get_file_system_snapshot(not_implemented!(
-            pb::GetFileSystemSnapshotRequest,
-            pb::FileSystemSnapshot,
-            "SandboxService.GetFileSystemSnapshot"
-        ))
-        .list_file_system_snapshots(not_implemented!(
-            pb::ListFileSystemSnapshotsRequest,
-            pb::ListFileSystemSnapshotsResponse,
-            "SandboxService.ListFileSystemSnapshots"
-        ))
-        .delete_file_system_snapshot(not_implemented!(
-            pb::DeleteFileSystemSnapshotRequest,
-            pb::FileSystemSnapshot,
-            "SandboxService.DeleteFileSystemSnapshot"
-        ))
+        .create_file_system_snapshot(snapshots::create_file_system_snapshot)
+        .get_file_system_snapshot(snapshots::get_file_system_snapshot)
+        .list_file_system_snapshots(snapshots::list_file_system_snapshots)
+        .delete_file_system_snapshot(snapshots::delete_file_system_snapshot)
         .with_state(app.clone())
         .build();
 

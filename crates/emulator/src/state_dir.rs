@@ -217,14 +217,16 @@ fn is_sandbox_dir_name(name: &str) -> bool {
     uid || sandbox_id || probe
 }
 
-/// Removes the sandbox directories in `root` (real directories with a sandbox's name; links and
-/// anything else stay).
+/// Removes the sandbox directories in `root` (real directories with a sandbox's name) and the
+/// snapshots directory; links and anything else stay.
 fn remove_sandbox_dirs(root: &Path) -> Vec<PathBuf> {
     let mut removed = Vec::new();
     let Ok(entries) = std::fs::read_dir(root) else { return removed };
     for entry in entries.flatten() {
         let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
-        if is_dir && entry.file_name().to_str().is_some_and(is_sandbox_dir_name) && remove_tree(&entry.path()) {
+        // The snapshots a killed emulator kept went with its records.
+        let ours = |name: &str| is_sandbox_dir_name(name) || name == cwsandbox_executor::SNAPSHOTS_DIR;
+        if is_dir && entry.file_name().to_str().is_some_and(ours) && remove_tree(&entry.path()) {
             removed.push(entry.path());
         }
     }
@@ -341,9 +343,15 @@ mod tests {
         std::fs::set_permissions(sandbox.join("tmp/locked"), std::fs::Permissions::from_mode(0o500)).unwrap();
         std::fs::create_dir(root.path().join("notes")).unwrap();
         std::os::unix::fs::symlink(outside.path(), root.path().join("1b5051c62d0332cd")).unwrap();
+        let snapshots = root.path().join(cwsandbox_executor::SNAPSHOTS_DIR);
+        std::fs::create_dir_all(snapshots.join("8f0c1a2b-0000-4000-8000-000000000001")).unwrap();
 
         let claimed = SandboxRoot::claim(root.path()).unwrap();
-        assert_eq!(claimed.removed(), std::slice::from_ref(&sandbox));
+        let mut removed = claimed.removed().to_vec();
+        removed.sort();
+        let mut expected = vec![sandbox.clone(), snapshots.clone()];
+        expected.sort();
+        assert_eq!(removed, expected, "the sandbox and the dead emulator's snapshots");
         assert!(!sandbox.exists(), "the read-only directory did not keep it");
         assert!(root.path().join("notes").exists(), "not a sandbox's name");
         assert!(root.path().join("1b5051c62d0332cd").symlink_metadata().is_ok(), "a link is not a sandbox directory");

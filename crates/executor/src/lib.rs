@@ -33,7 +33,7 @@ use std::time::Duration;
 
 pub use error::{ExecutorError, FileError, LogError};
 pub use exec::{ExecExit, ExecOutput, ExecRequest, ExecSession, ExecStdin, Output, Stream, TtyControl};
-pub use executor::Executor;
+pub use executor::{Executor, SNAPSHOTS_DIR};
 pub use logs::{LogChunk, LogFollower, LogReader, LogSlice};
 pub use rootfs::{DEFAULT_HOST_PATHS, check_file_path, memory_backed_dir};
 
@@ -154,6 +154,9 @@ pub struct VolumeMount {
     pub read_only: bool,
     /// A directory of the volume (relative, made if missing) mounted instead of its root.
     pub sub_path: String,
+    /// The snapshot ([`Executor::snapshot_volume`]) whose copy the volume starts with instead of
+    /// empty; every mount of one volume names the same one (or none).
+    pub restore_from: Option<String>,
 }
 
 /// A container of a sandbox other than its main one. All of a sandbox's containers share its

@@ -282,6 +282,20 @@ fn make_dirs_inside<'a>(
     Ok(())
 }
 
+/// A scratch volume's directory under the sandbox's host directory `dir`, made if missing.
+pub(crate) fn volume_dir(dir: &Path, name: &str, owner: Option<(u32, u32)>) -> Result<PathBuf, String> {
+    let volumes = dir.join("volumes");
+    if !volumes.is_dir() {
+        make_dir(&volumes, 0o755, None)?;
+    }
+    let volume = volumes.join(name);
+    if !volume.is_dir() {
+        // As Kubernetes makes an emptyDir: writable by any user of the Pod.
+        make_dir(&volume, 0o777, owner)?;
+    }
+    Ok(volume)
+}
+
 /// A scratch volume's bind: its directory under the sandbox's host directory `dir` (made empty
 /// with the sandbox and removed with it, never inside the root, where the sandbox could replace
 /// it), the sub-path made if missing, and its mount point inside `rootfs`, made as a working
@@ -293,15 +307,7 @@ pub(crate) fn volume_bind(
     mount: &crate::VolumeMount,
     owner: Option<(u32, u32)>,
 ) -> Result<(PathBuf, PathBuf, bool), String> {
-    let volumes = dir.join("volumes");
-    if !volumes.is_dir() {
-        make_dir(&volumes, 0o755, None)?;
-    }
-    let volume = volumes.join(&mount.volume);
-    if !volume.is_dir() {
-        // As Kubernetes makes an emptyDir: writable by any user of the Pod.
-        make_dir(&volume, 0o777, owner)?;
-    }
+    let volume = volume_dir(dir, &mount.volume, owner)?;
     let sub_path = mount.sub_path.trim_matches('/');
     let source = if sub_path.is_empty() {
         volume

@@ -992,3 +992,74 @@ async fn scratch_volumes_are_one_directory_at_each_of_their_mounts_and_go_with_t
     let error = refused_by_plain_processes(launch).await;
     assert!(error.contains("volumes need the namespaces isolation"), "{error}");
 }
+
+/// A snapshot copies a running sandbox's volume (modes, links and all, never following a link
+/// out of it) into the executor's root; a new sandbox's volume starts as that copy, with its
+/// sub-path made inside the copy; the copy outlives its sandbox and goes when deleted, or with
+/// the executor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_snapshot_is_a_copy_that_a_new_sandboxs_volume_starts_from() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let mount = |path: &str| VolumeMount { volume: "work".into(), path: path.into(), ..VolumeMount::default() };
+    let source = unique("snap-src");
+    executor.start(&source, LaunchSpec { volume_mounts: vec![mount("/data")], ..spec("src", &[]) }).await.unwrap();
+    let written = "mkdir -p /data/sub && echo kept > /data/sub/note && chmod 600 /data/sub/note \
+                   && ln -s /etc/hostname /data/link && echo secret > /outside";
+    assert_eq!(sh(executor, &source, &format!("{written} && echo done")).await, "done");
+    let size = executor.snapshot_volume(&source, "work", "0b1e5c3a-0000-4000-8000-000000000001").await.unwrap();
+    assert!(size >= 5, "the note's bytes at least: {size}");
+    let stored = executor.config().root_dir.join(cwsandbox_executor::SNAPSHOTS_DIR).join("0b1e5c3a-0000-4000-8000-000000000001");
+    assert_eq!(std::fs::read_to_string(stored.join("sub/note")).unwrap(), "kept\n");
+    assert!(stored.join("link").symlink_metadata().unwrap().file_type().is_symlink(), "a link stays a link");
+    assert!(!stored.join("outside").exists(), "only the volume is captured");
+    executor.remove(&source).await;
+    assert!(stored.join("sub/note").exists(), "a snapshot outlives its sandbox");
+
+    let restored = unique("snap-new");
+    let launch = LaunchSpec {
+        volume_mounts: vec![
+            VolumeMount { restore_from: Some("0b1e5c3a-0000-4000-8000-000000000001".into()), ..mount("/again") },
+            VolumeMount {
+                sub_path: "sub".into(),
+                restore_from: Some("0b1e5c3a-0000-4000-8000-000000000001".into()),
+                ..mount("/only-sub")
+            },
+        ],
+        ..spec("new", &[])
+    };
+    executor.start(&restored, launch).await.unwrap();
+    assert_eq!(sh(executor, &restored, "cat /again/sub/note; stat -c %a /again/sub/note").await, "kept\n600");
+    assert_eq!(sh(executor, &restored, "cat /only-sub/note").await, "kept", "the sub-path of the copy");
+    assert_eq!(sh(executor, &restored, "readlink /again/link").await, "/etc/hostname");
+
+    // A link where a sub-path should be is not followed out of the volume.
+    let linked = unique("snap-link");
+    executor.start(&linked, LaunchSpec { volume_mounts: vec![mount("/data")], ..spec("lnk", &[]) }).await.unwrap();
+    assert_eq!(sh(executor, &linked, "ln -s /etc /data/escape && echo ok").await, "ok");
+    executor.snapshot_volume(&linked, "work", "0b1e5c3a-0000-4000-8000-000000000002").await.unwrap();
+    let through_link = LaunchSpec {
+        volume_mounts: vec![VolumeMount {
+            sub_path: "escape".into(),
+            restore_from: Some("0b1e5c3a-0000-4000-8000-000000000002".into()),
+            ..mount("/e")
+        }],
+        ..spec("esc", &[])
+    };
+    let error = executor.start(&unique("snap-esc"), through_link).await.unwrap_err().to_string();
+    assert!(error.contains("is not a directory"), "{error}");
+
+    let gone = LaunchSpec {
+        volume_mounts: vec![VolumeMount { restore_from: Some("0b1e5c3a-0000-4000-8000-00000000dead".into()), ..mount("/x") }],
+        ..spec("gone", &[])
+    };
+    let error = executor.start(&unique("snap-gone"), gone).await.unwrap_err().to_string();
+    assert!(error.contains("cannot be restored from its snapshot"), "{error}");
+    let bad_id = executor.snapshot_volume(&linked, "work", "../escape").await.unwrap_err().to_string();
+    assert!(bad_id.contains("invalid snapshot id"), "{bad_id}");
+
+    executor.delete_snapshot("0b1e5c3a-0000-4000-8000-000000000002").await.unwrap();
+    assert!(!stored.with_file_name("0b1e5c3a-0000-4000-8000-000000000002").exists(), "deleted");
+    executor.shutdown().await;
+    assert!(!stored.exists(), "snapshots go with the executor");
+}

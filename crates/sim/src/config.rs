@@ -55,6 +55,37 @@ pub struct Values {
     /// name. Every organization sees the same stores.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secret_stores: BTreeMap<String, SecretStoreValues>,
+    /// File-system snapshots of scratch volumes (the snapshot RPCs, `stop(snapshot_on_stop=True)`,
+    /// `ScratchVolume.restore_from_snapshot_id`).
+    #[serde(default)]
+    pub file_system_snapshots: SnapshotValues,
+}
+
+/// File-system snapshots: copies of a sandbox's scratch volume kept by the emulator (under its
+/// sandbox root) for as long as it runs. The real service stores them in object storage per
+/// organization; its limits are not public, so both settings are the emulator's choice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SnapshotValues {
+    /// Whether snapshots are offered; when not, every capture is refused with
+    /// `CWSANDBOX_FSS_NOT_SUPPORTED` (the client's `SnapshotNotSupportedError`), as for an
+    /// organization the real service has not enabled.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// How many snapshots one organization may keep; a capture beyond it is refused with
+    /// `CWSANDBOX_FSS_QUOTA_EXCEEDED`. 0: no limit.
+    #[serde(default = "default_snapshots_per_organization")]
+    pub max_per_organization: u32,
+}
+
+fn default_snapshots_per_organization() -> u32 {
+    100
+}
+
+impl Default for SnapshotValues {
+    fn default() -> Self {
+        SnapshotValues { enabled: true, max_per_organization: default_snapshots_per_organization() }
+    }
 }
 
 /// One secret store: its secrets by path.
@@ -607,6 +638,7 @@ impl Values {
             kubelet: KubeletValues::default(),
             timing: Timing::Realistic,
             secret_stores: BTreeMap::new(),
+            file_system_snapshots: SnapshotValues::default(),
         }
     }
 

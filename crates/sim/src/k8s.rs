@@ -203,6 +203,9 @@ pub struct VolumeMountStart {
     pub read_only: bool,
     /// A directory of the volume mounted instead of its root (relative; empty: the root).
     pub sub_path: String,
+    /// The READY file-system snapshot the volume starts with (`scratch.restore_from_snapshot_id`)
+    /// instead of empty; every mount of the volume names the same one.
+    pub restore_from_snapshot: Option<String>,
 }
 
 /// Labels or annotations of a Pod: a map kept as one vector sorted by key. A Pod has a handful

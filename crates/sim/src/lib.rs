@@ -15,6 +15,7 @@ pub mod query;
 pub mod runners;
 pub mod sandbox;
 mod serverless;
+pub mod snapshots;
 pub mod slurm;
 pub mod steps;
 pub mod sunk;

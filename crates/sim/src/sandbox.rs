@@ -413,6 +413,12 @@ impl World {
             return self.get_sandbox(&owner.org, &id);
         }
         validate_spec(&spec)?;
+        for (index, volume) in spec.volumes.iter().enumerate() {
+            if let Some(snapshot) = restore_source(volume) {
+                let field = format!("sandbox.spec.volumes[{index}].scratch.restoreFromSnapshotId");
+                self.check_restorable(&owner.org, snapshot, field)?;
+            }
+        }
         let defaults = self.runtime_defaults()?;
         let serverless = spec.mode == SandboxMode::Serverless as i32;
         let (runner_id, runner_group_id, prepared) = if serverless {
@@ -1093,6 +1099,15 @@ fn validate_spec(spec: &SandboxSpec) -> SimResult<()> {
                 format!("two volumes are named {:?}", volume.name),
             ));
         }
+        let mounted = || {
+            spec.containers.iter().any(|container| container.volume_mounts.iter().any(|mount| mount.volume == volume.name))
+        };
+        if restore_source(volume).is_some() && !mounted() {
+            violations.push(FieldViolation::new(
+                format!("sandbox.spec.volumes[{index}].scratch.restoreFromSnapshotId"),
+                "no container mounts this volume, so nothing would see the restored files: mount it (volumeMounts) or leave it out",
+            ));
+        }
     }
     if spec.max_lifetime_seconds < 0 || spec.max_lifetime_seconds > MAX_LIFETIME_SECONDS {
         violations.push(FieldViolation::new(
@@ -1196,11 +1211,29 @@ fn container_inputs(
                 path: mount.mount_path.clone(),
                 read_only: mount.read_only,
                 sub_path: mount.sub_path.trim_matches('/').to_owned(),
+                restore_from_snapshot: spec
+                    .volumes
+                    .iter()
+                    .find(|volume| volume.name == mount.volume)
+                    .and_then(restore_source)
+                    .map(str::to_owned),
             })
             .collect();
         all.push(Some(Box::new(inputs)));
     }
     Ok(all)
+}
+
+/// The snapshot a scratch volume starts with (`scratch.restore_from_snapshot_id`), if any.
+fn restore_source(volume: &cwsandbox_api::sandbox_v1::SandboxVolume) -> Option<&str> {
+    match &volume.source {
+        Some(cwsandbox_api::sandbox_v1::sandbox_volume::Source::Scratch(scratch))
+            if !scratch.restore_from_snapshot_id.is_empty() =>
+        {
+            Some(scratch.restore_from_snapshot_id.as_str())
+        }
+        _ => None,
+    }
 }
 
 /// Why `path` cannot name a mounted file: it must be absolute, without empty, `.` or `..`

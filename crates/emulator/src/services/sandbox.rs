@@ -4,11 +4,12 @@
 use axum::extract::{FromRequestParts, State};
 use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse};
 use cwsandbox_api::sandbox_v1 as pb;
+use cwsandbox_sim::snapshots::SnapshotTrigger;
 use cwsandbox_sim::world::InjectedFault;
 use cwsandbox_sim::{Reason, SimError};
 use http::request::Parts;
 
-use super::respond;
+use super::{respond, snapshots};
 use crate::app::App;
 use crate::auth::{Caller, Role};
 use crate::convert::{self, StateFilter};
@@ -156,14 +157,41 @@ async fn delete(
     caller.require(Role::SandboxUser)?;
     app.check_fields("DeleteSandbox", request)?;
     let id = convert::required("sandbox_id", &request.sandbox_id)?;
+    if request.grace_period_seconds < 0 {
+        return Err(ApiError::invalid_field("grace_period_seconds", "must not be negative"));
+    }
+    // The volumes are captured first, while the sandbox still runs; then it stops.
+    let file_system_snapshot_ids = if request.snapshot_volumes.is_empty() {
+        Vec::new()
+    } else {
+        let began = app.driver().with_world(|world| {
+            world.begin_snapshots(
+                &caller.org,
+                id,
+                &request.snapshot_volumes,
+                &request.request_id,
+                SnapshotTrigger::OnDelete,
+            )
+        });
+        let captures = match began {
+            Ok(captures) => captures,
+            Err(SimError::NotFound { .. }) if request.allow_missing => {
+                return Err(ApiError::invalid_field(
+                    "allow_missing",
+                    format!(
+                        "sandbox {id:?} not found: a missing sandbox has no volumes to snapshot, so allow_missing cannot be honoured together with snapshot_volumes"
+                    ),
+                ));
+            }
+            Err(error) => return Err(not_found(error, id)),
+        };
+        snapshots::capture(app, captures).await.into_iter().map(|snapshot| snapshot.id.to_string()).collect()
+    };
     match app.driver().with_world(|world| world.delete_sandbox(&caller.org, id, request.grace_period_seconds)) {
         Ok(view) => {
             let view = stopped(app, &caller.org, view).await;
             tracing::info!(sandbox_id = %view.id, state = ?view.state, "sandbox deletion requested");
-            Ok(pb::DeleteSandboxResponse {
-                sandbox: Some(convert::sandbox(&view)),
-                file_system_snapshot_ids: Vec::new(),
-            })
+            Ok(pb::DeleteSandboxResponse { sandbox: Some(convert::sandbox(&view)), file_system_snapshot_ids })
         }
         Err(SimError::NotFound { .. }) if request.allow_missing => Ok(pb::DeleteSandboxResponse::default()),
         Err(error) => Err(not_found(error, id)),

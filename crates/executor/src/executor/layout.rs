@@ -30,6 +30,8 @@ pub(super) struct RootPlan {
     /// The sidecars' working directories, in the spec's order.
     pub(super) sidecars: Vec<Option<String>>,
     pub(super) volume_mounts: Vec<crate::VolumeMount>,
+    /// Volumes that start as a copy of a snapshot: (volume, the snapshot's directory).
+    pub(super) restores: Vec<(String, PathBuf)>,
 }
 
 impl RootPlan {
@@ -38,6 +40,7 @@ impl RootPlan {
             main: spec.working_dir.clone(),
             sidecars: spec.sidecars.iter().map(|sidecar| sidecar.working_dir.clone()).collect(),
             volume_mounts: spec.volume_mounts.clone(),
+            restores: Vec::new(),
         }
     }
 }
@@ -72,6 +75,12 @@ pub(super) fn prepare_layout(
         };
         let mut rootfs = skeleton.finish(host_paths, working_dir, owner)?;
         let sidecar_dirs = make_sidecar_dirs(&rootfs.path, host_paths, sidecar_dirs, owner)?;
+        // Before the binds: a sub-path is made inside the restored files, never through them.
+        for (volume, snapshot) in &plan.restores {
+            let target = rootfs::volume_dir(dir, volume, owner)?;
+            super::snapshots::restore_volume(snapshot, &target)
+                .map_err(|error| format!("volume {volume:?} cannot be restored from its snapshot: {error}"))?;
+        }
         for mount in &plan.volume_mounts {
             let bind = rootfs::volume_bind(dir, &rootfs.path, host_paths, mount, owner)?;
             rootfs.binds.push(bind);

@@ -4,6 +4,8 @@ mod keeper;
 mod layout;
 mod mode;
 mod sidecars;
+mod snapshots;
+pub use self::snapshots::SNAPSHOTS_DIR;
 mod spares;
 mod validate;
 mod warm;
@@ -337,7 +339,8 @@ impl Executor {
         }
         let layout = {
             let dir = dir.clone();
-            let plan = RootPlan::of(&spec);
+            let mut plan = RootPlan::of(&spec);
+            plan.restores = restores_of(&self.inner.config.root_dir, &spec.volume_mounts)?;
             let files = std::mem::take(&mut spec.files);
             let network = spec.network;
             let host_paths = self.inner.config.host_paths.clone();
@@ -613,7 +616,9 @@ impl Executor {
         if let Some(zygote) = zygote {
             zygote.stop().await;
         }
-        let dirs: Vec<PathBuf> = sandboxes.iter().map(|sandbox| sandbox.dir.clone()).collect();
+        let mut dirs: Vec<PathBuf> = sandboxes.iter().map(|sandbox| sandbox.dir.clone()).collect();
+        // Snapshots live as long as the emulator that keeps their records.
+        dirs.push(self.inner.config.root_dir.join(SNAPSHOTS_DIR));
         let spares = self.inner.spares.clone();
         let _ = tokio::task::spawn_blocking(move || {
             dirs.iter().for_each(|dir| remove_dir(dir));
@@ -888,4 +893,25 @@ fn start_failure_message(program: &str, error: &std::io::Error) -> String {
 
 fn setup_error(id: &str, message: String) -> ExecutorError {
     ExecutorError::Setup { id: id.to_owned(), message }
+}
+
+/// The volumes that start from a snapshot, each once, with the snapshot's directory under
+/// `root_dir`. Two mounts of one volume naming two snapshots cannot both be honoured.
+fn restores_of(root_dir: &Path, mounts: &[crate::VolumeMount]) -> Result<Vec<(String, PathBuf)>, ExecutorError> {
+    let mut restores: Vec<(String, PathBuf)> = Vec::new();
+    for mount in mounts {
+        let Some(snapshot) = &mount.restore_from else { continue };
+        let dir = snapshots::snapshot_dir(root_dir, snapshot)?;
+        match restores.iter().find(|(volume, _)| *volume == mount.volume) {
+            Some((_, known)) if *known == dir => {}
+            Some(_) => {
+                return Err(ExecutorError::InvalidRequest(format!(
+                    "volume {:?} is asked to start from two snapshots",
+                    mount.volume
+                )));
+            }
+            None => restores.push((mount.volume.clone(), dir)),
+        }
+    }
+    Ok(restores)
 }

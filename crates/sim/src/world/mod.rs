@@ -265,6 +265,10 @@ pub struct World {
     pub pod_transitions: Counts<PodTransition>,
     /// How often each sandbox transition ran.
     pub sandbox_transitions: Counts<crate::sandbox::SandboxTransition>,
+    /// File-system snapshots of every organization.
+    pub(crate) snapshots: crate::snapshots::Snapshots,
+    /// How often each snapshot transition ran.
+    pub snapshot_transitions: Counts<crate::snapshots::SnapshotTransition>,
 }
 
 /// Most Nodes the NodeSets of a values document may describe: ten times the largest world the
@@ -307,6 +311,8 @@ impl World {
             transitions: Counts::default(),
             pod_transitions: Counts::default(),
             sandbox_transitions: Counts::default(),
+            snapshots: crate::snapshots::Snapshots::default(),
+            snapshot_transitions: Counts::default(),
         };
         world.build_topology()?;
         world.build_runners()?;

@@ -1,0 +1,128 @@
+//! File-system snapshots of scratch volumes: a snapshot is a copy of a volume's directory kept
+//! under the executor's root (`.snapshots/<id>`), made while the sandbox runs and copied into a
+//! new sandbox's volume before that sandbox's processes exist. The copying is coreutils' `cp -a`
+//! (the distribution's tool: it keeps modes, owners, times, links and special files, and never
+//! follows a link inside the tree), the size is `du`'s apparent size of the copy.
+//!
+//! A root emulator's sandboxes all map their ids to one host range, so the owners `cp -a` keeps
+//! read the same in the sandbox a snapshot is restored into; an unprivileged emulator's files are
+//! all its own.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::Executor;
+use crate::ExecutorError;
+
+/// The directory of the root that holds the snapshots.
+pub const SNAPSHOTS_DIR: &str = ".snapshots";
+
+/// A snapshot id as the executor accepts one: a file name of letters, digits and '-' (the
+/// emulator's ids are uids).
+fn check_snapshot_id(id: &str) -> Result<(), ExecutorError> {
+    if id.is_empty() || id.len() > 64 || !id.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-') {
+        return Err(ExecutorError::InvalidRequest(format!(
+            "invalid snapshot id {id:?}: use 1 to 64 letters, digits or '-'"
+        )));
+    }
+    Ok(())
+}
+
+/// Where snapshot `id`'s files are under the root `root_dir`.
+pub(super) fn snapshot_dir(root_dir: &Path, id: &str) -> Result<PathBuf, ExecutorError> {
+    check_snapshot_id(id)?;
+    Ok(root_dir.join(SNAPSHOTS_DIR).join(id))
+}
+
+/// `cp -a SOURCE/. TARGET`: the contents of `source` (and its own mode and times) into the
+/// existing directory `target`.
+fn copy_tree(source: &Path, target: &Path) -> Result<(), String> {
+    let output = Command::new("cp")
+        .arg("-a")
+        .arg("--")
+        .arg(source.join("."))
+        .arg(target)
+        .output()
+        .map_err(|error| format!("cannot run cp: {error}"))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    Err(format!("cp -a failed ({}): {}", output.status, stderr.trim()))
+}
+
+/// The apparent size in bytes of the tree at `path` (`du -s -b`).
+fn tree_size(path: &Path) -> Result<u64, String> {
+    let output = Command::new("du")
+        .args(["-s", "-b", "--"])
+        .arg(path)
+        .output()
+        .map_err(|error| format!("cannot run du: {error}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    match stdout.split_whitespace().next().and_then(|size| size.parse().ok()) {
+        Some(size) if output.status.success() => Ok(size),
+        _ => Err(format!("du failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim())),
+    }
+}
+
+/// Fills a new sandbox's volume directory `volume` (made, empty) from the snapshot at `snapshot`.
+pub(super) fn restore_volume(snapshot: &Path, volume: &Path) -> Result<(), String> {
+    if !snapshot.is_dir() {
+        return Err(format!("snapshot {} is gone", snapshot.display()));
+    }
+    copy_tree(snapshot, volume)
+}
+
+impl Executor {
+    /// Copies scratch volume `volume` of sandbox `id` into snapshot `snapshot_id` and returns its
+    /// size in bytes. The sandbox keeps running; what its processes write during the copy may or
+    /// may not be in it, as with any copy of a live file system. A volume no container mounts
+    /// has never held anything: its snapshot is empty.
+    pub async fn snapshot_volume(&self, id: &str, volume: &str, snapshot_id: &str) -> Result<u64, ExecutorError> {
+        let sandbox = self.sandbox(id).ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
+        if sandbox.running().is_none() {
+            return Err(ExecutorError::NotRunning(id.to_owned()));
+        }
+        if volume.is_empty() || volume.contains('/') || volume.starts_with('.') {
+            return Err(ExecutorError::InvalidRequest(format!("invalid volume name {volume:?}")));
+        }
+        let target = snapshot_dir(&self.inner.config.root_dir, snapshot_id)?;
+        let source = sandbox.dir.join("volumes").join(volume);
+        let partial = target.with_file_name(format!(".partial-{snapshot_id}"));
+        let copy = move || -> Result<u64, String> {
+            let parent = partial.parent().unwrap_or(Path::new("/"));
+            std::fs::create_dir_all(parent).map_err(|error| format!("cannot create {}: {error}", parent.display()))?;
+            if target.exists() {
+                return Err(format!("snapshot {} exists already", target.display()));
+            }
+            let _ = std::fs::remove_dir_all(&partial);
+            std::fs::create_dir(&partial).map_err(|error| format!("cannot create {}: {error}", partial.display()))?;
+            let copied = if source.is_dir() { copy_tree(&source, &partial) } else { Ok(()) };
+            let result = copied
+                .and_then(|()| tree_size(&partial))
+                .and_then(|size| {
+                    std::fs::rename(&partial, &target)
+                        .map(|()| size)
+                        .map_err(|error| format!("cannot move the copy into place: {error}"))
+                });
+            if result.is_err() {
+                let _ = std::fs::remove_dir_all(&partial);
+            }
+            result
+        };
+        tokio::task::spawn_blocking(copy)
+            .await
+            .map_err(|error| ExecutorError::Setup { id: id.to_owned(), message: error.to_string() })?
+            .map_err(|message| ExecutorError::Setup { id: id.to_owned(), message })
+    }
+
+    /// Removes snapshot `snapshot_id`'s files. Removing one that is not there is not an error.
+    pub async fn delete_snapshot(&self, snapshot_id: &str) -> Result<(), ExecutorError> {
+        let dir = snapshot_dir(&self.inner.config.root_dir, snapshot_id)?;
+        tokio::task::spawn_blocking(move || super::layout::remove_dir(&dir))
+            .await
+            .map_err(|error| ExecutorError::Io(std::io::Error::other(error.to_string())))?;
+        Ok(())
+    }
+
+}
