@@ -301,7 +301,10 @@ impl SandboxRuntime for ExecutorRuntime {
 
     fn delete_snapshot(&self, snapshot_id: String) -> BoxFuture<'_, Result<(), RuntimeError>> {
         async move {
-            self.executor.delete_snapshot(&snapshot_id).await.map_err(|error| RuntimeError::Unavailable(error.to_string()))
+            self.executor
+                .delete_snapshot(&snapshot_id)
+                .await
+                .map_err(|error| RuntimeError::Unavailable(error.to_string()))
         }
         .boxed()
     }

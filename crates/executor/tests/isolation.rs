@@ -1009,7 +1009,8 @@ async fn a_volume_snapshot_is_a_copy_that_a_new_sandboxs_volume_starts_from() {
     assert_eq!(sh(executor, &source, &format!("{written} && echo done")).await, "done");
     let size = executor.snapshot_volume(&source, "work", "0b1e5c3a-0000-4000-8000-000000000001").await.unwrap();
     assert!(size >= 5, "the note's bytes at least: {size}");
-    let stored = executor.config().root_dir.join(cwsandbox_executor::SNAPSHOTS_DIR).join("0b1e5c3a-0000-4000-8000-000000000001");
+    let stored =
+        executor.config().root_dir.join(cwsandbox_executor::SNAPSHOTS_DIR).join("0b1e5c3a-0000-4000-8000-000000000001");
     assert_eq!(std::fs::read_to_string(stored.join("sub/note")).unwrap(), "kept\n");
     assert!(stored.join("link").symlink_metadata().unwrap().file_type().is_symlink(), "a link stays a link");
     assert!(!stored.join("outside").exists(), "only the volume is captured");
@@ -1050,7 +1051,10 @@ async fn a_volume_snapshot_is_a_copy_that_a_new_sandboxs_volume_starts_from() {
     assert!(error.contains("is not a directory"), "{error}");
 
     let gone = LaunchSpec {
-        volume_mounts: vec![VolumeMount { restore_from: Some("0b1e5c3a-0000-4000-8000-00000000dead".into()), ..mount("/x") }],
+        volume_mounts: vec![VolumeMount {
+            restore_from: Some("0b1e5c3a-0000-4000-8000-00000000dead".into()),
+            ..mount("/x")
+        }],
         ..spec("gone", &[])
     };
     let error = executor.start(&unique("snap-gone"), gone).await.unwrap_err().to_string();

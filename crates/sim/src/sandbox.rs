@@ -1100,7 +1100,9 @@ fn validate_spec(spec: &SandboxSpec) -> SimResult<()> {
             ));
         }
         let mounted = || {
-            spec.containers.iter().any(|container| container.volume_mounts.iter().any(|mount| mount.volume == volume.name))
+            spec.containers
+                .iter()
+                .any(|container| container.volume_mounts.iter().any(|mount| mount.volume == volume.name))
         };
         if restore_source(volume).is_some() && !mounted() {
             violations.push(FieldViolation::new(

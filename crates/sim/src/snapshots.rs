@@ -178,10 +178,7 @@ impl World {
             .volumes
             .iter()
             .filter(|volume| {
-                matches!(
-                    volume.source,
-                    Some(cwsandbox_api::sandbox_v1::sandbox_volume::Source::Scratch(_))
-                )
+                matches!(volume.source, Some(cwsandbox_api::sandbox_v1::sandbox_volume::Source::Scratch(_)))
             })
             .map(|volume| volume.name.clone())
             .collect();
@@ -317,7 +314,12 @@ impl World {
 
     /// One snapshot of the organization.
     pub fn get_snapshot(&self, org: &str, id: &str) -> SimResult<FileSystemSnapshot> {
-        self.snapshots.by_id.get(id).filter(|snapshot| snapshot.org == org).cloned().ok_or_else(|| snapshot_not_found(id))
+        self.snapshots
+            .by_id
+            .get(id)
+            .filter(|snapshot| snapshot.org == org)
+            .cloned()
+            .ok_or_else(|| snapshot_not_found(id))
     }
 
     /// The organization's snapshots, oldest first, optionally only those of one sandbox.

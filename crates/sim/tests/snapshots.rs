@@ -157,7 +157,10 @@ fn a_request_id_replays_its_snapshots_and_a_failed_copy_says_why() {
     let first = h.world.begin_snapshots("org-a", &sandbox.id, &[], "req-1", SnapshotTrigger::OnDelete).unwrap();
     let id = first[0].snapshot.id.clone();
     let failed = h.world.finish_snapshot(&id, Err("cp -a failed: no space left on device".to_owned())).unwrap();
-    assert_eq!((failed.state, failed.state_reason.as_str()), (SnapshotState::Failed, "cp -a failed: no space left on device"));
+    assert_eq!(
+        (failed.state, failed.state_reason.as_str()),
+        (SnapshotState::Failed, "cp -a failed: no space left on device")
+    );
     assert_eq!(failed.request_id, "req-1");
 
     // The retry of the same request copies nothing again, even once the sandbox has ended.
@@ -198,7 +201,10 @@ fn listing_pages_filters_by_sandbox_and_the_values_set_the_limits() {
     let (rest, last) = h.world.list_snapshots("org-a", "", 2, &token).unwrap();
     assert_eq!((rest.len(), rest[0].id.clone(), last.as_str()), (1, taken[2].clone(), ""));
     let (of_a, _) = h.world.list_snapshots("org-a", &a.id, 0, "").unwrap();
-    assert_eq!(of_a.iter().map(|snapshot| snapshot.id.clone()).collect::<Vec<_>>(), [taken[0].clone(), taken[2].clone()]);
+    assert_eq!(
+        of_a.iter().map(|snapshot| snapshot.id.clone()).collect::<Vec<_>>(),
+        [taken[0].clone(), taken[2].clone()]
+    );
     let mismatched = h.world.list_snapshots("org-a", &a.id, 2, &token).unwrap_err();
     assert_eq!(field_of(&mismatched), ["page_token"]);
 

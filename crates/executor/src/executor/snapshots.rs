@@ -98,13 +98,11 @@ impl Executor {
             let _ = std::fs::remove_dir_all(&partial);
             std::fs::create_dir(&partial).map_err(|error| format!("cannot create {}: {error}", partial.display()))?;
             let copied = if source.is_dir() { copy_tree(&source, &partial) } else { Ok(()) };
-            let result = copied
-                .and_then(|()| tree_size(&partial))
-                .and_then(|size| {
-                    std::fs::rename(&partial, &target)
-                        .map(|()| size)
-                        .map_err(|error| format!("cannot move the copy into place: {error}"))
-                });
+            let result = copied.and_then(|()| tree_size(&partial)).and_then(|size| {
+                std::fs::rename(&partial, &target)
+                    .map(|()| size)
+                    .map_err(|error| format!("cannot move the copy into place: {error}"))
+            });
             if result.is_err() {
                 let _ = std::fs::remove_dir_all(&partial);
             }
@@ -124,5 +122,4 @@ impl Executor {
             .map_err(|error| ExecutorError::Io(std::io::Error::other(error.to_string())))?;
         Ok(())
     }
-
 }
