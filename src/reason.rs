@@ -114,8 +114,20 @@ reasons! {
         when: "The organization keeps as many snapshots as values `fileSystemSnapshots.maxPerOrganization` allows.",
         remedy: "Delete snapshots the organization no longer needs, or raise the setting.";
     VolumeInUse => "CWSANDBOX_VOLUME_IN_USE",
-        when: "A volume still references the runner, so it cannot be removed.",
-        remedy: "Delete or detach the volumes that reference the runner first, then retry.";
+        when: "A volume still references the runner, so it cannot be removed; or sandboxes that have not ended mount the volume to delete.",
+        remedy: "Delete or detach the volumes that reference the runner, or stop the sandboxes that mount the volume (or delete it with `force`), then retry.";
+    VolumeNotFound => "CWSANDBOX_VOLUME_NOT_FOUND",
+        when: "No registered volume of that id in the caller's organization (to read, change, delete or mount).",
+        remedy: "Check the id (ListVolumes lists the organization's volumes), or register it with CreateVolume.";
+    VolumeNotReady => "CWSANDBOX_VOLUME_NOT_READY",
+        when: "The volume to mount is not READY: its check found no such claim or runner (ERROR, `state_reason` says which).",
+        remedy: "Fix what `state_reason` names (the values' `persistentVolumeClaims`, the runner), then ValidateVolume.";
+    VolumePlacementConflict => "CWSANDBOX_VOLUME_PLACEMENT_CONFLICT",
+        when: "The sandbox's registered volumes are on different runners, or `runner_ids` leaves out the one its volumes are on.",
+        remedy: "Mount volumes of one runner, and name that runner in `runner_ids` (or leave `runner_ids` empty).";
+    VolumeRunnerIneligible => "CWSANDBOX_VOLUME_RUNNER_INELIGIBLE",
+        when: "A serverless sandbox asks for a registered volume: a claim lives in a runner's cluster, which serverless placement does not use.",
+        remedy: "Place the sandbox on the volume's runner (CKS), or use a scratch volume.";
     JobNotFound => "CWSANDBOX_JOB_NOT_FOUND",
         when: "No Slurm job with that id (Slurm's `Invalid job id specified`).",
         remedy: "Check the job id; squeue and sacct list the jobs that exist.";

@@ -73,6 +73,7 @@ pub fn sandbox_filter(request: &pb::ListSandboxesRequest, state: Option<SandboxS
         runner_ids: request.runner_ids.clone(),
         show_terminated: request.show_terminated,
         descending: request.sort_direction == pb::SortDirection::Descending as i32,
+        volume_ids: request.volume_ids.clone(),
     }
 }
 
@@ -148,6 +149,7 @@ pub fn sandbox(view: &SandboxView) -> pb::Sandbox {
         effective_resources: effective_requirements.as_ref().and_then(|requirements| requirements.requests.clone()),
         effective_max_lifetime_seconds: view.resolved.max_lifetime_seconds,
         container_statuses,
+        attached_volume_ids: view.attached_volume_ids.clone(),
         runner_id: view.runner_id.clone(),
         runner_group_id: view.runner_group_id.clone(),
         effective_ingress: view.resolved.ingress.clone(),

@@ -136,6 +136,7 @@ fn volume_mounts(containers: &[ContainerStart]) -> Result<Vec<VolumeMount>, Stri
                 read_only: asked.read_only,
                 sub_path: asked.sub_path.clone(),
                 restore_from: asked.restore_from_snapshot.clone(),
+                claim: asked.claim.as_ref().map(|claim| format!("{}/{}", claim.namespace, claim.name)),
             };
             match mounts.iter().find(|made| made.path.trim_end_matches('/') == mount.path.trim_end_matches('/')) {
                 Some(made) if *made == mount => {}

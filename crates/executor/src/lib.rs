@@ -33,7 +33,7 @@ use std::time::Duration;
 
 pub use error::{ExecutorError, FileError, LogError};
 pub use exec::{ExecExit, ExecOutput, ExecRequest, ExecSession, ExecStdin, Output, Stream, TtyControl};
-pub use executor::{Executor, SNAPSHOTS_DIR};
+pub use executor::{CLAIMS_DIR, Executor, SNAPSHOTS_DIR};
 pub use logs::{LogChunk, LogFollower, LogReader, LogSlice};
 pub use rootfs::{DEFAULT_HOST_PATHS, check_file_path, memory_backed_dir};
 
@@ -157,6 +157,11 @@ pub struct VolumeMount {
     /// The snapshot ([`Executor::snapshot_volume`]) whose copy the volume starts with instead of
     /// empty; every mount of one volume names the same one (or none).
     pub restore_from: Option<String>,
+    /// A claim (`namespace/name`) whose directory under the root's `.volumes` the volume is,
+    /// instead of a directory of the sandbox's own: made on first use, shared by every sandbox
+    /// that mounts it, kept when they end (and when the executor shuts down). Mounted at its root
+    /// only: other sandboxes write to it, so a sub-path could be swapped for a link.
+    pub claim: Option<String>,
 }
 
 /// A container of a sandbox other than its main one. All of a sandbox's containers share its

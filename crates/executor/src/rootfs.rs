@@ -282,6 +282,22 @@ fn make_dirs_inside<'a>(
     Ok(())
 }
 
+/// A claim's directory (`namespace/name`, checked by the caller) under `claims_dir`, made if
+/// missing: writable by any user of the sandboxes that mount it, as a volume is.
+pub(crate) fn claim_dir(claims_dir: &Path, claim: &str, owner: Option<(u32, u32)>) -> Result<PathBuf, String> {
+    let (namespace, name) = claim.split_once('/').ok_or_else(|| format!("invalid claim {claim:?}"))?;
+    let namespace_dir = claims_dir.join(namespace);
+    if !namespace_dir.is_dir() {
+        std::fs::create_dir_all(&namespace_dir)
+            .map_err(|error| format!("cannot create {}: {error}", namespace_dir.display()))?;
+    }
+    let dir = namespace_dir.join(name);
+    if !dir.is_dir() {
+        make_dir(&dir, 0o777, owner)?;
+    }
+    Ok(dir)
+}
+
 /// A scratch volume's directory under the sandbox's host directory `dir`, made if missing.
 pub(crate) fn volume_dir(dir: &Path, name: &str, owner: Option<(u32, u32)>) -> Result<PathBuf, String> {
     let volumes = dir.join("volumes");
@@ -296,18 +312,18 @@ pub(crate) fn volume_dir(dir: &Path, name: &str, owner: Option<(u32, u32)>) -> R
     Ok(volume)
 }
 
-/// A scratch volume's bind: its directory under the sandbox's host directory `dir` (made empty
-/// with the sandbox and removed with it, never inside the root, where the sandbox could replace
-/// it), the sub-path made if missing, and its mount point inside `rootfs`, made as a working
-/// directory is (not under a read-only host directory, `/proc` or `/dev`).
+/// A volume's bind: its directory `volume` (a scratch volume's under the sandbox's host directory,
+/// made empty with the sandbox and removed with it; a claim's under the root; never inside the
+/// sandbox's root, where the sandbox could replace it), the sub-path made if missing, and its
+/// mount point inside `rootfs`, made as a working directory is (not under a read-only host
+/// directory, `/proc` or `/dev`).
 pub(crate) fn volume_bind(
-    dir: &Path,
+    volume: PathBuf,
     rootfs: &Path,
     host_paths: &[PathBuf],
     mount: &crate::VolumeMount,
     owner: Option<(u32, u32)>,
 ) -> Result<(PathBuf, PathBuf, bool), String> {
-    let volume = volume_dir(dir, &mount.volume, owner)?;
     let sub_path = mount.sub_path.trim_matches('/');
     let source = if sub_path.is_empty() {
         volume

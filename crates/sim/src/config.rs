@@ -59,6 +59,33 @@ pub struct Values {
     /// `ScratchVolume.restore_from_snapshot_id`).
     #[serde(default)]
     pub file_system_snapshots: SnapshotValues,
+    /// The PersistentVolumeClaims the cluster has, which registered volumes (VolumeService) name.
+    /// Their data lives under the sandbox root (`.volumes/<namespace>/<name>`), shared by every
+    /// sandbox that mounts them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub persistent_volume_claims: Vec<ClaimValues>,
+}
+
+/// One PersistentVolumeClaim of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClaimValues {
+    pub namespace: String,
+    pub name: String,
+    /// What a registered volume's `capacity` reports (not enforced).
+    #[serde(default = "default_claim_capacity")]
+    pub capacity: String,
+    /// What a registered volume's `access_modes` reports.
+    #[serde(default = "default_claim_access_modes")]
+    pub access_modes: Vec<String>,
+}
+
+fn default_claim_capacity() -> String {
+    "10Gi".to_owned()
+}
+
+fn default_claim_access_modes() -> Vec<String> {
+    vec!["ReadWriteMany".to_owned()]
 }
 
 /// File-system snapshots: copies of a sandbox's scratch volume kept by the emulator (under its
@@ -639,6 +666,7 @@ impl Values {
             timing: Timing::Realistic,
             secret_stores: BTreeMap::new(),
             file_system_snapshots: SnapshotValues::default(),
+            persistent_volume_claims: Vec::new(),
         }
     }
 

@@ -34,9 +34,9 @@ pub enum SimError {
     /// A dependency is down now; a retry may succeed.
     #[error("{message}")]
     Unavailable { reason: Reason, message: String, retry_after: Option<Duration> },
-    /// The operation is not emulated.
+    /// The operation, or what the named fields ask, is not emulated.
     #[error("{message}")]
-    Unimplemented { message: String },
+    Unimplemented { message: String, violations: Vec<FieldViolation> },
 }
 
 impl SimError {
@@ -71,7 +71,7 @@ impl SimError {
     /// The field violations, for a BadRequest detail.
     pub fn violations(&self) -> &[FieldViolation] {
         match self {
-            SimError::InvalidArgument { violations, .. } => violations,
+            SimError::InvalidArgument { violations, .. } | SimError::Unimplemented { violations, .. } => violations,
             _ => &[],
         }
     }

@@ -206,6 +206,16 @@ pub struct VolumeMountStart {
     /// The READY file-system snapshot the volume starts with (`scratch.restore_from_snapshot_id`)
     /// instead of empty; every mount of the volume names the same one.
     pub restore_from_snapshot: Option<String>,
+    /// The PersistentVolumeClaim whose data the volume is (a registered volume), instead of a
+    /// directory of the sandbox's own.
+    pub claim: Option<ClaimMount>,
+}
+
+/// A PersistentVolumeClaim of the cluster, by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimMount {
+    pub namespace: String,
+    pub name: String,
 }
 
 /// Labels or annotations of a Pod: a map kept as one vector sorted by key. A Pod has a handful

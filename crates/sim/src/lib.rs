@@ -17,6 +17,7 @@ pub mod sandbox;
 mod serverless;
 pub mod slurm;
 pub mod snapshots;
+pub mod volumes;
 pub mod steps;
 pub mod sunk;
 pub mod time;

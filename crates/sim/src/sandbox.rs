@@ -23,6 +23,7 @@ use crate::serverless::{serverless_node_selector, serverless_toleration};
 use crate::slurm::{JobBaseState, JobId};
 use crate::sunk::{self, NotHandled};
 use crate::time::SimTime;
+use crate::volumes::RegisteredVolume;
 use crate::world::legal;
 use crate::world::{SANDBOX_ID_LABEL, World};
 
@@ -233,6 +234,8 @@ pub struct SandboxInfo {
     pub created: SimTime,
     /// The request id it was created with (empty: none).
     pub request_id: String,
+    /// The registered volumes (VolumeService) it mounts, by id.
+    pub attached_volume_ids: Vec<String>,
 }
 
 impl SandboxInfo {
@@ -326,6 +329,8 @@ pub struct SandboxFilter {
     pub show_terminated: bool,
     /// Newest first.
     pub descending: bool,
+    /// Only sandboxes mounting one of these registered volumes (any).
+    pub volume_ids: Vec<String>,
 }
 
 impl SandboxFilter {
@@ -338,6 +343,7 @@ impl SandboxFilter {
         ];
         parts.push(if self.show_terminated { "all" } else { "live" }.to_owned());
         parts.push(if self.descending { "desc" } else { "asc" }.to_owned());
+        parts.push(self.volume_ids.join("\u{0}"));
         parts
     }
 }
@@ -419,15 +425,22 @@ impl World {
                 self.check_restorable(&owner.org, snapshot, field)?;
             }
         }
-        let defaults = self.runtime_defaults()?;
         let serverless = spec.mode == SandboxMode::Serverless as i32;
+        let claims = self.registered_volumes_of(&owner.org, &spec, serverless)?;
+        let attached_volume_ids: Vec<String> = claims.values().map(|volume| volume.id.clone()).collect();
+        let defaults = self.runtime_defaults()?;
         let (runner_id, runner_group_id, prepared) = if serverless {
             // No runner, so no runner policy: the runtime defaults and the spec alone.
             self.serverless_enabled()?;
             let id = self.values().serverless.runner_id.clone();
             (id.clone(), id, Arc::new(PreparedPolicy::new(None)))
         } else {
-            let runner = self.choose_runner(owner, &spec)?;
+            // A claim lives in one runner's cluster: its sandboxes run there.
+            let pinned = claims.values().next().map(|volume| SandboxSpec {
+                runner_ids: vec![volume.source.runner_id.clone()],
+                ..SandboxSpec::default()
+            });
+            let runner = self.choose_runner(owner, pinned.as_ref().unwrap_or(&spec))?;
             let runner_id = runner.identity.as_ref().map(|identity| identity.runner_id.clone()).unwrap_or_default();
             let runner_group_id =
                 runner.identity.as_ref().map(|identity| identity.runner_group_id.clone()).unwrap_or_default();
@@ -442,7 +455,7 @@ impl World {
             ));
         }
 
-        let mut inputs = container_inputs(&spec, &self.values().secret_stores)?;
+        let mut inputs = container_inputs(&spec, &self.values().secret_stores, &claims)?;
         let deny_egress = spec.network.as_ref().and_then(|network| network.deny_egress).unwrap_or(false);
         let containers: Vec<PodContainer> = resolved
             .containers
@@ -532,6 +545,7 @@ impl World {
                     pod_uid,
                     created: now,
                     request_id: request_id.to_owned(),
+                    attached_volume_ids,
                 }),
                 lifetime_timer: None,
                 job_id: None,
@@ -621,6 +635,71 @@ impl World {
 
     /// Picks the runner: the first of `runner_ids` that exists and is ready, else (with no ids)
     /// the organization's first ready runner. Borrowed: placing a sandbox copies no policy.
+    /// The registered volumes a new sandbox mounts, by the spec's volume name: each READY, all on
+    /// one runner, which `runner_ids` (when set) must name; a serverless sandbox can mount none.
+    fn registered_volumes_of(
+        &mut self,
+        org: &str,
+        spec: &SandboxSpec,
+        serverless: bool,
+    ) -> SimResult<HashMap<String, RegisteredVolume>> {
+        use cwsandbox_api::sandbox_v1::sandbox_volume::Source;
+        let mut claims: HashMap<String, RegisteredVolume> = HashMap::new();
+        for (index, volume) in spec.volumes.iter().enumerate() {
+            let Some(Source::VolumeId(id)) = &volume.source else { continue };
+            let field = format!("sandbox.spec.volumes[{index}].volumeId");
+            if serverless {
+                return Err(SimError::invalid(
+                    Reason::VolumeRunnerIneligible,
+                    vec![FieldViolation::new(
+                        field,
+                        "a registered volume's claim lives in a runner's cluster, which serverless placement does not use",
+                    )],
+                ));
+            }
+            let registered = self.claim_for_mount(org, id, &field)?;
+            let runner = &registered.source.runner_id;
+            let conflict = if let Some(other) = claims.values().find(|other| other.source.runner_id != *runner) {
+                Some(format!("volume {id:?} is on runner {runner:?} and volume {:?} on runner {:?}: a sandbox runs on one runner", other.id, other.source.runner_id))
+            } else if !spec.runner_ids.is_empty() && !spec.runner_ids.contains(runner) {
+                Some(format!("volume {id:?} is on runner {runner:?}, which runner_ids {:?} leaves out", spec.runner_ids))
+            } else {
+                None
+            };
+            if let Some(conflict) = conflict {
+                return Err(SimError::invalid(Reason::VolumePlacementConflict, vec![FieldViolation::new(field, conflict)]));
+            }
+            // Other sandboxes write to a claim while this one starts: a sub-path could be swapped
+            // for a link between its check and its mount, so only the volume's root is mounted.
+            for (container_index, container) in spec.containers.iter().enumerate() {
+                for (mount_index, mount) in container.volume_mounts.iter().enumerate() {
+                    if mount.volume == volume.name && !mount.sub_path.trim_matches('/').is_empty() {
+                        let at = format!("sandbox.spec.containers[{container_index}].volumeMounts[{mount_index}].subPath");
+                        return Err(SimError::Unimplemented {
+                            message: format!("{at}: a sub-path of a registered volume is not emulated: mount its root"),
+                            violations: vec![FieldViolation::new(
+                                at,
+                                "not emulated for a registered volume (other sandboxes write to it, so a sub-path could be swapped for a link while it is mounted): mount the volume's root",
+                            )],
+                        });
+                    }
+                }
+            }
+            claims.insert(volume.name.clone(), registered);
+        }
+        Ok(claims)
+    }
+
+    /// How many of the organization's sandboxes that have not ended mount registered volume `id`.
+    pub(crate) fn sandboxes_mounting(&self, org: &str, id: &str) -> usize {
+        self.sandboxes
+            .by_id
+            .values()
+            .filter(|sandbox| sandbox.owner.org == org && !matches!(sandbox.life, Life::Ended { .. }))
+            .filter(|sandbox| sandbox.info.attached_volume_ids.iter().any(|attached| attached == id))
+            .count()
+    }
+
     fn choose_runner(&self, owner: &Owner, spec: &SandboxSpec) -> SimResult<&ManagedRunner> {
         let ready = |runner: &ManagedRunner| runner.install_status == RunnerInstallStatus::Ready as i32;
         if spec.runner_ids.is_empty() {
@@ -745,6 +824,9 @@ impl World {
             .filter(|view| filter.state.is_none_or(|state| state == view.state))
             .filter(|view| filter.tags.iter().all(|tag| view.tags.contains(tag)))
             .filter(|view| filter.runner_ids.is_empty() || filter.runner_ids.contains(&view.runner_id))
+            .filter(|view| {
+                filter.volume_ids.is_empty() || view.attached_volume_ids.iter().any(|id| filter.volume_ids.contains(id))
+            })
             .collect();
         matching.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
         if filter.descending {
@@ -1126,6 +1208,7 @@ fn validate_spec(spec: &SandboxSpec) -> SimResult<()> {
 fn container_inputs(
     spec: &SandboxSpec,
     stores: &std::collections::BTreeMap<String, crate::config::SecretStoreValues>,
+    claims: &HashMap<String, RegisteredVolume>,
 ) -> SimResult<Vec<Option<Box<ContainerInputs>>>> {
     use crate::config::SecretValue;
     let mut all = Vec::with_capacity(spec.containers.len());
@@ -1211,8 +1294,12 @@ fn container_inputs(
             .map(|mount| crate::k8s::VolumeMountStart {
                 volume: mount.volume.clone(),
                 path: mount.mount_path.clone(),
-                read_only: mount.read_only,
+                read_only: mount.read_only || claims.get(&mount.volume).is_some_and(|volume| volume.read_only),
                 sub_path: mount.sub_path.trim_matches('/').to_owned(),
+                claim: claims.get(&mount.volume).map(|volume| crate::k8s::ClaimMount {
+                    namespace: volume.source.namespace.clone(),
+                    name: volume.source.claim_name.clone(),
+                }),
                 restore_from_snapshot: spec
                     .volumes
                     .iter()

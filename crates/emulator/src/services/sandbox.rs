@@ -93,10 +93,6 @@ fn list(app: &App, caller: &Caller, request: &pb::ListSandboxesRequest) -> Resul
         StateFilter::Only(state) => Some(state),
         StateFilter::Never => return Ok(pb::ListSandboxesResponse::default()),
     };
-    if !request.volume_ids.is_empty() {
-        // No volume is ever attached in the emulator.
-        return Ok(pb::ListSandboxesResponse::default());
-    }
     let filter = convert::sandbox_filter(request, state);
     let (views, next_page_token) = app
         .driver()

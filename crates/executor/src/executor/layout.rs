@@ -32,6 +32,8 @@ pub(super) struct RootPlan {
     pub(super) volume_mounts: Vec<crate::VolumeMount>,
     /// Volumes that start as a copy of a snapshot: (volume, the snapshot's directory).
     pub(super) restores: Vec<(String, PathBuf)>,
+    /// Where the claims' directories are (`<namespace>/<name>`).
+    pub(super) claims_dir: PathBuf,
 }
 
 impl RootPlan {
@@ -41,6 +43,7 @@ impl RootPlan {
             sidecars: spec.sidecars.iter().map(|sidecar| sidecar.working_dir.clone()).collect(),
             volume_mounts: spec.volume_mounts.clone(),
             restores: Vec::new(),
+            claims_dir: PathBuf::new(),
         }
     }
 }
@@ -82,7 +85,11 @@ pub(super) fn prepare_layout(
                 .map_err(|error| format!("volume {volume:?} cannot be restored from its snapshot: {error}"))?;
         }
         for mount in &plan.volume_mounts {
-            let bind = rootfs::volume_bind(dir, &rootfs.path, host_paths, mount, owner)?;
+            let source = match &mount.claim {
+                Some(claim) => rootfs::claim_dir(&plan.claims_dir, claim, owner)?,
+                None => rootfs::volume_dir(dir, &mount.volume, owner)?,
+            };
+            let bind = rootfs::volume_bind(source, &rootfs.path, host_paths, mount, owner)?;
             rootfs.binds.push(bind);
         }
         rootfs::place_files(&rootfs.path, files, host_paths, owner)?;

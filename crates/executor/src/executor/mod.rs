@@ -6,6 +6,9 @@ mod mode;
 mod sidecars;
 mod snapshots;
 pub use self::snapshots::SNAPSHOTS_DIR;
+
+/// The directory of the root that holds the claims' data (`<namespace>/<name>`).
+pub const CLAIMS_DIR: &str = ".volumes";
 mod spares;
 mod validate;
 mod warm;
@@ -341,6 +344,7 @@ impl Executor {
             let dir = dir.clone();
             let mut plan = RootPlan::of(&spec);
             plan.restores = restores_of(&self.inner.config.root_dir, &spec.volume_mounts)?;
+            plan.claims_dir = self.inner.config.root_dir.join(CLAIMS_DIR);
             let files = std::mem::take(&mut spec.files);
             let network = spec.network;
             let host_paths = self.inner.config.host_paths.clone();

@@ -63,11 +63,27 @@ pub(super) fn validate_spec(spec: &LaunchSpec) -> Result<(), ExecutorError> {
         }
     }
     validate_working_dir(spec.working_dir.as_deref())?;
+    let label = |text: &str| {
+        !text.is_empty()
+            && text.len() <= 63
+            && text.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+    };
     for mount in &spec.volume_mounts {
-        let name_ok = !mount.volume.is_empty()
-            && mount.volume.len() <= 63
-            && mount.volume.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-');
-        if !name_ok {
+        if let Some(claim) = &mount.claim {
+            let claim_ok = claim.split_once('/').is_some_and(|(namespace, name)| label(namespace) && label(name));
+            if !claim_ok {
+                return Err(ExecutorError::InvalidRequest(format!(
+                    "invalid claim {claim:?}: its namespace and name, as namespace/name"
+                )));
+            }
+            if !mount.sub_path.trim_matches('/').is_empty() || mount.restore_from.is_some() {
+                return Err(ExecutorError::InvalidRequest(format!(
+                    "volume {:?}: a claim's volume is mounted at its root, as it is (no sub-path, no restore)",
+                    mount.volume
+                )));
+            }
+        }
+        if !label(&mount.volume) {
             return Err(ExecutorError::InvalidRequest(format!("invalid volume name {:?}", mount.volume)));
         }
         if let Err(problem) = crate::rootfs::check_file_path(&mount.path) {

@@ -269,6 +269,10 @@ pub struct World {
     pub(crate) snapshots: crate::snapshots::Snapshots,
     /// How often each snapshot transition ran.
     pub snapshot_transitions: Counts<crate::snapshots::SnapshotTransition>,
+    /// Registered volumes of every organization.
+    pub(crate) volumes: crate::volumes::Volumes,
+    /// How often each volume transition ran.
+    pub volume_transitions: Counts<crate::volumes::VolumeTransition>,
 }
 
 /// Most Nodes the NodeSets of a values document may describe: ten times the largest world the
@@ -313,7 +317,10 @@ impl World {
             sandbox_transitions: Counts::default(),
             snapshots: crate::snapshots::Snapshots::default(),
             snapshot_transitions: Counts::default(),
+            volumes: crate::volumes::Volumes::default(),
+            volume_transitions: Counts::default(),
         };
+        crate::volumes::check_claims(&world.values.persistent_volume_claims)?;
         world.build_topology()?;
         world.build_runners()?;
         world.settle();
