@@ -221,11 +221,7 @@ async fn loose_strictness_accepts_refused_fields_and_creates_the_sandbox() {
     let created = client.create_sandbox(create_request(spec, "")).await.expect("loose accepts").into_inner();
     assert!(!created.sandbox_id.is_empty());
     let deleted = client
-        .delete_sandbox(pb::DeleteSandboxRequest {
-            sandbox_id: created.sandbox_id.clone(),
-            snapshot_volumes: vec!["scratch".to_owned()],
-            ..Default::default()
-        })
+        .delete_sandbox(pb::DeleteSandboxRequest { sandbox_id: created.sandbox_id.clone(), ..Default::default() })
         .await
         .expect("loose accepts")
         .into_inner();

@@ -235,8 +235,8 @@ impl World {
             return Err(SimError::FailedPrecondition {
                 reason: Reason::SandboxNotRunning,
                 message: format!(
-                    "sandbox {sandbox_id:?} is {:?}: only a running sandbox's volumes can be captured",
-                    sandbox.state
+                    "sandbox {sandbox_id:?} is {}: only a RUNNING sandbox's volumes can be captured",
+                    format!("{:?}", sandbox.state).to_uppercase()
                 ),
             });
         }
