@@ -4,6 +4,7 @@
 //! commands and advance time through a [`time::Clock`] they control; every decision leaves an
 //! event with a reason and a message. See the crate README for the rooms.
 
+pub mod compose;
 pub mod config;
 pub mod discovery;
 pub mod error;
@@ -18,6 +19,7 @@ mod serverless;
 pub mod slurm;
 pub mod steps;
 pub mod sunk;
+pub mod templates;
 pub mod time;
 pub mod world;
 
