@@ -9,6 +9,7 @@ pub mod emulator;
 pub mod faults;
 pub mod runners;
 pub mod sandbox;
+pub mod templates;
 pub mod tenants;
 
 use connectrpc_axum::{ConnectError, ConnectResponse};
