@@ -71,6 +71,9 @@ reasons! {
     SandboxNotFound => "CWSANDBOX_SANDBOX_NOT_FOUND",
         when: "No sandbox with that id is visible to the caller (it never existed, was deleted, or belongs to another organization).",
         remedy: "Check the `sandbox_id` and the organization of the token; list sandboxes to find the right one.";
+    TemplateNotFound => "CWSANDBOX_TEMPLATE_NOT_FOUND",
+        when: "No sandbox template with that id is visible to the caller (it never existed, belongs to another organization, or is deleted and `show_deleted` was not asked for); CreateSandboxFromTemplate also answers it for a deleted template.",
+        remedy: "Check the template id and the organization of the token; ListSandboxTemplates shows the templates you can use.";
     RunnerNotFound => "CWSANDBOX_RUNNER_NOT_FOUND",
         when: "No runner with that id is visible to the caller.",
         remedy: "Check the runner id and the organization of the token; ListAvailableRunners shows the runners you can use.";

@@ -9,6 +9,7 @@ use cwsandbox_api::wkt::Timestamp;
 use cwsandbox_sim::quantity::{Quantity, format_bytes};
 use cwsandbox_sim::resolved::{ResolvedContainer, ResourceAmounts};
 use cwsandbox_sim::sandbox::{SandboxFilter, SandboxState, SandboxView};
+use cwsandbox_sim::templates::{Template, TemplateInput};
 use cwsandbox_sim::time::SimTime;
 
 use crate::errors::ApiError;
@@ -159,12 +160,39 @@ pub fn sandbox(view: &SandboxView) -> pb::Sandbox {
         effective_dns_egress: view.resolved.dns_egress as i32,
         ..Default::default()
     };
+    let (source_template_id, source_template_revision) = view.source_template.clone().unwrap_or_default();
     pb::Sandbox {
         sandbox_id: view.id.to_string(),
         spec: Some(spec),
         status: Some(status),
         display_name: view.display_name.clone(),
+        source_template_id,
+        source_template_revision,
         ..Default::default()
+    }
+}
+
+/// A template's settings as a create or update request carries them (`sandbox_template`, required;
+/// its output-only fields are ignored).
+pub fn template_input(template: Option<pb::SandboxTemplate>) -> Result<TemplateInput, ApiError> {
+    let template = template.ok_or_else(|| ApiError::missing_field("sandbox_template"))?;
+    Ok(TemplateInput { display_name: template.display_name, spec: template.spec })
+}
+
+/// A template as the API shows it.
+pub fn template(template: &Template) -> pb::SandboxTemplate {
+    pb::SandboxTemplate {
+        sandbox_template_id: template.id.clone(),
+        display_name: template.display_name.clone(),
+        spec: Some(template.spec.clone()),
+        revision: template.revision,
+        create_time: Some(timestamp(template.created)),
+        update_time: Some(timestamp(template.updated)),
+        delete_time: template.deleted.map(timestamp),
+        create_user_id: template.create_user.clone(),
+        deleted: template.deleted.is_some(),
+        attachments: None,
+        requires_cks: template.requires_cks(),
     }
 }
 

@@ -40,6 +40,7 @@ pub fn codes(reason: Reason) -> &'static [Code] {
         Reason::InvalidRequest => &[Code::InvalidArgument, Code::DeadlineExceeded, Code::Unimplemented, Code::Internal],
         Reason::RequestIdConflict => &[Code::InvalidArgument],
         Reason::SandboxNotFound => &[Code::NotFound],
+        Reason::TemplateNotFound => &[Code::NotFound],
         Reason::RunnerNotFound => &[Code::NotFound],
         Reason::RunnerUnavailable => &[Code::Unavailable],
         Reason::NoSuitableRunner => &[Code::FailedPrecondition],

@@ -11,6 +11,8 @@
 //! - [`Handling::Stored`]: a configuration resource's settings, validated, stored and returned,
 //!   with no further effect because what they configure is not simulated (a runner's own
 //!   deployment); the README lists them too;
+//! - [`Handling::SameAs`]: a message with the fields of another row's message, treated as that
+//!   row's fields are (a template's partial spec follows CreateSandbox's spec rows);
 //! - [`Handling::Refused`]: the emulator would accept the field and do nothing with it, so a
 //!   request that sets it is refused with UNIMPLEMENTED, reason `CWSANDBOX_NOT_IMPLEMENTED` and a
 //!   BadRequest violation naming it ([`check`]); under `strictness: loose` it is accepted and the
@@ -63,6 +65,9 @@ pub enum Handling {
     Stored,
     /// Not honoured: a request that sets it is refused (or, loose, logged).
     Refused,
+    /// A message whose fields follow the rows under the path given (the same field names, the
+    /// same treatment), so one decision covers every request that carries such a message.
+    SameAs(&'static str),
 }
 
 /// One row of the table.
@@ -93,22 +98,19 @@ const fn stored(path: &'static str, note: &'static str) -> FieldRule {
     FieldRule { path, handling: Handling::Stored, note }
 }
 
+const fn same_as(path: &'static str, target: &'static str, note: &'static str) -> FieldRule {
+    FieldRule { path, handling: Handling::SameAs(target), note }
+}
+
 const fn refused(path: &'static str, note: &'static str) -> FieldRule {
     FieldRule { path, handling: Handling::Refused, note }
 }
 
 /// The RPCs of the public services that answer UNIMPLEMENTED whatever the request holds, with why.
 pub const REFUSED_METHODS: &[(&str, &str)] = &[
-    ("SandboxService.CreateSandboxFromTemplate", "there are no sandbox templates"),
-    ("SandboxService.CreateSandboxFromFile", "compose files are not read and no image is built"),
     ("SandboxService.GetSandboxBuildLogs", "no image is built"),
     ("SandboxService.PurgeSandboxes", "not emulated"),
     ("SandboxService.ConnectSandbox", "no direct data plane: clients fall back to the gateway"),
-    ("SandboxTemplateService.CreateSandboxTemplate", "there are no sandbox templates"),
-    ("SandboxTemplateService.GetSandboxTemplate", "there are no sandbox templates"),
-    ("SandboxTemplateService.ListSandboxTemplates", "there are no sandbox templates"),
-    ("SandboxTemplateService.UpdateSandboxTemplate", "there are no sandbox templates"),
-    ("SandboxTemplateService.DeleteSandboxTemplate", "there are no sandbox templates"),
     ("SettingsService.GetBuildStorageConfig", "no image is built"),
     ("SettingsService.UpdateBuildStorageConfig", "no image is built"),
     ("SettingsService.GetObjectStorageWifConfig", "no object storage is reachable"),
@@ -412,6 +414,58 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("ListFileSystemSnapshotsRequest.source_sandbox_id", "filter"),
     emulated("DeleteFileSystemSnapshotRequest.file_system_snapshot_id", "the snapshot; its files are removed"),
     emulated("DeleteFileSystemSnapshotRequest.allow_missing", "NOT_FOUND becomes an empty answer"),
+    // CreateSandboxFromTemplate, CreateSandboxFromFile
+    emulated("CreateSandboxFromTemplateRequest.template_id", "a live template of the caller's organization"),
+    same_as(
+        "CreateSandboxFromTemplateRequest.overrides",
+        "CreateSandboxRequest.sandbox.spec",
+        "layered on the template's spec, each field replacing the template's when set",
+    ),
+    emulated(
+        "CreateSandboxFromTemplateRequest.request_id",
+        "idempotency: a replay with the same body answers the first sandbox",
+    ),
+    emulated("CreateSandboxFromTemplateRequest.display_name", "stored and returned"),
+    emulated("CreateSandboxFromFileRequest.type", "SANDBOX_FILE_TYPE_COMPOSE"),
+    emulated(
+        "CreateSandboxFromFileRequest.contents",
+        "a Compose file of at most 256 KiB: its services become the sandbox's containers, its keys mapped or refused by name",
+    ),
+    emulated("CreateSandboxFromFileRequest.primary_service", "the primary container; the other services are sidecars"),
+    emulated("CreateSandboxFromFileRequest.image_overrides", "a service's image (and no build)"),
+    refused("CreateSandboxFromFileRequest.build_contexts", "no image is built"),
+    same_as(
+        "CreateSandboxFromFileRequest.default_resources",
+        "CreateSandboxRequest.sandbox.spec.containers.resource_requirements",
+        "the requests and limits of the services without deploy.resources",
+    ),
+    emulated(
+        "CreateSandboxFromFileRequest.mode",
+        "CKS places on a runner; SERVERLESS on the values' serverless pool (no runner, no SUNK)",
+    ),
+    emulated("CreateSandboxFromFileRequest.max_lifetime_seconds", "the sandbox ends when its lifetime is over"),
+    emulated("CreateSandboxFromFileRequest.tags", "stored, returned, filtered on"),
+    same_as(
+        "CreateSandboxFromFileRequest.network",
+        "CreateSandboxRequest.sandbox.spec.network",
+        "the sandbox's network options",
+    ),
+    refused("CreateSandboxFromFileRequest.network_ids", "there are no sandbox networks"),
+    refused("CreateSandboxFromFileRequest.object_storage_access", "no object storage is reachable"),
+    emulated("CreateSandboxFromFileRequest.annotations", "on the Pod; the SUNK annotations steer placement"),
+    emulated("CreateSandboxFromFileRequest.runner_ids", "placement on the first ready runner named"),
+    emulated(
+        "CreateSandboxFromFileRequest.request_id",
+        "idempotency: a replay with the same body (the file's bytes included) answers the first sandbox",
+    ),
+    emulated("CreateSandboxFromFileRequest.display_name", "stored and returned"),
+    refused("CreateSandboxFromFileRequest.build_context_objects", "no image is built"),
+    refused("CreateSandboxFromFileRequest.builder_sizes", "no image is built"),
+    emulated(
+        "CreateSandboxFromFileRequest.control",
+        "PLATFORM (the default) runs the services as the sandbox's containers; CONTAINER_ENGINE is refused by name (no Docker engine)",
+    ),
+    refused("CreateSandboxFromFileRequest.image_pull_credentials", "no image is pulled"),
     // Data operations (SandboxService and SandboxDataPlaneService)
     emulated("ExecRequest.sandbox_id", "the sandbox"),
     emulated("ExecRequest.command", "the command"),
@@ -550,7 +604,60 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("ListManagedRunnersRequest.zone", "filter"),
     emulated("DeleteManagedRunnerRequest.runner_id", "the runner"),
     emulated("DeleteManagedRunnerRequest.allow_missing", "NOT_FOUND becomes an empty answer"),
-    emulated("ApplyAvailableUpdateRequest.runner_id", "the runner"),
+    emulated("ApplyAvailableUpdateRequest.runner_id", "the runner"), // SandboxTemplateService
+    emulated(
+        "CreateSandboxTemplateRequest.request_id",
+        "idempotency: a replay with the same template answers the first one",
+    ),
+    emulated("CreateSandboxTemplateRequest.sandbox_template", "the template"),
+    output_only("CreateSandboxTemplateRequest.sandbox_template.sandbox_template_id"),
+    emulated("CreateSandboxTemplateRequest.sandbox_template.display_name", "required; stored and returned"),
+    same_as(
+        "CreateSandboxTemplateRequest.sandbox_template.spec",
+        "CreateSandboxRequest.sandbox.spec",
+        "checked as CreateSandbox's spec is, except that the containers may be left to the overrides",
+    ),
+    output_only("CreateSandboxTemplateRequest.sandbox_template.revision"),
+    output_only("CreateSandboxTemplateRequest.sandbox_template.create_time"),
+    output_only("CreateSandboxTemplateRequest.sandbox_template.update_time"),
+    output_only("CreateSandboxTemplateRequest.sandbox_template.delete_time"),
+    output_only("CreateSandboxTemplateRequest.sandbox_template.create_user_id"),
+    output_only("CreateSandboxTemplateRequest.sandbox_template.deleted"),
+    refused(
+        "CreateSandboxTemplateRequest.sandbox_template.attachments",
+        "no pod-template fragment is applied to the sandboxes made from a template",
+    ),
+    output_only("CreateSandboxTemplateRequest.sandbox_template.requires_cks"),
+    emulated("UpdateSandboxTemplateRequest.sandbox_template_id", "the template"),
+    emulated("UpdateSandboxTemplateRequest.sandbox_template", "the template"),
+    output_only("UpdateSandboxTemplateRequest.sandbox_template.sandbox_template_id"),
+    emulated("UpdateSandboxTemplateRequest.sandbox_template.display_name", "required; stored and returned"),
+    same_as(
+        "UpdateSandboxTemplateRequest.sandbox_template.spec",
+        "CreateSandboxRequest.sandbox.spec",
+        "checked as CreateSandbox's spec is, except that the containers may be left to the overrides",
+    ),
+    output_only("UpdateSandboxTemplateRequest.sandbox_template.revision"),
+    output_only("UpdateSandboxTemplateRequest.sandbox_template.create_time"),
+    output_only("UpdateSandboxTemplateRequest.sandbox_template.update_time"),
+    output_only("UpdateSandboxTemplateRequest.sandbox_template.delete_time"),
+    output_only("UpdateSandboxTemplateRequest.sandbox_template.create_user_id"),
+    output_only("UpdateSandboxTemplateRequest.sandbox_template.deleted"),
+    refused(
+        "UpdateSandboxTemplateRequest.sandbox_template.attachments",
+        "no pod-template fragment is applied to the sandboxes made from a template",
+    ),
+    output_only("UpdateSandboxTemplateRequest.sandbox_template.requires_cks"),
+    emulated(
+        "UpdateSandboxTemplateRequest.update_mask",
+        "display_name, spec or spec.<field>; empty: the fields the patch sets (AIP-134)",
+    ),
+    emulated("GetSandboxTemplateRequest.sandbox_template_id", "the template"),
+    emulated("GetSandboxTemplateRequest.show_deleted", "a deleted template too (admins only)"),
+    emulated("ListSandboxTemplatesRequest.page_size", "server-capped page size"),
+    emulated("ListSandboxTemplatesRequest.page_token", "opaque page token"),
+    emulated("ListSandboxTemplatesRequest.show_deleted", "deleted templates too (admins only)"),
+    emulated("DeleteSandboxTemplateRequest.sandbox_template_id", "the template"),
 ];
 
 /// Whether the table covers the requests of `service`: every public service the server answers
@@ -573,7 +680,14 @@ macro_rules! requests {
     };
 }
 
-requests!(CreateSandboxRequest, DeleteSandboxRequest);
+requests!(
+    CreateSandboxRequest,
+    DeleteSandboxRequest,
+    CreateSandboxFromTemplateRequest,
+    CreateSandboxFromFileRequest,
+    CreateSandboxTemplateRequest,
+    UpdateSandboxTemplateRequest,
+);
 
 /// The package of the well-known types (Timestamp, FieldMask): values, not walked into.
 const WELL_KNOWN: &str = ".google.protobuf.";
@@ -679,6 +793,19 @@ impl Table {
                     prefix = parent;
                 }
             }
+            // A row that follows another leads where that one does.
+            for rule in FIELDS {
+                if let Handling::SameAs(target) = rule.handling
+                    && leads_to_refused.contains(target)
+                {
+                    let mut prefix = rule.path;
+                    leads_to_refused.insert(prefix.to_owned());
+                    while let Some((parent, _)) = prefix.rsplit_once('.') {
+                        leads_to_refused.insert(parent.to_owned());
+                        prefix = parent;
+                    }
+                }
+            }
             Table { rules, leads_to_refused }
         })
     }
@@ -771,6 +898,14 @@ fn walk(
                     walk(descriptors, table, child, &path, &shown_child, value, found);
                 }
             }
+            Handling::SameAs(target) => {
+                if let Some(child) = &field.message
+                    && table.leads_to_refused.contains(target)
+                {
+                    let shown_child = if field.repeated { format!("{shown_field}[{position}]") } else { shown_field };
+                    walk(descriptors, table, child, target, &shown_child, value, found);
+                }
+            }
             Handling::EmulatedWhole | Handling::Stored | Handling::OutputOnly => {}
         }
     }
@@ -814,6 +949,15 @@ pub fn fidelity_table() -> String {
         table.push_str(&format!("| `{method}` (every request) | {note} |\n"));
     }
     table.push_str(
+        "\nThese messages carry another's fields, each refused (or not) as that one's are and named by its own \
+         path:\n\n| request field | follows | how |\n|---|---|---|\n",
+    );
+    for rule in FIELDS {
+        if let Handling::SameAs(target) = rule.handling {
+            table.push_str(&format!("| `{}` | `{target}` | {} |\n", rule.path, rule.note));
+        }
+    }
+    table.push_str(
         "\nAccepted, validated, stored and returned, with no further effect:\n\n| request field | why |\n|---|---|\n",
     );
     for rule in FIELDS.iter().filter(|rule| rule.handling == Handling::Stored) {
@@ -853,13 +997,19 @@ mod tests {
                 seen.push(path.clone());
                 match table.rules.get(path.as_str()) {
                     None => missing.push(path),
-                    Some(rule) => {
-                        if let (Handling::Emulated, Some(child)) = (rule.handling, &field.message)
-                            && !child.starts_with(WELL_KNOWN)
-                        {
+                    Some(rule) => match (rule.handling, &field.message) {
+                        (Handling::Emulated, Some(child)) if !child.starts_with(WELL_KNOWN) => {
                             visit(descriptors, table, child, &path, depth + 1, seen, missing);
                         }
-                    }
+                        // The message's fields must each have a row under the path it follows.
+                        (Handling::SameAs(target), Some(child)) => {
+                            visit(descriptors, table, child, target, depth + 1, seen, missing);
+                        }
+                        (Handling::SameAs(target), None) => {
+                            panic!("{path} follows {target}, but is not a message field")
+                        }
+                        _ => {}
+                    },
                 }
             }
         }
@@ -984,6 +1134,50 @@ mod tests {
             fields(unemulated(&with_refused)),
             ["sandbox.spec.containers[1].security_context.read_only_root_filesystem"]
         );
+    }
+
+    #[test]
+    fn a_message_that_follows_the_spec_rows_is_refused_by_its_own_paths() {
+        let privileged = pb::SecurityContext { privileged: Some(true), ..Default::default() };
+        let partial = pb::PartialSandboxSpec {
+            containers: vec![pb::PartialContainer {
+                name: "main".to_owned(),
+                security_context: Some(privileged),
+                ..Default::default()
+            }],
+            services: vec![pb::Service { port: 8080, ..Default::default() }],
+            tags: vec!["emulated".to_owned()],
+            ..Default::default()
+        };
+        let from_template = pb::CreateSandboxFromTemplateRequest {
+            template_id: "t".to_owned(),
+            overrides: Some(partial.clone()),
+            ..Default::default()
+        };
+        assert_eq!(
+            fields(unemulated(&from_template)),
+            ["overrides.containers[0].security_context.privileged", "overrides.services"]
+        );
+        let template = pb::CreateSandboxTemplateRequest {
+            sandbox_template: Some(pb::SandboxTemplate {
+                display_name: "t".to_owned(),
+                spec: Some(pb::PartialSandboxSpec { services: Vec::new(), ..partial }),
+                attachments: Some(Default::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            fields(unemulated(&template)),
+            ["sandbox_template.spec.containers[0].security_context.privileged"],
+            "an empty attachments message asks for nothing"
+        );
+        let from_file = pb::CreateSandboxFromFileRequest {
+            network: Some(pb::NetworkOptions { deny_ingress: Some(true), ..Default::default() }),
+            builder_sizes: [("web".to_owned(), "large".to_owned())].into(),
+            ..Default::default()
+        };
+        assert_eq!(fields(unemulated(&from_file)), ["network.deny_ingress", "builder_sizes"]);
     }
 
     #[test]

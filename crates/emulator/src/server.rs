@@ -27,7 +27,7 @@ use tower::{Layer, ServiceExt};
 use crate::app::App;
 use crate::guard::{Guard, RequestLimits};
 use crate::not_implemented;
-use crate::services::{data, discovery, emulator, faults, runners, sandbox, snapshots, tenants};
+use crate::services::{data, discovery, emulator, faults, runners, sandbox, snapshots, templates, tenants};
 use crate::transport::Transport;
 
 /// The gRPC service names this server answers for (health reports each as SERVING).
@@ -64,16 +64,8 @@ pub async fn router(app: App, transport: &Transport) -> Router {
         .stream_logs(data::stream_logs)
         .write_file(data::write_file)
         .read_file(data::read_file)
-        .create_sandbox_from_template(not_implemented!(
-            pb::CreateSandboxFromTemplateRequest,
-            pb::Sandbox,
-            "SandboxService.CreateSandboxFromTemplate"
-        ))
-        .create_sandbox_from_file(not_implemented!(
-            pb::CreateSandboxFromFileRequest,
-            pb::Sandbox,
-            "SandboxService.CreateSandboxFromFile"
-        ))
+        .create_sandbox_from_template(sandbox::create_sandbox_from_template)
+        .create_sandbox_from_file(sandbox::create_sandbox_from_file)
         .get_sandbox_build_logs(not_implemented!(
             pb::GetSandboxBuildLogsRequest,
             pb::GetSandboxBuildLogsResponse,
@@ -117,31 +109,11 @@ pub async fn router(app: App, transport: &Transport) -> Router {
         .build();
 
     let (template_routes, template_grpc) = SandboxTemplateServiceTonicCompatibleBuilder::new()
-        .create_sandbox_template(not_implemented!(
-            pb::CreateSandboxTemplateRequest,
-            pb::SandboxTemplate,
-            "SandboxTemplateService.CreateSandboxTemplate"
-        ))
-        .get_sandbox_template(not_implemented!(
-            pb::GetSandboxTemplateRequest,
-            pb::SandboxTemplate,
-            "SandboxTemplateService.GetSandboxTemplate"
-        ))
-        .list_sandbox_templates(not_implemented!(
-            pb::ListSandboxTemplatesRequest,
-            pb::ListSandboxTemplatesResponse,
-            "SandboxTemplateService.ListSandboxTemplates"
-        ))
-        .update_sandbox_template(not_implemented!(
-            pb::UpdateSandboxTemplateRequest,
-            pb::SandboxTemplate,
-            "SandboxTemplateService.UpdateSandboxTemplate"
-        ))
-        .delete_sandbox_template(not_implemented!(
-            pb::DeleteSandboxTemplateRequest,
-            pbjson_types::Empty,
-            "SandboxTemplateService.DeleteSandboxTemplate"
-        ))
+        .create_sandbox_template(templates::create_sandbox_template)
+        .get_sandbox_template(templates::get_sandbox_template)
+        .list_sandbox_templates(templates::list_sandbox_templates)
+        .update_sandbox_template(templates::update_sandbox_template)
+        .delete_sandbox_template(templates::delete_sandbox_template)
         .with_state(app.clone())
         .build();
 

@@ -45,7 +45,8 @@ fn sample(types: &HashMap<String, prost_types::DescriptorProto>, field: &prost_t
     let is_map = field.r#type() == Type::Message
         && types[field.type_name()].options.as_ref().is_some_and(|options| options.map_entry());
     if is_map {
-        return json!({"k": "v"});
+        // A map entry's second field is the value (bytes values need base64).
+        return json!({"k": sample(types, &types[field.type_name()].field[1])});
     }
     let one = match field.r#type() {
         Type::String => json!("x"),
@@ -95,6 +96,10 @@ fn with_field(types: &HashMap<String, prost_types::DescriptorProto>, base: &Valu
     (value, shown.join("."))
 }
 
+fn from_json<T: serde::de::DeserializeOwned>(body: Value) -> T {
+    serde_json::from_value(body).expect("a request in proto3 JSON")
+}
+
 fn violations(status: &tonic::Status) -> Vec<String> {
     details(status)
         .bad_request()
@@ -112,35 +117,86 @@ fn assert_refused(status: &tonic::Status, field: &str) {
     assert!(status.message().contains(field), "the message names {field}: {status:?}");
 }
 
+/// The refused rows, each as a path in a request: the table's own, and those a message that
+/// follows another's rows (`Handling::SameAs`) reaches, spelled under its own path.
+fn refused_paths() -> Vec<String> {
+    let mut paths: Vec<String> =
+        FIELDS.iter().filter(|rule| rule.handling == Handling::Refused).map(|rule| rule.path.to_owned()).collect();
+    for rule in FIELDS {
+        if let Handling::SameAs(target) = rule.handling {
+            let under = format!("{target}.");
+            paths.extend(
+                FIELDS
+                    .iter()
+                    .filter(|refused| refused.handling == Handling::Refused)
+                    .filter_map(|refused| refused.path.strip_prefix(&under))
+                    .map(|rest| format!("{}.{rest}", rule.path)),
+            );
+        }
+    }
+    paths
+}
+
 #[tokio::test]
 async fn every_refused_field_set_in_a_valid_request_is_refused_by_name() {
     let emulator = start().await;
     let info = emulator.info().clone();
-    let mut client = sandboxes(&emulator, &info.user_token).await;
+    let mut client = sandboxes(&emulator, &info.admin_token).await;
+    let mut templates =
+        cwsandbox_api::sandbox_v1::sandbox_template_service_client::SandboxTemplateServiceClient::with_interceptor(
+            channel(&emulator).await,
+            Bearer(info.admin_token.clone()),
+        );
     let types = message_types();
     let create_base = serde_json::to_value(create_request(client_spec(&info.runner_id), "")).unwrap();
     let delete_base =
         serde_json::to_value(pb::DeleteSandboxRequest { sandbox_id: "sb-1".to_owned(), ..Default::default() }).unwrap();
+    let file_base = json!({
+        "type": "SANDBOX_FILE_TYPE_COMPOSE",
+        "contents": "c2VydmljZXM6IHthcHA6IHtpbWFnZTogcHl0aG9uOjMuMTF9fQ==",
+        "primaryService": "app",
+        "runnerIds": [info.runner_id],
+    });
+    let template = json!({"displayName": "t", "spec": {"containers": [{"name": "main", "image": "python:3.11"}]}});
+    let template_base = json!({"sandboxTemplate": template});
+    let update_base = json!({"sandboxTemplateId": "t-1", "sandboxTemplate": template});
+    let from_template_base = json!({"templateId": "t-1"});
     let mut checked = HashSet::new();
-    for rule in FIELDS.iter().filter(|rule| rule.handling == Handling::Refused) {
-        let request_type = rule.path.split('.').next().unwrap();
-        let error = match request_type {
-            "CreateSandboxRequest" => {
-                let (body, field) = with_field(&types, &create_base, rule.path);
-                let request: pb::CreateSandboxRequest = serde_json::from_value(body).unwrap();
-                let error = client.create_sandbox(request).await.expect_err(rule.path);
-                (error, field)
-            }
-            "DeleteSandboxRequest" => {
-                let (body, field) = with_field(&types, &delete_base, rule.path);
-                let request: pb::DeleteSandboxRequest = serde_json::from_value(body).unwrap();
-                let error = client.delete_sandbox(request).await.expect_err(rule.path);
-                (error, field)
-            }
-            other => panic!("{}: no case here calls {other}'s RPC: add one", rule.path),
+    for path in refused_paths() {
+        let request_type = path.split('.').next().unwrap();
+        let base = match request_type {
+            "CreateSandboxRequest" => &create_base,
+            "DeleteSandboxRequest" => &delete_base,
+            "CreateSandboxFromFileRequest" => &file_base,
+            "CreateSandboxTemplateRequest" => &template_base,
+            "UpdateSandboxTemplateRequest" => &update_base,
+            "CreateSandboxFromTemplateRequest" => &from_template_base,
+            other => panic!("{path}: no case here calls {other}'s RPC: add one"),
         };
-        assert_refused(&error.0, &error.1);
-        checked.insert(rule.path);
+        let (body, field) = with_field(&types, base, &path);
+        let error = match request_type {
+            "CreateSandboxRequest" => client.create_sandbox(from_json::<pb::CreateSandboxRequest>(body)).await.err(),
+            "DeleteSandboxRequest" => client.delete_sandbox(from_json::<pb::DeleteSandboxRequest>(body)).await.err(),
+            "CreateSandboxFromFileRequest" => {
+                client.create_sandbox_from_file(from_json::<pb::CreateSandboxFromFileRequest>(body)).await.err()
+            }
+            "CreateSandboxFromTemplateRequest" => {
+                client.create_sandbox_from_template(from_json::<pb::CreateSandboxFromTemplateRequest>(body)).await.err()
+            }
+            "CreateSandboxTemplateRequest" => {
+                templates.create_sandbox_template(from_json::<pb::CreateSandboxTemplateRequest>(body)).await.err()
+            }
+            _ => templates.update_sandbox_template(from_json::<pb::UpdateSandboxTemplateRequest>(body)).await.err(),
+        };
+        assert_refused(&error.unwrap_or_else(|| panic!("{path} was accepted")), &field);
+        checked.insert(path);
+    }
+    for (request, alias) in [
+        ("CreateSandboxFromTemplateRequest", "overrides.services"),
+        ("CreateSandboxTemplateRequest", "sandbox_template.spec.containers.startup_probe"),
+        ("CreateSandboxFromFileRequest", "network.dns_egress"),
+    ] {
+        assert!(checked.contains(&format!("{request}.{alias}")), "the rows another message follows were walked");
     }
     assert!(checked.len() > 20, "the refused rows were walked: {checked:?}");
 

@@ -34,7 +34,7 @@ pub enum SimError {
     /// A dependency is down now; a retry may succeed.
     #[error("{message}")]
     Unavailable { reason: Reason, message: String, retry_after: Option<Duration> },
-    /// The operation, or what the named fields ask, is not emulated.
+    /// The operation, or an input it was given, is not emulated; the violations name the inputs.
     #[error("{message}")]
     Unimplemented { message: String, violations: Vec<FieldViolation> },
 }
@@ -42,17 +42,19 @@ pub enum SimError {
 impl SimError {
     /// Bad input with field violations; the message summarizes them.
     pub fn invalid(reason: Reason, violations: Vec<FieldViolation>) -> SimError {
-        let message = violations
-            .iter()
-            .map(|violation| format!("{}: {}", violation.field, violation.description))
-            .collect::<Vec<_>>()
-            .join("; ");
-        SimError::InvalidArgument { reason, message, violations }
+        SimError::InvalidArgument { reason, message: summary(&violations), violations }
     }
 
     /// Bad input in one field.
     pub fn invalid_field(field: impl Into<String>, description: impl Into<String>) -> SimError {
         SimError::invalid(Reason::InvalidRequest, vec![FieldViolation::new(field, description)])
+    }
+
+    /// Inputs the emulator does not honour, refused by name rather than ignored; the message
+    /// summarizes them.
+    pub fn not_emulated(violations: Vec<FieldViolation>) -> SimError {
+        let message = format!("not emulated, so refused rather than ignored: {}", summary(&violations));
+        SimError::Unimplemented { message, violations }
     }
 
     /// The ErrorInfo reason, when the error has one.
@@ -75,6 +77,15 @@ impl SimError {
             _ => &[],
         }
     }
+}
+
+/// Each violation as `field: description`, joined.
+fn summary(violations: &[FieldViolation]) -> String {
+    violations
+        .iter()
+        .map(|violation| format!("{}: {}", violation.field, violation.description))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The one place a policy's refusal gets its gRPC class and reason; the message is the policy's.

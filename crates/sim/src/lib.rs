@@ -4,6 +4,7 @@
 //! commands and advance time through a [`time::Clock`] they control; every decision leaves an
 //! event with a reason and a message. See the crate README for the rooms.
 
+pub mod compose;
 pub mod config;
 pub mod discovery;
 pub mod error;
@@ -20,6 +21,7 @@ pub mod snapshots;
 pub mod volumes;
 pub mod steps;
 pub mod sunk;
+pub mod templates;
 pub mod time;
 pub mod world;
 

@@ -236,6 +236,12 @@ pub struct SandboxInfo {
     pub request_id: String,
     /// The registered volumes (VolumeService) it mounts, by id.
     pub attached_volume_ids: Vec<String>,
+    /// The template it was made from, and that template's revision then.
+    pub source_template: Option<(String, i64)>,
+    /// What a replay of `request_id` is compared with, for a sandbox not made from a spec alone
+    /// (a template's or a file's request, encoded without its request id); `None`: the spec and
+    /// the display name.
+    request_body: Option<Vec<u8>>,
 }
 
 impl SandboxInfo {
@@ -348,6 +354,13 @@ impl SandboxFilter {
     }
 }
 
+/// How a new sandbox came to be asked for, beyond its spec.
+struct Origin<'a> {
+    request_id: &'a str,
+    source_template: Option<(String, i64)>,
+    request_body: Option<Vec<u8>>,
+}
+
 const DEFAULT_PAGE_SIZE: usize = 100;
 const MAX_PAGE_SIZE: usize = 1000;
 
@@ -396,28 +409,107 @@ impl World {
         self.settle();
         let spec = normalize_spec(spec)?;
         let spec_bytes = spec.encode_to_vec();
-        if !request_id.is_empty()
-            && let Some(id) =
-                self.sandboxes.by_request.get(&owner.org).and_then(|requests| requests.get(request_id)).cloned()
-        {
-            // The sandbox keeps its encoded spec, so a replay is compared with what created it.
-            let same_body = self
-                .sandboxes
-                .by_id
-                .get(&id)
-                .is_some_and(|sandbox| sandbox.spec_bytes == spec_bytes && sandbox.display_name == display_name);
-            if !same_body {
-                return Err(SimError::invalid(
-                    Reason::RequestIdConflict,
-                    vec![FieldViolation::new(
-                        "request_id",
-                        format!("request id {request_id:?} was used with a different request"),
-                    )],
-                ));
-            }
-            self.count_sandbox(SandboxTransition::Replay);
-            return self.get_sandbox(&owner.org, &id);
+        // The sandbox keeps its encoded spec, so a replay is compared with what created it.
+        let same_body = |sandbox: &SandboxInfo| {
+            sandbox.request_body.is_none() && sandbox.spec_bytes == spec_bytes && sandbox.display_name == display_name
+        };
+        if let Some(replayed) = self.replay(owner, request_id, same_body) {
+            return replayed;
         }
+        let origin = Origin { request_id, source_template: None, request_body: None };
+        self.admit(owner, spec, display_name, origin, faults)
+    }
+
+    /// CreateSandboxFromTemplate: the template's spec with `overrides` layered on
+    /// ([`crate::templates::layered`]), then CreateSandbox's path. A replay of `request_id` is
+    /// compared with the request as sent, so it answers the first sandbox even once the template
+    /// has changed or gone.
+    pub fn create_sandbox_from_template(
+        &mut self,
+        owner: &Owner,
+        request: &cwsandbox_api::sandbox_v1::CreateSandboxFromTemplateRequest,
+        faults: Vec<crate::world::InjectedFault>,
+    ) -> SimResult<SandboxView> {
+        self.settle();
+        let body = cwsandbox_api::sandbox_v1::CreateSandboxFromTemplateRequest {
+            request_id: String::new(),
+            ..request.clone()
+        }
+        .encode_to_vec();
+        if let Some(replayed) =
+            self.replay(owner, &request.request_id, |sandbox| sandbox.request_body.as_deref() == Some(&body))
+        {
+            return replayed;
+        }
+        let template = self.get_template(&owner.org, &request.template_id, false)?;
+        let spec = crate::templates::layered(&template.spec, &request.overrides.clone().unwrap_or_default())?;
+        let origin = Origin {
+            request_id: &request.request_id,
+            source_template: Some((template.id, template.revision)),
+            request_body: Some(body),
+        };
+        self.admit(owner, normalize_spec(spec)?, &request.display_name, origin, faults)
+    }
+
+    /// CreateSandboxFromFile, once the file is translated into `spec` ([`crate::compose`]):
+    /// CreateSandbox's path, a replay of `request_id` compared with the request as sent (the
+    /// file's bytes included).
+    pub fn create_sandbox_from_file(
+        &mut self,
+        owner: &Owner,
+        request: &cwsandbox_api::sandbox_v1::CreateSandboxFromFileRequest,
+        spec: SandboxSpec,
+        faults: Vec<crate::world::InjectedFault>,
+    ) -> SimResult<SandboxView> {
+        self.settle();
+        let body =
+            cwsandbox_api::sandbox_v1::CreateSandboxFromFileRequest { request_id: String::new(), ..request.clone() }
+                .encode_to_vec();
+        if let Some(replayed) =
+            self.replay(owner, &request.request_id, |sandbox| sandbox.request_body.as_deref() == Some(&body))
+        {
+            return replayed;
+        }
+        let origin = Origin { request_id: &request.request_id, source_template: None, request_body: Some(body) };
+        self.admit(owner, normalize_spec(spec)?, &request.display_name, origin, faults)
+    }
+
+    /// The answer to a request whose `request_id` made a sandbox already: that sandbox when
+    /// `same_body` says the request is the same, a conflict otherwise; `None` for a new id.
+    fn replay(
+        &mut self,
+        owner: &Owner,
+        request_id: &str,
+        same_body: impl Fn(&SandboxInfo) -> bool,
+    ) -> Option<SimResult<SandboxView>> {
+        if request_id.is_empty() {
+            return None;
+        }
+        let id = self.sandboxes.by_request.get(&owner.org).and_then(|requests| requests.get(request_id)).cloned()?;
+        if !self.sandboxes.by_id.get(&id).is_some_and(|sandbox| same_body(&sandbox.info)) {
+            return Some(Err(SimError::invalid(
+                Reason::RequestIdConflict,
+                vec![FieldViolation::new(
+                    "request_id",
+                    format!("request id {request_id:?} was used with a different request"),
+                )],
+            )));
+        }
+        self.count_sandbox(SandboxTransition::Replay);
+        Some(self.get_sandbox(&owner.org, &id))
+    }
+
+    /// Makes a sandbox of a normalized spec that is not a replay: validation, placement, policy,
+    /// the Pod.
+    fn admit(
+        &mut self,
+        owner: &Owner,
+        spec: SandboxSpec,
+        display_name: &str,
+        origin: Origin<'_>,
+        faults: Vec<crate::world::InjectedFault>,
+    ) -> SimResult<SandboxView> {
+        let Origin { request_id, source_template, request_body } = origin;
         validate_spec(&spec)?;
         for (index, volume) in spec.volumes.iter().enumerate() {
             if let Some(snapshot) = restore_source(volume) {
@@ -425,6 +517,7 @@ impl World {
                 self.check_restorable(&owner.org, snapshot, field)?;
             }
         }
+        let spec_bytes = spec.encode_to_vec();
         let serverless = spec.mode == SandboxMode::Serverless as i32;
         let claims = self.registered_volumes_of(&owner.org, &spec, serverless)?;
         let attached_volume_ids: Vec<String> = claims.values().map(|volume| volume.id.clone()).collect();
@@ -546,6 +639,8 @@ impl World {
                     created: now,
                     request_id: request_id.to_owned(),
                     attached_volume_ids,
+                    source_template,
+                    request_body,
                 }),
                 lifetime_timer: None,
                 job_id: None,
@@ -1115,19 +1210,32 @@ impl World {
 /// Checks the fields a sandbox must have before anything else.
 /// The spec as the sandbox keeps it (and a replayed request is compared with): a lone unnamed
 /// container is called `main`; `runner_ids` go with CKS placement only.
-fn normalize_spec(mut spec: SandboxSpec) -> SimResult<SandboxSpec> {
-    if spec.containers.len() == 1 && spec.containers[0].name.trim().is_empty() {
-        spec.containers[0].name = "main".to_owned();
-    }
+fn normalize_spec(spec: SandboxSpec) -> SimResult<SandboxSpec> {
+    let spec = normalize_lone_container(spec);
     if !spec.runner_ids.is_empty() && spec.mode == SandboxMode::Serverless as i32 {
         return Err(SimError::invalid_field("sandbox.spec.mode", "runner_ids need placement mode CKS, not SERVERLESS"));
     }
     Ok(spec)
 }
 
+/// A lone unnamed container is called `main`.
+pub(crate) fn normalize_lone_container(mut spec: SandboxSpec) -> SandboxSpec {
+    if spec.containers.len() == 1 && spec.containers[0].name.trim().is_empty() {
+        spec.containers[0].name = "main".to_owned();
+    }
+    spec
+}
+
 fn validate_spec(spec: &SandboxSpec) -> SimResult<()> {
+    let violations = spec_violations(spec, true);
+    if violations.is_empty() { Ok(()) } else { Err(SimError::invalid(Reason::InvalidRequest, violations)) }
+}
+
+/// What is wrong with a spec on its own, its fields named as CreateSandbox's (`sandbox.spec.…`);
+/// a template's spec may leave out the containers (`require_containers` false).
+pub(crate) fn spec_violations(spec: &SandboxSpec, require_containers: bool) -> Vec<FieldViolation> {
     let mut violations = Vec::new();
-    if spec.containers.is_empty() {
+    if require_containers && spec.containers.is_empty() {
         violations.push(FieldViolation::new("sandbox.spec.containers", "at least one container is required"));
     }
     for (index, container) in spec.containers.iter().enumerate() {
@@ -1199,7 +1307,7 @@ fn validate_spec(spec: &SandboxSpec) -> SimResult<()> {
             format!("must be between 0 (default) and {MAX_LIFETIME_SECONDS} seconds"),
         ));
     }
-    if violations.is_empty() { Ok(()) } else { Err(SimError::invalid(Reason::InvalidRequest, violations)) }
+    violations
 }
 
 /// Each container's secrets, read from the values' secret stores, and mounted files, in spec

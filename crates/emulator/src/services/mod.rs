@@ -10,6 +10,7 @@ pub mod faults;
 pub mod runners;
 pub mod sandbox;
 pub mod snapshots;
+pub mod templates;
 pub mod tenants;
 
 use connectrpc_axum::{ConnectError, ConnectResponse};

@@ -4,6 +4,7 @@
 use axum::extract::{FromRequestParts, State};
 use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse};
 use cwsandbox_api::sandbox_v1 as pb;
+use cwsandbox_sim::compose;
 use cwsandbox_sim::snapshots::SnapshotTrigger;
 use cwsandbox_sim::world::InjectedFault;
 use cwsandbox_sim::{Reason, SimError};
@@ -52,6 +53,54 @@ fn create(
     })?;
     tracing::info!(sandbox_id = %view.id, state = ?view.state, runner = %view.runner_id, user = %owner.user, "sandbox created");
     Ok(convert::sandbox(&view))
+}
+
+/// CreateSandboxFromTemplate: the template's spec with the overrides layered on, then
+/// CreateSandbox's path; idempotent by `request_id`.
+pub async fn create_sandbox_from_template(
+    State(app): State<App>,
+    caller: Caller,
+    Injected(faults): Injected,
+    ConnectRequest(request): ConnectRequest<pb::CreateSandboxFromTemplateRequest>,
+) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
+    respond(
+        "CreateSandboxFromTemplate",
+        (|| -> Result<_, ApiError> {
+            caller.require(Role::SandboxUser)?;
+            app.check_fields("CreateSandboxFromTemplate", &request)?;
+            convert::required("template_id", &request.template_id)?;
+            let owner = caller.owner();
+            let view = app.driver().with_world(|world| world.create_sandbox_from_template(&owner, &request, faults))?;
+            tracing::info!(sandbox_id = %view.id, template_id = %request.template_id, state = ?view.state, user = %owner.user, "sandbox created from a template");
+            Ok(convert::sandbox(&view))
+        })(),
+    )
+}
+
+/// CreateSandboxFromFile: the Compose file's services as the sandbox's containers
+/// (`cwsandbox_sim::compose`), then CreateSandbox's path; idempotent by `request_id`.
+pub async fn create_sandbox_from_file(
+    State(app): State<App>,
+    caller: Caller,
+    Injected(faults): Injected,
+    ConnectRequest(request): ConnectRequest<pb::CreateSandboxFromFileRequest>,
+) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
+    respond(
+        "CreateSandboxFromFile",
+        (|| -> Result<_, ApiError> {
+            caller.require(Role::SandboxUser)?;
+            app.check_fields("CreateSandboxFromFile", &request)?;
+            let text = compose::contents(&request)?;
+            let tree: serde_json::Value = serde_saphyr::from_str(text)
+                .map_err(|error| ApiError::invalid_field("contents", format!("not a YAML document: {error}")))?;
+            let spec = compose::sandbox_spec(&request, &tree)?;
+            let owner = caller.owner();
+            let view =
+                app.driver().with_world(|world| world.create_sandbox_from_file(&owner, &request, spec, faults))?;
+            tracing::info!(sandbox_id = %view.id, primary_service = %request.primary_service, state = ?view.state, user = %owner.user, "sandbox created from a file");
+            Ok(convert::sandbox(&view))
+        })(),
+    )
 }
 
 /// GetSandbox: terminal sandboxes stay readable for the retention period.

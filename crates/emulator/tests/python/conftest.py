@@ -75,16 +75,21 @@ def processes_with(mark: str) -> list[int]:
     return found
 
 
-def emulator(method: str, body: dict) -> dict:
-    """One EmulatorService call over Connect JSON with the operator's token (the suite's
-    CWSANDBOX_API_KEY)."""
+def connect(service: str, method: str, body: dict) -> dict:
+    """One unary call over Connect JSON (`service` fully qualified) with the suite's admin token
+    (CWSANDBOX_API_KEY): for the APIs the published client has no methods for."""
     request = urllib.request.Request(
-        f"{os.environ['CWSANDBOX_BASE_URL']}/coreweave.sandbox.emulator.v1.EmulatorService/{method}",
+        f"{os.environ['CWSANDBOX_BASE_URL']}/{service}/{method}",
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {os.environ['CWSANDBOX_API_KEY']}"},
     )
     with urllib.request.urlopen(request, timeout=WAIT) as reply:
         return json.load(reply)
+
+
+def emulator(method: str, body: dict) -> dict:
+    """One EmulatorService call, as the operator."""
+    return connect("coreweave.sandbox.emulator.v1.EmulatorService", method, body)
 
 
 CLI = os.path.join(os.path.dirname(sys.executable), "cwsandbox")

@@ -182,8 +182,8 @@ impl World {
     /// cluster's own as they are: each of its sandboxes ends at once (its Pod removed without a
     /// grace period, its processes killed) and is forgotten; its batch jobs still queued are
     /// cancelled; and none of its jobs is its own any more (they stay in the cluster's accounting,
-    /// as cancelled jobs stay in `sacct`; nodes held by them free after the epilog, as in Slurm).
-    /// Runners and policies are kept. Returns how many running Pods were stopped.
+    /// as cancelled jobs stay in `sacct`; nodes held by them free after the epilog, as in Slurm);
+    /// its sandbox templates are forgotten. Runners and policies are kept. Returns how many running Pods were stopped.
     pub fn reset_organization(&mut self, org: &str) -> usize {
         self.settle();
         let sandboxes: Vec<SharedStr> = self.organization_sandboxes(org).map(|sandbox| sandbox.id.clone()).collect();
@@ -202,6 +202,7 @@ impl World {
             let _ = self.scancel(&Scope::Cluster, job, 0);
         }
         self.job_orgs.retain(|_, owner| owner.as_str() != org);
+        self.templates.forget_organization(org);
         self.settle();
         stopped
     }

@@ -227,6 +227,7 @@ pub struct World {
     /// Managed runners.
     pub runners: RunnerRegistry,
     pub(crate) sandboxes: crate::sandbox::Sandboxes,
+    pub(crate) templates: crate::templates::Templates,
     /// The time the world has reached.
     pub(crate) now: SimTime,
     pub(crate) timers: Timers,
@@ -294,6 +295,7 @@ impl World {
             slurm: Slurm::new(values.slurm.first_job_id),
             runners: RunnerRegistry::default(),
             sandboxes: crate::sandbox::Sandboxes::default(),
+            templates: crate::templates::Templates::default(),
             now,
             timers: Timers::default(),
             placeholder_of_pod: HashMap::default(),

@@ -1,0 +1,649 @@
+//! CreateSandboxFromFile's Compose files: each service becomes a container of the sandbox (the
+//! primary service the primary container, the others sidecars), named volumes become scratch
+//! volumes. What maps:
+//!
+//! - top level: `services`, `volumes` (named volumes without settings), `version` (obsolete; Compose
+//!   itself ignores it) and `x-*` extensions (which Compose ignores by definition);
+//! - per service: `image` (or `image_overrides`), `build` only beside an image (the image is used
+//!   and nothing is built, as the gateway does), `command` and `entrypoint` (lists, or strings
+//!   split as shell words), `environment` (map or `KEY=VALUE` list), `working_dir`, a numeric
+//!   `user` (`uid[:gid]`, the security context's run_as), `volumes` naming a top-level volume
+//!   (short `name:/path[:ro|rw]` or long `type: volume` syntax), `deploy.resources`
+//!   (`limits`/`reservations` `cpus` and `memory`), and `x-*` extensions.
+//!
+//! Every other key is refused by name (UNIMPLEMENTED, reason `CWSANDBOX_NOT_IMPLEMENTED`, a
+//! violation `contents.services.web.ports`), never ignored: a `build` with no image to use
+//! instead (no image is built), bind mounts (no host path is shared), `${VAR}` interpolation (there
+//! is no shell environment to take values from; `$$` is a literal `$`), and the keys with no
+//! equivalent here (`ports`, `depends_on`, `healthcheck`, `networks`, …).
+
+use std::collections::{BTreeMap, HashMap};
+
+use cwsandbox_api::sandbox_v1::{
+    Container, Control, CreateSandboxFromFileRequest, ResourceRequirements, Resources, SandboxFileType, SandboxSpec,
+    SandboxVolume, ScratchVolume, SecurityContext, VolumeMount, sandbox_volume,
+};
+use serde_json::Value;
+
+use crate::error::{FieldViolation, Reason, SimError, SimResult};
+
+/// The largest file the gateway accepts (the published client's `_CREATE_FROM_FILE_CONTENTS_MAX_BYTES`).
+pub const MAX_CONTENTS_BYTES: usize = 256 * 1024;
+
+/// The file's text, once the request's type and size allow reading it as a Compose file.
+pub fn contents(request: &CreateSandboxFromFileRequest) -> SimResult<&str> {
+    match SandboxFileType::try_from(request.r#type) {
+        Ok(SandboxFileType::Compose) => {}
+        Ok(SandboxFileType::Unspecified) => {
+            return Err(SimError::invalid_field("type", "required: SANDBOX_FILE_TYPE_COMPOSE"));
+        }
+        Err(_) => return Err(SimError::invalid_field("type", format!("unknown file type {}", request.r#type))),
+    }
+    if request.contents.is_empty() {
+        return Err(SimError::invalid_field("contents", "required: the Compose file"));
+    }
+    if request.contents.len() > MAX_CONTENTS_BYTES {
+        return Err(SimError::invalid_field(
+            "contents",
+            format!("{} bytes, more than the {MAX_CONTENTS_BYTES} the gateway accepts", request.contents.len()),
+        ));
+    }
+    std::str::from_utf8(&request.contents)
+        .map_err(|error| SimError::invalid_field("contents", format!("not UTF-8 text: {error}")))
+}
+
+/// What reading the file found: malformed input, and keys that are not emulated.
+#[derive(Default)]
+struct Findings {
+    invalid: Vec<FieldViolation>,
+    refused: Vec<FieldViolation>,
+}
+
+impl Findings {
+    fn invalid(&mut self, field: impl Into<String>, description: impl Into<String>) {
+        self.invalid.push(FieldViolation::new(field, description));
+    }
+
+    fn refuse(&mut self, field: impl Into<String>, description: impl Into<String>) {
+        self.refused.push(FieldViolation::new(field, description));
+    }
+
+    /// Malformed input first (the caller must fix it anyway), then what is not emulated.
+    fn into_result<T>(self, value: T) -> SimResult<T> {
+        if !self.invalid.is_empty() {
+            Err(SimError::invalid(Reason::InvalidRequest, self.invalid))
+        } else if !self.refused.is_empty() {
+            Err(SimError::not_emulated(self.refused))
+        } else {
+            Ok(value)
+        }
+    }
+}
+
+/// Why a top-level or service key has no equivalent here, for the keys users meet most.
+fn why_not(key: &str) -> &'static str {
+    match key {
+        "ports" | "expose" => "no port is exposed (services are not emulated)",
+        "depends_on" => "containers start together; no start order or health condition is kept",
+        "healthcheck" => "probes are not run",
+        "networks" | "network_mode" | "hostname" | "extra_hosts" | "dns" => {
+            "the sandbox's containers share one network; networks are not configured"
+        }
+        "secrets" | "configs" | "env_file" => "no file is taken from the host",
+        "restart" => "containers are not restarted",
+        "name" => "the project name has no meaning in one sandbox",
+        _ => "not emulated",
+    }
+}
+
+/// The sandbox spec `tree` (the parsed file) and the request describe.
+pub fn sandbox_spec(request: &CreateSandboxFromFileRequest, tree: &Value) -> SimResult<SandboxSpec> {
+    let mut findings = Findings::default();
+    if Control::try_from(request.control) == Ok(Control::ContainerEngine) {
+        findings.refuse("control", "CONTAINER_ENGINE: there is no Docker engine to run the file under");
+        return findings.into_result(SandboxSpec::default());
+    }
+    let Some(top) = tree.as_object() else {
+        return Err(SimError::invalid_field("contents", "a Compose file is a map with `services`"));
+    };
+    for key in top.keys() {
+        if !matches!(key.as_str(), "services" | "volumes" | "version") && !key.starts_with("x-") {
+            findings.refuse(format!("contents.{key}"), why_not(key));
+        }
+    }
+    let volumes = named_volumes(top.get("volumes"), &mut findings);
+    let services = match top.get("services").and_then(Value::as_object) {
+        Some(services) if !services.is_empty() => services,
+        _ => {
+            findings.invalid("contents.services", "required: a map of at least one service");
+            return findings.into_result(SandboxSpec::default());
+        }
+    };
+    if request.primary_service.is_empty() {
+        findings.invalid("primary_service", "required: the service that becomes the primary container");
+    } else if !services.contains_key(&request.primary_service) {
+        findings.invalid("primary_service", format!("no service named {:?} in contents", request.primary_service));
+    }
+    for name in request.image_overrides.keys() {
+        if !services.contains_key(name) {
+            findings.invalid(format!("image_overrides.{name}"), "no service of that name in contents");
+        }
+    }
+    if let Some(defaults) = &request.default_resources {
+        let sides = [&defaults.requests, &defaults.limits];
+        if sides.iter().any(|side| side.as_ref().is_some_and(|side| side.gpu.is_some())) {
+            findings.invalid("default_resources", "must not set GPU");
+        }
+    }
+    // The primary first, the others in name order.
+    let mut ordered: Vec<(&String, &Value)> = services.iter().collect();
+    ordered.sort_by_key(|(name, _)| (**name != request.primary_service, *name));
+    let containers =
+        ordered.into_iter().map(|(name, service)| container(request, name, service, &volumes, &mut findings)).collect();
+    let spec = SandboxSpec {
+        containers,
+        volumes: volumes
+            .keys()
+            .map(|name| SandboxVolume {
+                name: name.clone(),
+                source: Some(sandbox_volume::Source::Scratch(ScratchVolume::default())),
+            })
+            .collect(),
+        max_lifetime_seconds: request.max_lifetime_seconds,
+        network_ids: request.network_ids.clone(),
+        object_storage_access: request.object_storage_access.clone(),
+        tags: request.tags.clone(),
+        runner_ids: request.runner_ids.clone(),
+        network: request.network.clone(),
+        annotations: request.annotations.clone(),
+        mode: request.mode,
+        ..Default::default()
+    };
+    findings.into_result(spec)
+}
+
+/// The top-level named volumes, each a scratch volume; any setting of one is refused.
+fn named_volumes(volumes: Option<&Value>, findings: &mut Findings) -> BTreeMap<String, ()> {
+    let mut named = BTreeMap::new();
+    let Some(volumes) = volumes else { return named };
+    let Some(volumes) = volumes.as_object() else {
+        findings.invalid("contents.volumes", "a map of volume names");
+        return named;
+    };
+    for (name, settings) in volumes {
+        match settings {
+            Value::Null => {}
+            Value::Object(settings) => {
+                for key in settings.keys().filter(|key| !key.starts_with("x-")) {
+                    findings.refuse(
+                        format!("contents.volumes.{name}.{key}"),
+                        "a named volume is a scratch volume of the sandbox: drivers, external and named volumes are not emulated",
+                    );
+                }
+            }
+            _ => findings.invalid(format!("contents.volumes.{name}"), "a map of settings, or empty"),
+        }
+        named.insert(name.clone(), ());
+    }
+    named
+}
+
+/// One service as a container.
+fn container(
+    request: &CreateSandboxFromFileRequest,
+    name: &str,
+    service: &Value,
+    volumes: &BTreeMap<String, ()>,
+    findings: &mut Findings,
+) -> Container {
+    let at = format!("contents.services.{name}");
+    let mut container =
+        Container { name: name.to_owned(), primary: Some(name == request.primary_service), ..Default::default() };
+    let Some(service) = service.as_object() else {
+        findings.invalid(at, "a service is a map");
+        return container;
+    };
+    let mut entrypoint: Option<Vec<String>> = None;
+    let mut command: Option<Vec<String>> = None;
+    let mut has_resources = false;
+    for (key, value) in service {
+        let field = format!("{at}.{key}");
+        match key.as_str() {
+            "image" => container.image = text(value, &field, findings).unwrap_or_default(),
+            // Beside an image (the file's or an override) the build is skipped; checked below.
+            "build" => {}
+            "command" => command = words(value, &field, findings),
+            "entrypoint" => entrypoint = words(value, &field, findings),
+            "environment" => container.environment_variables = environment(value, &field, findings),
+            "working_dir" => container.working_dir = text(value, &field, findings).unwrap_or_default(),
+            "user" => container.security_context = user(value, &field, findings),
+            "volumes" => container.volume_mounts = mounts(value, &field, volumes, findings),
+            "deploy" => {
+                if let Some(requirements) = service_resources(value, &field, findings) {
+                    container.resource_requirements = Some(requirements);
+                    has_resources = true;
+                }
+            }
+            extension if extension.starts_with("x-") => {}
+            other => findings.refuse(field, why_not(other)),
+        }
+    }
+    if let Some(image) = request.image_overrides.get(name) {
+        container.image = image.clone();
+    }
+    if container.image.is_empty() {
+        if service.contains_key("build") {
+            findings.refuse(
+                format!("{at}.build"),
+                "no image is built: give the service an `image`, or an image in image_overrides",
+            );
+        } else {
+            findings.invalid(format!("{at}.image"), "required (or an image in image_overrides)");
+        }
+    }
+    // Compose's entrypoint is the program, its command the arguments; a command alone runs as is.
+    let argv: Vec<String> = entrypoint.into_iter().flatten().chain(command.into_iter().flatten()).collect();
+    if let Some((program, args)) = argv.split_first() {
+        container.command = program.clone();
+        container.args = args.to_vec();
+    }
+    if !has_resources {
+        container.resource_requirements = request.default_resources.clone();
+    }
+    container
+}
+
+/// A string value (numbers and booleans as YAML writes them), interpolation refused.
+fn text(value: &Value, field: &str, findings: &mut Findings) -> Option<String> {
+    let raw = match value {
+        Value::String(text) => text.clone(),
+        Value::Number(number) => number.to_string(),
+        Value::Bool(flag) => flag.to_string(),
+        _ => {
+            findings.invalid(field, "a string");
+            return None;
+        }
+    };
+    literal(&raw, field, findings)
+}
+
+/// `text` with Compose's `$$` escape undone; `$NAME` and `${…}` would be interpolated from the
+/// shell's environment by Compose, and there is none here.
+fn literal(raw: &str, field: &str, findings: &mut Findings) -> Option<String> {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars().peekable();
+    while let Some(character) = chars.next() {
+        if character != '$' {
+            out.push(character);
+            continue;
+        }
+        match chars.peek() {
+            Some('$') => {
+                chars.next();
+                out.push('$');
+            }
+            Some(next) if *next == '{' || *next == '_' || next.is_ascii_alphabetic() => {
+                findings.refuse(
+                    field,
+                    "variable interpolation is not emulated (no shell environment to take values from); write `$$` for a literal `$`",
+                );
+                return None;
+            }
+            _ => out.push('$'),
+        }
+    }
+    Some(out)
+}
+
+/// `command` or `entrypoint`: a list of words, or a string split as shell words.
+fn words(value: &Value, field: &str, findings: &mut Findings) -> Option<Vec<String>> {
+    match value {
+        Value::Array(items) => items.iter().map(|item| text(item, field, findings)).collect(),
+        Value::String(line) => {
+            let line = literal(line, field, findings)?;
+            let split = shlex::split(&line);
+            if split.is_none() {
+                findings.invalid(field, "unbalanced quotes");
+            }
+            split
+        }
+        Value::Null => Some(Vec::new()),
+        _ => {
+            findings.invalid(field, "a string or a list of strings");
+            None
+        }
+    }
+}
+
+/// `environment`: a map, or a list of `KEY=VALUE`; a key without a value (taken from the shell by
+/// Compose) is refused.
+fn environment(value: &Value, field: &str, findings: &mut Findings) -> HashMap<String, String> {
+    let inherited = "a variable without a value takes the shell's by Compose; there is no shell environment here";
+    let mut env = HashMap::new();
+    match value {
+        Value::Object(map) => {
+            for (key, value) in map {
+                if value.is_null() {
+                    findings.refuse(format!("{field}.{key}"), inherited);
+                } else if let Some(value) = text(value, &format!("{field}.{key}"), findings) {
+                    env.insert(key.clone(), value);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                let at = format!("{field}[{index}]");
+                let Some(entry) = text(item, &at, findings) else { continue };
+                match entry.split_once('=') {
+                    Some((key, value)) => {
+                        env.insert(key.to_owned(), value.to_owned());
+                    }
+                    None => findings.refuse(at, inherited),
+                }
+            }
+        }
+        _ => findings.invalid(field, "a map, or a list of KEY=VALUE"),
+    }
+    env
+}
+
+/// `user`: `uid` or `uid:gid`, numbers (names would need the image's user database).
+fn user(value: &Value, field: &str, findings: &mut Findings) -> Option<SecurityContext> {
+    let text = text(value, field, findings)?;
+    let (uid, gid) = match text.split_once(':') {
+        Some((uid, gid)) => (uid, Some(gid)),
+        None => (text.as_str(), None),
+    };
+    let number = |part: &str| part.parse::<u32>().ok();
+    match (number(uid), gid.map(number)) {
+        (Some(uid), None) => Some(SecurityContext { run_as_user: Some(uid), ..Default::default() }),
+        (Some(uid), Some(Some(gid))) => {
+            Some(SecurityContext { run_as_user: Some(uid), run_as_group: Some(gid), ..Default::default() })
+        }
+        _ => {
+            findings.refuse(field, "only numeric uid[:gid] is emulated: user names need the image's user database");
+            None
+        }
+    }
+}
+
+/// A service's `volumes`: named volumes only.
+fn mounts(value: &Value, field: &str, volumes: &BTreeMap<String, ()>, findings: &mut Findings) -> Vec<VolumeMount> {
+    let Some(items) = value.as_array() else {
+        findings.invalid(field, "a list of mounts");
+        return Vec::new();
+    };
+    let mut mounts = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let at = format!("{field}[{index}]");
+        let mount = match item {
+            Value::String(short) => short_mount(short, &at, findings),
+            Value::Object(long) => long_mount(long, &at, findings),
+            _ => {
+                findings.invalid(&at, "a mount string or map");
+                None
+            }
+        };
+        let Some(mount) = mount else { continue };
+        if volumes.contains_key(&mount.volume) {
+            mounts.push(mount);
+        } else {
+            findings.invalid(at, format!("no volume named {:?} in the file's top-level volumes", mount.volume));
+        }
+    }
+    mounts
+}
+
+/// `name:/path[:ro|rw]`.
+fn short_mount(short: &str, at: &str, findings: &mut Findings) -> Option<VolumeMount> {
+    let parts: Vec<&str> = short.split(':').collect();
+    let (source, target, mode) = match parts.as_slice() {
+        [source, target] => (*source, *target, "rw"),
+        [source, target, mode] => (*source, *target, *mode),
+        [_] => {
+            findings.refuse(at, "anonymous volumes are not emulated: name the volume in the top-level volumes");
+            return None;
+        }
+        _ => {
+            findings.invalid(at, "source:target[:mode]");
+            return None;
+        }
+    };
+    if source.starts_with(['/', '.', '~']) {
+        findings.refuse(at, "bind mounts are not emulated: no host path is shared with the sandbox");
+        return None;
+    }
+    let read_only = match mode {
+        "ro" => true,
+        "rw" => false,
+        other => {
+            findings.refuse(at, format!("mount mode {other:?} is not emulated (ro and rw are)"));
+            return None;
+        }
+    };
+    Some(VolumeMount { volume: source.to_owned(), mount_path: target.to_owned(), read_only, sub_path: String::new() })
+}
+
+/// `{type: volume, source, target, read_only}`.
+fn long_mount(long: &serde_json::Map<String, Value>, at: &str, findings: &mut Findings) -> Option<VolumeMount> {
+    let mut mount = VolumeMount::default();
+    for (key, value) in long {
+        let field = format!("{at}.{key}");
+        match (key.as_str(), value) {
+            ("type", Value::String(kind)) if kind == "volume" => {}
+            ("type", _) => {
+                findings.refuse(field, "only `type: volume` (a named volume) is emulated");
+                return None;
+            }
+            ("source", Value::String(source)) => mount.volume = source.clone(),
+            ("target", Value::String(target)) => mount.mount_path = target.clone(),
+            ("read_only", Value::Bool(read_only)) => mount.read_only = *read_only,
+            ("source" | "target" | "read_only", _) => findings.invalid(field, "wrong type"),
+            (extension, _) if extension.starts_with("x-") => {}
+            _ => findings.refuse(field, "not emulated"),
+        }
+    }
+    if mount.volume.is_empty() {
+        findings.refuse(at, "anonymous volumes are not emulated: name the volume in the top-level volumes");
+        return None;
+    }
+    Some(mount)
+}
+
+/// `deploy`: its `resources` only, as requests (reservations) and limits; `None` when it gives
+/// none.
+fn service_resources(value: &Value, field: &str, findings: &mut Findings) -> Option<ResourceRequirements> {
+    let Some(deploy) = value.as_object() else {
+        findings.invalid(field, "a map");
+        return None;
+    };
+    let mut requirements = None;
+    for (key, value) in deploy {
+        let at = format!("{field}.{key}");
+        match key.as_str() {
+            "resources" => {
+                let Some(resources) = value.as_object() else {
+                    findings.invalid(at, "a map");
+                    continue;
+                };
+                let mut found = ResourceRequirements::default();
+                for (side, amounts) in resources {
+                    let side_at = format!("{at}.{side}");
+                    let target = match side.as_str() {
+                        "limits" => &mut found.limits,
+                        "reservations" => &mut found.requests,
+                        _ => {
+                            findings.refuse(side_at, "only limits and reservations are emulated");
+                            continue;
+                        }
+                    };
+                    *target = Some(amounts_of(amounts, &side_at, findings));
+                }
+                requirements = Some(found);
+            }
+            extension if extension.starts_with("x-") => {}
+            _ => findings.refuse(at, "only deploy.resources is emulated"),
+        }
+    }
+    requirements
+}
+
+/// `cpus` and `memory` as Kubernetes quantities.
+fn amounts_of(value: &Value, field: &str, findings: &mut Findings) -> Resources {
+    let mut resources = Resources::default();
+    let Some(amounts) = value.as_object() else {
+        findings.invalid(field, "a map");
+        return resources;
+    };
+    for (key, value) in amounts {
+        let at = format!("{field}.{key}");
+        match key.as_str() {
+            "cpus" => resources.cpu = text(value, &at, findings).unwrap_or_default(),
+            "memory" => match text(value, &at, findings).map(|bytes| memory_quantity(&bytes)) {
+                Some(Some(quantity)) => resources.memory = quantity,
+                Some(None) => findings.invalid(at, "a byte value such as 512m or 1g"),
+                None => {}
+            },
+            _ => findings.refuse(at, "only cpus and memory are emulated"),
+        }
+    }
+    resources
+}
+
+/// A Compose byte value (`512m`, `1g`, `1024`; units of 1024) as a Kubernetes quantity.
+fn memory_quantity(bytes: &str) -> Option<String> {
+    let lower = bytes.trim().to_ascii_lowercase();
+    let digits_end =
+        lower.find(|character: char| !(character.is_ascii_digit() || character == '.')).unwrap_or(lower.len());
+    let (amount, unit) = lower.split_at(digits_end);
+    let suffix = match unit.trim_end_matches('b') {
+        "" => "",
+        "k" => "Ki",
+        "m" => "Mi",
+        "g" => "Gi",
+        "t" => "Ti",
+        _ => return None,
+    };
+    amount.parse::<f64>().ok()?;
+    Some(format!("{amount}{suffix}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(primary: &str) -> CreateSandboxFromFileRequest {
+        CreateSandboxFromFileRequest {
+            r#type: SandboxFileType::Compose as i32,
+            contents: b"x".to_vec(),
+            primary_service: primary.to_owned(),
+            ..Default::default()
+        }
+    }
+
+    fn tree(json: serde_json::Value) -> Value {
+        json
+    }
+
+    fn fields(error: SimError) -> Vec<String> {
+        error.violations().iter().map(|violation| violation.field.clone()).collect()
+    }
+
+    #[test]
+    fn services_become_containers_the_primary_first() {
+        let file = tree(serde_json::json!({
+            "version": "3.9",
+            "services": {
+                "web": {
+                    "image": "python:3.11",
+                    "entrypoint": ["sh", "-c"],
+                    "command": "'echo $$HOME; sleep 5'",
+                    "environment": {"ROLE": "web", "N": 3},
+                    "working_dir": "/srv",
+                    "user": "1000:1001",
+                    "volumes": ["data:/data:ro"],
+                    "deploy": {"resources": {"limits": {"cpus": "0.5", "memory": "512m"}}},
+                },
+                "cache": {"image": "redis:7", "environment": ["MODE=side"], "volumes": [{"type": "volume", "source": "data", "target": "/cache"}]},
+            },
+            "volumes": {"data": null},
+            "x-note": {"anything": true},
+        }));
+        let spec = sandbox_spec(&request("web"), &file).unwrap();
+        let web = &spec.containers[0];
+        assert_eq!((web.name.as_str(), web.primary), ("web", Some(true)));
+        assert_eq!(web.command, "sh");
+        assert_eq!(web.args, ["-c", "echo $HOME; sleep 5"]);
+        assert_eq!(web.environment_variables["N"], "3");
+        assert_eq!(web.working_dir, "/srv");
+        let context = web.security_context.clone().unwrap();
+        assert_eq!((context.run_as_user, context.run_as_group), (Some(1000), Some(1001)));
+        assert!(web.volume_mounts[0].read_only);
+        let limits = web.resource_requirements.clone().unwrap().limits.unwrap();
+        assert_eq!((limits.cpu.as_str(), limits.memory.as_str()), ("0.5", "512Mi"));
+        let cache = &spec.containers[1];
+        assert_eq!((cache.name.as_str(), cache.primary), ("cache", Some(false)));
+        assert_eq!(cache.environment_variables["MODE"], "side");
+        assert_eq!(cache.volume_mounts[0].mount_path, "/cache");
+        assert_eq!(spec.volumes.len(), 1);
+    }
+
+    #[test]
+    fn keys_that_are_not_emulated_are_refused_by_name() {
+        let file = tree(serde_json::json!({
+            "name": "project",
+            "services": {
+                "web": {"build": ".", "ports": ["8080:80"], "volumes": ["./src:/src"], "environment": ["HOME"]},
+                "db": {"image": "postgres", "command": "run ${PORT}", "user": "postgres"},
+            },
+        }));
+        let error = sandbox_spec(&request("web"), &file).unwrap_err();
+        assert_eq!(error.reason(), Some(Reason::NotImplemented));
+        let mut named = fields(error);
+        named.sort();
+        assert_eq!(
+            named,
+            [
+                "contents.name",
+                "contents.services.db.command",
+                "contents.services.db.user",
+                "contents.services.web.build",
+                "contents.services.web.environment[0]",
+                "contents.services.web.ports",
+                "contents.services.web.volumes[0]",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_image_override_skips_the_build_and_bad_input_is_invalid() {
+        let file = tree(serde_json::json!({"services": {"web": {"build": "."}}}));
+        let mut with_override = request("web");
+        with_override.image_overrides.insert("web".to_owned(), "python:3.11".to_owned());
+        assert_eq!(sandbox_spec(&with_override, &file).unwrap().containers[0].image, "python:3.11");
+
+        with_override.image_overrides.insert("ghost".to_owned(), "x".to_owned());
+        let error = sandbox_spec(&with_override, &file).unwrap_err();
+        assert_eq!(error.reason(), Some(Reason::InvalidRequest));
+        assert_eq!(fields(error), ["image_overrides.ghost"]);
+        assert_eq!(fields(sandbox_spec(&request("nope"), &file).unwrap_err()), ["primary_service"]);
+    }
+
+    #[test]
+    fn memory_values_convert_to_quantities() {
+        assert_eq!(memory_quantity("512m").as_deref(), Some("512Mi"));
+        assert_eq!(memory_quantity("1GB").as_deref(), Some("1Gi"));
+        assert_eq!(memory_quantity("1024").as_deref(), Some("1024"));
+        assert_eq!(memory_quantity("lots"), None);
+    }
+
+    #[test]
+    fn the_type_and_the_size_cap_are_checked_before_the_file_is_read() {
+        let mut oversized = request("web");
+        oversized.contents = vec![b'#'; MAX_CONTENTS_BYTES + 1];
+        assert_eq!(fields(contents(&oversized).unwrap_err()), ["contents"]);
+        let untyped = CreateSandboxFromFileRequest { r#type: 0, ..request("web") };
+        assert_eq!(fields(contents(&untyped).unwrap_err()), ["type"]);
+        assert_eq!(contents(&request("web")).unwrap(), "x");
+    }
+}
