@@ -123,12 +123,6 @@ pub const REFUSED_METHODS: &[(&str, &str)] = &[
     ("SettingsService.ListSecretStores", "there is no secret store"),
     ("SettingsService.UpdateSecretStore", "there is no secret store"),
     ("SettingsService.DeleteSecretStore", "there is no secret store"),
-    ("VolumeService.CreateVolume", "there are no registered volumes"),
-    ("VolumeService.GetVolume", "there are no registered volumes"),
-    ("VolumeService.ListVolumes", "there are no registered volumes"),
-    ("VolumeService.UpdateVolume", "there are no registered volumes"),
-    ("VolumeService.DeleteVolume", "there are no registered volumes"),
-    ("VolumeService.ValidateVolume", "there are no registered volumes"),
 ];
 
 /// Every field of every request message of the served RPCs, by request, in field order.
@@ -328,7 +322,10 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxRequest.sandbox.spec.volumes.scratch.restore_from_snapshot_id",
         "the volume starts as a copy of that READY snapshot of the organization (a volume no container mounts is refused)",
     ),
-    refused("CreateSandboxRequest.sandbox.spec.volumes.volume_id", "there are no registered volumes"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.volumes.volume_id",
+        "a READY registered volume of the organization: its claim's directory, the sandbox pinned to its runner",
+    ),
     refused(
         "CreateSandboxRequest.sandbox.spec.services",
         "no port is exposed: services, endpoints and URLs are not served",
@@ -382,10 +379,7 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("ListSandboxesRequest.state", "filter (PAUSED and PREPARING match nothing)"),
     emulated("ListSandboxesRequest.show_terminated", "filter"),
     emulated("ListSandboxesRequest.runner_ids", "filter"),
-    emulated(
-        "ListSandboxesRequest.volume_ids",
-        "filter: no sandbox mounts a registered volume (volume_id is refused), so none matches",
-    ),
+    emulated("ListSandboxesRequest.volume_ids", "filter: sandboxes mounting any of these registered volumes"),
     emulated("ListSandboxesRequest.sort_direction", "order"),
     emulated("DeleteSandboxRequest.sandbox_id", "the sandbox"),
     emulated("DeleteSandboxRequest.grace_period_seconds", "SIGTERM, then SIGKILL after the grace period"),
@@ -658,6 +652,50 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("ListSandboxTemplatesRequest.page_token", "opaque page token"),
     emulated("ListSandboxTemplatesRequest.show_deleted", "deleted templates too (admins only)"),
     emulated("DeleteSandboxTemplateRequest.sandbox_template_id", "the template"),
+    // VolumeService
+    emulated("CreateVolumeRequest.volume", "the volume to register"),
+    emulated("CreateVolumeRequest.volume.volume_id", "chosen by the caller: a DNS label, unique in the organization"),
+    emulated("CreateVolumeRequest.volume.spec", "what the volume is"),
+    emulated(
+        "CreateVolumeRequest.volume.spec.pvc",
+        "a claim of the values' persistentVolumeClaims, checked after the create (VALIDATING, then READY or ERROR)",
+    ),
+    emulated("CreateVolumeRequest.volume.spec.pvc.runner_id", "a runner of the organization: its sandboxes run there"),
+    emulated("CreateVolumeRequest.volume.spec.pvc.namespace", "the claim's namespace"),
+    emulated("CreateVolumeRequest.volume.spec.pvc.claim_name", "the claim's name"),
+    refused(
+        "CreateVolumeRequest.volume.spec.pvc.sub_path",
+        "a volume is its claim's root: other sandboxes write to the claim, so a sub-path could be swapped for a link while it is mounted",
+    ),
+    emulated("CreateVolumeRequest.volume.spec.read_only", "every mount of the volume is read-only"),
+    emulated("CreateVolumeRequest.volume.spec.description", "stored and returned"),
+    output_only("CreateVolumeRequest.volume.status"),
+    emulated("CreateVolumeRequest.request_id", "idempotency: a retry answers the first volume"),
+    emulated("GetVolumeRequest.volume_id", "a volume of the caller's organization"),
+    emulated("ListVolumesRequest.page_size", "server-capped page size"),
+    emulated("ListVolumesRequest.page_token", "opaque page token"),
+    emulated("ListVolumesRequest.states", "filter"),
+    emulated("ListVolumesRequest.runner_ids", "filter"),
+    emulated("UpdateVolumeRequest.volume_id", "the volume"),
+    emulated("UpdateVolumeRequest.volume", "the new values of the masked fields"),
+    output_only("UpdateVolumeRequest.volume.volume_id"),
+    emulated("UpdateVolumeRequest.volume.spec", "read_only and description change"),
+    emulated(
+        "UpdateVolumeRequest.volume.spec.pvc",
+        "the claim cannot change: one other than the volume's is INVALID_ARGUMENT",
+    ),
+    emulated("UpdateVolumeRequest.volume.spec.pvc.runner_id", "must be the volume's"),
+    emulated("UpdateVolumeRequest.volume.spec.pvc.namespace", "must be the volume's"),
+    emulated("UpdateVolumeRequest.volume.spec.pvc.claim_name", "must be the volume's"),
+    emulated("UpdateVolumeRequest.volume.spec.pvc.sub_path", "must be the volume's"),
+    emulated("UpdateVolumeRequest.volume.spec.read_only", "every mount from now on is read-only"),
+    emulated("UpdateVolumeRequest.volume.spec.description", "stored and returned"),
+    output_only("UpdateVolumeRequest.volume.status"),
+    emulated("UpdateVolumeRequest.update_mask", "spec.read_only, spec.description; empty: both"),
+    emulated("DeleteVolumeRequest.volume_id", "the volume (its claim's data stays)"),
+    emulated("DeleteVolumeRequest.allow_missing", "NOT_FOUND becomes an empty answer"),
+    emulated("DeleteVolumeRequest.force", "delete even while sandboxes that have not ended mount it"),
+    emulated("ValidateVolumeRequest.volume_id", "the claim is checked again"),
 ];
 
 /// Whether the table covers the requests of `service`: every public service the server answers
@@ -687,6 +725,7 @@ requests!(
     CreateSandboxFromFileRequest,
     CreateSandboxTemplateRequest,
     UpdateSandboxTemplateRequest,
+    CreateVolumeRequest,
 );
 
 /// The package of the well-known types (Timestamp, FieldMask): values, not walked into.

@@ -27,7 +27,7 @@ use tower::{Layer, ServiceExt};
 use crate::app::App;
 use crate::guard::{Guard, RequestLimits};
 use crate::not_implemented;
-use crate::services::{data, discovery, emulator, faults, runners, sandbox, snapshots, templates, tenants};
+use crate::services::{data, discovery, emulator, faults, runners, sandbox, snapshots, templates, tenants, volumes};
 use crate::transport::Transport;
 
 /// The gRPC service names this server answers for (health reports each as SERVING).
@@ -182,12 +182,12 @@ pub async fn router(app: App, transport: &Transport) -> Router {
         .build();
 
     let (volume_routes, volume_grpc) = VolumeServiceTonicCompatibleBuilder::new()
-        .create_volume(not_implemented!(pb::CreateVolumeRequest, pb::Volume, "VolumeService.CreateVolume"))
-        .get_volume(not_implemented!(pb::GetVolumeRequest, pb::Volume, "VolumeService.GetVolume"))
-        .list_volumes(not_implemented!(pb::ListVolumesRequest, pb::ListVolumesResponse, "VolumeService.ListVolumes"))
-        .update_volume(not_implemented!(pb::UpdateVolumeRequest, pb::Volume, "VolumeService.UpdateVolume"))
-        .delete_volume(not_implemented!(pb::DeleteVolumeRequest, pb::Volume, "VolumeService.DeleteVolume"))
-        .validate_volume(not_implemented!(pb::ValidateVolumeRequest, pb::Volume, "VolumeService.ValidateVolume"))
+        .create_volume(volumes::create_volume)
+        .get_volume(volumes::get_volume)
+        .list_volumes(volumes::list_volumes)
+        .update_volume(volumes::update_volume)
+        .delete_volume(volumes::delete_volume)
+        .validate_volume(volumes::validate_volume)
         .with_state(app.clone())
         .build();
 

@@ -161,6 +161,13 @@ async fn every_refused_field_set_in_a_valid_request_is_refused_by_name() {
     let template_base = json!({"sandboxTemplate": template});
     let update_base = json!({"sandboxTemplateId": "t-1", "sandboxTemplate": template});
     let from_template_base = json!({"templateId": "t-1"});
+    let mut volumes = cwsandbox_api::sandbox_v1::volume_service_client::VolumeServiceClient::with_interceptor(
+        channel(&emulator).await,
+        Bearer(info.admin_token.clone()),
+    );
+    let volume_base = json!({"volume": {"volumeId": "data", "spec": {"pvc": {
+        "runnerId": info.runner_id, "namespace": "datasets", "claimName": "data"
+    }}}});
     let mut checked = HashSet::new();
     for path in refused_paths() {
         let request_type = path.split('.').next().unwrap();
@@ -171,6 +178,7 @@ async fn every_refused_field_set_in_a_valid_request_is_refused_by_name() {
             "CreateSandboxTemplateRequest" => &template_base,
             "UpdateSandboxTemplateRequest" => &update_base,
             "CreateSandboxFromTemplateRequest" => &from_template_base,
+            "CreateVolumeRequest" => &volume_base,
             other => panic!("{path}: no case here calls {other}'s RPC: add one"),
         };
         let (body, field) = with_field(&types, base, &path);
@@ -186,6 +194,7 @@ async fn every_refused_field_set_in_a_valid_request_is_refused_by_name() {
             "CreateSandboxTemplateRequest" => {
                 templates.create_sandbox_template(from_json::<pb::CreateSandboxTemplateRequest>(body)).await.err()
             }
+            "CreateVolumeRequest" => volumes.create_volume(from_json::<pb::CreateVolumeRequest>(body)).await.err(),
             _ => templates.update_sandbox_template(from_json::<pb::UpdateSandboxTemplateRequest>(body)).await.err(),
         };
         assert_refused(&error.unwrap_or_else(|| panic!("{path} was accepted")), &field);

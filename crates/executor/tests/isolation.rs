@@ -1067,3 +1067,44 @@ async fn a_volume_snapshot_is_a_copy_that_a_new_sandboxs_volume_starts_from() {
     executor.shutdown().await;
     assert!(!stored.exists(), "snapshots go with the executor");
 }
+
+/// A claim's volume is one directory under the executor's root, shared by every sandbox that
+/// mounts it and kept when they end; it is mounted at its root only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claims_volume_is_shared_between_sandboxes_and_outlives_them() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let mount = |path: &str, read_only: bool| VolumeMount {
+        volume: "data".into(),
+        path: path.into(),
+        read_only,
+        claim: Some("datasets/imagenet".into()),
+        ..VolumeMount::default()
+    };
+    let writer = unique("claim-w");
+    executor.start(&writer, LaunchSpec { volume_mounts: vec![mount("/data", false)], ..spec("w", &[]) }).await.unwrap();
+    assert_eq!(sh(executor, &writer, "echo shared > /data/labels.txt && echo ok").await, "ok");
+    executor.remove(&writer).await;
+    let on_host = executor.config().root_dir.join(cwsandbox_executor::CLAIMS_DIR).join("datasets/imagenet/labels.txt");
+    assert_eq!(std::fs::read_to_string(&on_host).unwrap(), "shared\n", "kept when its sandbox goes");
+
+    let reader = unique("claim-r");
+    executor.start(&reader, LaunchSpec { volume_mounts: vec![mount("/in", true)], ..spec("r", &[]) }).await.unwrap();
+    assert_eq!(sh(executor, &reader, "cat /in/labels.txt").await, "shared");
+    assert_eq!(sh(executor, &reader, "touch /in/x 2>/dev/null && echo written || echo refused").await, "refused");
+
+    let sub_path = LaunchSpec {
+        volume_mounts: vec![VolumeMount { sub_path: "train".into(), ..mount("/t", false) }],
+        ..spec("s", &[])
+    };
+    let error = executor.start(&unique("claim-s"), sub_path).await.unwrap_err().to_string();
+    assert!(error.contains("mounted at its root"), "{error}");
+    let bad = LaunchSpec {
+        volume_mounts: vec![VolumeMount { claim: Some("../etc".into()), ..mount("/b", false) }],
+        ..spec("b", &[])
+    };
+    let error = executor.start(&unique("claim-b"), bad).await.unwrap_err().to_string();
+    assert!(error.contains("invalid claim"), "{error}");
+    executor.shutdown().await;
+    assert!(on_host.exists(), "a claim's data outlives the executor, as a claim outlives its Pods");
+}

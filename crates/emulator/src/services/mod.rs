@@ -12,6 +12,7 @@ pub mod sandbox;
 pub mod snapshots;
 pub mod templates;
 pub mod tenants;
+pub mod volumes;
 
 use connectrpc_axum::{ConnectError, ConnectResponse};
 

@@ -109,10 +109,26 @@ pub async fn update_volume(
         let id = convert::required("volume_id", &request.volume_id)?;
         let volume = request.volume.as_ref().ok_or_else(|| ApiError::missing_field("volume"))?;
         let spec = volume.spec.clone().unwrap_or_default();
-        let paths: Vec<&str> = request.update_mask.as_ref().map(|mask| mask.paths.iter().map(String::as_str).collect()).unwrap_or_default();
+        let paths: Vec<&str> = request
+            .update_mask
+            .as_ref()
+            .map(|mask| mask.paths.iter().map(String::as_str).collect())
+            .unwrap_or_default();
         let mut change = VolumeUpdate::default();
         if paths.is_empty() {
-            change = VolumeUpdate { read_only: Some(spec.read_only), description: Some(spec.description.clone()) };
+            change = VolumeUpdate {
+                read_only: Some(spec.read_only),
+                description: Some(spec.description.clone()),
+                source: None,
+            };
+        }
+        if let Some(pb::volume_spec::Source::Pvc(pvc)) = &spec.source {
+            change.source = Some(ClaimSource {
+                runner_id: pvc.runner_id.clone(),
+                namespace: pvc.namespace.clone(),
+                claim_name: pvc.claim_name.clone(),
+                sub_path: pvc.sub_path.clone(),
+            });
         }
         for (index, path) in paths.iter().enumerate() {
             match *path {
@@ -124,7 +140,10 @@ pub async fn update_volume(
                     } else {
                         "not a field UpdateVolume changes (spec.read_only, spec.description)"
                     };
-                    return Err(ApiError::invalid_field(&format!("update_mask.paths[{index}]"), format!("{other:?}: {why}")));
+                    return Err(ApiError::invalid_field(
+                        &format!("update_mask.paths[{index}]"),
+                        format!("{other:?}: {why}"),
+                    ));
                 }
             }
         }
