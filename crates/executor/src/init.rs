@@ -222,6 +222,7 @@ fn init_loop(main: libc::pid_t, signals: c_int, mut control: Option<OwnedFd>) ->
                     match payload.as_deref().and_then(Order::decode) {
                         Some(Order::Exec(order)) => start(order, fds, &mut execs, socket),
                         Some(Order::End { id }) => end(id, &mut execs),
+                        Some(Order::Connect { port }) => connect_for(port, fds),
                         None => {}
                     }
                 }
@@ -345,6 +346,25 @@ fn end(id: u64, execs: &mut [Exec]) {
     if let Some(exec) = execs.iter_mut().find(|exec| exec.id == id && exec.kill_at.is_none()) {
         unsafe_kill(-exec.pid, libc::SIGTERM);
         exec.kill_at = Some(monotonic_ms() + EXEC_KILL_GRACE_MS);
+    }
+}
+
+/// Connects to `port` on the sandbox's loopback (IPv4, then IPv6) and sends the socket back over
+/// the one attached socket; a failure sends its errno instead.
+fn connect_for(port: u16, mut fds: Vec<OwnedFd>) {
+    if fds.len() != 1 {
+        return;
+    }
+    let reply = fds.remove(0);
+    match sys::connect_loopback(port, crate::init_channel::CONNECT_TIMEOUT_MS) {
+        Ok(socket) => {
+            let _ = sys::send_message(reply.as_raw_fd(), &[0], &[socket.as_raw_fd()], 0);
+        }
+        Err(errno) => {
+            let mut status = vec![1];
+            status.extend_from_slice(&errno.to_le_bytes());
+            let _ = sys::send_message(reply.as_raw_fd(), &status, &[], 0);
+        }
     }
 }
 

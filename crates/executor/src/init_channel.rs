@@ -36,6 +36,11 @@ const EXEC_TAG: u8 = b'X';
 const END_TAG: u8 = b'T';
 const EXITED_TAG: u8 = b'Q';
 const STARTED_TAG: u8 = b'S';
+const CONNECT_TAG: u8 = b'C';
+
+/// How long init's connection to a sandbox's port may take (a loopback connect answers at once
+/// unless the listener's backlog is full).
+pub(crate) const CONNECT_TIMEOUT_MS: i64 = 2_000;
 
 /// A command for init to start.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,6 +61,9 @@ pub(crate) enum Order {
     Exec(ExecOrder),
     /// End a command's process group: SIGTERM, SIGKILL after a grace period.
     End { id: u64 },
+    /// Connect to the sandbox's own loopback at `port` and send the connected socket back over
+    /// the socket that comes attached (one status byte: 0 with the socket, else an errno).
+    Connect { port: u16 },
 }
 
 impl Order {
@@ -73,6 +81,11 @@ impl Order {
             Order::End { id } => {
                 let mut out = vec![END_TAG];
                 out.extend_from_slice(&id.to_le_bytes());
+                out
+            }
+            Order::Connect { port } => {
+                let mut out = vec![CONNECT_TAG];
+                out.extend_from_slice(&port.to_le_bytes());
                 out
             }
         }
@@ -95,6 +108,11 @@ impl Order {
                 Order::Exec(ExecOrder { id, tty, ids, cwd, command })
             }
             END_TAG => Order::End { id: reader.u64()? },
+            CONNECT_TAG => {
+                let low = reader.byte()?;
+                let high = reader.byte()?;
+                Order::Connect { port: u16::from_le_bytes([low, high]) }
+            }
             _ => return None,
         };
         reader.0.is_empty().then_some(order)
@@ -206,6 +224,38 @@ impl InitChannel {
         // No report: init ended before the command started.
         started.await.map_err(|_| SendError::Closed)?;
         Ok((id, exit))
+    }
+
+    /// Has init connect to `port` on the sandbox's own loopback, in the sandbox's network, and
+    /// returns the connected socket. What comes back is checked to be a TCP socket: init is a
+    /// process of the sandbox, so it is not trusted to hand over anything else.
+    pub(crate) async fn connect(&self, port: u16) -> io::Result<OwnedFd> {
+        let (ours, theirs) = sys::seqpacket_pair()?;
+        match self.send(&Order::Connect { port }.encode(), &[theirs.as_raw_fd()]).await {
+            Ok(()) => {}
+            Err(SendError::Io(error)) => return Err(error),
+            Err(_) => return Err(io::Error::new(io::ErrorKind::NotConnected, "the sandbox has ended")),
+        }
+        drop(theirs);
+        let reply = MessageSocket::new(ours)?;
+        let mut status = [0u8; 8];
+        let wait = std::time::Duration::from_millis(CONNECT_TIMEOUT_MS as u64 + 1_000);
+        let (length, mut fds) = tokio::time::timeout(wait, reply.receive(&mut status))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "the sandbox's init did not answer"))??;
+        match (length, status[0], fds.len()) {
+            (0, _, _) => Err(io::Error::new(io::ErrorKind::NotConnected, "the sandbox has ended")),
+            (1, 0, 1) => {
+                let socket = fds.remove(0);
+                sys::check_tcp_socket(socket.as_raw_fd())?;
+                Ok(socket)
+            }
+            (5, 1, 0) => {
+                let errno = i32::from_le_bytes([status[1], status[2], status[3], status[4]]);
+                Err(io::Error::from_raw_os_error(errno))
+            }
+            _ => Err(io::Error::new(io::ErrorKind::InvalidData, "init answered a connection with something else")),
+        }
     }
 
     /// Asks init to end command `id`'s process group. Best effort: a gone init has ended it.

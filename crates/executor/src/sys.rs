@@ -630,6 +630,42 @@ pub(crate) fn open_own_executable() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// A TCP socket connected to `port` on this network namespace's loopback: `127.0.0.1`, then
+/// `::1` where nothing listens there, each attempt bounded by `timeout_ms`. The errno of the last
+/// failure otherwise.
+pub(crate) fn connect_loopback(port: u16, timeout_ms: i64) -> Result<OwnedFd, c_int> {
+    let v4 = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let v6 = std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
+    let timeout = std::time::Duration::from_millis(timeout_ms.max(1) as u64);
+    let mut last = libc::ECONNREFUSED;
+    for address in [v4, v6] {
+        match std::net::TcpStream::connect_timeout(&address, timeout) {
+            Ok(stream) => return Ok(OwnedFd::from(stream)),
+            Err(error) => last = error.raw_os_error().unwrap_or(libc::ECONNREFUSED),
+        }
+    }
+    Err(last)
+}
+
+/// Checks that `fd` is a stream socket of the internet families (what a TCP connection is).
+pub(crate) fn check_tcp_socket(fd: RawFd) -> io::Result<()> {
+    let option = |name: c_int| -> io::Result<c_int> {
+        let mut value: c_int = 0;
+        let mut length = std::mem::size_of::<c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `length` bytes into `value`.
+        let result = unsafe {
+            libc::getsockopt(fd, libc::SOL_SOCKET, name, (&mut value as *mut c_int).cast(), &mut length)
+        };
+        if result != 0 { Err(io::Error::last_os_error()) } else { Ok(value) }
+    };
+    let kind = option(libc::SO_TYPE)?;
+    let domain = option(libc::SO_DOMAIN)?;
+    if kind != libc::SOCK_STREAM || !(domain == libc::AF_INET || domain == libc::AF_INET6) {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a TCP socket"));
+    }
+    Ok(())
+}
+
 /// The most descriptors one message of [`send_message`] carries.
 pub(crate) const MAX_MESSAGE_FDS: usize = 6;
 

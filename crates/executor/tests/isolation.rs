@@ -1108,3 +1108,36 @@ async fn a_claims_volume_is_shared_between_sandboxes_and_outlives_them() {
     executor.shutdown().await;
     assert!(on_host.exists(), "a claim's data outlives the executor, as a claim outlives its Pods");
 }
+
+/// A connection to a sandbox's port is made inside its network, so a sandbox with a network of
+/// its own (loopback only) is reached at a port the host does not see; a port nothing listens
+/// on is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_to_a_sandboxs_port_is_made_in_its_own_network() {
+    use std::io::Read;
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let server = "import socket\n\
+                  s = socket.socket(); s.bind(('127.0.0.1', 8080)); s.listen()\n\
+                  print('listening', flush=True)\n\
+                  while True:\n    c, _ = s.accept(); c.sendall(b'hello from the sandbox'); c.close()\n";
+    let id = unique("port");
+    let launch = LaunchSpec { network: Network::LoopbackOnly, ..spec("port", &["/usr/bin/python3", "-c", server]) };
+    executor.start(&id, launch).await.unwrap();
+    wait_for_log(&executor.logs(&id).unwrap(), "listening").await;
+    for _ in 0..2 {
+        let mut stream = executor.connect(&id, 8080).await.expect("connected inside the sandbox");
+        let mut answer = String::new();
+        tokio::task::spawn_blocking(move || stream.read_to_string(&mut answer).map(|_| answer))
+            .await
+            .unwrap()
+            .map(|answer| assert_eq!(answer, "hello from the sandbox"))
+            .unwrap();
+    }
+    let refused = executor.connect(&id, 8081).await.unwrap_err().to_string();
+    assert!(refused.contains("refused"), "{refused}");
+    executor.remove(&id).await;
+    let gone = executor.connect(&id, 8080).await.unwrap_err().to_string();
+    assert!(gone.contains("unknown"), "{gone}");
+    executor.shutdown().await;
+}

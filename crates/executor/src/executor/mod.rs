@@ -644,6 +644,24 @@ impl Executor {
         }
     }
 
+    /// A TCP connection to `port` on a running sandbox's loopback, made in the sandbox's own
+    /// network (by its init, in namespaces mode; a network of its own reaches nothing else) or,
+    /// for plain processes, on the host's. The caller relays it (the emulator's forwarded
+    /// ports). Refused, unreachable or timed-out connections are I/O errors.
+    pub async fn connect(&self, id: &str, port: u16) -> Result<std::net::TcpStream, ExecutorError> {
+        let sandbox = self.sandbox(id).ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
+        let running = sandbox.running().ok_or_else(|| ExecutorError::NotRunning(id.to_owned()))?;
+        let socket = match &running.target {
+            Target::Namespaces { channel } => channel.connect(port).await?,
+            Target::Plain { .. } => tokio::task::spawn_blocking(move || {
+                sys::connect_loopback(port, crate::init_channel::CONNECT_TIMEOUT_MS).map_err(std::io::Error::from_raw_os_error)
+            })
+            .await
+            .map_err(|error| std::io::Error::other(error.to_string()))??,
+        };
+        Ok(std::net::TcpStream::from(socket))
+    }
+
     /// Runs a command inside a running sandbox (same namespaces, environment and
     /// working directory as its main command). A command that cannot start gives
     /// a session with a message on stderr and exit code 127, not an error.
