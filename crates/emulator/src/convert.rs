@@ -78,6 +78,46 @@ pub fn sandbox_filter(request: &pb::ListSandboxesRequest, state: Option<SandboxS
     }
 }
 
+/// The status of a sandbox's services: each port as asked, with where the host serves it (an
+/// `http://` URL, or a TLS_PASSTHROUGH endpoint's `host:port`) once it is published and while the
+/// sandbox has not ended. An unset visibility reads PRIVATE: the port is on the host's loopback.
+fn services(view: &SandboxView) -> Vec<pb::ServiceStatus> {
+    view.spec()
+        .services
+        .iter()
+        .map(|service| {
+            let address =
+                view.published.iter().find(|(port, _)| *port == service.port).map(|(_, address)| address.clone());
+            let visibility = if service.visibility == pb::Visibility::Unspecified as i32 {
+                pb::Visibility::Private as i32
+            } else {
+                service.visibility
+            };
+            let (endpoint, url) = match &service.endpoint {
+                Some(endpoint) => (
+                    Some(pb::EndpointStatus {
+                        kind: endpoint.kind,
+                        auth: endpoint.auth,
+                        url: String::new(),
+                        request_timeout_seconds: endpoint.request_timeout_seconds,
+                        address: address.unwrap_or_default(),
+                    }),
+                    String::new(),
+                ),
+                None => (None, address.map(|address| format!("http://{address}")).unwrap_or_default()),
+            };
+            pb::ServiceStatus {
+                port: service.port,
+                name: service.name.clone(),
+                protocol: pb::ServiceProtocol::Tcp as i32,
+                visibility,
+                endpoint,
+                url,
+            }
+        })
+        .collect()
+}
+
 /// The spec and display name of a CreateSandbox body; the simulation normalizes the spec.
 pub fn sandbox_input(sandbox: Option<pb::Sandbox>) -> Result<(pb::SandboxSpec, String), ApiError> {
     let sandbox = sandbox.ok_or_else(|| ApiError::missing_field("sandbox"))?;
@@ -151,6 +191,7 @@ pub fn sandbox(view: &SandboxView) -> pb::Sandbox {
         effective_max_lifetime_seconds: view.resolved.max_lifetime_seconds,
         container_statuses,
         attached_volume_ids: view.attached_volume_ids.clone(),
+        services: services(view),
         runner_id: view.runner_id.clone(),
         runner_group_id: view.runner_group_id.clone(),
         effective_ingress: view.resolved.ingress.clone(),

@@ -300,6 +300,18 @@ impl SandboxRuntime for ExecutorRuntime {
         .boxed()
     }
 
+    fn connect(&self, pod_uid: String, port: u16) -> BoxFuture<'_, Result<std::net::TcpStream, RuntimeError>> {
+        async move {
+            self.executor.connect(&pod_uid, port).await.map_err(|error| match error {
+                ExecutorError::UnknownSandbox(_) | ExecutorError::NotRunning(_) => {
+                    RuntimeError::NotRunning(format!("the sandbox's processes are not running: {error}"))
+                }
+                other => RuntimeError::Unavailable(other.to_string()),
+            })
+        }
+        .boxed()
+    }
+
     fn delete_snapshot(&self, snapshot_id: String) -> BoxFuture<'_, Result<(), RuntimeError>> {
         async move {
             self.executor

@@ -326,9 +326,35 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxRequest.sandbox.spec.volumes.volume_id",
         "a READY registered volume of the organization: its claim's directory, the sandbox pinned to its runner",
     ),
-    refused(
+    emulated(
         "CreateSandboxRequest.sandbox.spec.services",
-        "no port is exposed: services, endpoints and URLs are not served",
+        "each TCP port is served on a free port of the host's loopback from creation, relayed into the sandbox's own network (status.services: an http:// URL, or a TLS_PASSTHROUGH endpoint's address)",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.services.port", "the port inside the sandbox; 1-65535, each once"),
+    emulated("CreateSandboxRequest.sandbox.spec.services.name", "echoed in status.services"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.services.protocol",
+        "TCP (the default); UDP and SCTP are refused by name",
+    ),
+    stored(
+        "CreateSandboxRequest.sandbox.spec.services.visibility",
+        "echoed (unset reads PRIVATE): every port is served on the host's loopback only",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.services.endpoint",
+        "TLS_PASSTHROUGH: the port forwarded as it is, its address in the endpoint",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.services.endpoint.kind",
+        "TLS_PASSTHROUGH; HTTPS is refused by name (no TLS is terminated)",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.services.endpoint.auth",
+        "no HTTPS endpoint is served, so no caller is checked",
+    ),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.services.endpoint.request_timeout_seconds",
+        "no HTTPS endpoint is served, so no request is proxied or timed",
     ),
     emulated("CreateSandboxRequest.sandbox.spec.max_lifetime_seconds", "the sandbox ends when its lifetime is over"),
     refused("CreateSandboxRequest.sandbox.spec.network_ids", "there are no sandbox networks"),
@@ -1095,6 +1121,15 @@ mod tests {
         }
     }
 
+    /// A TLS_PASSTHROUGH endpoint that asks for an auth mode: refused, as no HTTPS is served.
+    fn open_passthrough() -> pb::EndpointSpec {
+        pb::EndpointSpec {
+            kind: pb::EndpointKind::TlsPassthrough as i32,
+            auth: pb::EndpointAuth::Open as i32,
+            ..Default::default()
+        }
+    }
+
     fn main_container() -> pb::Container {
         pb::Container { name: "main".to_owned(), image: "python:3.11".to_owned(), ..Default::default() }
     }
@@ -1124,7 +1159,7 @@ mod tests {
                     source: Some(pb::sandbox_volume::Source::Scratch(sized)),
                 },
             ],
-            services: vec![pb::Service { port: 8080, ..Default::default() }],
+            services: vec![pb::Service { port: 8080, endpoint: Some(open_passthrough()), ..Default::default() }],
             network: Some(pb::NetworkOptions { deny_ingress: Some(true), ..Default::default() }),
             ..Default::default()
         };
@@ -1133,7 +1168,7 @@ mod tests {
             [
                 "sandbox.spec.containers[0].security_context.read_only_root_filesystem",
                 "sandbox.spec.volumes[1].scratch.size",
-                "sandbox.spec.services",
+                "sandbox.spec.services[0].endpoint.auth",
                 "sandbox.spec.network.deny_ingress",
             ]
         );
@@ -1184,7 +1219,7 @@ mod tests {
                 security_context: Some(privileged),
                 ..Default::default()
             }],
-            services: vec![pb::Service { port: 8080, ..Default::default() }],
+            services: vec![pb::Service { port: 8080, endpoint: Some(open_passthrough()), ..Default::default() }],
             tags: vec!["emulated".to_owned()],
             ..Default::default()
         };
@@ -1195,7 +1230,7 @@ mod tests {
         };
         assert_eq!(
             fields(unemulated(&from_template)),
-            ["overrides.containers[0].security_context.privileged", "overrides.services"]
+            ["overrides.containers[0].security_context.privileged", "overrides.services[0].endpoint.auth"]
         );
         let template = pb::CreateSandboxTemplateRequest {
             sandbox_template: Some(pb::SandboxTemplate {

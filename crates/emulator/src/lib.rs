@@ -32,6 +32,7 @@ pub mod fidelity;
 pub mod guard;
 pub mod json_path;
 pub mod kube;
+pub mod ports;
 pub mod runtime;
 pub mod server;
 pub mod services;

@@ -302,6 +302,15 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         ))))
     }
 
+    /// A TCP connection to `port` on a running Pod's own loopback, made in its network: what a
+    /// forwarded service port relays to. A runtime without networks cannot make one.
+    fn connect(&self, pod_uid: String, port: u16) -> BoxFuture<'_, Result<std::net::TcpStream, RuntimeError>> {
+        let _ = (pod_uid, port);
+        Box::pin(futures::future::ready(Err(RuntimeError::Unavailable(
+            "this sandbox runtime has no network to connect to".to_owned(),
+        ))))
+    }
+
     /// Removes snapshot `snapshot_id`'s files (nothing, for a runtime that keeps none).
     fn delete_snapshot(&self, snapshot_id: String) -> BoxFuture<'_, Result<(), RuntimeError>> {
         let _ = snapshot_id;

@@ -201,7 +201,7 @@ async fn every_refused_field_set_in_a_valid_request_is_refused_by_name() {
         checked.insert(path);
     }
     for (request, alias) in [
-        ("CreateSandboxFromTemplateRequest", "overrides.services"),
+        ("CreateSandboxFromTemplateRequest", "overrides.services.endpoint.auth"),
         ("CreateSandboxTemplateRequest", "sandbox_template.spec.containers.startup_probe"),
         ("CreateSandboxFromFileRequest", "network.dns_egress"),
     ] {
@@ -222,11 +222,11 @@ async fn every_refused_field_set_in_a_valid_request_is_refused_by_name() {
     let mut many = client_spec(&info.runner_id);
     many.containers[0].security_context =
         Some(pb::SecurityContext { read_only_root_filesystem: Some(true), ..Default::default() });
-    many.services = vec![pb::Service { port: 8080, ..Default::default() }];
+    many.network_ids = vec!["net".to_owned()];
     let error = client.create_sandbox(create_request(many, "")).await.unwrap_err();
     assert_eq!(
         violations(&error),
-        ["sandbox.spec.containers[0].security_context.read_only_root_filesystem", "sandbox.spec.services"]
+        ["sandbox.spec.containers[0].security_context.read_only_root_filesystem", "sandbox.spec.network_ids"]
     );
     let listed = client.list_sandboxes(pb::ListSandboxesRequest::default()).await.unwrap().into_inner();
     assert!(listed.sandboxes.is_empty(), "a refused request creates nothing: {listed:?}");

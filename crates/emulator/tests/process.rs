@@ -415,7 +415,7 @@ fn strictness_loose_accepts_unemulated_fields_and_logs_them_by_name() -> anyhow:
             "sandbox": {"spec": {
                 "containers": [{"name": "main", "image": "python:3.11", "command": "sleep", "args": ["60"],
                                 "securityContext": {"readOnlyRootFilesystem": true}}],
-                "services": [{"port": 8080}],
+                "networkIds": ["net"],
                 "runnerIds": [emulator.ready.runner_id],
                 "mode": "SANDBOX_MODE_CKS"
             }}
@@ -429,7 +429,7 @@ fn strictness_loose_accepts_unemulated_fields_and_logs_them_by_name() -> anyhow:
             .output()?;
         Ok(output_text(&output))
     };
-    let fields = ["sandbox.spec.containers[0].security_context.read_only_root_filesystem", "sandbox.spec.services"];
+    let fields = ["sandbox.spec.containers[0].security_context.read_only_root_filesystem", "sandbox.spec.network_ids"];
 
     let strict = EmulatorProcess::start(Path::new(BINARY), &[])?;
     let refused = create(&strict)?;

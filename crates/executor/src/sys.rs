@@ -653,9 +653,8 @@ pub(crate) fn check_tcp_socket(fd: RawFd) -> io::Result<()> {
         let mut value: c_int = 0;
         let mut length = std::mem::size_of::<c_int>() as libc::socklen_t;
         // SAFETY: getsockopt writes at most `length` bytes into `value`.
-        let result = unsafe {
-            libc::getsockopt(fd, libc::SOL_SOCKET, name, (&mut value as *mut c_int).cast(), &mut length)
-        };
+        let result =
+            unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, name, (&mut value as *mut c_int).cast(), &mut length) };
         if result != 0 { Err(io::Error::last_os_error()) } else { Ok(value) }
     };
     let kind = option(libc::SO_TYPE)?;

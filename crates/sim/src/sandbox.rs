@@ -261,6 +261,8 @@ pub(crate) struct Sandbox {
     job_id: Option<JobId>,
     started: Option<SimTime>,
     life: Life,
+    /// Where the host forwards each of its services' ports: (port in the sandbox, host address).
+    published: Vec<(i32, String)>,
 }
 
 impl std::ops::Deref for Sandbox {
@@ -313,6 +315,8 @@ pub struct SandboxView {
     pub job_id: Option<JobId>,
     /// The Node it runs on.
     pub node_name: Option<SharedStr>,
+    /// Where the host serves its services' ports: (port in the sandbox, host `address:port`).
+    pub published: Vec<(i32, String)>,
 }
 
 impl std::ops::Deref for SandboxView {
@@ -511,6 +515,7 @@ impl World {
     ) -> SimResult<SandboxView> {
         let Origin { request_id, source_template, request_body } = origin;
         validate_spec(&spec)?;
+        check_services(&spec)?;
         for (index, volume) in spec.volumes.iter().enumerate() {
             if let Some(snapshot) = restore_source(volume) {
                 let field = format!("sandbox.spec.volumes[{index}].scratch.restoreFromSnapshotId");
@@ -646,6 +651,7 @@ impl World {
                 job_id: None,
                 started: None,
                 life: Life::Live,
+                published: Vec::new(),
             },
         );
         if !request_id.is_empty() {
@@ -1162,6 +1168,16 @@ impl World {
             ended,
             job_id,
             node_name: pod.and_then(|pod| pod.node_name.clone()),
+            // A stopped sandbox's ports are no longer served.
+            published: if state.is_terminal() { Vec::new() } else { sandbox.published.clone() },
+        }
+    }
+
+    /// The host serves a sandbox's services at these addresses: (port in the sandbox, host
+    /// `address:port`), shown in its status while it has not ended.
+    pub fn publish_services(&mut self, id: &str, published: Vec<(i32, String)>) {
+        if let Some(sandbox) = self.sandboxes.by_id.get_mut(id) {
+            sandbox.published = published;
         }
     }
 
@@ -1429,6 +1445,52 @@ fn container_inputs(
         all.push(Some(Box::new(inputs)));
     }
     Ok(all)
+}
+
+/// The services whose ports the host can forward: TCP ports, each once, plain or with a
+/// TLS_PASSTHROUGH endpoint. UDP and SCTP, and HTTPS endpoints (the platform would terminate
+/// TLS), are refused by name.
+fn check_services(spec: &SandboxSpec) -> SimResult<()> {
+    use cwsandbox_api::sandbox_v1::{EndpointKind, ServiceProtocol};
+    let mut invalid = Vec::new();
+    let mut unimplemented = Vec::new();
+    for (index, service) in spec.services.iter().enumerate() {
+        let at = format!("sandbox.spec.services[{index}]");
+        if !(1..=65_535).contains(&service.port) {
+            invalid.push(FieldViolation::new(format!("{at}.port"), "must be between 1 and 65535"));
+        } else if spec.services[..index].iter().any(|earlier| earlier.port == service.port) {
+            invalid.push(FieldViolation::new(format!("{at}.port"), format!("port {} is listed twice", service.port)));
+        }
+        match ServiceProtocol::try_from(service.protocol) {
+            Ok(ServiceProtocol::Unspecified | ServiceProtocol::Tcp) => {}
+            _ => unimplemented.push(FieldViolation::new(
+                format!("{at}.protocol"),
+                "not emulated: only TCP ports are forwarded to the host",
+            )),
+        }
+        if let Some(endpoint) = &service.endpoint {
+            match EndpointKind::try_from(endpoint.kind) {
+                Ok(EndpointKind::TlsPassthrough) => {}
+                Ok(EndpointKind::Https) => unimplemented.push(FieldViolation::new(
+                    format!("{at}.endpoint.kind"),
+                    "not emulated: no TLS is terminated for a sandbox (a service without an endpoint is served at an http:// URL, TLS_PASSTHROUGH forwards TLS as it is)",
+                )),
+                _ => invalid.push(FieldViolation::new(format!("{at}.endpoint.kind"), "required when an endpoint is set")),
+            }
+        }
+    }
+    if !invalid.is_empty() {
+        return Err(SimError::invalid(Reason::InvalidRequest, invalid));
+    }
+    if !unimplemented.is_empty() {
+        let message = unimplemented
+            .iter()
+            .map(|violation| format!("{}: {}", violation.field, violation.description))
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(SimError::Unimplemented { message, violations: unimplemented });
+    }
+    Ok(())
 }
 
 /// The snapshot a scratch volume starts with (`scratch.restore_from_snapshot_id`), if any.

@@ -5,6 +5,7 @@ use axum::extract::{FromRequestParts, State};
 use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse};
 use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_sim::compose;
+use cwsandbox_sim::sandbox::SandboxView;
 use cwsandbox_sim::snapshots::SnapshotTrigger;
 use cwsandbox_sim::world::InjectedFault;
 use cwsandbox_sim::{Reason, SimError};
@@ -35,7 +36,19 @@ pub async fn create_sandbox(
     Injected(faults): Injected,
     ConnectRequest(request): ConnectRequest<pb::CreateSandboxRequest>,
 ) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
-    respond("CreateSandbox", create(&app, &caller, request, faults))
+    let made = create(&app, &caller, request, faults);
+    respond("CreateSandbox", published(&app, made).await)
+}
+
+/// A new sandbox's answer, once its services have ports on the host (`crate::ports`).
+async fn published(app: &App, made: Result<SandboxView, ApiError>) -> Result<pb::Sandbox, ApiError> {
+    let view = made?;
+    if view.spec().services.is_empty() {
+        return Ok(convert::sandbox(&view));
+    }
+    crate::ports::publish(app, &view).await;
+    let latest = app.driver().with_world(|world| world.sandbox(&view.id)).unwrap_or(view);
+    Ok(convert::sandbox(&latest))
 }
 
 fn create(
@@ -43,7 +56,7 @@ fn create(
     caller: &Caller,
     request: pb::CreateSandboxRequest,
     faults: Vec<InjectedFault>,
-) -> Result<pb::Sandbox, ApiError> {
+) -> Result<SandboxView, ApiError> {
     caller.require(Role::SandboxUser)?;
     app.check_fields("CreateSandbox", &request)?;
     let (spec, display_name) = convert::sandbox_input(request.sandbox)?;
@@ -52,7 +65,7 @@ fn create(
         world.create_sandbox_with_faults(&owner, spec, &display_name, &request.request_id, faults)
     })?;
     tracing::info!(sandbox_id = %view.id, state = ?view.state, runner = %view.runner_id, user = %owner.user, "sandbox created");
-    Ok(convert::sandbox(&view))
+    Ok(view)
 }
 
 /// CreateSandboxFromTemplate: the template's spec with the overrides layered on, then
@@ -63,18 +76,16 @@ pub async fn create_sandbox_from_template(
     Injected(faults): Injected,
     ConnectRequest(request): ConnectRequest<pb::CreateSandboxFromTemplateRequest>,
 ) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
-    respond(
-        "CreateSandboxFromTemplate",
-        (|| -> Result<_, ApiError> {
-            caller.require(Role::SandboxUser)?;
-            app.check_fields("CreateSandboxFromTemplate", &request)?;
-            convert::required("template_id", &request.template_id)?;
-            let owner = caller.owner();
-            let view = app.driver().with_world(|world| world.create_sandbox_from_template(&owner, &request, faults))?;
-            tracing::info!(sandbox_id = %view.id, template_id = %request.template_id, state = ?view.state, user = %owner.user, "sandbox created from a template");
-            Ok(convert::sandbox(&view))
-        })(),
-    )
+    let made = (|| -> Result<_, ApiError> {
+        caller.require(Role::SandboxUser)?;
+        app.check_fields("CreateSandboxFromTemplate", &request)?;
+        convert::required("template_id", &request.template_id)?;
+        let owner = caller.owner();
+        let view = app.driver().with_world(|world| world.create_sandbox_from_template(&owner, &request, faults))?;
+        tracing::info!(sandbox_id = %view.id, template_id = %request.template_id, state = ?view.state, user = %owner.user, "sandbox created from a template");
+        Ok(view)
+    })();
+    respond("CreateSandboxFromTemplate", published(&app, made).await)
 }
 
 /// CreateSandboxFromFile: the Compose file's services as the sandbox's containers
@@ -85,22 +96,19 @@ pub async fn create_sandbox_from_file(
     Injected(faults): Injected,
     ConnectRequest(request): ConnectRequest<pb::CreateSandboxFromFileRequest>,
 ) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
-    respond(
-        "CreateSandboxFromFile",
-        (|| -> Result<_, ApiError> {
-            caller.require(Role::SandboxUser)?;
-            app.check_fields("CreateSandboxFromFile", &request)?;
-            let text = compose::contents(&request)?;
-            let tree: serde_json::Value = serde_saphyr::from_str(text)
-                .map_err(|error| ApiError::invalid_field("contents", format!("not a YAML document: {error}")))?;
-            let spec = compose::sandbox_spec(&request, &tree)?;
-            let owner = caller.owner();
-            let view =
-                app.driver().with_world(|world| world.create_sandbox_from_file(&owner, &request, spec, faults))?;
-            tracing::info!(sandbox_id = %view.id, primary_service = %request.primary_service, state = ?view.state, user = %owner.user, "sandbox created from a file");
-            Ok(convert::sandbox(&view))
-        })(),
-    )
+    let made = (|| -> Result<_, ApiError> {
+        caller.require(Role::SandboxUser)?;
+        app.check_fields("CreateSandboxFromFile", &request)?;
+        let text = compose::contents(&request)?;
+        let tree: serde_json::Value = serde_saphyr::from_str(text)
+            .map_err(|error| ApiError::invalid_field("contents", format!("not a YAML document: {error}")))?;
+        let spec = compose::sandbox_spec(&request, &tree)?;
+        let owner = caller.owner();
+        let view = app.driver().with_world(|world| world.create_sandbox_from_file(&owner, &request, spec, faults))?;
+        tracing::info!(sandbox_id = %view.id, primary_service = %request.primary_service, state = ?view.state, user = %owner.user, "sandbox created from a file");
+        Ok(view)
+    })();
+    respond("CreateSandboxFromFile", published(&app, made).await)
 }
 
 /// GetSandbox: terminal sandboxes stay readable for the retention period.

@@ -19,8 +19,8 @@ from cwsandbox import (
     SandboxStatus,
     SandboxTerminatedError,
     SandboxValidationError,
+    ScratchVolumeOptions,
     SecurityContext,
-    Service,
 )
 
 MISSING = "0000000000000000"
@@ -51,13 +51,13 @@ def test_an_option_the_emulator_does_not_emulate_is_refused_by_name():
     with pytest.raises(SandboxError) as raised:
         run(
             security_context=SecurityContext(read_only_root_filesystem=True),
-            services=[Service(port=8080)],
+            volumes=[ScratchVolumeOptions(name="work", mount_path="/work", size="1Gi")],
             network=NetworkOptions(deny_ingress=True),
         ).wait(timeout=WAIT)
     assert raised.value.reason == "CWSANDBOX_NOT_IMPLEMENTED", raised.value
     for field in (
         "sandbox.spec.containers[0].security_context.read_only_root_filesystem",
-        "sandbox.spec.services",
+        "sandbox.spec.volumes[0].scratch.size",
         "sandbox.spec.network.deny_ingress",
     ):
         assert field in str(raised.value), raised.value

@@ -654,7 +654,8 @@ impl Executor {
         let socket = match &running.target {
             Target::Namespaces { channel } => channel.connect(port).await?,
             Target::Plain { .. } => tokio::task::spawn_blocking(move || {
-                sys::connect_loopback(port, crate::init_channel::CONNECT_TIMEOUT_MS).map_err(std::io::Error::from_raw_os_error)
+                sys::connect_loopback(port, crate::init_channel::CONNECT_TIMEOUT_MS)
+                    .map_err(std::io::Error::from_raw_os_error)
             })
             .await
             .map_err(|error| std::io::Error::other(error.to_string()))??,
