@@ -894,3 +894,59 @@ fn every_world_pod_and_job_transition_is_exercised() {
     assert_eq!(coverage.jobs.never_run(), [], "jobs transitions no scenario here exercises");
     assert_eq!(coverage.pods.never_run(), [], "pods transitions no scenario here exercises");
 }
+
+#[test]
+fn item_15_a_default_scheduler_gpu_pod_gets_gpus_no_other_pod_holds() {
+    use cwsandbox_sim::query::Scope;
+    use cwsandbox_sim::world::{Effect, NVIDIA_VISIBLE_DEVICES};
+    let mut h = harness(|values| {
+        values.node_sets[0].replicas = 1;
+        values.node_sets[0].gpus = 8;
+        values.node_sets[0].gpu_class = "H100".to_owned();
+        values.scheduler.gpu_types.insert("H100".to_owned(), "h100".to_owned());
+    });
+    let gpu_pod = |name: &str| {
+        let mut pod = default_scheduler_pod(name, ("1", "1Gi"), ("1", "1Gi"));
+        pod.containers[0].2.gpu = Some(2);
+        pod.containers[0].3.gpu = Some(2);
+        pod
+    };
+    // No Slurm job runs on the Node (one would lock it against these Pods).
+    h.world.take_effects();
+    let first = h.create(gpu_pod("first"));
+    let second = h.create(gpu_pod("second"));
+    h.advance(1);
+    let devices = |effects: Vec<Effect>| -> Vec<(String, Option<String>)> {
+        effects
+            .into_iter()
+            .filter_map(|effect| match effect {
+                Effect::StartPod { pod_uid, containers, .. } => {
+                    Some((pod_uid.to_string(), containers[0].env.get(NVIDIA_VISIBLE_DEVICES).cloned()))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let started = devices(h.world.take_effects());
+    let given = |uid: &str| -> Vec<u32> {
+        let (_, indices) = started.iter().find(|(pod, _)| pod == uid).expect("started");
+        indices.as_deref().unwrap_or_default().split(',').map(|index| index.parse().unwrap()).collect()
+    };
+    let (first_gpus, second_gpus) = (given(&first), given(&second));
+    assert_eq!((first_gpus.len(), second_gpus.len()), (2, 2), "{started:?}");
+    assert!(first_gpus.iter().all(|index| !second_gpus.contains(index)), "{started:?}");
+
+    // Freed when the Pod goes: the next Pod gets them again.
+    h.world.delete_pod(&Scope::Cluster, "sandboxes", "first", Some(0)).unwrap();
+    h.advance(1);
+    h.world.take_effects();
+    let third = h.create(gpu_pod("third"));
+    h.advance(1);
+    let started = devices(h.world.take_effects());
+    let (_, third_gpus) = started.iter().find(|(pod, _)| *pod == third).expect("started").clone();
+    let mut reused: Vec<u32> = third_gpus.unwrap_or_default().split(',').map(|index| index.parse().unwrap()).collect();
+    reused.sort();
+    let mut freed = first_gpus.clone();
+    freed.sort();
+    assert_eq!(reused, freed, "the lowest free GPUs are the first Pod's");
+}

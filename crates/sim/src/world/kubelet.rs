@@ -93,6 +93,7 @@ impl World {
                     self.event(uid, EventType::Normal, "Started", message, "kubelet");
                 }
                 self.pin_cpus(uid, node_name);
+                self.assign_gpus(uid, node_name);
                 let containers = self.containers_to_start(uid, sandbox_id.as_deref());
                 let loopback_only = sandbox_id.as_deref().is_some_and(|id| self.sandbox_denies_egress(id));
                 self.arm_started_faults(&pod_uid);
@@ -113,14 +114,17 @@ impl World {
     fn containers_to_start(&self, uid: &str, sandbox_id: Option<&str>) -> Vec<ContainerStart> {
         let Some(pod) = self.cluster.pod(uid) else { return Vec::new() };
         // What the NVIDIA device plugin tells a container that asked for GPUs: the indices of
-        // the GPUs it got, here those its placeholder job holds on the node (a Pod the default
-        // scheduler placed has no indices in the simulation, so it gets none).
-        let gpu_indices = self
+        // the GPUs it got, here those its placeholder job holds on the node, or for a Pod the
+        // default scheduler placed those `assign_gpus` gave it.
+        let job_indices = self
             .placeholder_of_pod
             .get(uid)
             .and_then(|job| self.slurm.job(*job))
             .filter(|job| !job.gpu_indices.is_empty())
-            .map(|job| job.gpu_indices.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+            .map(|job| job.gpu_indices.clone());
+        let gpu_indices = job_indices
+            .or_else(|| self.gpu_devices.get(uid).map(|(_, indices)| indices.clone()))
+            .map(|indices| indices.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
         let mut containers: Vec<ContainerStart> = pod
             .containers
             .iter()
@@ -181,6 +185,42 @@ impl World {
         let node_name = node.name.clone();
         self.pinned_cpus.insert(pod_uid, (node_name, cpus));
         self.count(Transition::CpusPinned);
+    }
+
+    /// The device plugin's part for a Pod the default scheduler placed: the lowest-numbered GPUs
+    /// of its Node that neither Slurm jobs (on the Node's slurmd) nor other such Pods hold, as
+    /// many as its containers ask for. A SUNK Pod's GPUs are its placeholder job's.
+    fn assign_gpus(&mut self, uid: &str, node_name: &str) {
+        let Some(pod) = self.cluster.pod(uid) else { return };
+        if pod.scheduler_name != "default-scheduler" {
+            return;
+        }
+        let wanted: i64 = pod.containers.iter().filter_map(|container| container.requests.gpu).sum();
+        let Some(node) = self.cluster.nodes.get(node_name) else { return };
+        if wanted <= 0 || node.allocatable.gpus <= 0 {
+            return;
+        }
+        let mut held = std::collections::BTreeSet::new();
+        for slurm_node in self.slurm.nodes.iter().filter(|slurm_node| slurm_node.k8s_node == node_name) {
+            held.extend((0..slurm_node.gpus).filter(|gpu| slurm_node.gpus_in_use & (1 << gpu) != 0));
+        }
+        for (holder, indices) in self.gpu_devices.values() {
+            if holder.as_str() == node_name {
+                held.extend(indices.iter().copied());
+            }
+        }
+        let total = u32::try_from(node.allocatable.gpus).unwrap_or(0);
+        let indices: Vec<u32> =
+            (0..total).filter(|gpu| !held.contains(gpu)).take(usize::try_from(wanted).unwrap_or(0)).collect();
+        let node_name = node.name.clone();
+        if !indices.is_empty() {
+            self.gpu_devices.insert(pod.uid.clone(), (node_name, indices));
+        }
+    }
+
+    /// Gives a Pod's GPUs back (it finished or left).
+    pub(super) fn release_gpus(&mut self, uid: &str) {
+        self.gpu_devices.remove(uid);
     }
 
     /// Gives a Pod's pinned CPUs back (it finished or left).

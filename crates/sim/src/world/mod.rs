@@ -254,6 +254,8 @@ pub struct World {
     pub(crate) waiting_for_room: BTreeSet<SharedStr>,
     /// Pods holding CPUs pinned by the kubelet: uid → (Node, whole CPUs).
     pub(crate) pinned_cpus: HashMap<SharedStr, (SharedStr, i64), IdHash>,
+    /// GPUs the device plugin gave Pods the default scheduler placed: uid → (Node, indices).
+    pub(crate) gpu_devices: HashMap<SharedStr, (SharedStr, Vec<u32>), IdHash>,
     /// Something released Node resources: retry `waiting_for_room`.
     pub(crate) room_freed: bool,
     pub(crate) slurm_dirty: bool,
@@ -310,6 +312,7 @@ impl World {
             pod_faults: HashMap::default(),
             waiting_for_room: BTreeSet::new(),
             pinned_cpus: HashMap::default(),
+            gpu_devices: HashMap::default(),
             room_freed: false,
             slurm_dirty: false,
             effects: Vec::new(),

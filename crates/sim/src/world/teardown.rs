@@ -62,6 +62,7 @@ impl World {
         legal(self.pod_step(uid, PodTransition::Remove));
         let Some(pod) = self.cluster.remove_pod(uid) else { return };
         self.unpin_cpus(uid);
+        self.release_gpus(uid);
         self.effects.push(Effect::KillPod { pod_uid: pod.uid.clone() });
         self.unscheduled.remove(uid);
         self.held.remove(uid);
@@ -167,6 +168,7 @@ impl World {
     /// A Pod ended (rejected or finished): its placeholder is released; the sandbox mirrors it.
     pub(super) fn on_pod_terminal(&mut self, uid: &str) {
         self.unpin_cpus(uid);
+        self.release_gpus(uid);
         if let Some(&job) = self.placeholder_of_pod.get(uid)
             && self.slurm.job(job).is_some_and(|job| job.state == JobBaseState::Running && !job.completing)
         {
