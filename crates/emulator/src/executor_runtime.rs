@@ -199,6 +199,17 @@ fn file_error(error: FileError, path: String, target: &Target) -> RuntimeError {
     }
 }
 
+/// A Pod-level operation's failure (snapshot, connect): a sandbox whose processes are gone is
+/// not running; anything else is the executor's trouble.
+fn pod_error(error: ExecutorError) -> RuntimeError {
+    match error {
+        ExecutorError::UnknownSandbox(_) | ExecutorError::NotRunning(_) => {
+            RuntimeError::NotRunning(format!("the sandbox's processes are not running: {error}"))
+        }
+        other => RuntimeError::Unavailable(other.to_string()),
+    }
+}
+
 impl SandboxRuntime for ExecutorRuntime {
     fn exited(&self, pod_uid: &str) -> Option<i32> {
         self.executor.exit_code(pod_uid)
@@ -289,27 +300,11 @@ impl SandboxRuntime for ExecutorRuntime {
         volume: String,
         snapshot_id: String,
     ) -> BoxFuture<'_, Result<u64, RuntimeError>> {
-        async move {
-            self.executor.snapshot_volume(&pod_uid, &volume, &snapshot_id).await.map_err(|error| match error {
-                ExecutorError::UnknownSandbox(_) | ExecutorError::NotRunning(_) => {
-                    RuntimeError::NotRunning(format!("the sandbox's processes are not running: {error}"))
-                }
-                other => RuntimeError::Unavailable(other.to_string()),
-            })
-        }
-        .boxed()
+        async move { self.executor.snapshot_volume(&pod_uid, &volume, &snapshot_id).await.map_err(pod_error) }.boxed()
     }
 
     fn connect(&self, pod_uid: String, port: u16) -> BoxFuture<'_, Result<std::net::TcpStream, RuntimeError>> {
-        async move {
-            self.executor.connect(&pod_uid, port).await.map_err(|error| match error {
-                ExecutorError::UnknownSandbox(_) | ExecutorError::NotRunning(_) => {
-                    RuntimeError::NotRunning(format!("the sandbox's processes are not running: {error}"))
-                }
-                other => RuntimeError::Unavailable(other.to_string()),
-            })
-        }
-        .boxed()
+        async move { self.executor.connect(&pod_uid, port).await.map_err(pod_error) }.boxed()
     }
 
     fn delete_snapshot(&self, snapshot_id: String) -> BoxFuture<'_, Result<(), RuntimeError>> {

@@ -341,17 +341,18 @@ impl World {
         Ok(pager.page(matching, |last| vec![last.id.clone()]))
     }
 
-    /// Changes what a volume's mask names; the claim it names cannot change.
-    pub fn update_volume(&mut self, org: &str, id: &str, update: VolumeUpdate) -> SimResult<RegisteredVolume> {
+    /// A volume of the organization to change, once the world has settled and every volume
+    /// waiting for its check has had it.
+    fn checked_volume_mut(&mut self, org: &str, id: &str) -> SimResult<&mut RegisteredVolume> {
         self.settle();
         self.check_volumes();
+        self.volumes.by_org.get_mut(org).and_then(|volumes| volumes.get_mut(id)).ok_or_else(|| volume_not_found(id))
+    }
+
+    /// Changes what a volume's mask names; the claim it names cannot change.
+    pub fn update_volume(&mut self, org: &str, id: &str, update: VolumeUpdate) -> SimResult<RegisteredVolume> {
         let now = self.now;
-        let volume = self
-            .volumes
-            .by_org
-            .get_mut(org)
-            .and_then(|volumes| volumes.get_mut(id))
-            .ok_or_else(|| volume_not_found(id))?;
+        let volume = self.checked_volume_mut(org, id)?;
         if let Some(source) = update.source {
             let asked = ClaimSource { sub_path: source.sub_path.trim_matches('/').to_owned(), ..source };
             if asked != volume.source {
@@ -374,15 +375,8 @@ impl World {
 
     /// Checks the volume's claim again: VALIDATING until the next command of the world.
     pub fn revalidate_volume(&mut self, org: &str, id: &str) -> SimResult<RegisteredVolume> {
-        self.settle();
-        self.check_volumes();
         let now = self.now;
-        let volume = self
-            .volumes
-            .by_org
-            .get_mut(org)
-            .and_then(|volumes| volumes.get_mut(id))
-            .ok_or_else(|| volume_not_found(id))?;
+        let volume = self.checked_volume_mut(org, id)?;
         legal(VolumeTransition::Recheck.apply(volume, VolumeState::Validating));
         volume.updated = now;
         let volume = volume.clone();
