@@ -12,7 +12,7 @@ use common::*;
 use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_api::sandbox_v1::discovery_service_client::DiscoveryServiceClient;
 use cwsandbox_api::sandbox_v1::runner_management_service_client::RunnerManagementServiceClient;
-use cwsandbox_api::sandbox_v1::volume_service_client::VolumeServiceClient;
+use cwsandbox_api::sandbox_v1::settings_service_client::SettingsServiceClient;
 use tonic::Code;
 
 fn resources(cpu: &str, memory: &str) -> Option<pb::Resources> {
@@ -271,8 +271,8 @@ async fn rpcs_that_are_not_emulated_say_so() {
     assert_eq!(reason(&error), "CWSANDBOX_NOT_IMPLEMENTED");
     let error = client.purge_sandboxes(pb::PurgeSandboxesRequest::default()).await.unwrap_err();
     assert_eq!((error.code(), reason(&error).as_str()), (Code::Unimplemented, "CWSANDBOX_NOT_IMPLEMENTED"));
-    let mut volumes = VolumeServiceClient::with_interceptor(channel(&emulator).await, Bearer(token));
-    let error = volumes.list_volumes(pb::ListVolumesRequest::default()).await.unwrap_err();
+    let mut settings = SettingsServiceClient::with_interceptor(channel(&emulator).await, Bearer(token));
+    let error = settings.get_build_storage_config(pb::GetBuildStorageConfigRequest::default()).await.unwrap_err();
     assert_eq!((error.code(), reason(&error).as_str()), (Code::Unimplemented, "CWSANDBOX_NOT_IMPLEMENTED"));
 }
 

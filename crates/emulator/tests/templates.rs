@@ -203,10 +203,10 @@ async fn bad_templates_are_refused_with_the_field_named() {
     assert_eq!((refused.code(), reason(&refused).as_str()), (Code::Unimplemented, "CWSANDBOX_NOT_IMPLEMENTED"));
     assert_eq!(violations(&refused), ["sandbox_template.attachments"]);
 
-    let mut with_services = worker_spec();
-    with_services.services = vec![pb::Service { port: 8080, ..Default::default() }];
-    let refused = admin.create_sandbox_template(create_template("t", with_services)).await.unwrap_err();
-    assert_eq!(violations(&refused), ["sandbox_template.spec.services"]);
+    let mut with_networks = worker_spec();
+    with_networks.network_ids = vec!["net".to_owned()];
+    let refused = admin.create_sandbox_template(create_template("t", with_networks)).await.unwrap_err();
+    assert_eq!(violations(&refused), ["sandbox_template.spec.network_ids"]);
 
     let missing = admin
         .update_sandbox_template(pb::UpdateSandboxTemplateRequest {
