@@ -18,11 +18,11 @@ pub mod sandbox;
 mod serverless;
 pub mod slurm;
 pub mod snapshots;
-pub mod volumes;
 pub mod steps;
 pub mod sunk;
 pub mod templates;
 pub mod time;
+pub mod volumes;
 pub mod world;
 
 pub use error::{FieldViolation, Reason, SimError, SimResult};

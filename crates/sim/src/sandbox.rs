@@ -755,21 +755,31 @@ impl World {
             let registered = self.claim_for_mount(org, id, &field)?;
             let runner = &registered.source.runner_id;
             let conflict = if let Some(other) = claims.values().find(|other| other.source.runner_id != *runner) {
-                Some(format!("volume {id:?} is on runner {runner:?} and volume {:?} on runner {:?}: a sandbox runs on one runner", other.id, other.source.runner_id))
+                Some(format!(
+                    "volume {id:?} is on runner {runner:?} and volume {:?} on runner {:?}: a sandbox runs on one runner",
+                    other.id, other.source.runner_id
+                ))
             } else if !spec.runner_ids.is_empty() && !spec.runner_ids.contains(runner) {
-                Some(format!("volume {id:?} is on runner {runner:?}, which runner_ids {:?} leaves out", spec.runner_ids))
+                Some(format!(
+                    "volume {id:?} is on runner {runner:?}, which runner_ids {:?} leaves out",
+                    spec.runner_ids
+                ))
             } else {
                 None
             };
             if let Some(conflict) = conflict {
-                return Err(SimError::invalid(Reason::VolumePlacementConflict, vec![FieldViolation::new(field, conflict)]));
+                return Err(SimError::invalid(
+                    Reason::VolumePlacementConflict,
+                    vec![FieldViolation::new(field, conflict)],
+                ));
             }
             // Other sandboxes write to a claim while this one starts: a sub-path could be swapped
             // for a link between its check and its mount, so only the volume's root is mounted.
             for (container_index, container) in spec.containers.iter().enumerate() {
                 for (mount_index, mount) in container.volume_mounts.iter().enumerate() {
                     if mount.volume == volume.name && !mount.sub_path.trim_matches('/').is_empty() {
-                        let at = format!("sandbox.spec.containers[{container_index}].volumeMounts[{mount_index}].subPath");
+                        let at =
+                            format!("sandbox.spec.containers[{container_index}].volumeMounts[{mount_index}].subPath");
                         return Err(SimError::Unimplemented {
                             message: format!("{at}: a sub-path of a registered volume is not emulated: mount its root"),
                             violations: vec![FieldViolation::new(

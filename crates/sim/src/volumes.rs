@@ -149,7 +149,9 @@ pub(crate) struct Volumes {
 /// Why a volume id, namespace or claim name is not a DNS label, as a field violation.
 fn label_problem(field: &str, value: &str) -> Option<FieldViolation> {
     let problem = if value.is_empty() { Some("required") } else { crate::runners::check_dns_label(value).err() };
-    problem.map(|problem| FieldViolation::new(field, format!("{problem}: a DNS label (lowercase letters, digits and '-')")))
+    problem.map(|problem| {
+        FieldViolation::new(field, format!("{problem}: a DNS label (lowercase letters, digits and '-')"))
+    })
 }
 
 /// Why a sub-path is not a relative path inside the claim.
@@ -255,9 +257,8 @@ impl World {
         for volumes in self.volumes.by_org.values_mut() {
             for volume in volumes.values_mut().filter(|volume| volume.state == VolumeState::Validating) {
                 let source = &volume.source;
-                let found = claims
-                    .iter()
-                    .find(|claim| claim.namespace == source.namespace && claim.name == source.claim_name);
+                let found =
+                    claims.iter().find(|claim| claim.namespace == source.namespace && claim.name == source.claim_name);
                 let outcome = match (runners.find(&volume.org, &source.runner_id), found) {
                     (None, _) => Err(format!("runner {:?} not found in the organization", source.runner_id)),
                     (Some(_), None) => Err(format!(
@@ -298,7 +299,8 @@ impl World {
     pub fn get_volume(&mut self, org: &str, id: &str) -> SimResult<RegisteredVolume> {
         self.settle();
         self.check_volumes();
-        let volume = self.volumes.by_org.get(org).and_then(|volumes| volumes.get(id)).ok_or_else(|| volume_not_found(id))?;
+        let volume =
+            self.volumes.by_org.get(org).and_then(|volumes| volumes.get(id)).ok_or_else(|| volume_not_found(id))?;
         Ok(self.volume_view(volume))
     }
 
@@ -403,9 +405,8 @@ impl World {
     /// names the spec's volume in errors.
     pub(crate) fn claim_for_mount(&mut self, org: &str, id: &str, field: &str) -> SimResult<RegisteredVolume> {
         self.check_volumes();
-        let volume = self.volumes.by_org.get(org).and_then(|volumes| volumes.get(id)).ok_or_else(|| SimError::NotFound {
-            reason: Reason::VolumeNotFound,
-            message: format!("{field}: volume {id:?} not found"),
+        let volume = self.volumes.by_org.get(org).and_then(|volumes| volumes.get(id)).ok_or_else(|| {
+            SimError::NotFound { reason: Reason::VolumeNotFound, message: format!("{field}: volume {id:?} not found") }
         })?;
         if volume.state != VolumeState::Ready {
             return Err(SimError::FailedPrecondition {
