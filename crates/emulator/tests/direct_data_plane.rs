@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use common::*;
 use cwsandbox_api::sandbox_v1 as pb;
-use cwsandbox_api::sandbox_v1::exec_stream_request::Message as Frame;
 use cwsandbox_api::sandbox_v1::exec_stream_response::Message as Reply;
 use cwsandbox_api::sandbox_v1::sandbox_data_plane_service_client::SandboxDataPlaneServiceClient;
 use cwsandbox_api::sandbox_v1::sandbox_service_client::SandboxServiceClient;
@@ -137,6 +136,10 @@ fn exec(sandbox_id: &str, command: &[&str]) -> pb::ExecRequest {
     }
 }
 
+fn read(sandbox_id: &str, path: &str) -> pb::ReadFileRequest {
+    pb::ReadFileRequest { sandbox_id: sandbox_id.to_owned(), path: path.to_owned(), ..Default::default() }
+}
+
 #[tokio::test]
 async fn a_certificate_acts_on_its_own_sandbox_with_every_operation_granted() {
     let (emulator, mut client, ids) = running(2).await;
@@ -166,23 +169,9 @@ async fn a_certificate_acts_on_its_own_sandbox_with_every_operation_granted() {
         })
         .await
         .expect("WriteFile");
-    let read = direct
-        .read_file(pb::ReadFileRequest {
-            sandbox_id: a.clone(),
-            path: "/tmp/direct.txt".to_owned(),
-            ..Default::default()
-        })
-        .await
-        .expect("ReadFile")
-        .into_inner();
-    assert_eq!(read.content, b"over mTLS");
-    let init = pb::ExecStreamRequest {
-        message: Some(Frame::Init(pb::ExecStreamInit {
-            sandbox_id: a.clone(),
-            command: vec!["echo".to_owned(), "streamed".to_owned()],
-            ..Default::default()
-        })),
-    };
+    let file = direct.read_file(read(a, "/tmp/direct.txt")).await.expect("ReadFile").into_inner();
+    assert_eq!(file.content, b"over mTLS");
+    let init = exec_init(a, &["echo", "streamed"]);
     let mut frames = direct.stream_exec(tokio_stream::iter(vec![init])).await.expect("StreamExec").into_inner();
     let mut replies = Vec::new();
     while let Some(frame) = frames.message().await.unwrap() {
@@ -199,22 +188,9 @@ async fn a_certificate_acts_on_its_own_sandbox_with_every_operation_granted() {
     let error = direct.exec(exec(b, &["echo", "no"])).await.unwrap_err();
     assert_eq!((error.code(), reason(&error).as_str()), (Code::PermissionDenied, "CWSANDBOX_PERMISSION_DENIED"));
     assert!(error.message().contains(&format!("acts on sandbox {a} only")), "{}", error.message());
-    let error = direct
-        .read_file(pb::ReadFileRequest {
-            sandbox_id: b.clone(),
-            path: "/tmp/direct.txt".to_owned(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let error = direct.read_file(read(b, "/tmp/direct.txt")).await.unwrap_err();
     assert_eq!(error.code(), Code::PermissionDenied);
-    let init_b = pb::ExecStreamRequest {
-        message: Some(Frame::Init(pb::ExecStreamInit {
-            sandbox_id: b.clone(),
-            command: vec!["true".to_owned()],
-            ..Default::default()
-        })),
-    };
+    let init_b = exec_init(b, &["true"]);
     let error = direct.stream_exec(tokio_stream::iter(vec![init_b])).await.unwrap_err();
     assert_eq!(error.code(), Code::PermissionDenied);
 
@@ -248,18 +224,9 @@ async fn an_operation_not_granted_is_refused() {
         .await
         .unwrap_err();
     assert_eq!(error.code(), Code::PermissionDenied);
-    let init = pb::ExecStreamRequest {
-        message: Some(Frame::Init(pb::ExecStreamInit {
-            sandbox_id: id.clone(),
-            command: vec!["true".to_owned()],
-            ..Default::default()
-        })),
-    };
+    let init = exec_init(id, &["true"]);
     assert_eq!(direct.stream_exec(tokio_stream::iter(vec![init])).await.unwrap_err().code(), Code::PermissionDenied);
-    let error = direct
-        .read_file(pb::ReadFileRequest { sandbox_id: id.clone(), path: "/missing".to_owned(), ..Default::default() })
-        .await
-        .unwrap_err();
+    let error = direct.read_file(read(id, "/missing")).await.unwrap_err();
     assert_eq!(error.code(), Code::NotFound, "the granted operation runs (and the file is missing)");
 
     // A certificate is no API credential: the endpoint serves the data plane only.
