@@ -1,5 +1,7 @@
 """The published client's life cycle, timed: `with Sandbox.run(...) as sb: sb.exec(["hostname"])`
 (CreateSandbox, GetSandbox until RUNNING, StreamExec, DeleteSandbox, GetSandbox until terminal).
+Over the gateway (`data_plane_mode="gateway"`): the fake has no direct data plane, the emulator
+has, and the client's default `auto` would take it there only, timing different calls.
 
 Usage: python python_lifecycle.py URL RUNNER ROUNDS  → prints the median, min and max in ms as JSON.
 CWSANDBOX_API_KEY must be set (any value for the fake).
@@ -20,7 +22,7 @@ from cwsandbox import Sandbox  # noqa: E402
 
 def once():
     started = time.perf_counter()
-    with Sandbox.run(placement_mode="cks", runner_ids=[runner]) as sb:
+    with Sandbox.run(placement_mode="cks", runner_ids=[runner], data_plane_mode="gateway") as sb:
         result = sb.exec(["hostname"]).result()
         # Plain isolation shares the host's hostname: any name will do.
         assert result.returncode == 0 and result.stdout.strip(), result

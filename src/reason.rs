@@ -150,11 +150,11 @@ reasons! {
         when: "No fault with that id is in force in the caller's scope (EmulatorService RemoveFault).",
         remedy: "ListFaults names the faults in force; a Reset or ClearFaults may have removed it.";
     Unauthenticated => "CWSANDBOX_UNAUTHENTICATED",
-        when: "The request carries no bearer token, or one the emulator does not know.",
-        remedy: "Send `Authorization: Bearer <token>` with a token the emulator issued (`CWSANDBOX_API_KEY`).";
+        when: "The request carries no bearer token, or one the emulator does not know; on the direct data plane, its client certificate was not issued by ConnectSandbox, was revoked by a reset, or has expired.",
+        remedy: "Send `Authorization: Bearer <token>` with a token the emulator issued (`CWSANDBOX_API_KEY`); on the direct data plane, call ConnectSandbox for a new certificate.";
     PermissionDenied => "CWSANDBOX_PERMISSION_DENIED",
-        when: "The caller's token lacks the role the operation needs (the metadata `required_role` names it).",
-        remedy: "Use a token with the named role, or ask an administrator to grant it.";
+        when: "The caller's token lacks the role the operation needs (the metadata `required_role` names it); on the direct data plane, the client certificate does not grant the operation (`permission`) or was issued for another sandbox (`certificate_sandbox_id`).",
+        remedy: "Use a token with the named role, or ask an administrator to grant it; on the direct data plane, ask ConnectSandbox for a certificate for that sandbox and operation.";
     BackendUnavailable => "CWSANDBOX_BACKEND_UNAVAILABLE",
         when: "The operation needs a process executor, and none is attached, or the executor failed to run the command.",
         remedy: "Start the emulator with an executor (see its README) for exec, files and logs; retry if the executor failed transiently.";

@@ -1,9 +1,10 @@
 //! The state every handler shares: the driver (world and clock), the tokens, the optional
-//! process runtime and the limits.
+//! process runtime, the limits and the direct data plane's certificate authority.
 
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::auth::{Principal, Tokens, bearer};
+use crate::direct::DirectPlane;
 use crate::driver::Driver;
 use crate::errors::ApiError;
 use crate::faults::Faults;
@@ -37,6 +38,7 @@ struct Inner {
     runtime: Option<Arc<dyn SandboxRuntime>>,
     limits: Limits,
     strictness: Strictness,
+    direct: Arc<DirectPlane>,
 }
 
 /// Cheap to clone; handlers get it as axum state.
@@ -57,6 +59,7 @@ impl App {
         runtime: Option<Arc<dyn SandboxRuntime>>,
         limits: Limits,
         strictness: Strictness,
+        direct: Arc<DirectPlane>,
     ) -> App {
         App(Arc::new(Inner {
             driver,
@@ -67,6 +70,7 @@ impl App {
             runtime,
             limits,
             strictness,
+            direct,
         }))
     }
 
@@ -74,6 +78,11 @@ impl App {
     /// lets it through, as the values' `strictness` says (`crate::fidelity`).
     pub fn check_fields<R: fidelity::Request>(&self, method: &str, request: &R) -> Result<(), ApiError> {
         fidelity::check(self.0.strictness, method, request)
+    }
+
+    /// The direct data plane's certificate authority and grants.
+    pub fn direct(&self) -> &DirectPlane {
+        &self.0.direct
     }
 
     /// The driver.

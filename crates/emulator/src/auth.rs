@@ -26,7 +26,9 @@ use serde::Deserialize;
 
 use crate::app::App;
 use crate::config::AuthConfig;
+use crate::direct::Grant;
 use crate::errors::ApiError;
+use crate::tls::PeerCertificate;
 
 /// An IAM role of the Sandbox API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
@@ -264,23 +266,56 @@ pub fn bearer(header: Option<&str>) -> Result<&str, ApiError> {
 
 /// The authenticated caller of an RPC: an axum extractor that works on both transports (the gRPC
 /// path sees the HTTP headers through connectrpc-axum's captured request parts).
+///
+/// On the direct data plane's endpoint the caller is the one its client certificate was issued
+/// to, bound to that certificate's sandbox and permissions ([`Caller::grant`]); the request guard
+/// checked the certificate and put its [`DirectCaller`] in the request, and no bearer token is
+/// read there.
 #[derive(Debug, Clone)]
-pub struct Caller(pub Arc<Principal>);
+pub struct Caller {
+    principal: Arc<Principal>,
+    grant: Option<Arc<Grant>>,
+}
+
+impl Caller {
+    /// A caller authenticated by a bearer token.
+    pub fn new(principal: Principal) -> Caller {
+        Caller { principal: Arc::new(principal), grant: None }
+    }
+
+    /// The certificate grant a direct data-plane caller acts under; `None` on the API's port.
+    pub fn grant(&self) -> Option<&Grant> {
+        self.grant.as_deref()
+    }
+}
 
 impl std::ops::Deref for Caller {
     type Target = Principal;
     fn deref(&self) -> &Principal {
-        &self.0
+        &self.principal
     }
 }
+
+/// A direct data-plane call's certificate grant, checked by the request guard.
+#[derive(Debug, Clone)]
+pub struct DirectCaller(pub Arc<Grant>);
 
 impl FromRequestParts<App> for Caller {
     type Rejection = ConnectError;
 
     async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Caller, ConnectError> {
+        if let Some(DirectCaller(grant)) = parts.extensions.get::<DirectCaller>() {
+            return Ok(Caller { principal: Arc::new(grant.principal.clone()), grant: Some(Arc::clone(grant)) });
+        }
+        if parts.extensions.get::<PeerCertificate>().is_some() {
+            // A direct connection whose certificate the guard did not admit: never fall back to a
+            // bearer token there.
+            let error = ApiError::unauthenticated("the client certificate was not checked for this call");
+            return Err(error.into());
+        }
         let header = parts.headers.get(http::header::AUTHORIZATION).and_then(|value| value.to_str().ok());
         match app.authenticate(header) {
-            Ok(principal) => Ok(Caller(Arc::new(principal))),
+            Ok(principal) => Ok(Caller::new(principal)),
             Err(error) => {
                 tracing::debug!(path = %parts.uri.path(), "{error}");
                 Err(error.into())

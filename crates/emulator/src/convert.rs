@@ -4,6 +4,8 @@
 
 pub mod emulator;
 
+use std::collections::BTreeSet;
+
 use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_api::wkt::Timestamp;
 use cwsandbox_sim::quantity::{Quantity, format_bytes};
@@ -12,6 +14,7 @@ use cwsandbox_sim::sandbox::{SandboxFilter, SandboxState, SandboxView};
 use cwsandbox_sim::templates::{Template, TemplateInput};
 use cwsandbox_sim::time::SimTime;
 
+use crate::direct::{Issued, Permission};
 use crate::errors::ApiError;
 
 /// A simulated time as a protobuf Timestamp.
@@ -247,6 +250,63 @@ pub fn container_name(view: &SandboxView, asked: &str) -> Option<String> {
             .map(|container| container.name.clone());
     }
     view.resolved.containers.iter().find(|container| container.name == asked).map(|container| container.name.clone())
+}
+
+/// ConnectSandbox's requested permissions: at least one, each a known operation (duplicates
+/// collapse).
+pub fn data_permissions(requested: &[i32]) -> Result<BTreeSet<Permission>, ApiError> {
+    use pb::SandboxDataPermission as Asked;
+    if requested.is_empty() {
+        return Err(ApiError::missing_field("requested_permissions"));
+    }
+    requested
+        .iter()
+        .enumerate()
+        .map(|(index, value)| {
+            Ok(match Asked::try_from(*value) {
+                Ok(Asked::Exec) => Permission::Exec,
+                Ok(Asked::StreamExec) => Permission::StreamExec,
+                Ok(Asked::StreamLogs) => Permission::StreamLogs,
+                Ok(Asked::WriteFile) => Permission::WriteFile,
+                Ok(Asked::ReadFile) => Permission::ReadFile,
+                Ok(Asked::Unspecified) | Err(_) => {
+                    return Err(ApiError::invalid_field(
+                        &format!("requested_permissions[{index}]"),
+                        format!("{value} is not a data operation (SANDBOX_DATA_PERMISSION_EXEC … _READ_FILE)"),
+                    ));
+                }
+            })
+        })
+        .collect()
+}
+
+/// The API's value of a data permission.
+fn data_permission(permission: Permission) -> pb::SandboxDataPermission {
+    match permission {
+        Permission::Exec => pb::SandboxDataPermission::Exec,
+        Permission::StreamExec => pb::SandboxDataPermission::StreamExec,
+        Permission::StreamLogs => pb::SandboxDataPermission::StreamLogs,
+        Permission::WriteFile => pb::SandboxDataPermission::WriteFile,
+        Permission::ReadFile => pb::SandboxDataPermission::ReadFile,
+    }
+}
+
+/// ConnectSandbox's answer: the endpoint, the certificates and what they grant.
+pub fn sandbox_connection(issued: Issued) -> pb::SandboxConnection {
+    pb::SandboxConnection {
+        endpoint_uri: issued.endpoint_uri,
+        client_certificate_chain_pem: issued.certificate_chain_pem.into_bytes(),
+        server_ca_bundle_pem: issued.ca_pem.into_bytes(),
+        expires_at: Some(timestamp(issued.expires_at)),
+        endpoint_id: issued.endpoint_id,
+        transport: pb::SandboxDataTransport::DirectMtls as i32,
+        protocol: pb::SandboxDataProtocol::ConnectH2V1 as i32,
+        granted_permissions: issued
+            .permissions
+            .into_iter()
+            .map(|permission| data_permission(permission) as i32)
+            .collect(),
+    }
 }
 
 /// A required string field.

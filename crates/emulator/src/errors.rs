@@ -24,6 +24,7 @@ use cwsandbox_sim::{Reason, SimError};
 use tonic::Code;
 use tonic_types::{ErrorDetails, StatusExt};
 
+use crate::direct::DirectError;
 use crate::runtime::RuntimeError;
 
 /// The `ErrorInfo.domain` of every error.
@@ -323,6 +324,35 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::Unavailable(_) => ApiError::new(Code::Unavailable, Reason::BackendUnavailable, message),
             RuntimeError::StartFailed(_) => ApiError::new(Code::FailedPrecondition, Reason::SandboxNotRunning, message),
             RuntimeError::InvalidArgument { field, description } => ApiError::invalid_field(&field, description),
+        }
+    }
+}
+
+impl From<DirectError> for ApiError {
+    fn from(error: DirectError) -> ApiError {
+        let message = error.to_string();
+        match error {
+            DirectError::Csr(_) => ApiError::invalid_field("csr_der", message),
+            // The client reads INTERNAL from ConnectSandbox as "use the gateway".
+            DirectError::Signing(_) => ApiError::new(Code::Internal, Reason::BackendUnavailable, message),
+            DirectError::TooMany => {
+                let mut error = ApiError::new(Code::ResourceExhausted, Reason::Overloaded, message);
+                error.retry_after = Some(crate::direct::CERTIFICATE_LIFETIME / 10);
+                error
+            }
+            DirectError::Unknown | DirectError::Expired { .. } => {
+                ApiError::unauthenticated(message).with_metadata("credentials", "client_certificate")
+            }
+            DirectError::OtherSandbox { bound, asked } => {
+                ApiError::new(Code::PermissionDenied, Reason::PermissionDenied, message)
+                    .with_metadata("sandbox_id", asked)
+                    .with_metadata("certificate_sandbox_id", bound)
+            }
+            DirectError::NotGranted { permission, sandbox_id, .. } => {
+                ApiError::new(Code::PermissionDenied, Reason::PermissionDenied, message)
+                    .with_metadata("sandbox_id", sandbox_id)
+                    .with_metadata("permission", permission.method())
+            }
         }
     }
 }

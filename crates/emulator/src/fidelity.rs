@@ -110,7 +110,6 @@ const fn refused(path: &'static str, note: &'static str) -> FieldRule {
 pub const REFUSED_METHODS: &[(&str, &str)] = &[
     ("SandboxService.GetSandboxBuildLogs", "no image is built"),
     ("SandboxService.PurgeSandboxes", "not emulated"),
-    ("SandboxService.ConnectSandbox", "no direct data plane: clients fall back to the gateway"),
     ("SettingsService.GetBuildStorageConfig", "no image is built"),
     ("SettingsService.UpdateBuildStorageConfig", "no image is built"),
     ("SettingsService.GetObjectStorageWifConfig", "no object storage is reachable"),
@@ -486,6 +485,19 @@ pub const FIELDS: &[FieldRule] = &[
         "PLATFORM (the default) runs the services as the sandbox's containers; CONTAINER_ENGINE is refused by name (no Docker engine)",
     ),
     refused("CreateSandboxFromFileRequest.image_pull_credentials", "no image is pulled"),
+    // ConnectSandbox: the direct data plane (crate::direct)
+    emulated(
+        "ConnectSandboxRequest.sandbox_id",
+        "a RUNNING sandbox of the caller's organization: the certificate acts on it alone",
+    ),
+    emulated(
+        "ConnectSandboxRequest.csr_der",
+        "its key is certified (the signature checked); the subject, names, usages and validity are the CA's",
+    ),
+    emulated(
+        "ConnectSandboxRequest.requested_permissions",
+        "each granted, and the only operations the certificate may perform on the direct endpoint",
+    ),
     // Data operations (SandboxService and SandboxDataPlaneService)
     emulated("ExecRequest.sandbox_id", "the sandbox"),
     emulated("ExecRequest.command", "the command"),

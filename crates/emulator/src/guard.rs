@@ -3,7 +3,9 @@
 //! 1. **Authentication from the headers.** A request without a valid bearer token is answered
 //!    UNAUTHENTICATED without reading its body (the handlers' `Caller` extractor runs only after
 //!    the message is decoded, which let anyone make the server decode up to the message limit).
-//!    `grpc.health.v1` and reflection need no token.
+//!    `grpc.health.v1` and reflection need no token. On the direct data plane's endpoint the
+//!    connection's client certificate stands in for the token (`crate::direct`): unknown or
+//!    expired is UNAUTHENTICATED, an RPC it does not grant PERMISSION_DENIED.
 //! 2. **A bounded body.** A unary request (and the one request of a server-streaming RPC) is read
 //!    here, before decoding: at most `max_request_bytes` (`max_message_bytes` for the RPCs that
 //!    carry file content), with no more than `body_read_timeout` between two pieces of it. Then
@@ -42,14 +44,18 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Code;
 
 use crate::app::App;
-use crate::auth::{Principal, Role};
+use crate::auth::{DirectCaller, Principal, Role};
+use crate::direct::Permission;
 use crate::errors::ApiError;
 use crate::fault_stream::{CutBody, Tail, string_field};
 use crate::faults::{Call, FAULT_HEADER, InjectedFaults, Verdict, header_verdict};
+use crate::tls::PeerCertificate;
 
 /// RPCs whose request carries file content, allowed up to `max_message_bytes`.
 const PAYLOAD_METHODS: &[&str] =
     &["/coreweave.sandbox.v1.SandboxService/WriteFile", "/coreweave.sandbox.v1.SandboxDataPlaneService/WriteFile"];
+/// The path prefix of the direct data plane's RPCs, the only ones a client certificate is for.
+const DATA_PLANE_PREFIX: &str = "/coreweave.sandbox.v1.SandboxDataPlaneService/";
 /// Paths answered without a token.
 const OPEN_PREFIXES: &[&str] =
     &["/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.ServerReflection/"];
@@ -339,6 +345,25 @@ impl Shared {
             let response = inner.oneshot(request).await.unwrap_or_else(|never| match never {});
             return undecodable_is_invalid_argument(response);
         }
+        let mut request = request;
+        if let Some(certificate) = request.extensions().get::<PeerCertificate>().cloned() {
+            // The direct data plane's endpoint: the certificate is the credential.
+            let principal = match self.direct_caller(&certificate, &path) {
+                Ok(DirectCaller(grant)) => {
+                    let principal = grant.principal.clone();
+                    request.extensions_mut().insert(DirectCaller(grant));
+                    principal
+                }
+                Err(error) => {
+                    tracing::debug!(%path, "{error}");
+                    if self.methods.get(&path).is_some_and(|shape| shape.client_streaming) {
+                        refuse_stream(request.into_body()).await;
+                    }
+                    return protocol.reject(&error);
+                }
+            };
+            return self.admitted(request, principal, protocol, path, inner).await;
+        }
         let header = request.headers().get(http::header::AUTHORIZATION).and_then(|value| value.to_str().ok());
         let principal = match self.app.authenticate(header) {
             Ok(principal) => principal,
@@ -361,6 +386,39 @@ impl Shared {
                 return protocol.reject(&error);
             }
         };
+        self.admitted(request, principal, protocol, path, inner).await
+    }
+
+    /// The grant of a direct call's client certificate, if it is valid now and grants the RPC's
+    /// operation (the sandbox is checked by the handler, which decodes the request).
+    fn direct_caller(&self, certificate: &PeerCertificate, path: &str) -> Result<DirectCaller, ApiError> {
+        let grant = self.app.direct().grant_of(&certificate.0)?;
+        let method = path.strip_prefix(DATA_PLANE_PREFIX).unwrap_or_default();
+        let Some(permission) = Permission::of_method(method) else {
+            return Err(ApiError::new(
+                Code::PermissionDenied,
+                Reason::PermissionDenied,
+                format!("{path}: a direct data-plane certificate is only for the RPCs of SandboxDataPlaneService"),
+            ));
+        };
+        grant.permits(permission)?;
+        Ok(DirectCaller(grant))
+    }
+
+    /// A request whose caller is known: bounds, faults, the deadline, then the services.
+    async fn admitted<S>(
+        &self,
+        request: Request<Body>,
+        principal: Principal,
+        protocol: Protocol,
+        path: String,
+        inner: S,
+    ) -> Response
+    where
+        S: tower::Service<Request<Body>, Response = Response, Error = Infallible> + Send + 'static,
+        S::Future: Send + 'static,
+    {
+        use tower::ServiceExt;
         let Some(shape) = self.methods.get(&path) else {
             // Not an RPC of the API: the services answer (UNIMPLEMENTED, 404).
             return inner.oneshot(request).await.unwrap_or_else(|never| match never {});

@@ -7,7 +7,8 @@
 //! [`server`] (one port, every protocol), [`guard`] (authentication and bounds before any
 //! decoding), [`transport`] (the accept loop: timeouts, the connection cap), [`driver`] (the world on a clock, the effects pump),
 //! [`clock`] (wall time that can be frozen and advanced), [`runtime`] (the seam to the process
-//! executor), [`executor_runtime`] (the process executor behind that seam). [`Emulator::start`]
+//! executor), [`executor_runtime`] (the process executor behind that seam), [`direct`] (the
+//! direct data plane: ConnectSandbox's certificate authority and its mutual-TLS endpoint). [`Emulator::start`]
 //! puts them together; the binary adds the command line and attaches the executor.
 
 // Handlers must return connectrpc-axum's `ConnectError` (160 bytes), a foreign type we cannot box.
@@ -23,6 +24,7 @@ pub mod clock;
 pub mod config;
 pub mod convert;
 pub mod decoded_size;
+pub mod direct;
 pub mod driver;
 pub mod errors;
 pub mod executor_runtime;
@@ -259,30 +261,46 @@ impl Emulator {
             .map(|runner| runner.runner_id.clone())
             .unwrap_or_default();
 
-        let (driver, pump) = Driver::new(config.values, clock, seed.unwrap_or_else(seed_from_clock))?;
-        let app = App::new(Arc::clone(&driver), tokens, runtime.clone(), limits, config.strictness);
-        app.install_configured_faults(config.faults).map_err(|error| StartError::Fault(error.to_string()))?;
-        let router = server::router(app.clone(), &transport).await;
-
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|source| StartError::Bind { address: listen, source })?;
         let bound = listener.local_addr().map_err(|source| StartError::Bind { address: listen, source })?;
-        let identity = tls::ServerIdentity::self_signed(bound.ip())?;
-        let (shutdown, shutdown_signal) = watch::channel(false);
-        let tasks = driver.spawn_tasks(pump, runtime.clone(), shutdown.subscribe());
-        let server = {
-            let certificate = identity.config();
-            tokio::spawn(async move {
-                transport::serve(listener, certificate, router, transport, shutdown_signal).await;
-            })
-        };
-
         let host = match bound.ip() {
             IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
             IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
             ip => ip,
         };
+        // The direct data plane's endpoint: the API's address, a port of its own.
+        let direct_address = SocketAddr::new(bound.ip(), 0);
+        let direct_listener = tokio::net::TcpListener::bind(direct_address)
+            .await
+            .map_err(|source| StartError::Bind { address: direct_address, source })?;
+        let direct_bound =
+            direct_listener.local_addr().map_err(|source| StartError::Bind { address: direct_address, source })?;
+        let direct_uri = format!("https://{}", SocketAddr::new(host, direct_bound.port()));
+        let direct = direct::DirectPlane::new(clock.clone(), bound.ip(), direct_uri)?;
+
+        let (driver, pump) = Driver::new(config.values, clock, seed.unwrap_or_else(seed_from_clock))?;
+        let app = App::new(Arc::clone(&driver), tokens, runtime.clone(), limits, config.strictness, Arc::new(direct));
+        app.install_configured_faults(config.faults).map_err(|error| StartError::Fault(error.to_string()))?;
+        let router = server::router(app.clone(), &transport).await;
+        let direct_router = server::direct_router(app.clone(), &transport);
+
+        let identity = tls::ServerIdentity::self_signed(bound.ip())?;
+        let (shutdown, shutdown_signal) = watch::channel(false);
+        let tasks = driver.spawn_tasks(pump, runtime.clone(), shutdown.subscribe());
+        let server = {
+            let api_tls = tls::Tls::Optional(tokio_rustls::TlsAcceptor::from(identity.config()));
+            let direct_tls = tls::Tls::ClientCertificate(tokio_rustls::TlsAcceptor::from(app.direct().server_config()));
+            let direct_shutdown = shutdown_signal.clone();
+            tokio::spawn(async move {
+                tokio::join!(
+                    transport::serve(listener, api_tls, router, transport, shutdown_signal),
+                    transport::serve(direct_listener, direct_tls, direct_router, transport, direct_shutdown),
+                );
+            })
+        };
+
         let info = ReadyInfo {
             base_url: format!("http://{}", SocketAddr::new(host, bound.port())),
             listen: bound.to_string(),
@@ -299,7 +317,7 @@ impl Emulator {
             let text = kube::kubeconfig(&server, &identity.certificate_pem, info.api_key());
             write_private(path, &text).map_err(|source| StartError::Kubeconfig { path: path.clone(), source })?;
         }
-        tracing::info!(base_url = %info.base_url, "cwsandbox-emulator listening");
+        tracing::info!(base_url = %info.base_url, direct_data_plane = %app.direct().endpoint_uri(), "cwsandbox-emulator listening");
         Ok(Emulator { info, app, shutdown, server, tasks, runtime })
     }
 

@@ -45,13 +45,7 @@ pub const SERVICES: &[&str] = &[
 /// The whole HTTP service of the emulator, ready for [`crate::transport::serve`].
 pub async fn router(app: App, transport: &Transport) -> Router {
     let limit = app.limits().max_message_bytes;
-    let request_limits = RequestLimits {
-        max_request_bytes: transport.max_request_bytes,
-        max_message_bytes: limit,
-        max_decoded_request_bytes: transport.max_decoded_request_bytes,
-        request_memory_bytes: transport.request_memory_bytes,
-        body_read_timeout: transport.body_read_timeout,
-    };
+    let request_limits = request_limits(&app, transport);
 
     let (sandbox_routes, sandbox_grpc) = SandboxServiceTonicCompatibleBuilder::new()
         .create_sandbox(sandbox::create_sandbox)
@@ -83,14 +77,7 @@ pub async fn router(app: App, transport: &Transport) -> Router {
         .with_state(app.clone())
         .build();
 
-    let (data_plane_routes, data_plane_grpc) = SandboxDataPlaneServiceTonicCompatibleBuilder::new()
-        .exec(data::exec)
-        .stream_exec(data::stream_exec)
-        .stream_logs(data::stream_logs)
-        .write_file(data::write_file)
-        .read_file(data::read_file)
-        .with_state(app.clone())
-        .build();
+    let (data_plane_routes, data_plane_grpc) = data_plane(&app);
 
     let (discovery_routes, discovery_grpc) = DiscoveryServiceTonicCompatibleBuilder::new()
         .list_available_runners(discovery::list_available_runners)
@@ -250,7 +237,7 @@ pub async fn router(app: App, transport: &Transport) -> Router {
             emulator_routes,
         ])
         .add_grpc_service(sandbox_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
-        .add_grpc_service(data_plane_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
+        .add_grpc_service(data_plane_grpc)
         .add_grpc_service(discovery_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
         .add_grpc_service(runner_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
         .add_grpc_service(template_grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
@@ -287,4 +274,67 @@ pub async fn router(app: App, transport: &Transport) -> Router {
         }
     });
     Router::new().route("/healthz", get(|| async { "ok\n" })).merge(crate::kube::routes(app)).fallback_service(dispatch)
+}
+
+/// The request guard's limits, from the transport settings.
+fn request_limits(app: &App, transport: &Transport) -> RequestLimits {
+    RequestLimits {
+        max_request_bytes: transport.max_request_bytes,
+        max_message_bytes: app.limits().max_message_bytes,
+        max_decoded_request_bytes: transport.max_decoded_request_bytes,
+        request_memory_bytes: transport.request_memory_bytes,
+        body_read_timeout: transport.body_read_timeout,
+    }
+}
+
+/// SandboxDataPlaneService's Connect routes and gRPC service: the data handlers, which the
+/// gateway's SandboxService serves too.
+fn data_plane(
+    app: &App,
+) -> (
+    Router,
+    impl tower::Service<
+        Request<tonic::body::Body>,
+        Response = http::Response<tonic::body::Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + tonic::server::NamedService
+    + Clone
+    + Send
+    + Sync
+    + 'static,
+) {
+    let limit = app.limits().max_message_bytes;
+    let (routes, grpc) = SandboxDataPlaneServiceTonicCompatibleBuilder::new()
+        .exec(data::exec)
+        .stream_exec(data::stream_exec)
+        .stream_logs(data::stream_logs)
+        .write_file(data::write_file)
+        .read_file(data::read_file)
+        .with_state(app.clone())
+        .build();
+    (routes, grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
+}
+
+/// The direct data plane's endpoint (`crate::direct`): SandboxDataPlaneService only, over gRPC
+/// and Connect, behind the same request guard, which takes the caller from the connection's
+/// client certificate. Its own guard has its own request memory budget.
+pub fn direct_router(app: App, transport: &Transport) -> Router {
+    let limit = app.limits().max_message_bytes;
+    let (routes, grpc) = data_plane(&app);
+    let switch = MakeServiceBuilder::new()
+        .receive_max_bytes(limit)
+        .send_max_bytes(limit)
+        .add_routers([routes])
+        .add_grpc_service(grpc)
+        .build();
+    let guarded = Guard::new(app.clone(), request_limits(&app, transport), switch);
+    let dispatch = tower::service_fn(move |request: Request<Body>| {
+        let guarded = guarded.clone();
+        async move {
+            let response = guarded.oneshot(request).await?;
+            Ok::<_, Infallible>(crate::errors::enrich_connect_error(response, None).await)
+        }
+    });
+    Router::new().fallback_service(dispatch)
 }

@@ -5,6 +5,9 @@
 //! connection is told apart by its first byte: a TLS record starts with 0x16 (handshake), which
 //! no HTTP/1.1 request line or HTTP/2 preface does. The certificate is self-signed, made at
 //! start for the loopback names, and handed to kubectl as `certificate-authority-data`.
+//!
+//! The direct data plane's endpoint is another listener, mutual TLS only ([`Tls::ClientCertificate`],
+//! `crate::direct`).
 
 use std::sync::Arc;
 
@@ -64,8 +67,53 @@ impl ServerIdentity {
     }
 }
 
+/// How a listener's connections are secured.
+#[derive(Clone)]
+pub enum Tls {
+    /// TLS beside plain HTTP, told apart by the first byte (the API's port).
+    Optional(tokio_rustls::TlsAcceptor),
+    /// Mutual TLS only (the direct data plane's endpoint): the configuration requires a client
+    /// certificate, which every request of the connection carries as a [`PeerCertificate`].
+    ClientCertificate(tokio_rustls::TlsAcceptor),
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Tls::Optional(_) => "Tls::Optional",
+            Tls::ClientCertificate(_) => "Tls::ClientCertificate",
+        })
+    }
+}
+
+/// The certificate a mutual-TLS client presented, in the extensions of each of its requests. Only
+/// the accept loop puts it there (nothing from the network can), after the handshake verified it.
+#[derive(Debug, Clone)]
+pub struct PeerCertificate(pub Arc<rustls::pki_types::CertificateDer<'static>>);
+
+/// Accepts a connection as `tls` says: the connection, and the client's certificate if it sent one.
+pub async fn accept(stream: TcpStream, tls: &Tls) -> std::io::Result<(Box<dyn Connection>, Option<PeerCertificate>)> {
+    match tls {
+        Tls::Optional(acceptor) => Ok((classify(stream, acceptor.clone()).await?, None)),
+        Tls::ClientCertificate(acceptor) => {
+            let _ = stream.set_nodelay(true);
+            let connection = acceptor.accept(stream).await?;
+            let certificate = connection
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|certificate| PeerCertificate(Arc::new(certificate.clone().into_owned())));
+            if certificate.is_none() {
+                return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "no client certificate"));
+            }
+            Ok((Box::new(connection), certificate))
+        }
+    }
+}
+
 /// A TLS connection or a plain one, told apart by the first byte (read without consuming it).
-pub async fn classify(stream: TcpStream, acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<Box<dyn Connection>> {
+async fn classify(stream: TcpStream, acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<Box<dyn Connection>> {
     let _ = stream.set_nodelay(true);
     let mut first = [0u8; 1];
     let read = stream.peek(&mut first).await?;

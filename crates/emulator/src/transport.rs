@@ -77,12 +77,11 @@ impl Default for Transport {
 /// returned future (aborting its task) drops every connection.
 pub async fn serve(
     listener: TcpListener,
-    certificate: Arc<rustls::ServerConfig>,
+    tls: tls::Tls,
     router: Router,
     settings: Transport,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(certificate);
     let slots = Arc::new(Semaphore::new(settings.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
@@ -116,7 +115,7 @@ pub async fn serve(
         };
         let connection = Connection {
             builder: Arc::clone(&builder),
-            acceptor: acceptor.clone(),
+            tls: tls.clone(),
             router: router.clone(),
             settings,
             shutdown: shutdown.clone(),
@@ -130,7 +129,7 @@ pub async fn serve(
 
 struct Connection {
     builder: Arc<auto::Builder<TokioExecutor>>,
-    acceptor: tokio_rustls::TlsAcceptor,
+    tls: tls::Tls,
     router: Router,
     settings: Transport,
     shutdown: watch::Receiver<bool>,
@@ -142,11 +141,9 @@ impl Connection {
     /// sees the close may connect again at once.
     async fn run(mut self, stream: tokio::net::TcpStream, slot: tokio::sync::OwnedSemaphorePermit) {
         let peer = self.peer;
-        let io =
-            match tokio::time::timeout(self.settings.header_read_timeout, tls::classify(stream, self.acceptor.clone()))
-                .await
-            {
-                Ok(Ok(io)) => io,
+        let (io, peer_certificate) =
+            match tokio::time::timeout(self.settings.header_read_timeout, tls::accept(stream, &self.tls)).await {
+                Ok(Ok(accepted)) => accepted,
                 Ok(Err(error)) => return tracing::debug!(%peer, "connection dropped before HTTP: {error}"),
                 Err(_) => return tracing::debug!(%peer, "connection sent nothing in time"),
             };
@@ -154,9 +151,12 @@ impl Connection {
         let service = {
             let activity = Arc::clone(&activity);
             let router = self.router.clone();
-            tower::service_fn(move |request: http::Request<Incoming>| {
+            tower::service_fn(move |mut request: http::Request<Incoming>| {
                 let in_flight = InFlight::enter(Arc::clone(&activity));
                 let router = router.clone();
+                if let Some(certificate) = &peer_certificate {
+                    request.extensions_mut().insert(certificate.clone());
+                }
                 async move {
                     let response = router.oneshot(request.map(Body::new)).await?;
                     Ok::<_, Infallible>(response.map(|body| Body::new(Tracked { body, _in_flight: in_flight })))

@@ -8,6 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::exec_init as init;
 use common::*;
 use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_api::sandbox_v1::exec_stream_request::Message as Frame;
@@ -39,16 +40,6 @@ async fn running_sandbox() -> Setup {
         .into_inner();
     assert_eq!(state_of(&sandbox), pb::State::Running);
     Setup { emulator, runtime, client, sandbox }
-}
-
-fn init(sandbox_id: &str, command: &[&str]) -> pb::ExecStreamRequest {
-    pb::ExecStreamRequest {
-        message: Some(Frame::Init(pb::ExecStreamInit {
-            sandbox_id: sandbox_id.to_owned(),
-            command: command.iter().map(|word| (*word).to_owned()).collect(),
-            ..Default::default()
-        })),
-    }
 }
 
 #[tokio::test]

@@ -263,12 +263,6 @@ async fn rpcs_that_are_not_emulated_say_so() {
     let emulator = start().await;
     let token = emulator.info().user_token.clone();
     let mut client = sandboxes(&emulator, &token).await;
-    let error = client
-        .connect_sandbox(pb::ConnectSandboxRequest { sandbox_id: "x".to_owned(), ..Default::default() })
-        .await
-        .unwrap_err();
-    assert_eq!(error.code(), Code::Unimplemented, "G4: the client falls back to the gateway");
-    assert_eq!(reason(&error), "CWSANDBOX_NOT_IMPLEMENTED");
     let error = client.purge_sandboxes(pb::PurgeSandboxesRequest::default()).await.unwrap_err();
     assert_eq!((error.code(), reason(&error).as_str()), (Code::Unimplemented, "CWSANDBOX_NOT_IMPLEMENTED"));
     let mut settings = SettingsServiceClient::with_interceptor(channel(&emulator).await, Bearer(token));

@@ -124,6 +124,17 @@ pub fn client_spec(runner_id: &str) -> pb::SandboxSpec {
     }
 }
 
+/// StreamExec's first frame: run `command` in `sandbox_id`'s primary container.
+pub fn exec_init(sandbox_id: &str, command: &[&str]) -> pb::ExecStreamRequest {
+    pb::ExecStreamRequest {
+        message: Some(pb::exec_stream_request::Message::Init(pb::ExecStreamInit {
+            sandbox_id: sandbox_id.to_owned(),
+            command: command.iter().map(|word| (*word).to_owned()).collect(),
+            ..Default::default()
+        })),
+    }
+}
+
 pub fn create_request(spec: pb::SandboxSpec, request_id: &str) -> pb::CreateSandboxRequest {
     pb::CreateSandboxRequest {
         sandbox: Some(pb::Sandbox { spec: Some(spec), ..Default::default() }),

@@ -1,7 +1,9 @@
 //! The data operations (Exec, StreamExec, StreamLogs, WriteFile, ReadFile), served both by
 //! SandboxService (the gateway path the Python client uses) and SandboxDataPlaneService. They find
 //! the caller's RUNNING sandbox in the world and hand the work to the [`SandboxRuntime`]; with no
-//! runtime attached they answer UNAVAILABLE (`CWSANDBOX_BACKEND_UNAVAILABLE`).
+//! runtime attached they answer UNAVAILABLE (`CWSANDBOX_BACKEND_UNAVAILABLE`). On the direct data
+//! plane's endpoint the same handlers serve a caller whose client certificate binds it to one
+//! sandbox and its granted operations (`crate::direct`), checked first.
 //!
 //! [`SandboxRuntime`]: crate::runtime::SandboxRuntime
 
@@ -25,6 +27,7 @@ use crate::app::App;
 use crate::auth::{Caller, Role};
 use crate::clock::EmulatorClock;
 use crate::convert;
+use crate::direct::Permission;
 use crate::driver::RUNTIME_CATCH_UP;
 use crate::errors::ApiError;
 use crate::runtime::{ExecEvent, ExecInput, ExecSpec, LogEvent, LogRequest, SandboxRuntime, Target, TtySize};
@@ -52,6 +55,17 @@ async fn resolve(
 ) -> Result<(Arc<dyn SandboxRuntime>, Target), ApiError> {
     caller.require(Role::SandboxUser)?;
     let id = convert::required("sandbox_id", sandbox_id)?;
+    // A direct data-plane caller acts on its certificate's sandbox, with its permissions only.
+    if let Some(grant) = caller.grant() {
+        let permission = Permission::of_method(operation).ok_or_else(|| {
+            ApiError::new(
+                tonic::Code::PermissionDenied,
+                Reason::PermissionDenied,
+                format!("{operation} is not a data operation"),
+            )
+        })?;
+        grant.allows(permission, id)?;
+    }
     let view: SandboxView = app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| {
         let api = ApiError::from(error);
         if api.reason == Reason::SandboxNotFound { api.with_metadata("sandbox_id", id) } else { api }
@@ -62,15 +76,7 @@ async fn resolve(
         Needs::RunningOrEnded => view.state == SandboxState::Running || view.state.is_terminal(),
     };
     if !accepted {
-        let state = convert::state(view.state).as_str_name();
-        let why = if view.state_reason.is_empty() { String::new() } else { format!(" ({})", view.state_reason) };
-        return Err(ApiError::new(
-            tonic::Code::FailedPrecondition,
-            Reason::SandboxNotRunning,
-            format!("sandbox {id} is {state}{why}, not STATE_RUNNING"),
-        )
-        .with_metadata("sandbox_id", id)
-        .with_metadata("state", state));
+        return Err(not_running(&view));
     }
     let name = convert::container_name(&view, container).ok_or_else(|| {
         let field = if operation == "StreamExec" { "init.container" } else { "container" };
@@ -80,6 +86,20 @@ async fn resolve(
         tracing::warn!(sandbox_id = id, "the process runtime is more than {RUNTIME_CATCH_UP:?} behind the world");
     }
     Ok((runtime, Target { sandbox_id: view.id.to_string(), pod_uid: view.pod_uid.to_string(), container: name }))
+}
+
+/// FAILED_PRECONDITION (`CWSANDBOX_SANDBOX_NOT_RUNNING`) naming the sandbox's state.
+pub(super) fn not_running(view: &SandboxView) -> ApiError {
+    let id = view.id.as_str();
+    let state = convert::state(view.state).as_str_name();
+    let why = if view.state_reason.is_empty() { String::new() } else { format!(" ({})", view.state_reason) };
+    ApiError::new(
+        tonic::Code::FailedPrecondition,
+        Reason::SandboxNotRunning,
+        format!("sandbox {id} is {state}{why}, not STATE_RUNNING"),
+    )
+    .with_metadata("sandbox_id", id)
+    .with_metadata("state", state)
 }
 
 fn now(app: &App) -> cwsandbox_api::wkt::Timestamp {

@@ -470,10 +470,13 @@ pub async fn reset(
                     .driver()
                     .reset_with(|world| tenants.iter().try_for_each(|tenant| world.admit_tenant(tenant).map(drop)))?;
                 app.reinstall_configured_faults();
+                // The sandboxes are gone, and with them what their certificates were for.
+                app.direct().revoke(None);
                 stopped
             }
             Some(org) => {
                 app.faults().forget_organization(org);
+                app.direct().revoke(Some(org));
                 let stopped = app.driver().with_world(|world| world.reset_organization(org));
                 tracing::info!(stopped, org, "organization reset");
                 stopped

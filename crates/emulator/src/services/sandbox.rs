@@ -5,7 +5,7 @@ use axum::extract::{FromRequestParts, State};
 use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse};
 use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_sim::compose;
-use cwsandbox_sim::sandbox::SandboxView;
+use cwsandbox_sim::sandbox::{SandboxState, SandboxView};
 use cwsandbox_sim::snapshots::SnapshotTrigger;
 use cwsandbox_sim::world::InjectedFault;
 use cwsandbox_sim::{Reason, SimError};
@@ -251,18 +251,32 @@ async fn delete(
     }
 }
 
-/// ConnectSandbox: the direct data plane is not emulated. UNIMPLEMENTED is one of the answers the
-/// client falls back from to the gateway (client-contract G4).
+/// ConnectSandbox: signs the caller's CSR into a client certificate for the direct data plane's
+/// endpoint, bound to this RUNNING sandbox of the caller's organization and the permissions asked
+/// for (`crate::direct`). Not RUNNING is FAILED_PRECONDITION, one of the answers the client falls
+/// back to the gateway from (client-contract G4); another organization's sandbox is NOT_FOUND.
 pub async fn connect_sandbox(
+    State(app): State<App>,
     caller: Caller,
-    ConnectRequest(_request): ConnectRequest<pb::ConnectSandboxRequest>,
+    ConnectRequest(request): ConnectRequest<pb::ConnectSandboxRequest>,
 ) -> Result<ConnectResponse<pb::SandboxConnection>, ConnectError> {
-    let _ = caller;
-    respond(
-        "ConnectSandbox",
-        Err(ApiError::not_implemented("SandboxService.ConnectSandbox")
-            .with_metadata("fallback", "use the gateway: SandboxService data operations")),
-    )
+    respond("ConnectSandbox", connect(&app, &caller, &request))
+}
+
+fn connect(app: &App, caller: &Caller, request: &pb::ConnectSandboxRequest) -> Result<pb::SandboxConnection, ApiError> {
+    caller.require(Role::SandboxUser)?;
+    let id = convert::required("sandbox_id", &request.sandbox_id)?;
+    if request.csr_der.is_empty() {
+        return Err(ApiError::missing_field("csr_der"));
+    }
+    let permissions = convert::data_permissions(&request.requested_permissions)?;
+    let view =
+        app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id))?;
+    if view.state != SandboxState::Running {
+        return Err(super::data::not_running(&view));
+    }
+    let issued = app.direct().issue(caller, &view.id, &request.csr_der, permissions)?;
+    Ok(convert::sandbox_connection(issued))
 }
 
 /// Adds the sandbox id to a NOT_FOUND.

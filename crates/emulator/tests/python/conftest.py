@@ -92,6 +92,24 @@ def emulator(method: str, body: dict) -> dict:
     return connect("coreweave.sandbox.emulator.v1.EmulatorService", method, body)
 
 
+def add_fault(**fault) -> str:
+    """Installs a fault (EmulatorService.AddFault) and answers its id."""
+    return emulator("AddFault", {"fault": fault})["fault"]["id"]
+
+
+def hits(fault_id: str) -> int:
+    """How many calls a fault acted on."""
+    [fault] = [fault for fault in emulator("ListFaults", {})["faults"] if fault["id"] == fault_id]
+    return int(fault.get("hits", 0))
+
+
+@pytest.fixture
+def no_faults_left():
+    """Clears every fault after the test, so the rest of the suite runs unharmed."""
+    yield
+    emulator("ClearFaults", {})
+
+
 CLI = os.path.join(os.path.dirname(sys.executable), "cwsandbox")
 
 

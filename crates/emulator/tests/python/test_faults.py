@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from conftest import WAIT, emulator, processes_with, run
+from conftest import WAIT, add_fault, hits, processes_with, run
 from cwsandbox import Sandbox, SandboxStatus
 from cwsandbox.exceptions import (
     CWSandboxAuthenticationError,
@@ -21,19 +21,7 @@ from cwsandbox.exceptions import (
 )
 
 
-def add_fault(**fault) -> str:
-    return emulator("AddFault", {"fault": fault})["fault"]["id"]
-
-
-def hits(fault_id: str) -> int:
-    [fault] = [fault for fault in emulator("ListFaults", {})["faults"] if fault["id"] == fault_id]
-    return int(fault.get("hits", 0))
-
-
-@pytest.fixture(autouse=True)
-def no_faults_left():
-    yield
-    emulator("ClearFaults", {})
+pytestmark = pytest.mark.usefixtures("no_faults_left")
 
 
 def test_transient_get_failures_are_retried_by_the_client_and_counted(mark):
@@ -61,15 +49,24 @@ def test_an_overloaded_runner_is_retried_within_the_create_budget(mark):
     assert hits(fault) == 2
 
 
-def test_injected_statuses_become_the_clients_exceptions(sandbox):
-    for code, error in [
-        ("PERMISSION_DENIED", CWSandboxAuthenticationError),
-        ("RESOURCE_EXHAUSTED", SandboxResourceExhaustedError),
+@pytest.mark.parametrize("mode", ["gateway", "direct"])
+def test_injected_statuses_become_the_clients_exceptions(mark, mode):
+    sandbox = run(mark=mark, data_plane_mode=mode)
+    sandbox.wait(timeout=WAIT)
+    # The direct path replays a transient status met before the first frame once; the gateway
+    # never retries (client-contract §8.4).
+    transient_attempts = 2 if mode == "direct" else 1
+    for code, error, attempts in [
+        ("PERMISSION_DENIED", CWSandboxAuthenticationError, 1),
+        ("RESOURCE_EXHAUSTED", SandboxResourceExhaustedError, transient_attempts),
     ]:
-        fault = add_fault(match={"method": "StreamExec"}, action={"code": code}, schedule={"times": 1})
+        fault = add_fault(match={"method": "StreamExec"}, action={"code": code}, schedule={"times": attempts})
         with pytest.raises(error, match=f"injected by fault {fault}"):
             sandbox.exec(["true"]).result()
-    assert sandbox.exec(["true"]).result().returncode == 0, "each fault acted once"
+        assert hits(fault) == attempts
+    assert sandbox.exec(["true"]).result().returncode == 0, "each fault is spent"
+    sandbox.stop().result()
+    assert processes_with(mark) == []
 
     add_fault(match={"method": "CreateSandbox"}, action={"code": "PERMISSION_DENIED"}, schedule={"times": 1})
     with pytest.raises(CWSandboxAuthenticationError):
