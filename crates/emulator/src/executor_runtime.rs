@@ -193,6 +193,7 @@ fn file_error(error: FileError, path: String, target: &Target) -> RuntimeError {
         FileError::TooLarge { size, max } => RuntimeError::FileTooLarge { path, size_bytes: size, max_size_bytes: max },
         FileError::Io(message) => RuntimeError::Io { path, message },
         FileError::SandboxNotRunning => not_running(target),
+        FileError::UnknownContainer(container) => RuntimeError::ContainerNotFound(container),
         FileError::InvalidPath(description) => RuntimeError::InvalidArgument { field: "path".to_owned(), description },
         error @ FileError::NotRegular { .. } => RuntimeError::NotRegularFile { path, message: error.to_string() },
         error @ FileError::TimedOut { .. } => RuntimeError::FileTimeout { path, message: error.to_string() },
@@ -341,7 +342,7 @@ impl SandboxRuntime for ExecutorRuntime {
     fn write_file(&self, target: Target, path: String, content: Bytes) -> BoxFuture<'_, Result<(), RuntimeError>> {
         async move {
             self.executor
-                .write_file(&target.pod_uid, &path, &content)
+                .write_file_in(&target.pod_uid, Some(&target.container), &path, &content)
                 .await
                 .map_err(|error| file_error(error, path, &target))
         }
@@ -352,7 +353,7 @@ impl SandboxRuntime for ExecutorRuntime {
         async move {
             let content = self
                 .executor
-                .read_file(&target.pod_uid, &path)
+                .read_file_in(&target.pod_uid, Some(&target.container), &path)
                 .await
                 .map_err(|error| file_error(error, path.clone(), &target))?;
             let size = content.len() as u64;

@@ -43,6 +43,10 @@ pub enum FileError {
     Io(String),
     #[error("the sandbox is not running")]
     SandboxNotRunning,
+    /// The sandbox has no container of that name (whose working directory a relative path
+    /// would resolve against).
+    #[error("no container named {0:?}")]
+    UnknownContainer(String),
     #[error("invalid path: {0}")]
     InvalidPath(String),
     /// A FIFO, device or socket: only regular files are read or written (anything else

@@ -63,6 +63,11 @@ def test_every_container_runs_and_exec_and_logs_reach_it_by_name(mark):
         listed = sb.exec(["sh", "-c", "ps -eo args 2>/dev/null || cat /proc/[0-9]*/cmdline | tr '\\0' ' '"]).result()
         assert listed.stdout.count("sleep 1000") == 2, listed.stdout
 
+        # A relative file path is the named container's: its working directory.
+        sb.write_file("note.txt", b"for the sidecar", container="sidecar").result()
+        assert sb.exec(["cat", "/srv/sidecar/note.txt"]).result().stdout == "for the sidecar"
+        assert sb.read_file("note.txt", container="sidecar").result() == b"for the sidecar"
+
         with pytest.raises(SandboxValidationError) as refused:
             sb.exec(["true"], container="ghost").result()
         assert 'no container named "ghost"' in str(refused.value)

@@ -767,12 +767,24 @@ impl Executor {
     /// Writes a whole file inside a running sandbox, creating missing parent
     /// directories. Relative paths resolve against the working directory.
     pub async fn write_file(&self, id: &str, path: &str, content: &[u8]) -> Result<(), FileError> {
+        self.write_file_in(id, None, path, content).await
+    }
+
+    /// [`Executor::write_file`] as container `container` sees it: a relative path resolves
+    /// against that container's working directory (all of a sandbox's containers share one root).
+    pub async fn write_file_in(
+        &self,
+        id: &str,
+        container: Option<&str>,
+        path: &str,
+        content: &[u8],
+    ) -> Result<(), FileError> {
         let (sandbox, running) = self.running_for_files(id)?;
         let max = self.inner.config.max_file_bytes;
         if content.len() as u64 > max {
             return Err(FileError::TooLarge { size: content.len() as u64, max });
         }
-        let path = files::resolve(path, &sandbox.working_dir)?;
+        let path = files::resolve(path, files_dir(&sandbox, container)?)?;
         let content = content.to_vec();
         // Files the emulator creates belong to the sandbox's root user (host ids), where it is not ours.
         let owner = sandbox.file_owner;
@@ -806,9 +818,14 @@ impl Executor {
 
     /// Reads a whole file inside a running sandbox.
     pub async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, FileError> {
+        self.read_file_in(id, None, path).await
+    }
+
+    /// [`Executor::read_file`] as container `container` sees it (see [`Executor::write_file_in`]).
+    pub async fn read_file_in(&self, id: &str, container: Option<&str>, path: &str) -> Result<Vec<u8>, FileError> {
         let (sandbox, running) = self.running_for_files(id)?;
         let max = self.inner.config.max_file_bytes;
-        let path = files::resolve(path, &sandbox.working_dir)?;
+        let path = files::resolve(path, files_dir(&sandbox, container)?)?;
         self.file_operation(move || files::read(&running.root, &path, max)).await
     }
 
@@ -916,6 +933,14 @@ fn start_failure_message(program: &str, error: &std::io::Error) -> String {
 
 fn setup_error(id: &str, message: String) -> ExecutorError {
     ExecutorError::Setup { id: id.to_owned(), message }
+}
+
+/// The working directory a file path of `container` resolves against.
+fn files_dir<'a>(sandbox: &'a Sandbox, container: Option<&str>) -> Result<&'a str, FileError> {
+    sandbox
+        .context(container)
+        .map(|context| context.working_dir)
+        .map_err(|_| FileError::UnknownContainer(container.unwrap_or_default().to_owned()))
 }
 
 /// The volumes that start from a snapshot, each once, with the snapshot's directory under
