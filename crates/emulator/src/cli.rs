@@ -320,17 +320,29 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM with the signal's number.
-async fn termination() -> i32 {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
-    else {
-        std::future::pending::<()>().await;
-        unreachable!()
-    };
-    tokio::select! {
-        _ = interrupt.recv() => 2,
-        _ = terminate.recv() => 15,
+/// SIGINT and SIGTERM, caught from the moment this is made: made before anyone can know the
+/// emulator's pid (the ready file, the child of `exec`), so that a signal sent as soon as they
+/// do stops it cleanly instead of killing it with its sandbox root left behind.
+struct Termination {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Termination {
+    fn catch() -> Result<Termination> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Termination {
+            interrupt: signal(SignalKind::interrupt()).context("catching SIGINT")?,
+            terminate: signal(SignalKind::terminate()).context("catching SIGTERM")?,
+        })
+    }
+
+    /// Resolves on SIGINT or SIGTERM with the signal's number.
+    async fn received(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.interrupt.recv() => 2,
+            _ = self.terminate.recv() => 15,
+        }
     }
 }
 
@@ -341,6 +353,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
     {
         tracing::info!("removed the ready file {} of emulator pid {pid}, which is gone", path.display());
     }
+    let mut termination = Termination::catch()?;
     let (mut options, _root) = args.world.options(args.listen)?;
     options.kubeconfig = args.kubeconfig.clone();
     let emulator = Emulator::start(options).await?;
@@ -350,7 +363,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
     print!("{}", emulator.info().shell_lines());
     use std::io::Write;
     std::io::stdout().flush()?;
-    let signal = termination().await;
+    let signal = termination.received().await;
     tracing::info!(signal, "stopping");
     stop_bounded(emulator).await;
     if let Some(path) = &args.ready_file {
@@ -360,6 +373,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
 }
 
 async fn exec(world: WorldArgs, command: Vec<String>) -> Result<ExitCode> {
+    let mut termination = Termination::catch()?;
     let (mut options, _root) = world.options(SocketAddr::from(([127, 0, 0, 1], 0)))?;
     // kubectl in the command sees the throwaway cluster too.
     let kubeconfig = std::env::temp_dir().join(format!("cwsandbox-emulator-{}.kubeconfig", std::process::id()));
@@ -367,13 +381,18 @@ async fn exec(world: WorldArgs, command: Vec<String>) -> Result<ExitCode> {
     let emulator = Emulator::start(options).await?;
     let info = emulator.info().clone();
     let (program, args) = command.split_first().context("no command given")?;
-    let code = run_child(program, args, &info).await;
+    let code = run_child(program, args, &info, &mut termination).await;
     stop_bounded(emulator).await;
     let _ = std::fs::remove_file(&kubeconfig);
     Ok(ExitCode::from(u8::try_from(code?).unwrap_or(1)))
 }
 
-async fn run_child(program: &str, args: &[String], info: &cwsandbox_emulator::ReadyInfo) -> Result<i32> {
+async fn run_child(
+    program: &str,
+    args: &[String],
+    info: &cwsandbox_emulator::ReadyInfo,
+    termination: &mut Termination,
+) -> Result<i32> {
     let mut child = tokio::process::Command::new(program)
         .args(args)
         .env("KUBECONFIG", &info.kubeconfig)
@@ -390,7 +409,7 @@ async fn run_child(program: &str, args: &[String], info: &cwsandbox_emulator::Re
             use std::os::unix::process::ExitStatusExt;
             status.code().or_else(|| status.signal().map(|signal| 128 + signal)).unwrap_or(1)
         }
-        signal = termination() => {
+        signal = termination.received() => {
             let _ = child.kill().await;
             128 + signal
         }

@@ -392,8 +392,10 @@ fn the_default_sandbox_root_of_a_dead_emulator_is_removed_at_the_next_start() ->
     let live = parent.join(format!("cwsandbox-emulator-{}", serve.child.id()));
     assert!(live.join(".cwsandbox-emulator.lock").exists(), "no default root at {}", live.display());
     // A clean exit takes its default root with it.
+    // Right after the ready file: the signal is caught from before the file is written.
     Command::new("kill").args(["-TERM", &serve.child.id().to_string()]).status()?;
-    serve.child.wait()?;
+    let status = serve.child.wait()?;
+    assert!(status.success(), "SIGTERM stops the emulator cleanly: {status:?}\n{}", serve.output());
     assert!(!live.exists(), "{} is left after the emulator's exit", live.display());
     Ok(())
 }
