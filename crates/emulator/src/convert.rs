@@ -176,11 +176,16 @@ pub fn sandbox(view: &SandboxView) -> pb::Sandbox {
         .resolved
         .containers
         .iter()
-        .map(|container| pb::ContainerStatus {
-            name: container.name.clone(),
-            state: sandbox_state as i32,
-            exit_code: if view.state.is_terminal() { view.exit_code.unwrap_or(0) } else { 0 },
-            restart_count: 0,
+        .map(|container| {
+            // A sidecar whose command ended shows its own end while the sandbox runs on.
+            let ended = view.ended_containers.iter().find(|(name, _)| *name == container.name);
+            let (state, exit_code) = match ended {
+                Some((_, 0)) => (pb::State::Completed, 0),
+                Some((_, code)) => (pb::State::Failed, *code),
+                None if view.state.is_terminal() => (sandbox_state, view.exit_code.unwrap_or(0)),
+                None => (sandbox_state, 0),
+            };
+            pb::ContainerStatus { name: container.name.clone(), state: state as i32, exit_code, restart_count: 0 }
         })
         .collect();
     let status = pb::SandboxStatus {

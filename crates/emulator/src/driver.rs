@@ -21,7 +21,7 @@ use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::clock::EmulatorClock;
-use crate::runtime::{PodLaunch, RuntimeError, SandboxRuntime};
+use crate::runtime::{MainExit, PodLaunch, RuntimeError, SandboxRuntime};
 
 /// How long a reader waits for the runtime to catch up with the world (a Pod the world just
 /// called Running is being started) before answering anyway.
@@ -283,9 +283,12 @@ impl Driver {
                 loop {
                     tokio::select! {
                         exit = exits.next() => match exit {
-                            Some(exit) => {
-                                tracing::info!(pod_uid = %exit.pod_uid, exit_code = exit.exit_code, "main process exited");
-                                driver.with_world(|world| world.pod_exited(&exit.pod_uid, exit.exit_code));
+                            Some(MainExit { pod_uid, container: None, exit_code }) => {
+                                tracing::info!(%pod_uid, exit_code, "main process exited");
+                                driver.with_world(|world| world.pod_exited(&pod_uid, exit_code));
+                            }
+                            Some(MainExit { pod_uid, container: Some(container), exit_code }) => {
+                                driver.with_world(|world| world.container_exited(&pod_uid, &container, exit_code));
                             }
                             None => break,
                         },

@@ -277,7 +277,7 @@ impl SandboxRuntime for ExecutorRuntime {
                 // Everything is gone: the Pod can go now rather than at the end of its grace.
                 let exit_code = executor.exit_code(&pod_uid).unwrap_or(137);
                 tracing::debug!(%pod_uid, exit_code, "stopped");
-                let _ = exits.send(MainExit { pod_uid, exit_code });
+                let _ = exits.send(MainExit { pod_uid, container: None, exit_code });
             });
         }
         futures::future::ready(Ok(())).boxed()
@@ -392,8 +392,11 @@ impl SandboxRuntime for ExecutorRuntime {
         match taken {
             Some((mut own, mut from_executor)) => {
                 let own = stream::poll_fn(move |cx| own.poll_recv(cx));
-                let from_executor = stream::poll_fn(move |cx| from_executor.poll_recv(cx))
-                    .map(|exit| MainExit { pod_uid: exit.id, exit_code: exit.exit_code });
+                let from_executor = stream::poll_fn(move |cx| from_executor.poll_recv(cx)).map(|exit| MainExit {
+                    pod_uid: exit.id,
+                    container: exit.container,
+                    exit_code: exit.exit_code,
+                });
                 stream::select(own, from_executor).boxed()
             }
             None => stream::empty().boxed(),

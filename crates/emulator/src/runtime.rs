@@ -160,6 +160,9 @@ pub enum LogEvent {
 pub struct MainExit {
     /// The Pod.
     pub pod_uid: String,
+    /// `None` for the main container, whose end ends the Pod; another container's name for
+    /// the end of that container's command (the Pod goes on).
+    pub container: Option<String>,
     /// Its exit status (128 + signal for a signal).
     pub exit_code: i32,
 }

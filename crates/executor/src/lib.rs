@@ -220,6 +220,9 @@ pub struct MountedFile {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MainExit {
     pub id: String,
+    /// `None` for the main command (its end ends the sandbox); a sidecar's name for the end of
+    /// that container's command (the sandbox goes on).
+    pub container: Option<String>,
     /// The exit code, or 128+N when killed by signal N.
     pub exit_code: i32,
 }

@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 
 use common::*;
 use cwsandbox_executor::{
-    ExecRequest, Executor, ExecutorConfig, ExecutorError, Isolation, LaunchSpec, MountedFile, Network, SandboxUser,
-    Sidecar, VolumeMount,
+    ExecRequest, Executor, ExecutorConfig, ExecutorError, Isolation, LaunchSpec, MainExit, MountedFile, Network,
+    SandboxUser, Sidecar, VolumeMount,
 };
 
 fn host_hostname() -> String {
@@ -865,6 +865,7 @@ async fn read_to_end(logs: &cwsandbox_executor::LogReader) -> String {
 async fn sidecars_run_next_to_the_main_command_with_their_own_environment_and_log() {
     let harness = harness(Isolation::Namespaces);
     let executor = &harness.executor;
+    let mut exits = executor.exits();
     let id = unique("pod");
     let sidecars = vec![
         Sidecar {
@@ -919,6 +920,9 @@ async fn sidecars_run_next_to_the_main_command_with_their_own_environment_and_lo
     let quits = read_to_end(&executor.container_logs(&id, Some("quits")).unwrap()).await;
     assert!(quits.contains("echo_bye"), "the reason is in the container's log: {quits:?}");
     assert_eq!(executor.sidecar_exit_code(&id, "quits"), Some(127));
+    // Reported as that container's end, not the sandbox's.
+    let reported = within("the sidecar's end", exits.recv()).await.unwrap();
+    assert_eq!(reported, MainExit { id: id.clone(), container: Some("quits".into()), exit_code: 127 });
     assert_eq!(executor.sidecar_exit_code(&id, "helper"), None, "still running");
     let (out, _, _) = run_request(executor, &id, in_container("quits", "echo still here")).await;
     assert_eq!(out.trim(), "still here", "an ended container is still there to exec in");

@@ -246,7 +246,7 @@ async fn logs_have_offsets_tail_and_follow_until_stop(isolation: Isolation) {
     assert_ne!(logs.session_id(), first_session);
     // The main command ended by itself: reported, and the logs are complete.
     let exit = within("the main exit", exits.recv()).await.unwrap();
-    assert_eq!(exit, MainExit { id: id.clone(), exit_code: 0 });
+    assert_eq!(exit, MainExit { id: id.clone(), container: None, exit_code: 0 });
     assert_eq!(logs.read_from(0).unwrap().bytes(), b"again\n");
     assert!(logs.is_closed());
     // The stop before was requested, so it was not reported as a main exit.
@@ -323,19 +323,28 @@ async fn main_exit_is_reported_with_its_code(isolation: Isolation) {
     let mut exits = executor.exits();
     let seven = unique("seven");
     executor.start(&seven, spec("seven", &["sh", "-c", "exit 7"])).await.unwrap();
-    assert_eq!(within("exit 7", exits.recv()).await.unwrap(), MainExit { id: seven.clone(), exit_code: 7 });
+    assert_eq!(
+        within("exit 7", exits.recv()).await.unwrap(),
+        MainExit { id: seven.clone(), container: None, exit_code: 7 }
+    );
     assert!(!executor.is_running(&seven));
 
     let killed = unique("killed");
     executor.start(&killed, spec("killed", &["sh", "-c", "kill -KILL $$"])).await.unwrap();
-    assert_eq!(within("a killed main", exits.recv()).await.unwrap(), MainExit { id: killed, exit_code: 137 });
+    assert_eq!(
+        within("a killed main", exits.recv()).await.unwrap(),
+        MainExit { id: killed, container: None, exit_code: 137 }
+    );
 
     // A main command that cannot run: 127, with the reason in the logs.
     let missing = unique("missing-main");
     executor.start(&missing, spec("missing", &["no-such-main-cwsbx", "arg"])).await.unwrap();
     // Known when `start` returns: the caller can fail the sandbox before anyone sees it running.
     assert_eq!(executor.exit_code(&missing), Some(127));
-    assert_eq!(within("a missing main", exits.recv()).await.unwrap(), MainExit { id: missing.clone(), exit_code: 127 });
+    assert_eq!(
+        within("a missing main", exits.recv()).await.unwrap(),
+        MainExit { id: missing.clone(), container: None, exit_code: 127 }
+    );
     let text = String::from_utf8(executor.logs(&missing).unwrap().read_from(0).unwrap().bytes()).unwrap();
     assert!(text.contains("no-such-main-cwsbx: command not found"), "{text:?}");
 
@@ -351,7 +360,10 @@ async fn main_exit_is_reported_with_its_code(isolation: Isolation) {
     // The writer's own end is of no interest (it may be killed with the sandbox before it
     // reports it); its session is kept so that dropping it does not kill it first.
     let _writer = executor.exec(&leader, argv(&["sh", "-c", "echo go > go"])).await.unwrap();
-    assert_eq!(within("the leader's exit", exits.recv()).await.unwrap(), MainExit { id: leader, exit_code: 3 });
+    assert_eq!(
+        within("the leader's exit", exits.recv()).await.unwrap(),
+        MainExit { id: leader, container: None, exit_code: 3 }
+    );
     assert_eq!(within("the background exec", background.wait()).await, 137);
     assert!(processes_with_marker(&marker).is_empty(), "left: {:?}", processes_with_marker(&marker));
 }

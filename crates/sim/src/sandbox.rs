@@ -263,6 +263,8 @@ pub(crate) struct Sandbox {
     life: Life,
     /// Where the host forwards each of its services' ports: (port in the sandbox, host address).
     published: Vec<(i32, String)>,
+    /// Containers whose command ended while the sandbox ran on: (name, exit code).
+    ended_containers: Vec<(String, i32)>,
 }
 
 impl std::ops::Deref for Sandbox {
@@ -317,6 +319,8 @@ pub struct SandboxView {
     pub node_name: Option<SharedStr>,
     /// Where the host serves its services' ports: (port in the sandbox, host `address:port`).
     pub published: Vec<(i32, String)>,
+    /// Containers whose command ended while the sandbox went on (sidecars): (name, exit code).
+    pub ended_containers: Vec<(String, i32)>,
 }
 
 impl std::ops::Deref for SandboxView {
@@ -652,6 +656,7 @@ impl World {
                 started: None,
                 life: Life::Live,
                 published: Vec::new(),
+                ended_containers: Vec::new(),
             },
         );
         if !request_id.is_empty() {
@@ -1170,6 +1175,16 @@ impl World {
             node_name: pod.and_then(|pod| pod.node_name.clone()),
             // A stopped sandbox's ports are no longer served.
             published: if state.is_terminal() { Vec::new() } else { sandbox.published.clone() },
+            ended_containers: sandbox.ended_containers.clone(),
+        }
+    }
+
+    /// A container of a live sandbox other than its main one ended with `exit_code`.
+    pub(crate) fn sandbox_container_ended(&mut self, id: &str, container: &str, exit_code: i32) {
+        if let Some(sandbox) = self.sandboxes.by_id.get_mut(id)
+            && matches!(sandbox.life, Life::Live)
+        {
+            sandbox.ended_containers.push((container.to_owned(), exit_code));
         }
     }
 

@@ -203,3 +203,33 @@ fn a_replayed_request_id_returns_the_sandbox_even_when_the_pool_is_full() {
     let again = h.world.create_sandbox(&owner("default-org"), serverless_spec("1", "1Gi"), "", "same").unwrap();
     assert_eq!(first.id, again.id);
 }
+
+#[test]
+fn a_sidecar_that_ends_shows_its_own_end_and_keeps_it_when_the_sandbox_ends() {
+    use cwsandbox_sim::k8s::ContainerState;
+    let mut h = pool(|_| {});
+    let mut spec = serverless_spec("1", "1Gi");
+    let sidecar = Container { name: "migrate".to_owned(), primary: None, ..spec.containers[0].clone() };
+    spec.containers[0].primary = Some(true);
+    spec.containers.push(sidecar);
+    let created = h.world.create_sandbox(&owner("org"), spec, "", "").unwrap();
+    assert_eq!(created.state, SandboxState::Running);
+    h.world.container_exited(&created.pod_uid, "migrate", 3);
+    let running = h.world.get_sandbox("org", &created.id).unwrap();
+    assert_eq!(running.state, SandboxState::Running, "the sandbox goes on");
+    assert_eq!(running.ended_containers, [("migrate".to_owned(), 3)]);
+    h.world.container_exited(&created.pod_uid, "no-such-container", 1);
+    h.world.container_exited(&created.pod_uid, &created.resolved.containers[0].name, 9);
+    assert_eq!(h.world.get_sandbox("org", &created.id).unwrap().ended_containers.len(), 1, "only a known sidecar");
+    h.world.sandbox_exited(&created.id, 0);
+    let pod = h.world.cluster.pod(&created.pod_uid).unwrap();
+    let states: Vec<(String, i32)> = pod
+        .containers
+        .iter()
+        .map(|container| match container.state {
+            ContainerState::Terminated { exit_code, .. } => (container.name.clone(), exit_code),
+            ref other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(states.contains(&("migrate".to_owned(), 3)), "the sidecar keeps its own end: {states:?}");
+}

@@ -6,6 +6,8 @@ name the sandbox does not have is refused with a message that names it.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from conftest import NAMESPACES, RUNNER, WAIT, processes_with, sandbox_env
@@ -73,6 +75,33 @@ def test_every_container_runs_and_exec_and_logs_reach_it_by_name(mark):
         assert 'no container named "ghost"' in str(refused.value)
         with pytest.raises(SandboxValidationError):
             list(sb.stream_logs(container="ghost"))
+    assert processes_with(mark) == []
+
+
+@pytest.mark.skipif(not NAMESPACES, reason="plain processes run one container only")
+def test_a_sidecar_that_ends_shows_its_own_end_while_the_sandbox_runs(mark):
+    one_shot = Container(
+        image="busybox:1.36",
+        name="migrate",
+        command="sh",
+        args=["-c", "exit 3"],
+        environment_variables=sandbox_env(mark, ROLE="migrate"),
+        resources=RESOURCES,
+    )
+    with Sandbox.run(
+        containers=[containers(mark)[0], one_shot], placement_mode="cks", runner_ids=[RUNNER]
+    ) as sb:
+        sb.wait(timeout=WAIT)
+        # Its log ends once its exit is known; the world hears of it right after.
+        list(sb.stream_logs(container="migrate", follow=True))
+        deadline = time.monotonic() + WAIT
+        while True:
+            assert sb.get_status().value == "running"
+            statuses = {status.name: status for status in sb.container_statuses}
+            if statuses["migrate"].state.value != "running" or time.monotonic() > deadline:
+                break
+        assert (statuses["migrate"].state.value, statuses["migrate"].exit_code) == ("failed", 3), statuses
+        assert statuses["app"].state.value == "running", statuses
     assert processes_with(mark) == []
 
 

@@ -294,7 +294,7 @@ pub(super) async fn watch_keeper(
         info!(sandbox = %sandbox.id, exit_code, "sandbox stopped");
     } else {
         info!(sandbox = %sandbox.id, exit_code, "sandbox main command exited");
-        let _ = exits.send(MainExit { id: sandbox.id.clone(), exit_code });
+        let _ = exits.send(MainExit { id: sandbox.id.clone(), container: None, exit_code });
     }
     let _ = done.send(true);
 }

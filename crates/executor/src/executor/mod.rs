@@ -541,7 +541,8 @@ impl Executor {
             // cannot be ordered (the sandbox ended meanwhile) leaves the main command's end to
             // tell the story.
             for (sidecar, launch) in sandbox.sidecars.iter().zip(&spec.sidecars) {
-                if let Err(error) = sidecars::start(id, &running, sidecar, &launch.command).await {
+                let exits = self.inner.exits_sender.clone();
+                if let Err(error) = sidecars::start(id, &running, sidecar, &launch.command, exits).await {
                     warn!(sandbox = id, container = %sidecar.name, %error, "a sidecar container could not start");
                     sidecar.logs.close();
                 }

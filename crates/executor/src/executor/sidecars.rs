@@ -48,6 +48,7 @@ pub(super) async fn start(
     running: &Running,
     sidecar: &SidecarContainer,
     command: &[String],
+    exits: tokio::sync::mpsc::UnboundedSender<crate::MainExit>,
 ) -> Result<(), ExecutorError> {
     let Target::Namespaces { channel } = &running.target else {
         return Err(ExecutorError::InvalidRequest("a Pod's other containers need the namespaces isolation".to_owned()));
@@ -92,6 +93,8 @@ pub(super) async fn start(
                     let code = sys::exit_code_of(status);
                     let _ = exit_code.set(code);
                     info!(sandbox = %id, container = %name, exit_code = code, "sidecar container exited");
+                    let _ =
+                        exits.send(crate::MainExit { id: id.clone(), container: Some(name.clone()), exit_code: code });
                 }
                 // Init ended first: the sandbox is gone, and the sidecar with it.
                 Err(_) => debug!(sandbox = %id, container = %name, "sidecar container ended with its sandbox"),

@@ -125,6 +125,37 @@ impl World {
         self.settle();
     }
 
+    /// The host reports that a running Pod's container other than the main one ended: it shows
+    /// Terminated (`Completed` or `Error`) while the Pod runs on, as a kubelet reports a
+    /// container of a `restartPolicy: Never` Pod.
+    pub fn container_exited(&mut self, uid: &str, container: &str, exit_code: i32) {
+        self.settle();
+        let now = self.now;
+        // The main container's end is the Pod's (`pod_exited`), not one of its containers'.
+        let main = match self.cluster.pod(uid).map(|pod| &pod.owner) {
+            Some(PodOwner::Sandbox(id)) => self.sandbox_primary_container(id).unwrap_or(0),
+            _ => 0,
+        };
+        let Some(pod) = self.cluster.pod_mut(uid) else { return };
+        if pod.phase != PodPhase::Running || pod.containers.get(main).is_some_and(|each| each.name == container) {
+            return;
+        }
+        let Some(state) = pod.containers.iter_mut().find(|each| each.name == container).map(|each| &mut each.state)
+        else {
+            return;
+        };
+        if !matches!(state, ContainerState::Running(_)) {
+            return;
+        }
+        let reason = if exit_code == 0 { "Completed" } else { "Error" };
+        *state = ContainerState::Terminated { exit_code, reason: reason.to_owned(), finished: now };
+        if let PodOwner::Sandbox(id) = &pod.owner {
+            let id = id.clone();
+            self.sandbox_container_ended(&id, container, exit_code);
+        }
+        self.settle();
+    }
+
     pub(super) fn on_pod_exited(&mut self, uid: &str, exit_code: i32) {
         let Some(pod) = self.cluster.pod(uid) else { return };
         if pod.phase != PodPhase::Running {
@@ -159,8 +190,12 @@ impl World {
     pub(super) fn terminate_containers(&mut self, uid: &str, exit_code: i32, reason: &str) {
         let now = self.now;
         if let Some(pod) = self.cluster.pod_mut(uid) {
+            // A container that ended before the Pod keeps its own end.
             for container in &mut pod.containers {
-                container.state = ContainerState::Terminated { exit_code, reason: reason.to_owned(), finished: now };
+                if !matches!(container.state, ContainerState::Terminated { .. }) {
+                    container.state =
+                        ContainerState::Terminated { exit_code, reason: reason.to_owned(), finished: now };
+                }
             }
         }
     }
