@@ -115,8 +115,14 @@ pub const REFUSED_METHODS: &[(&str, &str)] = &[
     ("SettingsService.GetObjectStorageWifConfig", "no object storage is reachable"),
     ("SettingsService.UpdateObjectStorageWifConfig", "no object storage is reachable"),
     ("SettingsService.DeleteObjectStorageWifConfig", "no object storage is reachable"),
-    ("SettingsService.GetFileSystemSnapshotBucketConfig", "file-system snapshots are not emulated"),
-    ("SettingsService.UpdateFileSystemSnapshotBucketConfig", "file-system snapshots are not emulated"),
+    (
+        "SettingsService.GetFileSystemSnapshotBucketConfig",
+        "snapshots are kept on the emulator's disk: there is no bucket to configure",
+    ),
+    (
+        "SettingsService.UpdateFileSystemSnapshotBucketConfig",
+        "snapshots are kept on the emulator's disk: there is no bucket to configure",
+    ),
     ("SettingsService.CreateSecretStore", "there is no secret store"),
     ("SettingsService.GetSecretStore", "there is no secret store"),
     ("SettingsService.ListSecretStores", "there is no secret store"),
