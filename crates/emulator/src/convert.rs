@@ -84,9 +84,8 @@ pub fn sandbox_filter(request: &pb::ListSandboxesRequest, state: Option<SandboxS
 /// The status of a sandbox's services: each port as asked, with where the host serves it (an
 /// `http://` URL, or a TLS_PASSTHROUGH endpoint's `host:port`) once it is published and while the
 /// sandbox has not ended. An unset visibility reads PRIVATE: the port is on the host's loopback.
-fn services(view: &SandboxView) -> Vec<pb::ServiceStatus> {
-    view.spec()
-        .services
+fn services(view: &SandboxView, asked: &[pb::Service]) -> Vec<pb::ServiceStatus> {
+    asked
         .iter()
         .map(|service| {
             let address =
@@ -199,7 +198,7 @@ pub fn sandbox(view: &SandboxView) -> pb::Sandbox {
         effective_max_lifetime_seconds: view.resolved.max_lifetime_seconds,
         container_statuses,
         attached_volume_ids: view.attached_volume_ids.clone(),
-        services: services(view),
+        services: services(view, &spec.services),
         runner_id: view.runner_id.clone(),
         runner_group_id: view.runner_group_id.clone(),
         effective_ingress: view.resolved.ingress.clone(),

@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 
+use cwsandbox_api::sandbox_v1::Service;
 use cwsandbox_sim::sandbox::{SandboxState, SandboxView};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -16,8 +17,7 @@ use crate::app::App;
 /// Opens a listener for each of a new sandbox's services, tells the world where they are, and
 /// relays their connections until the sandbox ends. A sandbox without services, or whose
 /// services are published already (a replayed create), is left as it is.
-pub async fn publish(app: &App, view: &SandboxView) {
-    let services = view.spec().services;
+pub async fn publish(app: &App, view: &SandboxView, services: &[Service]) {
     if services.is_empty() || !view.published.is_empty() || view.state.is_terminal() {
         return;
     }
@@ -79,13 +79,12 @@ async fn relay(app: App, sandbox_id: String, port: u16, mut client: TcpStream, p
             return;
         }
     };
-    let inside = match inside.set_nonblocking(true).and_then(|()| TcpStream::from_std(inside)) {
+    let mut inside = match inside.set_nonblocking(true).and_then(|()| TcpStream::from_std(inside)) {
         Ok(stream) => stream,
         Err(error) => {
             tracing::warn!(sandbox_id, port, %error, "the sandbox's connection cannot be relayed");
             return;
         }
     };
-    let mut inside = inside;
     let _ = tokio::io::copy_bidirectional(&mut client, &mut inside).await;
 }

@@ -43,10 +43,12 @@ pub async fn create_sandbox(
 /// A new sandbox's answer, once its services have ports on the host (`crate::ports`).
 async fn published(app: &App, made: Result<SandboxView, ApiError>) -> Result<pb::Sandbox, ApiError> {
     let view = made?;
-    if view.spec().services.is_empty() {
-        return Ok(convert::sandbox(&view));
+    let message = convert::sandbox(&view);
+    let services = message.spec.as_ref().map(|spec| spec.services.as_slice()).unwrap_or_default();
+    if services.is_empty() {
+        return Ok(message);
     }
-    crate::ports::publish(app, &view).await;
+    crate::ports::publish(app, &view, services).await;
     let latest = app.driver().with_world(|world| world.sandbox(&view.id)).unwrap_or(view);
     Ok(convert::sandbox(&latest))
 }
