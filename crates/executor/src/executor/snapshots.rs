@@ -83,7 +83,7 @@ impl Executor {
         if sandbox.running().is_none() {
             return Err(ExecutorError::NotRunning(id.to_owned()));
         }
-        if volume.is_empty() || volume.contains('/') || volume.starts_with('.') {
+        if !super::validate::is_label(volume) {
             return Err(ExecutorError::InvalidRequest(format!("invalid volume name {volume:?}")));
         }
         let target = snapshot_dir(&self.inner.config.root_dir, snapshot_id)?;

@@ -63,14 +63,9 @@ pub(super) fn validate_spec(spec: &LaunchSpec) -> Result<(), ExecutorError> {
         }
     }
     validate_working_dir(spec.working_dir.as_deref())?;
-    let label = |text: &str| {
-        !text.is_empty()
-            && text.len() <= 63
-            && text.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
-    };
     for mount in &spec.volume_mounts {
         if let Some(claim) = &mount.claim {
-            let claim_ok = claim.split_once('/').is_some_and(|(namespace, name)| label(namespace) && label(name));
+            let claim_ok = claim.split_once('/').is_some_and(|(namespace, name)| is_label(namespace) && is_label(name));
             if !claim_ok {
                 return Err(ExecutorError::InvalidRequest(format!(
                     "invalid claim {claim:?}: its namespace and name, as namespace/name"
@@ -83,7 +78,7 @@ pub(super) fn validate_spec(spec: &LaunchSpec) -> Result<(), ExecutorError> {
                 )));
             }
         }
-        if !label(&mount.volume) {
+        if !is_label(&mount.volume) {
             return Err(ExecutorError::InvalidRequest(format!("invalid volume name {:?}", mount.volume)));
         }
         if let Err(problem) = crate::rootfs::check_file_path(&mount.path) {
@@ -123,6 +118,14 @@ pub(super) fn validate_exec(request: &ExecRequest) -> Result<(), ExecutorError> 
     }
     validate_env(&request.env)?;
     validate_working_dir(request.working_dir.as_deref())
+}
+
+/// Whether `text` can name a volume or a claim's part: a DNS label's characters, 1 to 63 of them
+/// (what the emulator checked already; here it keeps paths made of it inside their directory).
+pub(super) fn is_label(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 63
+        && text.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
 }
 
 #[cfg(test)]
