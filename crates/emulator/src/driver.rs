@@ -16,7 +16,7 @@ use cwsandbox_sim::SimResult;
 use cwsandbox_sim::config::Values;
 use cwsandbox_sim::ids::SeededIds;
 use cwsandbox_sim::k8s::{PodOwner, PodPhase};
-use cwsandbox_sim::world::{Effect, World};
+use cwsandbox_sim::world::{Effect, ImageToPull, World};
 use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -47,6 +47,14 @@ pub enum PumpItem {
         /// Pod uid.
         pod_uid: String,
     },
+    /// Pull a Pod's images, then tell the world (in a task of its own: a pull may take long,
+    /// and other Pods' effects go on meanwhile).
+    Pull {
+        /// Pod uid.
+        pod_uid: String,
+        /// One per container.
+        images: Vec<ImageToPull>,
+    },
 }
 
 /// The world, its clock and the channels around it.
@@ -71,6 +79,8 @@ pub struct Driver {
     visible: AtomicU64,
     /// Pods whose `StartPod` the runtime has not finished yet; readers wait on it.
     starting: watch::Sender<std::collections::HashSet<String>>,
+    /// Whether Pods wait for the runtime to pull their images (kept across resets).
+    pulls_images: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Driver {
@@ -101,10 +111,18 @@ impl Driver {
             changes: watch::Sender::new(0),
             visible: AtomicU64::new(0),
             starting: watch::Sender::new(std::collections::HashSet::new()),
+            pulls_images: std::sync::atomic::AtomicBool::new(false),
         });
         // Effects of building the world (none today) go out like any others.
         driver.with_world(|_| ());
         Ok((driver, PumpReceiver(receiver)))
+    }
+
+    /// Makes admitted Pods wait for the runtime to pull their images (a runtime that runs
+    /// images), now and in every world a reset makes.
+    pub fn set_pulls_images(&self, pulls: bool) {
+        self.pulls_images.store(pulls, Ordering::SeqCst);
+        self.with_world(|world| world.set_pulls_images(pulls));
     }
 
     /// The clock.
@@ -183,6 +201,7 @@ impl Driver {
         let seed = self.seed ^ generation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let mut fresh =
             World::new(self.initial_values.clone(), Box::new(self.clock.clone()), Box::new(SeededIds::new(seed)))?;
+        fresh.set_pulls_images(self.pulls_images.load(Ordering::SeqCst));
         rebuild(&mut fresh)?;
         let stopped = {
             let mut world = self.lock();
@@ -224,6 +243,7 @@ impl Driver {
                 }
                 Effect::StopPod { pod_uid, grace } => PumpItem::Stop { pod_uid: pod_uid.into(), grace },
                 Effect::KillPod { pod_uid } => PumpItem::Kill { pod_uid: pod_uid.into() },
+                Effect::PullImages { pod_uid, images } => PumpItem::Pull { pod_uid: pod_uid.into(), images },
             };
             // The receiver lives as long as the emulator; after shutdown effects have nowhere to go.
             if self.pump.send(item).is_ok() {
@@ -324,6 +344,16 @@ async fn run_pump(
     runtime: Option<Arc<dyn SandboxRuntime>>,
 ) {
     while let Some(item) = items.recv().await {
+        let item = match item {
+            PumpItem::Pull { pod_uid, images } => {
+                if let Some(runtime) = &runtime {
+                    tokio::spawn(pull_images(Arc::clone(&driver), Arc::clone(runtime), pod_uid, images));
+                }
+                driver.applied.send_modify(|applied| *applied += 1);
+                continue;
+            }
+            item => item,
+        };
         let starting = match &item {
             PumpItem::Start(launch) => Some(launch.pod_uid.clone()),
             _ => None,
@@ -356,6 +386,7 @@ async fn apply(item: PumpItem, runtime: Option<&Arc<dyn SandboxRuntime>>) -> Opt
             ),
             PumpItem::Stop { pod_uid, grace } => tracing::debug!(%pod_uid, ?grace, "StopPod (no executor)"),
             PumpItem::Kill { pod_uid } => tracing::debug!(%pod_uid, "KillPod (no executor)"),
+            PumpItem::Pull { pod_uid, .. } => tracing::debug!(%pod_uid, "PullImages (no executor)"),
         }
         return None;
     };
@@ -368,6 +399,8 @@ async fn apply(item: PumpItem, runtime: Option<&Arc<dyn SandboxRuntime>>) -> Opt
             runtime.stop(pod_uid.clone(), grace).await.map_err(|error| (pod_uid, "stop", error))
         }
         PumpItem::Kill { pod_uid } => runtime.kill(pod_uid.clone()).await.map_err(|error| (pod_uid, "kill", error)),
+        // Pulls never reach here: the pump hands them to a task of their own.
+        PumpItem::Pull { .. } => Ok(()),
     };
     match outcome {
         Err((pod_uid, _, RuntimeError::StartFailed(message))) => {
@@ -379,5 +412,16 @@ async fn apply(item: PumpItem, runtime: Option<&Arc<dyn SandboxRuntime>>) -> Opt
             None
         }
         Ok(()) => None,
+    }
+}
+
+/// Pulls a Pod's images through the runtime and tells the world how it went.
+async fn pull_images(driver: Arc<Driver>, runtime: Arc<dyn SandboxRuntime>, pod_uid: String, images: Vec<ImageToPull>) {
+    match runtime.pull_images(pod_uid.clone(), images).await {
+        Ok(pulled) => driver.with_world(|world| world.images_pulled(&pod_uid, &pulled)),
+        Err(failure) => {
+            tracing::info!(%pod_uid, image = %failure.image, "image pull failed: {}", failure.message);
+            driver.with_world(|world| world.image_pull_failed(&pod_uid, failure));
+        }
     }
 }

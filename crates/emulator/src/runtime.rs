@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use cwsandbox_sim::world::{ImagePullFailure, ImagePulled, ImageToPull};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
@@ -312,6 +313,24 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         Box::pin(futures::future::ready(Err(RuntimeError::Unavailable(
             "this sandbox runtime has no network to connect to".to_owned(),
         ))))
+    }
+
+    /// Whether this runtime runs images, so that Pods wait for [`SandboxRuntime::pull_images`]
+    /// before they start.
+    fn pulls_images(&self) -> bool {
+        false
+    }
+
+    /// Makes a Pod's images available on this host (effect `PullImages`), as its runner's pull
+    /// policy says; a failure names the image and carries the registry's message.
+    fn pull_images(
+        &self,
+        pod_uid: String,
+        images: Vec<ImageToPull>,
+    ) -> BoxFuture<'_, Result<Vec<ImagePulled>, ImagePullFailure>> {
+        let _ = pod_uid;
+        let present = images.into_iter().map(|image| ImagePulled::Present { image: image.image }).collect();
+        Box::pin(futures::future::ready(Ok(present)))
     }
 
     /// Removes snapshot `snapshot_id`'s files (nothing, for a runtime that keeps none).

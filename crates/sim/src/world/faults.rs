@@ -114,7 +114,7 @@ impl World {
     /// The kubelet backs off pulling; the runner gives up: the Pod fails (`ImagePullBackOff`,
     /// its container still waiting) and the sandbox with it.
     pub(super) fn on_image_pull_back_off(&mut self, uid: &SharedStr) {
-        let Some((image, _)) = self.unpullable_image(uid) else { return };
+        let Some((image, cause)) = self.failed_pull(uid) else { return };
         let Some(pod) = self.cluster.pod_mut(uid) else { return };
         if pod.phase != PodPhase::Pending || pod.deletion_timestamp.is_some() {
             return;
@@ -122,7 +122,11 @@ impl World {
         for container in &mut pod.containers {
             container.state = ContainerState::Waiting("ImagePullBackOff".to_owned());
         }
-        let message = format!("Back-off pulling image \"{image}\"");
+        // Kubernetes (1.30 and later) carries the pull's error in the back-off message.
+        let message = match cause {
+            Some(cause) => format!("Back-off pulling image \"{image}\": {cause}"),
+            None => format!("Back-off pulling image \"{image}\""),
+        };
         self.event(uid, EventType::Normal, "BackOff", message.clone(), "kubelet");
         self.event(uid, EventType::Warning, "Failed", "Error: ImagePullBackOff", "kubelet");
         legal(self.pod_step(uid, PodTransition::RejectByKubelet));
@@ -221,7 +225,7 @@ impl World {
 
     /// The Pod's containers ended with `exit_code` and `reason`; the Pod is Failed (or Succeeded
     /// for 0) and the sandbox mirrors it.
-    fn finish_pod_with(&mut self, uid: &str, exit_code: i32, reason: &str) {
+    pub(super) fn finish_pod_with(&mut self, uid: &str, exit_code: i32, reason: &str) {
         let Some(pod) = self.cluster.pod(uid) else { return };
         let was_running = pod.phase == PodPhase::Running;
         let phase = if exit_code == 0 { PodPhase::Succeeded } else { PodPhase::Failed };

@@ -27,11 +27,6 @@ impl World {
         let source = if pod.scheduler_name == "default-scheduler" { "default-scheduler" } else { "sunk-scheduler" };
         let assigned =
             crate::ids::joined(&["Successfully assigned ", &pod.namespace, "/", &pod.name, " to ", node_name]);
-        let sandbox_id = match &pod.owner {
-            PodOwner::Sandbox(id) => Some(id.clone()),
-            _ => None,
-        };
-        let (pod_uid, namespace, pod_name) = (pod.uid.clone(), pod.namespace.clone(), pod.name.clone());
         if let Some(pod) = self.cluster.pod_mut(uid) {
             pod.scheduled_condition = Some((true, String::new(), String::new()));
         }
@@ -72,41 +67,48 @@ impl World {
                 self.on_pod_terminal(uid);
             }
             None => {
-                legal(self.pod_step(uid, PodTransition::Start));
                 self.cluster.bind(uid, node_name);
-                let now = self.now;
-                let mut started = Vec::new();
-                if let Some(pod) = self.cluster.pod_mut(uid) {
-                    pod.phase = PodPhase::Running;
-                    pod.start_time = Some(now);
-                    for container in &mut pod.containers {
-                        container.state = ContainerState::Running(now);
-                        // One Event per container, as a kubelet writes them; the usual lone
-                        // `main` costs no allocation.
-                        started.push(match container.name.as_str() {
-                            "main" => Cow::Borrowed("Started container main"),
-                            name => Cow::Owned(format!("Started container {name}")),
-                        });
-                    }
+                if !self.begin_image_pull(uid) {
+                    self.start_admitted_pod(uid, node_name);
                 }
-                for message in started {
-                    self.event(uid, EventType::Normal, "Started", message, "kubelet");
-                }
-                self.pin_cpus(uid, node_name);
-                self.assign_gpus(uid, node_name);
-                let containers = self.containers_to_start(uid, sandbox_id.as_deref());
-                let loopback_only = sandbox_id.as_deref().is_some_and(|id| self.sandbox_denies_egress(id));
-                self.arm_started_faults(&pod_uid);
-                self.effects.push(Effect::StartPod {
-                    pod_uid,
-                    namespace,
-                    pod_name,
-                    sandbox_id,
-                    containers,
-                    loopback_only,
+            }
+        }
+    }
+
+    /// An admitted Pod whose images are on its Node starts: Running, its containers with it,
+    /// and the host asked to run them.
+    pub(super) fn start_admitted_pod(&mut self, uid: &str, node_name: &str) {
+        let Some(pod) = self.cluster.pod(uid) else { return };
+        let sandbox_id = match &pod.owner {
+            PodOwner::Sandbox(id) => Some(id.clone()),
+            _ => None,
+        };
+        let (pod_uid, namespace, pod_name) = (pod.uid.clone(), pod.namespace.clone(), pod.name.clone());
+        legal(self.pod_step(uid, PodTransition::Start));
+        let now = self.now;
+        let mut started = Vec::new();
+        if let Some(pod) = self.cluster.pod_mut(uid) {
+            pod.phase = PodPhase::Running;
+            pod.start_time = Some(now);
+            for container in &mut pod.containers {
+                container.state = ContainerState::Running(now);
+                // One Event per container, as a kubelet writes them; the usual lone
+                // `main` costs no allocation.
+                started.push(match container.name.as_str() {
+                    "main" => Cow::Borrowed("Started container main"),
+                    name => Cow::Owned(format!("Started container {name}")),
                 });
             }
         }
+        for message in started {
+            self.event(uid, EventType::Normal, "Started", message, "kubelet");
+        }
+        self.pin_cpus(uid, node_name);
+        self.assign_gpus(uid, node_name);
+        let containers = self.containers_to_start(uid, sandbox_id.as_deref());
+        let loopback_only = sandbox_id.as_deref().is_some_and(|id| self.sandbox_denies_egress(id));
+        self.arm_started_faults(&pod_uid);
+        self.effects.push(Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id, containers, loopback_only });
     }
 
     /// A Pod's containers as its host starts them: spec order, except that a sandbox's primary

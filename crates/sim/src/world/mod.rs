@@ -3,7 +3,7 @@
 //! order, schedulers run until nothing changes, and each decision leaves an Event.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +19,7 @@ use crate::time::{Clock, SimTime};
 
 mod commands;
 mod faults;
+mod images;
 mod kubelet;
 mod pods;
 mod scheduling;
@@ -29,6 +30,7 @@ mod topology;
 
 pub use commands::{DeletedPod, PodDeletion, requested_sharing};
 pub use faults::{InjectedFault, InjectedKind, OOM_EXIT_CODE};
+pub use images::{ImagePullFailure, ImagePullPolicy, ImagePulled, ImageToPull};
 pub use kubelet::NVIDIA_VISIBLE_DEVICES;
 pub use pods::{PodLifecycle, PodTransition};
 pub(crate) use scheduling::is_serverless_node;
@@ -122,6 +124,15 @@ pub enum Effect {
     KillPod {
         /// Pod uid.
         pod_uid: SharedStr,
+    },
+    /// An admitted Pod needs its images on its Node before it starts (only where the host
+    /// really runs images: [`World::set_pulls_images`]). The host answers with
+    /// [`World::images_pulled`] or [`World::image_pull_failed`].
+    PullImages {
+        /// Pod uid.
+        pod_uid: SharedStr,
+        /// One per container, in spec order.
+        images: Vec<ImageToPull>,
     },
 }
 
@@ -256,6 +267,12 @@ pub struct World {
     pub(crate) pinned_cpus: HashMap<SharedStr, (SharedStr, i64), IdHash>,
     /// GPUs the device plugin gave Pods the default scheduler placed: uid → (Node, indices).
     pub(crate) gpu_devices: HashMap<SharedStr, (SharedStr, Vec<u32>), IdHash>,
+    /// Whether admitted Pods wait for the host to pull their images.
+    pub(crate) pulls_images: bool,
+    /// Pods whose images the host is pulling.
+    pub(crate) pulling: HashSet<SharedStr, IdHash>,
+    /// Pods whose pull the host reported failed, waiting for the kubelet's back-off.
+    pub(crate) failed_pulls: HashMap<SharedStr, ImagePullFailure, IdHash>,
     /// Something released Node resources: retry `waiting_for_room`.
     pub(crate) room_freed: bool,
     pub(crate) slurm_dirty: bool,
@@ -313,6 +330,9 @@ impl World {
             waiting_for_room: BTreeSet::new(),
             pinned_cpus: HashMap::default(),
             gpu_devices: HashMap::default(),
+            pulls_images: false,
+            pulling: HashSet::default(),
+            failed_pulls: HashMap::default(),
             room_freed: false,
             slurm_dirty: false,
             effects: Vec::new(),

@@ -67,6 +67,7 @@ impl World {
         self.unscheduled.remove(uid);
         self.held.remove(uid);
         self.pod_faults.remove(uid);
+        self.forget_pull(uid);
         self.waiting_for_room.remove(uid);
         self.sunk_rejected.remove(uid);
         if let Some(job) = self.placeholder_of_pod.get(uid).copied() {
