@@ -29,7 +29,19 @@
 //! refuses it with UNIMPLEMENTED naming the fields, loose accepts it and logs a warning naming
 //! them (Azurite's `--loose`).
 //!
-//! `auth` and `strictness` never reach the simulation. With no tokens configured, the emulator generates an
+//! `containerRuntime:` says what runs a sandbox's containers (read at start; `serve --runtime`
+//! overrides its `kind`):
+//!
+//! ```yaml
+//! containerRuntime:
+//!   kind: auto                 # auto | oci | process
+//!   runc: runc                 # the OCI runtime: a path, or a name looked up on PATH
+//!   dockerConfig: /root/.docker/config.json   # registry credentials; default $DOCKER_CONFIG or ~/.docker
+//!   insecureRegistries: [registry.internal:5000]  # plain HTTP besides loopback registries
+//!   pullTimeoutSeconds: 600
+//! ```
+//!
+//! `auth`, `containerRuntime` and `strictness` never reach the simulation. With no tokens configured, the emulator generates an
 //! admin token and a user token at start (see [`crate::auth::Tokens::generate`]).
 
 use std::path::{Path, PathBuf};
@@ -94,6 +106,75 @@ pub struct AuthConfig {
     pub tokens: Vec<TokenConfig>,
 }
 
+/// What runs a sandbox's containers (`containerRuntime.kind`, `serve --runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    /// The image through the OCI runtime where runc works here and the image's registry answers;
+    /// the process runtime otherwise (said in the Pod's Events).
+    #[default]
+    Auto,
+    /// Always the image through the OCI runtime: a start fails where runc does not work, and a
+    /// sandbox whose image cannot be pulled fails with `ErrImagePull`.
+    Oci,
+    /// The host's programs in namespaces of their own (or plain processes); images are recorded,
+    /// never pulled.
+    Process,
+}
+
+impl RuntimeKind {
+    /// The name as written in the values and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeKind::Auto => "auto",
+            RuntimeKind::Oci => "oci",
+            RuntimeKind::Process => "process",
+        }
+    }
+}
+
+/// The `containerRuntime:` section.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContainerRuntimeConfig {
+    /// What runs containers.
+    #[serde(default)]
+    pub kind: RuntimeKind,
+    /// The OCI runtime binary: a path, or a name looked up on `PATH`.
+    #[serde(default = "default_runc")]
+    pub runc: PathBuf,
+    /// A docker-style `config.json` with registry credentials; `None`: `$DOCKER_CONFIG/config.json`
+    /// or `~/.docker/config.json` where present.
+    #[serde(default)]
+    pub docker_config: Option<PathBuf>,
+    /// Registries spoken to over plain HTTP besides the loopback ones (`host:port`).
+    #[serde(default)]
+    pub insecure_registries: Vec<String>,
+    /// How long one image's pull may take before it fails.
+    #[serde(default = "default_pull_timeout_seconds")]
+    pub pull_timeout_seconds: u32,
+}
+
+fn default_runc() -> PathBuf {
+    PathBuf::from("runc")
+}
+
+fn default_pull_timeout_seconds() -> u32 {
+    600
+}
+
+impl Default for ContainerRuntimeConfig {
+    fn default() -> ContainerRuntimeConfig {
+        ContainerRuntimeConfig {
+            kind: RuntimeKind::default(),
+            runc: default_runc(),
+            docker_config: None,
+            insecure_registries: Vec::new(),
+            pull_timeout_seconds: default_pull_timeout_seconds(),
+        }
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EmulatorConfig {
@@ -106,6 +187,8 @@ pub struct EmulatorConfig {
     pub faults: Vec<cwsandbox_api::emulator_v1::Fault>,
     /// What a request that sets a field the emulator does not emulate gets (`strictness:`).
     pub strictness: Strictness,
+    /// What runs a sandbox's containers (`containerRuntime:`).
+    pub container_runtime: ContainerRuntimeConfig,
 }
 
 /// Parses one YAML overlay into a JSON tree (a map at the top).
@@ -188,6 +271,7 @@ impl EmulatorConfig {
         // removes it as `null` removes any key, leaving the default.
         let mut auth_tree = serde_json::json!({});
         let mut faults_tree = serde_json::json!({});
+        let mut runtime_tree = serde_json::json!({});
         let mut strictness = Strictness::default();
         let mut parsed = Vec::new();
         for (path, text) in overlays {
@@ -197,6 +281,9 @@ impl EmulatorConfig {
             }
             if let Some(faults) = overlay.as_object_mut().and_then(|map| map.remove("faults")) {
                 merge_values(&mut faults_tree, &serde_json::json!({ "faults": faults }));
+            }
+            if let Some(runtime) = overlay.as_object_mut().and_then(|map| map.remove("containerRuntime")) {
+                merge_values(&mut runtime_tree, &serde_json::json!({ "containerRuntime": runtime }));
             }
             if let Some(value) = overlay.as_object_mut().and_then(|map| map.remove("strictness")) {
                 strictness = match value {
@@ -258,7 +345,14 @@ impl EmulatorConfig {
                 return Err(ConfigError::Auth(format!("tokens[{index}]: the same token is listed twice")));
             }
         }
-        Ok(EmulatorConfig { values, auth, faults, strictness })
+        let runtime_tree = runtime_tree
+            .as_object_mut()
+            .and_then(|map| map.remove("containerRuntime"))
+            .filter(|tree| !tree.is_null())
+            .unwrap_or_else(|| serde_json::json!({}));
+        let container_runtime: ContainerRuntimeConfig =
+            from_tree(runtime_tree).map_err(|error| ConfigError::Values(format!("containerRuntime.{error}")))?;
+        Ok(EmulatorConfig { values, auth, faults, strictness, container_runtime })
     }
 
     /// The scenario overlaid with the given files, in order.
@@ -277,11 +371,32 @@ impl EmulatorConfig {
 mod tests {
     use super::*;
 
+    fn load(overlays: &[&str]) -> Result<EmulatorConfig, ConfigError> {
+        EmulatorConfig::from_overlays(Scenario::Ready, overlays.iter().map(|text| (Path::new("v.yaml"), *text)))
+    }
+
+    #[test]
+    fn the_container_runtime_is_auto_unless_the_values_say_otherwise() {
+        let default = load(&[]).unwrap().container_runtime;
+        assert_eq!(default, ContainerRuntimeConfig::default());
+        assert_eq!((default.kind, default.runc.as_path()), (RuntimeKind::Auto, Path::new("runc")));
+        let set = load(&[
+            "containerRuntime:\n  kind: oci\n  insecureRegistries: [a:5000]\n",
+            "containerRuntime:\n  runc: /usr/sbin/runc\n",
+        ])
+        .unwrap()
+        .container_runtime;
+        assert_eq!(set.kind, RuntimeKind::Oci);
+        assert_eq!(set.insecure_registries, ["a:5000"]);
+        assert_eq!(set.runc, Path::new("/usr/sbin/runc"));
+        let bad = load(&["containerRuntime:\n  kind: docker\n"]).unwrap_err().to_string();
+        assert!(bad.contains("containerRuntime.kind") && bad.contains("docker"), "{bad}");
+        let unknown = load(&["containerRuntime:\n  pullPolicy: Always\n"]).unwrap_err().to_string();
+        assert!(unknown.contains("pullPolicy"), "{unknown}");
+    }
+
     #[test]
     fn strictness_is_strict_unless_the_values_say_loose() {
-        let load = |overlays: &[&str]| {
-            EmulatorConfig::from_overlays(Scenario::Ready, overlays.iter().map(|text| (Path::new("v.yaml"), *text)))
-        };
         assert_eq!(load(&[]).unwrap().strictness, Strictness::Strict);
         assert_eq!(load(&["strictness: loose\n"]).unwrap().strictness, Strictness::Loose);
         assert_eq!(load(&["strictness: loose\n", "strictness: strict\n"]).unwrap().strictness, Strictness::Strict);

@@ -103,7 +103,9 @@ fn an_admitted_pod_waits_for_its_images_then_starts() {
         .collect();
     assert_eq!(
         pulled,
-        ["Successfully pulled image \"127.0.0.1:5000/test/busybox:1\" in 1.250s (1.250s including waiting). Image size: 1048576 bytes."]
+        [
+            "Successfully pulled image \"127.0.0.1:5000/test/busybox:1\" in 1.250s (1.250s including waiting). Image size: 1048576 bytes."
+        ]
     );
 
     // A second report (a duplicate) changes nothing.

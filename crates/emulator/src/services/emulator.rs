@@ -90,6 +90,12 @@ pub async fn apply_values(
                 "tokens are read at start only: restart the emulator with the new `-f` file",
             ));
         }
+        if document.get("containerRuntime").is_some() {
+            return Err(ApiError::invalid_field(
+                &format!("{field}.containerRuntime"),
+                "the container runtime is chosen at start only: restart the emulator with the new `-f` file or `--runtime`",
+            ));
+        }
         if document.get("strictness").is_some() {
             return Err(ApiError::invalid_field(
                 &format!("{field}.strictness"),
