@@ -229,7 +229,10 @@ async fn scancel_leaves_the_job_completing_in_the_queue_until_the_pod_is_gone() 
     assert_eq!(state(&accounting[0]), emu::JobState::Cancelled);
     assert!(!accounting[0].completing, "accounting never shows COMPLETING");
     assert_eq!(accounting[0].cancelled_by_uid, Some(1001), "sacct: CANCELLED by 1001");
-    assert_eq!((accounting[0].exit_code, accounting[0].exit_signal), (0, 15));
+    // The job line 0:0 as Slurm records it; the batch step carries SIGTERM.
+    assert_eq!((accounting[0].exit_code, accounting[0].exit_signal), (0, 0));
+    let batch = accounting[0].steps.iter().find(|step| step.name == "batch").expect("a batch step");
+    assert_eq!((batch.exit_code, batch.exit_signal), (0, 15));
     assert!(accounting[0].end_time.is_some(), "End is the time of the cancel");
 
     let selector = format!("sandbox.coreweave.com/sandbox-id={}", created.sandbox_id);

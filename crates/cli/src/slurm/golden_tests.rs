@@ -94,8 +94,9 @@ fn cancelled(id: u32, name: &str, start: i64, end: i64, uid: u32) -> pb::Job {
         state: pb::JobState::Cancelled as i32,
         end_time: ts(end),
         elapsed_seconds: end - start,
+        // Real Slurm: the job line `0:0`, the batch step `0:15`.
         exit_code: 0,
-        exit_signal: 15,
+        exit_signal: 0,
         cancelled_by_uid: Some(uid),
         steps: vec![
             step("batch", pb::JobState::Cancelled, start, Some(end), end - start, 2, (0, 15)),
@@ -146,7 +147,7 @@ fn sacct_default_view_of_the_research_example() {
         "JobID           JobName  Partition    Account  AllocCPUS      State ExitCode \n\
          ------------ ---------- ---------- ---------- ---------- ---------- -------- \n\
          41           sandbox-7+        cpu       root          0    PENDING      0:0 \n\
-         43                short        cpu       root          2 CANCELLED+     0:15 \n"
+         43                short        cpu       root          2 CANCELLED+      0:0 \n"
     );
 }
 
@@ -188,7 +189,7 @@ fn sacct_steps_follow_the_job_without_x() {
         sacct(&["-o", "JobID,JobName,Partition,Account,ReqMem,State,ExitCode"], &jobs),
         "JobID           JobName  Partition    Account     ReqMem      State ExitCode \n\
          ------------ ---------- ---------- ---------- ---------- ---------- -------- \n\
-         43                short        cpu       root       512M CANCELLED+     0:15 \n\
+         43                short        cpu       root       512M CANCELLED+      0:0 \n\
          43.batch          batch                  root             CANCELLED     0:15 \n\
          43.extern        extern                  root             COMPLETED      0:0 \n"
     );
@@ -253,7 +254,7 @@ fn sacct_format_sources_and_conflicts() {
     assert_eq!(out.stdout, "43|root\n");
     let out = sacct_as(&Caller::root(), &["-X", "-P", "-n", "-o", "State"], &formatted, &jobs);
     assert_eq!(out.stdout, "CANCELLED by 0\n");
-    assert_eq!(sacct(&["-X", "-P", "-b"], &jobs), "JobID|State|ExitCode\n43|CANCELLED by 0|0:15\n");
+    assert_eq!(sacct(&["-X", "-P", "-b"], &jobs), "JobID|State|ExitCode\n43|CANCELLED by 0|0:0\n");
     let error = sacct_err(&["-l", "-o", "JobID"]);
     assert_eq!(
         error.stderr,
@@ -406,7 +407,7 @@ fn sacct_timelimit_exit_codes_and_cancelled_by() {
     let jobs = [limited, hour, running(3, "c", NOW - 5), cancelled(4, "d", NOW - 9, NOW - 1, 1001)];
     assert_eq!(
         sacct(&["-X", "-n", "-P", "-o", "JobID,Timelimit,TimelimitRaw,ExitCode,State"], &jobs),
-        "4|Partition_Limit|Partition_Limit|0:15|CANCELLED by 1001\n\
+        "4|Partition_Limit|Partition_Limit|0:0|CANCELLED by 1001\n\
          1|1-01:00:00|1500|0:0|RUNNING\n\
          2|01:00:00|60|2:0|RUNNING\n\
          3|Partition_Limit|Partition_Limit|0:0|RUNNING\n"

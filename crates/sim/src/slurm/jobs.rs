@@ -239,7 +239,8 @@ impl Slurm {
         job.state = JobBaseState::Cancelled;
         job.cancelled_by = Some(by_uid);
         job.end = Some(now);
-        job.exit_code = (0, if was_running { 15 } else { 0 });
+        // Slurm records the signal on the batch step (`0:15`), not on the job line (`0:0`).
+        job.exit_code = (0, 0);
         if was_running {
             job.completing = true;
         } else {

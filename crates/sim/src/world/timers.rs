@@ -132,7 +132,8 @@ impl World {
             }
             Timer::TimeLimit(job) => {
                 if self.slurm.job(job).is_some_and(|job| matches!(job.phase(), JobPhase::Prolog | JobPhase::Running)) {
-                    legal(self.slurm.finish(job, JobBaseState::Timeout, (0, 1), self.now));
+                    // As Slurm records it: the job line `0:0`, the batch step cancelled by SIGTERM.
+                    legal(self.slurm.finish(job, JobBaseState::Timeout, (0, 0), self.now));
                     self.on_job_ended(job);
                 }
             }
