@@ -94,15 +94,26 @@ fn symlinked_commands_show_cancel_and_account_a_batch_job() {
         format!("{id}|0:0\n{id}.batch|0:15\n{id}.extern|0:0\n")
     );
 
+    // A job that is over, or unknown, is what a cancel wants: Slurm says nothing and succeeds;
+    // `-v` names the job and the controller's answer, still succeeding.
     let again = slurm(&emu, &bin, "scancel", &[&id]);
-    assert_eq!(again.status.code(), Some(1));
+    assert_eq!((again.status.code(), text(&again.stderr)), (Some(0), String::new()));
+    let again_verbose = slurm(&emu, &bin, "scancel", &["-v", &id]);
+    assert_eq!(again_verbose.status.code(), Some(0));
     assert_eq!(
-        text(&again.stderr),
-        format!("scancel: error: Kill job error on job id {id}: Job/step already completing or completed\n")
+        text(&again_verbose.stderr),
+        format!(
+            "scancel: Terminating job {id}\nscancel: error: Kill job error on job id {id}: Job/step already completing or completed\n"
+        )
     );
     let unknown = slurm(&emu, &bin, "scancel", &["999999"]);
-    assert_eq!(unknown.status.code(), Some(1));
-    assert_eq!(text(&unknown.stderr), "scancel: error: Kill job error on job id 999999: Invalid job id specified\n");
+    assert_eq!((unknown.status.code(), text(&unknown.stderr)), (Some(0), String::new()));
+    let unknown_verbose = slurm(&emu, &bin, "scancel", &["--verbose", "999999"]);
+    assert_eq!(unknown_verbose.status.code(), Some(0));
+    assert_eq!(
+        text(&unknown_verbose.stderr),
+        "scancel: Terminating job 999999\nscancel: error: Kill job error on job id 999999: Invalid job id specified\n"
+    );
     let missing = slurm(&emu, &bin, "scontrol", &["show", "job", "999999"]);
     assert_eq!(
         (missing.status.code(), text(&missing.stderr)),

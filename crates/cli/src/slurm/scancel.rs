@@ -240,28 +240,29 @@ impl Command for Scancel {
     fn render(options: &Options, outcomes: Vec<(u32, Outcome)>, _env: &Env) -> Output {
         let mut output = Output::default();
         for (job_id, outcome) in outcomes {
+            // Slurm says which job it signals before it asks the controller.
+            if options.verbose {
+                output.stderr.push_str(&format!("scancel: Terminating job {job_id}\n"));
+            }
             match outcome {
-                Outcome::Cancelled => {
-                    if options.verbose {
-                        output.stderr.push_str(&format!("scancel: Terminating job {job_id}\n"));
-                    }
-                }
+                Outcome::Cancelled => {}
                 Outcome::NotOwner => {
                     output.code = 1;
                     if !options.quiet {
                         output.stderr.push_str(&format!("{}\n", kill_error(job_id, Code::PermissionDenied)));
                     }
                 }
+                // A job that is unknown or already over is what the cancel wanted: Slurm
+                // (`_cancel_job_id`) keeps quiet about it unless asked to be verbose, and
+                // succeeds either way.
+                Outcome::Refused(error) if matches!(error.code(), Code::NotFound | Code::FailedPrecondition) => {
+                    if options.verbose {
+                        output.stderr.push_str(&format!("{}\n", kill_error(job_id, error.code())));
+                    }
+                }
                 Outcome::Refused(error) => {
                     output.code = 1;
-                    let quiet_ok = options.quiet && error.code() == Code::FailedPrecondition;
-                    if !quiet_ok {
-                        let text = match error.code() {
-                            Code::NotFound | Code::FailedPrecondition => kill_error(job_id, error.code()),
-                            _ => format!("scancel: error: Kill job error on job id {job_id}: {error}"),
-                        };
-                        output.stderr.push_str(&format!("{text}\n"));
-                    }
+                    output.stderr.push_str(&format!("scancel: error: Kill job error on job id {job_id}: {error}\n"));
                 }
             }
         }
