@@ -52,6 +52,12 @@ fn strftime(seconds: i64, format: &str) -> String {
     }
 }
 
+/// The first line of `squeue -l`, `sinfo -l` and `sinfo -N -l`: Slurm's `slurm_ctime2`, whose
+/// day is zero-padded (`Tue Dec 01 …`), unlike C's `ctime`.
+pub fn long_listing_date(now: i64) -> String {
+    strftime(now, "%a %b %d %T %Y")
+}
+
 /// Slurm's `_relative_date_fmt`.
 fn relative_format(seconds: i64, now: i64) -> &'static str {
     let day = |t: DateTime<Utc>| 1000 * i64::from(t.year()) + i64::from(t.ordinal0());
@@ -411,6 +417,7 @@ mod tests {
     #[test]
     fn dates_and_time_formats() {
         let t = 1_735_787_045; // 2025-01-02T03:04:05Z
+        assert_eq!(long_listing_date(1_796_115_907), "Tue Dec 01 09:05:07 2026");
         assert_eq!(time_str(Some(t), &TimeFormat::Standard, t, 20), "2025-01-02T03:04:05");
         assert_eq!(time_str(None, &TimeFormat::Standard, t, 20), "Unknown");
         assert_eq!(time_str(Some(t), &TimeFormat::Custom("%s".into()), t, 20), "1735787045");

@@ -522,7 +522,7 @@ fn squeue_formats_long_view_and_filters() {
     assert_eq!(
         long,
         format!(
-            "Thu Jan  2 03:04:05 2025\n{}{}",
+            "Thu Jan 02 03:04:05 2025\n{}{}",
             row(["JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "TIME_LIMI", "NODES", "NODELIST(REASON)"]),
             row(["3", "cpu", "p", "root", "PENDING", "0:00", "Partition", "1", "(Resources)"])
         )

@@ -412,10 +412,8 @@ pub fn render(
     });
     let mut out = String::new();
     if options.long {
-        out.push_str(&format!(
-            "{}\n",
-            chrono::DateTime::from_timestamp(now, 0).unwrap_or_default().format("%a %b %e %T %Y")
-        ));
+        out.push_str(&fmt::long_listing_date(now));
+        out.push('\n');
     }
     let line = |out: &mut String, value: &dyn Fn(char) -> String| {
         out.push_str(&options.prefix);
