@@ -592,6 +592,27 @@ fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
         render(&["-N", "-p", "hpc-prod"]),
         "NODELIST     NODES PARTITION STATE \nslurm-cpu-0      1  hpc-prod mix   \nslurm-cpu-1      1  hpc-prod idle  \n"
     );
+    // `-s`: one space before NODELIST; `-l`: GROUPS `all`; `-N -l`: CPUS left-justified.
+    assert_eq!(
+        render(&["-s"]),
+        "PARTITION AVAIL  TIMELIMIT   NODES(A/I/O/T) NODELIST\n\
+         cpu*         up   infinite          0/4/0/4 slurm-cpu-[0-3]\n\
+         hpc-prod     up   infinite          0/2/0/2 slurm-cpu-[0-1]\n"
+    );
+    assert_eq!(
+        render(&["-l", "-p", "hpc-prod"]),
+        "Thu Jan 02 03:04:05 2025\n\
+         PARTITION AVAIL  TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE NODELIST\n\
+         hpc-prod     up   infinite 1-infinite   no       NO        all      1       mixed slurm-cpu-0\n\
+         hpc-prod     up   infinite 1-infinite   no       NO        all      1        idle slurm-cpu-1\n"
+    );
+    assert_eq!(
+        render(&["-N", "-l", "-p", "hpc-prod"]),
+        "Thu Jan 02 03:04:05 2025\n\
+         NODELIST     NODES PARTITION       STATE CPUS    S:C:T MEMORY TMP_DISK WEIGHT AVAIL_FE REASON              \n\
+         slurm-cpu-0      1  hpc-prod       mixed 16     1:16:1  65536        0      1   (null) none                \n\
+         slurm-cpu-1      1  hpc-prod        idle 16     1:16:1  65536        0      1   (null) none                \n"
+    );
     let drained = [node(names[0], pb::SlurmNodeState::Drained, &["cpu"])];
     let out =
         sinfo::render(&sinfo::parse(&args(&["-h"]), &Env::new()).unwrap(), &partitions[..1], &drained, NOW).stdout;

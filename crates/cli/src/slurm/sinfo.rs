@@ -10,12 +10,14 @@ use super::{Command, Conn, Env, Output};
 
 /// The default format.
 pub const DEFAULT_FORMAT: &str = "%9P %.5a %.10l %.6D %.6t %N";
+/// `-s` (one space before NODELIST, as real Slurm prints it).
+pub const SUMMARIZE_FORMAT: &str = "%9P %.5a %.10l %.16F %N";
 /// `-l`.
 pub const LONG_FORMAT: &str = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N";
 /// `-N` (the node name column is as wide as the longest name).
 pub const NODE_FORMAT: &str = "%N %.6D %.9P %6t";
-/// `-N -l`.
-pub const NODE_LONG_FORMAT: &str = "%N %.6D %.9P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E";
+/// `-N -l`. Slurm 22.05 and 25.05 print this view's CPUS column left-justified.
+pub const NODE_LONG_FORMAT: &str = "%N %.6D %.9P %.11T %4c %.8z %.6m %.8d %.6w %.8f %20E";
 
 const SPEC: &[Opt] = &[
     Opt { key: "all", short: Some('a'), long: &["all"], arg: Arg::No },
@@ -143,7 +145,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
         match (options.node_view, options.long, options.summarize) {
             (true, true, _) => NODE_LONG_FORMAT,
             (true, false, _) => NODE_FORMAT,
-            (false, _, true) => "%9P %.5a %.10l %.16F  %N",
+            (false, _, true) => SUMMARIZE_FORMAT,
             (false, true, false) => LONG_FORMAT,
             (false, false, false) => DEFAULT_FORMAT,
         }
@@ -260,7 +262,9 @@ fn value_of(letter: char, group: &Group<'_>) -> String {
         'E' => first
             .map(|n| if n.drain_reason.is_empty() { "none".to_owned() } else { n.drain_reason.clone() })
             .unwrap_or_default(),
-        'f' | 'g' => "(null)".to_owned(),
+        'f' => "(null)".to_owned(),
+        // AllowGroups: every partition here admits every group.
+        'g' => "all".to_owned(),
         'F' => {
             let alloc = group.nodes.iter().filter(|n| !n.job_ids.is_empty()).count();
             let total = group.nodes.len();
