@@ -613,6 +613,16 @@ fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
          slurm-cpu-0      1  hpc-prod       mixed 16     1:16:1  65536        0      1   (null) none                \n\
          slurm-cpu-1      1  hpc-prod        idle 16     1:16:1  65536        0      1   (null) none                \n"
     );
+    // No state field: a partition's nodes share one line.
+    assert_eq!(
+        render(&["-o", "%P %D %N"]),
+        "PARTITION NODES NODELIST\ncpu* 4 slurm-cpu-[0-3]\nhpc-prod 2 slurm-cpu-[0-1]\n"
+    );
+    // A per-node field that differs still splits them.
+    assert_eq!(
+        render(&["-o", "%P %D %t", "-p", "hpc-prod"]),
+        "PARTITION NODES STATE\nhpc-prod 1 mix\nhpc-prod 1 idle\n"
+    );
     let drained = [node(names[0], pb::SlurmNodeState::Drained, &["cpu"])];
     let out =
         sinfo::render(&sinfo::parse(&args(&["-h"]), &Env::new()).unwrap(), &partitions[..1], &drained, NOW).stdout;

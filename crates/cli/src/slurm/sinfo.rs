@@ -229,6 +229,9 @@ fn state_selected(states: &[String], state: i32) -> bool {
 }
 
 /// One output line: a partition and the nodes of one state in it.
+/// Fields whose value is one node's, so nodes that differ in one print on lines of their own.
+const PER_NODE_FIELDS: &str = "cmzEGfdw";
+
 struct Group<'a> {
     partition: &'a pb::Partition,
     state: i32,
@@ -337,15 +340,30 @@ pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::Slur
             }
             continue;
         }
-        let mut by_state: Vec<Group<'_>> = Vec::new();
+        // As Slurm's `_build_sinfo_data`: nodes share a line when every per-node field the
+        // format prints reads the same (no state field, no split by state).
+        let split_by_state = options.fields.iter().any(|field| matches!(field.letter, 't' | 'T'));
+        let per_node: Vec<char> = options
+            .fields
+            .iter()
+            .map(|field| field.letter)
+            .filter(|letter| PER_NODE_FIELDS.contains(*letter))
+            .collect();
+        let key_of = |node: &pb::SlurmNode| -> (i32, Vec<String>) {
+            let alone = Group { partition, state: node.state, nodes: vec![node] };
+            let state = if split_by_state { node.state } else { 0 };
+            (state, per_node.iter().map(|letter| value_of(*letter, &alone)).collect())
+        };
+        let mut lines: Vec<((i32, Vec<String>), Group<'_>)> = Vec::new();
         for node in members {
-            match by_state.iter_mut().find(|group| group.state == node.state) {
-                Some(group) => group.nodes.push(node),
-                None => by_state.push(Group { partition, state: node.state, nodes: vec![node] }),
+            let key = key_of(node);
+            match lines.iter_mut().find(|(each, _)| *each == key) {
+                Some((_, group)) => group.nodes.push(node),
+                None => lines.push((key, Group { partition, state: node.state, nodes: vec![node] })),
             }
         }
-        by_state.sort_by_key(|group| state_rank(group.state));
-        groups.extend(by_state);
+        lines.sort_by_key(|(_, group)| if split_by_state { state_rank(group.state) } else { 0 });
+        groups.extend(lines.into_iter().map(|(_, group)| group));
     }
     if options.node_view {
         // `-N` lists nodes by name, each with every partition it is in.
