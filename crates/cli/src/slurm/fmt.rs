@@ -52,6 +52,13 @@ fn strftime(seconds: i64, format: &str) -> String {
     }
 }
 
+/// What a job without a time limit of its own shows: Slurm keeps it unset until the job gets
+/// its nodes (`Partition_Limit`), then gives it the partition's, which here is always
+/// `INFINITE` (`UNLIMITED`).
+pub fn no_time_limit(job: &pb::Job) -> &'static str {
+    if job.node_list.is_empty() { "Partition_Limit" } else { "UNLIMITED" }
+}
+
 /// The first line of `squeue -l`, `sinfo -l` and `sinfo -N -l`: Slurm's `slurm_ctime2`, whose
 /// day is zero-padded (`Tue Dec 01 …`), unlike C's `ctime`.
 pub fn long_listing_date(now: i64) -> String {

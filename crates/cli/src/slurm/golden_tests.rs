@@ -404,13 +404,17 @@ fn sacct_filters_by_name_partition_account_and_node() {
 fn sacct_timelimit_exit_codes_and_cancelled_by() {
     let limited = pb::Job { time_limit_seconds: Some(90_000), ..running(1, "a", NOW - 5) };
     let hour = pb::Job { time_limit_seconds: Some(3600), exit_code: 130, ..running(2, "b", NOW - 5) };
-    let jobs = [limited, hour, running(3, "c", NOW - 5), cancelled(4, "d", NOW - 9, NOW - 1, 1001)];
+    let jobs =
+        [limited, hour, running(3, "c", NOW - 5), cancelled(4, "d", NOW - 9, NOW - 1, 1001), pending(5, "e", NOW - 3)];
+    // Without a limit of its own a job shows its partition's once it has nodes (here always
+    // UNLIMITED), `Partition_Limit` before.
     assert_eq!(
         sacct(&["-X", "-n", "-P", "-o", "JobID,Timelimit,TimelimitRaw,ExitCode,State"], &jobs),
-        "4|Partition_Limit|Partition_Limit|0:0|CANCELLED by 1001\n\
+        "4|UNLIMITED|UNLIMITED|0:0|CANCELLED by 1001\n\
          1|1-01:00:00|1500|0:0|RUNNING\n\
          2|01:00:00|60|2:0|RUNNING\n\
-         3|Partition_Limit|Partition_Limit|0:0|RUNNING\n"
+         3|UNLIMITED|UNLIMITED|0:0|RUNNING\n\
+         5|Partition_Limit|Partition_Limit|0:0|PENDING\n"
     );
 }
 
@@ -497,6 +501,11 @@ fn squeue_default_format_reasons_and_completing() {
 fn squeue_formats_long_view_and_filters() {
     let alice = pb::Job { user: "alice".into(), uid: 1001, ..queue(running(2, "a", NOW - 90_061)) };
     let jobs = [queue(running(1, "r", NOW - 5)), alice, queue(pending(3, "p", NOW))];
+    // No limit of its own: the partition's (UNLIMITED) once running, unset while pending.
+    assert_eq!(
+        squeue(&["-h", "-o", "%i %l %L"], &Env::new(), &jobs).stdout,
+        "3 Partition_Limit NOT_SET\n1 UNLIMITED UNLIMITED\n2 UNLIMITED UNLIMITED\n"
+    );
     let out = squeue(&["-h", "-o", "%i|%.5u|%6j|%T|%M|%2P"], &Env::new(), &jobs).stdout;
     assert_eq!(
         out,
@@ -651,7 +660,7 @@ fn scontrol_show_job_lines_and_one_liner() {
         "Priority=100 Nice=0 Account=root QOS=normal",
         "JobState=RUNNING Reason=None Dependency=(null)",
         "Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0",
-        "RunTime=00:00:05 TimeLimit=Partition_Limit TimeMin=N/A",
+        "RunTime=00:00:05 TimeLimit=UNLIMITED TimeMin=N/A",
         "SubmitTime=2025-01-02T03:04:00 EligibleTime=2025-01-02T03:04:00",
         "AccrueTime=2025-01-02T03:04:00",
         "StartTime=2025-01-02T03:04:00 EndTime=Unknown Deadline=N/A",

@@ -142,7 +142,7 @@ pub fn job_text(job: &pb::Job, now: i64, one_liner: bool, format: &TimeFormat) -
     let submit = fmt::secs(job.submit_time.as_ref());
     let eligible = fmt::secs(job.eligible_time.as_ref()).or(submit);
     let limit = match job.time_limit_seconds {
-        None => "Partition_Limit".to_owned(),
+        None => fmt::no_time_limit(job).to_owned(),
         Some(seconds) => fmt::mins2time(fmt::limit_minutes(seconds)),
     };
     let node_list = or_null(&job.node_list);

@@ -302,11 +302,12 @@ fn value_of(letter: char, job: &pb::Job, now: i64, time_format: &TimeFormat) -> 
             }
         }
         'l' => match job.time_limit_seconds {
-            None => "Partition_Limit".to_owned(),
+            None => fmt::no_time_limit(job).to_owned(),
             Some(seconds) => squeue_secs(fmt::limit_minutes(seconds) * 60),
         },
         'L' => match job.time_limit_seconds {
-            None => "NOT_SET".to_owned(),
+            None if job.node_list.is_empty() => "NOT_SET".to_owned(),
+            None => "UNLIMITED".to_owned(),
             Some(seconds) => squeue_secs((fmt::limit_minutes(seconds) * 60 - job.elapsed_seconds).max(0)),
         },
         'm' => fmt::convert_num_unit(job.req_mem_mb as f64, 2, Convert::Exact),
