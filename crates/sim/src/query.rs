@@ -566,6 +566,9 @@ impl JobQuery {
                     between(start, eligible, started_or_zero)
                         || between(eligible, start, end)
                         || (started.is_none() && ended.is_some_and(|ended| between(start, eligible, ended)))
+                        // Still pending: it has been since it became eligible, so through any
+                        // window that ends after that (slurmdbd's `time_start=0` case).
+                        || (started.is_none() && ended.is_none() && eligible <= end)
                 }
                 None => eligible < end,
             },
@@ -1010,5 +1013,23 @@ mod tests {
         assert_eq!(selected(&jobs, None, NOW + 1, &[Cancelled], &[2]), [2], "sacct -s CA -j 2: from the epoch");
         let no_window = JobQuery { states: vec![Running], ..JobQuery::default() };
         assert_eq!(jobs.iter().filter(|job| no_window.selects(job)).map(|job| job.id).collect::<Vec<_>>(), [4]);
+    }
+
+    #[test]
+    fn sacct_s_pd_lists_the_jobs_still_pending() {
+        use JobBaseState::*;
+        let still_pending =
+            |id, submit| Job { start: None, node: None, alloc_cpus: 0, ..job(id, Pending, submit, None) };
+        let jobs = [
+            still_pending(1, NOW - 3600),
+            still_pending(2, NOW + 10),
+            job(3, Running, NOW - 60, None),
+            // Pending from NOW - 300 until it started at NOW - 60.
+            Job { submit: SimTime::from_secs(NOW - 300), ..job(4, Running, NOW - 60, None) },
+        ];
+        assert_eq!(selected(&jobs, Some(NOW), NOW + 1, &[Pending], &[]), [1], "sacct -s PD: pending at the instant");
+        // slurmdbd lists every job that became eligible in the window, however briefly it waited.
+        assert_eq!(selected(&jobs, Some(MIDNIGHT), NOW + 1, &[Pending], &[]), [1, 3, 4], "-s PD -S midnight");
+        assert_eq!(selected(&jobs, Some(NOW + 20), NOW + 30, &[Pending], &[]), [1, 2], "-s PD later: both still wait");
     }
 }
