@@ -947,7 +947,7 @@ mod tests {
             exit_code: (0, 0),
             cancelled_by: None,
             extra: String::new(),
-            kind: JobKind::Batch { run_seconds: None },
+            kind: JobKind::Batch { run_seconds: None, exit_code: 0 },
             in_prolog: false,
             waiting_for_preempted: Vec::new(),
         }

@@ -130,7 +130,7 @@ mod tests {
             exit_code: if state == JobBaseState::Cancelled { (0, 15) } else { (0, 0) },
             cancelled_by: (state == JobBaseState::Cancelled).then_some(0),
             extra: String::new(),
-            kind: JobKind::Batch { run_seconds: None },
+            kind: JobKind::Batch { run_seconds: None, exit_code: 0 },
             in_prolog: false,
             waiting_for_preempted: Vec::new(),
         }

@@ -407,7 +407,7 @@ pub fn job(row: &JobRow<'_>, now: SimTime, contain: bool) -> pb::Job {
     let job = row.job;
     let (kind, run_seconds) = match &job.kind {
         JobKind::Placeholder { .. } => (pb::JobKind::Placeholder, None),
-        JobKind::Batch { run_seconds } => (pb::JobKind::Batch, *run_seconds),
+        JobKind::Batch { run_seconds, .. } => (pb::JobKind::Batch, *run_seconds),
     };
     pb::Job {
         source: match row.source {

@@ -117,6 +117,8 @@ pub enum JobKind {
     Batch {
         /// Seconds it runs once started; `None` runs until cancelled.
         run_seconds: Option<u32>,
+        /// The script's exit status when it ends after `run_seconds` (non-zero: FAILED).
+        exit_code: u8,
     },
 }
 

@@ -68,7 +68,7 @@ impl World {
                 let prolog = Duration::from_secs(u64::from(self.values.scheduler.prolog_seconds));
                 self.timers.schedule(self.now + prolog, Timer::PrologDone(job));
             }
-            JobKind::Batch { run_seconds } => {
+            JobKind::Batch { run_seconds, .. } => {
                 if !self.job_fits_beside_pinned_cpus(job, &slurm_node) {
                     return;
                 }

@@ -99,6 +99,18 @@ impl World {
                 .or_else(|| self.slurm.users.values().find(|known| &*known.name == user).map(|known| known.uid))
                 .ok_or_else(|| SimError::invalid_field("user", format!("Invalid user id: {user}")))?,
         };
+        let exit_code = match (request.exit_code, request.run_seconds) {
+            (None | Some(0), _) => 0,
+            (Some(code), Some(_)) => u8::try_from(code).ok().filter(|code| *code > 0).ok_or_else(|| {
+                SimError::invalid_field("exit_code", format!("{code} is not an exit status (0 to 255)"))
+            })?,
+            (Some(_), None) => {
+                return Err(SimError::invalid_field(
+                    "exit_code",
+                    "a job without run_seconds never ends by itself, so it never exits with a status: set run_seconds",
+                ));
+            }
+        };
         let text = |value: &str| (!value.is_empty()).then(|| value.to_owned());
         let job = JobRequest {
             name: if request.name.is_empty() { "batch".to_owned() } else { request.name.clone() },
@@ -116,7 +128,7 @@ impl World {
             sharing,
             time_limit_seconds: request.time_limit_seconds,
             priority: if request.priority == 0 { 100 } else { request.priority },
-            kind: JobKind::Batch { run_seconds: request.run_seconds },
+            kind: JobKind::Batch { run_seconds: request.run_seconds, exit_code },
             prolog: false,
         };
         self.submit_batch_job(scope, job)

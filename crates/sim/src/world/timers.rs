@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::ids::SharedStr;
-use crate::slurm::{JobBaseState, JobId, JobPhase};
+use crate::slurm::{JobBaseState, JobId, JobKind, JobPhase};
 use crate::time::SimTime;
 use crate::world::{World, legal};
 
@@ -125,8 +125,13 @@ impl World {
             Timer::EpilogDone(job) => self.on_epilog_done(job),
             Timer::BatchJobEnds(job) => {
                 // Unless it was cancelled, preempted or timed out first.
+                let exit_code = match self.slurm.job(job).map(|job| &job.kind) {
+                    Some(JobKind::Batch { exit_code, .. }) => i32::from(*exit_code),
+                    _ => 0,
+                };
                 if self.slurm.job(job).is_some_and(|job| job.phase() == JobPhase::Running) {
-                    legal(self.slurm.finish(job, JobBaseState::Completed, (0, 0), self.now));
+                    let state = if exit_code == 0 { JobBaseState::Completed } else { JobBaseState::Failed };
+                    legal(self.slurm.finish(job, state, (exit_code, 0), self.now));
                     self.on_job_ended(job);
                 }
             }

@@ -1,0 +1,47 @@
+//! Batch jobs submitted through the emulator's API (`SubmitBatchJob`): one that ends by itself
+//! with a non-zero status is FAILED with `ExitCode N:0` on its job line and its batch step, as
+//! Slurm records a script that exits non-zero; the request's status is checked.
+
+mod common;
+
+use common::*;
+use cwsandbox_api::emulator_v1::SubmitBatchJobRequest;
+use cwsandbox_sim::config::{Scenario, Values};
+use cwsandbox_sim::query::Scope;
+use cwsandbox_sim::slurm::JobBaseState;
+use cwsandbox_sim::steps::{StepKind, job_steps};
+
+fn request(run_seconds: Option<u32>, exit_code: Option<i32>) -> SubmitBatchJobRequest {
+    SubmitBatchJobRequest { name: "train".to_owned(), cpus: 1, run_seconds, exit_code, ..Default::default() }
+}
+
+#[test]
+fn a_script_that_exits_non_zero_fails_with_its_status() {
+    let mut h = harness_with(Values::scenario(Scenario::Ready));
+    let failing = h.world.submit_batch(&Scope::Cluster, 0, &request(Some(30), Some(3))).unwrap();
+    let passing = h.world.submit_batch(&Scope::Cluster, 0, &request(Some(30), None)).unwrap();
+    h.advance(29);
+    assert_eq!(h.queued(failing).unwrap().state, JobBaseState::Running);
+    h.advance(1);
+    let failed = h.world.slurm.accounting_record(failing).unwrap();
+    assert_eq!((failed.state, failed.exit_code), (JobBaseState::Failed, (3, 0)));
+    let steps = job_steps(&failed, true);
+    let batch = steps.iter().find(|step| step.kind == StepKind::Batch).unwrap();
+    assert_eq!((batch.state, batch.exit_code), (JobBaseState::Failed, (3, 0)));
+    let completed = h.world.slurm.accounting_record(passing).unwrap();
+    assert_eq!((completed.state, completed.exit_code), (JobBaseState::Completed, (0, 0)));
+}
+
+#[test]
+fn an_exit_status_needs_a_run_time_and_a_status_range() {
+    let mut h = harness_with(Values::scenario(Scenario::Ready));
+    let never_ends = h.world.submit_batch(&Scope::Cluster, 0, &request(None, Some(1))).unwrap_err();
+    assert_eq!(never_ends.violations()[0].field, "exit_code");
+    assert!(never_ends.to_string().contains("run_seconds"), "{never_ends}");
+    for code in [-1, 256] {
+        let out_of_range = h.world.submit_batch(&Scope::Cluster, 0, &request(Some(5), Some(code))).unwrap_err();
+        assert_eq!(out_of_range.violations()[0].field, "exit_code");
+        assert!(out_of_range.to_string().contains("0 to 255"), "{out_of_range}");
+    }
+    assert!(h.world.submit_batch(&Scope::Cluster, 0, &request(None, Some(0))).is_ok(), "0 is the default");
+}
