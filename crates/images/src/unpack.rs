@@ -349,11 +349,12 @@ struct EntryMeta {
 impl EntryMeta {
     fn read<R: Read>(entry: &mut tar::Entry<'_, R>) -> io::Result<Self> {
         let header = entry.header();
+        // A blank numeric field reads as 0, as Go's archive/tar (which wrote most layers) reads it.
         let mut meta = Self {
             mode: header.mode()? & 0o7777,
-            uid: header.uid()?,
-            gid: header.gid()?,
-            mtime: i64::try_from(header.mtime()?).unwrap_or(0),
+            uid: header.uid().unwrap_or(0),
+            gid: header.gid().unwrap_or(0),
+            mtime: header.mtime().ok().and_then(|t| i64::try_from(t).ok()).unwrap_or(0),
             xattrs: Vec::new(),
         };
         if let Some(extensions) = entry.pax_extensions()? {
