@@ -370,9 +370,7 @@ impl ImageStore {
     }
 
     fn client_for(&self, reference: &ImageReference) -> Result<oci_client::Client, PullError> {
-        let registry = reference.registry();
-        let plain = reference.is_loopback_registry()
-            || self.config.insecure_registries.iter().any(|r| r == registry || r == host_of(registry));
+        let plain = speaks_plain_http(reference, &self.config.insecure_registries);
         let config = ClientConfig {
             protocol: if plain { ClientProtocol::Http } else { ClientProtocol::Https },
             platform_resolver: Some(Box::new(oci_client::client::current_platform_resolver)),
@@ -433,6 +431,13 @@ impl ImageStore {
         }
         Ok(())
     }
+}
+
+/// Whether `reference`'s registry is spoken to over plain HTTP: a loopback one, or one listed
+/// as insecure (by `host:port`, or by host for every port), as Docker decides.
+fn speaks_plain_http(reference: &ImageReference, insecure_registries: &[String]) -> bool {
+    let registry = reference.registry();
+    reference.is_loopback_registry() || insecure_registries.iter().any(|r| r == registry || r == host_of(registry))
 }
 
 /// Whether a process `pid` exists (`kill(pid, 0)` answers EPERM for another user's live one).
@@ -561,6 +566,20 @@ mod tests {
         assert_eq!(digest_hex("sha256:../../etc"), None);
         assert_eq!(digest_hex(&format!("sha512:{}", "ab".repeat(32))), None);
         assert_eq!(digest_hex(&format!("sha256:{}", "AB".repeat(32))), None);
+    }
+
+    #[test]
+    fn plain_http_only_for_loopback_and_insecure_registries() {
+        let insecure = vec!["registry.lan:5000".to_string(), "10.0.0.7".to_string()];
+        let plain = |name: &str| speaks_plain_http(&ImageReference::normalize(name).unwrap(), &insecure);
+        assert!(plain("127.0.0.1:5000/x"));
+        assert!(plain("localhost/x"));
+        assert!(plain("registry.lan:5000/x"));
+        assert!(plain("10.0.0.7:5000/x"));
+        assert!(!plain("registry.lan:5001/x"));
+        assert!(!plain("registry.lan/x"));
+        assert!(!plain("ubuntu"));
+        assert!(!plain("ghcr.io/a/b"));
     }
 
     #[test]

@@ -122,6 +122,11 @@ async fn pulls_unpack_and_cache_images_as_their_policies_say() {
     assert!(err.is_unreachable(), "{err:?}");
     assert!(err.to_string().to_lowercase().contains("connect"), "{err}");
 
+    // A registry whose name does not resolve (`.invalid` never does), spoken to over HTTPS.
+    let err = store.pull("registry.invalid/test/busybox:1", PullPolicy::Always).await.unwrap_err();
+    eprintln!("unknown host: {err}");
+    assert!(err.is_unreachable(), "{err:?}");
+
     // A new store on the same directory (the emulator restarted) has everything.
     drop(store);
     let store = ImageStore::new(store_config(dir.path())).unwrap();
