@@ -559,6 +559,12 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for HashingWriter<W> {
 mod tests {
     use super::*;
 
+    // Compiles only if a pull can run on another task and the store can be shared.
+    #[allow(dead_code)]
+    fn pulls_can_be_spawned(store: Arc<ImageStore>) -> tokio::task::JoinHandle<Result<Image, PullError>> {
+        tokio::spawn(async move { store.pull("busybox", PullPolicy::Always).await })
+    }
+
     #[test]
     fn only_sha256_digests_become_file_names() {
         let good = format!("sha256:{}", "ab".repeat(32));
