@@ -1,10 +1,13 @@
 //! Provisioning of the external tools the test suites judge compatibility with, and the emulator
 //! harnesses: the binary as a child process ([`emulator::EmulatorProcess`]) and the library in
-//! this process ([`in_process`], with a fake runtime).
+//! this process ([`in_process`], with a fake runtime), and a local OCI registry
+//! ([`registry::LocalRegistry`]) with test images pushed to it ([`images::push_test_images`]).
 
 pub mod emulator;
+pub mod images;
 pub mod in_process;
 pub mod procs;
+pub mod registry;
 
 /// How long [`eventually`] keeps trying: a safety net for a broken build, not a timing claim.
 pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(30);

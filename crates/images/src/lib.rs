@@ -1,0 +1,25 @@
+//! Container images for the emulator's sandboxes: names resolved as Kubernetes resolves them,
+//! pulled from OCI/Docker registries ([`ImageStore::pull`]), kept content-addressed on disk and
+//! unpacked once per manifest into a root filesystem that every sandbox of the image shares
+//! read-only. Also the rules that combine an image's config with a Pod's container spec
+//! ([`ImageConfig::argv`], [`ImageConfig::env_with`], [`resolve_user`]).
+//!
+//! The crate knows nothing of sandboxes or runtimes: the emulator asks for an image, and hands
+//! its tree and config to the executor.
+
+mod auth;
+mod config;
+mod error;
+mod fsutil;
+mod reference;
+mod store;
+mod unpack;
+mod user;
+
+pub use auth::default_docker_config;
+pub use config::{DEFAULT_PATH, ImageConfig};
+pub use error::{PullError, StoreError};
+pub use reference::{DOCKER_HUB, ImageReference, InvalidPullPolicy, InvalidReference, PullPolicy};
+pub use store::{Image, ImageStore, ImageStoreConfig};
+pub use unpack::UnpackError;
+pub use user::{UserError, resolve_user};
