@@ -32,6 +32,7 @@ pub mod fault_stream;
 pub mod faults;
 pub mod fidelity;
 pub mod guard;
+pub mod image_puller;
 pub mod json_path;
 pub mod kube;
 pub mod ports;

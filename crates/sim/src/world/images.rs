@@ -193,8 +193,15 @@ impl World {
             container.state = ContainerState::Waiting(failure.reason.clone());
         }
         let pod_uid = pod.uid.clone();
-        let why = format!("Failed to pull image \"{}\": {}", failure.image, failure.message);
-        self.event(uid, EventType::Warning, "Failed", why, "kubelet");
+        // `ErrImageNeverPull`'s message is the kubelet's whole Event ("Container image … is
+        // not present with pull policy of Never"); a pull that failed says which image.
+        let why = if failure.reason == "ErrImageNeverPull" {
+            failure.message.clone()
+        } else {
+            format!("Failed to pull image \"{}\": {}", failure.image, failure.message)
+        };
+        let event_reason = if failure.reason == "ErrImageNeverPull" { "ErrImageNeverPull" } else { "Failed" };
+        self.event(uid, EventType::Warning, event_reason, why, "kubelet");
         self.event(uid, EventType::Warning, "Failed", format!("Error: {}", failure.reason), "kubelet");
         let back_off = Duration::from_secs(u64::from(self.values.kubelet.image_pull_back_off_seconds));
         self.timers.schedule(self.now + back_off, Timer::ImagePullBackOff(pod_uid.clone()));

@@ -1,0 +1,166 @@
+//! The kubelet's part of the OCI runtime: pulls a Pod's images (`cwsandbox-images`) as its
+//! runner's pull policy says, tells the world how it went, and keeps the pulled images until the
+//! Pod's start takes them.
+//!
+//! Under `containerRuntime.kind: auto`, an image whose registry cannot be reached (no network, a
+//! name that does not resolve, a pull that times out) is not an error: its container runs with the
+//! host's programs, as under the process runtime, and the Pod's Events say so. Such a registry is
+//! not asked again for [`UNREACHABLE_FOR`], so a suite of sandboxes on an offline machine pays the
+//! failed lookup once. Under `oci` the same failure is the Pod's `ErrImagePull`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use cwsandbox_images::{Image, ImageReference, ImageStore, ImageStoreConfig, PullError, PullPolicy, StoreError};
+use cwsandbox_sim::world::{ImagePullFailure, ImagePullPolicy, ImagePulled, ImageToPull};
+
+use crate::config::{ContainerRuntimeConfig, RuntimeKind};
+
+/// How long a registry that could not be reached is taken to be unreachable (`auto` only).
+pub const UNREACHABLE_FOR: Duration = Duration::from_secs(60);
+
+/// Pulls images and holds them for the Pods that start with them.
+pub struct ImagePuller {
+    store: ImageStore,
+    kind: RuntimeKind,
+    /// Registries found unreachable, with when and why.
+    unreachable: Mutex<HashMap<String, (Instant, String)>>,
+    /// Pulled images by Pod uid and container name, until the Pod starts or goes.
+    pulled: Mutex<HashMap<String, HashMap<String, Image>>>,
+}
+
+impl std::fmt::Debug for ImagePuller {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("ImagePuller")
+            .field("root", &self.store.config().root)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ImagePuller {
+    /// A puller caching under `cache_root`, unpacking with owners shifted by `id_shift` (a root
+    /// emulator's sandboxes map their root to that host id). Trees unpacked with another shift
+    /// live in a directory of their own, so emulators with different id ranges share nothing
+    /// they would read wrongly.
+    pub fn new(config: &ContainerRuntimeConfig, cache_root: PathBuf, id_shift: u32) -> Result<ImagePuller, StoreError> {
+        let mut store_config = ImageStoreConfig::new(cache_root.join(format!("ids-{id_shift}")));
+        if let Some(docker_config) = &config.docker_config {
+            store_config.docker_config = Some(docker_config.clone());
+        }
+        store_config.insecure_registries = config.insecure_registries.clone();
+        store_config.id_shift = id_shift;
+        store_config.pull_timeout = Duration::from_secs(u64::from(config.pull_timeout_seconds.max(1)));
+        Ok(ImagePuller {
+            store: ImageStore::new(store_config)?,
+            kind: config.kind,
+            unreachable: Mutex::new(HashMap::new()),
+            pulled: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The image cache's directory.
+    pub fn cache_dir(&self) -> &std::path::Path {
+        &self.store.config().root
+    }
+
+    /// Pulls each container's image; the first that fails fails the Pod (`ErrImagePull` and
+    /// the registry's message), unless `auto` lets its container run without it.
+    pub async fn pull(&self, pod_uid: &str, images: Vec<ImageToPull>) -> Result<Vec<ImagePulled>, ImagePullFailure> {
+        let mut reports = Vec::with_capacity(images.len());
+        let mut pulled = HashMap::new();
+        for wanted in images {
+            let policy = match wanted.policy {
+                ImagePullPolicy::Always => PullPolicy::Always,
+                ImagePullPolicy::IfNotPresent => PullPolicy::IfNotPresent,
+                ImagePullPolicy::Never => PullPolicy::Never,
+            };
+            if let Some(reason) = self.known_unreachable(&wanted.image) {
+                reports.push(ImagePulled::NotUsed { image: wanted.image, reason });
+                continue;
+            }
+            let started = Instant::now();
+            match self.store.pull(&wanted.image, policy).await {
+                Ok(image) => {
+                    reports.push(if image.pulled {
+                        ImagePulled::Pulled {
+                            image: wanted.image.clone(),
+                            took: started.elapsed(),
+                            size_bytes: image.size_bytes,
+                        }
+                    } else {
+                        ImagePulled::Present { image: wanted.image.clone() }
+                    });
+                    pulled.insert(wanted.container, image);
+                }
+                Err(error) if self.kind == RuntimeKind::Auto && error.is_unreachable() => {
+                    let reason = self.note_unreachable(&wanted.image, &error);
+                    tracing::info!(image = %wanted.image, "{reason}");
+                    reports.push(ImagePulled::NotUsed { image: wanted.image, reason });
+                }
+                Err(error) => {
+                    return Err(ImagePullFailure {
+                        image: wanted.image,
+                        reason: error.kubernetes_reason().to_owned(),
+                        message: error.to_string(),
+                    });
+                }
+            }
+        }
+        if !pulled.is_empty() {
+            self.lock_pulled().insert(pod_uid.to_owned(), pulled);
+        }
+        Ok(reports)
+    }
+
+    /// The images pulled for a Pod's containers, by container name; taken by its start.
+    pub fn take(&self, pod_uid: &str) -> HashMap<String, Image> {
+        self.lock_pulled().remove(pod_uid).unwrap_or_default()
+    }
+
+    /// A Pod went before it started: its pulled images are not needed.
+    pub fn forget(&self, pod_uid: &str) {
+        self.lock_pulled().remove(pod_uid);
+    }
+
+    fn lock_pulled(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, Image>>> {
+        self.pulled.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn registry_of(image: &str) -> Option<String> {
+        ImageReference::normalize(image).ok().map(|reference| reference.registry().to_owned())
+    }
+
+    /// Why `image` runs without its image, if its registry was found unreachable lately.
+    fn known_unreachable(&self, image: &str) -> Option<String> {
+        if self.kind != RuntimeKind::Auto {
+            return None;
+        }
+        let registry = Self::registry_of(image)?;
+        let mut unreachable = self.unreachable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match unreachable.get(&registry) {
+            Some((since, reason)) if since.elapsed() < UNREACHABLE_FOR => Some(reason.clone()),
+            Some(_) => {
+                unreachable.remove(&registry);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn note_unreachable(&self, image: &str, error: &PullError) -> String {
+        let registry = Self::registry_of(image).unwrap_or_default();
+        let reason = format!(
+            "registry {registry} cannot be reached ({error}); the container runs the host's programs \
+             (containerRuntime.kind auto; `oci` makes this an ErrImagePull)"
+        );
+        self.unreachable
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(registry, (Instant::now(), reason.clone()));
+        reason
+    }
+}
