@@ -360,6 +360,8 @@ pub struct FormatToken {
     pub letter: char,
     /// Text printed after the field.
     pub suffix: String,
+    /// The token as written after its `%` (what Slurm prints for one it does not know).
+    pub raw: String,
 }
 
 /// Splits a squeue/sinfo format as their `_parse_format` do: the text before the first `%`, then one
@@ -386,7 +388,7 @@ pub fn format_tokens(format: &str, auto_marks: bool) -> (String, Vec<FormatToken
         }
         let letter = chars.get(index).copied().unwrap_or(' ');
         let suffix: String = chars.iter().skip(index + 1).collect();
-        tokens.push(FormatToken { auto, right, width, letter, suffix });
+        tokens.push(FormatToken { auto, right, width, letter, suffix, raw: token.to_owned() });
     }
     (prefix, tokens)
 }

@@ -511,10 +511,11 @@ fn squeue_formats_long_view_and_filters() {
         out,
         "3| root|p     |PENDING|0:00|cp\n1| root|r     |RUNNING|0:05|cp\n2|alice|a     |RUNNING|1-01:01:01|cp\n"
     );
-    // squeue has no `-` flag: `%-6j` is an invalid specification `-` followed by the text "6j".
+    // squeue has no `-` flag: `%-6j` is an invalid specification `-`, printed as written.
     let invalid = squeue(&["-h", "-o", "%i %-6j"], &Env::new(), &jobs[..1]);
-    assert_eq!(invalid.stdout, "1 6j\n");
+    assert_eq!(invalid.stdout, "1 %-6j\n");
     assert_eq!(invalid.stderr, "squeue: error: Invalid job format specification: -\n");
+    assert_eq!(squeue(&["-h", "-o", "%i %Z"], &Env::new(), &jobs[..1]).stdout, "1 /\n", "%Z: the work dir");
     assert_eq!(squeue(&["-h", "-u", "alice", "-o", "%i"], &Env::new(), &jobs).stdout, "2\n");
     assert_eq!(squeue(&["-h", "-t", "pd", "-o", "%i"], &Env::new(), &jobs).stdout, "3\n");
     assert_eq!(squeue(&["-h", "-t", "R", "--jobs=1,3", "-o", "%i"], &Env::new(), &jobs).stdout, "1\n");
@@ -533,7 +534,8 @@ fn squeue_formats_long_view_and_filters() {
         format!(
             "Thu Jan 02 03:04:05 2025\n{}{}",
             row(["JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "TIME_LIMI", "NODES", "NODELIST(REASON)"]),
-            row(["3", "cpu", "p", "root", "PENDING", "0:00", "Partition", "1", "(Resources)"])
+            // A time is never cut: the limit overflows its column.
+            row(["3", "cpu", "p", "root", "PENDING", "0:00", "Partition_Limit", "1", "(Resources)"])
         )
     );
     let unknown = squeue(&["-j", "99"], &Env::new(), &jobs);
@@ -632,6 +634,15 @@ fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
         render(&["-o", "%P %D %t", "-p", "hpc-prod"]),
         "PARTITION NODES STATE\nhpc-prod 1 mix\nhpc-prod 1 idle\n"
     );
+    // A letter sinfo does not know: Slurm's error first, the token printed as written.
+    let invalid = sinfo::render(
+        &sinfo::parse(&args(&["-h", "-o", "%P %y"]), &Env::new()).unwrap(),
+        &partitions[1..],
+        &nodes,
+        NOW,
+    );
+    assert_eq!(invalid.stderr, "Invalid node format specification: y\n");
+    assert_eq!(invalid.stdout, "hpc-prod %y\n");
     let drained = [node(names[0], pb::SlurmNodeState::Drained, &["cpu"])];
     let out =
         sinfo::render(&sinfo::parse(&args(&["-h"]), &Env::new()).unwrap(), &partitions[..1], &drained, NOW).stdout;

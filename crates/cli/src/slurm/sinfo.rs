@@ -43,6 +43,9 @@ struct Field {
     suffix: String,
     /// `%#X` or a `-N` node column: as wide as the widest value.
     auto: bool,
+    /// For a letter sinfo does not know: the token as written, `%` included, printed in place of
+    /// the field.
+    invalid: Option<String>,
 }
 
 /// A parsed `sinfo` command line.
@@ -58,22 +61,34 @@ pub struct Options {
     nodes: Option<Vec<String>>,
     states: Vec<String>,
     info: Option<String>,
+    /// Errors about the format, printed before the listing.
+    warnings: Vec<String>,
 }
 
 fn usage_error(message: String) -> Output {
     Output::fail(format!("{message}\nTry \"sinfo --help\" for more information"), 1)
 }
 
-fn parse_format(format: &str, node_view: bool) -> (String, Vec<Field>) {
+/// The field letters sinfo knows.
+const LETTERS: &str = "acCdDEfFghlmNPrstTwzG";
+
+fn parse_format(format: &str, node_view: bool, warnings: &mut Vec<String>) -> (String, Vec<Field>) {
     let (prefix, tokens) = super::fmt::format_tokens(format, true);
     let fields = tokens
         .into_iter()
-        .map(|token| Field {
-            auto: token.auto || (node_view && token.letter == 'N' && token.width == 0),
-            letter: token.letter,
-            width: token.width,
-            right: token.right,
-            suffix: token.suffix,
+        .map(|token| {
+            let invalid = (!LETTERS.contains(token.letter)).then(|| {
+                warnings.push(format!("Invalid node format specification: {}", token.letter));
+                format!("%{}", token.raw)
+            });
+            Field {
+                auto: token.auto || (node_view && token.letter == 'N' && token.width == 0),
+                letter: token.letter,
+                width: token.width,
+                right: token.right,
+                suffix: token.suffix,
+                invalid,
+            }
         })
         .collect();
     (prefix, fields)
@@ -93,6 +108,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
         nodes: None,
         states: Vec::new(),
         info: None,
+        warnings: Vec::new(),
     };
     let mut format = None;
     for item in items {
@@ -151,7 +167,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
         }
         .to_owned()
     });
-    let (prefix, fields) = parse_format(&format, options.node_view);
+    let (prefix, fields) = parse_format(&format, options.node_view, &mut options.warnings);
     options.prefix = prefix;
     options.fields = fields;
     Ok(options)
@@ -391,6 +407,10 @@ pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::Slur
     let line = |out: &mut String, value: &dyn Fn(char) -> String| {
         out.push_str(&options.prefix);
         for (field, width) in options.fields.iter().zip(&widths) {
+            if let Some(token) = &field.invalid {
+                out.push_str(token);
+                continue;
+            }
             print_str(out, &value(field.letter), *width, field.right);
             out.push_str(&field.suffix);
         }
@@ -402,7 +422,9 @@ pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::Slur
     for group in &groups {
         line(&mut out, &|letter| value_of(letter, group));
     }
-    Output::ok(out)
+    let mut output = Output::ok(out);
+    output.stderr = options.warnings.iter().map(|warning| format!("{warning}\n")).collect();
+    output
 }
 
 /// `sinfo` against the emulator's partitions and nodes.

@@ -41,6 +41,9 @@ struct Field {
     width: usize,
     right: bool,
     suffix: String,
+    /// For a letter squeue does not know: the token as written, `%` included, which Slurm's
+    /// `_print_com_invalid` prints in place of a value (and of a header).
+    invalid: Option<String>,
 }
 
 /// A parsed `squeue` command line.
@@ -75,7 +78,9 @@ fn list(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
 }
 
-const LETTERS: &str = "aCDeGghijklLmMNPqQrRStTuUvV";
+const LETTERS: &str = "aCDeGghijklLmMNPqQrRStTuUvVZ";
+/// Fields printed whole even past their width (`_print_secs` does not cut).
+const UNCUT: &str = "lLM";
 
 /// `_parse_format` of squeue's opts.c: text before the first `%` is a prefix; each `%` token is
 /// `[.][width]<letter><suffix>`.
@@ -84,10 +89,11 @@ fn parse_format(format: &str, warnings: &mut Vec<String>) -> (String, Vec<Field>
     let fields = tokens
         .into_iter()
         .map(|token| {
-            if !LETTERS.contains(token.letter) {
+            let invalid = (!LETTERS.contains(token.letter)).then(|| {
                 warnings.push(format!("squeue: error: Invalid job format specification: {}", token.letter));
-            }
-            Field { letter: token.letter, width: token.width, right: token.right, suffix: token.suffix }
+                format!("%{}", token.raw)
+            });
+            Field { letter: token.letter, width: token.width, right: token.right, suffix: token.suffix, invalid }
         })
         .collect();
     (prefix, fields)
@@ -247,6 +253,7 @@ fn header_of(letter: char) -> &'static str {
         'U' => "UID",
         'v' => "RESERVATION",
         'V' => "SUBMIT_TIME",
+        'Z' => "WORK_DIR",
         _ => "INVALID",
     }
 }
@@ -343,6 +350,8 @@ fn value_of(letter: char, job: &pb::Job, now: i64, time_format: &TimeFormat) -> 
             }
         }
         'V' => time_or_na(fmt::secs(job.submit_time.as_ref()), now),
+        // The job's working directory; `scontrol show job` reads the same (`WorkDir=/`).
+        'Z' => "/".to_owned(),
         _ => String::new(),
     }
 }
@@ -416,19 +425,28 @@ pub fn render(
         out.push_str(&fmt::long_listing_date(now));
         out.push('\n');
     }
-    let line = |out: &mut String, value: &dyn Fn(char) -> String| {
+    let line = |out: &mut String, value: &dyn Fn(char) -> String, cut: bool| {
         out.push_str(&options.prefix);
         for field in &options.fields {
-            print_str(out, &value(field.letter), field.width, field.right);
+            if let Some(token) = &field.invalid {
+                out.push_str(token);
+                continue;
+            }
+            let text = value(field.letter);
+            if !cut && UNCUT.contains(field.letter) && text.chars().count() > field.width {
+                out.push_str(&text);
+            } else {
+                print_str(out, &text, field.width, field.right);
+            }
             out.push_str(&field.suffix);
         }
         out.push('\n');
     };
     if options.header {
-        line(&mut out, &|letter| header_of(letter).to_owned());
+        line(&mut out, &|letter| header_of(letter).to_owned(), true);
     }
     for job in selected {
-        line(&mut out, &|letter| value_of(letter, job, now, &time_format));
+        line(&mut out, &|letter| value_of(letter, job, now, &time_format), false);
     }
     let mut output = Output::ok(out);
     output.stderr = options.warnings.iter().map(|w| format!("{w}\n")).collect();
