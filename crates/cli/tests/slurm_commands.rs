@@ -143,6 +143,46 @@ fn symlinked_commands_show_cancel_and_account_a_batch_job() {
     emu.stop().unwrap();
 }
 
+/// The guide's KillWait warning drains a node; `scontrol update` is how an operator drains one
+/// by hand and brings it back.
+#[test]
+fn scontrol_update_drains_and_resumes_nodes() {
+    let emu = emulator();
+    let bin = links(&emu);
+    let state = |node: &str| ok(&emu, &bin, "sinfo", &["-h", "-N", "-p", "cpu", "-n", node, "-o", "%t"]);
+    assert_eq!(state("slurm-cpu-1"), "idle\n");
+
+    // A drain needs a reason, as in Slurm; a node that does not exist is Slurm's error.
+    let no_reason = slurm(&emu, &bin, "scontrol", &["update", "nodename=slurm-cpu-1", "state=drain"]);
+    assert_eq!(no_reason.status.code(), Some(1));
+    assert_eq!(text(&no_reason.stderr), "You must specify a reason when DOWNING or DRAINING a node. Request denied\n");
+    let unknown = slurm(&emu, &bin, "scontrol", &["update", "NodeName=slurm-cpu-99", "State=RESUME"]);
+    assert_eq!(
+        (unknown.status.code(), text(&unknown.stderr)),
+        (Some(1), "slurm_update error: Invalid node name specified\n".to_owned())
+    );
+    let down = slurm(&emu, &bin, "scontrol", &["update", "nodename=slurm-cpu-1", "state=down", "reason=x"]);
+    assert_eq!(down.status.code(), Some(1));
+    assert!(text(&down.stderr).contains("State=down is not emulated"), "{}", text(&down.stderr));
+
+    let drained =
+        slurm(&emu, &bin, "scontrol", &["update", "NodeName=slurm-cpu-[1-2]", "State=DRAIN", "Reason=disk check"]);
+    assert_eq!(
+        (drained.status.code(), text(&drained.stdout), text(&drained.stderr)),
+        (Some(0), String::new(), String::new())
+    );
+    assert_eq!(state("slurm-cpu-1"), "drain\n");
+    assert_eq!(state("slurm-cpu-2"), "drain\n");
+    let shown = ok(&emu, &bin, "scontrol", &["show", "node", "slurm-cpu-1"]);
+    assert!(shown.contains("Reason=disk check"), "{shown}");
+
+    ok(&emu, &bin, "scontrol", &["update", "nodename=slurm-cpu-1", "state=resume"]);
+    ok(&emu, &bin, "scontrol", &["update", "nodename=slurm-cpu-2", "state=undrain"]);
+    assert_eq!(state("slurm-cpu-1"), "idle\n");
+    assert_eq!(state("slurm-cpu-2"), "idle\n");
+    emu.stop().unwrap();
+}
+
 /// Step 3 of the guide with the real Python client, then its two `sacct … | grep` lines.
 const GUIDE: &str = r#"
 import os, subprocess, sys

@@ -190,6 +190,18 @@ impl EmulatorAdmin {
         Ok(self.client.submit_batch_job(request).await?.into_inner().job)
     }
 
+    /// `scontrol update nodename=… state=resume`: a drained node takes jobs again.
+    pub async fn resume_node(&self, node_name: &str) -> Result<Option<emu::SlurmNode>> {
+        let request = emu::ResumeNodeRequest { node_name: node_name.to_owned() };
+        Ok(self.client.resume_node(&request).await?.into_inner().node)
+    }
+
+    /// `scontrol update nodename=… state=drain reason=…`: the node takes no new job.
+    pub async fn drain_node(&self, node_name: &str, reason: &str) -> Result<Option<emu::SlurmNode>> {
+        let request = emu::DrainNodeRequest { node_name: node_name.to_owned(), reason: reason.to_owned() };
+        Ok(self.client.drain_node(&request).await?.into_inner().node)
+    }
+
     /// The Slurm users of the values in force (name, uid), for `-u <name>` and the caller.
     pub async fn slurm_users(&self) -> Result<Vec<(String, u32)>> {
         use pbjson_types::value::Kind;

@@ -9,7 +9,7 @@
 //!   ([`Scope::Organization`]): its sandboxes' Pods, Events and Slurm jobs, Nodes and Slurm
 //!   nodes as cluster information; a Reset resets only that organization.
 //! - `cluster_admin`: the cluster operator. The emulator's own API over every organization, and
-//!   the calls that change the whole cluster (ApplyValues, the clock, ResumeNode, a full Reset).
+//!   the calls that change the whole cluster (ApplyValues, the clock, ResumeNode, DrainNode, a full Reset).
 //!   It does not include the other two; the generated admin token holds all three.
 //!
 //! A principal sees only its organization's sandboxes and runners.

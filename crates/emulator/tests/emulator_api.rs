@@ -568,12 +568,13 @@ async fn users_get_permission_denied_on_every_rpc() {
     call!(cancel_job, emu::CancelJobRequest::default());
     call!(submit_batch_job, emu::SubmitBatchJobRequest::default());
     call!(resume_node, emu::ResumeNodeRequest::default());
+    call!(drain_node, emu::DrainNodeRequest::default());
     call!(get_clock, emu::GetClockRequest {});
     call!(freeze_clock, emu::FreezeClockRequest {});
     call!(advance_clock, emu::AdvanceClockRequest::default());
     call!(resume_clock, emu::ResumeClockRequest {});
     call!(reset, emu::ResetRequest::default());
-    assert_eq!(codes.len(), 19);
+    assert_eq!(codes.len(), 20);
     for (method, status) in &codes {
         assert_eq!(status.code(), Code::PermissionDenied, "{method}: {status:?}");
         assert_eq!(reason(status), "CWSANDBOX_PERMISSION_DENIED", "{method}");

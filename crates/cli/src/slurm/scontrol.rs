@@ -1,7 +1,8 @@
 //! `scontrol show job [<id>]` (Slurm 25.05 `slurm_sprint_job_info`): `Key=Value` tokens, the
 //! first line `JobId=… JobName=…`, following lines indented three spaces, an empty line after
 //! each job; `-o` puts a job on one line. `scontrol show partition|node` print the partition
-//! and node records the same way.
+//! and node records the same way. `scontrol update nodename=<nodes> state=resume|undrain|drain
+//! [reason=<why>]` recovers or drains nodes (cluster_admin), printing nothing when it worked.
 
 use cwsandbox_client::emulator_v1 as pb;
 
@@ -28,8 +29,27 @@ pub enum Request {
     Partitions(Option<String>),
     /// `show node [name]`.
     Nodes(Option<String>),
+    /// `update nodename=… state=…`.
+    UpdateNodes {
+        /// The nodes (a hostlist, expanded).
+        names: Vec<String>,
+        /// What to do with them.
+        change: NodeChange,
+    },
     /// Text to print as is (help, version).
     Info(String),
+}
+
+/// A node state change `scontrol update` can make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeChange {
+    /// `state=resume` or `state=undrain`: it takes jobs again.
+    Resume,
+    /// `state=drain reason=…`: it takes no new job.
+    Drain {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// A parsed `scontrol` command line.
@@ -59,7 +79,7 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
         match item {
             Item::Opt("oneliner", _) => one_liner = true,
             Item::Opt("quiet", _) => quiet = true,
-            Item::Opt("help", _) => info = Some("scontrol [<OPTION>] [<COMMAND>]\n  show job [<jobid>]\n  show partition [<name>]\n  show node [<name>]\n".to_owned()),
+            Item::Opt("help", _) => info = Some("scontrol [<OPTION>] [<COMMAND>]\n  show job [<jobid>]\n  show partition [<name>]\n  show node [<name>]\n  update NodeName=<nodes> State=resume|undrain|drain [Reason=<why>]\n".to_owned()),
             Item::Opt("version", _) => info = Some("slurm 25.05.3\n".to_owned()),
             Item::Opt(_, _) => {}
             Item::Operand(word) => words.push(word),
@@ -72,6 +92,9 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
     let command = lower.first().map(String::as_str).unwrap_or("");
     if command.is_empty() {
         return Err(fail("scontrol: interactive mode is not emulated; give a command (show job <id>)".to_owned()));
+    }
+    if "update".starts_with(command) && command.len() >= 3 {
+        return parse_update(&words[1..]).map(|request| Options { one_liner, quiet, request });
     }
     if !"show".starts_with(command) || command.len() < 3 {
         return Err(fail(format!("invalid keyword: {}", words[0])));
@@ -270,6 +293,53 @@ fn node_text(node: &pb::SlurmNode, one_liner: bool) -> String {
 }
 
 /// Renders `scontrol show …` from queue rows, partitions and nodes. Pure.
+/// `update NodeName=… State=… [Reason=…]`: keys in any case, each `Key=Value` one word (the
+/// shell keeps a quoted reason in one).
+fn parse_update(words: &[String]) -> Result<Request, Output> {
+    let mut names = None;
+    let mut state = None;
+    let mut reason = None;
+    for word in words {
+        let Some((key, value)) = word.split_once('=') else {
+            return Err(fail(format!("scontrol: error: Invalid input: {word}\nscontrol: error: Request aborted")));
+        };
+        match key.to_ascii_lowercase().as_str() {
+            "nodename" | "nodenames" => names = Some(fmt::expand_hostlist(value)),
+            "state" => state = Some(value.to_owned()),
+            "reason" => reason = Some(value.to_owned()),
+            _ => {
+                return Err(fail(format!(
+                    "scontrol: error: Update of {key} is not emulated (only NodeName=… State=resume|undrain|drain Reason=…)"
+                )));
+            }
+        }
+    }
+    let Some(names) = names.filter(|names| !names.is_empty()) else {
+        return Err(fail("No valid entity in update command\nInput line must include \"NodeName\"".to_owned()));
+    };
+    let Some(state) = state else {
+        return Err(fail("scontrol: error: Update of a node needs State=resume|undrain|drain".to_owned()));
+    };
+    let change = match state.to_ascii_lowercase().as_str() {
+        "resume" | "undrain" => NodeChange::Resume,
+        "drain" => match reason.filter(|reason| !reason.trim().is_empty()) {
+            Some(reason) => NodeChange::Drain { reason },
+            None => {
+                return Err(fail(
+                    "You must specify a reason when DOWNING or DRAINING a node. Request denied".to_owned(),
+                ));
+            }
+        },
+        "down" | "idle" | "fail" | "future" | "power_down" | "power_up" | "reboot" | "no_resp" => {
+            return Err(fail(format!(
+                "scontrol: error: State={state} is not emulated (resume, undrain and drain are)"
+            )));
+        }
+        _ => return Err(fail(format!("scontrol: error: Invalid node state specified: {state}"))),
+    };
+    Ok(Request::UpdateNodes { names, change })
+}
+
 pub fn render(
     options: &Options,
     jobs: &[pb::Job],
@@ -306,6 +376,8 @@ pub fn render(
             }
             Output::ok(shown.iter().map(|p| partition_text(p, options.one_liner)).collect())
         }
+        // The update was made in `call`; success prints nothing, as Slurm's does.
+        Request::UpdateNodes { .. } => Output::ok(String::new()),
         Request::Nodes(name) => {
             let wanted = name.as_ref().map(|name| fmt::expand_hostlist(name));
             let shown: Vec<&pb::SlurmNode> =
@@ -366,6 +438,23 @@ impl Command for Scontrol {
             Request::Partitions(_) => answer.partitions = admin.list_partitions().await.map_err(api_error)?,
             Request::Nodes(_) => {
                 answer.nodes = admin.list_slurm_nodes(&pb::ListSlurmNodesRequest::default()).await.map_err(api_error)?
+            }
+            Request::UpdateNodes { names, change } => {
+                for name in names {
+                    let done = match change {
+                        NodeChange::Resume => admin.resume_node(name).await.map(|_| ()),
+                        NodeChange::Drain { reason } => admin.drain_node(name, reason).await.map(|_| ()),
+                    };
+                    if let Err(error) = done {
+                        let message = match error.code() {
+                            cwsandbox_client::Code::NotFound => {
+                                "slurm_update error: Invalid node name specified".to_owned()
+                            }
+                            _ => format!("slurm_update error: {error}"),
+                        };
+                        return Err(if options.quiet { Output::fail(String::new(), 1) } else { fail(message) });
+                    }
+                }
             }
             Request::Info(_) => {}
         }

@@ -389,6 +389,24 @@ pub async fn resume_node(
     })
 }
 
+/// DrainNode: `scontrol update nodename=… state=drain reason=…`.
+pub async fn drain_node(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(request): ConnectRequest<pb::DrainNodeRequest>,
+) -> Result<ConnectResponse<pb::DrainNodeResponse>, ConnectError> {
+    operator("DrainNode", &caller, || {
+        let name = required("node_name", &request.node_name)?;
+        app.driver().with_world(|world| -> Result<_, ApiError> {
+            world
+                .drain_node_by_operator(name, &request.reason)
+                .map_err(|error| ApiError::from(error).with_metadata("node_name", name))?;
+            tracing::info!(node = name, reason = %request.reason, "Slurm node drained by the operator");
+            Ok(pb::DrainNodeResponse { node: world.slurm.node(name).map(convert::slurm_node) })
+        })
+    })
+}
+
 // ------------------------------------------------------------------------------------------------
 // Clock and reset
 // ------------------------------------------------------------------------------------------------

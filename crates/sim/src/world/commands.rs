@@ -233,6 +233,27 @@ impl World {
         Ok(())
     }
 
+    /// Drains a Slurm node by hand (`scontrol update nodename=… state=drain reason=…`): it takes
+    /// no new job; those running finish. Slurm refuses a drain without a reason.
+    pub fn drain_node_by_operator(&mut self, name: &str, reason: &str) -> SimResult<()> {
+        if self.slurm.node(name).is_none() {
+            return Err(SimError::NotFound {
+                reason: Reason::NodeNotFound,
+                message: format!("scontrol: error: Invalid node name specified: {name}"),
+            });
+        }
+        if reason.trim().is_empty() {
+            return Err(SimError::invalid_field(
+                "reason",
+                "You must specify a reason when DOWNING or DRAINING a node. Request denied",
+            ));
+        }
+        self.drain_node(name, reason);
+        self.slurm_dirty = true;
+        self.settle();
+        Ok(())
+    }
+
     /// The placeholder job of a Pod, if it has one.
     pub fn placeholder_job(&self, pod_uid: &str) -> Option<JobId> {
         // Once released, the placeholder is only on record: search the jobs without copying them.
