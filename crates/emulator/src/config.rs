@@ -39,6 +39,7 @@
 //!   dockerConfig: /root/.docker/config.json   # registry credentials; default $DOCKER_CONFIG or ~/.docker
 //!   insecureRegistries: [registry.internal:5000]  # plain HTTP besides loopback registries
 //!   pullTimeoutSeconds: 600
+//!   imageCache: /var/cache/cwsandbox-emulator/images   # default $XDG_CACHE_HOME or ~/.cache
 //! ```
 //!
 //! `auth`, `containerRuntime` and `strictness` never reach the simulation. With no tokens configured, the emulator generates an
@@ -153,6 +154,29 @@ pub struct ContainerRuntimeConfig {
     /// How long one image's pull may take before it fails.
     #[serde(default = "default_pull_timeout_seconds")]
     pub pull_timeout_seconds: u32,
+    /// Where pulled images are kept (content-addressed, shared by emulators, kept across runs);
+    /// `None`: `$XDG_CACHE_HOME/cwsandbox-emulator/images`, else `~/.cache/cwsandbox-emulator/images`.
+    #[serde(default)]
+    pub image_cache: Option<PathBuf>,
+}
+
+impl ContainerRuntimeConfig {
+    /// The image cache's directory: the configured one or the user's cache directory.
+    pub fn image_cache_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.image_cache {
+            return dir.clone();
+        }
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .filter(|value| !value.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .filter(|value| !value.is_empty())
+                    .map(|home| PathBuf::from(home).join(".cache"))
+            })
+            .unwrap_or_else(|| std::env::temp_dir().join("cwsandbox-emulator-cache"));
+        base.join("cwsandbox-emulator").join("images")
+    }
 }
 
 fn default_runc() -> PathBuf {
@@ -171,6 +195,7 @@ impl Default for ContainerRuntimeConfig {
             docker_config: None,
             insecure_registries: Vec::new(),
             pull_timeout_seconds: default_pull_timeout_seconds(),
+            image_cache: None,
         }
     }
 }

@@ -130,6 +130,13 @@ pub struct ReadyInfo {
     /// The kubeconfig written for kubectl (`serve --kubeconfig`); empty when none.
     #[serde(default)]
     pub kubeconfig: String,
+    /// What runs containers: `process` (the host's programs), or `oci` or `auto` with how (the
+    /// OCI runtime, its writable layer, whether cgroup limits are enforced).
+    #[serde(default)]
+    pub container_runtime: String,
+    /// Whether sandboxes' CPU and memory limits are enforced (cgroups through the OCI runtime).
+    #[serde(default)]
+    pub cgroup_limits: bool,
 }
 
 impl ReadyInfo {
@@ -282,6 +289,8 @@ impl Emulator {
         let direct = direct::DirectPlane::new(clock.clone(), bound.ip(), direct_uri)?;
 
         let (driver, pump) = Driver::new(config.values, clock, seed.unwrap_or_else(seed_from_clock))?;
+        // A runtime that runs images makes admitted Pods wait for their pulls.
+        driver.set_pulls_images(runtime.as_ref().is_some_and(|runtime| runtime.pulls_images()));
         let app = App::new(Arc::clone(&driver), tokens, runtime.clone(), limits, config.strictness, Arc::new(direct));
         app.install_configured_faults(config.faults).map_err(|error| StartError::Fault(error.to_string()))?;
         let router = server::router(app.clone(), &transport).await;
@@ -311,6 +320,10 @@ impl Emulator {
             org,
             pid: std::process::id(),
             isolation: runtime.as_ref().map_or_else(|| "none".to_owned(), |runtime| runtime.isolation()),
+            container_runtime: runtime
+                .as_ref()
+                .map_or_else(|| "none".to_owned(), |runtime| runtime.container_runtime()),
+            cgroup_limits: runtime.as_ref().is_some_and(|runtime| runtime.cgroup_limits()),
             kubeconfig: kubeconfig.as_ref().map(|path| path.display().to_string()).unwrap_or_default(),
         };
         if let Some(path) = &kubeconfig {

@@ -350,4 +350,14 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     fn isolation(&self) -> String {
         "unspecified".to_owned()
     }
+
+    /// What runs containers, for the ready file: `process`, or the OCI runtime and how.
+    fn container_runtime(&self) -> String {
+        "process".to_owned()
+    }
+
+    /// Whether containers' CPU and memory limits are enforced.
+    fn cgroup_limits(&self) -> bool {
+        false
+    }
 }
