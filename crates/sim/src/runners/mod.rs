@@ -344,6 +344,7 @@ impl RunnerRegistry {
         }
 
         // Validation passed: from here on nothing can fail, so the record is edited in place.
+        let before = record.runner.clone();
         let runner = &mut record.runner;
         let spec_patch = patch.spec.unwrap_or_default();
         for path in &paths {
@@ -374,7 +375,11 @@ impl RunnerRegistry {
                 }
             }
         }
-        runner.update_time = Some(timestamp(now));
+        // As Kubernetes keeps resourceVersion: an update that changes nothing leaves the record,
+        // its update time included, as it was.
+        if record.runner != before {
+            record.runner.update_time = Some(timestamp(now));
+        }
         let etag = record.etag();
         record.runner.etag = etag;
         Ok(record.runner.clone())
