@@ -444,8 +444,15 @@ pub struct RunnerValues {
     /// Display name.
     #[serde(default)]
     pub display_name: String,
-    /// The policy as proto3 JSON (`{}` is the permissive policy).
-    pub policy: serde_json::Value,
+    /// The policy as proto3 JSON (`{}` is the permissive policy); required unless
+    /// `never_configured`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<serde_json::Value>,
+    /// The runner as the console leaves it before anyone set a policy: it has none at all
+    /// (GetManagedRunner shows no `policy`, `policy get -o json` prints `null`), so the guide's
+    /// `.policy == null` guard can be rehearsed. Sandboxes on it get the platform's checks only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub never_configured: bool,
     /// Whether tenants created at run time (EmulatorService CreateTenant) get a runner of this
     /// id and policy in their own organization.
     #[serde(default = "shared_with_tenants")]
@@ -648,7 +655,8 @@ impl Values {
                 zone: "us-east-04a".to_owned(),
                 cluster_id: "cks-cluster".to_owned(),
                 display_name: "Emulated CKS runner".to_owned(),
-                policy,
+                policy: Some(policy),
+                never_configured: false,
                 tenants: true,
             }],
             sandboxes: SandboxValues {

@@ -1338,3 +1338,36 @@ fn policy_of_and_iter_expose_the_org_runners() -> Result<()> {
     assert_eq!(registry.iter("nobody").count(), 0);
     Ok(())
 }
+
+/// The guide's `.policy == null` guard needs a runner whose policy was never set: values
+/// `neverConfigured` make one; a policy is otherwise required, and both together are refused.
+#[test]
+fn a_never_configured_runner_has_no_policy_until_one_is_set() -> Result<()> {
+    use cwsandbox_sim::config::{Scenario, Values};
+    use cwsandbox_sim::ids::SeededIds;
+    use cwsandbox_sim::time::ManualClock;
+    use cwsandbox_sim::world::World;
+
+    let world = |modify: &dyn Fn(&mut Values)| {
+        let mut values = Values::scenario(Scenario::Ready);
+        modify(&mut values);
+        World::new(values, Box::new(ManualClock::new(at(0))), Box::new(SeededIds::new(1)))
+    };
+    let mut unset = world(&|values| {
+        values.runners[0].policy = None;
+        values.runners[0].never_configured = true;
+    })?;
+    let org = unset.runners.list("default-org", 0, "", "", "")?.0;
+    let runner = org.first().expect("the values' runner");
+    assert_eq!(runner.policy, None, "GetManagedRunner shows no policy");
+    let runner_id = identity(runner).runner_id.clone();
+    let set = ManagedRunner { policy: Some(policy(json!({}))), etag: runner.etag.clone(), ..ManagedRunner::default() };
+    let updated = unset.runners.update("default-org", &runner_id, set, &mask(&["policy"]), at(1))?;
+    assert_eq!(updated.policy, Some(Policy::default()), "an update sets the first policy");
+
+    let both = world(&|values| values.runners[0].never_configured = true).err().expect("refused");
+    assert_eq!(both.violations()[0].field, "runners[0].neverConfigured");
+    let neither = world(&|values| values.runners[0].policy = None).err().expect("refused");
+    assert_eq!(neither.violations()[0].field, "runners[0].policy");
+    Ok(())
+}

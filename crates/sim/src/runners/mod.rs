@@ -212,6 +212,25 @@ impl RunnerRegistry {
         Ok(created)
     }
 
+    /// A runner the console enabled before anyone set its policy (values `neverConfigured`): it
+    /// is created as [`RunnerRegistry::create`] creates one, then holds no policy at all, which
+    /// GetManagedRunner shows and UpdateManagedRunner (mask `policy`) can fill.
+    pub fn create_never_configured(
+        &mut self,
+        org: &str,
+        runner: ManagedRunner,
+        request_id: &str,
+        now: SimTime,
+    ) -> SimResult<ManagedRunner> {
+        let placeholder = ManagedRunner { policy: Some(Policy::default()), ..runner };
+        let created = self.create(org, placeholder, request_id, now)?;
+        let runner_id = created.identity.as_ref().map(|identity| identity.runner_id.clone()).unwrap_or_default();
+        let record = self.record_mut(org, &runner_id)?;
+        record.runner.policy = None;
+        record.runner.etag = record.etag();
+        Ok(record.runner.clone())
+    }
+
     /// The console's "Enable sandbox runner" path: like [`RunnerRegistry::create`], but a runner
     /// without a policy gets the deployment's default policy. A policy that is present, even
     /// `{}`, is kept as given.

@@ -364,8 +364,25 @@ impl World {
         index: usize,
         runner: &crate::config::RunnerValues,
     ) -> SimResult<()> {
-        let policy: cwsandbox_api::sandbox_v1::Policy = serde_json::from_value(runner.policy.clone())
-            .map_err(|error| SimError::invalid_field(format!("runners[{index}].policy"), error.to_string()))?;
+        let policy = match (&runner.policy, runner.never_configured) {
+            (Some(_), true) => {
+                return Err(SimError::invalid_field(
+                    format!("runners[{index}].neverConfigured"),
+                    "a never-configured runner has no policy: drop `policy` or `neverConfigured`",
+                ));
+            }
+            (None, true) => None,
+            (None, false) => {
+                return Err(SimError::invalid_field(
+                    format!("runners[{index}].policy"),
+                    "required (`{}` is the permissive policy; `neverConfigured: true` makes a runner without one)",
+                ));
+            }
+            (Some(policy), false) => Some(
+                serde_json::from_value::<cwsandbox_api::sandbox_v1::Policy>(policy.clone())
+                    .map_err(|error| SimError::invalid_field(format!("runners[{index}].policy"), error.to_string()))?,
+            ),
+        };
         let managed = cwsandbox_api::sandbox_v1::ManagedRunner {
             identity: Some(cwsandbox_api::sandbox_v1::RunnerIdentity {
                 runner_id: runner.runner_id.clone(),
@@ -375,10 +392,14 @@ impl World {
                 cluster_name: String::new(),
             }),
             display_name: runner.display_name.clone(),
-            policy: Some(policy),
+            policy,
             ..Default::default()
         };
-        self.runners.create(org, managed, &format!("config-{index}"), self.now)?;
+        if runner.never_configured {
+            self.runners.create_never_configured(org, managed, &format!("config-{index}"), self.now)?;
+        } else {
+            self.runners.create(org, managed, &format!("config-{index}"), self.now)?;
+        }
         Ok(())
     }
 
