@@ -282,7 +282,7 @@ fn listing_pages_with_opaque_tokens_and_filters() {
 #[test]
 fn fresh_scenario_rejects_the_default_grace_and_says_why() {
     let mut values = Values::scenario(Scenario::Fresh);
-    values.runners[0].policy = serde_json::json!({"base": {"spec": {"schedulerName": "slurm-scheduler"}}});
+    values.runners[0].policy = Some(serde_json::json!({"base": {"spec": {"schedulerName": "slurm-scheduler"}}}));
     values.scheduler.scope.scope_type = cwsandbox_sim::config::ScopeType::Cluster;
     let mut h = harness_with(values);
     let sandbox = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();

@@ -82,10 +82,10 @@ fn a_serverless_sandbox_runs_on_the_pool_with_no_runner_and_no_slurm_job() {
 #[test]
 fn the_runner_policy_does_not_apply_to_serverless_sandboxes() {
     let mut h = pool(|values| {
-        values.runners[0].policy = serde_json::json!({
+        values.runners[0].policy = Some(serde_json::json!({
             "base": {"spec": {"schedulerName": "slurm-scheduler"}},
             "constraints": {"resources": {"cpuCeiling": "1"}}
-        });
+        }));
     });
     let mut cks = serverless_spec("2", "1Gi");
     cks.mode = SandboxMode::Cks as i32;
