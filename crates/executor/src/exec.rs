@@ -307,6 +307,15 @@ pub(crate) fn attach_to_init(
 /// Wires a spawned child (a plain-mode command) to a session: output pumps, and a waiter that
 /// owns the child, reports its exit code and kills it on request.
 pub(crate) fn attach(mut child: Child, pty_master: Option<OwnedFd>) -> (ExecSession, ExecTracker) {
+    let (stdin, tty, receiver) = child_io(&mut child, pty_master);
+    wire(stdin, tty, receiver, Process::Child(child))
+}
+
+/// A spawned child's stdin, terminal and output pumps.
+fn child_io(
+    child: &mut Child,
+    pty_master: Option<OwnedFd>,
+) -> (StdinInner, Option<TtyControl>, mpsc::Receiver<Output>) {
     let (output_sender, receiver) = mpsc::channel(64);
     let (stdin, tty) = match pty_master {
         Some(master) => {
@@ -325,19 +334,47 @@ pub(crate) fn attach(mut child: Child, pty_master: Option<OwnedFd>) -> (ExecSess
             (stdin, None)
         }
     };
-    wire(stdin, tty, receiver, Process::Child(child))
+    (stdin, tty, receiver)
+}
+
+/// Wires a `runc exec` (an image sandbox's command) to a session, as [`attach`] does; ending it
+/// kills the command in the container (whose pid runc wrote to `pid_file`), not only runc.
+pub(crate) fn attach_runc(
+    mut child: Child,
+    pty_master: Option<OwnedFd>,
+    pid_file: std::path::PathBuf,
+    process_file: std::path::PathBuf,
+) -> (ExecSession, ExecTracker) {
+    let (stdin, tty, receiver) = child_io(&mut child, pty_master);
+    wire(stdin, tty, receiver, Process::Runc { child, pid_file, process_file })
 }
 
 /// What an exec's waiter waits for.
 enum Process {
     Child(Child),
-    Init { channel: Arc<InitChannel>, id: u64, exit: oneshot::Receiver<libc::c_int> },
+    /// `runc exec`, and the files to remove when it ends.
+    Runc {
+        child: Child,
+        pid_file: std::path::PathBuf,
+        process_file: std::path::PathBuf,
+    },
+    Init {
+        channel: Arc<InitChannel>,
+        id: u64,
+        exit: oneshot::Receiver<libc::c_int>,
+    },
 }
 
 impl Process {
     async fn wait(&mut self) -> i32 {
         match self {
             Process::Child(child) => child.wait().await.map_or(137, |status| exit_code(&status)),
+            Process::Runc { child, pid_file, process_file } => {
+                let code = child.wait().await.map_or(137, |status| exit_code(&status));
+                let _ = std::fs::remove_file(pid_file);
+                let _ = std::fs::remove_file(process_file);
+                code
+            }
             // No status: init ended first, and the command with the sandbox.
             Process::Init { exit, .. } => exit.await.map_or(137, sys::exit_code_of),
         }
@@ -350,6 +387,29 @@ impl Process {
             Process::Child(child) => {
                 let _ = child.start_kill();
                 child.wait().await.map_or(137, |status| exit_code(&status))
+            }
+            Process::Runc { child, pid_file, .. } => {
+                // SIGKILL to the command (its group too, when it leads one: a terminal's), then to
+                // runc's session (where a command without a terminal is); runc then ends with 137.
+                // runc wrote the pid file before the command started; without one nothing runs
+                // in the container yet.
+                if let Ok(text) = std::fs::read_to_string(&*pid_file)
+                    && let Ok(pid) = text.trim().parse::<libc::pid_t>()
+                    && pid > 1
+                {
+                    // SAFETY: kill has no memory-safety preconditions.
+                    unsafe {
+                        libc::kill(-pid, libc::SIGKILL);
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                }
+                if let Some(runc) = child.id() {
+                    // SAFETY: as above; runc leads a session (and group) of its own.
+                    unsafe {
+                        libc::kill(-(runc as libc::pid_t), libc::SIGKILL);
+                    }
+                }
+                self.wait().await
             }
             Process::Init { channel, id, exit } => {
                 channel.end(*id).await;
