@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -19,7 +20,7 @@ use crate::sys;
 
 /// How long a command whose end was asked of the sandbox's init may take to be reported
 /// (init gives its group 1 s after SIGTERM, then SIGKILLs it).
-const INIT_EXIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+const INIT_EXIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A command to run in a sandbox.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -349,6 +350,9 @@ pub(crate) fn attach_runc(
     wire(stdin, tty, receiver, Process::Runc { child, pid_file, process_file })
 }
 
+/// How long a cancelled `runc exec` is given to say which process it started.
+const RUNC_PID_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// What an exec's waiter waits for.
 enum Process {
     Child(Child),
@@ -389,14 +393,23 @@ impl Process {
                 child.wait().await.map_or(137, |status| exit_code(&status))
             }
             Process::Runc { child, pid_file, .. } => {
-                // SIGKILL to the command (its group too, when it leads one: a terminal's), then to
-                // runc's session (where a command without a terminal is); runc then ends with 137.
-                // runc wrote the pid file before the command started; without one nothing runs
-                // in the container yet.
-                if let Ok(text) = std::fs::read_to_string(&*pid_file)
-                    && let Ok(pid) = text.trim().parse::<libc::pid_t>()
-                    && pid > 1
-                {
+                // SIGKILL to the command's process group (runc makes it a session leader in the
+                // container), then to runc's own session; runc then ends with 137. runc writes
+                // the pid file as the command starts, which can be after it printed: while runc
+                // lives and no pid is written, it is waited for (a short while).
+                let deadline = std::time::Instant::now() + RUNC_PID_TIMEOUT;
+                let pid = loop {
+                    if let Ok(text) = std::fs::read_to_string(&*pid_file)
+                        && let Ok(pid) = text.trim().parse::<libc::pid_t>()
+                    {
+                        break Some(pid);
+                    }
+                    if !matches!(child.try_wait(), Ok(None)) || std::time::Instant::now() > deadline {
+                        break None;
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                };
+                if let Some(pid) = pid.filter(|pid| *pid > 1) {
                     // SAFETY: kill has no memory-safety preconditions.
                     unsafe {
                         libc::kill(-pid, libc::SIGKILL);

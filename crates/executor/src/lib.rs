@@ -79,6 +79,9 @@ pub struct ExecutorConfig {
     /// (the default) runs none. Probed when the executor starts ([`Executor::oci`] says whether
     /// it works here and how); needs a root emulator with user namespaces.
     pub oci_runtime: Option<PathBuf>,
+    /// How image sandboxes get their writable root: `None` (the default) overlayfs where it can
+    /// be mounted, else a copy; `Some` that one only (a probe failure otherwise).
+    pub oci_writable_layer: Option<WritableLayer>,
 }
 
 /// The default first host id of a root emulator's sandboxes: far above the ranges
@@ -100,6 +103,7 @@ impl ExecutorConfig {
             max_file_operations: 16,
             warm_sandboxes: 2,
             oci_runtime: None,
+            oci_writable_layer: None,
         }
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::{SAFETY, argv, env, processes_with_marker, run, run_request, sh, unique, wait_for_log, within};
 use cwsandbox_executor::{
     DEFAULT_SANDBOX_ID_BASE, ExecRequest, Executor, ExecutorConfig, FileError, ImageRoot, LaunchSpec, MainExit,
-    MountedFile, OciSupport, SandboxUser, VolumeMount, WritableLayer,
+    MountedFile, Network, OciSupport, SandboxUser, VolumeMount, WritableLayer,
 };
 use tempfile::TempDir;
 
@@ -24,7 +24,7 @@ const BUSYBOX: &str = "/bin/busybox";
 const OS_RELEASE: &str = "NAME=\"cwsandbox test image\"\nID=cwsbx-test\n";
 const APPLETS: &[&str] = &[
     "sh", "cat", "ls", "id", "ps", "hostname", "sleep", "env", "pwd", "tty", "stty", "echo", "stat", "touch", "mkdir",
-    "readlink", "tr", "true", "head", "grep",
+    "readlink", "tr", "true", "head", "grep", "nc",
 ];
 
 /// Whether runc and busybox are here; if not, says why the test checks nothing.
@@ -67,6 +67,10 @@ struct OciHarness {
 }
 
 fn harness(test: &str) -> Option<OciHarness> {
+    harness_with(test, None)
+}
+
+fn harness_with(test: &str, layer: Option<WritableLayer>) -> Option<OciHarness> {
     if !tools_present(test) {
         return None;
     }
@@ -75,6 +79,7 @@ fn harness(test: &str) -> Option<OciHarness> {
     let mut config = ExecutorConfig::new(root.path().join("sandboxes"));
     config.warm_sandboxes = 0;
     config.oci_runtime = Some(RUNC.into());
+    config.oci_writable_layer = layer;
     let executor = Executor::new(config).unwrap();
     match executor.oci() {
         OciSupport::Ready(info) => eprintln!("OCI runtime in force: {info:?}"),
@@ -514,7 +519,8 @@ fn oci_helper_process() {
             };
             executor.start(&id, launch).await.unwrap();
             wait_for_log(&executor.logs(&id).unwrap(), "ready\n").await;
-            sessions.push(executor.exec(&id, argv(&["sleep", "1000"])).await.unwrap());
+            // Returns once the command printed: it runs in the container.
+            sessions.push(common::start_marked_exec(&executor, &id, "exec sleep 1000", &marker).await);
             sh(&executor, &id, "sleep 1000 >/dev/null 2>&1 &").await;
         }
         println!("HELPER-READY");
@@ -543,4 +549,101 @@ fn a_layer_is_in_force_and_says_which() {
     assert!(matches!(executor.oci(), OciSupport::Unavailable(why) if why.contains("/nonexistent/runc")));
     let none = Executor::new(ExecutorConfig { warm_sandboxes: 0, ..ExecutorConfig::new(root.path().join("none")) });
     assert_eq!(none.unwrap().oci(), &OciSupport::NotConfigured);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_only_sandbox_has_its_own_network_reached_through_connect() {
+    let Some(harness) = harness("a_loopback_only_sandbox_has_its_own_network_reached_through_connect") else { return };
+    let executor = &harness.executor;
+    let id = unique("net");
+    let launch = LaunchSpec {
+        network: Network::LoopbackOnly,
+        ..harness.launch("pod-net", &["sh", "-c", "echo listening; echo hello from the container | nc -l -p 8080"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    wait_for_log(&executor.logs(&id).unwrap(), "listening\n").await;
+    assert_eq!(sh(executor, &id, "ls /sys/class/net").await, "lo");
+    // The port is the container's own: the host's loopback does not have it, connect reaches it.
+    let reply = within("a connection to the container", async {
+        loop {
+            // nc may not listen yet right after it printed: a refused connection is retried.
+            match executor.connect(&id, 8080).await {
+                Ok(stream) => {
+                    let mut stream = tokio::net::TcpStream::from_std({
+                        stream.set_nonblocking(true).unwrap();
+                        stream
+                    })
+                    .unwrap();
+                    let mut reply = String::new();
+                    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut reply).await.unwrap();
+                    break reply;
+                }
+                Err(_) => tokio::task::yield_now().await,
+            }
+        }
+    })
+    .await;
+    assert_eq!(reply, "hello from the container\n");
+    executor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_exec_is_killed_in_the_container() {
+    let Some(harness) = harness("a_cancelled_exec_is_killed_in_the_container") else { return };
+    let executor = &harness.executor;
+    let id = unique("cancel");
+    executor.start(&id, harness.launch("pod-cancel", &["sleep", "1000"])).await.unwrap();
+    let marker = unique("cancelled");
+    // The command and a child of it, in its process group.
+    let mut request = argv(&["sh", "-c", "sleep 1000 & echo started; exec sleep 1001"]);
+    request.env = env(&[("CWSBX_TEST_MARKER", &marker)]);
+    let mut session = executor.exec(&id, request).await.unwrap();
+    let output = within("the exec to start", session.output.recv()).await.unwrap();
+    assert_eq!(&output.data[..], b"started\n");
+    // A process in the middle of its execve shows no environment for a moment: scanned again.
+    let found = within("both processes in view", async {
+        loop {
+            let found = processes_with_marker(&marker);
+            if found.len() == 2 {
+                break found;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let processes = pidfds(found);
+    session.exit.kill();
+    assert_eq!(within("the cancelled exec's end", session.exit.wait()).await, 137);
+    let left = tokio::task::spawn_blocking(move || wait_all_gone(processes)).await.unwrap();
+    assert!(left.is_empty(), "a cancelled exec's processes live on: {left:?}");
+    // The sandbox goes on.
+    assert_eq!(sh(executor, &id, "echo still here").await, "still here");
+    executor.shutdown().await;
+}
+
+/// Where overlayfs cannot be mounted, each sandbox starts from a copy of the image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_root_keeps_sandboxes_and_the_image_apart() {
+    let test = "a_copied_root_keeps_sandboxes_and_the_image_apart";
+    let Some(harness) = harness_with(test, Some(WritableLayer::Copy)) else { return };
+    let executor = &harness.executor;
+    let OciSupport::Ready(info) = executor.oci() else { unreachable!() };
+    assert_eq!(info.writable_layer, WritableLayer::Copy);
+    let (first, second) = (unique("copy"), unique("copy"));
+    for id in [&first, &second] {
+        executor
+            .start(id, harness.launch("pod-copy", &["sh", "-c", "trap 'exit 0' TERM; sleep 1000 & wait"]))
+            .await
+            .unwrap();
+    }
+    assert_eq!(sh(executor, &first, "cat /etc/os-release").await, OS_RELEASE.trim_end());
+    sh(executor, &first, "echo mine > /etc/os-release; rm /bin/stat").await;
+    assert_eq!(
+        sh(executor, &second, "cat /etc/os-release; ls /bin/stat").await,
+        format!("{}\n/bin/stat", OS_RELEASE.trim_end())
+    );
+    assert_eq!(std::fs::read_to_string(harness.image.join("etc/os-release")).unwrap(), OS_RELEASE);
+    assert!(harness.image.join("bin/stat").exists());
+    executor.shutdown().await;
+    assert!(runc_containers(&harness.runc_state()).is_empty());
 }

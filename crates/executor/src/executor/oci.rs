@@ -60,7 +60,12 @@ const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 const WATCHDOG_SCRIPT: &str = r#"read -r _ignored
 exec </dev/null
 for procs in /sys/fs/cgroup/memory/"$3"-*/cgroup.procs /sys/fs/cgroup/"$3"-*/cgroup.procs; do
-  [ -f "$procs" ] && while read -r pid; do kill -9 "$pid" 2>/dev/null; done < "$procs"
+  tries=0
+  while [ -f "$procs" ] && [ -n "$(cat "$procs")" ] && [ "$tries" -lt 200 ]; do
+    while read -r pid; do kill -9 "$pid" 2>/dev/null; done < "$procs"
+    tries=$((tries + 1))
+    sleep 0.01
+  done
 done
 "$1" --root "$2" list -q 2>/dev/null | while read -r id; do "$1" --root "$2" delete -f "$id" >/dev/null 2>&1; done
 for left in /sys/fs/cgroup/*/"$3"-* /sys/fs/cgroup/"$3"-*; do [ -d "$left" ] && rmdir "$left" 2>/dev/null; done
@@ -203,13 +208,18 @@ impl OciRuntime {
             watchdog: std::sync::Mutex::new(Some(watchdog)),
         };
         let probe_dir = config.root_dir.join(format!(".oci-probe@{}.{tag}", std::process::id()));
-        let result = runtime.probe_runs(&probe_dir, &config.host_paths);
+        let result = runtime.probe_runs(&probe_dir, &config.host_paths, config.oci_writable_layer);
         let _ = std::fs::remove_dir_all(&probe_dir);
         result.map(|()| runtime)
     }
 
     /// Runs the probe container in each configuration, best first, until one works.
-    fn probe_runs(&mut self, probe_dir: &Path, host_paths: &[PathBuf]) -> Result<(), String> {
+    fn probe_runs(
+        &mut self,
+        probe_dir: &Path,
+        host_paths: &[PathBuf],
+        only: Option<WritableLayer>,
+    ) -> Result<(), String> {
         let image = probe_dir.join("image");
         let _ = std::fs::remove_dir_all(probe_dir);
         std::fs::create_dir_all(&image).map_err(|error| error.to_string())?;
@@ -240,6 +250,9 @@ impl OciRuntime {
             (WritableLayer::Overlay, false),
             (WritableLayer::Copy, false),
         ] {
+            if only.is_some_and(|only| only != layer) {
+                continue;
+            }
             self.info.writable_layer = layer;
             self.info.cgroup_limits = limits;
             match self.probe_run(&plan) {
@@ -307,8 +320,11 @@ impl OciRuntime {
             |what: &str, path: &Path, error: std::io::Error| format!("cannot {what} {}: {error}", path.display());
         let rootfs = plan.dir.join("rootfs");
         let bundle = plan.dir.join("bundle");
+        // The bundle and the execs' process files hold environments: the host's root only.
         for made in [&bundle, &plan.dir.join("exec")] {
             std::fs::create_dir_all(made).map_err(|error| describe("create", made, error))?;
+            std::fs::set_permissions(made, std::fs::Permissions::from_mode(0o700))
+                .map_err(|error| describe("protect", made, error))?;
         }
         std::fs::set_permissions(&plan.dir, std::fs::Permissions::from_mode(0o711))
             .map_err(|error| describe("open", &plan.dir, error))?;
@@ -837,8 +853,12 @@ pub(super) fn prepare_sandbox(
         plan.binds.push((source, mount.path.clone(), read_only));
     }
     if !files.is_empty() {
+        // The sandbox's root only (it binds them from here; they may be secrets).
         let dir = plan.dir.join("files");
         std::fs::create_dir(&dir).map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|error| format!("cannot protect {}: {error}", dir.display()))?;
+        chown(&dir, oci.host_ids((0, 0)))?;
         for (n, file) in files.iter().enumerate() {
             let path = dir.join(n.to_string());
             let mut written = std::fs::OpenOptions::new()
