@@ -76,7 +76,7 @@ fn harness_with(test: &str, layer: Option<WritableLayer>) -> Option<OciHarness> 
     }
     let root = tempfile::Builder::new().prefix("cwsbx-oci-test").tempdir().unwrap();
     let image = build_image(root.path());
-    let mut config = ExecutorConfig::new(root.path().join("sandboxes"));
+    let mut config = ExecutorConfig::new(root.path());
     config.warm_sandboxes = 0;
     config.oci_runtime = Some(RUNC.into());
     config.oci_writable_layer = layer;
@@ -99,7 +99,7 @@ impl OciHarness {
     }
 
     fn runc_state(&self) -> PathBuf {
-        self.root.path().join("sandboxes/.runc")
+        self.root.path().join(".runc")
     }
 }
 
@@ -374,9 +374,9 @@ async fn stop_gives_the_grace_then_kills_and_leaves_nothing() {
     executor.shutdown().await;
     assert!(processes_with_marker(&marker).is_empty(), "sandbox processes outlived stop and shutdown");
     assert!(runc_containers(&harness.runc_state()).is_empty(), "containers left");
-    let sandboxes = harness.root.path().join("sandboxes");
-    assert!(processes_naming(&sandboxes).is_empty(), "runtime processes left: {:?}", processes_naming(&sandboxes));
-    assert!(mounts_under(&sandboxes).is_empty(), "mounts left: {:?}", mounts_under(&sandboxes));
+    let sandboxes = harness.root.path();
+    assert!(processes_naming(sandboxes).is_empty(), "runtime processes left: {:?}", processes_naming(sandboxes));
+    assert!(mounts_under(sandboxes).is_empty(), "mounts left: {:?}", mounts_under(sandboxes));
 }
 
 /// Opens pidfds on processes (those that are already gone are left out).

@@ -183,13 +183,6 @@ impl OciRuntime {
             delete_all(&runc, &state);
         }
         std::fs::create_dir_all(&state).map_err(|error| format!("cannot create {}: {error}", state.display()))?;
-        // The containers' init walks down to its root as the sandbox's root, a stranger to the
-        // host's directories: the root directory must let it through.
-        let root_mode = std::fs::metadata(&config.root_dir).map_err(|error| error.to_string())?.permissions().mode();
-        if root_mode & 0o001 == 0 {
-            std::fs::set_permissions(&config.root_dir, std::fs::Permissions::from_mode((root_mode | 0o711) & 0o7777))
-                .map_err(|error| format!("cannot open {} to sandboxes: {error}", config.root_dir.display()))?;
-        }
         let tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed);
         let cgroup_prefix = format!("cwsandbox-{}.{tag}", std::process::id());
         let watchdog = start_watchdog(&runc, &state, &cgroup_prefix)
@@ -326,6 +319,9 @@ impl OciRuntime {
             std::fs::set_permissions(made, std::fs::Permissions::from_mode(0o700))
                 .map_err(|error| describe("protect", made, error))?;
         }
+        // The container's init, the sandbox's root (a stranger to the host's directories), binds
+        // its root onto itself from here: it must get through (not list) this directory. (The
+        // directories above need not let it: runc starts it there.)
         std::fs::set_permissions(&plan.dir, std::fs::Permissions::from_mode(0o711))
             .map_err(|error| describe("open", &plan.dir, error))?;
         let overlay = match self.info.writable_layer {
