@@ -300,6 +300,12 @@ async fn a_missing_main_command_exits_127_with_the_reason_in_the_logs() {
     assert_eq!(exit, MainExit { id: id.clone(), container: None, exit_code: 127, oom_killed: false });
     let logs = executor.logs(&id).unwrap();
     wait_for_log(&logs, "python3: command not found").await;
+    // One runc cannot start (not executable) ends the same way, with runc's reason.
+    let refused = unique("refused");
+    executor.start(&refused, harness.launch("pod-refused", &["/etc/os-release"])).await.unwrap();
+    let exit = within("the exit report", exits.recv()).await.unwrap();
+    assert_eq!(exit, MainExit { id: refused.clone(), container: None, exit_code: 127, oom_killed: false });
+    wait_for_log(&executor.logs(&refused).unwrap(), "permission denied").await;
     // And one that runs and ends by itself reports its code.
     let quits = unique("quits");
     executor.start(&quits, harness.launch("pod-quits", &["sh", "-c", "echo bye; exit 5"])).await.unwrap();
@@ -646,4 +652,43 @@ async fn a_copied_root_keeps_sandboxes_and_the_image_apart() {
     assert!(harness.image.join("bin/stat").exists());
     executor.shutdown().await;
     assert!(runc_containers(&harness.runc_state()).is_empty());
+}
+
+/// The limits reach the container's cgroups (read from the host: the container has no cgroup
+/// file system of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_are_set_on_the_container_s_cgroups() {
+    let Some(harness) = harness("limits_are_set_on_the_container_s_cgroups") else { return };
+    let executor = &harness.executor;
+    let OciSupport::Ready(info) = executor.oci() else { unreachable!() };
+    if !info.cgroup_limits {
+        eprintln!("SKIPPED limits_are_set_on_the_container_s_cgroups: cgroups refuse limits on this host");
+        return;
+    }
+    let id = unique("limits");
+    let launch = LaunchSpec {
+        memory_limit_bytes: Some(96 << 20),
+        cpu_limit_millis: Some(250),
+        ..harness.launch("pod-limits", &["sleep", "1000"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    let suffix = format!("-{id}");
+    let cgroup = |hierarchy: &str, file: &str| {
+        let dir = std::fs::read_dir(format!("/sys/fs/cgroup/{hierarchy}"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .find(|entry| entry.file_name().to_string_lossy().ends_with(&suffix))
+            .unwrap_or_else(|| panic!("no {hierarchy} cgroup for {id}"));
+        std::fs::read_to_string(dir.path().join(file)).unwrap().trim().to_owned()
+    };
+    if Path::new("/sys/fs/cgroup/memory").is_dir() {
+        assert_eq!(cgroup("memory", "memory.limit_in_bytes"), (96u64 << 20).to_string());
+        assert_eq!(cgroup("cpu", "cpu.cfs_quota_us"), "25000");
+        assert_eq!(cgroup("cpu", "cpu.cfs_period_us"), "100000");
+    } else {
+        assert_eq!(cgroup("", "memory.max"), (96u64 << 20).to_string());
+        assert_eq!(cgroup("", "cpu.max"), "25000 100000");
+    }
+    executor.kill(&id).await;
+    executor.shutdown().await;
 }

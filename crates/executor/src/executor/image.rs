@@ -90,22 +90,24 @@ impl Executor {
             .map_err(|error| setup_error(id, format!("cannot start {}: {error}", oci.info.runtime.display())))?;
         let init = match OciRuntime::wait_created(&prepared, &mut child).await {
             Ok(Some(init)) => init,
-            failed => {
+            Ok(None) => {
+                // runc could not create the container from this spec (the command not
+                // executable, a working directory or mount it refuses…): as a kubelet's
+                // StartError, the sandbox ends at once, 127, runc's reason in its log.
+                let _ = child.wait().await;
+                oci.container(&plan, &prepared).finish().await;
+                debug!(sandbox = id, "the OCI runtime could not create the container");
+                let started = Started {
+                    keeper: Keeper::Ended { code: 127, output },
+                    running: None,
+                    command_runs: false,
+                    oci: None,
+                };
+                return self.register(id, dirs, env, &spec, started).await;
+            }
+            Err(message) => {
                 let _ = child.start_kill();
                 let _ = child.wait().await;
-                let mut message = match failed {
-                    Err(message) => message,
-                    _ => "the OCI runtime could not create the container".to_owned(),
-                };
-                if let Some(mut output) = output {
-                    let mut text = Vec::new();
-                    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
-                        use tokio::io::AsyncReadExt;
-                        output.read_to_end(&mut text).await
-                    })
-                    .await;
-                    message = format!("{message}: {}", String::from_utf8_lossy(&text).trim());
-                }
                 oci.container(&plan, &prepared).finish().await;
                 return Err(setup_error(id, message));
             }
