@@ -67,7 +67,8 @@ for procs in /sys/fs/cgroup/memory/"$3"-*/cgroup.procs /sys/fs/cgroup/"$3"-*/cgr
     sleep 0.01
   done
 done
-"$1" --root "$2" list -q 2>/dev/null | while read -r id; do "$1" --root "$2" delete -f "$id" >/dev/null 2>&1; done
+# (runc makes its state directory when it is missing: not for a directory removed meanwhile.)
+[ -d "$2" ] && "$1" --root "$2" list -q 2>/dev/null | while read -r id; do "$1" --root "$2" delete -f "$id" >/dev/null 2>&1; done
 for left in /sys/fs/cgroup/*/"$3"-* /sys/fs/cgroup/"$3"-*; do [ -d "$left" ] && rmdir "$left" 2>/dev/null; done
 exit 0"#;
 
@@ -179,9 +180,7 @@ impl OciRuntime {
         let version = String::from_utf8_lossy(&version.stdout).lines().next().unwrap_or_default().to_owned();
         let state = config.root_dir.join(".runc");
         // A killed emulator's watchdog deletes its containers; in case it could not, do it here.
-        if state.is_dir() {
-            delete_all(&runc, &state);
-        }
+        delete_all(&runc, &state);
         std::fs::create_dir_all(&state).map_err(|error| format!("cannot create {}: {error}", state.display()))?;
         let tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed);
         let cgroup_prefix = format!("cwsandbox-{}.{tag}", std::process::id());
@@ -758,6 +757,10 @@ fn delete(runc: &Path, state: &Path, id: &str) {
 
 /// Deletes every container of a state directory (an earlier executor's).
 fn delete_all(runc: &Path, state: &Path) {
+    // runc makes its state directory when it is missing: not for a directory removed meanwhile.
+    if !state.is_dir() {
+        return;
+    }
     let listed =
         std::process::Command::new(runc).arg("--root").arg(state).args(["list", "-q"]).stdin(Stdio::null()).output();
     if let Ok(output) = listed {
