@@ -129,7 +129,8 @@ pub struct LaunchSpec {
     /// absolute paths of the sandbox's own root, mode 0644, owned by the sandbox's root user,
     /// missing directories made. Namespaces mode only: plain processes have no root of their
     /// own to put them in, so a start with files fails there. A path under a read-only host
-    /// directory (`/usr`, `/etc`, …), `/proc` or `/dev` cannot hold one either.
+    /// directory (`/usr`, `/etc`, …), `/proc` or `/dev` cannot hold one either. An image
+    /// sandbox gets each bound at its path (anywhere in the image but `/proc` and `/dev`).
     pub files: Vec<MountedFile>,
     /// What the sandbox's processes reach on the network.
     pub network: Network,
@@ -146,7 +147,7 @@ pub struct LaunchSpec {
     /// Scratch volumes (a Pod's `emptyDir`s) mounted in the sandbox's root: each volume is a
     /// directory of the sandbox's, made empty at its start and removed with it, bound at every
     /// path that mounts it (all containers share the root, so every mount is seen by all).
-    /// Namespaces mode only.
+    /// Namespaces mode and image sandboxes only.
     pub volume_mounts: Vec<VolumeMount>,
     /// The Pod's other containers: each runs its own command in the sandbox's namespaces, next
     /// to the main command, with its own environment, working directory and log. Namespaces
@@ -267,8 +268,8 @@ pub enum Network {
     Host,
     /// A network namespace of its own with only its loopback interface, up: the sandbox reaches
     /// nothing outside itself (not the host, the emulator or the internet) and nothing outside
-    /// reaches it. Namespaces mode only: plain processes cannot have one, so a start that asks
-    /// for it fails there.
+    /// reaches it. Namespaces mode and image sandboxes only: plain processes cannot have one, so
+    /// a start that asks for it fails there.
     LoopbackOnly,
 }
 
