@@ -248,6 +248,9 @@ impl SandboxRuntime for ExecutorRuntime {
                         user: user_of(container),
                     })
                     .collect(),
+                image: None,
+                memory_limit_bytes: None,
+                cpu_limit_millis: None,
             };
             match self.executor.start(&launch.pod_uid, spec).await {
                 Ok(()) => {

@@ -3,6 +3,10 @@
 //! temporary directory's file system and in memory (/dev/shm, where it can be had). Medians of
 //! `BENCH_ROUNDS` (default 60) per step, on stdout. Run with
 //! `cargo bench -p cwsandbox-executor --bench start_exec_stop`; figures in BENCHMARKS.md.
+//!
+//! Where runc and busybox are installed (and the bench runs as root), an image sandbox too:
+//! start in a busybox image through runc (a main command that ends on SIGTERM), exec
+//! `hostname` with `runc exec`, stop.
 
 use std::time::{Duration, Instant};
 
@@ -57,9 +61,85 @@ async fn measure(
     ))
 }
 
+/// A busybox image root in `dir`, owned by the sandboxes' id range.
+fn busybox_image(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+    let image = dir.join("image");
+    std::fs::create_dir_all(image.join("bin"))?;
+    std::fs::copy("/bin/busybox", image.join("bin/busybox"))?;
+    for applet in ["sh", "hostname", "sleep"] {
+        std::os::unix::fs::symlink("busybox", image.join("bin").join(applet))?;
+    }
+    let owner = format!("{0}:{0}", cwsandbox_executor::DEFAULT_SANDBOX_ID_BASE);
+    std::process::Command::new("chown").args(["-R", "-h", &owner]).arg(&image).status()?;
+    Ok(image)
+}
+
+async fn measure_image(parent: &std::path::Path, rounds: usize) -> Result<String, Box<dyn std::error::Error>> {
+    let root = tempfile::Builder::new().prefix("cwsbx-bench").tempdir_in(parent)?;
+    let image = busybox_image(root.path())?;
+    let mut config = ExecutorConfig::new(root.path().join("sandboxes"));
+    config.warm_sandboxes = 0;
+    config.oci_runtime = Some("/usr/sbin/runc".into());
+    let executor = Executor::new(config)?;
+    if !matches!(executor.oci(), cwsandbox_executor::OciSupport::Ready(_)) {
+        return Err(format!("runc does not work here: {:?}", executor.oci()).into());
+    }
+    let (mut starts, mut execs, mut stops, mut totals) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..=rounds {
+        let id = format!("bench-{round}");
+        let launch = LaunchSpec {
+            hostname: "bench".into(),
+            command: ["sh", "-c", "trap 'exit 0' TERM; sleep 1000 & wait"].map(str::to_owned).to_vec(),
+            image: Some(cwsandbox_executor::ImageRoot { rootfs: image.clone() }),
+            ..LaunchSpec::default()
+        };
+        let began = Instant::now();
+        executor.start(&id, launch).await?;
+        let started = Instant::now();
+        let request = ExecRequest { argv: vec!["hostname".into()], ..ExecRequest::default() };
+        let (stdout, _, code) = executor.exec(&id, request).await?.collect().await;
+        if code != 0 || stdout != b"bench\n" {
+            return Err(format!("exec gave {code} {:?}", String::from_utf8_lossy(&stdout)).into());
+        }
+        let executed = Instant::now();
+        executor.stop(&id, Duration::from_secs(10)).await;
+        let stopped = Instant::now();
+        executor.remove(&id).await;
+        if round > 0 {
+            starts.push(started - began);
+            execs.push(executed - started);
+            stops.push(stopped - executed);
+            totals.push(stopped - began);
+        }
+    }
+    executor.shutdown().await;
+    Ok(format!(
+        "start {:.2}, exec {:.2}, stop {:.2}, total {:.2} ms",
+        median(&mut starts),
+        median(&mut execs),
+        median(&mut stops),
+        median(&mut totals)
+    ))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|value| value.parse().ok()).unwrap_or(60).max(1);
+    if std::path::Path::new("/usr/sbin/runc").exists() && std::path::Path::new("/bin/busybox").exists() {
+        // Fewer rounds: each is some 100 ms.
+        let image_rounds = rounds.min(20);
+        println!(
+            "{:>19}, {:>13}: {}",
+            "image (runc)",
+            "overlay",
+            measure_image(&std::env::temp_dir(), image_rounds).await?
+        );
+    } else {
+        println!("image sandboxes: runc or busybox is not installed, not measured");
+    }
+    if std::env::var_os("BENCH_IMAGE_ONLY").is_some() {
+        return Ok(());
+    }
     let mut parents = vec![("temporary directory", std::env::temp_dir())];
     parents.extend(cwsandbox_executor::memory_backed_dir().map(|dir| ("memory", dir)));
     for _ in 0..2 {

@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -19,7 +20,7 @@ use crate::sys;
 
 /// How long a command whose end was asked of the sandbox's init may take to be reported
 /// (init gives its group 1 s after SIGTERM, then SIGKILLs it).
-const INIT_EXIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+const INIT_EXIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A command to run in a sandbox.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -307,6 +308,15 @@ pub(crate) fn attach_to_init(
 /// Wires a spawned child (a plain-mode command) to a session: output pumps, and a waiter that
 /// owns the child, reports its exit code and kills it on request.
 pub(crate) fn attach(mut child: Child, pty_master: Option<OwnedFd>) -> (ExecSession, ExecTracker) {
+    let (stdin, tty, receiver) = child_io(&mut child, pty_master);
+    wire(stdin, tty, receiver, Process::Child(child))
+}
+
+/// A spawned child's stdin, terminal and output pumps.
+fn child_io(
+    child: &mut Child,
+    pty_master: Option<OwnedFd>,
+) -> (StdinInner, Option<TtyControl>, mpsc::Receiver<Output>) {
     let (output_sender, receiver) = mpsc::channel(64);
     let (stdin, tty) = match pty_master {
         Some(master) => {
@@ -325,19 +335,50 @@ pub(crate) fn attach(mut child: Child, pty_master: Option<OwnedFd>) -> (ExecSess
             (stdin, None)
         }
     };
-    wire(stdin, tty, receiver, Process::Child(child))
+    (stdin, tty, receiver)
 }
+
+/// Wires a `runc exec` (an image sandbox's command) to a session, as [`attach`] does; ending it
+/// kills the command in the container (whose pid runc wrote to `pid_file`), not only runc.
+pub(crate) fn attach_runc(
+    mut child: Child,
+    pty_master: Option<OwnedFd>,
+    pid_file: std::path::PathBuf,
+    process_file: std::path::PathBuf,
+) -> (ExecSession, ExecTracker) {
+    let (stdin, tty, receiver) = child_io(&mut child, pty_master);
+    wire(stdin, tty, receiver, Process::Runc { child, pid_file, process_file })
+}
+
+/// How long a cancelled `runc exec` is given to say which process it started.
+const RUNC_PID_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What an exec's waiter waits for.
 enum Process {
     Child(Child),
-    Init { channel: Arc<InitChannel>, id: u64, exit: oneshot::Receiver<libc::c_int> },
+    /// `runc exec`, and the files to remove when it ends.
+    Runc {
+        child: Child,
+        pid_file: std::path::PathBuf,
+        process_file: std::path::PathBuf,
+    },
+    Init {
+        channel: Arc<InitChannel>,
+        id: u64,
+        exit: oneshot::Receiver<libc::c_int>,
+    },
 }
 
 impl Process {
     async fn wait(&mut self) -> i32 {
         match self {
             Process::Child(child) => child.wait().await.map_or(137, |status| exit_code(&status)),
+            Process::Runc { child, pid_file, process_file } => {
+                let code = child.wait().await.map_or(137, |status| exit_code(&status));
+                let _ = std::fs::remove_file(pid_file);
+                let _ = std::fs::remove_file(process_file);
+                code
+            }
             // No status: init ended first, and the command with the sandbox.
             Process::Init { exit, .. } => exit.await.map_or(137, sys::exit_code_of),
         }
@@ -350,6 +391,38 @@ impl Process {
             Process::Child(child) => {
                 let _ = child.start_kill();
                 child.wait().await.map_or(137, |status| exit_code(&status))
+            }
+            Process::Runc { child, pid_file, .. } => {
+                // SIGKILL to the command's process group (runc makes it a session leader in the
+                // container), then to runc's own session; runc then ends with 137. runc writes
+                // the pid file as the command starts, which can be after it printed: while runc
+                // lives and no pid is written, it is waited for (a short while).
+                let deadline = std::time::Instant::now() + RUNC_PID_TIMEOUT;
+                let pid = loop {
+                    if let Ok(text) = std::fs::read_to_string(&*pid_file)
+                        && let Ok(pid) = text.trim().parse::<libc::pid_t>()
+                    {
+                        break Some(pid);
+                    }
+                    if !matches!(child.try_wait(), Ok(None)) || std::time::Instant::now() > deadline {
+                        break None;
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                };
+                if let Some(pid) = pid.filter(|pid| *pid > 1) {
+                    // SAFETY: kill has no memory-safety preconditions.
+                    unsafe {
+                        libc::kill(-pid, libc::SIGKILL);
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                }
+                if let Some(runc) = child.id() {
+                    // SAFETY: as above; runc leads a session (and group) of its own.
+                    unsafe {
+                        libc::kill(-(runc as libc::pid_t), libc::SIGKILL);
+                    }
+                }
+                self.wait().await
             }
             Process::Init { channel, id, exit } => {
                 channel.end(*id).await;

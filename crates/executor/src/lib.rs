@@ -7,8 +7,9 @@
 //! unavailable the executor falls back to plain, unisolated processes (see the
 //! crate's README for the differences).
 //!
-//! The image of a sandbox is not pulled: its commands are the host's programs,
-//! bound read-only into its root.
+//! By default a sandbox's commands are the host's programs, bound read-only into its root; a
+//! sandbox started with an image root ([`LaunchSpec::image`]) runs in that root filesystem
+//! instead, through an OCI runtime (`runc`; see the README's OCI section).
 //!
 //! This crate knows nothing of protobuf or the simulation: plain Rust types.
 
@@ -74,6 +75,13 @@ pub struct ExecutorConfig {
     /// and init made; a start that can use one only sends it its command). 0 makes every
     /// start from scratch.
     pub warm_sandboxes: usize,
+    /// The OCI runtime (`runc`) that runs sandboxes started with a [`LaunchSpec::image`]; `None`
+    /// (the default) runs none. Probed when the executor starts ([`Executor::oci`] says whether
+    /// it works here and how); needs a root emulator with user namespaces.
+    pub oci_runtime: Option<PathBuf>,
+    /// How image sandboxes get their writable root: `None` (the default) overlayfs where it can
+    /// be mounted, else a copy; `Some` that one only (a probe failure otherwise).
+    pub oci_writable_layer: Option<WritableLayer>,
 }
 
 /// The default first host id of a root emulator's sandboxes: far above the ranges
@@ -94,6 +102,8 @@ impl ExecutorConfig {
             file_timeout: Duration::from_secs(30),
             max_file_operations: 16,
             warm_sandboxes: 2,
+            oci_runtime: None,
+            oci_writable_layer: None,
         }
     }
 }
@@ -119,7 +129,8 @@ pub struct LaunchSpec {
     /// absolute paths of the sandbox's own root, mode 0644, owned by the sandbox's root user,
     /// missing directories made. Namespaces mode only: plain processes have no root of their
     /// own to put them in, so a start with files fails there. A path under a read-only host
-    /// directory (`/usr`, `/etc`, …), `/proc` or `/dev` cannot hold one either.
+    /// directory (`/usr`, `/etc`, …), `/proc` or `/dev` cannot hold one either. An image
+    /// sandbox gets each bound at its path (anywhere in the image but `/proc` and `/dev`).
     pub files: Vec<MountedFile>,
     /// What the sandbox's processes reach on the network.
     pub network: Network,
@@ -136,12 +147,68 @@ pub struct LaunchSpec {
     /// Scratch volumes (a Pod's `emptyDir`s) mounted in the sandbox's root: each volume is a
     /// directory of the sandbox's, made empty at its start and removed with it, bound at every
     /// path that mounts it (all containers share the root, so every mount is seen by all).
-    /// Namespaces mode only.
+    /// Namespaces mode and image sandboxes only.
     pub volume_mounts: Vec<VolumeMount>,
     /// The Pod's other containers: each runs its own command in the sandbox's namespaces, next
     /// to the main command, with its own environment, working directory and log. Namespaces
     /// mode only (plain processes have nothing to put them in apart from the host).
     pub sidecars: Vec<Sidecar>,
+    /// Run the sandbox in this image's root filesystem through the OCI runtime
+    /// ([`ExecutorConfig::oci_runtime`]) instead of on the host's system directories. The
+    /// command, environment, working directory and user are final (the caller has merged the
+    /// image's config with the Pod's); the command is looked up in the image. Sidecars and an
+    /// empty command are refused for such a sandbox, and no warm sandbox serves it.
+    pub image: Option<ImageRoot>,
+    /// The memory limit (a container's `limits.memory`), enforced through cgroups for an image
+    /// sandbox where the host allows ([`OciRuntimeInfo::cgroup_limits`]); a main command killed
+    /// for going over it is reported with [`MainExit::oom_killed`].
+    pub memory_limit_bytes: Option<u64>,
+    /// The CPU limit in thousandths of a CPU (`limits.cpu`), a CFS quota for an image sandbox
+    /// where the host allows.
+    pub cpu_limit_millis: Option<u64>,
+}
+
+/// An image's unpacked root filesystem, which a sandbox runs in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImageRoot {
+    /// The unpacked root directory, owned by the sandboxes' host id range (the image's root
+    /// files owned by `sandbox_id_range.0`). Shared by every sandbox of the image and never
+    /// written to: each sandbox writes to a layer of its own.
+    pub rootfs: PathBuf,
+}
+
+/// Whether sandboxes can run in images here ([`Executor::oci`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OciSupport {
+    /// No OCI runtime was configured.
+    NotConfigured,
+    /// The runtime was configured but does not work here: why.
+    Unavailable(String),
+    /// It works, as described.
+    Ready(OciRuntimeInfo),
+}
+
+/// The OCI runtime in force.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OciRuntimeInfo {
+    /// The runtime's program.
+    pub runtime: PathBuf,
+    /// Its `--version` first line.
+    pub version: String,
+    /// How each sandbox gets a writable root over the shared image.
+    pub writable_layer: WritableLayer,
+    /// Whether memory and CPU limits are enforced (cgroups accepted them in the probe).
+    pub cgroup_limits: bool,
+}
+
+/// How an image sandbox's writes are kept from the shared image root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WritableLayer {
+    /// An overlay mount (the image below, a directory of the sandbox's above), made in a mount
+    /// namespace of the runtime's own so that it goes with the container.
+    Overlay,
+    /// A copy of the image root per sandbox (`cp -a`), where overlayfs cannot be mounted.
+    Copy,
 }
 
 /// Where a scratch volume appears in a sandbox's root.
@@ -201,8 +268,8 @@ pub enum Network {
     Host,
     /// A network namespace of its own with only its loopback interface, up: the sandbox reaches
     /// nothing outside itself (not the host, the emulator or the internet) and nothing outside
-    /// reaches it. Namespaces mode only: plain processes cannot have one, so a start that asks
-    /// for it fails there.
+    /// reaches it. Namespaces mode and image sandboxes only: plain processes cannot have one, so
+    /// a start that asks for it fails there.
     LoopbackOnly,
 }
 
@@ -225,6 +292,9 @@ pub struct MainExit {
     pub container: Option<String>,
     /// The exit code, or 128+N when killed by signal N.
     pub exit_code: i32,
+    /// The main command of an image sandbox was killed for going over its memory limit (the
+    /// cgroup's OOM killer ran): Kubernetes' `OOMKilled`.
+    pub oom_killed: bool,
 }
 
 #[cfg(test)]

@@ -922,7 +922,10 @@ async fn sidecars_run_next_to_the_main_command_with_their_own_environment_and_lo
     assert_eq!(executor.sidecar_exit_code(&id, "quits"), Some(127));
     // Reported as that container's end, not the sandbox's.
     let reported = within("the sidecar's end", exits.recv()).await.unwrap();
-    assert_eq!(reported, MainExit { id: id.clone(), container: Some("quits".into()), exit_code: 127 });
+    assert_eq!(
+        reported,
+        MainExit { id: id.clone(), container: Some("quits".into()), exit_code: 127, oom_killed: false }
+    );
     assert_eq!(executor.sidecar_exit_code(&id, "helper"), None, "still running");
     let (out, _, _) = run_request(executor, &id, in_container("quits", "echo still here")).await;
     assert_eq!(out.trim(), "still here", "an ended container is still there to exec in");

@@ -246,7 +246,7 @@ async fn logs_have_offsets_tail_and_follow_until_stop(isolation: Isolation) {
     assert_ne!(logs.session_id(), first_session);
     // The main command ended by itself: reported, and the logs are complete.
     let exit = within("the main exit", exits.recv()).await.unwrap();
-    assert_eq!(exit, MainExit { id: id.clone(), container: None, exit_code: 0 });
+    assert_eq!(exit, MainExit { id: id.clone(), container: None, exit_code: 0, oom_killed: false });
     assert_eq!(logs.read_from(0).unwrap().bytes(), b"again\n");
     assert!(logs.is_closed());
     // The stop before was requested, so it was not reported as a main exit.
@@ -325,7 +325,7 @@ async fn main_exit_is_reported_with_its_code(isolation: Isolation) {
     executor.start(&seven, spec("seven", &["sh", "-c", "exit 7"])).await.unwrap();
     assert_eq!(
         within("exit 7", exits.recv()).await.unwrap(),
-        MainExit { id: seven.clone(), container: None, exit_code: 7 }
+        MainExit { id: seven.clone(), container: None, exit_code: 7, oom_killed: false }
     );
     assert!(!executor.is_running(&seven));
 
@@ -333,7 +333,7 @@ async fn main_exit_is_reported_with_its_code(isolation: Isolation) {
     executor.start(&killed, spec("killed", &["sh", "-c", "kill -KILL $$"])).await.unwrap();
     assert_eq!(
         within("a killed main", exits.recv()).await.unwrap(),
-        MainExit { id: killed, container: None, exit_code: 137 }
+        MainExit { id: killed, container: None, exit_code: 137, oom_killed: false }
     );
 
     // A main command that cannot run: 127, with the reason in the logs.
@@ -343,7 +343,7 @@ async fn main_exit_is_reported_with_its_code(isolation: Isolation) {
     assert_eq!(executor.exit_code(&missing), Some(127));
     assert_eq!(
         within("a missing main", exits.recv()).await.unwrap(),
-        MainExit { id: missing.clone(), container: None, exit_code: 127 }
+        MainExit { id: missing.clone(), container: None, exit_code: 127, oom_killed: false }
     );
     let text = String::from_utf8(executor.logs(&missing).unwrap().read_from(0).unwrap().bytes()).unwrap();
     assert!(text.contains("no-such-main-cwsbx: command not found"), "{text:?}");
@@ -362,7 +362,7 @@ async fn main_exit_is_reported_with_its_code(isolation: Isolation) {
     let _writer = executor.exec(&leader, argv(&["sh", "-c", "echo go > go"])).await.unwrap();
     assert_eq!(
         within("the leader's exit", exits.recv()).await.unwrap(),
-        MainExit { id: leader, container: None, exit_code: 3 }
+        MainExit { id: leader, container: None, exit_code: 3, oom_killed: false }
     );
     assert_eq!(within("the background exec", background.wait()).await, 137);
     assert!(processes_with_marker(&marker).is_empty(), "left: {:?}", processes_with_marker(&marker));

@@ -149,6 +149,17 @@ pub(super) enum Keeper {
         code: Option<i32>,
         stdout: Option<pipe::Receiver>,
     },
+    /// An image sandbox's `runc run`, with the container's output on `output`.
+    Runc {
+        child: Child,
+        output: Option<pipe::Receiver>,
+    },
+    /// An image sandbox whose command could not start: no process, only its exit code and
+    /// the message on `output`.
+    Ended {
+        code: i32,
+        output: Option<pipe::Receiver>,
+    },
 }
 
 impl Keeper {
@@ -157,6 +168,8 @@ impl Keeper {
             Keeper::Child(child) => child.id().map(|pid| pid as pid_t),
             Keeper::Forked { handle, code: None, .. } => Some(handle.pid()),
             Keeper::Forked { .. } => None,
+            Keeper::Runc { child, .. } => child.id().map(|pid| pid as pid_t),
+            Keeper::Ended { .. } => None,
         }
     }
 
@@ -165,7 +178,7 @@ impl Keeper {
         match self {
             Keeper::Child(child) => child.id().map(|pid| Ok(ProcessHandle::open(pid as pid_t))),
             Keeper::Forked { handle, code: None, .. } => Some(handle.try_clone()),
-            Keeper::Forked { .. } => None,
+            Keeper::Forked { .. } | Keeper::Runc { .. } | Keeper::Ended { .. } => None,
         }
     }
 
@@ -174,13 +187,17 @@ impl Keeper {
         match self {
             Keeper::Child(child) => child.stdout.take().map(LogPipe::Child),
             Keeper::Forked { stdout, .. } => stdout.take().map(LogPipe::Pipe),
+            Keeper::Runc { output, .. } | Keeper::Ended { output, .. } => output.take().map(LogPipe::Pipe),
         }
     }
 
     /// Waits for the keeper's end; its exit code (128+N after signal N).
     pub(super) async fn wait(&mut self) -> std::io::Result<i32> {
         match self {
-            Keeper::Child(child) => child.wait().await.map(|status| exec::exit_code(&status)),
+            Keeper::Child(child) | Keeper::Runc { child, .. } => {
+                child.wait().await.map(|status| exec::exit_code(&status))
+            }
+            Keeper::Ended { code, .. } => Ok(*code),
             Keeper::Forked { code: Some(code), .. } => Ok(*code),
             // The receiver is awaited to its end once only: the code is kept.
             Keeper::Forked { exit, code, .. } => match exit.await {
@@ -197,8 +214,8 @@ impl Keeper {
     /// Whether the keeper is known to have ended, without waiting.
     pub(super) fn has_ended(&mut self) -> bool {
         match self {
-            Keeper::Child(child) => !matches!(child.try_wait(), Ok(None)),
-            Keeper::Forked { code: Some(_), .. } => true,
+            Keeper::Child(child) | Keeper::Runc { child, .. } => !matches!(child.try_wait(), Ok(None)),
+            Keeper::Forked { code: Some(_), .. } | Keeper::Ended { .. } => true,
             Keeper::Forked { exit, code, .. } => match exit.try_recv() {
                 Ok(status) => {
                     *code = Some(sys::exit_code_of(status));
@@ -222,6 +239,11 @@ impl Keeper {
             }
             // The pidfd reaches that process only, reaped or not.
             Keeper::Forked { handle, .. } => handle.signal(libc::SIGKILL),
+            // Ends runc run; its container is killed by the executor (or the watchdog).
+            Keeper::Runc { child, .. } => {
+                let _ = child.start_kill();
+            }
+            Keeper::Ended { .. } => {}
         }
     }
 }
@@ -288,13 +310,18 @@ pub(super) async fn watch_keeper(
     for tracker in execs {
         tracker.kill_and_wait().await;
     }
+    let oom_killed = match &sandbox.oci {
+        Some(container) => container.finish().await,
+        None => false,
+    };
+    let _ = sandbox.oom_killed.set(oom_killed);
     let _ = sandbox.exit_code.set(exit_code);
     // Report before marking done, so whoever waits for the stop sees the report.
     if sandbox.stop_requested.load(Ordering::SeqCst) {
         info!(sandbox = %sandbox.id, exit_code, "sandbox stopped");
     } else {
         info!(sandbox = %sandbox.id, exit_code, "sandbox main command exited");
-        let _ = exits.send(MainExit { id: sandbox.id.clone(), container: None, exit_code });
+        let _ = exits.send(MainExit { id: sandbox.id.clone(), container: None, exit_code, oom_killed });
     }
     let _ = done.send(true);
 }

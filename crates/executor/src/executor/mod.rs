@@ -1,8 +1,10 @@
 //! The executor: starts sandboxes, runs commands in them, stops them.
 
+mod image;
 mod keeper;
 mod layout;
 mod mode;
+mod oci;
 mod sidecars;
 mod snapshots;
 pub use self::snapshots::SNAPSHOTS_DIR;
@@ -31,6 +33,7 @@ use self::layout::{
     RootPlan, container_env, move_warm_root, prepare_layout, program_candidates, remove_dir, sandbox_env,
 };
 use self::mode::{IdMode, Mode, choose_mode, ns_plan, sidecar_user_problem, user_problem};
+use self::oci::{OciContainer, OciRuntime};
 use self::sidecars::SidecarContainer;
 use self::spares::SpareRoots;
 use self::validate::{c_string, validate_exec, validate_id, validate_spec};
@@ -43,7 +46,7 @@ use crate::init_channel::{InitChannel, MAX_ORDER_BYTES, SendError};
 use crate::logs::{LogBuffer, LogReader};
 use crate::spawner::Spawner;
 use crate::sys::{self, ProcessHandle};
-use crate::{ExecutorConfig, ExecutorError, FileError, Isolation, LaunchSpec, MainExit};
+use crate::{ExecutorConfig, ExecutorError, FileError, Isolation, LaunchSpec, MainExit, OciSupport};
 
 /// Runs sandboxes. Cheap to clone; every clone drives the same sandboxes. When
 /// the last clone is dropped, every sandbox is killed.
@@ -73,6 +76,9 @@ struct Inner {
     registry: Mutex<Registry>,
     exits_sender: mpsc::UnboundedSender<MainExit>,
     exits_receiver: Mutex<Option<mpsc::UnboundedReceiver<MainExit>>>,
+    /// Whether image sandboxes can run, and the runtime that runs them where they can.
+    oci_support: OciSupport,
+    oci: Option<OciRuntime>,
 }
 
 #[derive(Debug, Default)]
@@ -108,6 +114,10 @@ struct Sandbox {
     /// The host (uid, gid) files written through the API are given to, where not ours: the
     /// user the sandbox's commands run as.
     file_owner: Option<(u32, u32)>,
+    /// An image sandbox's container.
+    oci: Option<OciContainer>,
+    /// Whether the OOM killer ran in an image sandbox's container, once it ended.
+    oom_killed: std::sync::OnceLock<bool>,
 }
 
 /// Where a command exec'd in one of a sandbox's containers starts.
@@ -132,6 +142,9 @@ enum Target {
     Namespaces { channel: Arc<InitChannel> },
     /// The main command's process group, which exec'd commands join.
     Plain { group: pid_t },
+    /// An image sandbox: commands are exec'd by the OCI runtime; `keeper` is the container's
+    /// init.
+    Oci { network: crate::Network },
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -169,6 +182,13 @@ impl Sandbox {
 
     fn signal(&self, signal: libc::c_int) {
         if let Some(running) = self.running() {
+            // A container's init is signalled directly (what `runc kill` does, without a
+            // process of its own): the pidfd cannot reach another process. SIGKILL ends its pid
+            // namespace.
+            let signal = match running.target {
+                Target::Oci { .. } if signal == libc::SIGUSR1 => libc::SIGKILL,
+                _ => signal,
+            };
             running.keeper.signal(signal);
         }
     }
@@ -189,6 +209,11 @@ impl Executor {
         config.root_dir = config.root_dir.canonicalize()?;
         let self_exe = sys::open_own_executable()?;
         let mode = choose_mode(&config, &self_exe)?;
+        let id_range = match mode {
+            Mode::Namespaces { ids: IdMode::Range { base, count } } => Some((base, count)),
+            _ => None,
+        };
+        let (oci_support, oci) = OciRuntime::probe(&config, id_range);
         if sys::current_uid() == 0 {
             let consequence = match mode {
                 Mode::Namespaces { ids: IdMode::Range { base, .. } } => format!(
@@ -233,6 +258,8 @@ impl Executor {
                 exits_sender,
                 exits_receiver: Mutex::new(Some(exits_receiver)),
                 warm,
+                oci_support,
+                oci,
             }),
         };
         WarmPool::refill(&executor.inner);
@@ -245,6 +272,17 @@ impl Executor {
             Mode::Namespaces { .. } => Isolation::Namespaces,
             Mode::Plain => Isolation::Plain,
         }
+    }
+
+    /// Whether sandboxes can run in their images ([`LaunchSpec::image`]) here, and how.
+    pub fn oci(&self) -> &OciSupport {
+        &self.inner.oci_support
+    }
+
+    /// Whether the main command of the sandbox's latest start was killed by the OOM killer for
+    /// going over its memory limit (image sandboxes), once it ended.
+    pub fn oom_killed(&self, id: &str) -> bool {
+        self.sandbox(id).and_then(|sandbox| sandbox.oom_killed.get().copied()).unwrap_or(false)
     }
 
     /// Whether sandboxes get a user namespace (always, unless root cannot create one).
@@ -321,6 +359,9 @@ impl Executor {
             return Err(ExecutorError::InvalidRequest(problem));
         }
         let _claim = self.claim(id)?;
+        if spec.image.is_some() {
+            return self.start_image(id, spec).await;
+        }
         let dir = self.inner.config.root_dir.join(id);
         let mode = self.inner.mode;
         let env = sandbox_env(&spec, mode);
@@ -333,7 +374,8 @@ impl Executor {
                     let ActivatedSandbox { working_dir, sidecar_dirs, keeper, running, started } = *activated;
                     let command_runs = wait_for_exec(started).await;
                     let dirs = Directories { dir, working_dir, sidecar_dirs };
-                    return self.register(id, dirs, env, &spec, Started { keeper, running, command_runs }).await;
+                    let started = Started { keeper, running: Some(running), command_runs, oci: None };
+                    return self.register(id, dirs, env, &spec, started).await;
                 }
                 Activated::Failed(error) => return Err(error),
                 // Its init is gone (nothing of the request ran in it): try the next, or start cold.
@@ -388,7 +430,8 @@ impl Executor {
         drop(go);
         let command_runs = wait_for_exec(started).await;
         let dirs = Directories { dir, working_dir: layout.working_dir, sidecar_dirs: layout.sidecar_dirs };
-        self.register(id, dirs, env, &spec, Started { keeper: child, running, command_runs }).await
+        self.register(id, dirs, env, &spec, Started { keeper: child, running: Some(running), command_runs, oci: None })
+            .await
     }
 
     /// Makes a warm sandbox `id`'s: moves its directory into place, adds the working directory
@@ -488,7 +531,7 @@ impl Executor {
         spec: &LaunchSpec,
         started: Started,
     ) -> Result<(), ExecutorError> {
-        let Started { keeper: mut child, running, command_runs } = started;
+        let Started { keeper: mut child, running, command_runs, oci } = started;
         let mode = self.inner.mode;
         let logs = Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes));
         let (eof_sender, eof) = oneshot::channel();
@@ -522,7 +565,7 @@ impl Executor {
             logs,
             main_name: spec.name.clone(),
             sidecars,
-            running: Mutex::new(Some(Arc::new(running))),
+            running: Mutex::new(running.map(Arc::new)),
             done,
             stop_requested: AtomicBool::new(false),
             execs: Mutex::new(Vec::new()),
@@ -532,6 +575,8 @@ impl Executor {
                 Some(user) => (uid + user.uid, gid + user.gid),
                 None => (uid, gid),
             }),
+            oci,
+            oom_killed: std::sync::OnceLock::new(),
         });
         lock(&self.inner.registry).sandboxes.insert(id.to_owned(), sandbox.clone());
         info!(sandbox = id, hostname = %spec.hostname, isolation = ?mode, "sandbox started");
@@ -617,6 +662,9 @@ impl Executor {
             sandbox.wait_done().await;
         }
         // Every keeper it forked is gone.
+        if let Some(oci) = &self.inner.oci {
+            oci.close_watchdog().await;
+        }
         let zygote = self.inner.zygote.lock().await.take();
         if let Some(zygote) = zygote {
             zygote.stop().await;
@@ -654,7 +702,13 @@ impl Executor {
         let running = sandbox.running().ok_or_else(|| ExecutorError::NotRunning(id.to_owned()))?;
         let socket = match &running.target {
             Target::Namespaces { channel } => channel.connect(port).await?,
-            Target::Plain { .. } => tokio::task::spawn_blocking(move || {
+            Target::Oci { network: crate::Network::LoopbackOnly } => {
+                let init = running.keeper.pid();
+                tokio::task::spawn_blocking(move || oci::connect_in_network_of(init, port))
+                    .await
+                    .map_err(|error| std::io::Error::other(error.to_string()))??
+            }
+            Target::Plain { .. } | Target::Oci { .. } => tokio::task::spawn_blocking(move || {
                 sys::connect_loopback(port, crate::init_channel::CONNECT_TIMEOUT_MS)
                     .map_err(std::io::Error::from_raw_os_error)
             })
@@ -757,6 +811,27 @@ impl Executor {
                     }
                 };
                 exec::attach(child, pty_master)
+            }
+            Target::Oci { .. } => {
+                let (Some(oci), Some(container)) = (&self.inner.oci, &sandbox.oci) else {
+                    return Err(ExecutorError::NotRunning(id.to_owned()));
+                };
+                // runc's own failure would be its exit code 255 and its message: the shell's
+                // 127 is what the process runtime (and a user) expects.
+                if !oci::program_exists(&running.root, program, env.get("PATH").map(String::as_str)) {
+                    return Ok(ExecSession::failed(format!("cwsandbox: {program}: command not found\n")));
+                }
+                let user = context.command_ids.unwrap_or(container.user);
+                let size = request.tty.then(|| request.tty_size.unwrap_or((80, 24)));
+                let files = oci.exec_files(container, &request.argv, &env, &cwd, user, size)?;
+                let (command, pty_master) = if let Some((cols, rows)) = size {
+                    let (master, slave) = sys::open_pty(None, cols, rows)?;
+                    (container.exec_command(&files, Some(slave))?, Some(master))
+                } else {
+                    (container.exec_command(&files, None)?, None)
+                };
+                let child = self.inner.spawner.spawn(command).await?;
+                exec::attach_runc(child, pty_master, files.pid_file, files.process)
             }
         };
         let mut execs = lock(&sandbox.execs);
@@ -886,8 +961,10 @@ struct Directories {
 /// A started sandbox's keeper and what reaches it, and whether its main command runs.
 struct Started {
     keeper: Keeper,
-    running: Running,
+    /// `None`: an image sandbox whose command could not start (nothing runs).
+    running: Option<Running>,
     command_runs: bool,
+    oci: Option<OciContainer>,
 }
 
 /// What became of an activation.

@@ -93,8 +93,12 @@ pub(super) async fn start(
                     let code = sys::exit_code_of(status);
                     let _ = exit_code.set(code);
                     info!(sandbox = %id, container = %name, exit_code = code, "sidecar container exited");
-                    let _ =
-                        exits.send(crate::MainExit { id: id.clone(), container: Some(name.clone()), exit_code: code });
+                    let _ = exits.send(crate::MainExit {
+                        id: id.clone(),
+                        container: Some(name.clone()),
+                        exit_code: code,
+                        oom_killed: false,
+                    });
                 }
                 // Init ended first: the sandbox is gone, and the sidecar with it.
                 Err(_) => debug!(sandbox = %id, container = %name, "sidecar container ended with its sandbox"),

@@ -106,8 +106,10 @@ pub async fn sh(executor: &Executor, id: &str, script: &str) -> String {
 
 /// Waits until the log holds `needle` (following it, not polling).
 pub async fn wait_for_log(logs: &LogReader, needle: &str) -> String {
-    let mut text = String::from_utf8_lossy(&logs.read_from(logs.start_offset()).expect("read").bytes()).into_owned();
-    let mut follower = logs.follow_from(logs.end_offset()).expect("follow");
+    let read = logs.read_from(logs.start_offset()).expect("read");
+    let mut text = String::from_utf8_lossy(&read.bytes()).into_owned();
+    // From where the read ended: output written between the two calls is not skipped.
+    let mut follower = logs.follow_from(read.next_offset).expect("follow");
     within(&format!("{needle:?} in the logs"), async {
         while !text.contains(needle) {
             match follower.next().await {
