@@ -10,14 +10,15 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use cwsandbox_emulator::app::Limits;
-use cwsandbox_emulator::config::EmulatorConfig;
+use cwsandbox_emulator::config::{ContainerRuntimeConfig, EmulatorConfig, RuntimeKind};
 use cwsandbox_emulator::executor_runtime::ExecutorRuntime;
 use cwsandbox_emulator::fidelity::Strictness;
+use cwsandbox_emulator::image_puller::ImagePuller;
 use cwsandbox_emulator::runtime::SandboxRuntime;
 use cwsandbox_emulator::state_dir::{self, SandboxRoot};
 use cwsandbox_emulator::transport::Transport;
 use cwsandbox_emulator::{Emulator, Options};
-use cwsandbox_executor::{ExecutorConfig, Isolation};
+use cwsandbox_executor::{ExecutorConfig, Isolation, OciSupport};
 use cwsandbox_sim::config::{Scenario, Timing};
 
 /// A local emulator of the CoreWeave Sandbox API (gRPC, Connect and gRPC-Web on one port) on a
@@ -189,10 +190,24 @@ struct SandboxArgs {
     /// removed on exit (and, if the emulator was killed, by a later start).
     #[arg(long, value_name = "DIR", env = "CWSANDBOX_EMULATOR_SANDBOX_ROOT")]
     sandbox_root: Option<PathBuf>,
+    /// What runs a sandbox's containers: `oci` runs each in its image through runc (pulled from
+    /// its registry; a pull that fails is the sandbox's ErrImagePull), `process` runs the host's
+    /// programs (images recorded, never pulled), `auto` is `oci` where runc works here, with the
+    /// process runtime for images whose registry cannot be reached (said in the Pod's Events).
+    /// Overrides the values' `containerRuntime.kind` (default auto).
+    #[arg(long, value_enum, env = "CWSANDBOX_EMULATOR_RUNTIME")]
+    runtime: Option<RuntimeArg>,
     /// A host directory to bind read-only into every namespaced sandbox, beside the defaults
     /// (/usr, /bin, /sbin, /lib*, /etc, /opt): for programs installed elsewhere. Repeatable.
     #[arg(long = "sandbox-host-path", value_name = "DIR")]
     sandbox_host_paths: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum RuntimeArg {
+    Auto,
+    Oci,
+    Process,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -205,7 +220,12 @@ enum IsolationArg {
 impl SandboxArgs {
     /// The process executor, probed and ready, in a sandbox root this emulator holds (the lock
     /// lasts as long as the returned [`SandboxRoot`]).
-    fn runtime(&self, retention: Duration, max_file_bytes: u64) -> Result<(ExecutorRuntime, SandboxRoot)> {
+    fn runtime(
+        &self,
+        retention: Duration,
+        max_file_bytes: u64,
+        containers: &ContainerRuntimeConfig,
+    ) -> Result<(ExecutorRuntime, SandboxRoot)> {
         let (claimed, temporary) = match &self.sandbox_root {
             Some(root) => (SandboxRoot::claim(root)?, false),
             None => {
@@ -226,14 +246,41 @@ impl SandboxArgs {
         };
         config.max_file_bytes = max_file_bytes;
         config.host_paths.extend(self.sandbox_host_paths.iter().cloned());
+        let kind = match self.runtime {
+            Some(RuntimeArg::Auto) => RuntimeKind::Auto,
+            Some(RuntimeArg::Oci) => RuntimeKind::Oci,
+            Some(RuntimeArg::Process) => RuntimeKind::Process,
+            None => containers.kind,
+        };
+        if kind != RuntimeKind::Process {
+            config.oci_runtime = Some(containers.runc.clone());
+        }
+        let id_shift = config.sandbox_id_range.0;
         let runtime = ExecutorRuntime::new(config, retention)
             .with_context(|| format!("starting the sandbox executor in {}", root.display()))?;
-        let runtime = if temporary { runtime.remove_root_on_shutdown() } else { runtime };
+        let mut runtime = if temporary { runtime.remove_root_on_shutdown() } else { runtime };
+        match (kind, runtime.oci_state().clone()) {
+            (RuntimeKind::Process, _) => {}
+            (_, OciSupport::Ready(_)) => {
+                // The OCI runtime works only for a root emulator, which maps its sandboxes' root
+                // to the id range: an image's files are shifted to match.
+                let cache = containers.image_cache_dir();
+                let puller = ImagePuller::new(containers, cache.clone(), id_shift)
+                    .with_context(|| format!("opening the image cache {}", cache.display()))?;
+                runtime = runtime.with_images(kind, puller);
+            }
+            (RuntimeKind::Oci, OciSupport::Unavailable(why)) => {
+                anyhow::bail!("--runtime oci: the OCI runtime {} does not work here: {why}", containers.runc.display())
+            }
+            (RuntimeKind::Oci, OciSupport::NotConfigured) => anyhow::bail!("--runtime oci: no OCI runtime configured"),
+            (RuntimeKind::Auto, OciSupport::Unavailable(why)) => tracing::warn!(
+                "containerRuntime auto: the OCI runtime {} does not work here ({why}); sandboxes run the host's programs",
+                containers.runc.display()
+            ),
+            (RuntimeKind::Auto, OciSupport::NotConfigured) => {}
+        }
         tracing::info!(isolation = %runtime.isolation(), "sandboxes run as {}", runtime.describe());
-        tracing::info!(
-            "sandbox commands are this machine's programs (container images are recorded, not pulled), run in a root of \
-             their own with the host's system directories read-only; see crates/executor/README.md"
-        );
+        tracing::info!(runtime = %runtime.container_runtime(), "{}", runtime.describe_containers());
         Ok((runtime, claimed))
     }
 }
@@ -263,7 +310,8 @@ impl WorldArgs {
         options.dev_tokens = self.dev_tokens;
         options.limits.max_message_bytes = self.max_message_bytes;
         options.transport = self.transport.transport();
-        let (runtime, root) = self.sandboxes.runtime(retention, options.limits.max_file_bytes)?;
+        let (runtime, root) =
+            self.sandboxes.runtime(retention, options.limits.max_file_bytes, &options.config.container_runtime)?;
         options.runtime = Some(Arc::new(runtime) as Arc<dyn SandboxRuntime>);
         Ok((options, root))
     }

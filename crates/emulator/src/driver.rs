@@ -303,11 +303,15 @@ impl Driver {
                 loop {
                     tokio::select! {
                         exit = exits.next() => match exit {
-                            Some(MainExit { pod_uid, container: None, exit_code }) => {
+                            Some(MainExit { pod_uid, container: None, exit_code, oom_killed: true }) => {
+                                tracing::info!(%pod_uid, exit_code, "main process OOM-killed (its memory limit)");
+                                driver.with_world(|world| world.pod_oom_killed(&pod_uid));
+                            }
+                            Some(MainExit { pod_uid, container: None, exit_code, .. }) => {
                                 tracing::info!(%pod_uid, exit_code, "main process exited");
                                 driver.with_world(|world| world.pod_exited(&pod_uid, exit_code));
                             }
-                            Some(MainExit { pod_uid, container: Some(container), exit_code }) => {
+                            Some(MainExit { pod_uid, container: Some(container), exit_code, .. }) => {
                                 driver.with_world(|world| world.container_exited(&pod_uid, &container, exit_code));
                             }
                             None => break,

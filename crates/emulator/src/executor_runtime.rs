@@ -27,14 +27,19 @@ use std::time::{Duration, SystemTime};
 use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, SecondsFormat, Utc};
 use cwsandbox_executor::{
-    ExecExit, ExecOutput, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, Isolation, LaunchSpec,
-    LogChunk, LogError, LogReader, MountedFile, Network, Output, SandboxUser, Sidecar, Stream, VolumeMount,
+    ExecExit, ExecOutput, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, ImageRoot, Isolation,
+    LaunchSpec, LogChunk, LogError, LogReader, MountedFile, Network, OciSupport, Output, SandboxUser, Sidecar, Stream,
+    VolumeMount, WritableLayer,
 };
+use cwsandbox_images::Image;
+use cwsandbox_sim::world::{ImagePullFailure, ImagePulled, ImageToPull};
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
+use crate::config::RuntimeKind;
+use crate::image_puller::ImagePuller;
 use crate::runtime::{
     ContainerLaunch as ContainerStart, ExecEvent, ExecInput, ExecSession, ExecSpec, LogEvent, LogRequest, MainExit,
     PodLaunch, RuntimeError, SandboxRuntime, Target,
@@ -56,6 +61,11 @@ pub struct ExecutorRuntime {
     exits: Mutex<Option<ExitReceivers>>,
     /// Removed at shutdown: the emulator made it.
     owned_root: Option<PathBuf>,
+    /// Pulls images, where containers run in them (the OCI runtime works and the kind asks for
+    /// it); `None`: the host's programs, images recorded only.
+    images: Option<ImagePuller>,
+    /// The container runtime asked for.
+    kind: RuntimeKind,
 }
 
 type ExitReceivers = (mpsc::UnboundedReceiver<MainExit>, mpsc::UnboundedReceiver<cwsandbox_executor::MainExit>);
@@ -82,7 +92,23 @@ impl ExecutorRuntime {
             own_exits,
             exits: Mutex::new(Some((own, from_executor))),
             owned_root: None,
+            images: None,
+            kind: RuntimeKind::Process,
         })
+    }
+
+    /// Runs containers in their images through the executor's OCI runtime (`kind` `oci` or
+    /// `auto`), pulling with `puller`. The executor must have been made with an OCI runtime that
+    /// works: [`ExecutorRuntime::oci_state`] says whether it does.
+    pub fn with_images(mut self, kind: RuntimeKind, puller: ImagePuller) -> ExecutorRuntime {
+        self.kind = kind;
+        self.images = Some(puller);
+        self
+    }
+
+    /// Whether the executor's OCI runtime works here, and why not.
+    pub fn oci_state(&self) -> &OciSupport {
+        self.executor.oci()
     }
 
     /// Removes the root directory at shutdown (the emulator created it for this run).
@@ -94,6 +120,27 @@ impl ExecutorRuntime {
     /// The executor.
     pub fn executor(&self) -> &Executor {
         &self.executor
+    }
+
+    /// A sentence for the start-up log: what runs containers.
+    pub fn describe_containers(&self) -> String {
+        match (&self.images, self.executor.oci()) {
+            (Some(puller), OciSupport::Ready(info)) => format!(
+                "containers run in their images ({}): pulled into {}, run by {} with {} over the shared image; CPU and \
+                 memory limits {}",
+                self.kind.as_str(),
+                puller.cache_dir().display(),
+                info.version,
+                match info.writable_layer {
+                    WritableLayer::Overlay => "an overlay writable layer",
+                    WritableLayer::Copy => "a copy of the image per sandbox (overlayfs does not mount here)",
+                },
+                if info.cgroup_limits { "enforced through cgroups" } else { "NOT enforced (cgroups refused here)" }
+            ),
+            _ => "sandbox commands are this machine's programs (container images are recorded, not pulled), run in a \
+             root of their own with the host's system directories read-only; see crates/executor/README.md"
+                .to_owned(),
+        }
     }
 
     /// A sentence for the start-up log: the isolation in force and what it means.
@@ -113,6 +160,32 @@ impl ExecutorRuntime {
             ),
         }
     }
+
+    /// Starts a Pod's prepared launch and logs how it went.
+    async fn start_spec(
+        &self,
+        launch: &PodLaunch,
+        main: &ContainerStart,
+        spec: LaunchSpec,
+    ) -> Result<(), RuntimeError> {
+        {
+            match self.executor.start(&launch.pod_uid, spec).await {
+                Ok(()) => {
+                    tracing::debug!(
+                        pod_uid = %launch.pod_uid,
+                        sandbox_id = launch.sandbox_id.as_deref().unwrap_or("-"),
+                        image = %main.image,
+                        "main process started"
+                    );
+                    Ok(())
+                }
+                Err(ExecutorError::ShutDown) => Err(RuntimeError::Unavailable("the emulator is stopping".to_owned())),
+                // The world calls the Pod Running, but nothing runs: the driver fails it with the
+                // reason (a command that cannot be found is not this: it runs and exits 127).
+                Err(error) => Err(RuntimeError::StartFailed(error.to_string())),
+            }
+        }
+    }
 }
 
 /// No image is pulled: with no command the arguments are the command (an image whose entrypoint
@@ -122,6 +195,62 @@ fn command_line(container: &ContainerStart) -> Vec<String> {
     let mut command = container.command.clone();
     command.extend(container.args.iter().cloned());
     command
+}
+
+/// A container's launch in its image, as Kubernetes combines the two: `command` replaces the
+/// image's ENTRYPOINT (and drops its CMD), `args` replace CMD; the Pod's environment over the
+/// image's; the Pod's working directory, else the image's; `runAsUser`/`runAsGroup`, else the
+/// image's USER (a name looked up in the image's `/etc/passwd`); the container's limits.
+fn image_launch(
+    launch: &PodLaunch,
+    main: &ContainerStart,
+    image: &Image,
+    volume_mounts: Vec<VolumeMount>,
+) -> Result<LaunchSpec, RuntimeError> {
+    let command = image.config.argv(&main.command, &main.args);
+    if command.is_empty() {
+        // What containerd says of an image with neither ENTRYPOINT nor CMD and a Pod without
+        // `command`.
+        return Err(RuntimeError::StartFailed(format!(
+            "failed to create containerd task: no command specified for image {}",
+            image.reference
+        )));
+    }
+    let pod_env: Vec<(String, String)> = main.env.iter().map(|(key, value)| (key.clone(), value.clone())).collect();
+    let env = image.config.env_with(&pod_env).into_iter().collect();
+    let user = match (user_of(main), &image.config.user) {
+        (Some(user), _) => Some(user),
+        (None, Some(name)) if !name.is_empty() => {
+            let (uid, gid) = cwsandbox_images::resolve_user(&image.rootfs, name).map_err(|error| {
+                RuntimeError::StartFailed(format!("image {}: USER {name}: {error}", image.reference))
+            })?;
+            Some(SandboxUser { uid, gid })
+        }
+        (None, _) => None,
+    };
+    Ok(LaunchSpec {
+        hostname: hostname_of(&launch.pod_name),
+        command,
+        env,
+        working_dir: main
+            .working_dir
+            .clone()
+            .or_else(|| image.config.working_dir.clone())
+            .filter(|dir| !dir.is_empty()),
+        files: main
+            .files
+            .iter()
+            .map(|(path, content)| MountedFile { path: path.clone(), content: content.to_vec() })
+            .collect(),
+        network: if launch.loopback_only { Network::LoopbackOnly } else { Network::Host },
+        user,
+        volume_mounts,
+        name: main.name.clone(),
+        sidecars: Vec::new(),
+        image: Some(ImageRoot { rootfs: image.rootfs.clone() }),
+        memory_limit_bytes: main.memory_limit_bytes,
+        cpu_limit_millis: main.cpu_limit_millis,
+    })
 }
 
 /// Every container's volume mounts, as one root holds them: the same mount asked by two
@@ -222,6 +351,18 @@ impl SandboxRuntime for ExecutorRuntime {
                 return Err(RuntimeError::StartFailed("the Pod has no container".to_owned()));
             };
             let volume_mounts = volume_mounts(&launch.containers).map_err(RuntimeError::StartFailed)?;
+            let mut pulled = self.images.as_ref().map(|images| images.take(&launch.pod_uid)).unwrap_or_default();
+            if let Some(image) = pulled.remove(&main.name) {
+                if !others.is_empty() {
+                    return Err(RuntimeError::StartFailed(format!(
+                        "the OCI runtime runs one container per sandbox; this Pod has {} (run it with \
+                         containerRuntime.kind process)",
+                        launch.containers.len()
+                    )));
+                }
+                let spec = image_launch(&launch, main, &image, volume_mounts)?;
+                return self.start_spec(&launch, main, spec).await;
+            }
             let spec = LaunchSpec {
                 hostname: hostname_of(&launch.pod_name),
                 command: command_line(main),
@@ -252,23 +393,57 @@ impl SandboxRuntime for ExecutorRuntime {
                 memory_limit_bytes: None,
                 cpu_limit_millis: None,
             };
-            match self.executor.start(&launch.pod_uid, spec).await {
-                Ok(()) => {
-                    tracing::debug!(
-                        pod_uid = %launch.pod_uid,
-                        sandbox_id = launch.sandbox_id.as_deref().unwrap_or("-"),
-                        image = %main.image,
-                        "main process started"
-                    );
-                    Ok(())
-                }
-                Err(ExecutorError::ShutDown) => Err(RuntimeError::Unavailable("the emulator is stopping".to_owned())),
-                // The world calls the Pod Running, but nothing runs: the driver fails it with the
-                // reason (a command that cannot be found is not this: it runs and exits 127).
-                Err(error) => Err(RuntimeError::StartFailed(error.to_string())),
-            }
+            self.start_spec(&launch, main, spec).await
         }
         .boxed()
+    }
+
+    fn pulls_images(&self) -> bool {
+        self.images.is_some()
+    }
+
+    fn pull_images(
+        &self,
+        pod_uid: String,
+        images: Vec<ImageToPull>,
+    ) -> BoxFuture<'_, Result<Vec<ImagePulled>, ImagePullFailure>> {
+        async move {
+            let Some(puller) = &self.images else {
+                return Ok(images.into_iter().map(|image| ImagePulled::Present { image: image.image }).collect());
+            };
+            if images.len() > 1 && self.kind == RuntimeKind::Auto {
+                // The OCI runtime runs one container per sandbox; auto runs such a Pod the way
+                // the process runtime does, and says so.
+                let reason = "a Pod of several containers runs the host's programs: the OCI runtime runs \
+                 single-container sandboxes (containerRuntime.kind auto)";
+                return Ok(images
+                    .into_iter()
+                    .map(|image| ImagePulled::NotUsed { image: image.image, reason: reason.to_owned() })
+                    .collect());
+            }
+            puller.pull(&pod_uid, images).await
+        }
+        .boxed()
+    }
+
+    fn container_runtime(&self) -> String {
+        match (&self.images, self.executor.oci()) {
+            (Some(_), OciSupport::Ready(info)) => format!(
+                "{} ({}, {} writable layer, cgroup limits {})",
+                self.kind.as_str(),
+                info.version,
+                match info.writable_layer {
+                    WritableLayer::Overlay => "overlay",
+                    WritableLayer::Copy => "copied",
+                },
+                if info.cgroup_limits { "enforced" } else { "not enforced" }
+            ),
+            _ => "process".to_owned(),
+        }
+    }
+
+    fn cgroup_limits(&self) -> bool {
+        self.images.is_some() && matches!(self.executor.oci(), OciSupport::Ready(info) if info.cgroup_limits)
     }
 
     fn stop(&self, pod_uid: String, grace: Duration) -> BoxFuture<'_, Result<(), RuntimeError>> {
@@ -279,14 +454,19 @@ impl SandboxRuntime for ExecutorRuntime {
                 executor.stop(&pod_uid, grace).await;
                 // Everything is gone: the Pod can go now rather than at the end of its grace.
                 let exit_code = executor.exit_code(&pod_uid).unwrap_or(137);
+                let oom_killed = executor.oom_killed(&pod_uid);
                 tracing::debug!(%pod_uid, exit_code, "stopped");
-                let _ = exits.send(MainExit { pod_uid, container: None, exit_code });
+                let _ = exits.send(MainExit { pod_uid, container: None, exit_code, oom_killed });
             });
         }
         futures::future::ready(Ok(())).boxed()
     }
 
     fn kill(&self, pod_uid: String) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        if let Some(images) = &self.images {
+            // Gone before it started: its pulled images are not needed.
+            images.forget(&pod_uid);
+        }
         let executor = self.executor.clone();
         let retention = self.retention;
         tokio::spawn(async move {
@@ -399,6 +579,7 @@ impl SandboxRuntime for ExecutorRuntime {
                     pod_uid: exit.id,
                     container: exit.container,
                     exit_code: exit.exit_code,
+                    oom_killed: exit.oom_killed,
                 });
                 stream::select(own, from_executor).boxed()
             }

@@ -166,6 +166,8 @@ pub struct MainExit {
     pub container: Option<String>,
     /// Its exit status (128 + signal for a signal).
     pub exit_code: i32,
+    /// The kernel's OOM killer ended it (its memory limit, enforced through cgroups).
+    pub oom_killed: bool,
 }
 
 /// Why a runtime operation failed. The emulator maps each variant to a status code and an

@@ -152,6 +152,15 @@ impl EmulatorProcess {
         self.child.as_ref().map(Child::id)
     }
 
+    /// SIGKILL, then waits for the exit: nothing of the emulator runs its shutdown, so what ends
+    /// its sandboxes then is the kernel and the executor's watchdog (check with
+    /// [`crate::procs::wait_until_gone`]).
+    pub fn kill_hard(mut self) -> Result<ExitStatus> {
+        let mut child = self.child.take().context("already stopped")?;
+        child.kill()?;
+        Ok(child.wait()?)
+    }
+
     /// SIGTERM, then waits for the exit. Fails if any process the emulator started (a sandbox's
     /// main process, an exec'd command, anything they started) is still alive once it has exited.
     pub fn stop(mut self) -> Result<ExitStatus> {

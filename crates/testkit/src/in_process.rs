@@ -203,7 +203,8 @@ impl FakeRuntime {
 
     /// The main process of a Pod exits by itself.
     pub fn exit_main(&self, pod_uid: &str, exit_code: i32) {
-        let _ = self.exits.send(MainExit { pod_uid: pod_uid.to_owned(), container: None, exit_code });
+        let _ =
+            self.exits.send(MainExit { pod_uid: pod_uid.to_owned(), container: None, exit_code, oom_killed: false });
     }
 
     fn pod_name(&self, pod_uid: &str) -> Option<String> {

@@ -96,6 +96,19 @@ pub fn with_env(name: &str, value: &str) -> Vec<Process> {
         .collect()
 }
 
+/// The living processes whose environment has `name=value`, once none is left or `limit` has
+/// passed: what ends them (a watchdog noticing its emulator died) takes a moment.
+pub fn wait_until_gone(name: &str, value: &str, limit: std::time::Duration) -> Vec<Process> {
+    let started = std::time::Instant::now();
+    loop {
+        let left = with_env(name, value);
+        if left.is_empty() || started.elapsed() >= limit {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -223,6 +223,9 @@ impl World {
         self.settle();
         let Some(pod) = self.cluster.pod(uid) else { return };
         if pod.phase != PodPhase::Running || pod.deletion_timestamp.is_some() {
+            // Killed while it was being stopped: the stop's end, as any exit then.
+            self.on_pod_exited(uid, crate::world::faults::OOM_EXIT_CODE);
+            self.settle();
             return;
         }
         let node = pod.node_name.clone().unwrap_or_default();

@@ -154,6 +154,17 @@ impl World {
                         .as_ref()
                         .map(|inputs| inputs.volume_mounts.clone())
                         .unwrap_or_default(),
+                    // A quantity's thousandths: bytes × 1000 for memory, millicores for CPU.
+                    memory_limit_bytes: container
+                        .limits
+                        .memory
+                        .and_then(|memory| u64::try_from(memory.millis() / 1000).ok())
+                        .filter(|bytes| *bytes > 0),
+                    cpu_limit_millis: container
+                        .limits
+                        .cpu
+                        .and_then(|cpu| u64::try_from(cpu.millis()).ok())
+                        .filter(|millis| *millis > 0),
                 }
             })
             .collect();

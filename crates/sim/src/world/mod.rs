@@ -74,6 +74,10 @@ pub struct ContainerStart {
     pub run_as: (Option<u32>, Option<u32>),
     /// Where the sandbox's scratch volumes appear in it.
     pub volume_mounts: Vec<crate::k8s::VolumeMountStart>,
+    /// `limits.memory` in bytes, for a runtime that enforces it.
+    pub memory_limit_bytes: Option<u64>,
+    /// `limits.cpu` in thousandths of a CPU, for a runtime that enforces it.
+    pub cpu_limit_millis: Option<u64>,
 }
 
 /// A transition the world's own bookkeeping has checked is legal. A refusal is a missed

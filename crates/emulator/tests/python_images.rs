@@ -1,0 +1,125 @@
+//! Sandboxes in their container images with the real published Python client: a local registry
+//! (Debian's `docker-registry`) on loopback holds the testkit's two images (busybox, and one
+//! layered on it with whiteouts and an opaque directory), the emulator runs with `--runtime oci`
+//! (runc), and `tests/python/test_images.py` checks what a user would. Afterwards no container
+//! process survives the emulator's SIGTERM, and then none survives a SIGKILL either.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use cwsandbox_testkit::emulator::EmulatorProcess;
+use cwsandbox_testkit::images::{self, BASE_GREETING, BASE_MOTD, BASE_WORKDIR, LAYERED_MOTD, OS_RELEASE};
+use cwsandbox_testkit::procs;
+use cwsandbox_testkit::registry::LocalRegistry;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_cwsandbox-emulator");
+const SUITE_TIMEOUT_SECONDS: &str = "600";
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Starts a sandbox of the busybox image that stays up, as the client leaves one at exit.
+const LEAVE_RUNNING: &str = r#"
+import os
+from cwsandbox import Sandbox
+env = {"CWSANDBOX_TEST_RUN": os.environ["CWSANDBOX_TEST_RUN_ID"]}
+sb = Sandbox.run(placement_mode="cks", runner_ids=[os.environ["RUNNER_ID"]], environment_variables=env,
+                 container_image=os.environ["CWSANDBOX_TEST_REGISTRY"] + "/test/busybox:1")
+assert sb.exec(["sh", "-c", "sleep 600 </dev/null >/dev/null 2>&1 & echo started"]).result().stdout == "started\n"
+"#;
+
+fn preconditions() -> Option<String> {
+    if !Path::new("/usr/sbin/runc").exists() && which("runc").is_none() {
+        return Some("runc is not installed (the test command installs it)".to_owned());
+    }
+    if which("docker-registry").is_none() {
+        return Some("docker-registry is not installed (the test command installs it)".to_owned());
+    }
+    None
+}
+
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|dir| Path::new(dir).join(program)).find(|path| path.exists())
+}
+
+#[test]
+fn the_python_client_runs_sandboxes_in_their_images() -> Result<()> {
+    if let Some(missing) = preconditions() {
+        // The README's test command installs both; a developer's partial machine says why.
+        panic!("{missing}");
+    }
+    let registry = LocalRegistry::start().context("local registry")?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let pushed = runtime.block_on(images::push_test_images(&registry)).context("pushing the test images")?;
+    eprintln!("registry {} holds {} and {}", registry.host(), pushed.base, pushed.layered);
+
+    let python = cwsandbox_testkit::python_env().context("python venv")?;
+    let cache = tempfile::tempdir()?;
+    let values = cache.path().join("values.yaml");
+    std::fs::write(&values, format!("containerRuntime:\n  imageCache: {}\n", cache.path().join("images").display()))?;
+    let values_arg = values.display().to_string();
+    let emulator = EmulatorProcess::start(Path::new(BINARY), &["--runtime", "oci", "-f", &values_arg])?;
+    eprintln!(
+        "emulator ready after {:?}: isolation {}, containers {} (cgroup limits {})",
+        emulator.startup, emulator.ready.isolation, emulator.ready.container_runtime, emulator.ready.cgroup_limits
+    );
+    assert!(emulator.ready.container_runtime.starts_with("oci ("), "{}", emulator.ready.container_runtime);
+
+    let marker = format!("run-{}-{}", std::process::id(), emulator.ready.pid);
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
+    let path = format!("{}:{}", python.bin_dir().display(), std::env::var("PATH").unwrap_or_default());
+    let output = Command::new("timeout")
+        .args(["--signal=KILL", SUITE_TIMEOUT_SECONDS])
+        .arg(python.python())
+        .args(["-m", "pytest", "-p", "no:cacheprovider", "-v", "-rs", "--durations=5", "--rootdir"])
+        .arg(&suite)
+        .arg(suite.join("test_images.py"))
+        .current_dir(emulator.dir())
+        .envs(emulator.env())
+        .env("PATH", &path)
+        .env("CWSANDBOX_ISOLATION", &emulator.ready.isolation)
+        .env("CWSANDBOX_TEST_RUN_ID", &marker)
+        .env("CWSANDBOX_TEST_REGISTRY", registry.host())
+        .env("CWSANDBOX_TEST_IMAGE_OS_RELEASE", OS_RELEASE)
+        .env("CWSANDBOX_TEST_IMAGE_GREETING", BASE_GREETING.1)
+        .env("CWSANDBOX_TEST_IMAGE_WORKDIR", BASE_WORKDIR)
+        .env("CWSANDBOX_TEST_IMAGE_BASE_MOTD", BASE_MOTD)
+        .env("CWSANDBOX_TEST_IMAGE_LAYERED_MOTD", LAYERED_MOTD)
+        .env("CWSANDBOX_TEST_CGROUP_LIMITS", if emulator.ready.cgroup_limits { "1" } else { "0" })
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()?;
+    let report = format!("{}{}", text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "pytest failed:\n{report}\nemulator log:\n{}", emulator.log());
+    eprintln!("{report}");
+    // Every test ran: none was skipped for want of the registry or the runtime.
+    assert!(!report.contains("SKIPPED") || !emulator.ready.cgroup_limits, "{report}");
+
+    // A container left running ends with the emulator (SIGTERM), as every sandbox does.
+    let leave = |emulator: &EmulatorProcess| -> Result<()> {
+        let output = Command::new(python.python())
+            .args(["-W", "ignore", "-c", LEAVE_RUNNING])
+            .envs(emulator.env())
+            .env("CWSANDBOX_TEST_RUN_ID", &marker)
+            .env("CWSANDBOX_TEST_REGISTRY", registry.host())
+            .output()?;
+        assert!(output.status.success(), "{}{}", text(&output.stdout), text(&output.stderr));
+        Ok(())
+    };
+    leave(&emulator)?;
+    assert!(!procs::with_env("CWSANDBOX_TEST_RUN", &marker).is_empty(), "the container's processes run");
+    let status = emulator.stop()?;
+    assert!(status.success(), "SIGTERM must end the emulator cleanly: {status:?}");
+    let survivors = procs::with_env("CWSANDBOX_TEST_RUN", &marker);
+    assert!(survivors.is_empty(), "container processes outlived the emulator: {survivors:?}");
+
+    // And after a SIGKILL of the emulator: the executor's watchdog ends the containers.
+    let emulator = EmulatorProcess::start(Path::new(BINARY), &["--runtime", "oci", "-f", &values_arg])?;
+    leave(&emulator)?;
+    assert!(!procs::with_env("CWSANDBOX_TEST_RUN", &marker).is_empty(), "the container's processes run");
+    emulator.kill_hard()?;
+    let survivors = procs::wait_until_gone("CWSANDBOX_TEST_RUN", &marker, std::time::Duration::from_secs(30));
+    assert!(survivors.is_empty(), "container processes outlived a SIGKILLed emulator: {survivors:?}");
+    Ok(())
+}
