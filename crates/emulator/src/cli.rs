@@ -273,7 +273,8 @@ impl SandboxArgs {
                 anyhow::bail!("--runtime oci: the OCI runtime {} does not work here: {why}", containers.runc.display())
             }
             (RuntimeKind::Oci, OciSupport::NotConfigured) => anyhow::bail!("--runtime oci: no OCI runtime configured"),
-            (RuntimeKind::Auto, OciSupport::Unavailable(why)) => tracing::warn!(
+            // Auto asks for images only where they can run: not a problem, but said.
+            (RuntimeKind::Auto, OciSupport::Unavailable(why)) => tracing::info!(
                 "containerRuntime auto: the OCI runtime {} does not work here ({why}); sandboxes run the host's programs",
                 containers.runc.display()
             ),
