@@ -153,7 +153,8 @@ pub const FIELDS: &[FieldRule] = &[
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.containers.image",
-        "recorded in the Pod, never pulled: commands run on the host's file system, bound read-only",
+        "pulled from its registry and run through runc (the OCI runtime: `serve --runtime oci`, or `auto` where runc \
+         works and the registry answers); with the process runtime recorded only, commands being the host's",
     ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.command", "the container's process"),
     emulated("CreateSandboxRequest.sandbox.spec.containers.args", "the container's process's arguments"),
@@ -309,7 +310,10 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxRequest.sandbox.spec.containers.security_context.seccomp_profile",
         "no seccomp profile is applied",
     ),
-    refused("CreateSandboxRequest.sandbox.spec.containers.image_pull_credentials", "no image is pulled"),
+    refused(
+        "CreateSandboxRequest.sandbox.spec.containers.image_pull_credentials",
+        "registry credentials come from the emulator's docker config (containerRuntime.dockerConfig), not a secret store",
+    ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.primary", "which container is the main one"),
     refused("CreateSandboxRequest.sandbox.spec.containers.startup_probe", "probes are not run"),
     emulated(
@@ -490,7 +494,10 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxFromFileRequest.control",
         "PLATFORM (the default) runs the services as the sandbox's containers; CONTAINER_ENGINE is refused by name (no Docker engine)",
     ),
-    refused("CreateSandboxFromFileRequest.image_pull_credentials", "no image is pulled"),
+    refused(
+        "CreateSandboxFromFileRequest.image_pull_credentials",
+        "registry credentials come from the emulator's docker config (containerRuntime.dockerConfig), not a secret store",
+    ),
     // ConnectSandbox: the direct data plane (crate::direct)
     emulated(
         "ConnectSandboxRequest.sandbox_id",
