@@ -26,6 +26,10 @@ use crate::runtime::{MainExit, PodLaunch, RuntimeError, SandboxRuntime};
 /// How long a reader waits for the runtime to catch up with the world (a Pod the world just
 /// called Running is being started) before answering anyway.
 pub const RUNTIME_CATCH_UP: Duration = Duration::from_secs(30);
+/// How long a reader waits for a Pod's image pull in progress: a cached image, or a registry
+/// `auto` finds unreachable, settles within it; a long pull answers PENDING meanwhile
+/// (`ContainerCreating`), as the cloud does while its kubelet pulls.
+pub const PULL_CATCH_UP: Duration = Duration::from_secs(5);
 
 /// Longest the ticker sleeps without looking at the world again.
 const MAX_IDLE: Duration = Duration::from_secs(60);
@@ -79,6 +83,8 @@ pub struct Driver {
     visible: AtomicU64,
     /// Pods whose `StartPod` the runtime has not finished yet; readers wait on it.
     starting: watch::Sender<std::collections::HashSet<String>>,
+    /// Pods whose images the runtime is pulling; readers wait on it too.
+    pulling: watch::Sender<std::collections::HashSet<String>>,
     /// Whether Pods wait for the runtime to pull their images (kept across resets).
     pulls_images: std::sync::atomic::AtomicBool,
 }
@@ -111,6 +117,7 @@ impl Driver {
             changes: watch::Sender::new(0),
             visible: AtomicU64::new(0),
             starting: watch::Sender::new(std::collections::HashSet::new()),
+            pulling: watch::Sender::new(std::collections::HashSet::new()),
             pulls_images: std::sync::atomic::AtomicBool::new(false),
         });
         // Effects of building the world (none today) go out like any others.
@@ -243,7 +250,12 @@ impl Driver {
                 }
                 Effect::StopPod { pod_uid, grace } => PumpItem::Stop { pod_uid: pod_uid.into(), grace },
                 Effect::KillPod { pod_uid } => PumpItem::Kill { pod_uid: pod_uid.into() },
-                Effect::PullImages { pod_uid, images } => PumpItem::Pull { pod_uid: pod_uid.into(), images },
+                Effect::PullImages { pod_uid, images } => {
+                    self.pulling.send_modify(|pulling| {
+                        pulling.insert(pod_uid.to_string());
+                    });
+                    PumpItem::Pull { pod_uid: pod_uid.into(), images }
+                }
             };
             // The receiver lives as long as the emulator; after shutdown effects have nowhere to go.
             if self.pump.send(item).is_ok() {
@@ -252,18 +264,33 @@ impl Driver {
         }
     }
 
-    /// Waits until the runtime has finished starting `pod_uid` (if it is being started), or `limit`
-    /// passes. The world calls a Pod Running when the kubelet admits it; whether its command
-    /// could start at all is known only once the runtime tried, and a reader of the sandbox's
-    /// state should not see RUNNING for a command that never ran.
-    /// Says whether it had to wait.
+    /// Waits until the runtime has finished pulling `pod_uid`'s images (at most [`PULL_CATCH_UP`])
+    /// and starting it (if it is being started), or `limit` passes. The world calls a Pod
+    /// Running when the kubelet admits it; whether its command could start at all is known only
+    /// once the runtime tried, and a reader of the sandbox's state should not see RUNNING for a
+    /// command that never ran. Says whether it had to wait.
     pub async fn start_settled(&self, pod_uid: &str, limit: Duration) -> bool {
+        let mut pulling = self.pulling.subscribe();
+        let pulled = if pulling.borrow_and_update().contains(pod_uid) {
+            let _ = tokio::time::timeout(PULL_CATCH_UP, pulling.wait_for(|pulling| !pulling.contains(pod_uid))).await;
+            true
+        } else {
+            false
+        };
         let mut starting = self.starting.subscribe();
         if !starting.borrow_and_update().contains(pod_uid) {
-            return false;
+            return pulled;
         }
         let _ = tokio::time::timeout(limit, starting.wait_for(|starting| !starting.contains(pod_uid))).await;
         true
+    }
+
+    /// Marks a Pod's pull as finished (its outcome told to the world, whose `StartPod`, if any,
+    /// is marked starting by then).
+    fn pull_finished(&self, pod_uid: &str) {
+        self.pulling.send_modify(|pulling| {
+            pulling.remove(pod_uid);
+        });
     }
 
     /// Marks a Pod's start as finished (applied, and its immediate exit, if any, told to the world).
@@ -350,8 +377,11 @@ async fn run_pump(
     while let Some(item) = items.recv().await {
         let item = match item {
             PumpItem::Pull { pod_uid, images } => {
-                if let Some(runtime) = &runtime {
-                    tokio::spawn(pull_images(Arc::clone(&driver), Arc::clone(runtime), pod_uid, images));
+                match &runtime {
+                    Some(runtime) => {
+                        tokio::spawn(pull_images(Arc::clone(&driver), Arc::clone(runtime), pod_uid, images));
+                    }
+                    None => driver.pull_finished(&pod_uid),
                 }
                 driver.applied.send_modify(|applied| *applied += 1);
                 continue;
@@ -428,4 +458,5 @@ async fn pull_images(driver: Arc<Driver>, runtime: Arc<dyn SandboxRuntime>, pod_
             driver.with_world(|world| world.image_pull_failed(&pod_uid, failure));
         }
     }
+    driver.pull_finished(&pod_uid);
 }

@@ -150,7 +150,13 @@ impl Serve {
     fn spawn(args: &[&std::ffi::OsStr], env: &[(&str, &Path)]) -> anyhow::Result<Serve> {
         use std::io::BufRead;
         let mut command = Command::new(BINARY);
-        command.args(["serve", "--listen", "127.0.0.1:0"]).args(args).env("RUST_LOG", "info");
+        // The process runtime, whatever this machine has: `auto` with runc and a network would
+        // pull the python:3.11 these tests name.
+        command
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env("CWSANDBOX_EMULATOR_RUNTIME", "process");
         for (name, value) in env {
             command.env(name, value);
         }

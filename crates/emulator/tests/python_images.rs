@@ -96,6 +96,27 @@ fn the_python_client_runs_sandboxes_in_their_images() -> Result<()> {
     // Every test ran: none was skipped for want of the registry or the runtime.
     assert!(!report.contains("SKIPPED") || !emulator.ready.cgroup_limits, "{report}");
 
+    // Where a platform engineer looks: kubectl shows the failed pull and the pulled images.
+    let kubectl = |args: &[&str]| -> Result<String> {
+        let output = Command::new("kubectl").args(args).envs(emulator.env()).output()?;
+        assert!(output.status.success(), "kubectl {args:?}: {}", text(&output.stderr));
+        Ok(text(&output.stdout))
+    };
+    let pods = kubectl(&["get", "pods", "-A"])?;
+    let failed = pods.lines().find(|line| line.contains("ImagePullBackOff")).unwrap_or_else(|| panic!("{pods}"));
+    let (namespace, pod) = {
+        let mut columns = failed.split_whitespace();
+        (columns.next().unwrap_or_default().to_owned(), columns.next().unwrap_or_default().to_owned())
+    };
+    let described = kubectl(&["describe", "pod", "-n", &namespace, &pod])?;
+    assert!(
+        described.contains("Reason:       ImagePullBackOff") || described.contains("ImagePullBackOff"),
+        "{described}"
+    );
+    assert!(described.contains("no-such-tag: not found"), "the registry's message: {described}");
+    let events = kubectl(&["get", "events", "-A"])?;
+    assert!(events.contains("Failed to pull image") && events.contains("Successfully pulled image"), "{events}");
+
     // A container left running ends with the emulator (SIGTERM), as every sandbox does.
     let leave = |emulator: &EmulatorProcess| -> Result<()> {
         let output = Command::new(python.python())
@@ -121,5 +142,55 @@ fn the_python_client_runs_sandboxes_in_their_images() -> Result<()> {
     emulator.kill_hard()?;
     let survivors = procs::wait_until_gone("CWSANDBOX_TEST_RUN", &marker, std::time::Duration::from_secs(30));
     assert!(survivors.is_empty(), "container processes outlived a SIGKILLed emulator: {survivors:?}");
+    Ok(())
+}
+
+/// `auto` (the default): an image from a registry that answers runs in its image; one whose
+/// registry cannot be reached runs the host's programs, and the Pod's Events say why.
+const AUTO: &str = r#"
+import os
+from cwsandbox import Sandbox
+env = {"CWSANDBOX_TEST_RUN": os.environ["CWSANDBOX_TEST_RUN_ID"]}
+def run(image):
+    return Sandbox.run(placement_mode="cks", runner_ids=[os.environ["RUNNER_ID"]], environment_variables=env,
+                       container_image=image)
+with run("127.0.0.1:1/nowhere/image:1") as host:
+    print("HOST=" + host.exec(["sh", "-c", "test -e /usr/bin/python3 && echo host-programs"]).result().stdout.strip())
+with run(os.environ["CWSANDBOX_TEST_REGISTRY"] + "/test/busybox:1") as image:
+    print("IMAGE=" + image.exec(["cat", "/etc/os-release"]).result().stdout.replace("\n", "|"))
+"#;
+
+#[test]
+fn auto_runs_images_where_their_registry_answers_and_the_hosts_programs_elsewhere() -> Result<()> {
+    if let Some(missing) = preconditions() {
+        panic!("{missing}");
+    }
+    let registry = LocalRegistry::start().context("local registry")?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(images::push_test_images(&registry)).context("pushing the test images")?;
+    let python = cwsandbox_testkit::python_env().context("python venv")?;
+    let cache = tempfile::tempdir()?;
+    let values = cache.path().join("values.yaml");
+    std::fs::write(&values, format!("containerRuntime:\n  imageCache: {}\n", cache.path().join("images").display()))?;
+    let values_arg = values.display().to_string();
+    let emulator = EmulatorProcess::start(Path::new(BINARY), &["--runtime", "auto", "-f", &values_arg])?;
+    assert!(emulator.ready.container_runtime.starts_with("auto ("), "{}", emulator.ready.container_runtime);
+    let marker = format!("auto-{}-{}", std::process::id(), emulator.ready.pid);
+    let output = Command::new(python.python())
+        .args(["-W", "ignore", "-c", AUTO])
+        .envs(emulator.env())
+        .env("CWSANDBOX_TEST_RUN_ID", &marker)
+        .env("CWSANDBOX_TEST_REGISTRY", registry.host())
+        .output()?;
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}\n{}", text(&output.stderr), emulator.log());
+    assert!(stdout.contains("HOST=host-programs"), "{stdout}");
+    assert!(stdout.contains(&format!("IMAGE={}", OS_RELEASE.replace('\n', "|"))), "{stdout}");
+    let events = Command::new("kubectl").args(["get", "events", "-A"]).envs(emulator.env()).output()?;
+    let events = text(&events.stdout);
+    assert!(events.contains("ImageNotUsed") && events.contains("registry 127.0.0.1:1 cannot be reached"), "{events}");
+    let status = emulator.stop()?;
+    assert!(status.success(), "{status:?}");
+    assert!(procs::with_env("CWSANDBOX_TEST_RUN", &marker).is_empty());
     Ok(())
 }
