@@ -28,11 +28,21 @@ async fn measure(
     config.warm_sandboxes = warm_sandboxes;
     let executor = Executor::new(config)?;
     executor.ready_ahead().await;
+    life_cycles(&executor, rounds, |_| LaunchSpec { hostname: "bench".into(), ..LaunchSpec::default() }).await
+}
+
+/// `rounds` life cycles (and one before them that warms caches) of sandboxes launched as
+/// `launch` says: start, exec `hostname` (which must print `bench`), stop; the medians.
+async fn life_cycles(
+    executor: &Executor,
+    rounds: usize,
+    launch: impl Fn(usize) -> LaunchSpec,
+) -> Result<String, Box<dyn std::error::Error>> {
     let (mut starts, mut execs, mut stops, mut totals) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..=rounds {
         let id = format!("bench-{round}");
         let began = Instant::now();
-        executor.start(&id, LaunchSpec { hostname: "bench".into(), ..LaunchSpec::default() }).await?;
+        executor.start(&id, launch(round)).await?;
         let started = Instant::now();
         let request = ExecRequest { argv: vec!["hostname".into()], ..ExecRequest::default() };
         let (stdout, _, code) = executor.exec(&id, request).await?.collect().await;
@@ -84,42 +94,13 @@ async fn measure_image(parent: &std::path::Path, rounds: usize) -> Result<String
     if !matches!(executor.oci(), cwsandbox_executor::OciSupport::Ready(_)) {
         return Err(format!("runc does not work here: {:?}", executor.oci()).into());
     }
-    let (mut starts, mut execs, mut stops, mut totals) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for round in 0..=rounds {
-        let id = format!("bench-{round}");
-        let launch = LaunchSpec {
-            hostname: "bench".into(),
-            command: ["sh", "-c", "trap 'exit 0' TERM; sleep 1000 & wait"].map(str::to_owned).to_vec(),
-            image: Some(cwsandbox_executor::ImageRoot { rootfs: image.clone() }),
-            ..LaunchSpec::default()
-        };
-        let began = Instant::now();
-        executor.start(&id, launch).await?;
-        let started = Instant::now();
-        let request = ExecRequest { argv: vec!["hostname".into()], ..ExecRequest::default() };
-        let (stdout, _, code) = executor.exec(&id, request).await?.collect().await;
-        if code != 0 || stdout != b"bench\n" {
-            return Err(format!("exec gave {code} {:?}", String::from_utf8_lossy(&stdout)).into());
-        }
-        let executed = Instant::now();
-        executor.stop(&id, Duration::from_secs(10)).await;
-        let stopped = Instant::now();
-        executor.remove(&id).await;
-        if round > 0 {
-            starts.push(started - began);
-            execs.push(executed - started);
-            stops.push(stopped - executed);
-            totals.push(stopped - began);
-        }
-    }
-    executor.shutdown().await;
-    Ok(format!(
-        "start {:.2}, exec {:.2}, stop {:.2}, total {:.2} ms",
-        median(&mut starts),
-        median(&mut execs),
-        median(&mut stops),
-        median(&mut totals)
-    ))
+    life_cycles(&executor, rounds, |_| LaunchSpec {
+        hostname: "bench".into(),
+        command: ["sh", "-c", "trap 'exit 0' TERM; sleep 1000 & wait"].map(str::to_owned).to_vec(),
+        image: Some(cwsandbox_executor::ImageRoot { rootfs: image.clone() }),
+        ..LaunchSpec::default()
+    })
+    .await
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
