@@ -87,6 +87,9 @@ pub struct Driver {
     pulling: watch::Sender<std::collections::HashSet<String>>,
     /// Whether Pods wait for the runtime to pull their images (kept across resets).
     pulls_images: std::sync::atomic::AtomicBool,
+    /// Whether the runtime enforces the limits of containers it runs in images (kept across
+    /// resets).
+    limits_enforced: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Driver {
@@ -119,6 +122,7 @@ impl Driver {
             starting: watch::Sender::new(std::collections::HashSet::new()),
             pulling: watch::Sender::new(std::collections::HashSet::new()),
             pulls_images: std::sync::atomic::AtomicBool::new(false),
+            limits_enforced: std::sync::atomic::AtomicBool::new(true),
         });
         // Effects of building the world (none today) go out like any others.
         driver.with_world(|_| ());
@@ -130,6 +134,13 @@ impl Driver {
     pub fn set_pulls_images(&self, pulls: bool) {
         self.pulls_images.store(pulls, Ordering::SeqCst);
         self.with_world(|world| world.set_pulls_images(pulls));
+    }
+
+    /// Says whether the runtime enforces the limits of containers it runs in images: when it
+    /// cannot, each started Pod with limits gets a Warning Event (now and after every reset).
+    pub fn set_limits_enforced(&self, enforced: bool) {
+        self.limits_enforced.store(enforced, Ordering::SeqCst);
+        self.with_world(|world| world.set_limits_enforced(enforced));
     }
 
     /// The clock.
@@ -209,6 +220,7 @@ impl Driver {
         let mut fresh =
             World::new(self.initial_values.clone(), Box::new(self.clock.clone()), Box::new(SeededIds::new(seed)))?;
         fresh.set_pulls_images(self.pulls_images.load(Ordering::SeqCst));
+        fresh.set_limits_enforced(self.limits_enforced.load(Ordering::SeqCst));
         rebuild(&mut fresh)?;
         let stopped = {
             let mut world = self.lock();

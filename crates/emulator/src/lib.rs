@@ -291,6 +291,9 @@ impl Emulator {
         let (driver, pump) = Driver::new(config.values, clock, seed.unwrap_or_else(seed_from_clock))?;
         // A runtime that runs images makes admitted Pods wait for their pulls.
         driver.set_pulls_images(runtime.as_ref().is_some_and(|runtime| runtime.pulls_images()));
+        driver.set_limits_enforced(
+            runtime.as_ref().is_none_or(|runtime| !runtime.pulls_images() || runtime.cgroup_limits()),
+        );
         let app = App::new(Arc::clone(&driver), tokens, runtime.clone(), limits, config.strictness, Arc::new(direct));
         app.install_configured_faults(config.faults).map_err(|error| StartError::Fault(error.to_string()))?;
         let router = server::router(app.clone(), &transport).await;

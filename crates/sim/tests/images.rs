@@ -173,3 +173,24 @@ fn a_host_that_does_not_pull_starts_pods_at_admission() {
     assert!(pulls(&effects).is_empty(), "{effects:?}");
     assert_eq!(starts(&effects), 1);
 }
+
+#[test]
+fn a_host_that_cannot_enforce_limits_says_so_on_each_pod_with_limits() {
+    let mut h = pulling_world();
+    h.world.set_limits_enforced(false);
+    let sandbox = h.world.create_sandbox(&owner(), serverless("127.0.0.1:5000/test/busybox:1"), "", "").unwrap();
+    let effects = h.world.take_effects();
+    let [(pod_uid, _)] = pulls(&effects).try_into().unwrap_or_else(|all| panic!("{all:?}"));
+    h.world.images_pulled(&pod_uid, &[ImagePulled::Present { image: "127.0.0.1:5000/test/busybox:1".to_owned() }]);
+    assert_eq!(h.world.get_sandbox("org-a", &sandbox.id).unwrap().state, SandboxState::Running);
+    let warnings: Vec<String> = h.warnings_for(&pod_uid).iter().map(|event| event.reason.to_string()).collect();
+    assert_eq!(warnings, ["LimitsNotEnforced"], "the sandbox's effective limits hold nothing here");
+
+    // Where they hold, no such Event.
+    let mut enforced = pulling_world();
+    enforced.world.create_sandbox(&owner(), serverless("127.0.0.1:5000/test/busybox:1"), "", "").unwrap();
+    let effects = enforced.world.take_effects();
+    let [(pod_uid, _)] = pulls(&effects).try_into().unwrap_or_else(|all| panic!("{all:?}"));
+    enforced.world.images_pulled(&pod_uid, &[]);
+    assert!(enforced.warnings_for(&pod_uid).is_empty());
+}

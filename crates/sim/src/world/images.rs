@@ -88,6 +88,32 @@ impl World {
         self.pulls_images = pulls;
     }
 
+    /// Whether the host enforces the CPU and memory limits of the containers it runs in their
+    /// images; when it cannot (cgroups refused), each started Pod with limits gets a Warning
+    /// Event saying so.
+    pub fn set_limits_enforced(&mut self, enforced: bool) {
+        self.limits_enforced = enforced;
+    }
+
+    /// The Warning a started Pod gets when its limits hold nothing on this host.
+    pub(super) fn warn_unenforced_limits(&mut self, uid: &str) {
+        if self.limits_enforced {
+            return;
+        }
+        let limited = self.cluster.pod(uid).is_some_and(|pod| {
+            pod.containers.iter().any(|container| container.limits.cpu.is_some() || container.limits.memory.is_some())
+        });
+        if limited {
+            self.event(
+                uid,
+                EventType::Warning,
+                "LimitsNotEnforced",
+                "CPU and memory limits are not enforced: the OCI runtime cannot set cgroup limits on this host",
+                "kubelet",
+            );
+        }
+    }
+
     /// The images a Pod's containers need, with the policy of the sandbox's runner
     /// (`spec.image_pull.policy`; unspecified is the platform's `IfNotPresent`).
     fn images_to_pull(&self, uid: &str) -> Vec<ImageToPull> {

@@ -103,6 +103,7 @@ impl World {
         for message in started {
             self.event(uid, EventType::Normal, "Started", message, "kubelet");
         }
+        self.warn_unenforced_limits(uid);
         self.pin_cpus(uid, node_name);
         self.assign_gpus(uid, node_name);
         let containers = self.containers_to_start(uid, sandbox_id.as_deref());

@@ -273,6 +273,9 @@ pub struct World {
     pub(crate) gpu_devices: HashMap<SharedStr, (SharedStr, Vec<u32>), IdHash>,
     /// Whether admitted Pods wait for the host to pull their images.
     pub(crate) pulls_images: bool,
+    /// Whether the host enforces containers' CPU and memory limits where it runs images (a
+    /// Warning Event on each Pod with limits says when it cannot).
+    pub(crate) limits_enforced: bool,
     /// Pods whose images the host is pulling.
     pub(crate) pulling: HashSet<SharedStr, IdHash>,
     /// Pods whose pull the host reported failed, waiting for the kubelet's back-off.
@@ -335,6 +338,7 @@ impl World {
             pinned_cpus: HashMap::default(),
             gpu_devices: HashMap::default(),
             pulls_images: false,
+            limits_enforced: true,
             pulling: HashSet::default(),
             failed_pulls: HashMap::default(),
             room_freed: false,
