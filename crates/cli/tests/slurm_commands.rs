@@ -140,6 +140,23 @@ fn symlinked_commands_show_cancel_and_account_a_batch_job() {
     };
     assert_eq!(text(&as_alice(&["-X", "-n", "-P", "-o", "JobID"]).stdout), "");
     assert_eq!(text(&as_alice(&["-X", "-n", "-P", "-o", "JobID", "-u", "root"]).stdout), format!("{id}\n"));
+
+    // A sandbox_user's token reads the Slurm views as any Slurm user does, acting as its token's
+    // uid (the generated user token is alice's): her own jobs by default, root's with `-u`.
+    let with_user_token = |name: &str, args: &[&str]| {
+        Command::new(bin.join(name))
+            .args(args)
+            .envs(emu.env())
+            .env("CWSANDBOX_API_KEY", &emu.ready.user_token)
+            .env_remove("CWSBX_SLURM_USER")
+            .output()
+            .unwrap()
+    };
+    for (name, args) in [("squeue", &["-h"][..]), ("sinfo", &["-h"][..]), ("sacct", &["-X", "-n"][..])] {
+        let output = with_user_token(name, args);
+        assert!(output.status.success(), "{name} with a user token: {}", text(&output.stderr));
+    }
+    assert_eq!(text(&with_user_token("sacct", &["-X", "-n", "-P", "-o", "JobID"]).stdout), "");
     emu.stop().unwrap();
 }
 

@@ -202,37 +202,12 @@ impl EmulatorAdmin {
         Ok(self.client.drain_node(&request).await?.into_inner().node)
     }
 
-    /// The Slurm users of the values in force (name, uid), for `-u <name>` and the caller.
-    pub async fn slurm_users(&self) -> Result<Vec<(String, u32)>> {
-        use pbjson_types::value::Kind;
-        let values = self.client.get_values(&emu::GetValuesRequest {}).await?.into_inner().values.unwrap_or_default();
-        let field = |value: &pbjson_types::Value, key: &str| match &value.kind {
-            Some(Kind::StructValue(tree)) => tree.fields.get(key).cloned(),
-            _ => None,
-        };
-        let users = values
-            .fields
-            .get("slurm")
-            .and_then(|slurm| field(slurm, "users"))
-            .and_then(|users| match users.kind {
-                Some(Kind::ListValue(list)) => Some(list.values),
-                _ => None,
-            })
-            .unwrap_or_default();
-        Ok(users
-            .iter()
-            .filter_map(|user| {
-                let name = match field(user, "name")?.kind {
-                    Some(Kind::StringValue(name)) => name,
-                    _ => return None,
-                };
-                let uid = match field(user, "uid")?.kind {
-                    Some(Kind::NumberValue(uid)) if uid >= 0.0 && uid.fract() == 0.0 => uid as u32,
-                    _ => return None,
-                };
-                Some((name, uid))
-            })
-            .collect())
+    /// The Slurm users of the values in force (name, uid), for `-u <name>`, and the uid of this
+    /// client's token: what the Slurm commands act as by default. Any role may ask.
+    pub async fn slurm_users(&self) -> Result<(Vec<(String, u32)>, u32)> {
+        let response = self.client.list_slurm_users(&emu::ListSlurmUsersRequest {}).await?.into_inner();
+        let users = response.users.into_iter().map(|user| (user.name, user.uid)).collect();
+        Ok((users, response.caller_uid))
     }
 
     /// A fresh world.

@@ -197,6 +197,7 @@ pub async fn router(app: App, transport: &Transport) -> Router {
         .list_jobs(emulator::list_jobs)
         .list_slurm_nodes(emulator::list_slurm_nodes)
         .list_partitions(emulator::list_partitions)
+        .list_slurm_users(emulator::list_slurm_users)
         .cancel_job(emulator::cancel_job)
         .submit_batch_job(emulator::submit_batch_job)
         .resume_node(emulator::resume_node)

@@ -646,3 +646,53 @@ async fn dev_tokens_are_fixed_on_loopback_and_refused_elsewhere() {
     let refused = Emulator::start(both).await.expect_err("two sources of tokens");
     assert!(matches!(&refused, StartError::DevTokens(why) if why.contains("auth.tokens")), "{refused}");
 }
+
+/// Any Slurm user reads the queue, the nodes, the partitions and the users; with the values'
+/// `slurmConfig.PrivateData: jobs`, a user who administers nothing sees only its own jobs.
+#[tokio::test]
+async fn a_sandbox_user_reads_the_slurm_views_and_private_data_hides_other_users_jobs() {
+    let (emulator, _runtime) = with_runtime("slurmConfig:\n  PrivateData: jobs\n").await;
+    let info = emulator.info().clone();
+    let mut operator = emulator_service(&emulator, &info.admin_token).await;
+    let tenant = create_tenant(&mut operator, emu::CreateTenantRequest::default()).await;
+    let mut admin = emulator_service(&emulator, &tenant.admin_token).await;
+    let mut user = emulator_service(&emulator, &tenant.user_token).await;
+    let submit = |name: &str, user: &str| emu::SubmitBatchJobRequest {
+        name: name.to_owned(),
+        user: user.to_owned(),
+        cpus: 1,
+        ..Default::default()
+    };
+    let own = admin.submit_batch_job(submit("own", "")).await.unwrap().into_inner().job.unwrap();
+    let alices = admin.submit_batch_job(submit("alices", "alice")).await.unwrap().into_inner().job.unwrap();
+    assert_eq!((own.uid, alices.uid), (tenant.uid, 1001));
+
+    let names = |jobs: Vec<emu::Job>| {
+        let mut names: Vec<String> = jobs.into_iter().map(|job| job.name).collect();
+        names.sort();
+        names.dedup();
+        names
+    };
+    let listed = user.list_jobs(emu::ListJobsRequest::default()).await.expect("a user reads the queue");
+    assert_eq!(names(listed.into_inner().jobs), ["own"], "PrivateData=jobs: only its own");
+    let listed = admin.list_jobs(emu::ListJobsRequest::default()).await.unwrap();
+    assert_eq!(names(listed.into_inner().jobs), ["alices", "own"], "an administrator sees the organization's");
+    assert!(!user.list_slurm_nodes(emu::ListSlurmNodesRequest::default()).await.unwrap().into_inner().nodes.is_empty());
+    assert!(!user.list_partitions(emu::ListPartitionsRequest {}).await.unwrap().into_inner().partitions.is_empty());
+    let users = user.list_slurm_users(emu::ListSlurmUsersRequest {}).await.unwrap().into_inner();
+    assert_eq!(users.caller_uid, tenant.uid);
+    assert!(users.users.iter().any(|each| each.name == "alice" && each.uid == 1001), "{users:?}");
+    // Writes stay the administrators'.
+    let denied = user.submit_batch_job(submit("mine", "")).await.unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied);
+
+    // Without PrivateData (Slurm's default) every job of the organization is readable.
+    let yaml = "slurmConfig:\n  PrivateData: null\n".to_owned();
+    let request = emu::ApplyValuesRequest {
+        document: Some(emu::apply_values_request::Document::Yaml(yaml)),
+        ..Default::default()
+    };
+    operator.apply_values(request).await.expect("values applied");
+    let listed = user.list_jobs(emu::ListJobsRequest::default()).await.unwrap();
+    assert_eq!(names(listed.into_inner().jobs), ["alices", "own"]);
+}

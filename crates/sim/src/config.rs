@@ -293,9 +293,19 @@ pub struct SlurmConfigValues {
     /// job is RUNNING with reason `Prolog` while the lock runs) plus the job container.
     #[serde(rename = "PrologFlags", default = "default_prolog_flags")]
     pub prolog_flags: String,
+    /// slurm.conf `PrivateData`, a comma list (empty by default, as in Slurm: every user reads
+    /// the queue and the accounting). With `jobs`, a user who is no administrator sees only
+    /// their own jobs in squeue, sacct and scontrol.
+    #[serde(rename = "PrivateData", default, skip_serializing_if = "String::is_empty")]
+    pub private_data: String,
 }
 
 impl SlurmConfigValues {
+    /// Whether `PrivateData` holds `item` (case-insensitive).
+    pub fn has_private_data(&self, item: &str) -> bool {
+        self.private_data.split(',').any(|each| each.trim().eq_ignore_ascii_case(item))
+    }
+
     /// Whether `PrologFlags` holds `flag` (case-insensitive, as slurm.conf reads it).
     pub fn has_prolog_flag(&self, flag: &str) -> bool {
         self.prolog_flags.split(',').any(|item| item.trim().eq_ignore_ascii_case(flag))
@@ -620,6 +630,7 @@ impl Values {
             slurm_config: SlurmConfigValues {
                 kill_wait: if ready { 60 } else { 30 },
                 prolog_flags: default_prolog_flags(),
+                private_data: String::new(),
             },
             slurm: SlurmValues {
                 users: vec![user("root", 0), user("alice", 1001), user("bob", 1002)],

@@ -75,14 +75,17 @@ pub struct Caller {
 
 impl Caller {
     /// `root`.
+    #[cfg(test)]
     pub fn root() -> Caller {
         Caller { name: "root".to_owned(), uid: 0 }
     }
 
-    /// Resolves `CWSBX_SLURM_USER` against the Slurm users: a name or a uid; unset is root.
-    pub fn from_env(env: &Env, users: &[(String, u32)]) -> Result<Caller, String> {
+    /// Resolves `CWSBX_SLURM_USER` against the Slurm users: a name or a uid; unset is the user
+    /// of the token's uid (`token_uid`; root for the operator's).
+    pub fn from_env(env: &Env, users: &[(String, u32)], token_uid: u32) -> Result<Caller, String> {
         let Some(value) = env.get(USER_ENV).map(|v| v.trim()).filter(|v| !v.is_empty()) else {
-            return Ok(Caller::root());
+            let name = users.iter().find(|(_, uid)| *uid == token_uid).map(|(name, _)| name.clone());
+            return Ok(Caller { name: name.unwrap_or_else(|| token_uid.to_string()), uid: token_uid });
         };
         if let Some((name, uid)) = users.iter().find(|(name, _)| name == value) {
             return Ok(Caller { name: name.clone(), uid: *uid });
@@ -182,8 +185,9 @@ pub async fn run_command<C: Command>(args: &[String], env: &Env, conn: Result<Co
 
 /// The Slurm users and the caller among them (`CWSBX_SLURM_USER`), in `prog`'s words on failure.
 pub async fn caller(prog: &str, env: &Env, conn: &Conn) -> Result<(Caller, Vec<(String, u32)>), Output> {
-    let known = conn.admin().slurm_users().await.map_err(|error| api_error(prog, &error))?;
-    let caller = Caller::from_env(env, &known).map_err(|error| Output::fail(format!("{prog}: error: {error}"), 1))?;
+    let (known, token_uid) = conn.admin().slurm_users().await.map_err(|error| api_error(prog, &error))?;
+    let caller =
+        Caller::from_env(env, &known, token_uid).map_err(|error| Output::fail(format!("{prog}: error: {error}"), 1))?;
     Ok((caller, known))
 }
 

@@ -37,6 +37,19 @@ pub(crate) fn scoped<T>(
     respond(method, allowed.and_then(|()| body(caller.scope())))
 }
 
+/// Runs `body` for every role, in the caller's scope: the Slurm views any Slurm user reads.
+pub(crate) fn reader<T>(
+    method: &str,
+    caller: &Caller,
+    body: impl FnOnce(Scope) -> Result<T, ApiError>,
+) -> Result<ConnectResponse<T>, ConnectError> {
+    let allowed = caller.require_any(
+        &[Role::SandboxUser, Role::SandboxAdmin, Role::ClusterAdmin],
+        "the Slurm views need a token of the organization",
+    );
+    respond(method, allowed.and_then(|()| body(caller.scope())))
+}
+
 /// Runs `body` for the cluster operator (`cluster_admin`); anyone else gets PERMISSION_DENIED.
 pub(crate) fn operator<T>(
     method: &str,
@@ -288,12 +301,20 @@ pub async fn list_jobs(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListJobsRequest>,
 ) -> Result<ConnectResponse<pb::ListJobsResponse>, ConnectError> {
-    scoped("ListJobs", &caller, |scope| {
+    reader("ListJobs", &caller, |scope| {
         let query = convert::job_query(scope, &request)?;
+        let administrator = caller.has(Role::SandboxAdmin) || caller.has(Role::ClusterAdmin);
         Ok(app.driver().with_world(|world| {
             let now = world.now();
             let contain = world.values().slurm_config.has_prolog_flag("Contain");
-            let jobs = world.query_jobs(&query).iter().map(|row| convert::job(row, now, contain)).collect();
+            // slurm.conf `PrivateData=jobs`: a user who administers nothing sees its own jobs.
+            let own_only = !administrator && world.values().slurm_config.has_private_data("jobs");
+            let jobs = world
+                .query_jobs(&query)
+                .iter()
+                .filter(|row| !own_only || row.job.uid == caller.uid)
+                .map(|row| convert::job(row, now, contain))
+                .collect();
             pb::ListJobsResponse { jobs, now: Some(timestamp(now)) }
         }))
     })
@@ -306,7 +327,7 @@ pub async fn list_slurm_nodes(
     ConnectRequest(request): ConnectRequest<pb::ListSlurmNodesRequest>,
 ) -> Result<ConnectResponse<pb::ListSlurmNodesResponse>, ConnectError> {
     // Slurm nodes and partitions are cluster information every Slurm user reads.
-    scoped("ListSlurmNodes", &caller, |_scope| {
+    reader("ListSlurmNodes", &caller, |_scope| {
         Ok(app.driver().with_world(|world| pb::ListSlurmNodesResponse {
             nodes: world
                 .query_slurm_nodes(&request.names, &request.partitions)
@@ -323,7 +344,7 @@ pub async fn list_partitions(
     caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::ListPartitionsRequest>,
 ) -> Result<ConnectResponse<pb::ListPartitionsResponse>, ConnectError> {
-    scoped("ListPartitions", &caller, |_scope| {
+    reader("ListPartitions", &caller, |_scope| {
         Ok(app.driver().with_world(|world| pb::ListPartitionsResponse {
             partitions: world
                 .slurm
@@ -389,6 +410,30 @@ pub async fn resume_node(
     })
 }
 
+/// ListSlurmUsers: the Slurm users, and the caller's uid.
+pub async fn list_slurm_users(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(_request): ConnectRequest<pb::ListSlurmUsersRequest>,
+) -> Result<ConnectResponse<pb::ListSlurmUsersResponse>, ConnectError> {
+    reader("ListSlurmUsers", &caller, |_scope| {
+        Ok(app.driver().with_world(|world| pb::ListSlurmUsersResponse {
+            users: world
+                .values()
+                .slurm
+                .users
+                .iter()
+                .map(|user| pb::SlurmUser {
+                    name: user.name.clone(),
+                    uid: user.uid,
+                    default_account: user.default_account.clone(),
+                })
+                .collect(),
+            caller_uid: caller.uid,
+        }))
+    })
+}
+
 /// DrainNode: `scontrol update nodename=… state=drain reason=…`.
 pub async fn drain_node(
     State(app): State<App>,
@@ -423,7 +468,7 @@ pub async fn get_clock(
     caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::GetClockRequest>,
 ) -> Result<ConnectResponse<pb::GetClockResponse>, ConnectError> {
-    scoped("GetClock", &caller, |_scope| Ok(pb::GetClockResponse { clock: Some(clock_now(&app)) }))
+    reader("GetClock", &caller, |_scope| Ok(pb::GetClockResponse { clock: Some(clock_now(&app)) }))
 }
 
 /// FreezeClock.
