@@ -389,13 +389,20 @@ async fn run(cli: Cli) -> Result<u8> {
             let applied = cli.client()?.emulator()?.apply_values(&yaml, *dry_run).await?;
             match format {
                 Format::Table => {
-                    eprintln!(
-                        "{}",
-                        if *dry_run { "values are valid (dry run, nothing changed)" } else { "values applied" }
-                    )
+                    // What changed, one line each: a no-op apply restarts nothing and says so.
+                    let verdict = match (*dry_run, applied.changes.is_empty()) {
+                        (true, true) => "values are valid and change nothing (dry run)".to_owned(),
+                        (true, false) => "values are valid; they would change (dry run):".to_owned(),
+                        (false, true) => "values unchanged: nothing applied, nothing restarted".to_owned(),
+                        (false, false) => format!("values applied, {} changed:", applied.changes.len()),
+                    };
+                    eprintln!("{verdict}");
+                    for change in &applied.changes {
+                        println!("  {change}");
+                    }
                 }
-                Format::Yaml => print!("{applied}"),
-                Format::Json => print_value(&output::yaml_to_json(&applied)?, Format::Json)?,
+                Format::Yaml => print!("{}", applied.yaml),
+                Format::Json => print_value(&output::yaml_to_json(&applied.yaml)?, Format::Json)?,
             }
             Ok(0)
         }

@@ -133,15 +133,15 @@ impl EmulatorAdmin {
         Ok(self.client.get_values(&emu::GetValuesRequest {}).await?.into_inner().yaml)
     }
 
-    /// Applies a YAML values document like `helm upgrade -f` (merge) and returns the values now
-    /// in force.
-    pub async fn apply_values(&self, yaml: &str, validate_only: bool) -> Result<String> {
+    /// Applies a YAML values document like `helm upgrade -f` (merge): the values now in force and
+    /// what changed (`changes`, empty for a no-op, which restarts nothing).
+    pub async fn apply_values(&self, yaml: &str, validate_only: bool) -> Result<emu::ApplyValuesResponse> {
         let request = emu::ApplyValuesRequest {
             document: Some(emu::apply_values_request::Document::Yaml(yaml.to_owned())),
             mode: emu::ApplyMode::Merge as i32,
             validate_only,
         };
-        Ok(self.client.apply_values(&request).await?.into_inner().yaml)
+        Ok(self.client.apply_values(&request).await?.into_inner())
     }
 
     /// Slurm jobs: queue rows (`squeue`, `scontrol show job`) and accounting rows (`sacct`), with

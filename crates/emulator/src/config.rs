@@ -216,6 +216,31 @@ pub struct EmulatorConfig {
     pub container_runtime: ContainerRuntimeConfig,
 }
 
+/// What differs between two values trees, one line per changed leaf in key order:
+/// `path: old -> new`, `path: added value`, `path: removed`. A list that changed is one leaf.
+pub fn values_changes(old: &serde_json::Value, new: &serde_json::Value) -> Vec<String> {
+    fn walk(path: &str, old: Option<&serde_json::Value>, new: Option<&serde_json::Value>, out: &mut Vec<String>) {
+        use serde_json::Value;
+        let join = |key: &str| if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") };
+        match (old, new) {
+            (Some(Value::Object(old)), Some(Value::Object(new))) => {
+                let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+                for key in keys {
+                    walk(&join(key), old.get(key), new.get(key), out);
+                }
+            }
+            (Some(old), Some(new)) if old == new => {}
+            (Some(old), Some(new)) => out.push(format!("{path}: {old} -> {new}")),
+            (None, Some(new)) => out.push(format!("{path}: added {new}")),
+            (Some(_), None) => out.push(format!("{path}: removed")),
+            (None, None) => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk("", Some(old), Some(new), &mut out);
+    out
+}
+
 /// Parses one YAML overlay into a JSON tree (a map at the top).
 pub fn parse_overlay(path: &Path, text: &str) -> Result<serde_json::Value, ConfigError> {
     parse_values_text(text).map_err(|error| ConfigError::Parse { path: path.to_owned(), message: error.to_string() })
@@ -398,6 +423,24 @@ mod tests {
 
     fn load(overlays: &[&str]) -> Result<EmulatorConfig, ConfigError> {
         EmulatorConfig::from_overlays(Scenario::Ready, overlays.iter().map(|text| (Path::new("v.yaml"), *text)))
+    }
+
+    #[test]
+    fn values_changes_name_each_changed_leaf_in_key_order() {
+        let old = serde_json::json!({"slurmConfig": {"KillWait": 30, "PrologFlags": "Alloc"}, "timing": "realistic",
+            "nodeSets": [{"name": "cpu"}]});
+        let new = serde_json::json!({"slurmConfig": {"KillWait": 60, "PrologFlags": "Alloc", "PrivateData": "jobs"},
+            "nodeSets": [{"name": "gpu"}]});
+        assert_eq!(
+            values_changes(&old, &new),
+            [
+                "nodeSets: [{\"name\":\"cpu\"}] -> [{\"name\":\"gpu\"}]",
+                "slurmConfig.KillWait: 30 -> 60",
+                "slurmConfig.PrivateData: added \"jobs\"",
+                "timing: removed",
+            ]
+        );
+        assert!(values_changes(&old, &old).is_empty());
     }
 
     #[test]

@@ -296,6 +296,25 @@ async fn apply_values_behaves_like_helm_upgrade_and_names_bad_keys() {
         .into_inner();
     assert!(applied.yaml.contains("KillWait: 60"), "{}", applied.yaml);
     assert!(applied.yaml.contains("name: slurm-scheduler"), "untouched keys stay: {}", applied.yaml);
+    assert_eq!(applied.changes, ["slurmConfig.KillWait: 30 -> 60"], "what the apply changed");
+    let uids = |pods: &[emu::Pod]| {
+        let mut uids: Vec<String> =
+            pods.iter().filter_map(|pod| pod.metadata.as_ref()).map(|m| m.uid.clone()).collect();
+        uids.sort();
+        uids
+    };
+    let before = uids(&pods_with(&mut client, "").await);
+    // The same values again change nothing and restart nothing, as `helm upgrade` does.
+    let again = client
+        .apply_values(emu::ApplyValuesRequest {
+            document: Some(emu::apply_values_request::Document::Yaml("slurmConfig: {KillWait: 60}\n".to_owned())),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.changes.is_empty(), "{:?}", again.changes);
+    assert_eq!(uids(&pods_with(&mut client, "").await), before, "no Pod was restarted");
     let args = scheduler_args(&pods_with(&mut client, scheduler).await);
     assert!(args.contains(&"--slurm-kill-wait=60s".to_owned()), "{args:?}");
     let config_maps = client
@@ -318,6 +337,7 @@ async fn apply_values_behaves_like_helm_upgrade_and_names_bad_keys() {
         .unwrap()
         .into_inner();
     assert!(checked.yaml.contains("KillWait: 90"));
+    assert_eq!(checked.changes, ["slurmConfig.KillWait: 60 -> 90"], "what it would change");
     assert!(scheduler_args(&pods_with(&mut client, scheduler).await).contains(&"--slurm-kill-wait=60s".to_owned()));
 
     // Bad keys are named, and nothing changes.

@@ -120,7 +120,9 @@ pub async fn apply_values(
             Ok(pb::ApplyMode::Replace) => true,
             Err(_) => return Err(ApiError::invalid_field("mode", format!("{} is not an apply mode", request.mode))),
         };
-        let applied = app.driver().with_world(|world| -> Result<Values, ApiError> {
+        let (before, applied) = app.driver().with_world(|world| -> Result<(serde_json::Value, Values), ApiError> {
+            let before = serde_json::to_value(world.values())
+                .map_err(|error| ApiError::invalid_field(field, error.to_string()))?;
             let tree = if replace {
                 document
             } else {
@@ -140,16 +142,19 @@ pub async fn apply_values(
             })?;
             if request.validate_only {
                 world.check_values(&values)?;
-                return Ok(values);
+                return Ok((before, values));
             }
             world.apply_values(values)?;
-            Ok(world.values().clone())
+            Ok((before, world.values().clone()))
         })?;
+        let after =
+            serde_json::to_value(&applied).map_err(|error| ApiError::invalid_field(field, error.to_string()))?;
+        let changes = config::values_changes(&before, &after);
         if !request.validate_only {
-            tracing::info!(kill_wait = applied.slurm_config.kill_wait, scheduler = %applied.scheduler.name, "values applied");
+            tracing::info!(changes = changes.len(), "values applied: {}", changes.join("; "));
         }
         let (yaml, tree) = convert::values(&applied)?;
-        Ok(pb::ApplyValuesResponse { yaml, values: Some(tree) })
+        Ok(pb::ApplyValuesResponse { yaml, values: Some(tree), changes })
     })
 }
 

@@ -439,6 +439,10 @@ impl World {
     /// slurmd requests change, and Pods created from now on see the new rules. The node and
     /// partition layout cannot change while jobs exist.
     pub fn apply_values(&mut self, values: Values) -> SimResult<()> {
+        // As `helm upgrade` with unchanged values: no rollout, no Pod restarts.
+        if values == self.values {
+            return Ok(());
+        }
         self.check_values(&values)?;
         let layout_changed = self.layout_changes(&values);
         let old = std::mem::replace(&mut self.values, values.clone());
