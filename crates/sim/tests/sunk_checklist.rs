@@ -63,6 +63,29 @@ fn item_03_default_grace_with_killwait_30_is_rejected_once_without_retry() {
     assert_eq!(h.pod(&uid).phase, PodPhase::Pending);
 }
 
+/// The guide's fix for item 3 is raising KillWait with a values upgrade: the restarted
+/// scheduler reconciles the Pod it refused, which now becomes a placeholder job and runs.
+#[test]
+fn item_03_a_refused_pod_is_placed_once_kill_wait_is_raised() {
+    let mut h = harness(|_| {});
+    let mut pod = sunk_pod("grace");
+    pod.termination_grace_period_seconds = None;
+    let uid = h.create(pod);
+    h.advance(5);
+    assert_eq!(h.job_id(&uid), None, "refused under KillWait 30");
+    let mut values = h.world.values().clone();
+    values.slurm_config.kill_wait = 60;
+    h.world.apply_values(values).expect("the upgrade");
+    h.advance(5);
+    assert!(h.job_id(&uid).is_some(), "reconciled after the upgrade: {:?}", h.warnings_for(&uid));
+    let pod = h.pod(&uid);
+    assert!(
+        pod.scheduled_condition.as_ref().is_none_or(|(_, _, message)| !message.contains("KillWait")),
+        "the stale reason is gone: {:?}",
+        pod.scheduled_condition
+    );
+}
+
 #[test]
 fn item_04_grace_25_rejected_grace_24_accepted() {
     let mut h = harness(|_| {});

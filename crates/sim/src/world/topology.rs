@@ -501,6 +501,25 @@ impl World {
             self.create_scheduler_objects();
         }
         self.room_freed = true;
+        // The upgrade restarts the scheduler, which reconciles every Pending Pod again, those it
+        // refused included: a refusal under the old values (a grace period too long for the old
+        // KillWait) may not hold under the new ones. Their stale reason goes with the refusal.
+        let refused: Vec<SharedStr> = self
+            .sunk_rejected
+            .iter()
+            .filter(|uid| {
+                self.cluster.pod(uid).is_some_and(|pod| {
+                    pod.node_name.is_none() && pod.phase == PodPhase::Pending && pod.deletion_timestamp.is_none()
+                })
+            })
+            .cloned()
+            .collect();
+        for uid in &refused {
+            self.sunk_rejected.remove(uid);
+            if let Some(pod) = self.cluster.pod_mut(uid) {
+                pod.scheduled_condition = None;
+            }
+        }
         // A scheduler with a new name or scope picks up the Pending Pods it now watches.
         let newly_watched: Vec<SharedStr> = self
             .cluster
