@@ -709,6 +709,11 @@ fn scontrol_show_job_lines_and_one_liner() {
 fn scontrol_and_scancel_refuse_bad_input() {
     assert_eq!(scontrol::parse(&args(&["show", "job", "x"])).unwrap_err().stderr, "Invalid job id specified: x\n");
     assert_eq!(scontrol::parse(&args(&["shw"])).unwrap_err().stderr, "invalid keyword: shw\n");
+    assert_eq!(
+        scontrol::parse(&args(&["show", "bogus"])).unwrap_err().stderr,
+        "invalid entity:bogus for keyword:show \n",
+        "Slurm's trailing space"
+    );
     assert_eq!(scancel::parse(&args(&[])).unwrap_err().stderr, "scancel: error: No job identification provided\n");
     assert_eq!(scancel::parse(&args(&["12x"])).unwrap_err().stderr, "scancel: error: Invalid job id 12x\n");
     assert_eq!(
@@ -719,4 +724,20 @@ fn scontrol_and_scancel_refuse_bad_input() {
     let alice_pending = pb::Job { uid: 1001, user: "alice".into(), ..queue(pending(9, "p", NOW)) };
     let jobs = [queue(running(8, "r", NOW)), alice_pending];
     assert_eq!(scancel::select(&options, &jobs, &Caller::root(), &users()).unwrap(), [9]);
+}
+
+#[test]
+fn sacct_database_fields_read_as_slurmdbd_stores_them() {
+    let mut waiting_on_priority = pending(6, "f", NOW - 2);
+    waiting_on_priority.reason = "Priority".into();
+    let jobs = [cancelled(4, "d", NOW - 9, NOW - 1, 1001), pending(5, "e", NOW - 3), waiting_on_priority];
+    // The extern step carries the job's billing; CPU frequencies nobody asked for are Unknown.
+    assert_eq!(
+        sacct(&["-n", "-P", "-j", "4", "-o", "JobID,AllocTRES,ReqCPUFreq,ReqCPUFreqGov"], &jobs),
+        "4|billing=2,cpu=2,mem=512M,node=1|Unknown|Unknown\n\
+         4.batch|cpu=2,mem=512M,node=1|Unknown|Unknown\n\
+         4.extern|billing=2,cpu=2,mem=512M,node=1|Unknown|Unknown\n"
+    );
+    // The database keeps no reason for a job waiting on resources.
+    assert_eq!(sacct(&["-X", "-n", "-P", "-j", "5,6", "-o", "JobID,Reason"], &jobs), "5|None\n6|Priority\n");
 }

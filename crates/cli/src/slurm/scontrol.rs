@@ -120,7 +120,8 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
     } else if entity.is_empty() {
         return Err(fail("too few arguments for keyword:show".to_owned()));
     } else {
-        return Err(fail(format!("invalid entity:{} for keyword:show", words[1])));
+        // Slurm's message ends in a space.
+        return Err(fail(format!("invalid entity:{} for keyword:show ", words[1])));
     };
     Ok(Options { one_liner, quiet, request })
 }

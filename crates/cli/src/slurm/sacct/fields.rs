@@ -236,11 +236,20 @@ pub(super) fn value(name: &str, row: Row<'_>, options: &Options, now: i64) -> Va
         } else {
             None
         }),
-        ("AllocTRES", Some(step)) => Str(tres(vec![
-            ("cpu".to_owned(), step.alloc_cpus.to_string()),
-            ("mem".to_owned(), mem(job.req_mem_mb)),
-            ("node".to_owned(), "1".to_owned()),
-        ])),
+        ("AllocTRES", Some(step)) => {
+            let mut entries = vec![
+                ("cpu".to_owned(), step.alloc_cpus.to_string()),
+                ("mem".to_owned(), mem(job.req_mem_mb)),
+                ("node".to_owned(), "1".to_owned()),
+            ];
+            // Slurm accounts the extern step (the job's container) with the job's billing too.
+            if step.name == "extern" {
+                entries.insert(0, ("billing".to_owned(), step.alloc_cpus.to_string()));
+            }
+            Str(tres(entries))
+        }
+        // Nothing asks for a CPU frequency, which sacct prints as Unknown.
+        ("ReqCPUFreq" | "ReqCPUFreqMin" | "ReqCPUFreqMax" | "ReqCPUFreqGov", _) => Str(Some("Unknown".to_owned())),
         ("ConsumedEnergy", _) => Str(Some("0".to_owned())),
         ("ConsumedEnergyRaw", None) => Uint(Some(0)),
         ("CPUTime", None) => Time(Some(job.elapsed_seconds * i64::from(job.alloc_cpus))),
@@ -294,7 +303,11 @@ pub(super) fn value(name: &str, row: Row<'_>, options: &Options, now: i64) -> Va
         }
         ("Priority", None) => Uint(Some(u64::from(job.priority))),
         ("QOS", None) => Str(text(&job.qos)),
-        ("Reason", None) => Str(Some(if job.reason.is_empty() { "None".to_owned() } else { job.reason.clone() })),
+        // The database keeps no reason for a job waiting on resources (the controller does).
+        ("Reason", None) => Str(Some(match job.reason.as_str() {
+            "" | "Resources" => "None".to_owned(),
+            reason => reason.to_owned(),
+        })),
         ("ReqCPUS", None) => Uint(Some(u64::from(job.req_cpus))),
         ("ReqCPUS", Some(step)) => Uint(Some(u64::from(step.alloc_cpus))),
         ("ReqMem", None) => Str(Some(mem(job.req_mem_mb))),
