@@ -255,7 +255,13 @@ async fn scancel_leaves_the_job_completing_in_the_queue_until_the_pod_is_gone() 
     assert!(jobs(&mut client, queue.clone()).await[0].completing, "still completing before the grace is over");
     advance_by(&mut client, 2).await;
     assert!(pods_with(&mut client, &selector).await.is_empty());
-    assert!(jobs(&mut client, queue).await.is_empty(), "squeue no longer shows it");
+    // No longer COMPLETING: the controller keeps the ended job for MinJobAge (squeue -t all,
+    // scontrol show job), then only the accounting has it.
+    let kept = jobs(&mut client, queue.clone()).await;
+    assert_eq!(kept.len(), 1);
+    assert!(!kept[0].completing && state(&kept[0]) == emu::JobState::Cancelled, "{kept:?}");
+    advance_by(&mut client, 300).await;
+    assert!(jobs(&mut client, queue).await.is_empty(), "squeue -t all no longer shows it");
     let after = jobs(&mut client, emu::ListJobsRequest::default()).await;
     assert_eq!(after.len(), 1);
     assert_eq!((source(&after[0]), state(&after[0])), (emu::JobSource::Accounting, emu::JobState::Cancelled));

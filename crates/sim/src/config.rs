@@ -298,6 +298,14 @@ pub struct SlurmConfigValues {
     /// their own jobs in squeue, sacct and scontrol.
     #[serde(rename = "PrivateData", default, skip_serializing_if = "String::is_empty")]
     pub private_data: String,
+    /// slurm.conf `MinJobAge`: seconds a finished job stays in the controller (`squeue -t all`,
+    /// `scontrol show job`) after it ended, before only the accounting has it. Slurm's default.
+    #[serde(rename = "MinJobAge", default = "default_min_job_age")]
+    pub min_job_age: u32,
+}
+
+fn default_min_job_age() -> u32 {
+    300
 }
 
 impl SlurmConfigValues {
@@ -631,6 +639,7 @@ impl Values {
                 kill_wait: if ready { 60 } else { 30 },
                 prolog_flags: default_prolog_flags(),
                 private_data: String::new(),
+                min_job_age: default_min_job_age(),
             },
             slurm: SlurmValues {
                 users: vec![user("root", 0), user("alice", 1001), user("bob", 1002)],

@@ -797,8 +797,12 @@ impl World {
             Scope::Cluster => true,
             scope => scope.sees(self.job_organization(job, &sandboxes)),
         };
+        let min_job_age = i64::from(self.values.slurm_config.min_job_age);
+        let now = self.now.secs();
         for job in self.slurm.jobs_on_record().filter(|job| query.selects(job) && in_scope(job)) {
-            let queued = self.slurm.job(job.id).is_some();
+            // The controller keeps a finished job for MinJobAge after its end.
+            let queued = self.slurm.job(job.id).is_some()
+                || job.end.is_some_and(|end| now - end.secs() < min_job_age && job.state.is_finished());
             if query.queue && queued {
                 rows.push(JobRow { source: JobSource::Queue, job, pod: self.placeholder_pod(job, &sandboxes) });
             }

@@ -45,3 +45,22 @@ fn an_exit_status_needs_a_run_time_and_a_status_range() {
     }
     assert!(h.world.submit_batch(&Scope::Cluster, 0, &request(None, Some(0))).is_ok(), "0 is the default");
 }
+
+/// MinJobAge: a finished job stays a queue row (squeue -t all, scontrol show job) for that long
+/// after its end, then only the accounting has it.
+#[test]
+fn a_finished_job_stays_in_the_controller_for_min_job_age() {
+    use cwsandbox_sim::query::{JobQuery, JobSource};
+    let mut h = harness_with(Values::scenario(Scenario::Ready));
+    let job = h.world.submit_batch(&Scope::Cluster, 0, &request(Some(10), Some(2))).unwrap();
+    h.advance(10);
+    let queue_rows = |h: &Harness| {
+        let query = JobQuery { queue: true, accounting: false, job_ids: vec![job], ..JobQuery::default() };
+        h.world.query_jobs(&query).iter().filter(|row| row.source == JobSource::Queue).count()
+    };
+    h.advance(10);
+    assert_eq!(h.world.slurm.accounting_record(job).unwrap().state, JobBaseState::Failed);
+    assert_eq!(queue_rows(&h), 1, "kept by the controller after its end");
+    h.advance(300);
+    assert_eq!(queue_rows(&h), 0, "gone from the controller once MinJobAge (300 s) passed");
+}

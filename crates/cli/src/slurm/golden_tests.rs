@@ -741,3 +741,23 @@ fn sacct_database_fields_read_as_slurmdbd_stores_them() {
     // The database keeps no reason for a job waiting on resources.
     assert_eq!(sacct(&["-X", "-n", "-P", "-j", "5,6", "-o", "JobID,Reason"], &jobs), "5|None\n6|Priority\n");
 }
+
+#[test]
+fn squeue_lists_ended_jobs_the_controller_keeps_only_when_asked() {
+    let ended = |id: u32, state: pb::JobState| {
+        queue(pb::Job { state: state as i32, end_time: ts(NOW - 1), ..running(id, "x", NOW - 60) })
+    };
+    let jobs = [
+        queue(running(1, "r", NOW - 5)),
+        ended(2, pb::JobState::Failed),
+        ended(3, pb::JobState::Timeout),
+        ended(4, pb::JobState::Completed),
+    ];
+    assert_eq!(squeue(&["-h", "-o", "%i %t %R"], &Env::new(), &jobs).stdout, "1 R slurm-cpu-0\n");
+    assert_eq!(
+        squeue(&["-h", "-t", "all", "-o", "%i %t %R"], &Env::new(), &jobs).stdout,
+        // Sorted as squeue sorts (partition, then state: COMPLETED before FAILED before TIMEOUT).
+        "1 R slurm-cpu-0\n4 CD slurm-cpu-0\n2 F (NonZeroExitCode)\n3 TO (TimeLimit)\n"
+    );
+    assert_eq!(squeue(&["-h", "-t", "F", "-o", "%i"], &Env::new(), &jobs).stdout, "2\n");
+}

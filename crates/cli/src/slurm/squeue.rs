@@ -258,6 +258,19 @@ fn header_of(letter: char) -> &'static str {
     }
 }
 
+/// Why an ended job ended, where squeue shows it in place of the nodes.
+fn ended_reason(job: &pb::Job) -> Option<&'static str> {
+    if job.completing {
+        return None;
+    }
+    match fmt::state(job.state) {
+        pb::JobState::Failed => Some("NonZeroExitCode"),
+        pb::JobState::Timeout => Some("TimeLimit"),
+        pb::JobState::NodeFail => Some("NodeDown"),
+        _ => None,
+    }
+}
+
 fn pending(job: &pb::Job) -> bool {
     fmt::state(job.state) == pb::JobState::Pending
 }
@@ -330,13 +343,13 @@ fn value_of(letter: char, job: &pb::Job, now: i64, time_format: &TimeFormat) -> 
                 job.reason.clone()
             }
         }
-        'R' => {
-            if pending(job) {
-                format!("({})", if job.reason.is_empty() { "None" } else { &job.reason })
-            } else {
-                job.node_list.clone()
-            }
-        }
+        // Slurm gives the reason instead of the nodes for a pending job, and for one that
+        // failed, timed out or lost its node.
+        'R' => match (pending(job), ended_reason(job)) {
+            (true, _) => format!("({})", if job.reason.is_empty() { "None" } else { &job.reason }),
+            (false, Some(reason)) => format!("({reason})"),
+            (false, None) => job.node_list.clone(),
+        },
         'S' => time(fmt::secs(job.start_time.as_ref())),
         't' => state_compact(job).to_owned(),
         'T' => state_long(job).to_owned(),
@@ -356,8 +369,18 @@ fn value_of(letter: char, job: &pb::Job, now: i64, time_format: &TimeFormat) -> 
     }
 }
 
+/// Whether a queue row is a job that has ended (kept by the controller for MinJobAge), which
+/// squeue lists only when asked (`-t all`, or its state).
+fn ended(job: &pb::Job) -> bool {
+    !job.completing
+        && !matches!(
+            fmt::state(job.state),
+            pb::JobState::Pending | pb::JobState::Running | pb::JobState::Requeued | pb::JobState::Unspecified
+        )
+}
+
 fn state_matches(job: &pb::Job, states: &[String]) -> bool {
-    states.is_empty()
+    (states.is_empty() && !ended(job))
         || states.iter().any(|state| match state.as_str() {
             "ALL" => true,
             "CG" | "COMPLETING" => job.completing,
