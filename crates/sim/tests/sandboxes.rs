@@ -345,8 +345,16 @@ fn job_listings_keep_queue_and_accounting_apart() {
     assert!(again.to_string().ends_with("Job/step already completing or completed"), "{again}");
     assert_eq!(h.world.scancel(&Scope::Cluster, 9_999_999, 0).unwrap_err().reason(), Some(Reason::JobNotFound));
 
-    // The Pod goes after its grace period; the row still names it through the sandbox.
+    // The Pod goes after its grace period; the controller keeps the ended job for MinJobAge
+    // (no longer COMPLETING), then only the accounting has it, still naming the Pod through the
+    // sandbox.
     h.advance(31);
+    let kept = h.world.query_jobs(&JobQuery { job_ids: vec![job], ..JobQuery::default() });
+    assert_eq!(
+        kept.iter().map(|row| (row.source, row.completing())).collect::<Vec<_>>(),
+        [(JobSource::Queue, false), (JobSource::Accounting, false)]
+    );
+    h.advance(300);
     let after = h.world.query_jobs(&JobQuery { job_ids: vec![job], ..JobQuery::default() });
     assert_eq!(after.len(), 1);
     assert_eq!(after[0].source, JobSource::Accounting);
