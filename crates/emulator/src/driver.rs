@@ -129,18 +129,20 @@ impl Driver {
         Ok((driver, PumpReceiver(receiver)))
     }
 
-    /// Makes admitted Pods wait for the runtime to pull their images (a runtime that runs
-    /// images), now and in every world a reset makes.
-    pub fn set_pulls_images(&self, pulls: bool) {
-        self.pulls_images.store(pulls, Ordering::SeqCst);
-        self.with_world(|world| world.set_pulls_images(pulls));
+    /// Tells the world what the runtime does with images, now and in every world a reset makes:
+    /// whether admitted Pods wait for it to pull them (a runtime that runs images), and whether
+    /// it enforces their containers' limits (when not, each started Pod with limits gets a
+    /// Warning Event).
+    pub fn set_image_runtime(&self, pulls_images: bool, limits_enforced: bool) {
+        self.pulls_images.store(pulls_images, Ordering::SeqCst);
+        self.limits_enforced.store(limits_enforced, Ordering::SeqCst);
+        self.with_world(|world| self.configure_images(world));
     }
 
-    /// Says whether the runtime enforces the limits of containers it runs in images: when it
-    /// cannot, each started Pod with limits gets a Warning Event (now and after every reset).
-    pub fn set_limits_enforced(&self, enforced: bool) {
-        self.limits_enforced.store(enforced, Ordering::SeqCst);
-        self.with_world(|world| world.set_limits_enforced(enforced));
+    /// Applies [`Driver::set_image_runtime`]'s settings to `world`.
+    fn configure_images(&self, world: &mut World) {
+        world.set_pulls_images(self.pulls_images.load(Ordering::SeqCst));
+        world.set_limits_enforced(self.limits_enforced.load(Ordering::SeqCst));
     }
 
     /// The clock.
@@ -219,8 +221,7 @@ impl Driver {
         let seed = self.seed ^ generation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let mut fresh =
             World::new(self.initial_values.clone(), Box::new(self.clock.clone()), Box::new(SeededIds::new(seed)))?;
-        fresh.set_pulls_images(self.pulls_images.load(Ordering::SeqCst));
-        fresh.set_limits_enforced(self.limits_enforced.load(Ordering::SeqCst));
+        self.configure_images(&mut fresh);
         rebuild(&mut fresh)?;
         let stopped = {
             let mut world = self.lock();

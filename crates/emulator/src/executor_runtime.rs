@@ -28,8 +28,8 @@ use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, SecondsFormat, Utc};
 use cwsandbox_executor::{
     ExecExit, ExecOutput, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, ImageRoot, Isolation,
-    LaunchSpec, LogChunk, LogError, LogReader, MountedFile, Network, OciSupport, Output, SandboxUser, Sidecar, Stream,
-    VolumeMount, WritableLayer,
+    LaunchSpec, LogChunk, LogError, LogReader, MountedFile, Network, OciRuntimeInfo, OciSupport, Output, SandboxUser,
+    Sidecar, Stream, VolumeMount, WritableLayer,
 };
 use cwsandbox_images::Image;
 use cwsandbox_sim::world::{ImagePullFailure, ImagePulled, ImageToPull};
@@ -122,10 +122,18 @@ impl ExecutorRuntime {
         &self.executor
     }
 
+    /// The image puller and the OCI runtime, where containers run in their images.
+    fn images_in_force(&self) -> Option<(&ImagePuller, &OciRuntimeInfo)> {
+        match (&self.images, self.executor.oci()) {
+            (Some(puller), OciSupport::Ready(info)) => Some((puller, info)),
+            _ => None,
+        }
+    }
+
     /// A sentence for the start-up log: what runs containers.
     pub fn describe_containers(&self) -> String {
-        match (&self.images, self.executor.oci()) {
-            (Some(puller), OciSupport::Ready(info)) => format!(
+        match self.images_in_force() {
+            Some((puller, info)) => format!(
                 "containers run in their images ({}): pulled into {}, run by {} with {} over the shared image; CPU and \
                  memory limits {}",
                 self.kind.as_str(),
@@ -137,9 +145,11 @@ impl ExecutorRuntime {
                 },
                 if info.cgroup_limits { "enforced through cgroups" } else { "NOT enforced (cgroups refused here)" }
             ),
-            _ => "sandbox commands are this machine's programs (container images are recorded, not pulled), run in a \
+            None => {
+                "sandbox commands are this machine's programs (container images are recorded, not pulled), run in a \
              root of their own with the host's system directories read-only; see crates/executor/README.md"
-                .to_owned(),
+                    .to_owned()
+            }
         }
     }
 
@@ -168,22 +178,20 @@ impl ExecutorRuntime {
         main: &ContainerStart,
         spec: LaunchSpec,
     ) -> Result<(), RuntimeError> {
-        {
-            match self.executor.start(&launch.pod_uid, spec).await {
-                Ok(()) => {
-                    tracing::debug!(
-                        pod_uid = %launch.pod_uid,
-                        sandbox_id = launch.sandbox_id.as_deref().unwrap_or("-"),
-                        image = %main.image,
-                        "main process started"
-                    );
-                    Ok(())
-                }
-                Err(ExecutorError::ShutDown) => Err(RuntimeError::Unavailable("the emulator is stopping".to_owned())),
-                // The world calls the Pod Running, but nothing runs: the driver fails it with the
-                // reason (a command that cannot be found is not this: it runs and exits 127).
-                Err(error) => Err(RuntimeError::StartFailed(error.to_string())),
+        match self.executor.start(&launch.pod_uid, spec).await {
+            Ok(()) => {
+                tracing::debug!(
+                    pod_uid = %launch.pod_uid,
+                    sandbox_id = launch.sandbox_id.as_deref().unwrap_or("-"),
+                    image = %main.image,
+                    "main process started"
+                );
+                Ok(())
             }
+            Err(ExecutorError::ShutDown) => Err(RuntimeError::Unavailable("the emulator is stopping".to_owned())),
+            // The world calls the Pod Running, but nothing runs: the driver fails it with the
+            // reason (a command that cannot be found is not this: it runs and exits 127).
+            Err(error) => Err(RuntimeError::StartFailed(error.to_string())),
         }
     }
 }
@@ -237,12 +245,8 @@ fn image_launch(
             .clone()
             .or_else(|| image.config.working_dir.clone())
             .filter(|dir| !dir.is_empty()),
-        files: main
-            .files
-            .iter()
-            .map(|(path, content)| MountedFile { path: path.clone(), content: content.to_vec() })
-            .collect(),
-        network: if launch.loopback_only { Network::LoopbackOnly } else { Network::Host },
+        files: mounted_files([main]),
+        network: network_of(launch),
         user,
         volume_mounts,
         name: main.name.clone(),
@@ -251,6 +255,20 @@ fn image_launch(
         memory_limit_bytes: main.memory_limit_bytes,
         cpu_limit_millis: main.cpu_limit_millis,
     })
+}
+
+/// The files mounted into `containers`, written into the root they run in.
+fn mounted_files<'a>(containers: impl IntoIterator<Item = &'a ContainerStart>) -> Vec<MountedFile> {
+    containers
+        .into_iter()
+        .flat_map(|container| &container.files)
+        .map(|(path, content)| MountedFile { path: path.clone(), content: content.to_vec() })
+        .collect()
+}
+
+/// The network a Pod's processes get: a loopback of their own when it denies egress.
+fn network_of(launch: &PodLaunch) -> Network {
+    if launch.loopback_only { Network::LoopbackOnly } else { Network::Host }
 }
 
 /// Every container's volume mounts, as one root holds them: the same mount asked by two
@@ -369,13 +387,8 @@ impl SandboxRuntime for ExecutorRuntime {
                 env: main.env.clone(),
                 working_dir: main.working_dir.clone(),
                 // One root for all: no container has an image of its own to hold its files.
-                files: launch
-                    .containers
-                    .iter()
-                    .flat_map(|container| &container.files)
-                    .map(|(path, content)| MountedFile { path: path.clone(), content: content.to_vec() })
-                    .collect(),
-                network: if launch.loopback_only { Network::LoopbackOnly } else { Network::Host },
+                files: mounted_files(&launch.containers),
+                network: network_of(&launch),
                 user: user_of(main),
                 volume_mounts,
                 name: main.name.clone(),
@@ -427,8 +440,8 @@ impl SandboxRuntime for ExecutorRuntime {
     }
 
     fn container_runtime(&self) -> String {
-        match (&self.images, self.executor.oci()) {
-            (Some(_), OciSupport::Ready(info)) => format!(
+        match self.images_in_force() {
+            Some((_, info)) => format!(
                 "{} ({}, {} writable layer, cgroup limits {})",
                 self.kind.as_str(),
                 info.version,
@@ -438,12 +451,12 @@ impl SandboxRuntime for ExecutorRuntime {
                 },
                 if info.cgroup_limits { "enforced" } else { "not enforced" }
             ),
-            _ => "process".to_owned(),
+            None => "process".to_owned(),
         }
     }
 
     fn cgroup_limits(&self) -> bool {
-        self.images.is_some() && matches!(self.executor.oci(), OciSupport::Ready(info) if info.cgroup_limits)
+        self.images_in_force().is_some_and(|(_, info)| info.cgroup_limits)
     }
 
     fn stop(&self, pod_uid: String, grace: Duration) -> BoxFuture<'_, Result<(), RuntimeError>> {

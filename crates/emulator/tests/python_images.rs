@@ -44,23 +44,43 @@ fn which(program: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH")?.to_str()?.split(':').map(|dir| Path::new(dir).join(program)).find(|path| path.exists())
 }
 
+/// A local registry holding the testkit's images, and a values file that gives each emulator
+/// of the test an image cache of the test's own.
+struct Setup {
+    registry: LocalRegistry,
+    /// Holds the image cache and the values file.
+    _dir: tempfile::TempDir,
+    values: String,
+}
+
+impl Setup {
+    fn new() -> Result<Setup> {
+        if let Some(missing) = preconditions() {
+            // The README's test command installs both; a developer's partial machine says why.
+            panic!("{missing}");
+        }
+        let registry = LocalRegistry::start().context("local registry")?;
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let pushed = runtime.block_on(images::push_test_images(&registry)).context("pushing the test images")?;
+        eprintln!("registry {} holds {} and {}", registry.host(), pushed.base, pushed.layered);
+        let dir = tempfile::tempdir()?;
+        let values = dir.path().join("values.yaml");
+        std::fs::write(&values, format!("containerRuntime:\n  imageCache: {}\n", dir.path().join("images").display()))?;
+        Ok(Setup { registry, values: values.display().to_string(), _dir: dir })
+    }
+
+    /// An emulator whose containers `kind` (`oci`, `auto`) runs.
+    fn emulator(&self, kind: &str) -> Result<EmulatorProcess> {
+        EmulatorProcess::start(Path::new(BINARY), &["--runtime", kind, "-f", &self.values])
+    }
+}
+
 #[test]
 fn the_python_client_runs_sandboxes_in_their_images() -> Result<()> {
-    if let Some(missing) = preconditions() {
-        // The README's test command installs both; a developer's partial machine says why.
-        panic!("{missing}");
-    }
-    let registry = LocalRegistry::start().context("local registry")?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let pushed = runtime.block_on(images::push_test_images(&registry)).context("pushing the test images")?;
-    eprintln!("registry {} holds {} and {}", registry.host(), pushed.base, pushed.layered);
-
+    let setup = Setup::new()?;
+    let registry = &setup.registry;
     let python = cwsandbox_testkit::python_env().context("python venv")?;
-    let cache = tempfile::tempdir()?;
-    let values = cache.path().join("values.yaml");
-    std::fs::write(&values, format!("containerRuntime:\n  imageCache: {}\n", cache.path().join("images").display()))?;
-    let values_arg = values.display().to_string();
-    let emulator = EmulatorProcess::start(Path::new(BINARY), &["--runtime", "oci", "-f", &values_arg])?;
+    let emulator = setup.emulator("oci")?;
     eprintln!(
         "emulator ready after {:?}: isolation {}, containers {} (cgroup limits {})",
         emulator.startup, emulator.ready.isolation, emulator.ready.container_runtime, emulator.ready.cgroup_limits
@@ -136,7 +156,7 @@ fn the_python_client_runs_sandboxes_in_their_images() -> Result<()> {
     assert!(survivors.is_empty(), "container processes outlived the emulator: {survivors:?}");
 
     // And after a SIGKILL of the emulator: the executor's watchdog ends the containers.
-    let emulator = EmulatorProcess::start(Path::new(BINARY), &["--runtime", "oci", "-f", &values_arg])?;
+    let emulator = setup.emulator("oci")?;
     leave(&emulator)?;
     assert!(!procs::with_env("CWSANDBOX_TEST_RUN", &marker).is_empty(), "the container's processes run");
     emulator.kill_hard()?;
@@ -162,18 +182,10 @@ with run(os.environ["CWSANDBOX_TEST_REGISTRY"] + "/test/busybox:1") as image:
 
 #[test]
 fn auto_runs_images_where_their_registry_answers_and_the_hosts_programs_elsewhere() -> Result<()> {
-    if let Some(missing) = preconditions() {
-        panic!("{missing}");
-    }
-    let registry = LocalRegistry::start().context("local registry")?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(images::push_test_images(&registry)).context("pushing the test images")?;
+    let setup = Setup::new()?;
+    let registry = &setup.registry;
     let python = cwsandbox_testkit::python_env().context("python venv")?;
-    let cache = tempfile::tempdir()?;
-    let values = cache.path().join("values.yaml");
-    std::fs::write(&values, format!("containerRuntime:\n  imageCache: {}\n", cache.path().join("images").display()))?;
-    let values_arg = values.display().to_string();
-    let emulator = EmulatorProcess::start(Path::new(BINARY), &["--runtime", "auto", "-f", &values_arg])?;
+    let emulator = setup.emulator("auto")?;
     assert!(emulator.ready.container_runtime.starts_with("auto ("), "{}", emulator.ready.container_runtime);
     let marker = format!("auto-{}-{}", std::process::id(), emulator.ready.pid);
     let output = Command::new(python.python())
