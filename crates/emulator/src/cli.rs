@@ -32,10 +32,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve until SIGINT or SIGTERM. Prints `export` lines for a shell to `eval` once ready.
+    /// Serve until SIGINT or SIGTERM. Prints `export` lines for a shell once ready (logs go to
+    /// stderr). With --background, returns as soon as the emulator is ready (or has failed).
+    #[command(after_help = SERVE_EXAMPLES)]
     Serve(ServeArgs),
-    /// Start an emulator on a free port, run CMD with CWSANDBOX_BASE_URL and CWSANDBOX_API_KEY
-    /// set, stop the emulator and exit with CMD's exit code.
+    /// Start an emulator on a free port, run CMD with CWSANDBOX_BASE_URL, CWSANDBOX_API_KEY (the
+    /// admin token), CWSANDBOX_USER_TOKEN, CWSANDBOX_RUNNER_ID and KUBECONFIG (a kubeconfig
+    /// written for the run) set, stop the emulator and exit with CMD's exit code (128+N when CMD
+    /// dies of signal N).
+    #[command(after_help = EXEC_EXAMPLES)]
     Exec {
         #[command(flatten)]
         world: WorldArgs,
@@ -45,16 +50,38 @@ enum Command {
     },
 }
 
+const SERVE_EXAMPLES: &str = "Examples:
+  cwsandbox-emulator serve                                  # 127.0.0.1:8080, until Ctrl-C
+  cwsandbox-emulator serve --background --listen 127.0.0.1:0 > /tmp/cwsandbox.env && . /tmp/cwsandbox.env
+  kill $CWSANDBOX_EMULATOR_PID                              # stops the background emulator
+  cwsandbox-emulator serve --listen localhost:0 --kubeconfig /tmp/cwsandbox.kubeconfig -f values.yaml";
+
+const EXEC_EXAMPLES: &str = "Examples:
+  cwsandbox-emulator exec -- pytest -x tests/
+  cwsandbox-emulator exec --timing instant -- python my_script.py
+  cwsandbox-emulator exec -- sh -c 'kubectl get pods -A'";
+
 #[derive(Debug, Args)]
 struct ServeArgs {
-    /// Address to listen on; port 0 picks a free port.
-    #[arg(long, default_value = "127.0.0.1:8080", env = "CWSANDBOX_EMULATOR_LISTEN")]
-    listen: SocketAddr,
-    /// Write connection details (base_url, admin_token, user_token, runner_id, pid) as JSON here
-    /// once ready (atomically). A file a killed emulator left is removed at start; one whose
-    /// emulator still runs stops the start.
+    /// Address to listen on, `HOST:PORT` (a name such as `localhost` or an IP address); port 0
+    /// picks a free port (the printed CWSANDBOX_BASE_URL has the real one).
+    #[arg(long, default_value = "127.0.0.1:8080", env = "CWSANDBOX_EMULATOR_LISTEN", value_name = "HOST:PORT")]
+    listen: String,
+    /// Write the connection details as JSON here once ready (atomically): base_url, listen,
+    /// admin_token, user_token, runner_id, org, pid, isolation, kubeconfig, container_runtime and
+    /// cgroup_limits. Removed on exit. A file a killed emulator left is removed at start; one
+    /// whose emulator still runs stops the start.
     #[arg(long, value_name = "PATH")]
     ready_file: Option<PathBuf>,
+    /// Start the emulator as a process of its own and return once it is ready, printing the
+    /// `export` lines (with CWSANDBOX_EMULATOR_PID, the pid to `kill` to stop it), or once it
+    /// failed, printing why and exiting with its code. Its log goes to --log-file.
+    #[arg(long)]
+    background: bool,
+    /// With --background: the file the emulator logs to (default: `cwsandbox-emulator-PID.log`
+    /// in the temporary directory, PID being this command's).
+    #[arg(long, value_name = "PATH", requires = "background")]
+    log_file: Option<PathBuf>,
     /// Write a kubeconfig for the Kubernetes API the emulator serves on its port (with the admin
     /// token) to PATH, so `kubectl --kubeconfig PATH get pods -A` shows the simulated cluster.
     /// Its path is also in the ready file (`kubeconfig`) and in the printed `export KUBECONFIG=`.
@@ -395,7 +422,33 @@ impl Termination {
     }
 }
 
+/// `HOST:PORT` to the address to bind: an IP address as given, a name through the system's
+/// resolver (IPv4 first, the address most clients try first for `localhost`).
+fn listen_address(text: &str) -> Result<SocketAddr> {
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    use std::net::ToSocketAddrs;
+    if !text.contains(':') {
+        anyhow::bail!("--listen {text:?}: expected HOST:PORT, e.g. 127.0.0.1:8080 or localhost:0");
+    }
+    let addresses: Vec<SocketAddr> = text
+        .to_socket_addrs()
+        .with_context(|| format!("--listen {text:?}: cannot resolve the host (expected HOST:PORT)"))?
+        .collect();
+    addresses
+        .iter()
+        .find(|address| address.is_ipv4())
+        .or_else(|| addresses.first())
+        .copied()
+        .with_context(|| format!("--listen {text:?}: the host has no address"))
+}
+
 async fn serve(args: ServeArgs) -> Result<ExitCode> {
+    let listen = listen_address(&args.listen)?;
+    if args.background {
+        return serve_in_background(&args).await;
+    }
     // First of all: a reader polling for the ready file must not find a dead emulator's.
     if let Some(path) = &args.ready_file
         && let Some(pid) = state_dir::clear_stale_ready_file(path)?
@@ -403,9 +456,9 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
         tracing::info!("removed the ready file {} of emulator pid {pid}, which is gone", path.display());
     }
     let mut termination = Termination::catch()?;
-    let (mut options, _root) = args.world.options(args.listen)?;
+    let (mut options, _root) = args.world.options(listen)?;
     options.kubeconfig = args.kubeconfig.clone();
-    let emulator = Emulator::start(options).await?;
+    let emulator = start(options).await?;
     if let Some(path) = &args.ready_file {
         emulator.info().write(path).with_context(|| format!("writing the ready file {}", path.display()))?;
     }
@@ -421,13 +474,101 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Starts the emulator; a start that fails (a port in use, …) shuts its sandbox runtime down, so
+/// the sandbox directory it made is not left behind for the next start to clean up.
+async fn start(options: Options) -> Result<Emulator> {
+    let runtime = options.runtime.clone();
+    match Emulator::start(options).await {
+        Ok(emulator) => Ok(emulator),
+        Err(error) => {
+            if let Some(runtime) = runtime {
+                runtime.shutdown().await;
+            }
+            Err(error.into())
+        }
+    }
+}
+
+/// How long `serve --background` waits for the emulator to be ready. A start takes tens of
+/// milliseconds; opening a large image cache or a slow disk may take longer.
+const BACKGROUND_READY_BOUND: Duration = Duration::from_secs(120);
+
+/// `serve --background`: the same command line without `--background`, as a process of its own
+/// (its own process group, so the terminal's Ctrl-C and hang-up do not reach it), logging to a
+/// file; returns once it wrote its ready file (printing the `export` lines) or exited (printing
+/// its log and exiting with its code).
+async fn serve_in_background(args: &ServeArgs) -> Result<ExitCode> {
+    let pid = std::process::id();
+    let temp = std::env::temp_dir();
+    let log_path = args.log_file.clone().unwrap_or_else(|| temp.join(format!("cwsandbox-emulator-{pid}.log")));
+    let log = std::fs::File::create(&log_path).with_context(|| format!("creating the log file {}", log_path.display()))?;
+    let mut child_args: Vec<std::ffi::OsString> = std::env::args_os()
+        .skip(1)
+        .filter(|arg| arg != "--background")
+        .collect();
+    // --log-file is ours: the child's stderr is that file.
+    if let Some(position) = child_args.iter().position(|arg| arg == "--log-file") {
+        child_args.drain(position..(position + 2).min(child_args.len()));
+    }
+    child_args.retain(|arg| !arg.to_string_lossy().starts_with("--log-file="));
+    let ready_path = match &args.ready_file {
+        Some(path) => path.clone(),
+        None => {
+            let path = temp.join(format!("cwsandbox-emulator-{pid}.ready.json"));
+            child_args.push("--ready-file".into());
+            child_args.push(path.clone().into());
+            path
+        }
+    };
+    let program = std::env::current_exe().context("the path of this program")?;
+    use std::os::unix::process::CommandExt;
+    let mut child = std::process::Command::new(&program)
+        .args(&child_args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {}", program.display()))?;
+    let child_pid = child.id();
+    let deadline = tokio::time::Instant::now() + BACKGROUND_READY_BOUND;
+    loop {
+        if let Some(status) = child.try_wait().context("waiting for the emulator")? {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            eprint!("{log}");
+            eprintln!("cwsandbox-emulator: the emulator exited before it was ready ({status}); its log: {}", log_path.display());
+            return Ok(ExitCode::from(status.code().and_then(|code| u8::try_from(code).ok()).unwrap_or(2)));
+        }
+        let ready = std::fs::read_to_string(&ready_path)
+            .ok()
+            .and_then(|text| serde_json::from_str::<cwsandbox_emulator::ReadyInfo>(&text).ok())
+            .filter(|info| info.pid == child_pid);
+        if let Some(info) = ready {
+            print!("{}", info.shell_lines());
+            println!("export CWSANDBOX_EMULATOR_PID={child_pid}");
+            println!("# log: {}; stop it with: kill $CWSANDBOX_EMULATOR_PID", log_path.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!(
+                "the emulator was not ready after {}s; stopped it (its log: {})",
+                BACKGROUND_READY_BOUND.as_secs(),
+                log_path.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn exec(world: WorldArgs, command: Vec<String>) -> Result<ExitCode> {
     let mut termination = Termination::catch()?;
     let (mut options, _root) = world.options(SocketAddr::from(([127, 0, 0, 1], 0)))?;
     // kubectl in the command sees the throwaway cluster too.
     let kubeconfig = std::env::temp_dir().join(format!("cwsandbox-emulator-{}.kubeconfig", std::process::id()));
     options.kubeconfig = Some(kubeconfig.clone());
-    let emulator = Emulator::start(options).await?;
+    let emulator = start(options).await?;
     let info = emulator.info().clone();
     let (program, args) = command.split_first().context("no command given")?;
     let code = run_child(program, args, &info, &mut termination).await;

@@ -105,6 +105,19 @@ impl Options {
     }
 }
 
+/// What to do about a bind that failed, where there is something to do.
+fn bind_hint(error: &std::io::Error) -> &'static str {
+    match error.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            "; another process (another emulator?) listens there: pick a free port with `--listen 127.0.0.1:0` \
+             (the printed CWSANDBOX_BASE_URL and the ready file have the port it got)"
+        }
+        std::io::ErrorKind::AddrNotAvailable => "; that address is not one of this machine's: try `--listen 127.0.0.1:0`",
+        std::io::ErrorKind::PermissionDenied => "; ports below 1024 need privileges: pick another, or 0 for a free one",
+        _ => "",
+    }
+}
+
 /// What a client needs to talk to a running emulator; also the ready file's JSON.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ReadyInfo {
@@ -205,12 +218,13 @@ pub enum StartError {
     #[error("invalid values: {0}")]
     Values(#[from] cwsandbox_sim::SimError),
     /// The address could not be bound.
-    #[error("cannot listen on {address}: {source}")]
+    #[error("cannot listen on {address}: {error}{hint}", hint = bind_hint(error))]
     Bind {
         /// The address.
         address: SocketAddr,
-        /// Why.
-        source: std::io::Error,
+        /// Why. Not a `source`: the message already says it, and a report of the chain would
+        /// say it twice.
+        error: std::io::Error,
     },
 }
 
@@ -271,8 +285,8 @@ impl Emulator {
 
         let listener = tokio::net::TcpListener::bind(listen)
             .await
-            .map_err(|source| StartError::Bind { address: listen, source })?;
-        let bound = listener.local_addr().map_err(|source| StartError::Bind { address: listen, source })?;
+            .map_err(|error| StartError::Bind { address: listen, error })?;
+        let bound = listener.local_addr().map_err(|error| StartError::Bind { address: listen, error })?;
         let host = match bound.ip() {
             IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
             IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
@@ -282,9 +296,9 @@ impl Emulator {
         let direct_address = SocketAddr::new(bound.ip(), 0);
         let direct_listener = tokio::net::TcpListener::bind(direct_address)
             .await
-            .map_err(|source| StartError::Bind { address: direct_address, source })?;
+            .map_err(|error| StartError::Bind { address: direct_address, error })?;
         let direct_bound =
-            direct_listener.local_addr().map_err(|source| StartError::Bind { address: direct_address, source })?;
+            direct_listener.local_addr().map_err(|error| StartError::Bind { address: direct_address, error })?;
         let direct_uri = format!("https://{}", SocketAddr::new(host, direct_bound.port()));
         let direct = direct::DirectPlane::new(clock.clone(), bound.ip(), direct_uri)?;
 
