@@ -7,45 +7,67 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use cwsandbox_client::emulator_v1 as emu;
 
-use crate::output::{Format, print_value, table};
+use crate::output::{Format, Output, print_value, report, report_all, table};
 
 #[derive(Subcommand, Debug)]
 pub enum EmulatorCmd {
     /// The emulator's clock.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = "Examples:
+  cwsbx emulator clock freeze && cwsbx emulator clock advance 5m
+  cwsbx emulator clock get -o json")]
     Clock(ClockCmd),
     /// Back to the configured start, or only one organization's part of it (`--org`).
+    #[command(after_help = "Examples:
+  cwsbx emulator reset
+  cwsbx emulator reset --org tenant-1")]
     Reset {
         /// Reset only this organization's sandboxes, Pods, jobs and faults.
         #[arg(long = "org")]
         organization: Option<String>,
     },
     /// Tenants: organizations made at run time, one per test.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = "Examples:
+  cwsbx emulator tenant create --org team-a --env > team-a.env
+  cwsbx emulator tenant list")]
     Tenant(TenantCmd),
     /// Faults: rules that make calls fail, slow down or end early.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = "Examples:
+  cwsbx emulator faults add --method CreateSandbox --code UNAVAILABLE --times 2
+  cwsbx emulator faults list")]
     Faults(FaultsCmd),
 }
 
 #[derive(Subcommand, Debug)]
 pub enum ClockCmd {
     /// Print the emulator's time and whether it is frozen.
+    #[command(after_help = "Examples:
+  cwsbx emulator clock get")]
     Get,
     /// Stop time; it moves only with `advance` until `resume`.
+    #[command(after_help = "Examples:
+  cwsbx emulator clock freeze")]
     Freeze,
     /// Move time forward (`90`, `90s`, `5m`, `1h30m`, `250ms`); due timers fire in order.
+    #[command(after_help = "Examples:
+  cwsbx emulator clock advance 90s
+  cwsbx emulator clock advance 1h30m")]
     Advance {
+        /// How far: a number of seconds, or with units (`ms`, `s`, `m`, `h`, combined).
         #[arg(value_parser = parse_duration)]
         duration: Duration,
     },
     /// Let time run again.
+    #[command(after_help = "Examples:
+  cwsbx emulator clock resume")]
     Resume,
 }
 
 #[derive(Subcommand, Debug)]
 pub enum TenantCmd {
     /// Create a tenant and print its tokens.
+    #[command(after_help = "Examples:
+  cwsbx emulator tenant create
+  cwsbx emulator tenant create --org team-a --user alice --role sandbox_admin --env > team-a.env")]
     Create {
         /// Organization name (a DNS label); default `tenant-<n>`.
         #[arg(long = "org")]
@@ -64,11 +86,16 @@ pub enum TenantCmd {
         env: bool,
     },
     /// Delete tenants: their tokens stop working, their sandboxes end.
+    #[command(after_help = "Examples:
+  cwsbx emulator tenant delete team-a")]
     Delete {
-        #[arg(required = true)]
+        /// The tenants' organizations.
+        #[arg(required = true, value_name = "ORG")]
         organizations: Vec<String>,
     },
     /// List the tenants.
+    #[command(after_help = "Examples:
+  cwsbx emulator tenant list -o json")]
     List,
 }
 
@@ -77,15 +104,26 @@ pub enum TenantCmd {
 #[derive(Subcommand, Debug)]
 pub enum FaultsCmd {
     /// Install a fault, from options or from a file (a `Fault` as YAML or proto3 JSON).
+    #[command(after_help = "Examples:
+  cwsbx emulator faults add --method CreateSandbox --code UNAVAILABLE --times 2 --retry-delay 1s
+  cwsbx emulator faults add --method 'SandboxService/*' --latency 200ms
+  cwsbx emulator faults add -f fault.yaml")]
     Add(AddFault),
     /// List the faults in force with their counts.
+    #[command(after_help = "Examples:
+  cwsbx emulator faults list -o json | jq '.[].hits'")]
     List,
     /// Remove faults by id.
+    #[command(after_help = "Examples:
+  cwsbx emulator faults remove fault-1")]
     Remove {
-        #[arg(required = true)]
+        /// The faults' ids (as `faults list` shows them).
+        #[arg(required = true, value_name = "FAULT_ID")]
         ids: Vec<String>,
     },
     /// Remove every fault.
+    #[command(after_help = "Examples:
+  cwsbx emulator faults clear")]
     Clear,
 }
 
@@ -282,8 +320,9 @@ pub async fn run(
     admin: &cwsandbox_client::EmulatorAdmin,
     command: &EmulatorCmd,
     base_url: &str,
-    format: Format,
+    output: Output,
 ) -> Result<u8> {
+    let format = output.rows();
     match command {
         EmulatorCmd::Clock(command) => {
             let clock = match command {
@@ -297,11 +336,12 @@ pub async fn run(
         EmulatorCmd::Reset { organization } => match organization.as_deref().filter(|org| !org.is_empty()) {
             Some(org) => {
                 let stopped = admin.reset_organization(org).await?;
-                eprintln!("organization {org} reset ({stopped} running Pods stopped)");
+                let line = format!("organization {org} reset ({stopped} running Pods stopped)");
+                report(format, &line, serde_json::json!({"organization": org, "result": "reset", "stoppedPods": stopped}))?;
             }
             None => {
                 admin.reset().await?;
-                eprintln!("emulator reset to its configured start");
+                report(format, "emulator reset to its configured start", serde_json::json!({"result": "reset"}))?;
             }
         },
         EmulatorCmd::Tenant(TenantCmd::Create { organization, user, uid, roles, env }) => {
@@ -327,10 +367,15 @@ pub async fn run(
             }
         }
         EmulatorCmd::Tenant(TenantCmd::Delete { organizations }) => {
+            let mut results = Vec::new();
             for org in organizations {
                 let stopped = admin.delete_tenant(org).await?;
-                eprintln!("tenant {org} deleted ({stopped} running Pods stopped)");
+                results.push((
+                    format!("tenant {org} deleted ({stopped} running Pods stopped)"),
+                    serde_json::json!({"organization": org, "result": "deleted", "stoppedPods": stopped}),
+                ));
             }
+            report_all(format, results)?;
         }
         EmulatorCmd::Tenant(TenantCmd::List) => {
             let tenants = admin.list_tenants().await?;
@@ -354,14 +399,16 @@ pub async fn run(
             }
         }
         EmulatorCmd::Faults(FaultsCmd::Remove { ids }) => {
+            let mut results = Vec::new();
             for id in ids {
                 admin.remove_fault(id).await?;
-                eprintln!("fault {id} removed");
+                results.push((format!("fault {id} removed"), serde_json::json!({"faultId": id, "result": "removed"})));
             }
+            report_all(format, results)?;
         }
         EmulatorCmd::Faults(FaultsCmd::Clear) => {
             let removed = admin.clear_faults().await?;
-            eprintln!("{removed} faults removed");
+            report(format, &format!("{removed} faults removed"), serde_json::json!({"removed": removed}))?;
         }
     }
     Ok(0)

@@ -50,11 +50,68 @@ pub fn yaml_to_json(text: &str) -> Result<serde_json::Value> {
     Ok(serde_saphyr::from_str(text)?)
 }
 
-/// Prints a document as JSON or YAML (tables fall back to YAML).
+/// Prints a document as JSON or YAML; a table is the caller's to print (asking this for one is a
+/// bug, reported as an error rather than YAML under the name of a table).
 pub fn print_value(value: &serde_json::Value, format: Format) -> Result<()> {
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(value)?),
-        Format::Yaml | Format::Table => print!("{}", to_yaml(value)?),
+        Format::Yaml => print!("{}", to_yaml(value)?),
+        Format::Table => anyhow::bail!("internal: no table form for this output"),
     }
     Ok(())
+}
+
+/// `-o` as given: each command has its natural form when it is not (a table for lists and
+/// results, YAML for documents such as a policy or the values).
+#[derive(Debug, Clone, Copy)]
+pub struct Output(pub Option<Format>);
+
+impl Output {
+    /// The form of a list or a result: a table unless asked otherwise.
+    pub fn rows(self) -> Format {
+        self.0.unwrap_or(Format::Table)
+    }
+
+    /// The form of a document, which has no table form: YAML unless JSON is asked for.
+    pub fn document(self, what: &str) -> Result<Format> {
+        match self.0 {
+            Some(Format::Table) => {
+                anyhow::bail!("{what} is a document and has no table form: use -o yaml (its default) or -o json")
+            }
+            Some(format) => Ok(format),
+            None => Ok(Format::Yaml),
+        }
+    }
+}
+
+/// The result of a command that changes something: a line for people (on stdout), or the same
+/// facts as a JSON/YAML object for scripts.
+pub fn report(format: Format, line: &str, value: serde_json::Value) -> Result<()> {
+    match format {
+        Format::Table => println!("{line}"),
+        _ => print_value(&value, format)?,
+    }
+    Ok(())
+}
+
+/// Several results: one line each, or one JSON/YAML document (an object for one, a list for more).
+pub fn report_all(format: Format, results: Vec<(String, serde_json::Value)>) -> Result<()> {
+    match format {
+        Format::Table => {
+            for (line, _) in &results {
+                println!("{line}");
+            }
+            Ok(())
+        }
+        _ => {
+            let mut values: Vec<serde_json::Value> = results.into_iter().map(|(_, value)| value).collect();
+            let value = if values.len() == 1 { values.remove(0) } else { serde_json::Value::Array(values) };
+            print_value(&value, format)
+        }
+    }
+}
+
+/// A sandbox state as people and scripts read it everywhere: `RUNNING`, not `STATE_RUNNING`.
+pub fn state_label(state: i32) -> String {
+    cwsandbox_client::state_name(state).trim_start_matches("STATE_").to_owned()
 }

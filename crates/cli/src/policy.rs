@@ -12,8 +12,66 @@ use anyhow::{Context, Result, bail};
 use cwsandbox_client::{RunnerAdmin, pb};
 use serde::de::DeserializeOwned;
 
-use crate::output::{Format, print_value, to_yaml, yaml_to_json};
-use crate::{Cli, Exit, PolicyCmd};
+use crate::output::{Format, Output, print_value, report, to_yaml, yaml_to_json};
+use crate::{Cli, Exit};
+
+/// The runner a policy command is about: the argument, else `$CWSANDBOX_RUNNER_ID` (as `sandbox
+/// run` does), as cwic's `[RUNNER-ID]` is optional.
+#[derive(clap::Args, Debug)]
+pub struct RunnerArg {
+    /// The runner; default `$CWSANDBOX_RUNNER_ID`.
+    #[arg(env = "CWSANDBOX_RUNNER_ID", value_name = "RUNNER_ID", required = true)]
+    runner_id: String,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum PolicyCmd {
+    /// Print the policy as YAML (`-o json`: JSON; `null` for a runner never configured).
+    #[command(after_help = "Examples:
+  cwsbx sandbox runner policy get                 # the runner of $CWSANDBOX_RUNNER_ID
+  cwic sandbox runner policy get cks-runner       # through the `cwic` link, as the guide writes it
+  cwsbx sandbox runner policy get cks-runner -o json | jq .base")]
+    Get {
+        #[command(flatten)]
+        runner: RunnerArg,
+    },
+    /// A readable summary of the policy.
+    #[command(after_help = "Examples:
+  cwsbx sandbox runner policy describe cks-runner")]
+    Describe {
+        #[command(flatten)]
+        runner: RunnerArg,
+    },
+    /// Replace the policy: from a file, or in $EDITOR on the current one (checked on save, sent
+    /// with the etag it was read at, so a concurrent change fails instead of being overwritten).
+    #[command(after_help = "Examples:
+  cwsbx sandbox runner policy edit                          # $EDITOR on the policy of $CWSANDBOX_RUNNER_ID
+  cwsbx sandbox runner policy edit cks-runner -f slurm-policy.yaml
+  cwsbx sandbox runner policy edit --print-template > slurm-policy.yaml")]
+    Edit {
+        /// The runner; default `$CWSANDBOX_RUNNER_ID`.
+        #[arg(env = "CWSANDBOX_RUNNER_ID", value_name = "RUNNER_ID", required_unless_present = "print_template")]
+        runner_id: Option<String>,
+        /// The new policy (`-` for stdin); without it, $EDITOR opens on the current policy.
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: Option<String>,
+        /// Apply only if the policy is still at this revision.
+        #[arg(long)]
+        etag: Option<String>,
+        /// Print a policy template and exit.
+        #[arg(long)]
+        print_template: bool,
+    },
+    /// Check a policy file offline; prints every violation with its field path.
+    #[command(after_help = "Examples:
+  cwsbx sandbox runner policy validate -f slurm-policy.yaml
+  cwsbx sandbox runner policy validate -f slurm-policy.yaml -o json | jq .valid")]
+    Validate {
+        /// The policy file (`-` for stdin).
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: String,
+    },
+}
 
 /// `runner create --print-template`.
 pub const RUNNER_TEMPLATE: &str = r#"# A v1 ManagedRunner (proto3 JSON names; snake_case is accepted too).
@@ -85,35 +143,40 @@ fn policy_json(policy: &Option<pb::Policy>) -> Result<serde_json::Value> {
     })
 }
 
-pub async fn run(cli: &Cli, command: &PolicyCmd, format: Format) -> Result<u8> {
+pub async fn run(cli: &Cli, command: &PolicyCmd, output: Output) -> Result<u8> {
     match command {
         PolicyCmd::Validate { file } => {
             let text = read_input(file)?;
+            let format = output.rows();
             match check_policy(&text) {
                 Ok(_) => {
-                    println!("{file}: valid");
+                    report(format, &format!("{file}: valid"), serde_json::json!({"file": file, "valid": true, "violations": []}))?;
                     Ok(0)
                 }
                 Err(problems) => {
-                    for problem in &problems {
-                        println!("{problem}");
+                    if format == Format::Table {
+                        for problem in &problems {
+                            println!("{problem}");
+                        }
+                    } else {
+                        let value = serde_json::json!({"file": file, "valid": false, "violations": problems});
+                        print_value(&value, format)?;
                     }
                     eprintln!("error: {file}: {} violation(s)", problems.len());
                     Err(Exit(1).into())
                 }
             }
         }
-        PolicyCmd::Get { runner_id } => {
-            let runner = cli.client()?.runners()?.get(runner_id).await?;
-            let value = policy_json(&runner.policy)?;
-            match format {
-                Format::Json => print_value(&value, Format::Json)?,
-                _ => print!("{}", to_yaml(&value)?),
-            }
+        PolicyCmd::Get { runner } => {
+            let format = output.document("a policy")?;
+            let runner = cli.client()?.runners()?.get(&runner.runner_id).await?;
+            print_value(&policy_json(&runner.policy)?, format)?;
             Ok(0)
         }
-        PolicyCmd::Describe { runner_id } => {
+        PolicyCmd::Describe { runner } => {
+            let runner_id = &runner.runner_id;
             let runner = cli.client()?.runners()?.get(runner_id).await?;
+            let format = output.rows();
             if format != Format::Table {
                 let value = serde_json::json!({"runnerId": runner_id, "etag": runner.etag, "policy": policy_json(&runner.policy)?});
                 print_value(&value, format)?;
@@ -126,7 +189,8 @@ pub async fn run(cli: &Cli, command: &PolicyCmd, format: Format) -> Result<u8> {
             print!("{POLICY_TEMPLATE}");
             Ok(0)
         }
-        PolicyCmd::Edit { runner_id, file: Some(file), etag, .. } => {
+        PolicyCmd::Edit { runner_id: None, .. } => bail!("no runner: give RUNNER_ID or set CWSANDBOX_RUNNER_ID"),
+        PolicyCmd::Edit { runner_id: Some(runner_id), file: Some(file), etag, .. } => {
             let text = read_input(file)?;
             let policy = match check_policy(&text) {
                 Ok(policy) => policy,
@@ -138,13 +202,13 @@ pub async fn run(cli: &Cli, command: &PolicyCmd, format: Format) -> Result<u8> {
                 Some(etag) => etag.clone(),
                 None => admin.get(runner_id).await?.etag,
             };
-            submit(&admin, runner_id, policy, &etag, None).await
+            submit(&admin, runner_id, policy, &etag, None, output.rows()).await
         }
-        PolicyCmd::Edit { runner_id, file: None, etag, .. } => {
+        PolicyCmd::Edit { runner_id: Some(runner_id), file: None, etag, .. } => {
             let admin = cli.client()?.runners()?;
             let runner = admin.get(runner_id).await?;
             let etag = etag.clone().unwrap_or(runner.etag.clone());
-            edit_interactively(&admin, runner_id, &runner, &etag).await
+            edit_interactively(&admin, runner_id, &runner, &etag, output.rows()).await
         }
     }
 }
@@ -208,10 +272,12 @@ async fn submit(
     policy: pb::Policy,
     etag: &str,
     saved: Option<&Path>,
+    format: Format,
 ) -> Result<u8> {
     match admin.update_policy(runner_id, policy, etag).await {
         Ok(updated) => {
-            println!("runner {runner_id}: policy updated (etag {})", updated.etag);
+            let line = format!("runner {runner_id}: policy updated (etag {})", updated.etag);
+            report(format, &line, serde_json::to_value(&updated)?)?;
             Ok(0)
         }
         Err(error) if error.is_stale_etag() => {
@@ -258,6 +324,7 @@ async fn edit_interactively(
     runner_id: &str,
     runner: &pb::ManagedRunner,
     etag: &str,
+    format: Format,
 ) -> Result<u8> {
     let original = policy_json(&runner.policy)?;
     let original = if original.is_null() { serde_json::json!({}) } else { original };
@@ -294,7 +361,7 @@ async fn edit_interactively(
                     eprintln!("Edit cancelled, no changes made.");
                     return Ok(0);
                 }
-                let result = submit(admin, runner_id, policy, etag, Some(&path)).await;
+                let result = submit(admin, runner_id, policy, etag, Some(&path), format).await;
                 if result.is_ok() {
                     let _ = std::fs::remove_file(&path);
                 }

@@ -66,8 +66,8 @@ fn policy_json(emu: &EmulatorProcess) -> serde_json::Value {
 }
 
 fn etag(emu: &EmulatorProcess) -> String {
-    let runners = json(&ok(emu, &["sandbox", "runner", "get", &emu.ready.runner_id, "-o", "json"]));
-    runners[0]["etag"].as_str().unwrap().to_owned()
+    let runner = json(&ok(emu, &["sandbox", "runner", "get", &emu.ready.runner_id, "-o", "json"]));
+    runner["etag"].as_str().unwrap().to_owned()
 }
 
 #[test]
@@ -77,8 +77,11 @@ fn runner_list_get_create_delete() {
     let table = ok(&emu, &["sandbox", "runner", "list"]);
     assert!(table.starts_with("RUNNER ID"), "{table}");
     assert!(table.lines().any(|l| l.starts_with(&runner)), "{table}");
+    // One runner is an object, several a list.
     let got = json(&ok(&emu, &["sandbox", "runner", "get", &runner, "-o", "json"]));
-    assert_eq!(got[0]["identity"]["runnerId"], runner.as_str());
+    assert_eq!(got["identity"]["runnerId"], runner.as_str());
+    let both = json(&ok(&emu, &["sandbox", "runner", "get", &runner, &runner, "-o", "json"]));
+    assert_eq!(both.as_array().map(Vec::len), Some(2), "{both}");
     let yaml = ok(&emu, &["sandbox", "runner", "list", "-o", "yaml"]);
     assert!(yaml.contains("runnerId:"), "{yaml}");
 
@@ -95,7 +98,13 @@ fn runner_list_get_create_delete() {
     assert!(ok(&emu, &["sandbox", "runner", "list"]).contains("second-runner"));
     let refused = fails(&emu, &["sandbox", "runner", "delete", "second-runner"]);
     assert!(refused.contains("--yes"), "{refused}");
-    ok(&emu, &["sandbox", "runner", "delete", "second-runner", "--yes"]);
+    assert_eq!(ok(&emu, &["sandbox", "runner", "delete", "second-runner", "--yes"]), "runner second-runner deleted\n");
+    // A runner that was not there is said so, also with --allow-missing (which only keeps it from failing).
+    let again = ok(&emu, &["sandbox", "runner", "delete", "second-runner", "--yes", "--allow-missing", "-o", "json"]);
+    assert_eq!(json(&again), serde_json::json!({"runnerId": "second-runner", "result": "not found"}));
+    let said = ok(&emu, &["sandbox", "runner", "delete", "second-runner", "--yes", "--allow-missing"]);
+    assert!(said.contains("not found: nothing deleted"), "{said}");
+    assert!(fails(&emu, &["sandbox", "runner", "delete", "second-runner", "--yes"]).contains("NOT_FOUND"));
     let template = ok(&emu, &["sandbox", "runner", "create", "--print-template"]);
     assert!(template.contains("runnerId"), "{template}");
     let missing = fails(&emu, &["sandbox", "runner", "get", "no-such-runner"]);
@@ -110,6 +119,11 @@ fn policy_get_and_describe() {
     assert!(policy.is_object(), "{policy}");
     let yaml = ok(&emu, &["sandbox", "runner", "policy", "get", &runner]);
     assert!(yaml.contains("schedulerName"), "{yaml}");
+    // The runner defaults to $CWSANDBOX_RUNNER_ID, as the guide's `policy get [RUNNER-ID]` allows.
+    assert_eq!(ok(&emu, &["sandbox", "runner", "policy", "get"]), yaml);
+    // A document has no table form: asked for one, the command says so instead of printing YAML.
+    let refused = fails(&emu, &["sandbox", "runner", "policy", "get", "-o", "table"]);
+    assert!(refused.contains("no table form"), "{refused}");
     let described = ok(&emu, &["sandbox", "runner", "policy", "describe", &runner]);
     assert!(described.contains(&format!("Etag:         {}", etag(&emu))), "{described}");
     assert!(described.contains("Constraints:"), "{described}");
@@ -265,8 +279,9 @@ fn sandbox_run_get_ls_stop_delete() {
         &["sandbox", "run", "--tag", "cli-test", "-a", "sunk.coreweave.com/partition=sandboxes", "-o", "json"],
     );
     assert!(output.status.success(), "{}", text(&output.stderr));
+    // Progress on stderr, one line per state, spelled as everywhere else (RUNNING, not STATE_RUNNING).
     let progress = text(&output.stderr);
-    assert!(progress.contains("waiting for ") && progress.contains("STATE_"), "{progress}");
+    assert!(progress.contains(": PENDING (") && !progress.contains("STATE_"), "{progress}");
     let created = json(&text(&output.stdout));
     let id = created["sandboxId"].as_str().unwrap().to_owned();
     assert_eq!(created["status"]["state"], "STATE_RUNNING");
@@ -276,11 +291,15 @@ fn sandbox_run_get_ls_stop_delete() {
     let table = ok(&emu, &["sandbox", "ls", "--tag", "cli-test"]);
     assert!(table.starts_with("SANDBOX ID"), "{table}");
     assert!(table.lines().any(|l| l.starts_with(&id) && l.contains("RUNNING")), "{table}");
-    assert!(ok(&emu, &["sandbox", "stop", &id]).contains("stopping"));
+    let stopped = json(&ok(&emu, &["sandbox", "stop", &id, "-o", "json"]));
+    assert_eq!(stopped["sandboxId"], id.as_str());
+    assert_eq!(stopped["result"], "stopping");
 
     let second = json(&ok(&emu, &["sandbox", "run", "--no-wait", "-o", "json"]));
     let second = second["sandboxId"].as_str().unwrap().to_owned();
-    assert!(ok(&emu, &["sandbox", "delete", &second]).contains("deleted"));
+    // Delete waits until the sandbox has ended and says how.
+    let deleted = ok(&emu, &["sandbox", "delete", &second]);
+    assert!(deleted.starts_with(&format!("sandbox {second} deleted: ")), "{deleted}");
 
     let missing = fails(&emu, &["sandbox", "get", "no-such-sandbox"]);
     assert!(missing.contains("NOT_FOUND"), "{missing}");
@@ -294,8 +313,20 @@ fn sandbox_run_reports_a_pending_reason() {
     let output = cwsbx(&emu, &["sandbox", "run", "--timeout", "2", "-a", "sunk.coreweave.com/partition=nope"]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = text(&output.stderr);
-    assert!(stderr.contains("STATE_PENDING (") && stderr.contains("partition"), "{stderr}");
-    assert!(stderr.lines().last().unwrap().starts_with("error: timed out"), "{stderr}");
+    assert!(stderr.contains(": PENDING (") && stderr.contains("partition"), "{stderr}");
+    let last = stderr.lines().last().unwrap();
+    assert!(last.starts_with("error: sandbox ") && last.contains("not RUNNING after 2s"), "{stderr}");
+    // Giving up deletes the sandbox it made, unless asked to keep it.
+    assert!(last.ends_with("deleted it"), "{stderr}");
+    let id = last.trim_start_matches("error: sandbox ").split(' ').next().unwrap().to_owned();
+    let left = json(&ok(&emu, &["sandbox", "get", &id, "-o", "json"]));
+    assert_ne!(left["status"]["state"], "STATE_PENDING", "{left}");
+    let kept = cwsbx(
+        &emu,
+        &["sandbox", "run", "--timeout", "1", "--keep-on-timeout", "-a", "sunk.coreweave.com/partition=nope"],
+    );
+    let stderr = text(&kept.stderr);
+    assert!(stderr.contains("it is kept (--keep-on-timeout): delete it with `cwsbx sandbox delete "), "{stderr}");
 }
 
 /// Needs the process executor in the emulator (wt-integrate); UNAVAILABLE until it lands.
@@ -334,10 +365,15 @@ fn cluster_values_get_and_apply() {
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("values.yaml");
-    std::fs::write(&file, "slurmConfig:\n  KillWait: 60\n").unwrap();
-    ok(&emu, &["cluster", "values", "apply", "-f", file.to_str().unwrap()]);
+    std::fs::write(&file, "slurmConfig:\n  KillWait: 90\n").unwrap();
+    let applied = ok(&emu, &["cluster", "values", "apply", "-f", file.to_str().unwrap(), "--dry-run", "-o", "json"]);
+    let applied = json(&applied);
+    assert_eq!(applied["dryRun"], true);
+    assert!(applied["changes"].as_array().is_some_and(|changes| !changes.is_empty()), "{applied}");
+    let applied = ok(&emu, &["cluster", "values", "apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.starts_with("values applied, "), "the verdict is on stdout: {applied}");
     let after = json(&ok(&emu, &["cluster", "values", "get", "-o", "json"]));
-    assert_eq!(after["slurmConfig"]["KillWait"], 60, "{after}");
+    assert_eq!(after["slurmConfig"]["KillWait"], 90, "{after}");
 
     std::fs::write(&file, "slurmConfig:\n  KillWiat: 60\n").unwrap();
     let refused = fails(&emu, &["cluster", "values", "apply", "-f", file.to_str().unwrap()]);
@@ -418,14 +454,12 @@ fn emulator_clock_tenants_faults_and_reset() {
     assert_eq!((faults[0]["hits"].as_str(), faults[0]["matched"].as_str()), (Some("1"), Some("2")), "{faults}");
     let bad = fails(&emu, &["emulator", "faults", "add", "--method", "NoSuchMethod", "--code", "UNAVAILABLE"]);
     assert!(bad.contains("fault.match.method"), "{bad}");
-    assert!(text(&cwsbx(&emu, &["emulator", "faults", "clear"]).stderr).contains("1 faults removed"));
+    // Success lines go to stdout; -o json makes them objects.
+    assert_eq!(ok(&emu, &["emulator", "faults", "clear"]), "1 faults removed\n");
+    assert_eq!(json(&ok(&emu, &["emulator", "faults", "clear", "-o", "json"])), serde_json::json!({"removed": 0}));
 
-    let reset = cwsbx(&emu, &["emulator", "reset", "--org", "team-a"]);
-    assert!(
-        reset.status.success() && text(&reset.stderr).contains("organization team-a reset"),
-        "{}",
-        text(&reset.stderr)
-    );
+    let reset = ok(&emu, &["emulator", "reset", "--org", "team-a"]);
+    assert!(reset.contains("organization team-a reset"), "{reset}");
     assert!(cwsbx(&emu, &["emulator", "tenant", "delete", "team-a"]).status.success());
     let gone = fails(&emu, &["emulator", "tenant", "delete", "team-a"]);
     assert!(gone.contains("no tenant"), "{gone}");

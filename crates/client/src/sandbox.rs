@@ -521,7 +521,38 @@ fn map_logs(stream: tonic::Streaming<pb::LogEntry>) -> impl Stream<Item = Result
     })
 }
 
+/// The log entries of a sandbox by id, with their timestamps and offsets; an entry carrying a
+/// stream error ends the stream with that error.
+pub(crate) async fn log_entries(
+    client: &Client,
+    sandbox_id: &str,
+    follow: bool,
+    tail_lines: i32,
+) -> Result<BoxStream<'static, Result<pb::LogEntry>>> {
+    let request = pb::StreamLogsRequest { sandbox_id: sandbox_id.to_owned(), follow, tail_lines, ..Default::default() };
+    let stream = client.sandbox_service().stream_logs(request).await?.into_inner();
+    Ok(stream
+        .map(|entry| {
+            let entry = entry?;
+            match &entry.error {
+                Some(error) => Err(Error::Protocol(format!("log stream: {} ({})", error.message, error.code))),
+                None => Ok(entry),
+            }
+        })
+        .boxed())
+}
+
 impl Client {
+    /// Log entries of a sandbox by id (data, timestamp, offsets).
+    pub async fn log_entries(
+        &self,
+        sandbox_id: &str,
+        follow: bool,
+        tail_lines: i32,
+    ) -> Result<BoxStream<'static, Result<pb::LogEntry>>> {
+        log_entries(self, sandbox_id, follow, tail_lines).await
+    }
+
     /// Log stream of a sandbox by id.
     pub async fn logs(
         &self,
@@ -537,7 +568,8 @@ impl Client {
         stop(self, sandbox_id, grace_period_seconds, false).await
     }
 
-    /// Deletes a sandbox by id at once (missing is fine when `allow_missing`).
+    /// Deletes a sandbox by id: its processes get SIGTERM, then SIGKILL after its Pod's termination
+    /// grace period (missing is fine when `allow_missing`). Returns once the delete is accepted.
     pub async fn delete(&self, sandbox_id: &str, allow_missing: bool) -> Result<()> {
         stop(self, sandbox_id, 0, allow_missing).await
     }

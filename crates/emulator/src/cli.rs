@@ -30,6 +30,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per run: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve until SIGINT or SIGTERM. Prints `export` lines for a shell once ready (logs go to
@@ -47,6 +49,14 @@ enum Command {
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
         command: Vec<String>,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = "Examples:
+  cwsandbox-emulator completion bash > ~/.local/share/bash-completion/completions/cwsandbox-emulator
+  cwsandbox-emulator completion fish > ~/.config/fish/completions/cwsandbox-emulator.fish")]
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
     },
 }
 
@@ -393,6 +403,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Exec { world, command } => exec(world, command).await,
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "cwsandbox-emulator", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -501,11 +516,10 @@ async fn serve_in_background(args: &ServeArgs) -> Result<ExitCode> {
     let pid = std::process::id();
     let temp = std::env::temp_dir();
     let log_path = args.log_file.clone().unwrap_or_else(|| temp.join(format!("cwsandbox-emulator-{pid}.log")));
-    let log = std::fs::File::create(&log_path).with_context(|| format!("creating the log file {}", log_path.display()))?;
-    let mut child_args: Vec<std::ffi::OsString> = std::env::args_os()
-        .skip(1)
-        .filter(|arg| arg != "--background")
-        .collect();
+    let log =
+        std::fs::File::create(&log_path).with_context(|| format!("creating the log file {}", log_path.display()))?;
+    let mut child_args: Vec<std::ffi::OsString> =
+        std::env::args_os().skip(1).filter(|arg| arg != "--background").collect();
     // --log-file is ours: the child's stderr is that file.
     if let Some(position) = child_args.iter().position(|arg| arg == "--log-file") {
         child_args.drain(position..(position + 2).min(child_args.len()));
@@ -536,7 +550,10 @@ async fn serve_in_background(args: &ServeArgs) -> Result<ExitCode> {
         if let Some(status) = child.try_wait().context("waiting for the emulator")? {
             let log = std::fs::read_to_string(&log_path).unwrap_or_default();
             eprint!("{log}");
-            eprintln!("cwsandbox-emulator: the emulator exited before it was ready ({status}); its log: {}", log_path.display());
+            eprintln!(
+                "cwsandbox-emulator: the emulator exited before it was ready ({status}); its log: {}",
+                log_path.display()
+            );
             return Ok(ExitCode::from(status.code().and_then(|code| u8::try_from(code).ok()).unwrap_or(2)));
         }
         let ready = std::fs::read_to_string(&ready_path)

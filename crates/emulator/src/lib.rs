@@ -112,7 +112,9 @@ fn bind_hint(error: &std::io::Error) -> &'static str {
             "; another process (another emulator?) listens there: pick a free port with `--listen 127.0.0.1:0` \
              (the printed CWSANDBOX_BASE_URL and the ready file have the port it got)"
         }
-        std::io::ErrorKind::AddrNotAvailable => "; that address is not one of this machine's: try `--listen 127.0.0.1:0`",
+        std::io::ErrorKind::AddrNotAvailable => {
+            "; that address is not one of this machine's: try `--listen 127.0.0.1:0`"
+        }
         std::io::ErrorKind::PermissionDenied => "; ports below 1024 need privileges: pick another, or 0 for a free one",
         _ => "",
     }
@@ -283,9 +285,8 @@ impl Emulator {
             .map(|runner| runner.runner_id.clone())
             .unwrap_or_default();
 
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|error| StartError::Bind { address: listen, error })?;
+        let listener =
+            tokio::net::TcpListener::bind(listen).await.map_err(|error| StartError::Bind { address: listen, error })?;
         let bound = listener.local_addr().map_err(|error| StartError::Bind { address: listen, error })?;
         let host = match bound.ip() {
             IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),

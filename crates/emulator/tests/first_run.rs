@@ -78,7 +78,8 @@ impl Drop for Background {
 fn serve_background_returns_once_ready_with_the_exports_and_the_pid_to_stop_it() -> anyhow::Result<()> {
     let temp = tempfile::tempdir()?;
     let log = temp.path().join("emulator.log");
-    let emulator = Background::start(temp.path(), &["--listen", "localhost:0", "--log-file", log.to_str().unwrap_or("")])?;
+    let emulator =
+        Background::start(temp.path(), &["--listen", "localhost:0", "--log-file", log.to_str().unwrap_or("")])?;
     // A host name is resolved; the URL names the address bound.
     assert!(emulator.base_url().starts_with("http://127.0.0.1:"), "{}", emulator.stdout);
     for name in ["CWSANDBOX_API_KEY", "CWSANDBOX_USER_TOKEN", "CWSANDBOX_RUNNER_ID"] {
@@ -86,7 +87,8 @@ fn serve_background_returns_once_ready_with_the_exports_and_the_pid_to_stop_it()
     }
     assert!(emulator.stdout.contains("# cwsandbox-emulator ready"), "{}", emulator.stdout);
     assert!(emulator.stdout.contains(&format!("# log: {}", log.display())), "{}", emulator.stdout);
-    let health = Command::new("curl").args(["--silent", "--fail", &format!("{}/healthz", emulator.base_url())]).output()?;
+    let health =
+        Command::new("curl").args(["--silent", "--fail", &format!("{}/healthz", emulator.base_url())]).output()?;
     assert_eq!(String::from_utf8_lossy(&health.stdout), "ok\n", "it serves after the command returned");
     // It logs to its file, not to the terminal the command returned to.
     let logged = std::fs::read_to_string(&log)?;
@@ -164,7 +166,8 @@ fn help_says_what_the_ready_file_and_exec_really_provide() -> anyhow::Result<()>
     }
     assert!(serve.contains("--background") && serve.contains("Examples:"), "{serve}");
     let exec = text(&Command::new(BINARY).args(["exec", "--help"]).output()?);
-    for variable in ["CWSANDBOX_BASE_URL", "CWSANDBOX_API_KEY", "CWSANDBOX_USER_TOKEN", "CWSANDBOX_RUNNER_ID", "KUBECONFIG"]
+    for variable in
+        ["CWSANDBOX_BASE_URL", "CWSANDBOX_API_KEY", "CWSANDBOX_USER_TOKEN", "CWSANDBOX_RUNNER_ID", "KUBECONFIG"]
     {
         assert!(exec.contains(variable), "exec --help does not name {variable}:\n{exec}");
     }

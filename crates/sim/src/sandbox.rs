@@ -68,8 +68,10 @@ impl SandboxState {
 /// Why a live sandbox is going away.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum TeardownCause {
-    /// DeleteSandbox.
+    /// DeleteSandbox with the Pod's own grace period (the client's delete).
     OwnerDeleted,
+    /// DeleteSandbox with a grace period of its own (the client's `stop(grace)`), in seconds.
+    OwnerStopped(u64),
     /// `kubectl delete pod`.
     PodDeleted,
     /// The lifetime ran out.
@@ -976,8 +978,10 @@ impl World {
         if sandbox.state.is_terminal() || sandbox.state == SandboxState::Terminating {
             return Ok(sandbox);
         }
-        legal(self.sandbox_step(id, SandboxTransition::Delete, Life::TearingDown(TeardownCause::OwnerDeleted)));
         let grace = u64::try_from(grace_seconds).ok().filter(|grace| *grace > 0);
+        // A stop (a grace of the caller's) and a delete read differently in the sandbox's reason.
+        let cause = grace.map_or(TeardownCause::OwnerDeleted, TeardownCause::OwnerStopped);
+        legal(self.sandbox_step(id, SandboxTransition::Delete, Life::TearingDown(cause)));
         self.begin_pod_deletion(&sandbox.pod_uid, grace);
         self.settle();
         self.get_sandbox(org, id)
@@ -1072,6 +1076,9 @@ impl World {
             Life::Ended { .. } => return,
             Life::TearingDown(TeardownCause::OwnerDeleted) => {
                 (SandboxState::Completed, "deleted by its owner".to_owned())
+            }
+            Life::TearingDown(TeardownCause::OwnerStopped(grace)) => {
+                (SandboxState::Completed, format!("stopped by its owner (grace period {grace}s)"))
             }
             Life::TearingDown(TeardownCause::PodDeleted) => {
                 (SandboxState::Terminated, "its Pod was deleted".to_owned())

@@ -698,3 +698,39 @@ fn scratch_volumes_reach_the_container_start_and_bad_volumes_and_mounts_are_name
         assert_eq!(error.violations()[0].field, field);
     }
 }
+
+#[test]
+fn a_sandbox_slurm_refused_ends_at_once_when_deleted() {
+    let mut h = ready();
+    let mut spec = client_spec();
+    spec.annotations.insert("sunk.coreweave.com/partition".to_owned(), "nope".to_owned());
+    let created = h.world.create_sandbox(&alice(), spec, "", "req-refused").unwrap();
+    h.advance(1);
+    let pending = h.world.get_sandbox("default-org", &created.id).unwrap();
+    assert_eq!(pending.state, SandboxState::Pending, "{}", pending.state_reason);
+    assert!(pending.state_reason.contains("Invalid partition"), "{}", pending.state_reason);
+    // Never bound, nothing runs: the Pod goes without a grace period, and the sandbox with it.
+    let deleted = h.world.delete_sandbox("default-org", &created.id, 0).unwrap();
+    assert_eq!(deleted.state, SandboxState::Completed, "{}", deleted.state_reason);
+    assert_eq!(deleted.state_reason, "deleted by its owner");
+}
+
+#[test]
+fn a_stop_and_a_delete_leave_different_reasons() {
+    let mut h = ready();
+    let stopped = h.world.create_sandbox(&alice(), client_spec(), "", "req-stop").unwrap();
+    let deleted = h.world.create_sandbox(&alice(), client_spec(), "", "req-delete").unwrap();
+    h.advance(1);
+    h.world.delete_sandbox("default-org", &stopped.id, 5).unwrap();
+    h.world.delete_sandbox("default-org", &deleted.id, 0).unwrap();
+    // The processes are gone (the host reports it): both Pods finish their termination.
+    for id in [&stopped.id, &deleted.id] {
+        h.world.sandbox_exited(id, 143);
+    }
+    h.advance(31);
+    let stopped = h.world.get_sandbox("default-org", &stopped.id).unwrap();
+    let deleted = h.world.get_sandbox("default-org", &deleted.id).unwrap();
+    assert_eq!((stopped.state, deleted.state), (SandboxState::Completed, SandboxState::Completed));
+    assert_eq!(stopped.state_reason, "stopped by its owner (grace period 5s)");
+    assert_eq!(deleted.state_reason, "deleted by its owner");
+}

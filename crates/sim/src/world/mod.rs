@@ -416,6 +416,9 @@ impl World {
 
     pub(crate) fn reconcile(&mut self) {
         for _ in 0..10_000 {
+            // Outcomes a command queued directly (a never-bound Pod removed at once by a delete)
+            // reach their sandboxes now, not with whatever happens next in the cluster.
+            self.hand_over_sandbox_outcomes();
             let mut changed = false;
             while let Some(uid) = self.unscheduled.pop_first() {
                 changed = true;

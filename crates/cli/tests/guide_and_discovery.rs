@@ -1,0 +1,156 @@
+//! The guide's own command lines through `cwsbx` (the `cwic` link, the curl configuration of
+//! `guide-env`), and what a new user finds: `sandbox describe`, `logs -o json`, completion
+//! scripts, the PATH warning of `install-links`, connection errors that name the URL.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use cwsandbox_testkit::emulator::{EmulatorProcess, built_emulator_binary};
+
+fn emulator() -> EmulatorProcess {
+    let binary = built_emulator_binary().expect("the emulator binary builds");
+    EmulatorProcess::start(&binary, &[]).expect("emulator starts")
+}
+
+const CWSBX: &str = env!("CARGO_BIN_EXE_cwsbx");
+
+fn command(emu: &EmulatorProcess, program: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(program);
+    command.args(args).envs(emu.env()).env("CWSANDBOX_RUNNER_ID", &emu.ready.runner_id);
+    command
+}
+
+fn text(output: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+fn ok(output: Output) -> String {
+    assert!(output.status.success(), "{}", text(&output));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn the_guides_cwic_lines_run_through_the_cwic_link() -> anyhow::Result<()> {
+    let emu = emulator();
+    let bin = tempfile::tempdir()?;
+    let dir = bin.path().to_str().unwrap_or_default();
+    // Not on PATH: the links are made and the user is told how to reach them.
+    let installed = Command::new(CWSBX).args(["slurm", "install-links", dir]).env("PATH", "/usr/bin:/bin").output()?;
+    assert!(installed.status.success(), "{}", text(&installed));
+    let stderr = String::from_utf8_lossy(&installed.stderr);
+    assert!(stderr.contains("is not on PATH") && stderr.contains("export PATH="), "{stderr}");
+    let on_path = format!("{dir}:/usr/bin:/bin");
+    let quiet = Command::new(CWSBX).args(["slurm", "install-links", dir]).env("PATH", &on_path).output()?;
+    assert!(quiet.status.success() && quiet.stderr.is_empty(), "{}", text(&quiet));
+
+    let cwic = bin.path().join("cwic");
+    // The guide's step 2, as written: `cwic sandbox runner policy get [RUNNER-ID]`.
+    let policy = ok(command(&emu, &cwic, &["sandbox", "runner", "policy", "get", &emu.ready.runner_id]).output()?);
+    assert!(policy.contains("schedulerName: slurm-scheduler"), "{policy}");
+    let policy_file = bin.path().join("slurm-policy.yaml");
+    std::fs::write(&policy_file, &policy)?;
+    let file = policy_file.to_str().unwrap_or_default();
+    let valid = ok(command(&emu, &cwic, &["sandbox", "runner", "policy", "validate", "-f", file]).output()?);
+    assert!(valid.ends_with(": valid\n"), "{valid}");
+    let edited = ok(command(&emu, &cwic, &["sandbox", "runner", "policy", "edit", "-f", file]).output()?);
+    assert!(edited.starts_with(&format!("runner {}: policy updated", emu.ready.runner_id)), "{edited}");
+    // Its help speaks of itself as cwic.
+    let help = ok(Command::new(&cwic).args(["--help"]).output()?);
+    assert!(help.contains("Usage: cwic "), "{help}");
+    Ok(())
+}
+
+#[test]
+fn guide_env_makes_the_guides_curl_line_reach_the_emulator_unchanged() -> anyhow::Result<()> {
+    let emu = emulator();
+    let dir = tempfile::tempdir()?;
+    // The guide's GetManagedRunner line, verbatim but for [RUNNER-ID].
+    let script = format!(
+        r#"set -euo pipefail
+eval "$("{CWSBX}" guide-env --dir "{dir}")"
+curl --fail-with-body --silent --show-error -X POST \
+  'https://api.coreweave.com/coreweave.sandbox.v1.RunnerManagementService/GetManagedRunner' \
+  -H "Authorization: Bearer $TOKEN" \
+  -H "Content-Type: application/json" \
+  -H "Connect-Protocol-Version: 1" \
+  --data '{{"runnerId": "{runner}"}}' \
+  -o runner.json
+jq -r '.identity.runnerId + " " + .etag' runner.json
+"#,
+        dir = dir.path().display(),
+        runner = emu.ready.runner_id,
+    );
+    let output = command(&emu, Path::new("bash"), &["-c", &script]).current_dir(dir.path()).env_remove("CURL_HOME").output()?;
+    let said = ok(output);
+    assert!(said.starts_with(&format!("{} ", emu.ready.runner_id)), "{said}");
+    Ok(())
+}
+
+#[test]
+fn describe_shows_state_pod_job_and_events_in_one_screen() -> anyhow::Result<()> {
+    let emu = emulator();
+    let created = ok(command(
+        &emu,
+        Path::new(CWSBX),
+        &["sandbox", "run", "-o", "json", "-a", "sunk.coreweave.com/partition=sandboxes", "--", "sh", "-c", "echo hi; sleep 300"],
+    )
+    .output()?);
+    let created: serde_json::Value = serde_json::from_str(&created)?;
+    let id = created["sandboxId"].as_str().unwrap_or_default().to_owned();
+    let screen = ok(command(&emu, Path::new(CWSBX), &["sandbox", "describe", &id]).output()?);
+    for expected in [
+        format!("Sandbox:      {id}"),
+        "State:        RUNNING".to_owned(),
+        "  Scheduler:  slurm-scheduler".to_owned(),
+        "  Grace:      30s".to_owned(),
+        "sunk.coreweave.com/partition=sandboxes".to_owned(),
+        "Slurm job:    1000".to_owned(),
+        "  Partition:  sandboxes".to_owned(),
+        "  State:      RUNNING".to_owned(),
+        "Events:".to_owned(),
+        "Scheduled".to_owned(),
+    ] {
+        assert!(screen.contains(&expected), "no {expected:?} in:\n{screen}");
+    }
+    let as_json: serde_json::Value =
+        serde_json::from_str(&ok(command(&emu, Path::new(CWSBX), &["sandbox", "describe", &id, "-o", "json"]).output()?))?;
+    assert_eq!(as_json["slurmJob"]["jobId"], 1000, "{as_json}");
+    assert_eq!(as_json["pod"]["spec"]["schedulerName"], "slurm-scheduler", "{as_json}");
+
+    // The log as JSON lines, one object per entry with its timestamp.
+    let lines = ok(command(&emu, Path::new(CWSBX), &["sandbox", "logs", "-o", "json", &id]).output()?);
+    let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap_or_default())?;
+    assert_eq!(first["text"], "hi\n", "{lines}");
+    assert!(first["timestamp"].is_string(), "{lines}");
+
+    // A user token sees its sandbox, and is told that the cluster's side needs an admin.
+    let user = ok(command(&emu, Path::new(CWSBX), &["sandbox", "describe", &id])
+        .env("CWSANDBOX_API_KEY", &emu.ready.user_token)
+        .output()?);
+    assert!(user.contains("State:        RUNNING") && user.contains("Cluster:      <not available: "), "{user}");
+    Ok(())
+}
+
+#[test]
+fn completion_scripts_for_each_shell() -> anyhow::Result<()> {
+    for (shell, marker) in [("bash", "complete -F"), ("zsh", "#compdef cwsbx"), ("fish", "complete -c cwsbx")] {
+        let script = ok(Command::new(CWSBX).args(["completion", shell]).output()?);
+        assert!(script.contains(marker) && script.contains("sandbox"), "{shell}: {script}");
+    }
+    let emulator = built_emulator_binary()?;
+    let script = ok(Command::new(emulator).args(["completion", "bash"]).output()?);
+    assert!(script.contains("cwsandbox-emulator") && script.contains("--background"), "{script}");
+    Ok(())
+}
+
+#[test]
+fn a_connection_error_names_the_url_it_tried_and_why() -> anyhow::Result<()> {
+    // A port nothing listens on: bind one, note it, free it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let url = format!("http://127.0.0.1:{port}");
+    let output = Command::new(CWSBX).args(["sandbox", "ls"]).env("CWSANDBOX_BASE_URL", &url).env("CWSANDBOX_API_KEY", "x").output()?;
+    assert_eq!(output.status.code(), Some(1));
+    let said = text(&output);
+    assert!(said.contains(&format!("could not reach {url}")), "{said}");
+    Ok(())
+}
