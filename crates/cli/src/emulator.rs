@@ -12,9 +12,12 @@ use crate::output::{Format, Output, print_value, report, report_all, table};
 #[derive(Subcommand, Debug)]
 pub enum EmulatorCmd {
     /// The emulator's clock.
-    #[command(subcommand, after_help = "Examples:
+    #[command(
+        subcommand,
+        after_help = "Examples:
   cwsbx emulator clock freeze && cwsbx emulator clock advance 5m
-  cwsbx emulator clock get -o json")]
+  cwsbx emulator clock get -o json"
+    )]
     Clock(ClockCmd),
     /// Back to the configured start, or only one organization's part of it (`--org`).
     #[command(after_help = "Examples:
@@ -26,14 +29,20 @@ pub enum EmulatorCmd {
         organization: Option<String>,
     },
     /// Tenants: organizations made at run time, one per test.
-    #[command(subcommand, after_help = "Examples:
+    #[command(
+        subcommand,
+        after_help = "Examples:
   cwsbx emulator tenant create --org team-a --env > team-a.env
-  cwsbx emulator tenant list")]
+  cwsbx emulator tenant list"
+    )]
     Tenant(TenantCmd),
     /// Faults: rules that make calls fail, slow down or end early.
-    #[command(subcommand, after_help = "Examples:
+    #[command(
+        subcommand,
+        after_help = "Examples:
   cwsbx emulator faults add --method CreateSandbox --code UNAVAILABLE --times 2
-  cwsbx emulator faults list")]
+  cwsbx emulator faults list"
+    )]
     Faults(FaultsCmd),
 }
 
@@ -337,7 +346,11 @@ pub async fn run(
             Some(org) => {
                 let stopped = admin.reset_organization(org).await?;
                 let line = format!("organization {org} reset ({stopped} running Pods stopped)");
-                report(format, &line, serde_json::json!({"organization": org, "result": "reset", "stoppedPods": stopped}))?;
+                report(
+                    format,
+                    &line,
+                    serde_json::json!({"organization": org, "result": "reset", "stoppedPods": stopped}),
+                )?;
             }
             None => {
                 admin.reset().await?;

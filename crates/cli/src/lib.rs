@@ -68,21 +68,30 @@ The connection: CWSANDBOX_BASE_URL and CWSANDBOX_API_KEY, as `cwsandbox-emulator
 #[derive(Subcommand, Debug)]
 enum Top {
     /// Sandboxes and managed runners.
-    #[command(subcommand, after_help = "Examples:
+    #[command(
+        subcommand,
+        after_help = "Examples:
   cwsbx sandbox run -- python3 -c 'print(1)'
   cwsbx sandbox ls
-  cwsbx sandbox runner policy get")]
+  cwsbx sandbox runner policy get"
+    )]
     Sandbox(sandbox::SandboxCmd),
     /// The emulated cluster.
-    #[command(subcommand, after_help = "Examples:
+    #[command(
+        subcommand,
+        after_help = "Examples:
   cwsbx cluster values get
-  cwsbx cluster values apply -f values.yaml")]
+  cwsbx cluster values apply -f values.yaml"
+    )]
     Cluster(values::ClusterCmd),
     /// The emulator's own controls: clock, reset, tenants, faults.
-    #[command(subcommand, after_help = "Examples:
+    #[command(
+        subcommand,
+        after_help = "Examples:
   cwsbx emulator clock freeze
   cwsbx emulator reset
-  cwsbx emulator faults add --method CreateSandbox --code UNAVAILABLE --times 2")]
+  cwsbx emulator faults add --method CreateSandbox --code UNAVAILABLE --times 2"
+    )]
     Emulator(emulator::EmulatorCmd),
     /// Slurm views over the emulator: sacct, squeue, sinfo, scontrol, scancel.
     #[command(long_about = SLURM_ABOUT, after_help = SLURM_EXAMPLES)]
@@ -146,10 +155,7 @@ impl std::error::Error for Exit {}
 impl Cli {
     /// The base URL in use: the flag or the variable, else the real service's.
     fn base_url(&self) -> String {
-        self.base_url
-            .clone()
-            .filter(|u| !u.is_empty())
-            .unwrap_or_else(|| cwsandbox_client::DEFAULT_BASE_URL.to_owned())
+        self.base_url.clone().filter(|u| !u.is_empty()).unwrap_or_else(|| cwsandbox_client::DEFAULT_BASE_URL.to_owned())
     }
 
     fn config(&self) -> Result<Config> {
@@ -294,8 +300,12 @@ mod tests {
         let transport = || anyhow::Error::from(cwsandbox_client::Error::Transport("dns error".to_owned()));
         let defaulted = Cli::try_parse_from(["cwsbx", "--base-url", "", "sandbox", "ls"]).expect("parses");
         let hint = connection_hint(&transport().context("listing"), &defaulted);
-        assert!(hint.contains(cwsandbox_client::DEFAULT_BASE_URL) && hint.contains("CWSANDBOX_BASE_URL is not set"), "{hint}");
-        let given = Cli::try_parse_from(["cwsbx", "--base-url", "http://127.0.0.1:9", "sandbox", "ls"]).expect("parses");
+        assert!(
+            hint.contains(cwsandbox_client::DEFAULT_BASE_URL) && hint.contains("CWSANDBOX_BASE_URL is not set"),
+            "{hint}"
+        );
+        let given =
+            Cli::try_parse_from(["cwsbx", "--base-url", "http://127.0.0.1:9", "sandbox", "ls"]).expect("parses");
         let hint = connection_hint(&transport(), &given);
         assert_eq!(hint, " (could not reach http://127.0.0.1:9, from --base-url or CWSANDBOX_BASE_URL)");
         // A refusal by the server is no connection problem.

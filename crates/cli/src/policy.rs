@@ -150,7 +150,11 @@ pub async fn run(cli: &Cli, command: &PolicyCmd, output: Output) -> Result<u8> {
             let format = output.rows();
             match check_policy(&text) {
                 Ok(_) => {
-                    report(format, &format!("{file}: valid"), serde_json::json!({"file": file, "valid": true, "violations": []}))?;
+                    report(
+                        format,
+                        &format!("{file}: valid"),
+                        serde_json::json!({"file": file, "valid": true, "violations": []}),
+                    )?;
                     Ok(0)
                 }
                 Err(problems) => {

@@ -62,10 +62,13 @@ pub enum RunnerCmd {
         allow_missing: bool,
     },
     /// The runner policy.
-    #[command(subcommand, after_help = "Examples:
+    #[command(
+        subcommand,
+        after_help = "Examples:
   cwsbx sandbox runner policy get
   cwsbx sandbox runner policy validate -f slurm-policy.yaml
-  cwsbx sandbox runner policy edit cks-runner -f slurm-policy.yaml")]
+  cwsbx sandbox runner policy edit cks-runner -f slurm-policy.yaml"
+    )]
     Policy(PolicyCmd),
 }
 

@@ -8,18 +8,21 @@ use clap::{Args, Subcommand};
 use cwsandbox_client::{Client, ExecEvent, ExecOptions, emulator_v1 as emu, pb};
 use futures::StreamExt;
 
+use crate::Cli;
 use crate::output::{Format, Output, print_value, report_all, state_label, table};
 use crate::runner::RunnerCmd;
-use crate::Cli;
 
 // Parsed once per run: the size of the largest variant costs nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum SandboxCmd {
     /// Managed runners and their policies.
-    #[command(subcommand, after_help = "Examples:
+    #[command(
+        subcommand,
+        after_help = "Examples:
   cwsbx sandbox runner list
-  cwsbx sandbox runner policy get cks-runner")]
+  cwsbx sandbox runner policy get cks-runner"
+    )]
     Runner(RunnerCmd),
     /// Start a sandbox and wait until it runs.
     #[command(after_help = "Examples:
@@ -46,9 +49,12 @@ pub enum SandboxCmd {
         command: Vec<String>,
     },
     /// List sandboxes.
-    #[command(alias = "list", after_help = "Examples:
+    #[command(
+        alias = "list",
+        after_help = "Examples:
   cwsbx sandbox ls
-  cwsbx sandbox ls --all --tag nightly -o json")]
+  cwsbx sandbox ls --all --tag nightly -o json"
+    )]
     Ls {
         /// Include ended sandboxes.
         #[arg(short, long)]
@@ -337,11 +343,7 @@ async fn run_sandbox(client: &Client, args: &RunArgs, format: Format) -> Result<
                     Ok(()) => "deleted it".to_owned(),
                     Err(error) => format!("could not delete it ({error}): delete it with `cwsbx sandbox delete {id}`"),
                 };
-                anyhow::bail!(
-                    "sandbox {id} is not RUNNING after {}s ({}); {what}",
-                    args.timeout,
-                    progress.last_state()
-                )
+                anyhow::bail!("sandbox {id} is not RUNNING after {}s ({}); {what}", args.timeout, progress.last_state())
             }
             Err(cwsandbox_client::Error::SandboxEnded { sandbox_id, state, reason }) => anyhow::bail!(
                 "sandbox {sandbox_id} ended {} before it was seen RUNNING: {reason}",
@@ -587,7 +589,10 @@ async fn describe(cli: &Cli, client: &Client, sandbox_id: &str, newest: usize, f
             println!("Slurm job:    {}", job.job_id);
             println!("  Partition:  {}", job.partition);
             println!("  User:       {} ({})", job.user, job.uid);
-            println!("  State:      {state}{}", if job.reason.is_empty() { String::new() } else { format!(" ({})", job.reason) });
+            println!(
+                "  State:      {state}{}",
+                if job.reason.is_empty() { String::new() } else { format!(" ({})", job.reason) }
+            );
             println!("  NodeList:   {}", if job.node_list.is_empty() { "<none>" } else { &job.node_list });
         }
     }

@@ -10,9 +10,12 @@ use crate::policy::read_input;
 #[derive(Subcommand, Debug)]
 pub enum ClusterCmd {
     /// The emulator's Helm-style values.
-    #[command(subcommand, after_help = "Examples:
+    #[command(
+        subcommand,
+        after_help = "Examples:
   cwsbx cluster values get
-  cwsbx cluster values apply -f values.yaml --dry-run")]
+  cwsbx cluster values apply -f values.yaml --dry-run"
+    )]
     Values(ValuesCmd),
 }
 

@@ -80,7 +80,8 @@ jq -r '.identity.runnerId + " " + .etag' runner.json
         dir = dir.path().display(),
         runner = emu.ready.runner_id,
     );
-    let output = command(&emu, Path::new("bash"), &["-c", &script]).current_dir(dir.path()).env_remove("CURL_HOME").output()?;
+    let output =
+        command(&emu, Path::new("bash"), &["-c", &script]).current_dir(dir.path()).env_remove("CURL_HOME").output()?;
     let said = ok(output);
     assert!(said.starts_with(&format!("{} ", emu.ready.runner_id)), "{said}");
     Ok(())
@@ -92,11 +93,28 @@ fn describe_shows_state_pod_job_and_events_in_one_screen() -> anyhow::Result<()>
     let created = ok(command(
         &emu,
         Path::new(CWSBX),
-        &["sandbox", "run", "-o", "json", "-a", "sunk.coreweave.com/partition=sandboxes", "--", "sh", "-c", "echo hi; sleep 300"],
+        &[
+            "sandbox",
+            "run",
+            "-o",
+            "json",
+            "-a",
+            "sunk.coreweave.com/partition=sandboxes",
+            "--",
+            "sh",
+            "-c",
+            "echo hi; sleep 300",
+        ],
     )
     .output()?);
     let created: serde_json::Value = serde_json::from_str(&created)?;
     let id = created["sandboxId"].as_str().unwrap_or_default().to_owned();
+    // The emulator's log tells the sandbox's story by its id.
+    let log = emu.log();
+    for line in ["sandbox PENDING: Slurm job 1000 allocated", "sandbox RUNNING"] {
+        let found = log.lines().any(|logged| logged.contains(line) && logged.contains(&format!("sandbox_id={id}")));
+        assert!(found, "no {line:?} for {id} in the log:\n{log}");
+    }
     let screen = ok(command(&emu, Path::new(CWSBX), &["sandbox", "describe", &id]).output()?);
     for expected in [
         format!("Sandbox:      {id}"),
@@ -113,7 +131,9 @@ fn describe_shows_state_pod_job_and_events_in_one_screen() -> anyhow::Result<()>
         assert!(screen.contains(&expected), "no {expected:?} in:\n{screen}");
     }
     let as_json: serde_json::Value =
-        serde_json::from_str(&ok(command(&emu, Path::new(CWSBX), &["sandbox", "describe", &id, "-o", "json"]).output()?))?;
+        serde_json::from_str(&ok(
+            command(&emu, Path::new(CWSBX), &["sandbox", "describe", &id, "-o", "json"]).output()?
+        ))?;
     assert_eq!(as_json["slurmJob"]["jobId"], 1000, "{as_json}");
     assert_eq!(as_json["pod"]["spec"]["schedulerName"], "slurm-scheduler", "{as_json}");
 
@@ -148,7 +168,11 @@ fn a_connection_error_names_the_url_it_tried_and_why() -> anyhow::Result<()> {
     // A port nothing listens on: bind one, note it, free it.
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let url = format!("http://127.0.0.1:{port}");
-    let output = Command::new(CWSBX).args(["sandbox", "ls"]).env("CWSANDBOX_BASE_URL", &url).env("CWSANDBOX_API_KEY", "x").output()?;
+    let output = Command::new(CWSBX)
+        .args(["sandbox", "ls"])
+        .env("CWSANDBOX_BASE_URL", &url)
+        .env("CWSANDBOX_API_KEY", "x")
+        .output()?;
     assert_eq!(output.status.code(), Some(1));
     let said = text(&output);
     assert!(said.contains(&format!("could not reach {url}")), "{said}");

@@ -165,6 +165,7 @@ impl Driver {
             let result = command(&mut world);
             self.pump_effects(&mut world);
             self.note_changes(&world);
+            log_sandbox_changes(&mut world);
             result
         };
         self.wake.notify_one();
@@ -177,6 +178,7 @@ impl Driver {
         world.tick();
         self.pump_effects(&mut world);
         self.note_changes(&world);
+        log_sandbox_changes(&mut world);
     }
 
     /// A receiver that sees a new value whenever an object the kube facade shows may have changed
@@ -344,11 +346,13 @@ impl Driver {
                     tokio::select! {
                         exit = exits.next() => match exit {
                             Some(MainExit { pod_uid, container: None, exit_code, oom_killed: true }) => {
-                                tracing::info!(%pod_uid, exit_code, "main process OOM-killed (its memory limit)");
+                                let sandbox = sandbox_or_pod(&driver, &pod_uid);
+                                tracing::info!(sandbox_id = %sandbox, exit_code, "main process OOM-killed (its memory limit)");
                                 driver.with_world(|world| world.pod_oom_killed(&pod_uid));
                             }
                             Some(MainExit { pod_uid, container: None, exit_code, .. }) => {
-                                tracing::info!(%pod_uid, exit_code, "main process exited");
+                                let sandbox = sandbox_or_pod(&driver, &pod_uid);
+                                tracing::info!(sandbox_id = %sandbox, exit_code, "main process exited");
                                 driver.with_world(|world| world.pod_exited(&pod_uid, exit_code));
                             }
                             Some(MainExit { pod_uid, container: Some(container), exit_code, .. }) => {
@@ -379,6 +383,29 @@ impl Driver {
             self.tick();
         }
     }
+}
+
+/// Logs each sandbox whose state or reason changed, keyed by its id: the log then tells a
+/// sandbox's story (Pending because …, Running, Failed with OutOfcpu, …) without the API.
+fn log_sandbox_changes(world: &mut World) {
+    for change in world.take_sandbox_changes() {
+        let state = format!("{:?}", change.state).to_uppercase();
+        if change.reason.is_empty() {
+            tracing::info!(sandbox_id = %change.sandbox_id, state = %state, "sandbox {state}");
+        } else {
+            tracing::info!(sandbox_id = %change.sandbox_id, state = %state, "sandbox {state}: {}", change.reason);
+        }
+    }
+}
+
+/// The sandbox a Pod runs, for log lines a user reads by sandbox id; the Pod's uid otherwise.
+fn sandbox_or_pod(driver: &Driver, pod_uid: &str) -> String {
+    driver
+        .with_world(|world| match world.cluster.pod(pod_uid).map(|pod| &pod.owner) {
+            Some(PodOwner::Sandbox(id)) => Some(id.to_string()),
+            _ => None,
+        })
+        .unwrap_or_else(|| format!("pod {pod_uid}"))
 }
 
 /// The launch description of a Pod, main container first.

@@ -391,6 +391,7 @@ impl World {
         };
         sandbox.life.transition(transition, to)?;
         self.count_sandbox(transition);
+        self.touch_sandbox(id);
         Ok(())
     }
 
@@ -1151,6 +1152,13 @@ impl World {
             self.remove_pod(&pod_uid);
         }
         self.count_sandbox(SandboxTransition::Forget);
+    }
+
+    /// A sandbox's state and reason as the API shows them (for the world's journal of changes);
+    /// `None` once it is forgotten.
+    pub(crate) fn sandbox_state_now(&self, id: &str) -> Option<(SandboxState, String)> {
+        let view = self.view(self.sandboxes.by_id.get(id)?);
+        Some((view.state, view.state_reason))
     }
 
     fn view(&self, sandbox: &Sandbox) -> SandboxView {

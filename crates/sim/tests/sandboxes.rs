@@ -734,3 +734,24 @@ fn a_stop_and_a_delete_leave_different_reasons() {
     assert_eq!(stopped.state_reason, "stopped by its owner (grace period 5s)");
     assert_eq!(deleted.state_reason, "deleted by its owner");
 }
+
+#[test]
+fn the_journal_reports_each_state_and_reason_change_once() {
+    let mut h = ready();
+    h.world.take_sandbox_changes();
+    let created = h.world.create_sandbox(&alice(), client_spec(), "", "req-journal").unwrap();
+    let changes = h.world.take_sandbox_changes();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!((changes[0].sandbox_id.as_str(), changes[0].state), (created.id.as_str(), SandboxState::Pending));
+    assert!(changes[0].reason.contains("prolog"), "{changes:?}");
+    assert!(h.world.take_sandbox_changes().is_empty(), "nothing new, nothing reported");
+    h.advance(1);
+    let changes = h.world.take_sandbox_changes();
+    assert_eq!(changes.iter().map(|change| change.state).collect::<Vec<_>>(), vec![SandboxState::Running]);
+    h.world.delete_sandbox("default-org", &created.id, 0).unwrap();
+    h.world.sandbox_exited(&created.id, 143);
+    h.advance(1);
+    let states: Vec<_> =
+        h.world.take_sandbox_changes().into_iter().map(|change| (change.state, change.reason)).collect();
+    assert_eq!(states.last(), Some(&(SandboxState::Completed, "deleted by its owner".to_owned())), "{states:?}");
+}

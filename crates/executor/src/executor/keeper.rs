@@ -15,7 +15,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
-use tracing::{info, warn};
+use tracing::{debug, warn};
 
 use super::mode::Mode;
 use super::{Inner, Running, Sandbox, Target, lock};
@@ -318,9 +318,9 @@ pub(super) async fn watch_keeper(
     let _ = sandbox.exit_code.set(exit_code);
     // Report before marking done, so whoever waits for the stop sees the report.
     if sandbox.stop_requested.load(Ordering::SeqCst) {
-        info!(sandbox = %sandbox.id, exit_code, "sandbox stopped");
+        debug!(sandbox = %sandbox.id, exit_code, "sandbox stopped");
     } else {
-        info!(sandbox = %sandbox.id, exit_code, "sandbox main command exited");
+        debug!(sandbox = %sandbox.id, exit_code, "sandbox main command exited");
         let _ = exits.send(MainExit { id: sandbox.id.clone(), container: None, exit_code, oom_killed });
     }
     let _ = done.send(true);

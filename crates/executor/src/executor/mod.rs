@@ -579,7 +579,7 @@ impl Executor {
             oom_killed: std::sync::OnceLock::new(),
         });
         lock(&self.inner.registry).sandboxes.insert(id.to_owned(), sandbox.clone());
-        info!(sandbox = id, hostname = %spec.hostname, isolation = ?mode, "sandbox started");
+        debug!(sandbox = id, hostname = %spec.hostname, isolation = ?mode, "sandbox started");
         tokio::spawn(watch_keeper(sandbox.clone(), child, eof, pump, done_sender, self.inner.exits_sender.clone()));
         if command_runs && let Some(running) = sandbox.running() {
             // Next to the main command, as a kubelet starts a Pod's containers; a sidecar that

@@ -14,7 +14,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, OnceLock};
 
 use tokio::net::unix::pipe;
-use tracing::{debug, info};
+use tracing::debug;
 
 use super::keeper::{LogPipe, pump_logs};
 use super::validate::c_string;
@@ -92,7 +92,7 @@ pub(super) async fn start(
                 Ok(status) => {
                     let code = sys::exit_code_of(status);
                     let _ = exit_code.set(code);
-                    info!(sandbox = %id, container = %name, exit_code = code, "sidecar container exited");
+                    debug!(sandbox = %id, container = %name, exit_code = code, "sidecar container exited");
                     let _ = exits.send(crate::MainExit {
                         id: id.clone(),
                         container: Some(name.clone()),

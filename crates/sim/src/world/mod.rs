@@ -259,6 +259,9 @@ pub struct World {
     pub(crate) org_names: HashMap<String, SharedStr>,
     /// Pods the scheduler refused: never retried.
     pub(crate) sunk_rejected: BTreeSet<SharedStr>,
+    /// Sandboxes whose state or reason may have changed, and what was last reported of each
+    /// (see [`World::take_sandbox_changes`]).
+    pub(crate) sandbox_journal: SandboxJournal,
     /// Pods needing a scheduling decision.
     pub(crate) unscheduled: BTreeSet<SharedStr>,
     /// Pods an injected fault holds unscheduled until its timer.
@@ -331,6 +334,7 @@ impl World {
             job_orgs: HashMap::default(),
             org_names: HashMap::new(),
             sunk_rejected: BTreeSet::new(),
+            sandbox_journal: SandboxJournal::default(),
             unscheduled: BTreeSet::new(),
             held: BTreeSet::new(),
             pod_faults: HashMap::default(),
@@ -466,6 +470,8 @@ impl World {
     ) {
         let Some(pod) = self.cluster.pod(pod_uid) else { return };
         let involved = Arc::clone(&pod.object_ref);
+        // An Event on a sandbox's Pod often comes with a new reason for the sandbox.
+        self.touch_sandbox_of_pod(pod_uid);
         self.cluster.record_event(Event {
             sequence: 0,
             involved,
@@ -496,6 +502,41 @@ impl World {
         });
     }
 
+    /// Notes that a sandbox's state or reason may have changed (its life moved, its Pod changed
+    /// phase or got an Event).
+    pub(crate) fn touch_sandbox(&mut self, id: &str) {
+        if !self.sandbox_journal.touched.contains(id) {
+            self.sandbox_journal.touched.insert(id.to_owned());
+        }
+    }
+
+    /// Notes that the sandbox of a Pod, if it has one, may have changed.
+    pub(crate) fn touch_sandbox_of_pod(&mut self, pod_uid: &str) {
+        if let Some(crate::k8s::PodOwner::Sandbox(id)) = self.cluster.pod(pod_uid).map(|pod| &pod.owner) {
+            let id = id.to_string();
+            self.touch_sandbox(&id);
+        }
+    }
+
+    /// The sandboxes whose state or reason changed since the last call, each with its new
+    /// state and reason (what a log of the emulator records); a sandbox forgotten meanwhile is
+    /// dropped from the record.
+    pub fn take_sandbox_changes(&mut self) -> Vec<SandboxChange> {
+        let touched = std::mem::take(&mut self.sandbox_journal.touched);
+        let mut changes = Vec::new();
+        for id in touched {
+            let Some(now) = self.sandbox_state_now(&id) else {
+                self.sandbox_journal.reported.remove(&id);
+                continue;
+            };
+            if self.sandbox_journal.reported.get(&id) != Some(&now) {
+                changes.push(SandboxChange { sandbox_id: id.clone(), state: now.0, reason: now.1.clone() });
+                self.sandbox_journal.reported.insert(id, now);
+            }
+        }
+        changes
+    }
+
     /// Hands the queued sandbox outcomes to the sandbox lifecycle, oldest first (handling one
     /// may queue more).
     pub(crate) fn hand_over_sandbox_outcomes(&mut self) {
@@ -512,6 +553,25 @@ impl World {
     pub(crate) fn sandbox_values(&self) -> &SandboxValues {
         &self.values.sandboxes
     }
+}
+
+/// What the sandbox journal knows: the sandboxes touched since it was read, and the state and
+/// reason last reported of each.
+#[derive(Debug, Default)]
+pub(crate) struct SandboxJournal {
+    touched: BTreeSet<String>,
+    reported: HashMap<String, (crate::sandbox::SandboxState, String)>,
+}
+
+/// A sandbox's new state and reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxChange {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// Its state now.
+    pub state: crate::sandbox::SandboxState,
+    /// Why, as the API's `state_reason` says it (empty when the state says it all).
+    pub reason: String,
 }
 
 /// The one shared copy of an organization's name (a job record of a forgotten sandbox names its

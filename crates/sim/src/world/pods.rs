@@ -125,6 +125,7 @@ impl World {
             return Err(IllegalTransition { transition, state: phase.name() });
         }
         self.pod_transitions.add(transition);
+        self.touch_sandbox_of_pod(uid);
         Ok(())
     }
 }
