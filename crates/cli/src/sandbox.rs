@@ -541,7 +541,7 @@ async fn describe(cli: &Cli, client: &Client, sandbox_id: &str, newest: usize, f
             "sandbox": serde_json::to_value(&sandbox)?,
             "pod": view.as_ref().and_then(|v| v.pod.as_ref()).map(serde_json::to_value).transpose()?,
             "slurmJob": view.as_ref().and_then(|v| v.job.as_ref()).map(serde_json::to_value).transpose()?,
-            "events": events.iter().map(|e| serde_json::to_value(e)).collect::<Result<Vec<_>, _>>()?,
+            "events": events.iter().map(serde_json::to_value).collect::<Result<Vec<_>, _>>()?,
             "clusterViewError": missing,
         });
         print_value(&value, format)?;

@@ -375,6 +375,22 @@ fn cluster_values_get_and_apply() {
     let after = json(&ok(&emu, &["cluster", "values", "get", "-o", "json"]));
     assert_eq!(after["slurmConfig"]["KillWait"], 90, "{after}");
 
+    // explain: the schema's description with the value in force, and the apply rule for lists.
+    let explained = ok(&emu, &["cluster", "values", "explain", "slurmConfig.KillWait"]);
+    assert!(explained.contains("TYPE:        integer") && explained.contains("IN FORCE:    90"), "{explained}");
+    assert!(explained.contains("SIGKILL"), "the key's description: {explained}");
+    let list = ok(&emu, &["cluster", "values", "explain", "nodeSets"]);
+    assert!(list.contains("replaces it whole") && list.contains("FIELDS OF EACH ENTRY:"), "{list}");
+    assert!(list.lines().any(|line| line.trim_start().starts_with("replicas ")), "{list}");
+    let top = ok(&emu, &["cluster", "values", "explain"]);
+    for section in ["slurmConfig", "containerRuntime", "auth", "faults", "strictness"] {
+        assert!(top.lines().any(|line| line.trim_start().starts_with(section)), "{section} in {top}");
+    }
+    let unknown = fails(&emu, &["cluster", "values", "explain", "slurmConfig.KillWiat"]);
+    assert!(unknown.contains("no key \"KillWiat\"") && unknown.contains("KillWait"), "{unknown}");
+    let schema = json(&ok(&emu, &["cluster", "values", "schema"]));
+    assert!(schema["$schema"].as_str().is_some_and(|s| s.contains("2020-12")), "{schema}");
+
     std::fs::write(&file, "slurmConfig:\n  KillWiat: 60\n").unwrap();
     let refused = fails(&emu, &["cluster", "values", "apply", "-f", file.to_str().unwrap()]);
     assert!(refused.contains("KillWiat"), "{refused}");

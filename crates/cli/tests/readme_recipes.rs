@@ -83,7 +83,8 @@ fn the_readme_recipes_run_as_written() -> anyhow::Result<()> {
             }
             // kubectl, yq, cwic, sacct and the API each answered.
             "guide" => {
-                for expected in ["slurm-scheduler-", "--slurm-kill-wait", "schedulerName: slurm-scheduler", " RUNNING "] {
+                for expected in ["slurm-scheduler-", "--slurm-kill-wait", "schedulerName: slurm-scheduler", " RUNNING "]
+                {
                     assert!(stdout.contains(expected), "no {expected:?} in:\n{stdout}");
                 }
                 assert!(stdout.contains(r#""JOB_STATE_RUNNING""#), "{stdout}");

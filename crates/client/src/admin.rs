@@ -130,7 +130,13 @@ impl EmulatorAdmin {
 
     /// The values in force, as YAML.
     pub async fn get_values(&self) -> Result<String> {
-        Ok(self.client.get_values(&emu::GetValuesRequest {}).await?.into_inner().yaml)
+        Ok(self.client.get_values(&emu::GetValuesRequest::default()).await?.into_inner().yaml)
+    }
+
+    /// The values in force (YAML) and their JSON Schema.
+    pub async fn values_with_schema(&self) -> Result<(String, String)> {
+        let response = self.client.get_values(&emu::GetValuesRequest { include_schema: true }).await?.into_inner();
+        Ok((response.yaml, response.json_schema))
     }
 
     /// Applies a YAML values document like `helm upgrade -f` (merge): the values now in force and

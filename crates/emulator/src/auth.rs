@@ -31,7 +31,7 @@ use crate::errors::ApiError;
 use crate::tls::PeerCertificate;
 
 /// An IAM role of the Sandbox API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, schemars::JsonSchema)]
 pub enum Role {
     /// The cluster operator: the emulator's own API over every organization, and the calls that
     /// change the whole cluster.

@@ -81,7 +81,7 @@ pub enum ConfigError {
 }
 
 /// One configured bearer token and the principal it stands for.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TokenConfig {
     /// The secret sent as `authorization: Bearer <token>`.
@@ -99,7 +99,7 @@ pub struct TokenConfig {
 }
 
 /// The `auth:` section.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AuthConfig {
     /// Accepted tokens; empty means "generate an admin and a user token".
@@ -108,7 +108,7 @@ pub struct AuthConfig {
 }
 
 /// What runs a sandbox's containers (`containerRuntime.kind`, `serve --runtime`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeKind {
     /// The image through the OCI runtime where runc works here and the image's registry answers;
@@ -135,7 +135,7 @@ impl RuntimeKind {
 }
 
 /// The `containerRuntime:` section.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ContainerRuntimeConfig {
     /// What runs containers.
@@ -214,6 +214,43 @@ pub struct EmulatorConfig {
     pub strictness: Strictness,
     /// What runs a sandbox's containers (`containerRuntime:`).
     pub container_runtime: ContainerRuntimeConfig,
+}
+
+/// The JSON Schema (2020-12) of the values document: the simulation's `Values` and the
+/// emulator's own sections (`auth`, `containerRuntime`, `faults`, `strictness`), with each key's
+/// description (its doc comment) and default where it has one. `cwsbx cluster values explain`
+/// reads it; editors can validate a values file against it.
+pub fn values_schema() -> serde_json::Value {
+    let mut generator = schemars::SchemaGenerator::default();
+    let mut root = generator.root_schema_for::<Values>();
+    let own: [(&str, schemars::Schema); 4] = [
+        ("auth", generator.subschema_for::<AuthConfig>()),
+        ("containerRuntime", generator.subschema_for::<ContainerRuntimeConfig>()),
+        (
+            "faults",
+            schemars::json_schema!({
+                "type": "array",
+                "description": "Faults installed at start and after each full Reset: each a `Fault` of the \
+                                emulator's API (coreweave.sandbox.emulator.v1) as YAML or proto3 JSON.",
+                "items": {"type": "object"}
+            }),
+        ),
+        ("strictness", generator.subschema_for::<Strictness>()),
+    ];
+    if let Some(properties) = root.get_mut("properties").and_then(serde_json::Value::as_object_mut) {
+        for (key, schema) in own {
+            properties.insert(key.to_owned(), schema.to_value());
+        }
+    }
+    let definitions = generator.take_definitions(true);
+    let mut value = root.to_value();
+    if let Some(object) = value.as_object_mut() {
+        let defs = object.entry("$defs").or_insert_with(|| serde_json::json!({}));
+        if let Some(defs) = defs.as_object_mut() {
+            defs.extend(definitions);
+        }
+    }
+    value
 }
 
 /// What differs between two values trees, one line per changed leaf in key order:

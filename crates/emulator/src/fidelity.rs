@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use crate::errors::ApiError;
 
 /// What the emulator does with a request that sets a refused field (`strictness:` in the values).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Strictness {
     /// Refuse it: UNIMPLEMENTED, reason `CWSANDBOX_NOT_IMPLEMENTED`, the fields named.

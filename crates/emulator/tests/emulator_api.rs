@@ -287,7 +287,7 @@ async fn apply_values_behaves_like_helm_upgrade_and_names_bad_keys() {
     let scheduler = "app.kubernetes.io/name=sunk-scheduler";
     assert!(scheduler_args(&pods_with(&mut client, scheduler).await).contains(&"--slurm-kill-wait=30s".to_owned()));
 
-    let values = client.get_values(emu::GetValuesRequest {}).await.unwrap().into_inner();
+    let values = client.get_values(emu::GetValuesRequest::default()).await.unwrap().into_inner();
     assert!(values.yaml.contains("KillWait: 30"), "{}", values.yaml);
     assert!(values.values.unwrap().fields.contains_key("slurmConfig"));
 
@@ -580,7 +580,7 @@ async fn users_get_permission_denied_on_every_rpc() {
             codes.push((stringify!($method), user.$method($request).await.map(|_| ()).unwrap_err()))
         };
     }
-    call!(get_values, emu::GetValuesRequest {});
+    call!(get_values, emu::GetValuesRequest::default());
     call!(apply_values, emu::ApplyValuesRequest::default());
     call!(list_pods, emu::ListPodsRequest::default());
     call!(delete_pod, emu::DeletePodRequest::default());

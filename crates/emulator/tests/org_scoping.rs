@@ -274,7 +274,7 @@ async fn cluster_wide_calls_need_cluster_admin() {
             refused.push((stringify!($method), b_admin.$method($request).await.map(|_| ()).unwrap_err()))
         };
     }
-    call!(get_values, emu::GetValuesRequest {});
+    call!(get_values, emu::GetValuesRequest::default());
     call!(
         apply_values,
         emu::ApplyValuesRequest {

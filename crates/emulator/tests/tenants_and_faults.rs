@@ -631,7 +631,7 @@ async fn dev_tokens_are_fixed_on_loopback_and_refused_elsewhere() {
     assert_eq!(emulator.info().admin_token, cwsandbox_emulator::auth::DEV_ADMIN_TOKEN);
     assert_eq!(emulator.info().user_token, cwsandbox_emulator::auth::DEV_USER_TOKEN);
     let mut operator = emulator_service(&emulator, "cwsbx-dev-admin").await;
-    assert!(operator.get_values(emu::GetValuesRequest {}).await.is_ok(), "the fixed operator token works");
+    assert!(operator.get_values(emu::GetValuesRequest::default()).await.is_ok(), "the fixed operator token works");
     emulator.stop().await;
 
     let mut everywhere = Options::new(config(""));

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// Which built-in starting point.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Scenario {
     /// Set up as the guide recommends: KillWait 60 s, scope cluster, slurmd requests lowered,
@@ -22,7 +22,7 @@ pub enum Scenario {
 }
 
 /// The whole configuration document.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Values {
     /// The SUNK release.
@@ -67,7 +67,7 @@ pub struct Values {
 }
 
 /// One PersistentVolumeClaim of the cluster.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClaimValues {
     pub namespace: String,
@@ -91,7 +91,7 @@ fn default_claim_access_modes() -> Vec<String> {
 /// File-system snapshots: copies of a sandbox's scratch volume kept by the emulator (under its
 /// sandbox root) for as long as it runs. The real service stores them in object storage per
 /// organization; its limits are not public, so both settings are the emulator's choice.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SnapshotValues {
     /// Whether snapshots are offered; when not, every capture is refused with
@@ -116,7 +116,7 @@ impl Default for SnapshotValues {
 }
 
 /// One secret store: its secrets by path.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretStoreValues {
     /// Secret path → value.
@@ -124,7 +124,7 @@ pub struct SecretStoreValues {
 }
 
 /// A secret: one value, or named fields (a mapping's `field` picks one).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum SecretValue {
     /// The secret as a whole.
@@ -135,7 +135,7 @@ pub enum SecretValue {
 
 /// How much artificial delay the simulation adds. The profile sets the defaults of the delay
 /// settings; values that set one explicitly win over the profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Timing {
     /// The guide's behaviour: the placeholder job's prolog takes `scheduler.prologSeconds` (1 s)
@@ -159,7 +159,7 @@ impl Timing {
 }
 
 /// The kubelets' configuration (the same on every Node).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KubeletValues {
     /// The CPU Manager policy. `static` (on by default on CKS) gives a Guaranteed-QoS Pod's
@@ -188,7 +188,7 @@ impl Default for KubeletValues {
 }
 
 /// The kubelet's `cpuManagerPolicy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CpuManagerPolicy {
     /// Exclusive CPUs for Guaranteed Pods with integer CPU requests.
@@ -199,7 +199,7 @@ pub enum CpuManagerPolicy {
 }
 
 /// The SUNK release.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SunkValues {
     /// Major version: 7 gives the name as `--scheduler-name`, 8 and later also in the
@@ -212,7 +212,7 @@ pub struct SunkValues {
 }
 
 /// The SUNK Pod Scheduler's settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SchedulerValues {
     /// Whether the scheduler runs at all.
@@ -248,7 +248,7 @@ pub struct SchedulerValues {
 }
 
 /// How a released placeholder job is recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum FinalJobState {
     /// `CANCELLED by <uid>`.
@@ -258,7 +258,7 @@ pub enum FinalJobState {
 }
 
 /// The scheduler's watch scope.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ScopeValues {
     /// `cluster` (every namespace) or `namespace` (the listed ones).
@@ -270,7 +270,7 @@ pub struct ScopeValues {
 }
 
 /// Scope kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ScopeType {
     /// Every namespace.
@@ -280,7 +280,7 @@ pub enum ScopeType {
 }
 
 /// slurm.conf parameters.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SlurmConfigValues {
     /// Seconds between SIGTERM and SIGKILL of a job's processes; also the scheduler's
@@ -325,7 +325,7 @@ fn default_prolog_flags() -> String {
 }
 
 /// Slurm's users and partitions.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SlurmValues {
     /// Users Slurm knows; placeholder jobs without `user-id` run as the first with uid 0.
@@ -337,7 +337,7 @@ pub struct SlurmValues {
 }
 
 /// A Slurm user.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SlurmUser {
     /// Login name.
@@ -353,7 +353,7 @@ pub struct SlurmUser {
 }
 
 /// A Slurm partition.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PartitionValues {
     /// Partition name.
@@ -387,7 +387,7 @@ fn default_preempt_mode() -> String {
 }
 
 /// A NodeSet: `replicas` Nodes of one shape, each with one slurmd Pod `slurm-<name>-<i>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeSetValues {
     /// NodeSet name.
@@ -412,7 +412,7 @@ pub struct NodeSetValues {
 }
 
 /// The slurmd container's resource requests.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SlurmdValues {
     /// Requests, e.g. `{cpu: "1", memory: "4Gi"}`.
@@ -420,7 +420,7 @@ pub struct SlurmdValues {
 }
 
 /// A CPU/memory pair of quantities.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResourceValues {
     /// CPU quantity.
@@ -430,7 +430,7 @@ pub struct ResourceValues {
 }
 
 /// A Node outside Slurm.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeValues {
     /// Node name.
@@ -445,7 +445,7 @@ pub struct NodeValues {
 }
 
 /// A managed runner as configured.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunnerValues {
     /// Organization that owns it.
@@ -486,7 +486,7 @@ fn default_group() -> String {
 }
 
 /// How the runner turns sandboxes into Pods.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SandboxValues {
     /// `terminationGracePeriodSeconds` of sandbox Pods (the Kubernetes default, which the
@@ -523,7 +523,7 @@ fn default_true() -> bool {
 /// [`SERVERLESS_TAINT_KEY`]`=true:NoSchedule`, so the default scheduler places serverless Pods
 /// there and nothing else. How the real service sizes, names and reports its serverless capacity
 /// is not public: every setting here is the emulator's choice.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServerlessValues {
     /// Whether serverless placement is offered; when not, a serverless sandbox is refused with

@@ -71,13 +71,15 @@ pub(crate) fn operator<T>(
 pub async fn get_values(
     State(app): State<App>,
     caller: Caller,
-    ConnectRequest(_request): ConnectRequest<pb::GetValuesRequest>,
+    ConnectRequest(request): ConnectRequest<pb::GetValuesRequest>,
 ) -> Result<ConnectResponse<pb::GetValuesResponse>, ConnectError> {
     // The values name every organization's runners and policies.
     operator("GetValues", &caller, || {
         let values = app.driver().with_world(|world| world.values().clone());
         let (yaml, tree) = convert::values(&values)?;
-        Ok(pb::GetValuesResponse { yaml, values: Some(tree) })
+        let json_schema =
+            if request.include_schema { crate::config::values_schema().to_string() } else { String::new() };
+        Ok(pb::GetValuesResponse { yaml, values: Some(tree), json_schema })
     })
 }
 
