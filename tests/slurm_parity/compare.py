@@ -90,10 +90,9 @@ def nines(match: re.Match[str]) -> str:
 
 @dataclass
 class Normaliser:
-    """What differs between the two sides by nature: their hosts, paths and job ids."""
+    """What differs between the two sides by nature: their hosts and (should they differ) job ids."""
 
     hosts: list[str]
-    paths: list[str]
     emulator_job_ids: dict[str, str]
 
     def text(self, text: str, side: str, durations: bool = True) -> str:
@@ -103,8 +102,6 @@ class Normaliser:
                 lambda match: self.emulator_job_ids[match.group(1)],
                 text,
             )
-        for path in self.paths:
-            text = text.replace(path, "<path>")
         text = ABSOLUTE_PATH.sub("<path>", text)
         text = DATE.sub("YYYY-MM-DDThh:mm:ss", text)
         text = DATE_LINE.sub("Www Mmm dd hh:mm:ss yyyy", text)
@@ -416,7 +413,7 @@ def compare(args: argparse.Namespace) -> int:
         for role in real["job_ids"]
         if emulator["job_ids"].get(role) != real["job_ids"][role]
     }
-    normaliser = Normaliser(args.host or [], args.path or [], emulator_job_ids)
+    normaliser = Normaliser(args.host or [], emulator_job_ids)
 
     used = set()
     matching = explained = 0
@@ -471,7 +468,6 @@ def main() -> int:
     comparer.add_argument("--commands", required=True)
     comparer.add_argument("--divergences", required=True)
     comparer.add_argument("--host", action="append", help="a host name either side prints")
-    comparer.add_argument("--path", action="append", help="a directory prefix either side prints")
     comparer.add_argument("--verbose", action="store_true", help="also show the explained commands")
     args = parser.parse_args()
     return run(args) if args.action == "run" else compare(args)
