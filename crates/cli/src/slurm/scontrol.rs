@@ -444,7 +444,7 @@ impl Command for Scontrol {
                 for name in names {
                     let done = match change {
                         NodeChange::Resume => admin.resume_node(name).await.map(|_| ()),
-                        NodeChange::Drain { reason } => admin.drain_node(name, reason).await.map(|_| ()),
+                        NodeChange::Drain { reason } => admin.drain_node(name, reason, None).await.map(|_| ()),
                     };
                     if let Err(error) = done {
                         let message = match error.code() {
