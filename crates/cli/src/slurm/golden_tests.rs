@@ -806,6 +806,7 @@ fn scontrol_show_node_and_partition_carry_every_key_with_its_trailing_spaces() {
         ..node("slurm-cpu-0", pb::SlurmNodeState::Draining, &["cpu", "hpc-prod"])
     };
     let idle = pb::SlurmNode {
+        alloc_cpus: 0,
         boot_time: ts(MIDNIGHT),
         last_busy_time: ts(MIDNIGHT),
         ..node("slurm-cpu-1", pb::SlurmNodeState::Idle, &["cpu"])
@@ -839,7 +840,14 @@ fn scontrol_show_node_and_partition_carry_every_key_with_its_trailing_spaces() {
          \n"
     );
     // An idle node allocates nothing (`AllocTRES=` empty) and has no Reason line; -o keeps the
-    // spaces Slurm writes after NodeName's line and Partitions.
+    // spaces Slurm writes after NodeName's line and Partitions. A count of zero is left out.
+    let cpus_only = pb::SlurmNode { alloc_cpus: 4, ..answer.nodes[1].clone() };
+    let out = scontrol::render(
+        &scontrol::parse(&args(&["show", "node"])).unwrap(),
+        &scontrol::Answer { nodes: vec![cpus_only], ..answer.clone() },
+        &Env::new(),
+    );
+    assert!(out.stdout.contains("\n   AllocTRES=cpu=4\n"), "{}", out.stdout);
     assert_eq!(
         render(&["-o", "show", "node", "slurm-cpu-1"]).stdout,
         "NodeName=slurm-cpu-1 Arch=x86_64 CoresPerSocket=16  CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=0.00 \

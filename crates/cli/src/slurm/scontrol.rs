@@ -375,19 +375,17 @@ fn node_text(node: &pb::SlurmNode, now: i64, one_liner: bool, format: &TimeForma
         (gpus, kind) => format!("gpu:{kind}:{gpus}"),
     };
     let boot = time(fmt::secs(node.boot_time.as_ref()), now, format);
-    let alloc_tres = if node.alloc_cpus == 0 && node.alloc_memory_mb == 0 {
-        String::new()
-    } else {
-        let mut text = format!(
-            "cpu={},mem={}",
-            node.alloc_cpus,
-            fmt::convert_num_unit(node.alloc_memory_mb as f64, 2, Convert::Exact)
-        );
-        if node.alloc_gpus > 0 {
-            text.push_str(&format!(",gres/gpu={}", node.alloc_gpus));
-        }
-        text
-    };
+    // Slurm's TRES string leaves out what counts zero (`AllocTRES=` on an idle node).
+    let alloc_tres = [
+        ("cpu", u64::from(node.alloc_cpus), node.alloc_cpus.to_string()),
+        ("mem", node.alloc_memory_mb, fmt::convert_num_unit(node.alloc_memory_mb as f64, 2, Convert::Exact)),
+        ("gres/gpu", u64::from(node.alloc_gpus), node.alloc_gpus.to_string()),
+    ]
+    .into_iter()
+    .filter(|(_, count, _)| *count > 0)
+    .map(|(name, _, text)| format!("{name}={text}"))
+    .collect::<Vec<_>>()
+    .join(",");
     let mut lines = vec![
         format!("NodeName={} Arch=x86_64 CoresPerSocket={} ", node.name, node.cpus),
         format!("CPUAlloc={} CPUEfctv={} CPUTot={} CPULoad=0.00", node.alloc_cpus, node.cpus, node.cpus),
