@@ -802,6 +802,7 @@ fn scontrol_show_node_and_partition_carry_every_key_with_its_trailing_spaces() {
         drain_time: ts(NOW - 60),
         boot_time: ts(MIDNIGHT),
         last_busy_time: ts(MIDNIGHT + 60),
+        os: "Linux 6.8.0-45-generic #45-Ubuntu SMP PREEMPT_DYNAMIC Fri Aug 30 12:02:04 UTC 2024".into(),
         job_ids: vec![1000],
         ..node("slurm-cpu-0", pb::SlurmNodeState::Draining, &["cpu", "hpc-prod"])
     };
@@ -828,6 +829,7 @@ fn scontrol_show_node_and_partition_carry_every_key_with_its_trailing_spaces() {
          \x20  ActiveFeatures=(null)\n\
          \x20  Gres=(null)\n\
          \x20  NodeAddr=slurm-cpu-0 NodeHostName=slurm-cpu-0 Version=25.05.3\n\
+         \x20  OS=Linux 6.8.0-45-generic #45-Ubuntu SMP PREEMPT_DYNAMIC Fri Aug 30 12:02:04 UTC 2024 \n\
          \x20  RealMemory=65536 AllocMem=512 FreeMem=N/A Sockets=1 Boards=1\n\
          \x20  State=MIXED+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A\n\
          \x20  Partitions=cpu,hpc-prod \n\

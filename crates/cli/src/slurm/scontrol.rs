@@ -366,8 +366,7 @@ fn node_state(node: &pb::SlurmNode) -> &'static str {
 /// One node as `scontrol show node` prints it (25.05 `slurm_sprint_node_table`, trailing
 /// spaces where Slurm writes them; `ResumeAfterTime` is new since 22.05, `CapWatts` and the
 /// `ExtSensors` line are gone). The emulator models neither load nor free memory nor power
-/// (`CPULoad=0.00`, `FreeMem=N/A`, watts 0), and slurmd's `OS=` line, which reports the host's
-/// kernel, is left out.
+/// (`CPULoad=0.00`, `FreeMem=N/A`, watts 0); `OS=` is the emulator host's kernel.
 fn node_text(node: &pb::SlurmNode, now: i64, one_liner: bool, format: &TimeFormat) -> String {
     let gres = match (node.gpus, node.gres_type.as_str()) {
         (0, _) => "(null)".to_owned(),
@@ -393,6 +392,11 @@ fn node_text(node: &pb::SlurmNode, now: i64, one_liner: bool, format: &TimeForma
         "ActiveFeatures=(null)".to_owned(),
         format!("Gres={gres}"),
         format!("NodeAddr={} NodeHostName={} Version={}", node.name, node.name, super::slurm_conf::SLURM_VERSION),
+    ];
+    if !node.os.is_empty() {
+        lines.push(format!("OS={} ", node.os));
+    }
+    lines.extend([
         format!("RealMemory={} AllocMem={} FreeMem=N/A Sockets=1 Boards=1", node.real_memory_mb, node.alloc_memory_mb),
         format!("State={} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A", node_state(node)),
         format!("Partitions={} ", node.partitions.join(",")),
@@ -401,7 +405,7 @@ fn node_text(node: &pb::SlurmNode, now: i64, one_liner: bool, format: &TimeForma
         format!("CfgTRES={}", cfg_tres(node.cpus, node.real_memory_mb, None, node.gpus)),
         format!("AllocTRES={alloc_tres}"),
         "CurrentWatts=0 AveWatts=0".to_owned(),
-    ];
+    ]);
     if !node.drain_reason.is_empty() {
         let mut reason = format!("Reason={}", node.drain_reason);
         if let Some(at) = fmt::secs(node.drain_time.as_ref()) {

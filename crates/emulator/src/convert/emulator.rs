@@ -534,10 +534,25 @@ pub fn slurm_node(node: &SlurmNode, users: &[SlurmUser]) -> pb::SlurmNode {
         job_ids: node.jobs.clone(),
         drain_user: drain_user.unwrap_or_default(),
         drain_uid: node.drain.as_ref().map(|drain| drain.uid),
+        os: host_os().to_owned(),
         drain_time: node.drain.as_ref().map(|drain| timestamp(drain.at)),
         boot_time: Some(timestamp(node.boot_time)),
         last_busy_time: Some(timestamp(node.last_busy)),
     }
+}
+
+/// slurmd's `OS=`, `"<sysname> <release> <version>"` of uname, read once from the host the
+/// emulator runs on (empty where /proc does not have it).
+fn host_os() -> &'static str {
+    static OS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    OS.get_or_init(|| {
+        let read =
+            |name: &str| std::fs::read_to_string(format!("/proc/sys/kernel/{name}")).map(|text| text.trim().to_owned());
+        match (read("ostype"), read("osrelease"), read("version")) {
+            (Ok(sysname), Ok(release), Ok(version)) => format!("{sysname} {release} {version}"),
+            _ => String::new(),
+        }
+    })
 }
 
 /// slurm.conf as `scontrol show config` reads it: the values' `slurmConfig` and what the
