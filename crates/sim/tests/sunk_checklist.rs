@@ -651,7 +651,9 @@ fn item_25_pod_outliving_killwait_drains_the_node() {
     assert!(h.world.slurm.node("slurm-cpu-0").unwrap().drain.is_none());
     h.advance(1);
     let node = h.world.slurm.node("slurm-cpu-0").unwrap();
-    assert!(node.drain.is_some(), "drained ~2 s before KillWait");
+    let drain = node.drain.as_ref().expect("drained ~2 s before KillWait");
+    // SUNK's script drains it from the job's epilog, as root, now (`sinfo -R`'s USER, TIMESTAMP).
+    assert_eq!((drain.uid, drain.at), (0, h.world.now()));
     assert_eq!(node.state().compact(), "drng");
     assert!(h.queued(job_id).is_some(), "still completing");
     h.advance(2);

@@ -546,6 +546,36 @@ proptest! {
         }
     }
 
+    /// `-O name:[.]N|`: every field of squeue's table prints in exactly N characters, except the
+    /// right-justified values Slurm does not cut (times, node lists), which are at least N.
+    #[test]
+    fn squeue_long_names_honour_their_sizes(
+        fields in proptest::collection::vec((any::<bool>(), 1usize..30, proptest::sample::select(squeue::fields::FIELDS.to_vec())), 1..6),
+    ) {
+        let list = fields
+            .iter()
+            .map(|(right, width, (name, _, _))| format!("{name}:{}{width}|", if *right { "." } else { "" }))
+            .collect::<Vec<_>>()
+            .join(",");
+        let args = vec!["-t".to_owned(), "all".to_owned(), "-O".to_owned(), list.clone()];
+        let options = squeue::parse(&args, &Env::new()).map_err(|output| TestCaseError::fail(output.stderr))?;
+        let output = squeue::render(&options, &jobs(), NOW, 0, &users(), "cluster", &Env::new());
+        prop_assert_eq!(output.code, 0, "{}", output.stderr);
+        prop_assert_eq!(output.stderr, "", "every table name is known");
+        for line in output.stdout.lines() {
+            let cells: Vec<&str> = line.split('|').collect();
+            prop_assert_eq!(cells.len(), fields.len() + 1, "{:?}", line);
+            for (cell, (right, width, (name, _, print))) in cells.iter().zip(&fields) {
+                let uncut = ["time_left", "time_limit", "time_used", "nodes", "reason_list", "schednodes", "req_nodes", "exc_nodes", "resize_time"];
+                if *right && uncut.contains(print) {
+                    prop_assert!(cell.chars().count() >= *width, "{:?}: {}:.{}", line, name, width);
+                } else {
+                    prop_assert_eq!(cell.chars().count(), *width, "{:?}: {}:{}", line, name, width);
+                }
+            }
+        }
+    }
+
     /// `-o %[.]N<letter>`: squeue and sinfo print every field in exactly N characters.
     #[test]
     fn squeue_and_sinfo_widths_are_honoured(

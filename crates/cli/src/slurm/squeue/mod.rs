@@ -5,7 +5,7 @@
 
 use cwsandbox_client::emulator_v1 as pb;
 
-mod fields;
+pub(crate) mod fields;
 
 use super::fmt::{self, TimeFormat};
 use super::getopt::{self, Arg, Item, Opt};
