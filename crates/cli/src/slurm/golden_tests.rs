@@ -1051,7 +1051,7 @@ fn squeue_long_format_names_and_sizes() {
 fn sacct_25_05_fields_req_reservation_and_sluid() {
     let reserved = pb::Job { reservation: "maint".into(), ..cancelled(43, "short", NOW - 50, NOW - 10, 0) };
     assert_eq!(
-        sacct(&["-o", "JobID,ReqReservation,SLUID"], &[reserved.clone()]),
+        sacct(&["-o", "JobID,ReqReservation,SLUID"], std::slice::from_ref(&reserved)),
         "JobID              ReqReservation          SLUID \n\
          ------------ -------------------- -------------- \n\
          43                          maint s0000000000000 \n\
