@@ -74,8 +74,24 @@ fn symlinked_commands_show_cancel_and_account_a_batch_job() {
     assert!(shown.starts_with(&format!("JobId={id} JobName=train\n   UserId=root(0) ")), "{shown}");
     assert!(shown.contains("\n   JobState=RUNNING Reason=None Dependency=(null)\n"), "{shown}");
     assert!(shown.contains("\n   ReqTRES=cpu=2,mem=1.50G,node=1,billing=2\n"), "{shown}");
+    assert!(shown.contains("\n   Partition=cpu AllocNode:Sid=slurm-login-0:0\n"), "{shown}");
+    assert!(shown.ends_with(&format!("\n   StdOut=//slurm-{id}.out\n   \n\n")), "{shown}");
     let one_line = ok(&emu, &bin, "scontrol", &["-o", "show", "job", &id]);
     assert_eq!(one_line.lines().count(), 1, "{one_line}");
+    assert!(one_line.ends_with(" \n"), "{one_line:?}");
+    // squeue's long names, sizes and suffixes.
+    let long = ok(&emu, &bin, "squeue", &["-h", "-j", &id, "--Format=JobId:.8|,AllocNodes:14,Name:6,State"]);
+    assert_eq!(long, format!("{id:>8}|slurm-login-0 train {:<20}\n", "RUNNING"));
+    let config = ok(&emu, &bin, "scontrol", &["show", "config"]);
+    assert!(config.starts_with("Configuration data as of "), "{config}");
+    for line in [
+        "ClusterName             = slurm\n",
+        "SlurmctldHost[0]        = slurm-controller-0\n",
+        "MinJobAge               = 300 sec\n",
+    ] {
+        assert!(config.contains(line), "{line:?} in {config}");
+    }
+    assert!(config.ends_with("\nSlurmctld(primary) at slurm-controller-0 is UP\n"), "{config}");
 
     let steps = ok(&emu, &bin, "sacct", &["-j", &id, "-o", "JobID,JobName,State", "-P", "-n"]);
     assert_eq!(steps, format!("{id}|train|RUNNING\n{id}.batch|batch|RUNNING\n{id}.extern|extern|RUNNING\n"));
@@ -182,16 +198,36 @@ fn scontrol_update_drains_and_resumes_nodes() {
     assert_eq!(down.status.code(), Some(1));
     assert!(text(&down.stderr).contains("State=down is not emulated"), "{}", text(&down.stderr));
 
+    // The drain records who ran scontrol and when: `sinfo -R` and `scontrol show node` say so.
+    let rt = runtime();
+    let _context = rt.enter();
+    let frozen = rt.block_on(admin(&emu).freeze_clock()).unwrap().now.unwrap().seconds;
+    let at = chrono::DateTime::from_timestamp(frozen, 0).unwrap().format("%FT%T").to_string();
     let drained =
-        slurm(&emu, &bin, "scontrol", &["update", "NodeName=slurm-cpu-[1-2]", "State=DRAIN", "Reason=disk check"]);
+        slurm(&emu, &bin, "scontrol", &["update", "NodeName=slurm-cpu-1", "State=DRAIN", "Reason=disk check"]);
     assert_eq!(
         (drained.status.code(), text(&drained.stdout), text(&drained.stderr)),
         (Some(0), String::new(), String::new())
     );
+    let as_alice = Command::new(bin.join("scontrol"))
+        .args(["update", "NodeName=slurm-cpu-2", "State=DRAIN", "Reason=disk check"])
+        .envs(emu.env())
+        .env("CWSBX_SLURM_USER", "alice")
+        .output()
+        .unwrap();
+    assert!(as_alice.status.success(), "{}", text(&as_alice.stderr));
     assert_eq!(state("slurm-cpu-1"), "drain\n");
     assert_eq!(state("slurm-cpu-2"), "drain\n");
+    assert_eq!(
+        ok(&emu, &bin, "sinfo", &["-R"]),
+        format!(
+            "REASON               USER      TIMESTAMP           NODELIST\n\
+             disk check           root      {at} slurm-cpu-1\n\
+             disk check           alice     {at} slurm-cpu-2\n"
+        )
+    );
     let shown = ok(&emu, &bin, "scontrol", &["show", "node", "slurm-cpu-1"]);
-    assert!(shown.contains("Reason=disk check"), "{shown}");
+    assert!(shown.contains(&format!("\n   Reason=disk check [root@{at}]\n\n")), "{shown}");
 
     ok(&emu, &bin, "scontrol", &["update", "nodename=slurm-cpu-1", "state=resume"]);
     ok(&emu, &bin, "scontrol", &["update", "nodename=slurm-cpu-2", "state=undrain"]);

@@ -202,10 +202,17 @@ impl EmulatorAdmin {
         Ok(self.client.resume_node(&request).await?.into_inner().node)
     }
 
-    /// `scontrol update nodename=… state=drain reason=…`: the node takes no new job.
-    pub async fn drain_node(&self, node_name: &str, reason: &str) -> Result<Option<emu::SlurmNode>> {
-        let request = emu::DrainNodeRequest { node_name: node_name.to_owned(), reason: reason.to_owned() };
+    /// `scontrol update nodename=… state=drain reason=…` as `uid` (the caller's uid when `None`):
+    /// the node takes no new job.
+    pub async fn drain_node(&self, node_name: &str, reason: &str, uid: Option<u32>) -> Result<Option<emu::SlurmNode>> {
+        let request = emu::DrainNodeRequest { node_name: node_name.to_owned(), reason: reason.to_owned(), uid };
         Ok(self.client.drain_node(&request).await?.into_inner().node)
+    }
+
+    /// slurm.conf as the controller holds it (`scontrol show config`). Any role may ask.
+    pub async fn slurm_config(&self) -> Result<emu::SlurmConfig> {
+        let response = self.client.get_slurm_config(&emu::GetSlurmConfigRequest {}).await?.into_inner();
+        Ok(response.config.unwrap_or_default())
     }
 
     /// The Slurm users of the values in force (name, uid), for `-u <name>`, and the uid of this

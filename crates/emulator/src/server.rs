@@ -202,6 +202,7 @@ pub async fn router(app: App, transport: &Transport) -> Router {
         .submit_batch_job(emulator::submit_batch_job)
         .resume_node(emulator::resume_node)
         .drain_node(emulator::drain_node)
+        .get_slurm_config(emulator::get_slurm_config)
         .get_clock(emulator::get_clock)
         .freeze_clock(emulator::freeze_clock)
         .advance_clock(emulator::advance_clock)

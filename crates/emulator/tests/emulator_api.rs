@@ -496,6 +496,26 @@ async fn batch_jobs_nodes_partitions_pod_deletion_and_reset() {
         .node
         .unwrap();
     assert_eq!(resumed.drain_reason, "");
+    // A drain records who set it (the uid given, else the caller's) and when.
+    let now = client.get_clock(emu::GetClockRequest {}).await.unwrap().into_inner().clock.unwrap().now;
+    let request =
+        emu::DrainNodeRequest { node_name: "slurm-cpu-1".to_owned(), reason: "disk".to_owned(), uid: Some(1001) };
+    let drained = client.drain_node(request).await.unwrap().into_inner().node.unwrap();
+    assert_eq!((drained.drain_user.as_str(), drained.drain_uid), ("alice", Some(1001)));
+    assert_eq!(drained.drain_time.map(|at| at.seconds), now.map(|now| now.seconds));
+    assert!(drained.boot_time.is_some() && drained.last_busy_time.is_some(), "{drained:?}");
+    let request = emu::DrainNodeRequest { node_name: "slurm-cpu-1".to_owned(), reason: "again".to_owned(), uid: None };
+    let by_operator = client.drain_node(request).await.unwrap().into_inner().node.unwrap();
+    assert_eq!(
+        (by_operator.drain_user.as_str(), by_operator.drain_uid),
+        ("root", Some(0)),
+        "the operator's token is root's"
+    );
+    let config = client.get_slurm_config(emu::GetSlurmConfigRequest {}).await.unwrap().into_inner().config.unwrap();
+    assert_eq!((config.cluster_name.as_str(), config.slurmctld_host.as_str()), ("slurm", "slurm-controller-0"));
+    assert_eq!(config.kill_wait_seconds, 60);
+    assert!(config.next_job_id > config.first_job_id, "{config:?}");
+    client.resume_node(emu::ResumeNodeRequest { node_name: "slurm-cpu-1".to_owned() }).await.unwrap();
     let unknown_node =
         client.resume_node(emu::ResumeNodeRequest { node_name: "slurm-gpu-9".to_owned() }).await.unwrap_err();
     assert_eq!(unknown_node.code(), Code::NotFound);

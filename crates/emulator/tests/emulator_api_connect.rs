@@ -148,8 +148,9 @@ async fn every_rpc_over_connect_json_with_curl() {
 async fn a_user_token_is_denied_every_rpc_but_the_slurm_views_over_connect() {
     let emulator = start().await;
     let info = emulator.info().clone();
-    // What any Slurm user reads (squeue, sacct, sinfo, the clock), a user token reads too.
-    for method in ["ListJobs", "ListSlurmNodes", "ListPartitions", "ListSlurmUsers", "GetClock"] {
+    // What any Slurm user reads (squeue, sacct, sinfo, scontrol show config, the clock), a user
+    // token reads too.
+    for method in ["ListJobs", "ListSlurmNodes", "ListPartitions", "ListSlurmUsers", "GetSlurmConfig", "GetClock"] {
         let (status, reply) = curl(&info.base_url, &info.user_token, &format!("{SERVICE}/{method}"), json!({})).await;
         assert_eq!(status, 200, "{method}: {reply}");
     }

@@ -682,6 +682,9 @@ async fn a_sandbox_user_reads_the_slurm_views_and_private_data_hides_other_users
     let users = user.list_slurm_users(emu::ListSlurmUsersRequest {}).await.unwrap().into_inner();
     assert_eq!(users.caller_uid, tenant.uid);
     assert!(users.users.iter().any(|each| each.name == "alice" && each.uid == 1001), "{users:?}");
+    let config = user.get_slurm_config(emu::GetSlurmConfigRequest {}).await.expect("slurm.conf is readable");
+    let config = config.into_inner().config.unwrap();
+    assert_eq!(config.private_data, "jobs", "{config:?}");
     // Writes stay the administrators'.
     let denied = user.submit_batch_job(submit("mine", "")).await.unwrap_err();
     assert_eq!(denied.code(), Code::PermissionDenied);

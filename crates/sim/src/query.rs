@@ -13,7 +13,7 @@ use crate::error::{SimError, SimResult};
 use crate::k8s::{ConfigMap, Event, LabelMap, Namespace, Node, Pod, PodOwner};
 use crate::policy::k8s_names::{label_value_problem, qualified_name_problem};
 use crate::sandbox::SandboxInfo;
-use crate::slurm::{Job, JobBaseState, JobId, JobKind, SlurmNode};
+use crate::slurm::{Job, JobBaseState, JobId, JobKind, PreemptMode, SlurmNode};
 use crate::time::SimTime;
 use crate::world::World;
 
@@ -778,6 +778,95 @@ impl World {
             .collect()
     }
 
+    /// slurm.conf as the controller holds it (`scontrol show config`).
+    pub fn slurm_controller(&self) -> SlurmController {
+        let release = &self.values.sunk.release;
+        let preempting: Vec<PreemptMode> = self
+            .slurm
+            .partitions
+            .values()
+            .map(|partition| partition.preempt_mode)
+            .filter(|mode| *mode != PreemptMode::Off)
+            .collect();
+        SlurmController {
+            cluster_name: release.clone(),
+            host: format!("{release}-controller-0"),
+            boot_time: self.slurm.nodes.iter().map(|node| node.boot_time).min().unwrap_or(self.now),
+            next_job_id: self.slurm.next_job_id,
+            // slurm.conf has one cluster-wide PreemptMode; partitions override it. Requeueing
+            // partitions need REQUEUE there, so it wins over CANCEL.
+            preempt_mode: if preempting.contains(&PreemptMode::Requeue) {
+                PreemptMode::Requeue
+            } else {
+                preempting.first().copied().unwrap_or(PreemptMode::Off)
+            },
+        }
+    }
+
+    /// When the backfill scheduler expects a pending job to start (`scontrol show job`'s
+    /// `StartTime` while pending): the earliest time one of its partition's nodes that could
+    /// hold it has room, counting the running jobs there as ending at their time limit, a year
+    /// after their start without one (Slurm's stand-in for INFINITE). `None` where Slurm has no
+    /// estimate: a job not pending on Resources or Priority, or no node that could ever hold it.
+    pub fn estimated_start(&self, job: &Job) -> Option<SimTime> {
+        const YEAR: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+        if job.state != JobBaseState::Pending || !matches!(job.reason.as_str(), "Resources" | "Priority") {
+            return None;
+        }
+        let partition = self.slurm.partitions.get(&*job.partition)?;
+        let fits_on = |node: &SlurmNode| {
+            node.drain.is_none()
+                && node.cpus >= job.req_cpus
+                && node.real_memory_mb >= job.req_mem_mb
+                && node.gpus >= job.req_gpus
+        };
+        partition
+            .nodes
+            .iter()
+            .filter_map(|name| self.slurm.node(name))
+            .filter(|node| fits_on(node))
+            .filter_map(|node| {
+                let mut ends: Vec<(SimTime, u32, u64)> = node
+                    .jobs
+                    .iter()
+                    .filter_map(|id| self.slurm.job(*id))
+                    .map(|running| {
+                        let start = running.start.unwrap_or(self.now);
+                        let limit = running.time_limit_seconds.map_or(YEAR, |seconds| {
+                            std::time::Duration::from_secs(u64::from(seconds.div_ceil(60)) * 60)
+                        });
+                        (start + limit, running.alloc_cpus, running.req_mem_mb)
+                    })
+                    .collect();
+                ends.sort();
+                let (mut free_cpus, mut free_mem) =
+                    (node.free_cpus(), node.real_memory_mb.saturating_sub(node.alloc_mem_mb));
+                for (end, cpus, mem) in ends {
+                    free_cpus += cpus;
+                    free_mem += mem;
+                    if free_cpus >= job.req_cpus && free_mem >= job.req_mem_mb {
+                        return Some(end.max(self.now));
+                    }
+                }
+                None
+            })
+            .min()
+    }
+
+    /// The host a job was submitted from (`AllocNode`): the SUNK scheduler's Pod submits the
+    /// placeholders; batch jobs come from the release's login node.
+    pub fn submit_host(&self, job: &Job) -> String {
+        match job.kind {
+            JobKind::Placeholder { .. } => self
+                .cluster
+                .pods_iter()
+                .find(|pod| pod.owner == PodOwner::Scheduler)
+                .map(|pod| pod.name.to_string())
+                .unwrap_or_else(|| format!("{}-scheduler", self.values.sunk.release)),
+            JobKind::Batch { .. } => format!("{}-login-0", self.values.sunk.release),
+        }
+    }
+
     /// The latest placeholder job of each Pod that ever had one.
     pub fn placeholder_jobs_by_pod(&self) -> HashMap<&str, JobId> {
         let mut jobs = HashMap::new();
@@ -843,6 +932,22 @@ impl World {
             },
         })
     }
+}
+
+/// What slurmctld derives from the values (`scontrol show config`); the slurm.conf parameters
+/// themselves are the values' `slurmConfig`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmController {
+    /// `ClusterName`: the release name.
+    pub cluster_name: String,
+    /// `SlurmctldHost`: the controller Pod, `<release>-controller-0`.
+    pub host: String,
+    /// When it started (the world was built).
+    pub boot_time: SimTime,
+    /// The id the next submission gets.
+    pub next_job_id: JobId,
+    /// The cluster's `PreemptMode`.
+    pub preempt_mode: PreemptMode,
 }
 
 #[cfg(test)]

@@ -519,7 +519,11 @@ fn item_21_guaranteed_integer_cpu_pod_pins_cpus_and_the_next_job_drains_the_node
     let record = h.record(job);
     assert_eq!((record.state, record.exit_code), (JobBaseState::Failed, (1, 0)), "the job failed");
     let node = h.world.slurm.node("slurm-cpu-0").unwrap();
-    assert_eq!(node.drain_reason.as_deref(), Some("batch job complete failure"), "the node drained");
+    assert_eq!(
+        node.drain.as_ref().map(|drain| drain.reason.as_str()),
+        Some("batch job complete failure"),
+        "the node drained"
+    );
     assert_eq!(h.world.transitions.get(Transition::JobFailedOnPinnedCpus), 1);
 
     // Resuming the node while the Pod still pins its CPUs fails the next job the same way; once
@@ -593,7 +597,7 @@ fn item_23_kubectl_delete_pod_cancels_the_placeholder_and_unlocks() {
     let record = h.record(job_id);
     assert_eq!((record.state, record.cancelled_by), (JobBaseState::Cancelled, Some(0)));
     assert!(record.end.is_some());
-    assert!(h.world.slurm.node("slurm-cpu-0").unwrap().drain_reason.is_none(), "not drained");
+    assert!(h.world.slurm.node("slurm-cpu-0").unwrap().drain.is_none(), "not drained");
     assert!(!h.node_locked("node-cpu-0"), "lock taint removed");
 }
 
@@ -644,10 +648,12 @@ fn item_25_pod_outliving_killwait_drains_the_node() {
     let job_id = h.job_id(&uid).unwrap();
     h.world.scancel(&Scope::Cluster, job_id, 0).unwrap();
     h.advance(27);
-    assert!(h.world.slurm.node("slurm-cpu-0").unwrap().drain_reason.is_none());
+    assert!(h.world.slurm.node("slurm-cpu-0").unwrap().drain.is_none());
     h.advance(1);
     let node = h.world.slurm.node("slurm-cpu-0").unwrap();
-    assert!(node.drain_reason.is_some(), "drained ~2 s before KillWait");
+    let drain = node.drain.as_ref().expect("drained ~2 s before KillWait");
+    // SUNK's script drains it from the job's epilog, as root, now (`sinfo -R`'s USER, TIMESTAMP).
+    assert_eq!((drain.uid, drain.at), (0, h.world.now()));
     assert_eq!(node.state().compact(), "drng");
     assert!(h.queued(job_id).is_some(), "still completing");
     h.advance(2);

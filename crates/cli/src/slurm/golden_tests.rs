@@ -236,7 +236,7 @@ fn sacct_field_names_are_case_insensitive_prefixes_in_table_order() {
     assert_eq!(header("alloc"), "AllocCPUS");
     assert_eq!(header("NODEL,reqm,ncpus"), "NodeList|ReqMem|NCPUS");
     // Slurm's quirk: any prefix of ALL is ALL.
-    assert_eq!(header("a").split('|').count(), 118);
+    assert_eq!(header("a").split('|').count(), 120);
     assert_eq!(header("acc"), "Account");
     let error = sacct_err(&["-o", "foo"]);
     assert_eq!((error.stderr.as_str(), error.code), ("sacct: error: Invalid field requested: \"foo\"\n", 1));
@@ -467,7 +467,7 @@ fn queue(job: pb::Job) -> pb::Job {
 
 fn squeue(list: &[&str], environment: &Env, jobs: &[pb::Job]) -> super::Output {
     match squeue::parse(&args(list), environment) {
-        Ok(options) => squeue::render(&options, jobs, NOW, 0, &users(), environment),
+        Ok(options) => squeue::render(&options, jobs, NOW, 0, &users(), "slurm", environment),
         Err(output) => output,
     }
 }
@@ -584,7 +584,7 @@ fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
     ];
     let partitions = [partition("cpu", true, &names), partition("hpc-prod", false, &names[..2])];
     let render = |list: &[&str]| {
-        sinfo::render(&sinfo::parse(&args(list), &Env::new()).unwrap(), &partitions, &nodes, NOW).stdout
+        sinfo::render(&sinfo::parse(&args(list), &Env::new()).unwrap(), &partitions, &nodes, NOW, &Env::new()).stdout
     };
     assert_eq!(
         render(&[]),
@@ -613,9 +613,9 @@ fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
     assert_eq!(
         render(&["-l", "-p", "hpc-prod"]),
         "Thu Jan 02 03:04:05 2025\n\
-         PARTITION AVAIL  TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE NODELIST\n\
-         hpc-prod     up   infinite 1-infinite   no       NO        all      1       mixed slurm-cpu-0\n\
-         hpc-prod     up   infinite 1-infinite   no       NO        all      1        idle slurm-cpu-1\n"
+         PARTITION AVAIL  TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE RESERVATION NODELIST\n\
+         hpc-prod     up   infinite 1-infinite   no       NO        all      1       mixed             slurm-cpu-0\n\
+         hpc-prod     up   infinite 1-infinite   no       NO        all      1        idle             slurm-cpu-1\n"
     );
     assert_eq!(
         render(&["-N", "-l", "-p", "hpc-prod"]),
@@ -640,12 +640,19 @@ fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
         &partitions[1..],
         &nodes,
         NOW,
+        &Env::new(),
     );
     assert_eq!(invalid.stderr, "Invalid node format specification: y\n");
     assert_eq!(invalid.stdout, "hpc-prod %y\n");
     let drained = [node(names[0], pb::SlurmNodeState::Drained, &["cpu"])];
-    let out =
-        sinfo::render(&sinfo::parse(&args(&["-h"]), &Env::new()).unwrap(), &partitions[..1], &drained, NOW).stdout;
+    let out = sinfo::render(
+        &sinfo::parse(&args(&["-h"]), &Env::new()).unwrap(),
+        &partitions[..1],
+        &drained,
+        NOW,
+        &Env::new(),
+    )
+    .stdout;
     assert_eq!(out, "cpu*         up   infinite      1  drain slurm-cpu-0\n");
 }
 
@@ -659,50 +666,72 @@ fn scontrol_show_job_lines_and_one_liner() {
         extra: "sandbox: started".into(),
         comment: "c".into(),
         over_subscribe: pb::OverSubscribe::No as i32,
+        alloc_node: "slurm-scheduler-7d9f".into(),
         ..queue(running(1000, "tenant/sandbox-1", NOW - 5))
     };
     let render = |list: &[&str], jobs: &[pb::Job]| {
-        scontrol::render(&scontrol::parse(&args(list)).unwrap(), jobs, &[], &[], NOW, &Env::new())
+        let answer = scontrol::Answer { jobs: jobs.to_vec(), now: NOW, ..Default::default() };
+        scontrol::render(&scontrol::parse(&args(list)).unwrap(), &answer, &Env::new())
     };
     let out = render(&["show", "job", "1000"], std::slice::from_ref(&job));
-    let expected = [
-        "JobId=1000 JobName=tenant/sandbox-1",
-        "UserId=root(0) GroupId=root(0) MCS_label=N/A",
-        "Priority=100 Nice=0 Account=root QOS=normal",
-        "JobState=RUNNING Reason=None Dependency=(null)",
-        "Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0",
-        "RunTime=00:00:05 TimeLimit=UNLIMITED TimeMin=N/A",
-        "SubmitTime=2025-01-02T03:04:00 EligibleTime=2025-01-02T03:04:00",
-        "AccrueTime=2025-01-02T03:04:00",
-        "StartTime=2025-01-02T03:04:00 EndTime=Unknown Deadline=N/A",
-        "Partition=cpu AllocNode:Sid=(null):0",
-        "ReqNodeList=(null) ExcNodeList=(null)",
-        "NodeList=slurm-cpu-0",
-        "BatchHost=slurm-cpu-0",
-        "NumNodes=1 NumCPUs=2 NumTasks=1 CPUs/Task=2 ReqB:S:C:T=0:0:*:*",
-        "ReqTRES=cpu=2,mem=512M,node=1,billing=2",
-        "AllocTRES=cpu=2,mem=512M,node=1,billing=2",
-        "MinCPUsNode=2 MinMemoryNode=512M MinTmpDiskNode=0",
-        "Features=(null) DelayBoot=00:00:00",
-        "OverSubscribe=NO Contiguous=0 Licenses=(null) Network=(null)",
-        "Command=(null)",
-        "WorkDir=/",
-        "Comment=c",
-        "Extra=sandbox: started",
-    ]
-    .join("\n   ")
-        + "\n\n";
+    // Slurm 25.05 `_sprint_job_info`: Comment and Extra end in a space, the record in an
+    // indented empty line, then an empty line.
+    let expected = "JobId=1000 JobName=tenant/sandbox-1\n\
+        \x20  UserId=root(0) GroupId=root(0) MCS_label=N/A\n\
+        \x20  Priority=100 Nice=0 Account=root QOS=normal\n\
+        \x20  JobState=RUNNING Reason=None Dependency=(null)\n\
+        \x20  Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0\n\
+        \x20  RunTime=00:00:05 TimeLimit=UNLIMITED TimeMin=N/A\n\
+        \x20  SubmitTime=2025-01-02T03:04:00 EligibleTime=2025-01-02T03:04:00\n\
+        \x20  AccrueTime=2025-01-02T03:04:00\n\
+        \x20  StartTime=2025-01-02T03:04:00 EndTime=Unknown Deadline=N/A\n\
+        \x20  SuspendTime=None SecsPreSuspend=0 LastSchedEval=2025-01-02T03:04:00 Scheduler=Main\n\
+        \x20  Partition=cpu AllocNode:Sid=slurm-scheduler-7d9f:0\n\
+        \x20  ReqNodeList=(null) ExcNodeList=(null)\n\
+        \x20  NodeList=slurm-cpu-0\n\
+        \x20  BatchHost=slurm-cpu-0\n\
+        \x20  NumNodes=1 NumCPUs=2 NumTasks=1 CPUs/Task=2 ReqB:S:C:T=0:0:*:*\n\
+        \x20  ReqTRES=cpu=2,mem=512M,node=1,billing=2\n\
+        \x20  AllocTRES=cpu=2,mem=512M,node=1,billing=2\n\
+        \x20  Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*\n\
+        \x20  MinCPUsNode=2 MinMemoryNode=512M MinTmpDiskNode=0\n\
+        \x20  Features=(null) DelayBoot=00:00:00\n\
+        \x20  OverSubscribe=NO Contiguous=0 Licenses=(null) LicensesAlloc=(null) Network=(null)\n\
+        \x20  Command=(null)\n\
+        \x20  WorkDir=/\n\
+        \x20  Comment=c \n\
+        \x20  Extra=sandbox: started \n\
+        \x20  StdErr=//slurm-1000.out\n\
+        \x20  StdIn=/dev/null\n\
+        \x20  StdOut=//slurm-1000.out\n\
+        \x20  \n\
+        \n";
     assert_eq!(out.stdout, expected);
+    // -o: one line, each key followed by a space, the last one too.
     let one = render(&["-o", "show", "job", "1000"], std::slice::from_ref(&job)).stdout;
-    assert_eq!(one, expected.trim_end().replace("\n   ", " ") + "\n");
+    let body = expected.strip_suffix("\n   \n\n").expect("the closing lines");
+    assert_eq!(one, body.replace("\n   ", " ") + " \n");
+    assert!(one.ends_with("StdOut=//slurm-1000.out \n"), "{one:?}");
     let missing = render(&["show", "job", "999"], &[job]);
     assert_eq!((missing.stderr.as_str(), missing.code), ("slurm_load_jobs error: Invalid job id specified\n", 1));
-    let pending_job = queue(pending(5, "p", NOW - 5));
-    let out = render(&["show", "job", "5"], &[pending_job]).stdout;
+    // Pending: no nodes (`NodeList=` empty), the scheduler's estimate as StartTime and, with a
+    // limit, EndTime; without an estimate both Unknown.
+    let estimated = pb::Job {
+        estimated_start_time: ts(NOW + 3600),
+        time_limit_seconds: Some(600),
+        ..queue(pending(5, "p", NOW - 5))
+    };
+    let out = render(&["show", "job", "5"], &[estimated]).stdout;
     assert!(out.contains("   JobState=PENDING Reason=Resources Dependency=(null)\n"), "{out}");
-    assert!(out.contains("   StartTime=Unknown EndTime=Unknown Deadline=N/A\n   Partition=cpu"), "{out}");
-    assert!(out.contains("   NodeList=(null)\n   NumNodes=1"), "{out}");
+    assert!(out.contains("   StartTime=2025-01-02T04:04:05 EndTime=2025-01-02T04:14:05 Deadline=N/A\n"), "{out}");
+    assert!(out.contains("   NodeList=\n   NumNodes=1"), "{out}");
     assert!(out.contains("   AllocTRES=(null)\n"), "{out}");
+    let out = render(&["show", "job", "6"], &[queue(pending(6, "p", NOW - 5))]).stdout;
+    assert!(out.contains("   StartTime=Unknown EndTime=Unknown Deadline=N/A\n"), "{out}");
+    // A running job with a limit of its own ends when it runs out.
+    let limited = pb::Job { time_limit_seconds: Some(120), ..queue(running(7, "r", NOW - 5)) };
+    let out = render(&["show", "job", "7"], &[limited]).stdout;
+    assert!(out.contains("   StartTime=2025-01-02T03:04:00 EndTime=2025-01-02T03:06:00 Deadline=N/A\n"), "{out}");
 }
 
 #[test]
@@ -760,4 +789,277 @@ fn squeue_lists_ended_jobs_the_controller_keeps_only_when_asked() {
         "1 R slurm-cpu-0\n4 CD slurm-cpu-0\n2 F (NonZeroExitCode)\n3 TO (TimeLimit)\n"
     );
     assert_eq!(squeue(&["-h", "-t", "F", "-o", "%i"], &Env::new(), &jobs).stdout, "2\n");
+}
+
+#[test]
+fn scontrol_show_node_and_partition_carry_every_key_with_its_trailing_spaces() {
+    let drained = pb::SlurmNode {
+        alloc_cpus: 2,
+        alloc_memory_mb: 512,
+        drain_reason: "disk is full".into(),
+        drain_user: "alice".into(),
+        drain_uid: Some(1001),
+        drain_time: ts(NOW - 60),
+        boot_time: ts(MIDNIGHT),
+        last_busy_time: ts(MIDNIGHT + 60),
+        os: "Linux 6.8.0-45-generic #45-Ubuntu SMP PREEMPT_DYNAMIC Fri Aug 30 12:02:04 UTC 2024".into(),
+        job_ids: vec![1000],
+        ..node("slurm-cpu-0", pb::SlurmNodeState::Draining, &["cpu", "hpc-prod"])
+    };
+    let idle = pb::SlurmNode {
+        alloc_cpus: 0,
+        boot_time: ts(MIDNIGHT),
+        last_busy_time: ts(MIDNIGHT),
+        ..node("slurm-cpu-1", pb::SlurmNodeState::Idle, &["cpu"])
+    };
+    let partitions = [partition("cpu", true, &["slurm-cpu-0", "slurm-cpu-1"])];
+    let partitions = [pb::Partition { total_cpus: 32, priority_tier: 2, ..partitions[0].clone() }];
+    let answer = scontrol::Answer {
+        nodes: vec![drained, idle],
+        partitions: partitions.to_vec(),
+        now: NOW,
+        ..Default::default()
+    };
+    let render = |list: &[&str]| scontrol::render(&scontrol::parse(&args(list)).unwrap(), &answer, &Env::new());
+    assert_eq!(
+        render(&["show", "node", "slurm-cpu-0"]).stdout,
+        "NodeName=slurm-cpu-0 Arch=x86_64 CoresPerSocket=16 \n\
+         \x20  CPUAlloc=2 CPUEfctv=16 CPUTot=16 CPULoad=0.00\n\
+         \x20  AvailableFeatures=(null)\n\
+         \x20  ActiveFeatures=(null)\n\
+         \x20  Gres=(null)\n\
+         \x20  NodeAddr=slurm-cpu-0 NodeHostName=slurm-cpu-0 Version=25.05.3\n\
+         \x20  OS=Linux 6.8.0-45-generic #45-Ubuntu SMP PREEMPT_DYNAMIC Fri Aug 30 12:02:04 UTC 2024 \n\
+         \x20  RealMemory=65536 AllocMem=512 FreeMem=N/A Sockets=1 Boards=1\n\
+         \x20  State=MIXED+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A\n\
+         \x20  Partitions=cpu,hpc-prod \n\
+         \x20  BootTime=2025-01-02T00:00:00 SlurmdStartTime=2025-01-02T00:00:00\n\
+         \x20  LastBusyTime=2025-01-02T00:01:00 ResumeAfterTime=None\n\
+         \x20  CfgTRES=cpu=16,mem=64G,billing=16\n\
+         \x20  AllocTRES=cpu=2,mem=512M\n\
+         \x20  CurrentWatts=0 AveWatts=0\n\
+         \x20  Reason=disk is full [alice@2025-01-02T03:03:05]\n\
+         \n"
+    );
+    // An idle node allocates nothing (`AllocTRES=` empty) and has no Reason line; -o keeps the
+    // spaces Slurm writes after NodeName's line and Partitions. A count of zero is left out.
+    let cpus_only = pb::SlurmNode { alloc_cpus: 4, ..answer.nodes[1].clone() };
+    let out = scontrol::render(
+        &scontrol::parse(&args(&["show", "node"])).unwrap(),
+        &scontrol::Answer { nodes: vec![cpus_only], ..answer.clone() },
+        &Env::new(),
+    );
+    assert!(out.stdout.contains("\n   AllocTRES=cpu=4\n"), "{}", out.stdout);
+    assert_eq!(
+        render(&["-o", "show", "node", "slurm-cpu-1"]).stdout,
+        "NodeName=slurm-cpu-1 Arch=x86_64 CoresPerSocket=16  CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=0.00 \
+         AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=slurm-cpu-1 NodeHostName=slurm-cpu-1 \
+         Version=25.05.3 RealMemory=65536 AllocMem=0 FreeMem=N/A Sockets=1 Boards=1 State=IDLE ThreadsPerCore=1 \
+         TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=cpu  BootTime=2025-01-02T00:00:00 \
+         SlurmdStartTime=2025-01-02T00:00:00 LastBusyTime=2025-01-02T00:00:00 ResumeAfterTime=None \
+         CfgTRES=cpu=16,mem=64G,billing=16 AllocTRES= CurrentWatts=0 AveWatts=0\n"
+    );
+    assert_eq!(
+        render(&["show", "partition"]).stdout,
+        "PartitionName=cpu\n\
+         \x20  AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL\n\
+         \x20  AllocNodes=ALL Default=YES QoS=N/A\n\
+         \x20  DefaultTime=NONE DisableRootJobs=NO ExclusiveUser=NO ExclusiveTopo=NO GraceTime=0 Hidden=NO\n\
+         \x20  MaxNodes=UNLIMITED MaxTime=UNLIMITED MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED MaxCPUsPerSocket=UNLIMITED\n\
+         \x20  Nodes=slurm-cpu-[0-1]\n\
+         \x20  PriorityJobFactor=1 PriorityTier=2 RootOnly=NO ReqResv=NO OverSubscribe=NO\n\
+         \x20  OverTimeLimit=NONE PreemptMode=OFF\n\
+         \x20  State=UP TotalCPUs=32 TotalNodes=2 SelectTypeParameters=NONE\n\
+         \x20  JobDefaults=(null)\n\
+         \x20  DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED\n\
+         \x20  TRES=cpu=32,mem=128G,node=2,billing=32\n\
+         \n"
+    );
+    // OverSubscribe=YES carries Slurm's default job count.
+    let shared = scontrol::Answer {
+        partitions: vec![pb::Partition { over_subscribe: "YES".into(), ..partitions[0].clone() }],
+        ..answer.clone()
+    };
+    let out = scontrol::render(&scontrol::parse(&args(&["show", "partition"])).unwrap(), &shared, &Env::new());
+    assert!(out.stdout.contains(" OverSubscribe=YES:4\n"), "{}", out.stdout);
+    // `p` alone is not a partition (Slurm wants two letters), `pa` is.
+    assert!(scontrol::parse(&args(&["show", "p"])).is_err());
+    assert!(matches!(scontrol::parse(&args(&["show", "pa"])).unwrap().request, scontrol::Request::Partitions(None)));
+}
+
+#[test]
+fn scontrol_show_config_prints_the_values_and_slurms_defaults() {
+    let config = pb::SlurmConfig {
+        cluster_name: "slurm".into(),
+        slurmctld_host: "slurm-controller-0".into(),
+        kill_wait_seconds: 60,
+        min_job_age_seconds: 300,
+        prolog_flags: "contain,Alloc".into(),
+        private_data: "jobs".into(),
+        first_job_id: 1000,
+        next_job_id: 1042,
+        boot_time: ts(MIDNIGHT),
+        preempt_type: String::new(),
+        preempt_mode: "OFF".into(),
+        node_count: 4,
+    };
+    let answer = scontrol::Answer { config, now: NOW, ..Default::default() };
+    let out = scontrol::render(&scontrol::parse(&args(&["show", "config"])).unwrap(), &answer, &Env::new());
+    assert_eq!(out.code, 0);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], "Configuration data as of 2025-01-02T00:00:00");
+    assert_eq!(lines[1], "AccountingStorageBackupHost = (null)", "a key longer than 23 keeps one space");
+    for line in [
+        "BOOT_TIME               = 2025-01-02T00:00:00",
+        "ClusterName             = slurm",
+        "FirstJobId              = 1000",
+        "KillWait                = 60 sec",
+        "MaxNodeCount            = 4",
+        "MinJobAge               = 300 sec",
+        "NEXT_JOB_ID             = 1042",
+        "PreemptMode             = OFF",
+        "PreemptType             = (null)",
+        "PrivateData             = jobs",
+        "PrologFlags             = Alloc,Contain",
+        "SlurmctldHost[0]        = slurm-controller-0",
+        "SLURM_VERSION           = 25.05.3",
+        // Defaults 25.05 prints for keys the emulator has no value for.
+        "AllowSpecResourcesUsage = no",
+        "PriorityType            = priority/multifactor",
+        "TreeWidth               = 16",
+        "X11Parameters           = (null)",
+    ] {
+        assert!(lines.contains(&line), "{line:?} missing from\n{}", out.stdout);
+    }
+    assert!(
+        out.stdout.ends_with("X11Parameters           = (null)\n\nSlurmctld(primary) at slurm-controller-0 is UP\n")
+    );
+    // 25.05 dropped keys 22.05 printed; Prolog/Epilog print only when set.
+    for gone in ["CoreSpecPlugin ", "ExtSensorsType ", "LaunchType ", "RoutePlugin ", "Prolog ", "Epilog "] {
+        assert!(!lines.iter().any(|line| line.starts_with(gone)), "{gone} is not a 25.05 key");
+    }
+    // Without PrivateData or PrologFlags.
+    let bare = scontrol::Answer {
+        config: pb::SlurmConfig { private_data: String::new(), prolog_flags: String::new(), ..answer.config.clone() },
+        ..answer.clone()
+    };
+    let out = scontrol::render(&scontrol::parse(&args(&["show", "conf"])).unwrap(), &bare, &Env::new()).stdout;
+    assert!(out.contains("\nPrivateData             = none\n"), "{out}");
+    assert!(out.contains("\nPrologFlags             = (null)\n"), "{out}");
+}
+
+#[test]
+fn sinfo_lists_drain_reasons_with_who_and_when() {
+    let drained = |name: &str, reason: &str, user: &str, uid: u32, at: i64, state: pb::SlurmNodeState| pb::SlurmNode {
+        drain_reason: reason.into(),
+        drain_user: user.into(),
+        drain_uid: Some(uid),
+        drain_time: ts(at),
+        ..node(name, state, &["cpu", "hpc-prod"])
+    };
+    let nodes = [
+        drained("slurm-cpu-0", "disk is full", "alice", 1001, NOW - 60, pb::SlurmNodeState::Drained),
+        node("slurm-cpu-1", pb::SlurmNodeState::Idle, &["cpu", "hpc-prod"]),
+        drained("slurm-cpu-2", "disk is full", "alice", 1001, NOW - 60, pb::SlurmNodeState::Draining),
+        drained(
+            "slurm-cpu-3",
+            "SUNK: pod was not deleted before KillWait",
+            "root",
+            0,
+            NOW - 5,
+            pb::SlurmNodeState::Drained,
+        ),
+    ];
+    let names = ["slurm-cpu-0", "slurm-cpu-1", "slurm-cpu-2", "slurm-cpu-3"];
+    let partitions = [partition("cpu", true, &names), partition("hpc-prod", false, &names)];
+    let render = |list: &[&str]| {
+        sinfo::render(&sinfo::parse(&args(list), &Env::new()).unwrap(), &partitions, &nodes, NOW, &Env::new()).stdout
+    };
+    // Each drained node once, whatever its partitions; nodes with the same reason, user and
+    // time share a line; the reason is cut at 20 without `+`.
+    assert_eq!(
+        render(&["-R"]),
+        "REASON               USER      TIMESTAMP           NODELIST\n\
+         disk is full         alice     2025-01-02T03:03:05 slurm-cpu-[0,2]\n\
+         SUNK: pod was not de root      2025-01-02T03:04:00 slurm-cpu-3\n"
+    );
+    assert_eq!(
+        render(&["-R", "-l"]),
+        "Thu Jan 02 03:04:05 2025\n\
+         REASON               USER         TIMESTAMP           STATE  NODELIST\n\
+         disk is full         alice(1001)  2025-01-02T03:03:05 drng   slurm-cpu-2\n\
+         disk is full         alice(1001)  2025-01-02T03:03:05 drain  slurm-cpu-0\n\
+         SUNK: pod was not de root(0)      2025-01-02T03:04:00 drain  slurm-cpu-3\n"
+    );
+    assert_eq!(
+        render(&["-R", "-h", "-n", "slurm-cpu-3"]),
+        "SUNK: pod was not de root      2025-01-02T03:04:00 slurm-cpu-3\n"
+    );
+    let relative = env(&[("SLURM_TIME_FORMAT", "%H:%M")]);
+    let out =
+        sinfo::render(&sinfo::parse(&args(&["-R", "-h"]), &relative).unwrap(), &partitions, &nodes, NOW, &relative);
+    assert_eq!(
+        out.stdout.lines().next().unwrap(),
+        "disk is full         alice     03:03               slurm-cpu-[0,2]"
+    );
+}
+
+#[test]
+fn squeue_long_format_names_and_sizes() {
+    let pending_job = pb::Job { estimated_start_time: ts(NOW + 60), ..queue(pending(43, "waits", NOW - 5)) };
+    let jobs = [queue(running(42, "train", NOW - 65)), pending_job];
+    let run = |list: &[&str]| squeue(list, &Env::new(), &jobs);
+    // Without a size a field is 20 wide and left-justified; no separator but the padding.
+    assert_eq!(
+        run(&["-O", "jobid,name,state"]).stdout,
+        format!(
+            "{:<20}{:<20}{:<20}\n{:<20}{:<20}{:<20}\n{:<20}{:<20}{:<20}\n",
+            "JOBID", "NAME", "STATE", 43, "waits", "PENDING", 42, "train", "RUNNING"
+        )
+    );
+    // `name:[.]size[suffix]`: `.` right-justifies, the rest after the size is printed after
+    // the field; names in any case; values cut at the size.
+    assert_eq!(
+        run(&["--Format=JobID:.6|,STATE:5,reason:.12 ,TimeUsed:3"]).stdout,
+        // A right-justified header is right-justified too.
+        " JOBID|STATE      REASON TIM\n    43|PENDI   Resources 0:0\n    42|RUNNI        None 1:0\n"
+    );
+    assert_eq!(
+        run(&["-h", "-O", "StartTime:20,EndTime:20,AllocNodes,PendingTime:5,StdOut:30,LicensesAlloc:7,exit_code:4"])
+            .stdout,
+        "2025-01-02T03:05:05 N/A                 (null)              5    //slurm-%j.out                (null) 0:0 \n\
+         2025-01-02T03:03:00 NONE                (null)              0    //slurm-%j.out                (null) 0:0 \n"
+    );
+    // A name squeue does not know: Slurm's error, the field prints only its suffix.
+    let bogus = run(&["-h", "-O", "jobid:3,bogus:4|"]);
+    assert_eq!(bogus.stderr, "squeue: error: Invalid job format specification: bogus\n");
+    assert_eq!(bogus.stdout, "43 |\n42 |\n");
+    assert_eq!(
+        run(&["-o", "%i", "-O", "jobid"]).stderr,
+        "squeue: error: -O (--Format) is incompatible with -o (--format)\n"
+    );
+    // SQUEUE_FORMAT2 is the long-format default; -o letters reach the same table (%A JobId).
+    let formatted = env(&[("SQUEUE_FORMAT2", "JobId:4,UserName:5")]);
+    assert_eq!(squeue(&["-h", "-t", "R"], &formatted, &jobs).stdout, "42  root \n");
+    assert_eq!(run(&["-h", "-t", "R", "-o", "%A %G %B"]).stdout, "42 0 slurm-cpu-0\n");
+    assert_eq!(run(&["-t", "R", "-o", "%G"]).stdout.lines().next(), Some("GROUP"));
+    // Cluster comes from the configuration.
+    assert_eq!(run(&["-h", "-t", "R", "-O", "cluster:6"]).stdout, "slurm \n");
+}
+
+#[test]
+fn sacct_25_05_fields_req_reservation_and_sluid() {
+    let reserved = pb::Job { reservation: "maint".into(), ..cancelled(43, "short", NOW - 50, NOW - 10, 0) };
+    assert_eq!(
+        sacct(&["-o", "JobID,ReqReservation,SLUID"], std::slice::from_ref(&reserved)),
+        "JobID              ReqReservation          SLUID \n\
+         ------------ -------------------- -------------- \n\
+         43                          maint s0000000000000 \n\
+         43.batch                          s0000000000000 \n\
+         43.extern                         s0000000000000 \n"
+    );
+    // The SLUID is never cut.
+    assert_eq!(sacct(&["-X", "-n", "-o", "SLUID%5"], &[reserved]), "s0000000000000 \n");
+    // Prefixes still match in table order: `reqr` is ReqReservation, `sl` SLUID.
+    assert_eq!(sacct(&["-X", "-P", "-o", "reqr,sl"], &[]).lines().next(), Some("ReqReservation|SLUID"));
 }

@@ -16,6 +16,7 @@ pub mod sacct;
 pub mod scancel;
 pub mod scontrol;
 pub mod sinfo;
+pub mod slurm_conf;
 pub mod squeue;
 
 #[cfg(test)]

@@ -280,7 +280,7 @@ proptest! {
         }
         match squeue::parse(&args, &env) {
             Ok(options) => {
-                let output = squeue::render(&options, &jobs, NOW, 0, &users(), &env);
+                let output = squeue::render(&options, &jobs, NOW, 0, &users(), "cluster", &env);
                 if output.code != 0 && !output.stderr.starts_with("slurm_load_jobs error") {
                     refusal_is_well_formed("squeue", &output)?;
                 }
@@ -288,12 +288,19 @@ proptest! {
             Err(output) => refusal_is_well_formed("squeue", &output)?,
         }
         match sinfo::parse(&args, &env) {
-            Ok(options) => prop_assert_eq!(sinfo::render(&options, &partitions(), &nodes(), NOW).code, 0),
+            Ok(options) => prop_assert_eq!(sinfo::render(&options, &partitions(), &nodes(), NOW, &env).code, 0),
             Err(output) => refusal_is_well_formed("sinfo", &output)?,
         }
         match scontrol::parse(&args) {
             Ok(options) => {
-                let _ = scontrol::render(&options, &jobs, &partitions(), &nodes(), NOW, &env);
+                let answer = scontrol::Answer {
+                    jobs: jobs.clone(),
+                    partitions: partitions(),
+                    nodes: nodes(),
+                    config: Default::default(),
+                    now: NOW,
+                };
+                let _ = scontrol::render(&options, &answer, &env);
             }
             Err(output) => prop_assert_ne!(output.code, 0),
         }
@@ -539,10 +546,40 @@ proptest! {
         }
     }
 
+    /// `-O name:[.]N|`: every field of squeue's table prints in exactly N characters, except the
+    /// right-justified values Slurm does not cut (times, node lists), which are at least N.
+    #[test]
+    fn squeue_long_names_honour_their_sizes(
+        fields in proptest::collection::vec((any::<bool>(), 1usize..30, proptest::sample::select(squeue::fields::FIELDS.to_vec())), 1..6),
+    ) {
+        let list = fields
+            .iter()
+            .map(|(right, width, (name, _, _))| format!("{name}:{}{width}|", if *right { "." } else { "" }))
+            .collect::<Vec<_>>()
+            .join(",");
+        let args = vec!["-t".to_owned(), "all".to_owned(), "-O".to_owned(), list.clone()];
+        let options = squeue::parse(&args, &Env::new()).map_err(|output| TestCaseError::fail(output.stderr))?;
+        let output = squeue::render(&options, &jobs(), NOW, 0, &users(), "cluster", &Env::new());
+        prop_assert_eq!(output.code, 0, "{}", output.stderr);
+        prop_assert_eq!(output.stderr, "", "every table name is known");
+        for line in output.stdout.lines() {
+            let cells: Vec<&str> = line.split('|').collect();
+            prop_assert_eq!(cells.len(), fields.len() + 1, "{:?}", line);
+            for (cell, (right, width, (name, _, print))) in cells.iter().zip(&fields) {
+                let uncut = ["time_left", "time_limit", "time_used", "nodes", "reason_list", "schednodes", "req_nodes", "exc_nodes", "resize_time"];
+                if *right && uncut.contains(print) {
+                    prop_assert!(cell.chars().count() >= *width, "{:?}: {}:.{}", line, name, width);
+                } else {
+                    prop_assert_eq!(cell.chars().count(), *width, "{:?}: {}:{}", line, name, width);
+                }
+            }
+        }
+    }
+
     /// `-o %[.]N<letter>`: squeue and sinfo print every field in exactly N characters.
     #[test]
     fn squeue_and_sinfo_widths_are_honoured(
-        squeue_fields in proptest::collection::vec((any::<bool>(), 1usize..30, proptest::sample::select("aCDegGhijklLmMNPqQrRStTuUvV".chars().collect::<Vec<_>>())), 1..6),
+        squeue_fields in proptest::collection::vec((any::<bool>(), 1usize..30, proptest::sample::select("aABCDeEFgGhiIjJkKlLmMnNoOpPqQrRStTuUvVwWxXyYzZ".chars().collect::<Vec<_>>())), 1..6),
         sinfo_fields in proptest::collection::vec((any::<bool>(), 1usize..30, proptest::sample::select("acCdDEfFghlmNPrstTwzG".chars().collect::<Vec<_>>())), 1..6),
     ) {
         let format = |fields: &[(bool, usize, char)]| fields.iter().map(|(right, width, letter)| format!("%{}{width}{letter}|", if *right { "." } else { "" })).collect::<String>();
@@ -550,9 +587,11 @@ proptest! {
             for line in stdout.lines() {
                 let cells: Vec<&str> = line.split('|').collect();
                 prop_assert_eq!(cells.len(), fields.len() + 1, "{:?}", line);
-                for (cell, (_, width, letter)) in cells.iter().zip(fields) {
-                    if squeue_uncut && "lLM".contains(*letter) {
-                        // squeue's times are never cut: at least N wide, longer when they must be.
+                for (cell, (right, width, letter)) in cells.iter().zip(fields) {
+                    if squeue_uncut && *right && "lLMNRYnx".contains(*letter) {
+                        // squeue's times and node lists are not cut when right-justified (`%Ns`):
+                        // at least N wide, longer when they must be. Left-justified, C's `%.Ns`
+                        // cuts them like any value.
                         prop_assert!(cell.chars().count() >= *width, "{:?}: %{}{}", line, width, letter);
                     } else {
                         prop_assert_eq!(cell.chars().count(), *width, "{:?}: %{}{}", line, width, letter);
@@ -563,11 +602,11 @@ proptest! {
         };
         let args = vec!["-o".to_owned(), format(&squeue_fields)];
         let options = squeue::parse(&args, &Env::new()).map_err(|output| TestCaseError::fail(output.stderr))?;
-        let output = squeue::render(&options, &jobs(), NOW, 0, &users(), &Env::new());
+        let output = squeue::render(&options, &jobs(), NOW, 0, &users(), "cluster", &Env::new());
         check(&output.stdout, &squeue_fields, true)?;
         let args = vec!["-o".to_owned(), format(&sinfo_fields)];
         let options = sinfo::parse(&args, &Env::new()).map_err(|output| TestCaseError::fail(output.stderr))?;
-        let output = sinfo::render(&options, &partitions(), &nodes(), NOW);
+        let output = sinfo::render(&options, &partitions(), &nodes(), NOW, &Env::new());
         check(&output.stdout, &sinfo_fields, false)?;
     }
 
@@ -625,11 +664,11 @@ fn a_huge_squeue_or_sinfo_width_is_held() {
     for format in ["%65536i", "%99999999999999999999i"] {
         let options =
             squeue::parse(&["-h".to_owned(), "-o".to_owned(), format.to_owned()], &Env::new()).expect("parses");
-        let output = squeue::render(&options, &jobs(), NOW, 0, &users(), &Env::new());
+        let output = squeue::render(&options, &jobs(), NOW, 0, &users(), "cluster", &Env::new());
         assert_eq!(output.stdout.lines().map(|line| line.chars().count()).collect::<Vec<_>>(), [MAX_WIDTH, MAX_WIDTH]);
     }
     let options = sinfo::parse(&["-h".to_owned(), "-o".to_owned(), "%65536P".to_owned()], &Env::new()).expect("parses");
-    let output = sinfo::render(&options, &partitions(), &nodes(), NOW);
+    let output = sinfo::render(&options, &partitions(), &nodes(), NOW, &Env::new());
     assert_eq!(output.stdout.lines().map(|line| line.chars().count()).collect::<Vec<_>>(), [MAX_WIDTH]);
 }
 
@@ -656,6 +695,6 @@ fn a_huge_sacct_width_is_held() {
 #[test]
 fn a_huge_node_range_is_not_expanded() {
     let options = squeue::parse(&["-w".to_owned(), "n[0-99999999999]".to_owned()], &Env::new()).expect("parses");
-    let output = squeue::render(&options, &jobs(), NOW, 0, &users(), &Env::new());
+    let output = squeue::render(&options, &jobs(), NOW, 0, &users(), "cluster", &Env::new());
     assert_eq!(output.stdout.lines().count(), 1, "the header only: no node has that name");
 }

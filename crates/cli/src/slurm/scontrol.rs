@@ -1,8 +1,11 @@
-//! `scontrol show job [<id>]` (Slurm 25.05 `slurm_sprint_job_info`): `Key=Value` tokens, the
-//! first line `JobId=… JobName=…`, following lines indented three spaces, an empty line after
-//! each job; `-o` puts a job on one line. `scontrol show partition|node` print the partition
-//! and node records the same way. `scontrol update nodename=<nodes> state=resume|undrain|drain
-//! [reason=<why>]` recovers or drains nodes (cluster_admin), printing nothing when it worked.
+//! `scontrol show job [<id>]` (Slurm 25.05 scontrol's `_sprint_job_info`): `Key=Value` tokens,
+//! the first line `JobId=… JobName=…`, following lines indented three spaces, a closing
+//! indented empty line and an empty line after each job; `-o` puts a job on one line, ending in
+//! a space. `scontrol show partition|node` print the partition and node records the same way
+//! (`slurm_sprint_partition_info`, `slurm_sprint_node_table`), `scontrol show config` slurm.conf
+//! (`slurm_conf`). `scontrol update nodename=<nodes> state=resume|undrain|drain [reason=<why>]`
+//! recovers or drains nodes (cluster_admin) as the caller's Slurm user, printing nothing when it
+//! worked.
 
 use cwsandbox_client::emulator_v1 as pb;
 
@@ -29,6 +32,8 @@ pub enum Request {
     Partitions(Option<String>),
     /// `show node [name]`.
     Nodes(Option<String>),
+    /// `show config`.
+    Config,
     /// `update nodename=… state=…`.
     UpdateNodes {
         /// The nodes (a hostlist, expanded).
@@ -79,7 +84,7 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
         match item {
             Item::Opt("oneliner", _) => one_liner = true,
             Item::Opt("quiet", _) => quiet = true,
-            Item::Opt("help", _) => info = Some("scontrol [<OPTION>] [<COMMAND>]\n  show job [<jobid>]\n  show partition [<name>]\n  show node [<name>]\n  update NodeName=<nodes> State=resume|undrain|drain [Reason=<why>]\n".to_owned()),
+            Item::Opt("help", _) => info = Some("scontrol [<OPTION>] [<COMMAND>]\n  show job [<jobid>]\n  show partition [<name>]\n  show node [<name>]\n  show config\n  update NodeName=<nodes> State=resume|undrain|drain [Reason=<why>]\n".to_owned()),
             Item::Opt("version", _) => info = Some("slurm 25.05.3\n".to_owned()),
             Item::Opt(_, _) => {}
             Item::Operand(word) => words.push(word),
@@ -104,8 +109,12 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
     if words.len() > 3 {
         return Err(fail(format!("too many arguments for keyword:{}", words[0])));
     }
+    // Slurm's `xstrncasecmp(tag, name, MAX(len, min))`, in its order: `c` is config, `p` too
+    // short for partitions.
     let is = |full: &str, min: usize| entity.len() >= min && full.starts_with(entity);
-    let request = if is("jobs", 1) {
+    let request = if is("config", 1) {
+        Request::Config
+    } else if is("jobs", 1) || is("jobid", 1) {
         match target {
             None => Request::Jobs(None),
             Some(id) => match id.parse::<u32>() {
@@ -113,7 +122,7 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
                 _ => return Err(fail(format!("Invalid job id specified: {id}"))),
             },
         }
-    } else if is("partitions", 1) {
+    } else if is("partitions", 2) || is("partitionname", 2) {
         Request::Partitions(target)
     } else if is("nodes", 1) {
         Request::Nodes(target)
@@ -131,7 +140,7 @@ fn or_null(text: &str) -> &str {
 }
 
 fn time(seconds: Option<i64>, now: i64, format: &TimeFormat) -> String {
-    fmt::time_str(seconds, format, now, 64)
+    fmt::time_str(seconds, format, now, 256)
 }
 
 fn over_subscribe(value: i32) -> &'static str {
@@ -156,22 +165,46 @@ fn tres(cpus: u32, mem_mb: u64, job: &pb::Job) -> String {
     text
 }
 
-/// One job as `scontrol show job` prints it.
+/// The working directory of every job: SUNK's placeholder script and the emulator's batch jobs
+/// run in `/` (squeue `%Z` reads the same).
+pub const WORK_DIR: &str = "/";
+
+/// `slurm_get_job_stdout`/`stderr` of a batch job that named no file: `<WorkDir>/slurm-<id>.out`
+/// (`//slurm-<id>.out` for `/`, as C's `"%s/slurm-%u.out"` writes it).
+pub fn default_output(job: &pb::Job) -> String {
+    format!("{WORK_DIR}/slurm-{}.out", job.job_id)
+}
+
+/// `EndTime`: when it ended; while running with a limit of its own, when the limit runs out;
+/// while pending with an estimated start and a limit, that start plus the limit; else Unknown
+/// (Slurm prints Unknown for an INFINITE limit whose end lies ahead).
+fn end_time(job: &pb::Job, pending: bool) -> Option<i64> {
+    if let Some(end) = fmt::secs(job.end_time.as_ref()) {
+        return Some(end);
+    }
+    let limit = i64::from(fmt::limit_minutes(job.time_limit_seconds?) as u32) * 60;
+    let start = if pending { fmt::secs(job.estimated_start_time.as_ref()) } else { fmt::secs(job.start_time.as_ref()) };
+    start.map(|start| start + limit)
+}
+
+/// One job as `scontrol show job` prints it (25.05 scontrol's `_sprint_job_info`). The emulator's
+/// jobs are batch jobs (`BatchFlag=1`) on one node that name no output files; the main
+/// scheduler placed them (`Scheduler=Main`), last looking at them when they were submitted or
+/// started. 25.05 prints `ReqTRES`/`AllocTRES` and `LicensesAlloc` (22.05: one `TRES=` line,
+/// no `LicensesAlloc`, and a `Power=` line).
 pub fn job_text(job: &pb::Job, now: i64, one_liner: bool, format: &TimeFormat) -> String {
     let state = fmt::state(job.state);
     let state_name = if job.completing { "COMPLETING" } else { fmt::state_long(state) };
     let pending = state == pb::JobState::Pending;
-    let start = fmt::secs(job.start_time.as_ref());
-    let end = fmt::secs(job.end_time.as_ref());
+    let start = if pending { fmt::secs(job.estimated_start_time.as_ref()) } else { fmt::secs(job.start_time.as_ref()) };
     let submit = fmt::secs(job.submit_time.as_ref());
     let eligible = fmt::secs(job.eligible_time.as_ref()).or(submit);
+    let last_sched_eval = fmt::secs(job.start_time.as_ref()).or(submit);
     let limit = match job.time_limit_seconds {
         None => fmt::no_time_limit(job).to_owned(),
         Some(seconds) => fmt::mins2time(fmt::limit_minutes(seconds)),
     };
-    let node_list = or_null(&job.node_list);
     let cpus = if pending { job.req_cpus } else { job.alloc_cpus };
-    let batch_host = if job.node_list.is_empty() { String::new() } else { format!("BatchHost={}", job.node_list) };
     let mut lines: Vec<String> = vec![
         format!("JobId={} JobName={}", job.job_id, job.name),
         format!("UserId={}({}) GroupId={}({}) MCS_label=N/A", job.user, job.uid, job.group, job.gid),
@@ -184,13 +217,23 @@ pub fn job_text(job: &pb::Job, now: i64, one_liner: bool, format: &TimeFormat) -
         format!("RunTime={} TimeLimit={limit} TimeMin=N/A", fmt::secs2time(job.elapsed_seconds)),
         format!("SubmitTime={} EligibleTime={}", time(submit, now, format), time(eligible, now, format)),
         format!("AccrueTime={}", time(eligible, now, format)),
-        format!("StartTime={} EndTime={} Deadline=N/A", time(start, now, format), time(end, now, format)),
-        format!("Partition={} AllocNode:Sid=(null):0", job.partition),
+        format!(
+            "StartTime={} EndTime={} Deadline=N/A",
+            time(start, now, format),
+            time(end_time(job, pending), now, format)
+        ),
+        format!(
+            "SuspendTime=None SecsPreSuspend=0 LastSchedEval={} Scheduler=Main",
+            time(last_sched_eval, now, format)
+        ),
+        // Jobs come in through slurmrestd and the emulator's sbatch, which have no session.
+        format!("Partition={} AllocNode:Sid={}:0", job.partition, or_null(&job.alloc_node)),
         "ReqNodeList=(null) ExcNodeList=(null)".to_owned(),
-        format!("NodeList={node_list}"),
+        // A pending job has no nodes: Slurm's sorted node list of none is empty.
+        format!("NodeList={}", job.node_list),
     ];
-    if !batch_host.is_empty() {
-        lines.push(batch_host);
+    if !job.node_list.is_empty() {
+        lines.push(format!("BatchHost={}", job.node_list));
     }
     lines.push(format!("NumNodes=1 NumCPUs={cpus} NumTasks=1 CPUs/Task={} ReqB:S:C:T=0:0:*:*", job.req_cpus.max(1)));
     lines.push(format!("ReqTRES={}", tres(job.req_cpus, job.req_mem_mb, job)));
@@ -198,37 +241,76 @@ pub fn job_text(job: &pb::Job, now: i64, one_liner: bool, format: &TimeFormat) -
         "AllocTRES={}",
         if pending { "(null)".to_owned() } else { tres(job.alloc_cpus, job.req_mem_mb, job) }
     ));
+    lines.push("Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*".to_owned());
     lines.push(format!(
         "MinCPUsNode={} MinMemoryNode={} MinTmpDiskNode=0",
         job.req_cpus.max(1),
         fmt::convert_num_unit(job.req_mem_mb as f64, 2, Convert::Exact)
     ));
     lines.push("Features=(null) DelayBoot=00:00:00".to_owned());
-    lines.push(format!(
-        "OverSubscribe={} Contiguous=0 Licenses=(null) Network=(null)",
-        over_subscribe(job.over_subscribe)
-    ));
-    lines.push("Command=(null)".to_owned());
-    lines.push("WorkDir=/".to_owned());
-    if !job.comment.is_empty() {
-        lines.push(format!("Comment={}", job.comment));
-    }
     if !job.reservation.is_empty() {
         lines.push(format!("Reservation={}", job.reservation));
     }
-    if !job.extra.is_empty() {
-        lines.push(format!("Extra={}", job.extra));
+    lines.push(format!(
+        "OverSubscribe={} Contiguous=0 Licenses=(null) LicensesAlloc=(null) Network=(null)",
+        over_subscribe(job.over_subscribe)
+    ));
+    lines.push("Command=(null)".to_owned());
+    lines.push(format!("WorkDir={WORK_DIR}"));
+    // Slurm writes these two with a space after the value.
+    if !job.comment.is_empty() {
+        lines.push(format!("Comment={} ", job.comment));
     }
+    if !job.extra.is_empty() {
+        lines.push(format!("Extra={} ", job.extra));
+    }
+    lines.push(format!("StdErr={}", default_output(job)));
+    lines.push("StdIn=/dev/null".to_owned());
+    lines.push(format!("StdOut={}", default_output(job)));
+    record(&lines, one_liner, true)
+}
+
+/// Joins a record's lines as Slurm does: three-space indents (`-o`: spaces), then, for jobs, one
+/// more separator (an indented empty line, or `-o`'s trailing space), and the record's end.
+fn record(lines: &[String], one_liner: bool, closing_separator: bool) -> String {
     let separator = if one_liner { " " } else { "\n   " };
     let mut text = lines.join(separator);
-    text.push('\n');
-    if !one_liner {
-        text.push('\n');
+    if closing_separator {
+        text.push_str(separator);
+    }
+    text.push_str(if one_liner { "\n" } else { "\n\n" });
+    text
+}
+
+/// `OverSubscribe=` of a partition: the configured value with Slurm's job count (`YES:4`,
+/// `FORCE:4`, the default of 4 when slurm.conf gives none).
+fn partition_over_subscribe(configured: &str) -> String {
+    match configured.to_ascii_uppercase().as_str() {
+        "" | "NO" => "NO".to_owned(),
+        "EXCLUSIVE" => "EXCLUSIVE".to_owned(),
+        "YES" | "FORCE" => format!("{}:4", configured.to_ascii_uppercase()),
+        other => other.to_owned(),
+    }
+}
+
+/// A node's configured TRES (`CfgTRES`, a partition's `TRES` without `node`): billing is the CPU
+/// count, as without `TRESBillingWeights`.
+fn cfg_tres(cpus: u32, mem_mb: u64, nodes: Option<usize>, gpus: u32) -> String {
+    let mem = fmt::convert_num_unit(mem_mb as f64, 2, Convert::Exact);
+    let mut text = match nodes {
+        Some(count) => format!("cpu={cpus},mem={mem},node={count},billing={cpus}"),
+        None => format!("cpu={cpus},mem={mem},billing={cpus}"),
+    };
+    if gpus > 0 {
+        text.push_str(&format!(",gres/gpu={gpus}"));
     }
     text
 }
 
-fn partition_text(partition: &pb::Partition, one_liner: bool) -> String {
+/// One partition as `scontrol show partition` prints it (25.05 `slurm_sprint_partition_info`;
+/// `ExclusiveTopo` and `MaxCPUsPerSocket` are new since 22.05). `members` are its nodes, for
+/// its TRES.
+fn partition_text(partition: &pb::Partition, members: &[&pb::SlurmNode], one_liner: bool) -> String {
     let max_time = match partition.max_time_seconds {
         None => "UNLIMITED".to_owned(),
         Some(seconds) => fmt::mins2time(fmt::limit_minutes(seconds)),
@@ -238,62 +320,102 @@ fn partition_text(partition: &pb::Partition, one_liner: bool) -> String {
         Ok(pb::PreemptMode::Requeue) => "REQUEUE",
         _ => "OFF",
     };
+    let memory: u64 = members.iter().map(|node| node.real_memory_mb).sum();
+    let gpus: u32 = members.iter().map(|node| node.gpus).sum();
     let lines = [
         format!("PartitionName={}", partition.name),
         "AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL".to_owned(),
-        format!("Default={} QoS=N/A", if partition.default { "YES" } else { "NO" }),
-        format!("MaxNodes=UNLIMITED MaxTime={max_time} MinNodes=0"),
+        format!("AllocNodes=ALL Default={} QoS=N/A", if partition.default { "YES" } else { "NO" }),
+        "DefaultTime=NONE DisableRootJobs=NO ExclusiveUser=NO ExclusiveTopo=NO GraceTime=0 Hidden=NO".to_owned(),
+        format!(
+            "MaxNodes=UNLIMITED MaxTime={max_time} MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED MaxCPUsPerSocket=UNLIMITED"
+        ),
         format!("Nodes={}", fmt::hostlist(&partition.nodes)),
         format!(
-            "PriorityTier={} OverSubscribe={} PreemptMode={preempt}",
+            "PriorityJobFactor=1 PriorityTier={} RootOnly=NO ReqResv=NO OverSubscribe={}",
             partition.priority_tier,
-            if partition.over_subscribe.is_empty() { "NO" } else { &partition.over_subscribe }
+            partition_over_subscribe(&partition.over_subscribe)
         ),
-        format!("State=UP TotalCPUs={} TotalNodes={}", partition.total_cpus, partition.nodes.len()),
+        format!("OverTimeLimit=NONE PreemptMode={preempt}"),
+        format!(
+            "State=UP TotalCPUs={} TotalNodes={} SelectTypeParameters=NONE",
+            partition.total_cpus,
+            partition.nodes.len()
+        ),
+        "JobDefaults=(null)".to_owned(),
+        "DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED".to_owned(),
+        format!("TRES={}", cfg_tres(partition.total_cpus, memory, Some(partition.nodes.len()), gpus)),
     ];
-    let mut text = lines.join(if one_liner { " " } else { "\n   " });
-    text.push('\n');
-    if !one_liner {
-        text.push('\n');
-    }
-    text
+    record(&lines, one_liner, false)
 }
 
-fn node_text(node: &pb::SlurmNode, one_liner: bool) -> String {
-    let state = match pb::SlurmNodeState::try_from(node.state) {
+/// `node_state_string_complete`: the base state, `+DRAIN` while drained.
+fn node_state(node: &pb::SlurmNode) -> &'static str {
+    let full = node.alloc_cpus >= node.cpus;
+    match pb::SlurmNodeState::try_from(node.state) {
         Ok(pb::SlurmNodeState::Idle) => "IDLE",
         Ok(pb::SlurmNodeState::Mixed) => "MIXED",
         Ok(pb::SlurmNodeState::Allocated) => "ALLOCATED",
         Ok(pb::SlurmNodeState::Drained) => "IDLE+DRAIN",
+        Ok(pb::SlurmNodeState::Draining) if full => "ALLOCATED+DRAIN",
         Ok(pb::SlurmNodeState::Draining) => "MIXED+DRAIN",
         _ => "UNKNOWN",
-    };
+    }
+}
+
+/// One node as `scontrol show node` prints it (25.05 `slurm_sprint_node_table`, trailing
+/// spaces where Slurm writes them; `ResumeAfterTime` is new since 22.05, `CapWatts` and the
+/// `ExtSensors` line are gone). The emulator models neither load nor free memory nor power
+/// (`CPULoad=0.00`, `FreeMem=N/A`, watts 0); `OS=` is the emulator host's kernel.
+fn node_text(node: &pb::SlurmNode, now: i64, one_liner: bool, format: &TimeFormat) -> String {
     let gres = match (node.gpus, node.gres_type.as_str()) {
         (0, _) => "(null)".to_owned(),
         (gpus, "") => format!("gpu:{gpus}"),
         (gpus, kind) => format!("gpu:{kind}:{gpus}"),
     };
+    let boot = time(fmt::secs(node.boot_time.as_ref()), now, format);
+    // Slurm's TRES string leaves out what counts zero (`AllocTRES=` on an idle node).
+    let alloc_tres = [
+        ("cpu", u64::from(node.alloc_cpus), node.alloc_cpus.to_string()),
+        ("mem", node.alloc_memory_mb, fmt::convert_num_unit(node.alloc_memory_mb as f64, 2, Convert::Exact)),
+        ("gres/gpu", u64::from(node.alloc_gpus), node.alloc_gpus.to_string()),
+    ]
+    .into_iter()
+    .filter(|(_, count, _)| *count > 0)
+    .map(|(name, _, text)| format!("{name}={text}"))
+    .collect::<Vec<_>>()
+    .join(",");
     let mut lines = vec![
-        format!("NodeName={} Arch=x86_64 CoresPerSocket={}", node.name, node.cpus),
+        format!("NodeName={} Arch=x86_64 CoresPerSocket={} ", node.name, node.cpus),
         format!("CPUAlloc={} CPUEfctv={} CPUTot={} CPULoad=0.00", node.alloc_cpus, node.cpus, node.cpus),
+        "AvailableFeatures=(null)".to_owned(),
+        "ActiveFeatures=(null)".to_owned(),
         format!("Gres={gres}"),
-        format!("NodeAddr={} NodeHostName={}", node.name, node.name),
-        format!("RealMemory={} AllocMem={} FreeMem=N/A Sockets=1 Boards=1", node.real_memory_mb, node.alloc_memory_mb),
-        format!("State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A"),
-        format!("Partitions={}", node.partitions.join(",")),
+        format!("NodeAddr={} NodeHostName={} Version={}", node.name, node.name, super::slurm_conf::SLURM_VERSION),
     ];
+    if !node.os.is_empty() {
+        lines.push(format!("OS={} ", node.os));
+    }
+    lines.extend([
+        format!("RealMemory={} AllocMem={} FreeMem=N/A Sockets=1 Boards=1", node.real_memory_mb, node.alloc_memory_mb),
+        format!("State={} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A", node_state(node)),
+        format!("Partitions={} ", node.partitions.join(",")),
+        format!("BootTime={boot} SlurmdStartTime={boot}"),
+        format!("LastBusyTime={} ResumeAfterTime=None", time(fmt::secs(node.last_busy_time.as_ref()), now, format)),
+        format!("CfgTRES={}", cfg_tres(node.cpus, node.real_memory_mb, None, node.gpus)),
+        format!("AllocTRES={alloc_tres}"),
+        "CurrentWatts=0 AveWatts=0".to_owned(),
+    ]);
     if !node.drain_reason.is_empty() {
-        lines.push(format!("Reason={}", node.drain_reason));
+        let mut reason = format!("Reason={}", node.drain_reason);
+        if let Some(at) = fmt::secs(node.drain_time.as_ref()) {
+            reason.push_str(&format!(" [{}@{}]", node.drain_user, time(Some(at), now, format)));
+        }
+        lines.push(reason);
     }
-    let mut text = lines.join(if one_liner { " " } else { "\n   " });
-    text.push('\n');
-    if !one_liner {
-        text.push('\n');
-    }
-    text
+    record(&lines, one_liner, false)
 }
 
-/// Renders `scontrol show …` from queue rows, partitions and nodes. Pure.
 /// `update NodeName=… State=… [Reason=…]`: keys in any case, each `Key=Value` one word (the
 /// shell keeps a quoted reason in one).
 fn parse_update(words: &[String]) -> Result<Request, Output> {
@@ -341,21 +463,19 @@ fn parse_update(words: &[String]) -> Result<Request, Output> {
     Ok(Request::UpdateNodes { names, change })
 }
 
-pub fn render(
-    options: &Options,
-    jobs: &[pb::Job],
-    partitions: &[pb::Partition],
-    nodes: &[pb::SlurmNode],
-    now: i64,
-    env: &Env,
-) -> Output {
+/// Renders `scontrol show …` from what the emulator answered (queue rows, partitions, nodes,
+/// slurm.conf) and its time. Pure.
+pub fn render(options: &Options, answer: &Answer, env: &Env) -> Output {
+    let now = answer.now;
     let (format, _) = TimeFormat::from_env(env.get("SLURM_TIME_FORMAT").map(String::as_str));
     let quiet_fail =
         |message: &str| if options.quiet { Output::fail(String::new(), 1) } else { fail(message.to_owned()) };
     match &options.request {
         Request::Info(text) => Output::ok(text.clone()),
+        Request::Config => Output::ok(super::slurm_conf::render(&answer.config, &format, now)),
         Request::Jobs(id) => {
-            let shown: Vec<&pb::Job> = jobs
+            let shown: Vec<&pb::Job> = answer
+                .jobs
                 .iter()
                 .filter(|job| job.source != pb::JobSource::Accounting as i32)
                 .filter(|job| id.is_none_or(|id| job.job_id == id))
@@ -368,28 +488,36 @@ pub fn render(
         }
         Request::Partitions(name) => {
             let shown: Vec<&pb::Partition> =
-                partitions.iter().filter(|p| name.as_ref().is_none_or(|name| &p.name == name)).collect();
+                answer.partitions.iter().filter(|p| name.as_ref().is_none_or(|name| &p.name == name)).collect();
             if shown.is_empty() {
                 return match name {
                     Some(name) => quiet_fail(&format!("Partition {name} not found")),
                     None => Output::ok("No partitions in the system\n".to_owned()),
                 };
             }
-            Output::ok(shown.iter().map(|p| partition_text(p, options.one_liner)).collect())
+            let text = shown
+                .iter()
+                .map(|partition| {
+                    let members: Vec<&pb::SlurmNode> =
+                        answer.nodes.iter().filter(|node| partition.nodes.contains(&node.name)).collect();
+                    partition_text(partition, &members, options.one_liner)
+                })
+                .collect();
+            Output::ok(text)
         }
         // The update was made in `call`; success prints nothing, as Slurm's does.
         Request::UpdateNodes { .. } => Output::ok(String::new()),
         Request::Nodes(name) => {
             let wanted = name.as_ref().map(|name| fmt::expand_hostlist(name));
             let shown: Vec<&pb::SlurmNode> =
-                nodes.iter().filter(|n| wanted.as_ref().is_none_or(|wanted| wanted.contains(&n.name))).collect();
+                answer.nodes.iter().filter(|n| wanted.as_ref().is_none_or(|wanted| wanted.contains(&n.name))).collect();
             if shown.is_empty() {
                 return match name {
                     Some(name) => quiet_fail(&format!("Node {name} not found")),
                     None => Output::ok("No nodes in the system\n".to_owned()),
                 };
             }
-            Output::ok(shown.iter().map(|n| node_text(n, options.one_liner)).collect())
+            Output::ok(shown.iter().map(|n| node_text(n, now, options.one_liner, &format)).collect())
         }
     }
 }
@@ -398,11 +526,18 @@ pub fn render(
 pub struct Scontrol;
 
 /// What `scontrol` renders: only what was asked is fetched, the rest stays empty.
+#[derive(Debug, Clone, Default)]
 pub struct Answer {
-    jobs: Vec<pb::Job>,
-    partitions: Vec<pb::Partition>,
-    nodes: Vec<pb::SlurmNode>,
-    now: i64,
+    /// Queue rows (`show job`).
+    pub jobs: Vec<pb::Job>,
+    /// Partitions (`show partition`).
+    pub partitions: Vec<pb::Partition>,
+    /// Nodes (`show node`, and a partition's TRES).
+    pub nodes: Vec<pb::SlurmNode>,
+    /// slurm.conf (`show config`).
+    pub config: pb::SlurmConfig,
+    /// The emulator's time.
+    pub now: i64,
 }
 
 impl Command for Scontrol {
@@ -421,10 +556,12 @@ impl Command for Scontrol {
         }
     }
 
-    async fn call(options: &Options, _env: &Env, conn: &Conn) -> Result<Answer, Output> {
+    async fn call(options: &Options, env: &Env, conn: &Conn) -> Result<Answer, Output> {
         let api_error = |error| super::api_error(Self::NAME, &error);
         let admin = conn.admin();
-        let mut answer = Answer { jobs: Vec::new(), partitions: Vec::new(), nodes: Vec::new(), now: 0 };
+        let mut answer = Answer::default();
+        let clock_now =
+            || async { admin.clock().await.map(|clock| clock.now.map(|now| now.seconds).unwrap_or_default()) };
         match &options.request {
             Request::Jobs(id) => {
                 let request = pb::ListJobsRequest {
@@ -436,15 +573,30 @@ impl Command for Scontrol {
                 answer.now = super::now_of(&response);
                 answer.jobs = response.jobs;
             }
-            Request::Partitions(_) => answer.partitions = admin.list_partitions().await.map_err(api_error)?,
+            Request::Partitions(_) => {
+                answer.partitions = admin.list_partitions().await.map_err(api_error)?;
+                answer.nodes =
+                    admin.list_slurm_nodes(&pb::ListSlurmNodesRequest::default()).await.map_err(api_error)?;
+            }
             Request::Nodes(_) => {
-                answer.nodes = admin.list_slurm_nodes(&pb::ListSlurmNodesRequest::default()).await.map_err(api_error)?
+                answer.nodes =
+                    admin.list_slurm_nodes(&pb::ListSlurmNodesRequest::default()).await.map_err(api_error)?;
+                answer.now = clock_now().await.map_err(api_error)?;
+            }
+            Request::Config => {
+                answer.config = admin.slurm_config().await.map_err(api_error)?;
+                answer.now = clock_now().await.map_err(api_error)?;
             }
             Request::UpdateNodes { names, change } => {
+                // The drain is recorded as the Slurm user scontrol runs as (`sinfo -R`'s USER).
+                let uid = match change {
+                    NodeChange::Drain { .. } => Some(super::caller(Self::NAME, env, conn).await?.0.uid),
+                    NodeChange::Resume => None,
+                };
                 for name in names {
                     let done = match change {
                         NodeChange::Resume => admin.resume_node(name).await.map(|_| ()),
-                        NodeChange::Drain { reason } => admin.drain_node(name, reason).await.map(|_| ()),
+                        NodeChange::Drain { reason } => admin.drain_node(name, reason, uid).await.map(|_| ()),
                     };
                     if let Err(error) = done {
                         let message = match error.code() {
@@ -463,6 +615,6 @@ impl Command for Scontrol {
     }
 
     fn render(options: &Options, answer: Answer, env: &Env) -> Output {
-        render(options, &answer.jobs, &answer.partitions, &answer.nodes, answer.now, env)
+        render(options, &answer, env)
     }
 }

@@ -1,6 +1,7 @@
 //! `sinfo` (Slurm 25.05): partitions and nodes of the emulator, grouped per partition and node
 //! state like sinfo's default view (`%9P %.5a %.10l %.6D %.6t %N`), the node-oriented `-N`
-//! view, the default partition's `*`, and `drain`/`drng` for drained nodes.
+//! view, `-R`'s drain reasons with who set them and when, the default partition's `*`, and
+//! `drain`/`drng` for drained nodes.
 
 use cwsandbox_client::emulator_v1 as pb;
 
@@ -13,11 +14,17 @@ pub const DEFAULT_FORMAT: &str = "%9P %.5a %.10l %.6D %.6t %N";
 /// `-s` (one space before NODELIST, as real Slurm prints it).
 pub const SUMMARIZE_FORMAT: &str = "%9P %.5a %.10l %.16F %N";
 /// `-l`.
-pub const LONG_FORMAT: &str = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N";
+/// 25.05 added the RESERVATION column (22.05 has none).
+pub const LONG_FORMAT: &str = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %.11i %N";
 /// `-N` (the node name column is as wide as the longest name).
 pub const NODE_FORMAT: &str = "%N %.6D %.9P %6t";
 /// `-N -l`. Slurm 22.05 and 25.05 print this view's CPUS column left-justified.
 pub const NODE_LONG_FORMAT: &str = "%N %.6D %.9P %.11T %4c %.8z %.6m %.8d %.6w %.8f %20E";
+/// `-R`: why nodes are drained, by whom and since when (25.05's `reason:20 ,user:9
+/// ,timestamp:19 ,nodelist:0`).
+pub const REASONS_FORMAT: &str = "%20E %9u %19H %N";
+/// `-R -l`: the user as `name(uid)`, and the state.
+pub const REASONS_LONG_FORMAT: &str = "%20E %12U %19H %6t %N";
 
 const SPEC: &[Opt] = &[
     Opt { key: "all", short: Some('a'), long: &["all"], arg: Arg::No },
@@ -29,6 +36,7 @@ const SPEC: &[Opt] = &[
     Opt { key: "nodes", short: Some('n'), long: &["nodes"], arg: Arg::Required },
     Opt { key: "format", short: Some('o'), long: &["format"], arg: Arg::Required },
     Opt { key: "partition", short: Some('p'), long: &["partition"], arg: Arg::Required },
+    Opt { key: "list-reasons", short: Some('R'), long: &["list-reasons"], arg: Arg::No },
     Opt { key: "summarize", short: Some('s'), long: &["summarize"], arg: Arg::No },
     Opt { key: "states", short: Some('t'), long: &["states"], arg: Arg::Required },
     Opt { key: "verbose", short: Some('v'), long: &["verbose"], arg: Arg::No },
@@ -57,6 +65,7 @@ pub struct Options {
     long: bool,
     node_view: bool,
     summarize: bool,
+    reasons: bool,
     partitions: Vec<String>,
     nodes: Option<Vec<String>>,
     states: Vec<String>,
@@ -70,7 +79,7 @@ fn usage_error(message: String) -> Output {
 }
 
 /// The field letters sinfo knows.
-const LETTERS: &str = "acCdDEfFghlmNPrstTwzG";
+const LETTERS: &str = "acCdDEfFghHilmNPrstTuUwzG";
 
 fn parse_format(format: &str, node_view: bool, warnings: &mut Vec<String>) -> (String, Vec<Field>) {
     let (prefix, tokens) = super::fmt::format_tokens(format, true);
@@ -104,6 +113,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
         long: false,
         node_view: false,
         summarize: false,
+        reasons: false,
         partitions: Vec::new(),
         nodes: None,
         states: Vec::new(),
@@ -120,7 +130,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
                     "noheader" => options.header = false,
                     "help" | "usage" => {
                         options.info =
-                            Some("Usage: sinfo [-ahlNsv] [-n nodes] [-o format] [-p partition] [-t states]\n".into())
+                            Some("Usage: sinfo [-ahlNRsv] [-n nodes] [-o format] [-p partition] [-t states]\n".into())
                     }
                     "version" => options.info = Some("slurm 25.05.3\n".to_owned()),
                     "long" => options.long = true,
@@ -131,6 +141,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
                         options.partitions.extend(value.split(',').filter(|s| !s.is_empty()).map(str::to_owned))
                     }
                     "summarize" => options.summarize = true,
+                    "list-reasons" => options.reasons = true,
                     "states" => {
                         for state in value.split(',').filter(|s| !s.is_empty()) {
                             let lower = state.to_ascii_lowercase();
@@ -157,16 +168,22 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
             }
         }
     }
-    let format = format.or_else(|| env.get("SINFO_FORMAT").cloned()).unwrap_or_else(|| {
-        match (options.node_view, options.long, options.summarize) {
-            (true, true, _) => NODE_LONG_FORMAT,
-            (true, false, _) => NODE_FORMAT,
-            (false, _, true) => SUMMARIZE_FORMAT,
-            (false, true, false) => LONG_FORMAT,
-            (false, false, false) => DEFAULT_FORMAT,
-        }
-        .to_owned()
-    });
+    // As sinfo's opts.c orders them: -s, -N and -R choose their format before SINFO_FORMAT.
+    let format = format
+        .or_else(|| match (options.summarize, options.node_view, options.reasons, options.long) {
+            (true, _, _, _) => Some(SUMMARIZE_FORMAT.to_owned()),
+            (false, true, _, true) => Some(NODE_LONG_FORMAT.to_owned()),
+            (false, true, _, false) => Some(NODE_FORMAT.to_owned()),
+            (false, false, true, true) => Some(REASONS_LONG_FORMAT.to_owned()),
+            (false, false, true, false) => Some(REASONS_FORMAT.to_owned()),
+            _ => None,
+        })
+        .or_else(|| env.get("SINFO_FORMAT").cloned())
+        .unwrap_or_else(|| if options.long { LONG_FORMAT } else { DEFAULT_FORMAT }.to_owned());
+    // -R lists the nodes that are down, failed or drained unless -t says otherwise.
+    if options.reasons && options.states.is_empty() {
+        options.states.push("drain".to_owned());
+    }
     let (prefix, fields) = parse_format(&format, options.node_view, &mut options.warnings);
     options.prefix = prefix;
     options.fields = fields;
@@ -196,6 +213,9 @@ fn header_of(letter: char) -> &'static str {
         'w' => "WEIGHT",
         'z' => "S:C:T",
         'G' => "GRES",
+        'H' => "TIMESTAMP",
+        'i' => "RESERVATION",
+        'u' | 'U' => "USER",
         _ => "",
     }
 }
@@ -246,7 +266,7 @@ fn state_selected(states: &[String], state: i32) -> bool {
 
 /// One output line: a partition and the nodes of one state in it.
 /// Fields whose value is one node's, so nodes that differ in one print on lines of their own.
-const PER_NODE_FIELDS: &str = "cmzEGfdw";
+const PER_NODE_FIELDS: &str = "cmzEGfdwuUH";
 
 struct Group<'a> {
     partition: &'a pb::Partition,
@@ -265,7 +285,7 @@ fn time_limit(partition: &pb::Partition) -> String {
     }
 }
 
-fn value_of(letter: char, group: &Group<'_>) -> String {
+fn value_of(letter: char, group: &Group<'_>, time_format: &fmt::TimeFormat, now: i64) -> String {
     let names: Vec<String> = group.nodes.iter().map(|node| node.name.clone()).collect();
     let first = group.nodes.first();
     match letter {
@@ -313,6 +333,24 @@ fn value_of(letter: char, group: &Group<'_>) -> String {
         'T' => state_long(group.state).to_owned(),
         'w' => "1".to_owned(),
         'z' => first.map(|n| format!("1:{}:1", n.cpus)).unwrap_or_default(),
+        // The emulator has no reservations.
+        'i' => String::new(),
+        'u' => first
+            .map(|n| if n.drain_user.is_empty() { "Unknown".to_owned() } else { n.drain_user.clone() })
+            .unwrap_or_default(),
+        'U' => first
+            .map(|n| match n.drain_uid {
+                Some(uid) if n.drain_user == uid.to_string() => format!("Unk({uid})"),
+                Some(uid) => format!("{}({uid})", n.drain_user),
+                None => "Unknown".to_owned(),
+            })
+            .unwrap_or_default(),
+        'H' => first
+            .map(|n| match fmt::secs(n.drain_time.as_ref()) {
+                Some(at) => fmt::time_str(Some(at), time_format, now, 256),
+                None => "Unknown".to_owned(),
+            })
+            .unwrap_or_default(),
         _ => String::new(),
     }
 }
@@ -327,11 +365,17 @@ fn print_str(out: &mut String, text: &str, width: usize, right: bool) {
     out.push_str(&format!("{cut:<width$}"));
 }
 
-/// Renders `sinfo` from the partitions and nodes; `now` is the emulator's time (for `-l`). Pure.
-pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::SlurmNode], now: i64) -> Output {
+/// Renders `sinfo` from the partitions and nodes; `now` is the emulator's time (for `-l` and
+/// `-R`'s TIMESTAMP, in `SLURM_TIME_FORMAT`). Pure.
+pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::SlurmNode], now: i64, env: &Env) -> Output {
     if let Some(info) = &options.info {
         return Output::ok(info.clone());
     }
+    let (time_format, _) = fmt::TimeFormat::from_env(env.get("SLURM_TIME_FORMAT").map(String::as_str));
+    // Without a partition field (as in -R), sinfo does not split by partition: each node counts
+    // once, under the first partition listing it.
+    let by_partition = options.node_view || options.fields.iter().any(|field| field.letter == 'P');
+    let mut seen: Vec<&str> = Vec::new();
     let mut groups: Vec<Group<'_>> = Vec::new();
     for partition in partitions {
         if !options.partitions.is_empty() && !options.partitions.contains(&partition.name) {
@@ -343,7 +387,9 @@ pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::Slur
             .filter_map(|name| nodes.iter().find(|node| &node.name == name))
             .filter(|node| options.nodes.as_ref().is_none_or(|wanted| wanted.contains(&node.name)))
             .filter(|node| state_selected(&options.states, node.state))
+            .filter(|node| by_partition || !seen.contains(&node.name.as_str()))
             .collect();
+        seen.extend(members.iter().map(|node| node.name.as_str()));
         if options.node_view {
             for node in members {
                 groups.push(Group { partition, state: node.state, nodes: vec![node] });
@@ -368,7 +414,7 @@ pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::Slur
         let key_of = |node: &pb::SlurmNode| -> (i32, Vec<String>) {
             let alone = Group { partition, state: node.state, nodes: vec![node] };
             let state = if split_by_state { node.state } else { 0 };
-            (state, per_node.iter().map(|letter| value_of(*letter, &alone)).collect())
+            (state, per_node.iter().map(|letter| value_of(*letter, &alone, &time_format, now)).collect())
         };
         let mut lines: Vec<((i32, Vec<String>), Group<'_>)> = Vec::new();
         for node in members {
@@ -380,6 +426,30 @@ pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::Slur
         }
         lines.sort_by_key(|(_, group)| if split_by_state { state_rank(group.state) } else { 0 });
         groups.extend(lines.into_iter().map(|(_, group)| group));
+    }
+    if !by_partition {
+        // Merge what the partitions produced: lines with the same per-node values join.
+        let mut merged: Vec<Group<'_>> = Vec::new();
+        for group in groups {
+            let key = |group: &Group<'_>| -> Vec<String> {
+                let split_by_state = options.fields.iter().any(|field| matches!(field.letter, 't' | 'T'));
+                let mut key: Vec<String> = options
+                    .fields
+                    .iter()
+                    .filter(|field| PER_NODE_FIELDS.contains(field.letter))
+                    .map(|field| value_of(field.letter, group, &time_format, now))
+                    .collect();
+                if split_by_state {
+                    key.push(group.state.to_string());
+                }
+                key
+            };
+            match merged.iter_mut().find(|other| key(other) == key(&group)) {
+                Some(other) => other.nodes.extend(group.nodes),
+                None => merged.push(group),
+            }
+        }
+        groups = merged;
     }
     if options.node_view {
         // `-N` lists nodes by name, each with every partition it is in.
@@ -395,7 +465,7 @@ pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::Slur
             if !field.auto {
                 return field.width;
             }
-            let values = groups.iter().map(|group| value_of(field.letter, group).len());
+            let values = groups.iter().map(|group| value_of(field.letter, group, &time_format, now).len());
             values.chain(std::iter::once(header_of(field.letter).len())).max().unwrap_or(0)
         })
         .collect();
@@ -420,7 +490,7 @@ pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::Slur
         line(&mut out, &|letter| header_of(letter).to_owned());
     }
     for group in &groups {
-        line(&mut out, &|letter| value_of(letter, group));
+        line(&mut out, &|letter| value_of(letter, group, &time_format, now));
     }
     let mut output = Output::ok(out);
     output.stderr = options.warnings.iter().map(|warning| format!("{warning}\n")).collect();
@@ -459,7 +529,7 @@ impl Command for Sinfo {
         Ok(Answer { partitions, nodes, now: clock.now.map(|now| now.seconds).unwrap_or_default() })
     }
 
-    fn render(options: &Options, answer: Answer, _env: &Env) -> Output {
-        render(options, &answer.partitions, &answer.nodes, answer.now)
+    fn render(options: &Options, answer: Answer, env: &Env) -> Output {
+        render(options, &answer.partitions, &answer.nodes, answer.now, env)
     }
 }

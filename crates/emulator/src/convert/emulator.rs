@@ -7,10 +7,10 @@ use std::collections::HashMap;
 
 use cwsandbox_api::emulator_v1 as pb;
 use cwsandbox_sim::Reason;
-use cwsandbox_sim::config::Values;
+use cwsandbox_sim::config::{SlurmUser, Values};
 use cwsandbox_sim::k8s::{ConfigMap, ContainerState, Event, Namespace, Node, Pod, PodOwner, PodPhase, ResourceTotals};
 use cwsandbox_sim::quantity::{Quantity, format_bytes};
-use cwsandbox_sim::query::{JobQuery, JobRow, JobSource, PlaceholderPod, Scope};
+use cwsandbox_sim::query::{JobQuery, JobRow, JobSource, PlaceholderPod, Scope, SlurmController};
 use cwsandbox_sim::resolved::ResourceAmounts;
 use cwsandbox_sim::slurm::{JobBaseState, JobId, JobKind, NodeState, Partition, PreemptMode, Sharing, SlurmNode};
 use cwsandbox_sim::steps::{JobStep, job_steps};
@@ -401,9 +401,18 @@ fn job_step(step: &JobStep, now: SimTime) -> pb::JobStep {
     }
 }
 
+/// What the controller adds to a job row: the host it was submitted from and, for a pending
+/// queue row, the scheduler's expected start.
+pub struct ControllerView {
+    /// `AllocNode`.
+    pub alloc_node: String,
+    /// The backfill estimate.
+    pub estimated_start: Option<SimTime>,
+}
+
 /// One job row; `now` gives the elapsed time of running jobs, `contain` (slurm.conf
 /// `PrologFlags` holds `Contain`) whether it has an `extern` step.
-pub fn job(row: &JobRow<'_>, now: SimTime, contain: bool) -> pb::Job {
+pub fn job(row: &JobRow<'_>, now: SimTime, contain: bool, controller: ControllerView) -> pb::Job {
     let job = row.job;
     let (kind, run_seconds) = match &job.kind {
         JobKind::Placeholder { .. } => (pb::JobKind::Placeholder, None),
@@ -452,6 +461,8 @@ pub fn job(row: &JobRow<'_>, now: SimTime, contain: bool) -> pb::Job {
         pod: row.pod.as_ref().map(job_pod),
         run_seconds,
         steps: job_steps(job, contain).iter().map(|step| job_step(step, now)).collect(),
+        alloc_node: controller.alloc_node,
+        estimated_start_time: controller.estimated_start.map(timestamp),
     }
 }
 
@@ -501,8 +512,12 @@ fn node_state(state: NodeState) -> pb::SlurmNodeState {
     }
 }
 
-/// A Slurm node.
-pub fn slurm_node(node: &SlurmNode) -> pb::SlurmNode {
+/// A Slurm node; `users` names the uid of a drain as Slurm's `uid_to_string` does (the uid
+/// itself when no user has it).
+pub fn slurm_node(node: &SlurmNode, users: &[SlurmUser]) -> pb::SlurmNode {
+    let drain_user = node.drain.as_ref().map(|drain| {
+        users.iter().find(|user| user.uid == drain.uid).map_or_else(|| drain.uid.to_string(), |user| user.name.clone())
+    });
     pb::SlurmNode {
         name: node.name.clone(),
         kubernetes_node: node.k8s_node.clone(),
@@ -514,9 +529,57 @@ pub fn slurm_node(node: &SlurmNode) -> pb::SlurmNode {
         alloc_gpus: node.gpus_in_use.count_ones().min(node.gpus),
         gres_type: node.gres_type.clone().unwrap_or_default(),
         state: node_state(node.state()) as i32,
-        drain_reason: node.drain_reason.clone().unwrap_or_default(),
+        drain_reason: node.drain.as_ref().map(|drain| drain.reason.clone()).unwrap_or_default(),
         partitions: node.partitions.clone(),
         job_ids: node.jobs.clone(),
+        drain_user: drain_user.unwrap_or_default(),
+        drain_uid: node.drain.as_ref().map(|drain| drain.uid),
+        os: host_os().to_owned(),
+        drain_time: node.drain.as_ref().map(|drain| timestamp(drain.at)),
+        boot_time: Some(timestamp(node.boot_time)),
+        last_busy_time: Some(timestamp(node.last_busy)),
+    }
+}
+
+/// slurmd's `OS=`, `"<sysname> <release> <version>"` of uname, read once from the host the
+/// emulator runs on (empty where /proc does not have it).
+fn host_os() -> &'static str {
+    static OS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    OS.get_or_init(|| {
+        let read =
+            |name: &str| std::fs::read_to_string(format!("/proc/sys/kernel/{name}")).map(|text| text.trim().to_owned());
+        match (read("ostype"), read("osrelease"), read("version")) {
+            (Ok(sysname), Ok(release), Ok(version)) => format!("{sysname} {release} {version}"),
+            _ => String::new(),
+        }
+    })
+}
+
+/// slurm.conf as `scontrol show config` reads it: the values' `slurmConfig` and what the
+/// controller derives.
+pub fn slurm_config(values: &Values, controller: &SlurmController, node_count: usize) -> pb::SlurmConfig {
+    pb::SlurmConfig {
+        cluster_name: controller.cluster_name.clone(),
+        slurmctld_host: controller.host.clone(),
+        kill_wait_seconds: values.slurm_config.kill_wait,
+        min_job_age_seconds: values.slurm_config.min_job_age,
+        prolog_flags: values.slurm_config.prolog_flags.clone(),
+        private_data: values.slurm_config.private_data.clone(),
+        first_job_id: values.slurm.first_job_id,
+        next_job_id: controller.next_job_id,
+        boot_time: Some(timestamp(controller.boot_time)),
+        preempt_type: if controller.preempt_mode == PreemptMode::Off { "" } else { "preempt/partition_prio" }
+            .to_owned(),
+        preempt_mode: preempt_mode_name(controller.preempt_mode).to_owned(),
+        node_count: u32::try_from(node_count).unwrap_or(u32::MAX),
+    }
+}
+
+fn preempt_mode_name(mode: PreemptMode) -> &'static str {
+    match mode {
+        PreemptMode::Off => "OFF",
+        PreemptMode::Cancel => "CANCEL",
+        PreemptMode::Requeue => "REQUEUE",
     }
 }
 

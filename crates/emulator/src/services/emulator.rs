@@ -13,8 +13,9 @@ use axum::extract::State;
 use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse};
 use cwsandbox_api::emulator_v1 as pb;
 use cwsandbox_sim::config::{Values, merge_values};
-use cwsandbox_sim::query::{self, JobQuery, ObjectQuery, Scope};
+use cwsandbox_sim::query::{self, JobQuery, JobRow, JobSource, ObjectQuery, Scope};
 use cwsandbox_sim::slurm::JobId;
+use cwsandbox_sim::time::SimTime;
 use cwsandbox_sim::world::World;
 
 use super::respond;
@@ -295,11 +296,22 @@ pub async fn list_namespaces(
 // Slurm
 // ------------------------------------------------------------------------------------------------
 
+/// A job row with what the controller adds to it: where it was submitted from and, while it
+/// waits in the queue, when the scheduler expects it to start.
+fn job_of(world: &World, row: &JobRow<'_>, now: SimTime, contain: bool) -> pb::Job {
+    let estimated_start = match row.source {
+        JobSource::Queue => world.estimated_start(row.job),
+        JobSource::Accounting => None,
+    };
+    let view = convert::ControllerView { alloc_node: world.submit_host(row.job), estimated_start };
+    convert::job(row, now, contain, view)
+}
+
 /// One job's row inside `scope`: the queue's while it is queued, else accounting's.
 fn job_row(world: &World, scope: &Scope, id: JobId) -> Option<pb::Job> {
     let rows = world.query_jobs(&JobQuery { scope: scope.clone(), job_ids: vec![id], ..JobQuery::default() });
     let contain = world.values().slurm_config.has_prolog_flag("Contain");
-    rows.first().map(|row| convert::job(row, world.now(), contain))
+    rows.first().map(|row| job_of(world, row, world.now(), contain))
 }
 
 /// ListJobs: queue and accounting rows with filters.
@@ -320,7 +332,7 @@ pub async fn list_jobs(
                 .query_jobs(&query)
                 .iter()
                 .filter(|row| !own_only || row.job.uid == caller.uid)
-                .map(|row| convert::job(row, now, contain))
+                .map(|row| job_of(world, row, now, contain))
                 .collect();
             pb::ListJobsResponse { jobs, now: Some(timestamp(now)) }
         }))
@@ -339,7 +351,7 @@ pub async fn list_slurm_nodes(
             nodes: world
                 .query_slurm_nodes(&request.names, &request.partitions)
                 .into_iter()
-                .map(convert::slurm_node)
+                .map(|node| convert::slurm_node(node, &world.values().slurm.users))
                 .collect(),
         }))
     })
@@ -412,7 +424,8 @@ pub async fn resume_node(
         let name = required("node_name", &request.node_name)?;
         app.driver().with_world(|world| -> Result<_, ApiError> {
             world.resume_node(name).map_err(|error| ApiError::from(error).with_metadata("node_name", name))?;
-            Ok(pb::ResumeNodeResponse { node: world.slurm.node(name).map(convert::slurm_node) })
+            let users = &world.values().slurm.users;
+            Ok(pb::ResumeNodeResponse { node: world.slurm.node(name).map(|node| convert::slurm_node(node, users)) })
         })
     })
 }
@@ -450,12 +463,28 @@ pub async fn drain_node(
     operator("DrainNode", &caller, || {
         let name = required("node_name", &request.node_name)?;
         app.driver().with_world(|world| -> Result<_, ApiError> {
+            let uid = request.uid.unwrap_or(caller.uid);
             world
-                .drain_node_by_operator(name, &request.reason)
+                .drain_node_by_operator(name, &request.reason, uid)
                 .map_err(|error| ApiError::from(error).with_metadata("node_name", name))?;
-            tracing::info!(node = name, reason = %request.reason, "Slurm node drained by the operator");
-            Ok(pb::DrainNodeResponse { node: world.slurm.node(name).map(convert::slurm_node) })
+            tracing::info!(node = name, reason = %request.reason, uid, "Slurm node drained by the operator");
+            let users = &world.values().slurm.users;
+            Ok(pb::DrainNodeResponse { node: world.slurm.node(name).map(|node| convert::slurm_node(node, users)) })
         })
+    })
+}
+
+/// GetSlurmConfig: `scontrol show config`.
+pub async fn get_slurm_config(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(_request): ConnectRequest<pb::GetSlurmConfigRequest>,
+) -> Result<ConnectResponse<pb::GetSlurmConfigResponse>, ConnectError> {
+    // slurm.conf is readable by every Slurm user.
+    reader("GetSlurmConfig", &caller, |_scope| {
+        Ok(app.driver().with_world(|world| pb::GetSlurmConfigResponse {
+            config: Some(convert::slurm_config(world.values(), &world.slurm_controller(), world.slurm.nodes.len())),
+        }))
     })
 }
 

@@ -278,7 +278,7 @@ impl Slurm {
         let Some(job) = self.queue.get(&id) else { return Ok(()) };
         let requeue = job.state == JobBaseState::Requeued;
         let tier = self.partitions.get(&*job.partition).map_or(0, |partition| partition.priority_tier);
-        self.free(id);
+        self.free(id, now);
         if requeue {
             if let Some(job) = self.queue.get_mut(&id) {
                 job.state = JobBaseState::Pending;

@@ -243,6 +243,10 @@ impl Job {
     }
 }
 
+/// The uid of slurm.conf's `SlurmUser`: Slurm's default, root. The drains slurmctld makes
+/// itself (and SUNK's scripts, which run as root) carry it.
+pub const SLURM_USER_UID: u32 = 0;
+
 /// How a node is shown by `sinfo`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeState {
@@ -307,8 +311,27 @@ pub struct SlurmNode {
     pub gpus_in_use: u64,
     /// Jobs holding it.
     pub jobs: Vec<JobId>,
-    /// Drain reason, when drained.
-    pub drain_reason: Option<String>,
+    /// Why, by whom and since when it is drained; none while it takes jobs.
+    pub drain: Option<NodeDrain>,
+    /// When its slurmd registered (`BootTime`, `SlurmdStartTime`): the node was built with the
+    /// world.
+    pub boot_time: SimTime,
+    /// When it last became idle (`LastBusyTime`), as slurmctld records it: at registration and
+    /// each time its last job leaves, not while it is busy.
+    pub last_busy: SimTime,
+}
+
+/// A drain as slurmctld records it: the reason with the uid that set it and when (`sinfo -R`'s
+/// USER and TIMESTAMP, `scontrol show node`'s `Reason=… [user@time]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeDrain {
+    /// The reason given.
+    pub reason: String,
+    /// Who drained it: the uid running `scontrol update`, or SlurmUser (root) for drains the
+    /// controller and SUNK's scripts make.
+    pub uid: u32,
+    /// When.
+    pub at: SimTime,
 }
 
 impl SlurmNode {
@@ -319,7 +342,7 @@ impl SlurmNode {
 
     /// Current state.
     pub fn state(&self) -> NodeState {
-        match (&self.drain_reason, self.jobs.is_empty()) {
+        match (&self.drain, self.jobs.is_empty()) {
             (Some(_), true) => NodeState::Drained,
             (Some(_), false) => NodeState::Draining,
             (None, true) => NodeState::Idle,

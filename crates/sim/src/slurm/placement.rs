@@ -17,7 +17,7 @@ impl Slurm {
 
     pub(super) fn index_insert(&mut self, index: usize) {
         let node = &self.nodes[index];
-        if node.drain_reason.is_some() {
+        if node.drain.is_some() {
             return;
         }
         let key = (node.free_cpus(), index);
@@ -138,7 +138,7 @@ impl Slurm {
         }
     }
 
-    pub(super) fn free(&mut self, id: JobId) {
+    pub(super) fn free(&mut self, id: JobId, now: SimTime) {
         let Some(job) = self.queue.get(&id) else { return };
         let Some(index) = job.node.as_ref().and_then(|name| self.node_index.get(name)).copied() else { return };
         let (cpus, mem, gpu_indices) = (job.alloc_cpus, job.req_mem_mb, job.gpu_indices.clone());
@@ -155,6 +155,9 @@ impl Slurm {
             node.gpus_in_use &= !(1u64 << gpu);
         }
         node.jobs.retain(|other| *other != id);
+        if node.jobs.is_empty() {
+            node.last_busy = now;
+        }
         self.index_insert(index);
     }
 
@@ -211,17 +214,18 @@ impl Slurm {
         }
     }
 
-    /// Drains a node with a reason: nothing new is placed there.
-    pub fn drain(&mut self, name: &str, reason: &str) {
+    /// Drains a node with a reason, recording who (`uid`) and when: nothing new is placed
+    /// there.
+    pub fn drain(&mut self, name: &str, reason: &str, uid: u32, now: SimTime) {
         let Some(&index) = self.node_index.get(name) else { return };
         self.index_remove(index);
-        self.nodes[index].drain_reason = Some(reason.to_owned());
+        self.nodes[index].drain = Some(NodeDrain { reason: reason.to_owned(), uid, at: now });
     }
 
     /// Resumes a drained node.
     pub fn resume(&mut self, name: &str) {
         let Some(&index) = self.node_index.get(name) else { return };
-        self.nodes[index].drain_reason = None;
+        self.nodes[index].drain = None;
         self.index_remove(index);
         self.index_insert(index);
     }

@@ -11,7 +11,7 @@ impl Slurm {
         let Some(partition) = self.partitions.get(&*job.partition) else { return Vec::new() };
         for name in &partition.nodes {
             let Some(node) = self.node(name) else { continue };
-            if node.drain_reason.is_some() {
+            if node.drain.is_some() {
                 continue;
             }
             let preemptable: Vec<&Job> = node

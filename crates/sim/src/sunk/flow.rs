@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::config::FinalJobState;
 use crate::ids::SharedStr;
 use crate::k8s::{EventType, LOCK_KEY, PodOwner, PodPhase, Taint};
-use crate::slurm::{JobBaseState, JobId, JobKind, JobPhase};
+use crate::slurm::{JobBaseState, JobId, JobKind, JobPhase, SLURM_USER_UID};
 
 use crate::world::{SandboxOutcome, Timer, Transition, World, legal};
 
@@ -43,9 +43,9 @@ impl World {
         }
     }
 
-    /// Drains a Slurm node, with a Warning Event on its Kubernetes Node.
-    pub(crate) fn drain_node(&mut self, slurm_node: &str, reason: &str) {
-        self.slurm.drain(slurm_node, reason);
+    /// Drains a Slurm node as `uid`, with a Warning Event on its Kubernetes Node.
+    pub(crate) fn drain_node(&mut self, slurm_node: &str, reason: &str, uid: u32) {
+        self.slurm.drain(slurm_node, reason, uid, self.now);
         let k8s_node = self.slurm.node(slurm_node).map(|node| node.k8s_node.clone()).unwrap_or_default();
         self.node_event(
             &k8s_node,
@@ -244,7 +244,8 @@ impl World {
             && let Some(node) = self.slurm.job(job).filter(|job| job.completing).and_then(|job| job.node.clone())
         {
             let reason = self.values.scheduler.drain_reason.clone();
-            self.drain_node(&node, &reason);
+            // The script runs in the job's epilog, as root.
+            self.drain_node(&node, &reason, SLURM_USER_UID);
         }
     }
 

@@ -233,9 +233,10 @@ impl World {
         Ok(())
     }
 
-    /// Drains a Slurm node by hand (`scontrol update nodename=… state=drain reason=…`): it takes
-    /// no new job; those running finish. Slurm refuses a drain without a reason.
-    pub fn drain_node_by_operator(&mut self, name: &str, reason: &str) -> SimResult<()> {
+    /// Drains a Slurm node by hand (`scontrol update nodename=… state=drain reason=…`) as `uid`
+    /// (who ran scontrol): it takes no new job; those running finish. Slurm refuses a drain
+    /// without a reason.
+    pub fn drain_node_by_operator(&mut self, name: &str, reason: &str, uid: u32) -> SimResult<()> {
         if self.slurm.node(name).is_none() {
             return Err(SimError::NotFound {
                 reason: Reason::NodeNotFound,
@@ -248,7 +249,7 @@ impl World {
                 "You must specify a reason when DOWNING or DRAINING a node. Request denied",
             ));
         }
-        self.drain_node(name, reason);
+        self.drain_node(name, reason, uid);
         self.slurm_dirty = true;
         self.settle();
         Ok(())

@@ -219,7 +219,11 @@ impl World {
         }
         let slurm_node = self.slurm.nodes.iter().find(|slurm| slurm.k8s_node == *node).map(|slurm| slurm.name.clone());
         if let Some(slurm_node) = slurm_node {
-            self.drain_node(&slurm_node, &format!("Kubernetes node NotReady (injected by {id})"));
+            self.drain_node(
+                &slurm_node,
+                &format!("Kubernetes node NotReady (injected by {id})"),
+                crate::slurm::SLURM_USER_UID,
+            );
         }
     }
 

@@ -261,7 +261,8 @@ impl World {
             return true;
         }
         legal(self.slurm.finish(job, JobBaseState::Failed, (1, 0), self.now));
-        self.drain_node(slurm_node, "batch job complete failure");
+        // slurmctld drains it, as SlurmUser.
+        self.drain_node(slurm_node, "batch job complete failure", crate::slurm::SLURM_USER_UID);
         self.count(Transition::JobFailedOnPinnedCpus);
         self.on_job_ended(job);
         false

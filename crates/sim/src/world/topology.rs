@@ -78,7 +78,9 @@ impl World {
                     alloc_mem_mb: 0,
                     gpus_in_use: 0,
                     jobs: Vec::new(),
-                    drain_reason: None,
+                    drain: None,
+                    boot_time: self.now,
+                    last_busy: self.now,
                 });
                 nodes_of_set.entry(set.name.clone()).or_default().push(slurm_name.clone());
                 self.create_slurmd_pod(set_index, &slurm_name, &node_name)?;

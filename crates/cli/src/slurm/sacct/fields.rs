@@ -17,6 +17,8 @@ pub(super) enum Kind {
     Date,
     /// `print_fields_time_from_secs`: `secs2time_str`.
     Time,
+    /// `print_fields_sluid` (25.05): `sluid2str`, never cut.
+    Sluid,
 }
 
 /// `fields[]` of `src/sacct/sacct.c`, in table order (prefixes match the first entry):
@@ -103,8 +105,10 @@ pub(super) const FIELDS: &[(i32, &str, Kind)] = &[
     (10, "ReqTRES", Kind::Str),
     (20, "Reservation", Kind::Str),
     (8, "ReservationId", Kind::Uint),
+    (20, "ReqReservation", Kind::Str),
     (8, "Restarts", Kind::Uint),
     (11, "SegmentSize", Kind::Uint),
+    (14, "SLUID", Kind::Sluid),
     (19, "Start", Kind::Date),
     (10, "State", Kind::Str),
     (20, "StdErr", Kind::Str),
@@ -181,6 +185,18 @@ pub(super) enum Value {
     Uint(Option<u64>),
     Date(Option<i64>),
     Time(Option<i64>),
+    /// A Slurm lexicographically sortable unique id.
+    Sluid(u64),
+}
+
+/// `sluid2str`: `s` and 13 Crockford base-32 digits of the 64-bit id, most significant first.
+pub(super) fn sluid(id: u64) -> String {
+    const DIGITS: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    let mut text = String::from("s");
+    for position in (0..13).rev() {
+        text.push(char::from(DIGITS[((id >> (5 * position)) & 0x1f) as usize]));
+    }
+    text
 }
 
 fn exit_code(code: i32, signal: i32) -> String {
@@ -324,6 +340,11 @@ pub(super) fn value(name: &str, row: Row<'_>, options: &Options, now: i64) -> Va
             Str(tres(entries))
         }
         ("Reservation", None) => Str(text(&job.reservation)),
+        // The reservation the job asked for (`--reservation`), which is the one it runs in.
+        ("ReqReservation", None) => Str(text(&job.reservation)),
+        // sacct prints the job's database index as the SLUID; the emulator's accounting keeps
+        // none (its `DBIndex` is blank), which reads as Slurm's id 0.
+        ("SLUID", _) => Value::Sluid(0),
         ("Restarts", None) => Uint(Some(0)),
         ("Start", None) => Date(job_start),
         ("State", None) => {

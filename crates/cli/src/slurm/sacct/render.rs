@@ -48,6 +48,11 @@ fn cell(out: &mut String, options: &Options, width: i32, value: Value, last: boo
             let text = fmt::time_str(seconds, &options.time_format, now, abs + 1);
             (text.clone(), justify(&text, width))
         }
+        Value::Sluid(id) => {
+            let text = super::fields::sluid(id);
+            let fixed = if width < 0 { format!("{text:<abs$} ") } else { format!("{text:>abs$} ") };
+            (text, fixed)
+        }
         Value::Time(seconds) => match seconds {
             None => (String::new(), format!("{:>abs$} ", " ")),
             Some(seconds) => {

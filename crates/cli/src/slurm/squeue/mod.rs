@@ -1,10 +1,13 @@
 //! `squeue` (Slurm 25.05): the queue rows of the emulator with `-o` format strings
-//! (`%[.][width]<letter>`, `.` right-justifies, values cut at the width without `+`), the default
-//! and long formats, `SQUEUE_FORMAT`, and the usual filters.
+//! (`%[.][width]<letter>`, `.` right-justifies, values cut at the width without `+`), `-O` long
+//! field names (`name[:[.]size[suffix]]`), both over Slurm's field table (`fields.rs`), the
+//! default and long formats, `SQUEUE_FORMAT`/`SQUEUE_FORMAT2`, and the usual filters.
 
 use cwsandbox_client::emulator_v1 as pb;
 
-use super::fmt::{self, Convert, TimeFormat};
+pub(crate) mod fields;
+
+use super::fmt::{self, TimeFormat};
 use super::getopt::{self, Arg, Item, Opt};
 use super::{Caller, Command, Conn, Env, Output, resolve_user};
 
@@ -25,6 +28,7 @@ const SPEC: &[Opt] = &[
     Opt { key: "me", short: None, long: &["me"], arg: Arg::No },
     Opt { key: "name", short: Some('n'), long: &["name"], arg: Arg::Required },
     Opt { key: "format", short: Some('o'), long: &["format"], arg: Arg::Required },
+    Opt { key: "Format", short: Some('O'), long: &["Format"], arg: Arg::Required },
     Opt { key: "partition", short: Some('p'), long: &["partition"], arg: Arg::Required },
     Opt { key: "qos", short: Some('q'), long: &["qos"], arg: Arg::Required },
     Opt { key: "states", short: Some('t'), long: &["states"], arg: Arg::Required },
@@ -37,12 +41,14 @@ const SPEC: &[Opt] = &[
 /// One field of a format string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Field {
-    letter: char,
+    /// The print function (`fields::FIELDS`); `None` for one squeue does not know.
+    print: Option<&'static str>,
     width: usize,
     right: bool,
     suffix: String,
     /// For a letter squeue does not know: the token as written, `%` included, which Slurm's
-    /// `_print_com_invalid` prints in place of a value (and of a header).
+    /// `_print_com_invalid` prints in place of a value (and of a header); for a long name it
+    /// does not know, the suffix after its size.
     invalid: Option<String>,
 }
 
@@ -78,25 +84,51 @@ fn list(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
 }
 
-const LETTERS: &str = "aCDeGghijklLmMNPqQrRStTuUvVZ";
-/// Fields printed whole even past their width (`_print_secs` does not cut).
-const UNCUT: &str = "lLM";
-
-/// `_parse_format` of squeue's opts.c: text before the first `%` is a prefix; each `%` token is
-/// `[.][width]<letter><suffix>`.
+/// `parse_format` of squeue's opts.c: text before the first `%` is a prefix; each `%` token is
+/// `[.][width]<letter><suffix>`, the letter looked up in the field table.
 fn parse_format(format: &str, warnings: &mut Vec<String>) -> (String, Vec<Field>) {
     let (prefix, tokens) = super::fmt::format_tokens(format, false);
     let fields = tokens
         .into_iter()
         .map(|token| {
-            let invalid = (!LETTERS.contains(token.letter)).then(|| {
+            let print = fields::by_letter(token.letter);
+            let invalid = print.is_none().then(|| {
                 warnings.push(format!("squeue: error: Invalid job format specification: {}", token.letter));
                 format!("%{}", token.raw)
             });
-            Field { letter: token.letter, width: token.width, right: token.right, suffix: token.suffix, invalid }
+            Field { print, width: token.width, right: token.right, suffix: token.suffix, invalid }
         })
         .collect();
     (prefix, fields)
+}
+
+/// `parse_long_format` of squeue's opts.c (`-O`, `--Format`, `SQUEUE_FORMAT2`): comma-separated
+/// `name[:[.]size[suffix]]`; without a size a field is 20 wide, left-justified.
+fn parse_long_format(format: &str, warnings: &mut Vec<String>) -> Vec<Field> {
+    format
+        .split(',')
+        .filter(|token| !token.is_empty())
+        .map(|token| {
+            let (name, width, right, suffix) = match token.split_once(':') {
+                None => (token, 20, false, String::new()),
+                Some((name, spec)) => {
+                    let (right, spec) = match spec.strip_prefix('.') {
+                        Some(rest) => (true, rest),
+                        None => (false, spec),
+                    };
+                    let digits = spec.len() - spec.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+                    let width = spec[..digits].parse::<usize>().unwrap_or(0).min(fmt::MAX_WIDTH);
+                    (name, width, right, spec[digits..].to_owned())
+                }
+            };
+            let print = fields::by_name(name);
+            let invalid = print.is_none().then(|| {
+                warnings.push(format!("squeue: error: Invalid job format specification: {name}"));
+                suffix.clone()
+            });
+            Field { print, width, right, suffix, invalid }
+        })
+        .collect()
 }
 
 /// Parses a `squeue` command line; `env` gives `SQUEUE_FORMAT`.
@@ -120,6 +152,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
         warnings: Vec::new(),
     };
     let mut format = None;
+    let mut format_long: Option<String> = None;
     let mut job_flag = false;
     let mut operands = Vec::new();
     let add_jobs = |options: &mut Options, text: &str| -> Result<(), Output> {
@@ -140,7 +173,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
                     "account" => options.accounts.extend(list(&value)),
                     "noheader" => options.header = false,
                     "help" | "usage" => options.info = Some(
-                        "Usage: squeue [-A account] [-j jobid] [-l] [-n name] [-o format] [-p partitions] [-t states] \
+                        "Usage: squeue [-A account] [-j jobid] [-l] [-n name] [-o format] [-O format] [-p partitions] [-t states] \
                              [-u user_name] [-w nodes] [-h] [--me]\n"
                             .to_owned(),
                     ),
@@ -150,7 +183,14 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
                     "long" => options.long = true,
                     "me" => options.me = true,
                     "name" => options.names.extend(list(&value)),
+                    "format" if format_long.is_some() => {
+                        return Err(fail("squeue: error: -o (--format) is incompatible with -O (--Format)".to_owned()));
+                    }
                     "format" => format = Some(value),
+                    "Format" if format.is_some() => {
+                        return Err(fail("squeue: error: -O (--Format) is incompatible with -o (--format)".to_owned()));
+                    }
+                    "Format" => format_long = Some(value),
                     "partition" => options.partitions.extend(list(&value)),
                     "qos" => options.qos.extend(list(&value)),
                     "states" => {
@@ -189,184 +229,34 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
                 .to_owned(),
         ));
     }
-    let format = format
-        .or_else(|| env.get("SQUEUE_FORMAT").cloned())
-        .unwrap_or_else(|| if options.long { LONG_FORMAT } else { DEFAULT_FORMAT }.to_owned());
-    let (prefix, fields) = parse_format(&format, &mut options.warnings);
-    options.prefix = prefix;
-    options.fields = fields;
+    // squeue's order: -o or -O as given, else SQUEUE_FORMAT, else SQUEUE_FORMAT2, else -l's or
+    // the default format.
+    let given = format.is_some() || format_long.is_some();
+    let format = format.or_else(|| env.get("SQUEUE_FORMAT").cloned().filter(|_| !given));
+    let format_long = format_long.or_else(|| env.get("SQUEUE_FORMAT2").cloned().filter(|_| !given && format.is_none()));
+    match (format, format_long) {
+        (_, Some(long)) => options.fields = parse_long_format(&long, &mut options.warnings),
+        (format, None) => {
+            let format = format.unwrap_or_else(|| if options.long { LONG_FORMAT } else { DEFAULT_FORMAT }.to_owned());
+            let (prefix, fields) = parse_format(&format, &mut options.warnings);
+            options.prefix = prefix;
+            options.fields = fields;
+        }
+    }
     Ok(options)
 }
 
-/// `_print_str`: right-justified (`%Ns`) or left (`%.Ns`), cut at the width with no `+`, padded.
-fn print_str(out: &mut String, text: &str, width: usize, right: bool) {
+/// `_print_str`: right-justified (`%Ns`) or left (`%.Ns`, which cuts at the width), padded;
+/// a right-justified value is cut at the width too unless its print function passes
+/// `cut_output = false`.
+fn print_str(out: &mut String, text: &str, width: usize, right: bool, cut: bool) {
     if width == 0 {
         out.push_str(text);
         return;
     }
     let shown: String = if right { format!("{text:>width$}") } else { text.to_owned() };
-    let cut: String = shown.chars().take(width).collect();
-    out.push_str(&format!("{cut:<width$}"));
-}
-
-/// `_print_secs`: `M:SS`, `H:MM:SS`, `D-HH:MM:SS`.
-pub fn squeue_secs(seconds: i64) -> String {
-    if !(0..=365 * 24 * 3600).contains(&seconds) {
-        return "INVALID".to_owned();
-    }
-    let (days, hours, minutes, secs) = (seconds / 86400, (seconds / 3600) % 24, (seconds / 60) % 60, seconds % 60);
-    if days > 0 {
-        format!("{days}-{hours:02}:{minutes:02}:{secs:02}")
-    } else if hours > 0 {
-        format!("{hours}:{minutes:02}:{secs:02}")
-    } else {
-        format!("{minutes}:{secs:02}")
-    }
-}
-
-fn header_of(letter: char) -> &'static str {
-    match letter {
-        'a' => "ACCOUNT",
-        'C' => "CPUS",
-        'D' => "NODES",
-        'e' => "END_TIME",
-        'g' => "GROUP",
-        'G' => "GID",
-        'h' => "OVER_SUBSCRIBE",
-        'i' => "JOBID",
-        'j' => "NAME",
-        'k' => "COMMENT",
-        'l' => "TIME_LIMIT",
-        'L' => "TIME_LEFT",
-        'm' => "MIN_MEMORY",
-        'M' => "TIME",
-        'N' => "NODELIST",
-        'P' => "PARTITION",
-        'q' => "QOS",
-        'Q' => "PRIORITY",
-        'r' => "REASON",
-        'R' => "NODELIST(REASON)",
-        'S' => "START_TIME",
-        't' => "ST",
-        'T' => "STATE",
-        'u' => "USER",
-        'U' => "UID",
-        'v' => "RESERVATION",
-        'V' => "SUBMIT_TIME",
-        'Z' => "WORK_DIR",
-        _ => "INVALID",
-    }
-}
-
-/// Why an ended job ended, where squeue shows it in place of the nodes.
-fn ended_reason(job: &pb::Job) -> Option<&'static str> {
-    if job.completing {
-        return None;
-    }
-    match fmt::state(job.state) {
-        pb::JobState::Failed => Some("NonZeroExitCode"),
-        pb::JobState::Timeout => Some("TimeLimit"),
-        pb::JobState::NodeFail => Some("NodeDown"),
-        _ => None,
-    }
-}
-
-fn pending(job: &pb::Job) -> bool {
-    fmt::state(job.state) == pb::JobState::Pending
-}
-
-fn state_long(job: &pb::Job) -> &'static str {
-    if job.completing { "COMPLETING" } else { fmt::state_long(fmt::state(job.state)) }
-}
-
-fn state_compact(job: &pb::Job) -> &'static str {
-    if job.completing { "CG" } else { fmt::state_compact(fmt::state(job.state)) }
-}
-
-fn over_subscribe(value: i32) -> &'static str {
-    match pb::OverSubscribe::try_from(value) {
-        Ok(pb::OverSubscribe::No) => "NO",
-        Ok(pb::OverSubscribe::Yes) => "YES",
-        Ok(pb::OverSubscribe::User) => "USER",
-        _ => "OK",
-    }
-}
-
-fn time_or_na(seconds: Option<i64>, now: i64) -> String {
-    match seconds {
-        Some(seconds) => fmt::time_str(Some(seconds), &TimeFormat::Standard, now, 32),
-        None => "N/A".to_owned(),
-    }
-}
-
-fn value_of(letter: char, job: &pb::Job, now: i64, time_format: &TimeFormat) -> String {
-    let time = |seconds: Option<i64>| match seconds {
-        Some(seconds) => fmt::time_str(Some(seconds), time_format, now, 32),
-        None => "N/A".to_owned(),
-    };
-    match letter {
-        'a' => job.account.clone(),
-        'C' => (if pending(job) { job.req_cpus } else { job.alloc_cpus }).to_string(),
-        'D' => job.alloc_nodes.max(1).to_string(),
-        'e' => time(fmt::secs(job.end_time.as_ref())),
-        'g' => job.group.clone(),
-        'G' => job.gid.to_string(),
-        'h' => over_subscribe(job.over_subscribe).to_owned(),
-        'i' => job.job_id.to_string(),
-        'j' => job.name.clone(),
-        'k' => {
-            if job.comment.is_empty() {
-                "(null)".to_owned()
-            } else {
-                job.comment.clone()
-            }
-        }
-        'l' => match job.time_limit_seconds {
-            None => fmt::no_time_limit(job).to_owned(),
-            Some(seconds) => squeue_secs(fmt::limit_minutes(seconds) * 60),
-        },
-        'L' => match job.time_limit_seconds {
-            None if job.node_list.is_empty() => "NOT_SET".to_owned(),
-            None => "UNLIMITED".to_owned(),
-            Some(seconds) => squeue_secs((fmt::limit_minutes(seconds) * 60 - job.elapsed_seconds).max(0)),
-        },
-        'm' => fmt::convert_num_unit(job.req_mem_mb as f64, 2, Convert::Exact),
-        'M' => squeue_secs(if pending(job) { 0 } else { job.elapsed_seconds }),
-        'N' => job.node_list.clone(),
-        'P' => job.partition.clone(),
-        'q' => job.qos.clone(),
-        'Q' => job.priority.to_string(),
-        'r' => {
-            if job.reason.is_empty() {
-                "None".to_owned()
-            } else {
-                job.reason.clone()
-            }
-        }
-        // Slurm gives the reason instead of the nodes for a pending job, and for one that
-        // failed, timed out or lost its node.
-        'R' => match (pending(job), ended_reason(job)) {
-            (true, _) => format!("({})", if job.reason.is_empty() { "None" } else { &job.reason }),
-            (false, Some(reason)) => format!("({reason})"),
-            (false, None) => job.node_list.clone(),
-        },
-        'S' => time(fmt::secs(job.start_time.as_ref())),
-        't' => state_compact(job).to_owned(),
-        'T' => state_long(job).to_owned(),
-        'u' => job.user.clone(),
-        'U' => job.uid.to_string(),
-        'v' => {
-            if job.reservation.is_empty() {
-                "(null)".to_owned()
-            } else {
-                job.reservation.clone()
-            }
-        }
-        'V' => time_or_na(fmt::secs(job.submit_time.as_ref()), now),
-        // The job's working directory; `scontrol show job` reads the same (`WorkDir=/`).
-        'Z' => "/".to_owned(),
-        _ => String::new(),
-    }
+    let shown: String = if right && !cut { shown } else { shown.chars().take(width).collect() };
+    out.push_str(&format!("{shown:<width$}"));
 }
 
 /// Whether a queue row is a job that has ended (kept by the controller for MinJobAge), which
@@ -399,6 +289,7 @@ pub fn render(
     now: i64,
     caller_uid: u32,
     known: &[(String, u32)],
+    cluster: &str,
     env: &Env,
 ) -> Output {
     if let Some(info) = &options.info {
@@ -448,28 +339,25 @@ pub fn render(
         out.push_str(&fmt::long_listing_date(now));
         out.push('\n');
     }
-    let line = |out: &mut String, value: &dyn Fn(char) -> String, cut: bool| {
+    let line = |out: &mut String, value: &dyn Fn(&str) -> (String, bool)| {
         out.push_str(&options.prefix);
         for field in &options.fields {
-            if let Some(token) = &field.invalid {
-                out.push_str(token);
+            let (Some(print), None) = (field.print, &field.invalid) else {
+                out.push_str(field.invalid.as_deref().unwrap_or_default());
                 continue;
-            }
-            let text = value(field.letter);
-            if !cut && UNCUT.contains(field.letter) && text.chars().count() > field.width {
-                out.push_str(&text);
-            } else {
-                print_str(out, &text, field.width, field.right);
-            }
+            };
+            let (text, cut) = value(print);
+            print_str(out, &text, field.width, field.right, cut);
             out.push_str(&field.suffix);
         }
         out.push('\n');
     };
     if options.header {
-        line(&mut out, &|letter| header_of(letter).to_owned(), true);
+        line(&mut out, &|print| (fields::header_of(print).to_owned(), true));
     }
+    let context = fields::Context { now, time_format: &time_format, cluster };
     for job in selected {
-        line(&mut out, &|letter| value_of(letter, job, now, &time_format), false);
+        line(&mut out, &|print| fields::value_of(print, job, &context));
     }
     let mut output = Output::ok(out);
     output.stderr = options.warnings.iter().map(|w| format!("{w}\n")).collect();
@@ -479,12 +367,14 @@ pub fn render(
 /// `squeue` against the emulator's queue.
 pub struct Squeue;
 
-/// What `squeue` renders: queue rows, the emulator's time, the caller and the Slurm users.
+/// What `squeue` renders: queue rows, the emulator's time, the caller, the Slurm users and,
+/// when a `Cluster` field asks for it, the cluster's name.
 pub struct Answer {
     jobs: Vec<pb::Job>,
     now: i64,
     caller: Caller,
     known: Vec<(String, u32)>,
+    cluster: String,
 }
 
 impl Command for Squeue {
@@ -500,14 +390,20 @@ impl Command for Squeue {
         options.info.as_deref()
     }
 
-    async fn call(_options: &Options, env: &Env, conn: &Conn) -> Result<Answer, Output> {
+    async fn call(options: &Options, env: &Env, conn: &Conn) -> Result<Answer, Output> {
+        let api_error = |error| super::api_error(Self::NAME, &error);
         let (caller, known) = super::caller(Self::NAME, env, conn).await?;
         let request = pb::ListJobsRequest { source: pb::JobSource::Queue as i32, ..Default::default() };
-        let response = conn.admin().list_jobs(&request).await.map_err(|error| super::api_error(Self::NAME, &error))?;
-        Ok(Answer { now: super::now_of(&response), jobs: response.jobs, caller, known })
+        let response = conn.admin().list_jobs(&request).await.map_err(api_error)?;
+        let cluster = if options.fields.iter().any(|field| field.print == Some("cluster_name")) {
+            conn.admin().slurm_config().await.map_err(api_error)?.cluster_name
+        } else {
+            String::new()
+        };
+        Ok(Answer { now: super::now_of(&response), jobs: response.jobs, caller, known, cluster })
     }
 
     fn render(options: &Options, answer: Answer, env: &Env) -> Output {
-        render(options, &answer.jobs, answer.now, answer.caller.uid, &answer.known, env)
+        render(options, &answer.jobs, answer.now, answer.caller.uid, &answer.known, &answer.cluster, env)
     }
 }
