@@ -376,12 +376,12 @@ def load_divergences(path: Path, commands: list[str]) -> list[Divergence]:
     for index, entry in enumerate(document.get("divergence", []), start=1):
         where = f"{path.name} entry {index}"
         kind = entry.get("kind")
-        if kind not in {"version", "bug"}:
-            raise SystemExit(f"{where}: kind must be version or bug, not {kind!r}")
+        if kind not in {"version", "setup", "bug"}:
+            raise SystemExit(f"{where}: kind must be version, setup or bug, not {kind!r}")
         if not entry.get("reason"):
             raise SystemExit(f"{where}: needs a reason")
-        if kind == "version" and not entry.get("source"):
-            raise SystemExit(f"{where}: a version divergence cites Slurm's source (source = ...)")
+        if kind in {"version", "setup"} and not entry.get("source"):
+            raise SystemExit(f"{where}: a {kind} divergence cites Slurm's source (source = ...)")
         if kind == "bug" and not entry.get("item"):
             raise SystemExit(f"{where}: a bug names its issue item (item = ...)")
         if "real" not in entry and "emulator" not in entry:
