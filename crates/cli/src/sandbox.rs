@@ -499,7 +499,12 @@ struct ClusterView {
 async fn cluster_view(cli: &Cli, sandbox_id: &str) -> Result<ClusterView> {
     let admin = cwsandbox_client::EmulatorAdmin::new(&cli.config()?)?;
     let raw = admin.raw();
-    let pods = raw.list_pods(&emu::ListPodsRequest::default()).await?.into_inner().pods;
+    // The runner labels each sandbox Pod with its sandbox's id.
+    let request = emu::ListPodsRequest {
+        label_selector: format!("sandbox.coreweave.com/sandbox-id={sandbox_id}"),
+        ..Default::default()
+    };
+    let pods = raw.list_pods(&request).await?.into_inner().pods;
     let pod = pods.into_iter().find(|pod| pod.origin.as_ref().is_some_and(|origin| origin.sandbox_id == sandbox_id));
     let job_id = pod.as_ref().and_then(|pod| pod.origin.as_ref()).and_then(|origin| origin.placeholder_job_id);
     let job = match job_id {

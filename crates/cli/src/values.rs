@@ -61,9 +61,13 @@ pub async fn run(cli: &Cli, command: &ClusterCmd, output: Output) -> Result<u8> 
     let ClusterCmd::Values(command) = command;
     match command {
         ValuesCmd::Schema => {
-            let format = output.document("the schema")?;
+            // A JSON Schema is read as JSON unless YAML is asked for.
+            let format = match output.0 {
+                None => Format::Json,
+                Some(_) => output.document("the schema")?,
+            };
             let (_, schema) = cli.client()?.emulator()?.values_with_schema().await?;
-            print_value(&serde_json::from_str(&schema)?, if format == Format::Yaml { Format::Json } else { format })?;
+            print_value(&serde_json::from_str(&schema)?, format)?;
             Ok(0)
         }
         ValuesCmd::Explain { key } => {

@@ -390,6 +390,8 @@ fn cluster_values_get_and_apply() {
     assert!(unknown.contains("no key \"KillWiat\"") && unknown.contains("KillWait"), "{unknown}");
     let schema = json(&ok(&emu, &["cluster", "values", "schema"]));
     assert!(schema["$schema"].as_str().is_some_and(|s| s.contains("2020-12")), "{schema}");
+    let as_yaml = ok(&emu, &["cluster", "values", "schema", "-o", "yaml"]);
+    assert!(as_yaml.lines().any(|line| line.starts_with("$schema:")), "-o yaml is honoured: {as_yaml}");
 
     std::fs::write(&file, "slurmConfig:\n  KillWiat: 60\n").unwrap();
     let refused = fails(&emu, &["cluster", "values", "apply", "-f", file.to_str().unwrap()]);

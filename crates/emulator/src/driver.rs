@@ -400,12 +400,11 @@ fn log_sandbox_changes(world: &mut World) {
 
 /// The sandbox a Pod runs, for log lines a user reads by sandbox id; the Pod's uid otherwise.
 fn sandbox_or_pod(driver: &Driver, pod_uid: &str) -> String {
-    driver
-        .with_world(|world| match world.cluster.pod(pod_uid).map(|pod| &pod.owner) {
-            Some(PodOwner::Sandbox(id)) => Some(id.to_string()),
-            _ => None,
-        })
-        .unwrap_or_else(|| format!("pod {pod_uid}"))
+    // A read: under the lock, without catching the world up or pumping its effects.
+    match driver.lock().cluster.pod(pod_uid).map(|pod| &pod.owner) {
+        Some(PodOwner::Sandbox(id)) => id.to_string(),
+        _ => format!("pod {pod_uid}"),
+    }
 }
 
 /// The launch description of a Pod, main container first.

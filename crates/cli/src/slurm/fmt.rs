@@ -275,6 +275,17 @@ pub fn expand_hostlist(text: &str) -> Vec<String> {
 }
 
 /// A base state of the API.
+/// A job's OverSubscribe as squeue's `%h` and scontrol's `OverSubscribe=` print it (`OK` when the
+/// job asked for nothing).
+pub fn over_subscribe(value: i32) -> &'static str {
+    match pb::OverSubscribe::try_from(value) {
+        Ok(pb::OverSubscribe::No) => "NO",
+        Ok(pb::OverSubscribe::Yes) => "YES",
+        Ok(pb::OverSubscribe::User) => "USER",
+        _ => "OK",
+    }
+}
+
 pub fn state(job_state: i32) -> pb::JobState {
     pb::JobState::try_from(job_state).unwrap_or(pb::JobState::Unspecified)
 }

@@ -143,15 +143,6 @@ fn time(seconds: Option<i64>, now: i64, format: &TimeFormat) -> String {
     fmt::time_str(seconds, format, now, 256)
 }
 
-fn over_subscribe(value: i32) -> &'static str {
-    match pb::OverSubscribe::try_from(value) {
-        Ok(pb::OverSubscribe::No) => "NO",
-        Ok(pb::OverSubscribe::Yes) => "YES",
-        Ok(pb::OverSubscribe::User) => "USER",
-        _ => "OK",
-    }
-}
-
 /// TRES in slurmctld's id order (cpu, mem, node, billing, then GRES).
 fn tres(cpus: u32, mem_mb: u64, job: &pb::Job) -> String {
     let mut text =
@@ -253,7 +244,7 @@ pub fn job_text(job: &pb::Job, now: i64, one_liner: bool, format: &TimeFormat) -
     }
     lines.push(format!(
         "OverSubscribe={} Contiguous=0 Licenses=(null) LicensesAlloc=(null) Network=(null)",
-        over_subscribe(job.over_subscribe)
+        fmt::over_subscribe(job.over_subscribe)
     ));
     lines.push("Command=(null)".to_owned());
     lines.push(format!("WorkDir={WORK_DIR}"));

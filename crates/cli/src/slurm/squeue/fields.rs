@@ -293,15 +293,6 @@ fn ended_reason(job: &pb::Job) -> Option<&'static str> {
     }
 }
 
-fn over_subscribe(value: i32) -> &'static str {
-    match pb::OverSubscribe::try_from(value) {
-        Ok(pb::OverSubscribe::No) => "NO",
-        Ok(pb::OverSubscribe::Yes) => "YES",
-        Ok(pb::OverSubscribe::User) => "USER",
-        _ => "OK",
-    }
-}
-
 fn or_null(text: &str) -> String {
     if text.is_empty() { "(null)".to_owned() } else { text.to_owned() }
 }
@@ -406,7 +397,7 @@ pub fn value_of(print: &str, job: &pb::Job, context: &Context<'_>) -> (String, b
         | "fed_siblings_active_raw"
         | "fed_siblings_viable"
         | "fed_siblings_viable_raw" => "NA".to_owned(),
-        "over_subscribe" => over_subscribe(job.over_subscribe).to_owned(),
+        "over_subscribe" => fmt::over_subscribe(job.over_subscribe).to_owned(),
         "partition" => job.partition.clone(),
         "time_pending" => {
             let submit = fmt::secs(job.submit_time.as_ref()).unwrap_or(context.now);
