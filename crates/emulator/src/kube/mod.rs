@@ -6,7 +6,8 @@
 //! - pods, nodes, namespaces, events, configmaps: list (one namespace or all), get, label and field
 //!   selectors, `limit`/`continue`, watch (`?watch=true` and the legacy `/watch/` paths); delete for
 //!   pods only, which is the same teardown as DeleteSandbox for a sandbox's Pod; `pods/log` (a
-//!   sandbox's main process output, as StreamLogs serves it).
+//!   sandbox's main process output, as StreamLogs serves it); `pods/exec` over WebSocket (a command
+//!   in a sandbox's Pod, as StreamExec runs it; see [`exec`]).
 //! - kubectl's default printing asks for `as=Table`: the rows are printed here (see [`table`]).
 //! - Anything else answers as the API server would: a `Status` with 404, 405, 400, 401 or 403.
 //!
@@ -16,6 +17,7 @@
 //! organization's `sandbox_admin` only its sandboxes' Pods, their Events and Namespaces (and every
 //! Node); another organization's Pod is 404 for it, to get, delete or read the log of.
 
+mod exec;
 mod logs;
 mod objects;
 mod status;
@@ -54,6 +56,7 @@ pub fn routes(app: App) -> Router {
         .route("/api", any(core))
         .route("/api/", any(core))
         .route("/api/{*rest}", any(core))
+        .route("/api/v1/namespaces/{namespace}/pods/{name}/exec", any(exec::handler))
         .route("/apis", any(groups))
         .route("/apis/", any(groups))
         .route("/apis/{*rest}", any(groups))

@@ -1,0 +1,384 @@
+//! `…/pods/<name>/exec`: what `kubectl exec [-i] [-t] POD -- COMMAND` opens, for a sandbox's Pod.
+//! The command runs in the sandbox through the process runtime, as StreamExec's commands do.
+//!
+//! kubectl 1.30 and later speak the WebSocket stream protocol (`v5.channel.k8s.io`; `v4` is
+//! accepted too): every binary message starts with a channel byte — 0 stdin, 1 stdout, 2 stderr,
+//! 3 the final `Status`, 4 terminal resizes (`{"Width":…,"Height":…}`) — and v5 adds
+//! `[255, channel]`, the client's end of a channel (its stdin reached EOF). The server ends with
+//! the `Status` on channel 3 and a normal close, which is what ends kubectl's readers: a
+//! non-zero exit is `reason: NonZeroExitCode` with the code as the `ExitCode` cause, and kubectl
+//! exits with it. Older kubectl's SPDY/3.1 upgrade is refused by name (the fidelity table says so).
+//!
+//! Errors that can be known before the command starts (no such Pod, container, a Pod that is not
+//! running, a Pod that runs no process here) are HTTP answers with a `Status` body, as the API
+//! server gives them, so kubectl prints `Error from server (…)`.
+
+use std::sync::Arc;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use bytes::{BufMut, Bytes, BytesMut};
+use cwsandbox_sim::k8s::{PodOwner, PodPhase};
+use cwsandbox_sim::sandbox::SandboxState;
+use futures::{SinkExt, StreamExt};
+use http::{HeaderMap, Method, Uri};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::authorize;
+use super::status::Status;
+use crate::app::App;
+use crate::convert;
+use crate::driver::RUNTIME_CATCH_UP;
+use crate::runtime::{ExecEvent, ExecInput, ExecSession, ExecSpec, Target, TtySize};
+
+/// The stream protocols served, in the order preferred.
+const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
+
+const STDIN: u8 = 0;
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+const ERROR: u8 = 3;
+const RESIZE: u8 = 4;
+/// v5: `[CLOSE, channel]` half-closes a channel.
+const CLOSE: u8 = 255;
+
+/// A terminal's size before the client's first resize message (kubectl sends one at once).
+const DEFAULT_TTY: TtySize = TtySize { width: 80, height: 24 };
+
+/// `PodExecOptions` as the query carries them.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ExecParams {
+    command: Vec<String>,
+    container: String,
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    tty: bool,
+}
+
+fn flag(value: &str) -> bool {
+    matches!(value, "true" | "1")
+}
+
+impl ExecParams {
+    fn parse(uri: &Uri) -> Result<ExecParams, Status> {
+        let mut params = ExecParams::default();
+        for (key, value) in form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+            match key.as_ref() {
+                "command" => params.command.push(value.into_owned()),
+                "container" => params.container = value.into_owned(),
+                "stdin" => params.stdin = flag(&value),
+                "stdout" => params.stdout = flag(&value),
+                "stderr" => params.stderr = flag(&value),
+                "tty" => params.tty = flag(&value),
+                _ => {}
+            }
+        }
+        if params.command.is_empty() {
+            return Err(Status::bad_request("you must specify at least one command for the container"));
+        }
+        if !(params.stdin || params.stdout || params.stderr) {
+            return Err(Status::bad_request("you must specify at least 1 of stdin, stdout, stderr"));
+        }
+        if params.tty && params.stderr {
+            // A terminal has one output: kubectl sends stderr=false with tty=true.
+            return Err(Status::bad_request("stderr cannot be requested with tty: a terminal merges it into stdout"));
+        }
+        Ok(params)
+    }
+}
+
+/// The route's handler: GET with a WebSocket upgrade (kubectl), or a refusal the client prints.
+pub(super) async fn handler(
+    State(app): State<App>,
+    Path((namespace, name)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    match serve(&app, &namespace, &name, &method, &uri, &headers, upgrade.ok()).await {
+        Ok(response) => response,
+        Err(status) => status.into_response(),
+    }
+}
+
+async fn serve(
+    app: &App,
+    namespace: &str,
+    name: &str,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    upgrade: Option<WebSocketUpgrade>,
+) -> Result<Response, Status> {
+    let scope = authorize(app, headers, "create", "pods/exec", Some(namespace))?;
+    if method != Method::GET && method != Method::POST {
+        return Err(Status::method_not_allowed("pods", name));
+    }
+    let params = ExecParams::parse(uri)?;
+    let target = app.driver().with_world(|world| -> Result<Target, Status> {
+        let pod = world.scoped_pod_by_name(&scope, namespace, name).ok_or_else(|| Status::not_found("pods", name))?;
+        let container = if params.container.is_empty() {
+            pod.containers.first().map(|container| container.name.clone()).unwrap_or_default()
+        } else {
+            params.container.clone()
+        };
+        if !pod.containers.iter().any(|candidate| candidate.name == container) {
+            return Err(Status::bad_request(format!("container {container} is not valid for pod {name}")));
+        }
+        if pod.node_name.is_none() {
+            return Err(Status::bad_request(format!("pod {name} does not have a host assigned")));
+        }
+        match pod.phase {
+            PodPhase::Running => {}
+            PodPhase::Pending => {
+                return Err(Status::bad_request(format!(
+                    "unable to upgrade connection: container not found (\"{container}\")"
+                )));
+            }
+            phase => {
+                return Err(Status::bad_request(format!(
+                    "cannot exec into a container in a completed pod; current phase is {}",
+                    phase.as_str()
+                )));
+            }
+        }
+        let PodOwner::Sandbox(sandbox_id) = &pod.owner else {
+            return Err(Status::bad_request(format!(
+                "pod {name} runs no process in the emulator: kubectl exec reaches sandbox Pods only (the fidelity table lists it)"
+            )));
+        };
+        let view = world.sandbox(sandbox_id).ok_or_else(|| Status::not_found("pods", name))?;
+        if view.state != SandboxState::Running {
+            return Err(Status::bad_request(format!(
+                "unable to upgrade connection: container not found (\"{container}\")"
+            )));
+        }
+        let container = convert::container_name(&view, &container)
+            .ok_or_else(|| Status::bad_request(format!("container {container} is not valid for pod {name}")))?;
+        Ok(Target { sandbox_id: sandbox_id.to_string(), pod_uid: pod.uid.to_string(), container })
+    })?;
+    let Some(upgrade) = upgrade else {
+        let offered = headers
+            .get(http::header::UPGRADE)
+            .and_then(|value| value.to_str().ok())
+            .map(|value| format!(" (this request asked for {value:?})"))
+            .unwrap_or_default();
+        return Err(Status::bad_request(format!(
+            "pods/exec is served over a WebSocket upgrade with protocol {} (kubectl 1.30 and later){offered}; SPDY/3.1 is not emulated",
+            PROTOCOLS.join(" or ")
+        )));
+    };
+    let upgrade = upgrade.protocols(PROTOCOLS);
+    if upgrade.selected_protocol().is_none() {
+        return Err(Status::bad_request(format!(
+            "pods/exec needs the WebSocket subprotocol {}; the request offered none of them",
+            PROTOCOLS.join(" or ")
+        )));
+    }
+    let runtime = Arc::clone(app.runtime("pods/exec").map_err(|error| Status::from_api(&error, "pods", name))?);
+    if !app.driver().effects_applied(RUNTIME_CATCH_UP).await {
+        tracing::warn!(
+            sandbox_id = target.sandbox_id,
+            "the process runtime is more than {RUNTIME_CATCH_UP:?} behind the world"
+        );
+    }
+    let sandbox_id = target.sandbox_id.clone();
+    let spec =
+        ExecSpec { command: params.command.clone(), env: Default::default(), tty: params.tty.then_some(DEFAULT_TTY) };
+    let session = runtime.exec(target, spec).await.map_err(|error| Status::from_api(&error.into(), "pods", name))?;
+    tracing::info!(sandbox_id, pod = name, command = ?params.command, tty = params.tty, "kubectl exec");
+    Ok(upgrade.on_upgrade(move |socket| relay(socket, session, params)))
+}
+
+/// One binary message on `channel`.
+fn framed(channel: u8, data: &[u8]) -> Message {
+    let mut message = BytesMut::with_capacity(data.len() + 1);
+    message.put_u8(channel);
+    message.put_slice(data);
+    Message::Binary(message.freeze())
+}
+
+/// The `Status` kubectl reads from channel 3 once the command ended.
+fn final_status(command: &[String], event: &ExecEvent) -> serde_json::Value {
+    match event {
+        ExecEvent::Exited(0) => json!({"metadata": {}, "status": "Success"}),
+        ExecEvent::Exited(code) => json!({
+            "metadata": {},
+            "status": "Failure",
+            "message": format!(
+                "command terminated with non-zero exit code: error executing command [{}], exit code {code}",
+                command.join(" ")
+            ),
+            "reason": "NonZeroExitCode",
+            "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]},
+        }),
+        ExecEvent::Failed { code, message } => json!({
+            "metadata": {},
+            "status": "Failure",
+            "message": format!("{code}: {message}"),
+            "reason": "InternalError",
+            "code": 500,
+        }),
+        ExecEvent::Stdout(_) | ExecEvent::Stderr(_) => json!({"metadata": {}, "status": "Success"}),
+    }
+}
+
+/// What the client's messages ask of the command.
+fn input_of(message: &[u8], streams: Streams) -> Option<ExecInput> {
+    let (&channel, data) = message.split_first()?;
+    match channel {
+        STDIN if streams.stdin && !data.is_empty() => Some(ExecInput::Stdin(Bytes::copy_from_slice(data))),
+        RESIZE if streams.tty => {
+            let size: serde_json::Value = serde_json::from_slice(data).ok()?;
+            let dimension = |key: &str| size.get(key).and_then(serde_json::Value::as_u64).map(|value| value as u32);
+            Some(ExecInput::Resize(TtySize { width: dimension("Width")?, height: dimension("Height")? }))
+        }
+        CLOSE if data.first() == Some(&STDIN) => Some(ExecInput::Close),
+        _ => None,
+    }
+}
+
+/// Which streams the client asked for.
+#[derive(Debug, Clone, Copy, Default)]
+struct Streams {
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    tty: bool,
+}
+
+/// Relays the socket and the command until the command ends (then the status and a normal close)
+/// or the client goes away (then the session is dropped, which kills the command).
+async fn relay(socket: WebSocket, session: ExecSession, params: ExecParams) {
+    let ExecParams { command, stdin, stdout, stderr, tty, .. } = params;
+    let streams = Streams { stdin, stdout, stderr, tty };
+    let ExecSession { input, mut output } = session;
+    let (mut sink, mut incoming) = socket.split();
+    if !streams.stdin {
+        let _ = input.send(ExecInput::Close).await;
+    }
+    // The client's messages are read on their own task, so a command that reads stdin and one
+    // that writes output both make progress; the reader ends with the socket.
+    let (gone_tx, mut gone) = mpsc::channel::<()>(1);
+    let reader = tokio::spawn(async move {
+        let mut stdin_open = streams.stdin;
+        while let Some(Ok(message)) = incoming.next().await {
+            match message {
+                Message::Binary(data) => {
+                    let Some(request) = input_of(&data, streams) else { continue };
+                    let closing = request == ExecInput::Close;
+                    if closing && !stdin_open {
+                        continue;
+                    }
+                    if input.send(request).await.is_err() {
+                        break;
+                    }
+                    stdin_open &= !closing;
+                }
+                Message::Close(_) => break,
+                _ => {}
+            }
+        }
+        let _ = gone_tx.send(()).await;
+        // Holding `input` until here keeps the command's stdin open while the client is there.
+        drop(input);
+    });
+    loop {
+        let event = tokio::select! {
+            event = output.next() => event,
+            _ = gone.recv() => {
+                reader.abort();
+                return;
+            }
+        };
+        let message = match event {
+            Some(ExecEvent::Stdout(data)) if streams.stdout => framed(STDOUT, &data),
+            Some(ExecEvent::Stderr(data)) if streams.stderr => framed(STDERR, &data),
+            Some(ExecEvent::Stdout(_) | ExecEvent::Stderr(_)) => continue,
+            Some(end @ (ExecEvent::Exited(_) | ExecEvent::Failed { .. })) => {
+                let _ = sink.send(framed(ERROR, final_status(&command, &end).to_string().as_bytes())).await;
+                break;
+            }
+            None => {
+                let end = ExecEvent::Failed {
+                    code: "STREAM_ENDED".to_owned(),
+                    message: "the command's output ended without an exit status".to_owned(),
+                };
+                let _ = sink.send(framed(ERROR, final_status(&command, &end).to_string().as_bytes())).await;
+                break;
+            }
+        };
+        if sink.send(message).await.is_err() {
+            reader.abort();
+            return;
+        }
+    }
+    let _ = sink.send(Message::Close(Some(CloseFrame { code: close_code::NORMAL, reason: "".into() }))).await;
+    // The client answers the close; the reader sees it (or the socket's end) and stops.
+    let _ = reader.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(query: &str) -> Result<ExecParams, Status> {
+        ExecParams::parse(&format!("/api/v1/namespaces/n/pods/p/exec?{query}").parse::<Uri>().expect("uri"))
+    }
+
+    #[test]
+    fn kubectl_queries_parse() {
+        let params = parse("command=sh&command=-c&command=echo+hi&container=main&stdin=true&stdout=true&tty=true")
+            .expect("valid");
+        assert_eq!(
+            params,
+            ExecParams {
+                command: vec!["sh".into(), "-c".into(), "echo hi".into()],
+                container: "main".into(),
+                stdin: true,
+                stdout: true,
+                stderr: false,
+                tty: true,
+            }
+        );
+    }
+
+    #[test]
+    fn refusals_name_what_is_missing() {
+        assert!(parse("stdout=true").is_err(), "no command");
+        assert!(parse("command=true").is_err(), "no stream");
+        assert!(parse("command=sh&stdout=true&stderr=true&tty=true").is_err(), "stderr with a tty");
+    }
+
+    #[test]
+    fn exit_codes_read_as_kubelet_writes_them() {
+        let command = vec!["sh".to_owned(), "-c".to_owned(), "exit 3".to_owned()];
+        assert_eq!(final_status(&command, &ExecEvent::Exited(0)), json!({"metadata": {}, "status": "Success"}));
+        let failure = final_status(&command, &ExecEvent::Exited(3));
+        assert_eq!(failure["reason"], "NonZeroExitCode");
+        assert_eq!(failure["details"]["causes"][0], json!({"reason": "ExitCode", "message": "3"}));
+        assert_eq!(
+            failure["message"],
+            "command terminated with non-zero exit code: error executing command [sh -c exit 3], exit code 3"
+        );
+    }
+
+    #[test]
+    fn client_messages_map_to_inputs() {
+        let streams = Streams { stdin: true, tty: true, ..Default::default() };
+        assert_eq!(input_of(b"\x00abc", streams), Some(ExecInput::Stdin(Bytes::from_static(b"abc"))));
+        assert_eq!(input_of(br#"{"Width":120,"Height":40}"#, streams), None, "no channel byte, no resize");
+        assert_eq!(
+            input_of(b"\x04{\"Width\":120,\"Height\":40}", streams),
+            Some(ExecInput::Resize(TtySize { width: 120, height: 40 }))
+        );
+        assert_eq!(input_of(b"\xff\x00", streams), Some(ExecInput::Close));
+        assert_eq!(input_of(b"\xff\x01", streams), None, "only stdin can be half-closed by the client");
+        let no_stdin = Streams { stdout: true, ..Default::default() };
+        assert_eq!(input_of(b"\x00abc", no_stdin), None, "stdin was not asked for");
+    }
+}
