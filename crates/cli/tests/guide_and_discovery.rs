@@ -178,3 +178,53 @@ fn a_connection_error_names_the_url_it_tried_and_why() -> anyhow::Result<()> {
     assert!(said.contains(&format!("could not reach {url}")), "{said}");
     Ok(())
 }
+
+/// `line` run by a shell on a pseudo-terminal of 200 columns (util-linux's `script`), as a user's
+/// terminal runs it: everything the terminal received, stdout and stderr together.
+fn on_a_terminal(emu: &EmulatorProcess, line: &str) -> anyhow::Result<(String, std::process::ExitStatus)> {
+    let shell_line = format!("stty cols 200 rows 40; {line}");
+    let output = command(emu, Path::new("script"), &["-qec", &shell_line, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    Ok((String::from_utf8_lossy(&output.stdout).into_owned(), output.status))
+}
+
+/// The frames a spinner draws: braille characters (indicatif's default ticks).
+fn spinner_frames(screen: &str) -> std::collections::BTreeSet<char> {
+    screen.chars().filter(|c| ('\u{2800}'..='\u{28ff}').contains(c)).collect()
+}
+
+#[test]
+fn waits_show_a_spinner_on_a_terminal_and_plain_lines_elsewhere() -> anyhow::Result<()> {
+    // The guide's realistic timing: the prolog takes simulated time, so there is a wait to show.
+    let emu = emulator();
+    let cwsbx = CWSBX.to_owned();
+    let (screen, status) = on_a_terminal(&emu, &format!("{cwsbx} sandbox run"))?;
+    assert!(status.success(), "{screen}");
+    let table = screen.rsplit("\x1b[2K").next().unwrap_or_default();
+    assert!(table.starts_with("SANDBOX ID"), "the spinner is cleared before the result:\n{screen:?}");
+    let id = table.lines().nth(1).and_then(|row| row.split_whitespace().next()).unwrap_or_default().to_owned();
+    assert_eq!(id.len(), 16, "{table}");
+    // One line redrawn in place with the state and its reason as they change: no plain lines.
+    assert!(screen.contains(&format!(" {id}: starting")), "{screen:?}");
+    assert!(screen.contains(&format!(" {id}: PENDING (Slurm job ")), "{screen:?}");
+    assert!(screen.contains(&format!(" {id}: RUNNING")), "{screen:?}");
+    assert!(!screen.contains(&format!("\n{id}: PENDING")), "{screen:?}");
+    assert!(spinner_frames(&screen).len() >= 2, "the spinner turns: {screen:?}");
+
+    let (screen, status) = on_a_terminal(&emu, &format!("{cwsbx} sandbox delete {id}"))?;
+    assert!(status.success(), "{screen}");
+    assert!(screen.contains(&format!(" {id}: ending")), "{screen:?}");
+    let result = screen.rsplit("\x1b[2K").next().unwrap_or_default();
+    assert!(result.starts_with(&format!("sandbox {id}")), "the spinner is cleared before the result:\n{screen:?}");
+
+    // Not a terminal (a script's log): one plain line per change on stderr, no escape codes.
+    let output = command(&emu, Path::new(CWSBX), &["sandbox", "run", "-o", "json"]).output()?;
+    let progress = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{progress}");
+    assert!(!progress.contains('\x1b') && spinner_frames(&progress).is_empty(), "{progress:?}");
+    let lines: Vec<&str> = progress.lines().collect();
+    assert!(lines.iter().any(|line| line.contains(": PENDING (Slurm job ")), "{progress}");
+    assert_eq!(lines.last().map(|line| line.ends_with(": RUNNING")), Some(true), "{progress}");
+    Ok(())
+}
