@@ -315,3 +315,70 @@ fn the_guides_sacct_lines_find_a_python_clients_sandbox() {
     assert_eq!(parts[2].len(), 19, "{parsable}");
     emu.stop().unwrap();
 }
+
+#[test]
+fn squeue_and_scontrol_print_slurms_json_documents() {
+    let emu = emulator();
+    let bin = links(&emu);
+    let rt = runtime();
+    let _context = rt.enter();
+    let admin = admin(&emu);
+    let request = pb::SubmitBatchJobRequest { name: "train".into(), cpus: 2, mem_mb: 1536, ..Default::default() };
+    let job = rt.block_on(admin.submit_batch_job(&request)).unwrap().expect("a queue row");
+    let id = job.job_id;
+
+    let document: serde_json::Value = serde_json::from_str(&ok(&emu, &bin, "squeue", &["--json"])).unwrap();
+    // data_parser v0.0.43's response: the data, then meta, errors, warnings, in Slurm's order.
+    let keys: Vec<&str> = document.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut sorted = vec!["errors", "jobs", "last_backfill", "last_update", "meta", "warnings"];
+    sorted.sort_unstable();
+    assert_eq!(keys, sorted, "serde_json sorts the keys it reads back");
+    assert_eq!(document["meta"]["plugin"]["data_parser"], "data_parser/v0.0.43");
+    assert_eq!(document["meta"]["command"], serde_json::json!(["squeue", "--json"]));
+    assert_eq!(document["meta"]["slurm"]["cluster"], "slurm");
+    let jobs = document["jobs"].as_array().unwrap();
+    let record = jobs.iter().find(|record| record["job_id"] == id).unwrap_or_else(|| panic!("{document}"));
+    assert_eq!(record["name"], "train");
+    assert_eq!(record["job_state"], serde_json::json!(["RUNNING"]));
+    assert_eq!(record["user_name"], "root");
+    assert_eq!(record["partition"], "cpu");
+    assert_eq!(record["cpus"], serde_json::json!({"set": true, "infinite": false, "number": 2}));
+    assert_eq!(record["memory_per_node"], serde_json::json!({"set": true, "infinite": false, "number": 1536}));
+    assert_eq!(record["time_limit"], serde_json::json!({"set": false, "infinite": true, "number": 0}));
+    assert_eq!(record["exit_code"]["status"], serde_json::json!(["SUCCESS"]));
+    // The same string show job prints as ReqTRES= (slurmctld keeps it converted to units).
+    assert_eq!(record["tres_req_str"], "cpu=2,mem=1.50G,node=1,billing=2");
+    assert_eq!(record["job_resources"]["nodes"]["list"], record["nodes"]);
+    assert_eq!(record["standard_output"], format!("//slurm-{id}.out"));
+
+    // Filters apply; formats are ignored, as Slurm says of --json.
+    let filtered: serde_json::Value =
+        serde_json::from_str(&ok(&emu, &bin, "squeue", &["--json=v0.0.43", "-t", "PD", "-o", "%i"])).unwrap();
+    assert_eq!(filtered["jobs"], serde_json::json!([]));
+    assert_eq!(filtered["warnings"][0]["description"], "Zero jobs to dump");
+
+    let shown: serde_json::Value =
+        serde_json::from_str(&ok(&emu, &bin, "scontrol", &["--json", "show", "job", &id.to_string()])).unwrap();
+    assert_eq!(shown["jobs"].as_array().map(Vec::len), Some(1));
+    assert_eq!(shown["jobs"][0], *record, "scontrol and squeue print the same record");
+
+    // What is not emulated says so by name; another data_parser version is refused.
+    for (name, args) in
+        [("sinfo", &["--json"][..]), ("sacct", &["--json"][..]), ("scontrol", &["--json", "show", "node"][..])]
+    {
+        let refused = slurm(&emu, &bin, name, args);
+        assert_eq!(refused.status.code(), Some(1), "{name}");
+        assert!(
+            text(&refused.stderr).contains("--json") && text(&refused.stderr).contains("not emulated"),
+            "{name}: {}",
+            text(&refused.stderr)
+        );
+    }
+    let old = slurm(&emu, &bin, "squeue", &["--json=v0.0.39"]);
+    assert_eq!(old.status.code(), Some(1));
+    assert!(
+        text(&old.stderr).starts_with("squeue: error: Unable to find data_parser plugin v0.0.39"),
+        "{}",
+        text(&old.stderr)
+    );
+}

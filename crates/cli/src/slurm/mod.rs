@@ -12,6 +12,7 @@
 
 pub mod fmt;
 pub mod getopt;
+pub mod json;
 pub mod sacct;
 pub mod scancel;
 pub mod scontrol;

@@ -299,6 +299,7 @@ proptest! {
                     nodes: nodes(),
                     config: Default::default(),
                     now: NOW,
+                    caller: None,
                 };
                 let _ = scontrol::render(&options, &answer, &env);
             }

@@ -21,6 +21,7 @@ const SPEC: &[Opt] = &[
     Opt { key: "help", short: Some('h'), long: &["help"], arg: Arg::No },
     Opt { key: "verbose", short: Some('v'), long: &["verbose"], arg: Arg::No },
     Opt { key: "version", short: Some('V'), long: &["version"], arg: Arg::No },
+    Opt { key: "json", short: None, long: &["json"], arg: Arg::Optional },
 ];
 
 /// What was asked.
@@ -66,6 +67,8 @@ pub struct Options {
     pub quiet: bool,
     /// What to show.
     pub request: Request,
+    /// `--json`: the whole command line, for the document's `meta.command` (`show job` only).
+    pub json: Option<Vec<String>>,
 }
 
 fn fail(message: String) -> Output {
@@ -80,8 +83,13 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
     let mut quiet = false;
     let mut words = Vec::new();
     let mut info = None;
+    let mut json = None;
     for item in items {
         match item {
+            Item::Opt("json", spec) => {
+                super::json::check_spec("scontrol", spec.as_deref().unwrap_or_default()).map_err(fail)?;
+                json = Some(std::iter::once("scontrol".to_owned()).chain(args.iter().cloned()).collect());
+            }
             Item::Opt("oneliner", _) => one_liner = true,
             Item::Opt("quiet", _) => quiet = true,
             Item::Opt("help", _) => info = Some("scontrol [<OPTION>] [<COMMAND>]\n  show job [<jobid>]\n  show partition [<name>]\n  show node [<name>]\n  show config\n  update NodeName=<nodes> State=resume|undrain|drain [Reason=<why>]\n".to_owned()),
@@ -91,7 +99,7 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
         }
     }
     if let Some(info) = info {
-        return Ok(Options { one_liner, quiet, request: Request::Info(info) });
+        return Ok(Options { one_liner, quiet, request: Request::Info(info), json: None });
     }
     let lower: Vec<String> = words.iter().map(|w| w.to_ascii_lowercase()).collect();
     let command = lower.first().map(String::as_str).unwrap_or("");
@@ -99,7 +107,10 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
         return Err(fail("scontrol: interactive mode is not emulated; give a command (show job <id>)".to_owned()));
     }
     if "update".starts_with(command) && command.len() >= 3 {
-        return parse_update(&words[1..]).map(|request| Options { one_liner, quiet, request });
+        if json.is_some() {
+            return Err(fail("scontrol: error: --json applies to show commands".to_owned()));
+        }
+        return parse_update(&words[1..]).map(|request| Options { one_liner, quiet, request, json: None });
     }
     if !"show".starts_with(command) || command.len() < 3 {
         return Err(fail(format!("invalid keyword: {}", words[0])));
@@ -132,7 +143,13 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
         // Slurm's message ends in a space.
         return Err(fail(format!("invalid entity:{} for keyword:show ", words[1])));
     };
-    Ok(Options { one_liner, quiet, request })
+    if json.is_some() && !matches!(request, Request::Jobs(_)) {
+        return Err(fail(format!(
+            "scontrol: error: --json of show {} is not emulated (show job is; the CLI README lists what --json covers)",
+            words[1]
+        )));
+    }
+    Ok(Options { one_liner, quiet, request, json })
 }
 
 fn or_null(text: &str) -> &str {
@@ -144,7 +161,7 @@ fn time(seconds: Option<i64>, now: i64, format: &TimeFormat) -> String {
 }
 
 /// TRES in slurmctld's id order (cpu, mem, node, billing, then GRES).
-fn tres(cpus: u32, mem_mb: u64, job: &pb::Job) -> String {
+pub(crate) fn tres(cpus: u32, mem_mb: u64, job: &pb::Job) -> String {
     let mut text =
         format!("cpu={cpus},mem={},node=1,billing={cpus}", fmt::convert_num_unit(mem_mb as f64, 2, Convert::Exact));
     if job.req_gpus > 0 {
@@ -473,6 +490,7 @@ pub fn render(options: &Options, answer: &Answer, env: &Env) -> Output {
                 .collect();
             match (id, shown.is_empty()) {
                 (Some(_), true) => quiet_fail("slurm_load_jobs error: Invalid job id specified"),
+                _ if options.json.is_some() => Output::ok(jobs_json(options, answer, &shown)),
                 (None, true) => Output::ok("No jobs in the system\n".to_owned()),
                 _ => Output::ok(shown.iter().map(|job| job_text(job, now, options.one_liner, &format)).collect()),
             }
@@ -513,6 +531,16 @@ pub fn render(options: &Options, answer: &Answer, env: &Env) -> Output {
     }
 }
 
+/// `scontrol --json show job`: the jobs as `squeue --json` prints them.
+fn jobs_json(options: &Options, answer: &Answer, shown: &[&pb::Job]) -> String {
+    let command = options.json.as_deref().unwrap_or_default();
+    let (user, uid) = answer.caller.as_ref().map_or(("root", 0), |caller| (caller.name.as_str(), caller.uid));
+    let group =
+        if uid == 0 { "root" } else { shown.iter().find(|job| job.uid == uid).map_or("", |job| job.group.as_str()) };
+    let about = super::json::Meta { command, user, group, cluster: &answer.config.cluster_name };
+    super::json::jobs_document(shown, answer.now, &about).pretty()
+}
+
 /// `scontrol show …` against the emulator's queue, partitions and nodes.
 pub struct Scontrol;
 
@@ -529,6 +557,8 @@ pub struct Answer {
     pub config: pb::SlurmConfig,
     /// The emulator's time.
     pub now: i64,
+    /// Who asked (`--json`'s `meta.client`).
+    pub caller: Option<super::Caller>,
 }
 
 impl Command for Scontrol {
@@ -563,6 +593,10 @@ impl Command for Scontrol {
                 let response = admin.list_jobs(&request).await.map_err(api_error)?;
                 answer.now = super::now_of(&response);
                 answer.jobs = response.jobs;
+                if options.json.is_some() {
+                    answer.config = admin.slurm_config().await.map_err(api_error)?;
+                    answer.caller = Some(super::caller(Self::NAME, env, conn).await?.0);
+                }
             }
             Request::Partitions(_) => {
                 answer.partitions = admin.list_partitions().await.map_err(api_error)?;

@@ -24,6 +24,7 @@ const SPEC: &[Opt] = &[
     Opt { key: "help", short: None, long: &["help"], arg: Arg::No },
     Opt { key: "usage", short: None, long: &["usage"], arg: Arg::No },
     Opt { key: "jobs", short: Some('j'), long: &["jobs"], arg: Arg::Optional },
+    Opt { key: "json", short: None, long: &["json"], arg: Arg::Optional },
     Opt { key: "long", short: Some('l'), long: &["long"], arg: Arg::No },
     Opt { key: "me", short: None, long: &["me"], arg: Arg::No },
     Opt { key: "name", short: Some('n'), long: &["name"], arg: Arg::Required },
@@ -70,6 +71,8 @@ pub struct Options {
     nodes: Option<Vec<String>>,
     info: Option<String>,
     warnings: Vec<String>,
+    /// `--json`: the whole command line, for the document's `meta.command`.
+    json: Option<Vec<String>>,
 }
 
 fn fail(message: String) -> Output {
@@ -150,6 +153,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
         nodes: None,
         info: None,
         warnings: Vec::new(),
+        json: None,
     };
     let mut format = None;
     let mut format_long: Option<String> = None;
@@ -174,10 +178,14 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
                     "noheader" => options.header = false,
                     "help" | "usage" => options.info = Some(
                         "Usage: squeue [-A account] [-j jobid] [-l] [-n name] [-o format] [-O format] [-p partitions] [-t states] \
-                             [-u user_name] [-w nodes] [-h] [--me]\n"
+                             [-u user_name] [-w nodes] [-h] [--me] [--json[=data_parser]]\n"
                             .to_owned(),
                     ),
                     "version" => options.info = Some("slurm 25.05.3\n".to_owned()),
+                    "json" => {
+                        super::json::check_spec("squeue", &value).map_err(fail)?;
+                        options.json = Some(std::iter::once("squeue".to_owned()).chain(args.iter().cloned()).collect());
+                    }
                     "jobs" if value.is_empty() => job_flag = true,
                     "jobs" => add_jobs(&mut options, &value)?,
                     "long" => options.long = true,
@@ -334,6 +342,21 @@ pub fn render(
             .then(b.priority.cmp(&a.priority))
             .then(a.job_id.cmp(&b.job_id))
     });
+    if let Some(command) = &options.json {
+        // Slurm: "All other formatting arguments will be ignored"; the filters apply.
+        let user = match known.iter().find(|(_, uid)| *uid == caller_uid) {
+            Some((name, _)) => name.clone(),
+            None if caller_uid == 0 => "root".to_owned(),
+            None => caller_uid.to_string(),
+        };
+        let group = if caller_uid == 0 {
+            "root"
+        } else {
+            jobs.iter().find(|job| job.uid == caller_uid).map_or("", |job| job.group.as_str())
+        };
+        let about = super::json::Meta { command, user: &user, group, cluster };
+        return Output::ok(super::json::jobs_document(&selected, now, &about).pretty());
+    }
     let mut out = String::new();
     if options.long {
         out.push_str(&fmt::long_listing_date(now));
@@ -395,11 +418,12 @@ impl Command for Squeue {
         let (caller, known) = super::caller(Self::NAME, env, conn).await?;
         let request = pb::ListJobsRequest { source: pb::JobSource::Queue as i32, ..Default::default() };
         let response = conn.admin().list_jobs(&request).await.map_err(api_error)?;
-        let cluster = if options.fields.iter().any(|field| field.print == Some("cluster_name")) {
-            conn.admin().slurm_config().await.map_err(api_error)?.cluster_name
-        } else {
-            String::new()
-        };
+        let cluster =
+            if options.json.is_some() || options.fields.iter().any(|field| field.print == Some("cluster_name")) {
+                conn.admin().slurm_config().await.map_err(api_error)?.cluster_name
+            } else {
+                String::new()
+            };
         Ok(Answer { now: super::now_of(&response), jobs: response.jobs, caller, known, cluster })
     }
 

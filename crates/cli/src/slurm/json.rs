@@ -1,0 +1,570 @@
+//! `--json` of the Slurm views: the documents Slurm 25.05's commands print through its
+//! `data_parser/v0.0.43` plugin (`src/plugins/data_parser/v0.0.43/parsers.c` at tag
+//! `slurm-25-05-8-1`), key for key and in Slurm's order, with Slurm's encodings: numbers that may
+//! be unset or infinite as `{"set", "infinite", "number"}`, flags as arrays of names, exit codes as
+//! `{"status", "return_code", "signal"}`, unset strings as `""`. Fields the emulator does not model
+//! (array jobs, federation, burst buffers, mail, CPU frequency, job flags, …) carry the value Slurm
+//! prints for a job that did not ask for them; the CLI README's table says which.
+//!
+//! `squeue --json` and `scontrol show job --json` print the same job records (`JOB_INFO`).
+
+use cwsandbox_client::emulator_v1 as pb;
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::Value;
+
+use super::fmt;
+use super::scontrol::{WORK_DIR, default_output, tres as tres_text};
+
+/// The data_parser version printed and accepted by `--json[=v0.0.43]`.
+pub const DATA_PARSER: &str = "v0.0.43";
+
+/// A JSON value whose objects keep their keys in the order written (Slurm's order), without
+/// changing `serde_json`'s map order for the rest of the binary.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json {
+    /// A scalar or a value with no keys of its own.
+    Plain(Value),
+    /// An object, keys in order.
+    Object(Vec<(&'static str, Json)>),
+    /// A list.
+    List(Vec<Json>),
+}
+
+impl Serialize for Json {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Json::Plain(value) => value.serialize(serializer),
+            Json::List(items) => items.serialize(serializer),
+            Json::Object(entries) => {
+                let mut map = serializer.serialize_map(Some(entries.len()))?;
+                for (key, value) in entries {
+                    map.serialize_entry(key, value)?;
+                }
+                map.end()
+            }
+        }
+    }
+}
+
+impl Json {
+    /// Slurm's JSON serializer prints pretty JSON (two-space indents) and a final newline.
+    pub fn pretty(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).unwrap_or_else(|_| "{}".to_owned());
+        text.push('\n');
+        text
+    }
+}
+
+fn string(text: &str) -> Json {
+    Json::Plain(Value::String(text.to_owned()))
+}
+
+fn int(number: impl Into<i64>) -> Json {
+    Json::Plain(Value::from(number.into()))
+}
+
+fn boolean(value: bool) -> Json {
+    Json::Plain(Value::Bool(value))
+}
+
+fn names(list: &[&str]) -> Json {
+    Json::List(list.iter().map(|name| string(name)).collect())
+}
+
+/// `UINT32_NO_VAL` and friends: a number that may be unset (Slurm's NO_VAL) or infinite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Number {
+    /// NO_VAL: not set.
+    Unset,
+    /// INFINITE.
+    Infinite,
+    /// A value.
+    Set(u64),
+}
+
+fn number(value: Number) -> Json {
+    let (set, infinite, number) = match value {
+        Number::Unset => (false, false, 0),
+        Number::Infinite => (false, true, 0),
+        Number::Set(number) => (true, false, number),
+    };
+    Json::Object(vec![("set", boolean(set)), ("infinite", boolean(infinite)), ("number", int(number as i64))])
+}
+
+fn set(value: impl Into<u64>) -> Json {
+    number(Number::Set(value.into()))
+}
+
+fn unset() -> Json {
+    number(Number::Unset)
+}
+
+/// `TIMESTAMP_NO_VAL`: seconds since the epoch; 0 (Slurm's "none") is a set 0.
+fn timestamp(seconds: Option<i64>) -> Json {
+    set(seconds.unwrap_or(0).max(0) as u64)
+}
+
+/// `FLOAT64_NO_VAL`.
+fn float(value: Option<f64>) -> Json {
+    match value {
+        Some(value) => Json::Object(vec![
+            ("set", boolean(true)),
+            ("infinite", boolean(false)),
+            ("number", Json::Plain(Value::from(value))),
+        ]),
+        None => Json::Object(vec![("set", boolean(false)), ("infinite", boolean(false)), ("number", int(0))]),
+    }
+}
+
+/// How a process ended, as `PROCESS_EXIT_CODE` reads a wait status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// Not started or not finished (NO_VAL).
+    Pending,
+    /// Exited with this code.
+    Exited(u32),
+    /// Killed by this signal.
+    Signaled(u16),
+}
+
+impl ExitStatus {
+    /// A job's exit status: pending jobs have none; a signal wins over a code, as in a wait status.
+    pub fn of_job(job: &pb::Job) -> ExitStatus {
+        if fmt::state(job.state) == pb::JobState::Pending {
+            ExitStatus::Pending
+        } else if job.exit_signal > 0 {
+            ExitStatus::Signaled(job.exit_signal as u16)
+        } else {
+            ExitStatus::Exited(job.exit_code.max(0) as u32)
+        }
+    }
+}
+
+/// `sig_num2name` (src/common/proc_args.c): the name without `SIG`, or the number.
+fn signal_name(signal: u16) -> String {
+    const NAMES: &[(&str, u16)] = &[
+        ("HUP", 1),
+        ("INT", 2),
+        ("QUIT", 3),
+        ("ABRT", 6),
+        ("KILL", 9),
+        ("ALRM", 14),
+        ("TERM", 15),
+        ("CHLD", 17),
+        ("USR1", 10),
+        ("USR2", 12),
+        ("CONT", 18),
+        ("STOP", 19),
+        ("TSTP", 20),
+        ("TTIN", 21),
+        ("TTOU", 22),
+        ("URG", 23),
+        ("XCPU", 24),
+        ("XFSZ", 25),
+        ("VTALRM", 26),
+        ("PROF", 27),
+        ("WINCH", 28),
+        ("IO", 29),
+        ("PWR", 30),
+        ("SYS", 31),
+    ];
+    NAMES.iter().find(|(_, number)| *number == signal).map(|(name, _)| (*name).to_owned()).unwrap_or(signal.to_string())
+}
+
+/// `PROCESS_EXIT_CODE_VERBOSE`.
+pub fn exit_code(status: ExitStatus) -> Json {
+    let (state, return_code, signal) = match status {
+        ExitStatus::Pending => ("PENDING", Number::Unset, None),
+        ExitStatus::Exited(0) => ("SUCCESS", Number::Set(0), None),
+        ExitStatus::Exited(code) => ("ERROR", Number::Set(u64::from(code)), None),
+        ExitStatus::Signaled(signal) => ("SIGNALED", Number::Unset, Some(signal)),
+    };
+    Json::Object(vec![
+        ("status", names(&[state])),
+        ("return_code", number(return_code)),
+        (
+            "signal",
+            Json::Object(vec![
+                ("id", signal.map_or_else(unset, set)),
+                ("name", string(&signal.map(signal_name).unwrap_or_default())),
+            ]),
+        ),
+    ])
+}
+
+/// What every document carries besides its data: `meta`, `errors`, `warnings`
+/// (`add_openapi_response_meta` and friends).
+#[derive(Debug, Clone)]
+pub struct Meta<'a> {
+    /// The command line as typed (`squeue --json`).
+    pub command: &'a [String],
+    /// The caller's user and group names.
+    pub user: &'a str,
+    /// The caller's group name.
+    pub group: &'a str,
+    /// The cluster's name (`ClusterName`).
+    pub cluster: &'a str,
+}
+
+fn meta(meta: &Meta<'_>) -> Json {
+    let mut version = super::slurm_conf::SLURM_VERSION.split('.');
+    let (major, minor, micro) =
+        (version.next().unwrap_or_default(), version.next().unwrap_or_default(), version.next().unwrap_or_default());
+    Json::Object(vec![
+        (
+            "plugin",
+            Json::Object(vec![
+                ("type", string("")),
+                ("name", string("")),
+                ("data_parser", string(&format!("data_parser/{DATA_PARSER}"))),
+                ("accounting_storage", string("")),
+            ]),
+        ),
+        (
+            "client",
+            Json::Object(vec![("source", string("")), ("user", string(meta.user)), ("group", string(meta.group))]),
+        ),
+        ("command", Json::List(meta.command.iter().map(|word| string(word)).collect())),
+        (
+            "slurm",
+            Json::Object(vec![
+                (
+                    "version",
+                    Json::Object(vec![("major", string(major)), ("micro", string(micro)), ("minor", string(minor))]),
+                ),
+                ("release", string(&format!("{major}.{minor}.{micro}"))),
+                ("cluster", string(meta.cluster)),
+            ]),
+        ),
+    ])
+}
+
+/// A response document: the data's keys, then `meta`, `errors`, `warnings`.
+pub fn response(data: Vec<(&'static str, Json)>, about: &Meta<'_>, warnings: &[&str]) -> Json {
+    let mut entries = data;
+    entries.push(("meta", meta(about)));
+    entries.push(("errors", Json::List(Vec::new())));
+    let warnings = warnings
+        .iter()
+        .map(|warning| Json::Object(vec![("description", string(warning)), ("source", string(""))]))
+        .collect();
+    entries.push(("warnings", Json::List(warnings)));
+    Json::Object(entries)
+}
+
+/// `--json[=SPEC]`: the spec names the data_parser (`v0.0.43`, `data_parser/v0.0.43`); others are
+/// refused as Slurm refuses a plugin it does not have.
+pub fn check_spec(program: &str, spec: &str) -> Result<(), String> {
+    let version = spec.trim_start_matches("data_parser/");
+    if spec.is_empty() || version == DATA_PARSER || version == "latest" {
+        Ok(())
+    } else {
+        Err(format!(
+            "{program}: error: Unable to find data_parser plugin {spec}: this emulator prints data_parser/{DATA_PARSER} (Slurm 25.05's)"
+        ))
+    }
+}
+
+/// `gres_detail`: `gpu[:type]:N(IDX:list)` per node of a job holding GPUs.
+fn gres_detail(job: &pb::Job) -> Json {
+    if job.req_gpus == 0 || job.gpu_indices.is_empty() {
+        return Json::List(Vec::new());
+    }
+    let mut indices: Vec<u32> = job.gpu_indices.clone();
+    indices.sort_unstable();
+    let mut ranges: Vec<String> = Vec::new();
+    let mut start = indices[0];
+    let mut end = start;
+    for &index in &indices[1..] {
+        if index == end + 1 {
+            end = index;
+            continue;
+        }
+        ranges.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
+        start = index;
+        end = index;
+    }
+    ranges.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
+    let kind = if job.gres_type.is_empty() { String::new() } else { format!(":{}", job.gres_type) };
+    Json::List(vec![string(&format!("gpu{kind}:{}(IDX:{})", indices.len(), ranges.join(",")))])
+}
+
+/// `job_resources` of a job holding nodes (`JOB_RES`): one node, its CPUs and memory. The
+/// emulator does not model sockets and cores, so `allocation[].sockets` is empty.
+fn job_resources(job: &pb::Job) -> Json {
+    if fmt::state(job.state) == pb::JobState::Pending || job.node_list.is_empty() {
+        return Json::Plain(Value::Null);
+    }
+    Json::Object(vec![
+        ("select_type", names(&["CORE", "MEMORY"])),
+        (
+            "nodes",
+            Json::Object(vec![
+                ("count", int(job.alloc_nodes.max(1))),
+                ("select_type", names(&["AVAILABLE"])),
+                ("list", string(&job.node_list)),
+                ("whole", boolean(job.over_subscribe == pb::OverSubscribe::No as i32)),
+                (
+                    "allocation",
+                    Json::List(vec![Json::Object(vec![
+                        ("index", int(0)),
+                        ("name", string(&job.node_list)),
+                        ("cpus", Json::Object(vec![("count", int(job.alloc_cpus)), ("used", int(0))])),
+                        ("memory", Json::Object(vec![("used", int(0)), ("allocated", int(job.req_mem_mb as i64))])),
+                        ("sockets", Json::List(Vec::new())),
+                    ])]),
+                ),
+            ]),
+        ),
+        ("cpus", int(job.alloc_cpus)),
+        ("threads_per_core", unset()),
+    ])
+}
+
+/// `JOB_SHARED`: how the job shares its nodes (`OverSubscribe=` in show job).
+fn shared(job: &pb::Job) -> Json {
+    match pb::OverSubscribe::try_from(job.over_subscribe) {
+        Ok(pb::OverSubscribe::No) => names(&["none"]),
+        Ok(pb::OverSubscribe::Yes) => names(&["oversubscribe"]),
+        Ok(pb::OverSubscribe::User) => names(&["user"]),
+        _ => names(&[]),
+    }
+}
+
+/// One job as `JOB_INFO` dumps it, in the parser's order.
+pub fn job_info(job: &pb::Job, cluster: &str) -> Json {
+    let state = fmt::state(job.state);
+    let pending = state == pb::JobState::Pending;
+    let submit = fmt::secs(job.submit_time.as_ref());
+    let eligible = fmt::secs(job.eligible_time.as_ref()).or(submit);
+    let start = if pending { fmt::secs(job.estimated_start_time.as_ref()) } else { fmt::secs(job.start_time.as_ref()) };
+    let end = fmt::secs(job.end_time.as_ref()).or_else(|| {
+        let limit = i64::from(fmt::limit_minutes(job.time_limit_seconds?) as u32) * 60;
+        start.map(|start| start + limit)
+    });
+    let cpus = if pending { job.req_cpus } else { job.alloc_cpus };
+    let mut job_state = vec![fmt::state_long(state)];
+    if job.completing {
+        job_state.push("COMPLETING");
+    }
+    let output = default_output(job);
+    let reason = if job.reason.is_empty() { "None" } else { &job.reason };
+    let time_limit = match job.time_limit_seconds {
+        Some(seconds) => Number::Set(u64::from(fmt::limit_minutes(seconds) as u32)),
+        None => Number::Infinite,
+    };
+    let tres_per_node = if job.req_gpus > 0 { format!("gres/gpu:{}", job.req_gpus) } else { String::new() };
+    Json::Object(vec![
+        ("account", string(&job.account)),
+        ("accrue_time", timestamp(eligible)),
+        ("admin_comment", string("")),
+        ("allocating_node", string(&job.alloc_node)),
+        ("array_job_id", set(0u32)),
+        ("array_task_id", unset()),
+        ("array_max_tasks", set(0u32)),
+        ("array_task_string", string("")),
+        ("association_id", int(0)),
+        ("batch_features", string("")),
+        ("batch_flag", boolean(true)),
+        ("batch_host", string(if pending { "" } else { &job.node_list })),
+        ("flags", names(&[])),
+        ("burst_buffer", string("")),
+        ("burst_buffer_state", string("")),
+        ("cluster", string(cluster)),
+        ("cluster_features", string("")),
+        ("command", string("")),
+        ("comment", string(&job.comment)),
+        ("container", string("")),
+        ("container_id", string("")),
+        ("contiguous", boolean(false)),
+        ("core_spec", int(0)),
+        ("thread_spec", int(0)),
+        ("cores_per_socket", unset()),
+        ("billable_tres", float((!pending).then_some(f64::from(job.alloc_cpus)))),
+        ("cpus_per_task", set(job.req_cpus.max(1))),
+        ("cpu_frequency_minimum", unset()),
+        ("cpu_frequency_maximum", unset()),
+        ("cpu_frequency_governor", unset()),
+        ("cpus_per_tres", string("")),
+        ("cron", string("")),
+        ("deadline", timestamp(None)),
+        ("delay_boot", set(0u32)),
+        ("dependency", string("")),
+        ("derived_exit_code", exit_code(if pending { ExitStatus::Pending } else { ExitStatus::Exited(0) })),
+        ("eligible_time", timestamp(eligible)),
+        ("end_time", timestamp(end)),
+        ("excluded_nodes", string("")),
+        ("exit_code", exit_code(ExitStatus::of_job(job))),
+        ("extra", string(&job.extra)),
+        ("failed_node", string("")),
+        ("features", string("")),
+        ("federation_origin", string("")),
+        ("federation_siblings_active", string("")),
+        ("federation_siblings_viable", string("")),
+        ("gres_detail", gres_detail(job)),
+        ("group_id", int(job.gid)),
+        ("group_name", string(&job.group)),
+        ("het_job_id", set(0u32)),
+        ("het_job_id_set", string("")),
+        ("het_job_offset", set(0u32)),
+        ("job_id", int(job.job_id)),
+        ("job_resources", job_resources(job)),
+        ("job_size_str", names(&[])),
+        ("job_state", names(&job_state)),
+        ("last_sched_evaluation", timestamp(fmt::secs(job.start_time.as_ref()).or(submit))),
+        ("licenses", string("")),
+        ("licenses_allocated", string("")),
+        ("mail_type", names(&[])),
+        ("mail_user", string("")),
+        ("max_cpus", set(0u32)),
+        ("max_nodes", set(0u32)),
+        ("mcs_label", string("")),
+        ("memory_per_tres", string("")),
+        ("name", string(&job.name)),
+        ("network", string("")),
+        ("nodes", string(&job.node_list)),
+        ("nice", int(0)),
+        ("tasks_per_core", unset()),
+        ("tasks_per_tres", unset()),
+        ("tasks_per_node", set(0u32)),
+        ("tasks_per_socket", unset()),
+        ("tasks_per_board", set(0u32)),
+        ("cpus", set(cpus)),
+        ("node_count", set(job.alloc_nodes.max(1))),
+        ("tasks", set(1u32)),
+        ("partition", string(&job.partition)),
+        ("prefer", string("")),
+        ("memory_per_cpu", unset()),
+        ("memory_per_node", set(job.req_mem_mb)),
+        ("minimum_cpus_per_node", set(job.req_cpus.max(1))),
+        ("minimum_tmp_disk_per_node", set(0u32)),
+        ("preempt_time", timestamp(None)),
+        ("preemptable_time", timestamp(None)),
+        ("pre_sus_time", timestamp(None)),
+        ("hold", boolean(job.priority == 0)),
+        ("priority", set(job.priority)),
+        ("priority_by_partition", Json::List(Vec::new())),
+        ("profile", names(&["NOT_SET"])),
+        ("qos", string(&job.qos)),
+        ("reboot", boolean(false)),
+        ("required_nodes", string("")),
+        ("required_switches", int(0)),
+        ("requeue", boolean(true)),
+        ("resize_time", timestamp(None)),
+        ("restart_cnt", int(0)),
+        ("resv_name", string(&job.reservation)),
+        ("scheduled_nodes", string("")),
+        ("segment_size", int(0)),
+        ("selinux_context", string("")),
+        ("shared", shared(job)),
+        ("sockets_per_board", int(0)),
+        ("sockets_per_node", unset()),
+        ("start_time", timestamp(start)),
+        ("state_description", string("")),
+        ("state_reason", string(reason)),
+        ("standard_input", string("/dev/null")),
+        ("standard_output", string(&output)),
+        ("standard_error", string(&output)),
+        ("stdin_expanded", string("/dev/null")),
+        ("stdout_expanded", string(&output)),
+        ("stderr_expanded", string(&output)),
+        ("submit_time", timestamp(submit)),
+        ("suspend_time", timestamp(None)),
+        ("system_comment", string("")),
+        ("time_limit", number(time_limit)),
+        ("time_minimum", set(0u32)),
+        ("threads_per_core", unset()),
+        ("tres_bind", string("")),
+        ("tres_freq", string("")),
+        ("tres_per_job", string("")),
+        ("tres_per_node", string(&tres_per_node)),
+        ("tres_per_socket", string("")),
+        ("tres_per_task", string("")),
+        ("tres_req_str", string(&tres_text(job.req_cpus, job.req_mem_mb, job))),
+        (
+            "tres_alloc_str",
+            string(&if pending { String::new() } else { tres_text(job.alloc_cpus, job.req_mem_mb, job) }),
+        ),
+        ("user_id", int(job.uid)),
+        ("user_name", string(&job.user)),
+        ("maximum_switch_wait_time", int(0)),
+        ("wckey", string("")),
+        ("current_working_directory", string(WORK_DIR)),
+    ])
+}
+
+/// `OPENAPI_JOB_INFO_RESP`: what `squeue --json` and `scontrol show job --json` print.
+pub fn jobs_document(jobs: &[&pb::Job], now: i64, about: &Meta<'_>) -> Json {
+    let records = jobs.iter().map(|job| job_info(job, about.cluster)).collect();
+    // DUMP_FUNC(JOB_INFO_MSG) warns when there is nothing to dump.
+    let warnings: &[&str] = if jobs.is_empty() { &["Zero jobs to dump"] } else { &[] };
+    response(
+        vec![
+            ("jobs", Json::List(records)),
+            ("last_backfill", timestamp(Some(now))),
+            ("last_update", timestamp(Some(now))),
+        ],
+        about,
+        warnings,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_as_slurm_dumps_them() {
+        assert_eq!(serde_json::to_string(&set(5u32)).unwrap(), r#"{"set":true,"infinite":false,"number":5}"#);
+        assert_eq!(serde_json::to_string(&unset()).unwrap(), r#"{"set":false,"infinite":false,"number":0}"#);
+        assert_eq!(
+            serde_json::to_string(&number(Number::Infinite)).unwrap(),
+            r#"{"set":false,"infinite":true,"number":0}"#
+        );
+    }
+
+    #[test]
+    fn exit_codes_read_as_slurm_dumps_them() {
+        let text = |status| serde_json::to_string(&exit_code(status)).unwrap();
+        assert_eq!(
+            text(ExitStatus::Exited(3)),
+            r#"{"status":["ERROR"],"return_code":{"set":true,"infinite":false,"number":3},"signal":{"id":{"set":false,"infinite":false,"number":0},"name":""}}"#
+        );
+        assert_eq!(
+            text(ExitStatus::Signaled(15)),
+            r#"{"status":["SIGNALED"],"return_code":{"set":false,"infinite":false,"number":0},"signal":{"id":{"set":true,"infinite":false,"number":15},"name":"TERM"}}"#
+        );
+        assert!(text(ExitStatus::Pending).starts_with(r#"{"status":["PENDING"],"return_code":{"set":false"#));
+    }
+
+    #[test]
+    fn the_spec_names_the_data_parser() {
+        assert!(check_spec("squeue", "").is_ok());
+        assert!(check_spec("squeue", "v0.0.43").is_ok());
+        assert!(check_spec("squeue", "data_parser/v0.0.43").is_ok());
+        let refused = check_spec("squeue", "v0.0.39").expect_err("not this release's");
+        assert!(refused.starts_with("squeue: error: Unable to find data_parser plugin v0.0.39"), "{refused}");
+    }
+
+    #[test]
+    fn job_records_have_every_key_of_job_info_in_slurms_order() {
+        let Json::Object(entries) = job_info(&pb::Job { job_id: 7, ..Default::default() }, "slurm") else {
+            panic!("an object")
+        };
+        let keys: Vec<&str> = entries.iter().map(|(key, _)| *key).collect();
+        // PARSER_ARRAY(JOB_INFO) of v0.0.43 dumps 132 keys (its skipped and removed fields print none).
+        assert_eq!(keys.len(), 132);
+        assert_eq!(keys.iter().collect::<std::collections::BTreeSet<_>>().len(), 132, "no key twice");
+        assert_eq!(&keys[..4], ["account", "accrue_time", "admin_comment", "allocating_node"]);
+        assert_eq!(&keys[keys.len() - 3..], ["maximum_switch_wait_time", "wckey", "current_working_directory"]);
+        let document = jobs_document(&[], 0, &Meta { command: &[], user: "root", group: "root", cluster: "slurm" });
+        assert!(document.pretty().starts_with("{\n  \"jobs\": [],\n  \"last_backfill\": {\n"), "{}", document.pretty());
+    }
+
+    #[test]
+    fn gpu_indices_read_as_ranges() {
+        let job =
+            pb::Job { req_gpus: 3, gres_type: "h100".into(), gpu_indices: vec![2, 0, 1, 5], ..Default::default() };
+        assert_eq!(gres_detail(&job), Json::List(vec![string("gpu:h100:4(IDX:0-2,5)")]));
+    }
+}
