@@ -362,10 +362,26 @@ fn squeue_and_scontrol_print_slurms_json_documents() {
     assert_eq!(shown["jobs"].as_array().map(Vec::len), Some(1));
     assert_eq!(shown["jobs"][0], *record, "scontrol and squeue print the same record");
 
+    // sacct: the accounting records (slurmdb's JOB), with their steps unless -X.
+    let accounting: serde_json::Value =
+        serde_json::from_str(&ok(&emu, &bin, "sacct", &["--json", "-j", &id.to_string()])).unwrap();
+    let record = &accounting["jobs"][0];
+    assert_eq!(record["job_id"], id);
+    assert_eq!(record["state"]["current"], serde_json::json!(["RUNNING"]));
+    assert_eq!(record["required"]["CPUs"], 2);
+    assert_eq!(record["time"]["limit"], serde_json::json!({"set": false, "infinite": true, "number": 0}));
+    let steps: Vec<&str> =
+        record["steps"].as_array().unwrap().iter().map(|step| step["step"]["id"].as_str().unwrap()).collect();
+    assert_eq!(steps, [format!("{id}.batch"), format!("{id}.extern")]);
+    let cpus = record["tres"]["allocated"].as_array().unwrap().iter().find(|tres| tres["type"] == "cpu").cloned();
+    assert_eq!(cpus, Some(serde_json::json!({"type": "cpu", "name": "", "id": 1, "count": 2})));
+    let no_steps: serde_json::Value =
+        serde_json::from_str(&ok(&emu, &bin, "sacct", &["--json", "-X", "-j", &id.to_string()])).unwrap();
+    assert_eq!(no_steps["jobs"][0]["steps"], serde_json::json!([]));
+    assert_eq!(no_steps["meta"]["command"], serde_json::json!(["sacct", "--json", "-X", "-j", id.to_string()]));
+
     // What is not emulated says so by name; another data_parser version is refused.
-    for (name, args) in
-        [("sinfo", &["--json"][..]), ("sacct", &["--json"][..]), ("scontrol", &["--json", "show", "node"][..])]
-    {
+    for (name, args) in [("sinfo", &["--json"][..]), ("scontrol", &["--json", "show", "node"][..])] {
         let refused = slurm(&emu, &bin, name, args);
         assert_eq!(refused.status.code(), Some(1), "{name}");
         assert!(

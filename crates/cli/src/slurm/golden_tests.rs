@@ -117,7 +117,7 @@ fn env(pairs: &[(&str, &str)]) -> Env {
 /// `sacct <list>` as root over `jobs`; returns stdout, asserting success.
 fn sacct_as(caller: &Caller, list: &[&str], environment: &Env, jobs: &[pb::Job]) -> super::Output {
     match sacct::parse(&args(list), environment) {
-        Ok(options) => sacct::render(&options, jobs, NOW, caller, &users()),
+        Ok(options) => sacct::render(&options, jobs, NOW, caller, &users(), None),
         Err(output) => output,
     }
 }

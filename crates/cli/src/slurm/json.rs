@@ -509,6 +509,231 @@ pub fn jobs_document(jobs: &[&pb::Job], now: i64, about: &Meta<'_>) -> Json {
     )
 }
 
+/// An object built from data_parser paths (`time/start`): a path's first part opens (or reuses)
+/// a nested object at the place it first appears, as the parser's dump does.
+fn object(entries: Vec<(&'static str, Json)>) -> Json {
+    fn insert(object: &mut Vec<(&'static str, Json)>, path: &'static str, value: Json) {
+        match path.split_once('/') {
+            None => object.push((path, value)),
+            Some((head, rest)) => {
+                let index = match object.iter().position(|(key, _)| *key == head) {
+                    Some(index) => index,
+                    None => {
+                        object.push((head, Json::Object(Vec::new())));
+                        object.len() - 1
+                    }
+                };
+                if let Json::Object(inner) = &mut object[index].1 {
+                    insert(inner, rest, value);
+                }
+            }
+        }
+    }
+    let mut root = Vec::new();
+    for (path, value) in entries {
+        insert(&mut root, path, value);
+    }
+    Json::Object(root)
+}
+
+/// A TRES list (`TRES_STR`): `{type, name, id, count}` in the database's id order (cpu 1, mem 2
+/// in megabytes, node 4, billing 5, GRES from 1001).
+fn tres_list(cpus: u32, mem_mb: u64, node: bool, billing: Option<u32>, job: Option<&pb::Job>) -> Json {
+    let entry = |kind: &str, name: &str, id: i64, count: i64| {
+        Json::Object(vec![("type", string(kind)), ("name", string(name)), ("id", int(id)), ("count", int(count))])
+    };
+    let mut list = vec![entry("cpu", "", 1, i64::from(cpus)), entry("mem", "", 2, mem_mb as i64)];
+    if node {
+        list.push(entry("node", "", 4, 1));
+    }
+    if let Some(billing) = billing {
+        list.push(entry("billing", "", 5, i64::from(billing)));
+    }
+    if let Some(job) = job.filter(|job| job.req_gpus > 0) {
+        list.push(entry("gres", "gpu", 1001, i64::from(job.req_gpus)));
+        if !job.gres_type.is_empty() {
+            list.push(entry("gres", &format!("gpu:{}", job.gres_type), 1002, i64::from(job.req_gpus)));
+        }
+    }
+    Json::List(list)
+}
+
+/// One step of an accounting record (`STEP`).
+fn step_record(job: &pb::Job, step: &pb::JobStep) -> Json {
+    let exit = if step.exit_signal > 0 {
+        ExitStatus::Signaled(step.exit_signal as u16)
+    } else {
+        ExitStatus::Exited(step.exit_code.max(0) as u32)
+    };
+    let nodes: Vec<String> = fmt::expand_hostlist(&step.node_list);
+    // The extern step (the job's container) is accounted with the job's billing too.
+    let billing = (step.name == "extern").then_some(step.alloc_cpus);
+    object(vec![
+        ("time/elapsed", int(step.elapsed_seconds.max(0))),
+        ("time/end", timestamp(fmt::secs(step.end_time.as_ref()))),
+        ("exit_code", exit_code(exit)),
+        ("nodes/count", int(nodes.len() as i64)),
+        ("nodes/range", string(&step.node_list)),
+        ("tasks/count", int(1)),
+        // Deprecated since 24.11 but still dumped.
+        ("pid", string("")),
+        ("CPU/requested_frequency/min", unset()),
+        ("CPU/requested_frequency/max", unset()),
+        ("CPU/governor", names(&[])),
+        ("kill_request_user", string("")),
+        ("time/start", timestamp(fmt::secs(step.start_time.as_ref()))),
+        ("state", names(&[fmt::state_long(fmt::state(step.state))])),
+        ("statistics/CPU/actual_frequency", int(0)),
+        ("statistics/energy/consumed", set(0u32)),
+        ("step/id", string(&format!("{}.{}", job.job_id, step.name))),
+        ("step/name", string(&step.name)),
+        ("step/stderr", string("")),
+        ("step/stdin", string("")),
+        ("step/stdout", string("")),
+        ("step/stderr_expanded", string("")),
+        ("step/stdin_expanded", string("")),
+        ("step/stdout_expanded", string("")),
+        ("time/suspended", int(0)),
+        ("time/system/seconds", int(0)),
+        ("time/system/microseconds", int(0)),
+        ("task/distribution", string("Unknown")),
+        ("time/limit", unset()),
+        ("time/total/seconds", int(0)),
+        ("time/total/microseconds", int(0)),
+        ("time/user/seconds", int(0)),
+        ("time/user/microseconds", int(0)),
+        ("nodes/list", Json::List(nodes.iter().map(|node| string(node)).collect())),
+        ("tres/requested/max", Json::List(Vec::new())),
+        ("tres/requested/min", Json::List(Vec::new())),
+        ("tres/consumed/max", Json::List(Vec::new())),
+        ("tres/consumed/min", Json::List(Vec::new())),
+        ("tres/requested/average", Json::List(Vec::new())),
+        ("tres/requested/total", Json::List(Vec::new())),
+        ("tres/consumed/average", Json::List(Vec::new())),
+        ("tres/consumed/total", Json::List(Vec::new())),
+        ("tres/allocated", tres_list(step.alloc_cpus, job.req_mem_mb, true, billing, None)),
+    ])
+}
+
+/// One accounting record as `JOB` (slurmdb) dumps it, with its steps unless `with_steps` is
+/// false (`-X`). `kill_user` names who cancelled it.
+pub fn accounting_record(job: &pb::Job, cluster: &str, kill_user: &str, with_steps: bool, now: i64) -> Json {
+    let state = fmt::state(job.state);
+    let started = fmt::secs(job.start_time.as_ref());
+    let submit = fmt::secs(job.submit_time.as_ref());
+    let eligible = fmt::secs(job.eligible_time.as_ref()).or(submit);
+    let end = fmt::secs(job.end_time.as_ref());
+    // JOB_PLANNED_TIME: how long it waited to start (sacct's Planned).
+    let planned = match (eligible, started, end) {
+        (None, _, _) => 0,
+        (Some(eligible), Some(start), _) => start - eligible,
+        (Some(eligible), None, Some(end)) => end - eligible,
+        (Some(eligible), None, None) => now - eligible,
+    };
+    // Without a limit of its own the database holds the partition's (INFINITE) once the job
+    // started, nothing before (sacct's UNLIMITED and Partition_Limit).
+    let time_limit = match (job.time_limit_seconds, started) {
+        (Some(seconds), _) => Number::Set(u64::from(fmt::limit_minutes(seconds) as u32)),
+        (None, Some(_)) => Number::Infinite,
+        (None, None) => Number::Unset,
+    };
+    let reason = if job.reason.is_empty() { "None" } else { &job.reason };
+    let steps = if with_steps { job.steps.iter().map(|step| step_record(job, step)).collect() } else { Vec::new() };
+    let allocated = if started.is_some() && job.alloc_cpus > 0 {
+        tres_list(job.alloc_cpus, job.req_mem_mb, true, Some(job.alloc_cpus), Some(job))
+    } else {
+        Json::List(Vec::new())
+    };
+    object(vec![
+        ("account", string(&job.account)),
+        ("comment/administrator", string("")),
+        ("allocation_nodes", int(if started.is_some() { job.alloc_nodes.max(1) } else { 0 })),
+        ("array/job_id", int(0)),
+        ("array/limits/max/running/tasks", int(0)),
+        ("array/task_id", unset()),
+        ("array/task", string("")),
+        (
+            "association",
+            Json::Object(vec![
+                ("account", string("")),
+                ("cluster", string(cluster)),
+                ("partition", string("")),
+                ("user", string("")),
+                ("id", int(0)),
+            ]),
+        ),
+        ("block", string("")),
+        ("cluster", string(cluster)),
+        ("constraints", string("")),
+        ("container", string("")),
+        ("derived_exit_code", exit_code(ExitStatus::Exited(0))),
+        ("comment/job", string(&job.comment)),
+        ("time/elapsed", int(job.elapsed_seconds.max(0))),
+        ("time/eligible", int(eligible.unwrap_or(0))),
+        ("time/end", int(end.unwrap_or(0))),
+        ("exit_code", exit_code(ExitStatus::of_job(job))),
+        ("extra", string(&job.extra)),
+        ("failed_node", string("")),
+        ("flags", names(&[if started.is_some() { "STARTED_ON_SCHEDULE" } else { "NONE" }])),
+        ("group", string(&job.group)),
+        ("het/job_id", int(0)),
+        ("het/job_offset", unset()),
+        ("job_id", int(job.job_id)),
+        ("name", string(&job.name)),
+        ("licenses", string("")),
+        ("mcs/label", string("")),
+        ("nodes", string(if job.node_list.is_empty() { "None assigned" } else { &job.node_list })),
+        ("partition", string(&job.partition)),
+        ("hold", boolean(job.priority == 0)),
+        ("priority", set(job.priority)),
+        ("qos", string(&job.qos)),
+        ("qosreq", string("")),
+        ("required/CPUs", int(job.req_cpus)),
+        ("required/memory_per_cpu", unset()),
+        ("required/memory_per_node", set(job.req_mem_mb)),
+        ("kill_request_user", string(kill_user)),
+        ("restart_cnt", int(0)),
+        ("reservation/id", int(0)),
+        ("reservation/name", string(&job.reservation)),
+        ("reservation/requested", string(&job.reservation)),
+        ("time/planned", set(planned.max(0) as u64)),
+        ("script", string("")),
+        ("segment_size", int(0)),
+        ("stdin_expanded", string("")),
+        ("stdout_expanded", string("")),
+        ("stderr_expanded", string("")),
+        ("stdout", string("")),
+        ("stderr", string("")),
+        ("stdin", string("")),
+        ("time/start", int(started.unwrap_or(0))),
+        ("state/current", names(&[fmt::state_long(state)])),
+        ("state/reason", string(reason)),
+        ("steps", Json::List(steps)),
+        ("time/submission", int(submit.unwrap_or(0))),
+        ("submit_line", string("")),
+        ("time/suspended", int(0)),
+        ("comment/system", string("")),
+        ("time/system/seconds", int(0)),
+        ("time/system/microseconds", int(0)),
+        ("time/limit", number(time_limit)),
+        ("time/total/seconds", int(0)),
+        ("time/total/microseconds", int(0)),
+        ("tres/allocated", allocated),
+        ("tres/requested", tres_list(job.req_cpus, job.req_mem_mb, true, Some(job.req_cpus), Some(job))),
+        ("used_gres", string("")),
+        ("user", string(&job.user)),
+        ("time/user/seconds", int(0)),
+        ("time/user/microseconds", int(0)),
+        ("wckey", Json::Object(vec![("wckey", string("")), ("flags", names(&[]))])),
+        ("working_directory", string("")),
+    ])
+}
+
+/// `OPENAPI_SLURMDBD_JOBS_RESP`: what `sacct --json` prints.
+pub fn accounting_document(records: Vec<Json>, about: &Meta<'_>) -> Json {
+    response(vec![("jobs", Json::List(records))], about, &[])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -559,6 +784,72 @@ mod tests {
         assert_eq!(&keys[keys.len() - 3..], ["maximum_switch_wait_time", "wckey", "current_working_directory"]);
         let document = jobs_document(&[], 0, &Meta { command: &[], user: "root", group: "root", cluster: "slurm" });
         assert!(document.pretty().starts_with("{\n  \"jobs\": [],\n  \"last_backfill\": {\n"), "{}", document.pretty());
+    }
+
+    #[test]
+    fn accounting_records_nest_slurms_paths_in_order() {
+        let step =
+            pb::JobStep { name: "batch".into(), node_list: "slurm-cpu-0".into(), alloc_cpus: 2, ..Default::default() };
+        let job = pb::Job { job_id: 9, steps: vec![step], ..Default::default() };
+        let Json::Object(entries) = accounting_record(&job, "slurm", "", true, 0) else { panic!("an object") };
+        let keys: Vec<&str> = entries.iter().map(|(key, _)| *key).collect();
+        // PARSER_ARRAY(JOB)'s 72 paths, each nested object where its first path puts it.
+        assert_eq!(
+            keys,
+            [
+                "account",
+                "comment",
+                "allocation_nodes",
+                "array",
+                "association",
+                "block",
+                "cluster",
+                "constraints",
+                "container",
+                "derived_exit_code",
+                "time",
+                "exit_code",
+                "extra",
+                "failed_node",
+                "flags",
+                "group",
+                "het",
+                "job_id",
+                "name",
+                "licenses",
+                "mcs",
+                "nodes",
+                "partition",
+                "hold",
+                "priority",
+                "qos",
+                "qosreq",
+                "required",
+                "kill_request_user",
+                "restart_cnt",
+                "reservation",
+                "script",
+                "segment_size",
+                "stdin_expanded",
+                "stdout_expanded",
+                "stderr_expanded",
+                "stdout",
+                "stderr",
+                "stdin",
+                "state",
+                "steps",
+                "submit_line",
+                "tres",
+                "used_gres",
+                "user",
+                "wckey",
+                "working_directory",
+            ]
+        );
+        let text = serde_json::to_string(&Json::Object(entries)).unwrap();
+        assert!(text.contains(r#""comment":{"administrator":"","job":"","system":""}"#), "{text}");
+        assert!(text.contains(r#""step":{"id":"9.batch","name":"batch","stderr":"","stdin":"","stdout":"""#), "{text}");
+        assert!(text.contains(r#""nodes":{"count":1,"range":"slurm-cpu-0","list":["slurm-cpu-0"]}"#), "{text}");
     }
 
     #[test]

@@ -271,7 +271,7 @@ proptest! {
         match sacct::parse(&args, &env) {
             Ok(options) => {
                 let _ = sacct::request(&options, NOW);
-                let output = sacct::render(&options, &jobs, NOW, &caller, &users());
+                let output = sacct::render(&options, &jobs, NOW, &caller, &users(), None);
                 if output.code != 0 {
                     refusal_is_well_formed("sacct", &output)?;
                 }
@@ -528,7 +528,7 @@ proptest! {
         let list = fields.iter().map(|(name, width)| format!("{name}%{width}")).collect::<Vec<_>>().join(",");
         let args = vec!["-a".to_owned(), "-o".to_owned(), list.clone(), "-S".to_owned(), "midnight".to_owned()];
         let options = sacct::parse(&args, &Env::new()).map_err(|output| TestCaseError::fail(output.stderr))?;
-        let output = sacct::render(&options, &jobs(), NOW, &Caller::root(), &users());
+        let output = sacct::render(&options, &jobs(), NOW, &Caller::root(), &users(), None);
         prop_assert_eq!(output.code, 0, "{}", output.stderr);
         let lines: Vec<&str> = output.stdout.lines().collect();
         prop_assert!(lines.len() >= 4, "header, dashes, two jobs and a step: {}", output.stdout);
@@ -687,7 +687,7 @@ fn a_huge_sacct_width_is_held() {
         &Env::new(),
     )
     .expect("parses");
-    let output = sacct::render(&options, &jobs(), NOW, &Caller::root(), &users());
+    let output = sacct::render(&options, &jobs(), NOW, &Caller::root(), &users(), None);
     assert!(output.stdout.lines().all(|line| line.chars().count() == 2 * (MAX_WIDTH + 1)), "{}", output.stdout.len());
 }
 

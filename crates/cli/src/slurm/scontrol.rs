@@ -145,7 +145,7 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
     };
     if json.is_some() && !matches!(request, Request::Jobs(_)) {
         return Err(fail(format!(
-            "scontrol: error: --json of show {} is not emulated (show job is; the CLI README lists what --json covers)",
+            "scontrol: error: --json of show {} is not emulated (show job has it; the CLI README lists what --json covers)",
             words[1]
         )));
     }

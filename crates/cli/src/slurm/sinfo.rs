@@ -137,7 +137,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
                     // Refused by name rather than as an unknown option: Slurm has it, the emulator not yet.
                     "json" => {
                         return Err(Output::fail(
-                            "sinfo: error: --json is not emulated (squeue --json and scontrol --json show job are; the CLI README lists what --json covers)",
+                            "sinfo: error: --json is not emulated (squeue, sacct and scontrol show job have it; the CLI README lists what --json covers)",
                             1,
                         ));
                     }

@@ -81,6 +81,8 @@ pub struct Options {
     pub(super) info: Option<String>,
     /// Warnings printed before the listing.
     pub(super) warnings: Vec<String>,
+    /// `--json`: the whole command line, for the document's `meta.command`.
+    pub(super) json: Option<Vec<String>>,
 }
 
 impl Options {
@@ -160,6 +162,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
         time_format,
         info: None,
         warnings: time_warning.map(|w| format!("sacct: error: {w}")).into_iter().collect(),
+        json: None,
     };
     let mut field_list: Option<String> = None;
     let (mut brief, mut long) = (false, false);
@@ -181,12 +184,9 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
             "helpformat" => options.info = Some(help_fields()),
             "help" | "usage" => options.info = Some(HELP.to_owned()),
             "version" => options.info = Some("slurm 25.05.3\n".to_owned()),
-            // Refused by name rather than as an unknown option: Slurm has it, the emulator not yet.
             "json" => {
-                return Err(fail(
-                    "sacct: error: --json is not emulated (squeue --json and scontrol --json show job are; the CLI README lists what --json covers)"
-                        .to_owned(),
-                ));
+                crate::slurm::json::check_spec("sacct", &value).map_err(fail)?;
+                options.json = Some(std::iter::once("sacct".to_owned()).chain(args.iter().cloned()).collect());
             }
             "endtime" => options.end = Some(value),
             "starttime" => options.start = Some(value),

@@ -27,12 +27,14 @@ fn fail(message: String) -> Output {
 /// `sacct` against the emulator's accounting rows.
 pub struct Sacct;
 
-/// What `sacct` renders: accounting rows, the emulator's time, the caller and the Slurm users.
+/// What `sacct` renders: accounting rows, the emulator's time, the caller and the Slurm users
+/// (and for `--json`, the cluster's name).
 pub struct Answer {
     jobs: Vec<pb::Job>,
     now: i64,
     caller: Caller,
     known: Vec<(String, u32)>,
+    cluster: String,
 }
 
 impl Command for Sacct {
@@ -54,15 +56,31 @@ impl Command for Sacct {
         // which rows a window and states select is the accounting database's, the emulator's.
         let clock = conn.admin().clock().await.map_err(|error| super::api_error(Self::NAME, &error))?;
         let now = clock.now.map(|now| now.seconds).unwrap_or_default();
+        let cluster = if options.json.is_some() {
+            conn.admin().slurm_config().await.map_err(|error| super::api_error(Self::NAME, &error))?.cluster_name
+        } else {
+            String::new()
+        };
         let Some(request) = request(options, now)? else {
-            return Ok(Answer { now, jobs: Vec::new(), caller, known });
+            return Ok(Answer { now, jobs: Vec::new(), caller, known, cluster });
         };
         let response = conn.admin().list_jobs(&request).await.map_err(|error| super::api_error(Self::NAME, &error))?;
-        Ok(Answer { now: super::now_of(&response), jobs: response.jobs, caller, known })
+        Ok(Answer { now: super::now_of(&response), jobs: response.jobs, caller, known, cluster })
     }
 
     fn render(options: &Options, answer: Answer, _env: &Env) -> Output {
-        render(options, &answer.jobs, answer.now, &answer.caller, &answer.known)
+        let group = if answer.caller.uid == 0 {
+            "root"
+        } else {
+            answer.jobs.iter().find(|job| job.uid == answer.caller.uid).map_or("", |job| job.group.as_str())
+        };
+        let about = options.json.as_deref().map(|command| super::json::Meta {
+            command,
+            user: &answer.caller.name,
+            group,
+            cluster: &answer.cluster,
+        });
+        render(options, &answer.jobs, answer.now, &answer.caller, &answer.known, about.as_ref())
     }
 }
 

@@ -7,7 +7,7 @@ use super::args::{Options, Parsable};
 use super::fields::{FIELDS, Row, Value, value};
 use super::select::{selects, users};
 use crate::slurm::fmt;
-use crate::slurm::{Caller, Output};
+use crate::slurm::{Caller, Output, json};
 
 fn justify(text: &str, width: i32) -> String {
     let abs = width.unsigned_abs() as usize;
@@ -109,7 +109,15 @@ fn line(out: &mut String, options: &Options, row: Row<'_>, now: i64) {
 
 /// Renders the listing: `jobs` are accounting rows, `now` the emulator's time, `known` the Slurm
 /// users (for `-u <name>`). Pure.
-pub fn render(options: &Options, jobs: &[pb::Job], now: i64, caller: &Caller, known: &[(String, u32)]) -> Output {
+/// The listing, or with `--json` the document (`json` carries its `meta`). Pure.
+pub fn render(
+    options: &Options,
+    jobs: &[pb::Job],
+    now: i64,
+    caller: &Caller,
+    known: &[(String, u32)],
+    json: Option<&json::Meta<'_>>,
+) -> Output {
     if let Some(info) = &options.info {
         return Output::ok(info.clone());
     }
@@ -123,6 +131,19 @@ pub fn render(options: &Options, jobs: &[pb::Job], now: i64, caller: &Caller, kn
         .filter(|job| selects(options, &users, job))
         .collect();
     selected.sort_by_key(|job| (fmt::secs(job.submit_time.as_ref()).unwrap_or(0), job.job_id));
+    if let Some(about) = json {
+        // Slurm: formats are ignored; the query's filters and -X (no steps) apply.
+        let name_of =
+            |uid: u32| known.iter().find(|(_, known)| *known == uid).map_or(uid.to_string(), |(name, _)| name.clone());
+        let records = selected
+            .iter()
+            .map(|job| {
+                let killer = job.cancelled_by_uid.map(name_of).unwrap_or_default();
+                json::accounting_record(job, about.cluster, &killer, !options.no_steps, now)
+            })
+            .collect();
+        return Output::ok(json::accounting_document(records, about).pretty());
+    }
     let mut out = String::new();
     if options.header {
         out.push_str(&header(options));
