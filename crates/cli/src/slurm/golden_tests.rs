@@ -479,7 +479,13 @@ fn squeue_default_format_reasons_and_completing() {
     let out = squeue(&[], &Env::new(), &jobs);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let header = "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n";
+    // Sorted by the compact state as text: CG before PD before R.
     let rows = [
+        // The name is cut at 8 without `+`.
+        format!(
+            "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n",
+            44, "cpu", "tenant/s", "root", "CG", "1:01:40", 1, "slurm-cpu-0"
+        ),
         format!(
             "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n",
             43, "cpu", "waits", "root", "PD", "0:00", 1, "(Resources)"
@@ -487,11 +493,6 @@ fn squeue_default_format_reasons_and_completing() {
         format!(
             "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n",
             42, "cpu", "train", "root", "R", "1:05", 1, "slurm-cpu-0"
-        ),
-        // The name is cut at 8 without `+`.
-        format!(
-            "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n",
-            44, "cpu", "tenant/s", "root", "CG", "1:01:40", 1, "slurm-cpu-0"
         ),
     ];
     assert_eq!(out.stdout, format!("{header}{}", rows.concat()));
@@ -778,17 +779,56 @@ fn squeue_lists_ended_jobs_the_controller_keeps_only_when_asked() {
     };
     let jobs = [
         queue(running(1, "r", NOW - 5)),
-        ended(2, pb::JobState::Failed),
-        ended(3, pb::JobState::Timeout),
-        ended(4, pb::JobState::Completed),
+        ended(2, pb::JobState::Failed, "NonZeroExitCode"),
+        ended(3, pb::JobState::Timeout, "TimeLimit"),
+        ended(4, pb::JobState::Completed, "None"),
+        ended(5, pb::JobState::Cancelled, "None"),
+        queue(pending(6, "p", NOW - 5)),
+        // Cancelled while pending: it keeps the reason it waited for, and has no node.
+        pb::Job { node_list: String::new(), ..ended(7, pb::JobState::Cancelled, "Priority") },
+        ended(8, pb::JobState::NodeFail, "NodeDown"),
     ];
-    assert_eq!(squeue(&["-h", "-o", "%i %t %R"], &Env::new(), &jobs).stdout, "1 R slurm-cpu-0\n");
+    assert_eq!(squeue(&["-h", "-o", "%i %t %R"], &Env::new(), &jobs).stdout, "6 PD (Resources)\n1 R slurm-cpu-0\n");
     assert_eq!(
         squeue(&["-h", "-t", "all", "-o", "%i %t %R"], &Env::new(), &jobs).stdout,
-        // Sorted as squeue sorts (partition, then state: COMPLETED before FAILED before TIMEOUT).
-        "1 R slurm-cpu-0\n4 CD slurm-cpu-0\n2 F (NonZeroExitCode)\n3 TO (TimeLimit)\n"
+        // squeue's default sort: partition, then the compact state as text (CA, CD, F, NF, PD,
+        // R, TO), then priority; `%R` gives the reason of a pending, failed or timed-out job.
+        "5 CA slurm-cpu-0\n7 CA \n4 CD slurm-cpu-0\n2 F (NonZeroExitCode)\n8 NF slurm-cpu-0\n\
+         6 PD (Resources)\n1 R slurm-cpu-0\n3 TO (TimeLimit)\n"
+    );
+    let rows = [
+        (5, "CANCELLED", "None"),
+        (7, "CANCELLED", "Priority"),
+        (4, "COMPLETED", "None"),
+        (2, "FAILED", "NonZeroExitCode"),
+        (8, "NODE_FAIL", "NodeDown"),
+        (6, "PENDING", "Resources"),
+        (1, "RUNNING", "None"),
+        (3, "TIMEOUT", "TimeLimit"),
+    ];
+    assert_eq!(
+        squeue(&["-h", "-t", "all", "-O", "JobID:.4,State,Reason:.16"], &Env::new(), &jobs).stdout,
+        rows.iter().map(|(id, state, reason)| format!("{id:>4}{state:<20}{reason:>16}\n")).collect::<String>()
     );
     assert_eq!(squeue(&["-h", "-t", "F", "-o", "%i"], &Env::new(), &jobs).stdout, "2\n");
+    // Flags no emulated job carries are valid states that match nothing; `all` only alone.
+    assert_eq!(squeue(&["-h", "-t", "stage_out,SE", "-o", "%i"], &Env::new(), &jobs).stdout, "");
+    assert_eq!(squeue(&["-h", "-t", "ALL", "-o", "%i"], &Env::new(), &jobs).stdout.lines().count(), 8);
+    assert_eq!(squeue(&["-h", "-t", "R,all"], &Env::new(), &jobs).code, 1);
+}
+
+#[test]
+fn squeue_lists_the_valid_states_after_an_invalid_one() {
+    let out = squeue(&["-t", "R,bogus"], &Env::new(), &[]);
+    assert_eq!((out.code, out.stdout.as_str()), (1, ""));
+    // 25.05's `_parse_state`: the list lowercased, then an empty line (its "%s\n" and error()'s).
+    assert_eq!(
+        out.stderr,
+        "squeue: error: Invalid job state specified: bogus\n\
+         squeue: error: Valid job states include: pending,running,suspended,completed,cancelled,failed,timeout,\
+         node_fail,preempted,boot_fail,deadline,out_of_memory,completing,configuring,resizing,resv_del_hold,\
+         requeued,requeue_fed,requeue_hold,revoked,signaling,special_exit,stage_out,stopped\n\n"
+    );
 }
 
 #[test]
