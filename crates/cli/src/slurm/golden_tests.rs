@@ -635,6 +635,30 @@ fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
         render(&["-o", "%P %D %t", "-p", "hpc-prod"]),
         "PARTITION NODES STATE\nhpc-prod 1 mix\nhpc-prod 1 idle\n"
     );
+    // A state filter keeps every partition: one without a matching node shows NODES 0 and STATE
+    // n/a (`_build_sinfo_data`'s entry per partition), also in -s and -l; not in -N, nor in a
+    // format without a partition field.
+    assert_eq!(
+        render(&["-t", "drain"]),
+        "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n\
+         cpu*         up   infinite      1   drng slurm-cpu-2\n\
+         hpc-prod     up   infinite      0    n/a \n"
+    );
+    assert_eq!(
+        render(&["-h", "-s", "-t", "drain", "-p", "hpc-prod"]),
+        "hpc-prod     up   infinite          0/0/0/0 \n"
+    );
+    assert_eq!(
+        render(&["-h", "-l", "-t", "drain", "-p", "hpc-prod"]),
+        "Thu Jan 02 03:04:05 2025\n\
+         hpc-prod     up   infinite 1-infinite   no       NO        all      0         n/a             \n"
+    );
+    assert_eq!(
+        render(&["-h", "-t", "drain", "-p", "hpc-prod", "-o", "%P|%c|%C|%m|%z|%E|%G|%f|%w|%d|%F|%H"]),
+        "hpc-prod|0|0/0/0/0|0|0:0:0|none|(null)|(null)|0|0|0/0/0/0|Unknown\n"
+    );
+    assert_eq!(render(&["-h", "-N", "-t", "drain", "-p", "hpc-prod"]), "");
+    assert_eq!(render(&["-h", "-t", "drain", "-o", "%D %N"]), "1 slurm-cpu-2\n");
     // A letter sinfo does not know: Slurm's error first, the token printed as written.
     let invalid = sinfo::render(
         &sinfo::parse(&args(&["-h", "-o", "%P %y"]), &Env::new()).unwrap(),
