@@ -757,6 +757,21 @@ fn scontrol_show_job_lines_and_one_liner() {
     let limited = pb::Job { time_limit_seconds: Some(120), ..queue(running(7, "r", NOW - 5)) };
     let out = render(&["show", "job", "7"], &[limited]).stdout;
     assert!(out.contains("   StartTime=2025-01-02T03:04:00 EndTime=2025-01-02T03:06:00 Deadline=N/A\n"), "{out}");
+    // A timed-out batch job as the controller keeps it: why it ended, its script's SIGTERM, and
+    // the script's path as Command.
+    let timed_out = pb::Job {
+        state: pb::JobState::Timeout as i32,
+        reason: "TimeLimit".into(),
+        exit_signal: 15,
+        end_time: ts(NOW),
+        kind: pb::JobKind::Batch as i32,
+        command: "/home/root/jobs/train.sh".into(),
+        ..queue(running(8, "train", NOW - 60))
+    };
+    let out = render(&["show", "job", "8"], &[timed_out]).stdout;
+    assert!(out.contains("   JobState=TIMEOUT Reason=TimeLimit Dependency=(null)\n"), "{out}");
+    assert!(out.contains(" ExitCode=0:15\n"), "{out}");
+    assert!(out.contains("   Command=/home/root/jobs/train.sh\n"), "{out}");
 }
 
 #[test]
@@ -894,7 +909,7 @@ fn scontrol_show_node_and_partition_carry_every_key_with_its_trailing_spaces() {
          \x20  Gres=(null)\n\
          \x20  NodeAddr=slurm-cpu-0 NodeHostName=slurm-cpu-0 Version=25.05.3\n\
          \x20  OS=Linux 6.8.0-45-generic #45-Ubuntu SMP PREEMPT_DYNAMIC Fri Aug 30 12:02:04 UTC 2024 \n\
-         \x20  RealMemory=65536 AllocMem=512 FreeMem=N/A Sockets=1 Boards=1\n\
+         \x20  RealMemory=65536 AllocMem=512 FreeMem=65024 Sockets=1 Boards=1\n\
          \x20  State=MIXED+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A\n\
          \x20  Partitions=cpu,hpc-prod \n\
          \x20  BootTime=2025-01-02T00:00:00 SlurmdStartTime=2025-01-02T00:00:00\n\
@@ -918,7 +933,7 @@ fn scontrol_show_node_and_partition_carry_every_key_with_its_trailing_spaces() {
         render(&["-o", "show", "node", "slurm-cpu-1"]).stdout,
         "NodeName=slurm-cpu-1 Arch=x86_64 CoresPerSocket=16  CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=0.00 \
          AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=slurm-cpu-1 NodeHostName=slurm-cpu-1 \
-         Version=25.05.3 RealMemory=65536 AllocMem=0 FreeMem=N/A Sockets=1 Boards=1 State=IDLE ThreadsPerCore=1 \
+         Version=25.05.3 RealMemory=65536 AllocMem=0 FreeMem=65536 Sockets=1 Boards=1 State=IDLE ThreadsPerCore=1 \
          TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=cpu  BootTime=2025-01-02T00:00:00 \
          SlurmdStartTime=2025-01-02T00:00:00 LastBusyTime=2025-01-02T00:00:00 ResumeAfterTime=None \
          CfgTRES=cpu=16,mem=64G,billing=16 AllocTRES= CurrentWatts=0 AveWatts=0\n"
