@@ -800,21 +800,34 @@ fn sacct_database_fields_read_as_slurmdbd_stores_them() {
     let mut waiting_on_priority = pending(6, "f", NOW - 2);
     waiting_on_priority.reason = "Priority".into();
     let jobs = [cancelled(4, "d", NOW - 9, NOW - 1, 1001), pending(5, "e", NOW - 3), waiting_on_priority];
-    // The extern step carries the job's billing; CPU frequencies nobody asked for are Unknown.
+    // The extern step carries the job's billing; the job line's CPU frequencies are Unknown,
+    // a step's 0 (as its energy); the energy of a job that got an allocation is blank.
+    let fields = "JobID,AllocTRES,ReqCPUFreq,ReqCPUFreqGov,AveCPUFreq,ConsumedEnergy,ConsumedEnergyRaw";
     assert_eq!(
-        sacct(&["-n", "-P", "-j", "4", "-o", "JobID,AllocTRES,ReqCPUFreq,ReqCPUFreqGov"], &jobs),
-        "4|billing=2,cpu=2,mem=512M,node=1|Unknown|Unknown\n\
-         4.batch|cpu=2,mem=512M,node=1|Unknown|Unknown\n\
-         4.extern|billing=2,cpu=2,mem=512M,node=1|Unknown|Unknown\n"
+        sacct(&["-n", "-P", "-j", "4", "-o", fields], &jobs),
+        "4|billing=2,cpu=2,mem=512M,node=1|Unknown|Unknown|||\n\
+         4.batch|cpu=2,mem=512M,node=1|0|0|0|0|0\n\
+         4.extern|billing=2,cpu=2,mem=512M,node=1|0|0|0|0|0\n"
     );
-    // The database keeps no reason for a job waiting on resources.
-    assert_eq!(sacct(&["-X", "-n", "-P", "-j", "5,6", "-o", "JobID,Reason"], &jobs), "5|None\n6|Priority\n");
+    // A job never allocated has no TRES: its energy reads 0.
+    assert_eq!(
+        sacct(&["-n", "-P", "-j", "5", "-o", "JobID,ConsumedEnergy,ConsumedEnergyRaw,ReqCPUFreqMin"], &jobs),
+        "5|0|0|Unknown\n"
+    );
+    // The database keeps no reason for a job waiting on resources or priority.
+    assert_eq!(sacct(&["-X", "-n", "-P", "-j", "5,6", "-o", "JobID,Reason"], &jobs), "5|None\n6|None\n");
 }
 
 #[test]
 fn squeue_lists_ended_jobs_the_controller_keeps_only_when_asked() {
-    let ended = |id: u32, state: pb::JobState| {
-        queue(pb::Job { state: state as i32, end_time: ts(NOW - 1), ..running(id, "x", NOW - 60) })
+    // Queue rows carry the controller's reason: why the job ended.
+    let ended = |id: u32, state: pb::JobState, reason: &str| {
+        queue(pb::Job {
+            state: state as i32,
+            reason: reason.into(),
+            end_time: ts(NOW - 1),
+            ..running(id, "x", NOW - 60)
+        })
     };
     let jobs = [
         queue(running(1, "r", NOW - 5)),
