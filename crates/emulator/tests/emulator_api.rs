@@ -220,6 +220,8 @@ async fn scancel_leaves_the_job_completing_in_the_queue_until_the_pod_is_gone() 
     assert_eq!(source(&cancelled), emu::JobSource::Queue);
     assert_eq!(state(&cancelled), emu::JobState::Cancelled);
     assert!(cancelled.completing, "CANCELLED|COMPLETING while the Pod terminates");
+    // The queue row is the controller's: its ExitCode takes the script's SIGTERM.
+    assert_eq!((cancelled.exit_code, cancelled.exit_signal), (0, 15));
     let accounting = jobs(
         &mut client,
         emu::ListJobsRequest { source: emu::JobSource::Accounting as i32, job_ids: vec![job_id], ..Default::default() },
@@ -456,6 +458,7 @@ async fn batch_jobs_nodes_partitions_pod_deletion_and_reset() {
             mem_mb: 1024,
             over_subscribe: emu::OverSubscribe::No as i32,
             run_seconds: Some(600),
+            command: "/home/bob/train.sh".to_owned(),
             ..Default::default()
         })
         .await
@@ -464,6 +467,7 @@ async fn batch_jobs_nodes_partitions_pod_deletion_and_reset() {
         .job
         .unwrap();
     assert_eq!((submitted.user.as_str(), submitted.uid, submitted.partition.as_str()), ("bob", 1002, "cpu"));
+    assert_eq!(submitted.command, "/home/bob/train.sh", "scontrol show job's Command=");
     assert_eq!(state(&submitted), emu::JobState::Running);
     assert_eq!(emu::JobKind::try_from(submitted.kind).unwrap(), emu::JobKind::Batch);
     assert_eq!(emu::OverSubscribe::try_from(submitted.over_subscribe).unwrap(), emu::OverSubscribe::No);

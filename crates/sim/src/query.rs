@@ -1056,7 +1056,7 @@ mod tests {
             exit_code: (0, 0),
             cancelled_by: None,
             extra: String::new(),
-            kind: JobKind::Batch { run_seconds: None, exit_code: 0 },
+            kind: JobKind::Batch { run_seconds: None, exit_code: 0, command: None },
             in_prolog: false,
             waiting_for_preempted: Vec::new(),
         }

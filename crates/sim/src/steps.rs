@@ -90,6 +90,21 @@ pub fn job_steps(job: &Job, contain: bool) -> Vec<JobStep> {
     steps
 }
 
+/// `ExitCode` as the controller shows it (`scontrol show job`, squeue's `exit_code`): the job's
+/// own until its batch script reports, then the script's when the job's was 0 (`_job_complete`
+/// of slurmctld's job_mgr.c: a finished job's `exit_code`, if 0, takes the script's return
+/// code). So a job cancelled while running, preempted or timed out shows the script's SIGTERM
+/// (`0:15`) while its accounting job line keeps `0:0`.
+pub fn controller_exit_code(job: &Job) -> (i32, i32) {
+    if job.exit_code != (0, 0) {
+        return job.exit_code;
+    }
+    job_steps(job, false)
+        .into_iter()
+        .find(|step| step.kind == StepKind::Batch && step.end.is_some())
+        .map_or(job.exit_code, |step| step.exit_code)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -130,7 +145,7 @@ mod tests {
             exit_code: if state == JobBaseState::Cancelled { (0, 15) } else { (0, 0) },
             cancelled_by: (state == JobBaseState::Cancelled).then_some(0),
             extra: String::new(),
-            kind: JobKind::Batch { run_seconds: None, exit_code: 0 },
+            kind: JobKind::Batch { run_seconds: None, exit_code: 0, command: None },
             in_prolog: false,
             waiting_for_preempted: Vec::new(),
         }
@@ -180,5 +195,28 @@ mod tests {
         failed.exit_code = (3, 0);
         let steps = job_steps(&failed, true);
         assert_eq!((steps[0].state, steps[0].exit_code), (JobBaseState::Failed, (3, 0)));
+    }
+
+    #[test]
+    fn the_controller_shows_the_signal_of_a_script_it_killed_and_the_reason_it_ended() {
+        // As the sim ends them: the job line 0:0 for a cancelled or timed-out job.
+        let ended = |state, start: Option<i64>| Job { exit_code: (0, 0), ..job(state, start, Some(170)) };
+        let cancelled = ended(JobBaseState::Cancelled, Some(150));
+        let timed_out = ended(JobBaseState::Timeout, Some(150));
+        assert_eq!(controller_exit_code(&cancelled), (0, 15));
+        assert_eq!(controller_exit_code(&timed_out), (0, 15));
+        assert_eq!(controller_exit_code(&ended(JobBaseState::Completed, Some(150))), (0, 0));
+        // Cancelled while pending: no script ran.
+        assert_eq!(controller_exit_code(&ended(JobBaseState::Cancelled, None)), (0, 0));
+        // Still running: its script has reported nothing.
+        assert_eq!(controller_exit_code(&job(JobBaseState::Running, Some(150), None)), (0, 0));
+        let failed = Job { exit_code: (3, 0), ..ended(JobBaseState::Failed, Some(150)) };
+        assert_eq!(controller_exit_code(&failed), (3, 0));
+
+        assert_eq!(failed.controller_reason(), "NonZeroExitCode");
+        assert_eq!(timed_out.controller_reason(), "TimeLimit");
+        assert_eq!(cancelled.controller_reason(), "None");
+        let waited = Job { reason: "Priority".to_owned(), ..ended(JobBaseState::Cancelled, None) };
+        assert_eq!(waited.controller_reason(), "Priority");
     }
 }

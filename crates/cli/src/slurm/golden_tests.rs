@@ -479,7 +479,13 @@ fn squeue_default_format_reasons_and_completing() {
     let out = squeue(&[], &Env::new(), &jobs);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let header = "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n";
+    // Sorted by the compact state as text: CG before PD before R.
     let rows = [
+        // The name is cut at 8 without `+`.
+        format!(
+            "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n",
+            44, "cpu", "tenant/s", "root", "CG", "1:01:40", 1, "slurm-cpu-0"
+        ),
         format!(
             "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n",
             43, "cpu", "waits", "root", "PD", "0:00", 1, "(Resources)"
@@ -487,11 +493,6 @@ fn squeue_default_format_reasons_and_completing() {
         format!(
             "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n",
             42, "cpu", "train", "root", "R", "1:05", 1, "slurm-cpu-0"
-        ),
-        // The name is cut at 8 without `+`.
-        format!(
-            "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} {:>6} {}\n",
-            44, "cpu", "tenant/s", "root", "CG", "1:01:40", 1, "slurm-cpu-0"
         ),
     ];
     assert_eq!(out.stdout, format!("{header}{}", rows.concat()));
@@ -634,6 +635,30 @@ fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
         render(&["-o", "%P %D %t", "-p", "hpc-prod"]),
         "PARTITION NODES STATE\nhpc-prod 1 mix\nhpc-prod 1 idle\n"
     );
+    // A state filter keeps every partition: one without a matching node shows NODES 0 and STATE
+    // n/a (`_build_sinfo_data`'s entry per partition), also in -s and -l; not in -N, nor in a
+    // format without a partition field.
+    assert_eq!(
+        render(&["-t", "drain"]),
+        "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n\
+         cpu*         up   infinite      1   drng slurm-cpu-2\n\
+         hpc-prod     up   infinite      0    n/a \n"
+    );
+    assert_eq!(
+        render(&["-h", "-s", "-t", "drain", "-p", "hpc-prod"]),
+        "hpc-prod     up   infinite          0/0/0/0 \n"
+    );
+    assert_eq!(
+        render(&["-h", "-l", "-t", "drain", "-p", "hpc-prod"]),
+        "Thu Jan 02 03:04:05 2025\n\
+         hpc-prod     up   infinite 1-infinite   no       NO        all      0         n/a             \n"
+    );
+    assert_eq!(
+        render(&["-h", "-t", "drain", "-p", "hpc-prod", "-o", "%P|%c|%C|%m|%z|%E|%G|%f|%w|%d|%F|%H"]),
+        "hpc-prod|0|0/0/0/0|0|0:0:0|none|(null)|(null)|0|0|0/0/0/0|Unknown\n"
+    );
+    assert_eq!(render(&["-h", "-N", "-t", "drain", "-p", "hpc-prod"]), "");
+    assert_eq!(render(&["-h", "-t", "drain", "-o", "%D %N"]), "1 slurm-cpu-2\n");
     // A letter sinfo does not know: Slurm's error first, the token printed as written.
     let invalid = sinfo::render(
         &sinfo::parse(&args(&["-h", "-o", "%P %y"]), &Env::new()).unwrap(),
@@ -732,6 +757,21 @@ fn scontrol_show_job_lines_and_one_liner() {
     let limited = pb::Job { time_limit_seconds: Some(120), ..queue(running(7, "r", NOW - 5)) };
     let out = render(&["show", "job", "7"], &[limited]).stdout;
     assert!(out.contains("   StartTime=2025-01-02T03:04:00 EndTime=2025-01-02T03:06:00 Deadline=N/A\n"), "{out}");
+    // A timed-out batch job as the controller keeps it: why it ended, its script's SIGTERM, and
+    // the script's path as Command.
+    let timed_out = pb::Job {
+        state: pb::JobState::Timeout as i32,
+        reason: "TimeLimit".into(),
+        exit_signal: 15,
+        end_time: ts(NOW),
+        kind: pb::JobKind::Batch as i32,
+        command: "/home/root/jobs/train.sh".into(),
+        ..queue(running(8, "train", NOW - 60))
+    };
+    let out = render(&["show", "job", "8"], &[timed_out]).stdout;
+    assert!(out.contains("   JobState=TIMEOUT Reason=TimeLimit Dependency=(null)\n"), "{out}");
+    assert!(out.contains(" ExitCode=0:15\n"), "{out}");
+    assert!(out.contains("   Command=/home/root/jobs/train.sh\n"), "{out}");
 }
 
 #[test]
@@ -760,35 +800,87 @@ fn sacct_database_fields_read_as_slurmdbd_stores_them() {
     let mut waiting_on_priority = pending(6, "f", NOW - 2);
     waiting_on_priority.reason = "Priority".into();
     let jobs = [cancelled(4, "d", NOW - 9, NOW - 1, 1001), pending(5, "e", NOW - 3), waiting_on_priority];
-    // The extern step carries the job's billing; CPU frequencies nobody asked for are Unknown.
+    // The extern step carries the job's billing; the job line's CPU frequencies are Unknown,
+    // a step's 0 (as its energy); the energy of a job that got an allocation is blank.
+    let fields = "JobID,AllocTRES,ReqCPUFreq,ReqCPUFreqGov,AveCPUFreq,ConsumedEnergy,ConsumedEnergyRaw";
     assert_eq!(
-        sacct(&["-n", "-P", "-j", "4", "-o", "JobID,AllocTRES,ReqCPUFreq,ReqCPUFreqGov"], &jobs),
-        "4|billing=2,cpu=2,mem=512M,node=1|Unknown|Unknown\n\
-         4.batch|cpu=2,mem=512M,node=1|Unknown|Unknown\n\
-         4.extern|billing=2,cpu=2,mem=512M,node=1|Unknown|Unknown\n"
+        sacct(&["-n", "-P", "-j", "4", "-o", fields], &jobs),
+        "4|billing=2,cpu=2,mem=512M,node=1|Unknown|Unknown|||\n\
+         4.batch|cpu=2,mem=512M,node=1|0|0|0|0|0\n\
+         4.extern|billing=2,cpu=2,mem=512M,node=1|0|0|0|0|0\n"
     );
-    // The database keeps no reason for a job waiting on resources.
-    assert_eq!(sacct(&["-X", "-n", "-P", "-j", "5,6", "-o", "JobID,Reason"], &jobs), "5|None\n6|Priority\n");
+    // A job never allocated has no TRES: its energy reads 0.
+    assert_eq!(
+        sacct(&["-n", "-P", "-j", "5", "-o", "JobID,ConsumedEnergy,ConsumedEnergyRaw,ReqCPUFreqMin"], &jobs),
+        "5|0|0|Unknown\n"
+    );
+    // The database keeps no reason for a job waiting on resources or priority.
+    assert_eq!(sacct(&["-X", "-n", "-P", "-j", "5,6", "-o", "JobID,Reason"], &jobs), "5|None\n6|None\n");
 }
 
 #[test]
 fn squeue_lists_ended_jobs_the_controller_keeps_only_when_asked() {
-    let ended = |id: u32, state: pb::JobState| {
-        queue(pb::Job { state: state as i32, end_time: ts(NOW - 1), ..running(id, "x", NOW - 60) })
+    // Queue rows carry the controller's reason: why the job ended.
+    let ended = |id: u32, state: pb::JobState, reason: &str| {
+        queue(pb::Job {
+            state: state as i32,
+            reason: reason.into(),
+            end_time: ts(NOW - 1),
+            ..running(id, "x", NOW - 60)
+        })
     };
     let jobs = [
         queue(running(1, "r", NOW - 5)),
-        ended(2, pb::JobState::Failed),
-        ended(3, pb::JobState::Timeout),
-        ended(4, pb::JobState::Completed),
+        ended(2, pb::JobState::Failed, "NonZeroExitCode"),
+        ended(3, pb::JobState::Timeout, "TimeLimit"),
+        ended(4, pb::JobState::Completed, "None"),
+        ended(5, pb::JobState::Cancelled, "None"),
+        queue(pending(6, "p", NOW - 5)),
+        // Cancelled while pending: it keeps the reason it waited for, and has no node.
+        pb::Job { node_list: String::new(), ..ended(7, pb::JobState::Cancelled, "Priority") },
+        ended(8, pb::JobState::NodeFail, "NodeDown"),
     ];
-    assert_eq!(squeue(&["-h", "-o", "%i %t %R"], &Env::new(), &jobs).stdout, "1 R slurm-cpu-0\n");
+    assert_eq!(squeue(&["-h", "-o", "%i %t %R"], &Env::new(), &jobs).stdout, "6 PD (Resources)\n1 R slurm-cpu-0\n");
     assert_eq!(
         squeue(&["-h", "-t", "all", "-o", "%i %t %R"], &Env::new(), &jobs).stdout,
-        // Sorted as squeue sorts (partition, then state: COMPLETED before FAILED before TIMEOUT).
-        "1 R slurm-cpu-0\n4 CD slurm-cpu-0\n2 F (NonZeroExitCode)\n3 TO (TimeLimit)\n"
+        // squeue's default sort: partition, then the compact state as text (CA, CD, F, NF, PD,
+        // R, TO), then priority; `%R` gives the reason of a pending, failed or timed-out job.
+        "5 CA slurm-cpu-0\n7 CA \n4 CD slurm-cpu-0\n2 F (NonZeroExitCode)\n8 NF slurm-cpu-0\n\
+         6 PD (Resources)\n1 R slurm-cpu-0\n3 TO (TimeLimit)\n"
+    );
+    let rows = [
+        (5, "CANCELLED", "None"),
+        (7, "CANCELLED", "Priority"),
+        (4, "COMPLETED", "None"),
+        (2, "FAILED", "NonZeroExitCode"),
+        (8, "NODE_FAIL", "NodeDown"),
+        (6, "PENDING", "Resources"),
+        (1, "RUNNING", "None"),
+        (3, "TIMEOUT", "TimeLimit"),
+    ];
+    assert_eq!(
+        squeue(&["-h", "-t", "all", "-O", "JobID:.4,State,Reason:.16"], &Env::new(), &jobs).stdout,
+        rows.iter().map(|(id, state, reason)| format!("{id:>4}{state:<20}{reason:>16}\n")).collect::<String>()
     );
     assert_eq!(squeue(&["-h", "-t", "F", "-o", "%i"], &Env::new(), &jobs).stdout, "2\n");
+    // Flags no emulated job carries are valid states that match nothing; `all` only alone.
+    assert_eq!(squeue(&["-h", "-t", "stage_out,SE", "-o", "%i"], &Env::new(), &jobs).stdout, "");
+    assert_eq!(squeue(&["-h", "-t", "ALL", "-o", "%i"], &Env::new(), &jobs).stdout.lines().count(), 8);
+    assert_eq!(squeue(&["-h", "-t", "R,all"], &Env::new(), &jobs).code, 1);
+}
+
+#[test]
+fn squeue_lists_the_valid_states_after_an_invalid_one() {
+    let out = squeue(&["-t", "R,bogus"], &Env::new(), &[]);
+    assert_eq!((out.code, out.stdout.as_str()), (1, ""));
+    // 25.05's `_parse_state`: the list lowercased, then an empty line (its "%s\n" and error()'s).
+    assert_eq!(
+        out.stderr,
+        "squeue: error: Invalid job state specified: bogus\n\
+         squeue: error: Valid job states include: pending,running,suspended,completed,cancelled,failed,timeout,\
+         node_fail,preempted,boot_fail,deadline,out_of_memory,completing,configuring,resizing,resv_del_hold,\
+         requeued,requeue_fed,requeue_hold,revoked,signaling,special_exit,stage_out,stopped\n\n"
+    );
 }
 
 #[test]
@@ -830,7 +922,7 @@ fn scontrol_show_node_and_partition_carry_every_key_with_its_trailing_spaces() {
          \x20  Gres=(null)\n\
          \x20  NodeAddr=slurm-cpu-0 NodeHostName=slurm-cpu-0 Version=25.05.3\n\
          \x20  OS=Linux 6.8.0-45-generic #45-Ubuntu SMP PREEMPT_DYNAMIC Fri Aug 30 12:02:04 UTC 2024 \n\
-         \x20  RealMemory=65536 AllocMem=512 FreeMem=N/A Sockets=1 Boards=1\n\
+         \x20  RealMemory=65536 AllocMem=512 FreeMem=65024 Sockets=1 Boards=1\n\
          \x20  State=MIXED+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A\n\
          \x20  Partitions=cpu,hpc-prod \n\
          \x20  BootTime=2025-01-02T00:00:00 SlurmdStartTime=2025-01-02T00:00:00\n\
@@ -854,7 +946,7 @@ fn scontrol_show_node_and_partition_carry_every_key_with_its_trailing_spaces() {
         render(&["-o", "show", "node", "slurm-cpu-1"]).stdout,
         "NodeName=slurm-cpu-1 Arch=x86_64 CoresPerSocket=16  CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=0.00 \
          AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=slurm-cpu-1 NodeHostName=slurm-cpu-1 \
-         Version=25.05.3 RealMemory=65536 AllocMem=0 FreeMem=N/A Sockets=1 Boards=1 State=IDLE ThreadsPerCore=1 \
+         Version=25.05.3 RealMemory=65536 AllocMem=0 FreeMem=65536 Sockets=1 Boards=1 State=IDLE ThreadsPerCore=1 \
          TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=cpu  BootTime=2025-01-02T00:00:00 \
          SlurmdStartTime=2025-01-02T00:00:00 LastBusyTime=2025-01-02T00:00:00 ResumeAfterTime=None \
          CfgTRES=cpu=16,mem=64G,billing=16 AllocTRES= CurrentWatts=0 AveWatts=0\n"

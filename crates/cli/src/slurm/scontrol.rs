@@ -263,7 +263,7 @@ pub fn job_text(job: &pb::Job, now: i64, one_liner: bool, format: &TimeFormat) -
         "OverSubscribe={} Contiguous=0 Licenses=(null) LicensesAlloc=(null) Network=(null)",
         fmt::over_subscribe(job.over_subscribe)
     ));
-    lines.push("Command=(null)".to_owned());
+    lines.push(format!("Command={}", if job.command.is_empty() { "(null)" } else { &job.command }));
     lines.push(format!("WorkDir={WORK_DIR}"));
     // Slurm writes these two with a space after the value.
     if !job.comment.is_empty() {
@@ -373,8 +373,10 @@ fn node_state(node: &pb::SlurmNode) -> &'static str {
 
 /// One node as `scontrol show node` prints it (25.05 `slurm_sprint_node_table`, trailing
 /// spaces where Slurm writes them; `ResumeAfterTime` is new since 22.05, `CapWatts` and the
-/// `ExtSensors` line are gone). The emulator models neither load nor free memory nor power
-/// (`CPULoad=0.00`, `FreeMem=N/A`, watts 0); `OS=` is the emulator host's kernel.
+/// `ExtSensors` line are gone). The emulator models neither load nor power (`CPULoad=0.00`,
+/// watts 0); `OS=` is the emulator host's kernel. `FreeMem=` is what a running slurmd reports
+/// (Slurm prints N/A only for a node that reported nothing): a node here has no host of its
+/// own, so its jobs are taken to use exactly the memory allocated to them, RealMemory − AllocMem.
 fn node_text(node: &pb::SlurmNode, now: i64, one_liner: bool, format: &TimeFormat) -> String {
     let gres = match (node.gpus, node.gres_type.as_str()) {
         (0, _) => "(null)".to_owned(),
@@ -405,7 +407,12 @@ fn node_text(node: &pb::SlurmNode, now: i64, one_liner: bool, format: &TimeForma
         lines.push(format!("OS={} ", node.os));
     }
     lines.extend([
-        format!("RealMemory={} AllocMem={} FreeMem=N/A Sockets=1 Boards=1", node.real_memory_mb, node.alloc_memory_mb),
+        format!(
+            "RealMemory={} AllocMem={} FreeMem={} Sockets=1 Boards=1",
+            node.real_memory_mb,
+            node.alloc_memory_mb,
+            node.real_memory_mb.saturating_sub(node.alloc_memory_mb)
+        ),
         format!("State={} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A", node_state(node)),
         format!("Partitions={} ", node.partitions.join(",")),
         format!("BootTime={boot} SlurmdStartTime={boot}"),

@@ -294,10 +294,12 @@ fn time_limit(partition: &pb::Partition) -> String {
 }
 
 fn value_of(letter: char, group: &Group<'_>, time_format: &fmt::TimeFormat, now: i64) -> String {
+    if group.nodes.is_empty() {
+        return empty_value_of(letter, group);
+    }
     let names: Vec<String> = group.nodes.iter().map(|node| node.name.clone()).collect();
     let first = group.nodes.first();
     match letter {
-        'a' => "up".to_owned(),
         'c' => first.map(|n| n.cpus.to_string()).unwrap_or_default(),
         'C' => {
             let alloc: u32 = group.nodes.iter().map(|n| n.alloc_cpus).sum();
@@ -310,8 +312,6 @@ fn value_of(letter: char, group: &Group<'_>, time_format: &fmt::TimeFormat, now:
             .map(|n| if n.drain_reason.is_empty() { "none".to_owned() } else { n.drain_reason.clone() })
             .unwrap_or_default(),
         'f' => "(null)".to_owned(),
-        // AllowGroups: every partition here admits every group.
-        'g' => "all".to_owned(),
         'F' => {
             let alloc = group.nodes.iter().filter(|n| !n.job_ids.is_empty()).count();
             let total = group.nodes.len();
@@ -324,19 +324,8 @@ fn value_of(letter: char, group: &Group<'_>, time_format: &fmt::TimeFormat, now:
                 (gpus, kind) => format!("gpu:{kind}:{gpus}"),
             })
             .unwrap_or_default(),
-        'h' => {
-            if group.partition.over_subscribe.is_empty() {
-                "NO".to_owned()
-            } else {
-                group.partition.over_subscribe.clone()
-            }
-        }
-        'l' => time_limit(group.partition),
         'm' => first.map(|n| n.real_memory_mb.to_string()).unwrap_or_default(),
         'N' => fmt::hostlist(&names),
-        'P' => format!("{}{}", group.partition.name, if group.partition.default { "*" } else { "" }),
-        'r' => "no".to_owned(),
-        's' => "1-infinite".to_owned(),
         't' => state_compact(group.state).to_owned(),
         'T' => state_long(group.state).to_owned(),
         'w' => "1".to_owned(),
@@ -359,7 +348,48 @@ fn value_of(letter: char, group: &Group<'_>, time_format: &fmt::TimeFormat, now:
                 None => "Unknown".to_owned(),
             })
             .unwrap_or_default(),
+        _ => value_of_partition(letter, group.partition),
+    }
+}
+
+/// The fields that are the partition's, whatever its nodes.
+fn value_of_partition(letter: char, partition: &pb::Partition) -> String {
+    match letter {
+        'a' => "up".to_owned(),
+        // AllowGroups: every partition here admits every group.
+        'g' => "all".to_owned(),
+        'h' => {
+            if partition.over_subscribe.is_empty() {
+                "NO".to_owned()
+            } else {
+                partition.over_subscribe.clone()
+            }
+        }
+        'l' => time_limit(partition),
+        'P' => format!("{}{}", partition.name, if partition.default { "*" } else { "" }),
+        'r' => "no".to_owned(),
+        's' => "1-infinite".to_owned(),
         _ => String::new(),
+    }
+}
+
+/// A partition's entry without nodes (`_create_sinfo` with no node: its counters zero, its
+/// strings NULL, which glibc's printf shows as `(null)`): what print.c's functions make of it.
+/// The partition's own fields read as for any entry.
+fn empty_value_of(letter: char, group: &Group<'_>) -> String {
+    match letter {
+        'c' | 'd' | 'D' | 'm' | 'w' => "0".to_owned(),
+        'C' | 'F' => "0/0/0/0".to_owned(),
+        'z' => "0:0:0".to_owned(),
+        'E' => "none".to_owned(),
+        'f' | 'G' => "(null)".to_owned(),
+        't' | 'T' => "n/a".to_owned(),
+        'N' | 'i' => String::new(),
+        // `reason_uid` is 0 (root), not NO_VAL; `reason_time` 0 prints Unknown.
+        'u' => "root".to_owned(),
+        'U' => "root(0)".to_owned(),
+        'H' => "Unknown".to_owned(),
+        _ => value_of_partition(letter, group.partition),
     }
 }
 
@@ -404,10 +434,15 @@ pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::Slur
             }
             continue;
         }
+        // `_build_sinfo_data`: "by default every partition is shown, even if no nodes" (an
+        // entry per partition when the format has a partition field and the view is not -N).
+        // Its first node fills it; without one it prints NODES 0, STATE n/a.
+        if by_partition && members.is_empty() {
+            groups.push(Group { partition, state: 0, nodes: Vec::new() });
+            continue;
+        }
         if options.summarize {
-            if !members.is_empty() {
-                groups.push(Group { partition, state: 0, nodes: members });
-            }
+            groups.push(Group { partition, state: 0, nodes: members });
             continue;
         }
         // As Slurm's `_build_sinfo_data`: nodes share a line when every per-node field the

@@ -13,7 +13,7 @@ use cwsandbox_sim::quantity::{Quantity, format_bytes};
 use cwsandbox_sim::query::{JobQuery, JobRow, JobSource, PlaceholderPod, Scope, SlurmController};
 use cwsandbox_sim::resolved::ResourceAmounts;
 use cwsandbox_sim::slurm::{JobBaseState, JobId, JobKind, NodeState, Partition, PreemptMode, Sharing, SlurmNode};
-use cwsandbox_sim::steps::{JobStep, job_steps};
+use cwsandbox_sim::steps::{JobStep, controller_exit_code, job_steps};
 use cwsandbox_sim::time::SimTime;
 
 use super::timestamp;
@@ -414,9 +414,17 @@ pub struct ControllerView {
 /// `PrologFlags` holds `Contain`) whether it has an `extern` step.
 pub fn job(row: &JobRow<'_>, now: SimTime, contain: bool, controller: ControllerView) -> pb::Job {
     let job = row.job;
-    let (kind, run_seconds) = match &job.kind {
-        JobKind::Placeholder { .. } => (pb::JobKind::Placeholder, None),
-        JobKind::Batch { run_seconds, .. } => (pb::JobKind::Batch, *run_seconds),
+    let (kind, run_seconds, command) = match &job.kind {
+        JobKind::Placeholder { .. } => (pb::JobKind::Placeholder, None, String::new()),
+        JobKind::Batch { run_seconds, command, .. } => {
+            (pb::JobKind::Batch, *run_seconds, command.clone().unwrap_or_default())
+        }
+    };
+    // A queue row is the controller's record, an accounting row the database's: they differ in
+    // an ended job's reason and, for one whose script was signalled, its exit code.
+    let (reason, exit_code) = match row.source {
+        JobSource::Queue => (job.controller_reason().to_owned(), controller_exit_code(job)),
+        JobSource::Accounting => (job.reason.clone(), job.exit_code),
     };
     pb::Job {
         source: match row.source {
@@ -436,7 +444,7 @@ pub fn job(row: &JobRow<'_>, now: SimTime, contain: bool, controller: Controller
         reservation: job.reservation.clone(),
         state: job_state(job.state) as i32,
         completing: row.completing(),
-        reason: job.reason.clone(),
+        reason,
         submit_time: Some(timestamp(job.submit)),
         eligible_time: Some(timestamp(job.submit)),
         start_time: job.start.map(timestamp),
@@ -450,8 +458,8 @@ pub fn job(row: &JobRow<'_>, now: SimTime, contain: bool, controller: Controller
         req_gpus: job.req_gpus,
         gres_type: job.gres_type.clone().unwrap_or_default(),
         gpu_indices: job.gpu_indices.clone(),
-        exit_code: job.exit_code.0,
-        exit_signal: job.exit_code.1,
+        exit_code: exit_code.0,
+        exit_signal: exit_code.1,
         cancelled_by_uid: job.cancelled_by,
         extra: job.extra.clone(),
         over_subscribe: over_subscribe(job.sharing) as i32,
@@ -463,6 +471,7 @@ pub fn job(row: &JobRow<'_>, now: SimTime, contain: bool, controller: Controller
         steps: job_steps(job, contain).iter().map(|step| job_step(step, now)).collect(),
         alloc_node: controller.alloc_node,
         estimated_start_time: controller.estimated_start.map(timestamp),
+        command,
     }
 }
 

@@ -244,8 +244,9 @@ impl Slurm {
         if was_running {
             job.completing = true;
         } else {
+            // slurmctld's job_signal leaves a pending job's reason as it was (squeue -t all
+            // shows a job cancelled while waiting on Priority with Reason Priority).
             job.start = Some(now);
-            set_reason(&mut job.reason, "None");
             self.pending.retain(|key| key.3 != id);
             self.retire(id);
         }

@@ -119,6 +119,9 @@ pub enum JobKind {
         run_seconds: Option<u32>,
         /// The script's exit status when it ends after `run_seconds` (non-zero: FAILED).
         exit_code: u8,
+        /// The script's path (`Command=`); `None` records none, as `sbatch --wrap` does
+        /// (slurmctld packs `argv[0]`, which --wrap leaves unset).
+        command: Option<String>,
     },
 }
 
@@ -233,6 +236,19 @@ pub struct Job {
 }
 
 impl Job {
+    /// `Reason` as the controller shows it (`scontrol show job`, squeue): why the job waits or
+    /// runs, or for an ended one why it ended. slurmctld's `_job_complete` sets FAIL_EXIT_CODE
+    /// (`NonZeroExitCode`) with FAILED for a non-zero exit, and its time-limit check
+    /// FAIL_TIMEOUT (`TimeLimit`) with TIMEOUT; a cancelled job keeps the reason it had (a
+    /// pending one the reason it waited for). The accounting record keeps [`Job::reason`].
+    pub fn controller_reason(&self) -> &str {
+        match self.state {
+            JobBaseState::Failed => "NonZeroExitCode",
+            JobBaseState::Timeout => "TimeLimit",
+            _ => &self.reason,
+        }
+    }
+
     /// Elapsed run time at `now`.
     pub fn elapsed_seconds(&self, now: SimTime) -> i64 {
         match (self.start, self.end) {

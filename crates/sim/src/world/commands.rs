@@ -128,7 +128,7 @@ impl World {
             sharing,
             time_limit_seconds: request.time_limit_seconds,
             priority: if request.priority == 0 { 100 } else { request.priority },
-            kind: JobKind::Batch { run_seconds: request.run_seconds, exit_code },
+            kind: JobKind::Batch { run_seconds: request.run_seconds, exit_code, command: text(&request.command) },
             prolog: false,
         };
         self.submit_batch_job(scope, job)

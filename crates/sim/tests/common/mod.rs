@@ -232,7 +232,7 @@ pub fn batch(cpus: u32, run_seconds: Option<u32>) -> JobRequest {
         sharing: Sharing::Default,
         time_limit_seconds: None,
         priority: 100,
-        kind: JobKind::Batch { run_seconds, exit_code: 0 },
+        kind: JobKind::Batch { run_seconds, exit_code: 0, command: None },
         prolog: false,
     }
 }

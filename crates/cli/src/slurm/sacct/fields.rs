@@ -264,10 +264,20 @@ pub(super) fn value(name: &str, row: Row<'_>, options: &Options, now: i64) -> Va
             }
             Str(tres(entries))
         }
-        // Nothing asks for a CPU frequency, which sacct prints as Unknown.
-        ("ReqCPUFreq" | "ReqCPUFreqMin" | "ReqCPUFreqMax" | "ReqCPUFreqGov", _) => Str(Some("Unknown".to_owned())),
-        ("ConsumedEnergy", _) => Str(Some("0".to_owned())),
-        ("ConsumedEnergyRaw", None) => Uint(Some(0)),
+        // A job line has no CPU frequency (NO_VAL, which cpu_freq_to_string reads as a range
+        // flag: Unknown); a batch or extern step has 0, as build_batch_step/build_extern_step
+        // never set one and slurmdbd stores it as it is (22.05 and 25.05 alike). Without an
+        // energy or gather plugin a step measured 0 of both.
+        ("ReqCPUFreq" | "ReqCPUFreqMin" | "ReqCPUFreqMax" | "ReqCPUFreqGov", None) => Str(Some("Unknown".to_owned())),
+        (
+            "ReqCPUFreq" | "ReqCPUFreqMin" | "ReqCPUFreqMax" | "ReqCPUFreqGov" | "AveCPUFreq" | "ConsumedEnergy",
+            Some(_),
+        ) => Str(Some("0".to_owned())),
+        ("ConsumedEnergyRaw", Some(_)) => Uint(Some(0)),
+        // The job line's energy is its allocated TRES's: slurmctld sets it to NO_VAL64 (printed
+        // blank) when it allocates the job; a job never allocated has no TRES, read as 0.
+        ("ConsumedEnergy", None) => Str((job.alloc_cpus == 0).then(|| "0".to_owned())),
+        ("ConsumedEnergyRaw", None) => Uint((job.alloc_cpus == 0).then_some(0)),
         ("CPUTime", None) => Time(Some(job.elapsed_seconds * i64::from(job.alloc_cpus))),
         ("CPUTime", Some(step)) => Time(Some(step.elapsed_seconds * i64::from(step.alloc_cpus))),
         ("CPUTimeRAW", None) => Uint(Some((job.elapsed_seconds * i64::from(job.alloc_cpus)).max(0) as u64)),
@@ -319,9 +329,11 @@ pub(super) fn value(name: &str, row: Row<'_>, options: &Options, now: i64) -> Va
         }
         ("Priority", None) => Uint(Some(u64::from(job.priority))),
         ("QOS", None) => Str(text(&job.qos)),
-        // The database keeps no reason for a job waiting on resources (the controller does).
+        // The database's `state_reason_prev`: the scheduler stores a pending job's reason
+        // unless it is None, Priority or Resources (job_scheduler.c; job_record.h: "Previous
+        // state_reason that isn't priority or resources, only stored in the database").
         ("Reason", None) => Str(Some(match job.reason.as_str() {
-            "" | "Resources" => "None".to_owned(),
+            "" | "Resources" | "Priority" => "None".to_owned(),
             reason => reason.to_owned(),
         })),
         ("ReqCPUS", None) => Uint(Some(u64::from(job.req_cpus))),

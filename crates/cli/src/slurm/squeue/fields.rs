@@ -280,17 +280,18 @@ fn pending(job: &pb::Job) -> bool {
     fmt::state(job.state) == pb::JobState::Pending
 }
 
-/// Why an ended job ended, where squeue shows it in place of the nodes.
-fn ended_reason(job: &pb::Job) -> Option<&'static str> {
-    if job.completing {
-        return None;
-    }
-    match fmt::state(job.state) {
-        pb::JobState::Failed => Some("NonZeroExitCode"),
-        pb::JobState::Timeout => Some("TimeLimit"),
-        pb::JobState::NodeFail => Some("NodeDown"),
-        _ => None,
-    }
+/// `job_state_string_compact` of a queue row: `CG` while COMPLETING (the flag wins over the
+/// base state), else the base state's short name.
+pub fn state_compact(job: &pb::Job) -> &'static str {
+    if job.completing { "CG" } else { fmt::state_compact(fmt::state(job.state)) }
+}
+
+/// Whether `%R` shows the job's reason in place of its nodes: `_print_job_reason_list` does so
+/// for a job that is not COMPLETING and is pending, timed out or failed (a NODE_FAIL or
+/// cancelled job shows its nodes).
+fn reason_in_place_of_nodes(job: &pb::Job) -> bool {
+    !job.completing
+        && matches!(fmt::state(job.state), pb::JobState::Pending | pb::JobState::Timeout | pb::JobState::Failed)
 }
 
 fn or_null(text: &str) -> String {
@@ -353,9 +354,10 @@ pub fn value_of(print: &str, job: &pb::Job, context: &Context<'_>) -> (String, b
             }
         }
         "cluster_name" => or_null(context.cluster),
-        "admin_comment" | "burst_buffer" | "burst_buffer_state" | "cluster_features" | "command" | "container"
-        | "container_id" | "dependency" | "features" | "licenses" | "licenses_alloc" | "mcs_label" | "network"
-        | "prefer" | "system_comment" | "wckey" => "(null)".to_owned(),
+        "command" => or_null(&job.command),
+        "admin_comment" | "burst_buffer" | "burst_buffer_state" | "cluster_features" | "container" | "container_id"
+        | "dependency" | "features" | "licenses" | "licenses_alloc" | "mcs_label" | "network" | "prefer"
+        | "system_comment" | "wckey" => "(null)".to_owned(),
         "schednodes" => return uncut("(null)".to_owned()),
         "comment" => or_null(&job.comment),
         "cores" | "sockets" | "threads" => "*".to_owned(),
@@ -417,17 +419,16 @@ pub fn value_of(print: &str, job: &pb::Job, context: &Context<'_>) -> (String, b
                 job.reason.clone()
             }
         }
-        // Slurm gives the reason instead of the nodes for a pending job, and for one that
-        // failed, timed out or lost its node.
-        "reason_list" => match (pending(job), ended_reason(job)) {
-            (true, _) => format!("({})", if job.reason.is_empty() { "None" } else { &job.reason }),
-            (false, Some(reason)) => format!("({reason})"),
-            (false, None) => return uncut(job.node_list.clone()),
-        },
+        // A queue row's reason is the controller's: why it waits, or why it ended
+        // (NonZeroExitCode, TimeLimit).
+        "reason_list" if reason_in_place_of_nodes(job) => {
+            format!("({})", if job.reason.is_empty() { "None" } else { &job.reason })
+        }
+        "reason_list" => return uncut(job.node_list.clone()),
         "reservation" => or_null(&job.reservation),
         "time_start" => time(start_time(job)),
         "job_state" => if job.completing { "COMPLETING" } else { fmt::state_long(fmt::state(job.state)) }.to_owned(),
-        "job_state_compact" => if job.completing { "CG" } else { fmt::state_compact(fmt::state(job.state)) }.to_owned(),
+        "job_state_compact" => state_compact(job).to_owned(),
         // The batch script names no files: squeue shows the unexpanded default pattern.
         "std_err" | "std_out" => format!("{}/slurm-%j.out", super::super::scontrol::WORK_DIR),
         "std_in" => "/dev/null".to_owned(),

@@ -83,6 +83,42 @@ fn usage_error(message: String) -> Output {
     fail(format!("{message}\nTry \"squeue --help\" for more information"))
 }
 
+/// What 25.05's `_parse_state` lists after an unknown state (`_job_state_list`): the base
+/// states, then the flags, lowercased (22.05 prints them in capitals).
+const VALID_STATES: &str = "pending,running,suspended,completed,cancelled,failed,timeout,node_fail,preempted,\
+                            boot_fail,deadline,out_of_memory,completing,configuring,resizing,resv_del_hold,\
+                            requeued,requeue_fed,requeue_hold,revoked,signaling,special_exit,stage_out,stopped";
+
+/// The state flags `job_state_num` knows (long and compact names) that no emulated job carries
+/// (COMPLETING and REQUEUED it does carry): valid in `-t`, matching nothing.
+const UNMODELLED_FLAGS: &[&str] = &[
+    "CONFIGURING",
+    "CF",
+    "RESIZING",
+    "RS",
+    "RESV_DEL_HOLD",
+    "RD",
+    "REQUEUE_FED",
+    "RF",
+    "REQUEUE_HOLD",
+    "RH",
+    "REVOKED",
+    "RV",
+    "SIGNALING",
+    "SI",
+    "SPECIAL_EXIT",
+    "SE",
+    "STAGE_OUT",
+    "SO",
+    "STOPPED",
+    "ST",
+];
+
+/// Whether `job_state_num` knows the (uppercased) name: a base state or a flag, long or compact.
+fn valid_state(upper: &str) -> bool {
+    upper == "CG" || upper == "COMPLETING" || fmt::parse_state(upper).is_some() || UNMODELLED_FLAGS.contains(&upper)
+}
+
 fn list(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
 }
@@ -201,16 +237,18 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
                     "Format" => format_long = Some(value),
                     "partition" => options.partitions.extend(list(&value)),
                     "qos" => options.qos.extend(list(&value)),
+                    // `_build_state_list`: `all` only as the whole argument, else each name
+                    // through `_parse_state`, which exits at the first unknown one.
+                    "states" if value.eq_ignore_ascii_case("all") => options.states = vec!["ALL".to_owned()],
                     "states" => {
                         for state in list(&value) {
                             let upper = state.to_ascii_uppercase();
-                            if upper != "ALL"
-                                && upper != "CG"
-                                && upper != "COMPLETING"
-                                && fmt::parse_state(&upper).is_none()
-                            {
-                                return Err(usage_error(format!(
-                                    "squeue: error: Invalid job state specified: {state}"
+                            if !valid_state(&upper) {
+                                // error("Valid job states include: %s\n", …): the message's own
+                                // newline and error()'s make an empty line.
+                                return Err(fail(format!(
+                                    "squeue: error: Invalid job state specified: {state}\n\
+                                     squeue: error: Valid job states include: {VALID_STATES}\n\n"
                                 )));
                             }
                             options.states.push(upper);
@@ -333,12 +371,16 @@ pub fn render(
     if options.jobs.len() == 1 && selected.is_empty() {
         return fail("slurm_load_jobs error: Invalid job id specified".to_owned());
     }
-    // squeue's default sort "P,t,-p": partition, state, then priority (highest first).
-    let state_rank = |job: &pb::Job| if job.completing { 10 } else { job.state };
+    // squeue's default sort "P,t,-p" (sort_job_list in squeue's sort.c): partition name, then
+    // the compact state *as text* (`_sort_job_by_state_compact` compares
+    // job_state_string_compact with xstrcmp, so CA < CD < CG < F < PD < R < TO), then priority
+    // highest first. Slurm sorts key by key, last key first, with list_sort (glibc's qsort, a
+    // merge sort at these sizes, so stable): ties keep the controller's order, its job list,
+    // which job_mgr.c appends to at submission (id order).
     selected.sort_by(|a, b| {
         a.partition
             .cmp(&b.partition)
-            .then(state_rank(a).cmp(&state_rank(b)))
+            .then(fields::state_compact(a).cmp(fields::state_compact(b)))
             .then(b.priority.cmp(&a.priority))
             .then(a.job_id.cmp(&b.job_id))
     });
