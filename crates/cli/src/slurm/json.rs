@@ -372,7 +372,7 @@ pub fn job_info(job: &pb::Job, cluster: &str) -> Json {
         ("burst_buffer_state", string("")),
         ("cluster", string(cluster)),
         ("cluster_features", string("")),
-        ("command", string("")),
+        ("command", string(&job.command)),
         ("comment", string(&job.comment)),
         ("container", string("")),
         ("container_id", string("")),
