@@ -380,16 +380,38 @@ fn squeue_and_scontrol_print_slurms_json_documents() {
     assert_eq!(no_steps["jobs"][0]["steps"], serde_json::json!([]));
     assert_eq!(no_steps["meta"]["command"], serde_json::json!(["sacct", "--json", "-X", "-j", id.to_string()]));
 
+    // sinfo: one record per line sinfo prints, each with its partition's record.
+    let sinfo: serde_json::Value = serde_json::from_str(&ok(&emu, &bin, "sinfo", &["--json", "-p", "cpu"])).unwrap();
+    let lines = sinfo["sinfo"].as_array().unwrap();
+    assert!(lines.iter().all(|line| line["partition"]["name"] == "cpu"), "{sinfo}");
+    let busy: Vec<&serde_json::Value> =
+        lines.iter().filter(|line| line["node"]["state"] == serde_json::json!(["MIXED"])).collect();
+    assert_eq!(busy.len(), 1, "{sinfo}");
+    assert_eq!(busy[0]["cpus"]["allocated"], 2);
+    assert_eq!(busy[0]["nodes"]["nodes"].as_array().map(Vec::len), Some(1));
+    let total: i64 = lines.iter().map(|line| line["nodes"]["total"].as_i64().unwrap()).sum();
+    assert_eq!(total, lines[0]["partition"]["nodes"]["total"].as_i64().unwrap());
+
+    // scontrol show node and show partition as NODE and PARTITION_INFO records.
+    let node_name = busy[0]["nodes"]["nodes"][0].as_str().unwrap().to_owned();
+    let node: serde_json::Value =
+        serde_json::from_str(&ok(&emu, &bin, "scontrol", &["--json", "show", "node", &node_name])).unwrap();
+    assert_eq!(node["nodes"][0]["name"], node_name.as_str());
+    assert_eq!(node["nodes"][0]["alloc_cpus"], 2);
+    assert_eq!(node["nodes"][0]["state"], serde_json::json!(["MIXED"]));
+    let partitions: serde_json::Value =
+        serde_json::from_str(&ok(&emu, &bin, "scontrol", &["--json", "show", "partition", "cpu"])).unwrap();
+    assert_eq!(partitions["partitions"][0]["name"], "cpu");
+    assert_eq!(partitions["partitions"][0]["partition"]["state"], serde_json::json!(["UP"]));
+
     // What is not emulated says so by name; another data_parser version is refused.
-    for (name, args) in [("sinfo", &["--json"][..]), ("scontrol", &["--json", "show", "node"][..])] {
-        let refused = slurm(&emu, &bin, name, args);
-        assert_eq!(refused.status.code(), Some(1), "{name}");
-        assert!(
-            text(&refused.stderr).contains("--json") && text(&refused.stderr).contains("not emulated"),
-            "{name}: {}",
-            text(&refused.stderr)
-        );
-    }
+    let refused = slurm(&emu, &bin, "scontrol", &["--json", "show", "config"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).starts_with("scontrol: error: --json of show config is not emulated"),
+        "{}",
+        text(&refused.stderr)
+    );
     let old = slurm(&emu, &bin, "squeue", &["--json=v0.0.39"]);
     assert_eq!(old.status.code(), Some(1));
     assert!(

@@ -585,7 +585,8 @@ fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
     ];
     let partitions = [partition("cpu", true, &names), partition("hpc-prod", false, &names[..2])];
     let render = |list: &[&str]| {
-        sinfo::render(&sinfo::parse(&args(list), &Env::new()).unwrap(), &partitions, &nodes, NOW, &Env::new()).stdout
+        sinfo::render(&sinfo::parse(&args(list), &Env::new()).unwrap(), &partitions, &nodes, NOW, &Env::new(), None)
+            .stdout
     };
     assert_eq!(
         render(&[]),
@@ -666,6 +667,7 @@ fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
         &nodes,
         NOW,
         &Env::new(),
+        None,
     );
     assert_eq!(invalid.stderr, "Invalid node format specification: y\n");
     assert_eq!(invalid.stdout, "hpc-prod %y\n");
@@ -676,6 +678,7 @@ fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
         &drained,
         NOW,
         &Env::new(),
+        None,
     )
     .stdout;
     assert_eq!(out, "cpu*         up   infinite      1  drain slurm-cpu-0\n");
@@ -1065,7 +1068,8 @@ fn sinfo_lists_drain_reasons_with_who_and_when() {
     let names = ["slurm-cpu-0", "slurm-cpu-1", "slurm-cpu-2", "slurm-cpu-3"];
     let partitions = [partition("cpu", true, &names), partition("hpc-prod", false, &names)];
     let render = |list: &[&str]| {
-        sinfo::render(&sinfo::parse(&args(list), &Env::new()).unwrap(), &partitions, &nodes, NOW, &Env::new()).stdout
+        sinfo::render(&sinfo::parse(&args(list), &Env::new()).unwrap(), &partitions, &nodes, NOW, &Env::new(), None)
+            .stdout
     };
     // Each drained node once, whatever its partitions; nodes with the same reason, user and
     // time share a line; the reason is cut at 20 without `+`.
@@ -1088,8 +1092,14 @@ fn sinfo_lists_drain_reasons_with_who_and_when() {
         "SUNK: pod was not de root      2025-01-02T03:04:00 slurm-cpu-3\n"
     );
     let relative = env(&[("SLURM_TIME_FORMAT", "%H:%M")]);
-    let out =
-        sinfo::render(&sinfo::parse(&args(&["-R", "-h"]), &relative).unwrap(), &partitions, &nodes, NOW, &relative);
+    let out = sinfo::render(
+        &sinfo::parse(&args(&["-R", "-h"]), &relative).unwrap(),
+        &partitions,
+        &nodes,
+        NOW,
+        &relative,
+        None,
+    );
     assert_eq!(
         out.stdout.lines().next().unwrap(),
         "disk is full         alice     03:03               slurm-cpu-[0,2]"

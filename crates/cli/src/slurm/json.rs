@@ -6,7 +6,10 @@
 //! (array jobs, federation, burst buffers, mail, CPU frequency, job flags, …) carry the value Slurm
 //! prints for a job that did not ask for them; the CLI README's table says which.
 //!
-//! `squeue --json` and `scontrol show job --json` print the same job records (`JOB_INFO`).
+//! `squeue --json` and `scontrol --json show job` print the same job records (`JOB_INFO`);
+//! `scontrol --json show node|partition` print `NODE` and `PARTITION_INFO` records, `sinfo --json`
+//! one `SINFO_DATA` record per line it would print, `sacct --json` slurmdb's `JOB` records with
+//! their `STEP`s.
 
 use cwsandbox_client::emulator_v1 as pb;
 use serde::ser::{Serialize, SerializeMap, Serializer};
@@ -734,6 +737,294 @@ pub fn accounting_document(records: Vec<Json>, about: &Meta<'_>) -> Json {
     response(vec![("jobs", Json::List(records))], about, &[])
 }
 
+/// `NODE_STATES` of a node: `node_state_string_complete`'s parts (`MIXED+DRAIN`).
+fn node_states(node: &pb::SlurmNode) -> Json {
+    let states: Vec<&str> = super::scontrol::node_state(node).split('+').collect();
+    names(&states)
+}
+
+/// A node's GRES (`gpu[:type]:N`), empty without GPUs.
+fn node_gres(node: &pb::SlurmNode) -> String {
+    match (node.gpus, node.gres_type.as_str()) {
+        (0, _) => String::new(),
+        (gpus, "") => format!("gpu:{gpus}"),
+        (gpus, kind) => format!("gpu:{kind}:{gpus}"),
+    }
+}
+
+/// One node as `NODE` dumps it (`scontrol --json show node`), with the values `show node`
+/// prints: one socket of `cpus` cores, one thread per core, no load, no power, free memory as
+/// RealMemory − AllocMem.
+pub fn node_info(node: &pb::SlurmNode) -> Json {
+    let boot = fmt::secs(node.boot_time.as_ref());
+    let alloc_tres = [
+        ("cpu", u64::from(node.alloc_cpus), node.alloc_cpus.to_string()),
+        ("mem", node.alloc_memory_mb, fmt::convert_num_unit(node.alloc_memory_mb as f64, 2, fmt::Convert::Exact)),
+        ("gres/gpu", u64::from(node.alloc_gpus), node.alloc_gpus.to_string()),
+    ]
+    .into_iter()
+    .filter(|(_, count, _)| *count > 0)
+    .map(|(name, _, text)| format!("{name}={text}"))
+    .collect::<Vec<_>>()
+    .join(",");
+    let gres = node_gres(node);
+    // Slurm adds the indices in use (`(IDX:0-1)`); the emulator's nodes do not say which.
+    let gres_used = match (node.gpus, node.gres_type.as_str()) {
+        (0, _) => String::new(),
+        (_, "") => format!("gpu:{}", node.alloc_gpus),
+        (_, kind) => format!("gpu:{kind}:{}", node.alloc_gpus),
+    };
+    object(vec![
+        ("architecture", string("x86_64")),
+        ("burstbuffer_network_address", string("")),
+        ("boards", int(1)),
+        ("boot_time", timestamp(boot)),
+        ("tls_cert_last_renewal", timestamp(None)),
+        ("cert_flags", names(&[])),
+        ("cluster_name", string("")),
+        ("cores", int(node.cpus)),
+        ("specialized_cores", int(0)),
+        ("cpu_binding", int(0)),
+        ("cpu_load", int(0)),
+        ("free_mem", set(node.real_memory_mb.saturating_sub(node.alloc_memory_mb))),
+        ("cpus", int(node.cpus)),
+        ("effective_cpus", int(node.cpus)),
+        ("specialized_cpus", string("")),
+        (
+            "energy",
+            object(vec![
+                ("average_watts", int(0)),
+                ("base_consumed_energy", int(0)),
+                ("consumed_energy", int(0)),
+                ("current_watts", set(0u32)),
+                ("previous_consumed_energy", int(0)),
+                ("last_collected", int(0)),
+            ]),
+        ),
+        ("extra", string("")),
+        ("features", names(&[])),
+        ("active_features", names(&[])),
+        ("gpu_spec", string("")),
+        ("gres", string(&gres)),
+        ("gres_drained", string("")),
+        ("gres_used", string(&gres_used)),
+        ("instance_id", string("")),
+        ("instance_type", string("")),
+        ("last_busy", timestamp(fmt::secs(node.last_busy_time.as_ref()))),
+        ("mcs_label", string("")),
+        ("specialized_memory", int(0)),
+        ("name", string(&node.name)),
+        ("next_state_after_reboot", names(&["INVALID"])),
+        ("address", string(&node.name)),
+        ("hostname", string(&node.name)),
+        ("state", node_states(node)),
+        ("operating_system", string(&node.os)),
+        ("owner", string("")),
+        ("partitions", Json::List(node.partitions.iter().map(|name| string(name)).collect())),
+        ("port", int(SLURMD_PORT)),
+        ("real_memory", int(node.real_memory_mb as i64)),
+        ("res_cores_per_gpu", int(0)),
+        ("comment", string("")),
+        ("reason", string(&node.drain_reason)),
+        ("reason_changed_at", timestamp(fmt::secs(node.drain_time.as_ref()))),
+        ("reason_set_by_user", string(&node.drain_user)),
+        ("resume_after", timestamp(None)),
+        ("reservation", string("")),
+        ("alloc_memory", int(node.alloc_memory_mb as i64)),
+        ("alloc_cpus", int(node.alloc_cpus)),
+        ("alloc_idle_cpus", int(i64::from(node.cpus) - i64::from(node.alloc_cpus))),
+        ("tres_used", string(&alloc_tres)),
+        ("slurmd_start_time", timestamp(boot)),
+        ("sockets", int(1)),
+        ("threads", int(1)),
+        ("temporary_disk", int(0)),
+        ("weight", int(1)),
+        ("topology", string("")),
+        ("tres", string(&super::scontrol::cfg_tres(node.cpus, node.real_memory_mb, None, node.gpus))),
+        ("version", string(super::slurm_conf::SLURM_VERSION)),
+    ])
+}
+
+/// slurm.conf's `SlurmdPort` (`scontrol show config`).
+const SLURMD_PORT: i64 = 6818;
+
+/// `SHARED_FORCE`: the partition's `OverSubscribe=FORCE` bit of `max_share`.
+const SHARED_FORCE: u64 = 0x8000;
+
+/// One partition as `PARTITION_INFO` dumps it; `members` are its nodes (its TRES). Values are
+/// the ones `show partition` prints (no defaults or maximums but the time limit, one job per
+/// resource unless OverSubscribe says otherwise).
+pub fn partition_info(partition: &pb::Partition, members: &[&pb::SlurmNode]) -> Json {
+    let max_share = match partition.over_subscribe.to_ascii_uppercase().as_str() {
+        "EXCLUSIVE" => 0,
+        "YES" => 4,
+        "FORCE" => SHARED_FORCE | 4,
+        _ => 1,
+    };
+    let max_time = match partition.max_time_seconds {
+        Some(seconds) => Number::Set(u64::from(fmt::limit_minutes(seconds) as u32)),
+        None => Number::Infinite,
+    };
+    let memory: u64 = members.iter().map(|node| node.real_memory_mb).sum();
+    let gpus: u32 = members.iter().map(|node| node.gpus).sum();
+    let tres = super::scontrol::cfg_tres(partition.total_cpus, memory, Some(partition.nodes.len()), gpus);
+    let force: &[&str] = if max_share & SHARED_FORCE != 0 { &["force"] } else { &[] };
+    object(vec![
+        ("nodes/allowed_allocation", string("")),
+        ("accounts/allowed", string("")),
+        ("groups/allowed", string("")),
+        ("qos/allowed", string("")),
+        ("alternate", string("")),
+        ("tres/billing_weights", string("")),
+        ("cluster", string("")),
+        ("select_type", names(&[])),
+        ("cpus/task_binding", int(0)),
+        ("defaults/memory_per_cpu", int(0)),
+        ("defaults/partition_memory_per_cpu", unset()),
+        ("defaults/partition_memory_per_node", set(0u32)),
+        ("defaults/time", unset()),
+        ("accounts/deny", string("")),
+        ("qos/deny", string("")),
+        ("grace_time", int(0)),
+        ("defaults/job", string("")),
+        ("maximums/cpus_per_node", number(Number::Infinite)),
+        ("maximums/cpus_per_socket", number(Number::Infinite)),
+        ("maximums/memory_per_cpu", int(0)),
+        ("maximums/partition_memory_per_cpu", unset()),
+        ("maximums/partition_memory_per_node", set(0u32)),
+        ("maximums/nodes", number(Number::Infinite)),
+        ("maximums/shares", int(max_share as i64)),
+        ("maximums/oversubscribe/jobs", int((max_share & !SHARED_FORCE) as i64)),
+        ("maximums/oversubscribe/flags", names(force)),
+        ("maximums/time", number(max_time)),
+        ("minimums/nodes", int(0)),
+        ("name", string(&partition.name)),
+        ("nodes/configured", string(&fmt::hostlist(&partition.nodes))),
+        ("node_sets", string("")),
+        ("maximums/over_time_limit", unset()),
+        ("priority/job_factor", int(1)),
+        ("priority/tier", int(partition.priority_tier)),
+        ("qos/assigned", string("")),
+        ("timeouts/resume", unset()),
+        ("topology", string("")),
+        ("partition/state", names(&["UP"])),
+        ("suspend_time", unset()),
+        ("timeouts/suspend", unset()),
+        ("cpus/total", int(partition.total_cpus)),
+        ("nodes/total", int(partition.nodes.len() as i64)),
+        ("tres/configured", string(&tres)),
+    ])
+}
+
+/// `OPENAPI_NODES_RESP`: `scontrol --json show node`.
+pub fn nodes_document(nodes: &[&pb::SlurmNode], now: i64, about: &Meta<'_>) -> Json {
+    let records = nodes.iter().map(|node| node_info(node)).collect();
+    response(vec![("nodes", Json::List(records)), ("last_update", timestamp(Some(now)))], about, &[])
+}
+
+/// `OPENAPI_PARTITION_RESP`: `scontrol --json show partition`.
+pub fn partitions_document(partitions: &[&pb::Partition], nodes: &[pb::SlurmNode], now: i64, about: &Meta<'_>) -> Json {
+    let records = partitions
+        .iter()
+        .map(|partition| {
+            let members: Vec<&pb::SlurmNode> =
+                nodes.iter().filter(|node| partition.nodes.contains(&node.name)).collect();
+            partition_info(partition, &members)
+        })
+        .collect();
+    response(vec![("partitions", Json::List(records)), ("last_update", timestamp(Some(now)))], about, &[])
+}
+
+/// One line of sinfo as `SINFO_DATA` dumps it: `nodes` of `partition` that share a line
+/// (`all_nodes` are every node, for the partition's own record).
+pub fn sinfo_entry(partition: &pb::Partition, nodes: &[&pb::SlurmNode], all_nodes: &[pb::SlurmNode]) -> Json {
+    let busy = |node: &&pb::SlurmNode| node.alloc_cpus > 0;
+    let drained = |node: &&pb::SlurmNode| {
+        matches!(
+            pb::SlurmNodeState::try_from(node.state),
+            Ok(pb::SlurmNodeState::Drained | pb::SlurmNodeState::Draining)
+        )
+    };
+    let count = |keep: &dyn Fn(&&pb::SlurmNode) -> bool| nodes.iter().filter(|node| keep(node)).count() as i64;
+    let cpus_total: i64 = nodes.iter().map(|node| i64::from(node.cpus)).sum();
+    let cpus_alloc: i64 = nodes.iter().map(|node| i64::from(node.alloc_cpus)).sum();
+    // sinfo counts a drained node's free CPUs as "other", not idle.
+    let cpus_other: i64 = nodes
+        .iter()
+        .filter(|node| drained(node))
+        .map(|node| i64::from(node.cpus - node.alloc_cpus.min(node.cpus)))
+        .sum();
+    let min_max = |value: &dyn Fn(&pb::SlurmNode) -> i64| {
+        let values: Vec<i64> = nodes.iter().map(|node| value(node)).collect();
+        (values.iter().copied().min().unwrap_or(0), values.iter().copied().max().unwrap_or(0))
+    };
+    let (min_cpus, max_cpus) = min_max(&|node| i64::from(node.cpus));
+    let (min_mem, max_mem) = min_max(&|node| node.real_memory_mb as i64);
+    let (min_cores, max_cores) = min_max(&|node| i64::from(node.cpus));
+    let (min_free, max_free) = min_max(&|node| node.real_memory_mb.saturating_sub(node.alloc_memory_mb) as i64);
+    let ones = if nodes.is_empty() { (0, 0) } else { (1, 1) };
+    let state = nodes.first().map_or_else(|| names(&[]), |node| node_states(node));
+    let first = nodes.first();
+    let gres = first.map(|node| node_gres(node)).unwrap_or_default();
+    let members: Vec<&pb::SlurmNode> = all_nodes.iter().filter(|node| partition.nodes.contains(&node.name)).collect();
+    let node_names: Vec<Json> = nodes.iter().map(|node| string(&node.name)).collect();
+    let reason_time = first.and_then(|node| fmt::secs(node.drain_time.as_ref())).unwrap_or(0);
+    object(vec![
+        ("port", int(SLURMD_PORT)),
+        ("node/state", state),
+        ("nodes/allocated", int(count(&|node| busy(node) && !drained(node)))),
+        ("nodes/idle", int(count(&|node| !busy(node) && !drained(node)))),
+        ("nodes/other", int(count(&|node| drained(node)))),
+        ("nodes/total", int(nodes.len() as i64)),
+        ("cpus/allocated", int(cpus_alloc)),
+        ("cpus/idle", int(cpus_total - cpus_alloc - cpus_other)),
+        ("cpus/other", int(cpus_other)),
+        ("cpus/total", int(cpus_total)),
+        ("cpus/minimum", int(min_cpus)),
+        ("cpus/maximum", int(max_cpus)),
+        ("sockets/minimum", int(ones.0)),
+        ("sockets/maximum", int(ones.1)),
+        ("cores/minimum", int(min_cores)),
+        ("cores/maximum", int(max_cores)),
+        ("threads/minimum", int(ones.0)),
+        ("threads/maximum", int(ones.1)),
+        ("disk/minimum", int(0)),
+        ("disk/maximum", int(0)),
+        ("memory/minimum", int(min_mem)),
+        ("memory/maximum", int(max_mem)),
+        ("weight/minimum", int(ones.0)),
+        ("weight/maximum", int(ones.1)),
+        ("cpus/load/minimum", int(0)),
+        ("cpus/load/maximum", int(0)),
+        ("memory/free/minimum", if nodes.is_empty() { unset() } else { set(min_free as u64) }),
+        ("memory/free/maximum", if nodes.is_empty() { unset() } else { set(max_free as u64) }),
+        ("cpus/per_node/max", number(Number::Infinite)),
+        ("memory/allocated", int(nodes.iter().map(|node| node.alloc_memory_mb as i64).sum::<i64>())),
+        ("features/total", string("")),
+        ("features/active", string("")),
+        ("gres/total", string(&gres)),
+        ("gres/used", string("")),
+        ("cluster", string("")),
+        ("comment", string("")),
+        ("extra", string("")),
+        ("reason/description", string(first.map_or("", |node| node.drain_reason.as_str()))),
+        ("reason/time", int(reason_time)),
+        ("reservation", string("")),
+        ("reason/user", string(first.map_or("", |node| node.drain_user.as_str()))),
+        ("resource_spec/cpus", string("")),
+        ("resource_spec/memory", int(0)),
+        ("nodes/hostnames", Json::List(node_names.clone())),
+        ("nodes/addresses", Json::List(node_names.clone())),
+        ("nodes/nodes", Json::List(node_names)),
+        ("partition", partition_info(partition, &members)),
+    ])
+}
+
+/// `OPENAPI_SINFO_RESP`: what `sinfo --json` prints.
+pub fn sinfo_document(entries: Vec<Json>, about: &Meta<'_>) -> Json {
+    response(vec![("sinfo", Json::List(entries))], about, &[])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -850,6 +1141,78 @@ mod tests {
         assert!(text.contains(r#""comment":{"administrator":"","job":"","system":""}"#), "{text}");
         assert!(text.contains(r#""step":{"id":"9.batch","name":"batch","stderr":"","stdin":"","stdout":"""#), "{text}");
         assert!(text.contains(r#""nodes":{"count":1,"range":"slurm-cpu-0","list":["slurm-cpu-0"]}"#), "{text}");
+    }
+
+    /// Every path to a value (`time/start`), in order: a `{set, infinite, number}` is one value.
+    fn leaf_paths(json: &Json, prefix: &str, out: &mut Vec<String>) {
+        let is_number =
+            |entries: &[(&str, Json)]| entries.iter().map(|(key, _)| *key).eq(["set", "infinite", "number"]);
+        match json {
+            Json::Object(entries) if !is_number(entries) => {
+                for (key, value) in entries {
+                    let path = if prefix.is_empty() { (*key).to_owned() } else { format!("{prefix}/{key}") };
+                    leaf_paths(value, &path, out);
+                }
+            }
+            _ => out.push(prefix.to_owned()),
+        }
+    }
+
+    #[test]
+    fn node_partition_and_sinfo_records_have_every_path_of_their_parsers() {
+        let node = pb::SlurmNode { name: "slurm-cpu-0".into(), cpus: 16, ..Default::default() };
+        let partition = pb::Partition { name: "cpu".into(), nodes: vec!["slurm-cpu-0".into()], ..Default::default() };
+        let paths = |json: &Json| {
+            let mut out = Vec::new();
+            leaf_paths(json, "", &mut out);
+            out
+        };
+        // NODE: 57 paths (its removed ones print none), `energy` an object of 6.
+        let node_paths = paths(&node_info(&node));
+        assert_eq!(node_paths.len(), 57 - 1 + 6);
+        assert_eq!(node_paths.first().map(String::as_str), Some("architecture"));
+        assert!(
+            node_paths.contains(&"energy/current_watts/set".to_owned())
+                || node_paths.contains(&"energy/current_watts".to_owned())
+        );
+        // PARTITION_INFO: 43 paths, numbers that may be unset being objects of 3.
+        let partition_json = partition_info(&partition, &[&node]);
+        let Json::Object(entries) = &partition_json else { panic!("an object") };
+        let top: Vec<&str> = entries.iter().map(|(key, _)| *key).collect();
+        assert_eq!(paths(&partition_json).len(), 43);
+        assert_eq!(
+            top,
+            [
+                "nodes",
+                "accounts",
+                "groups",
+                "qos",
+                "alternate",
+                "tres",
+                "cluster",
+                "select_type",
+                "cpus",
+                "defaults",
+                "grace_time",
+                "maximums",
+                "minimums",
+                "name",
+                "node_sets",
+                "priority",
+                "timeouts",
+                "topology",
+                "partition",
+                "suspend_time",
+            ]
+        );
+        // SINFO_DATA: 47 paths, the last the partition's record.
+        let entry = sinfo_entry(&partition, &[&node], std::slice::from_ref(&node));
+        let Json::Object(entries) = &entry else { panic!("an object") };
+        assert_eq!(entries.first().map(|(key, _)| *key), Some("port"));
+        assert_eq!(entries.last().map(|(key, _)| *key), Some("partition"));
+        let entry_paths = paths(&entry);
+        assert_eq!(entry_paths.iter().filter(|path| !path.starts_with("partition/")).count(), 46);
+        assert!(entry_paths.contains(&"cpus/load/minimum".to_owned()));
     }
 
     #[test]

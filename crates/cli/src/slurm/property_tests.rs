@@ -288,7 +288,7 @@ proptest! {
             Err(output) => refusal_is_well_formed("squeue", &output)?,
         }
         match sinfo::parse(&args, &env) {
-            Ok(options) => prop_assert_eq!(sinfo::render(&options, &partitions(), &nodes(), NOW, &env).code, 0),
+            Ok(options) => prop_assert_eq!(sinfo::render(&options, &partitions(), &nodes(), NOW, &env, None).code, 0),
             Err(output) => refusal_is_well_formed("sinfo", &output)?,
         }
         match scontrol::parse(&args) {
@@ -607,7 +607,7 @@ proptest! {
         check(&output.stdout, &squeue_fields, true)?;
         let args = vec!["-o".to_owned(), format(&sinfo_fields)];
         let options = sinfo::parse(&args, &Env::new()).map_err(|output| TestCaseError::fail(output.stderr))?;
-        let output = sinfo::render(&options, &partitions(), &nodes(), NOW, &Env::new());
+        let output = sinfo::render(&options, &partitions(), &nodes(), NOW, &Env::new(), None);
         check(&output.stdout, &sinfo_fields, false)?;
     }
 
@@ -669,7 +669,7 @@ fn a_huge_squeue_or_sinfo_width_is_held() {
         assert_eq!(output.stdout.lines().map(|line| line.chars().count()).collect::<Vec<_>>(), [MAX_WIDTH, MAX_WIDTH]);
     }
     let options = sinfo::parse(&["-h".to_owned(), "-o".to_owned(), "%65536P".to_owned()], &Env::new()).expect("parses");
-    let output = sinfo::render(&options, &partitions(), &nodes(), NOW, &Env::new());
+    let output = sinfo::render(&options, &partitions(), &nodes(), NOW, &Env::new(), None);
     assert_eq!(output.stdout.lines().map(|line| line.chars().count()).collect::<Vec<_>>(), [MAX_WIDTH]);
 }
 

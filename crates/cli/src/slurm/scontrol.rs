@@ -143,9 +143,9 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
         // Slurm's message ends in a space.
         return Err(fail(format!("invalid entity:{} for keyword:show ", words[1])));
     };
-    if json.is_some() && !matches!(request, Request::Jobs(_)) {
+    if json.is_some() && matches!(request, Request::Config) {
         return Err(fail(format!(
-            "scontrol: error: --json of show {} is not emulated (show job has it; the CLI README lists what --json covers)",
+            "scontrol: error: --json of show {} is not emulated (show job, node and partition have it; the CLI README lists what --json covers)",
             words[1]
         )));
     }
@@ -303,7 +303,7 @@ fn partition_over_subscribe(configured: &str) -> String {
 
 /// A node's configured TRES (`CfgTRES`, a partition's `TRES` without `node`): billing is the CPU
 /// count, as without `TRESBillingWeights`.
-fn cfg_tres(cpus: u32, mem_mb: u64, nodes: Option<usize>, gpus: u32) -> String {
+pub(crate) fn cfg_tres(cpus: u32, mem_mb: u64, nodes: Option<usize>, gpus: u32) -> String {
     let mem = fmt::convert_num_unit(mem_mb as f64, 2, Convert::Exact);
     let mut text = match nodes {
         Some(count) => format!("cpu={cpus},mem={mem},node={count},billing={cpus}"),
@@ -358,7 +358,7 @@ fn partition_text(partition: &pb::Partition, members: &[&pb::SlurmNode], one_lin
 }
 
 /// `node_state_string_complete`: the base state, `+DRAIN` while drained.
-fn node_state(node: &pb::SlurmNode) -> &'static str {
+pub(crate) fn node_state(node: &pb::SlurmNode) -> &'static str {
     let full = node.alloc_cpus >= node.cpus;
     match pb::SlurmNodeState::try_from(node.state) {
         Ok(pb::SlurmNodeState::Idle) => "IDLE",
@@ -505,11 +505,16 @@ pub fn render(options: &Options, answer: &Answer, env: &Env) -> Output {
         Request::Partitions(name) => {
             let shown: Vec<&pb::Partition> =
                 answer.partitions.iter().filter(|p| name.as_ref().is_none_or(|name| &p.name == name)).collect();
+            if let (Some(name), true) = (name, shown.is_empty()) {
+                return quiet_fail(&format!("Partition {name} not found"));
+            }
+            if options.json.is_some() {
+                let document =
+                    super::json::partitions_document(&shown, &answer.nodes, answer.now, &about(options, answer));
+                return Output::ok(document.pretty());
+            }
             if shown.is_empty() {
-                return match name {
-                    Some(name) => quiet_fail(&format!("Partition {name} not found")),
-                    None => Output::ok("No partitions in the system\n".to_owned()),
-                };
+                return Output::ok("No partitions in the system\n".to_owned());
             }
             let text = shown
                 .iter()
@@ -527,25 +532,35 @@ pub fn render(options: &Options, answer: &Answer, env: &Env) -> Output {
             let wanted = name.as_ref().map(|name| fmt::expand_hostlist(name));
             let shown: Vec<&pb::SlurmNode> =
                 answer.nodes.iter().filter(|n| wanted.as_ref().is_none_or(|wanted| wanted.contains(&n.name))).collect();
+            if let (Some(name), true) = (name, shown.is_empty()) {
+                return quiet_fail(&format!("Node {name} not found"));
+            }
+            if options.json.is_some() {
+                return Output::ok(super::json::nodes_document(&shown, now, &about(options, answer)).pretty());
+            }
             if shown.is_empty() {
-                return match name {
-                    Some(name) => quiet_fail(&format!("Node {name} not found")),
-                    None => Output::ok("No nodes in the system\n".to_owned()),
-                };
+                return Output::ok("No nodes in the system\n".to_owned());
             }
             Output::ok(shown.iter().map(|n| node_text(n, now, options.one_liner, &format)).collect())
         }
     }
 }
 
-/// `scontrol --json show job`: the jobs as `squeue --json` prints them.
-fn jobs_json(options: &Options, answer: &Answer, shown: &[&pb::Job]) -> String {
+/// `--json`'s `meta`: the command line, the caller and the cluster.
+fn about<'a>(options: &'a Options, answer: &'a Answer) -> super::json::Meta<'a> {
     let command = options.json.as_deref().unwrap_or_default();
     let (user, uid) = answer.caller.as_ref().map_or(("root", 0), |caller| (caller.name.as_str(), caller.uid));
-    let group =
-        if uid == 0 { "root" } else { shown.iter().find(|job| job.uid == uid).map_or("", |job| job.group.as_str()) };
-    let about = super::json::Meta { command, user, group, cluster: &answer.config.cluster_name };
-    super::json::jobs_document(shown, answer.now, &about).pretty()
+    let group = if uid == 0 {
+        "root"
+    } else {
+        answer.jobs.iter().find(|job| job.uid == uid).map_or("", |job| job.group.as_str())
+    };
+    super::json::Meta { command, user, group, cluster: &answer.config.cluster_name }
+}
+
+/// `scontrol --json show job`: the jobs as `squeue --json` prints them.
+fn jobs_json(options: &Options, answer: &Answer, shown: &[&pb::Job]) -> String {
+    super::json::jobs_document(shown, answer.now, &about(options, answer)).pretty()
 }
 
 /// `scontrol show …` against the emulator's queue, partitions and nodes.
@@ -600,15 +615,14 @@ impl Command for Scontrol {
                 let response = admin.list_jobs(&request).await.map_err(api_error)?;
                 answer.now = super::now_of(&response);
                 answer.jobs = response.jobs;
-                if options.json.is_some() {
-                    answer.config = admin.slurm_config().await.map_err(api_error)?;
-                    answer.caller = Some(super::caller(Self::NAME, env, conn).await?.0);
-                }
             }
             Request::Partitions(_) => {
                 answer.partitions = admin.list_partitions().await.map_err(api_error)?;
                 answer.nodes =
                     admin.list_slurm_nodes(&pb::ListSlurmNodesRequest::default()).await.map_err(api_error)?;
+                if options.json.is_some() {
+                    answer.now = clock_now().await.map_err(api_error)?;
+                }
             }
             Request::Nodes(_) => {
                 answer.nodes =
@@ -642,6 +656,10 @@ impl Command for Scontrol {
                 }
             }
             Request::Info(_) => {}
+        }
+        if options.json.is_some() {
+            answer.config = admin.slurm_config().await.map_err(api_error)?;
+            answer.caller = Some(super::caller(Self::NAME, env, conn).await?.0);
         }
         Ok(answer)
     }

@@ -73,6 +73,8 @@ pub struct Options {
     info: Option<String>,
     /// Errors about the format, printed before the listing.
     warnings: Vec<String>,
+    /// `--json`: the whole command line, for the document's `meta.command`.
+    json: Option<Vec<String>>,
 }
 
 fn usage_error(message: String) -> Output {
@@ -120,6 +122,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
         states: Vec::new(),
         info: None,
         warnings: Vec::new(),
+        json: None,
     };
     let mut format = None;
     for item in items {
@@ -134,12 +137,9 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
                             Some("Usage: sinfo [-ahlNRsv] [-n nodes] [-o format] [-p partition] [-t states]\n".into())
                     }
                     "version" => options.info = Some("slurm 25.05.3\n".to_owned()),
-                    // Refused by name rather than as an unknown option: Slurm has it, the emulator not yet.
                     "json" => {
-                        return Err(Output::fail(
-                            "sinfo: error: --json is not emulated (squeue, sacct and scontrol show job have it; the CLI README lists what --json covers)",
-                            1,
-                        ));
+                        super::json::check_spec("sinfo", &value).map_err(|message| Output::fail(message, 1))?;
+                        options.json = Some(std::iter::once("sinfo".to_owned()).chain(args.iter().cloned()).collect());
                     }
                     "long" => options.long = true,
                     "Node" => options.node_view = true,
@@ -405,7 +405,15 @@ fn print_str(out: &mut String, text: &str, width: usize, right: bool) {
 
 /// Renders `sinfo` from the partitions and nodes; `now` is the emulator's time (for `-l` and
 /// `-R`'s TIMESTAMP, in `SLURM_TIME_FORMAT`). Pure.
-pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::SlurmNode], now: i64, env: &Env) -> Output {
+/// The listing, or with `--json` the document (`json` carries its `meta`). Pure.
+pub fn render(
+    options: &Options,
+    partitions: &[pb::Partition],
+    nodes: &[pb::SlurmNode],
+    now: i64,
+    env: &Env,
+    json: Option<&super::json::Meta<'_>>,
+) -> Output {
     if let Some(info) = &options.info {
         return Output::ok(info.clone());
     }
@@ -501,6 +509,12 @@ pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::Slur
             fmt::hostlist(std::slice::from_ref(x)).cmp(&fmt::hostlist(std::slice::from_ref(y)))
         });
     }
+    if let Some(about) = json {
+        // The lines sinfo would print, each as a record; the format's layout is not used.
+        let entries =
+            groups.iter().map(|group| super::json::sinfo_entry(group.partition, &group.nodes, nodes)).collect();
+        return Output::ok(super::json::sinfo_document(entries, about).pretty());
+    }
     let widths: Vec<usize> = options
         .fields
         .iter()
@@ -543,11 +557,14 @@ pub fn render(options: &Options, partitions: &[pb::Partition], nodes: &[pb::Slur
 /// `sinfo` against the emulator's partitions and nodes.
 pub struct Sinfo;
 
-/// What `sinfo` renders: partitions, nodes and the emulator's time.
+/// What `sinfo` renders: partitions, nodes and the emulator's time (for `--json`, also the
+/// caller and the cluster's name).
 pub struct Answer {
     partitions: Vec<pb::Partition>,
     nodes: Vec<pb::SlurmNode>,
     now: i64,
+    caller: Option<super::Caller>,
+    cluster: String,
 }
 
 impl Command for Sinfo {
@@ -563,16 +580,28 @@ impl Command for Sinfo {
         options.info.as_deref()
     }
 
-    async fn call(_options: &Options, _env: &Env, conn: &Conn) -> Result<Answer, Output> {
+    async fn call(options: &Options, env: &Env, conn: &Conn) -> Result<Answer, Output> {
         let api_error = |error| super::api_error(Self::NAME, &error);
         let admin = conn.admin();
         let partitions = admin.list_partitions().await.map_err(api_error)?;
         let nodes = admin.list_slurm_nodes(&pb::ListSlurmNodesRequest::default()).await.map_err(api_error)?;
         let clock = admin.clock().await.map_err(api_error)?;
-        Ok(Answer { partitions, nodes, now: clock.now.map(|now| now.seconds).unwrap_or_default() })
+        let (caller, cluster) = if options.json.is_some() {
+            let caller = super::caller(Self::NAME, env, conn).await?.0;
+            (Some(caller), admin.slurm_config().await.map_err(api_error)?.cluster_name)
+        } else {
+            (None, String::new())
+        };
+        Ok(Answer { partitions, nodes, now: clock.now.map(|now| now.seconds).unwrap_or_default(), caller, cluster })
     }
 
     fn render(options: &Options, answer: Answer, env: &Env) -> Output {
-        render(options, &answer.partitions, &answer.nodes, answer.now, env)
+        let (user, group) = match &answer.caller {
+            Some(caller) if caller.uid != 0 => (caller.name.as_str(), ""),
+            _ => ("root", "root"),
+        };
+        let about =
+            options.json.as_deref().map(|command| super::json::Meta { command, user, group, cluster: &answer.cluster });
+        render(options, &answer.partitions, &answer.nodes, answer.now, env, about.as_ref())
     }
 }
