@@ -412,6 +412,14 @@ fn squeue_and_scontrol_print_slurms_json_documents() {
         "{}",
         text(&refused.stderr)
     );
+    for name in ["squeue", "sinfo", "sacct", "scontrol"] {
+        let yaml = slurm(&emu, &bin, name, &["--yaml", "show", "job"][..if name == "scontrol" { 3 } else { 1 }]);
+        assert_eq!(yaml.status.code(), Some(1), "{name}");
+        assert_eq!(
+            text(&yaml.stderr),
+            format!("{name}: error: --yaml is not emulated (--json is, with the same data)\n")
+        );
+    }
     let old = slurm(&emu, &bin, "squeue", &["--json=v0.0.39"]);
     assert_eq!(old.status.code(), Some(1));
     assert!(

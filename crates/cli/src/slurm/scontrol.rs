@@ -22,6 +22,7 @@ const SPEC: &[Opt] = &[
     Opt { key: "verbose", short: Some('v'), long: &["verbose"], arg: Arg::No },
     Opt { key: "version", short: Some('V'), long: &["version"], arg: Arg::No },
     Opt { key: "json", short: None, long: &["json"], arg: Arg::Optional },
+    Opt { key: "yaml", short: None, long: &["yaml"], arg: Arg::Optional },
 ];
 
 /// What was asked.
@@ -86,6 +87,7 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
     let mut json = None;
     for item in items {
         match item {
+            Item::Opt("yaml", _) => return Err(fail("scontrol: error: --yaml is not emulated (--json is, with the same data)".to_owned())),
             Item::Opt("json", spec) => {
                 super::json::check_spec("scontrol", spec.as_deref().unwrap_or_default()).map_err(fail)?;
                 json = Some(std::iter::once("scontrol".to_owned()).chain(args.iter().cloned()).collect());

@@ -42,6 +42,7 @@ const SPEC: &[Opt] = &[
     Opt { key: "verbose", short: Some('v'), long: &["verbose"], arg: Arg::No },
     Opt { key: "version", short: Some('V'), long: &["version"], arg: Arg::No },
     Opt { key: "json", short: None, long: &["json"], arg: Arg::Optional },
+    Opt { key: "yaml", short: None, long: &["yaml"], arg: Arg::Optional },
 ];
 
 #[derive(Debug, Clone)]
@@ -137,6 +138,12 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
                             Some("Usage: sinfo [-ahlNRsv] [-n nodes] [-o format] [-p partition] [-t states]\n".into())
                     }
                     "version" => options.info = Some("slurm 25.05.3\n".to_owned()),
+                    "yaml" => {
+                        return Err(Output::fail(
+                            "sinfo: error: --yaml is not emulated (--json is, with the same data)",
+                            1,
+                        ));
+                    }
                     "json" => {
                         super::json::check_spec("sinfo", &value).map_err(|message| Output::fail(message, 1))?;
                         options.json = Some(std::iter::once("sinfo".to_owned()).chain(args.iter().cloned()).collect());

@@ -40,6 +40,7 @@ const SPEC: &[Opt] = &[
     Opt { key: "verbose", short: Some('v'), long: &["verbose"], arg: Arg::No },
     Opt { key: "version", short: Some('V'), long: &["version"], arg: Arg::No },
     Opt { key: "json", short: None, long: &["json"], arg: Arg::Optional },
+    Opt { key: "yaml", short: None, long: &["yaml"], arg: Arg::Optional },
     Opt { key: "allocations", short: Some('t'), long: &[], arg: Arg::No },
 ];
 
@@ -184,6 +185,9 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
             "helpformat" => options.info = Some(help_fields()),
             "help" | "usage" => options.info = Some(HELP.to_owned()),
             "version" => options.info = Some("slurm 25.05.3\n".to_owned()),
+            "yaml" => {
+                return Err(fail("sacct: error: --yaml is not emulated (--json is, with the same data)".to_owned()));
+            }
             "json" => {
                 crate::slurm::json::check_spec("sacct", &value).map_err(fail)?;
                 options.json = Some(std::iter::once("sacct".to_owned()).chain(args.iter().cloned()).collect());

@@ -25,6 +25,7 @@ const SPEC: &[Opt] = &[
     Opt { key: "usage", short: None, long: &["usage"], arg: Arg::No },
     Opt { key: "jobs", short: Some('j'), long: &["jobs"], arg: Arg::Optional },
     Opt { key: "json", short: None, long: &["json"], arg: Arg::Optional },
+    Opt { key: "yaml", short: None, long: &["yaml"], arg: Arg::Optional },
     Opt { key: "long", short: Some('l'), long: &["long"], arg: Arg::No },
     Opt { key: "me", short: None, long: &["me"], arg: Arg::No },
     Opt { key: "name", short: Some('n'), long: &["name"], arg: Arg::Required },
@@ -218,6 +219,7 @@ pub fn parse(args: &[String], env: &Env) -> Result<Options, Output> {
                             .to_owned(),
                     ),
                     "version" => options.info = Some("slurm 25.05.3\n".to_owned()),
+                    "yaml" => return Err(fail("squeue: error: --yaml is not emulated (--json is, with the same data)".to_owned())),
                     "json" => {
                         super::json::check_spec("squeue", &value).map_err(fail)?;
                         options.json = Some(std::iter::once("squeue".to_owned()).chain(args.iter().cloned()).collect());
