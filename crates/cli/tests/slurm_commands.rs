@@ -47,15 +47,20 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-#[test]
-fn symlinked_commands_show_cancel_and_account_a_batch_job() {
+/// An emulator, the Slurm links, and a batch job `train` (2 CPUs, 1536 MB) that runs.
+fn a_running_batch_job() -> (EmulatorProcess, PathBuf, pb::Job) {
     let emu = emulator();
     let bin = links(&emu);
     let rt = runtime();
     let _context = rt.enter();
-    let admin = admin(&emu);
     let request = pb::SubmitBatchJobRequest { name: "train".into(), cpus: 2, mem_mb: 1536, ..Default::default() };
-    let job = rt.block_on(admin.submit_batch_job(&request)).unwrap().expect("a queue row");
+    let job = rt.block_on(admin(&emu).submit_batch_job(&request)).unwrap().expect("a queue row");
+    (emu, bin, job)
+}
+
+#[test]
+fn symlinked_commands_show_cancel_and_account_a_batch_job() {
+    let (emu, bin, job) = a_running_batch_job();
     let id = job.job_id.to_string();
 
     let queue = ok(&emu, &bin, "squeue", &[]);
@@ -318,13 +323,7 @@ fn the_guides_sacct_lines_find_a_python_clients_sandbox() {
 
 #[test]
 fn squeue_and_scontrol_print_slurms_json_documents() {
-    let emu = emulator();
-    let bin = links(&emu);
-    let rt = runtime();
-    let _context = rt.enter();
-    let admin = admin(&emu);
-    let request = pb::SubmitBatchJobRequest { name: "train".into(), cpus: 2, mem_mb: 1536, ..Default::default() };
-    let job = rt.block_on(admin.submit_batch_job(&request)).unwrap().expect("a queue row");
+    let (emu, bin, job) = a_running_batch_job();
     let id = job.job_id;
 
     let document: serde_json::Value = serde_json::from_str(&ok(&emu, &bin, "squeue", &["--json"])).unwrap();

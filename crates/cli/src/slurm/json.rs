@@ -757,16 +757,7 @@ fn node_gres(node: &pb::SlurmNode) -> String {
 /// RealMemory − AllocMem.
 pub fn node_info(node: &pb::SlurmNode) -> Json {
     let boot = fmt::secs(node.boot_time.as_ref());
-    let alloc_tres = [
-        ("cpu", u64::from(node.alloc_cpus), node.alloc_cpus.to_string()),
-        ("mem", node.alloc_memory_mb, fmt::convert_num_unit(node.alloc_memory_mb as f64, 2, fmt::Convert::Exact)),
-        ("gres/gpu", u64::from(node.alloc_gpus), node.alloc_gpus.to_string()),
-    ]
-    .into_iter()
-    .filter(|(_, count, _)| *count > 0)
-    .map(|(name, _, text)| format!("{name}={text}"))
-    .collect::<Vec<_>>()
-    .join(",");
+    let alloc_tres = super::scontrol::node_alloc_tres(node);
     let gres = node_gres(node);
     // Slurm adds the indices in use (`(IDX:0-1)`); the emulator's nodes do not say which.
     let gres_used = match (node.gpus, node.gres_type.as_str()) {

@@ -373,6 +373,20 @@ pub(crate) fn node_state(node: &pb::SlurmNode) -> &'static str {
     }
 }
 
+/// A node's `AllocTRES`: Slurm's TRES string leaves out what counts zero (empty on an idle node).
+pub(crate) fn node_alloc_tres(node: &pb::SlurmNode) -> String {
+    [
+        ("cpu", u64::from(node.alloc_cpus), node.alloc_cpus.to_string()),
+        ("mem", node.alloc_memory_mb, fmt::convert_num_unit(node.alloc_memory_mb as f64, 2, Convert::Exact)),
+        ("gres/gpu", u64::from(node.alloc_gpus), node.alloc_gpus.to_string()),
+    ]
+    .into_iter()
+    .filter(|(_, count, _)| *count > 0)
+    .map(|(name, _, text)| format!("{name}={text}"))
+    .collect::<Vec<_>>()
+    .join(",")
+}
+
 /// One node as `scontrol show node` prints it (25.05 `slurm_sprint_node_table`, trailing
 /// spaces where Slurm writes them; `ResumeAfterTime` is new since 22.05, `CapWatts` and the
 /// `ExtSensors` line are gone). The emulator models neither load nor power (`CPULoad=0.00`,
@@ -386,17 +400,7 @@ fn node_text(node: &pb::SlurmNode, now: i64, one_liner: bool, format: &TimeForma
         (gpus, kind) => format!("gpu:{kind}:{gpus}"),
     };
     let boot = time(fmt::secs(node.boot_time.as_ref()), now, format);
-    // Slurm's TRES string leaves out what counts zero (`AllocTRES=` on an idle node).
-    let alloc_tres = [
-        ("cpu", u64::from(node.alloc_cpus), node.alloc_cpus.to_string()),
-        ("mem", node.alloc_memory_mb, fmt::convert_num_unit(node.alloc_memory_mb as f64, 2, Convert::Exact)),
-        ("gres/gpu", u64::from(node.alloc_gpus), node.alloc_gpus.to_string()),
-    ]
-    .into_iter()
-    .filter(|(_, count, _)| *count > 0)
-    .map(|(name, _, text)| format!("{name}={text}"))
-    .collect::<Vec<_>>()
-    .join(",");
+    let alloc_tres = node_alloc_tres(node);
     let mut lines = vec![
         format!("NodeName={} Arch=x86_64 CoresPerSocket={} ", node.name, node.cpus),
         format!("CPUAlloc={} CPUEfctv={} CPUTot={} CPULoad=0.00", node.alloc_cpus, node.cpus, node.cpus),

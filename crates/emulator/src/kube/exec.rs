@@ -120,18 +120,7 @@ async fn serve(
     }
     let params = ExecParams::parse(uri)?;
     let target = app.driver().with_world(|world| -> Result<Target, Status> {
-        let pod = world.scoped_pod_by_name(&scope, namespace, name).ok_or_else(|| Status::not_found("pods", name))?;
-        let container = if params.container.is_empty() {
-            pod.containers.first().map(|container| container.name.clone()).unwrap_or_default()
-        } else {
-            params.container.clone()
-        };
-        if !pod.containers.iter().any(|candidate| candidate.name == container) {
-            return Err(Status::bad_request(format!("container {container} is not valid for pod {name}")));
-        }
-        if pod.node_name.is_none() {
-            return Err(Status::bad_request(format!("pod {name} does not have a host assigned")));
-        }
+        let (pod, container) = super::pod_and_container(world, &scope, namespace, name, &params.container)?;
         match pod.phase {
             PodPhase::Running => {}
             PodPhase::Pending => {

@@ -58,18 +58,7 @@ pub(super) async fn serve(
 ) -> Result<Response, Status> {
     let params = parse(uri)?;
     let source = app.driver().with_world(|world| -> Result<Source, Status> {
-        let pod = world.scoped_pod_by_name(scope, namespace, name).ok_or_else(|| Status::not_found("pods", name))?;
-        let container = if params.container.is_empty() {
-            pod.containers.first().map(|container| container.name.clone()).unwrap_or_default()
-        } else {
-            params.container.clone()
-        };
-        if !pod.containers.iter().any(|candidate| candidate.name == container) {
-            return Err(Status::bad_request(format!("container {container} is not valid for pod {name}")));
-        }
-        if pod.node_name.is_none() {
-            return Err(Status::bad_request(format!("pod {name} does not have a host assigned")));
-        }
+        let (pod, container) = super::pod_and_container(world, scope, namespace, name, &params.container)?;
         if pod.phase == PodPhase::Pending {
             return Err(Status::bad_request(format!(
                 "container \"{container}\" in pod \"{name}\" is waiting to start: ContainerCreating"
