@@ -636,6 +636,21 @@ fn sinfo_default_view_marks_the_default_partition_and_drained_nodes() {
         render(&["-o", "%P %D %t", "-p", "hpc-prod"]),
         "PARTITION NODES STATE\nhpc-prod 1 mix\nhpc-prod 1 idle\n"
     );
+    // %e (FreeMem) matches nodes, as MATCH_FLAG_FREE_MEM does: RealMemory - AllocMem.
+    let mut busy = nodes.clone();
+    busy[0].alloc_memory_mb = 4096;
+    let out = sinfo::render(
+        &sinfo::parse(&args(&["-o", "%P %D %e %N", "-p", "hpc-prod"]), &Env::new()).unwrap(),
+        &partitions,
+        &busy,
+        NOW,
+        &Env::new(),
+        None,
+    );
+    assert_eq!(
+        out.stdout,
+        "PARTITION NODES FREE_MEM NODELIST\nhpc-prod 1 61440 slurm-cpu-0\nhpc-prod 1 65536 slurm-cpu-1\n"
+    );
     // A state filter keeps every partition: one without a matching node shows NODES 0 and STATE
     // n/a (`_build_sinfo_data`'s entry per partition), also in -s and -l; not in -N, nor in a
     // format without a partition field.

@@ -83,7 +83,7 @@ fn usage_error(message: String) -> Output {
 }
 
 /// The field letters sinfo knows.
-const LETTERS: &str = "acCdDEfFghHilmNPrstTuUwzG";
+const LETTERS: &str = "acCdDeEfFghHilmNPrstTuUwzG";
 
 fn parse_format(format: &str, node_view: bool, warnings: &mut Vec<String>) -> (String, Vec<Field>) {
     let (prefix, tokens) = super::fmt::format_tokens(format, true);
@@ -212,6 +212,7 @@ fn header_of(letter: char) -> &'static str {
         'C' => "CPUS(A/I/O/T)",
         'd' => "TMP_DISK",
         'D' => "NODES",
+        'e' => "FREE_MEM",
         'E' => "REASON",
         'f' => "AVAIL_FEATURES",
         'F' => "NODES(A/I/O/T)",
@@ -281,7 +282,7 @@ fn state_selected(states: &[String], state: i32) -> bool {
 
 /// One output line: a partition and the nodes of one state in it.
 /// Fields whose value is one node's, so nodes that differ in one print on lines of their own.
-const PER_NODE_FIELDS: &str = "cmzEGfdwuUH";
+const PER_NODE_FIELDS: &str = "cemzEGfdwuUH";
 
 struct Group<'a> {
     partition: &'a pb::Partition,
@@ -332,6 +333,8 @@ fn value_of(letter: char, group: &Group<'_>, time_format: &fmt::TimeFormat, now:
             })
             .unwrap_or_default(),
         'm' => first.map(|n| n.real_memory_mb.to_string()).unwrap_or_default(),
+        // FreeMem (a node-matching field, so one value per line): what `show node` reports.
+        'e' => first.map(|n| n.real_memory_mb.saturating_sub(n.alloc_memory_mb).to_string()).unwrap_or_default(),
         'N' => fmt::hostlist(&names),
         't' => state_compact(group.state).to_owned(),
         'T' => state_long(group.state).to_owned(),
