@@ -286,6 +286,16 @@ pub fn over_subscribe(value: i32) -> &'static str {
     }
 }
 
+/// A node's configured GRES (`gpu[:type]:N`); `None` without GPUs (which Slurm prints as
+/// `(null)` in text).
+pub fn node_gres(node: &pb::SlurmNode) -> Option<String> {
+    match (node.gpus, node.gres_type.as_str()) {
+        (0, _) => None,
+        (gpus, "") => Some(format!("gpu:{gpus}")),
+        (gpus, kind) => Some(format!("gpu:{kind}:{gpus}")),
+    }
+}
+
 pub fn state(job_state: i32) -> pb::JobState {
     pb::JobState::try_from(job_state).unwrap_or(pb::JobState::Unspecified)
 }

@@ -209,6 +209,12 @@ pub struct Meta<'a> {
     pub cluster: &'a str,
 }
 
+/// `meta.client.group` of the caller `uid`: root's, else the group its jobs run under (the
+/// emulator keeps no group database), empty when it has none here.
+pub fn client_group(uid: u32, jobs: &[pb::Job]) -> &str {
+    if uid == 0 { "root" } else { jobs.iter().find(|job| job.uid == uid).map_or("", |job| job.group.as_str()) }
+}
+
 fn meta(meta: &Meta<'_>) -> Json {
     let mut version = super::slurm_conf::SLURM_VERSION.split('.');
     let (major, minor, micro) =
@@ -341,10 +347,7 @@ pub fn job_info(job: &pb::Job, cluster: &str) -> Json {
     let submit = fmt::secs(job.submit_time.as_ref());
     let eligible = fmt::secs(job.eligible_time.as_ref()).or(submit);
     let start = if pending { fmt::secs(job.estimated_start_time.as_ref()) } else { fmt::secs(job.start_time.as_ref()) };
-    let end = fmt::secs(job.end_time.as_ref()).or_else(|| {
-        let limit = i64::from(fmt::limit_minutes(job.time_limit_seconds?) as u32) * 60;
-        start.map(|start| start + limit)
-    });
+    let end = super::scontrol::end_time(job, pending);
     let cpus = if pending { job.req_cpus } else { job.alloc_cpus };
     let mut job_state = vec![fmt::state_long(state)];
     if job.completing {
@@ -743,22 +746,13 @@ fn node_states(node: &pb::SlurmNode) -> Json {
     names(&states)
 }
 
-/// A node's GRES (`gpu[:type]:N`), empty without GPUs.
-fn node_gres(node: &pb::SlurmNode) -> String {
-    match (node.gpus, node.gres_type.as_str()) {
-        (0, _) => String::new(),
-        (gpus, "") => format!("gpu:{gpus}"),
-        (gpus, kind) => format!("gpu:{kind}:{gpus}"),
-    }
-}
-
 /// One node as `NODE` dumps it (`scontrol --json show node`), with the values `show node`
 /// prints: one socket of `cpus` cores, one thread per core, no load, no power, free memory as
 /// RealMemory − AllocMem.
 pub fn node_info(node: &pb::SlurmNode) -> Json {
     let boot = fmt::secs(node.boot_time.as_ref());
     let alloc_tres = super::scontrol::node_alloc_tres(node);
-    let gres = node_gres(node);
+    let gres = fmt::node_gres(node).unwrap_or_default();
     // Slurm adds the indices in use (`(IDX:0-1)`); the emulator's nodes do not say which.
     let gres_used = match (node.gpus, node.gres_type.as_str()) {
         (0, _) => String::new(),
@@ -956,7 +950,7 @@ pub fn sinfo_entry(partition: &pb::Partition, nodes: &[&pb::SlurmNode], all_node
     let ones = if nodes.is_empty() { (0, 0) } else { (1, 1) };
     let state = nodes.first().map_or_else(|| names(&[]), |node| node_states(node));
     let first = nodes.first();
-    let gres = first.map(|node| node_gres(node)).unwrap_or_default();
+    let gres = first.and_then(|node| fmt::node_gres(node)).unwrap_or_default();
     let members: Vec<&pb::SlurmNode> = all_nodes.iter().filter(|node| partition.nodes.contains(&node.name)).collect();
     let node_names: Vec<Json> = nodes.iter().map(|node| string(&node.name)).collect();
     let reason_time = first.and_then(|node| fmt::secs(node.drain_time.as_ref())).unwrap_or(0);

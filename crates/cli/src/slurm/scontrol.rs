@@ -188,7 +188,7 @@ pub fn default_output(job: &pb::Job) -> String {
 /// `EndTime`: when it ended; while running with a limit of its own, when the limit runs out;
 /// while pending with an estimated start and a limit, that start plus the limit; else Unknown
 /// (Slurm prints Unknown for an INFINITE limit whose end lies ahead).
-fn end_time(job: &pb::Job, pending: bool) -> Option<i64> {
+pub(crate) fn end_time(job: &pb::Job, pending: bool) -> Option<i64> {
     if let Some(end) = fmt::secs(job.end_time.as_ref()) {
         return Some(end);
     }
@@ -394,11 +394,7 @@ pub(crate) fn node_alloc_tres(node: &pb::SlurmNode) -> String {
 /// (Slurm prints N/A only for a node that reported nothing): a node here has no host of its
 /// own, so its jobs are taken to use exactly the memory allocated to them, RealMemory − AllocMem.
 fn node_text(node: &pb::SlurmNode, now: i64, one_liner: bool, format: &TimeFormat) -> String {
-    let gres = match (node.gpus, node.gres_type.as_str()) {
-        (0, _) => "(null)".to_owned(),
-        (gpus, "") => format!("gpu:{gpus}"),
-        (gpus, kind) => format!("gpu:{kind}:{gpus}"),
-    };
+    let gres = fmt::node_gres(node).unwrap_or_else(|| "(null)".to_owned());
     let boot = time(fmt::secs(node.boot_time.as_ref()), now, format);
     let alloc_tres = node_alloc_tres(node);
     let mut lines = vec![
@@ -556,11 +552,7 @@ pub fn render(options: &Options, answer: &Answer, env: &Env) -> Output {
 fn about<'a>(options: &'a Options, answer: &'a Answer) -> super::json::Meta<'a> {
     let command = options.json.as_deref().unwrap_or_default();
     let (user, uid) = answer.caller.as_ref().map_or(("root", 0), |caller| (caller.name.as_str(), caller.uid));
-    let group = if uid == 0 {
-        "root"
-    } else {
-        answer.jobs.iter().find(|job| job.uid == uid).map_or("", |job| job.group.as_str())
-    };
+    let group = super::json::client_group(uid, &answer.jobs);
     super::json::Meta { command, user, group, cluster: &answer.config.cluster_name }
 }
 

@@ -325,13 +325,7 @@ fn value_of(letter: char, group: &Group<'_>, time_format: &fmt::TimeFormat, now:
             let total = group.nodes.len();
             format!("{alloc}/{}/0/{total}", total - alloc)
         }
-        'G' => first
-            .map(|n| match (n.gpus, n.gres_type.as_str()) {
-                (0, _) => "(null)".to_owned(),
-                (gpus, "") => format!("gpu:{gpus}"),
-                (gpus, kind) => format!("gpu:{kind}:{gpus}"),
-            })
-            .unwrap_or_default(),
+        'G' => first.map(|n| fmt::node_gres(n).unwrap_or_else(|| "(null)".to_owned())).unwrap_or_default(),
         'm' => first.map(|n| n.real_memory_mb.to_string()).unwrap_or_default(),
         // FreeMem (a node-matching field, so one value per line): what `show node` reports.
         'e' => first.map(|n| n.real_memory_mb.saturating_sub(n.alloc_memory_mb).to_string()).unwrap_or_default(),

@@ -69,11 +69,7 @@ impl Command for Sacct {
     }
 
     fn render(options: &Options, answer: Answer, _env: &Env) -> Output {
-        let group = if answer.caller.uid == 0 {
-            "root"
-        } else {
-            answer.jobs.iter().find(|job| job.uid == answer.caller.uid).map_or("", |job| job.group.as_str())
-        };
+        let group = super::json::client_group(answer.caller.uid, &answer.jobs);
         let about = options.json.as_deref().map(|command| super::json::Meta {
             command,
             user: &answer.caller.name,

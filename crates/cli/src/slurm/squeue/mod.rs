@@ -393,11 +393,7 @@ pub fn render(
             None if caller_uid == 0 => "root".to_owned(),
             None => caller_uid.to_string(),
         };
-        let group = if caller_uid == 0 {
-            "root"
-        } else {
-            jobs.iter().find(|job| job.uid == caller_uid).map_or("", |job| job.group.as_str())
-        };
+        let group = super::json::client_group(caller_uid, jobs);
         let about = super::json::Meta { command, user: &user, group, cluster };
         return Output::ok(super::json::jobs_document(&selected, now, &about).pretty());
     }
