@@ -85,6 +85,9 @@ pub struct Driver {
     starting: watch::Sender<std::collections::HashSet<String>>,
     /// Pods whose images the runtime is pulling; readers wait on it too.
     pulling: watch::Sender<std::collections::HashSet<String>>,
+    /// Sandboxes whose stop was just asked for, with the instant until which a reader of their
+    /// state waits for the stop to settle ([`Driver::stop_requested`]).
+    stopping: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
     /// Whether Pods wait for the runtime to pull their images (kept across resets).
     pulls_images: std::sync::atomic::AtomicBool,
     /// Whether the runtime enforces the limits of containers it runs in images (kept across
@@ -121,6 +124,7 @@ impl Driver {
             visible: AtomicU64::new(0),
             starting: watch::Sender::new(std::collections::HashSet::new()),
             pulling: watch::Sender::new(std::collections::HashSet::new()),
+            stopping: std::sync::Mutex::default(),
             pulls_images: std::sync::atomic::AtomicBool::new(false),
             limits_enforced: std::sync::atomic::AtomicBool::new(true),
         });
@@ -298,6 +302,25 @@ impl Driver {
         }
         let _ = tokio::time::timeout(limit, starting.wait_for(|starting| !starting.contains(pod_uid))).await;
         true
+    }
+
+    /// Remembers that a sandbox's stop was asked for just now: for `window`, a reader of the
+    /// sandbox's state ([`Driver::stop_catch_up`]) waits for its processes to end before answering,
+    /// so a client that polls right after the delete finds the end instead of sleeping a polling
+    /// round, while the delete itself answers at once, as the cloud's does.
+    pub fn stop_requested(&self, sandbox_id: &str, window: Duration) {
+        let now = tokio::time::Instant::now();
+        let mut stopping = self.stopping.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Entries are few and short-lived: drop the expired ones on each insert.
+        stopping.retain(|_, until| *until > now);
+        stopping.insert(sandbox_id.to_owned(), now + window);
+    }
+
+    /// Until when a reader of this sandbox waits for its stop to settle, if its stop was asked for
+    /// within the window [`Driver::stop_requested`] was given.
+    pub fn stop_catch_up(&self, sandbox_id: &str) -> Option<tokio::time::Instant> {
+        let stopping = self.stopping.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        stopping.get(sandbox_id).copied().filter(|until| *until > tokio::time::Instant::now())
     }
 
     /// Marks a Pod's pull as finished (its outcome told to the world, whose `StartPod`, if any,

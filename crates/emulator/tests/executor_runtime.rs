@@ -492,7 +492,7 @@ async fn a_sandbox_that_cannot_be_set_up_fails_instead_of_running_empty() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delete_answers_terminal_once_the_processes_honoured_sigterm() {
+async fn delete_answers_at_once_and_the_next_get_finds_the_end() {
     let mut setup = setup(1 << 20).await;
     // Each script says when its trap is set: a SIGTERM before that would end the shell at once,
     // as it would a container's.
@@ -508,8 +508,9 @@ async fn delete_answers_terminal_once_the_processes_honoured_sigterm() {
         .into_inner()
         .sandbox
         .unwrap();
-    // The client's first GetSandbox after the delete finds the end: no polling round.
-    assert_eq!(state_of(&deleted), pb::State::Completed, "{:?}", deleted.status);
+    // DeleteSandbox answers before the processes got SIGTERM, as the cloud's does; the client's
+    // first GetSandbox after it waits for them and finds the end: no polling round.
+    assert_eq!(state_of(&deleted), pb::State::Terminating, "{:?}", deleted.status);
     assert_eq!(state_of(&setup.get(&sandbox.sandbox_id).await), pb::State::Completed);
 
     // A process that ignores SIGTERM keeps it TERMINATING for its grace period.
@@ -524,6 +525,8 @@ async fn delete_answers_terminal_once_the_processes_honoured_sigterm() {
         .sandbox
         .unwrap();
     assert_eq!(state_of(&deleted), pb::State::Terminating);
+    // The GetSandbox right after it waits its second for the end, then answers as it is.
+    assert_eq!(state_of(&setup.get(&stubborn.sandbox_id).await), pb::State::Terminating);
     advance(&setup.emulator, Duration::from_secs(31));
     setup.wait_for(&stubborn.sandbox_id, |sandbox| state_of(sandbox) != pb::State::Terminating).await;
 }

@@ -133,6 +133,11 @@ async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Res
     if !view.pod_uid.is_empty() && app.driver().start_settled(&view.pod_uid, crate::driver::RUNTIME_CATCH_UP).await {
         return Ok(convert::sandbox(&read()?));
     }
+    if view.state == SandboxState::Terminating
+        && let Some(deadline) = app.driver().stop_catch_up(&view.id)
+    {
+        return Ok(convert::sandbox(&stopped(app, &caller.org, view, deadline).await));
+    }
     Ok(convert::sandbox(&view))
 }
 
@@ -169,23 +174,15 @@ pub async fn delete_sandbox(
     respond("DeleteSandbox", delete(&app, &caller, &request).await)
 }
 
-/// How long DeleteSandbox waits for the sandbox's processes to honour SIGTERM before it answers
-/// TERMINATING: processes that stop at once make it answer terminal, so the client's first
-/// GetSandbox after it finds the end instead of sleeping a polling round.
+/// For how long after a DeleteSandbox a GetSandbox of the TERMINATING sandbox waits for its
+/// processes to honour SIGTERM: processes that stop at once make it answer terminal, so a client
+/// polling right after the delete (the published client's first Get follows it at once) finds the
+/// end instead of sleeping a polling round. DeleteSandbox itself answers at once.
 const STOP_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The sandbox once it left TERMINATING, or as it is after [`STOP_CATCH_UP`].
-async fn stopped(
-    app: &App,
-    org: &str,
-    view: cwsandbox_sim::sandbox::SandboxView,
-) -> cwsandbox_sim::sandbox::SandboxView {
-    use cwsandbox_sim::sandbox::SandboxState;
-    if view.state != SandboxState::Terminating || !app.has_runtime() {
-        return view;
-    }
+/// The sandbox once it left TERMINATING, or as it is at `deadline`.
+async fn stopped(app: &App, org: &str, view: SandboxView, deadline: tokio::time::Instant) -> SandboxView {
     let mut changes = app.driver().changes();
-    let deadline = tokio::time::Instant::now() + STOP_CATCH_UP;
     let mut current = view;
     loop {
         match app.driver().with_world(|world| world.get_sandbox(org, &current.id)) {
@@ -244,7 +241,9 @@ async fn delete(
     };
     match app.driver().with_world(|world| world.delete_sandbox(&caller.org, id, request.grace_period_seconds)) {
         Ok(view) => {
-            let view = stopped(app, &caller.org, view).await;
+            if view.state == SandboxState::Terminating && app.has_runtime() {
+                app.driver().stop_requested(&view.id, STOP_CATCH_UP);
+            }
             tracing::info!(sandbox_id = %view.id, state = ?view.state, "sandbox deletion requested");
             Ok(pb::DeleteSandboxResponse { sandbox: Some(convert::sandbox(&view)), file_system_snapshot_ids })
         }
