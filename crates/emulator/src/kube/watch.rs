@@ -74,6 +74,7 @@ pub fn serve(app: App, selection: Selection, params: &Params, as_table: bool) ->
         "" | "0" => None,
         version => version.parse().ok(),
     };
+    // Subscribed first: see below.
     let changes = app.driver().changes();
     let mut state = WatchState {
         app,
@@ -102,8 +103,9 @@ pub fn serve(app: App, selection: Selection, params: &Params, as_table: bool) ->
         }
     }
     state.known = current.items.into_iter().map(|item| (item.key.clone(), item)).collect();
-    // Anything that changed before this point is in the snapshot already.
-    state.changes.borrow_and_update();
+    // `changes` was subscribed before the snapshot was read, so a change made while it was being
+    // read still wakes the watch (at worst for nothing: `refresh` compares). Marking it seen here
+    // would lose such a change until the next one, as a watch once did for a Pod's Running step.
 
     let lines = stream::unfold(state, |mut state| async move {
         loop {
