@@ -152,7 +152,8 @@ struct TransportArgs {
     /// Seconds a connection with no request in flight stays open.
     #[arg(long, value_name = "SECONDS", value_parser = seconds, default_value = "300")]
     idle_timeout: Duration,
-    /// Connections served at once; more are closed as they arrive.
+    /// Connections served at once (a `kubectl exec` socket counts while it is open); more are
+    /// closed as they arrive.
     #[arg(long, value_name = "N", default_value_t = Transport::default().max_connections as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     max_connections: u64,
@@ -180,6 +181,8 @@ impl TransportArgs {
             max_request_bytes: self.max_request_bytes,
             max_decoded_request_bytes: self.max_decoded_request_bytes,
             request_memory_bytes: self.request_memory_bytes,
+            // The keep-alive has no flag: only tests move it.
+            ..Transport::default()
         }
     }
 }

@@ -7,8 +7,15 @@
 //! headers. A connection with no request in flight for `idle_timeout` is closed (HTTP/2 with a
 //! GOAWAY, so clients reconnect without failing a call). Request bodies are bounded by the
 //! request guard (`crate::guard`): `body_read_timeout` between two pieces of a unary request.
-//! An HTTP/2 connection is pinged after [`HTTP2_KEEP_ALIVE`]`.0` without traffic and closed if the
-//! ping goes unanswered for `.1`, so a peer that vanished in the middle of a stream is noticed.
+//! An HTTP/2 connection is pinged after `keep_alive_interval` without traffic and closed if the
+//! ping goes unanswered for `keep_alive_timeout`, so a peer that vanished in the middle of a stream
+//! is noticed.
+//!
+//! A connection upgraded to a WebSocket (`kubectl exec`) leaves hyper's hands but not the cap:
+//! every request carries the connection's [`ConnectionLease`], whose slot the socket's handler
+//! keeps until the socket is done, and whose keep-alive it applies to the socket itself (a
+//! WebSocket ping; a socket silent through both periods is dropped). The idle timeout does not
+//! apply to a live socket, as it does not apply to a request in flight.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -32,9 +39,6 @@ use tower::ServiceExt;
 
 use crate::tls;
 
-/// After how long without traffic an HTTP/2 connection is pinged, and how long the answer may take.
-pub const HTTP2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(60), Duration::from_secs(20));
-
 /// Connection and request settings of the one port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transport {
@@ -45,8 +49,13 @@ pub struct Transport {
     pub body_read_timeout: Duration,
     /// A connection with no request in flight for this long is closed.
     pub idle_timeout: Duration,
-    /// Connections served at once; more are closed as they arrive.
+    /// Connections served at once (upgraded ones included, for the life of the socket); more are
+    /// closed as they arrive.
     pub max_connections: usize,
+    /// After how long without traffic from the peer an HTTP/2 connection or a WebSocket is pinged.
+    pub keep_alive_interval: Duration,
+    /// How long a ping may go unanswered before the connection (or socket) is dropped.
+    pub keep_alive_timeout: Duration,
     /// Largest request message of an RPC that carries no file content (WriteFile and StreamExec
     /// messages may reach `Limits::max_message_bytes`).
     pub max_request_bytes: usize,
@@ -64,6 +73,8 @@ impl Default for Transport {
             body_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(300),
             max_connections: 512,
+            keep_alive_interval: Duration::from_secs(60),
+            keep_alive_timeout: Duration::from_secs(20),
             // gRPC's own default receive limit.
             max_request_bytes: 4 << 20,
             max_decoded_request_bytes: 64 << 20,
@@ -88,8 +99,8 @@ pub async fn serve(
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(HTTP2_KEEP_ALIVE.0)
-        .keep_alive_timeout(HTTP2_KEEP_ALIVE.1);
+        .keep_alive_interval(settings.keep_alive_interval)
+        .keep_alive_timeout(settings.keep_alive_timeout);
     let builder = Arc::new(builder);
     let mut connections = JoinSet::new();
     loop {
@@ -127,6 +138,19 @@ pub async fn serve(
     while connections.join_next().await.is_some() {}
 }
 
+/// A connection's slot of `max_connections` and the keep-alive it is held to, in every request's
+/// extensions: a handler that takes the connection over (a WebSocket upgrade) keeps a clone for
+/// as long as it uses the socket, so the slot is given back only when both the HTTP side and the
+/// socket are done.
+#[derive(Clone)]
+pub struct ConnectionLease {
+    _slot: Arc<tokio::sync::OwnedSemaphorePermit>,
+    /// After how long without a frame from the peer it is pinged.
+    pub keep_alive_interval: Duration,
+    /// How long the ping may go unanswered before the socket is dropped.
+    pub keep_alive_timeout: Duration,
+}
+
 struct Connection {
     builder: Arc<auto::Builder<TokioExecutor>>,
     tls: tls::Tls,
@@ -137,10 +161,16 @@ struct Connection {
 }
 
 impl Connection {
-    /// Serves one connection; `slot` is given back just before the socket closes, so a client that
-    /// sees the close may connect again at once.
+    /// Serves one connection; `slot` is given back just before the socket closes (or, for an
+    /// upgraded connection, once its handler is done with it), so a client that sees the close may
+    /// connect again at once.
     async fn run(mut self, stream: tokio::net::TcpStream, slot: tokio::sync::OwnedSemaphorePermit) {
         let peer = self.peer;
+        let lease = ConnectionLease {
+            _slot: Arc::new(slot),
+            keep_alive_interval: self.settings.keep_alive_interval,
+            keep_alive_timeout: self.settings.keep_alive_timeout,
+        };
         let (io, peer_certificate) =
             match tokio::time::timeout(self.settings.header_read_timeout, tls::accept(stream, &self.tls)).await {
                 Ok(Ok(accepted)) => accepted,
@@ -150,10 +180,12 @@ impl Connection {
         let activity = Arc::new(Activity::new());
         let service = {
             let activity = Arc::clone(&activity);
+            let lease = lease.clone();
             let router = self.router.clone();
             tower::service_fn(move |mut request: http::Request<Incoming>| {
                 let in_flight = InFlight::enter(Arc::clone(&activity));
                 let router = router.clone();
+                request.extensions_mut().insert(lease.clone());
                 if let Some(certificate) = &peer_certificate {
                     request.extensions_mut().insert(certificate.clone());
                 }
@@ -180,7 +212,7 @@ impl Connection {
                     if let Err(error) = result {
                         tracing::debug!(%peer, "connection ended: {error}");
                     }
-                    drop(slot);
+                    drop(lease);
                     return;
                 }
                 _ = self.shutdown.wait_for(|stop| *stop), if !closing => {

@@ -1,7 +1,7 @@
 //! The transport under hostile input: authentication before the body, one status code for one
 //! fault on every protocol (gRPC, gRPC-Web, Connect binary and JSON), request cardinality, JSON
 //! errors that name the offending path, Exec output beyond the message limit, connection
-//! timeouts and the connection cap, and a bounded fuzz of every decoder against a running
+//! timeouts and the connection cap (upgraded `pods/exec` sockets included), and a bounded fuzz of every decoder against a running
 //! emulator. Requests are sent byte for byte with a raw hyper client so that nothing a generated
 //! client would refuse to send is out of reach.
 
@@ -845,6 +845,169 @@ async fn connections_beyond_the_cap_are_closed_and_clients_get_in_once_others_le
             }
         }
         assert!(attempts < 10_000, "no slot came free after the stalled clients left");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Whether a plain HTTP/1.1 request on a new connection is answered (false: the server closed the
+/// connection without an answer, as it does beyond the cap).
+async fn served(emulator: &cwsandbox_emulator::Emulator) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(address(emulator)).await else { return false };
+    let _ = stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+    let mut buffer = [0u8; 256];
+    match tokio::time::timeout(HANG, stream.read(&mut buffer)).await.expect("answered or closed, not left hanging") {
+        Ok(read) => String::from_utf8_lossy(&buffer[..read]).starts_with("HTTP/1.1 200"),
+        Err(_) => false,
+    }
+}
+
+type ExecSocket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+/// `kubectl exec -i POD -- cat` as kubectl opens it: a WebSocket upgrade with the v5 protocol.
+/// Retried while the server refuses the connection at the cap (it learns asynchronously of
+/// connections that were closed).
+async fn exec_socket(emulator: &cwsandbox_emulator::Emulator, namespace: &str, pod: &str) -> ExecSocket {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let info = emulator.info();
+    for _ in 0..10_000 {
+        let url = format!(
+            "ws://{}/api/v1/namespaces/{namespace}/pods/{pod}/exec?command=cat&stdin=true&stdout=true",
+            address(emulator)
+        );
+        let mut request = url.into_client_request().unwrap();
+        request.headers_mut().insert("Sec-WebSocket-Protocol", "v5.channel.k8s.io".parse().unwrap());
+        request.headers_mut().insert("Authorization", format!("Bearer {}", info.admin_token).parse().unwrap());
+        let stream = tokio::net::TcpStream::connect(address(emulator)).await.unwrap();
+        if let Ok((socket, response)) = tokio_tungstenite::client_async(request, stream).await {
+            assert_eq!(response.status(), http::StatusCode::SWITCHING_PROTOCOLS);
+            return socket;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("no slot came free for an exec socket");
+}
+
+/// Reads `socket` (which answers the server's pings) until `stop` fires; counts the pings and
+/// returns the socket with the payloads of the data messages read.
+fn read_until(
+    mut socket: ExecSocket,
+    pings: Arc<std::sync::atomic::AtomicUsize>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> tokio::task::JoinHandle<(ExecSocket, Vec<Bytes>)> {
+    use tokio_tungstenite::tungstenite::Message as Frame;
+    tokio::spawn(async move {
+        let mut data = Vec::new();
+        loop {
+            tokio::select! {
+                _ = &mut stop => return (socket, data),
+                frame = socket.next() => match frame {
+                    Some(Ok(Frame::Ping(_))) => {
+                        pings.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    Some(Ok(Frame::Binary(payload))) => data.push(payload),
+                    Some(Ok(_)) => {}
+                    None | Some(Err(_)) => return (socket, data),
+                },
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_socket_keeps_its_connection_slot_and_a_silent_one_is_dropped() {
+    use futures::SinkExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::AsyncReadExt;
+    use tokio_tungstenite::tungstenite::Message as Frame;
+    let config = cwsandbox_emulator::config::EmulatorConfig::from_overlays(
+        cwsandbox_sim::config::Scenario::Ready,
+        [(std::path::Path::new("none.yaml"), "")],
+    )
+    .unwrap();
+    let mut options = cwsandbox_emulator::Options::new(config);
+    options.runtime = Some(FakeRuntime::new() as Arc<dyn SandboxRuntime>);
+    options.transport = cwsandbox_emulator::transport::Transport {
+        max_connections: 2,
+        keep_alive_interval: Duration::from_millis(150),
+        keep_alive_timeout: Duration::from_millis(150),
+        ..Default::default()
+    };
+    let emulator = cwsandbox_emulator::Emulator::start(options).await.unwrap();
+    let info = emulator.info().clone();
+    let (namespace, pod) = {
+        let mut client = sandboxes(&emulator, &info.admin_token).await;
+        let created =
+            client.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap().into_inner();
+        advance(&emulator, Duration::from_secs(2));
+        emulator.app().driver().with_world(|world| {
+            let view = world.sandbox(&created.sandbox_id).expect("the sandbox");
+            let pod = world.cluster.pod(&view.pod_uid).expect("its Pod");
+            (pod.namespace.to_string(), pod.name.to_string())
+        })
+        // The client's connection closes here; its slot comes free when the server notices.
+    };
+
+    // Two exec sockets take both slots for as long as they are open: a third connection is
+    // closed at once (before the fix, an upgraded connection gave its slot back at the upgrade).
+    let (stop_quiet, quiet_stop) = tokio::sync::oneshot::channel();
+    let quiet = read_until(exec_socket(&emulator, &namespace, &pod).await, Arc::default(), quiet_stop);
+    let live_pings = Arc::new(AtomicUsize::new(0));
+    let (stop_live, live_stop) = tokio::sync::oneshot::channel();
+    let live = read_until(exec_socket(&emulator, &namespace, &pod).await, Arc::clone(&live_pings), live_stop);
+    assert!(!served(&emulator).await, "a connection beyond the two exec sockets is refused");
+
+    // One socket stops answering (its bytes are read raw, so no pong is sent): the server pings
+    // it, hears nothing, and drops it; its slot comes free.
+    let _ = stop_quiet.send(());
+    let (mut quiet, _) = quiet.await.unwrap();
+    let mut buffer = [0u8; 256];
+    let mut raw = Vec::new();
+    loop {
+        match tokio::time::timeout(HANG, quiet.get_mut().read(&mut buffer)).await.expect("dropped, not left open") {
+            Ok(0) | Err(_) => break,
+            Ok(read) => raw.extend_from_slice(&buffer[..read]),
+        }
+    }
+    // 0x89: a final frame with opcode 9, a ping.
+    assert_eq!(raw.first(), Some(&0x89), "the silent socket was pinged before it was dropped: {raw:?}");
+    let mut attempts = 0;
+    while !served(&emulator).await {
+        attempts += 1;
+        assert!(attempts < 10_000, "the silent socket's slot never came free");
+        tokio::task::yield_now().await;
+    }
+
+    // The other socket answered every ping and lives on: after three more pings its `cat` still
+    // echoes.
+    let seen = live_pings.load(Ordering::SeqCst);
+    while live_pings.load(Ordering::SeqCst) < seen + 3 {
+        assert!(!live.is_finished(), "the socket that answers pings was dropped");
+        tokio::task::yield_now().await;
+    }
+    let _ = stop_live.send(());
+    let (mut live, _) = live.await.unwrap();
+    live.send(Frame::Binary(Bytes::from_static(b"\x00still here\n"))).await.unwrap();
+    let echoed = tokio::time::timeout(HANG, async {
+        loop {
+            match live.next().await {
+                Some(Ok(Frame::Binary(payload))) if payload.first() == Some(&1) => return payload.slice(1..),
+                Some(Ok(_)) => continue,
+                other => panic!("the live socket ended: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("echoed");
+    assert_eq!(&echoed[..], b"still here\n");
+    // Closing the socket gives its slot back too: a new exec socket and a plain request both get in.
+    live.close(None).await.unwrap();
+    drop(live);
+    let _again = exec_socket(&emulator, &namespace, &pod).await;
+    let mut attempts = 0;
+    while !served(&emulator).await {
+        attempts += 1;
+        assert!(attempts < 10_000, "the closed socket's slot never came free");
         tokio::task::yield_now().await;
     }
 }

@@ -9,6 +9,11 @@
 //! non-zero exit is `reason: NonZeroExitCode` with the code as the `ExitCode` cause, and kubectl
 //! exits with it. Older kubectl's SPDY/3.1 upgrade is refused by name (the fidelity table says so).
 //!
+//! The socket keeps its connection's slot of `--max-connections` while it lasts, and a client
+//! silent for the connection's keep-alive interval is pinged (kubectl pings every 5 s itself); one
+//! that then sends nothing for the keep-alive timeout is taken for gone, and its command is
+//! killed as when it closes the socket.
+//!
 //! Errors that can be known before the command starts (no such Pod, container, a Pod that is not
 //! running, a Pod that runs no process here) are HTTP answers with a `Status` body, as the API
 //! server gives them, so kubectl prints `Error from server (…)`.
@@ -32,6 +37,7 @@ use crate::app::App;
 use crate::convert;
 use crate::driver::RUNTIME_CATCH_UP;
 use crate::runtime::{ExecEvent, ExecInput, ExecSession, ExecSpec, Target, TtySize};
+use crate::transport::{ConnectionLease, Transport};
 
 /// The stream protocols served, in the order preferred.
 const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
@@ -97,14 +103,17 @@ pub(super) async fn handler(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    lease: Option<axum::Extension<ConnectionLease>>,
     upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
+    let lease = lease.map(|axum::Extension(lease)| lease);
     match serve(&app, &namespace, &name, &method, &uri, &headers, upgrade.ok()).await {
-        Ok(response) => response,
+        Ok((upgrade, session, params)) => upgrade.on_upgrade(move |socket| relay(socket, session, params, lease)),
         Err(status) => status.into_response(),
     }
 }
 
+/// Checks the request, starts the command and gives back what the upgraded socket relays.
 async fn serve(
     app: &App,
     namespace: &str,
@@ -113,7 +122,7 @@ async fn serve(
     uri: &Uri,
     headers: &HeaderMap,
     upgrade: Option<WebSocketUpgrade>,
-) -> Result<Response, Status> {
+) -> Result<(WebSocketUpgrade, ExecSession, ExecParams), Status> {
     let scope = authorize(app, headers, "create", "pods/exec", Some(namespace))?;
     if method != Method::GET && method != Method::POST {
         return Err(Status::method_not_allowed("pods", name));
@@ -180,7 +189,7 @@ async fn serve(
         ExecSpec { command: params.command.clone(), env: Default::default(), tty: params.tty.then_some(DEFAULT_TTY) };
     let session = runtime.exec(target, spec).await.map_err(|error| Status::from_api(&error.into(), "pods", name))?;
     tracing::info!(sandbox_id, pod = name, command = ?params.command, tty = params.tty, "kubectl exec");
-    Ok(upgrade.on_upgrade(move |socket| relay(socket, session, params)))
+    Ok((upgrade, session, params))
 }
 
 /// One binary message on `channel`.
@@ -240,9 +249,26 @@ struct Streams {
     tty: bool,
 }
 
+/// What the socket's reader tells the relay about the client.
+enum FromClient {
+    /// Nothing came for the keep-alive interval: ping it.
+    Quiet,
+    /// It closed the socket, broke it, or answered no ping.
+    Gone,
+}
+
 /// Relays the socket and the command until the command ends (then the status and a normal close)
-/// or the client goes away (then the session is dropped, which kills the command).
-async fn relay(socket: WebSocket, session: ExecSession, params: ExecParams) {
+/// or the client goes away (then the session is dropped, which kills the command). `lease` is the
+/// connection's slot, held until the socket is done (without one, as when the router is served
+/// by something else than the transport, the default keep-alive applies).
+async fn relay(socket: WebSocket, session: ExecSession, params: ExecParams, lease: Option<ConnectionLease>) {
+    let keep_alive = lease.as_ref().map_or_else(
+        || {
+            let defaults = Transport::default();
+            (defaults.keep_alive_interval, defaults.keep_alive_timeout)
+        },
+        |lease| (lease.keep_alive_interval, lease.keep_alive_timeout),
+    );
     let ExecParams { command, stdin, stdout, stderr, tty, .. } = params;
     let streams = Streams { stdin, stdout, stderr, tty };
     let ExecSession { input, mut output } = session;
@@ -252,10 +278,29 @@ async fn relay(socket: WebSocket, session: ExecSession, params: ExecParams) {
     }
     // The client's messages are read on their own task, so a command that reads stdin and one
     // that writes output both make progress; the reader ends with the socket.
-    let (gone_tx, mut gone) = mpsc::channel::<()>(1);
+    let (to_relay, mut from_client) = mpsc::channel::<FromClient>(1);
     let reader = tokio::spawn(async move {
         let mut stdin_open = streams.stdin;
-        while let Some(Ok(message)) = incoming.next().await {
+        let mut pinged = false;
+        loop {
+            let wait = if pinged { keep_alive.1 } else { keep_alive.0 };
+            let message = match tokio::time::timeout(wait, incoming.next()).await {
+                Ok(Some(Ok(message))) => message,
+                Ok(_) => break,
+                Err(_) if pinged => {
+                    tracing::debug!("an exec socket answered no ping for {wait:?}: taken for gone");
+                    break;
+                }
+                Err(_) => {
+                    pinged = true;
+                    if to_relay.send(FromClient::Quiet).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            // Any frame (a pong, kubectl's own pings) shows the client is there.
+            pinged = false;
             match message {
                 Message::Binary(data) => {
                     let Some(request) = input_of(&data, streams) else { continue };
@@ -272,14 +317,19 @@ async fn relay(socket: WebSocket, session: ExecSession, params: ExecParams) {
                 _ => {}
             }
         }
-        let _ = gone_tx.send(()).await;
+        let _ = to_relay.send(FromClient::Gone).await;
         // Holding `input` until here keeps the command's stdin open while the client is there.
         drop(input);
     });
     loop {
         let event = tokio::select! {
             event = output.next() => event,
-            _ = gone.recv() => {
+            client = from_client.recv() => {
+                if matches!(client, Some(FromClient::Quiet))
+                    && sink.send(Message::Ping(Bytes::new())).await.is_ok()
+                {
+                    continue;
+                }
                 reader.abort();
                 return;
             }
@@ -307,8 +357,12 @@ async fn relay(socket: WebSocket, session: ExecSession, params: ExecParams) {
         }
     }
     let _ = sink.send(Message::Close(Some(CloseFrame { code: close_code::NORMAL, reason: "".into() }))).await;
-    // The client answers the close; the reader sees it (or the socket's end) and stops.
+    // The client answers the close; the reader sees it (or the socket's end) and stops. With the
+    // relay no longer listening, its first keep-alive turn ends it too, so a client that never
+    // answers holds the slot for one interval at most.
+    drop(from_client);
     let _ = reader.await;
+    drop(lease);
 }
 
 #[cfg(test)]
