@@ -37,7 +37,7 @@ use crate::app::App;
 use crate::convert;
 use crate::driver::RUNTIME_CATCH_UP;
 use crate::runtime::{ExecEvent, ExecInput, ExecSession, ExecSpec, Target, TtySize};
-use crate::transport::{ConnectionLease, Transport};
+use crate::transport::ConnectionLease;
 
 /// The stream protocols served, in the order preferred.
 const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
@@ -103,10 +103,9 @@ pub(super) async fn handler(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    lease: Option<axum::Extension<ConnectionLease>>,
+    axum::Extension(lease): axum::Extension<ConnectionLease>,
     upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
-    let lease = lease.map(|axum::Extension(lease)| lease);
     match serve(&app, &namespace, &name, &method, &uri, &headers, upgrade.ok()).await {
         Ok((upgrade, session, params)) => upgrade.on_upgrade(move |socket| relay(socket, session, params, lease)),
         Err(status) => status.into_response(),
@@ -259,16 +258,9 @@ enum FromClient {
 
 /// Relays the socket and the command until the command ends (then the status and a normal close)
 /// or the client goes away (then the session is dropped, which kills the command). `lease` is the
-/// connection's slot, held until the socket is done (without one, as when the router is served
-/// by something else than the transport, the default keep-alive applies).
-async fn relay(socket: WebSocket, session: ExecSession, params: ExecParams, lease: Option<ConnectionLease>) {
-    let keep_alive = lease.as_ref().map_or_else(
-        || {
-            let defaults = Transport::default();
-            (defaults.keep_alive_interval, defaults.keep_alive_timeout)
-        },
-        |lease| (lease.keep_alive_interval, lease.keep_alive_timeout),
-    );
+/// connection's slot, held until the socket is done, and the keep-alive the client is held to.
+async fn relay(socket: WebSocket, session: ExecSession, params: ExecParams, lease: ConnectionLease) {
+    let keep_alive = (lease.keep_alive_interval, lease.keep_alive_timeout);
     let ExecParams { command, stdin, stdout, stderr, tty, .. } = params;
     let streams = Streams { stdin, stdout, stderr, tty };
     let ExecSession { input, mut output } = session;
