@@ -417,15 +417,20 @@ impl SandboxRuntime for Spew {
     }
 }
 
-/// An emulator whose runtime is [`Spew`] (with `max_message_bytes` where given) and one running
-/// sandbox of the user's.
-async fn spew_emulator(max_message_bytes: Option<usize>) -> (cwsandbox_emulator::Emulator, pb::Sandbox) {
+/// Options for an emulator on the Ready scenario with no values overlay.
+fn ready_options() -> cwsandbox_emulator::Options {
     let config = cwsandbox_emulator::config::EmulatorConfig::from_overlays(
         cwsandbox_sim::config::Scenario::Ready,
         [(std::path::Path::new("none.yaml"), "")],
     )
     .unwrap();
-    let mut options = cwsandbox_emulator::Options::new(config);
+    cwsandbox_emulator::Options::new(config)
+}
+
+/// An emulator whose runtime is [`Spew`] (with `max_message_bytes` where given) and one running
+/// sandbox of the user's.
+async fn spew_emulator(max_message_bytes: Option<usize>) -> (cwsandbox_emulator::Emulator, pb::Sandbox) {
+    let mut options = ready_options();
     if let Some(limit) = max_message_bytes {
         options.limits.max_message_bytes = limit;
     }
@@ -579,12 +584,7 @@ fn random_json(rng: &mut Rng, keys: &[&str], depth: usize) -> serde_json::Value 
 /// UNKNOWN, the same answer the generated client gets afterwards, and no state changed.
 #[tokio::test]
 async fn random_and_mutated_requests_never_fail_the_server_or_change_state() {
-    let config = cwsandbox_emulator::config::EmulatorConfig::from_overlays(
-        cwsandbox_sim::config::Scenario::Ready,
-        [(std::path::Path::new("none.yaml"), "")],
-    )
-    .unwrap();
-    let options = cwsandbox_emulator::Options::new(config);
+    let options = ready_options();
     // Frozen, so the world changes only if a request changes it.
     options.clock.freeze();
     let emulator = cwsandbox_emulator::Emulator::start(options).await.unwrap();
@@ -684,12 +684,7 @@ async fn random_and_mutated_requests_never_fail_the_server_or_change_state() {
 
 /// An emulator with the given transport settings (the rest at their defaults).
 async fn start_with_transport(transport: cwsandbox_emulator::transport::Transport) -> cwsandbox_emulator::Emulator {
-    let config = cwsandbox_emulator::config::EmulatorConfig::from_overlays(
-        cwsandbox_sim::config::Scenario::Ready,
-        [(std::path::Path::new("none.yaml"), "")],
-    )
-    .unwrap();
-    let mut options = cwsandbox_emulator::Options::new(config);
+    let mut options = ready_options();
     options.transport = transport;
     cwsandbox_emulator::Emulator::start(options).await.unwrap()
 }
@@ -920,12 +915,7 @@ async fn an_exec_socket_keeps_its_connection_slot_and_a_silent_one_is_dropped() 
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::AsyncReadExt;
     use tokio_tungstenite::tungstenite::Message as Frame;
-    let config = cwsandbox_emulator::config::EmulatorConfig::from_overlays(
-        cwsandbox_sim::config::Scenario::Ready,
-        [(std::path::Path::new("none.yaml"), "")],
-    )
-    .unwrap();
-    let mut options = cwsandbox_emulator::Options::new(config);
+    let mut options = ready_options();
     options.runtime = Some(FakeRuntime::new() as Arc<dyn SandboxRuntime>);
     options.transport = cwsandbox_emulator::transport::Transport {
         max_connections: 2,
