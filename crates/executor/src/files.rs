@@ -1,10 +1,10 @@
 //! Reading and writing files as a sandbox's processes see them.
 //!
-//! Paths are resolved with `openat2(RESOLVE_IN_ROOT)` from a descriptor on the
-//! sandbox's root: in namespaces mode that is `/proc/<keeper>/root`, which looks
-//! through the sandbox's own mount table (its private `/tmp` and working
-//! directory), and symbolic links cannot lead out of it. In plain mode it is the
-//! host's `/`.
+//! A namespaced or image sandbox's file is opened by a file helper (`crate::file_helper`) with
+//! the sandbox's own credentials in its own mount namespace; what is here reads or writes the
+//! descriptor it sends back, checking first that it is a regular file. In plain mode (which
+//! isolates nothing) paths are resolved here with `openat2(RESOLVE_IN_ROOT)` from the host's
+//! `/`, with the emulator's rights.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -32,9 +32,8 @@ fn c_path(path: &str) -> Result<CString, FileError> {
     CString::new(path).map_err(|_| FileError::InvalidPath("the path contains a NUL byte".into()))
 }
 
-/// Creates the missing parent directories of `path` (a sandbox-absolute path), owned by
-/// `owner` where given.
-fn create_parents(root: &OwnedFd, path: &str, owner: Option<(u32, u32)>) -> Result<(), FileError> {
+/// Creates the missing parent directories of `path` (an absolute path).
+fn create_parents(root: &OwnedFd, path: &str) -> Result<(), FileError> {
     let Some((parent, _)) = path.rsplit_once('/') else {
         return Ok(());
     };
@@ -57,46 +56,31 @@ fn create_parents(root: &OwnedFd, path: &str, owner: Option<(u32, u32)>) -> Resu
             if error.raw_os_error() != Some(libc::EEXIST) {
                 return Err(FileError::from_io(&error));
             }
-        } else if let Some((uid, gid)) = owner {
-            // SAFETY: fchownat relative to a directory descriptor we own, not following links.
-            unsafe { libc::fchownat(base.as_raw_fd(), name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) };
         }
     }
     Ok(())
 }
 
-/// Writes a whole regular file. Anything else at the path (a FIFO, a device, a socket)
-/// is refused without blocking: opening it is non-blocking, and nothing is written
-/// before the file is known to be a regular one. A new file belongs to `owner`.
-pub(crate) fn write(root: &OwnedFd, path: &str, content: &[u8], owner: Option<(u32, u32)>) -> Result<(), FileError> {
-    create_parents(root, path, owner)?;
-    let c_path = c_path(path)?;
-    let (fd, created) = match open_in_root(
-        root.as_raw_fd(),
-        &c_path,
-        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NONBLOCK,
-        0o644,
-    ) {
-        Ok(fd) => (fd, true),
-        Err(error) if error.raw_os_error() == Some(libc::EEXIST) => (
-            open_in_root(root.as_raw_fd(), &c_path, libc::O_WRONLY | libc::O_NONBLOCK, 0).map_err(
-                |error| match error.raw_os_error() {
-                    // A FIFO nobody reads.
-                    Some(libc::ENXIO) => not_regular(None),
-                    _ => FileError::from_io(&error),
-                },
-            )?,
-            false,
-        ),
-        Err(error) => return Err(FileError::from_io(&error)),
-    };
+/// Plain mode: writes a whole regular file at `path` of the host. Anything else at the path (a
+/// FIFO, a device, a socket) is refused without blocking: opening is non-blocking, and nothing
+/// is written before the file is known to be a regular one.
+pub(crate) fn write(root: &OwnedFd, path: &str, content: &[u8]) -> Result<(), FileError> {
+    create_parents(root, path)?;
+    let fd = open_in_root(root.as_raw_fd(), &c_path(path)?, libc::O_WRONLY | libc::O_CREAT | libc::O_NONBLOCK, 0o644)
+        .map_err(|error| match error.raw_os_error() {
+        // A FIFO nobody reads.
+        Some(libc::ENXIO) => not_regular(None),
+        _ => FileError::from_io(&error),
+    })?;
+    write_opened(fd, content)
+}
+
+/// Replaces the content of the file open for writing at `fd`, if it is a regular file.
+pub(crate) fn write_opened(fd: OwnedFd, content: &[u8]) -> Result<(), FileError> {
     let mut file = File::from(fd);
     let metadata = file.metadata().map_err(|error| FileError::from_io(&error))?;
     if !metadata.is_file() {
         return Err(not_regular(Some(metadata.mode())));
-    }
-    if created && let Some((uid, gid)) = owner {
-        std::os::unix::fs::fchown(&file, Some(uid), Some(gid)).map_err(|error| FileError::from_io(&error))?;
     }
     file.set_len(0).map_err(|error| FileError::from_io(&error))?;
     file.write_all(content).map_err(|error| FileError::from_io(&error))?;
@@ -115,10 +99,16 @@ fn not_regular(mode: Option<u32>) -> FileError {
     FileError::NotRegular { kind }
 }
 
+/// Plain mode: reads a whole regular file at `path` of the host.
 pub(crate) fn read(root: &OwnedFd, path: &str, max: u64) -> Result<Vec<u8>, FileError> {
     // O_NONBLOCK so that opening a FIFO does not wait for a writer.
     let fd = open_in_root(root.as_raw_fd(), &c_path(path)?, libc::O_RDONLY | libc::O_NONBLOCK, 0)
         .map_err(|error| FileError::from_io(&error))?;
+    read_opened(fd, max)
+}
+
+/// Reads the whole file open at `fd`, if it is a regular file of at most `max` bytes.
+pub(crate) fn read_opened(fd: OwnedFd, max: u64) -> Result<Vec<u8>, FileError> {
     let file = File::from(fd);
     let metadata = file.metadata().map_err(|error| FileError::from_io(&error))?;
     if metadata.is_dir() {

@@ -18,6 +18,7 @@ mod child;
 mod error;
 mod exec;
 mod executor;
+mod file_helper;
 mod files;
 mod init;
 mod init_channel;
@@ -26,6 +27,7 @@ mod message_socket;
 pub(crate) mod rootfs;
 mod spawner;
 mod sys;
+mod tree_copy;
 mod zygote;
 
 use std::collections::BTreeMap;

@@ -75,6 +75,8 @@ pub(crate) fn retitle(title: &[u8]) {
 const MAX_PLAN_BYTES: usize = 4 << 20;
 
 const FORK_TAG: u8 = b'F';
+/// Forks a file helper (`crate::file_helper`) instead of a keeper.
+const FORK_FILE_HELPER_TAG: u8 = b'H';
 const FORKED_TAG: u8 = b'P';
 const FORK_FAILED_TAG: u8 = b'X';
 const EXITED_TAG: u8 = b'E';
@@ -233,11 +235,12 @@ pub(crate) fn run(socket: c_int) -> ! {
             match sys::receive_message(socket, &mut buffer, 0) {
                 // The emulator is gone: so are we (the keepers' death signals follow).
                 Ok((0, _)) => exit(0),
-                Ok((9, mut fds)) if buffer[0] == FORK_TAG && fds.len() == 1 => {
+                Ok((9, mut fds)) if matches!(buffer[0], FORK_TAG | FORK_FILE_HELPER_TAG) && fds.len() == 1 => {
                     let mut id = [0u8; 8];
                     id.copy_from_slice(&buffer[1..9]);
+                    let role = if buffer[0] == FORK_TAG { Role::Keeper } else { Role::FileHelper };
                     if let Some(plan_socket) = fds.pop() {
-                        fork_keeper(socket, zygote, u64::from_le_bytes(id), plan_socket);
+                        fork_child(socket, zygote, u64::from_le_bytes(id), plan_socket, role);
                     }
                 }
                 Ok(_) | Err(libc::EMSGSIZE) => {}
@@ -247,7 +250,14 @@ pub(crate) fn run(socket: c_int) -> ! {
     }
 }
 
-fn fork_keeper(socket: c_int, zygote: pid_t, id: u64, plan_socket: OwnedFd) {
+/// What a forked child becomes; it reads its plan or order itself.
+#[derive(Clone, Copy)]
+enum Role {
+    Keeper,
+    FileHelper,
+}
+
+fn fork_child(socket: c_int, zygote: pid_t, id: u64, plan_socket: OwnedFd, role: Role) {
     let mut pidfd: c_int = -1;
     // SAFETY: clone with CLONE_PIDFD writes the pidfd through the third argument (the parent
     // tid pointer on x86_64 and aarch64 alike); this process has one thread, so the child may
@@ -263,7 +273,14 @@ fn fork_keeper(socket: c_int, zygote: pid_t, id: u64, plan_socket: OwnedFd) {
         )
     } as pid_t;
     if pid == 0 {
-        become_keeper(zygote, plan_socket);
+        match role {
+            Role::Keeper => become_keeper(zygote, plan_socket),
+            Role::FileHelper => {
+                // A helper outliving the zygote would finish its one order and exit anyway.
+                sys::set_parent_death_signal(libc::SIGKILL, zygote);
+                crate::file_helper::run(plan_socket)
+            }
+        }
     }
     drop(plan_socket);
     let mut message = vec![if pid < 0 { FORK_FAILED_TAG } else { FORKED_TAG }];
@@ -389,16 +406,31 @@ impl Zygote {
             error => io::Error::from_raw_os_error(error),
         })?;
         drop(plan_ours);
+        self.fork(FORK_TAG, plan_theirs).await
+    }
+
+    /// Has the zygote fork a file helper (`crate::file_helper`) with `order` and its
+    /// descriptors; returns the helper and the socket it answers on.
+    pub(crate) async fn fork_file_helper(&self, order: &[u8], fds: &[RawFd]) -> io::Result<(Forked, OwnedFd)> {
+        let (ours, theirs) = sys::seqpacket_pair()?;
+        // Queued until the helper reads it.
+        sys::send_message(ours.as_raw_fd(), order, fds, 0).map_err(io::Error::from_raw_os_error)?;
+        let forked = self.fork(FORK_FILE_HELPER_TAG, theirs).await?;
+        Ok((forked, ours))
+    }
+
+    /// Asks for a fork (`tag`) whose child reads its plan from `plan_socket`.
+    async fn fork(&self, tag: u8, plan_socket: OwnedFd) -> io::Result<Forked> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (sender, receiver) = oneshot::channel();
         self.waiting().forks.insert(id, sender);
-        let mut request = vec![FORK_TAG];
+        let mut request = vec![tag];
         request.extend_from_slice(&id.to_le_bytes());
-        if let Err(error) = self.socket.send(&request, &[plan_theirs.as_raw_fd()]).await {
+        if let Err(error) = self.socket.send(&request, &[plan_socket.as_raw_fd()]).await {
             self.waiting().forks.remove(&id);
             return Err(error);
         }
-        drop(plan_theirs);
+        drop(plan_socket);
         match receiver.await {
             Ok(Ok(forked)) => Ok(forked),
             Ok(Err(error)) => Err(io::Error::from_raw_os_error(error)),

@@ -1148,3 +1148,112 @@ async fn a_connection_to_a_sandboxs_port_is_made_in_its_own_network() {
     assert!(gone.contains("unknown"), "{gone}");
     executor.shutdown().await;
 }
+
+/// Files read and written through the executor are opened as the sandbox's own commands would
+/// open them: with its user's rights, in its mount namespace. A root-only file of the host in
+/// the sandbox's view (a configured host path, as `/etc/shadow` is), directly or through links
+/// the sandbox plants, is as unreadable through the API as with `cat`; a user other than root
+/// cannot write where its commands cannot; `/proc/1/root/...` resolves as inside the sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_operations_have_the_sandboxs_rights_not_the_emulators() {
+    use cwsandbox_executor::FileError;
+    use std::os::unix::fs::PermissionsExt;
+    let host = tempfile::Builder::new().prefix("cwsbx-host-secret").tempdir_in("/var/tmp").unwrap();
+    let secret = host.path().join("shadow");
+    std::fs::write(&secret, b"host-only marker\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let shared = host.path().to_path_buf();
+    let harness = harness_with(Isolation::Namespaces, |config| config.host_paths.push(shared.clone()));
+    let executor = &harness.executor;
+    let secret = secret.to_string_lossy().into_owned();
+    let root_owned_by_us = unsafe { libc::geteuid() } == 0;
+
+    let id = unique("rights");
+    executor.start(&id, spec("rights", &[])).await.unwrap();
+    if root_owned_by_us {
+        // The sandbox's root is not the host's: the file's owner is not in its namespace.
+        let (_, stderr, code) = run(executor, &id, &["cat", &secret]).await;
+        assert_ne!(code, 0, "cat reads the host's root-only file: {stderr}");
+        assert_eq!(executor.read_file(&id, &secret).await, Err(FileError::PermissionDenied));
+        let planted = format!(
+            "ln -s {secret} /tmp/l && ln -s / /tmp/r && mkdir -p /tmp/a/b && ln -s ../../r /tmp/a/b/up && echo ok"
+        );
+        assert_eq!(sh(executor, &id, &planted).await, "ok");
+        for path in ["/tmp/l".to_owned(), format!("/tmp/r{secret}"), format!("/tmp/a/b/up{secret}")] {
+            assert_eq!(executor.read_file(&id, &path).await, Err(FileError::PermissionDenied), "{path}");
+        }
+        assert_eq!(executor.write_file(&id, "/tmp/l", b"x").await, Err(FileError::PermissionDenied));
+        assert_eq!(std::fs::read(host.path().join("shadow")).unwrap(), b"host-only marker\n");
+    }
+    // What the sandbox may read, it reads. /proc/1/root is init's root, which its commands may
+    // not look through (init is not dumpable, and they lack CAP_SYS_PTRACE): nor may the API.
+    executor.write_file(&id, "/tmp/mine", b"sandbox data").await.unwrap();
+    assert_eq!(executor.read_file(&id, "/tmp/mine").await.unwrap(), b"sandbox data");
+    let (_, _, code) = run(executor, &id, &["cat", "/proc/1/root/tmp/mine"]).await;
+    assert_ne!(code, 0, "a command reads through init's root");
+    assert_eq!(executor.read_file(&id, "/proc/1/root/tmp/mine").await, Err(FileError::PermissionDenied));
+    assert_eq!(executor.write_file(&id, "/proc/1/root/tmp/x", b"p").await, Err(FileError::PermissionDenied));
+    executor.stop(&id, std::time::Duration::from_secs(5)).await;
+
+    if root_owned_by_us {
+        // A user other than root: its commands' rights, no more.
+        let id = unique("rights-user");
+        let launch = LaunchSpec { user: Some(SandboxUser { uid: 1000, gid: 1000 }), ..spec("rights-user", &[]) };
+        executor.start(&id, launch).await.unwrap();
+        assert_eq!(executor.write_file(&id, "/not-mine/file", b"x").await, Err(FileError::PermissionDenied));
+        assert_eq!(executor.read_file(&id, "/proc/1/environ").await, Err(FileError::PermissionDenied));
+        executor.write_file(&id, "/tmp/deep/er/file", b"x").await.unwrap();
+        assert_eq!(
+            sh(executor, &id, "stat -c %u:%g:%a /tmp/deep /tmp/deep/er/file").await,
+            "1000:1000:755\n1000:1000:644"
+        );
+        assert_eq!(sh(executor, &id, "echo private > /tmp/private && chmod 600 /tmp/private && echo ok").await, "ok");
+        executor.stop(&id, std::time::Duration::from_secs(5)).await;
+    }
+    executor.shutdown().await;
+}
+
+/// A sandbox that swaps a directory of its volume with a link to a host directory, in a loop,
+/// while its snapshots are taken, never gets a host file into one: the copy never follows a
+/// link, whatever the volume holds at any instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_never_copies_through_a_link_the_sandbox_swaps_in() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let host = tempfile::Builder::new().prefix("cwsbx-host-dir").tempdir_in("/var/tmp").unwrap();
+    std::fs::write(host.path().join("host-marker"), b"host-only\n").unwrap();
+    let id = unique("swap");
+    let mount = VolumeMount { volume: "work".into(), path: "/data".into(), ..VolumeMount::default() };
+    executor.start(&id, LaunchSpec { volume_mounts: vec![mount], ..spec("swap", &[]) }).await.unwrap();
+    // renameat2(RENAME_EXCHANGE) as fast as it goes, for at most a minute.
+    let swapper = format!(
+        "import ctypes, os, time\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         os.makedirs('/data/d'); open('/data/d/inside', 'w').write('sandbox')\n\
+         os.symlink({host:?}, '/data/l')\n\
+         open('/tmp/swapping', 'w').write('yes')\n\
+         end = time.time() + 60\n\
+         while time.time() < end:\n\
+         \x20   libc.renameat2(-100, b'/data/d', -100, b'/data/l', 2)\n",
+        host = host.path().to_string_lossy()
+    );
+    executor.write_file(&id, "/tmp/swap.py", swapper.as_bytes()).await.unwrap();
+    let session = executor.exec(&id, argv(&["python3", "/tmp/swap.py"])).await.unwrap();
+    sh(executor, &id, "until [ -s /tmp/swapping ]; do sleep 0.01; done").await;
+    let snapshots_dir = executor.config().root_dir.join(cwsandbox_executor::SNAPSHOTS_DIR);
+    for index in 0..40 {
+        let snapshot = format!("5a5a5a5a-0000-4000-8000-{index:012}");
+        executor.snapshot_volume(&id, "work", &snapshot).await.unwrap();
+        let copy = snapshots_dir.join(&snapshot);
+        for name in ["d", "l"] {
+            let entry = copy.join(name);
+            // Either name may be missing: caught between the two halves of a swap.
+            if entry.symlink_metadata().is_ok_and(|metadata| metadata.is_dir()) {
+                assert!(!entry.join("host-marker").exists(), "snapshot {index} holds a host file through {name}");
+            }
+        }
+        executor.delete_snapshot(&snapshot).await.unwrap();
+    }
+    drop(session);
+    executor.shutdown().await;
+}

@@ -126,7 +126,25 @@ impl Executor {
                 return Err(setup_error(id, format!("cannot open the container's root: {error}")));
             }
         };
-        let running = root.map(|root| Running { keeper: running, root, target: Target::Oci { network: spec.network } });
+        let namespaces = match root {
+            Some(_) => match crate::file_helper::SandboxNamespaces::open(init, true) {
+                Ok(namespaces) => Some(namespaces),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+                Err(error) => {
+                    running.signal(libc::SIGKILL);
+                    let _ = child.wait().await;
+                    container.finish().await;
+                    return Err(setup_error(id, format!("cannot open the container's namespaces: {error}")));
+                }
+            },
+            None => None,
+        };
+        let running = root.zip(namespaces).map(|(root, namespaces)| Running {
+            keeper: running,
+            root,
+            namespaces: Some(namespaces),
+            target: Target::Oci { network: spec.network },
+        });
         let started =
             Started { keeper: Keeper::Runc { child, output }, running, command_runs: true, oci: Some(container) };
         self.register(id, dirs, env, &spec, started).await

@@ -21,6 +21,7 @@ use super::mode::Mode;
 use super::{Inner, Running, Sandbox, Target, lock};
 use crate::child::{self, InitPlan, ReportMessage};
 use crate::exec::{self, ExecTracker};
+use crate::file_helper::SandboxNamespaces;
 use crate::init_channel::InitChannel;
 use crate::logs::LogBuffer;
 use crate::sys::{self, ProcessHandle};
@@ -110,20 +111,23 @@ pub(super) async fn start_keeper(
     }
 }
 
-/// Has the zygote (started on first use) fork the keeper of a namespaced sandbox.
-async fn fork_from_zygote(inner: &Inner, plan: &InitPlan) -> std::io::Result<Keeper> {
-    let zygote = {
-        let mut current = inner.zygote.lock().await;
-        match &*current {
-            Some(zygote) if !zygote.is_gone() => zygote.clone(),
-            // Not started yet, or it died (killed from outside): its keepers died with it.
-            _ => {
-                let zygote = Zygote::start(&inner.spawner, inner.self_exe.as_raw_fd(), inner.pid).await?;
-                *current = Some(zygote.clone());
-                zygote
-            }
+/// The zygote, started on first use (and again if it died, killed from outside: its keepers
+/// died with it).
+pub(super) async fn zygote(inner: &Inner) -> std::io::Result<Arc<Zygote>> {
+    let mut current = inner.zygote.lock().await;
+    match &*current {
+        Some(zygote) if !zygote.is_gone() => Ok(zygote.clone()),
+        _ => {
+            let zygote = Zygote::start(&inner.spawner, inner.self_exe.as_raw_fd(), inner.pid).await?;
+            *current = Some(zygote.clone());
+            Ok(zygote)
         }
-    };
+    }
+}
+
+/// Has the zygote fork the keeper of a namespaced sandbox.
+async fn fork_from_zygote(inner: &Inner, plan: &InitPlan) -> std::io::Result<Keeper> {
+    let zygote = zygote(inner).await?;
     let bytes =
         encode_plan(plan).ok_or_else(|| std::io::Error::other("a namespaced keeper's plan has no namespaces"))?;
     let (log_read, log_write) = std::io::pipe()?;
@@ -411,8 +415,13 @@ fn open_running(
     channel: Option<Arc<InitChannel>>,
 ) -> std::io::Result<Running> {
     match mode {
-        Mode::Plain => Ok(Running { keeper, root: sys::open_path(c"/")?, target: Target::Plain { group: main_pid } }),
-        Mode::Namespaces { .. } => {
+        Mode::Plain => Ok(Running {
+            keeper,
+            root: sys::open_path(c"/")?,
+            namespaces: None,
+            target: Target::Plain { group: main_pid },
+        }),
+        Mode::Namespaces { ids } => {
             let Some(channel) = channel else {
                 return Err(std::io::Error::other("a namespaced sandbox has no channel to its init"));
             };
@@ -421,7 +430,8 @@ fn open_running(
             let target = Target::Namespaces { channel };
             let root =
                 sys::open_path(&CString::new(format!("/proc/{keeper_pid}/root")).map_err(std::io::Error::other)?)?;
-            Ok(Running { keeper, root, target })
+            let namespaces = SandboxNamespaces::open(keeper_pid, ids != super::mode::IdMode::HostRoot)?;
+            Ok(Running { keeper, root, namespaces: Some(namespaces), target })
         }
     }
 }

@@ -41,6 +41,7 @@ use self::warm::{WarmPool, WarmSandbox, can_use_warm, end_keeper};
 use crate::activation::{Activation, MainCommand};
 use crate::child::{self, InitPlan, Program};
 use crate::exec::{self, ExecRequest, ExecSession, ExecTracker};
+use crate::file_helper::{self, FileAccess, FileRequest};
 use crate::files;
 use crate::init_channel::{InitChannel, MAX_ORDER_BYTES, SendError};
 use crate::logs::{LogBuffer, LogReader};
@@ -111,9 +112,6 @@ struct Sandbox {
     exit_code: std::sync::OnceLock<i32>,
     /// The (uid, gid) exec'd commands switch to in the user namespace, where they switch.
     command_ids: Option<(u32, u32)>,
-    /// The host (uid, gid) files written through the API are given to, where not ours: the
-    /// user the sandbox's commands run as.
-    file_owner: Option<(u32, u32)>,
     /// An image sandbox's container.
     oci: Option<OciContainer>,
     /// Whether the OOM killer ran in an image sandbox's container, once it ended.
@@ -133,6 +131,9 @@ struct Running {
     keeper: ProcessHandle,
     /// The sandbox's root directory, for file operations.
     root: OwnedFd,
+    /// Its user and mount namespaces, which file helpers join (`None` in plain mode: its files
+    /// are the host's).
+    namespaces: Option<crate::file_helper::SandboxNamespaces>,
     target: Target,
 }
 
@@ -571,10 +572,6 @@ impl Executor {
             execs: Mutex::new(Vec::new()),
             exit_code: std::sync::OnceLock::new(),
             command_ids: mode.command_ids(spec.user),
-            file_owner: mode.sandbox_owner().map(|(uid, gid)| match spec.user {
-                Some(user) => (uid + user.uid, gid + user.gid),
-                None => (uid, gid),
-            }),
             oci,
             oom_killed: std::sync::OnceLock::new(),
         });
@@ -862,18 +859,46 @@ impl Executor {
         }
         let path = files::resolve(path, files_dir(&sandbox, container)?)?;
         let content = content.to_vec();
-        // Files the emulator creates belong to the sandbox's root user (host ids), where it is not ours.
-        let owner = sandbox.file_owner;
-        self.file_operation(move || files::write(&running.root, &path, &content, owner)).await
+        let Some(request) = self.sandbox_file_request(&sandbox, container, FileAccess::Write, &path)? else {
+            // Plain mode: the host's files, with the emulator's rights (it isolates nothing).
+            return self.file_operation(async { Ok(()) }, move |()| files::write(&running.root, &path, &content)).await;
+        };
+        let inner = self.inner.clone();
+        let opened = async move { open_as_sandbox(&inner, &running, &request).await };
+        self.file_operation(opened, move |file| files::write_opened(file, &content)).await
     }
 
-    /// Runs a file operation on a blocking thread, at most `max_file_operations` at once
-    /// and within `file_timeout` (waiting for a turn included). A timed-out operation's
-    /// thread keeps its turn until it really ends, so stuck operations cannot pile up
-    /// threads.
-    async fn file_operation<T: Send + 'static>(
+    /// How a file helper of `container` opens `path`: with the ids an exec'd command of that
+    /// container runs as. `None` in plain mode, which has no helpers.
+    fn sandbox_file_request(
         &self,
-        operation: impl FnOnce() -> Result<T, FileError> + Send + 'static,
+        sandbox: &Sandbox,
+        container: Option<&str>,
+        access: FileAccess,
+        path: &str,
+    ) -> Result<Option<FileRequest>, FileError> {
+        if self.inner.mode == Mode::Plain && sandbox.oci.is_none() {
+            return Ok(None);
+        }
+        let context = sandbox
+            .context(container)
+            .map_err(|_| FileError::UnknownContainer(container.unwrap_or_default().into()))?;
+        let ids = match &sandbox.oci {
+            Some(container) => Some(context.command_ids.unwrap_or(container.user)),
+            None => context.command_ids,
+        };
+        Ok(Some(FileRequest { access, path: path.to_owned(), ids }))
+    }
+
+    /// Runs a file operation: `open` (a file helper's, or nothing), then `operation` on what it
+    /// gave, on a blocking thread; at most `max_file_operations` at once and within
+    /// `file_timeout` (waiting for a turn included). A timed-out operation's thread keeps its
+    /// turn until it really ends, so stuck operations cannot pile up threads; a helper still
+    /// opening is killed.
+    async fn file_operation<O: Send + 'static, T: Send + 'static>(
+        &self,
+        open: impl std::future::Future<Output = Result<O, FileError>>,
+        operation: impl FnOnce(O) -> Result<T, FileError> + Send + 'static,
     ) -> Result<T, FileError> {
         let timeout = self.inner.config.file_timeout;
         let limit = self.inner.config.max_file_operations;
@@ -881,8 +906,9 @@ impl Executor {
         let work = async move {
             let permit =
                 operations.acquire_owned().await.map_err(|_| FileError::Io("the executor is shut down".into()))?;
+            let opened = open.await?;
             tokio::task::spawn_blocking(move || {
-                let result = operation();
+                let result = operation(opened);
                 drop(permit);
                 result
             })
@@ -902,7 +928,13 @@ impl Executor {
         let (sandbox, running) = self.running_for_files(id)?;
         let max = self.inner.config.max_file_bytes;
         let path = files::resolve(path, files_dir(&sandbox, container)?)?;
-        self.file_operation(move || files::read(&running.root, &path, max)).await
+        let Some(request) = self.sandbox_file_request(&sandbox, container, FileAccess::Read, &path)? else {
+            // Plain mode: the host's files, with the emulator's rights (it isolates nothing).
+            return self.file_operation(async { Ok(()) }, move |()| files::read(&running.root, &path, max)).await;
+        };
+        let inner = self.inner.clone();
+        let opened = async move { open_as_sandbox(&inner, &running, &request).await };
+        self.file_operation(opened, move |file| files::read_opened(file, max)).await
     }
 
     fn running_for_files(&self, id: &str) -> Result<(Arc<Sandbox>, Arc<Running>), FileError> {
@@ -935,6 +967,17 @@ impl Executor {
         let sidecar = sandbox.sidecar(Some(container)).ok().flatten()?;
         sidecar.exit_code.get().copied()
     }
+}
+
+/// Opens a file of a running sandbox through a file helper, as its processes would.
+async fn open_as_sandbox(inner: &Inner, running: &Running, request: &FileRequest) -> Result<OwnedFd, FileError> {
+    let Some(namespaces) = &running.namespaces else {
+        return Err(FileError::Io("the sandbox has no namespaces to open its files in".into()));
+    };
+    let zygote = keeper::zygote(inner)
+        .await
+        .map_err(|error| FileError::Io(format!("cannot start the zygote for the sandbox's file helper: {error}")))?;
+    file_helper::open(&zygote, &running.root, namespaces, request).await
 }
 
 /// Releases a start claim when start ends, whatever the outcome.

@@ -1,15 +1,16 @@
 //! File-system snapshots of scratch volumes: a snapshot is a copy of a volume's directory kept
 //! under the executor's root (`.snapshots/<id>`), made while the sandbox runs and copied into a
-//! new sandbox's volume before that sandbox's processes exist. The copying is coreutils' `cp -a`
-//! (the distribution's tool: it keeps modes, owners, times, links and special files, and never
-//! follows a link inside the tree), the size is `du`'s apparent size of the copy.
+//! new sandbox's volume before that sandbox's processes exist. The copy (`crate::tree_copy`)
+//! walks the volume one name at a time from descriptors of the directories it opened, never
+//! following a link: the sandbox may change its volume while it is copied (swap a directory
+//! for a link to a host directory, say), and a path-walking copy run by the emulator would then
+//! copy the host's files.
 //!
-//! A root emulator's sandboxes all map their ids to one host range, so the owners `cp -a` keeps
+//! A root emulator's sandboxes all map their ids to one host range, so the owners the copy keeps
 //! read the same in the sandbox a snapshot is restored into; an unprivileged emulator's files are
 //! all its own.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use super::Executor;
 use crate::ExecutorError;
@@ -34,43 +35,12 @@ pub(super) fn snapshot_dir(root_dir: &Path, id: &str) -> Result<PathBuf, Executo
     Ok(root_dir.join(SNAPSHOTS_DIR).join(id))
 }
 
-/// `cp -a SOURCE/. TARGET`: the contents of `source` (and its own mode and times) into the
-/// existing directory `target`.
-fn copy_tree(source: &Path, target: &Path) -> Result<(), String> {
-    let output = Command::new("cp")
-        .arg("-a")
-        .arg("--")
-        .arg(source.join("."))
-        .arg(target)
-        .output()
-        .map_err(|error| format!("cannot run cp: {error}"))?;
-    if output.status.success() {
-        return Ok(());
-    }
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    Err(format!("cp -a failed ({}): {}", output.status, stderr.trim()))
-}
-
-/// The apparent size in bytes of the tree at `path` (`du -s -b`).
-fn tree_size(path: &Path) -> Result<u64, String> {
-    let output = Command::new("du")
-        .args(["-s", "-b", "--"])
-        .arg(path)
-        .output()
-        .map_err(|error| format!("cannot run du: {error}"))?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    match stdout.split_whitespace().next().and_then(|size| size.parse().ok()) {
-        Some(size) if output.status.success() => Ok(size),
-        _ => Err(format!("du failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim())),
-    }
-}
-
 /// Fills a new sandbox's volume directory `volume` (made, empty) from the snapshot at `snapshot`.
 pub(super) fn restore_volume(snapshot: &Path, volume: &Path) -> Result<(), String> {
     if !snapshot.is_dir() {
         return Err(format!("snapshot {} is gone", snapshot.display()));
     }
-    copy_tree(snapshot, volume)
+    crate::tree_copy::copy_tree(snapshot, volume).map(drop)
 }
 
 impl Executor {
@@ -97,8 +67,10 @@ impl Executor {
             }
             let _ = std::fs::remove_dir_all(&partial);
             std::fs::create_dir(&partial).map_err(|error| format!("cannot create {}: {error}", partial.display()))?;
-            let copied = if source.is_dir() { copy_tree(&source, &partial) } else { Ok(()) };
-            let result = copied.and_then(|()| tree_size(&partial)).and_then(|size| {
+            // The volume's own directory is the executor's (outside the sandbox's root): only
+            // what is inside it is the sandbox's to change.
+            let copied = if source.is_dir() { crate::tree_copy::copy_tree(&source, &partial) } else { Ok(0) };
+            let result = copied.and_then(|size| {
                 std::fs::rename(&partial, &target)
                     .map(|()| size)
                     .map_err(|error| format!("cannot move the copy into place: {error}"))
