@@ -113,8 +113,12 @@ fn the_python_client_runs_sandboxes_in_their_images() -> Result<()> {
     let report = format!("{}{}", text(&output.stdout), text(&output.stderr));
     assert!(output.status.success(), "pytest failed:\n{report}\nemulator log:\n{}", emulator.log());
     eprintln!("{report}");
-    // Every test ran: none was skipped for want of the registry or the runtime.
-    assert!(!report.contains("SKIPPED") || !emulator.ready.cgroup_limits, "{report}");
+    // Every test ran: none was skipped for want of the registry or the runtime. Only the limits'
+    // tests skip, and only where the host's cgroups refuse limits (which fails under CI).
+    if report.contains("SKIPPED") {
+        assert!(!emulator.ready.cgroup_limits, "{report}");
+        cwsandbox_testkit::skip("python_images (limits)", "cgroups refuse limits on this host");
+    }
 
     // Where a platform engineer looks: kubectl shows the failed pull and the pulled images.
     let kubectl = |args: &[&str]| -> Result<String> {

@@ -33,7 +33,7 @@ fn tools_present(test: &str) -> bool {
     if missing.is_empty() {
         return true;
     }
-    eprintln!("SKIPPED {test}: {} not installed, so image sandboxes cannot be tested here", missing.join(" and "));
+    skip(test, &format!("{} not installed, so image sandboxes cannot be tested here", missing.join(" and ")));
     false
 }
 
@@ -206,6 +206,10 @@ async fn a_sandbox_runs_in_its_image() {
     assert_eq!(executor.read_file(&id, "notes").await.unwrap(), b"by the sandbox\n");
     assert_eq!(executor.read_file(&id, "/etc/os-release").await.unwrap(), OS_RELEASE.as_bytes());
     assert!(matches!(executor.read_file(&id, "/etc/missing").await, Err(FileError::NotFound)));
+    // PID 1 is the image's command, the sandbox's root user's: its root is the container's, for
+    // the API as for `cat` (it was an INTERNAL "cross-device link" before).
+    assert_eq!(sh(executor, &id, "cat /proc/1/root/tmp/api/written").await, "by the API");
+    assert_eq!(executor.read_file(&id, "/proc/1/root/tmp/api/written").await.unwrap(), b"by the API");
 
     // A second sandbox of the same image sees none of the first's writes; the image is unchanged.
     let other = unique("image");
@@ -322,7 +326,7 @@ async fn a_memory_hog_is_oom_killed() {
     let executor = &harness.executor;
     let OciSupport::Ready(info) = executor.oci() else { unreachable!() };
     if !info.cgroup_limits {
-        eprintln!("SKIPPED a_memory_hog_is_oom_killed: cgroups refuse limits on this host");
+        skip("a_memory_hog_is_oom_killed", "cgroups refuse limits on this host");
         return;
     }
     let mut exits = executor.exits();
@@ -662,7 +666,7 @@ async fn limits_are_set_on_the_container_s_cgroups() {
     let executor = &harness.executor;
     let OciSupport::Ready(info) = executor.oci() else { unreachable!() };
     if !info.cgroup_limits {
-        eprintln!("SKIPPED limits_are_set_on_the_container_s_cgroups: cgroups refuse limits on this host");
+        skip("limits_are_set_on_the_container_s_cgroups", "cgroups refuse limits on this host");
         return;
     }
     let id = unique("limits");

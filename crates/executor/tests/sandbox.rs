@@ -501,7 +501,9 @@ async fn a_killed_exec_leaves_no_zombie_and_the_sandbox_stops_at_once(isolation:
     assert!(!std::path::Path::new(&format!("/proc/{}", pids[0])).exists(), "the killed command is still in /proc");
     let started = Instant::now();
     within("the stop", executor.stop(&id, Duration::from_secs(20))).await;
-    assert!(started.elapsed() < Duration::from_millis(500), "took {:?}", started.elapsed());
+    // Nothing is left to wait for, so the stop does not take its 20 s grace (a generous bound:
+    // how fast it is, is measured by the start_exec_stop benchmark, not here).
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     executor.shutdown().await;
 }
 

@@ -9,6 +9,24 @@ pub mod in_process;
 pub mod procs;
 pub mod registry;
 
+/// A test (or part of one) that cannot run on this machine says so and checks nothing; under CI
+/// (`CI=true`) that fails the run with the reason, unless `tests/tolerated_skips.txt` lists `test`
+/// with why: the test command never passes by skipping. (The executor's tests, which cannot
+/// depend on this crate, have the same rule in their `common`.)
+pub fn skip(test: &str, reason: &str) {
+    let tolerated = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/tolerated_skips.txt"))
+        .unwrap_or_default()
+        .lines()
+        .any(|line| line.split_once(':').is_some_and(|(name, why)| name.trim() == test && !why.trim().is_empty()));
+    if std::env::var("CI").as_deref() == Ok("true") && !tolerated {
+        panic!(
+            "{test} cannot run here: {reason}. Under CI a missing prerequisite fails the run: install it, or list \
+             the test in tests/tolerated_skips.txt with why"
+        );
+    }
+    eprintln!("SKIPPED {test}: {reason}");
+}
+
 /// How long [`eventually`] keeps trying: a safety net for a broken build, not a timing claim.
 pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(30);
 
