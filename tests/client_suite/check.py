@@ -8,7 +8,7 @@ divergence list.
 
     check.py runtimes   --expected FILE                 the runtimes the file has sections for
     check.py deselected --expected FILE --runtime R     the suite's files not run (one a line)
-    check.py check      --expected FILE --runtime R --junit FILE [--only-run]
+    check.py check      --expected FILE --runtime R --junit FILE [--junit FILE…] [--only-run]
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("command", choices=("runtimes", "deselected", "check"))
     parser.add_argument("--expected", type=Path, required=True)
     parser.add_argument("--runtime")
-    parser.add_argument("--junit", type=Path)
+    parser.add_argument("--junit", type=Path, action="append", help="a JUnit XML report (repeatable)")
     parser.add_argument("--only-run", action="store_true", help="check only the tests that ran (a -k run)")
     args = parser.parse_args(argv)
     try:
@@ -156,9 +156,11 @@ def main(argv: list[str]) -> int:
     if args.command == "deselected":
         print("\n".join(expectations.deselected))
         return 0
-    if args.junit is None:
+    if not args.junit:
         parser.error("check needs --junit")
-    results = outcomes(args.junit)
+    results = {}
+    for report in args.junit:
+        results.update(outcomes(report))
     problems = check(expectations.by_runtime[args.runtime], results, args.only_run)
     for problem in problems:
         print(f"client-suite ({args.runtime}): {problem}", file=sys.stderr)
