@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{SAFETY, argv, env, processes_with_marker, run, run_request, sh, unique, wait_for_log, within};
+use common::{SAFETY, argv, env, processes_with_marker, run, run_request, sh, skip, unique, wait_for_log, within};
 use cwsandbox_executor::{
     DEFAULT_SANDBOX_ID_BASE, ExecRequest, Executor, ExecutorConfig, FileError, ImageRoot, LaunchSpec, MainExit,
     MountedFile, Network, OciSupport, SandboxUser, VolumeMount, WritableLayer,
