@@ -149,6 +149,17 @@ impl State {
                 // aufs bookkeeping (`.wh..wh.plnk`…), no change to the tree.
             } else {
                 let target = OsStr::from_bytes(&name_bytes[WHITEOUT_PREFIX.len()..]);
+                // `.wh...` would name the directory's parent (at the top, the directory the tree
+                // is unpacked in: the cache's shared work directory), `.wh..` the directory itself.
+                if !fsutil::is_plain_name(target) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "whiteout of {:?}, which is not the name of an entry in its directory",
+                            target.to_string_lossy()
+                        ),
+                    ));
+                }
                 self.whiteout(parent, target, written)?;
             }
             return Ok(());
@@ -669,6 +680,42 @@ mod tests {
         f.layer(&[E::Symlink("o", &outside_path)]).layer(&[E::File("o/.wh.victim", b"", 0o644)]);
         f.unpack(0).unwrap();
         assert!(target.exists());
+    }
+
+    #[test]
+    fn whiteouts_of_dot_and_dotdot_are_refused_and_remove_nothing() {
+        // The tree is unpacked in a directory shared with other work (the cache's `tmp/`): a
+        // whiteout of `..` at the top named that directory and emptied it.
+        for (name, entry) in [
+            (".wh...", ".wh..."),
+            (".wh..", ".wh.."),
+            ("./.wh...", ".wh..."),
+            ("a/.wh...", "a/.wh..."),
+            (".wh.", ".wh."),
+        ] {
+            let mut f = Fixture::new();
+            std::fs::write(f.dir.path().join("other-pull"), "in progress").unwrap();
+            f.layer(&[E::Dir("a/", 0o755), E::File("a/keep", b"lower", 0o644)]).layer(&[E::File(name, b"", 0o644)]);
+            let err = f.unpack(0).unwrap_err();
+            let message = err.to_string();
+            assert!(message.contains("layer1") && message.contains(&format!("/{entry}:")), "{name}: {message}");
+            assert!(message.contains("whiteout of"), "{name}: {message}");
+            assert!(f.dir.path().join("other-pull").exists(), "{name}: the tree's parent was emptied");
+            assert!(f.dir.path().join("layer0").exists(), "{name}: the tree's parent was emptied");
+            assert_eq!(f.read("a/keep"), "lower", "{name}");
+        }
+    }
+
+    #[test]
+    fn removal_takes_only_plain_names() {
+        let f = Fixture::new();
+        std::fs::write(f.dir.path().join("sibling"), "x").unwrap();
+        let root = fsutil::open_root(&f.root()).unwrap();
+        for name in ["..", ".", "", "a/b"] {
+            let err = fsutil::remove_all_at(&root, OsStr::new(name)).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{name:?}");
+        }
+        assert!(f.dir.path().join("sibling").exists());
     }
 
     #[test]
