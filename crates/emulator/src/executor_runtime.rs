@@ -379,7 +379,14 @@ impl SandboxRuntime for ExecutorRuntime {
                     )));
                 }
                 let spec = image_launch(&launch, main, &image, volume_mounts)?;
-                return self.start_spec(&launch, main, spec).await;
+                let started = self.start_spec(&launch, main, spec).await;
+                if started.is_ok()
+                    && let Some(images) = &self.images
+                {
+                    // The sandbox runs on the image's tree until it is removed: not to be evicted.
+                    images.in_use().hold(&launch.pod_uid, image);
+                }
+                return started;
             }
             let spec = LaunchSpec {
                 hostname: hostname_of(&launch.pod_name),
@@ -482,11 +489,16 @@ impl SandboxRuntime for ExecutorRuntime {
         }
         let executor = self.executor.clone();
         let retention = self.retention;
+        let in_use = self.images.as_ref().map(|images| images.in_use().clone());
         tokio::spawn(async move {
             executor.kill(&pod_uid).await;
             // The logs of a gone Pod stay readable as long as its sandbox does.
             tokio::time::sleep(retention).await;
             executor.remove(&pod_uid).await;
+            // Its writable layer over the image's tree is gone with it.
+            if let Some(in_use) = in_use {
+                in_use.release(&pod_uid);
+            }
         });
         futures::future::ready(Ok(())).boxed()
     }
