@@ -42,7 +42,7 @@ use crate::config::RuntimeKind;
 use crate::image_puller::ImagePuller;
 use crate::runtime::{
     ContainerLaunch as ContainerStart, ExecEvent, ExecInput, ExecSession, ExecSpec, LogEvent, LogRequest, MainExit,
-    PodLaunch, RuntimeError, SandboxRuntime, Target,
+    PodLaunch, PruneReport, RuntimeError, SandboxRuntime, Target,
 };
 
 /// After a command has exited, how long its output may stay silent before the stream ends: a
@@ -442,6 +442,15 @@ impl SandboxRuntime for ExecutorRuntime {
                     .collect());
             }
             puller.pull(&pod_uid, images).await
+        }
+        .boxed()
+    }
+
+    fn prune_images(&self) -> BoxFuture<'_, Result<Option<(PathBuf, PruneReport)>, RuntimeError>> {
+        async move {
+            let Some(puller) = &self.images else { return Ok(None) };
+            let report = puller.prune().await.map_err(|error| RuntimeError::Unavailable(error.to_string()))?;
+            Ok(Some((puller.cache_dir().to_path_buf(), report)))
         }
         .boxed()
     }
