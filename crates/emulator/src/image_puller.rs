@@ -217,3 +217,56 @@ impl ImagePuller {
         reason
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use cwsandbox_testkit::images::{self, Entry};
+    use cwsandbox_testkit::registry::LocalRegistry;
+
+    use super::*;
+
+    fn wanted(image: &str) -> Vec<ImageToPull> {
+        vec![ImageToPull { container: "main".to_owned(), image: image.to_owned(), policy: ImagePullPolicy::Always }]
+    }
+
+    /// The puller's share of the cache's limits: a bomb's failure names the values key and flag
+    /// that set the limit, and an image a started Pod holds survives a prune until its release.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn limits_are_named_and_images_in_use_survive_a_prune() {
+        let registry = LocalRegistry::start().expect("starting the registry");
+        let file = |path: &str, data: Vec<u8>| Entry::File { path: path.to_owned(), data, mode: 0o644, owner: 0 };
+        let push = |name: &'static str, tar: Vec<u8>| {
+            let registry = &registry;
+            async move { images::push_tar_image(registry, name, &[tar]).await.unwrap_or_else(|e| panic!("{e:#}")) }
+        };
+        let (bomb, _) = push("test/bomb:1", images::tar_bytes(&[file("zeros", vec![0; 4 << 20])]).unwrap()).await;
+        let (small, small_digest) =
+            push("test/small:1", images::tar_bytes(&[file("hi", b"hi".to_vec())]).unwrap()).await;
+
+        let dir = tempfile::tempdir().unwrap();
+        let config = ContainerRuntimeConfig {
+            docker_config: Some(dir.path().join("no-docker-config.json")),
+            max_image_bytes: 1 << 20,
+            ..ContainerRuntimeConfig::default()
+        };
+        let puller = ImagePuller::new(&config, dir.path().join("cache"), 0).unwrap();
+
+        let failure = puller.pull("pod-bomb", wanted(&bomb)).await.unwrap_err();
+        assert_eq!(failure.reason, "ErrImagePull");
+        assert!(failure.message.contains("(containerRuntime.maxImageBytes, serve --max-image-bytes)"), "{failure:?}");
+
+        puller.pull("pod-1", wanted(&small)).await.unwrap();
+        let image = puller.take("pod-1").remove("main").expect("the pulled image");
+        // As the runtime does once the sandbox started.
+        puller.in_use().hold("pod-1", image);
+        let report = puller.prune().await.unwrap();
+        assert_eq!(report.in_use, vec![small_digest.clone()]);
+        assert!(report.removed.is_empty(), "{report:?}");
+        assert_eq!(report.blobs_removed, 2, "the bomb's config and layer: {report:?}");
+
+        puller.in_use().release("pod-1");
+        let report = puller.prune().await.unwrap();
+        assert_eq!(report.removed.iter().map(|image| &image.digest).collect::<Vec<_>>(), vec![&small_digest]);
+        assert_eq!(report.bytes_after, 0);
+    }
+}
