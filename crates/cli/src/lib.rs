@@ -5,6 +5,7 @@
 //! so the guide's `cwic sandbox runner policy …` lines run as written.
 
 mod emulator;
+mod image;
 mod links;
 mod output;
 mod policy;
@@ -93,6 +94,13 @@ enum Top {
   cwsbx emulator faults add --method CreateSandbox --code UNAVAILABLE --times 2"
     )]
     Emulator(emulator::EmulatorCmd),
+    /// The emulator's image cache: remove the images no sandbox uses.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  cwsbx image prune"
+    )]
+    Image(image::ImageCmd),
     /// Slurm views over the emulator: sacct, squeue, sinfo, scontrol, scancel.
     #[command(long_about = SLURM_ABOUT, after_help = SLURM_EXAMPLES)]
     Slurm {
@@ -285,6 +293,11 @@ async fn run(cli: &Cli) -> Result<u8> {
             let config = cli.config()?;
             let admin = cwsandbox_client::EmulatorAdmin::new(&config)?;
             emulator::run(&admin, command, &config.base_url, output).await
+        }
+        Top::Image(command) => {
+            let config = cli.config()?;
+            let admin = cwsandbox_client::EmulatorAdmin::new(&config)?;
+            image::run(&admin, command, output).await
         }
         Top::Cluster(command) => values::run(cli, command, output).await,
         Top::GuideEnv { dir } => links::guide_env(cli, dir),

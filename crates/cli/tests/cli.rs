@@ -475,6 +475,10 @@ fn emulator_clock_tenants_faults_and_reset() {
     // Success lines go to stdout; -o json makes them objects.
     assert_eq!(ok(&emu, &["emulator", "faults", "clear"]), "1 faults removed\n");
     assert_eq!(json(&ok(&emu, &["emulator", "faults", "clear", "-o", "json"])), serde_json::json!({"removed": 0}));
+    // The process runtime pulls no images: a prune has nothing to remove, and says why.
+    let pruned = ok(&emu, &["image", "prune"]);
+    assert!(pruned.contains("pulls no images") && pruned.contains("nothing to prune"), "{pruned}");
+    assert_eq!(json(&ok(&emu, &["image", "prune", "-o", "json"])), serde_json::json!({}));
 
     let reset = ok(&emu, &["emulator", "reset", "--org", "team-a"]);
     assert!(reset.contains("organization team-a reset"), "{reset}");

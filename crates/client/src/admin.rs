@@ -280,4 +280,9 @@ impl EmulatorAdmin {
     pub async fn clear_faults(&self) -> Result<i32> {
         Ok(self.client.clear_faults(&emu::ClearFaultsRequest {}).await?.into_inner().removed)
     }
+
+    /// Removes the cached images no sandbox runs on; says what went (cluster_admin).
+    pub async fn prune_images(&self) -> Result<emu::PruneImagesResponse> {
+        Ok(self.client.prune_images(&emu::PruneImagesRequest {}).await?.into_inner())
+    }
 }

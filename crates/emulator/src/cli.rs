@@ -241,6 +241,20 @@ struct SandboxArgs {
     /// (/usr, /bin, /sbin, /lib*, /etc, /opt): for programs installed elsewhere. Repeatable.
     #[arg(long = "sandbox-host-path", value_name = "DIR")]
     sandbox_host_paths: Vec<PathBuf>,
+    /// The most one image may unpack to, in bytes (the sum of its entries' declared sizes; 0: no
+    /// limit): a pull over it fails with ErrImagePull. Overrides the values'
+    /// `containerRuntime.maxImageBytes` (default 8589934592, 8 GiB).
+    #[arg(long, value_name = "BYTES")]
+    max_image_bytes: Option<u64>,
+    /// The most entries one image's layers may hold (0: no limit). Overrides the values'
+    /// `containerRuntime.maxImageEntries` (default 1000000).
+    #[arg(long, value_name = "N")]
+    max_image_entries: Option<u64>,
+    /// The image cache's bound, in bytes (0: none): past it, the least recently used images no
+    /// sandbox runs on are removed after a pull. Overrides the values'
+    /// `containerRuntime.imageCacheMaxBytes` (default 34359738368, 32 GiB).
+    #[arg(long, value_name = "BYTES")]
+    image_cache_max_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -305,7 +319,12 @@ impl SandboxArgs {
                 // The OCI runtime works only for a root emulator, which maps its sandboxes' root
                 // to the id range: an image's files are shifted to match.
                 let cache = containers.image_cache_dir();
-                let puller = ImagePuller::new(containers, cache.clone(), id_shift)
+                let mut containers = containers.clone();
+                containers.max_image_bytes = self.max_image_bytes.unwrap_or(containers.max_image_bytes);
+                containers.max_image_entries = self.max_image_entries.unwrap_or(containers.max_image_entries);
+                containers.image_cache_max_bytes =
+                    self.image_cache_max_bytes.unwrap_or(containers.image_cache_max_bytes);
+                let puller = ImagePuller::new(&containers, cache.clone(), id_shift)
                     .with_context(|| format!("opening the image cache {}", cache.display()))?;
                 runtime = runtime.with_images(kind, puller);
             }

@@ -40,6 +40,9 @@
 //!   insecureRegistries: [registry.internal:5000]  # plain HTTP besides loopback registries
 //!   pullTimeoutSeconds: 600
 //!   imageCache: /var/cache/cwsandbox-emulator/images   # default $XDG_CACHE_HOME or ~/.cache
+//!   maxImageBytes: 8589934592      # one image unpacked (declared sizes); 0: no limit
+//!   maxImageEntries: 1000000       # entries of one image's layers; 0: no limit
+//!   imageCacheMaxBytes: 34359738368   # the cache's bound, least recently used unused images evicted; 0: none
 //! ```
 //!
 //! `auth`, `containerRuntime` and `strictness` never reach the simulation. With no tokens configured, the emulator generates an
@@ -158,6 +161,23 @@ pub struct ContainerRuntimeConfig {
     /// `None`: `$XDG_CACHE_HOME/cwsandbox-emulator/images`, else `~/.cache/cwsandbox-emulator/images`.
     #[serde(default)]
     pub image_cache: Option<PathBuf>,
+    /// The most one image may unpack to, in bytes: the sum of the sizes its layers' entries
+    /// declare (a sparse file's apparent size). A pull over it fails with ErrImagePull before the
+    /// entry that passes it is written, and the partial tree is removed. Default 8 GiB (8589934592):
+    /// above the images sandboxes usually run, below a CI machine's free disk. 0: no limit.
+    /// `serve --max-image-bytes` overrides it.
+    #[serde(default = "default_max_image_bytes")]
+    pub max_image_bytes: u64,
+    /// The most entries (files, directories, links, whiteouts) one image's layers may hold
+    /// together. Default 1000000. 0: no limit. `serve --max-image-entries` overrides it.
+    #[serde(default = "default_max_image_entries")]
+    pub max_image_entries: u64,
+    /// The image cache's bound, in bytes (blobs plus the data of unpacked trees). After a pull
+    /// leaves the cache over it, the least recently used images no running sandbox uses are
+    /// removed. Default 32 GiB (34359738368). 0: no bound. `serve --image-cache-max-bytes`
+    /// overrides it; `cwsbx image prune` removes every unused image at once.
+    #[serde(default = "default_image_cache_max_bytes")]
+    pub image_cache_max_bytes: u64,
 }
 
 impl ContainerRuntimeConfig {
@@ -187,6 +207,18 @@ fn default_pull_timeout_seconds() -> u32 {
     600
 }
 
+fn default_max_image_bytes() -> u64 {
+    cwsandbox_images::DEFAULT_MAX_IMAGE_BYTES
+}
+
+fn default_max_image_entries() -> u64 {
+    cwsandbox_images::DEFAULT_MAX_IMAGE_ENTRIES
+}
+
+fn default_image_cache_max_bytes() -> u64 {
+    cwsandbox_images::DEFAULT_MAX_CACHE_BYTES
+}
+
 impl Default for ContainerRuntimeConfig {
     fn default() -> ContainerRuntimeConfig {
         ContainerRuntimeConfig {
@@ -196,6 +228,9 @@ impl Default for ContainerRuntimeConfig {
             insecure_registries: Vec::new(),
             pull_timeout_seconds: default_pull_timeout_seconds(),
             image_cache: None,
+            max_image_bytes: default_max_image_bytes(),
+            max_image_entries: default_max_image_entries(),
+            image_cache_max_bytes: default_image_cache_max_bytes(),
         }
     }
 }
@@ -494,6 +529,15 @@ mod tests {
         assert_eq!(set.kind, RuntimeKind::Oci);
         assert_eq!(set.insecure_registries, ["a:5000"]);
         assert_eq!(set.runc, Path::new("/usr/sbin/runc"));
+        assert_eq!(
+            (default.max_image_bytes, default.max_image_entries, default.image_cache_max_bytes),
+            (8 << 30, 1_000_000, 32 << 30)
+        );
+        let limits =
+            load(&["containerRuntime:\n  maxImageBytes: 1048576\n  maxImageEntries: 10\n  imageCacheMaxBytes: 0\n"])
+                .unwrap()
+                .container_runtime;
+        assert_eq!((limits.max_image_bytes, limits.max_image_entries, limits.image_cache_max_bytes), (1 << 20, 10, 0));
         let bad = load(&["containerRuntime:\n  kind: docker\n"]).unwrap_err().to_string();
         assert!(bad.contains("containerRuntime.kind") && bad.contains("docker"), "{bad}");
         let unknown = load(&["containerRuntime:\n  pullPolicy: Always\n"]).unwrap_err().to_string();

@@ -42,7 +42,7 @@ use crate::config::RuntimeKind;
 use crate::image_puller::ImagePuller;
 use crate::runtime::{
     ContainerLaunch as ContainerStart, ExecEvent, ExecInput, ExecSession, ExecSpec, LogEvent, LogRequest, MainExit,
-    PodLaunch, RuntimeError, SandboxRuntime, Target,
+    PodLaunch, PruneReport, RuntimeError, SandboxRuntime, Target,
 };
 
 /// After a command has exited, how long its output may stay silent before the stream ends: a
@@ -379,7 +379,14 @@ impl SandboxRuntime for ExecutorRuntime {
                     )));
                 }
                 let spec = image_launch(&launch, main, &image, volume_mounts)?;
-                return self.start_spec(&launch, main, spec).await;
+                let started = self.start_spec(&launch, main, spec).await;
+                if started.is_ok()
+                    && let Some(images) = &self.images
+                {
+                    // The sandbox runs on the image's tree until it is removed: not to be evicted.
+                    images.in_use().hold(&launch.pod_uid, image);
+                }
+                return started;
             }
             let spec = LaunchSpec {
                 hostname: hostname_of(&launch.pod_name),
@@ -439,6 +446,15 @@ impl SandboxRuntime for ExecutorRuntime {
         .boxed()
     }
 
+    fn prune_images(&self) -> BoxFuture<'_, Result<Option<(PathBuf, PruneReport)>, RuntimeError>> {
+        async move {
+            let Some(puller) = &self.images else { return Ok(None) };
+            let report = puller.prune().await.map_err(|error| RuntimeError::Unavailable(error.to_string()))?;
+            Ok(Some((puller.cache_dir().to_path_buf(), report)))
+        }
+        .boxed()
+    }
+
     fn container_runtime(&self) -> String {
         match self.images_in_force() {
             Some((_, info)) => format!(
@@ -482,11 +498,16 @@ impl SandboxRuntime for ExecutorRuntime {
         }
         let executor = self.executor.clone();
         let retention = self.retention;
+        let in_use = self.images.as_ref().map(|images| images.in_use().clone());
         tokio::spawn(async move {
             executor.kill(&pod_uid).await;
             // The logs of a gone Pod stay readable as long as its sandbox does.
             tokio::time::sleep(retention).await;
             executor.remove(&pod_uid).await;
+            // Its writable layer over the image's tree is gone with it.
+            if let Some(in_use) = in_use {
+                in_use.release(&pod_uid);
+            }
         });
         futures::future::ready(Ok(())).boxed()
     }

@@ -10,10 +10,12 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cwsandbox_images::{Image, ImageReference, ImageStore, ImageStoreConfig, PullError, PullPolicy, StoreError};
+use cwsandbox_images::{
+    Image, ImageReference, ImageStore, ImageStoreConfig, PruneReport, PullError, PullPolicy, StoreError,
+};
 use cwsandbox_sim::world::{ImagePullFailure, ImagePullPolicy, ImagePulled, ImageToPull};
 
 use crate::config::{ContainerRuntimeConfig, RuntimeKind};
@@ -29,6 +31,30 @@ pub struct ImagePuller {
     unreachable: Mutex<HashMap<String, (Instant, String)>>,
     /// Pulled images by Pod uid and container name, until the Pod starts or goes.
     pulled: Mutex<HashMap<String, HashMap<String, Image>>>,
+    /// The images of started Pods, by Pod uid, until their sandbox is removed: holding an
+    /// [`Image`] keeps its tree from the cache's eviction and prune.
+    in_use: InUse,
+}
+
+/// The images started Pods run on. Cheap to clone: a sandbox's removal, on a task of its own,
+/// releases its image through one.
+#[derive(Debug, Clone, Default)]
+pub struct InUse(Arc<Mutex<HashMap<String, Image>>>);
+
+impl InUse {
+    /// Keeps `image` in use for the Pod `pod_uid`.
+    pub fn hold(&self, pod_uid: &str, image: Image) {
+        self.lock().insert(pod_uid.to_owned(), image);
+    }
+
+    /// The Pod's sandbox is gone: its image may be evicted.
+    pub fn release(&self, pod_uid: &str) {
+        self.lock().remove(pod_uid);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Image>> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 impl std::fmt::Debug for ImagePuller {
@@ -54,12 +80,27 @@ impl ImagePuller {
         store_config.insecure_registries = config.insecure_registries.clone();
         store_config.id_shift = id_shift;
         store_config.pull_timeout = Duration::from_secs(u64::from(config.pull_timeout_seconds.max(1)));
+        store_config.max_image_bytes = config.max_image_bytes;
+        store_config.max_image_entries = config.max_image_entries;
+        store_config.max_cache_bytes = config.image_cache_max_bytes;
         Ok(ImagePuller {
             store: ImageStore::new(store_config)?,
             kind: config.kind,
             unreachable: Mutex::new(HashMap::new()),
             pulled: Mutex::new(HashMap::new()),
+            in_use: InUse::default(),
         })
+    }
+
+    /// The images started Pods hold.
+    pub fn in_use(&self) -> &InUse {
+        &self.in_use
+    }
+
+    /// Removes every cached image no Pod of this emulator (nor of another sharing the cache)
+    /// uses, and the blobs only they referred to.
+    pub async fn prune(&self) -> Result<PruneReport, StoreError> {
+        self.store.prune().await
     }
 
     /// The image cache's directory.
@@ -102,10 +143,22 @@ impl ImagePuller {
                     reports.push(ImagePulled::NotUsed { image: wanted.image, reason });
                 }
                 Err(error) => {
+                    let mut message = error.to_string();
+                    if let PullError::TooLarge { limit, .. } = &error {
+                        // The store names its own setting; say which of ours sets it.
+                        message.push_str(match limit {
+                            cwsandbox_images::LimitExceeded::Bytes { .. } => {
+                                " (containerRuntime.maxImageBytes, serve --max-image-bytes)"
+                            }
+                            cwsandbox_images::LimitExceeded::Entries { .. } => {
+                                " (containerRuntime.maxImageEntries, serve --max-image-entries)"
+                            }
+                        });
+                    }
                     return Err(ImagePullFailure {
                         image: wanted.image,
                         reason: error.kubernetes_reason().to_owned(),
-                        message: error.to_string(),
+                        message,
                     });
                 }
             }
@@ -162,5 +215,58 @@ impl ImagePuller {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .insert(registry, (Instant::now(), reason.clone()));
         reason
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cwsandbox_testkit::images::{self, Entry};
+    use cwsandbox_testkit::registry::LocalRegistry;
+
+    use super::*;
+
+    fn wanted(image: &str) -> Vec<ImageToPull> {
+        vec![ImageToPull { container: "main".to_owned(), image: image.to_owned(), policy: ImagePullPolicy::Always }]
+    }
+
+    /// The puller's share of the cache's limits: a bomb's failure names the values key and flag
+    /// that set the limit, and an image a started Pod holds survives a prune until its release.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn limits_are_named_and_images_in_use_survive_a_prune() {
+        let registry = LocalRegistry::start().expect("starting the registry");
+        let file = |path: &str, data: Vec<u8>| Entry::File { path: path.to_owned(), data, mode: 0o644, owner: 0 };
+        let push = |name: &'static str, tar: Vec<u8>| {
+            let registry = &registry;
+            async move { images::push_tar_image(registry, name, &[tar]).await.unwrap_or_else(|e| panic!("{e:#}")) }
+        };
+        let (bomb, _) = push("test/bomb:1", images::tar_bytes(&[file("zeros", vec![0; 4 << 20])]).unwrap()).await;
+        let (small, small_digest) =
+            push("test/small:1", images::tar_bytes(&[file("hi", b"hi".to_vec())]).unwrap()).await;
+
+        let dir = tempfile::tempdir().unwrap();
+        let config = ContainerRuntimeConfig {
+            docker_config: Some(dir.path().join("no-docker-config.json")),
+            max_image_bytes: 1 << 20,
+            ..ContainerRuntimeConfig::default()
+        };
+        let puller = ImagePuller::new(&config, dir.path().join("cache"), 0).unwrap();
+
+        let failure = puller.pull("pod-bomb", wanted(&bomb)).await.unwrap_err();
+        assert_eq!(failure.reason, "ErrImagePull");
+        assert!(failure.message.contains("(containerRuntime.maxImageBytes, serve --max-image-bytes)"), "{failure:?}");
+
+        puller.pull("pod-1", wanted(&small)).await.unwrap();
+        let image = puller.take("pod-1").remove("main").expect("the pulled image");
+        // As the runtime does once the sandbox started.
+        puller.in_use().hold("pod-1", image);
+        let report = puller.prune().await.unwrap();
+        assert_eq!(report.in_use, vec![small_digest.clone()]);
+        assert!(report.removed.is_empty(), "{report:?}");
+        assert_eq!(report.blobs_removed, 2, "the bomb's config and layer: {report:?}");
+
+        puller.in_use().release("pod-1");
+        let report = puller.prune().await.unwrap();
+        assert_eq!(report.removed.iter().map(|image| &image.digest).collect::<Vec<_>>(), vec![&small_digest]);
+        assert_eq!(report.bytes_after, 0);
     }
 }

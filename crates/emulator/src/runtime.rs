@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+pub use cwsandbox_images::PruneReport;
 use cwsandbox_sim::world::{ImagePullFailure, ImagePulled, ImageToPull};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -333,6 +334,12 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         let _ = pod_uid;
         let present = images.into_iter().map(|image| ImagePulled::Present { image: image.image }).collect();
         Box::pin(futures::future::ready(Ok(present)))
+    }
+
+    /// Removes the cached images no sandbox runs on (EmulatorService PruneImages): the cache's
+    /// directory and what was removed, or `None` for a runtime that pulls no images.
+    fn prune_images(&self) -> BoxFuture<'_, Result<Option<(std::path::PathBuf, PruneReport)>, RuntimeError>> {
+        Box::pin(futures::future::ready(Ok(None)))
     }
 
     /// Removes snapshot `snapshot_id`'s files (nothing, for a runtime that keeps none).

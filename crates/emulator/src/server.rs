@@ -187,6 +187,7 @@ pub async fn router(app: App, transport: &Transport) -> Router {
         .list_faults(faults::list_faults)
         .remove_fault(faults::remove_fault)
         .clear_faults(faults::clear_faults)
+        .prune_images(emulator::prune_images)
         .apply_values(emulator::apply_values)
         .list_pods(emulator::list_pods)
         .delete_pod(emulator::delete_pod)

@@ -620,9 +620,10 @@ async fn users_get_permission_denied_on_every_rpc() {
     call!(advance_clock, emu::AdvanceClockRequest::default());
     call!(resume_clock, emu::ResumeClockRequest {});
     call!(reset, emu::ResetRequest::default());
+    call!(prune_images, emu::PruneImagesRequest {});
     // The Slurm views (ListJobs, ListSlurmNodes, ListPartitions, ListSlurmUsers) and the clock
     // are every Slurm user's: tests/tenants_and_faults.rs.
-    assert_eq!(codes.len(), 16);
+    assert_eq!(codes.len(), 17);
     for (method, status) in &codes {
         assert_eq!(status.code(), Code::PermissionDenied, "{method}: {status:?}");
         assert_eq!(reason(status), "CWSANDBOX_PERMISSION_DENIED", "{method}");
@@ -632,4 +633,17 @@ async fn users_get_permission_denied_on_every_rpc() {
     assert!(user.get_clock(emu::GetClockRequest {}).await.is_ok(), "the clock is every caller's");
     assert_eq!(error.code(), Code::Unauthenticated);
     emulator.stop().await;
+}
+
+/// PruneImages on an emulator that pulls no images (no runtime, or one without an image cache):
+/// nothing to remove, said by an empty `image_cache`.
+#[tokio::test]
+async fn prune_images_without_an_image_cache_removes_nothing() {
+    for runtime in [None, Some(FakeRuntime::new() as std::sync::Arc<dyn cwsandbox_emulator::runtime::SandboxRuntime>)] {
+        let emulator = start_with("", runtime).await;
+        let mut client = admin(&emulator).await;
+        let pruned = client.prune_images(emu::PruneImagesRequest {}).await.unwrap().into_inner();
+        assert_eq!(pruned, emu::PruneImagesResponse::default());
+        emulator.stop().await;
+    }
 }

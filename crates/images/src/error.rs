@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 use crate::reference::InvalidReference;
-use crate::unpack::UnpackError;
+use crate::unpack::{LimitExceeded, UnpackError};
 
 /// The store's directory could not be made ready.
 #[derive(Debug, Error)]
@@ -48,6 +48,14 @@ pub enum PullError {
         reference: String,
         #[source]
         source: UnpackError,
+    },
+    /// The image's layers unpack to more than the store's limits allow (`max_image_bytes`,
+    /// `max_image_entries`); what was unpacked of it is removed.
+    #[error("failed to pull and unpack image \"{reference}\": {limit}")]
+    TooLarge {
+        reference: String,
+        #[source]
+        limit: LimitExceeded,
     },
     /// The cache could not be read or written.
     #[error("failed to pull and unpack image \"{reference}\": {context}: {source}")]

@@ -93,9 +93,22 @@ pub(crate) fn clean(path: &Path) -> (PathBuf, bool) {
     (out, dotdot)
 }
 
+/// Whether `name` names an entry of a directory: not empty, not `.` or `..`, no `/` or NUL.
+pub(crate) fn is_plain_name(name: &OsStr) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty() && bytes != b"." && bytes != b".." && !bytes.contains(&b'/') && !bytes.contains(&0)
+}
+
 /// Removes `name` in `dir` whatever it is, a directory with all it holds; links are removed,
-/// never followed. Missing is fine.
+/// never followed. Missing is fine. Only a plain name is accepted: `..` would open the parent of
+/// `dir` (and empty it), `.` `dir` itself.
 pub(crate) fn remove_all_at(dir: impl AsFd, name: &OsStr) -> io::Result<()> {
+    if !is_plain_name(name) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("refusing to remove {:?}: not the name of an entry in its directory", name.to_string_lossy()),
+        ));
+    }
     let dir = dir.as_fd();
     match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
         Ok(()) | Err(rustix::io::Errno::NOENT) => return Ok(()),
@@ -155,19 +168,27 @@ pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
         Err(e) if e.kind() != io::ErrorKind::PermissionDenied => return Err(e),
         Err(_) => {}
     }
-    make_dirs_writable(path)?;
+    if let Ok(fd) = open_root(path) {
+        make_dirs_writable(&fd)?;
+    }
     match std::fs::remove_dir_all(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         other => other,
     }
 }
 
-fn make_dirs_writable(path: &Path) -> io::Result<()> {
-    let Ok(fd) = open_root(path) else { return Ok(()) };
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
-    for (name, kind) in list_dir_typed(&fd)? {
+/// Walks by descriptor, never following a link: a tree's link to a host directory is not chmodded.
+fn make_dirs_writable(dir: &OwnedFd) -> io::Result<()> {
+    rustix::fs::fchmod(dir, Mode::from_raw_mode(0o700))?;
+    for (name, kind) in list_dir_typed(dir)? {
         if kind == FileType::Directory {
-            make_dirs_writable(&path.join(name))?;
+            let child = rustix::fs::openat(
+                dir,
+                &name,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            make_dirs_writable(&child)?;
         }
     }
     Ok(())

@@ -20,6 +20,9 @@ pub use auth::default_docker_config;
 pub use config::{DEFAULT_PATH, ImageConfig};
 pub use error::{PullError, StoreError};
 pub use reference::{DOCKER_HUB, ImageReference, InvalidPullPolicy, InvalidReference, PullPolicy};
-pub use store::{Image, ImageStore, ImageStoreConfig};
-pub use unpack::UnpackError;
+pub use store::{
+    DEFAULT_MAX_CACHE_BYTES, DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_ENTRIES, Image, ImageStore, ImageStoreConfig,
+    PruneReport, PrunedImage,
+};
+pub use unpack::{LimitExceeded, UnpackError};
 pub use user::{UserError, resolve_user};

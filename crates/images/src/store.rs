@@ -9,16 +9,22 @@
 //! images/<hex>.json      that manifest's run config, size and layers
 //! refs/<hash>.json       a normalized reference → its manifest digest (IfNotPresent, Never)
 //! tmp/<pid>.<n>.<what>   work in progress, renamed into place when complete
+//! gc.lock                pulls hold it shared, a collection exclusive (flock)
+//! images/<hex>.lock      held shared while the image is in use (an [`Image`]'s lease)
 //! ```
+//!
+//! Every pull touches `images/<hex>.json`: its modification time is the image's last use, the
+//! order in which [`ImageStore::prune`] and the cache's bound evict.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
@@ -33,7 +39,21 @@ use crate::config::ImageConfig;
 use crate::error::{PullError, StoreError, chain};
 use crate::fsutil;
 use crate::reference::{ImageReference, PullPolicy, host_of};
-use crate::unpack::{UnpackOptions, unpack_layers};
+use crate::unpack::{UnpackFailure, UnpackOptions, unpack_layers};
+
+/// The default most an image may unpack to ([`ImageStoreConfig::max_image_bytes`]): 8 GiB.
+/// The images sandboxes run (python, node, ubuntu, CUDA runtime images) unpack to well under
+/// that, and it stays below the free disk of a typical CI machine (GitHub's hosted runners have
+/// about 14 GB), so a decompression bomb fails its pull instead of filling the disk. The largest
+/// images (CUDA devel, NGC PyTorch: 10 to 20 GiB) need it raised.
+pub const DEFAULT_MAX_IMAGE_BYTES: u64 = 8 << 30;
+/// The default most entries an image's layers may hold ([`ImageStoreConfig::max_image_entries`]):
+/// a million, several times the largest common images (a few hundred thousand files), far below
+/// what it takes to exhaust a file system's inodes.
+pub const DEFAULT_MAX_IMAGE_ENTRIES: u64 = 1_000_000;
+/// The default bound of the cache ([`ImageStoreConfig::max_cache_bytes`]): 32 GiB, four images
+/// at the size limit; past it the least recently used images not in use are evicted.
+pub const DEFAULT_MAX_CACHE_BYTES: u64 = 32 << 30;
 
 /// Where and how images are kept and pulled.
 #[derive(Debug, Clone)]
@@ -53,6 +73,18 @@ pub struct ImageStoreConfig {
     /// The longest a pull may talk to the registry (manifest, config and layers), unpacking not
     /// included.
     pub pull_timeout: Duration,
+    /// The most an image's layers may unpack to: the sum of the sizes their entries declare (a
+    /// file's apparent size: a sparse file counts its holes, though they take no disk), over
+    /// all layers. An entry that would pass it is refused before it is written, the pull fails
+    /// with [`PullError::TooLarge`] and the partial tree is removed. 0: no limit.
+    pub max_image_bytes: u64,
+    /// The most entries (files, directories, links, whiteouts…) an image's layers may hold
+    /// together. 0: no limit.
+    pub max_image_entries: u64,
+    /// The cache's bound: its blobs plus the data of its unpacked trees. After each pull that
+    /// leaves the cache over it, blobs no image refers to and then the least recently used
+    /// images that are not in use are removed until it is under. 0: no bound.
+    pub max_cache_bytes: u64,
 }
 
 impl ImageStoreConfig {
@@ -65,12 +97,17 @@ impl ImageStoreConfig {
             insecure_registries: Vec::new(),
             id_shift: 0,
             pull_timeout: Duration::from_secs(300),
+            max_image_bytes: DEFAULT_MAX_IMAGE_BYTES,
+            max_image_entries: DEFAULT_MAX_IMAGE_ENTRIES,
+            max_cache_bytes: DEFAULT_MAX_CACHE_BYTES,
         }
     }
 }
 
-/// An image ready to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An image ready to run. While any clone of it lives, its tree is in use: neither
+/// [`ImageStore::prune`] nor the cache's bound removes it (in this process or any other sharing
+/// the cache), so a runtime keeps it as long as a sandbox runs on its tree.
+#[derive(Debug, Clone)]
 pub struct Image {
     /// The reference as asked for, normalized.
     pub reference: ImageReference,
@@ -86,8 +123,51 @@ pub struct Image {
     pub pulled: bool,
     /// The config and layers as the registry stores them (compressed), as `crictl images` shows.
     pub size_bytes: u64,
+    /// A shared lock on `images/<hex>.lock`, released when the last clone goes (held, never read).
+    _lease: Arc<ImageLease>,
 }
 
+/// Two images are equal when they are the same image; their leases are not part of it.
+impl PartialEq for Image {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.reference, &self.digest, &self.rootfs, &self.config, self.pulled, self.size_bytes)
+            == (&other.reference, &other.digest, &other.rootfs, &other.config, other.pulled, other.size_bytes)
+    }
+}
+
+impl Eq for Image {}
+
+/// An open lock file holding `flock(LOCK_SH)`: the image is in use. The lock goes with the file.
+#[derive(Debug)]
+struct ImageLease {
+    _file: File,
+}
+
+/// What [`ImageStore::prune`] (or the cache's bound) removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    /// The images removed, least recently used first.
+    pub removed: Vec<PrunedImage>,
+    /// Blobs removed that no image left refers to (layers of failed pulls, of removed images).
+    pub blobs_removed: u64,
+    /// The bytes freed: blobs and trees' data.
+    pub bytes_freed: u64,
+    /// Images kept because a sandbox (of this process or another sharing the cache) uses them.
+    pub in_use: Vec<String>,
+    /// The cache's size after the removal.
+    pub bytes_after: u64,
+}
+
+/// One image removed from the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrunedImage {
+    /// The manifest digest.
+    pub digest: String,
+    /// The names it was pulled by.
+    pub references: Vec<String>,
+    /// Its tree's data and the blobs only it referred to.
+    pub bytes: u64,
+}
 /// Pulls images and keeps them. Cheap to share (`Arc`); pulls of the same name at the same time
 /// share one download.
 pub struct ImageStore {
@@ -103,6 +183,12 @@ struct ImageMeta {
     config: ImageConfig,
     size_bytes: u64,
     layers: Vec<String>,
+    /// The config blob's digest (absent in metadata written before it was recorded).
+    #[serde(default)]
+    config_blob: Option<String>,
+    /// The data written to the tree (sparse files' holes not counted): the cache's accounting.
+    #[serde(default)]
+    unpacked_bytes: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -115,6 +201,7 @@ struct RefEntry {
 struct Fetched {
     digest: String,
     config: ImageConfig,
+    config_blob: String,
     size_bytes: u64,
     layers: Vec<(String, PathBuf)>,
 }
@@ -170,6 +257,10 @@ impl ImageStore {
             return Ok(image);
         }
 
+        // Shared with other pulls, exclusive with a collection: the blobs this pull downloads
+        // belong to no image until its metadata is written, and must not be collected before.
+        let gc_guard =
+            self.lock_cache(true).await.map_err(|source| cache_error(&reference, "locking the cache", source))?;
         let started = Instant::now();
         let fetched = match tokio::time::timeout(self.config.pull_timeout, self.fetch(&reference)).await {
             Ok(fetched) => fetched?,
@@ -181,28 +272,115 @@ impl ImageStore {
                 });
             }
         };
-        let rootfs = self.unpack(&reference, &fetched).await?;
+        let (rootfs, unpacked_now) = self.unpack(&reference, &fetched).await?;
+        let hex = digest_hex(&fetched.digest).unwrap_or_default().to_string();
+        let meta_path = self.root.join("images").join(format!("{hex}.json"));
+        let unpacked_bytes = match unpacked_now {
+            Some(bytes) => bytes,
+            // Unpacked by an earlier pull: its accounting stands.
+            None => read_meta(&meta_path).map(|meta| meta.unpacked_bytes).unwrap_or(0),
+        };
         let meta = ImageMeta {
             digest: fetched.digest.clone(),
             config: fetched.config.clone(),
             size_bytes: fetched.size_bytes,
             layers: fetched.layers.iter().map(|(digest, _)| digest.clone()).collect(),
+            config_blob: Some(fetched.config_blob.clone()),
+            unpacked_bytes,
         };
-        let hex = digest_hex(&fetched.digest).unwrap_or_default();
-        self.write_json(&self.root.join("images").join(format!("{hex}.json")), &meta)
+        // A new file: its modification time, now, is the image's last use.
+        self.write_json(&meta_path, &meta)
             .map_err(|source| cache_error(&reference, "writing the image's metadata", source))?;
         let entry = RefEntry { reference: reference.to_string(), digest: fetched.digest.clone() };
         self.write_json(&self.ref_path(&reference), &entry)
             .map_err(|source| cache_error(&reference, "writing the reference index", source))?;
+        // No collection runs while this pull holds the cache shared, so the lease is free to take.
+        let lease = lease(&self.root, &hex, true)
+            .and_then(|lease| lease.ok_or_else(|| io::Error::other("the image is being removed")))
+            .map_err(|source| cache_error(&reference, "leasing the image", source))?;
+        drop(gc_guard);
         info!(image = %reference, digest = %fetched.digest, size = fetched.size_bytes, elapsed = ?started.elapsed(), "image pulled");
-        Ok(Image {
+        let image = Image {
             reference,
             digest: fetched.digest,
             rootfs,
             config: fetched.config,
             pulled: true,
             size_bytes: fetched.size_bytes,
+            _lease: Arc::new(lease),
+        };
+        self.keep_in_bound().await;
+        Ok(image)
+    }
+
+    /// Removes every image no sandbox uses (here or in another process sharing the cache) and
+    /// every blob no image left refers to; waits for pulls in progress to end first.
+    pub async fn prune(&self) -> Result<PruneReport, StoreError> {
+        let root = self.root.clone();
+        let guard = self.lock_cache(false).await.map_err(|source| StoreError { path: root.join("gc.lock"), source })?;
+        let outcome = tokio::task::spawn_blocking(move || {
+            let report = collect(&root, None);
+            drop(guard);
+            report
         })
+        .await
+        .map_err(|join| StoreError { path: self.root.clone(), source: io::Error::other(join.to_string()) })?;
+        let report = outcome.map_err(|source| StoreError { path: self.root.clone(), source })?;
+        info!(
+            images = report.removed.len(),
+            blobs = report.blobs_removed,
+            freed = report.bytes_freed,
+            "image cache pruned"
+        );
+        Ok(report)
+    }
+
+    /// After a pull: when the cache is over its bound, removes unreferenced blobs and then the
+    /// least recently used images not in use. Skipped (for the next pull to do) while another
+    /// pull or collection holds the cache; a failure is logged, the pull stands.
+    async fn keep_in_bound(&self) {
+        let bound = self.config.max_cache_bytes;
+        if bound == 0 {
+            return;
+        }
+        let root = self.root.clone();
+        let outcome = tokio::task::spawn_blocking(move || -> io::Result<Option<PruneReport>> {
+            let Some(_guard) = lock_file(&root.join("gc.lock"), FlockMode::ExclusiveNow)? else {
+                return Ok(None);
+            };
+            collect(&root, Some(bound)).map(Some)
+        })
+        .await;
+        match outcome {
+            Ok(Ok(Some(report))) if !report.removed.is_empty() || report.blobs_removed > 0 => info!(
+                images = ?report.removed.iter().map(|image| &image.digest).collect::<Vec<_>>(),
+                blobs = report.blobs_removed,
+                freed = report.bytes_freed,
+                size = report.bytes_after,
+                bound,
+                "image cache over its bound: least recently used images removed"
+            ),
+            Ok(Ok(Some(report))) if report.bytes_after > bound => warn!(
+                size = report.bytes_after,
+                bound,
+                in_use = report.in_use.len(),
+                "image cache over its bound, and every image in it is in use"
+            ),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => warn!(error = %e, "image cache bound not kept"),
+            Err(join) => warn!(error = %join, "image cache bound not kept"),
+        }
+    }
+
+    /// Locks `gc.lock`: shared for a pull, exclusive for a collection (waiting for the other
+    /// holders, off the async threads).
+    async fn lock_cache(&self, shared: bool) -> io::Result<File> {
+        let path = self.root.join("gc.lock");
+        let mode = if shared { FlockMode::Shared } else { FlockMode::Exclusive };
+        tokio::task::spawn_blocking(move || lock_file(&path, mode))
+            .await
+            .map_err(|join| io::Error::other(join.to_string()))?
+            .map(|file| file.ok_or_else(|| io::Error::other("gc.lock not taken")))?
     }
 
     /// The image if it is here (pulled before under this name, or named by the digest of a
@@ -220,10 +398,13 @@ impl ImageStore {
         let hex = digest_hex(&digest)?;
         let meta: ImageMeta =
             serde_json::from_slice(&std::fs::read(self.root.join("images").join(format!("{hex}.json"))).ok()?).ok()?;
+        // Not waiting: a lock held exclusively is a collection removing the image.
+        let lease = lease(&self.root, hex, false).ok()??;
         let rootfs = self.root.join("rootfs").join(hex);
         if !rootfs.is_dir() {
             return None;
         }
+        touch(&self.root.join("images").join(format!("{hex}.json")));
         Some(Image {
             reference: reference.clone(),
             digest,
@@ -231,6 +412,7 @@ impl ImageStore {
             config: meta.config,
             pulled: false,
             size_bytes: meta.size_bytes,
+            _lease: Arc::new(lease),
         })
     }
 
@@ -260,7 +442,7 @@ impl ImageStore {
             size_bytes += u64::try_from(layer.size).unwrap_or(0);
             layers.push((layer.digest.clone(), file));
         }
-        Ok(Fetched { digest, config, size_bytes, layers })
+        Ok(Fetched { digest, config, config_blob: manifest.config.digest.clone(), size_bytes, layers })
     }
 
     /// The blob `descriptor` names, from the cache or downloaded into it; its content is checked
@@ -320,33 +502,44 @@ impl ImageStore {
         result.map(|()| path)
     }
 
-    /// The tree of `fetched`'s manifest: already here, or unpacked beside and renamed into place.
-    async fn unpack(&self, reference: &ImageReference, fetched: &Fetched) -> Result<PathBuf, PullError> {
+    /// The tree of `fetched`'s manifest: already here (`None`), or unpacked beside and renamed
+    /// into place (with the bytes written).
+    async fn unpack(&self, reference: &ImageReference, fetched: &Fetched) -> Result<(PathBuf, Option<u64>), PullError> {
         let hex = digest_hex(&fetched.digest).unwrap_or_default();
         let rootfs = self.root.join("rootfs").join(hex);
         if rootfs.is_dir() {
-            return Ok(rootfs);
+            return Ok((rootfs, None));
         }
         let lock = self.lock(format!("rootfs:{hex}"));
         let _guard = lock.lock().await;
         if rootfs.is_dir() {
-            return Ok(rootfs);
+            return Ok((rootfs, None));
         }
         let tmp = self.tmp_path("rootfs");
-        let options = UnpackOptions { id_shift: self.config.id_shift, chown: rustix::process::geteuid().is_root() };
+        let no_limit_if_zero = |limit: u64| if limit == 0 { u64::MAX } else { limit };
+        let options = UnpackOptions {
+            id_shift: self.config.id_shift,
+            chown: rustix::process::geteuid().is_root(),
+            max_bytes: no_limit_if_zero(self.config.max_image_bytes),
+            max_entries: no_limit_if_zero(self.config.max_image_entries),
+        };
         let layers = fetched.layers.clone();
         let (work, target) = (tmp.clone(), rootfs.clone());
         let started = Instant::now();
-        let outcome = tokio::task::spawn_blocking(move || -> Result<(), PullOrUnpack> {
+        let outcome = tokio::task::spawn_blocking(move || -> Result<u64, PullOrUnpack> {
             make_tree_root(&work, options).map_err(|e| PullOrUnpack::Io("making the image's root directory", e))?;
-            let stats = unpack_layers(&work, &layers, options).map_err(PullOrUnpack::Unpack)?;
+            let stats = unpack_layers(&work, &layers, options).map_err(|failure| match failure {
+                UnpackFailure::Layer(error) => PullOrUnpack::Unpack(error),
+                UnpackFailure::Limit(limit) => PullOrUnpack::Limit(limit),
+            })?;
             debug!(?stats, "layers applied");
             match std::fs::rename(&work, &target) {
-                Ok(()) => Ok(()),
+                Ok(()) => Ok(stats.written_bytes),
                 // Another process finished the same tree first: theirs is as good.
                 Err(e) if target.is_dir() => {
                     debug!(error = %e, "tree already in place");
-                    fsutil::remove_tree(&work).map_err(|e| PullOrUnpack::Io("removing a duplicate tree", e))
+                    fsutil::remove_tree(&work).map_err(|e| PullOrUnpack::Io("removing a duplicate tree", e))?;
+                    Ok(stats.written_bytes)
                 }
                 Err(e) => Err(PullOrUnpack::Io("moving the tree into place", e)),
             }
@@ -356,17 +549,21 @@ impl ImageStore {
             Ok(outcome) => outcome,
             Err(join) => Err(PullOrUnpack::Io("unpacking", io::Error::other(join.to_string()))),
         };
-        if let Err(e) = outcome {
-            if let Err(cleanup) = fsutil::remove_tree(&tmp) {
-                warn!(path = %tmp.display(), error = %cleanup, "half-unpacked tree not removed");
+        let written = match outcome {
+            Ok(written) => written,
+            Err(e) => {
+                if let Err(cleanup) = fsutil::remove_tree(&tmp) {
+                    warn!(path = %tmp.display(), error = %cleanup, "half-unpacked tree not removed");
+                }
+                return Err(match e {
+                    PullOrUnpack::Unpack(source) => PullError::Unpack { reference: reference.to_string(), source },
+                    PullOrUnpack::Limit(limit) => PullError::TooLarge { reference: reference.to_string(), limit },
+                    PullOrUnpack::Io(context, source) => cache_error(reference, context, source),
+                });
             }
-            return Err(match e {
-                PullOrUnpack::Unpack(source) => PullError::Unpack { reference: reference.to_string(), source },
-                PullOrUnpack::Io(context, source) => cache_error(reference, context, source),
-            });
-        }
+        };
         debug!(image = %reference, elapsed = ?started.elapsed(), "unpacked");
-        Ok(rootfs)
+        Ok((rootfs, Some(written)))
     }
 
     fn client_for(&self, reference: &ImageReference) -> Result<oci_client::Client, PullError> {
@@ -448,7 +645,181 @@ fn process_alive(pid: i32) -> bool {
 
 enum PullOrUnpack {
     Unpack(crate::unpack::UnpackError),
+    Limit(crate::unpack::LimitExceeded),
     Io(&'static str, io::Error),
+}
+
+#[derive(Clone, Copy)]
+enum FlockMode {
+    Shared,
+    Exclusive,
+    /// Exclusive if no one holds it, else nothing.
+    ExclusiveNow,
+    /// Shared if no one holds it exclusively, else nothing.
+    SharedNow,
+}
+
+/// Opens (making it when missing) and locks the file `path` with `flock`; `None` when a `*Now`
+/// mode finds it held. The lock lasts as long as the returned file.
+fn lock_file(path: &Path, mode: FlockMode) -> io::Result<Option<File>> {
+    use rustix::fs::FlockOperation as Op;
+    let file = File::options().read(true).write(true).create(true).truncate(false).open(path)?;
+    let operation = match mode {
+        FlockMode::Shared => Op::LockShared,
+        FlockMode::Exclusive => Op::LockExclusive,
+        FlockMode::ExclusiveNow => Op::NonBlockingLockExclusive,
+        FlockMode::SharedNow => Op::NonBlockingLockShared,
+    };
+    match rustix::fs::flock(&file, operation) {
+        Ok(()) => Ok(Some(file)),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Takes the image `hex`'s lease (its lock file shared); `None` without `wait` when a
+/// collection holds it (the image is being removed).
+fn lease(root: &Path, hex: &str, wait: bool) -> io::Result<Option<ImageLease>> {
+    let mode = if wait { FlockMode::Shared } else { FlockMode::SharedNow };
+    Ok(lock_file(&root.join("images").join(format!("{hex}.lock")), mode)?.map(|file| ImageLease { _file: file }))
+}
+
+/// Marks a use: the metadata's modification time is the image's last use. Best effort.
+fn touch(meta: &Path) {
+    let now = std::fs::FileTimes::new().set_modified(SystemTime::now());
+    if let Err(e) = File::options().append(true).open(meta).and_then(|file| file.set_times(now)) {
+        debug!(path = %meta.display(), error = %e, "last use not recorded");
+    }
+}
+
+fn read_meta(path: &Path) -> Option<ImageMeta> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// Removes, under the cache's exclusive lock, blobs no image refers to and then images no one
+/// uses, least recently used first: all of them (`bound` `None`, a prune), or until the cache's
+/// size is at most `bound`.
+fn collect(root: &Path, bound: Option<u64>) -> io::Result<PruneReport> {
+    let mut images = Vec::new();
+    for entry in std::fs::read_dir(root.join("images"))? {
+        let path = entry?.path();
+        let Some(hex) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".json")) else {
+            continue;
+        };
+        if digest_hex(&format!("sha256:{hex}")).is_none() {
+            continue;
+        }
+        let Some(meta) = read_meta(&path) else {
+            warn!(path = %path.display(), "unreadable image metadata left alone");
+            continue;
+        };
+        let last_use = std::fs::metadata(&path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+        images.push((last_use, hex.to_string(), meta));
+    }
+    images.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+
+    let mut blobs: HashMap<String, u64> = HashMap::new();
+    for entry in std::fs::read_dir(root.join("blobs/sha256"))? {
+        let entry = entry?;
+        let Some(hex) = entry.file_name().to_str().map(str::to_string) else { continue };
+        if digest_hex(&format!("sha256:{hex}")).is_some() {
+            blobs.insert(hex, entry.metadata()?.len());
+        }
+    }
+    let blobs_of = |meta: &ImageMeta| -> Vec<String> {
+        meta.layers
+            .iter()
+            .chain(meta.config_blob.iter())
+            .filter_map(|digest| digest_hex(digest).map(str::to_string))
+            .collect()
+    };
+    let mut references: HashMap<String, usize> = HashMap::new();
+    for (_, _, meta) in &images {
+        for blob in blobs_of(meta) {
+            *references.entry(blob).or_default() += 1;
+        }
+    }
+    let mut size: u64 =
+        blobs.values().sum::<u64>() + images.iter().map(|(_, _, meta)| meta.unpacked_bytes).sum::<u64>();
+    let over = |size: u64| bound.is_none_or(|bound| size > bound);
+    let mut report = PruneReport::default();
+
+    if over(size) {
+        let unreferenced: Vec<String> = blobs.keys().filter(|hex| !references.contains_key(*hex)).cloned().collect();
+        for hex in unreferenced {
+            let bytes = blobs.remove(&hex).unwrap_or(0);
+            remove_file_if_present(&root.join("blobs/sha256").join(&hex))?;
+            size = size.saturating_sub(bytes);
+            report.blobs_removed += 1;
+            report.bytes_freed += bytes;
+        }
+    }
+
+    let names = reference_index(root);
+    for (_, hex, meta) in images {
+        if !over(size) {
+            break;
+        }
+        let lock_path = root.join("images").join(format!("{hex}.lock"));
+        let Some(_lock) = lock_file(&lock_path, FlockMode::ExclusiveNow)? else {
+            report.in_use.push(meta.digest);
+            continue;
+        };
+        let mut freed = meta.unpacked_bytes;
+        let mut pruned_names = Vec::new();
+        for (path, name) in names.get(&meta.digest).into_iter().flatten() {
+            remove_file_if_present(path)?;
+            pruned_names.push(name.clone());
+        }
+        remove_file_if_present(&root.join("images").join(format!("{hex}.json")))?;
+        // Out of `rootfs/` at once (a rename), then removed: no one finds a half-removed tree.
+        let rootfs = root.join("rootfs").join(&hex);
+        let doomed = root.join("tmp").join(format!("{}.evict.{hex}", std::process::id()));
+        match std::fs::rename(&rootfs, &doomed) {
+            Ok(()) => fsutil::remove_tree(&doomed)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        for blob in blobs_of(&meta) {
+            let count = references.entry(blob.clone()).or_default();
+            *count = count.saturating_sub(1);
+            if *count == 0
+                && let Some(bytes) = blobs.remove(&blob)
+            {
+                remove_file_if_present(&root.join("blobs/sha256").join(&blob))?;
+                report.blobs_removed += 1;
+                freed += bytes;
+            }
+        }
+        // Gone while still locked: a lease taken after this makes a new file and finds no tree.
+        remove_file_if_present(&lock_path)?;
+        size = size.saturating_sub(freed);
+        report.bytes_freed += freed;
+        pruned_names.sort();
+        report.removed.push(PrunedImage { digest: meta.digest, references: pruned_names, bytes: freed });
+    }
+    report.bytes_after = size;
+    Ok(report)
+}
+
+/// The reference files by the digest they name: (file, normalized name).
+fn reference_index(root: &Path) -> HashMap<String, Vec<(PathBuf, String)>> {
+    let mut index: HashMap<String, Vec<(PathBuf, String)>> = HashMap::new();
+    let Ok(entries) = std::fs::read_dir(root.join("refs")) else { return index };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if let Some(entry) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<RefEntry>(&b).ok()) {
+            index.entry(entry.digest).or_default().push((path, entry.reference));
+        }
+    }
+    index
+}
+
+fn remove_file_if_present(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// The tree's own root: 0755, owned by the image's (shifted) root when owners are set; the
@@ -586,6 +957,88 @@ mod tests {
         assert!(!plain("registry.lan/x"));
         assert!(!plain("ubuntu"));
         assert!(!plain("ghcr.io/a/b"));
+    }
+
+    /// Puts an image in a cache by hand: its tree (`tree_bytes` of data), metadata last used
+    /// at `last_use` seconds, a reference, and a layer blob of `blob_bytes` (shared when two
+    /// images name the same `layer`).
+    fn fake_image(root: &Path, n: u8, last_use: u64, tree_bytes: u64, layer: u8, blob_bytes: usize) -> String {
+        let hex = format!("{n:02x}").repeat(32);
+        let layer_hex = format!("{layer:02x}").repeat(32);
+        let digest = format!("sha256:{hex}");
+        std::fs::create_dir_all(root.join("rootfs").join(&hex).join("etc")).unwrap();
+        std::fs::write(root.join("blobs/sha256").join(&layer_hex), vec![1u8; blob_bytes]).unwrap();
+        let meta = ImageMeta {
+            digest: digest.clone(),
+            config: ImageConfig::default(),
+            size_bytes: blob_bytes as u64,
+            layers: vec![format!("sha256:{layer_hex}")],
+            config_blob: None,
+            unpacked_bytes: tree_bytes,
+        };
+        let meta_path = root.join("images").join(format!("{hex}.json"));
+        std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(last_use);
+        File::options()
+            .append(true)
+            .open(&meta_path)
+            .unwrap()
+            .set_times(std::fs::FileTimes::new().set_modified(at))
+            .unwrap();
+        let name = format!("example.com/image-{n}:1");
+        let entry = RefEntry { reference: name, digest: digest.clone() };
+        std::fs::write(root.join("refs").join(format!("{hex}.json")), serde_json::to_vec(&entry).unwrap()).unwrap();
+        digest
+    }
+
+    #[test]
+    fn the_bound_evicts_least_recently_used_images_not_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ImageStoreConfig { docker_config: None, ..ImageStoreConfig::new(dir.path()) };
+        drop(ImageStore::new(config).unwrap());
+        let root = dir.path();
+        // Used in the order b (oldest), a, c; a and b share their layer blob 10.
+        let a = fake_image(root, 1, 2_000, 1000, 10, 100);
+        let b = fake_image(root, 2, 1_000, 1000, 10, 100);
+        let c = fake_image(root, 3, 3_000, 1000, 30, 100);
+        let orphan = root.join("blobs/sha256").join("ee".repeat(32));
+        std::fs::write(&orphan, vec![0u8; 50]).unwrap();
+        // b is in use (a sandbox runs on it): the oldest after it, a, goes instead.
+        let b_lease = lease(root, &"02".repeat(32), true).unwrap().unwrap();
+
+        // 3 trees of 1000, 2 blobs of 100, an orphan of 50: 3250. A bound of 2300 takes the
+        // orphan (3200) and one image (2200: the shared blob stays, b refers to it).
+        let report = collect(root, Some(2300)).unwrap();
+        assert_eq!(report.in_use, vec![b.clone()]);
+        assert_eq!(
+            report.removed,
+            vec![PrunedImage { digest: a.clone(), references: vec!["example.com/image-1:1".to_string()], bytes: 1000 }]
+        );
+        assert_eq!((report.blobs_removed, report.bytes_freed, report.bytes_after), (1, 1050, 2200));
+        assert!(!orphan.exists());
+        assert!(!root.join("rootfs").join("01".repeat(32)).exists());
+        assert!(!root.join("images").join(format!("{}.json", "01".repeat(32))).exists());
+        assert!(!root.join("refs").join(format!("{}.json", "01".repeat(32))).exists());
+        assert!(root.join("blobs/sha256").join("0a".repeat(32)).exists(), "b still refers to the shared blob");
+        assert!(
+            root.join("rootfs").join("02".repeat(32)).is_dir() && root.join("rootfs").join("03".repeat(32)).is_dir()
+        );
+        assert_eq!(std::fs::read_dir(root.join("tmp")).unwrap().count(), 0, "the evicted tree is removed");
+
+        // Under the bound: nothing to do.
+        assert_eq!(collect(root, Some(2300)).unwrap().removed, vec![]);
+
+        // A prune takes every image not in use, and the blobs only they referred to.
+        let report = collect(root, None).unwrap();
+        assert_eq!(report.removed.iter().map(|image| &image.digest).collect::<Vec<_>>(), vec![&c]);
+        assert_eq!((report.in_use, report.bytes_after), (vec![b.clone()], 1100));
+        drop(b_lease);
+        let report = collect(root, None).unwrap();
+        assert_eq!(report.removed.iter().map(|image| &image.digest).collect::<Vec<_>>(), vec![&b]);
+        assert_eq!((report.bytes_freed, report.bytes_after), (1100, 0));
+        for dir in ["rootfs", "images", "refs", "blobs/sha256", "tmp"] {
+            assert_eq!(std::fs::read_dir(root.join(dir)).unwrap().count(), 0, "{dir} is empty");
+        }
     }
 
     #[test]

@@ -36,6 +36,58 @@ pub struct UnpackError {
     pub source: io::Error,
 }
 
+/// An image whose layers would unpack to more than its limits allow. The entry that would pass
+/// the limit is refused before any of it is written.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum LimitExceeded {
+    /// The entries' sizes (a sparse file's apparent size, holes included) add up to more than
+    /// the limit.
+    #[error(
+        "the image unpacks to more than its limit of {} (max_image_bytes): entry /{path} of layer {layer} declares {}, which brings the image to {}",
+        bytes(*max), bytes(*entry_bytes), bytes(*reached)
+    )]
+    Bytes { max: u64, reached: u64, entry_bytes: u64, layer: String, path: String },
+    /// The layers hold more entries than the limit (every entry of every layer counts).
+    #[error(
+        "the image's layers hold more than its limit of {max} entries (max_image_entries): entry /{path} of layer {layer} is number {reached}"
+    )]
+    Entries { max: u64, reached: u64, layer: String, path: String },
+}
+
+/// `n bytes (x.y GiB)`, the exact number for a search and the rounded one for a reader.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = "";
+    for next in UNITS {
+        if value < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = next;
+    }
+    if unit.is_empty() { format!("{n} bytes") } else { format!("{n} bytes ({value:.1} {unit})") }
+}
+
+/// Why layers could not be applied.
+#[derive(Debug)]
+pub(crate) enum UnpackFailure {
+    Layer(UnpackError),
+    Limit(LimitExceeded),
+}
+
+impl From<LimitExceeded> for UnpackFailure {
+    fn from(error: LimitExceeded) -> Self {
+        Self::Limit(error)
+    }
+}
+
+impl From<UnpackError> for UnpackFailure {
+    fn from(error: UnpackError) -> Self {
+        Self::Layer(error)
+    }
+}
+
 /// How layers are applied.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct UnpackOptions {
@@ -43,14 +95,23 @@ pub(crate) struct UnpackOptions {
     pub id_shift: u32,
     /// Whether owners are set at all (only root may give files away).
     pub chown: bool,
+    /// The most the entries' sizes may add up to (apparent sizes: a sparse file counts its
+    /// holes), over all layers; `u64::MAX` for no limit.
+    pub max_bytes: u64,
+    /// The most entries all layers may hold together; `u64::MAX` for no limit.
+    pub max_entries: u64,
 }
 
-/// What applying the layers did, for the log.
+/// What applying the layers did, for the log and the cache's accounting.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct UnpackStats {
     pub entries: u64,
     pub skipped_devices: u64,
     pub neutralised_dotdot: u64,
+    /// The entries' declared sizes, what the limit counts.
+    pub apparent_bytes: u64,
+    /// The data actually written (a sparse file's holes are not): near what the tree takes on disk.
+    pub written_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -67,7 +128,7 @@ pub(crate) fn unpack_layers(
     root: &Path,
     layers: &[(String, PathBuf)],
     options: UnpackOptions,
-) -> Result<UnpackStats, UnpackError> {
+) -> Result<UnpackStats, UnpackFailure> {
     let root_fd =
         fsutil::open_root(root).map_err(|source| UnpackError { layer: String::from("(root)"), path: None, source })?;
     let mut state = State { root: root_fd, options, dirs: HashMap::new(), stats: UnpackStats::default() };
@@ -105,7 +166,7 @@ fn open_layer(file: &Path) -> io::Result<Box<dyn Read>> {
 }
 
 impl State {
-    fn apply_layer(&mut self, digest: &str, file: &Path) -> Result<(), UnpackError> {
+    fn apply_layer(&mut self, digest: &str, file: &Path) -> Result<(), UnpackFailure> {
         let fail = |path: Option<PathBuf>, source: io::Error| UnpackError { layer: digest.to_string(), path, source };
         let reader = open_layer(file).map_err(|e| fail(None, e))?;
         let mut archive = tar::Archive::new(reader);
@@ -120,9 +181,37 @@ impl State {
                 self.stats.neutralised_dotdot += 1;
                 warn!(layer = digest, entry = %raw.display(), now = %rel.display(), "a layer entry's `..` was kept inside the image's root");
             }
+            self.count(digest, &rel, entry.size())?;
             self.apply_entry(&mut entry, &rel, &mut written).map_err(|e| fail(Some(rel.clone()), e))?;
-            self.stats.entries += 1;
         }
+        Ok(())
+    }
+
+    /// Counts an entry against the image's limits before anything of it is written. Its size is
+    /// the one its header declares (for a sparse file the apparent size, holes included), so a
+    /// small compressed layer that declares a huge file is refused without reading it.
+    fn count(&mut self, layer: &str, rel: &Path, entry_bytes: u64) -> Result<(), LimitExceeded> {
+        let entries = self.stats.entries + 1;
+        if entries > self.options.max_entries {
+            return Err(LimitExceeded::Entries {
+                max: self.options.max_entries,
+                reached: entries,
+                layer: layer.to_string(),
+                path: rel.display().to_string(),
+            });
+        }
+        let reached = self.stats.apparent_bytes.saturating_add(entry_bytes);
+        if reached > self.options.max_bytes {
+            return Err(LimitExceeded::Bytes {
+                max: self.options.max_bytes,
+                reached,
+                entry_bytes,
+                layer: layer.to_string(),
+                path: rel.display().to_string(),
+            });
+        }
+        self.stats.entries = entries;
+        self.stats.apparent_bytes = reached;
         Ok(())
     }
 
@@ -149,6 +238,17 @@ impl State {
                 // aufs bookkeeping (`.wh..wh.plnk`…), no change to the tree.
             } else {
                 let target = OsStr::from_bytes(&name_bytes[WHITEOUT_PREFIX.len()..]);
+                // `.wh...` would name the directory's parent (at the top, the directory the tree
+                // is unpacked in: the cache's shared work directory), `.wh..` the directory itself.
+                if !fsutil::is_plain_name(target) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "whiteout of {:?}, which is not the name of an entry in its directory",
+                            target.to_string_lossy()
+                        ),
+                    ));
+                }
                 self.whiteout(parent, target, written)?;
             }
             return Ok(());
@@ -172,7 +272,12 @@ impl State {
                     Mode::from_raw_mode(0o600),
                 )?;
                 let mut file = File::from(fd);
-                io::copy(entry, &mut file)?;
+                let size = entry.size();
+                self.stats.written_bytes += if kind == T::GNUSparse {
+                    copy_sparse(entry, &mut file, size)?
+                } else {
+                    io::copy(entry, &mut file)?
+                };
                 self.set_owner(file.as_fd(), &meta)?;
                 for (key, value) in &meta.xattrs {
                     if let Err(e) = rustix::fs::fsetxattr(&file, key.as_slice(), value, rustix::fs::XattrFlags::empty())
@@ -379,6 +484,42 @@ impl EntryMeta {
     }
 }
 
+/// Writes a sparse entry of `size` apparent bytes, leaving holes where it reads zeros. The `tar`
+/// crate hands a GNU sparse file's map over as zeros between the data (it does not expose the
+/// map), so the holes are found again by looking: a block of zeros is skipped with a seek, and the
+/// length set at the end makes a trailing hole. Returns the bytes actually written.
+fn copy_sparse(reader: &mut impl Read, file: &mut File, size: u64) -> io::Result<u64> {
+    use std::io::{Seek, SeekFrom, Write};
+    // The file system's usual block: a zero run shorter than this would not free a block anyway.
+    const BLOCK: usize = 4096;
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut written = 0u64;
+    loop {
+        let mut filled = 0;
+        while filled < buffer.len() {
+            match reader.read(&mut buffer[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if filled == 0 {
+            break;
+        }
+        for block in buffer[..filled].chunks(BLOCK) {
+            if block.iter().all(|&b| b == 0) {
+                file.seek(SeekFrom::Current(block.len() as i64))?;
+            } else {
+                file.write_all(block)?;
+                written += block.len() as u64;
+            }
+        }
+    }
+    file.set_len(size)?;
+    Ok(written)
+}
+
 fn times(mtime: i64) -> Timestamps {
     let at = Timespec { tv_sec: mtime, tv_nsec: 0 };
     Timestamps { last_access: at, last_modification: at }
@@ -484,8 +625,21 @@ mod tests {
         }
 
         fn unpack(&self, id_shift: u32) -> Result<UnpackStats, UnpackError> {
+            match self.unpack_limited(id_shift, u64::MAX, u64::MAX) {
+                Ok(stats) => Ok(stats),
+                Err(UnpackFailure::Layer(error)) => Err(error),
+                Err(UnpackFailure::Limit(limit)) => panic!("no limit was set, yet: {limit}"),
+            }
+        }
+
+        fn unpack_limited(
+            &self,
+            id_shift: u32,
+            max_bytes: u64,
+            max_entries: u64,
+        ) -> Result<UnpackStats, UnpackFailure> {
             let chown = rustix::process::geteuid().is_root();
-            unpack_layers(&self.root(), &self.layers, UnpackOptions { id_shift, chown })
+            unpack_layers(&self.root(), &self.layers, UnpackOptions { id_shift, chown, max_bytes, max_entries })
         }
 
         fn read(&self, rel: &str) -> String {
@@ -669,6 +823,180 @@ mod tests {
         f.layer(&[E::Symlink("o", &outside_path)]).layer(&[E::File("o/.wh.victim", b"", 0o644)]);
         f.unpack(0).unwrap();
         assert!(target.exists());
+    }
+
+    #[test]
+    fn whiteouts_of_dot_and_dotdot_are_refused_and_remove_nothing() {
+        // The tree is unpacked in a directory shared with other work (the cache's `tmp/`): a
+        // whiteout of `..` at the top named that directory and emptied it.
+        for (name, entry) in [
+            (".wh...", ".wh..."),
+            (".wh..", ".wh.."),
+            ("./.wh...", ".wh..."),
+            ("a/.wh...", "a/.wh..."),
+            (".wh.", ".wh."),
+        ] {
+            let mut f = Fixture::new();
+            std::fs::write(f.dir.path().join("other-pull"), "in progress").unwrap();
+            f.layer(&[E::Dir("a/", 0o755), E::File("a/keep", b"lower", 0o644)]).layer(&[E::File(name, b"", 0o644)]);
+            let err = f.unpack(0).unwrap_err();
+            let message = err.to_string();
+            assert!(message.contains("layer1") && message.contains(&format!("/{entry}:")), "{name}: {message}");
+            assert!(message.contains("whiteout of"), "{name}: {message}");
+            assert!(f.dir.path().join("other-pull").exists(), "{name}: the tree's parent was emptied");
+            assert!(f.dir.path().join("layer0").exists(), "{name}: the tree's parent was emptied");
+            assert_eq!(f.read("a/keep"), "lower", "{name}");
+        }
+    }
+
+    #[test]
+    fn removal_takes_only_plain_names() {
+        let f = Fixture::new();
+        std::fs::write(f.dir.path().join("sibling"), "x").unwrap();
+        let root = fsutil::open_root(&f.root()).unwrap();
+        for name in ["..", ".", "", "a/b"] {
+            let err = fsutil::remove_all_at(&root, OsStr::new(name)).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{name:?}");
+        }
+        assert!(f.dir.path().join("sibling").exists());
+    }
+
+    /// An old-GNU sparse file (type `S`) of `real_size` apparent bytes whose data are the
+    /// 512-byte `blocks` at their offsets, as GNU tar writes it: the map ends with an empty
+    /// block at the apparent size (at most 3 blocks then: no extension headers).
+    fn sparse_tar(path: &str, real_size: u64, blocks: &[(u64, [u8; 512])]) -> Vec<u8> {
+        fn octal(field: &mut [u8], value: u64) {
+            let text = format!("{value:0width$o}", width = field.len() - 1);
+            field[..text.len()].copy_from_slice(text.as_bytes());
+            field[text.len()..].fill(0);
+        }
+        assert!(blocks.len() <= 3);
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::GNUSparse);
+        header.set_mode(0o644);
+        header.set_mtime(1_600_000_000);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_size(512 * blocks.len() as u64);
+        let name = &mut header.as_old_mut().name;
+        name.fill(0);
+        name[..path.len()].copy_from_slice(path.as_bytes());
+        let gnu = header.as_gnu_mut().unwrap();
+        let map = blocks.iter().map(|(offset, _)| (*offset, 512)).chain([(real_size, 0)]);
+        for (slot, (offset, length)) in gnu.sparse.iter_mut().zip(map) {
+            octal(&mut slot.offset, offset);
+            octal(&mut slot.numbytes, length);
+        }
+        octal(&mut gnu.realsize, real_size);
+        header.set_cksum();
+        let mut bytes = header.as_bytes().to_vec();
+        for (_, data) in blocks {
+            bytes.extend_from_slice(data);
+        }
+        bytes.extend_from_slice(&[0; 1024]);
+        bytes
+    }
+
+    fn block(text: &str) -> [u8; 512] {
+        let mut block = [0u8; 512];
+        block[..text.len()].copy_from_slice(text.as_bytes());
+        block
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(bytes).unwrap();
+        gz.finish().unwrap()
+    }
+
+    #[test]
+    fn sparse_files_are_written_with_holes() {
+        const APPARENT: u64 = 16 << 20;
+        let mut f = Fixture::new();
+        f.layer_bytes(sparse_tar("var/sparse", APPARENT, &[(0, block("head")), (APPARENT / 2, block("middle"))]));
+        let stats = f.unpack(0).unwrap();
+        // Holes are found in 4 KiB blocks: each data block is written as one.
+        assert_eq!((stats.apparent_bytes, stats.written_bytes), (APPARENT, 2 * 4096));
+        let path = f.root().join("var/sparse");
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.len(), APPARENT);
+        // Two data blocks of 512 bytes: a few file system blocks, not 16 MiB of zeros.
+        assert!(meta.blocks() * 512 <= 64 * 1024, "{} bytes allocated", meta.blocks() * 512);
+        let data = std::fs::read(&path).unwrap();
+        assert_eq!(&data[..4], b"head");
+        assert_eq!(&data[APPARENT as usize / 2..APPARENT as usize / 2 + 6], b"middle");
+        assert!(data[4..APPARENT as usize / 2].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn a_sparse_file_declaring_more_than_the_limit_is_refused_without_writing() {
+        // 2 KiB of tar declaring 1 GiB.
+        let mut f = Fixture::new();
+        f.layer(&[E::File("small", b"fits", 0o644)]).layer_bytes(sparse_tar("huge", 1 << 30, &[(0, block("x"))]));
+        let Err(UnpackFailure::Limit(limit)) = f.unpack_limited(0, 1 << 20, u64::MAX) else {
+            panic!("a 1 GiB sparse file unpacked under a 1 MiB limit")
+        };
+        assert_eq!(
+            limit,
+            LimitExceeded::Bytes {
+                max: 1 << 20,
+                reached: (1 << 30) + 4,
+                entry_bytes: 1 << 30,
+                layer: "layer1".to_string(),
+                path: "huge".to_string()
+            }
+        );
+        let message = limit.to_string();
+        assert!(
+            message.contains("limit of 1048576 bytes (1.0 MiB)")
+                && message.contains("/huge of layer layer1 declares 1073741824 bytes (1.0 GiB)"),
+            "{message}"
+        );
+        assert!(!f.exists("huge"), "nothing of the refused entry is written");
+    }
+
+    #[test]
+    fn a_gzip_bomb_is_refused_at_its_declared_size() {
+        // 8 MiB of zeros in a gzip layer of a few KiB; the limit is 1 MiB.
+        let zeros = vec![0u8; 8 << 20];
+        let layer = gzip(&tar_bytes(&[E::File("etc/ok", b"small", 0o644), E::File("bomb", &zeros, 0o644)]));
+        assert!(layer.len() < 64 * 1024, "{} bytes", layer.len());
+        let mut f = Fixture::new();
+        f.layer_bytes(layer);
+        let Err(UnpackFailure::Limit(LimitExceeded::Bytes { reached, entry_bytes, path, .. })) =
+            f.unpack_limited(0, 1 << 20, u64::MAX)
+        else {
+            panic!("an 8 MiB file unpacked under a 1 MiB limit")
+        };
+        assert_eq!((reached, entry_bytes, path.as_str()), ((8 << 20) + 5, 8 << 20, "bomb"));
+        assert!(!f.exists("bomb"));
+
+        // Under a limit it fits, it unpacks.
+        let mut f = Fixture::new();
+        f.layer_bytes(gzip(&tar_bytes(&[E::File("bomb", &zeros, 0o644)])));
+        assert_eq!(f.unpack_limited(0, 8 << 20, u64::MAX).unwrap().apparent_bytes, 8 << 20);
+    }
+
+    #[test]
+    fn entries_past_the_limit_are_refused() {
+        let names: Vec<String> = (0..12).map(|n| format!("f{n}")).collect();
+        let entries: Vec<E<'_>> = names.iter().map(|name| E::File(name, b"", 0o644)).collect();
+        let mut f = Fixture::new();
+        f.layer(&entries[..6]).layer(&entries[6..]);
+        let Err(UnpackFailure::Limit(limit)) = f.unpack_limited(0, u64::MAX, 10) else {
+            panic!("12 entries unpacked under a limit of 10")
+        };
+        assert_eq!(
+            limit,
+            LimitExceeded::Entries { max: 10, reached: 11, layer: "layer1".to_string(), path: "f10".to_string() }
+        );
+        assert!(limit.to_string().contains("more than its limit of 10 entries"), "{limit}");
+        assert!(f.exists("f9") && !f.exists("f10"));
+
+        let mut f = Fixture::new();
+        f.layer(&entries[..6]).layer(&entries[6..]);
+        assert_eq!(f.unpack_limited(0, u64::MAX, 12).unwrap().entries, 12);
     }
 
     #[test]

@@ -210,6 +210,120 @@ async fn a_registry_with_authentication_needs_the_docker_config() {
     assert_eq!(read(&image, "/etc/motd"), images::LAYERED_MOTD);
 }
 
+/// Hostile layers from a registry: a whiteout of `..`, a gzip bomb and a sparse bomb. Each
+/// fails its pull with a clear error and leaves nothing: no tree, nothing removed that was not
+/// its own, and the blobs they brought go at the next prune.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_layers_fail_their_pulls_and_leave_nothing() {
+    let registry = LocalRegistry::start().expect("starting the registry");
+    let push = |name: &'static str, tars: Vec<Vec<u8>>| {
+        let registry = &registry;
+        async move { images::push_tar_image(registry, name, &tars).await.unwrap_or_else(|e| panic!("{e:#}")).0 }
+    };
+    let file = |path: &str, data: Vec<u8>| images::Entry::File { path: path.to_string(), data, mode: 0o644, owner: 0 };
+    let dotdot = push("test/dotdot:1", vec![images::tar_bytes(&[file(".wh...", Vec::new())]).unwrap()]).await;
+    // 8 MiB of zeros: a gzip layer of a few KiB.
+    let gzip_bomb =
+        push("test/gzip-bomb:1", vec![images::tar_bytes(&[file("zeros", vec![0; 8 << 20])]).unwrap()]).await;
+    // 2.5 KiB of tar declaring 1 GiB.
+    let sparse_bomb = push("test/sparse-bomb:1", vec![images::gnu_sparse_tar("big", 1 << 30, b"data").unwrap()]).await;
+    let fits = push("test/sparse-fits:1", vec![images::gnu_sparse_tar("big", 512 << 10, b"data").unwrap()]).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = ImageStore::new(ImageStoreConfig { max_image_bytes: 1 << 20, ..store_config(dir.path()) }).unwrap();
+    // Another pull in progress, of this process (a live one): its work must survive.
+    let other_work = dir.path().join(format!("tmp/{}.999.rootfs", std::process::id()));
+    std::fs::create_dir_all(other_work.join("etc")).unwrap();
+
+    let err = store.pull(&dotdot, PullPolicy::Always).await.unwrap_err();
+    eprintln!("whiteout of ..: {err}");
+    assert!(matches!(err, PullError::Unpack { .. }), "{err:?}");
+    assert!(err.to_string().contains("/.wh...: whiteout of \"..\""), "{err}");
+    assert!(other_work.join("etc").is_dir(), "the cache's shared tmp/ was emptied");
+
+    for (image, declared) in [(&gzip_bomb, 8u64 << 20), (&sparse_bomb, 1 << 30)] {
+        let err = store.pull(image, PullPolicy::Always).await.unwrap_err();
+        eprintln!("bomb: {err}");
+        let PullError::TooLarge { reference, limit: cwsandbox_images::LimitExceeded::Bytes { max, entry_bytes, .. } } =
+            &err
+        else {
+            panic!("{image} unpacked under a 1 MiB limit: {err:?}")
+        };
+        assert_eq!((reference, *max, *entry_bytes), (image, 1 << 20, declared));
+        assert!(err.to_string().contains("max_image_bytes"), "{err}");
+        assert_eq!(err.kubernetes_reason(), "ErrImagePull");
+    }
+    assert_eq!(std::fs::read_dir(dir.path().join("rootfs")).unwrap().count(), 0, "no tree is kept");
+    assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 1, "only the other pull's work");
+
+    // A sparse file under the limit is written with its hole.
+    let image = store.pull(&fits, PullPolicy::Always).await.unwrap();
+    let meta = std::fs::metadata(image.rootfs.join("big")).unwrap();
+    assert_eq!(meta.len(), 512 << 10);
+    assert!(meta.blocks() * 512 <= 64 << 10, "{} bytes allocated", meta.blocks() * 512);
+    drop(image);
+
+    // The failed pulls' blobs (3 configs, 3 layers) and the image that fitted go at a prune.
+    let report = store.prune().await.unwrap();
+    assert_eq!(report.removed.len(), 1);
+    assert_eq!(report.removed[0].references, vec![fits.clone()]);
+    assert_eq!(report.blobs_removed, 8);
+    assert_eq!(report.bytes_after, 0);
+    assert_eq!(std::fs::read_dir(dir.path().join("blobs/sha256")).unwrap().count(), 0);
+}
+
+/// The cache's bound evicts the least recently used image no one uses; `prune` removes every
+/// image not in use and says what it freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_bound_and_prune_spare_images_in_use() {
+    let (registry, images) = registry_with_images().await;
+    let small = images::push_tar_image(
+        &registry,
+        "test/small:1",
+        &[images::tar_bytes(&[images::Entry::File {
+            path: "hello".into(),
+            data: b"hi".to_vec(),
+            mode: 0o644,
+            owner: 0,
+        }])
+        .unwrap()],
+    )
+    .await
+    .unwrap()
+    .0;
+    let dir = tempfile::tempdir().unwrap();
+    // A bound every image passes: after each pull, everything not in use goes.
+    let store = ImageStore::new(ImageStoreConfig { max_cache_bytes: 1, ..store_config(dir.path()) }).unwrap();
+
+    let base = store.pull(&images.base, PullPolicy::IfNotPresent).await.unwrap();
+    let layered = store.pull(&images.layered, PullPolicy::IfNotPresent).await.unwrap();
+    assert!(base.rootfs.is_dir() && layered.rootfs.is_dir(), "images in use are kept over the bound");
+    let base_tree = base.rootfs.clone();
+    drop(base);
+    let small_image = store.pull(&small, PullPolicy::IfNotPresent).await.unwrap();
+    assert!(!base_tree.exists(), "the unused image is evicted");
+    assert!(store.cached(&images.base).is_none());
+    assert!(layered.rootfs.is_dir() && small_image.rootfs.is_dir());
+    assert_eq!(read(&layered, "/etc/motd"), images::LAYERED_MOTD);
+
+    // A use (a cached pull) counts as one; prune spares what is in use.
+    drop(small_image);
+    let report = store.prune().await.unwrap();
+    assert_eq!(report.removed.iter().map(|image| image.references.clone()).collect::<Vec<_>>(), vec![vec![small]]);
+    assert_eq!(report.in_use, vec![images.layered_digest.clone()]);
+    assert!(report.bytes_freed > 0 && report.bytes_after > 0, "{report:?}");
+    assert!(layered.rootfs.is_dir());
+    drop(layered);
+    let report = store.prune().await.unwrap();
+    assert_eq!(report.removed.len(), 1);
+    assert_eq!(report.removed[0].digest, images.layered_digest);
+    assert_eq!(report.bytes_after, 0);
+    for sub in ["rootfs", "images", "refs", "blobs/sha256", "tmp"] {
+        let left: Vec<_> = std::fs::read_dir(dir.path().join(sub)).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(left.is_empty(), "{sub}: {left:?}");
+    }
+}
+
 fn rustix_is_root() -> bool {
     rustix::process::geteuid().is_root()
 }

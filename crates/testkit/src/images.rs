@@ -109,6 +109,25 @@ pub async fn push_test_images(registry: &LocalRegistry) -> Result<TestImages> {
     Ok(TestImages { base, layered, multi_arch, base_digest: base_digest.0, layered_digest: layered_digest.0 })
 }
 
+/// Pushes `name` (`test/<something>:<tag>`, on `registry`) made of `tars`, each a layer's tar
+/// archive as given (so a test can push what a hostile image would: bombs, odd entries),
+/// gzipped; returns the full name (`127.0.0.1:PORT/…`) and the manifest's digest.
+pub async fn push_tar_image(registry: &LocalRegistry, name: &str, tars: &[Vec<u8>]) -> Result<(String, String)> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = oci_client::Client::try_from(ClientConfig { protocol: ClientProtocol::Http, ..Default::default() })
+        .context("registry client")?;
+    let auth = match registry.credentials() {
+        Some((user, password)) => RegistryAuth::Basic(user.to_string(), password.to_string()),
+        None => RegistryAuth::Anonymous,
+    };
+    let layers = tars.iter().map(|tar| Layer::gzip_tar(tar)).collect::<Result<Vec<_>>>()?;
+    let layer_refs: Vec<&Layer> = layers.iter().collect();
+    let config = config_json(&[("PATH", "/bin:/usr/bin")], "/", &layer_refs);
+    let full = format!("{}/{name}", registry.host());
+    let (digest, _) = push_image(&client, &auth, &full, &config, &layer_refs, Format::Oci).await?;
+    Ok((full, digest))
+}
+
 #[derive(Clone, Copy)]
 enum Format {
     Docker,
@@ -223,12 +242,51 @@ struct Layer {
 
 impl Layer {
     fn gzip(entries: &[Entry]) -> Result<Self> {
-        let tar = tar_bytes(entries)?;
-        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        encoder.write_all(&tar)?;
-        let gzip = encoder.finish()?;
-        Ok(Self { digest: sha256(&gzip), diff_id: sha256(&tar), gzip })
+        Self::gzip_tar(&tar_bytes(entries)?)
     }
+
+    fn gzip_tar(tar: &[u8]) -> Result<Self> {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(tar)?;
+        let gzip = encoder.finish()?;
+        Ok(Self { digest: sha256(&gzip), diff_id: sha256(tar), gzip })
+    }
+}
+
+/// A tar archive of one old-GNU sparse file (type `S`, as GNU tar writes it) of `real_size`
+/// apparent bytes whose only data is `data` (at most 512 bytes) at offset 0: a few KiB of tar
+/// that unpack, naively, to `real_size` bytes.
+pub fn gnu_sparse_tar(path: &str, real_size: u64, data: &[u8]) -> Result<Vec<u8>> {
+    fn octal(field: &mut [u8], value: u64) {
+        let text = format!("{value:0width$o}", width = field.len() - 1);
+        field[..text.len()].copy_from_slice(text.as_bytes());
+        field[text.len()..].fill(0);
+    }
+    if data.len() > 512 || path.len() > 100 {
+        bail!("gnu_sparse_tar: at most 512 bytes of data and a 100-byte path");
+    }
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::GNUSparse);
+    header.set_mode(0o644);
+    header.set_mtime(1_700_000_000);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_size(512);
+    header.set_path(path)?;
+    let gnu = header.as_gnu_mut().context("a GNU header")?;
+    // The map: the data block, then an empty block at the apparent size that ends it.
+    octal(&mut gnu.sparse[0].offset, 0);
+    octal(&mut gnu.sparse[0].numbytes, 512);
+    octal(&mut gnu.sparse[1].offset, real_size);
+    octal(&mut gnu.sparse[1].numbytes, 0);
+    octal(&mut gnu.realsize, real_size);
+    header.set_cksum();
+    let mut bytes = header.as_bytes().to_vec();
+    let mut block = [0u8; 512];
+    block[..data.len()].copy_from_slice(data);
+    bytes.extend_from_slice(&block);
+    bytes.extend_from_slice(&[0; 1024]);
+    Ok(bytes)
 }
 
 /// A tar archive of `entries` (paths as written, times fixed so builds are reproducible).

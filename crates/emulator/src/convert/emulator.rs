@@ -268,6 +268,28 @@ pub fn pod(pod: &Pod, placeholder: Option<JobId>) -> pb::Pod {
 }
 
 /// A Node, with the Slurm node whose slurmd Pod runs there (if any).
+/// What PruneImages removed, or an empty answer for a runtime that pulls no images.
+pub fn prune_images(pruned: Option<(std::path::PathBuf, crate::runtime::PruneReport)>) -> pb::PruneImagesResponse {
+    let Some((cache, report)) = pruned else { return pb::PruneImagesResponse::default() };
+    let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    pb::PruneImagesResponse {
+        image_cache: cache.display().to_string(),
+        images: report
+            .removed
+            .into_iter()
+            .map(|image| pb::PrunedImage {
+                digest: image.digest,
+                references: image.references,
+                bytes: signed(image.bytes),
+            })
+            .collect(),
+        blobs_removed: signed(report.blobs_removed),
+        bytes_freed: signed(report.bytes_freed),
+        in_use_digests: report.in_use,
+        bytes_after: signed(report.bytes_after),
+    }
+}
+
 pub fn node(node: &Node, slurm_node: Option<&str>) -> pb::Node {
     let mut metadata = meta(&node.name, "", node.created);
     metadata.uid = node.uid.clone();

@@ -547,6 +547,23 @@ pub async fn resume_clock(
     })
 }
 
+/// PruneImages: the image cache's unused images removed (cluster_admin: the cache is the
+/// machine's). Awaits the runtime, so the role is checked before and the answer built after.
+pub async fn prune_images(
+    State(app): State<App>,
+    caller: Caller,
+    ConnectRequest(_request): ConnectRequest<pb::PruneImagesRequest>,
+) -> Result<ConnectResponse<pb::PruneImagesResponse>, ConnectError> {
+    const METHOD: &str = "PruneImages";
+    operator(METHOD, &caller, || Ok(()))?;
+    let outcome = match app.runtime(METHOD) {
+        // No runtime at all: nothing pulls images, nothing to remove.
+        Err(_) => Ok(None),
+        Ok(runtime) => runtime.prune_images().await.map_err(ApiError::from),
+    };
+    respond(METHOD, outcome.map(convert::prune_images))
+}
+
 /// Reset: for the operator a fresh world from the configured values, for an organization's admin
 /// its own part of the world only (`World::reset_organization`); running sandbox processes are
 /// stopped.
