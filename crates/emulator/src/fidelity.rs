@@ -709,9 +709,12 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("CreateVolumeRequest.volume.spec", "what the volume is"),
     emulated(
         "CreateVolumeRequest.volume.spec.pvc",
-        "a claim of the values' persistentVolumeClaims, checked after the create (VALIDATING, then READY or ERROR)",
+        "a claim of the values' persistentVolumeClaims in the runner's cluster, the organization's own (its data is never another organization's or cluster's), checked after the create (VALIDATING, then READY or ERROR)",
     ),
-    emulated("CreateVolumeRequest.volume.spec.pvc.runner_id", "a runner of the organization: its sandboxes run there"),
+    emulated(
+        "CreateVolumeRequest.volume.spec.pvc.runner_id",
+        "a runner of the organization: its cluster has the claim, its sandboxes run there",
+    ),
     emulated("CreateVolumeRequest.volume.spec.pvc.namespace", "the claim's namespace"),
     emulated("CreateVolumeRequest.volume.spec.pvc.claim_name", "the claim's name"),
     refused(

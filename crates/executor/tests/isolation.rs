@@ -1085,14 +1085,18 @@ async fn a_claims_volume_is_shared_between_sandboxes_and_outlives_them() {
         volume: "data".into(),
         path: path.into(),
         read_only,
-        claim: Some("datasets/imagenet".into()),
+        claim: Some("org-a/cks-cluster/datasets/imagenet".into()),
         ..VolumeMount::default()
     };
     let writer = unique("claim-w");
     executor.start(&writer, LaunchSpec { volume_mounts: vec![mount("/data", false)], ..spec("w", &[]) }).await.unwrap();
     assert_eq!(sh(executor, &writer, "echo shared > /data/labels.txt && echo ok").await, "ok");
     executor.remove(&writer).await;
-    let on_host = executor.config().root_dir.join(cwsandbox_executor::CLAIMS_DIR).join("datasets/imagenet/labels.txt");
+    let on_host = executor
+        .config()
+        .root_dir
+        .join(cwsandbox_executor::CLAIMS_DIR)
+        .join("org-a/cks-cluster/datasets/imagenet/labels.txt");
     assert_eq!(std::fs::read_to_string(&on_host).unwrap(), "shared\n", "kept when its sandbox goes");
 
     let reader = unique("claim-r");
@@ -1106,12 +1110,14 @@ async fn a_claims_volume_is_shared_between_sandboxes_and_outlives_them() {
     };
     let error = executor.start(&unique("claim-s"), sub_path).await.unwrap_err().to_string();
     assert!(error.contains("mounted at its root"), "{error}");
-    let bad = LaunchSpec {
-        volume_mounts: vec![VolumeMount { claim: Some("../etc".into()), ..mount("/b", false) }],
-        ..spec("b", &[])
-    };
-    let error = executor.start(&unique("claim-b"), bad).await.unwrap_err().to_string();
-    assert!(error.contains("invalid claim"), "{error}");
+    for key in ["../etc", "imagenet", "a//b", "a/./b", "/a/b", "a/b/", "Org/b", "a/b/c/d/e/f/g/h/i"] {
+        let bad = LaunchSpec {
+            volume_mounts: vec![VolumeMount { claim: Some(key.into()), ..mount("/b", false) }],
+            ..spec("b", &[])
+        };
+        let error = executor.start(&unique("claim-b"), bad).await.unwrap_err().to_string();
+        assert!(error.contains("invalid claim"), "{key}: {error}");
+    }
     executor.shutdown().await;
     assert!(on_host.exists(), "a claim's data outlives the executor, as a claim outlives its Pods");
 }

@@ -1461,6 +1461,8 @@ fn container_inputs(
                 read_only: mount.read_only || claims.get(&mount.volume).is_some_and(|volume| volume.read_only),
                 sub_path: mount.sub_path.trim_matches('/').to_owned(),
                 claim: claims.get(&mount.volume).map(|volume| crate::k8s::ClaimMount {
+                    org: volume.org.clone(),
+                    cluster_id: volume.cluster_id.clone(),
                     namespace: volume.source.namespace.clone(),
                     name: volume.source.claim_name.clone(),
                 }),
