@@ -1,7 +1,9 @@
-//! Registered volumes between organizations, through the API and the process executor: a claim
-//! is one organization's, in one cluster. Two organizations whose runners see a claim of one
-//! namespace and name (in two clusters, or in one) each get their own data; a claim the values
-//! give to one organization is not found for another.
+//! Volumes through the API and the process executor. A registered volume's claim is one
+//! organization's, in one cluster: two organizations whose runners see a claim of one namespace
+//! and name (in two clusters, or in one) each get their own data; a claim the values give to one
+//! organization is not found for another. A mounted file under a scratch volume's mount path is
+//! placed on the volume (as Kubernetes places a subPath file over an emptyDir); under a
+//! registered volume's it is refused by name.
 
 mod common;
 
@@ -83,22 +85,11 @@ impl Setup {
 
     /// A RUNNING sandbox of `token`'s organization with volume `id` at `/data`.
     async fn mounting(&self, token: &str, id: &str) -> Result<String, tonic::Status> {
-        let spec = pb::SandboxSpec {
-            containers: vec![pb::Container {
-                volume_mounts: vec![pb::VolumeMount {
-                    volume: "data".to_owned(),
-                    mount_path: "/data".to_owned(),
-                    ..Default::default()
-                }],
-                ..client_spec("").containers.remove(0)
-            }],
-            volumes: vec![pb::SandboxVolume {
-                name: "data".to_owned(),
-                source: Some(pb::sandbox_volume::Source::VolumeId(id.to_owned())),
-            }],
-            mode: pb::SandboxMode::Cks as i32,
-            ..Default::default()
-        };
+        self.start(token, mounting(pb::sandbox_volume::Source::VolumeId(id.to_owned()), &[])).await
+    }
+
+    /// A sandbox of `token`'s organization made from `spec`, RUNNING.
+    async fn start(&self, token: &str, spec: pb::SandboxSpec) -> Result<String, tonic::Status> {
         let created =
             sandboxes(&self.emulator, token).await.create_sandbox(create_request(spec, "")).await?.into_inner();
         advance(&self.emulator, Duration::from_secs(2));
@@ -119,6 +110,27 @@ impl Setup {
         let response = client.exec(request).await.unwrap().into_inner();
         assert_eq!(response.exit_code, 0, "{script}: {}", String::from_utf8_lossy(&response.stderr));
         String::from_utf8_lossy(&response.stdout).into_owned()
+    }
+}
+
+/// A sandbox with `volume` mounted at `/data` and the mounted `files`.
+fn mounting(volume: pb::sandbox_volume::Source, files: &[(&str, &str)]) -> pb::SandboxSpec {
+    pb::SandboxSpec {
+        containers: vec![pb::Container {
+            volume_mounts: vec![pb::VolumeMount {
+                volume: "data".to_owned(),
+                mount_path: "/data".to_owned(),
+                ..Default::default()
+            }],
+            files: files
+                .iter()
+                .map(|(path, content)| pb::FileMount { path: (*path).to_owned(), content: content.as_bytes().to_vec() })
+                .collect(),
+            ..client_spec("").containers.remove(0)
+        }],
+        volumes: vec![pb::SandboxVolume { name: "data".to_owned(), source: Some(volume) }],
+        mode: pb::SandboxMode::Cks as i32,
+        ..Default::default()
     }
 }
 
@@ -161,5 +173,39 @@ async fn a_claims_data_is_one_organizations_in_one_cluster() {
     let refused = setup.mounting("b-user", "taken").await.unwrap_err();
     assert_eq!((refused.code(), reason(&refused).as_str()), (Code::FailedPrecondition, "CWSANDBOX_VOLUME_NOT_READY"));
     assert_eq!(state(&setup.register("a-user", "owned", "runner-a", "owned").await).0, pb::VolumeState::Ready);
+    setup.emulator.stop().await;
+}
+
+/// A mounted file under a scratch volume's mount path is on top of the volume, as Kubernetes
+/// places a subPath file mounted under an emptyDir (it was hidden by the volume); under a
+/// registered volume's it is INVALID_ARGUMENT naming the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mounted_file_under_a_volumes_mount_path() {
+    let Some(setup) = setup().await else { return };
+    let scratch = pb::sandbox_volume::Source::Scratch(pb::ScratchVolume::default());
+    let files = [("/data/conf/app.yaml", "key: value\n"), ("/data/top.txt", "top\n"), ("/etc2/other", "o\n")];
+    let sandbox = setup.start("a-user", mounting(scratch, &files)).await.unwrap();
+    let seen = setup.sh("a-user", &sandbox, "cat /data/conf/app.yaml /data/top.txt /etc2/other").await;
+    assert_eq!(seen, "key: value\ntop\no\n", "the files are on the volume, not hidden by it");
+    // The volume is the sandbox's to write beside them, and the file is writable as other
+    // mounted files are.
+    let written = setup
+        .sh(
+            "a-user",
+            &sandbox,
+            "echo more > /data/conf/more && echo changed > /data/top.txt && ls /data/conf && cat /data/top.txt",
+        )
+        .await;
+    assert_eq!(written, "app.yaml\nmore\nchanged\n");
+
+    let _ = setup.register("a-user", "data", "runner-a", "p6claim").await;
+    let spec = mounting(pb::sandbox_volume::Source::VolumeId("data".to_owned()), &[("/data/conf/app.yaml", "x")]);
+    let refused = setup.start("a-user", spec).await.unwrap_err();
+    assert_eq!((refused.code(), reason(&refused).as_str()), (Code::InvalidArgument, "CWSANDBOX_INVALID_REQUEST"));
+    let fields: Vec<String> = details(&refused)
+        .bad_request()
+        .map(|bad| bad.field_violations.iter().map(|v| v.field.clone()).collect())
+        .unwrap_or_default();
+    assert_eq!(fields, ["sandbox.spec.containers[0].files[0].path"], "{refused:?}");
     setup.emulator.stop().await;
 }

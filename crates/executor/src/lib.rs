@@ -18,6 +18,7 @@ mod child;
 mod error;
 mod exec;
 mod executor;
+mod file_mounts;
 mod files;
 mod init;
 mod init_channel;

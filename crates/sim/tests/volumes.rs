@@ -354,3 +354,36 @@ fn claims_of_the_values_are_one_per_namespace_and_name_where_their_scopes_meet()
         ]
     );
 }
+
+/// A mounted file under a registered volume's mount path is refused by name (other sandboxes
+/// write to the claim); under a scratch volume's it is accepted (placed on the volume); at a
+/// volume's mount path itself it is refused.
+#[test]
+fn a_mounted_file_under_a_registered_volumes_mount_path_is_refused_by_name() {
+    use cwsandbox_api::sandbox_v1::{FileMount, ScratchVolume};
+    let mut h = world();
+    h.world
+        .create_volume("default-org", "imagenet", source("cks-runner", "datasets", "imagenet"), false, "", "")
+        .unwrap();
+    let file = |path: &str| FileMount { path: path.to_owned(), content: b"x".to_vec() };
+    let mut spec = mounting("imagenet", &[]);
+    spec.containers[0].files = vec![file("/etc/app.conf"), file("/data/conf/app.yaml")];
+    let refused = h.world.create_sandbox(&alice(), spec.clone(), "", "").unwrap_err();
+    assert_eq!(
+        (refused.reason(), fields(&refused)),
+        (Some(Reason::InvalidRequest), vec!["sandbox.spec.containers[0].files[1].path".to_owned()])
+    );
+    assert!(refused.to_string().contains("registered volume"), "{refused}");
+    // A path that only starts with the mount path's text is not under it.
+    spec.containers[0].files = vec![file("/database/app.yaml")];
+    h.world.create_sandbox(&alice(), spec, "", "").expect("not under /data");
+
+    let mut scratch = mounting("imagenet", &[]);
+    scratch.volumes[0].source = Some(sandbox_volume::Source::Scratch(ScratchVolume::default()));
+    scratch.containers[0].files = vec![file("/data/conf/app.yaml")];
+    h.world.create_sandbox(&alice(), scratch.clone(), "", "").expect("placed on a scratch volume");
+    scratch.containers[0].files = vec![file("/data")];
+    let at_mount = h.world.create_sandbox(&alice(), scratch, "", "").unwrap_err();
+    assert_eq!(fields(&at_mount), ["sandbox.spec.containers[0].files[0].path"]);
+    assert!(at_mount.to_string().contains("mounts volume \"data\" at this path"), "{at_mount}");
+}

@@ -87,6 +87,7 @@ pub(super) fn validate_spec(spec: &LaunchSpec) -> Result<(), ExecutorError> {
             return Err(ExecutorError::InvalidRequest(format!("invalid volume sub-path {:?}", mount.sub_path)));
         }
     }
+    crate::file_mounts::check(&spec.volume_mounts, &spec.files).map_err(ExecutorError::InvalidRequest)?;
     let mut names = std::collections::HashSet::from([spec.name.as_str()]);
     for sidecar in &spec.sidecars {
         if sidecar.name.is_empty() || sidecar.name.contains('\0') {
