@@ -1154,3 +1154,62 @@ async fn a_connection_to_a_sandboxs_port_is_made_in_its_own_network() {
     assert!(gone.contains("unknown"), "{gone}");
     executor.shutdown().await;
 }
+
+/// A mounted file under a volume's mount path is on top of the volume (as a Kubernetes subPath
+/// file over an emptyDir), owned by the sandbox's root; its mount point is made inside the
+/// volume and never through a link the volume holds (one restored from a snapshot); a file at a
+/// volume's mount path, or under a claim's, is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mounted_file_under_a_volume_is_placed_on_it_never_through_a_link() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let mount = |path: &str| VolumeMount { volume: "work".into(), path: path.into(), ..VolumeMount::default() };
+    let file = |path: &str, content: &str| MountedFile { path: path.into(), content: content.as_bytes().to_vec() };
+    let id = unique("vfiles");
+    let launch = LaunchSpec {
+        volume_mounts: vec![mount("/data"), VolumeMount { sub_path: "sub".into(), ..mount("/sub") }],
+        files: vec![file("/data/conf/app.yaml", "a: 1\n"), file("/sub/deep/x", "x\n"), file("/data/top", "t\n")],
+        ..spec("vf", &[])
+    };
+    executor.start(&id, launch).await.unwrap();
+    let seen =
+        sh(executor, &id, "cat /data/conf/app.yaml /sub/deep/x /data/top; stat -c '%u %a' /data/conf/app.yaml").await;
+    assert_eq!(seen, "a: 1\nx\nt\n0 644");
+    // The mount points are the volume's: its other mount shows them, without the file's bytes.
+    assert_eq!(sh(executor, &id, "ls /data/sub/deep; wc -c < /data/sub/deep/x").await, "x\n0");
+
+    // A volume restored with a link where a file's directory should be: the start is refused
+    // and nothing is made where the link points.
+    let outside = executor.config().root_dir.join("outside-of-every-sandbox");
+    std::fs::create_dir_all(&outside).unwrap();
+    let script =
+        format!("ln -s {} /data/escape && ln -s {}/f /data/file && echo ok", outside.display(), outside.display());
+    assert_eq!(sh(executor, &id, &script).await, "ok");
+    executor.snapshot_volume(&id, "work", "0b1e5c3a-0000-4000-8000-0000000f11e5").await.unwrap();
+    for path in ["/data/escape/x", "/data/file"] {
+        let launch = LaunchSpec {
+            volume_mounts: vec![VolumeMount {
+                restore_from: Some("0b1e5c3a-0000-4000-8000-0000000f11e5".into()),
+                ..mount("/data")
+            }],
+            files: vec![file(path, "never\n")],
+            ..spec("esc", &[])
+        };
+        let error = executor.start(&unique("vfiles-esc"), launch).await.unwrap_err().to_string();
+        assert!(error.contains("is a link, which is not followed"), "{path}: {error}");
+    }
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "nothing made through a link");
+
+    let at_mount =
+        LaunchSpec { volume_mounts: vec![mount("/data")], files: vec![file("/data", "x")], ..spec("m", &[]) };
+    let error = executor.start(&unique("vfiles-at"), at_mount).await.unwrap_err().to_string();
+    assert!(error.contains("is mounted there"), "{error}");
+    let claimed = LaunchSpec {
+        volume_mounts: vec![VolumeMount { claim: Some("o/c/datasets/x".into()), ..mount("/data") }],
+        files: vec![file("/data/conf", "x")],
+        ..spec("c", &[])
+    };
+    let error = executor.start(&unique("vfiles-claim"), claimed).await.unwrap_err().to_string();
+    assert!(error.contains("a claim's"), "{error}");
+    executor.shutdown().await;
+}
