@@ -118,10 +118,11 @@ enum Top {
         shell: clap_complete::Shell,
     },
     /// Print the lines that make the SUNK guide's `curl https://api.coreweave.com/…` lines reach
-    /// the emulator unchanged (a curl configuration with --connect-to and the emulator's CA).
+    /// the emulator unchanged (DIR/.curlrc, a curl configuration whose connect-to sends them to
+    /// the emulator's port; its self-signed certificate is not verified).
     #[command(after_help = links::GUIDE_ENV_EXAMPLES)]
     GuideEnv {
-        /// Where to write the curl configuration and the CA certificate.
+        /// Where to write the curl configuration (`.curlrc`, the only file written).
         #[arg(long, value_name = "DIR", default_value = "/tmp/cwsandbox-guide")]
         dir: std::path::PathBuf,
     },

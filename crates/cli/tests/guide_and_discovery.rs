@@ -84,6 +84,15 @@ jq -r '.identity.runnerId + " " + .etag' runner.json
         command(&emu, Path::new("bash"), &["-c", &script]).current_dir(dir.path()).env_remove("CURL_HOME").output()?;
     let said = ok(output);
     assert!(said.starts_with(&format!("{} ", emu.ready.runner_id)), "{said}");
+    // The help promises what is written, and only that: `.curlrc` (curl wrote runner.json).
+    let mut written: Vec<String> = std::fs::read_dir(dir.path())?
+        .map(|entry| entry.map(|entry| entry.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()?;
+    written.sort();
+    assert_eq!(written, [".curlrc", "runner.json"]);
+    let help = ok(command(&emu, Path::new(CWSBX), &["guide-env", "--help"]).output()?);
+    assert!(help.contains(".curlrc") && help.contains("insecure"), "{help}");
+    assert!(!help.contains("CA certificate") && !help.contains("emulator's CA"), "{help}");
     Ok(())
 }
 

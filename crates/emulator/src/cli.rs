@@ -234,7 +234,9 @@ struct SandboxArgs {
     /// its registry; a pull that fails is the sandbox's ErrImagePull), `process` runs the host's
     /// programs (images recorded, never pulled), `auto` is `oci` where runc works here, with the
     /// process runtime for images whose registry cannot be reached (said in the Pod's Events).
-    /// Overrides the values' `containerRuntime.kind` (default auto).
+    /// Replaces the values' `containerRuntime.kind` (default auto) and acts exactly as it does.
+    /// The kind in force is in the ready file's container_runtime and the printed `# container
+    /// runtime:` line; docs/runtimes.md tells them apart.
     #[arg(long, value_enum, env = "CWSANDBOX_EMULATOR_RUNTIME")]
     runtime: Option<RuntimeArg>,
     /// A host directory to bind read-only into every namespaced sandbox, beside the defaults
@@ -300,12 +302,9 @@ impl SandboxArgs {
         };
         config.max_file_bytes = max_file_bytes;
         config.host_paths.extend(self.sandbox_host_paths.iter().cloned());
-        let kind = match self.runtime {
-            Some(RuntimeArg::Auto) => RuntimeKind::Auto,
-            Some(RuntimeArg::Oci) => RuntimeKind::Oci,
-            Some(RuntimeArg::Process) => RuntimeKind::Process,
-            None => containers.kind,
-        };
+        // `--runtime` has already replaced the values' kind (`WorldArgs::options`), so the image
+        // puller, which reads the same configuration, decides its fallback by the same kind.
+        let kind = containers.kind;
         if kind != RuntimeKind::Process {
             config.oci_runtime = Some(containers.runc.clone());
         }
@@ -361,6 +360,14 @@ impl WorldArgs {
             config.strictness = match strictness {
                 StrictnessArg::Strict => Strictness::Strict,
                 StrictnessArg::Loose => Strictness::Loose,
+            };
+        }
+        if let Some(runtime) = self.sandboxes.runtime {
+            // As the values' `containerRuntime.kind` would: one kind for everything that reads it.
+            config.container_runtime.kind = match runtime {
+                RuntimeArg::Auto => RuntimeKind::Auto,
+                RuntimeArg::Oci => RuntimeKind::Oci,
+                RuntimeArg::Process => RuntimeKind::Process,
             };
         }
         let retention = Duration::from_secs(u64::from(config.values.sandboxes.retention_seconds));
