@@ -171,39 +171,39 @@ pub struct PrunedImage {
 /// Pulls images and keeps them. Cheap to share (`Arc`); pulls of the same name at the same time
 /// share one download.
 pub struct ImageStore {
-    config: ImageStoreConfig,
-    root: PathBuf,
+    pub(crate) config: ImageStoreConfig,
+    pub(crate) root: PathBuf,
     locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
     next_tmp: AtomicU64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-struct ImageMeta {
-    digest: String,
-    config: ImageConfig,
-    size_bytes: u64,
-    layers: Vec<String>,
+pub(crate) struct ImageMeta {
+    pub(crate) digest: String,
+    pub(crate) config: ImageConfig,
+    pub(crate) size_bytes: u64,
+    pub(crate) layers: Vec<String>,
     /// The config blob's digest (absent in metadata written before it was recorded).
     #[serde(default)]
-    config_blob: Option<String>,
+    pub(crate) config_blob: Option<String>,
     /// The data written to the tree (sparse files' holes not counted): the cache's accounting.
     #[serde(default)]
-    unpacked_bytes: u64,
+    pub(crate) unpacked_bytes: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-struct RefEntry {
-    reference: String,
-    digest: String,
+pub(crate) struct RefEntry {
+    pub(crate) reference: String,
+    pub(crate) digest: String,
 }
 
 /// What the registry gave for one image: everything the unpack needs, on disk.
-struct Fetched {
-    digest: String,
-    config: ImageConfig,
-    config_blob: String,
-    size_bytes: u64,
-    layers: Vec<(String, PathBuf)>,
+pub(crate) struct Fetched {
+    pub(crate) digest: String,
+    pub(crate) config: ImageConfig,
+    pub(crate) config_blob: String,
+    pub(crate) size_bytes: u64,
+    pub(crate) layers: Vec<(String, PathBuf)>,
 }
 
 impl ImageStore {
@@ -338,7 +338,7 @@ impl ImageStore {
     /// After a pull: when the cache is over its bound, removes unreferenced blobs and then the
     /// least recently used images not in use. Skipped (for the next pull to do) while another
     /// pull or collection holds the cache; a failure is logged, the pull stands.
-    async fn keep_in_bound(&self) {
+    pub(crate) async fn keep_in_bound(&self) {
         let bound = self.config.max_cache_bytes;
         if bound == 0 {
             return;
@@ -374,7 +374,7 @@ impl ImageStore {
 
     /// Locks `gc.lock`: shared for a pull, exclusive for a collection (waiting for the other
     /// holders, off the async threads).
-    async fn lock_cache(&self, shared: bool) -> io::Result<File> {
+    pub(crate) async fn lock_cache(&self, shared: bool) -> io::Result<File> {
         let path = self.root.join("gc.lock");
         let mode = if shared { FlockMode::Shared } else { FlockMode::Exclusive };
         tokio::task::spawn_blocking(move || lock_file(&path, mode))
@@ -504,7 +504,11 @@ impl ImageStore {
 
     /// The tree of `fetched`'s manifest: already here (`None`), or unpacked beside and renamed
     /// into place (with the bytes written).
-    async fn unpack(&self, reference: &ImageReference, fetched: &Fetched) -> Result<(PathBuf, Option<u64>), PullError> {
+    pub(crate) async fn unpack(
+        &self,
+        reference: &ImageReference,
+        fetched: &Fetched,
+    ) -> Result<(PathBuf, Option<u64>), PullError> {
         let hex = digest_hex(&fetched.digest).unwrap_or_default();
         let rootfs = self.root.join("rootfs").join(hex);
         if rootfs.is_dir() {
@@ -578,18 +582,18 @@ impl ImageStore {
             .map_err(|e| registry_message(reference, format!("registry client: {}", chain(&e))))
     }
 
-    fn ref_path(&self, reference: &ImageReference) -> PathBuf {
+    pub(crate) fn ref_path(&self, reference: &ImageReference) -> PathBuf {
         let key = hex::encode(Sha256::digest(reference.to_string().as_bytes()));
         self.root.join("refs").join(format!("{key}.json"))
     }
 
-    fn tmp_path(&self, what: &str) -> PathBuf {
+    pub(crate) fn tmp_path(&self, what: &str) -> PathBuf {
         let n = self.next_tmp.fetch_add(1, Ordering::Relaxed);
         self.root.join("tmp").join(format!("{}.{n}.{what}", std::process::id()))
     }
 
     /// Writes `value` beside `path` and renames it into place, so a reader sees all or nothing.
-    fn write_json(&self, path: &Path, value: &impl Serialize) -> io::Result<()> {
+    pub(crate) fn write_json(&self, path: &Path, value: &impl Serialize) -> io::Result<()> {
         let tmp = self.tmp_path("json");
         let bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
         std::fs::write(&tmp, bytes)?;
@@ -650,7 +654,7 @@ enum PullOrUnpack {
 }
 
 #[derive(Clone, Copy)]
-enum FlockMode {
+pub(crate) enum FlockMode {
     Shared,
     Exclusive,
     /// Exclusive if no one holds it, else nothing.
@@ -661,7 +665,7 @@ enum FlockMode {
 
 /// Opens (making it when missing) and locks the file `path` with `flock`; `None` when a `*Now`
 /// mode finds it held. The lock lasts as long as the returned file.
-fn lock_file(path: &Path, mode: FlockMode) -> io::Result<Option<File>> {
+pub(crate) fn lock_file(path: &Path, mode: FlockMode) -> io::Result<Option<File>> {
     use rustix::fs::FlockOperation as Op;
     let file = File::options().read(true).write(true).create(true).truncate(false).open(path)?;
     let operation = match mode {
@@ -692,7 +696,7 @@ fn touch(meta: &Path) {
     }
 }
 
-fn read_meta(path: &Path) -> Option<ImageMeta> {
+pub(crate) fn read_meta(path: &Path) -> Option<ImageMeta> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
@@ -771,15 +775,7 @@ fn collect(root: &Path, bound: Option<u64>) -> io::Result<PruneReport> {
             remove_file_if_present(path)?;
             pruned_names.push(name.clone());
         }
-        remove_file_if_present(&root.join("images").join(format!("{hex}.json")))?;
-        // Out of `rootfs/` at once (a rename), then removed: no one finds a half-removed tree.
-        let rootfs = root.join("rootfs").join(&hex);
-        let doomed = root.join("tmp").join(format!("{}.evict.{hex}", std::process::id()));
-        match std::fs::rename(&rootfs, &doomed) {
-            Ok(()) => fsutil::remove_tree(&doomed)?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+        remove_meta_and_tree(root, &hex)?;
         for blob in blobs_of(&meta) {
             let count = references.entry(blob.clone()).or_default();
             *count = count.saturating_sub(1);
@@ -802,8 +798,52 @@ fn collect(root: &Path, bound: Option<u64>) -> io::Result<PruneReport> {
     Ok(report)
 }
 
+/// Removes the image `hex`'s metadata, then its tree (out of `rootfs/` at once by a rename, then
+/// removed: no one finds a half-removed tree). The caller holds the image's lock exclusively.
+fn remove_meta_and_tree(root: &Path, hex: &str) -> io::Result<()> {
+    remove_file_if_present(&root.join("images").join(format!("{hex}.json")))?;
+    let rootfs = root.join("rootfs").join(hex);
+    let doomed = root.join("tmp").join(format!("{}.evict.{hex}", std::process::id()));
+    match std::fs::rename(&rootfs, &doomed) {
+        Ok(()) => fsutil::remove_tree(&doomed),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes one image whose names are gone, under the cache's exclusive lock and the image's
+/// own: its metadata, tree and the blobs no other image refers to. Returns the bytes freed.
+pub(crate) fn remove_image(root: &Path, hex: &str, meta: &ImageMeta) -> io::Result<u64> {
+    let mut still_used = std::collections::HashSet::new();
+    for entry in std::fs::read_dir(root.join("images"))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "json")
+            && path.file_stem().and_then(|s| s.to_str()) != Some(hex)
+            && let Some(other) = read_meta(&path)
+        {
+            still_used.extend(other.layers.into_iter().chain(other.config_blob));
+        }
+    }
+    remove_meta_and_tree(root, hex)?;
+    let mut freed = meta.unpacked_bytes;
+    for blob in meta.layers.iter().chain(meta.config_blob.iter()) {
+        if still_used.contains(blob) {
+            continue;
+        }
+        if let Some(blob_hex) = digest_hex(blob) {
+            let path = root.join("blobs/sha256").join(blob_hex);
+            if let Ok(metadata) = std::fs::metadata(&path) {
+                remove_file_if_present(&path)?;
+                freed += metadata.len();
+            }
+        }
+    }
+    remove_file_if_present(&root.join("images").join(format!("{hex}.lock")))?;
+    Ok(freed)
+}
+
 /// The reference files by the digest they name: (file, normalized name).
-fn reference_index(root: &Path) -> HashMap<String, Vec<(PathBuf, String)>> {
+pub(crate) fn reference_index(root: &Path) -> HashMap<String, Vec<(PathBuf, String)>> {
     let mut index: HashMap<String, Vec<(PathBuf, String)>> = HashMap::new();
     let Ok(entries) = std::fs::read_dir(root.join("refs")) else { return index };
     for entry in entries.flatten() {
