@@ -103,6 +103,11 @@ impl ImagePuller {
         self.store.prune().await
     }
 
+    /// The image cache.
+    pub fn store(&self) -> &ImageStore {
+        &self.store
+    }
+
     /// The image cache's directory.
     pub fn cache_dir(&self) -> &std::path::Path {
         &self.store.config().root

@@ -224,6 +224,13 @@ impl ImageStore {
         Ok(store)
     }
 
+    /// A new path under the cache's work directory, for a file on its way in (an uploaded
+    /// archive): on the cache's file system, and removed by the next store opened on the root
+    /// if this process dies before it does.
+    pub fn work_path(&self, what: &str) -> PathBuf {
+        self.tmp_path(what)
+    }
+
     /// The store's configuration.
     pub fn config(&self) -> &ImageStoreConfig {
         &self.config
