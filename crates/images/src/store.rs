@@ -85,6 +85,13 @@ pub struct ImageStoreConfig {
     /// leaves the cache over it, blobs no image refers to and then the least recently used
     /// images that are not in use are removed until it is under. 0: no bound.
     pub max_cache_bytes: u64,
+    /// Mirrors by registry host (`docker.io` → `["http://127.0.0.1:5000"]`), as containerd's
+    /// `hosts.toml`: a pull asks each mirror in order for the same repository and tag or digest
+    /// (`docker.io/library/python:3.11` → `library/python:3.11` of the mirror), and the
+    /// registry itself last. A mirror that fails (404, unreachable, anything) passes to the next;
+    /// when all fail, the error names each one tried with its error. `http://` only for loopback
+    /// mirrors and `insecure_registries`, as for registries; a mirror is `scheme://host[:port]`.
+    pub registry_mirrors: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl ImageStoreConfig {
@@ -100,6 +107,7 @@ impl ImageStoreConfig {
             max_image_bytes: DEFAULT_MAX_IMAGE_BYTES,
             max_image_entries: DEFAULT_MAX_IMAGE_ENTRIES,
             max_cache_bytes: DEFAULT_MAX_CACHE_BYTES,
+            registry_mirrors: Default::default(),
         }
     }
 }
@@ -269,7 +277,8 @@ impl ImageStore {
         let gc_guard =
             self.lock_cache(true).await.map_err(|source| cache_error(&reference, "locking the cache", source))?;
         let started = Instant::now();
-        let fetched = match tokio::time::timeout(self.config.pull_timeout, self.fetch(&reference)).await {
+        let fetched = match tokio::time::timeout(self.config.pull_timeout, self.fetch_through_mirrors(&reference)).await
+        {
             Ok(fetched) => fetched?,
             Err(_) => {
                 return Err(PullError::Unreachable {
@@ -423,8 +432,34 @@ impl ImageStore {
         })
     }
 
-    async fn fetch(&self, reference: &ImageReference) -> Result<Fetched, PullError> {
-        let client = self.client_for(reference)?;
+    /// Fetches `reference` from its registry's mirrors in order, then from the registry itself.
+    async fn fetch_through_mirrors(&self, reference: &ImageReference) -> Result<Fetched, PullError> {
+        let upstream_plain = speaks_plain_http(reference, &self.config.insecure_registries);
+        let Some(mirrors) = self.config.registry_mirrors.get(reference.registry()).filter(|m| !m.is_empty()) else {
+            return self.fetch(reference, upstream_plain).await;
+        };
+        let mut tried = Vec::new();
+        for mirror in mirrors {
+            let outcome = match mirror_reference(reference, mirror, &self.config.insecure_registries) {
+                Ok((mirrored, plain)) => self.fetch(&mirrored, plain).await,
+                Err(why) => Err(registry_message(reference, why)),
+            };
+            match outcome {
+                Ok(fetched) => {
+                    info!(image = %reference, mirror, "pulled from a mirror");
+                    return Ok(fetched);
+                }
+                Err(error) => {
+                    debug!(image = %reference, mirror, error = %error, "mirror failed, trying the next");
+                    tried.push(format!("mirror {mirror}: {error}"));
+                }
+            }
+        }
+        self.fetch(reference, upstream_plain).await.map_err(|error| with_tried(error, &tried))
+    }
+
+    async fn fetch(&self, reference: &ImageReference, plain: bool) -> Result<Fetched, PullError> {
+        let client = self.client_for(reference, plain)?;
         let oci_ref = reference.to_oci();
         let auth = auth::registry_auth(self.config.docker_config.as_deref(), reference.registry());
         debug!(image = %reference, "resolving");
@@ -577,8 +612,7 @@ impl ImageStore {
         Ok((rootfs, Some(written)))
     }
 
-    fn client_for(&self, reference: &ImageReference) -> Result<oci_client::Client, PullError> {
-        let plain = speaks_plain_http(reference, &self.config.insecure_registries);
+    fn client_for(&self, reference: &ImageReference, plain: bool) -> Result<oci_client::Client, PullError> {
         let config = ClientConfig {
             protocol: if plain { ClientProtocol::Http } else { ClientProtocol::Https },
             platform_resolver: Some(Box::new(oci_client::client::current_platform_resolver)),
@@ -646,6 +680,47 @@ impl ImageStore {
 fn speaks_plain_http(reference: &ImageReference, insecure_registries: &[String]) -> bool {
     let registry = reference.registry();
     reference.is_loopback_registry() || insecure_registries.iter().any(|r| r == registry || r == host_of(registry))
+}
+
+/// `reference` as asked of `mirror` (`scheme://host[:port]`): the same repository and tag or
+/// digest on the mirror's host, and whether it is spoken to over plain HTTP; or why the mirror
+/// cannot be used.
+fn mirror_reference(
+    reference: &ImageReference,
+    mirror: &str,
+    insecure_registries: &[String],
+) -> Result<(ImageReference, bool), String> {
+    let (scheme, rest) = mirror.split_once("://").unwrap_or(("https", mirror));
+    let host = rest.trim_end_matches('/');
+    if host.is_empty() || host.contains('/') {
+        return Err(format!("mirror \"{mirror}\" is not scheme://host[:port] (paths are not supported)"));
+    }
+    let full = reference.to_string();
+    let mirrored = ImageReference::normalize(&format!("{host}/{}", &full[reference.registry().len() + 1..]))
+        .map_err(|e| format!("mirror \"{mirror}\": {e}"))?;
+    let plain = match scheme {
+        "https" => false,
+        "http" if speaks_plain_http(&mirrored, insecure_registries) => true,
+        "http" => {
+            return Err(format!("mirror \"{mirror}\": plain HTTP is only for loopback mirrors and insecureRegistries"));
+        }
+        other => return Err(format!("mirror \"{mirror}\": scheme {other} is neither http nor https")),
+    };
+    Ok((mirrored, plain))
+}
+
+/// The upstream's `error`, with the mirrors tried before it and theirs.
+fn with_tried(error: PullError, tried: &[String]) -> PullError {
+    let note = |text: String| format!("{text}; tried first: {}", tried.join("; "));
+    match error {
+        PullError::NotFound { reference, message } => PullError::NotFound { reference, message: note(message) },
+        PullError::Unauthorized { reference, message } => PullError::Unauthorized { reference, message: note(message) },
+        PullError::Unreachable { reference, registry, reason } => {
+            PullError::Unreachable { reference, registry, reason: note(reason) }
+        }
+        PullError::Registry { reference, message } => PullError::Registry { reference, message: note(message) },
+        other => other,
+    }
 }
 
 /// Whether a process `pid` exists (`kill(pid, 0)` answers EPERM for another user's live one).
