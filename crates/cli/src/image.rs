@@ -34,8 +34,9 @@ pub enum ImageCmd {
   cwsbx image ls -o json | jq '.images[].references'"
     )]
     Ls,
-    /// Remove names from the emulator's image cache, and each image with its last name. An
-    /// image a running sandbox uses is refused. Needs a cluster_admin token.
+    /// Remove names from the emulator's image cache, and each image with its last name. The last
+    /// name of an image a running sandbox uses is refused (a name beside others is only
+    /// untagged). Needs a cluster_admin token.
     #[command(
         visible_alias = "remove",
         after_help = "Examples:

@@ -441,8 +441,9 @@ impl ImageStore {
     }
 
     /// Removes the name `image` from the cache, and the image with it when no other name is
-    /// left (its tree, metadata and the blobs only it referred to). An image a sandbox runs on is
-    /// refused ([`RemoveError::InUse`]), whichever of its names is given.
+    /// left (its tree, metadata and the blobs only it referred to). Removing the last name of an
+    /// image a sandbox runs on is refused ([`RemoveError::InUse`]); a name beside others only
+    /// goes itself, as `docker rmi` untags.
     pub async fn remove(&self, image: &str) -> Result<RemovedImage, RemoveError> {
         let reference = ImageReference::normalize(image)?;
         let name = reference.to_string();
@@ -453,20 +454,19 @@ impl ImageStore {
             let bytes = std::fs::read(&ref_path).map_err(|_| RemoveError::NotFound(name.clone()))?;
             let entry: RefEntry = serde_json::from_slice(&bytes).map_err(|_| RemoveError::NotFound(name.clone()))?;
             let hex = digest_hex(&entry.digest).ok_or_else(|| RemoveError::NotFound(name.clone()))?.to_string();
+            // Another name keeps the image: only this name goes, in use or not (`docker rmi` of
+            // one tag of several).
+            let others = reference_index(&root).remove(&entry.digest).unwrap_or_default();
+            if others.iter().any(|(path, _)| path != &ref_path) {
+                std::fs::remove_file(&ref_path)?;
+                let digest = entry.digest;
+                return Ok(RemovedImage { reference: name, digest, image_removed: false, bytes_freed: 0 });
+            }
             let lock_path = root.join("images").join(format!("{hex}.lock"));
             let Some(_lock) = lock_file(&lock_path, FlockMode::ExclusiveNow)? else {
                 return Err(RemoveError::InUse { reference: name.clone(), digest: entry.digest });
             };
             std::fs::remove_file(&ref_path)?;
-            let others = reference_index(&root).remove(&entry.digest).unwrap_or_default();
-            if !others.is_empty() {
-                return Ok(RemovedImage {
-                    reference: name,
-                    digest: entry.digest,
-                    image_removed: false,
-                    bytes_freed: 0,
-                });
-            }
             let freed = match read_meta(&root.join("images").join(format!("{hex}.json"))) {
                 Some(meta) => remove_image(&root, &hex, &meta)?,
                 None => 0,

@@ -35,6 +35,10 @@ async fn archives_load_under_their_names_and_run_with_no_registry() {
     let oci = dir.path().join("layered-oci.tar");
     images::save_archive(&images.base, "docker-archive", &docker, "example.com/offline/busybox:1").unwrap();
     images::save_archive(&images.layered, "oci-archive", &oci, "example.com/offline/layered:2").unwrap();
+    // A `:latest` name, on a loopback registry where nothing listens.
+    let latest_name = format!("127.0.0.1:{}/offline/busybox:latest", cwsandbox_testkit::registry::free_port().unwrap());
+    let latest = dir.path().join("latest.tar");
+    images::save_archive(&images.base, "docker-archive", &latest, &latest_name).unwrap();
     drop(registry); // nothing to ask from here on
 
     let cache = dir.path().join("cache");
@@ -62,6 +66,17 @@ async fn archives_load_under_their_names_and_run_with_no_registry() {
     let layered = store.pull("example.com/offline/layered:2", PullPolicy::IfNotPresent).await.unwrap();
     assert_eq!(std::fs::read_to_string(layered.rootfs.join("etc/motd")).unwrap(), images::LAYERED_MOTD);
     assert!(!layered.rootfs.join(images::REMOVED_FILE.trim_start_matches('/')).exists(), "the whiteout applied");
+
+    // A loaded `:latest` image: used as it is by IfNotPresent and Never, but `Always` asks the
+    // registry every time, as the kubelet (and containerd's CRI) do: with none reachable, the
+    // pull fails although the image is here.
+    store.load(&latest).await.unwrap();
+    store.pull(&latest_name, PullPolicy::IfNotPresent).await.unwrap();
+    let error = store.pull(&latest_name, PullPolicy::Always).await.unwrap_err();
+    assert!(error.is_unreachable(), "{error}");
+    // The same image as busybox:1 (one manifest): this name only goes, though `image` holds it.
+    let untagged = store.remove(&latest_name).await.unwrap();
+    assert!(!untagged.image_removed && untagged.digest == image.digest, "{untagged:?}");
 
     // The listing: both, the one held by `image` in use.
     let listed = store.list().await.unwrap();
