@@ -2,14 +2,16 @@
 //! loopback registry that is then stopped) loaded with the real `cwsbx image load` into an
 //! emulator under `--runtime oci`; the published Python client's `Sandbox.run(container_image=…)`
 //! then runs in the loaded image with no registry reachable. Also `image ls`, `image rm` (refused
-//! for an image a running sandbox uses) and a hostile archive refused through the RPC.
+//! for an image a running sandbox uses) and a hostile archive refused through the RPC. And a
+//! mirror in the values serving `python:3.11` (Docker Hub never asked), and a pull that reaches
+//! nothing failing the sandbox with every mirror and registry it tried.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
 use cwsandbox_testkit::emulator::{EmulatorProcess, built_emulator_binary};
 use cwsandbox_testkit::images;
-use cwsandbox_testkit::registry::LocalRegistry;
+use cwsandbox_testkit::registry::{LocalRegistry, free_port};
 
 const CWSBX: &str = env!("CARGO_BIN_EXE_cwsbx");
 
@@ -133,4 +135,84 @@ fn a_loaded_archive_runs_in_its_image_with_no_registry() {
 
 fn which(program: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH")?.to_str()?.split(':').map(|dir| Path::new(dir).join(program)).find(|path| path.exists())
+}
+
+/// Runs `IMAGE` with the published client: `MOTD=…` when it runs, `FAILED=<state_reason>` when
+/// the sandbox fails.
+const RUN_OR_FAIL: &str = r#"
+import os
+from cwsandbox import Sandbox
+from cwsandbox.exceptions import SandboxFailedError
+try:
+    sb = Sandbox.run(placement_mode="cks", runner_ids=[os.environ["RUNNER_ID"]],
+                     container_image=os.environ["IMAGE"])
+    sb.wait(timeout=120)
+    print("MOTD=" + sb.exec(["cat", "/etc/motd"]).result().stdout, end="")
+    sb.stop().result()
+except SandboxFailedError as failed:
+    print("FAILED=" + (failed.status_reason or ""))
+"#;
+
+#[test]
+fn a_mirror_in_the_values_serves_docker_hub_names() {
+    if which("runc").is_none() || which("docker-registry").is_none() || which("skopeo").is_none() {
+        panic!("runc, docker-registry and skopeo are needed (the test command installs them)");
+    }
+    let origin = LocalRegistry::start().expect("registry");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let pushed = runtime.block_on(images::push_test_images(&origin)).expect("test images");
+    let mirror = LocalRegistry::start().expect("mirror");
+    let output = Command::new("skopeo")
+        .args(["copy", "--quiet", "--src-tls-verify=false", "--dest-tls-verify=false"])
+        .arg(format!("docker://{}", pushed.base))
+        .arg(format!("docker://{}/library/python:3.11", mirror.host()))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    drop(origin);
+    let (silent, upstream) = (free_port().unwrap(), free_port().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("values.yaml");
+    // `kind: oci` in the values too: the image puller reads the values' kind, not `--runtime`
+    // (issue 32 item 8), and under `auto` an unreachable registry runs the host's programs.
+    std::fs::write(
+        &values,
+        format!(
+            "containerRuntime:\n  kind: oci\n  imageCache: {cache}\n  registryMirrors:\n    docker.io: [http://127.0.0.1:{silent}, http://{mirror}]\n    127.0.0.1:{upstream}: [http://127.0.0.1:{silent}]\nkubelet:\n  imagePullBackOffSeconds: 1\n",
+            cache = dir.path().join("cache").display(),
+            mirror = mirror.host(),
+        ),
+    )
+    .unwrap();
+    let binary = built_emulator_binary().expect("the emulator binary builds");
+    let emu = EmulatorProcess::start(&binary, &["--runtime", "oci", "-f", values.to_str().unwrap()])
+        .expect("emulator starts");
+    let python = cwsandbox_testkit::python_env().expect("python venv");
+    let path = format!("{}:{}", python.bin_dir().display(), std::env::var("PATH").unwrap_or_default());
+    let run = |image: &str| {
+        let output = Command::new(python.python())
+            .args(["-c", RUN_OR_FAIL])
+            .current_dir(emu.dir())
+            .envs(emu.env())
+            .env("RUNNER_ID", &emu.ready.runner_id)
+            .env("IMAGE", image)
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        let stdout = text(&output.stdout);
+        assert!(output.status.success(), "{stdout}{}\n{}", text(&output.stderr), emu.log());
+        stdout
+    };
+
+    let ran = run("python:3.11");
+    assert!(ran.contains(&format!("MOTD={}", images::BASE_MOTD)), "{ran}\n{}", emu.log());
+    let listed = ok(&emu, &["image", "ls"]);
+    assert!(listed.lines().any(|line| line.starts_with("docker.io/library/python:3.11")), "{listed}");
+
+    let failed = run(&format!("127.0.0.1:{upstream}/team/app:1"));
+    eprintln!("{failed}");
+    assert!(failed.starts_with("FAILED=") && failed.contains("ImagePullBackOff"), "{failed}");
+    assert!(failed.contains(&format!("failed to do request to 127.0.0.1:{upstream}")), "{failed}");
+    assert!(failed.contains(&format!("tried first: mirror http://127.0.0.1:{silent}: ")), "{failed}");
+    emu.stop().expect("no process outlives the emulator");
 }
