@@ -336,7 +336,18 @@ impl ImageStore {
             tracing::warn!(path = %work.display(), error = %e, "a load's work directory not removed");
         }
         let report = result?;
+        // The images just loaded are held while the bound is kept, so it evicts older ones
+        // first and never what this load brought.
+        let mut held = Vec::new();
+        for image in &report.images {
+            if let Some(hex) = digest_hex(&image.digest)
+                && let Ok(Some(lease)) = crate::store::lease(&self.root, hex, true)
+            {
+                held.push(lease);
+            }
+        }
         self.keep_in_bound().await;
+        drop(held);
         Ok(report)
     }
 
@@ -430,14 +441,12 @@ impl ImageStore {
     }
 
     /// Every image of the cache, most recently used first.
+    /// Takes no cache-wide lock (a listing does not wait for pulls in progress); whether an
+    /// image is in use is probed by trying its lock exclusively for an instant, which a
+    /// concurrent [`ImageStore::cached`] waits out.
     pub async fn list(&self) -> io::Result<Vec<CachedImage>> {
         let root = self.root.clone();
-        let guard = self.lock_cache(false).await?;
-        let listing = tokio::task::spawn_blocking(move || list_images(&root))
-            .await
-            .map_err(|e| io::Error::other(e.to_string()))?;
-        drop(guard);
-        listing
+        tokio::task::spawn_blocking(move || list_images(&root)).await.map_err(|e| io::Error::other(e.to_string()))?
     }
 
     /// Removes the name `image` from the cache, and the image with it when no other name is

@@ -147,7 +147,7 @@ impl Eq for Image {}
 
 /// An open lock file holding `flock(LOCK_SH)`: the image is in use. The lock goes with the file.
 #[derive(Debug)]
-struct ImageLease {
+pub(crate) struct ImageLease {
     _file: File,
 }
 
@@ -414,8 +414,19 @@ impl ImageStore {
         let hex = digest_hex(&digest)?;
         let meta: ImageMeta =
             serde_json::from_slice(&std::fs::read(self.root.join("images").join(format!("{hex}.json"))).ok()?).ok()?;
-        // Not waiting: a lock held exclusively is a collection removing the image.
-        let lease = lease(&self.root, hex, false).ok()??;
+        // Held exclusively: a listing's probe of whether it is in use (an instant), or a
+        // collection removing it (metadata first, then the tree). Wait, then look again: a
+        // probe must not make a cached image look absent (and a pull ask the registry).
+        let lease = match lease(&self.root, hex, false).ok()? {
+            Some(lease) => lease,
+            None => {
+                let lease = lease(&self.root, hex, true).ok()??;
+                if !self.root.join("images").join(format!("{hex}.json")).is_file() {
+                    return None;
+                }
+                lease
+            }
+        };
         let rootfs = self.root.join("rootfs").join(hex);
         if !rootfs.is_dir() {
             return None;
@@ -765,7 +776,7 @@ pub(crate) fn lock_file(path: &Path, mode: FlockMode) -> io::Result<Option<File>
 
 /// Takes the image `hex`'s lease (its lock file shared); `None` without `wait` when a
 /// collection holds it (the image is being removed).
-fn lease(root: &Path, hex: &str, wait: bool) -> io::Result<Option<ImageLease>> {
+pub(crate) fn lease(root: &Path, hex: &str, wait: bool) -> io::Result<Option<ImageLease>> {
     let mode = if wait { FlockMode::Shared } else { FlockMode::SharedNow };
     Ok(lock_file(&root.join("images").join(format!("{hex}.lock")), mode)?.map(|file| ImageLease { _file: file }))
 }
