@@ -131,6 +131,16 @@ fn a_loaded_archive_runs_in_its_image_with_no_registry() {
     assert!(refused.contains("INVALID_ARGUMENT") && refused.contains("leaves the archive"), "{refused}");
     assert_eq!(ok(&emu, &["image", "ls", "-o", "json"]).matches("sha256:").count(), 1, "only busybox is left");
     emu.stop().expect("no process outlives the emulator");
+
+    // The upload is held to the cache's bound as it comes (here set by the serve flag).
+    let small = EmulatorProcess::start(
+        &binary,
+        &["--runtime", "oci", "-f", values.to_str().unwrap(), "--image-cache-max-bytes", "100000"],
+    )
+    .expect("emulator starts");
+    let refused = fails(&small, &["image", "load", docker.to_str().unwrap()]);
+    assert!(refused.contains("RESOURCE_EXHAUSTED") && refused.contains("--image-cache-max-bytes"), "{refused}");
+    small.stop().expect("no process outlives the emulator");
 }
 
 fn which(program: &str) -> Option<std::path::PathBuf> {

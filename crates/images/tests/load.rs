@@ -55,9 +55,15 @@ async fn archives_load_under_their_names_and_run_with_no_registry() {
     assert_eq!(image.config.working_dir.as_deref(), Some(images::BASE_WORKDIR));
     let out = std::process::Command::new(image.rootfs.join("bin/busybox")).args(["echo", "alive"]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "alive\n");
-    // `Never` finds it too; a second load of the same archive changes nothing.
+    // `Never` finds it too; a second load of the same archive changes nothing, gzipped or not
+    // (`docker save IMAGE | gzip`).
     store.pull("example.com/offline/busybox:1", PullPolicy::Never).await.unwrap();
     assert_eq!(store.load(&docker).await.unwrap().images[0].digest, image.digest);
+    let gzipped = dir.path().join("busybox.tar.gz");
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut encoder, &std::fs::read(&docker).unwrap()).unwrap();
+    std::fs::write(&gzipped, encoder.finish().unwrap()).unwrap();
+    assert_eq!(store.load(&gzipped).await.unwrap().images[0].digest, image.digest);
 
     let report = store.load(&oci).await.unwrap();
     assert_eq!(report.format, "oci-layout");
