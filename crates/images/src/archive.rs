@@ -394,10 +394,12 @@ impl ImageStore {
         for stored in std::iter::once(&image.config_blob).chain(&image.layers) {
             let target = self.root.join("blobs/sha256").join(&stored.hex);
             if !target.is_file() {
-                // A copy of the work file (the same file may be two images' layer).
+                // A second name for the work file (the same file may be two images' layer), or a
+                // copy where a link cannot be made; renamed into place whole.
                 let tmp = self.tmp_path("blob");
-                std::fs::copy(&stored.file, &tmp)
-                    .and_then(|_| std::fs::rename(&tmp, &target))
+                std::fs::hard_link(&stored.file, &tmp)
+                    .or_else(|_| std::fs::copy(&stored.file, &tmp).map(|_| ()))
+                    .and_then(|()| std::fs::rename(&tmp, &target))
                     .inspect_err(|_| {
                         let _ = std::fs::remove_file(&tmp);
                     })
@@ -472,7 +474,7 @@ impl ImageStore {
                 return Ok(RemovedImage { reference: name, digest, image_removed: false, bytes_freed: 0 });
             }
             let lock_path = root.join("images").join(format!("{hex}.lock"));
-            let Some(_lock) = lock_file(&lock_path, FlockMode::ExclusiveNow)? else {
+            let Some(_lock) = exclusive_soon(&lock_path)? else {
                 return Err(RemoveError::InUse { reference: name.clone(), digest: entry.digest });
             };
             std::fs::remove_file(&ref_path)?;
@@ -492,6 +494,20 @@ impl ImageStore {
     }
 }
 
+/// The image lock `path` taken exclusively, or `None` when someone keeps holding it. A lease
+/// just released may still be held for a moment by a child this process forked before its
+/// `exec` closed the copy of the descriptor (a `flock` belongs to the open file, which the fork
+/// shares): a few tries over ~100 ms tell that apart from a sandbox running on the image.
+fn exclusive_soon(path: &Path) -> io::Result<Option<std::fs::File>> {
+    for _ in 0..20 {
+        if let Some(file) = lock_file(path, FlockMode::ExclusiveNow)? {
+            return Ok(Some(file));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Ok(None)
+}
+
 fn list_images(root: &Path) -> io::Result<Vec<CachedImage>> {
     let names = reference_index(root);
     let mut images = Vec::new();
@@ -503,7 +519,7 @@ fn list_images(root: &Path) -> io::Result<Vec<CachedImage>> {
         let Some(meta) = read_meta(&path) else { continue };
         let last_used = std::fs::metadata(&path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
         // Held shared by every user of the image: an exclusive lock taken now means no one uses it.
-        let in_use = lock_file(&root.join("images").join(format!("{hex}.lock")), FlockMode::ExclusiveNow)?.is_none();
+        let in_use = exclusive_soon(&root.join("images").join(format!("{hex}.lock")))?.is_none();
         let mut references: Vec<String> =
             names.get(&meta.digest).into_iter().flatten().map(|(_, name)| name.clone()).collect();
         references.sort();
@@ -562,7 +578,9 @@ fn read_archive(
                     "the archive holds more than the image cache's bound of {max_total} bytes (max_cache_bytes)"
                 )));
             }
-            let file = work.join(entries.len().to_string());
+            // Numbered by the entry's place in the archive (`count`), never by how many paths
+            // are known: a path given twice must not make two entries share a file.
+            let file = work.join(count.to_string());
             let mut out = std::fs::File::create(&file).map_err(|e| LoadError::cache("copying the archive", e))?;
             let mut hasher = Sha256::new();
             let mut buffer = vec![0u8; 1 << 16];

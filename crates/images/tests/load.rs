@@ -225,6 +225,34 @@ async fn hostile_archives_are_refused_and_leave_nothing() {
     let error = load("link.tar", builder.into_inner().unwrap()).await;
     assert!(error.contains("leaves the archive"), "{error}");
 
+    // A path given twice: the later entry wins, and no entry's copy is overwritten by another
+    // (each keeps the content its digest was computed from).
+    let config = r#"{"architecture":"amd64","os":"linux","config":{},"rootfs":{"type":"layers","diff_ids":[]}}"#;
+    let config_name = format!("{}.json", sha256(config.as_bytes()));
+    let manifest = format!(r#"[{{"Config":"{config_name}","RepoTags":["twice:1"],"Layers":["l/layer.tar"]}}]"#);
+    let good_layer = small_layer();
+    let diff_id = sha256(&good_layer);
+    let config = config.replace(r#""diff_ids":[]"#, &format!(r#""diff_ids":["sha256:{diff_id}"]"#));
+    let config_name_2 = format!("{}.json", sha256(config.as_bytes()));
+    let manifest = manifest.replace(&config_name, &config_name_2);
+    let twice = archive(&[
+        ("l/layer.tar", b"first, replaced".to_vec()),
+        ("l/layer.tar", good_layer.clone()),
+        ("zz-other", b"an entry after the repeated one".to_vec()),
+        (&config_name_2, config.into_bytes()),
+        ("manifest.json", manifest.into_bytes()),
+    ]);
+    let path = dir.path().join("twice.tar");
+    std::fs::write(&path, twice).unwrap();
+    let report = store.load(&path).await.unwrap();
+    let image = store.pull("twice:1", PullPolicy::Never).await.unwrap();
+    assert_eq!(std::fs::read_to_string(image.rootfs.join("etc/motd")).unwrap(), "hi\n", "{report:?}");
+    let blob = cache.join("blobs/sha256").join(&diff_id);
+    assert_eq!(sha256(&std::fs::read(&blob).unwrap()), diff_id, "every blob is what its name says");
+    drop(image);
+    store.remove("twice:1").await.unwrap();
+    assert_cache_empty(&cache);
+
     // Not an image archive at all.
     let error = load("neither.tar", archive(&[("hello.txt", b"hi".to_vec())])).await;
     assert!(error.contains("neither a docker save archive"), "{error}");
