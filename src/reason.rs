@@ -146,6 +146,9 @@ reasons! {
     SecretNotFound => "CWSANDBOX_SECRET_NOT_FOUND",
         when: "A container's `secret_stores` names a store, a secret path or a field the emulator's secret stores (the values' `secretStores`) do not have; the message names the field.",
         remedy: "Add the store and secret to the values' `secretStores`, or fix the reference.";
+    ImageNotFound => "CWSANDBOX_IMAGE_NOT_FOUND",
+        when: "No image of that name is in the emulator's image cache (EmulatorService RemoveImage).",
+        remedy: "ListImages (`cwsbx image ls`) names the cached images; a prune or the cache's bound may have removed it.";
     FaultNotFound => "CWSANDBOX_FAULT_NOT_FOUND",
         when: "No fault with that id is in force in the caller's scope (EmulatorService RemoveFault).",
         remedy: "ListFaults names the faults in force; a Reset or ClearFaults may have removed it.";

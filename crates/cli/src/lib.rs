@@ -94,10 +94,13 @@ enum Top {
   cwsbx emulator faults add --method CreateSandbox --code UNAVAILABLE --times 2"
     )]
     Emulator(emulator::EmulatorCmd),
-    /// The emulator's image cache: remove the images no sandbox uses.
+    /// The emulator's image cache: load archives, list, remove, prune.
     #[command(
         subcommand,
         after_help = "Examples:
+  cwsbx image load python-3.11.tar
+  cwsbx image ls
+  cwsbx image rm python:3.11
   cwsbx image prune"
     )]
     Image(image::ImageCmd),

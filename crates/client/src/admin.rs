@@ -102,6 +102,7 @@ impl RunnerAdmin {
 /// The emulator's own API (`coreweave.sandbox.emulator.v1.EmulatorService`), admin only.
 pub struct EmulatorAdmin {
     client: EmulatorServiceClient,
+    config: Config,
 }
 
 impl std::fmt::Debug for EmulatorAdmin {
@@ -120,7 +121,7 @@ impl EmulatorAdmin {
             .timeout(config.timeout)
             .build()
             .map_err(|error| Error::Config(format!("base URL {:?}: {error}", config.base_url)))?;
-        Ok(EmulatorAdmin { client })
+        Ok(EmulatorAdmin { client, config: config.clone() })
     }
 
     /// The raw Connect client, for every other RPC.
@@ -279,6 +280,67 @@ impl EmulatorAdmin {
     /// Removes every fault in the caller's scope; returns how many.
     pub async fn clear_faults(&self) -> Result<i32> {
         Ok(self.client.clear_faults(&emu::ClearFaultsRequest {}).await?.into_inner().removed)
+    }
+
+    /// Loads the images of the archive at `path` (a `docker save` file or an OCI layout
+    /// tarball) into the emulator's image cache (cluster_admin). The file is streamed in 1 MiB
+    /// chunks over gRPC (LoadImages is client-streaming), with no deadline of its own: an
+    /// archive of gigabytes takes what it takes.
+    pub async fn load_images(&self, path: &std::path::Path) -> Result<emu::LoadImagesResponse> {
+        use std::io::Read;
+        const CHUNK: usize = 1 << 20;
+        let mut file = std::fs::File::open(path)
+            .map_err(|error| Error::Config(format!("image archive {}: {error}", path.display())))?;
+        let token: tonic::metadata::MetadataValue<tonic::metadata::Ascii> = format!("Bearer {}", self.config.api_key)
+            .parse()
+            .map_err(|_| Error::Config("the API key is not a valid header value".to_owned()))?;
+        let channel = tonic::transport::Endpoint::from_shared(self.config.base_url.clone())
+            .map_err(|error| Error::Config(format!("base URL {:?}: {error}", self.config.base_url)))?
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .connect_lazy();
+        let mut client =
+            emu::emulator_service_client::EmulatorServiceClient::with_interceptor(channel, crate::Auth::new(token))
+                .max_decoding_message_size(64 << 20)
+                .max_encoding_message_size(2 * CHUNK);
+        let (sender, receiver) = tokio::sync::mpsc::channel::<emu::LoadImagesRequest>(4);
+        let reader = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let mut buffer = vec![0u8; CHUNK];
+            loop {
+                let mut have = 0;
+                while have < CHUNK {
+                    let n = file.read(&mut buffer[have..])?;
+                    if n == 0 {
+                        break;
+                    }
+                    have += n;
+                }
+                if have == 0 {
+                    return Ok(());
+                }
+                let chunk = emu::LoadImagesRequest { chunk: buffer[..have].to_vec() };
+                if sender.blocking_send(chunk).is_err() || have < CHUNK {
+                    return Ok(());
+                }
+            }
+        });
+        let response = client.load_images(tokio_stream::wrappers::ReceiverStream::new(receiver)).await;
+        match reader.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(Error::Config(format!("reading {}: {error}", path.display()))),
+            Err(error) => return Err(Error::Protocol(format!("reading {}: {error}", path.display()))),
+        }
+        Ok(response?.into_inner())
+    }
+
+    /// The images of the emulator's image cache, most recently used first (cluster_admin).
+    pub async fn list_images(&self) -> Result<emu::ListImagesResponse> {
+        Ok(self.client.list_images(&emu::ListImagesRequest {}).await?.into_inner())
+    }
+
+    /// Removes the name `name` from the image cache, and its image when it was the last name;
+    /// refused for an image a running sandbox uses (cluster_admin).
+    pub async fn remove_image(&self, name: &str) -> Result<emu::RemoveImageResponse> {
+        Ok(self.client.remove_image(&emu::RemoveImageRequest { name: name.to_owned() }).await?.into_inner())
     }
 
     /// Removes the cached images no sandbox runs on; says what went (cluster_admin).

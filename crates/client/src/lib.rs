@@ -86,6 +86,13 @@ impl Config {
 #[derive(Clone)]
 pub struct Auth(MetadataValue<Ascii>);
 
+impl Auth {
+    /// An interceptor sending `value` as the `authorization` header.
+    pub fn new(value: MetadataValue<Ascii>) -> Auth {
+        Auth(value)
+    }
+}
+
 impl tonic::service::Interceptor for Auth {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         request.metadata_mut().insert("authorization", self.0.clone());

@@ -257,6 +257,23 @@ struct SandboxArgs {
     /// `containerRuntime.imageCacheMaxBytes` (default 34359738368, 32 GiB).
     #[arg(long, value_name = "BYTES")]
     image_cache_max_bytes: Option<u64>,
+    /// A registry mirror, `HOST=URL` (`docker.io=http://127.0.0.1:5000`): pulls of HOST's images
+    /// ask URL first (the same repository and tag), then the next mirror, the registry last, as
+    /// containerd's hosts.toml. Repeatable, in order; the flags given for a host replace the
+    /// values' `containerRuntime.registryMirrors` list of that host. `http://` only for loopback
+    /// mirrors and `containerRuntime.insecureRegistries`.
+    #[arg(long = "registry-mirror", value_name = "HOST=URL", value_parser = parse_mirror)]
+    registry_mirrors: Vec<(String, String)>,
+}
+
+/// `HOST=URL` of `--registry-mirror`.
+fn parse_mirror(text: &str) -> Result<(String, String), String> {
+    let (host, url) =
+        text.split_once('=').ok_or_else(|| format!("{text:?} is not HOST=URL (docker.io=http://127.0.0.1:5000)"))?;
+    if host.is_empty() || !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(format!("{text:?} is not HOST=URL with an http:// or https:// URL"));
+    }
+    Ok((host.to_owned(), url.to_owned()))
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -323,6 +340,14 @@ impl SandboxArgs {
                 containers.max_image_entries = self.max_image_entries.unwrap_or(containers.max_image_entries);
                 containers.image_cache_max_bytes =
                     self.image_cache_max_bytes.unwrap_or(containers.image_cache_max_bytes);
+                let flagged: std::collections::BTreeSet<&String> =
+                    self.registry_mirrors.iter().map(|(host, _)| host).collect();
+                for host in flagged {
+                    containers.registry_mirrors.insert(host.clone(), Vec::new());
+                }
+                for (host, url) in &self.registry_mirrors {
+                    containers.registry_mirrors.entry(host.clone()).or_default().push(url.clone());
+                }
                 let puller = ImagePuller::new(&containers, cache.clone(), id_shift)
                     .with_context(|| format!("opening the image cache {}", cache.display()))?;
                 runtime = runtime.with_images(kind, puller);
@@ -673,4 +698,20 @@ async fn run_child(
         }
     };
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_mirror;
+
+    #[test]
+    fn registry_mirror_flags_are_host_equals_url() {
+        assert_eq!(
+            parse_mirror("docker.io=http://127.0.0.1:5000"),
+            Ok(("docker.io".to_owned(), "http://127.0.0.1:5000".to_owned()))
+        );
+        assert!(parse_mirror("docker.io").unwrap_err().contains("HOST=URL"));
+        assert!(parse_mirror("docker.io=127.0.0.1:5000").unwrap_err().contains("http://"));
+        assert!(parse_mirror("=http://m").is_err());
+    }
 }

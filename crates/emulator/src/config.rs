@@ -43,6 +43,8 @@
 //!   maxImageBytes: 8589934592      # one image unpacked (declared sizes); 0: no limit
 //!   maxImageEntries: 1000000       # entries of one image's layers; 0: no limit
 //!   imageCacheMaxBytes: 34359738368   # the cache's bound, least recently used unused images evicted; 0: none
+//!   registryMirrors:               # per registry host, tried in order, the registry last (containerd's hosts.toml)
+//!     docker.io: [http://127.0.0.1:5000]
 //! ```
 //!
 //! `auth`, `containerRuntime` and `strictness` never reach the simulation. With no tokens configured, the emulator generates an
@@ -178,6 +180,15 @@ pub struct ContainerRuntimeConfig {
     /// overrides it; `cwsbx image prune` removes every unused image at once.
     #[serde(default = "default_image_cache_max_bytes")]
     pub image_cache_max_bytes: u64,
+    /// Mirrors by registry host, as containerd's `hosts.toml`: `docker.io:
+    /// [http://127.0.0.1:5000]`. A pull asks each mirror in order for the same repository and
+    /// tag or digest (`docker.io/library/python:3.11` → `library/python:3.11` on the mirror), the
+    /// registry itself last; a mirror that fails (404, no answer) passes to the next, and a pull
+    /// that reaches none names each one tried with its error. A mirror is `scheme://host[:port]`;
+    /// `http://` only for loopback mirrors and `insecureRegistries`. `serve --registry-mirror
+    /// HOST=URL` replaces a host's list.
+    #[serde(default)]
+    pub registry_mirrors: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl ContainerRuntimeConfig {
@@ -231,6 +242,7 @@ impl Default for ContainerRuntimeConfig {
             max_image_bytes: default_max_image_bytes(),
             max_image_entries: default_max_image_entries(),
             image_cache_max_bytes: default_image_cache_max_bytes(),
+            registry_mirrors: Default::default(),
         }
     }
 }
@@ -538,6 +550,13 @@ mod tests {
                 .unwrap()
                 .container_runtime;
         assert_eq!((limits.max_image_bytes, limits.max_image_entries, limits.image_cache_max_bytes), (1 << 20, 10, 0));
+        let mirrors = load(&[
+            "containerRuntime:\n  registryMirrors:\n    docker.io: [http://127.0.0.1:5000, https://m.example]\n",
+        ])
+        .unwrap()
+        .container_runtime
+        .registry_mirrors;
+        assert_eq!(mirrors["docker.io"], ["http://127.0.0.1:5000", "https://m.example"]);
         let bad = load(&["containerRuntime:\n  kind: docker\n"]).unwrap_err().to_string();
         assert!(bad.contains("containerRuntime.kind") && bad.contains("docker"), "{bad}");
         let unknown = load(&["containerRuntime:\n  pullPolicy: Always\n"]).unwrap_err().to_string();

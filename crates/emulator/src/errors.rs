@@ -66,6 +66,7 @@ pub fn codes(reason: Reason) -> &'static [Code] {
         Reason::PodNotFound => &[Code::NotFound],
         Reason::TenantNotFound => &[Code::NotFound],
         Reason::FaultNotFound => &[Code::NotFound],
+        Reason::ImageNotFound => &[Code::NotFound],
         Reason::SecretNotFound => &[Code::NotFound],
         Reason::Unauthenticated => &[Code::Unauthenticated],
         Reason::PermissionDenied => &[Code::PermissionDenied],

@@ -482,6 +482,10 @@ impl SandboxRuntime for ExecutorRuntime {
         .boxed()
     }
 
+    fn image_store(&self) -> Option<&cwsandbox_images::ImageStore> {
+        self.images.as_ref().map(ImagePuller::store)
+    }
+
     fn container_runtime(&self) -> String {
         match self.images_in_force() {
             Some((_, info)) => format!(

@@ -83,6 +83,7 @@ impl ImagePuller {
         store_config.max_image_bytes = config.max_image_bytes;
         store_config.max_image_entries = config.max_image_entries;
         store_config.max_cache_bytes = config.image_cache_max_bytes;
+        store_config.registry_mirrors = config.registry_mirrors.clone();
         Ok(ImagePuller {
             store: ImageStore::new(store_config)?,
             kind: config.kind,
@@ -101,6 +102,11 @@ impl ImagePuller {
     /// uses, and the blobs only they referred to.
     pub async fn prune(&self) -> Result<PruneReport, StoreError> {
         self.store.prune().await
+    }
+
+    /// The image cache.
+    pub fn store(&self) -> &ImageStore {
+        &self.store
     }
 
     /// The image cache's directory.
@@ -268,5 +274,46 @@ mod tests {
         let report = puller.prune().await.unwrap();
         assert_eq!(report.removed.iter().map(|image| &image.digest).collect::<Vec<_>>(), vec![&small_digest]);
         assert_eq!(report.bytes_after, 0);
+    }
+
+    /// `containerRuntime.registryMirrors`: `python:3.11` comes from a loopback mirror of
+    /// docker.io after a silent one (Docker Hub is never asked); a pull that reaches nothing
+    /// fails with a message (the Pod's Event) naming every mirror and the registry it tried.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mirrors_in_the_values_serve_docker_hub_names() {
+        let mirror = LocalRegistry::start().expect("starting the mirror");
+        let file =
+            Entry::File { path: "etc/motd".to_owned(), data: b"from the mirror\n".to_vec(), mode: 0o644, owner: 0 };
+        let (_, digest) =
+            images::push_tar_image(&mirror, "library/python:3.11", &[images::tar_bytes(&[file]).unwrap()])
+                .await
+                .unwrap_or_else(|e| panic!("{e:#}"));
+        let dead = |port: u16| format!("http://127.0.0.1:{port}");
+        let (silent, upstream) =
+            (cwsandbox_testkit::registry::free_port().unwrap(), cwsandbox_testkit::registry::free_port().unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let config = ContainerRuntimeConfig {
+            kind: RuntimeKind::Oci,
+            docker_config: Some(dir.path().join("no-docker-config.json")),
+            registry_mirrors: [
+                ("docker.io".to_owned(), vec![dead(silent), format!("http://{}", mirror.host())]),
+                (format!("127.0.0.1:{upstream}"), vec![dead(silent)]),
+            ]
+            .into_iter()
+            .collect(),
+            ..ContainerRuntimeConfig::default()
+        };
+        let puller = ImagePuller::new(&config, dir.path().join("cache"), 0).unwrap();
+
+        let pulled = puller.pull("pod-1", wanted("python:3.11")).await.unwrap();
+        assert_eq!(pulled.len(), 1);
+        let image = puller.take("pod-1").remove("main").expect("the pulled image");
+        assert_eq!(image.digest, digest);
+        assert_eq!(std::fs::read_to_string(image.rootfs.join("etc/motd")).unwrap(), "from the mirror\n");
+
+        let failure = puller.pull("pod-2", wanted(&format!("127.0.0.1:{upstream}/team/app:1"))).await.unwrap_err();
+        assert_eq!(failure.reason, "ErrImagePull");
+        assert!(failure.message.contains(&format!("failed to do request to 127.0.0.1:{upstream}")), "{failure:?}");
+        assert!(failure.message.contains(&format!("tried first: mirror {}: ", dead(silent))), "{failure:?}");
     }
 }

@@ -342,6 +342,12 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         Box::pin(futures::future::ready(Ok(None)))
     }
 
+    /// The image cache this runtime runs images from (EmulatorService LoadImages, ListImages,
+    /// RemoveImage), or `None` for a runtime that runs no images.
+    fn image_store(&self) -> Option<&cwsandbox_images::ImageStore> {
+        None
+    }
+
     /// Removes snapshot `snapshot_id`'s files (nothing, for a runtime that keeps none).
     fn delete_snapshot(&self, snapshot_id: String) -> BoxFuture<'_, Result<(), RuntimeError>> {
         let _ = snapshot_id;

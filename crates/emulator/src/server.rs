@@ -27,7 +27,9 @@ use tower::{Layer, ServiceExt};
 use crate::app::App;
 use crate::guard::{Guard, RequestLimits};
 use crate::not_implemented;
-use crate::services::{data, discovery, emulator, faults, runners, sandbox, snapshots, templates, tenants, volumes};
+use crate::services::{
+    data, discovery, emulator, faults, images, runners, sandbox, snapshots, templates, tenants, volumes,
+};
 use crate::transport::Transport;
 
 /// The gRPC service names this server answers for (health reports each as SERVING).
@@ -188,6 +190,9 @@ pub async fn router(app: App, transport: &Transport) -> Router {
         .remove_fault(faults::remove_fault)
         .clear_faults(faults::clear_faults)
         .prune_images(emulator::prune_images)
+        .load_images(images::load_images)
+        .list_images(images::list_images)
+        .remove_image(images::remove_image)
         .apply_values(emulator::apply_values)
         .list_pods(emulator::list_pods)
         .delete_pod(emulator::delete_pod)

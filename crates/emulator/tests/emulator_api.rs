@@ -621,9 +621,12 @@ async fn users_get_permission_denied_on_every_rpc() {
     call!(resume_clock, emu::ResumeClockRequest {});
     call!(reset, emu::ResetRequest::default());
     call!(prune_images, emu::PruneImagesRequest {});
+    call!(list_images, emu::ListImagesRequest {});
+    call!(remove_image, emu::RemoveImageRequest { name: "busybox:1".to_owned() });
+    call!(load_images, futures::stream::iter([emu::LoadImagesRequest { chunk: vec![0; 16] }]));
     // The Slurm views (ListJobs, ListSlurmNodes, ListPartitions, ListSlurmUsers) and the clock
     // are every Slurm user's: tests/tenants_and_faults.rs.
-    assert_eq!(codes.len(), 17);
+    assert_eq!(codes.len(), 20);
     for (method, status) in &codes {
         assert_eq!(status.code(), Code::PermissionDenied, "{method}: {status:?}");
         assert_eq!(reason(status), "CWSANDBOX_PERMISSION_DENIED", "{method}");
@@ -644,6 +647,27 @@ async fn prune_images_without_an_image_cache_removes_nothing() {
         let mut client = admin(&emulator).await;
         let pruned = client.prune_images(emu::PruneImagesRequest {}).await.unwrap().into_inner();
         assert_eq!(pruned, emu::PruneImagesResponse::default());
+        emulator.stop().await;
+    }
+}
+
+/// The other image RPCs on an emulator that runs no images: an empty listing; loading and
+/// removing say why they cannot (FAILED_PRECONDITION), naming the runtime to use.
+#[tokio::test]
+async fn image_rpcs_without_an_image_cache_say_why() {
+    for runtime in [None, Some(FakeRuntime::new() as std::sync::Arc<dyn cwsandbox_emulator::runtime::SandboxRuntime>)] {
+        let emulator = start_with("", runtime).await;
+        let mut client = admin(&emulator).await;
+        let listed = client.list_images(emu::ListImagesRequest {}).await.unwrap().into_inner();
+        assert_eq!(listed, emu::ListImagesResponse::default());
+        let chunks = futures::stream::iter([emu::LoadImagesRequest { chunk: b"not an archive".to_vec() }]);
+        let error = client.load_images(chunks).await.unwrap_err();
+        assert_eq!(error.code(), Code::FailedPrecondition, "{error:?}");
+        assert!(error.message().contains("runs no images") && error.message().contains("--runtime oci"), "{error:?}");
+        let error = client.remove_image(emu::RemoveImageRequest { name: "busybox:1".to_owned() }).await.unwrap_err();
+        assert_eq!(error.code(), Code::FailedPrecondition, "{error:?}");
+        let error = client.remove_image(emu::RemoveImageRequest::default()).await.unwrap_err();
+        assert_eq!(error.code(), Code::InvalidArgument, "{error:?}");
         emulator.stop().await;
     }
 }

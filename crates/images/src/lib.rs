@@ -7,6 +7,7 @@
 //! The crate knows nothing of sandboxes or runtimes: the emulator asks for an image, and hands
 //! its tree and config to the executor.
 
+mod archive;
 mod auth;
 mod config;
 mod error;
@@ -16,6 +17,7 @@ mod store;
 mod unpack;
 mod user;
 
+pub use archive::{CachedImage, LoadError, LoadReport, LoadedImage, RemoveError, RemovedImage};
 pub use auth::default_docker_config;
 pub use config::{DEFAULT_PATH, ImageConfig};
 pub use error::{PullError, StoreError};

@@ -85,6 +85,13 @@ pub struct ImageStoreConfig {
     /// leaves the cache over it, blobs no image refers to and then the least recently used
     /// images that are not in use are removed until it is under. 0: no bound.
     pub max_cache_bytes: u64,
+    /// Mirrors by registry host (`docker.io` → `["http://127.0.0.1:5000"]`), as containerd's
+    /// `hosts.toml`: a pull asks each mirror in order for the same repository and tag or digest
+    /// (`docker.io/library/python:3.11` → `library/python:3.11` of the mirror), and the
+    /// registry itself last. A mirror that fails (404, unreachable, anything) passes to the next;
+    /// when all fail, the error names each one tried with its error. `http://` only for loopback
+    /// mirrors and `insecure_registries`, as for registries; a mirror is `scheme://host[:port]`.
+    pub registry_mirrors: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl ImageStoreConfig {
@@ -100,6 +107,7 @@ impl ImageStoreConfig {
             max_image_bytes: DEFAULT_MAX_IMAGE_BYTES,
             max_image_entries: DEFAULT_MAX_IMAGE_ENTRIES,
             max_cache_bytes: DEFAULT_MAX_CACHE_BYTES,
+            registry_mirrors: Default::default(),
         }
     }
 }
@@ -139,7 +147,7 @@ impl Eq for Image {}
 
 /// An open lock file holding `flock(LOCK_SH)`: the image is in use. The lock goes with the file.
 #[derive(Debug)]
-struct ImageLease {
+pub(crate) struct ImageLease {
     _file: File,
 }
 
@@ -171,39 +179,39 @@ pub struct PrunedImage {
 /// Pulls images and keeps them. Cheap to share (`Arc`); pulls of the same name at the same time
 /// share one download.
 pub struct ImageStore {
-    config: ImageStoreConfig,
-    root: PathBuf,
+    pub(crate) config: ImageStoreConfig,
+    pub(crate) root: PathBuf,
     locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
     next_tmp: AtomicU64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-struct ImageMeta {
-    digest: String,
-    config: ImageConfig,
-    size_bytes: u64,
-    layers: Vec<String>,
+pub(crate) struct ImageMeta {
+    pub(crate) digest: String,
+    pub(crate) config: ImageConfig,
+    pub(crate) size_bytes: u64,
+    pub(crate) layers: Vec<String>,
     /// The config blob's digest (absent in metadata written before it was recorded).
     #[serde(default)]
-    config_blob: Option<String>,
+    pub(crate) config_blob: Option<String>,
     /// The data written to the tree (sparse files' holes not counted): the cache's accounting.
     #[serde(default)]
-    unpacked_bytes: u64,
+    pub(crate) unpacked_bytes: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-struct RefEntry {
-    reference: String,
-    digest: String,
+pub(crate) struct RefEntry {
+    pub(crate) reference: String,
+    pub(crate) digest: String,
 }
 
 /// What the registry gave for one image: everything the unpack needs, on disk.
-struct Fetched {
-    digest: String,
-    config: ImageConfig,
-    config_blob: String,
-    size_bytes: u64,
-    layers: Vec<(String, PathBuf)>,
+pub(crate) struct Fetched {
+    pub(crate) digest: String,
+    pub(crate) config: ImageConfig,
+    pub(crate) config_blob: String,
+    pub(crate) size_bytes: u64,
+    pub(crate) layers: Vec<(String, PathBuf)>,
 }
 
 impl ImageStore {
@@ -222,6 +230,13 @@ impl ImageStore {
         let store = Self { config, root, locks: Mutex::new(HashMap::new()), next_tmp: AtomicU64::new(0) };
         store.remove_stale_work()?;
         Ok(store)
+    }
+
+    /// A new path under the cache's work directory, for a file on its way in (an uploaded
+    /// archive): on the cache's file system, and removed by the next store opened on the root
+    /// if this process dies before it does.
+    pub fn work_path(&self, what: &str) -> PathBuf {
+        self.tmp_path(what)
     }
 
     /// The store's configuration.
@@ -262,7 +277,8 @@ impl ImageStore {
         let gc_guard =
             self.lock_cache(true).await.map_err(|source| cache_error(&reference, "locking the cache", source))?;
         let started = Instant::now();
-        let fetched = match tokio::time::timeout(self.config.pull_timeout, self.fetch(&reference)).await {
+        let fetched = match tokio::time::timeout(self.config.pull_timeout, self.fetch_through_mirrors(&reference)).await
+        {
             Ok(fetched) => fetched?,
             Err(_) => {
                 return Err(PullError::Unreachable {
@@ -338,7 +354,7 @@ impl ImageStore {
     /// After a pull: when the cache is over its bound, removes unreferenced blobs and then the
     /// least recently used images not in use. Skipped (for the next pull to do) while another
     /// pull or collection holds the cache; a failure is logged, the pull stands.
-    async fn keep_in_bound(&self) {
+    pub(crate) async fn keep_in_bound(&self) {
         let bound = self.config.max_cache_bytes;
         if bound == 0 {
             return;
@@ -374,7 +390,7 @@ impl ImageStore {
 
     /// Locks `gc.lock`: shared for a pull, exclusive for a collection (waiting for the other
     /// holders, off the async threads).
-    async fn lock_cache(&self, shared: bool) -> io::Result<File> {
+    pub(crate) async fn lock_cache(&self, shared: bool) -> io::Result<File> {
         let path = self.root.join("gc.lock");
         let mode = if shared { FlockMode::Shared } else { FlockMode::Exclusive };
         tokio::task::spawn_blocking(move || lock_file(&path, mode))
@@ -398,8 +414,19 @@ impl ImageStore {
         let hex = digest_hex(&digest)?;
         let meta: ImageMeta =
             serde_json::from_slice(&std::fs::read(self.root.join("images").join(format!("{hex}.json"))).ok()?).ok()?;
-        // Not waiting: a lock held exclusively is a collection removing the image.
-        let lease = lease(&self.root, hex, false).ok()??;
+        // Held exclusively: a listing's probe of whether it is in use (an instant), or a
+        // collection removing it (metadata first, then the tree). Wait, then look again: a
+        // probe must not make a cached image look absent (and a pull ask the registry).
+        let lease = match lease(&self.root, hex, false).ok()? {
+            Some(lease) => lease,
+            None => {
+                let lease = lease(&self.root, hex, true).ok()??;
+                if !self.root.join("images").join(format!("{hex}.json")).is_file() {
+                    return None;
+                }
+                lease
+            }
+        };
         let rootfs = self.root.join("rootfs").join(hex);
         if !rootfs.is_dir() {
             return None;
@@ -416,8 +443,34 @@ impl ImageStore {
         })
     }
 
-    async fn fetch(&self, reference: &ImageReference) -> Result<Fetched, PullError> {
-        let client = self.client_for(reference)?;
+    /// Fetches `reference` from its registry's mirrors in order, then from the registry itself.
+    async fn fetch_through_mirrors(&self, reference: &ImageReference) -> Result<Fetched, PullError> {
+        let upstream_plain = speaks_plain_http(reference, &self.config.insecure_registries);
+        let Some(mirrors) = self.config.registry_mirrors.get(reference.registry()).filter(|m| !m.is_empty()) else {
+            return self.fetch(reference, upstream_plain).await;
+        };
+        let mut tried = Vec::new();
+        for mirror in mirrors {
+            let outcome = match mirror_reference(reference, mirror, &self.config.insecure_registries) {
+                Ok((mirrored, plain)) => self.fetch(&mirrored, plain).await,
+                Err(why) => Err(registry_message(reference, why)),
+            };
+            match outcome {
+                Ok(fetched) => {
+                    info!(image = %reference, mirror, "pulled from a mirror");
+                    return Ok(fetched);
+                }
+                Err(error) => {
+                    debug!(image = %reference, mirror, error = %error, "mirror failed, trying the next");
+                    tried.push(format!("mirror {mirror}: {error}"));
+                }
+            }
+        }
+        self.fetch(reference, upstream_plain).await.map_err(|error| with_tried(error, &tried))
+    }
+
+    async fn fetch(&self, reference: &ImageReference, plain: bool) -> Result<Fetched, PullError> {
+        let client = self.client_for(reference, plain)?;
         let oci_ref = reference.to_oci();
         let auth = auth::registry_auth(self.config.docker_config.as_deref(), reference.registry());
         debug!(image = %reference, "resolving");
@@ -504,7 +557,11 @@ impl ImageStore {
 
     /// The tree of `fetched`'s manifest: already here (`None`), or unpacked beside and renamed
     /// into place (with the bytes written).
-    async fn unpack(&self, reference: &ImageReference, fetched: &Fetched) -> Result<(PathBuf, Option<u64>), PullError> {
+    pub(crate) async fn unpack(
+        &self,
+        reference: &ImageReference,
+        fetched: &Fetched,
+    ) -> Result<(PathBuf, Option<u64>), PullError> {
         let hex = digest_hex(&fetched.digest).unwrap_or_default();
         let rootfs = self.root.join("rootfs").join(hex);
         if rootfs.is_dir() {
@@ -566,8 +623,7 @@ impl ImageStore {
         Ok((rootfs, Some(written)))
     }
 
-    fn client_for(&self, reference: &ImageReference) -> Result<oci_client::Client, PullError> {
-        let plain = speaks_plain_http(reference, &self.config.insecure_registries);
+    fn client_for(&self, reference: &ImageReference, plain: bool) -> Result<oci_client::Client, PullError> {
         let config = ClientConfig {
             protocol: if plain { ClientProtocol::Http } else { ClientProtocol::Https },
             platform_resolver: Some(Box::new(oci_client::client::current_platform_resolver)),
@@ -578,18 +634,18 @@ impl ImageStore {
             .map_err(|e| registry_message(reference, format!("registry client: {}", chain(&e))))
     }
 
-    fn ref_path(&self, reference: &ImageReference) -> PathBuf {
+    pub(crate) fn ref_path(&self, reference: &ImageReference) -> PathBuf {
         let key = hex::encode(Sha256::digest(reference.to_string().as_bytes()));
         self.root.join("refs").join(format!("{key}.json"))
     }
 
-    fn tmp_path(&self, what: &str) -> PathBuf {
+    pub(crate) fn tmp_path(&self, what: &str) -> PathBuf {
         let n = self.next_tmp.fetch_add(1, Ordering::Relaxed);
         self.root.join("tmp").join(format!("{}.{n}.{what}", std::process::id()))
     }
 
     /// Writes `value` beside `path` and renames it into place, so a reader sees all or nothing.
-    fn write_json(&self, path: &Path, value: &impl Serialize) -> io::Result<()> {
+    pub(crate) fn write_json(&self, path: &Path, value: &impl Serialize) -> io::Result<()> {
         let tmp = self.tmp_path("json");
         let bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
         std::fs::write(&tmp, bytes)?;
@@ -637,6 +693,47 @@ fn speaks_plain_http(reference: &ImageReference, insecure_registries: &[String])
     reference.is_loopback_registry() || insecure_registries.iter().any(|r| r == registry || r == host_of(registry))
 }
 
+/// `reference` as asked of `mirror` (`scheme://host[:port]`): the same repository and tag or
+/// digest on the mirror's host, and whether it is spoken to over plain HTTP; or why the mirror
+/// cannot be used.
+fn mirror_reference(
+    reference: &ImageReference,
+    mirror: &str,
+    insecure_registries: &[String],
+) -> Result<(ImageReference, bool), String> {
+    let (scheme, rest) = mirror.split_once("://").unwrap_or(("https", mirror));
+    let host = rest.trim_end_matches('/');
+    if host.is_empty() || host.contains('/') {
+        return Err(format!("mirror \"{mirror}\" is not scheme://host[:port] (paths are not supported)"));
+    }
+    let full = reference.to_string();
+    let mirrored = ImageReference::normalize(&format!("{host}/{}", &full[reference.registry().len() + 1..]))
+        .map_err(|e| format!("mirror \"{mirror}\": {e}"))?;
+    let plain = match scheme {
+        "https" => false,
+        "http" if speaks_plain_http(&mirrored, insecure_registries) => true,
+        "http" => {
+            return Err(format!("mirror \"{mirror}\": plain HTTP is only for loopback mirrors and insecureRegistries"));
+        }
+        other => return Err(format!("mirror \"{mirror}\": scheme {other} is neither http nor https")),
+    };
+    Ok((mirrored, plain))
+}
+
+/// The upstream's `error`, with the mirrors tried before it and theirs.
+fn with_tried(error: PullError, tried: &[String]) -> PullError {
+    let note = |text: String| format!("{text}; tried first: {}", tried.join("; "));
+    match error {
+        PullError::NotFound { reference, message } => PullError::NotFound { reference, message: note(message) },
+        PullError::Unauthorized { reference, message } => PullError::Unauthorized { reference, message: note(message) },
+        PullError::Unreachable { reference, registry, reason } => {
+            PullError::Unreachable { reference, registry, reason: note(reason) }
+        }
+        PullError::Registry { reference, message } => PullError::Registry { reference, message: note(message) },
+        other => other,
+    }
+}
+
 /// Whether a process `pid` exists (`kill(pid, 0)` answers EPERM for another user's live one).
 fn process_alive(pid: i32) -> bool {
     rustix::process::Pid::from_raw(pid)
@@ -650,7 +747,7 @@ enum PullOrUnpack {
 }
 
 #[derive(Clone, Copy)]
-enum FlockMode {
+pub(crate) enum FlockMode {
     Shared,
     Exclusive,
     /// Exclusive if no one holds it, else nothing.
@@ -661,7 +758,7 @@ enum FlockMode {
 
 /// Opens (making it when missing) and locks the file `path` with `flock`; `None` when a `*Now`
 /// mode finds it held. The lock lasts as long as the returned file.
-fn lock_file(path: &Path, mode: FlockMode) -> io::Result<Option<File>> {
+pub(crate) fn lock_file(path: &Path, mode: FlockMode) -> io::Result<Option<File>> {
     use rustix::fs::FlockOperation as Op;
     let file = File::options().read(true).write(true).create(true).truncate(false).open(path)?;
     let operation = match mode {
@@ -679,7 +776,7 @@ fn lock_file(path: &Path, mode: FlockMode) -> io::Result<Option<File>> {
 
 /// Takes the image `hex`'s lease (its lock file shared); `None` without `wait` when a
 /// collection holds it (the image is being removed).
-fn lease(root: &Path, hex: &str, wait: bool) -> io::Result<Option<ImageLease>> {
+pub(crate) fn lease(root: &Path, hex: &str, wait: bool) -> io::Result<Option<ImageLease>> {
     let mode = if wait { FlockMode::Shared } else { FlockMode::SharedNow };
     Ok(lock_file(&root.join("images").join(format!("{hex}.lock")), mode)?.map(|file| ImageLease { _file: file }))
 }
@@ -692,7 +789,7 @@ fn touch(meta: &Path) {
     }
 }
 
-fn read_meta(path: &Path) -> Option<ImageMeta> {
+pub(crate) fn read_meta(path: &Path) -> Option<ImageMeta> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
@@ -771,15 +868,7 @@ fn collect(root: &Path, bound: Option<u64>) -> io::Result<PruneReport> {
             remove_file_if_present(path)?;
             pruned_names.push(name.clone());
         }
-        remove_file_if_present(&root.join("images").join(format!("{hex}.json")))?;
-        // Out of `rootfs/` at once (a rename), then removed: no one finds a half-removed tree.
-        let rootfs = root.join("rootfs").join(&hex);
-        let doomed = root.join("tmp").join(format!("{}.evict.{hex}", std::process::id()));
-        match std::fs::rename(&rootfs, &doomed) {
-            Ok(()) => fsutil::remove_tree(&doomed)?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+        remove_meta_and_tree(root, &hex)?;
         for blob in blobs_of(&meta) {
             let count = references.entry(blob.clone()).or_default();
             *count = count.saturating_sub(1);
@@ -802,8 +891,52 @@ fn collect(root: &Path, bound: Option<u64>) -> io::Result<PruneReport> {
     Ok(report)
 }
 
+/// Removes the image `hex`'s metadata, then its tree (out of `rootfs/` at once by a rename, then
+/// removed: no one finds a half-removed tree). The caller holds the image's lock exclusively.
+fn remove_meta_and_tree(root: &Path, hex: &str) -> io::Result<()> {
+    remove_file_if_present(&root.join("images").join(format!("{hex}.json")))?;
+    let rootfs = root.join("rootfs").join(hex);
+    let doomed = root.join("tmp").join(format!("{}.evict.{hex}", std::process::id()));
+    match std::fs::rename(&rootfs, &doomed) {
+        Ok(()) => fsutil::remove_tree(&doomed),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes one image whose names are gone, under the cache's exclusive lock and the image's
+/// own: its metadata, tree and the blobs no other image refers to. Returns the bytes freed.
+pub(crate) fn remove_image(root: &Path, hex: &str, meta: &ImageMeta) -> io::Result<u64> {
+    let mut still_used = std::collections::HashSet::new();
+    for entry in std::fs::read_dir(root.join("images"))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "json")
+            && path.file_stem().and_then(|s| s.to_str()) != Some(hex)
+            && let Some(other) = read_meta(&path)
+        {
+            still_used.extend(other.layers.into_iter().chain(other.config_blob));
+        }
+    }
+    remove_meta_and_tree(root, hex)?;
+    let mut freed = meta.unpacked_bytes;
+    for blob in meta.layers.iter().chain(meta.config_blob.iter()) {
+        if still_used.contains(blob) {
+            continue;
+        }
+        if let Some(blob_hex) = digest_hex(blob) {
+            let path = root.join("blobs/sha256").join(blob_hex);
+            if let Ok(metadata) = std::fs::metadata(&path) {
+                remove_file_if_present(&path)?;
+                freed += metadata.len();
+            }
+        }
+    }
+    remove_file_if_present(&root.join("images").join(format!("{hex}.lock")))?;
+    Ok(freed)
+}
+
 /// The reference files by the digest they name: (file, normalized name).
-fn reference_index(root: &Path) -> HashMap<String, Vec<(PathBuf, String)>> {
+pub(crate) fn reference_index(root: &Path) -> HashMap<String, Vec<(PathBuf, String)>> {
     let mut index: HashMap<String, Vec<(PathBuf, String)>> = HashMap::new();
     let Ok(entries) = std::fs::read_dir(root.join("refs")) else { return index };
     for entry in entries.flatten() {

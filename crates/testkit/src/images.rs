@@ -4,7 +4,7 @@
 //! (`/bin/busybox`, `$CWSANDBOX_BUSYBOX` to use another static one).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use oci_client::client::{ClientConfig, ClientProtocol};
@@ -381,4 +381,22 @@ fn change_entries() -> Vec<Entry> {
         file("data/.wh..wh..opq", b"", 0o644),
         file("data/new", b"new\n", 0o644),
     ]
+}
+
+/// Saves `image` (in a loopback registry) as an archive at `file` with skopeo, as `docker save`
+/// or an OCI tool would write it: `format` `docker-archive` (manifest.json with `RepoTags`
+/// `[name]`) or `oci-archive` (an OCI layout tarball, `name` as `org.opencontainers.image.ref.name`).
+pub fn save_archive(image: &str, format: &str, file: &Path, name: &str) -> Result<()> {
+    let output = std::process::Command::new("skopeo")
+        .args(["copy", "--quiet", "--src-tls-verify=false"])
+        .arg(format!("docker://{image}"))
+        .arg(format!("{format}:{}:{name}", file.display()))
+        .output()
+        .context("running skopeo (apt-get install skopeo)")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "skopeo copy {image} → {format}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
 }

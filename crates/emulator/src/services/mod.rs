@@ -7,6 +7,7 @@ pub mod data;
 pub mod discovery;
 pub mod emulator;
 pub mod faults;
+pub mod images;
 pub mod runners;
 pub mod sandbox;
 pub mod snapshots;
