@@ -123,8 +123,8 @@ reasons! {
         when: "No registered volume of that id in the caller's organization (to read, change, delete or mount).",
         remedy: "Check the id (ListVolumes lists the organization's volumes), or register it with CreateVolume.";
     VolumeNotReady => "CWSANDBOX_VOLUME_NOT_READY",
-        when: "The volume to mount is not READY: its check found no such claim or runner (ERROR, `state_reason` says which).",
-        remedy: "Fix what `state_reason` names (the values' `persistentVolumeClaims`, the runner), then ValidateVolume.";
+        when: "The volume to mount is not READY: its check found no such runner, or no such claim in the runner's cluster for the organization (another organization's or another cluster's claim is not found) (ERROR, `state_reason` says which).",
+        remedy: "Fix what `state_reason` names (the values' `persistentVolumeClaims`, their `clusterId` and `org`, the runner), then ValidateVolume.";
     VolumePlacementConflict => "CWSANDBOX_VOLUME_PLACEMENT_CONFLICT",
         when: "The sandbox's registered volumes are on different runners, or `runner_ids` leaves out the one its volumes are on.",
         remedy: "Mount volumes of one runner, and name that runner in `runner_ids` (or leave `runner_ids` empty).";

@@ -121,10 +121,11 @@ enum Top {
         shell: clap_complete::Shell,
     },
     /// Print the lines that make the SUNK guide's `curl https://api.coreweave.com/…` lines reach
-    /// the emulator unchanged (a curl configuration with --connect-to and the emulator's CA).
+    /// the emulator unchanged (DIR/.curlrc, a curl configuration whose connect-to sends them to
+    /// the emulator's port; its self-signed certificate is not verified).
     #[command(after_help = links::GUIDE_ENV_EXAMPLES)]
     GuideEnv {
-        /// Where to write the curl configuration and the CA certificate.
+        /// Where to write the curl configuration (`.curlrc`, the only file written).
         #[arg(long, value_name = "DIR", default_value = "/tmp/cwsandbox-guide")]
         dir: std::path::PathBuf,
     },
@@ -187,6 +188,25 @@ impl Cli {
     }
 }
 
+/// `cwsbx … | head`: once the reader is gone, the next write to stdout ends the process with
+/// SIGPIPE, silently, as it ends `ls`, `cat` and every Unix tool (exit status 141 under
+/// `pipefail`), instead of Rust's default (SIGPIPE ignored, so `println!` panics on EPIPE).
+///
+/// The signal's default rather than handling `BrokenPipe` at each write: cwsbx writes to stdout
+/// from dozens of places (`println!`, clap's completion generator, the streamed output of `exec`
+/// and `logs`, the Slurm views), and one setting covers all of them, those added later too.
+/// cwsbx writes to no other pipe (its editor child inherits the terminal), and its connections
+/// to the server are sockets: a write to one the server has reset ends the process the same way
+/// (with 141 rather than the transport's error message), a race only with a server that dies
+/// mid-call.
+fn die_quietly_on_a_closed_pipe() {
+    // SAFETY: signal(2) with SIG_DFL installs no handler; it runs before any other thread
+    // exists (the tokio runtime is built later), so nothing races the disposition's change.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// Runs a Slurm command and prints what it printed.
 fn slurm_command(name: &str, args: &[String], config: Result<Config>) -> ExitCode {
     let env: slurm::Env = std::env::vars().collect();
@@ -211,6 +231,7 @@ fn command_named(name: &str) -> clap::Command {
 
 /// The whole command: `src/bin/cwsbx.rs` and the Python wheel's `cwsbx` (crates/wheel) call it.
 pub fn main() -> ExitCode {
+    die_quietly_on_a_closed_pipe();
     let mut argv = std::env::args();
     let argv0 = argv.next().unwrap_or_default();
     let called = std::path::Path::new(&argv0).file_name().and_then(|name| name.to_str()).unwrap_or_default().to_owned();

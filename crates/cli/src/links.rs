@@ -49,8 +49,9 @@ pub const GUIDE_ENV_EXAMPLES: &str = "Examples:
     -H \"Authorization: Bearer $TOKEN\" -H \"Content-Type: application/json\" \\
     -H \"Connect-Protocol-Version: 1\" --data \"{\\\"runnerId\\\": \\\"$CWSANDBOX_RUNNER_ID\\\"}\"
 curl reads DIR/.curlrc through CURL_HOME: its `connect-to` sends api.coreweave.com:443 to the
-emulator's port, which also speaks TLS, with a certificate made at its start (hence `insecure`).
-Unset CURL_HOME to reach the real service again.";
+emulator's port, which also speaks TLS, with a certificate made at its start for localhost and
+the loopback addresses, not api.coreweave.com: no CA file could make curl accept it, hence
+`insecure`. Unset CURL_HOME to reach the real service again.";
 
 /// `cwsbx guide-env`: writes DIR/.curlrc and prints the variables that make the guide's curl lines
 /// (`https://api.coreweave.com/…`, `$TOKEN`) reach the emulator unchanged.

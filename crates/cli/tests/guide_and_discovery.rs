@@ -84,6 +84,15 @@ jq -r '.identity.runnerId + " " + .etag' runner.json
         command(&emu, Path::new("bash"), &["-c", &script]).current_dir(dir.path()).env_remove("CURL_HOME").output()?;
     let said = ok(output);
     assert!(said.starts_with(&format!("{} ", emu.ready.runner_id)), "{said}");
+    // The help promises what is written, and only that: `.curlrc` (curl wrote runner.json).
+    let mut written: Vec<String> = std::fs::read_dir(dir.path())?
+        .map(|entry| entry.map(|entry| entry.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()?;
+    written.sort();
+    assert_eq!(written, [".curlrc", "runner.json"]);
+    let help = ok(command(&emu, Path::new(CWSBX), &["guide-env", "--help"]).output()?);
+    assert!(help.contains(".curlrc") && help.contains("insecure"), "{help}");
+    assert!(!help.contains("CA certificate") && !help.contains("emulator's CA"), "{help}");
     Ok(())
 }
 
@@ -160,6 +169,51 @@ fn completion_scripts_for_each_shell() -> anyhow::Result<()> {
     let emulator = built_emulator_binary()?;
     let script = ok(Command::new(emulator).args(["completion", "bash"]).output()?);
     assert!(script.contains("cwsandbox-emulator") && script.contains("--background"), "{script}");
+    Ok(())
+}
+
+/// Runs `program args` with stdout a pipe whose reader is already gone (`… | head` once head has
+/// exited; closed before the start, so every write meets it) and returns how it ended.
+fn with_a_closed_stdout(mut command: Command) -> anyhow::Result<Output> {
+    let (reader, writer) = std::io::pipe()?;
+    drop(reader);
+    Ok(command.stdout(writer).stderr(std::process::Stdio::piped()).output()?)
+}
+
+/// Ended by SIGPIPE as `ls | head` is (141 under `pipefail`), with nothing on stderr: no panic.
+fn ended_quietly_by_sigpipe(what: &str, output: &Output) {
+    use std::os::unix::process::ExitStatusExt;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{what} panicked on a closed pipe: {stderr}");
+    assert_eq!(output.status.signal(), Some(SIGPIPE), "{what}: {:?}, stderr: {stderr}", output.status);
+    assert!(stderr.is_empty(), "{what} said something on a closed pipe: {stderr}");
+}
+
+/// SIGPIPE's number on Linux.
+const SIGPIPE: i32 = 13;
+
+#[test]
+fn a_closed_pipe_ends_the_commands_quietly() -> anyhow::Result<()> {
+    for shell in ["bash", "zsh"] {
+        let output = with_a_closed_stdout({
+            let mut command = Command::new(CWSBX);
+            command.args(["completion", shell]);
+            command
+        })?;
+        ended_quietly_by_sigpipe(&format!("cwsbx completion {shell}"), &output);
+    }
+    let emulator = built_emulator_binary()?;
+    let mut completion = Command::new(&emulator);
+    completion.args(["completion", "bash"]);
+    ended_quietly_by_sigpipe("cwsandbox-emulator completion bash", &with_a_closed_stdout(completion)?);
+    // Commands that print what the server answered: a list, the Slurm view.
+    let emu = self::emulator();
+    for args in
+        [&["sandbox", "ls"][..], &["sandbox", "runner", "list"], &["slurm", "sinfo"], &["sandbox", "ls", "-o", "json"]]
+    {
+        let output = with_a_closed_stdout(command(&emu, Path::new(CWSBX), args))?;
+        ended_quietly_by_sigpipe(&format!("cwsbx {args:?}"), &output);
+    }
     Ok(())
 }
 

@@ -1,8 +1,10 @@
 //! The README's shell recipes, run as a new user pastes them. Blocks marked
 //! `<!-- recipe: NAME N -->` are taken in order of N for each NAME and run in one bash session
-//! per NAME, with two substitutions only: `cargo run -q -p PACKAGE --` becomes the built binary
-//! (what `cargo run` runs), and `/tmp/` a directory of the test's own (so runs beside each other
-//! and beside a user's emulator do not share files). HOME is a fresh directory with
+//! per NAME, with two substitutions only: a path the recipe names under `/tmp/` moves to a
+//! directory of the test's own (so runs beside each other and beside a user's emulator do not
+//! share files), and `cargo run -q -p PACKAGE --` becomes the built binary (what `cargo run`
+//! runs). Only the recipe's own text is rewritten, before the binaries' paths go in: a checkout
+//! (and so its target directory) under `/tmp` keeps its paths. HOME is a fresh directory with
 //! `~/.local/bin` on PATH, as a user's shell has it.
 
 use std::collections::BTreeMap;
@@ -30,6 +32,46 @@ fn recipes(readme: &str) -> BTreeMap<String, BTreeMap<u32, String>> {
     recipes
 }
 
+/// One step of a recipe as the test runs it. `/tmp/` is replaced where it begins a path in the
+/// recipe's text (at the start of a word, after a redirection, `=`, `:` or a quote), never inside
+/// another path (`/var/tmp/`, `./tmp/`) and never in the binaries' paths, which go in afterwards.
+fn substitute(step: &str, emulator: &str, cwsbx: &str, scratch: &str) -> String {
+    let mut out = String::with_capacity(step.len());
+    let mut rest = step;
+    while let Some(at) = rest.find("/tmp/") {
+        let starts_a_path = out
+            .chars()
+            .chain(rest[..at].chars())
+            .last()
+            .is_none_or(|before| before.is_whitespace() || "<>=:'\"(|;&".contains(before));
+        out.push_str(&rest[..at]);
+        if starts_a_path {
+            out.push_str(scratch.trim_end_matches('/'));
+            out.push('/');
+        } else {
+            out.push_str("/tmp/");
+        }
+        rest = &rest[at + "/tmp/".len()..];
+    }
+    out.push_str(rest);
+    out.replace("cargo run -q -p cwsandbox-emulator --", emulator).replace("cargo run -q -p cwsbx --", cwsbx)
+}
+
+#[test]
+fn only_the_recipes_own_tmp_paths_move() {
+    let step = "cargo run -q -p cwsandbox-emulator -- serve > /tmp/cwsandbox.env && . /tmp/cwsandbox.env\n\
+                cargo run -q -p cwsbx -- x --kubeconfig=/tmp/k --file \"/tmp/a\" /var/tmp/keep ./tmp/keep";
+    let emulator = "/tmp/cwsandbox-emulator/target/debug/cwsandbox-emulator";
+    let cwsbx = "/tmp/cwsandbox-emulator/target/debug/cwsbx";
+    assert_eq!(
+        substitute(step, emulator, cwsbx, "/tmp/t1/tmp"),
+        "/tmp/cwsandbox-emulator/target/debug/cwsandbox-emulator serve > /tmp/t1/tmp/cwsandbox.env \
+         && . /tmp/t1/tmp/cwsandbox.env\n\
+         /tmp/cwsandbox-emulator/target/debug/cwsbx x --kubeconfig=/tmp/t1/tmp/k --file \"/tmp/t1/tmp/a\" \
+         /var/tmp/keep ./tmp/keep",
+    );
+}
+
 #[test]
 fn the_readme_recipes_run_as_written() -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -45,11 +87,7 @@ fn the_readme_recipes_run_as_written() -> anyhow::Result<()> {
         std::fs::create_dir_all(&scratch)?;
         let mut script = String::from("set -euo pipefail\n");
         for step in steps.values() {
-            let step = step
-                .replace("cargo run -q -p cwsandbox-emulator --", &emulator.display().to_string())
-                .replace("cargo run -q -p cwsbx --", CWSBX)
-                .replace("/tmp/", &format!("{}/", scratch.display()));
-            script.push_str(&step);
+            script.push_str(&substitute(step, &emulator.display().to_string(), CWSBX, &scratch.display().to_string()));
             script.push('\n');
         }
         script.push_str(match name.as_str() {

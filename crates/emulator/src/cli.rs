@@ -234,7 +234,9 @@ struct SandboxArgs {
     /// its registry; a pull that fails is the sandbox's ErrImagePull), `process` runs the host's
     /// programs (images recorded, never pulled), `auto` is `oci` where runc works here, with the
     /// process runtime for images whose registry cannot be reached (said in the Pod's Events).
-    /// Overrides the values' `containerRuntime.kind` (default auto).
+    /// Replaces the values' `containerRuntime.kind` (default auto) and acts exactly as it does.
+    /// The kind in force is in the ready file's container_runtime and the printed `# container
+    /// runtime:` line; docs/runtimes.md tells them apart.
     #[arg(long, value_enum, env = "CWSANDBOX_EMULATOR_RUNTIME")]
     runtime: Option<RuntimeArg>,
     /// A host directory to bind read-only into every namespaced sandbox, beside the defaults
@@ -317,12 +319,9 @@ impl SandboxArgs {
         };
         config.max_file_bytes = max_file_bytes;
         config.host_paths.extend(self.sandbox_host_paths.iter().cloned());
-        let kind = match self.runtime {
-            Some(RuntimeArg::Auto) => RuntimeKind::Auto,
-            Some(RuntimeArg::Oci) => RuntimeKind::Oci,
-            Some(RuntimeArg::Process) => RuntimeKind::Process,
-            None => containers.kind,
-        };
+        // `--runtime` has already replaced the values' kind (`WorldArgs::options`), so the image
+        // puller, which reads the same configuration, decides its fallback by the same kind.
+        let kind = containers.kind;
         if kind != RuntimeKind::Process {
             config.oci_runtime = Some(containers.runc.clone());
         }
@@ -388,6 +387,14 @@ impl WorldArgs {
                 StrictnessArg::Loose => Strictness::Loose,
             };
         }
+        if let Some(runtime) = self.sandboxes.runtime {
+            // As the values' `containerRuntime.kind` would: one kind for everything that reads it.
+            config.container_runtime.kind = match runtime {
+                RuntimeArg::Auto => RuntimeKind::Auto,
+                RuntimeArg::Oci => RuntimeKind::Oci,
+                RuntimeArg::Process => RuntimeKind::Process,
+            };
+        }
         let retention = Duration::from_secs(u64::from(config.values.sandboxes.retention_seconds));
         let mut options = Options::new(config);
         options.listen = listen;
@@ -436,6 +443,20 @@ pub fn main() -> ExitCode {
 /// The longest a stop may wait for work still in flight (streams, file operations) before the
 /// process exits anyway.
 const STOP_BOUND: Duration = Duration::from_secs(10);
+/// For a command that only prints (`completion`, the parent of `serve --background` once its
+/// emulator is ready): a reader that is gone (`… | head`) ends the process with SIGPIPE, silently,
+/// as it ends every Unix tool, where Rust's default (SIGPIPE ignored) makes `println!` panic.
+/// Never for a process that serves: the executor writes to the pipes of sandboxes' processes,
+/// and one that closes its stdin must be an error of that write, not the emulator's death.
+fn die_quietly_on_a_closed_pipe() {
+    // SAFETY: signal(2) with SIG_DFL installs no handler; the disposition is process-wide and
+    // this process runs no sandbox (the cases above), so no write of another thread relies on
+    // SIGPIPE being ignored.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// How long the exit waits for blocking threads after the stop.
 const EXIT_BOUND: Duration = Duration::from_secs(2);
 
@@ -452,6 +473,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Exec { world, command } => exec(world, command).await,
         Command::Completion { shell } => {
             use clap::CommandFactory;
+            die_quietly_on_a_closed_pipe();
             clap_complete::generate(shell, &mut Cli::command(), "cwsandbox-emulator", &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)
         }
@@ -524,9 +546,14 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
     if let Some(path) = &args.ready_file {
         emulator.info().write(path).with_context(|| format!("writing the ready file {}", path.display()))?;
     }
-    print!("{}", emulator.info().shell_lines());
+    // A reader that is gone (`serve | head -1`) does not stop the emulator: its port is what
+    // it serves, and its stdout has nothing more to say (the log is on stderr).
     use std::io::Write;
-    std::io::stdout().flush()?;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(error) = stdout.write_all(emulator.info().shell_lines().as_bytes()).and_then(|()| stdout.flush()) {
+        tracing::warn!(%error, "could not print the export lines on stdout; serving anyway");
+    }
+    drop(stdout);
     let signal = termination.received().await;
     tracing::info!(signal, "stopping");
     stop_bounded(emulator).await;
@@ -608,6 +635,8 @@ async fn serve_in_background(args: &ServeArgs) -> Result<ExitCode> {
             .and_then(|text| serde_json::from_str::<cwsandbox_emulator::ReadyInfo>(&text).ok())
             .filter(|info| info.pid == child_pid);
         if let Some(info) = ready {
+            // The emulator is a process of its own now; this one only prints and exits.
+            die_quietly_on_a_closed_pipe();
             print!("{}", info.shell_lines());
             println!("export CWSANDBOX_EMULATOR_PID={child_pid}");
             println!("# log: {}; stop it with: kill $CWSANDBOX_EMULATOR_PID", log_path.display());

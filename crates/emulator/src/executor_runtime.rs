@@ -283,7 +283,7 @@ fn volume_mounts(containers: &[ContainerStart]) -> Result<Vec<VolumeMount>, Stri
                 read_only: asked.read_only,
                 sub_path: asked.sub_path.clone(),
                 restore_from: asked.restore_from_snapshot.clone(),
-                claim: asked.claim.as_ref().map(|claim| format!("{}/{}", claim.namespace, claim.name)),
+                claim: asked.claim.as_ref().map(claim_key),
             };
             match mounts.iter().find(|made| made.path.trim_end_matches('/') == mount.path.trim_end_matches('/')) {
                 Some(made) if *made == mount => {}
@@ -298,6 +298,33 @@ fn volume_mounts(containers: &[ContainerStart]) -> Result<Vec<VolumeMount>, Stri
         }
     }
     Ok(mounts)
+}
+
+/// Where a claim's data lives under the executor's `.volumes`: `<organization>/<cluster>/
+/// <namespace>/<name>`, so that two organizations, or two clusters, with a claim of one namespace
+/// and name never share its data. The namespace and name are DNS labels (the sim checked them);
+/// an organization or cluster id that is not one (any text may be) is named by `_` and its
+/// SHA-256's first 32 hex digits, a segment no label can be (no `_` in a label), so no id can
+/// reach another's directory, or out of `.volumes`, through the path.
+fn claim_key(claim: &cwsandbox_sim::k8s::ClaimMount) -> String {
+    fn segment(id: &str) -> String {
+        let label = !id.is_empty()
+            && id.len() <= 63
+            && id.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-');
+        if label {
+            return id.to_owned();
+        }
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(id.as_bytes());
+        format!("_{}", &hex::encode(digest)[..32])
+    }
+    format!(
+        "{}/{}/{}/{}",
+        segment(&claim.org),
+        segment(&claim.cluster_id),
+        segment(&claim.namespace),
+        segment(&claim.name)
+    )
 }
 
 /// As a container's: an id not given is the image's default, root.
@@ -838,6 +865,24 @@ async fn stream_log(reader: LogReader, request: LogRequest, sender: mpsc::Sender
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claims_key_is_its_organization_cluster_namespace_and_name_each_a_plain_segment() {
+        let claim = |org: &str, cluster_id: &str| cwsandbox_sim::k8s::ClaimMount {
+            org: org.to_owned(),
+            cluster_id: cluster_id.to_owned(),
+            namespace: "datasets".to_owned(),
+            name: "p6claim".to_owned(),
+        };
+        assert_eq!(claim_key(&claim("org-a", "cks-cluster")), "org-a/cks-cluster/datasets/p6claim");
+        let odd = claim_key(&claim("../Org A", "cluster/../../x"));
+        let segments: Vec<&str> = odd.split('/').collect();
+        assert_eq!(segments.len(), 4, "{odd}");
+        assert!(segments[..2].iter().all(|segment| segment.starts_with('_') && segment.len() == 33), "{odd}");
+        assert_ne!(segments[0], segments[1]);
+        assert_ne!(claim_key(&claim("org-a", "c1")), claim_key(&claim("org-b", "c1")));
+        assert_ne!(claim_key(&claim("org-a", "c1")), claim_key(&claim("org-a", "c2")));
+    }
 
     #[test]
     fn hostnames_are_truncated_like_kubernetes() {

@@ -650,6 +650,12 @@ mod tests {
         let status = verdict.failure.unwrap();
         assert_eq!((status.code(), status.message()), (Code::Unavailable, "down"));
         assert_eq!(status.get_details_retry_info().unwrap().retry_delay, Some(Duration::from_secs(2)));
+        // Exactly the details the action names (docs/errors.md): no reason, no ErrorInfo.
+        assert!(status.get_details_error_info().is_none());
+        let named = header_verdict(r#"{"code":"UNAVAILABLE","reason":"CWSANDBOX_RUNNER_OVERLOADED"}"#, false).unwrap();
+        let named = named.failure.unwrap();
+        assert_eq!(named.get_details_error_info().unwrap().reason, "CWSANDBOX_RUNNER_OVERLOADED");
+        assert!(named.get_details_retry_info().is_none());
         let cut = header_verdict(r#"{"streamMessages":1}"#, true).unwrap().cut.unwrap();
         assert_eq!((cut.after, cut.status.code()), (1, Code::Unavailable));
         assert_eq!(header_verdict("nonsense", false).unwrap_err().violations[0].0, "x-cwsandbox-emulator-fault.code");

@@ -231,11 +231,11 @@ pub const FIELDS: &[FieldRule] = &[
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.containers.files",
-        "written into the sandbox's root before it starts (namespaces isolation only; plain processes fail the start)",
+        "written into the sandbox's root before it starts (namespaces isolation only; plain processes fail the start); one under a scratch volume's mount path is placed on the volume, as a subPath file over an emptyDir",
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.containers.files.path",
-        "absolute, outside /proc, /dev and the read-only host directories",
+        "absolute, outside /proc, /dev and the read-only host directories; not under a registered volume's mount path (other sandboxes write to the claim) nor at a volume's mount path (INVALID_ARGUMENT naming it)",
     ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.files.content", "the file's bytes, mode 0644"),
     emulated(
@@ -709,9 +709,12 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("CreateVolumeRequest.volume.spec", "what the volume is"),
     emulated(
         "CreateVolumeRequest.volume.spec.pvc",
-        "a claim of the values' persistentVolumeClaims, checked after the create (VALIDATING, then READY or ERROR)",
+        "a claim of the values' persistentVolumeClaims in the runner's cluster, the organization's own (its data is never another organization's or cluster's), checked after the create (VALIDATING, then READY or ERROR)",
     ),
-    emulated("CreateVolumeRequest.volume.spec.pvc.runner_id", "a runner of the organization: its sandboxes run there"),
+    emulated(
+        "CreateVolumeRequest.volume.spec.pvc.runner_id",
+        "a runner of the organization: its cluster has the claim, its sandboxes run there",
+    ),
     emulated("CreateVolumeRequest.volume.spec.pvc.namespace", "the claim's namespace"),
     emulated("CreateVolumeRequest.volume.spec.pvc.claim_name", "the claim's name"),
     refused(

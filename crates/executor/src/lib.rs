@@ -19,6 +19,7 @@ mod error;
 mod exec;
 mod executor;
 mod file_helper;
+mod file_mounts;
 mod files;
 mod init;
 mod init_channel;
@@ -226,10 +227,12 @@ pub struct VolumeMount {
     /// The snapshot ([`Executor::snapshot_volume`]) whose copy the volume starts with instead of
     /// empty; every mount of one volume names the same one (or none).
     pub restore_from: Option<String>,
-    /// A claim (`namespace/name`) whose directory under the root's `.volumes` the volume is,
-    /// instead of a directory of the sandbox's own: made on first use, shared by every sandbox
-    /// that mounts it, kept when they end (and when the executor shuts down). Mounted at its root
-    /// only: other sandboxes write to it, so a sub-path could be swapped for a link.
+    /// A claim, by the key of its directory under the root's `.volumes` (2 to 8 segments of
+    /// `a-z0-9-_` separated by `/`; the emulator's is `organization/cluster/namespace/name`), the
+    /// volume's data instead of a directory of the sandbox's own: made on first use, shared by
+    /// every sandbox that mounts it, kept when they end (and when the executor shuts down).
+    /// Mounted at its root only: other sandboxes write to it, so a sub-path could be swapped for
+    /// a link.
     pub claim: Option<String>,
 }
 

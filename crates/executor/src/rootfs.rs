@@ -282,16 +282,17 @@ fn make_dirs_inside<'a>(
     Ok(())
 }
 
-/// A claim's directory (`namespace/name`, checked by the caller) under `claims_dir`, made if
-/// missing: writable by any user of the sandboxes that mount it, as a volume is.
+/// A claim's directory (its key, `organization/cluster/namespace/name` for the emulator, checked
+/// by the caller) under `claims_dir`, made if missing: writable by any user of the sandboxes that
+/// mount it, as a volume is; the directories above it are the host's.
 pub(crate) fn claim_dir(claims_dir: &Path, claim: &str, owner: Option<(u32, u32)>) -> Result<PathBuf, String> {
-    let (namespace, name) = claim.split_once('/').ok_or_else(|| format!("invalid claim {claim:?}"))?;
-    let namespace_dir = claims_dir.join(namespace);
-    if !namespace_dir.is_dir() {
-        std::fs::create_dir_all(&namespace_dir)
-            .map_err(|error| format!("cannot create {}: {error}", namespace_dir.display()))?;
+    let (parent, name) = claim.rsplit_once('/').ok_or_else(|| format!("invalid claim {claim:?}"))?;
+    let parent_dir = claims_dir.join(parent);
+    if !parent_dir.is_dir() {
+        std::fs::create_dir_all(&parent_dir)
+            .map_err(|error| format!("cannot create {}: {error}", parent_dir.display()))?;
     }
-    let dir = namespace_dir.join(name);
+    let dir = parent_dir.join(name);
     if !dir.is_dir() {
         make_dir(&dir, 0o777, owner)?;
     }

@@ -1085,14 +1085,18 @@ async fn a_claims_volume_is_shared_between_sandboxes_and_outlives_them() {
         volume: "data".into(),
         path: path.into(),
         read_only,
-        claim: Some("datasets/imagenet".into()),
+        claim: Some("org-a/cks-cluster/datasets/imagenet".into()),
         ..VolumeMount::default()
     };
     let writer = unique("claim-w");
     executor.start(&writer, LaunchSpec { volume_mounts: vec![mount("/data", false)], ..spec("w", &[]) }).await.unwrap();
     assert_eq!(sh(executor, &writer, "echo shared > /data/labels.txt && echo ok").await, "ok");
     executor.remove(&writer).await;
-    let on_host = executor.config().root_dir.join(cwsandbox_executor::CLAIMS_DIR).join("datasets/imagenet/labels.txt");
+    let on_host = executor
+        .config()
+        .root_dir
+        .join(cwsandbox_executor::CLAIMS_DIR)
+        .join("org-a/cks-cluster/datasets/imagenet/labels.txt");
     assert_eq!(std::fs::read_to_string(&on_host).unwrap(), "shared\n", "kept when its sandbox goes");
 
     let reader = unique("claim-r");
@@ -1106,12 +1110,14 @@ async fn a_claims_volume_is_shared_between_sandboxes_and_outlives_them() {
     };
     let error = executor.start(&unique("claim-s"), sub_path).await.unwrap_err().to_string();
     assert!(error.contains("mounted at its root"), "{error}");
-    let bad = LaunchSpec {
-        volume_mounts: vec![VolumeMount { claim: Some("../etc".into()), ..mount("/b", false) }],
-        ..spec("b", &[])
-    };
-    let error = executor.start(&unique("claim-b"), bad).await.unwrap_err().to_string();
-    assert!(error.contains("invalid claim"), "{error}");
+    for key in ["../etc", "imagenet", "a//b", "a/./b", "/a/b", "a/b/", "Org/b", "a/b/c/d/e/f/g/h/i"] {
+        let bad = LaunchSpec {
+            volume_mounts: vec![VolumeMount { claim: Some(key.into()), ..mount("/b", false) }],
+            ..spec("b", &[])
+        };
+        let error = executor.start(&unique("claim-b"), bad).await.unwrap_err().to_string();
+        assert!(error.contains("invalid claim"), "{key}: {error}");
+    }
     executor.shutdown().await;
     assert!(on_host.exists(), "a claim's data outlives the executor, as a claim outlives its Pods");
 }
@@ -1255,5 +1261,64 @@ async fn a_snapshot_never_copies_through_a_link_the_sandbox_swaps_in() {
         executor.delete_snapshot(&snapshot).await.unwrap();
     }
     drop(session);
+    executor.shutdown().await;
+}
+
+/// A mounted file under a volume's mount path is on top of the volume (as a Kubernetes subPath
+/// file over an emptyDir), owned by the sandbox's root; its mount point is made inside the
+/// volume and never through a link the volume holds (one restored from a snapshot); a file at a
+/// volume's mount path, or under a claim's, is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mounted_file_under_a_volume_is_placed_on_it_never_through_a_link() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let mount = |path: &str| VolumeMount { volume: "work".into(), path: path.into(), ..VolumeMount::default() };
+    let file = |path: &str, content: &str| MountedFile { path: path.into(), content: content.as_bytes().to_vec() };
+    let id = unique("vfiles");
+    let launch = LaunchSpec {
+        volume_mounts: vec![mount("/data"), VolumeMount { sub_path: "sub".into(), ..mount("/sub") }],
+        files: vec![file("/data/conf/app.yaml", "a: 1\n"), file("/sub/deep/x", "x\n"), file("/data/top", "t\n")],
+        ..spec("vf", &[])
+    };
+    executor.start(&id, launch).await.unwrap();
+    let seen =
+        sh(executor, &id, "cat /data/conf/app.yaml /sub/deep/x /data/top; stat -c '%u %a' /data/conf/app.yaml").await;
+    assert_eq!(seen, "a: 1\nx\nt\n0 644");
+    // The mount points are the volume's: its other mount shows them, without the file's bytes.
+    assert_eq!(sh(executor, &id, "ls /data/sub/deep; wc -c < /data/sub/deep/x").await, "x\n0");
+
+    // A volume restored with a link where a file's directory should be: the start is refused
+    // and nothing is made where the link points.
+    let outside = executor.config().root_dir.join("outside-of-every-sandbox");
+    std::fs::create_dir_all(&outside).unwrap();
+    let script =
+        format!("ln -s {} /data/escape && ln -s {}/f /data/file && echo ok", outside.display(), outside.display());
+    assert_eq!(sh(executor, &id, &script).await, "ok");
+    executor.snapshot_volume(&id, "work", "0b1e5c3a-0000-4000-8000-0000000f11e5").await.unwrap();
+    for path in ["/data/escape/x", "/data/file"] {
+        let launch = LaunchSpec {
+            volume_mounts: vec![VolumeMount {
+                restore_from: Some("0b1e5c3a-0000-4000-8000-0000000f11e5".into()),
+                ..mount("/data")
+            }],
+            files: vec![file(path, "never\n")],
+            ..spec("esc", &[])
+        };
+        let error = executor.start(&unique("vfiles-esc"), launch).await.unwrap_err().to_string();
+        assert!(error.contains("is a link, which is not followed"), "{path}: {error}");
+    }
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "nothing made through a link");
+
+    let at_mount =
+        LaunchSpec { volume_mounts: vec![mount("/data")], files: vec![file("/data", "x")], ..spec("m", &[]) };
+    let error = executor.start(&unique("vfiles-at"), at_mount).await.unwrap_err().to_string();
+    assert!(error.contains("is mounted there"), "{error}");
+    let claimed = LaunchSpec {
+        volume_mounts: vec![VolumeMount { claim: Some("o/c/datasets/x".into()), ..mount("/data") }],
+        files: vec![file("/data/conf", "x")],
+        ..spec("c", &[])
+    };
+    let error = executor.start(&unique("vfiles-claim"), claimed).await.unwrap_err().to_string();
+    assert!(error.contains("a claim's"), "{error}");
     executor.shutdown().await;
 }

@@ -59,19 +59,30 @@ pub struct Values {
     /// `ScratchVolume.restore_from_snapshot_id`).
     #[serde(default)]
     pub file_system_snapshots: SnapshotValues,
-    /// The PersistentVolumeClaims the cluster has, which registered volumes (VolumeService) name.
-    /// Their data lives under the sandbox root (`.volumes/<namespace>/<name>`), shared by every
-    /// sandbox that mounts them.
+    /// The PersistentVolumeClaims the runners' clusters have, which registered volumes
+    /// (VolumeService) name. A claim is one organization's, in one cluster: its data lives under
+    /// the sandbox root (`.volumes/<organization>/<cluster>/<namespace>/<name>`), shared by the
+    /// sandboxes of that organization that mount it from a runner of that cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub persistent_volume_claims: Vec<ClaimValues>,
 }
 
-/// One PersistentVolumeClaim of the cluster.
+/// A PersistentVolumeClaim of the runners' clusters.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClaimValues {
     pub namespace: String,
     pub name: String,
+    /// The cluster (a runner's `identity.cluster_id`) that has the claim; unset: every cluster
+    /// has a claim of this namespace and name, each its own (its own data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    /// The organization whose runners see the claim; unset: every organization's, each its own
+    /// claim with its own data. A CoreWeave cluster is one organization's, so organizations whose
+    /// runners name one cluster id (tenants get copies of the values' runners) never share a
+    /// claim's data: a volume of another organization's claim is ERROR (not found).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org: Option<String>,
     /// What a registered volume's `capacity` reports (not enforced).
     #[serde(default = "default_claim_capacity")]
     pub capacity: String,

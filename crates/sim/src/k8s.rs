@@ -211,9 +211,14 @@ pub struct VolumeMountStart {
     pub claim: Option<ClaimMount>,
 }
 
-/// A PersistentVolumeClaim of the cluster, by namespace and name.
+/// A PersistentVolumeClaim, by the organization and cluster it is in, its namespace and name:
+/// together they name its data (two organizations, or two clusters, never share a claim's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimMount {
+    /// The organization whose runners see it.
+    pub org: String,
+    /// The cluster (`identity.cluster_id` of the volume's runner) that has it.
+    pub cluster_id: String,
     pub namespace: String,
     pub name: String,
 }

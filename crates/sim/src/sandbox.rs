@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cwsandbox_api::sandbox_v1::{ManagedRunner, RunnerInstallStatus, SandboxMode, SandboxSpec};
+use cwsandbox_api::sandbox_v1::{Container, ManagedRunner, RunnerInstallStatus, SandboxMode, SandboxSpec};
 use prost::Message;
 
 use crate::config::SERVERLESS_POOL;
@@ -1263,6 +1263,33 @@ impl World {
     }
 }
 
+/// Why a container's mounted file cannot be where it is among the container's volume mounts: a
+/// volume is mounted at its path, or it is under a registered volume's mount path. Under a scratch
+/// volume's it is placed on the volume (as Kubernetes places a subPath file over an emptyDir);
+/// under a claim's it is refused: other sandboxes write to a claim while this one starts, so its
+/// mount point could be swapped for a link between its check and the bind.
+fn file_over_volume_problem(spec: &SandboxSpec, container: &Container, path: &str) -> Option<String> {
+    use cwsandbox_api::sandbox_v1::sandbox_volume::Source;
+    let parts = |path: &str| path.split('/').filter(|part| !part.is_empty()).map(str::to_owned).collect::<Vec<_>>();
+    let file = parts(path);
+    container.volume_mounts.iter().enumerate().find_map(|(mount_index, mount)| {
+        let at = parts(&mount.mount_path);
+        if at == file {
+            return Some(format!("volumeMounts[{mount_index}] mounts volume {:?} at this path", mount.volume));
+        }
+        let registered = spec
+            .volumes
+            .iter()
+            .any(|volume| volume.name == mount.volume && matches!(volume.source, Some(Source::VolumeId(_))));
+        (registered && file.starts_with(&at)).then(|| {
+            format!(
+                "under volumeMounts[{mount_index}].mountPath {}, a registered volume's (its claim's data): other sandboxes write to the claim, so a file is not placed on it; mount the file elsewhere",
+                mount.mount_path
+            )
+        })
+    })
+}
+
 /// Checks the fields a sandbox must have before anything else.
 /// The spec as the sandbox keeps it (and a replayed request is compared with): a lone unnamed
 /// container is called `main`; `runner_ids` go with CKS placement only.
@@ -1302,11 +1329,11 @@ pub(crate) fn spec_violations(spec: &SandboxSpec, require_containers: bool) -> V
             violations.push(FieldViolation::new(format!("sandbox.spec.containers[{index}].name"), "required"));
         }
         for (file_index, file) in container.files.iter().enumerate() {
+            let at = format!("sandbox.spec.containers[{index}].files[{file_index}].path");
             if let Some(problem) = mounted_file_problem(&file.path) {
-                violations.push(FieldViolation::new(
-                    format!("sandbox.spec.containers[{index}].files[{file_index}].path"),
-                    problem,
-                ));
+                violations.push(FieldViolation::new(at, problem));
+            } else if let Some(problem) = file_over_volume_problem(spec, container, &file.path) {
+                violations.push(FieldViolation::new(at, problem));
             }
         }
         for (mount_index, mount) in container.volume_mounts.iter().enumerate() {
@@ -1461,6 +1488,8 @@ fn container_inputs(
                 read_only: mount.read_only || claims.get(&mount.volume).is_some_and(|volume| volume.read_only),
                 sub_path: mount.sub_path.trim_matches('/').to_owned(),
                 claim: claims.get(&mount.volume).map(|volume| crate::k8s::ClaimMount {
+                    org: volume.org.clone(),
+                    cluster_id: volume.cluster_id.clone(),
                     namespace: volume.source.namespace.clone(),
                     name: volume.source.claim_name.clone(),
                 }),

@@ -1,8 +1,9 @@
 //! Registered volumes (VolumeService): an organization names an existing PersistentVolumeClaim of
 //! a runner's cluster, the volume is validated against the cluster (VALIDATING, then READY or
 //! ERROR), and sandboxes mount it by id (`SandboxVolume.volume_id`), pinned to its runner. The
-//! claims the cluster has are the values' `persistentVolumeClaims`; their data is kept by the
-//! host (the executor's root), shared by every sandbox that mounts the claim.
+//! claims the clusters have are the values' `persistentVolumeClaims`; their data is kept by the
+//! host (the executor's root), one directory per organization, cluster, namespace and name,
+//! shared by the sandboxes that mount that claim.
 
 use std::collections::HashMap;
 
@@ -131,6 +132,9 @@ pub struct RegisteredVolume {
     pub description: String,
     pub state: VolumeState,
     pub state_reason: String,
+    /// The cluster of its runner (`identity.cluster_id`), as its check found it: the claim is
+    /// this cluster's (empty until checked).
+    pub cluster_id: String,
     /// The claim's capacity and access modes, as its check found them.
     pub capacity: String,
     pub access_modes: Vec<String>,
@@ -165,8 +169,26 @@ fn sub_path_problem(sub_path: &str) -> Option<&'static str> {
     None
 }
 
-/// Checks the values' claims: names are DNS labels, one claim per namespace and name, capacities
-/// are quantities.
+/// Whether a claim of the values is in `cluster_id` for organization `org`.
+fn claim_is_in(claim: &ClaimValues, org: &str, cluster_id: &str) -> bool {
+    claim.cluster_id.as_deref().is_none_or(|cluster| cluster == cluster_id)
+        && claim.org.as_deref().is_none_or(|owner| owner == org)
+}
+
+/// Whether two claims of the values could be the same claim: one namespace and name, in a
+/// cluster and an organization both can be in.
+fn claims_overlap(a: &ClaimValues, b: &ClaimValues) -> bool {
+    fn meet(a: &Option<String>, b: &Option<String>) -> bool {
+        match (a, b) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        }
+    }
+    a.namespace == b.namespace && a.name == b.name && meet(&a.cluster_id, &b.cluster_id) && meet(&a.org, &b.org)
+}
+
+/// Checks the values' claims: names are DNS labels, one claim per namespace and name in a cluster
+/// and organization, capacities are quantities, a `clusterId` or `org` given is not empty.
 pub(crate) fn check_claims(claims: &[ClaimValues]) -> SimResult<()> {
     let mut violations = Vec::new();
     for (index, claim) in claims.iter().enumerate() {
@@ -176,10 +198,23 @@ pub(crate) fn check_claims(claims: &[ClaimValues]) -> SimResult<()> {
         if crate::quantity::Quantity::parse(&claim.capacity).is_err() {
             violations.push(FieldViolation::new(format!("{at}.capacity"), "a quantity such as 10Gi"));
         }
-        if claims[..index].iter().any(|earlier| earlier.namespace == claim.namespace && earlier.name == claim.name) {
+        if claim.cluster_id.as_deref().is_some_and(str::is_empty) {
+            violations.push(FieldViolation::new(
+                format!("{at}.clusterId"),
+                "a runner's cluster id, or unset for every cluster",
+            ));
+        }
+        if claim.org.as_deref().is_some_and(str::is_empty) {
+            violations
+                .push(FieldViolation::new(format!("{at}.org"), "an organization, or unset for every organization"));
+        }
+        if claims[..index].iter().any(|earlier| claims_overlap(earlier, claim)) {
             violations.push(FieldViolation::new(
                 format!("{at}.name"),
-                format!("claim {:?} is listed twice in namespace {:?}", claim.name, claim.namespace),
+                format!(
+                    "claim {:?} is listed twice in namespace {:?} of one cluster and organization",
+                    claim.name, claim.namespace
+                ),
             ));
         }
     }
@@ -238,6 +273,7 @@ impl World {
             description: description.to_owned(),
             state: VolumeState::Validating,
             state_reason: String::new(),
+            cluster_id: String::new(),
             capacity: String::new(),
             access_modes: Vec::new(),
             created: self.now,
@@ -251,7 +287,9 @@ impl World {
         Ok(volume)
     }
 
-    /// Checks every VALIDATING volume against its runner and the cluster's claims.
+    /// Checks every VALIDATING volume against its runner and the claims of the runner's cluster
+    /// that are its organization's: another cluster's claim, or another organization's, is not
+    /// found (ERROR), as Kubernetes finds no claim of that name in the runner's cluster.
     pub(crate) fn check_volumes(&mut self) {
         let now = self.now;
         let claims = &self.values.persistent_volume_claims;
@@ -259,18 +297,29 @@ impl World {
         for volumes in self.volumes.by_org.values_mut() {
             for volume in volumes.values_mut().filter(|volume| volume.state == VolumeState::Validating) {
                 let source = &volume.source;
-                let found =
-                    claims.iter().find(|claim| claim.namespace == source.namespace && claim.name == source.claim_name);
-                let outcome = match (runners.find(&volume.org, &source.runner_id), found) {
-                    (None, _) => Err(format!("runner {:?} not found in the organization", source.runner_id)),
-                    (Some(_), None) => Err(format!(
-                        "persistentvolumeclaims {:?} not found in namespace {:?} of runner {:?}'s cluster",
-                        source.claim_name, source.namespace, source.runner_id
-                    )),
-                    (Some(_), Some(claim)) => Ok(claim.clone()),
+                let cluster_id = runners.find(&volume.org, &source.runner_id).map(|runner| {
+                    runner.identity.as_ref().map(|identity| identity.cluster_id.clone()).unwrap_or_default()
+                });
+                let outcome = match cluster_id {
+                    None => Err(format!("runner {:?} not found in the organization", source.runner_id)),
+                    Some(cluster_id) => claims
+                        .iter()
+                        .find(|claim| {
+                            claim.namespace == source.namespace
+                                && claim.name == source.claim_name
+                                && claim_is_in(claim, &volume.org, &cluster_id)
+                        })
+                        .map(|claim| (claim.clone(), cluster_id.clone()))
+                        .ok_or_else(|| {
+                            format!(
+                                "persistentvolumeclaims {:?} not found in namespace {:?} of runner {:?}'s cluster {cluster_id:?} (for this organization)",
+                                source.claim_name, source.namespace, source.runner_id
+                            )
+                        }),
                 };
                 let transition = match outcome {
-                    Ok(claim) => {
+                    Ok((claim, cluster_id)) => {
+                        volume.cluster_id = cluster_id;
                         volume.capacity = claim.capacity;
                         volume.access_modes = claim.access_modes;
                         volume.state_reason.clear();
@@ -278,6 +327,7 @@ impl World {
                         VolumeTransition::Validate
                     }
                     Err(why) => {
+                        volume.cluster_id.clear();
                         volume.state_reason = why;
                         legal(VolumeTransition::Fail.apply(volume, VolumeState::Error));
                         VolumeTransition::Fail

@@ -22,6 +22,8 @@ fn claim(namespace: &str, name: &str) -> ClaimValues {
         name: name.to_owned(),
         capacity: "50Gi".to_owned(),
         access_modes: vec!["ReadWriteMany".to_owned()],
+        cluster_id: None,
+        org: None,
     }
 }
 
@@ -239,4 +241,149 @@ fn what_a_volume_cannot_be_mounted_with_is_refused_by_name() {
     values.persistent_volume_claims = vec![claim("datasets", "x"), claim("datasets", "x"), claim("Bad", "y")];
     let error = h.world.apply_values(values).unwrap_err();
     assert_eq!(fields(&error), ["persistentVolumeClaims[1].name", "persistentVolumeClaims[2].namespace"]);
+}
+
+/// A claim is one organization's, in one cluster: the volume records its runner's cluster, and
+/// sandboxes' mounts name the organization and cluster with the claim, so two organizations (or
+/// two clusters) with a claim of one namespace and name never name the same data. A claim the
+/// values give to one cluster or one organization is not found anywhere else.
+#[test]
+fn a_claim_is_one_organizations_in_one_cluster() {
+    let mut values = Values::scenario(Scenario::Ready);
+    let runner = |org: &str, id: &str, cluster: &str| RunnerValues {
+        org: org.to_owned(),
+        runner_id: id.to_owned(),
+        cluster_id: cluster.to_owned(),
+        ..values.runners[0].clone()
+    };
+    let runners = vec![
+        runner("org-a", "runner-a", "cluster-1"),
+        runner("org-a", "runner-a2", "cluster-2"),
+        runner("org-b", "runner-b", "cluster-2"),
+        runner("org-b", "runner-b1", "cluster-1"),
+    ];
+    values.runners.extend(runners);
+    let owned = ClaimValues {
+        cluster_id: Some("cluster-1".to_owned()),
+        org: Some("org-a".to_owned()),
+        ..claim("datasets", "owned")
+    };
+    let placed = ClaimValues { cluster_id: Some("cluster-2".to_owned()), ..claim("datasets", "placed") };
+    values.persistent_volume_claims = vec![claim("datasets", "p6claim"), owned, placed];
+    let mut h = harness_with(values);
+    let mut check = |org: &str, id: &str, runner: &str, name: &str| {
+        h.world.create_volume(org, id, source(runner, "datasets", name), false, "", "").unwrap();
+        h.world.get_volume(org, id).unwrap()
+    };
+    // Everyone's claim: each organization's own, in each cluster.
+    let a = check("org-a", "v", "runner-a", "p6claim");
+    let b_far = check("org-b", "far", "runner-b", "p6claim");
+    let b_near = check("org-b", "near", "runner-b1", "p6claim");
+    for (volume, cluster) in [(&a, "cluster-1"), (&b_far, "cluster-2"), (&b_near, "cluster-1")] {
+        assert_eq!(
+            (volume.state, volume.cluster_id.as_str()),
+            (VolumeState::Ready, cluster),
+            "{}",
+            volume.state_reason
+        );
+    }
+    // Org A's claim in cluster 1: not org B's, even there, nor org A's in another cluster.
+    assert_eq!(check("org-a", "owned", "runner-a", "owned").state, VolumeState::Ready);
+    for (org, id, runner) in [("org-b", "taken", "runner-b1"), ("org-a", "elsewhere", "runner-a2")] {
+        let refused = check(org, id, runner, "owned");
+        assert_eq!((refused.state, refused.cluster_id.as_str()), (VolumeState::Error, ""));
+        assert!(
+            refused.state_reason.contains("\"owned\" not found in namespace \"datasets\""),
+            "{}",
+            refused.state_reason
+        );
+        assert!(refused.state_reason.contains(&format!("runner {runner:?}'s cluster")), "{}", refused.state_reason);
+    }
+    // A claim of cluster 2 only: every organization's there, nobody's in cluster 1.
+    assert_eq!(check("org-b", "placed", "runner-b", "placed").state, VolumeState::Ready);
+    assert_eq!(check("org-a", "placed", "runner-a", "placed").state, VolumeState::Error);
+    assert_eq!(check("org-a", "placed2", "runner-a2", "placed").state, VolumeState::Ready);
+
+    // The mount names the organization and the cluster with the claim.
+    let owner = Owner { org: "org-a".to_owned(), user: "alice".to_owned() };
+    let sandbox = h.world.create_sandbox(&owner, mounting("v", &[]), "", "").unwrap();
+    h.advance(1);
+    let claim = h
+        .world
+        .take_effects()
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::StartPod { sandbox_id: Some(id), containers, .. } if *id == sandbox.id => {
+                containers[0].volume_mounts[0].claim.clone()
+            }
+            _ => None,
+        })
+        .expect("the sandbox starts with its claim");
+    assert_eq!(
+        [claim.org.as_str(), claim.cluster_id.as_str(), claim.namespace.as_str(), claim.name.as_str()],
+        ["org-a", "cluster-1", "datasets", "p6claim"]
+    );
+}
+
+#[test]
+fn claims_of_the_values_are_one_per_namespace_and_name_where_their_scopes_meet() {
+    let mut h = world();
+    let scoped = |name: &str, cluster: Option<&str>, org: Option<&str>| ClaimValues {
+        cluster_id: cluster.map(str::to_owned),
+        org: org.map(str::to_owned),
+        ..claim("datasets", name)
+    };
+    let mut values = Values::scenario(Scenario::Ready);
+    values.persistent_volume_claims = vec![
+        scoped("x", Some("c1"), None),
+        scoped("x", Some("c2"), None),
+        scoped("x", Some("c1"), Some("o")),
+        scoped("y", None, Some("o")),
+        scoped("y", None, Some("p")),
+        scoped("y", Some("c1"), None),
+        scoped("z", Some(""), Some("")),
+    ];
+    let error = h.world.apply_values(values).unwrap_err();
+    assert_eq!(
+        fields(&error),
+        [
+            "persistentVolumeClaims[2].name",
+            "persistentVolumeClaims[5].name",
+            "persistentVolumeClaims[6].clusterId",
+            "persistentVolumeClaims[6].org"
+        ]
+    );
+}
+
+/// A mounted file under a registered volume's mount path is refused by name (other sandboxes
+/// write to the claim); under a scratch volume's it is accepted (placed on the volume); at a
+/// volume's mount path itself it is refused.
+#[test]
+fn a_mounted_file_under_a_registered_volumes_mount_path_is_refused_by_name() {
+    use cwsandbox_api::sandbox_v1::{FileMount, ScratchVolume};
+    let mut h = world();
+    h.world
+        .create_volume("default-org", "imagenet", source("cks-runner", "datasets", "imagenet"), false, "", "")
+        .unwrap();
+    let file = |path: &str| FileMount { path: path.to_owned(), content: b"x".to_vec() };
+    let mut spec = mounting("imagenet", &[]);
+    spec.containers[0].files = vec![file("/etc/app.conf"), file("/data/conf/app.yaml")];
+    let refused = h.world.create_sandbox(&alice(), spec.clone(), "", "").unwrap_err();
+    assert_eq!(
+        (refused.reason(), fields(&refused)),
+        (Some(Reason::InvalidRequest), vec!["sandbox.spec.containers[0].files[1].path".to_owned()])
+    );
+    assert!(refused.to_string().contains("registered volume"), "{refused}");
+    // A path that only starts with the mount path's text is not under it.
+    spec.containers[0].files = vec![file("/database/app.yaml")];
+    h.world.create_sandbox(&alice(), spec, "", "").expect("not under /data");
+
+    let mut scratch = mounting("imagenet", &[]);
+    scratch.volumes[0].source = Some(sandbox_volume::Source::Scratch(ScratchVolume::default()));
+    scratch.containers[0].files = vec![file("/data/conf/app.yaml")];
+    h.world.create_sandbox(&alice(), scratch.clone(), "", "").expect("placed on a scratch volume");
+    scratch.containers[0].files = vec![file("/data")];
+    let at_mount = h.world.create_sandbox(&alice(), scratch, "", "").unwrap_err();
+    assert_eq!(fields(&at_mount), ["sandbox.spec.containers[0].files[0].path"]);
+    assert!(at_mount.to_string().contains("mounts volume \"data\" at this path"), "{at_mount}");
 }

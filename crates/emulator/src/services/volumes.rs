@@ -1,5 +1,5 @@
 //! VolumeService: registered volumes naming a PersistentVolumeClaim of a runner's cluster (the
-//! values' `persistentVolumeClaims`). Create and ValidateVolume answer VALIDATING; the claim is
+//! values' `persistentVolumeClaims`, each an organization's own in one cluster). Create and ValidateVolume answer VALIDATING; the claim is
 //! checked by the simulation's next command, so the client's `wait_until_ready()` sees READY or
 //! ERROR at its first poll.
 

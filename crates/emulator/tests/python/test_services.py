@@ -1,4 +1,4 @@
-"""Services (exposed ports) as the published client asks for them: `services=[Service(8000)]` gives
+"""Services (exposed ports) as the published client asks for them: `services=[Service(port=8000)]` gives
 a URL on the host's loopback that reaches a server started in the sandbox (`service_urls`,
 `exposed_ports`); sandboxes with networks of their own can serve the same port each; a
 TLS_PASSTHROUGH endpoint's address is `service_addresses`; what is not emulated (HTTPS endpoints,

@@ -92,7 +92,26 @@ pub(super) fn prepare_layout(
             let bind = rootfs::volume_bind(source, &rootfs.path, host_paths, mount, owner)?;
             rootfs.binds.push(bind);
         }
-        rootfs::place_files(&rootfs.path, files, host_paths, owner)?;
+        // A file under a volume's mount path goes on the volume, bound after it (as Kubernetes
+        // places a subPath file over an emptyDir); the others are written into the root.
+        let mut in_root = Vec::new();
+        let mut on_volumes = Vec::new();
+        for file in files {
+            match crate::file_mounts::volume_over(&plan.volume_mounts, &file.path)? {
+                Some(_) => on_volumes.push(file),
+                None => in_root.push(file.clone()),
+            }
+        }
+        rootfs::place_files(&rootfs.path, &in_root, host_paths, owner)?;
+        let file_binds = crate::file_mounts::bind_on_volumes(
+            dir,
+            &rootfs.path,
+            &plan.volume_mounts,
+            &on_volumes,
+            owner,
+            |volume| rootfs::volume_dir(dir, volume, owner),
+        )?;
+        rootfs.binds.extend(file_binds);
         return Ok(Layout { working_dir: rootfs.working_dir.clone(), sidecar_dirs, rootfs: Some(rootfs) });
     }
     if let Some(mount) = plan.volume_mounts.first() {

@@ -9,7 +9,8 @@ mod sidecars;
 mod snapshots;
 pub use self::snapshots::SNAPSHOTS_DIR;
 
-/// The directory of the root that holds the claims' data (`<namespace>/<name>`).
+/// The directory of the root that holds the claims' data (`<organization>/<cluster>/<namespace>/<name>`
+/// for the emulator: [`crate::VolumeMount::claim`]).
 pub const CLAIMS_DIR: &str = ".volumes";
 mod spares;
 mod validate;

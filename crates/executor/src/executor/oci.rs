@@ -821,6 +821,9 @@ pub(super) fn prepare_sandbox(
     claims_dir: &Path,
 ) -> Result<(ContainerPlan, Option<PreparedContainer>), String> {
     use std::io::Write;
+    // The files are bound after the volumes, so one under a volume's mount path is placed on it
+    // (the runtime makes its mount point inside the volume); none goes under a claim's.
+    crate::file_mounts::check(mounts, files)?;
     let image = open_dir(&plan.image)
         .map_err(|error| format!("cannot open the image's root {}: {error}", plan.image.display()))?;
     let program = plan.argv.first().cloned().unwrap_or_default();

@@ -65,10 +65,9 @@ pub(super) fn validate_spec(spec: &LaunchSpec) -> Result<(), ExecutorError> {
     validate_working_dir(spec.working_dir.as_deref())?;
     for mount in &spec.volume_mounts {
         if let Some(claim) = &mount.claim {
-            let claim_ok = claim.split_once('/').is_some_and(|(namespace, name)| is_label(namespace) && is_label(name));
-            if !claim_ok {
+            if !is_claim_key(claim) {
                 return Err(ExecutorError::InvalidRequest(format!(
-                    "invalid claim {claim:?}: its namespace and name, as namespace/name"
+                    "invalid claim {claim:?}: 2 to 8 segments separated by '/', each 1 to 63 of a-z, 0-9, '-' and '_' (e.g. organization/cluster/namespace/name)"
                 )));
             }
             if !mount.sub_path.trim_matches('/').is_empty() || mount.restore_from.is_some() {
@@ -88,6 +87,7 @@ pub(super) fn validate_spec(spec: &LaunchSpec) -> Result<(), ExecutorError> {
             return Err(ExecutorError::InvalidRequest(format!("invalid volume sub-path {:?}", mount.sub_path)));
         }
     }
+    crate::file_mounts::check(&spec.volume_mounts, &spec.files).map_err(ExecutorError::InvalidRequest)?;
     let mut names = std::collections::HashSet::from([spec.name.as_str()]);
     for sidecar in &spec.sidecars {
         if sidecar.name.is_empty() || sidecar.name.contains('\0') {
@@ -118,6 +118,21 @@ pub(super) fn validate_exec(request: &ExecRequest) -> Result<(), ExecutorError> 
     }
     validate_env(&request.env)?;
     validate_working_dir(request.working_dir.as_deref())
+}
+
+/// Whether `claim` is a key the claims' directory can hold: 2 to 8 segments, each a directory
+/// name of a DNS label's characters or `_` (never `.`, `..`, `/` or NUL), so the path made of it
+/// stays inside the claims' directory.
+pub(super) fn is_claim_key(claim: &str) -> bool {
+    let segments: Vec<&str> = claim.split('/').collect();
+    (2..=8).contains(&segments.len())
+        && segments.iter().all(|segment| {
+            !segment.is_empty()
+                && segment.len() <= 63
+                && segment
+                    .bytes()
+                    .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || b"-_".contains(&byte))
+        })
 }
 
 /// Whether `text` can name a volume or a claim's part: a DNS label's characters, 1 to 63 of them
