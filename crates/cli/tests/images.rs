@@ -183,8 +183,8 @@ fn a_mirror_in_the_values_serves_docker_hub_names() {
     let (silent, upstream) = (free_port().unwrap(), free_port().unwrap());
     let dir = tempfile::tempdir().unwrap();
     let values = dir.path().join("values.yaml");
-    // `kind: oci` in the values too: the image puller reads the values' kind, not `--runtime`
-    // (issue 32 item 8), and under `auto` an unreachable registry runs the host's programs.
+    // `kind: oci` (as `--runtime oci`): under `auto` an unreachable registry runs the host's
+    // programs instead of failing the pull.
     std::fs::write(
         &values,
         format!(
