@@ -860,7 +860,7 @@ impl Executor {
         }
         let path = files::resolve(path, files_dir(&sandbox, container)?)?;
         let content = content.to_vec();
-        let Some(request) = self.sandbox_file_request(&sandbox, container, FileAccess::Write, &path)? else {
+        let Some(request) = self.sandbox_file_request(&sandbox, &running, container, FileAccess::Write, &path)? else {
             // Plain mode: the host's files, with the emulator's rights (it isolates nothing).
             return self.file_operation(async { Ok(()) }, move |()| files::write(&running.root, &path, &content)).await;
         };
@@ -870,15 +870,17 @@ impl Executor {
     }
 
     /// How a file helper of `container` opens `path`: with the ids an exec'd command of that
-    /// container runs as. `None` in plain mode, which has no helpers.
+    /// container runs as. `None` for a sandbox without namespaces of its own (plain mode), which
+    /// has no helpers.
     fn sandbox_file_request(
         &self,
         sandbox: &Sandbox,
+        running: &Running,
         container: Option<&str>,
         access: FileAccess,
         path: &str,
     ) -> Result<Option<FileRequest>, FileError> {
-        if self.inner.mode == Mode::Plain && sandbox.oci.is_none() {
+        if running.namespaces.is_none() {
             return Ok(None);
         }
         let context = sandbox
@@ -929,7 +931,7 @@ impl Executor {
         let (sandbox, running) = self.running_for_files(id)?;
         let max = self.inner.config.max_file_bytes;
         let path = files::resolve(path, files_dir(&sandbox, container)?)?;
-        let Some(request) = self.sandbox_file_request(&sandbox, container, FileAccess::Read, &path)? else {
+        let Some(request) = self.sandbox_file_request(&sandbox, &running, container, FileAccess::Read, &path)? else {
             // Plain mode: the host's files, with the emulator's rights (it isolates nothing).
             return self.file_operation(async { Ok(()) }, move |()| files::read(&running.root, &path, max)).await;
         };
