@@ -25,7 +25,9 @@ use libc::c_int;
 use crate::activation::{Reader, put_bytes, put_ids};
 use crate::error::FileError;
 use crate::message_socket::MessageSocket;
-use crate::sys::{self, close_fds_except, drop_bounding_set, errno, exit, limit_capabilities, switch_ids};
+use crate::sys::{
+    self, clear_capabilities, close_fds_except, drop_bounding_set, errno, exit, limit_capabilities, switch_ids,
+};
 use crate::zygote::Zygote;
 
 /// What the descriptor is opened for.
@@ -285,23 +287,6 @@ fn make_dir(prefix: &[u8]) -> Result<(), c_int> {
     let Ok(prefix) = CString::new(prefix) else { return Err(libc::EINVAL) };
     // SAFETY: a valid C string.
     if unsafe { libc::mkdir(prefix.as_ptr(), 0o755) } != 0 && errno() != libc::EEXIST {
-        return Err(errno());
-    }
-    Ok(())
-}
-
-/// Empties the effective, permitted and inheritable capability sets.
-fn clear_capabilities() -> Result<(), c_int> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: c_int,
-    }
-    const VERSION_3: u32 = 0x2008_0522;
-    let mut header = Header { version: VERSION_3, pid: 0 };
-    let data = [0u32; 6];
-    // SAFETY: capset reads two three-word records for a version 3 header.
-    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
         return Err(errno());
     }
     Ok(())

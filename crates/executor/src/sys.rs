@@ -547,6 +547,22 @@ pub(crate) fn switch_ids(switch_to: Option<(u32, u32)>) -> Result<(), c_int> {
 /// with the bounding set [`drop_bounding_set`] leaves, without the `execve`. Lowering the
 /// sets keeps the parent death signal (the kernel clears it only when they grow).
 pub(crate) fn limit_capabilities() -> Result<(), c_int> {
+    let mut kept = [0u32; 2];
+    for &capability in KEPT_CAPABILITIES {
+        kept[capability as usize / 32] |= 1 << (capability % 32);
+    }
+    keep_capabilities(kept)
+}
+
+/// Empties the effective, permitted and inheritable sets: what `execve` as a user other than
+/// root leaves. Fork-safe.
+pub(crate) fn clear_capabilities() -> Result<(), c_int> {
+    keep_capabilities([0, 0])
+}
+
+/// Keeps only the capabilities of the `kept` mask (two 32-bit halves) in the effective and
+/// permitted sets; the inheritable set is emptied.
+fn keep_capabilities(kept: [u32; 2]) -> Result<(), c_int> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -560,10 +576,6 @@ pub(crate) fn limit_capabilities() -> Result<(), c_int> {
         inheritable: u32,
     }
     const VERSION_3: u32 = 0x2008_0522;
-    let mut kept = [0u32; 2];
-    for &capability in KEPT_CAPABILITIES {
-        kept[capability as usize / 32] |= 1 << (capability % 32);
-    }
     let mut header = Header { version: VERSION_3, pid: 0 };
     let mut data = [Data::default(); 2];
     // SAFETY: capget fills two Data records for a version 3 header.
