@@ -95,6 +95,30 @@ def test_unknown_settings_are_refused_before_anything_starts():
         Emulator(timing="slow")
     with pytest.raises(ValueError, match="scenario"):
         Emulator(scenario="empty")
+    with pytest.raises(ValueError, match="runtime"):
+        Emulator(runtime="docker")
+
+
+def test_the_runtime_is_the_host_processes_unless_the_user_chose_one(monkeypatch):
+    monkeypatch.delenv("CWSANDBOX_EMULATOR_RUNTIME", raising=False)
+    # On a machine with runc the binary's own default (`auto`) would run images: the helper's is
+    # the host's programs, so a suite is as instant and offline here as anywhere.
+    with Emulator() as emu:
+        assert emu.runtime == "process"
+        assert emu.container_runtime == "process"
+    # The user's variable is their choice: no --runtime overrides it. `oci` with a runc that does
+    # not exist fails to start, on any machine, naming the runtime it was told to use.
+    missing_runc = {"containerRuntime": {"runc": "/nonexistent/runc"}}
+    for emulator in (
+        Emulator(values=missing_runc, env={"CWSANDBOX_EMULATOR_RUNTIME": "oci"}),
+        Emulator(values=missing_runc, runtime="oci"),
+    ):
+        with pytest.raises(EmulatorError, match="runc"):
+            emulator.start()
+    assert Emulator(env={"CWSANDBOX_EMULATOR_RUNTIME": "oci"}).runtime is None
+    monkeypatch.setenv("CWSANDBOX_EMULATOR_RUNTIME", "auto")
+    assert Emulator().runtime is None
+    assert Emulator(runtime="process").runtime == "process"
 
 
 def test_sandboxes_left_running_end_with_the_emulator(monkeypatch):

@@ -102,6 +102,7 @@ def test_options_from_the_ini_file_and_the_command_line(pytester):
                 assert cwsandbox_emulator.values()["sandboxes"]["retentionSeconds"] == 321
                 assert cwsandbox_emulator.scenario == "fresh"
                 assert cwsandbox_emulator.timing == (request.config.getoption("cwsandbox_timing") or "instant")
+                assert cwsandbox_emulator.runtime == (request.config.getoption("cwsandbox_runtime") or "process")
             """
         )
     )
@@ -109,6 +110,8 @@ def test_options_from_the_ini_file_and_the_command_line(pytester):
     run(pytester, "--cwsandbox-timing", "realistic").assert_outcomes(passed=1)
     result = run(pytester, "--cwsandbox-timing", "slow")
     result.stderr.fnmatch_lines(["*invalid choice*slow*"])
+    result = run(pytester, "--cwsandbox-runtime", "docker")
+    result.stderr.fnmatch_lines(["*invalid choice*docker*"])
 
 
 def test_the_target_mode_runs_against_another_endpoint_and_skips_emulator_only_helpers(pytester, monkeypatch):

@@ -23,6 +23,11 @@ from ._helpers import Clock, Faults, Slurm, WorldView
 ValuesArg = Union[str, "os.PathLike[str]", Mapping[str, Any]]
 
 TIMINGS = ("instant", "realistic")
+# What runs a sandbox's commands (`serve --runtime`): the host's programs in namespaces, runc with
+# the sandbox's image, or runc where it works and the host's programs elsewhere.
+RUNTIMES = ("process", "oci", "auto")
+# The environment variable the binary reads for its runtime: set, it is the user's choice.
+RUNTIME_ENV = "CWSANDBOX_EMULATOR_RUNTIME"
 SCENARIOS = ("ready", "fresh")
 # A debug build on a busy machine may take a while to be ready, and to stop (its own stop is
 # bounded at ten seconds, its sandboxes' grace periods included).
@@ -125,7 +130,11 @@ class Emulator(WorldView):
 
     `values`: values files (paths) or dicts, overlaid in order like `-f`. `scenario`: `ready`
     (default) or `fresh`. `timing`: `instant` (default here) or `realistic`; None passes no
-    `--timing`. `args`: more `serve` arguments. The stop fails (OrphanError) if any process of
+    `--timing`. `runtime`: `process` (default here), `oci` or `auto`; None passes no `--runtime`
+    (the binary's own default, `auto`, or $CWSANDBOX_EMULATOR_RUNTIME). The default is `process`
+    unless $CWSANDBOX_EMULATOR_RUNTIME is set: a test suite stays instant and hermetic on machines
+    with runc too, where `auto` would pull each sandbox's image from its registry (see the README).
+    `args`: more `serve` arguments. The stop fails (OrphanError) if any process of
     its sandboxes outlived it."""
 
     # The pytest plugin's stand-in for a real service (--cwsandbox-target) says True.
@@ -137,6 +146,7 @@ class Emulator(WorldView):
         *,
         scenario: Optional[str] = None,
         timing: Optional[str] = "instant",
+        runtime: Optional[str] = "",
         args: Iterable[str] = (),
         env: Optional[Mapping[str, str]] = None,
         binary_path: Optional[str] = None,
@@ -146,9 +156,14 @@ class Emulator(WorldView):
             raise ValueError(f"scenario must be one of {SCENARIOS}, got {scenario!r}")
         if timing is not None and timing not in TIMINGS:
             raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
+        if runtime == "":
+            runtime = None if (env or {}).get(RUNTIME_ENV) or os.environ.get(RUNTIME_ENV) else "process"
+        if runtime is not None and runtime not in RUNTIMES:
+            raise ValueError(f"runtime must be one of {RUNTIMES}, got {runtime!r}")
         self._values = values
         self.scenario = scenario
         self.timing = timing
+        self.runtime = runtime
         self._args = list(args)
         self._env = dict(env or {})
         self._binary = binary_path
@@ -188,6 +203,8 @@ class Emulator(WorldView):
             command += ["--scenario", self.scenario]
         if self.timing:
             command += ["--timing", self.timing]
+        if self.runtime:
+            command += ["--runtime", self.runtime]
         command += self._args
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "info")
@@ -331,6 +348,11 @@ class Emulator(WorldView):
     @property
     def isolation(self) -> str:
         return self.ready.get("isolation", "")
+
+    @property
+    def container_runtime(self) -> str:
+        """What runs the sandboxes' commands, as the emulator reports it (`process`, `oci`…)."""
+        return self.ready.get("container_runtime", "")
 
     @property
     def kubeconfig(self) -> str:

@@ -6,6 +6,8 @@ Options (command line, or the same name with underscores in the ini file, e.g. `
   file): values files overlaid in order, like `serve -f`.
 - `--cwsandbox-scenario ready|fresh` (default: the emulator's, `ready`).
 - `--cwsandbox-timing instant|realistic` (default `instant`).
+- `--cwsandbox-runtime process|oci|auto` (default `process`, or the binary's own choice when
+  $CWSANDBOX_EMULATOR_RUNTIME is set): what runs the sandboxes' commands.
 - `--cwsandbox-target URL`: start no emulator; the tests get that endpoint with the user's own
   `CWSANDBOX_API_KEY` and runner id (`--cwsandbox-runner-id` or `CWSANDBOX_RUNNER_ID`). Tests
   that use an emulator-only helper (clock, faults, slurm, pods, events, values, reset, tenants'
@@ -20,7 +22,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
-from ._emulator import SCENARIOS, TIMINGS, Emulator, Tenant
+from ._emulator import RUNTIMES, SCENARIOS, TIMINGS, Emulator, Tenant
 
 TARGET_ENV = "CWSANDBOX_TARGET"
 RUNNER_ENV = "CWSANDBOX_RUNNER_ID"
@@ -43,6 +45,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="timing profile of the emulator (default: instant)",
     )
     group.addoption(
+        "--cwsandbox-runtime",
+        choices=RUNTIMES,
+        help="what runs the sandboxes' commands (default: process, unless $CWSANDBOX_EMULATOR_RUNTIME is set)",
+    )
+    group.addoption(
         "--cwsandbox-target",
         metavar="URL",
         help=f"run against this endpoint instead of an emulator (also ${TARGET_ENV}); needs CWSANDBOX_API_KEY",
@@ -51,6 +58,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("cwsandbox_values", "values files for the emulator, relative to the ini file", type="linelist", default=[])
     parser.addini("cwsandbox_scenario", "the emulator's starting point: ready or fresh", default="")
     parser.addini("cwsandbox_timing", "timing profile: instant (default) or realistic", default="instant")
+    parser.addini("cwsandbox_runtime", "what runs the sandboxes' commands: process (default), oci or auto", default="")
     parser.addini("cwsandbox_target", "an endpoint to run against instead of an emulator", default="")
     parser.addini("cwsandbox_runner_id", "the runner id with cwsandbox_target", default="")
 
@@ -67,6 +75,10 @@ class Settings:
         if timing and timing not in TIMINGS:
             raise pytest.UsageError(f"cwsandbox_timing must be one of {', '.join(TIMINGS)}, got {timing!r}")
         self.timing: Optional[str] = timing or None
+        # Empty: the Emulator's default (process, unless $CWSANDBOX_EMULATOR_RUNTIME is set).
+        self.runtime: str = config.getoption("cwsandbox_runtime") or config.getini("cwsandbox_runtime")
+        if self.runtime and self.runtime not in RUNTIMES:
+            raise pytest.UsageError(f"cwsandbox_runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
         if self.scenario and self.scenario not in SCENARIOS:
             raise pytest.UsageError(f"cwsandbox_scenario must be one of {', '.join(SCENARIOS)}, got {self.scenario!r}")
         self.target: str = config.getoption("cwsandbox_target") or os.environ.get(TARGET_ENV) or config.getini("cwsandbox_target")
@@ -94,7 +106,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     settings = Settings(config)
     if settings.target:
         return f"cwsandbox: target {settings.target} (emulator-only helpers skip)"
-    return f"cwsandbox: emulator, timing {settings.timing or 'default'}, scenario {settings.scenario or 'ready'}"
+    return (
+        f"cwsandbox: emulator, timing {settings.timing or 'default'}, scenario {settings.scenario or 'ready'}, "
+        f"runtime {settings.runtime or 'default'}"
+    )
 
 
 TARGET_REASON = "emulator-only helper {name!r}: --cwsandbox-target runs against a real service"
@@ -160,7 +175,7 @@ def cwsandbox_emulator(request: pytest.FixtureRequest) -> Iterator[Any]:
     if settings.target:
         yield Target(settings.target, os.environ.get("CWSANDBOX_API_KEY", ""), settings.runner_id)
         return
-    emulator = Emulator(values=settings.values, scenario=settings.scenario, timing=settings.timing)
+    emulator = Emulator(values=settings.values, scenario=settings.scenario, timing=settings.timing, runtime=settings.runtime)
     emulator.start()
     try:
         yield emulator
