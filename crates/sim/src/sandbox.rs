@@ -13,7 +13,7 @@ use crate::config::SERVERLESS_POOL;
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::ids::{IdHash, SharedStr};
 use crate::k8s::{ContainerInputs, ContainerState, Labels, Pod, PodContainer, PodOwner, PodPhase, requested_by};
-use crate::machine::IllegalTransition;
+use crate::machine::{IllegalTransition, Phase, phases, transitions};
 use crate::pager::Pager;
 use crate::policy::MAX_LIFETIME_SECONDS;
 use crate::policy::{self, PreparedPolicy, RuntimeDefaults};
@@ -86,12 +86,14 @@ enum Life {
     Ended { state: SandboxState, reason: String, exit_code: Option<i32>, at: SimTime },
 }
 
-/// The phase of a sandbox's life, without what each phase carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LifePhase {
-    Live,
-    TearingDown,
-    Ended,
+phases! {
+    /// The phase of a sandbox's life, without what each phase carries.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum LifePhase {
+        Live => "LIVE",
+        TearingDown => "TEARING_DOWN",
+        Ended => "ENDED",
+    }
 }
 
 impl Life {
@@ -110,7 +112,8 @@ impl Life {
         to: Life,
     ) -> Result<(), IllegalTransition<SandboxTransition>> {
         let phase = self.phase();
-        if !transition.allowed_from().contains(&phase) || transition.leads_to() != Some(to.phase()) {
+        transition.check_from(phase)?;
+        if !transition.leads_to().contains(&to.phase()) {
             return Err(IllegalTransition { transition, state: phase.name() });
         }
         *self = to;
@@ -118,89 +121,32 @@ impl Life {
     }
 }
 
-impl LifePhase {
-    fn name(self) -> &'static str {
-        match self {
-            LifePhase::Live => "LIVE",
-            LifePhase::TearingDown => "TEARING_DOWN",
-            LifePhase::Ended => "ENDED",
-        }
+transitions! {
+    machine "sandbox";
+    /// Named sandbox transitions, counted for coverage.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum SandboxTransition {
+        /// Created.
+        Create => "sandbox_create" from [] to [Live],
+        /// Create replayed with the same request id.
+        Replay => "sandbox_replay" from [] to [Live],
+        /// Deletion requested.
+        Delete => "sandbox_delete" from [Live] to [TearingDown],
+        /// Its Pod was deleted directly (`kubectl delete pod`).
+        PodDeleted => "sandbox_pod_deleted" from [Live] to [TearingDown],
+        /// Lifetime expired.
+        Expire => "sandbox_expire" from [Live] to [TearingDown],
+        /// Pod gone: ended.
+        End => "sandbox_end" from [Live, TearingDown] to [Ended],
+        /// Main process exited or kubelet refused the Pod.
+        Finish => "sandbox_finish" from [Live] to [Ended],
+        /// Dropped after retention.
+        Forget => "sandbox_forget" from [Ended] to [],
     }
-}
-
-/// Named sandbox transitions, counted for coverage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SandboxTransition {
-    /// Created.
-    Create,
-    /// Create replayed with the same request id.
-    Replay,
-    /// Deletion requested.
-    Delete,
-    /// Its Pod was deleted directly (`kubectl delete pod`).
-    PodDeleted,
-    /// Lifetime expired.
-    Expire,
-    /// Pod gone: ended.
-    End,
-    /// Main process exited or kubelet refused the Pod.
-    Finish,
-    /// Dropped after retention.
-    Forget,
-}
-
-impl crate::machine::Transition for SandboxTransition {
-    const MACHINE: &'static str = "sandbox";
-    const ALL: &'static [SandboxTransition] = &[
-        SandboxTransition::Create,
-        SandboxTransition::Replay,
-        SandboxTransition::Delete,
-        SandboxTransition::PodDeleted,
-        SandboxTransition::Expire,
-        SandboxTransition::End,
-        SandboxTransition::Finish,
-        SandboxTransition::Forget,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            SandboxTransition::Create => "sandbox_create",
-            SandboxTransition::Replay => "sandbox_replay",
-            SandboxTransition::Delete => "sandbox_delete",
-            SandboxTransition::PodDeleted => "sandbox_pod_deleted",
-            SandboxTransition::Expire => "sandbox_expire",
-            SandboxTransition::End => "sandbox_end",
-            SandboxTransition::Finish => "sandbox_finish",
-            SandboxTransition::Forget => "sandbox_forget",
-        }
-    }
-}
-
-impl SandboxTransition {
     /// The phases this transition may start from (creation starts from no sandbox).
-    fn allowed_from(self) -> &'static [LifePhase] {
-        match self {
-            SandboxTransition::Create | SandboxTransition::Replay => &[],
-            SandboxTransition::Delete
-            | SandboxTransition::PodDeleted
-            | SandboxTransition::Expire
-            | SandboxTransition::Finish => &[LifePhase::Live],
-            SandboxTransition::End => &[LifePhase::Live, LifePhase::TearingDown],
-            SandboxTransition::Forget => &[LifePhase::Ended],
-        }
-    }
-
-    /// The phase it leads to (`None`: out of the world).
-    fn leads_to(self) -> Option<LifePhase> {
-        match self {
-            SandboxTransition::Create | SandboxTransition::Replay => Some(LifePhase::Live),
-            SandboxTransition::Delete | SandboxTransition::PodDeleted | SandboxTransition::Expire => {
-                Some(LifePhase::TearingDown)
-            }
-            SandboxTransition::Finish | SandboxTransition::End => Some(LifePhase::Ended),
-            SandboxTransition::Forget => None,
-        }
-    }
+    fn allowed_from(self) -> &'static [LifePhase];
+    /// The phase it leads to (none: it leaves the world).
+    fn leads_to(self) -> &'static [LifePhase];
 }
 
 /// What never changes about a sandbox once created; shared by every view of it.

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::ids::SharedStr;
-use crate::machine::IllegalTransition;
+use crate::machine::{IllegalTransition, Phase, phases, transitions};
 use crate::pager::Pager;
 use crate::sandbox::SandboxState;
 use crate::time::SimTime;
@@ -17,27 +17,18 @@ use crate::world::{World, legal};
 const DEFAULT_PAGE_SIZE: usize = 50;
 const MAX_PAGE_SIZE: usize = 1000;
 
-/// The life of a snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SnapshotState {
-    /// Its files are being copied.
-    Creating,
-    /// Complete: it can be restored from.
-    Ready,
-    /// The copy failed; `state_reason` says why.
-    Failed,
-    /// Deleted: what DeleteFileSystemSnapshot answers before the record goes.
-    Deleting,
-}
-
-impl SnapshotState {
-    fn name(self) -> &'static str {
-        match self {
-            SnapshotState::Creating => "CREATING",
-            SnapshotState::Ready => "READY",
-            SnapshotState::Failed => "FAILED",
-            SnapshotState::Deleting => "DELETING",
-        }
+phases! {
+    /// The life of a snapshot.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum SnapshotState {
+        /// Its files are being copied.
+        Creating => "CREATING",
+        /// Complete: it can be restored from.
+        Ready => "READY",
+        /// The copy failed; `state_reason` says why.
+        Failed => "FAILED",
+        /// Deleted: what DeleteFileSystemSnapshot answers before the record goes.
+        Deleting => "DELETING",
     }
 }
 
@@ -50,55 +41,29 @@ pub enum SnapshotTrigger {
     OnDelete,
 }
 
-/// Named snapshot transitions, counted for coverage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SnapshotTransition {
-    /// A capture began.
-    Begin,
-    /// A capture asked again with the same request id: the first one's record.
-    Replay,
-    /// The files were copied.
-    Complete,
-    /// The copy failed.
-    Fail,
-    /// Deleted.
-    Delete,
-}
-
-impl crate::machine::Transition for SnapshotTransition {
-    const MACHINE: &'static str = "snapshot";
-    const ALL: &'static [SnapshotTransition] = &[
-        SnapshotTransition::Begin,
-        SnapshotTransition::Replay,
-        SnapshotTransition::Complete,
-        SnapshotTransition::Fail,
-        SnapshotTransition::Delete,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            SnapshotTransition::Begin => "snapshot_begin",
-            SnapshotTransition::Replay => "snapshot_replay",
-            SnapshotTransition::Complete => "snapshot_complete",
-            SnapshotTransition::Fail => "snapshot_fail",
-            SnapshotTransition::Delete => "snapshot_delete",
-        }
+transitions! {
+    machine "snapshot";
+    /// Named snapshot transitions, counted for coverage.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum SnapshotTransition {
+        /// A capture began.
+        Begin => "snapshot_begin" from [],
+        /// A capture asked again with the same request id: the first one's record.
+        Replay => "snapshot_replay" from [],
+        /// The files were copied.
+        Complete => "snapshot_complete" from [Creating],
+        /// The copy failed.
+        Fail => "snapshot_fail" from [Creating],
+        /// Deleted.
+        Delete => "snapshot_delete" from [Ready, Failed],
     }
+    /// The states each transition may start from (a capture starts from no snapshot).
+    fn allowed_from(self) -> &'static [SnapshotState];
 }
 
 impl SnapshotTransition {
-    fn allowed_from(self) -> &'static [SnapshotState] {
-        match self {
-            SnapshotTransition::Begin | SnapshotTransition::Replay => &[],
-            SnapshotTransition::Complete | SnapshotTransition::Fail => &[SnapshotState::Creating],
-            SnapshotTransition::Delete => &[SnapshotState::Ready, SnapshotState::Failed],
-        }
-    }
-
     fn apply(self, record: &mut FileSystemSnapshot, to: SnapshotState) -> Result<(), IllegalTransition<Self>> {
-        if !self.allowed_from().contains(&record.state) {
-            return Err(IllegalTransition { transition: self, state: record.state.name() });
-        }
+        self.check_from(record.state)?;
         record.state = to;
         Ok(())
     }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use crate::config::ClaimValues;
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
-use crate::machine::IllegalTransition;
+use crate::machine::{IllegalTransition, Phase, phases, transitions};
 use crate::pager::Pager;
 use crate::time::SimTime;
 use crate::world::{World, legal};
@@ -17,84 +17,46 @@ use crate::world::{World, legal};
 const DEFAULT_PAGE_SIZE: usize = 50;
 const MAX_PAGE_SIZE: usize = 1000;
 
-/// The life of a registered volume.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum VolumeState {
-    /// Being checked against its runner's cluster (until the next command of the world).
-    Validating,
-    /// The claim exists: sandboxes may mount it.
-    Ready,
-    /// The check failed; `state_reason` says why.
-    Error,
-    /// Deleted: what DeleteVolume answers before the record goes.
-    Deleting,
-}
-
-impl VolumeState {
-    /// The state's API name.
-    pub fn name(self) -> &'static str {
-        match self {
-            VolumeState::Validating => "VALIDATING",
-            VolumeState::Ready => "READY",
-            VolumeState::Error => "ERROR",
-            VolumeState::Deleting => "DELETING",
-        }
+phases! {
+    /// The life of a registered volume.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum VolumeState {
+        /// Being checked against its runner's cluster (until the next command of the world).
+        Validating => "VALIDATING",
+        /// The claim exists: sandboxes may mount it.
+        Ready => "READY",
+        /// The check failed; `state_reason` says why.
+        Error => "ERROR",
+        /// Deleted: what DeleteVolume answers before the record goes.
+        Deleting => "DELETING",
     }
 }
 
-/// Named volume transitions, counted for coverage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VolumeTransition {
-    /// Registered.
-    Create,
-    /// Create asked again with the same request id.
-    Replay,
-    /// The claim was found.
-    Validate,
-    /// The claim (or the runner) was not found.
-    Fail,
-    /// ValidateVolume asked for a new check.
-    Recheck,
-    /// Deleted.
-    Delete,
-}
-
-impl crate::machine::Transition for VolumeTransition {
-    const MACHINE: &'static str = "volume";
-    const ALL: &'static [VolumeTransition] = &[
-        VolumeTransition::Create,
-        VolumeTransition::Replay,
-        VolumeTransition::Validate,
-        VolumeTransition::Fail,
-        VolumeTransition::Recheck,
-        VolumeTransition::Delete,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            VolumeTransition::Create => "volume_create",
-            VolumeTransition::Replay => "volume_replay",
-            VolumeTransition::Validate => "volume_validate",
-            VolumeTransition::Fail => "volume_fail",
-            VolumeTransition::Recheck => "volume_recheck",
-            VolumeTransition::Delete => "volume_delete",
-        }
+transitions! {
+    machine "volume";
+    /// Named volume transitions, counted for coverage.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum VolumeTransition {
+        /// Registered.
+        Create => "volume_create" from [],
+        /// Create asked again with the same request id.
+        Replay => "volume_replay" from [],
+        /// The claim was found.
+        Validate => "volume_validate" from [Validating],
+        /// The claim (or the runner) was not found.
+        Fail => "volume_fail" from [Validating],
+        /// ValidateVolume asked for a new check.
+        Recheck => "volume_recheck" from [Ready, Error],
+        /// Deleted.
+        Delete => "volume_delete" from [Ready, Error],
     }
+    /// The states each transition may start from (registering starts from no volume).
+    fn allowed_from(self) -> &'static [VolumeState];
 }
 
 impl VolumeTransition {
-    fn allowed_from(self) -> &'static [VolumeState] {
-        match self {
-            VolumeTransition::Create | VolumeTransition::Replay => &[],
-            VolumeTransition::Validate | VolumeTransition::Fail => &[VolumeState::Validating],
-            VolumeTransition::Recheck | VolumeTransition::Delete => &[VolumeState::Ready, VolumeState::Error],
-        }
-    }
-
     fn apply(self, volume: &mut RegisteredVolume, to: VolumeState) -> Result<(), IllegalTransition<Self>> {
-        if !self.allowed_from().contains(&volume.state) {
-            return Err(IllegalTransition { transition: self, state: volume.state.name() });
-        }
+        self.check_from(volume.state)?;
         volume.state = to;
         Ok(())
     }

@@ -2,53 +2,30 @@
 //! and `RunnerRecord::transition`, the only writer of a runner's status fields.
 
 use super::*;
+use crate::machine::transitions;
 
-/// One named step of a runner's state machines. Every change of install, connection, rollout or
-/// existence state goes through exactly one of these, so tests can count them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum RunnerTransition {
-    /// PENDING → PROVISIONING: the installer picked the runner up.
-    BeginInstall,
-    /// PROVISIONING → READY: installed, CONNECTED, first heartbeat.
-    CompleteInstall,
-    /// PENDING | PROVISIONING → FAILED, with `install_error` (an injected fault).
-    FailInstall,
-    /// READY → READY: the runner reported to the gateway (`last_heartbeat_time` moves).
-    Heartbeat,
-    /// No rollout → rollout: ApplyAvailableUpdate accepted (`target_revision` + 1).
-    StartRollout,
-    /// Rollout → no rollout: `active_revision` reaches `target_revision`.
-    CompleteRollout,
-    /// Anything but DELETING → DELETING.
-    BeginDelete,
-    /// DELETING → gone: the runner is removed and Get answers NOT_FOUND.
-    FinishDelete,
-}
-
-impl Transition for RunnerTransition {
-    const MACHINE: &'static str = "runner";
-    const ALL: &'static [RunnerTransition] = &[
-        RunnerTransition::BeginInstall,
-        RunnerTransition::CompleteInstall,
-        RunnerTransition::FailInstall,
-        RunnerTransition::Heartbeat,
-        RunnerTransition::StartRollout,
-        RunnerTransition::CompleteRollout,
-        RunnerTransition::BeginDelete,
-        RunnerTransition::FinishDelete,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            RunnerTransition::BeginInstall => "BeginInstall",
-            RunnerTransition::CompleteInstall => "CompleteInstall",
-            RunnerTransition::FailInstall => "FailInstall",
-            RunnerTransition::Heartbeat => "Heartbeat",
-            RunnerTransition::StartRollout => "StartRollout",
-            RunnerTransition::CompleteRollout => "CompleteRollout",
-            RunnerTransition::BeginDelete => "BeginDelete",
-            RunnerTransition::FinishDelete => "FinishDelete",
-        }
+transitions! {
+    machine "runner";
+    /// One named step of a runner's state machines. Every change of install, connection, rollout or
+    /// existence state goes through exactly one of these, so tests can count them.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum RunnerTransition {
+        /// PENDING → PROVISIONING: the installer picked the runner up.
+        BeginInstall,
+        /// PROVISIONING → READY: installed, CONNECTED, first heartbeat.
+        CompleteInstall,
+        /// PENDING | PROVISIONING → FAILED, with `install_error` (an injected fault).
+        FailInstall,
+        /// READY → READY: the runner reported to the gateway (`last_heartbeat_time` moves).
+        Heartbeat,
+        /// No rollout → rollout: ApplyAvailableUpdate accepted (`target_revision` + 1).
+        StartRollout,
+        /// Rollout → no rollout: `active_revision` reaches `target_revision`.
+        CompleteRollout,
+        /// Anything but DELETING → DELETING.
+        BeginDelete,
+        /// DELETING → gone: the runner is removed and Get answers NOT_FOUND.
+        FinishDelete,
     }
 }
 

@@ -5,39 +5,25 @@ use std::cmp::Reverse;
 use std::sync::Arc;
 
 use super::*;
+use crate::machine::{phases, transitions};
 use crate::time::SimTime;
 
-/// Where a job stands: the one reading of its base state, its COMPLETING flag and whether its
-/// prolog still runs, on which the job machine's transitions are defined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobPhase {
-    /// Queued, waiting for a node.
-    Pending,
-    /// Holding its node while the prolog runs (RUNNING, reason `Prolog`).
-    Prolog,
-    /// The script runs.
-    Running,
-    /// Ended (cancelled, finished, preempted, timed out) and COMPLETING: the epilog, or the
-    /// placeholder's Pod, is not done yet. The node is still held.
-    Completing,
-    /// Out of the queue: on record only.
-    Ended,
-}
-
-impl JobPhase {
-    /// Every phase.
-    pub const ALL: [JobPhase; 5] =
-        [JobPhase::Pending, JobPhase::Prolog, JobPhase::Running, JobPhase::Completing, JobPhase::Ended];
-
-    /// A stable name for messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            JobPhase::Pending => "PENDING",
-            JobPhase::Prolog => "PROLOG",
-            JobPhase::Running => "RUNNING",
-            JobPhase::Completing => "COMPLETING",
-            JobPhase::Ended => "ENDED",
-        }
+phases! {
+    /// Where a job stands: the one reading of its base state, its COMPLETING flag and whether its
+    /// prolog still runs, on which the job machine's transitions are defined.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum JobPhase {
+        /// Queued, waiting for a node.
+        Pending => "PENDING",
+        /// Holding its node while the prolog runs (RUNNING, reason `Prolog`).
+        Prolog => "PROLOG",
+        /// The script runs.
+        Running => "RUNNING",
+        /// Ended (cancelled, finished, preempted, timed out) and COMPLETING: the epilog, or the
+        /// placeholder's Pod, is not done yet. The node is still held.
+        Completing => "COMPLETING",
+        /// Out of the queue: on record only.
+        Ended => "ENDED",
     }
 }
 
@@ -54,79 +40,35 @@ impl Job {
     }
 }
 
-/// One named step of a job's lifecycle. Every change of a queued job's state goes through one
-/// of these; [`JobTransition::allowed_from`] is the machine's table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum JobTransition {
-    /// Queued.
-    Submit,
-    /// Node allocated (PENDING → PROLOG, or RUNNING for a job without a prolog).
-    Allocate,
-    /// Prolog finished; the script started.
-    StartScript,
-    /// Ended by itself (COMPLETED, FAILED).
-    Finish,
-    /// `scancel` of an allocated job: CANCELLED|COMPLETING.
-    Cancel,
-    /// Cancelled before it started: out of the queue at once.
-    CancelPending,
-    /// Preempted (CANCEL).
-    Preempt,
-    /// Preempted (REQUEUE).
-    Requeue,
-    /// Time limit hit.
-    Timeout,
-    /// Left COMPLETING; leaves the queue (or, requeued, waits again).
-    Release,
-}
-
-impl crate::machine::Transition for JobTransition {
-    const MACHINE: &'static str = "job";
-    const ALL: &'static [JobTransition] = &[
-        JobTransition::Submit,
-        JobTransition::Allocate,
-        JobTransition::StartScript,
-        JobTransition::Finish,
-        JobTransition::Cancel,
-        JobTransition::CancelPending,
-        JobTransition::Preempt,
-        JobTransition::Requeue,
-        JobTransition::Timeout,
-        JobTransition::Release,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            JobTransition::Submit => "submit",
-            JobTransition::Allocate => "allocate",
-            JobTransition::StartScript => "start_script",
-            JobTransition::Finish => "finish",
-            JobTransition::Cancel => "cancel",
-            JobTransition::CancelPending => "cancel_pending",
-            JobTransition::Preempt => "preempt",
-            JobTransition::Requeue => "requeue",
-            JobTransition::Timeout => "timeout",
-            JobTransition::Release => "release",
-        }
+transitions! {
+    machine "job";
+    /// One named step of a job's lifecycle. Every change of a queued job's state goes through one
+    /// of these; [`JobTransition::allowed_from`] is the machine's table.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum JobTransition {
+        /// Queued.
+        Submit => "submit" from [],
+        /// Node allocated (PENDING → PROLOG, or RUNNING for a job without a prolog).
+        Allocate => "allocate" from [Pending],
+        /// Prolog finished; the script started.
+        StartScript => "start_script" from [Prolog],
+        /// Ended by itself (COMPLETED, FAILED).
+        Finish => "finish" from [Prolog, Running],
+        /// `scancel` of an allocated job: CANCELLED|COMPLETING.
+        Cancel => "cancel" from [Prolog, Running],
+        /// Cancelled before it started: out of the queue at once.
+        CancelPending => "cancel_pending" from [Pending],
+        /// Preempted (CANCEL).
+        Preempt => "preempt" from [Prolog, Running],
+        /// Preempted (REQUEUE).
+        Requeue => "requeue" from [Prolog, Running],
+        /// Time limit hit.
+        Timeout => "timeout" from [Prolog, Running],
+        /// Left COMPLETING; leaves the queue (or, requeued, waits again).
+        Release => "release" from [Completing],
     }
-}
-
-impl JobTransition {
     /// The phases this transition may start from (`Submit` starts from no job at all).
-    pub fn allowed_from(self) -> &'static [JobPhase] {
-        use JobPhase::*;
-        match self {
-            JobTransition::Submit => &[],
-            JobTransition::Allocate | JobTransition::CancelPending => &[Pending],
-            JobTransition::StartScript => &[Prolog],
-            JobTransition::Finish
-            | JobTransition::Cancel
-            | JobTransition::Preempt
-            | JobTransition::Requeue
-            | JobTransition::Timeout => &[Prolog, Running],
-            JobTransition::Release => &[Completing],
-        }
-    }
+    pub fn allowed_from(self) -> &'static [JobPhase];
 }
 
 /// A job transition refused: the job is in a phase that does not allow it, or not queued.
@@ -136,9 +78,7 @@ impl Slurm {
     /// Checks that `transition` may run on job `id` now and counts it; the caller then applies it.
     pub(super) fn begin(&mut self, id: JobId, transition: JobTransition) -> Result<(), IllegalJobTransition> {
         let phase = self.queue.get(&id).map_or(JobPhase::Ended, |job| job.phase());
-        if !transition.allowed_from().contains(&phase) {
-            return Err(IllegalJobTransition { transition, state: phase.name() });
-        }
+        transition.check_from(phase)?;
         self.transitions.add(transition);
         Ok(())
     }

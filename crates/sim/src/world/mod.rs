@@ -11,7 +11,7 @@ use crate::config::{SandboxValues, Values};
 use crate::error::SimResult;
 use crate::ids::{IdHash, IdSource, SharedStr};
 use crate::k8s::{Cluster, Event, EventType, Namespace, ObjectRef};
-use crate::machine::{Counts, IllegalTransition};
+use crate::machine::{Counts, IllegalTransition, transitions};
 use crate::resolved::{ResourceAmounts, Toleration};
 use crate::runners::RunnerRegistry;
 use crate::slurm::{JobId, Slurm, SlurmOutcome};
@@ -140,68 +140,36 @@ pub enum Effect {
     },
 }
 
-/// Named steps of the cluster beside the Pod, job and sandbox machines (SUNK's decisions, node
-/// locks and drains, the CPU Manager), counted so tests can check coverage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transition {
-    /// SUNK ignored a Pod (name or scope).
-    PodIgnored,
-    /// SUNK refused a Pod (validation).
-    PodRejectedBySunk,
-    /// Slurm refused the placeholder job.
-    PlaceholderRefused,
-    /// A placeholder job was submitted.
-    PlaceholderSubmitted,
-    /// A node was locked for a job.
-    NodeLocked,
-    /// A node was unlocked.
-    NodeUnlocked,
-    /// A Pod was evicted by the lock taint.
-    PodEvicted,
-    /// The default scheduler could not place a Pod.
-    DefaultSchedulingFailed,
-    /// A node was drained because a Pod outlived KillWait.
-    NodeDrained,
-    /// KillWait ran out and Slurm killed the script.
-    JobKilled,
-    /// The kubelet's static CPU Manager gave a Pod exclusive CPUs Slurm does not know about.
-    CpusPinned,
-    /// A Slurm job started on CPUs the kubelet had pinned: it failed and the node drained.
-    JobFailedOnPinnedCpus,
-}
-
-impl crate::machine::Transition for Transition {
-    const MACHINE: &'static str = "world";
-    const ALL: &'static [Transition] = &[
-        Transition::PodIgnored,
-        Transition::PodRejectedBySunk,
-        Transition::PlaceholderRefused,
-        Transition::PlaceholderSubmitted,
-        Transition::NodeLocked,
-        Transition::NodeUnlocked,
-        Transition::PodEvicted,
-        Transition::DefaultSchedulingFailed,
-        Transition::NodeDrained,
-        Transition::JobKilled,
-        Transition::CpusPinned,
-        Transition::JobFailedOnPinnedCpus,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            Transition::PodIgnored => "pod_ignored",
-            Transition::PodRejectedBySunk => "pod_rejected_by_sunk",
-            Transition::PlaceholderRefused => "placeholder_refused",
-            Transition::PlaceholderSubmitted => "placeholder_submitted",
-            Transition::NodeLocked => "node_locked",
-            Transition::NodeUnlocked => "node_unlocked",
-            Transition::PodEvicted => "pod_evicted",
-            Transition::DefaultSchedulingFailed => "default_scheduling_failed",
-            Transition::NodeDrained => "node_drained",
-            Transition::JobKilled => "job_killed",
-            Transition::CpusPinned => "cpus_pinned",
-            Transition::JobFailedOnPinnedCpus => "job_failed_on_pinned_cpus",
-        }
+transitions! {
+    machine "world";
+    /// Named steps of the cluster beside the Pod, job and sandbox machines (SUNK's decisions, node
+    /// locks and drains, the CPU Manager), counted so tests can check coverage.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Transition {
+        /// SUNK ignored a Pod (name or scope).
+        PodIgnored => "pod_ignored",
+        /// SUNK refused a Pod (validation).
+        PodRejectedBySunk => "pod_rejected_by_sunk",
+        /// Slurm refused the placeholder job.
+        PlaceholderRefused => "placeholder_refused",
+        /// A placeholder job was submitted.
+        PlaceholderSubmitted => "placeholder_submitted",
+        /// A node was locked for a job.
+        NodeLocked => "node_locked",
+        /// A node was unlocked.
+        NodeUnlocked => "node_unlocked",
+        /// A Pod was evicted by the lock taint.
+        PodEvicted => "pod_evicted",
+        /// The default scheduler could not place a Pod.
+        DefaultSchedulingFailed => "default_scheduling_failed",
+        /// A node was drained because a Pod outlived KillWait.
+        NodeDrained => "node_drained",
+        /// KillWait ran out and Slurm killed the script.
+        JobKilled => "job_killed",
+        /// The kubelet's static CPU Manager gave a Pod exclusive CPUs Slurm does not know about.
+        CpusPinned => "cpus_pinned",
+        /// A Slurm job started on CPUs the kubelet had pinned: it failed and the node drained.
+        JobFailedOnPinnedCpus => "job_failed_on_pinned_cpus",
     }
 }
 

@@ -3,22 +3,24 @@
 //! is one of these transitions, checked against the Pod's phase first.
 
 use crate::k8s::{Pod, PodPhase};
-use crate::machine::IllegalTransition;
+use crate::machine::{IllegalTransition, Phase, phases, transitions};
 use crate::world::World;
 
-/// Where a Pod stands: its phase, and whether it is being deleted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodLifecycle {
-    /// Not started; unbound, or bound while its placeholder's prolog runs.
-    Pending,
-    /// Started.
-    Running,
-    /// Every container exited 0.
-    Succeeded,
-    /// A container failed, or the kubelet rejected the Pod.
-    Failed,
-    /// Deleted and waiting for its grace period or its processes.
-    Terminating,
+phases! {
+    /// Where a Pod stands: its phase, and whether it is being deleted.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum PodLifecycle {
+        /// Not started; unbound, or bound while its placeholder's prolog runs.
+        Pending,
+        /// Started.
+        Running,
+        /// Every container exited 0.
+        Succeeded,
+        /// A container failed, or the kubelet rejected the Pod.
+        Failed,
+        /// Deleted and waiting for its grace period or its processes.
+        Terminating,
+    }
 }
 
 impl PodLifecycle {
@@ -34,75 +36,30 @@ impl PodLifecycle {
             PodPhase::Failed => PodLifecycle::Failed,
         }
     }
+}
 
-    /// A stable name for messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            PodLifecycle::Pending => "Pending",
-            PodLifecycle::Running => "Running",
-            PodLifecycle::Succeeded => "Succeeded",
-            PodLifecycle::Failed => "Failed",
-            PodLifecycle::Terminating => "Terminating",
-        }
+transitions! {
+    machine "pod";
+    /// One named step of a Pod's life.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum PodTransition {
+        /// The Pod object was created.
+        Create => "pod_created" from [],
+        /// A scheduler bound it to a Node.
+        Bind => "pod_bound" from [Pending],
+        /// The kubelet admitted it: its containers run.
+        Start => "pod_started" from [Pending],
+        /// The kubelet refused it (`OutOfcpu`, `NodeAffinity`…).
+        RejectByKubelet => "pod_rejected_by_kubelet" from [Pending],
+        /// Its containers exited by themselves (or honoured SIGTERM while Terminating).
+        Finish => "pod_finished" from [Running, Terminating],
+        /// It got a deletion timestamp.
+        BeginDeletion => "pod_terminating" from [Pending, Running, Succeeded, Failed],
+        /// The object was removed.
+        Remove => "pod_removed" from [Pending, Running, Succeeded, Failed, Terminating],
     }
-}
-
-/// One named step of a Pod's life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodTransition {
-    /// The Pod object was created.
-    Create,
-    /// A scheduler bound it to a Node.
-    Bind,
-    /// The kubelet admitted it: its containers run.
-    Start,
-    /// The kubelet refused it (`OutOfcpu`, `NodeAffinity`…).
-    RejectByKubelet,
-    /// Its containers exited by themselves (or honoured SIGTERM while Terminating).
-    Finish,
-    /// It got a deletion timestamp.
-    BeginDeletion,
-    /// The object was removed.
-    Remove,
-}
-
-impl crate::machine::Transition for PodTransition {
-    const MACHINE: &'static str = "pod";
-    const ALL: &'static [PodTransition] = &[
-        PodTransition::Create,
-        PodTransition::Bind,
-        PodTransition::Start,
-        PodTransition::RejectByKubelet,
-        PodTransition::Finish,
-        PodTransition::BeginDeletion,
-        PodTransition::Remove,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            PodTransition::Create => "pod_created",
-            PodTransition::Bind => "pod_bound",
-            PodTransition::Start => "pod_started",
-            PodTransition::RejectByKubelet => "pod_rejected_by_kubelet",
-            PodTransition::Finish => "pod_finished",
-            PodTransition::BeginDeletion => "pod_terminating",
-            PodTransition::Remove => "pod_removed",
-        }
-    }
-}
-
-impl PodTransition {
     /// The phases this transition may start from (`Create` starts from no Pod).
-    pub fn allowed_from(self) -> &'static [PodLifecycle] {
-        use PodLifecycle::*;
-        match self {
-            PodTransition::Create => &[],
-            PodTransition::Bind | PodTransition::Start | PodTransition::RejectByKubelet => &[Pending],
-            PodTransition::Finish => &[Running, Terminating],
-            PodTransition::BeginDeletion => &[Pending, Running, Succeeded, Failed],
-            PodTransition::Remove => &[Pending, Running, Succeeded, Failed, Terminating],
-        }
-    }
+    pub fn allowed_from(self) -> &'static [PodLifecycle];
 }
 
 impl World {
@@ -121,7 +78,8 @@ impl World {
             transition == PodTransition::Finish && phase == PodLifecycle::Terminating && pod.phase != PodPhase::Running;
         // Binding is once: a bound Pod stays Pending until the kubelet decides.
         let bound_again = transition == PodTransition::Bind && pod.node_name.is_some();
-        if !transition.allowed_from().contains(&phase) || finished_while_deleting || bound_again {
+        transition.check_from(phase)?;
+        if finished_while_deleting || bound_again {
             return Err(IllegalTransition { transition, state: phase.name() });
         }
         self.pod_transitions.add(transition);
