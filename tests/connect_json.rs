@@ -1,6 +1,8 @@
-//! The Connect JSON bodies that public examples send decode into our messages and encode back as
-//! proto3 JSON: lowerCamelCase out, both spellings in, int64 as strings, enums by name, FieldMask
-//! as a comma string, Timestamp as RFC 3339, unknown fields rejected by name.
+//! The Connect JSON bodies that public examples send (docs/facts/runner-api.md#connect-bodies, the
+//! guide's docs/facts/sunk-guide.md#step-2) decode into our messages and encode back as proto3
+//! JSON: lowerCamelCase out, both spellings in, int64 as strings, enums by name, FieldMask as a
+//! comma string, Timestamp as RFC 3339, unknown fields rejected by name
+//! (docs/facts/runner-api.md#gap-16).
 
 use cwsandbox_api::sandbox_v1::{
     GetManagedRunnerRequest, ManagedRunner, ReleaseChannel, Sandbox, UpdateManagedRunnerRequest,

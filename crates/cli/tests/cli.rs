@@ -119,7 +119,8 @@ fn policy_get_and_describe() {
     assert!(policy.is_object(), "{policy}");
     let yaml = ok(&emu, &["sandbox", "runner", "policy", "get", &runner]);
     assert!(yaml.contains("schedulerName"), "{yaml}");
-    // The runner defaults to $CWSANDBOX_RUNNER_ID, as the guide's `policy get [RUNNER-ID]` allows.
+    // The runner defaults to $CWSANDBOX_RUNNER_ID, as the guide's `policy get [RUNNER-ID]` allows
+    // (docs/facts/sunk-guide.md#step-2).
     assert_eq!(ok(&emu, &["sandbox", "runner", "policy", "get"]), yaml);
     // A document has no table form: asked for one, the command says so instead of printing YAML.
     let refused = fails(&emu, &["sandbox", "runner", "policy", "get", "-o", "table"]);

@@ -1,6 +1,7 @@
-//! The guide's own command lines through `cwsbx` (the `cwic` link, the curl configuration of
-//! `guide-env`), and what a new user finds: `sandbox describe`, `logs -o json`, completion
-//! scripts, the PATH warning of `install-links`, connection errors that name the URL.
+//! The guide's own command lines (docs/facts/sunk-guide.md#step-2) through `cwsbx` (the `cwic`
+//! link, the curl configuration of `guide-env`), and what a new user finds: `sandbox describe`,
+//! `logs -o json`, completion scripts, the PATH warning of `install-links`, connection errors that
+//! name the URL.
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,7 +1,8 @@
 //! The Slurm commands as users run them: the `cwsbx` binary behind symlinks named `sacct`,
 //! `squeue`, `scontrol`, `scancel` and `sinfo`, against a real emulator (testkit harness: port 0,
 //! no sleeps); and the guide's `sacct … | grep <sandbox-id>` lines after the real Python client
-//! created a sandbox.
+//! created a sandbox (docs/facts/sunk-guide.md#step-3, docs/facts/sunk-guide.md#troubleshooting).
+//! The formats are those of docs/facts/slurm.md.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -181,8 +182,8 @@ fn symlinked_commands_show_cancel_and_account_a_batch_job() {
     emu.stop().unwrap();
 }
 
-/// The guide's KillWait warning drains a node; `scontrol update` is how an operator drains one
-/// by hand and brings it back.
+/// The guide's KillWait warning drains a node (docs/facts/sunk.md#drain-margin); `scontrol update`
+/// is how an operator drains one by hand and brings it back.
 #[test]
 fn scontrol_update_drains_and_resumes_nodes() {
     let emu = emulator();

@@ -12,9 +12,10 @@
 //! Reasons are the one catalogue [`Reason`] (the API crate's, shared with the simulation and the
 //! client); [`codes`] gives each the status codes it is sent with, and `docs/errors.md`, generated
 //! from both (`errors_doc` below), lists every reason with its codes, when it happens and its
-//! remedy. The reasons the emulator adds to the public list (client-contract §8.3), such as
-//! `CWSANDBOX_UNAUTHENTICATED` or `CWSANDBOX_OVERLOADED`, are none the client treats specially, so
-//! it classifies those errors by status code, as it would without a reason.
+//! remedy. The reasons the emulator adds to the public list
+//! (docs/facts/client-contract.md#reasons), such as `CWSANDBOX_UNAUTHENTICATED` or
+//! `CWSANDBOX_OVERLOADED`, are none the client treats specially, so it classifies those errors by
+//! status code, as it would without a reason.
 
 use std::collections::HashMap;
 use std::time::Duration;

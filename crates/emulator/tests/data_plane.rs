@@ -1,7 +1,9 @@
 //! The data operations against a runtime: an in-memory fake here (the process executor is a
-//! separate crate). Checks the StreamExec protocol of client-contract §5 (ready first, output,
-//! exactly one exit; half-close is end of stdin), files, logs, main-process exits and the effects
-//! pump (StartPod reaches the runtime with the Pod's command; Delete stops it).
+//! separate crate). Checks the StreamExec protocol of docs/facts/client-contract.md#stream-exec
+//! (ready first, output, exactly one exit; half-close is end of stdin), files, logs, main-process
+//! exits and the effects pump (StartPod reaches the runtime with the Pod's command; Delete stops
+//! it). G6 and G8 are the gotchas docs/facts/client-contract.md#g6 and
+//! docs/facts/client-contract.md#g8.
 
 mod common;
 

@@ -54,7 +54,8 @@ async fn advance_by(client: &mut Admin, seconds: i64) -> emu::Clock {
         .unwrap()
 }
 
-/// A sandbox with the annotations and requests the guide's examples use.
+/// A sandbox with the annotations and requests the guide's examples use
+/// (docs/facts/sunk-guide.md#step-4, docs/facts/sunk-guide.md#resources).
 fn annotated_spec(runner_id: &str) -> pb::SandboxSpec {
     let mut spec = client_spec(runner_id);
     spec.annotations.insert("sunk.coreweave.com/partition".to_owned(), "hpc-prod".to_owned());

@@ -358,6 +358,7 @@ async fn main_exits_flow_back_to_the_world_with_their_code() {
     let done = setup.create(spec_running(&setup, "exit 0")).await;
     let ended = setup.wait_for(&done.sandbox_id, |sandbox| state_of(sandbox) != pb::State::Running).await;
     assert_eq!(state_of(&ended), pb::State::Completed);
+    // docs/facts/client-contract.md#g8
     assert_eq!(ended.status.unwrap().exit_code, Some(0), "exit_code is present even when 0 (G8)");
     setup.emulator.stop().await;
 }

@@ -1,6 +1,8 @@
 //! SandboxService, RunnerManagementService and DiscoveryService over gRPC with the generated tonic
-//! clients: the life cycle of client-contract §3 (state always set, terminal sandboxes readable,
-//! TERMINATING ends), the echo fields of §2, and the error model (codes, ErrorInfo, BadRequest).
+//! clients: the life cycle the published client needs (docs/facts/client-contract.md#states: state
+//! always set, terminal sandboxes readable, TERMINATING ends), the echo fields it reads
+//! (docs/facts/client-contract.md#resource-shape), and the error model (codes, ErrorInfo,
+//! BadRequest). G1–G18 are the gotchas of docs/facts/client-contract.md#g1 and after.
 
 #![allow(clippy::cloned_ref_to_slice_refs)]
 
@@ -199,7 +201,7 @@ async fn bad_requests_name_the_field_in_a_bad_request_detail() {
         .unwrap_err();
     assert_eq!(field_of(&error), "grace_period_seconds");
 
-    // A lone unnamed container is called `main` (client-contract §7).
+    // A lone unnamed container is called `main` (docs/facts/client-contract.md#validation).
     let mut unnamed = client_spec(&info.runner_id);
     unnamed.containers[0].name.clear();
     let created = client.create_sandbox(create_request(unnamed, "")).await.unwrap().into_inner();

@@ -1,11 +1,12 @@
-//! The machine's real `kubectl` (and `yq`) against the emulator's kube facade: the guide's inspection
-//! commands, typed as the guide prints them, give the guide's answers for SUNK 8.x and 7.x values;
-//! kubectl's tables for Pending, Running and `OutOfcpu` sandbox Pods read as a real API server
-//! would make them read; watch, describe, delete and the API server's refusals.
+//! The machine's real `kubectl` (and `yq`) against the emulator's kube facade: the guide's
+//! inspection commands of step 1 (docs/facts/sunk-guide.md#step-1-1 to #step-1-4, numbered 1.1 to
+//! 1.4 below), typed as the guide prints them, give the guide's answers for SUNK 8.x and 7.x
+//! values; kubectl's tables for Pending, Running and `OutOfcpu` sandbox Pods read as a real API
+//! server would make them read; watch, describe, delete and the API server's refusals.
 //!
 //! Expected tables are built with kubectl's own tab-writer rule (width = max(6, longest + 3), last
-//! column unpadded, research sunk.md §6.1), so each assertion checks both our cells and that kubectl
-//! accepted our Table. The emulator's clock is frozen, so every AGE is exact.
+//! column unpadded, docs/facts/kubectl.md#tab-writer), so each assertion checks both our cells and
+//! that kubectl accepted our Table. The emulator's clock is frozen, so every AGE is exact.
 
 mod common;
 
@@ -310,7 +311,7 @@ async fn sandbox_pod_tables_pending_running_and_out_of_cpu() {
     assert!(lines[0].starts_with("LAST SEEN   TYPE      REASON     OBJECT"), "{events}");
     assert!(lines[1].contains(&format!("Warning   OutOfcpu   pod/{second_pod}")), "{events}");
 
-    // The troubleshooting view, as the guide types it.
+    // The troubleshooting view, as the guide types it (docs/facts/sunk-guide.md#troubleshooting).
     let expected = tabular(&[
         &["NAMESPACE", "NAME", "SCHEDULER", "GRACE", "PARTITION"],
         &[namespace, &second_pod, "slurm-scheduler", "30", "hpc-prod"],

@@ -1,5 +1,6 @@
 //! The binary as users run it: `serve` on port 0 through the testkit harness, the guide's Connect
-//! flow with real `curl` and `jq`, `exec`, clean exits and readable configuration errors.
+//! flow with real `curl` and `jq` (docs/facts/sunk-guide.md#step-2), `exec`, clean exits and
+//! readable configuration errors.
 
 use std::path::Path;
 use std::process::Command;

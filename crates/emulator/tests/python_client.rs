@@ -1,8 +1,10 @@
 //! The real published Python client (`cwsandbox[cli]==1.22.0`, from the testkit's pinned venv)
-//! against the emulator binary with its process executor: every flow of client-contract.md §4
-//! ((a)–(e), the `cwsandbox` command line included), the error mapping of §8 and the gotchas of §9,
-//! as the pytest suite in `tests/python/`. Afterwards: no sandbox process survives the emulator,
-//! and the emulator logged no error.
+//! against the emulator binary with its process executor: every flow of
+//! docs/facts/client-contract.md ((a)–(e), docs/facts/client-contract.md#flow-a to #flow-e, the
+//! `cwsandbox` command line included), its error mapping
+//! (docs/facts/client-contract.md#error-mapping) and its gotchas (docs/facts/client-contract.md#g1
+//! to #g18), as the pytest suite in `tests/python/`. Afterwards: no sandbox process survives the
+//! emulator, and the emulator logged no error.
 
 use std::path::Path;
 use std::process::Command;

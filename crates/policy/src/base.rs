@@ -1,6 +1,7 @@
 //! The policy's `base`: a pod-template fragment (`{metadata: {...}, spec: {...}}`) an administrator
-//! pins under every sandbox. Which keys it may carry is not public (runner-api.md §9 #7); the
-//! emulator's answer lives in [`BASE_SCHEMA`], one table, so it is easy to revise.
+//! pins under every sandbox. Which keys it may carry is not public (docs/facts/runner-api.md#gap-7,
+//! docs/facts/policy.md#base); the emulator's answer lives in [`BASE_SCHEMA`], one table, so it is
+//! easy to revise.
 //!
 //! The same parser serves two callers: policy validation wants every problem with its path, and
 //! resolution wants the typed fragment. Parsing once for both keeps them from drifting apart.
@@ -46,7 +47,7 @@ pub struct BaseSchema {
     pub toleration: KeyRules,
 }
 
-/// The allow/deny table of `base` (runner-api.md §9 #7).
+/// The allow/deny table of `base` (docs/facts/runner-api.md#gap-7).
 pub const BASE_SCHEMA: BaseSchema = BaseSchema {
     top_level: KeyRules { allowed: &["metadata", "spec"], managed_by_platform: &[] },
     metadata: KeyRules { allowed: &["labels", "annotations"], managed_by_platform: &[] },

@@ -1,8 +1,9 @@
-//! The constraint stage (runner-api.md §2.4, §9 #10): the policy's typed constraints checked
-//! against the fully resolved sandbox, so values `base` or a default supplied are checked too. A
-//! violation rejects the sandbox; nothing is clamped or rewritten. Every violation is collected so
-//! the user sees the whole list at once. Fields name the sandbox field to change; descriptions name
-//! the policy constraint that refused it.
+//! The constraint stage (docs/facts/policy.md#resolution; the comparisons are the emulator's
+//! choice, docs/facts/runner-api.md#gap-10): the policy's typed constraints checked against the
+//! fully resolved sandbox, so values `base` or a default supplied are checked too. A violation
+//! rejects the sandbox; nothing is clamped or rewritten. Every violation is collected so the user
+//! sees the whole list at once. Fields name the sandbox field to change; descriptions name the
+//! policy constraint that refused it.
 
 use cwsandbox_api::sandbox_v1::{
     ImageConstraints, InstanceConstraints, MetadataConstraints, NetworkConstraints, Policy, ResourceConstraints,

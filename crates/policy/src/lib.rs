@@ -1,5 +1,6 @@
 //! `cwsandbox-policy`: runner policies, checked when an administrator writes one and applied to a
-//! sandbox when it is created (runner-api.md §2, §9).
+//! sandbox when it is created (docs/facts/policy.md; where the public material is silent,
+//! docs/facts/runner-api.md#not-public).
 //!
 //! - [`validate_policy`] lists every problem of a document, each at its JSON path
 //!   (`policy.base.spec.terminationGracePeriodSeconds`). The empty policy is valid.

@@ -2,7 +2,7 @@
 //! and envelope containment (whether a sandbox's rule fits inside one of the policy's allowed
 //! rules).
 //!
-//! Semantics chosen where the public material is silent (runner-api.md §9 #10):
+//! Semantics chosen where the public material is silent (docs/facts/runner-api.md#gap-10):
 //! - A rule with no ports means every port of every protocol, except a hostname rule, which means
 //!   TCP 443 (HTTPS).
 //! - A wildcard hostname `*.example.com` matches exactly one extra label (`api.example.com`, not

@@ -1,8 +1,8 @@
-//! The base stage of resolution (runner-api.md §2.4): runtime defaults, then the policy's `base`,
-//! then the sandbox's own spec. The sandbox wins on scalar values; `base` attachments (tolerations,
-//! container environment, pinned labels) always apply; on a duplicate annotation key the policy's
-//! `base.metadata.annotations` win. The constraint stage ([`crate::constraints`]) then checks the
-//! result without rewriting it.
+//! The base stage of resolution (docs/facts/policy.md#resolution): runtime defaults, then the
+//! policy's `base`, then the sandbox's own spec. The sandbox wins on scalar values; `base`
+//! attachments (tolerations, container environment, pinned labels) always apply; on a duplicate
+//! annotation key the policy's `base.metadata.annotations` win. The constraint stage
+//! ([`crate::constraints`]) then checks the result without rewriting it.
 
 use std::collections::BTreeMap;
 

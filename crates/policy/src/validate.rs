@@ -1,5 +1,6 @@
-//! Write-time validation of a policy document (runner-api.md §2.3 and §9 #7, #9): every rule the
-//! public material states, one violation per problem, each naming its JSON path.
+//! Write-time validation of a policy document (docs/facts/policy.md#constraints,
+//! docs/facts/runner-api.md#gap-7, docs/facts/runner-api.md#gap-9): every rule the public material
+//! states, one violation per problem, each naming its JSON path.
 
 use std::collections::HashSet;
 

@@ -1,4 +1,6 @@
 //! `validate_policy`: every rule with a passing and a failing case, exact paths and descriptions.
+//! The rules are docs/facts/policy.md#constraints and docs/facts/policy.md#rule-constraints; what
+//! `base` may hold is the emulator's choice (docs/facts/runner-api.md#gap-7).
 
 use cwsandbox_api::sandbox_v1::Policy;
 use cwsandbox_policy::FieldViolation;
@@ -74,7 +76,7 @@ fn terraform_policy() -> Value {
     })
 }
 
-// ----- documents from the research and the seed -----
+// ----- public documents: docs/facts/policy.md#examples, docs/facts/sunk-guide.md#step-2 -----
 
 #[test]
 fn empty_policy_is_valid() {

@@ -3,7 +3,8 @@
 //! nodes, Slurm users, runners with their policies and sandbox settings. Two built-in scenarios
 //! give the guide's starting point (`fresh`) and the state it recommends (`ready`).
 //!
-//! Details the research marks unverified are settings here, with the documented default.
+//! Details docs/facts marks unverified (e.g. docs/facts/sunk.md#validation-failure) are settings
+//! here, with the documented default.
 
 use std::collections::BTreeMap;
 
@@ -175,7 +176,7 @@ impl Timing {
 pub struct KubeletValues {
     /// The CPU Manager policy. `static` (on by default on CKS) gives a Guaranteed-QoS Pod's
     /// integer CPUs to it alone; Slurm does not see that, so a Pod placed by the default
-    /// scheduler on a Slurm node takes CPUs Slurm still hands out (research sunk.md §4.4).
+    /// scheduler on a Slurm node takes CPUs Slurm still hands out (docs/facts/sunk.md#cpu-pinning).
     #[serde(default)]
     pub cpu_manager_policy: CpuManagerPolicy,
     /// Seconds from `ErrImagePull` to `ImagePullBackOff` (Kubernetes' first back-off, 10 s), when
@@ -300,8 +301,8 @@ pub struct SlurmConfigValues {
     pub kill_wait: u32,
     /// slurm.conf `PrologFlags`, a comma list. With `Contain` every started job gets an `extern`
     /// step (`<id>.extern` in `sacct`). SUNK's own setting is unverified; the default
-    /// `Alloc,Contain` matches the prolog-at-allocation behaviour the research describes (the
-    /// job is RUNNING with reason `Prolog` while the lock runs) plus the job container.
+    /// `Alloc,Contain` matches the prolog-at-allocation behaviour of docs/facts/sunk.md#prolog
+    /// (the job is RUNNING with reason `Prolog` while the lock runs) plus the job container.
     #[serde(rename = "PrologFlags", default = "default_prolog_flags")]
     pub prolog_flags: String,
     /// slurm.conf `PrivateData`, a comma list (empty by default, as in Slurm: every user reads

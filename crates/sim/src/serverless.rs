@@ -1,9 +1,10 @@
 //! The serverless pool (`SANDBOX_MODE_SERVERLESS`): Nodes of the platform's own (values
 //! `serverless:`), no runner, no runner policy, no SUNK. A serverless sandbox is admitted only when
 //! the pool has room for it at once, because the real service answers a create it cannot place
-//! with an error the client may spill over on (client-contract §8.4), not with a sandbox left
-//! PENDING. Once admitted, its Pod is an ordinary default-scheduler Pod, pinned to the pool by a
-//! node selector and a toleration, and lives the same Pod and kubelet life as any other.
+//! with an error the client may spill over on (docs/facts/client-contract.md#retries), not with a
+//! sandbox left PENDING. Once admitted, its Pod is an ordinary default-scheduler Pod, pinned to
+//! the pool by a node selector and a toleration, and lives the same Pod and kubelet life as any
+//! other.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,5 +1,6 @@
 //! The guide, replayed on the `fresh` scenario: each step's failure appears, then disappears after
-//! its fix (policy → scheduler scope → KillWait → slurmd requests).
+//! its fix (policy → scheduler scope → KillWait → slurmd requests). The steps are those of
+//! docs/facts/sunk-guide.md ("step 1.5" is docs/facts/sunk-guide.md#step-1-5).
 
 mod common;
 

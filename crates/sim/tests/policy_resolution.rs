@@ -1,4 +1,6 @@
-//! `resolve`: the base stage (defaults, then `base`, then the sandbox) and the constraint stage.
+//! `resolve`: the base stage (defaults, then `base`, then the sandbox) and the constraint stage
+//! (docs/facts/policy.md#resolution). The `seed_…` and pinned-partition tests use the guide's
+//! policies (docs/facts/sunk-guide.md#step-2, docs/facts/sunk-guide.md#pinned-annotations).
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,7 @@
-//! The managed-runner registry against the rules of research/runner-api.md §1.3, §3, §7 and §9.
+//! The managed-runner registry against docs/facts/runner-api.md: the resource
+//! (docs/facts/runner-api.md#managed-runner), etags and masks (docs/facts/runner-api.md#etag,
+//! docs/facts/runner-api.md#update-mask), the life cycle (docs/facts/runner-api.md#create) and,
+//! where the API is not public, the emulator's choices (docs/facts/runner-api.md#not-public).
 //! One test per rule, named after it; each asserts exact codes, reasons, messages and fields.
 
 use std::time::Duration;
@@ -931,8 +934,9 @@ fn update_rejects_a_body_naming_another_runner() -> Result<()> {
     Ok(())
 }
 
-/// The seed's step 2, as curl + jq do it over Connect JSON: read the runner, set
-/// `policy.base.spec.schedulerName`, send identity + policy + etag with mask "policy".
+/// The guide's step 2 (docs/facts/sunk-guide.md#step-2), as curl + jq do it over Connect JSON:
+/// read the runner, set `policy.base.spec.schedulerName`, send identity + policy + etag with mask
+/// "policy".
 #[test]
 fn seed_etag_flow_sets_the_scheduler_name_and_rejects_the_old_etag() -> Result<()> {
     let mut registry = with_ready("runner-1")?;
@@ -1339,7 +1343,8 @@ fn policy_of_and_iter_expose_the_org_runners() -> Result<()> {
     Ok(())
 }
 
-/// The guide's `.policy == null` guard needs a runner whose policy was never set: values
+/// The guide's `.policy == null` guard needs a runner whose policy was never set
+/// (docs/facts/policy.md#never-configured): values
 /// `neverConfigured` make one; a policy is otherwise required, and both together are refused.
 #[test]
 fn a_never_configured_runner_has_no_policy_until_one_is_set() -> Result<()> {

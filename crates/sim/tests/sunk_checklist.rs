@@ -1,5 +1,5 @@
-//! One test per model behaviour of the SUNK checklist (research sunk.md §7, items 1–29, 43, 44),
-//! named after it.
+//! One test per model behaviour of the SUNK checklist (docs/facts/sunk-checklist.md, items 1–29,
+//! 43, 44), named after it: `item_03_…` checks docs/facts/sunk-checklist.md#item-3, and so on.
 
 mod common;
 
@@ -63,8 +63,9 @@ fn item_03_default_grace_with_killwait_30_is_rejected_once_without_retry() {
     assert_eq!(h.pod(&uid).phase, PodPhase::Pending);
 }
 
-/// The guide's fix for item 3 is raising KillWait with a values upgrade: the restarted
-/// scheduler reconciles the Pod it refused, which now becomes a placeholder job and runs.
+/// The guide's fix for item 3 is raising KillWait with a values upgrade
+/// (docs/facts/sunk-guide.md#step-1-4): the restarted scheduler reconciles the Pod it refused,
+/// which now becomes a placeholder job and runs.
 #[test]
 fn item_03_a_refused_pod_is_placed_once_kill_wait_is_raised() {
     let mut h = harness(|_| {});

@@ -1,6 +1,7 @@
 //! Golden tests of the Slurm renderers: constructed records, exact expected text (fixed-width
-//! lines end with a space, as Slurm prints them). The rules are those of the research notes
-//! (sunk.md §5 and checklist items 30–38) and Slurm 25.05's sources.
+//! lines end with a space, as Slurm prints them). The rules are those of docs/facts/slurm.md and
+//! the SUNK checklist's items 30–38 (docs/facts/sunk-checklist.md#item-30 and after), from Slurm
+//! 25.05's sources.
 
 use cwsandbox_api::wkt::Timestamp;
 use cwsandbox_client::emulator_v1 as pb;
@@ -140,7 +141,8 @@ fn sacct_err(list: &[&str]) -> super::Output {
 
 #[test]
 fn sacct_default_view_of_the_research_example() {
-    // §5.3's example: a pending placeholder and a cancelled one, default format, -X.
+    // docs/facts/slurm.md#sacct-example: a pending placeholder and a cancelled one, default
+    // format, -X.
     let jobs = [pending(41, "sandbox-7f3c9a", NOW - 60), cancelled(43, "short", NOW - 50, NOW - 10, 0)];
     assert_eq!(
         sacct(&["-X"], &jobs),

@@ -255,7 +255,8 @@ async fn delete(
 /// ConnectSandbox: signs the caller's CSR into a client certificate for the direct data plane's
 /// endpoint, bound to this RUNNING sandbox of the caller's organization and the permissions asked
 /// for (`crate::direct`). Not RUNNING is FAILED_PRECONDITION, one of the answers the client falls
-/// back to the gateway from (client-contract G4); another organization's sandbox is NOT_FOUND.
+/// back to the gateway from (docs/facts/client-contract.md#g4); another organization's sandbox is
+/// NOT_FOUND.
 pub async fn connect_sandbox(
     State(app): State<App>,
     caller: Caller,

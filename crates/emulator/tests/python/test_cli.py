@@ -1,5 +1,6 @@
-"""Flow (e) of client-contract.md §4: the `cwsandbox` command line (a new process per command).
-The CLI has no create (G18): the sandboxes come from the SDK."""
+"""Flow (e) of docs/facts/client-contract.md#flow-e: the `cwsandbox` command line (a new process
+per command). The CLI has no create (G18, docs/facts/client-contract.md#g18): the sandboxes come
+from the SDK. Gotchas G1–G18 are those of docs/facts/client-contract.md#g1 and after."""
 
 from __future__ import annotations
 

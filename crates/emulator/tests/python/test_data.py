@@ -1,5 +1,6 @@
-"""Flow (d) of client-contract.md §4: exec (with and without stdin), files, and the StreamExec
-protocol of §5 as the client sees it."""
+"""Flow (d) of docs/facts/client-contract.md#flow-d: exec (with and without stdin), files, and the
+StreamExec protocol (docs/facts/client-contract.md#stream-exec) as the client sees it. Gotchas
+G1–G18 are those of docs/facts/client-contract.md#g1 and after."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The error mapping of client-contract.md §8 and the gotchas of §9 that depend on the server."""
+"""The error mapping of docs/facts/client-contract.md#error-mapping and the gotchas that depend on
+the server (G1–G18 are those of docs/facts/client-contract.md#g1 and after)."""
 
 from __future__ import annotations
 

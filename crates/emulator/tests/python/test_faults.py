@@ -54,7 +54,7 @@ def test_injected_statuses_become_the_clients_exceptions(mark, mode):
     sandbox = run(mark=mark, data_plane_mode=mode)
     sandbox.wait(timeout=WAIT)
     # The direct path replays a transient status met before the first frame once; the gateway
-    # never retries (client-contract §8.4).
+    # never retries (docs/facts/client-contract.md#retries).
     transient_attempts = 2 if mode == "direct" else 1
     for code, error, attempts in [
         ("PERMISSION_DENIED", CWSandboxAuthenticationError, 1),

@@ -1,4 +1,6 @@
-"""Flows (a), (b) and (c) of client-contract.md §4, against sandboxes whose processes really run."""
+"""Flows (a), (b) and (c) of the published client (docs/facts/client-contract.md#flow-a and the two
+after it), against sandboxes whose processes really run. Gotchas G1–G18 are those of
+docs/facts/client-contract.md#g1 and after."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""StreamLogs (client-contract.md §6): the main process's output, tail, since, server-side
-timestamps (G13), and follow until the sandbox stops."""
+"""StreamLogs (docs/facts/client-contract.md#stream-logs): the main process's output, tail, since,
+server-side timestamps (G13, docs/facts/client-contract.md#g13), and follow until the sandbox
+stops."""
 
 from __future__ import annotations
 

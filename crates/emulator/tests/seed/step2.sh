@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Step 2 of the SUNK integration guide (seed/sunk-integration.ja.txt), run against the emulator.
+# Step 2 of the SUNK integration guide (docs/facts/sunk-guide.md#step-2), run against the emulator.
 # The three commands of the guide are verbatim except for the host (https://api.coreweave.com →
 # $CWSANDBOX_BASE_URL) and [RUNNER-ID] → $RUNNER_ID. The checks after them are ours.
 # Needs: curl, jq; TOKEN (sandbox_admin), USER_TOKEN (sandbox_user only), RUNNER_ID,

@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// A legal update-mask path (§9 #6).
+/// A legal update-mask path (docs/facts/runner-api.md#gap-6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum UpdatePath {
     DisplayName,

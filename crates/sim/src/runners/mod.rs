@@ -5,7 +5,9 @@
 //! asynchronous on the real service, so here they are explicit state machines that only
 //! [`RunnerRegistry::advance`] moves, at the simulated time it is given.
 //!
-//! Rules follow research/runner-api.md §1.3, §3 and the §9 proposals (#2–#6, #8, #11–#13).
+//! Rules follow docs/facts/runner-api.md (the resource, etags, masks, life cycle) and, where the
+//! API is not public, the choices listed for its gaps 2–6, 8 and 11–13
+//! (docs/facts/runner-api.md#not-public).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -30,7 +32,7 @@ pub use machine::RunnerTransition;
 use machine::{InstallFault, InstallPhase, Rollout, RunnerRecord};
 use mask::{UpdatePath, copy_spec_field, parse_update_mask};
 
-/// Page size when the request names none (§9 #2).
+/// Page size when the request names none (docs/facts/runner-api.md#gap-2).
 pub const DEFAULT_PAGE_SIZE: usize = 50;
 /// Largest page; bigger requests are capped, not refused (AIP-158).
 pub const MAX_PAGE_SIZE: usize = 1000;
@@ -289,7 +291,8 @@ impl RunnerRegistry {
     }
 
     /// UpdateManagedRunner: changes exactly the fields named by `mask`, taking their values
-    /// from `patch`; a masked field absent from `patch` is cleared (§3.2, §9 #6).
+    /// from `patch`; a masked field absent from `patch` is cleared
+    /// (docs/facts/runner-api.md#update-mask, docs/facts/runner-api.md#gap-6).
     ///
     /// Checks, in order: the mask (explicit, legal paths only); the request (the policy and the
     /// release channel cannot be cleared, a policy change needs `managed_runner.etag` and must
@@ -637,8 +640,9 @@ impl RunnerRegistry {
     }
 }
 
-/// The default policy a deployment stores for runners created without one (§9 #11, after the
-/// shipped default marimo describes): public egress allowed, the cluster/pod network
+/// The default policy a deployment stores for runners created without one
+/// (docs/facts/runner-api.md#gap-11, after the shipped default marimo describes,
+/// docs/facts/policy.md#default-policy): public egress allowed, the cluster/pod network
 /// (10.0.0.0/8) and link-local metadata (169.254.0.0/16) blocked. The rule is both the envelope
 /// (so a sandbox cannot ask for more) and the default (so a sandbox that asks nothing gets it).
 pub fn default_policy() -> Policy {

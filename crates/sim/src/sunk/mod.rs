@@ -93,8 +93,9 @@ pub enum SunkRejection {
     SharedGpuPod,
 }
 
-/// The validation rules of the scheduler (research sunk.md §1.3, §2). On failure the message is
-/// put in a Warning Event and the Pod is never retried.
+/// The validation rules of the scheduler (docs/facts/sunk.md#pod-requirements,
+/// docs/facts/sunk.md#annotations). On failure the message is put in a Warning Event and the Pod
+/// is never retried (docs/facts/sunk.md#validation-failure).
 pub fn validate(values: &Values, pod: &Pod, gpu_type_of_any_node: Option<&str>) -> Result<JobRequest, SunkRejection> {
     let kill_wait = i64::from(values.slurm_config.kill_wait);
     let offset = i64::from(values.scheduler.termination_offset_seconds);

@@ -71,9 +71,10 @@ pub fn coverage_of(scenarios: &[fn()]) -> Coverage {
     COVERAGE.with(|coverage| std::mem::take(&mut *coverage.borrow_mut()))
 }
 
-/// The checklist's defaults: scheduler `tenant-slurm-slurm-scheduler`, KillWait 30 s, one
-/// default partition `cpu`, two 8-CPU/32Gi nodes whose slurmd requests 1 CPU/4Gi, and no
-/// serverless pool (the checklist is about a customer's cluster, which holds none).
+/// The checklist's defaults (docs/facts/sunk-checklist.md#defaults): scheduler
+/// `tenant-slurm-slurm-scheduler`, KillWait 30 s, one default partition `cpu`, two 8-CPU/32Gi
+/// nodes whose slurmd requests 1 CPU/4Gi, and no serverless pool (the checklist is about a
+/// customer's cluster, which holds none).
 pub fn checklist_values() -> Values {
     let mut values = Values::scenario(Scenario::Ready);
     values.serverless.enabled = false;
