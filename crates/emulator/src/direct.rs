@@ -289,6 +289,11 @@ impl DirectPlane {
             )?;
         // gRPC and Connect over HTTP/2 only: the protocol ConnectSandbox announces.
         config.alpn_protocols = vec![b"h2".to_vec()];
+        // No session could be resumed: each certificate is one sandbox's, and a new one is issued
+        // for each client key. Tickets (rustls sends two per handshake by default) and a session
+        // cache would only cost both ends work on every connection.
+        config.send_tls13_tickets = 0;
+        config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         let endpoint_id = format!("emulator-direct-{}", endpoint_uri.rsplit(':').next().unwrap_or_default());
         Ok(DirectPlane {
             endpoint_uri,
