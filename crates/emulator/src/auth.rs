@@ -24,11 +24,9 @@ use cwsandbox_sim::sandbox::Owner;
 use http::request::Parts;
 use serde::Deserialize;
 
-use crate::app::App;
 use crate::config::AuthConfig;
 use crate::direct::Grant;
 use crate::errors::ApiError;
-use crate::tls::PeerCertificate;
 
 /// An IAM role of the Sandbox API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, schemars::JsonSchema)]
@@ -264,13 +262,15 @@ pub fn bearer(header: Option<&str>) -> Result<&str, ApiError> {
         .ok_or_else(|| ApiError::unauthenticated("the authorization header must be `Bearer <token>`"))
 }
 
-/// The authenticated caller of an RPC: an axum extractor that works on both transports (the gRPC
-/// path sees the HTTP headers through connectrpc-axum's captured request parts).
+/// The authenticated caller of an RPC, as the handlers take it (an axum extractor that works on
+/// both transports: the gRPC path sees the request's extensions through connectrpc-axum's
+/// captured request parts).
 ///
-/// On the direct data plane's endpoint the caller is the one its client certificate was issued
-/// to, bound to that certificate's sandbox and permissions ([`Caller::grant`]); the request guard
-/// checked the certificate and put its [`DirectCaller`] in the request, and no bearer token is
-/// read there.
+/// A request is authenticated once, by the request guard (`crate::guard`), which puts the
+/// `Caller` in the request's extensions: from the bearer token on the API's port, from the
+/// connection's client certificate on the direct data plane's endpoint, where the caller is the
+/// one the certificate was issued to, bound to its sandbox and permissions ([`Caller::grant`]).
+/// The extractor only takes it from there; a request that did not pass the guard has no caller.
 #[derive(Debug, Clone)]
 pub struct Caller {
     principal: Arc<Principal>,
@@ -281,6 +281,11 @@ impl Caller {
     /// A caller authenticated by a bearer token.
     pub fn new(principal: Principal) -> Caller {
         Caller { principal: Arc::new(principal), grant: None }
+    }
+
+    /// A direct data-plane caller, acting under a certificate's grant.
+    pub fn direct(grant: Arc<Grant>) -> Caller {
+        Caller { principal: Arc::new(grant.principal.clone()), grant: Some(grant) }
     }
 
     /// The certificate grant a direct data-plane caller acts under; `None` on the API's port.
@@ -296,29 +301,16 @@ impl std::ops::Deref for Caller {
     }
 }
 
-/// A direct data-plane call's certificate grant, checked by the request guard.
-#[derive(Debug, Clone)]
-pub struct DirectCaller(pub Arc<Grant>);
-
-impl FromRequestParts<App> for Caller {
+impl<S: Sync> FromRequestParts<S> for Caller {
     type Rejection = ConnectError;
 
-    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Caller, ConnectError> {
-        if let Some(DirectCaller(grant)) = parts.extensions.get::<DirectCaller>() {
-            return Ok(Caller { principal: Arc::new(grant.principal.clone()), grant: Some(Arc::clone(grant)) });
-        }
-        if parts.extensions.get::<PeerCertificate>().is_some() {
-            // A direct connection whose certificate the guard did not admit: never fall back to a
-            // bearer token there.
-            let error = ApiError::unauthenticated("the client certificate was not checked for this call");
-            return Err(error.into());
-        }
-        let header = parts.headers.get(http::header::AUTHORIZATION).and_then(|value| value.to_str().ok());
-        match app.authenticate(header) {
-            Ok(principal) => Ok(Caller::new(principal)),
-            Err(error) => {
-                tracing::debug!(path = %parts.uri.path(), "{error}");
-                Err(error.into())
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Caller, ConnectError> {
+        match parts.extensions.get::<Caller>() {
+            Some(caller) => Ok(caller.clone()),
+            None => {
+                // Every RPC route is behind the guard: this is a wiring mistake, never a way in.
+                tracing::error!(path = %parts.uri.path(), "an RPC reached its handler without passing the request guard");
+                Err(ApiError::unauthenticated("the request was not authenticated").into())
             }
         }
     }
@@ -346,5 +338,22 @@ mod tests {
         assert_ne!(generated.admin, Tokens::generate("org").1.admin, "tokens are random");
         assert_eq!(tokens.first_admin().unwrap().0, generated.admin);
         assert_eq!(tokens.first_user().unwrap().0, generated.user);
+    }
+
+    #[tokio::test]
+    async fn handlers_take_the_caller_the_guard_authenticated_and_nothing_else() {
+        let (tokens, generated) = Tokens::generate("org");
+        let principal = tokens.authenticate(Some(&format!("Bearer {}", generated.user))).unwrap();
+        // A token in the headers is not read here: without the guard's caller there is none.
+        let request = http::Request::get("/coreweave.sandbox.v1.SandboxService/GetSandbox")
+            .header(http::header::AUTHORIZATION, format!("Bearer {}", generated.admin))
+            .body(())
+            .unwrap();
+        let (mut parts, ()) = request.into_parts();
+        assert!(Caller::from_request_parts(&mut parts, &()).await.is_err());
+        parts.extensions.insert(Caller::new(principal.clone()));
+        let caller = Caller::from_request_parts(&mut parts, &()).await.unwrap();
+        assert_eq!(*caller, principal);
+        assert!(caller.grant().is_none());
     }
 }

@@ -14,28 +14,10 @@
 
 use std::collections::HashMap;
 
-use prost::Message;
-use prost_types::field_descriptor_proto::{Label, Type};
+use crate::catalogue::{Catalogue, Field, FieldKind};
 
 /// How far nested messages are followed (prost's own recursion limit).
 const MAX_DEPTH: usize = 100;
-
-#[derive(Debug, Clone)]
-enum Kind {
-    /// A nested message (or a map entry), by full name (`.pkg.Message`).
-    Message(String),
-    /// `string` or `bytes`.
-    Text,
-    /// Numbers, booleans, enums.
-    Scalar,
-}
-
-#[derive(Debug, Clone)]
-struct Field {
-    kind: Kind,
-    repeated: bool,
-    map: bool,
-}
 
 #[derive(Debug, Default)]
 struct MessageType {
@@ -52,50 +34,12 @@ pub struct Estimator {
 }
 
 impl Estimator {
-    /// The message types of `cwsandbox_api::FILE_DESCRIPTOR_SET`.
+    /// The message types of the API ([`Catalogue`]).
     pub fn new() -> Estimator {
-        let set = prost_types::FileDescriptorSet::decode(cwsandbox_api::FILE_DESCRIPTOR_SET)
-            .expect("the embedded descriptor set is valid");
-        let mut messages = HashMap::new();
-        let mut map_entries = std::collections::HashSet::new();
-        fn collect(
-            prefix: &str,
-            message: &prost_types::DescriptorProto,
-            messages: &mut HashMap<String, MessageType>,
-            map_entries: &mut std::collections::HashSet<String>,
-        ) {
-            let name = format!("{prefix}.{}", message.name());
-            if message.options.as_ref().is_some_and(|options| options.map_entry()) {
-                map_entries.insert(name.clone());
-            }
-            let mut fields = HashMap::new();
-            for field in &message.field {
-                let kind = match field.r#type() {
-                    Type::Message | Type::Group => Kind::Message(field.type_name().to_owned()),
-                    Type::String | Type::Bytes => Kind::Text,
-                    _ => Kind::Scalar,
-                };
-                let repeated = field.label() == Label::Repeated;
-                fields.insert(field.number() as u32, Field { kind, repeated, map: false });
-            }
-            messages.insert(name.clone(), MessageType { fields, size: 0 });
-            for nested in &message.nested_type {
-                collect(&name, nested, messages, map_entries);
-            }
-        }
-        for file in &set.file {
-            let prefix = if file.package().is_empty() { String::new() } else { format!(".{}", file.package()) };
-            for message in &file.message_type {
-                collect(&prefix, message, &mut messages, &mut map_entries);
-            }
-        }
-        for message in messages.values_mut() {
-            for field in message.fields.values_mut() {
-                if let Kind::Message(name) = &field.kind {
-                    field.map = map_entries.contains(name);
-                }
-            }
-        }
+        let mut messages: HashMap<String, MessageType> = Catalogue::get()
+            .messages()
+            .map(|(name, message)| (name.to_owned(), MessageType { fields: message.fields.clone(), size: 0 }))
+            .collect();
         let names: Vec<String> = messages.keys().cloned().collect();
         let mut sizes = HashMap::new();
         for name in &names {
@@ -183,10 +127,12 @@ impl Estimator {
                     bytes = rest;
                     match field {
                         None => 0,
-                        Some(Field { kind: Kind::Text, repeated, .. }) => length + if *repeated { 2 * 24 } else { 0 },
+                        Some(Field { kind: FieldKind::Text, repeated, .. }) => {
+                            length + if *repeated { 2 * 24 } else { 0 }
+                        }
                         // Packed repeated numbers: at most one element per byte.
-                        Some(Field { kind: Kind::Scalar, .. }) => 16 * length,
-                        Some(Field { kind: Kind::Message(name), repeated, map }) => {
+                        Some(Field { kind: FieldKind::Scalar, .. }) => 16 * length,
+                        Some(Field { kind: FieldKind::Message(name), repeated, map, .. }) => {
                             let element = self.messages.get(name).map_or(0, |message| message.size);
                             let own = if *map {
                                 element + 32
@@ -234,9 +180,9 @@ fn struct_size(
         size += match (&field.kind, field.repeated, field.map) {
             (_, true, true) => 48,
             (_, true, false) => 24,
-            (Kind::Text, false, _) => 24,
-            (Kind::Scalar, false, _) => 8,
-            (Kind::Message(inner), false, _) => 8 + struct_size(messages, inner, sizes, visiting),
+            (FieldKind::Text, false, _) => 24,
+            (FieldKind::Scalar, false, _) => 8,
+            (FieldKind::Message(inner), false, _) => 8 + struct_size(messages, inner, sizes, visiting),
         };
     }
     visiting.pop();
@@ -261,6 +207,7 @@ fn varint(bytes: &mut &[u8]) -> Option<u64> {
 mod tests {
     use super::*;
     use cwsandbox_api::sandbox_v1 as pb;
+    use prost::Message;
 
     #[test]
     fn estimates_cover_what_prost_allocates() {

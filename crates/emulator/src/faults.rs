@@ -19,6 +19,7 @@ use wildmatch::WildMatch;
 
 use cwsandbox_sim::world::{InjectedFault, InjectedKind};
 
+use crate::catalogue::Catalogue;
 use crate::errors::{ApiError, DOMAIN};
 
 /// The request metadata that injects a fault into one call.
@@ -401,25 +402,8 @@ fn check_action(action: pb::FaultAction, field: &str) -> Result<pb::FaultAction,
 }
 
 /// The methods of the API, as `package.Service/Method`.
-fn known_methods() -> &'static [String] {
-    static METHODS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    METHODS.get_or_init(|| {
-        use prost::Message;
-        let Ok(set) = prost_types::FileDescriptorSet::decode(cwsandbox_api::FILE_DESCRIPTOR_SET) else {
-            return Vec::new();
-        };
-        set.file
-            .iter()
-            .flat_map(|file| {
-                file.service.iter().flat_map(move |service| {
-                    service
-                        .method
-                        .iter()
-                        .map(move |method| format!("{}.{}/{}", file.package(), service.name(), method.name()))
-                })
-            })
-            .collect()
-    })
+fn known_methods() -> impl Iterator<Item = &'static str> {
+    Catalogue::get().methods().map(|method| method.qualified_name())
 }
 
 fn check(mut fault: pb::Fault, owner: Option<&str>) -> Result<Rule, ApiError> {
@@ -476,7 +460,7 @@ fn check(mut fault: pb::Fault, owner: Option<&str>) -> Result<Rule, ApiError> {
         "" => None,
         pattern => {
             let compiled = WildMatch::new(pattern);
-            let reaches = known_methods().iter().any(|path| {
+            let reaches = known_methods().any(|path| {
                 let (service, method) = path.split_once('/').unwrap_or((path, ""));
                 method_forms(service, method).iter().any(|form| compiled.matches(form))
             });

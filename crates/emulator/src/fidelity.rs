@@ -35,9 +35,9 @@ use std::sync::OnceLock;
 use cwsandbox_api::sandbox_v1 as pb;
 use prost::Message;
 use prost::encoding::{WireType, decode_key, decode_varint};
-use prost_types::field_descriptor_proto::{Label, Type};
 use serde::{Deserialize, Serialize};
 
+use crate::catalogue::Catalogue;
 use crate::errors::ApiError;
 
 /// What the emulator does with a request that sets a refused field (`strictness:` in the values).
@@ -785,87 +785,6 @@ requests!(
 /// The package of the well-known types (Timestamp, FieldMask): values, not walked into.
 const WELL_KNOWN: &str = ".google.protobuf.";
 
-/// One field of a message type, from the descriptor set.
-#[derive(Debug, Clone)]
-struct FieldInfo {
-    name: String,
-    /// The message type of a message field (`.coreweave.sandbox.v1.Container`), not for maps.
-    message: Option<String>,
-    repeated: bool,
-}
-
-/// The descriptor set's message types by full name, and each type's fields by number.
-#[derive(Debug, Default)]
-struct Descriptors {
-    messages: HashMap<String, HashMap<u32, FieldInfo>>,
-    /// `(package, service name, method name, input type)` of every RPC.
-    methods: Vec<(String, String, String, String)>,
-}
-
-impl Descriptors {
-    fn load() -> Descriptors {
-        let set = prost_types::FileDescriptorSet::decode(cwsandbox_api::FILE_DESCRIPTOR_SET)
-            .expect("the embedded descriptor set is valid");
-        let mut descriptors = Descriptors::default();
-        let mut map_entries = HashSet::new();
-        let mut raw = Vec::new();
-        fn collect<'a>(
-            prefix: &str,
-            message: &'a prost_types::DescriptorProto,
-            raw: &mut Vec<(String, &'a prost_types::DescriptorProto)>,
-            map_entries: &mut HashSet<String>,
-        ) {
-            let name = format!("{prefix}.{}", message.name());
-            if message.options.as_ref().is_some_and(|options| options.map_entry()) {
-                map_entries.insert(name.clone());
-            }
-            for nested in &message.nested_type {
-                collect(&name, nested, raw, map_entries);
-            }
-            raw.push((name, message));
-        }
-        for file in &set.file {
-            let prefix = format!(".{}", file.package());
-            for message in &file.message_type {
-                collect(&prefix, message, &mut raw, &mut map_entries);
-            }
-            for service in &file.service {
-                for method in &service.method {
-                    descriptors.methods.push((
-                        file.package().to_owned(),
-                        service.name().to_owned(),
-                        method.name().to_owned(),
-                        method.input_type().to_owned(),
-                    ));
-                }
-            }
-        }
-        for (name, message) in raw {
-            let fields = message
-                .field
-                .iter()
-                .map(|field| {
-                    let message = (field.r#type() == Type::Message && !map_entries.contains(field.type_name()))
-                        .then(|| field.type_name().to_owned());
-                    let info = FieldInfo {
-                        name: field.name().to_owned(),
-                        message,
-                        repeated: field.label() == Label::Repeated,
-                    };
-                    (field.number() as u32, info)
-                })
-                .collect();
-            descriptors.messages.insert(name, fields);
-        }
-        descriptors
-    }
-
-    fn get() -> &'static Descriptors {
-        static DESCRIPTORS: OnceLock<Descriptors> = OnceLock::new();
-        DESCRIPTORS.get_or_init(Descriptors::load)
-    }
-}
-
 /// The table by path, with the paths that lead to a refused field (so the check walks only
 /// those).
 struct Table {
@@ -919,7 +838,7 @@ pub fn unemulated<R: Request>(request: &R) -> Vec<Unemulated> {
     if !table.leads_to_refused.contains(R::NAME) {
         return Vec::new();
     }
-    let descriptors = Descriptors::get();
+    let descriptors = Catalogue::get();
     let message = format!(".coreweave.sandbox.v1.{}", R::NAME);
     let bytes = request.encode_to_vec();
     let mut found = Vec::new();
@@ -931,7 +850,7 @@ pub fn unemulated<R: Request>(request: &R) -> Vec<Unemulated> {
 /// in the request), adding the refused fields it sets to `found`. Malformed bytes end the walk:
 /// they came from prost's own encoder.
 fn walk(
-    descriptors: &Descriptors,
+    descriptors: &Catalogue,
     table: &Table,
     message: &str,
     pattern: &str,
@@ -939,7 +858,7 @@ fn walk(
     mut bytes: &[u8],
     found: &mut Vec<Unemulated>,
 ) {
-    let Some(fields) = descriptors.messages.get(message) else { return };
+    let Some(fields) = descriptors.message(message).map(|message| &message.fields) else { return };
     let mut occurrences: HashMap<u32, usize> = HashMap::new();
     while !bytes.is_empty() {
         let Ok((number, wire_type)) = decode_key(&mut bytes) else { return };
@@ -983,7 +902,7 @@ fn walk(
                 }
             }
             Handling::Emulated => {
-                if let Some(child) = &field.message
+                if let Some(child) = field.message_type()
                     && !child.starts_with(WELL_KNOWN)
                     && table.leads_to_refused.contains(&path)
                 {
@@ -992,7 +911,7 @@ fn walk(
                 }
             }
             Handling::SameAs(target) => {
-                if let Some(child) = &field.message
+                if let Some(child) = field.message_type()
                     && table.leads_to_refused.contains(target)
                 {
                     let shown_child = if field.repeated { format!("{shown_field}[{position}]") } else { shown_field };
@@ -1069,12 +988,12 @@ mod tests {
     /// Every field path of the requests of the served RPCs, as the table spells them, walking into
     /// the message fields the table says are emulated; the paths with no row come back too.
     fn walk_requests() -> (Vec<String>, Vec<String>) {
-        let descriptors = Descriptors::get();
+        let descriptors = Catalogue::get();
         let table = Table::get();
         let mut seen = Vec::new();
         let mut missing = Vec::new();
         fn visit(
-            descriptors: &Descriptors,
+            descriptors: &Catalogue,
             table: &Table,
             message: &str,
             pattern: &str,
@@ -1083,14 +1002,15 @@ mod tests {
             missing: &mut Vec<String>,
         ) {
             assert!(depth < 32, "{pattern}: the request types nest too deep (a recursive type?)");
-            let mut fields: Vec<_> = descriptors.messages[message].iter().collect();
+            let mut fields: Vec<_> =
+                descriptors.message(message).expect("a message type of the API").fields.iter().collect();
             fields.sort_by_key(|(number, _)| **number);
             for (_, field) in fields {
                 let path = format!("{pattern}.{}", field.name);
                 seen.push(path.clone());
                 match table.rules.get(path.as_str()) {
                     None => missing.push(path),
-                    Some(rule) => match (rule.handling, &field.message) {
+                    Some(rule) => match (rule.handling, field.message_type()) {
                         (Handling::Emulated, Some(child)) if !child.starts_with(WELL_KNOWN) => {
                             visit(descriptors, table, child, &path, depth + 1, seen, missing);
                         }
@@ -1108,15 +1028,15 @@ mod tests {
         }
         let refused_methods: HashSet<&str> = REFUSED_METHODS.iter().map(|(method, _)| *method).collect();
         let mut inputs = HashSet::new();
-        for (package, service, method, input) in &descriptors.methods {
-            if !covers(&format!("{package}.{service}"))
-                || refused_methods.contains(format!("{service}.{method}").as_str())
+        for method in descriptors.methods() {
+            if !covers(&format!("{}.{}", method.package, method.service))
+                || refused_methods.contains(format!("{}.{}", method.service, method.name).as_str())
             {
                 continue;
             }
-            if inputs.insert(input.clone()) {
-                let name = input.rsplit('.').next().unwrap_or_default();
-                visit(descriptors, table, input, name, 0, &mut seen, &mut missing);
+            if inputs.insert(method.input.clone()) {
+                let name = method.input.rsplit('.').next().unwrap_or_default();
+                visit(descriptors, table, &method.input, name, 0, &mut seen, &mut missing);
             }
         }
         (seen, missing)
@@ -1131,11 +1051,10 @@ mod tests {
         let mut paths = HashSet::new();
         let twice: Vec<&str> = FIELDS.iter().map(|rule| rule.path).filter(|path| !paths.insert(*path)).collect();
         assert!(twice.is_empty(), "rows listed twice: {twice:?}");
-        let methods: HashSet<String> = Descriptors::get()
-            .methods
-            .iter()
-            .filter(|(package, service, _, _)| covers(&format!("{package}.{service}")))
-            .map(|(_, service, method, _)| format!("{service}.{method}"))
+        let methods: HashSet<String> = Catalogue::get()
+            .methods()
+            .filter(|method| covers(&format!("{}.{}", method.package, method.service)))
+            .map(|method| format!("{}.{}", method.service, method.name))
             .collect();
         for (method, _) in REFUSED_METHODS {
             assert!(methods.contains(*method), "REFUSED_METHODS names {method}, which no served service has");

@@ -1,11 +1,13 @@
 //! What every RPC goes through before a decoder sees its body, on every protocol.
 //!
-//! 1. **Authentication from the headers.** A request without a valid bearer token is answered
-//!    UNAUTHENTICATED without reading its body (the handlers' `Caller` extractor runs only after
-//!    the message is decoded, which let anyone make the server decode up to the message limit).
-//!    `grpc.health.v1` and reflection need no token. On the direct data plane's endpoint the
-//!    connection's client certificate stands in for the token (`crate::direct`): unknown or
-//!    expired is UNAUTHENTICATED, an RPC it does not grant PERMISSION_DENIED.
+//! 1. **Authentication from the headers**, the request's only one. A request without a valid
+//!    bearer token is answered UNAUTHENTICATED without reading its body (so nobody can make the
+//!    server decode up to the message limit unauthenticated); an admitted one carries its
+//!    [`Caller`] in its extensions, where the handlers' extractor takes it. `grpc.health.v1` and
+//!    reflection need no token. On the direct data plane's endpoint the connection's client
+//!    certificate stands in for the token (`crate::direct`): unknown or expired is
+//!    UNAUTHENTICATED, an RPC it does not grant PERMISSION_DENIED. The RPCs' shapes come from
+//!    the one [`Catalogue`] of the API.
 //! 2. **A bounded body.** A unary request (and the one request of a server-streaming RPC) is read
 //!    here, before decoding: at most `max_request_bytes` (`max_message_bytes` for the RPCs that
 //!    carry file content), with no more than `body_read_timeout` between two pieces of it. Then
@@ -25,7 +27,6 @@
 //! Errors are answered in the protocol of the request: a trailers-only gRPC response (which
 //! tonic-web turns into gRPC-Web), a Connect unary error, or a Connect end-of-stream message.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -44,16 +45,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Code;
 
 use crate::app::App;
-use crate::auth::{DirectCaller, Principal, Role};
+use crate::auth::{Caller, Principal, Role};
+use crate::catalogue::{Catalogue, Method};
 use crate::direct::Permission;
 use crate::errors::ApiError;
 use crate::fault_stream::{CutBody, Tail, string_field};
 use crate::faults::{Call, FAULT_HEADER, InjectedFaults, Verdict, header_verdict};
 use crate::tls::PeerCertificate;
 
-/// RPCs whose request carries file content, allowed up to `max_message_bytes`.
-const PAYLOAD_METHODS: &[&str] =
-    &["/coreweave.sandbox.v1.SandboxService/WriteFile", "/coreweave.sandbox.v1.SandboxDataPlaneService/WriteFile"];
 /// The path prefix of the direct data plane's RPCs, the only ones a client certificate is for.
 const DATA_PLANE_PREFIX: &str = "/coreweave.sandbox.v1.SandboxDataPlaneService/";
 /// Paths answered without a token.
@@ -76,54 +75,6 @@ pub struct RequestLimits {
     pub request_memory_bytes: usize,
     /// The longest wait for the next piece of a request body.
     pub body_read_timeout: Duration,
-}
-
-/// How an RPC takes its request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct MethodShape {
-    client_streaming: bool,
-    server_streaming: bool,
-    payload: bool,
-    /// The number of the request's `sandbox_id` field, if it has one (for faults matching tags).
-    sandbox_id_field: Option<u32>,
-    /// The request message's full name (`.coreweave.sandbox.v1.GetSandboxRequest`).
-    input: String,
-}
-
-/// The RPCs of the API, by HTTP path, from the embedded descriptor set.
-fn methods() -> HashMap<String, MethodShape> {
-    let set = prost_types::FileDescriptorSet::decode(cwsandbox_api::FILE_DESCRIPTOR_SET)
-        .expect("the embedded descriptor set is valid");
-    let mut sandbox_id_fields = HashMap::new();
-    for file in &set.file {
-        for message in &file.message_type {
-            if let Some(field) = message.field.iter().find(|field| field.name() == "sandbox_id") {
-                sandbox_id_fields.insert(format!(".{}.{}", file.package(), message.name()), field.number() as u32);
-            }
-        }
-    }
-    let mut methods = HashMap::new();
-    for file in &set.file {
-        for service in &file.service {
-            for method in &service.method {
-                let path = format!("/{}.{}/{}", file.package(), service.name(), method.name());
-                let payload = PAYLOAD_METHODS.contains(&path.as_str());
-                let input = method.input_type().to_owned();
-                let sandbox_id_field = sandbox_id_fields.get(&input).copied();
-                methods.insert(
-                    path,
-                    MethodShape {
-                        client_streaming: method.client_streaming(),
-                        server_streaming: method.server_streaming(),
-                        payload,
-                        sandbox_id_field,
-                        input,
-                    },
-                );
-            }
-        }
-    }
-    methods
 }
 
 /// The protocol of a request, from its `content-type` (gRPC-Web arrives here as gRPC, translated
@@ -196,7 +147,7 @@ struct Shared {
     app: App,
     limits: RequestLimits,
     budget: Arc<Semaphore>,
-    methods: HashMap<String, MethodShape>,
+    catalogue: &'static Catalogue,
     estimator: crate::decoded_size::Estimator,
 }
 
@@ -213,7 +164,7 @@ impl<S> Guard<S> {
         // tokio's semaphore counts at most usize::MAX >> 3 permits.
         let budget = Arc::new(Semaphore::new(limits.request_memory_bytes.min(Semaphore::MAX_PERMITS)));
         let estimator = crate::decoded_size::Estimator::new();
-        Guard { shared: Arc::new(Shared { app, limits, budget, methods: methods(), estimator }), inner }
+        Guard { shared: Arc::new(Shared { app, limits, budget, catalogue: Catalogue::get(), estimator }), inner }
     }
 }
 
@@ -345,53 +296,46 @@ impl Shared {
             let response = inner.oneshot(request).await.unwrap_or_else(|never| match never {});
             return undecodable_is_invalid_argument(response);
         }
-        let mut request = request;
-        if let Some(certificate) = request.extensions().get::<PeerCertificate>().cloned() {
-            // The direct data plane's endpoint: the certificate is the credential.
-            let principal = match self.direct_caller(&certificate, &path) {
-                Ok(DirectCaller(grant)) => {
-                    let principal = grant.principal.clone();
-                    request.extensions_mut().insert(DirectCaller(grant));
-                    principal
-                }
-                Err(error) => {
-                    tracing::debug!(%path, "{error}");
-                    if self.methods.get(&path).is_some_and(|shape| shape.client_streaming) {
-                        refuse_stream(request.into_body()).await;
-                    }
-                    return protocol.reject(&error);
-                }
-            };
-            return self.admitted(request, principal, protocol, path, inner).await;
-        }
-        let header = request.headers().get(http::header::AUTHORIZATION).and_then(|value| value.to_str().ok());
-        let principal = match self.app.authenticate(header) {
-            Ok(principal) => principal,
+        // The one authentication of the request: the handlers take the caller from here.
+        let caller = match request.extensions().get::<PeerCertificate>() {
+            // The direct data plane's endpoint: the certificate is the credential, never a token.
+            Some(certificate) => self.direct_caller(certificate, &path),
+            None => self.token_caller(request.headers()),
+        };
+        let caller = match caller {
+            Ok(caller) => caller,
             Err(error) => {
-                // The published client's other auth mode sends only W&B headers: say so, rather
-                // than "missing credentials".
-                let error = if header.is_none() && request.headers().contains_key(WANDB_API_KEY_HEADER) {
-                    ApiError::unauthenticated(
-                        "W&B credentials (x-wandb-api-key) are not accepted by the emulator: send \
-                         `authorization: Bearer <token>` (the client's default auth, CWSANDBOX_API_KEY)",
-                    )
-                    .with_metadata("credentials", "wandb")
-                } else {
-                    error
-                };
                 tracing::debug!(%path, "{error}");
-                if self.methods.get(&path).is_some_and(|shape| shape.client_streaming) {
+                if self.catalogue.method(&path).is_some_and(|method| method.client_streaming) {
                     refuse_stream(request.into_body()).await;
                 }
                 return protocol.reject(&error);
             }
         };
-        self.admitted(request, principal, protocol, path, inner).await
+        let mut request = request;
+        request.extensions_mut().insert(caller.clone());
+        self.admitted(request, caller, protocol, path, inner).await
+    }
+
+    /// The caller of a bearer token (a configured token or a tenant's).
+    fn token_caller(&self, headers: &http::HeaderMap) -> Result<Caller, ApiError> {
+        let header = headers.get(http::header::AUTHORIZATION).and_then(|value| value.to_str().ok());
+        match self.app.authenticate(header) {
+            Ok(principal) => Ok(Caller::new(principal)),
+            // The published client's other auth mode sends only W&B headers: say so, rather than
+            // "missing credentials".
+            Err(_) if header.is_none() && headers.contains_key(WANDB_API_KEY_HEADER) => Err(ApiError::unauthenticated(
+                "W&B credentials (x-wandb-api-key) are not accepted by the emulator: send \
+                 `authorization: Bearer <token>` (the client's default auth, CWSANDBOX_API_KEY)",
+            )
+            .with_metadata("credentials", "wandb")),
+            Err(error) => Err(error),
+        }
     }
 
     /// The grant of a direct call's client certificate, if it is valid now and grants the RPC's
     /// operation (the sandbox is checked by the handler, which decodes the request).
-    fn direct_caller(&self, certificate: &PeerCertificate, path: &str) -> Result<DirectCaller, ApiError> {
+    fn direct_caller(&self, certificate: &PeerCertificate, path: &str) -> Result<Caller, ApiError> {
         let grant = self.app.direct().grant_of(&certificate.0)?;
         let method = path.strip_prefix(DATA_PLANE_PREFIX).unwrap_or_default();
         let Some(permission) = Permission::of_method(method) else {
@@ -402,14 +346,14 @@ impl Shared {
             ));
         };
         grant.permits(permission)?;
-        Ok(DirectCaller(grant))
+        Ok(Caller::direct(grant))
     }
 
     /// A request whose caller is known: bounds, faults, the deadline, then the services.
     async fn admitted<S>(
         &self,
         request: Request<Body>,
-        principal: Principal,
+        caller: Caller,
         protocol: Protocol,
         path: String,
         inner: S,
@@ -419,13 +363,13 @@ impl Shared {
         S::Future: Send + 'static,
     {
         use tower::ServiceExt;
-        let Some(shape) = self.methods.get(&path) else {
+        let Some(rpc) = self.catalogue.method(&path) else {
             // Not an RPC of the API: the services answer (UNIMPLEMENTED, 404).
             return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
         };
-        if shape.client_streaming {
+        if rpc.client_streaming {
             // The request streams on: faults match it by method, organization and headers.
-            let verdict = match self.faults(&path, shape, &principal, request.headers(), &|| None) {
+            let verdict = match self.faults(rpc, &caller, request.headers(), &|| None) {
                 Ok(verdict) => verdict,
                 Err(error) => {
                     refuse_stream(request.into_body()).await;
@@ -450,7 +394,7 @@ impl Shared {
             let response = inner.oneshot(request).await.unwrap_or_else(|never| match never {});
             return cut_stream(response, cut).await;
         }
-        let (limit, decoded_limit) = if shape.payload {
+        let (limit, decoded_limit) = if rpc.payload {
             let limit = self.limits.max_message_bytes;
             (limit, self.limits.max_decoded_request_bytes.max(limit))
         } else {
@@ -466,7 +410,7 @@ impl Shared {
         let mut reservation: Option<OwnedSemaphorePermit> = None;
         let read = self.read(body, protocol, compressed, announced, limit, &mut reservation).await;
         let bytes = match read.and_then(|bytes| {
-            self.admit(&bytes, protocol, compressed, &shape.input, decoded_limit, &mut reservation).map(|()| bytes)
+            self.admit(&bytes, protocol, compressed, &rpc.input, decoded_limit, &mut reservation).map(|()| bytes)
         }) {
             Ok(bytes) => bytes,
             Err(fault) => {
@@ -475,8 +419,8 @@ impl Shared {
                 return protocol.reject(&error);
             }
         };
-        let tags = || self.tags_of(&path, shape, &principal.org, protocol, compressed, &bytes);
-        let mut verdict = match self.faults(&path, shape, &principal, &parts.headers, &tags) {
+        let tags = || self.tags_of(rpc, &caller.org, protocol, compressed, &bytes);
+        let mut verdict = match self.faults(rpc, &caller, &parts.headers, &tags) {
             Ok(verdict) => verdict,
             Err(error) => return protocol.reject(&error),
         };
@@ -521,21 +465,19 @@ impl Shared {
     /// What the faults in force, and the call's own fault header, do to this call.
     fn faults(
         &self,
-        path: &str,
-        shape: &MethodShape,
+        rpc: &Method,
         principal: &Principal,
         headers: &http::HeaderMap,
         tags: &dyn Fn() -> Option<Vec<String>>,
     ) -> Result<Verdict, ApiError> {
-        let (service, method) = path.trim_start_matches('/').split_once('/').unwrap_or((path, ""));
-        let call =
-            Call { service, method, org: &principal.org, headers, server_streaming: shape.server_streaming, tags };
+        let (service, method) = rpc.qualified_name().split_once('/').unwrap_or((rpc.qualified_name(), ""));
+        let call = Call { service, method, org: &principal.org, headers, server_streaming: rpc.server_streaming, tags };
         let mut verdict = self.app.faults().evaluate(&call);
         if let Some(value) = headers.get(FAULT_HEADER) {
             principal
                 .require_any(&[Role::SandboxAdmin, Role::ClusterAdmin], "the fault header is for administrators")?;
             let value = value.to_str().map_err(|_| ApiError::invalid_field(FAULT_HEADER, "not ASCII text"))?;
-            let one = header_verdict(value, shape.server_streaming)?;
+            let one = header_verdict(value, rpc.server_streaming)?;
             verdict.latency += one.latency;
             verdict.failure = verdict.failure.or(one.failure);
             verdict.cut = verdict.cut.or(one.cut);
@@ -563,8 +505,7 @@ impl Shared {
     /// sandbox its `sandbox_id` names (in the caller's organization).
     fn tags_of(
         &self,
-        path: &str,
-        shape: &MethodShape,
+        rpc: &Method,
         org: &str,
         protocol: Protocol,
         compressed: bool,
@@ -575,7 +516,7 @@ impl Shared {
         }
         let message: &[u8] = if protocol.enveloped() { bytes.get(ENVELOPE..)? } else { bytes };
         let json = matches!(protocol, Protocol::ConnectUnary { json: true } | Protocol::ConnectStream { json: true });
-        if path.ends_with("/CreateSandbox") {
+        if rpc.service == "SandboxService" && rpc.name == "CreateSandbox" {
             let request: cwsandbox_api::sandbox_v1::CreateSandboxRequest =
                 if json { serde_json::from_slice(message).ok()? } else { Message::decode(message).ok()? };
             return Some(request.sandbox.and_then(|sandbox| sandbox.spec).map(|spec| spec.tags).unwrap_or_default());
@@ -584,7 +525,7 @@ impl Shared {
             let tree: serde_json::Value = serde_json::from_slice(message).ok()?;
             tree.get("sandboxId").or_else(|| tree.get("sandbox_id"))?.as_str()?.to_owned()
         } else {
-            string_field(message, shape.sandbox_id_field?)?
+            string_field(message, rpc.sandbox_id_field?)?
         };
         self.app
             .driver()
@@ -832,21 +773,6 @@ mod tests {
     }
 
     use super::*;
-
-    #[test]
-    fn every_rpc_of_the_api_is_known_with_its_shape() {
-        let methods = methods();
-        let exec = &methods["/coreweave.sandbox.v1.SandboxService/StreamExec"];
-        assert!(exec.client_streaming);
-        let logs = &methods["/coreweave.sandbox.v1.SandboxService/StreamLogs"];
-        assert!(!logs.client_streaming && !logs.payload);
-        assert_eq!(logs.input, ".coreweave.sandbox.v1.StreamLogsRequest");
-        assert!(methods["/coreweave.sandbox.v1.SandboxDataPlaneService/WriteFile"].payload);
-        assert!(methods.contains_key("/coreweave.sandbox.emulator.v1.EmulatorService/ApplyValues"));
-        for payload in PAYLOAD_METHODS {
-            assert!(methods.contains_key(*payload), "{payload} is an RPC of the API");
-        }
-    }
 
     #[test]
     fn protocols_follow_the_content_type() {

@@ -19,6 +19,7 @@ extern crate self as cwsandbox_emulator;
 
 pub mod app;
 pub mod auth;
+pub mod catalogue;
 pub mod cli;
 pub mod clock;
 pub mod config;
