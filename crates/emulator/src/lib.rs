@@ -2,14 +2,11 @@
 //! port over gRPC, Connect and gRPC-Web, on top of the simulated CKS cluster, SUNK Pod Scheduler
 //! and Slurm of `cwsandbox-sim`.
 //!
-//! Rooms: [`config`] (values and tokens), [`auth`] (bearer tokens → principals), [`errors`] (the
-//! one error mapping), [`convert`] (proto ↔ simulation), [`services`] (thin handlers),
-//! [`server`] (one port, every protocol), [`guard`] (authentication and bounds before any
-//! decoding), [`transport`] (the accept loop: timeouts, the connection cap), [`driver`] (the world on a clock, the effects pump),
-//! [`clock`] (wall time that can be frozen and advanced), [`runtime`] (the seam to the process
-//! executor), [`executor_runtime`] (the process executor behind that seam), [`direct`] (the
-//! direct data plane: ConnectSandbox's certificate authority and its mutual-TLS endpoint). [`Emulator::start`]
-//! puts them together; the binary adds the command line and attaches the executor.
+//! The top of a one-way stack: `cwsandbox-host` (the world on a clock, the runtime seam and the
+//! executor behind it), `cwsandbox-surface` (the API: tokens, handlers, the kube facade, the one
+//! error mapping), `cwsandbox-edge` (the port: transport, TLS, the request guard, the router).
+//! This crate holds what puts them together: [`Emulator::start`], the ready file and the command
+//! line ([`cli`]). Each layer uses only the ones below it, and Cargo enforces it.
 
 // Handlers must return connectrpc-axum's `ConnectError` (160 bytes), a foreign type we cannot box.
 #![allow(clippy::result_large_err)]
@@ -17,33 +14,15 @@
 // `cli` (the binary's command line, moved here whole) names this crate as the binary did.
 extern crate self as cwsandbox_emulator;
 
-pub mod app;
-pub mod auth;
-pub mod catalogue;
 pub mod cli;
-pub mod clock;
-pub mod config;
-pub mod convert;
-pub mod decoded_size;
-pub mod direct;
-pub mod driver;
-pub mod errors;
-pub mod executor_runtime;
-pub mod fault_stream;
-pub mod faults;
-pub mod fidelity;
-pub mod guard;
-pub mod image_puller;
-pub mod json_path;
-pub mod kube;
-pub mod ports;
-pub mod runtime;
-pub mod server;
-pub mod services;
-pub mod state_dir;
-pub mod tenants;
-pub mod tls;
-pub mod transport;
+
+// The layers below, under the paths they had when this crate held them all (the binary's wiring,
+// the tests, the testkit and the wheel name them so).
+pub use cwsandbox_edge::{decoded_size, fault_stream, guard, server, tls, transport};
+pub use cwsandbox_host::{clock, driver, executor_runtime, image_puller, runtime, state_dir};
+pub use cwsandbox_surface::{
+    app, auth, catalogue, config, convert, direct, errors, faults, fidelity, json_path, kube, ports, services, tenants,
+};
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -271,7 +250,7 @@ impl Emulator {
                     "the development tokens are public; they are refused on {listen}, which is not a loopback address"
                 )));
             }
-            (false, false) => Tokens::from_config(&config.auth),
+            (false, false) => config.auth.tokens(),
             (false, true) => {
                 return Err(StartError::DevTokens(
                     "--dev-tokens and auth.tokens in the values both name the tokens; use one".to_owned(),

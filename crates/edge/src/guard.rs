@@ -5,7 +5,7 @@
 //!    server decode up to the message limit unauthenticated); an admitted one carries its
 //!    [`Caller`] in its extensions, where the handlers' extractor takes it. `grpc.health.v1` and
 //!    reflection need no token. On the direct data plane's endpoint the connection's client
-//!    certificate stands in for the token (`crate::direct`): unknown or expired is
+//!    certificate stands in for the token (`cwsandbox_surface::direct`): unknown or expired is
 //!    UNAUTHENTICATED, an RPC it does not grant PERMISSION_DENIED. The RPCs' shapes come from
 //!    the one [`Catalogue`] of the API.
 //! 2. **A bounded body.** A unary request (and the one request of a server-streaming RPC) is read
@@ -44,14 +44,14 @@ use prost::Message;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Code;
 
-use crate::app::App;
-use crate::auth::{Caller, Principal, Role};
-use crate::catalogue::{Catalogue, Method};
-use crate::direct::Permission;
-use crate::errors::ApiError;
 use crate::fault_stream::{CutBody, Tail, string_field};
-use crate::faults::{Call, FAULT_HEADER, InjectedFaults, Verdict, header_verdict};
 use crate::tls::PeerCertificate;
+use cwsandbox_surface::app::App;
+use cwsandbox_surface::auth::{Caller, Role};
+use cwsandbox_surface::catalogue::{Catalogue, Method};
+use cwsandbox_surface::direct::Permission;
+use cwsandbox_surface::errors::ApiError;
+use cwsandbox_surface::faults::{Call, FAULT_HEADER, InjectedFaults, Verdict, header_verdict};
 
 /// The path prefix of the direct data plane's RPCs, the only ones a client certificate is for.
 const DATA_PLANE_PREFIX: &str = "/coreweave.sandbox.v1.SandboxDataPlaneService/";
@@ -455,7 +455,7 @@ impl Shared {
             },
         };
         let response = match json {
-            Some(json) => crate::errors::enrich_connect_error(response, Some(&json)).await,
+            Some(json) => cwsandbox_surface::errors::enrich_connect_error(response, Some(&json)).await,
             None => response,
         };
         drop(reservation);
@@ -466,16 +466,15 @@ impl Shared {
     fn faults(
         &self,
         rpc: &Method,
-        principal: &Principal,
+        caller: &Caller,
         headers: &http::HeaderMap,
         tags: &dyn Fn() -> Option<Vec<String>>,
     ) -> Result<Verdict, ApiError> {
         let (service, method) = rpc.qualified_name().split_once('/').unwrap_or((rpc.qualified_name(), ""));
-        let call = Call { service, method, org: &principal.org, headers, server_streaming: rpc.server_streaming, tags };
+        let call = Call { service, method, org: &caller.org, headers, server_streaming: rpc.server_streaming, tags };
         let mut verdict = self.app.faults().evaluate(&call);
         if let Some(value) = headers.get(FAULT_HEADER) {
-            principal
-                .require_any(&[Role::SandboxAdmin, Role::ClusterAdmin], "the fault header is for administrators")?;
+            caller.require_any(&[Role::SandboxAdmin, Role::ClusterAdmin], "the fault header is for administrators")?;
             let value = value.to_str().map_err(|_| ApiError::invalid_field(FAULT_HEADER, "not ASCII text"))?;
             let one = header_verdict(value, rpc.server_streaming)?;
             verdict.latency += one.latency;

@@ -55,8 +55,10 @@ use std::path::{Path, PathBuf};
 use cwsandbox_sim::config::{Scenario, Timing, Values, key_path, merge_values};
 use serde::Deserialize;
 
-use crate::auth::Role;
+use crate::auth::{Principal, Role, Tokens};
 use crate::fidelity::Strictness;
+// The host's own settings, read from the `containerRuntime:` section of the values.
+pub use cwsandbox_host::runtime_config::{ContainerRuntimeConfig, RuntimeKind};
 
 /// What can go wrong reading the configuration; every message names the file or the key.
 #[derive(Debug, thiserror::Error)]
@@ -112,138 +114,20 @@ pub struct AuthConfig {
     pub tokens: Vec<TokenConfig>,
 }
 
-/// What runs a sandbox's containers (`containerRuntime.kind`, `serve --runtime`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum RuntimeKind {
-    /// The image through the OCI runtime where runc works here and the image's registry answers;
-    /// the process runtime otherwise (said in the Pod's Events).
-    #[default]
-    Auto,
-    /// Always the image through the OCI runtime: a start fails where runc does not work, and a
-    /// sandbox whose image cannot be pulled fails with `ErrImagePull`.
-    Oci,
-    /// The host's programs in namespaces of their own (or plain processes); images are recorded,
-    /// never pulled.
-    Process,
-}
-
-impl RuntimeKind {
-    /// The name as written in the values and on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RuntimeKind::Auto => "auto",
-            RuntimeKind::Oci => "oci",
-            RuntimeKind::Process => "process",
+impl AuthConfig {
+    /// The configured tokens and the principals they stand for.
+    pub fn tokens(&self) -> Tokens {
+        let mut tokens = Tokens::default();
+        for token in &self.tokens {
+            let principal = Principal {
+                org: token.org.clone(),
+                user: token.user.clone(),
+                uid: token.uid,
+                roles: token.roles.clone(),
+            };
+            tokens.insert(token.token.clone(), principal);
         }
-    }
-}
-
-/// The `containerRuntime:` section.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ContainerRuntimeConfig {
-    /// What runs containers.
-    #[serde(default)]
-    pub kind: RuntimeKind,
-    /// The OCI runtime binary: a path, or a name looked up on `PATH`.
-    #[serde(default = "default_runc")]
-    pub runc: PathBuf,
-    /// A docker-style `config.json` with registry credentials; `None`: `$DOCKER_CONFIG/config.json`
-    /// or `~/.docker/config.json` where present.
-    #[serde(default)]
-    pub docker_config: Option<PathBuf>,
-    /// Registries spoken to over plain HTTP besides the loopback ones (`host:port`).
-    #[serde(default)]
-    pub insecure_registries: Vec<String>,
-    /// How long one image's pull may take before it fails.
-    #[serde(default = "default_pull_timeout_seconds")]
-    pub pull_timeout_seconds: u32,
-    /// Where pulled images are kept (content-addressed, shared by emulators, kept across runs);
-    /// `None`: `$XDG_CACHE_HOME/cwsandbox-emulator/images`, else `~/.cache/cwsandbox-emulator/images`.
-    #[serde(default)]
-    pub image_cache: Option<PathBuf>,
-    /// The most one image may unpack to, in bytes: the sum of the sizes its layers' entries
-    /// declare (a sparse file's apparent size). A pull over it fails with ErrImagePull before the
-    /// entry that passes it is written, and the partial tree is removed. Default 8 GiB (8589934592):
-    /// above the images sandboxes usually run, below a CI machine's free disk. 0: no limit.
-    /// `serve --max-image-bytes` overrides it.
-    #[serde(default = "default_max_image_bytes")]
-    pub max_image_bytes: u64,
-    /// The most entries (files, directories, links, whiteouts) one image's layers may hold
-    /// together. Default 1000000. 0: no limit. `serve --max-image-entries` overrides it.
-    #[serde(default = "default_max_image_entries")]
-    pub max_image_entries: u64,
-    /// The image cache's bound, in bytes (blobs plus the data of unpacked trees). After a pull
-    /// leaves the cache over it, the least recently used images no running sandbox uses are
-    /// removed. Default 32 GiB (34359738368). 0: no bound. `serve --image-cache-max-bytes`
-    /// overrides it; `cwsbx image prune` removes every unused image at once.
-    #[serde(default = "default_image_cache_max_bytes")]
-    pub image_cache_max_bytes: u64,
-    /// Mirrors by registry host, as containerd's `hosts.toml`: `docker.io:
-    /// [http://127.0.0.1:5000]`. A pull asks each mirror in order for the same repository and
-    /// tag or digest (`docker.io/library/python:3.11` → `library/python:3.11` on the mirror), the
-    /// registry itself last; a mirror that fails (404, no answer) passes to the next, and a pull
-    /// that reaches none names each one tried with its error. A mirror is `scheme://host[:port]`;
-    /// `http://` only for loopback mirrors and `insecureRegistries`. `serve --registry-mirror
-    /// HOST=URL` replaces a host's list.
-    #[serde(default)]
-    pub registry_mirrors: std::collections::BTreeMap<String, Vec<String>>,
-}
-
-impl ContainerRuntimeConfig {
-    /// The image cache's directory: the configured one or the user's cache directory.
-    pub fn image_cache_dir(&self) -> PathBuf {
-        if let Some(dir) = &self.image_cache {
-            return dir.clone();
-        }
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .filter(|value| !value.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .filter(|value| !value.is_empty())
-                    .map(|home| PathBuf::from(home).join(".cache"))
-            })
-            .unwrap_or_else(|| std::env::temp_dir().join("cwsandbox-emulator-cache"));
-        base.join("cwsandbox-emulator").join("images")
-    }
-}
-
-fn default_runc() -> PathBuf {
-    PathBuf::from("runc")
-}
-
-fn default_pull_timeout_seconds() -> u32 {
-    600
-}
-
-fn default_max_image_bytes() -> u64 {
-    cwsandbox_images::DEFAULT_MAX_IMAGE_BYTES
-}
-
-fn default_max_image_entries() -> u64 {
-    cwsandbox_images::DEFAULT_MAX_IMAGE_ENTRIES
-}
-
-fn default_image_cache_max_bytes() -> u64 {
-    cwsandbox_images::DEFAULT_MAX_CACHE_BYTES
-}
-
-impl Default for ContainerRuntimeConfig {
-    fn default() -> ContainerRuntimeConfig {
-        ContainerRuntimeConfig {
-            kind: RuntimeKind::default(),
-            runc: default_runc(),
-            docker_config: None,
-            insecure_registries: Vec::new(),
-            pull_timeout_seconds: default_pull_timeout_seconds(),
-            image_cache: None,
-            max_image_bytes: default_max_image_bytes(),
-            max_image_entries: default_max_image_entries(),
-            image_cache_max_bytes: default_image_cache_max_bytes(),
-            registry_mirrors: Default::default(),
-        }
+        tokens
     }
 }
 

@@ -18,7 +18,7 @@ use cwsandbox_images::{
 };
 use cwsandbox_sim::world::{ImagePullFailure, ImagePullPolicy, ImagePulled, ImageToPull};
 
-use crate::config::{ContainerRuntimeConfig, RuntimeKind};
+use crate::runtime_config::{ContainerRuntimeConfig, RuntimeKind};
 
 /// How long a registry that could not be reached is taken to be unreachable (`auto` only).
 pub const UNREACHABLE_FOR: Duration = Duration::from_secs(60);

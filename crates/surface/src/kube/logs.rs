@@ -15,7 +15,7 @@ use super::number;
 use super::status::Status;
 use crate::app::App;
 use crate::convert;
-use crate::runtime::{LogEvent, LogRequest, Target};
+use cwsandbox_host::runtime::{LogEvent, LogRequest, Target};
 
 /// The query of a log request.
 #[derive(Debug, Default)]

@@ -26,7 +26,7 @@ use tonic::Code;
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::direct::DirectError;
-use crate::runtime::RuntimeError;
+use cwsandbox_host::runtime::RuntimeError;
 
 /// The `ErrorInfo.domain` of every error.
 pub const DOMAIN: &str = "cwsandbox.com";

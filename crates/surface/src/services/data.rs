@@ -5,7 +5,7 @@
 //! plane's endpoint the same handlers serve a caller whose client certificate binds it to one
 //! sandbox and its granted operations (`crate::direct`), checked first.
 //!
-//! [`SandboxRuntime`]: crate::runtime::SandboxRuntime
+//! [`SandboxRuntime`]: cwsandbox_host::runtime::SandboxRuntime
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -25,12 +25,12 @@ use tokio::sync::mpsc;
 use super::respond;
 use crate::app::App;
 use crate::auth::{Caller, Role};
-use crate::clock::EmulatorClock;
 use crate::convert;
 use crate::direct::Permission;
-use crate::driver::RUNTIME_CATCH_UP;
 use crate::errors::ApiError;
-use crate::runtime::{ExecEvent, ExecInput, ExecSpec, LogEvent, LogRequest, SandboxRuntime, Target, TtySize};
+use cwsandbox_host::clock::EmulatorClock;
+use cwsandbox_host::driver::RUNTIME_CATCH_UP;
+use cwsandbox_host::runtime::{ExecEvent, ExecInput, ExecSpec, LogEvent, LogRequest, SandboxRuntime, Target, TtySize};
 
 /// A boxed stream of response frames.
 pub type Frames<T> = StreamBody<BoxStream<'static, Result<T, ConnectError>>>;
@@ -352,7 +352,12 @@ async fn write(app: &App, caller: &Caller, request: pb::WriteFileRequest) -> Res
     let max = app.limits().max_file_bytes;
     let size = request.content.len() as u64;
     if size > max {
-        return Err(crate::runtime::RuntimeError::FileTooLarge { path, size_bytes: size, max_size_bytes: max }.into());
+        return Err(cwsandbox_host::runtime::RuntimeError::FileTooLarge {
+            path,
+            size_bytes: size,
+            max_size_bytes: max,
+        }
+        .into());
     }
     runtime.write_file(target, path, Bytes::from(request.content)).await?;
     Ok(pb::WriteFileResponse::default())

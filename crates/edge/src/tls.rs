@@ -7,12 +7,15 @@
 //! start for the loopback names, and handed to kubectl as `certificate-authority-data`.
 //!
 //! The direct data plane's endpoint is another listener, mutual TLS only ([`Tls::ClientCertificate`],
-//! `crate::direct`).
+//! `cwsandbox_surface::direct`).
 
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+
+/// Why no TLS identity could be made (for this port's or the direct data plane's).
+pub use cwsandbox_surface::direct::TlsError;
 
 /// A connection of either kind.
 pub trait Connection: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
@@ -29,17 +32,6 @@ impl std::fmt::Debug for ServerIdentity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerIdentity").finish_non_exhaustive()
     }
-}
-
-/// Why no TLS identity could be made.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    /// Making the certificate failed.
-    #[error("making the self-signed certificate: {0}")]
-    Certificate(#[from] rcgen::Error),
-    /// rustls refused the certificate or key.
-    #[error("configuring TLS: {0}")]
-    Config(#[from] rustls::Error),
 }
 
 impl ServerIdentity {

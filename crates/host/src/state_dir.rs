@@ -4,7 +4,7 @@
 //!   one whose emulator is gone (the pid is not a live `cwsandbox-emulator`: exited, a zombie, or
 //!   another program), so that a reader polling for the file never finds the dead emulator's
 //!   address once the new one has started; a file whose emulator still runs makes the start fail.
-//!   The file itself is written atomically once the emulator listens ([`crate::ReadyInfo::write`]).
+//!   The file itself is written atomically once the emulator listens (`cwsandbox_emulator::ReadyInfo::write`).
 //! - **The sandbox root** holds one directory per sandbox (named by its Pod's uid) and a lock file,
 //!   [`LOCK_FILE`], holding the pid of the emulator that uses it, `flock`ed for as long as that
 //!   emulator lives (the kernel releases it when the process dies, `kill -9` included). A root

@@ -1,7 +1,7 @@
 //! Reproducible faults: rules that make matching calls fail, slow down or end early, so a
 //! client's retry and error paths can be tested (EmulatorService AddFault and friends, the values'
 //! `faults:`, and the one-call header [`FAULT_HEADER`]). The rules, their order and their counts
-//! are here; the request guard (`crate::guard`) asks [`Faults::evaluate`] about every call after
+//! are here; the request guard (the edge's `guard`) asks [`Faults::evaluate`] about every call after
 //! authenticating it and before any handler runs, so a failed call changes nothing.
 //!
 //! Each rule draws from its own seeded generator (xorshift, a fixed algorithm), so the same rules,

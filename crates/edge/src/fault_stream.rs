@@ -1,4 +1,4 @@
-//! The wire side of faults (`crate::faults`): a response stream ended after N messages, and the
+//! The wire side of faults (`cwsandbox_surface::faults`): a response stream ended after N messages, and the
 //! sandbox id a request names, read from its bytes without decoding the whole message.
 
 use std::task::{Context, Poll};

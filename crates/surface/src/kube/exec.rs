@@ -34,10 +34,10 @@ use tokio::sync::mpsc;
 use super::authorize;
 use super::status::Status;
 use crate::app::App;
+use crate::connection::ConnectionLease;
 use crate::convert;
-use crate::driver::RUNTIME_CATCH_UP;
-use crate::runtime::{ExecEvent, ExecInput, ExecSession, ExecSpec, Target, TtySize};
-use crate::transport::ConnectionLease;
+use cwsandbox_host::driver::RUNTIME_CATCH_UP;
+use cwsandbox_host::runtime::{ExecEvent, ExecInput, ExecSession, ExecSpec, Target, TtySize};
 
 /// The stream protocols served, in the order preferred.
 const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];

@@ -755,7 +755,7 @@ pub const FIELDS: &[FieldRule] = &[
 /// Whether the table covers the requests of `service`: every public service the server answers
 /// for (the emulator's own `EmulatorService` is emulated by definition and not covered).
 pub fn covers(service: &str) -> bool {
-    crate::server::SERVICES.contains(&service) && !service.starts_with("coreweave.sandbox.emulator.")
+    crate::catalogue::SERVED_SERVICES.contains(&service) && !service.starts_with("coreweave.sandbox.emulator.")
 }
 
 /// A request message the check can look into: its name is the first part of its rows' paths.

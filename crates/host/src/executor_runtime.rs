@@ -38,12 +38,12 @@ use futures::stream::{self, BoxStream};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
-use crate::config::RuntimeKind;
 use crate::image_puller::ImagePuller;
 use crate::runtime::{
     ContainerLaunch as ContainerStart, ExecEvent, ExecInput, ExecSession, ExecSpec, LogEvent, LogRequest, MainExit,
     PodLaunch, PruneReport, RuntimeError, SandboxRuntime, Target,
 };
+use crate::runtime_config::RuntimeKind;
 
 /// After a command has exited, how long its output may stay silent before the stream ends: a
 /// background process it left running can hold stdout open for ever.

@@ -16,6 +16,19 @@ use prost_types::field_descriptor_proto::{Label, Type};
 const PAYLOAD_METHODS: &[&str] =
     &["/coreweave.sandbox.v1.SandboxService/WriteFile", "/coreweave.sandbox.v1.SandboxDataPlaneService/WriteFile"];
 
+/// The gRPC services the emulator answers for (health reports each as SERVING); the descriptor
+/// set holds others it does not serve.
+pub const SERVED_SERVICES: &[&str] = &[
+    "coreweave.sandbox.v1.SandboxService",
+    "coreweave.sandbox.v1.SandboxDataPlaneService",
+    "coreweave.sandbox.v1.DiscoveryService",
+    "coreweave.sandbox.v1.RunnerManagementService",
+    "coreweave.sandbox.v1.SandboxTemplateService",
+    "coreweave.sandbox.v1.SettingsService",
+    "coreweave.sandbox.v1.VolumeService",
+    "coreweave.sandbox.emulator.v1.EmulatorService",
+];
+
 /// One RPC of the API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Method {

@@ -28,6 +28,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use bytes::Bytes;
+pub use cwsandbox_surface::connection::ConnectionLease;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -138,19 +139,6 @@ pub async fn serve(
     while connections.join_next().await.is_some() {}
 }
 
-/// A connection's slot of `max_connections` and the keep-alive it is held to, in every request's
-/// extensions: a handler that takes the connection over (a WebSocket upgrade) keeps a clone for
-/// as long as it uses the socket, so the slot is given back only when both the HTTP side and the
-/// socket are done.
-#[derive(Clone)]
-pub struct ConnectionLease {
-    _slot: Arc<tokio::sync::OwnedSemaphorePermit>,
-    /// After how long without a frame from the peer it is pinged.
-    pub keep_alive_interval: Duration,
-    /// How long the ping may go unanswered before the socket is dropped.
-    pub keep_alive_timeout: Duration,
-}
-
 struct Connection {
     builder: Arc<auto::Builder<TokioExecutor>>,
     tls: tls::Tls,
@@ -166,11 +154,7 @@ impl Connection {
     /// connect again at once.
     async fn run(mut self, stream: tokio::net::TcpStream, slot: tokio::sync::OwnedSemaphorePermit) {
         let peer = self.peer;
-        let lease = ConnectionLease {
-            _slot: Arc::new(slot),
-            keep_alive_interval: self.settings.keep_alive_interval,
-            keep_alive_timeout: self.settings.keep_alive_timeout,
-        };
+        let lease = ConnectionLease::new(slot, self.settings.keep_alive_interval, self.settings.keep_alive_timeout);
         let (io, peer_certificate) =
             match tokio::time::timeout(self.settings.header_read_timeout, tls::accept(stream, &self.tls)).await {
                 Ok(Ok(accepted)) => accepted,

@@ -24,25 +24,13 @@ use cwsandbox_api::sandbox_v1::volume_service_connect::VolumeServiceTonicCompati
 use http::Request;
 use tower::{Layer, ServiceExt};
 
-use crate::app::App;
 use crate::guard::{Guard, RequestLimits};
-use crate::not_implemented;
-use crate::services::{
+use crate::transport::Transport;
+use cwsandbox_surface::app::App;
+use cwsandbox_surface::not_implemented;
+use cwsandbox_surface::services::{
     data, discovery, emulator, faults, images, runners, sandbox, snapshots, templates, tenants, volumes,
 };
-use crate::transport::Transport;
-
-/// The gRPC service names this server answers for (health reports each as SERVING).
-pub const SERVICES: &[&str] = &[
-    "coreweave.sandbox.v1.SandboxService",
-    "coreweave.sandbox.v1.SandboxDataPlaneService",
-    "coreweave.sandbox.v1.DiscoveryService",
-    "coreweave.sandbox.v1.RunnerManagementService",
-    "coreweave.sandbox.v1.SandboxTemplateService",
-    "coreweave.sandbox.v1.SettingsService",
-    "coreweave.sandbox.v1.VolumeService",
-    "coreweave.sandbox.emulator.v1.EmulatorService",
-];
 
 /// The whole HTTP service of the emulator, ready for [`crate::transport::serve`].
 pub async fn router(app: App, transport: &Transport) -> Router {
@@ -218,7 +206,7 @@ pub async fn router(app: App, transport: &Transport) -> Router {
         .build();
 
     let (health_reporter, health_grpc) = tonic_health::server::health_reporter();
-    for service in SERVICES {
+    for service in cwsandbox_surface::catalogue::SERVED_SERVICES {
         health_reporter.set_service_status(*service, tonic_health::ServingStatus::Serving).await;
     }
     let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -278,11 +266,14 @@ pub async fn router(app: App, transport: &Transport) -> Router {
                 Ok::<_, Infallible>(response.map(Body::new))
             } else {
                 let response = switch.oneshot(request).await?;
-                Ok(crate::errors::enrich_connect_error(response, None).await)
+                Ok(cwsandbox_surface::errors::enrich_connect_error(response, None).await)
             }
         }
     });
-    Router::new().route("/healthz", get(|| async { "ok\n" })).merge(crate::kube::routes(app)).fallback_service(dispatch)
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .merge(cwsandbox_surface::kube::routes(app))
+        .fallback_service(dispatch)
 }
 
 /// The request guard's limits, from the transport settings.
@@ -325,7 +316,7 @@ fn data_plane(
     (routes, grpc.max_decoding_message_size(limit).max_encoding_message_size(limit))
 }
 
-/// The direct data plane's endpoint (`crate::direct`): SandboxDataPlaneService only, over gRPC
+/// The direct data plane's endpoint (`cwsandbox_surface::direct`): SandboxDataPlaneService only, over gRPC
 /// and Connect, behind the same request guard, which takes the caller from the connection's
 /// client certificate. Its own guard has its own request memory budget.
 pub fn direct_router(app: App, transport: &Transport) -> Router {
@@ -342,7 +333,7 @@ pub fn direct_router(app: App, transport: &Transport) -> Router {
         let guarded = guarded.clone();
         async move {
             let response = guarded.oneshot(request).await?;
-            Ok::<_, Infallible>(crate::errors::enrich_connect_error(response, None).await)
+            Ok::<_, Infallible>(cwsandbox_surface::errors::enrich_connect_error(response, None).await)
         }
     });
     Router::new().fallback_service(dispatch)

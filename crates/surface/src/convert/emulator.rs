@@ -17,8 +17,8 @@ use cwsandbox_sim::steps::{JobStep, controller_exit_code, job_steps};
 use cwsandbox_sim::time::SimTime;
 
 use super::timestamp;
-use crate::clock::EmulatorClock;
 use crate::errors::ApiError;
+use cwsandbox_host::clock::EmulatorClock;
 
 // ------------------------------------------------------------------------------------------------
 // Values
@@ -269,7 +269,9 @@ pub fn pod(pod: &Pod, placeholder: Option<JobId>) -> pb::Pod {
 
 /// A Node, with the Slurm node whose slurmd Pod runs there (if any).
 /// What PruneImages removed, or an empty answer for a runtime that pulls no images.
-pub fn prune_images(pruned: Option<(std::path::PathBuf, crate::runtime::PruneReport)>) -> pb::PruneImagesResponse {
+pub fn prune_images(
+    pruned: Option<(std::path::PathBuf, cwsandbox_host::runtime::PruneReport)>,
+) -> pb::PruneImagesResponse {
     let Some((cache, report)) = pruned else { return pb::PruneImagesResponse::default() };
     let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     pb::PruneImagesResponse {

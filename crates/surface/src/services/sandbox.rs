@@ -130,7 +130,9 @@ async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Res
     let view = read()?;
     // A Pod whose command is being started is RUNNING only once it started: a command that
     // cannot run turns the sandbox FAILED instead.
-    if !view.pod_uid.is_empty() && app.driver().start_settled(&view.pod_uid, crate::driver::RUNTIME_CATCH_UP).await {
+    if !view.pod_uid.is_empty()
+        && app.driver().start_settled(&view.pod_uid, cwsandbox_host::driver::RUNTIME_CATCH_UP).await
+    {
         return Ok(convert::sandbox(&read()?));
     }
     if view.state == SandboxState::Terminating

@@ -5,12 +5,12 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::auth::{Principal, Tokens, bearer};
 use crate::direct::DirectPlane;
-use crate::driver::Driver;
 use crate::errors::ApiError;
 use crate::faults::Faults;
 use crate::fidelity::{self, Strictness};
-use crate::runtime::SandboxRuntime;
 use crate::tenants::Tenants;
+use cwsandbox_host::driver::Driver;
+use cwsandbox_host::runtime::SandboxRuntime;
 
 /// Size limits of one request or response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,101 +19,11 @@ use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use connectrpc_axum::ConnectError;
-use cwsandbox_sim::query::Scope;
-use cwsandbox_sim::sandbox::Owner;
 use http::request::Parts;
-use serde::Deserialize;
 
-use crate::config::AuthConfig;
 use crate::direct::Grant;
 use crate::errors::ApiError;
-
-/// An IAM role of the Sandbox API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, schemars::JsonSchema)]
-pub enum Role {
-    /// The cluster operator: the emulator's own API over every organization, and the calls that
-    /// change the whole cluster.
-    #[serde(rename = "cluster_admin")]
-    ClusterAdmin,
-    /// Administers its organization's runners and policies (and its part of the emulator's own
-    /// API); includes `sandbox_user`.
-    #[serde(rename = "sandbox_admin")]
-    SandboxAdmin,
-    /// Creates and uses sandboxes.
-    #[serde(rename = "sandbox_user")]
-    SandboxUser,
-}
-
-impl Role {
-    /// The role's name as IAM spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::ClusterAdmin => "cluster_admin",
-            Role::SandboxAdmin => "sandbox_admin",
-            Role::SandboxUser => "sandbox_user",
-        }
-    }
-}
-
-/// Who is calling.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
-    /// Organization.
-    pub org: String,
-    /// User name.
-    pub user: String,
-    /// Numeric uid.
-    pub uid: u32,
-    /// Roles.
-    pub roles: Vec<Role>,
-}
-
-impl Principal {
-    /// Whether the principal holds `role` (admins hold `sandbox_user` too).
-    pub fn has(&self, role: Role) -> bool {
-        self.roles.contains(&role) || (role == Role::SandboxUser && self.roles.contains(&Role::SandboxAdmin))
-    }
-
-    /// PERMISSION_DENIED unless the principal holds `role`.
-    pub fn require(&self, role: Role) -> Result<(), ApiError> {
-        if self.has(role) {
-            Ok(())
-        } else {
-            Err(ApiError::permission_denied(
-                role.as_str(),
-                format!("user {:?} of organization {:?} lacks the {} role", self.user, self.org, role.as_str()),
-            ))
-        }
-    }
-
-    /// PERMISSION_DENIED unless the principal holds one of `roles` (named in the answer).
-    pub fn require_any(&self, roles: &[Role], what: &str) -> Result<(), ApiError> {
-        if roles.iter().any(|role| self.has(*role)) {
-            return Ok(());
-        }
-        let names: Vec<&str> = roles.iter().map(|role| role.as_str()).collect();
-        Err(ApiError::permission_denied(
-            &names.join(","),
-            format!(
-                "user {:?} of organization {:?} lacks the {} role: {what}",
-                self.user,
-                self.org,
-                names.join(" or ")
-            ),
-        ))
-    }
-
-    /// Whose objects the caller sees in the emulator's own API: everything for `cluster_admin`,
-    /// else its organization's part.
-    pub fn scope(&self) -> Scope {
-        if self.has(Role::ClusterAdmin) { Scope::Cluster } else { Scope::Organization(self.org.clone()) }
-    }
-
-    /// The simulation's view of the caller.
-    pub fn owner(&self) -> Owner {
-        Owner { org: self.org.clone(), user: self.user.clone() }
-    }
-}
+pub use crate::identity::{Principal, Role};
 
 /// The accepted tokens.
 #[derive(Debug, Clone, Default)]
@@ -156,23 +66,6 @@ pub(crate) fn random_token(prefix: &str) -> String {
 }
 
 impl Tokens {
-    /// From the configuration.
-    pub fn from_config(config: &AuthConfig) -> Tokens {
-        let mut tokens = Tokens::default();
-        for token in &config.tokens {
-            tokens.insert(
-                token.token.clone(),
-                Principal {
-                    org: token.org.clone(),
-                    user: token.user.clone(),
-                    uid: token.uid,
-                    roles: token.roles.clone(),
-                },
-            );
-        }
-        tokens
-    }
-
     /// Two fresh random tokens in `org`: an admin (`admin`, uid 0; the cluster operator and the
     /// organization's admin, so everything the guide shows works with it) and a user (`alice`,
     /// uid 1001, a Slurm user of both built-in scenarios).
@@ -212,7 +105,8 @@ impl Tokens {
         self.ordered.iter().any(|(_, principal)| principal.org == org)
     }
 
-    fn insert(&mut self, token: String, principal: Principal) {
+    /// Accepts `token` as `principal` (a later insert of the same token replaces it).
+    pub fn insert(&mut self, token: String, principal: Principal) {
         self.by_token.insert(token.clone(), principal.clone());
         self.ordered.push((token, principal));
     }
@@ -266,7 +160,7 @@ pub fn bearer(header: Option<&str>) -> Result<&str, ApiError> {
 /// both transports: the gRPC path sees the request's extensions through connectrpc-axum's
 /// captured request parts).
 ///
-/// A request is authenticated once, by the request guard (`crate::guard`), which puts the
+/// A request is authenticated once, by the request guard (the edge's `guard`), which puts the
 /// `Caller` in the request's extensions: from the bearer token on the API's port, from the
 /// connection's client certificate on the direct data plane's endpoint, where the caller is the
 /// one the certificate was issued to, bound to its sandbox and permissions ([`Caller::grant`]).
@@ -278,6 +172,35 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// PERMISSION_DENIED unless the caller holds `role`.
+    pub fn require(&self, role: Role) -> Result<(), ApiError> {
+        if self.has(role) {
+            Ok(())
+        } else {
+            Err(ApiError::permission_denied(
+                role.as_str(),
+                format!("user {:?} of organization {:?} lacks the {} role", self.user, self.org, role.as_str()),
+            ))
+        }
+    }
+
+    /// PERMISSION_DENIED unless the caller holds one of `roles` (named in the answer).
+    pub fn require_any(&self, roles: &[Role], what: &str) -> Result<(), ApiError> {
+        if roles.iter().any(|role| self.has(*role)) {
+            return Ok(());
+        }
+        let names: Vec<&str> = roles.iter().map(|role| role.as_str()).collect();
+        Err(ApiError::permission_denied(
+            &names.join(","),
+            format!(
+                "user {:?} of organization {:?} lacks the {} role: {what}",
+                self.user,
+                self.org,
+                names.join(" or ")
+            ),
+        ))
+    }
+
     /// A caller authenticated by a bearer token.
     pub fn new(principal: Principal) -> Caller {
         Caller { principal: Arc::new(principal), grant: None }
@@ -318,6 +241,9 @@ impl<S: Sync> FromRequestParts<S> for Caller {
 
 #[cfg(test)]
 mod tests {
+    use cwsandbox_sim::query::Scope;
+    use cwsandbox_sim::sandbox::Owner;
+
     use super::*;
 
     #[test]
@@ -326,7 +252,7 @@ mod tests {
         let admin = tokens.authenticate(Some(&format!("Bearer {}", generated.admin))).unwrap();
         assert!(admin.has(Role::ClusterAdmin) && admin.has(Role::SandboxAdmin) && admin.has(Role::SandboxUser));
         assert_eq!(admin.scope(), Scope::Cluster);
-        let user = tokens.authenticate(Some(&format!("bearer {}", generated.user))).unwrap();
+        let user = Caller::new(tokens.authenticate(Some(&format!("bearer {}", generated.user))).unwrap());
         assert!(user.require(Role::SandboxAdmin).is_err());
         assert_eq!(user.scope(), Scope::Organization("org".to_owned()));
         let error = user.require_any(&[Role::SandboxAdmin, Role::ClusterAdmin], "the emulator's API").unwrap_err();

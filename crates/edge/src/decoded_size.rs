@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use crate::catalogue::{Catalogue, Field, FieldKind};
+use cwsandbox_surface::catalogue::{Catalogue, Field, FieldKind};
 
 /// How far nested messages are followed (prost's own recursion limit).
 const MAX_DEPTH: usize = 100;

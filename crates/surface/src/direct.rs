@@ -36,9 +36,19 @@ use rcgen::{
 };
 use rustls::pki_types::{CertificateDer, CertificateSigningRequestDer, PrivateKeyDer, UnixTime};
 
-use crate::auth::{Principal, Role};
-use crate::clock::EmulatorClock;
-use crate::tls::TlsError;
+use crate::identity::{Principal, Role};
+use cwsandbox_host::clock::EmulatorClock;
+
+/// Why no TLS identity could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// Making the certificate failed.
+    #[error("making the self-signed certificate: {0}")]
+    Certificate(#[from] rcgen::Error),
+    /// rustls refused the certificate or key.
+    #[error("configuring TLS: {0}")]
+    Config(#[from] rustls::Error),
+}
 
 /// How long a client certificate is valid, by the emulator's clock. Short, as the real service's
 /// are: the client asks for a new one 30 s before the end.
