@@ -28,6 +28,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use bytes::Bytes;
+use cwsandbox_sync::MutexUnpoisoned;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -261,7 +262,7 @@ impl Activity {
         if self.in_flight.load(Ordering::SeqCst) > 0 {
             return None;
         }
-        let since = *self.since.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let since = *self.since.lock_unpoisoned();
         Some(since + timeout)
     }
 
@@ -283,7 +284,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        *self.0.since.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Instant::now();
+        *self.0.since.lock_unpoisoned() = Instant::now();
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
         self.0.changed.notify_waiters();
     }
