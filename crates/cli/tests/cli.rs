@@ -4,12 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use cwsandbox_testkit::emulator::{EmulatorProcess, built_emulator_binary};
-
-fn emulator() -> EmulatorProcess {
-    let binary = built_emulator_binary().expect("the emulator binary builds");
-    EmulatorProcess::start(&binary, &[]).expect("emulator starts")
-}
+use cwsandbox_testkit::emulator::{EmulatorProcess, emulator};
+use cwsandbox_testkit::text;
 
 fn cwsbx_path() -> &'static str {
     env!("CARGO_BIN_EXE_cwsbx")
@@ -26,10 +22,6 @@ fn command(emu: &EmulatorProcess, args: &[&str]) -> Command {
 
 fn cwsbx(emu: &EmulatorProcess, args: &[&str]) -> Output {
     command(emu, args).output().expect("cwsbx runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Runs and asserts success; returns stdout.

@@ -6,12 +6,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use cwsandbox_testkit::emulator::{EmulatorProcess, built_emulator_binary};
-
-fn emulator() -> EmulatorProcess {
-    let binary = built_emulator_binary().expect("the emulator binary builds");
-    EmulatorProcess::start(&binary, &[]).expect("emulator starts")
-}
+use cwsandbox_testkit::emulator::{EmulatorProcess, built_emulator_binary, emulator};
+use cwsandbox_testkit::stdout_then_stderr;
 
 const CWSBX: &str = env!("CARGO_BIN_EXE_cwsbx");
 
@@ -21,12 +17,8 @@ fn command(emu: &EmulatorProcess, program: &Path, args: &[&str]) -> Command {
     command
 }
 
-fn text(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
-}
-
 fn ok(output: Output) -> String {
-    assert!(output.status.success(), "{}", text(&output));
+    assert!(output.status.success(), "{}", stdout_then_stderr(&output));
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
@@ -37,12 +29,12 @@ fn the_guides_cwic_lines_run_through_the_cwic_link() -> anyhow::Result<()> {
     let dir = bin.path().to_str().unwrap_or_default();
     // Not on PATH: the links are made and the user is told how to reach them.
     let installed = Command::new(CWSBX).args(["slurm", "install-links", dir]).env("PATH", "/usr/bin:/bin").output()?;
-    assert!(installed.status.success(), "{}", text(&installed));
+    assert!(installed.status.success(), "{}", stdout_then_stderr(&installed));
     let stderr = String::from_utf8_lossy(&installed.stderr);
     assert!(stderr.contains("is not on PATH") && stderr.contains("export PATH="), "{stderr}");
     let on_path = format!("{dir}:/usr/bin:/bin");
     let quiet = Command::new(CWSBX).args(["slurm", "install-links", dir]).env("PATH", &on_path).output()?;
-    assert!(quiet.status.success() && quiet.stderr.is_empty(), "{}", text(&quiet));
+    assert!(quiet.status.success() && quiet.stderr.is_empty(), "{}", stdout_then_stderr(&quiet));
 
     let cwic = bin.path().join("cwic");
     // The guide's step 2, as written: `cwic sandbox runner policy get [RUNNER-ID]`.
@@ -229,7 +221,7 @@ fn a_connection_error_names_the_url_it_tried_and_why() -> anyhow::Result<()> {
         .env("CWSANDBOX_API_KEY", "x")
         .output()?;
     assert_eq!(output.status.code(), Some(1));
-    let said = text(&output);
+    let said = stdout_then_stderr(&output);
     assert!(said.contains(&format!("could not reach {url}")), "{said}");
     Ok(())
 }

@@ -12,6 +12,7 @@ use std::process::{Command, Output};
 use cwsandbox_testkit::emulator::{EmulatorProcess, built_emulator_binary};
 use cwsandbox_testkit::images;
 use cwsandbox_testkit::registry::{LocalRegistry, free_port};
+use cwsandbox_testkit::text;
 
 const CWSBX: &str = env!("CARGO_BIN_EXE_cwsbx");
 
@@ -19,10 +20,6 @@ const CWSBX: &str = env!("CARGO_BIN_EXE_cwsbx");
 /// it would fail at once (and never leave the machine).
 const BUSYBOX: &str = "127.0.0.1:1/offline/busybox:1";
 const LAYERED: &str = "127.0.0.1:1/offline/layered:2";
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 fn cwsbx(emu: &EmulatorProcess, args: &[&str]) -> Output {
     Command::new(CWSBX).args(args).envs(emu.env()).output().expect("cwsbx runs")

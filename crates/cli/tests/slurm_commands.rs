@@ -8,12 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use cwsandbox_client::{Config, emulator_v1 as pb};
-use cwsandbox_testkit::emulator::{EmulatorProcess, built_emulator_binary};
-
-fn emulator() -> EmulatorProcess {
-    let binary = built_emulator_binary().expect("the emulator binary builds");
-    EmulatorProcess::start(&binary, &[]).expect("emulator starts")
-}
+use cwsandbox_testkit::emulator::{EmulatorProcess, emulator};
+use cwsandbox_testkit::text;
 
 /// A directory of symlinks `sacct` … → the cwsbx binary, made by `cwsbx slurm install-links`.
 fn links(emu: &EmulatorProcess) -> PathBuf {
@@ -24,10 +20,6 @@ fn links(emu: &EmulatorProcess) -> PathBuf {
         assert!(dir.join(name).symlink_metadata().unwrap().file_type().is_symlink(), "{name} is a symlink");
     }
     dir
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn slurm(emu: &EmulatorProcess, bin: &Path, name: &str, args: &[&str]) -> Output {

@@ -3,6 +3,8 @@
 
 use std::sync::{Arc, Mutex};
 
+use cwsandbox_sync::MutexUnpoisoned;
+
 use crate::sandbox::stop;
 use crate::{Client, Result, Sandbox, SandboxBuilder, SandboxDefaults, pb};
 
@@ -34,7 +36,7 @@ impl Session {
     /// runs; the session remembers it.
     pub async fn run_with(&self, configure: impl FnOnce(SandboxBuilder) -> SandboxBuilder) -> Result<Sandbox> {
         let mut sandbox = configure(self.sandbox()).create().await?;
-        self.started.lock().expect("session lock").push(sandbox.id().to_owned());
+        self.started.lock_unpoisoned().push(sandbox.id().to_owned());
         sandbox.wait_running(std::time::Duration::from_secs(300), |_| {}).await?;
         Ok(sandbox)
     }
@@ -46,7 +48,7 @@ impl Session {
 
     /// Ids of the sandboxes this session started.
     pub fn started(&self) -> Vec<String> {
-        self.started.lock().expect("session lock").clone()
+        self.started.lock_unpoisoned().clone()
     }
 
     /// The live sandboxes matching the defaults' tags and runners.
@@ -62,7 +64,7 @@ impl Session {
 
     /// Stops every sandbox this session started (missing ones are fine); returns how many.
     pub async fn close(&self) -> Result<usize> {
-        let ids = std::mem::take(&mut *self.started.lock().expect("session lock"));
+        let ids = std::mem::take(&mut *self.started.lock_unpoisoned());
         let mut first_error = None;
         for id in &ids {
             if let Err(error) = stop(&self.client, id, 0, true).await {

@@ -4,12 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use cwsandbox_testkit::emulator::{EmulatorProcess, built_emulator_binary};
-
-fn emulator() -> EmulatorProcess {
-    let binary = built_emulator_binary().expect("the emulator binary builds");
-    EmulatorProcess::start(&binary, &[]).expect("emulator starts")
-}
+use cwsandbox_testkit::emulator::emulator;
 
 /// `cargo test` builds the examples next to the test binary: `target/debug/examples/NAME`.
 fn example(name: &str) -> PathBuf {

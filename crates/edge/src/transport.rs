@@ -29,6 +29,7 @@ use axum::Router;
 use axum::body::Body;
 use bytes::Bytes;
 pub use cwsandbox_surface::connection::ConnectionLease;
+use cwsandbox_sync::MutexUnpoisoned;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -245,7 +246,7 @@ impl Activity {
         if self.in_flight.load(Ordering::SeqCst) > 0 {
             return None;
         }
-        let since = *self.since.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let since = *self.since.lock_unpoisoned();
         Some(since + timeout)
     }
 
@@ -267,7 +268,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        *self.0.since.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Instant::now();
+        *self.0.since.lock_unpoisoned() = Instant::now();
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
         self.0.changed.notify_waiters();
     }

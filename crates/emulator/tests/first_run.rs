@@ -4,14 +4,12 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const BINARY: &str = env!("CARGO_BIN_EXE_cwsandbox-emulator");
+use cwsandbox_testkit::stdout_then_stderr;
 
-fn text(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
-}
+const BINARY: &str = env!("CARGO_BIN_EXE_cwsandbox-emulator");
 
 /// `export NAME=VALUE` lines as a map.
 fn exports(stdout: &[u8]) -> HashMap<String, String> {
@@ -55,10 +53,10 @@ impl Background {
             .args(args)
             .env("TMPDIR", temp)
             .output()?;
-        anyhow::ensure!(output.status.success(), "serve --background failed: {}", text(&output));
+        anyhow::ensure!(output.status.success(), "serve --background failed: {}", stdout_then_stderr(&output));
         let exports = exports(&output.stdout);
         let pid = exports.get("CWSANDBOX_EMULATOR_PID").and_then(|pid| pid.parse().ok());
-        let pid = pid.ok_or_else(|| anyhow::anyhow!("no CWSANDBOX_EMULATOR_PID in {}", text(&output)))?;
+        let pid = pid.ok_or_else(|| anyhow::anyhow!("no CWSANDBOX_EMULATOR_PID in {}", stdout_then_stderr(&output)))?;
         Ok(Background { pid, exports, stdout: String::from_utf8_lossy(&output.stdout).into_owned() })
     }
 
@@ -123,7 +121,7 @@ fn a_port_in_use_is_one_message_with_what_to_do_and_leaves_nothing_behind() -> a
         .spawn()?;
     let pid = child.id();
     let output = child.wait_with_output()?;
-    let said = text(&output);
+    let said = stdout_then_stderr(&output);
     assert_eq!(output.status.code(), Some(2), "{said}");
     assert_eq!(said.matches("Address already in use").count(), 1, "said once: {said}");
     assert!(said.contains("--listen 127.0.0.1:0"), "the hint names the way out: {said}");
@@ -137,7 +135,7 @@ fn a_port_in_use_is_one_message_with_what_to_do_and_leaves_nothing_behind() -> a
         .args(["serve", "--background", "--runtime", "process", "--listen", &taken])
         .env("TMPDIR", temp.path())
         .output()?;
-    let said = text(&output);
+    let said = stdout_then_stderr(&output);
     assert_eq!(output.status.code(), Some(2), "{said}");
     assert!(said.contains("Address already in use") && said.contains("--listen 127.0.0.1:0"), "{said}");
     assert!(said.contains("exited before it was ready"), "{said}");
@@ -149,15 +147,19 @@ fn a_port_in_use_is_one_message_with_what_to_do_and_leaves_nothing_behind() -> a
 fn listen_refuses_what_is_not_host_and_port_by_name() -> anyhow::Result<()> {
     for (listen, expected) in [("8080", "expected HOST:PORT"), ("no-such-host.invalid:0", "cannot resolve")] {
         let output = Command::new(BINARY).args(["serve", "--runtime", "process", "--listen", listen]).output()?;
-        assert_eq!(output.status.code(), Some(2), "{}", text(&output));
-        assert!(text(&output).contains(expected) && text(&output).contains(listen), "{listen}: {}", text(&output));
+        assert_eq!(output.status.code(), Some(2), "{}", stdout_then_stderr(&output));
+        assert!(
+            stdout_then_stderr(&output).contains(expected) && stdout_then_stderr(&output).contains(listen),
+            "{listen}: {}",
+            stdout_then_stderr(&output)
+        );
     }
     Ok(())
 }
 
 #[test]
 fn help_says_what_the_ready_file_and_exec_really_provide() -> anyhow::Result<()> {
-    let serve = text(&Command::new(BINARY).args(["serve", "--help"]).output()?);
+    let serve = stdout_then_stderr(&Command::new(BINARY).args(["serve", "--help"]).output()?);
     // Every key of the ready file, as written.
     let ready = cwsandbox_emulator::ReadyInfo::default();
     let keys = serde_json::to_value(&ready)?;
@@ -165,7 +167,7 @@ fn help_says_what_the_ready_file_and_exec_really_provide() -> anyhow::Result<()>
         assert!(serve.contains(&key), "serve --help does not name the ready file's {key}:\n{serve}");
     }
     assert!(serve.contains("--background") && serve.contains("Examples:"), "{serve}");
-    let exec = text(&Command::new(BINARY).args(["exec", "--help"]).output()?);
+    let exec = stdout_then_stderr(&Command::new(BINARY).args(["exec", "--help"]).output()?);
     for variable in
         ["CWSANDBOX_BASE_URL", "CWSANDBOX_API_KEY", "CWSANDBOX_USER_TOKEN", "CWSANDBOX_RUNNER_ID", "KUBECONFIG"]
     {

@@ -11,11 +11,9 @@
 
 use std::process::{Command, Output};
 
-use cwsandbox_testkit::emulator::EmulatorProcess;
+use cwsandbox_testkit::emulator::{EmulatorProcess, emulator_from};
 
-fn emulator() -> EmulatorProcess {
-    EmulatorProcess::start(env!("CARGO_BIN_EXE_cwsandbox-emulator").as_ref(), &[]).expect("emulator starts")
-}
+const BINARY: &str = env!("CARGO_BIN_EXE_cwsandbox-emulator");
 
 /// Runs a client program with the emulator's variables, as `cwsandbox-emulator serve` prints them.
 fn run(mut command: Command, emulator: &EmulatorProcess) -> (Output, String) {
@@ -33,7 +31,7 @@ fn run(mut command: Command, emulator: &EmulatorProcess) -> (Output, String) {
 #[test]
 fn typescript_connect_client_over_json_and_binary() {
     let clients = cwsandbox_testkit::generated_clients().expect("generated clients");
-    let emulator = emulator();
+    let emulator = emulator_from(BINARY);
     let mut node = Command::new("node");
     node.args(["--test", "--test-concurrency=1", "--test-reporter=tap", "dist/test/emulator.test.js"])
         .current_dir(&clients.ts_project);
@@ -48,7 +46,7 @@ fn typescript_connect_client_over_json_and_binary() {
 #[test]
 fn python_grpc_client() {
     let clients = cwsandbox_testkit::generated_clients().expect("generated clients");
-    let emulator = emulator();
+    let emulator = emulator_from(BINARY);
     let program = cwsandbox_testkit::workspace_root().join("clients/python/tests/test_emulator.py");
     let mut python = Command::new(&clients.python);
     python.arg(&program).env("PYTHONPATH", &clients.python_gen);

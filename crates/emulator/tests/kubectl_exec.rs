@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_api::sandbox_v1::sandbox_service_client::SandboxServiceClient;
 use cwsandbox_testkit::emulator::EmulatorProcess;
 use cwsandbox_testkit::in_process::{Bearer, client_spec, create_request};
+use cwsandbox_testkit::{stdout_and_stderr, text};
 use tonic::transport::Channel;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_cwsandbox-emulator");
@@ -21,10 +22,6 @@ const BINARY: &str = env!("CARGO_BIN_EXE_cwsandbox-emulator");
 /// Longest an interactive session may stay silent before the test gives up (a guard against a
 /// hang, not a timing assertion).
 const SILENCE_GUARD: Duration = Duration::from_secs(60);
-
-fn text(output: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
-}
 
 struct Cluster {
     emulator: EmulatorProcess,
@@ -43,7 +40,7 @@ impl Cluster {
 
     fn kubectl_ok(&self, args: &[&str]) -> Result<String> {
         let output = self.kubectl(args).output()?;
-        let (stdout, stderr) = text(&output);
+        let (stdout, stderr) = stdout_and_stderr(&output);
         if !output.status.success() {
             bail!("kubectl {args:?}: {stderr}\nemulator log:\n{}", self.emulator.log());
         }
@@ -88,7 +85,7 @@ async fn kubectl_exec_runs_in_the_sandbox_pod() -> Result<()> {
     let output = cluster
         .kubectl(&["exec", "-n", &namespace, &pod, "--", "sh", "-c", "echo out; echo err >&2; hostname; exit 3"])
         .output()?;
-    let (stdout, stderr) = text(&output);
+    let (stdout, stderr) = stdout_and_stderr(&output);
     assert_eq!(stdout, format!("out\n{pod}\n"), "stderr: {stderr}");
     assert_eq!(stderr, "err\ncommand terminated with exit code 3\n");
     assert_eq!(output.status.code(), Some(3));
@@ -102,7 +99,7 @@ async fn kubectl_exec_runs_in_the_sandbox_pod() -> Result<()> {
         .spawn()?;
     cat.stdin.take().context("stdin")?.write_all(b"first line\nsecond line\n")?;
     let output = cat.wait_with_output()?;
-    assert_eq!(text(&output), ("first line\nsecond line\n".to_owned(), String::new()));
+    assert_eq!(stdout_and_stderr(&output), ("first line\nsecond line\n".to_owned(), String::new()));
     assert!(output.status.success());
 
     // `kubectl cp` is tar through exec, both ways.
@@ -134,8 +131,12 @@ async fn kubectl_exec_runs_in_the_sandbox_pod() -> Result<()> {
 
     // A command that cannot start: the shell's 127, as a container runtime's `sh -c` would give.
     let output = cluster.kubectl(&["exec", "-n", &namespace, &pod, "--", "no-such-command"]).output()?;
-    assert_eq!(output.status.code(), Some(127), "{:?}", text(&output));
-    assert!(text(&output).1.ends_with("command terminated with exit code 127\n"), "{:?}", text(&output));
+    assert_eq!(output.status.code(), Some(127), "{:?}", stdout_and_stderr(&output));
+    assert!(
+        text(&output.stderr).ends_with("command terminated with exit code 127\n"),
+        "{:?}",
+        stdout_and_stderr(&output)
+    );
 
     cluster.emulator.stop()?;
     Ok(())
@@ -202,30 +203,34 @@ async fn kubectl_exec_refusals_read_as_the_api_servers() -> Result<()> {
     let (namespace, pod) = cluster.sandbox().await?;
 
     let output = cluster.kubectl(&["exec", "-n", &namespace, "no-such-pod", "--", "true"]).output()?;
-    assert_eq!(text(&output).1, "Error from server (NotFound): pods \"no-such-pod\" not found\n");
+    assert_eq!(text(&output.stderr), "Error from server (NotFound): pods \"no-such-pod\" not found\n");
     assert_eq!(output.status.code(), Some(1));
 
     let output = cluster.kubectl(&["exec", "-n", &namespace, &pod, "-c", "sidecar", "--", "true"]).output()?;
     assert_eq!(
-        text(&output).1,
+        text(&output.stderr),
         format!("Error from server (BadRequest): container sidecar is not valid for pod {pod}\n")
     );
 
     // slurmd's Pod runs no process here: refused by name rather than pretending.
     let output = cluster.kubectl(&["exec", "-n", "tenant-slurm", "slurm-cpu-0", "--", "true"]).output()?;
     assert!(
-        text(&output).1.starts_with(
+        text(&output.stderr).starts_with(
             "Error from server (BadRequest): pod slurm-cpu-0 runs no process in the emulator: kubectl exec reaches sandbox Pods only"
         ),
         "{:?}",
-        text(&output)
+        stdout_and_stderr(&output)
     );
 
     // The kube facade is for admins: a sandbox user's token may not exec (kubectl's first step, the
     // Pod's get, is refused; so is the exec itself).
     let user_token = format!("--token={}", cluster.emulator.ready.user_token);
     let output = cluster.kubectl(&[&user_token, "exec", "-n", &namespace, &pod, "--", "true"]).output()?;
-    assert!(text(&output).1.starts_with("Error from server (Forbidden): pods is forbidden: "), "{:?}", text(&output));
+    assert!(
+        text(&output.stderr).starts_with("Error from server (Forbidden): pods is forbidden: "),
+        "{:?}",
+        stdout_and_stderr(&output)
+    );
     let exec_url = format!(
         "{}/api/v1/namespaces/{namespace}/pods/{pod}/exec?command=true&stdout=true",
         cluster.emulator.ready.base_url
@@ -237,7 +242,8 @@ async fn kubectl_exec_refusals_read_as_the_api_servers() -> Result<()> {
             curl.args(["-H", header]);
         }
         let output = curl.arg(&exec_url).output()?;
-        serde_json::from_slice(&output.stdout).with_context(|| format!("a Status body: {:?}", text(&output)))
+        serde_json::from_slice(&output.stdout)
+            .with_context(|| format!("a Status body: {:?}", stdout_and_stderr(&output)))
     };
     let forbidden = status(&cluster.emulator.ready.user_token, &[])?;
     assert_eq!(forbidden["code"], 403, "{forbidden}");

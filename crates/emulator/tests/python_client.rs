@@ -12,15 +12,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use cwsandbox_testkit::emulator::EmulatorProcess;
-use cwsandbox_testkit::procs;
+use cwsandbox_testkit::{procs, text};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_cwsandbox-emulator");
 /// The suite's own bound: every wait in it ends in seconds unless something hangs.
 const SUITE_TIMEOUT_SECONDS: &str = "900";
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// Leaves two sandboxes running when the client exits (a standalone `Sandbox.run` is not deleted
 /// at exit), each with a background process; with namespaces, one that left its session.

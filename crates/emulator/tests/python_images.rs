@@ -12,13 +12,10 @@ use cwsandbox_testkit::emulator::EmulatorProcess;
 use cwsandbox_testkit::images::{self, BASE_GREETING, BASE_MOTD, BASE_WORKDIR, LAYERED_MOTD, OS_RELEASE};
 use cwsandbox_testkit::procs;
 use cwsandbox_testkit::registry::LocalRegistry;
+use cwsandbox_testkit::text;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_cwsandbox-emulator");
 const SUITE_TIMEOUT_SECONDS: &str = "600";
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// Starts a sandbox of the busybox image that stays up, as the client leaves one at exit.
 const LEAVE_RUNNING: &str = r#"

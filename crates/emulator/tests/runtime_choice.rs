@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
+use cwsandbox_testkit::text;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_cwsandbox-emulator");
 const READY_LINE: &str = "# cwsandbox-emulator ready";
@@ -29,10 +30,6 @@ try:
 except SandboxFailedError as failed:
     print("FAILED " + (failed.status_reason or ""))
 "#;
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 fn runc_missing() -> bool {
     let on_path =

@@ -18,8 +18,9 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
+use cwsandbox_sync::MutexUnpoisoned;
 use libc::c_int;
 use tokio::sync::oneshot;
 
@@ -170,6 +171,7 @@ pub(crate) enum SendError {
 #[derive(Debug)]
 pub(crate) struct InitChannel {
     socket: MessageSocket,
+    /// Each update is a single insert or remove, consistent across a panic elsewhere.
     waiting: Mutex<Waiting>,
     next_id: AtomicU64,
 }
@@ -211,12 +213,12 @@ impl InitChannel {
         let (started_sender, started) = oneshot::channel();
         let (exit_sender, exit) = oneshot::channel();
         {
-            let mut waiting = self.waiting();
+            let mut waiting = self.waiting.lock_unpoisoned();
             waiting.starts.insert(id, started_sender);
             waiting.exits.insert(id, exit_sender);
         }
         if let Err(error) = self.send(&bytes, &stdio).await {
-            let mut waiting = self.waiting();
+            let mut waiting = self.waiting.lock_unpoisoned();
             waiting.starts.remove(&id);
             waiting.exits.remove(&id);
             return Err(error);
@@ -274,11 +276,6 @@ impl InitChannel {
             _ => SendError::Io(error),
         })
     }
-
-    fn waiting(&self) -> MutexGuard<'_, Waiting> {
-        // Each update is a single insert or remove, consistent across a panic elsewhere.
-        self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
 }
 
 /// Hands each reported status to its waiter until init closes its end (it ended), then drops
@@ -291,12 +288,12 @@ async fn read_reports(channel: Arc<InitChannel>) {
             // Descriptors from init are never wanted; they close here.
             Ok((length, _fds)) => match Report::decode(&buffer[..length]) {
                 Some(Report::Started { id }) => {
-                    if let Some(waiter) = channel.waiting().starts.remove(&id) {
+                    if let Some(waiter) = channel.waiting.lock_unpoisoned().starts.remove(&id) {
                         let _ = waiter.send(());
                     }
                 }
                 Some(Report::Exited { id, status }) => {
-                    if let Some(waiter) = channel.waiting().exits.remove(&id) {
+                    if let Some(waiter) = channel.waiting.lock_unpoisoned().exits.remove(&id) {
                         let _ = waiter.send(status);
                     }
                 }
@@ -307,7 +304,7 @@ async fn read_reports(channel: Arc<InitChannel>) {
             Err(_) => break,
         }
     }
-    *channel.waiting() = Waiting::default();
+    *channel.waiting.lock_unpoisoned() = Waiting::default();
 }
 
 #[cfg(test)]

@@ -6,10 +6,11 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use cwsandbox_sync::MutexUnpoisoned;
 use tokio::sync::watch;
 
 use crate::error::LogError;
@@ -60,6 +61,8 @@ struct LogState {
 pub(crate) struct LogBuffer {
     session_id: String,
     capacity: usize,
+    /// A panic while holding this lock cannot leave the state inconsistent in a way that matters
+    /// more than losing the logs, so keep going.
     state: Mutex<LogState>,
     /// Bumped on every append and on close, to wake followers.
     changes: watch::Sender<u64>,
@@ -86,18 +89,12 @@ impl LogBuffer {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, LogState> {
-        // A panic while holding this lock cannot leave the state inconsistent in a
-        // way that matters more than losing the logs, so keep going.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     pub(crate) fn push(&self, data: Bytes, time: SystemTime) {
         if data.is_empty() {
             return;
         }
         {
-            let mut state = self.lock();
+            let mut state = self.state.lock_unpoisoned();
             if state.closed {
                 return;
             }
@@ -126,7 +123,7 @@ impl LogBuffer {
     }
 
     pub(crate) fn close(&self) {
-        self.lock().closed = true;
+        self.state.lock_unpoisoned().closed = true;
         self.changes.send_modify(|version| *version += 1);
     }
 }
@@ -150,42 +147,42 @@ impl LogReader {
 
     /// The oldest offset still held (earlier bytes were dropped).
     pub fn start_offset(&self) -> u64 {
-        self.buffer.lock().start
+        self.buffer.state.lock_unpoisoned().start
     }
 
     /// The offset just past the newest byte.
     pub fn end_offset(&self) -> u64 {
-        self.buffer.lock().end
+        self.buffer.state.lock_unpoisoned().end
     }
 
     /// Whether the session is over (the sandbox stopped): no more output will come.
     pub fn is_closed(&self) -> bool {
-        self.buffer.lock().closed
+        self.buffer.state.lock_unpoisoned().closed
     }
 
     /// Everything from `offset` to the current end.
     pub fn read_from(&self, offset: u64) -> Result<LogSlice, LogError> {
-        let state = self.buffer.lock();
+        let state = self.buffer.state.lock_unpoisoned();
         check_offset(&state, offset)?;
         Ok(LogSlice { chunks: slice_from(&state, offset), next_offset: state.end })
     }
 
     /// The last `lines` lines (a final line without a newline counts as one).
     pub fn tail(&self, lines: usize) -> LogSlice {
-        let state = self.buffer.lock();
+        let state = self.buffer.state.lock_unpoisoned();
         let from = tail_start(&state, lines);
         LogSlice { chunks: slice_from(&state, from), next_offset: state.end }
     }
 
     /// Follows new output from the current end on.
     pub fn subscribe(&self) -> LogFollower {
-        let next = self.buffer.lock().end;
+        let next = self.buffer.state.lock_unpoisoned().end;
         LogFollower { buffer: self.buffer.clone(), next, changes: self.buffer.changes.subscribe() }
     }
 
     /// Follows output from `offset` on (resuming a stream).
     pub fn follow_from(&self, offset: u64) -> Result<LogFollower, LogError> {
-        check_offset(&self.buffer.lock(), offset)?;
+        check_offset(&self.buffer.state.lock_unpoisoned(), offset)?;
         Ok(LogFollower { buffer: self.buffer.clone(), next: offset, changes: self.buffer.changes.subscribe() })
     }
 }
@@ -263,7 +260,7 @@ impl LogFollower {
             // lands between the look and the wait still wakes us.
             self.changes.borrow_and_update();
             {
-                let state = self.buffer.lock();
+                let state = self.buffer.state.lock_unpoisoned();
                 if self.next < state.start {
                     let requested = self.next;
                     self.next = state.start;

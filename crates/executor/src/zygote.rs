@@ -20,8 +20,9 @@ use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
+use cwsandbox_sync::MutexUnpoisoned;
 use libc::{c_int, pid_t};
 use tokio::sync::oneshot;
 
@@ -326,6 +327,7 @@ pub(crate) struct Forked {
 #[derive(Debug)]
 pub(crate) struct Zygote {
     socket: MessageSocket,
+    /// Each update is a single insert or remove, consistent across a panic elsewhere.
     waiting: Mutex<Waiting>,
     next_id: AtomicU64,
     process: Mutex<Option<tokio::process::Child>>,
@@ -423,11 +425,11 @@ impl Zygote {
     async fn fork(&self, tag: u8, plan_socket: OwnedFd) -> io::Result<Forked> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (sender, receiver) = oneshot::channel();
-        self.waiting().forks.insert(id, sender);
+        self.waiting.lock_unpoisoned().forks.insert(id, sender);
         let mut request = vec![tag];
         request.extend_from_slice(&id.to_le_bytes());
         if let Err(error) = self.socket.send(&request, &[plan_socket.as_raw_fd()]).await {
-            self.waiting().forks.remove(&id);
+            self.waiting.lock_unpoisoned().forks.remove(&id);
             return Err(error);
         }
         drop(plan_socket);
@@ -445,16 +447,11 @@ impl Zygote {
 
     /// Ends the zygote (a keeper it forked dies with it) and reaps it.
     pub(crate) async fn stop(&self) {
-        let process = self.process.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let process = self.process.lock_unpoisoned().take();
         if let Some(mut process) = process {
             let _ = process.start_kill();
             let _ = process.wait().await;
         }
-    }
-
-    fn waiting(&self) -> MutexGuard<'_, Waiting> {
-        // Each update is a single insert or remove, consistent across a panic elsewhere.
-        self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -473,7 +470,7 @@ async fn read_reports(zygote: Arc<Zygote>) {
                 let (Some(id), Some(pid), Some(pidfd)) = (reader.u64(), reader.u32(), fds.pop()) else { continue };
                 let pid = pid as pid_t;
                 let (exit_sender, exit) = oneshot::channel();
-                let mut waiting = zygote.waiting();
+                let mut waiting = zygote.waiting.lock_unpoisoned();
                 waiting.exits.insert(pid, exit_sender);
                 if let Some(waiter) = waiting.forks.remove(&id) {
                     let _ = waiter.send(Ok(Forked { pid, pidfd, exit }));
@@ -481,13 +478,13 @@ async fn read_reports(zygote: Arc<Zygote>) {
             }
             Some(FORK_FAILED_TAG) => {
                 let (Some(id), Some(error)) = (reader.u64(), reader.u32()) else { continue };
-                if let Some(waiter) = zygote.waiting().forks.remove(&id) {
+                if let Some(waiter) = zygote.waiting.lock_unpoisoned().forks.remove(&id) {
                     let _ = waiter.send(Err(error as c_int));
                 }
             }
             Some(EXITED_TAG) => {
                 let (Some(pid), Some(status)) = (reader.u32(), reader.u32()) else { continue };
-                if let Some(waiter) = zygote.waiting().exits.remove(&(pid as pid_t)) {
+                if let Some(waiter) = zygote.waiting.lock_unpoisoned().exits.remove(&(pid as pid_t)) {
                     let _ = waiter.send(status as c_int);
                 }
             }
@@ -495,7 +492,7 @@ async fn read_reports(zygote: Arc<Zygote>) {
         }
     }
     zygote.gone.store(true, Ordering::SeqCst);
-    *zygote.waiting() = Waiting::default();
+    *zygote.waiting.lock_unpoisoned() = Waiting::default();
 }
 
 #[cfg(test)]

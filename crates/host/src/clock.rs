@@ -1,10 +1,11 @@
 //! The emulator's clock: wall time, which the emulator API can freeze and move forward. The
 //! simulation reads it through [`cwsandbox_sim::time::Clock`]; it never goes backwards.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cwsandbox_sim::time::{Clock, SimTime};
+use cwsandbox_sync::MutexUnpoisoned;
 
 #[derive(Debug, Default)]
 struct State {
@@ -19,6 +20,7 @@ struct State {
 /// A shared handle; clones see and move the same time.
 #[derive(Debug, Clone, Default)]
 pub struct EmulatorClock {
+    /// A panic while holding this lock cannot leave the state inconsistent.
     state: Arc<Mutex<State>>,
 }
 
@@ -39,11 +41,6 @@ impl EmulatorClock {
         EmulatorClock::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding this lock cannot leave the state inconsistent: keep going.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     fn now_locked(state: &mut State) -> SimTime {
         let now = state.frozen_at.unwrap_or(SimTime::from_millis(wall_millis().saturating_add(state.offset_millis)));
         state.last = state.last.max(now);
@@ -52,19 +49,19 @@ impl EmulatorClock {
 
     /// Whether time stands still.
     pub fn is_frozen(&self) -> bool {
-        self.lock().frozen_at.is_some()
+        self.state.lock_unpoisoned().frozen_at.is_some()
     }
 
     /// Stops time at its current value.
     pub fn freeze(&self) {
-        let mut state = self.lock();
+        let mut state = self.state.lock_unpoisoned();
         let now = Self::now_locked(&mut state);
         state.frozen_at = Some(now);
     }
 
     /// Lets time run again from where it stands.
     pub fn resume(&self) {
-        let mut state = self.lock();
+        let mut state = self.state.lock_unpoisoned();
         if let Some(frozen) = state.frozen_at.take() {
             state.offset_millis = frozen.millis().saturating_sub(wall_millis());
         }
@@ -72,7 +69,7 @@ impl EmulatorClock {
 
     /// Moves time forward, frozen or not.
     pub fn advance(&self, by: Duration) {
-        let mut state = self.lock();
+        let mut state = self.state.lock_unpoisoned();
         match &mut state.frozen_at {
             Some(frozen) => *frozen = *frozen + by,
             None => state.offset_millis = state.offset_millis.saturating_add(millis(by)),
@@ -82,7 +79,7 @@ impl EmulatorClock {
     /// How long, in real time, until the clock shows `at`; `None` while frozen (only an advance
     /// gets there).
     pub fn real_time_until(&self, at: SimTime) -> Option<Duration> {
-        let mut state = self.lock();
+        let mut state = self.state.lock_unpoisoned();
         if state.frozen_at.is_some() {
             return None;
         }
@@ -101,7 +98,7 @@ impl EmulatorClock {
 
 impl Clock for EmulatorClock {
     fn now(&self) -> SimTime {
-        Self::now_locked(&mut self.lock())
+        Self::now_locked(&mut self.state.lock_unpoisoned())
     }
 }
 

@@ -9,7 +9,7 @@
 //! - Main-process exits reported by the runtime go back into the world.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cwsandbox_sim::SimResult;
@@ -17,6 +17,7 @@ use cwsandbox_sim::config::Values;
 use cwsandbox_sim::ids::SeededIds;
 use cwsandbox_sim::k8s::{PodOwner, PodPhase};
 use cwsandbox_sim::world::{Effect, ImageToPull, World};
+use cwsandbox_sync::MutexUnpoisoned;
 use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -63,6 +64,8 @@ pub enum PumpItem {
 
 /// The world, its clock and the channels around it.
 pub struct Driver {
+    /// Changed only by simulation commands, which either finish or leave it unchanged: a panic in
+    /// a handler holding the lock leaves a usable world.
     world: Mutex<World>,
     clock: EmulatorClock,
     wake: Notify,
@@ -154,17 +157,11 @@ impl Driver {
         &self.clock
     }
 
-    fn lock(&self) -> MutexGuard<'_, World> {
-        // The world is only changed by simulation commands, which either finish or leave it
-        // unchanged; a panic in a handler holding the lock leaves a usable world.
-        self.world.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     /// Runs `command` on the world after catching it up with the clock, then pumps its effects
     /// and lets the ticker recompute its next wake-up.
     pub fn with_world<R>(&self, command: impl FnOnce(&mut World) -> R) -> R {
         let result = {
-            let mut world = self.lock();
+            let mut world = self.world.lock_unpoisoned();
             world.tick();
             let result = command(&mut world);
             self.pump_effects(&mut world);
@@ -178,7 +175,7 @@ impl Driver {
 
     /// Catches the world up with the clock (the ticker's step; it does not wake the ticker).
     fn tick(&self) {
-        let mut world = self.lock();
+        let mut world = self.world.lock_unpoisoned();
         world.tick();
         self.pump_effects(&mut world);
         self.note_changes(&world);
@@ -230,7 +227,7 @@ impl Driver {
         self.configure_images(&mut fresh);
         rebuild(&mut fresh)?;
         let stopped = {
-            let mut world = self.lock();
+            let mut world = self.world.lock_unpoisoned();
             let old = std::mem::replace(&mut *world, fresh);
             let running: Vec<String> = old
                 .cluster
@@ -310,7 +307,7 @@ impl Driver {
     /// round, while the delete itself answers at once, as the cloud's does.
     pub fn stop_requested(&self, sandbox_id: &str, window: Duration) {
         let now = tokio::time::Instant::now();
-        let mut stopping = self.stopping.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut stopping = self.stopping.lock_unpoisoned();
         // Entries are few and short-lived: drop the expired ones on each insert.
         stopping.retain(|_, until| *until > now);
         stopping.insert(sandbox_id.to_owned(), now + window);
@@ -319,7 +316,7 @@ impl Driver {
     /// Until when a reader of this sandbox waits for its stop to settle, if its stop was asked for
     /// within the window [`Driver::stop_requested`] was given.
     pub fn stop_catch_up(&self, sandbox_id: &str) -> Option<tokio::time::Instant> {
-        let stopping = self.stopping.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let stopping = self.stopping.lock_unpoisoned();
         stopping.get(sandbox_id).copied().filter(|until| *until > tokio::time::Instant::now())
     }
 
@@ -396,7 +393,7 @@ impl Driver {
             if *shutdown.borrow() {
                 return;
             }
-            let next = self.lock().next_wakeup();
+            let next = self.world.lock_unpoisoned().next_wakeup();
             let sleep_for = next.and_then(|at| self.clock.real_time_until(at)).unwrap_or(MAX_IDLE).min(MAX_IDLE);
             tokio::select! {
                 _ = tokio::time::sleep(sleep_for) => {}
@@ -424,7 +421,7 @@ fn log_sandbox_changes(world: &mut World) {
 /// The sandbox a Pod runs, for log lines a user reads by sandbox id; the Pod's uid otherwise.
 fn sandbox_or_pod(driver: &Driver, pod_uid: &str) -> String {
     // A read: under the lock, without catching the world up or pumping its effects.
-    match driver.lock().cluster.pod(pod_uid).map(|pod| &pod.owner) {
+    match driver.world.lock_unpoisoned().cluster.pod(pod_uid).map(|pod| &pod.owner) {
         Some(PodOwner::Sandbox(id)) => id.to_string(),
         _ => format!("pod {pod_uid}"),
     }

@@ -33,6 +33,7 @@ use cwsandbox_executor::{
 };
 use cwsandbox_images::Image;
 use cwsandbox_sim::world::{ImagePullFailure, ImagePulled, ImageToPull};
+use cwsandbox_sync::MutexUnpoisoned;
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
 use futures::{FutureExt, StreamExt};
@@ -636,7 +637,7 @@ impl SandboxRuntime for ExecutorRuntime {
     }
 
     fn exits(&self) -> BoxStream<'static, MainExit> {
-        let taken = self.exits.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let taken = self.exits.lock_unpoisoned().take();
         match taken {
             Some((mut own, mut from_executor)) => {
                 let own = stream::poll_fn(move |cx| own.poll_recv(cx));

@@ -17,6 +17,7 @@ use cwsandbox_images::{
     Image, ImageReference, ImageStore, ImageStoreConfig, PruneReport, PullError, PullPolicy, StoreError,
 };
 use cwsandbox_sim::world::{ImagePullFailure, ImagePullPolicy, ImagePulled, ImageToPull};
+use cwsandbox_sync::MutexUnpoisoned;
 
 use crate::runtime_config::{ContainerRuntimeConfig, RuntimeKind};
 
@@ -44,16 +45,12 @@ pub struct InUse(Arc<Mutex<HashMap<String, Image>>>);
 impl InUse {
     /// Keeps `image` in use for the Pod `pod_uid`.
     pub fn hold(&self, pod_uid: &str, image: Image) {
-        self.lock().insert(pod_uid.to_owned(), image);
+        self.0.lock_unpoisoned().insert(pod_uid.to_owned(), image);
     }
 
     /// The Pod's sandbox is gone: its image may be evicted.
     pub fn release(&self, pod_uid: &str) {
-        self.lock().remove(pod_uid);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Image>> {
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.0.lock_unpoisoned().remove(pod_uid);
     }
 }
 
@@ -170,23 +167,19 @@ impl ImagePuller {
             }
         }
         if !pulled.is_empty() {
-            self.lock_pulled().insert(pod_uid.to_owned(), pulled);
+            self.pulled.lock_unpoisoned().insert(pod_uid.to_owned(), pulled);
         }
         Ok(reports)
     }
 
     /// The images pulled for a Pod's containers, by container name; taken by its start.
     pub fn take(&self, pod_uid: &str) -> HashMap<String, Image> {
-        self.lock_pulled().remove(pod_uid).unwrap_or_default()
+        self.pulled.lock_unpoisoned().remove(pod_uid).unwrap_or_default()
     }
 
     /// A Pod went before it started: its pulled images are not needed.
     pub fn forget(&self, pod_uid: &str) {
-        self.lock_pulled().remove(pod_uid);
-    }
-
-    fn lock_pulled(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, Image>>> {
-        self.pulled.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.pulled.lock_unpoisoned().remove(pod_uid);
     }
 
     fn registry_of(image: &str) -> Option<String> {
@@ -199,7 +192,7 @@ impl ImagePuller {
             return None;
         }
         let registry = Self::registry_of(image)?;
-        let mut unreachable = self.unreachable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut unreachable = self.unreachable.lock_unpoisoned();
         match unreachable.get(&registry) {
             Some((since, reason)) if since.elapsed() < UNREACHABLE_FOR => Some(reason.clone()),
             Some(_) => {
@@ -216,10 +209,7 @@ impl ImagePuller {
             "registry {registry} cannot be reached ({error}); the container runs the host's programs \
              (containerRuntime.kind auto; `oci` makes this an ErrImagePull)"
         );
-        self.unreachable
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(registry, (Instant::now(), reason.clone()));
+        self.unreachable.lock_unpoisoned().insert(registry, (Instant::now(), reason.clone()));
         reason
     }
 }

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
+use cwsandbox_sync::MutexUnpoisoned;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::manifest::OciDescriptor;
@@ -655,7 +656,7 @@ impl ImageStore {
     }
 
     fn lock(&self, key: String) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.locks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut locks = self.locks.lock_unpoisoned();
         if let Some(lock) = locks.get(&key).and_then(Weak::upgrade) {
             return lock;
         }

@@ -3,6 +3,8 @@
 
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use cwsandbox_sync::{MutexUnpoisoned, RwLockUnpoisoned};
+
 use crate::auth::{Principal, Tokens, bearer};
 use crate::direct::DirectPlane;
 use crate::errors::ApiError;
@@ -107,12 +109,12 @@ impl App {
     /// The tenants, for reading (a poisoned lock is still readable: the registry has no
     /// invariant a panic could break halfway).
     pub fn tenants(&self) -> RwLockReadGuard<'_, Tenants> {
-        self.0.tenants.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0.tenants.read_unpoisoned()
     }
 
     /// The tenants, for changing.
     pub fn tenants_mut(&self) -> RwLockWriteGuard<'_, Tenants> {
-        self.0.tenants.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0.tenants.write_unpoisoned()
     }
 
     /// The faults in force.
@@ -129,14 +131,14 @@ impl App {
                 error
             })?;
         }
-        *self.0.configured_faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = faults;
+        *self.0.configured_faults.lock_unpoisoned() = faults;
         Ok(())
     }
 
     /// After a full Reset: only the values' faults, with fresh counts.
     pub fn reinstall_configured_faults(&self) {
         self.0.faults.clear(None);
-        let faults = self.0.configured_faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let faults = self.0.configured_faults.lock_unpoisoned().clone();
         for fault in faults {
             // They were checked at start.
             let _ = self.0.faults.add(fault, None);

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cwsandbox_sim::time::{Clock, SimTime};
+use cwsandbox_sync::MutexUnpoisoned;
 use rcgen::{
     BasicConstraints, CertificateParams, CertificateSigningRequestParams, DistinguishedName, DnType,
     ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
@@ -204,6 +205,7 @@ pub struct DirectPlane {
     issuer: Issuer<'static, KeyPair>,
     server: Arc<rustls::ServerConfig>,
     clock: EmulatorClock,
+    /// Inserts and removes are single map operations: a panic cannot leave the map half-changed.
     grants: Mutex<HashMap<Vec<u8>, Arc<Grant>>>,
 }
 
@@ -331,11 +333,6 @@ impl DirectPlane {
         Arc::clone(&self.server)
     }
 
-    fn grants(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Arc<Grant>>> {
-        // Inserts and removes are single map operations: a panic cannot leave the map half-changed.
-        self.grants.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Signs `csr_der`'s key into a certificate for `sandbox_id` granting `permissions` to
     /// `principal` (as `sandbox_user` only). The caller has checked that the sandbox is the
     /// principal's and RUNNING.
@@ -380,7 +377,7 @@ impl DirectPlane {
             expires_at,
         };
         {
-            let mut grants = self.grants();
+            let mut grants = self.grants.lock_unpoisoned();
             grants.retain(|_, grant| grant.expires_at > now);
             if grants.len() >= MAX_LIVE_CERTIFICATES {
                 return Err(DirectError::TooMany);
@@ -400,7 +397,7 @@ impl DirectPlane {
 
     /// The grant of a connection's client certificate, if it is still valid now.
     pub fn grant_of(&self, certificate: &CertificateDer<'_>) -> Result<Arc<Grant>, DirectError> {
-        let grant = self.grants().get(certificate.as_ref()).cloned().ok_or(DirectError::Unknown)?;
+        let grant = self.grants.lock_unpoisoned().get(certificate.as_ref()).cloned().ok_or(DirectError::Unknown)?;
         if self.clock.now() >= grant.expires_at {
             let at = chrono::DateTime::from_timestamp_millis(grant.expires_at.millis())
                 .map(|at| at.to_rfc3339())
@@ -413,7 +410,7 @@ impl DirectPlane {
     /// Forgets the certificates of `org` (every organization's with `None`): a Reset forgets the
     /// sandboxes they were issued for.
     pub fn revoke(&self, org: Option<&str>) {
-        let mut grants = self.grants();
+        let mut grants = self.grants.lock_unpoisoned();
         match org {
             None => grants.clear(),
             Some(org) => grants.retain(|_, grant| grant.principal.org != org),

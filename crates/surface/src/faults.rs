@@ -18,6 +18,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 use wildmatch::WildMatch;
 
 use cwsandbox_sim::world::{InjectedFault, InjectedKind};
+use cwsandbox_sync::MutexUnpoisoned;
 
 use crate::catalogue::Catalogue;
 use crate::errors::{ApiError, DOMAIN};
@@ -112,25 +113,23 @@ struct Registry {
 
 /// The faults in force.
 #[derive(Default)]
-pub struct Faults(Mutex<Registry>);
+pub struct Faults(
+    // Counters only: a panic elsewhere leaves nothing half-done here.
+    Mutex<Registry>,
+);
 
 impl std::fmt::Debug for Faults {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Faults").field("rules", &self.lock().rules.len()).finish()
+        f.debug_struct("Faults").field("rules", &self.0.lock_unpoisoned().rules.len()).finish()
     }
 }
 
 impl Faults {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
-        // Counters only: a panic elsewhere leaves nothing half-done here.
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Installs a fault owned by `owner` (an organization's admin) or by the operator (`None`);
     /// checks it first (`fault.…` fields named) and answers it with its id.
     pub fn add(&self, fault: pb::Fault, owner: Option<&str>) -> Result<pb::Fault, ApiError> {
         let mut rule = check(fault, owner)?;
-        let mut registry = self.lock();
+        let mut registry = self.0.lock_unpoisoned();
         registry.added += 1;
         rule.fault.id = format!("fault-{}", registry.added);
         let answer = rule.fault.clone();
@@ -140,12 +139,13 @@ impl Faults {
 
     /// The faults `owner` sees (the operator, `None`, sees all), in the order they were added.
     pub fn list(&self, owner: Option<&str>) -> Vec<pb::Fault> {
-        self.lock().rules.iter().filter(|rule| visible(rule, owner)).map(|rule| rule.fault.clone()).collect()
+        let registry = self.0.lock_unpoisoned();
+        registry.rules.iter().filter(|rule| visible(rule, owner)).map(|rule| rule.fault.clone()).collect()
     }
 
     /// Removes one fault `owner` sees.
     pub fn remove(&self, id: &str, owner: Option<&str>) -> Result<pb::Fault, ApiError> {
-        let mut registry = self.lock();
+        let mut registry = self.0.lock_unpoisoned();
         let Some(index) = registry.rules.iter().position(|rule| rule.fault.id == id && visible(rule, owner)) else {
             return Err(ApiError::new(
                 Code::NotFound,
@@ -159,7 +159,7 @@ impl Faults {
 
     /// Removes every fault `owner` sees; returns how many.
     pub fn clear(&self, owner: Option<&str>) -> usize {
-        let mut registry = self.lock();
+        let mut registry = self.0.lock_unpoisoned();
         let before = registry.rules.len();
         registry.rules.retain(|rule| !visible(rule, owner));
         before - registry.rules.len()
@@ -173,7 +173,7 @@ impl Faults {
     /// What the faults do to one call; counts matches and hits.
     pub fn evaluate(&self, call: &Call<'_>) -> Verdict {
         let mut verdict = Verdict::default();
-        let mut registry = self.lock();
+        let mut registry = self.0.lock_unpoisoned();
         if registry.rules.is_empty() {
             return verdict;
         }

@@ -48,6 +48,19 @@ pub fn built_emulator_binary() -> Result<PathBuf> {
     Ok(binary)
 }
 
+/// An emulator with default settings, started from `binary`; panics if it does not start (a
+/// test's setup, not what it checks). The emulator crate's own tests pass
+/// `env!("CARGO_BIN_EXE_cwsandbox-emulator")`; other crates use [`emulator`].
+pub fn emulator_from(binary: impl AsRef<Path>) -> EmulatorProcess {
+    EmulatorProcess::start(binary.as_ref(), &[]).expect("emulator starts")
+}
+
+/// An emulator with default settings, started from [`built_emulator_binary`] (built first when
+/// missing): for tests outside the emulator crate. Panics if it cannot be built or started.
+pub fn emulator() -> EmulatorProcess {
+    emulator_from(built_emulator_binary().expect("the emulator binary builds"))
+}
+
 /// A running emulator process.
 #[derive(Debug)]
 pub struct EmulatorProcess {

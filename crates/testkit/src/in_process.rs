@@ -17,6 +17,7 @@ use cwsandbox_emulator::runtime::{
 };
 use cwsandbox_emulator::{Emulator, Options};
 use cwsandbox_sim::config::Scenario;
+use cwsandbox_sync::MutexUnpoisoned;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
@@ -186,19 +187,19 @@ impl FakeRuntime {
     }
 
     pub fn started(&self) -> Vec<PodLaunch> {
-        self.state.lock().unwrap().started.clone()
+        self.state.lock_unpoisoned().started.clone()
     }
 
     pub fn stopped(&self) -> Vec<String> {
-        self.state.lock().unwrap().stopped.clone()
+        self.state.lock_unpoisoned().stopped.clone()
     }
 
     pub fn killed(&self) -> Vec<String> {
-        self.state.lock().unwrap().killed.clone()
+        self.state.lock_unpoisoned().killed.clone()
     }
 
     pub fn was_shut_down(&self) -> bool {
-        self.state.lock().unwrap().shut_down
+        self.state.lock_unpoisoned().shut_down
     }
 
     /// The main process of a Pod exits by itself.
@@ -208,7 +209,7 @@ impl FakeRuntime {
     }
 
     fn pod_name(&self, pod_uid: &str) -> Option<String> {
-        let state = self.state.lock().unwrap();
+        let state = self.state.lock_unpoisoned();
         state.started.iter().find(|launch| launch.pod_uid == pod_uid).map(|launch| launch.pod_name.clone())
     }
 }
@@ -219,7 +220,7 @@ fn events(items: Vec<ExecEvent>) -> BoxStream<'static, ExecEvent> {
 
 impl SandboxRuntime for FakeRuntime {
     fn start(&self, launch: PodLaunch) -> BoxFuture<'_, Result<(), RuntimeError>> {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state.lock_unpoisoned();
         // As the executor does for a command that cannot be exec'd: over (127) before `start`
         // returns. Only `exited` says so here (the executor also reports it through `exits`,
         // later), so a test sees whether the emulator asks at the right moment.
@@ -235,18 +236,18 @@ impl SandboxRuntime for FakeRuntime {
     }
 
     fn exited(&self, pod_uid: &str) -> Option<i32> {
-        self.state.lock().unwrap().failed_at_start.get(pod_uid).copied()
+        self.state.lock_unpoisoned().failed_at_start.get(pod_uid).copied()
     }
 
     fn stop(&self, pod_uid: String, _grace: Duration) -> BoxFuture<'_, Result<(), RuntimeError>> {
-        self.state.lock().unwrap().stopped.push(pod_uid.clone());
+        self.state.lock_unpoisoned().stopped.push(pod_uid.clone());
         // The main process honours SIGTERM at once (the client's command traps TERM and exits 0).
         self.exit_main(&pod_uid, 0);
         futures::future::ready(Ok(())).boxed()
     }
 
     fn kill(&self, pod_uid: String) -> BoxFuture<'_, Result<(), RuntimeError>> {
-        self.state.lock().unwrap().killed.push(pod_uid);
+        self.state.lock_unpoisoned().killed.push(pod_uid);
         futures::future::ready(Ok(())).boxed()
     }
 
@@ -286,14 +287,14 @@ impl SandboxRuntime for FakeRuntime {
         let result = if path.ends_with('/') {
             Err(RuntimeError::IsDirectory { path })
         } else {
-            self.state.lock().unwrap().files.insert((target.pod_uid, path), content);
+            self.state.lock_unpoisoned().files.insert((target.pod_uid, path), content);
             Ok(())
         };
         futures::future::ready(result).boxed()
     }
 
     fn read_file(&self, target: Target, path: String, max_bytes: u64) -> BoxFuture<'_, Result<Bytes, RuntimeError>> {
-        let found = self.state.lock().unwrap().files.get(&(target.pod_uid, path.clone())).cloned();
+        let found = self.state.lock_unpoisoned().files.get(&(target.pod_uid, path.clone())).cloned();
         let result = match found {
             None if path.ends_with('/') => Err(RuntimeError::IsDirectory { path }),
             None => Err(RuntimeError::FileNotFound { path }),
@@ -324,14 +325,14 @@ impl SandboxRuntime for FakeRuntime {
     }
 
     fn exits(&self) -> BoxStream<'static, MainExit> {
-        match self.exit_stream.lock().unwrap().take() {
+        match self.exit_stream.lock_unpoisoned().take() {
             Some(mut receiver) => futures::stream::poll_fn(move |cx| receiver.poll_recv(cx)).boxed(),
             None => futures::stream::empty().boxed(),
         }
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
-        self.state.lock().unwrap().shut_down = true;
+        self.state.lock_unpoisoned().shut_down = true;
         futures::future::ready(()).boxed()
     }
 }

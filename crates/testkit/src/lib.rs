@@ -55,6 +55,24 @@ where
     }
 }
 
+/// A command's output bytes as text. Invalid UTF-8 becomes U+FFFD rather than a panic, so a
+/// failing check still shows what was said.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A command's stdout followed by its stderr, as one text: for checking that a message was said,
+/// whichever stream said it, and for showing all of it when a check fails.
+pub fn stdout_then_stderr(output: &Output) -> String {
+    format!("{}{}", text(&output.stdout), text(&output.stderr))
+}
+
+/// A command's stdout and stderr as two texts, `(stdout, stderr)`: for checking which stream a
+/// message went to.
+pub fn stdout_and_stderr(output: &Output) -> (String, String) {
+    (text(&output.stdout), text(&output.stderr))
+}
+
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

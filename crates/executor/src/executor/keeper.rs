@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use cwsandbox_sync::MutexUnpoisoned;
 use libc::pid_t;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
@@ -18,7 +19,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, warn};
 
 use super::mode::Mode;
-use super::{Inner, Running, Sandbox, Target, lock};
+use super::{Inner, Running, Sandbox, Target};
 use crate::child::{self, InitPlan, ReportMessage};
 use crate::exec::{self, ExecTracker};
 use crate::file_helper::SandboxNamespaces;
@@ -307,10 +308,10 @@ pub(super) async fn watch_keeper(
         pump.abort();
     }
     sandbox.logs.close();
-    lock(&sandbox.running).take();
+    sandbox.running.lock_unpoisoned().take();
     // Exec'd commands are gone with the namespace (or the process group); this
     // also ends any plain-mode command that left the group.
-    let execs: Vec<ExecTracker> = std::mem::take(&mut *lock(&sandbox.execs));
+    let execs: Vec<ExecTracker> = std::mem::take(&mut *sandbox.execs.lock_unpoisoned());
     for tracker in execs {
         tracker.kill_and_wait().await;
     }

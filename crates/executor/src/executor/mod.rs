@@ -21,9 +21,12 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+// The data behind this module's locks stays consistent across a panic in another holder (each
+// update is a single insert, remove or count), so poisoning is not a reason to fail.
+use cwsandbox_sync::MutexUnpoisoned;
 use libc::pid_t;
 use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -149,15 +152,9 @@ enum Target {
     Oci { network: crate::Network },
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The guarded data stays consistent across a panic in another holder (each
-    // update is a single insert/remove), so poisoning is not a reason to fail.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl Sandbox {
     fn running(&self) -> Option<Arc<Running>> {
-        lock(&self.running).clone()
+        self.running.lock_unpoisoned().clone()
     }
 
     /// The container `container` names: `None` for the main one (unnamed, or named by its
@@ -300,7 +297,7 @@ impl Executor {
     /// The reports of main commands that ended by themselves. Only the first call
     /// gets them; later calls get a receiver that yields nothing.
     pub fn exits(&self) -> mpsc::UnboundedReceiver<MainExit> {
-        match lock(&self.inner.exits_receiver).take() {
+        match self.inner.exits_receiver.lock_unpoisoned().take() {
             Some(receiver) => receiver,
             None => {
                 warn!("Executor::exits was called more than once; only the first receiver gets exits");
@@ -322,7 +319,7 @@ impl Executor {
     }
 
     fn sandbox(&self, id: &str) -> Option<Arc<Sandbox>> {
-        lock(&self.inner.registry).sandboxes.get(id).cloned()
+        self.inner.registry.lock_unpoisoned().sandboxes.get(id).cloned()
     }
 
     /// Starts a sandbox's main command. Returns once the sandbox is set up (its
@@ -576,7 +573,7 @@ impl Executor {
             oci,
             oom_killed: std::sync::OnceLock::new(),
         });
-        lock(&self.inner.registry).sandboxes.insert(id.to_owned(), sandbox.clone());
+        self.inner.registry.lock_unpoisoned().sandboxes.insert(id.to_owned(), sandbox.clone());
         debug!(sandbox = id, hostname = %spec.hostname, isolation = ?mode, "sandbox started");
         tokio::spawn(watch_keeper(sandbox.clone(), child, eof, pump, done_sender, self.inner.exits_sender.clone()));
         if command_runs && let Some(running) = sandbox.running() {
@@ -601,7 +598,7 @@ impl Executor {
 
     /// Marks `id` as starting, so a concurrent start of the same id fails.
     fn claim(&self, id: &str) -> Result<Claim, ExecutorError> {
-        let mut registry = lock(&self.inner.registry);
+        let mut registry = self.inner.registry.lock_unpoisoned();
         if registry.shut_down {
             return Err(ExecutorError::ShutDown);
         }
@@ -644,7 +641,7 @@ impl Executor {
     /// Later starts fail with [`ExecutorError::ShutDown`].
     pub async fn shutdown(&self) {
         let sandboxes: Vec<Arc<Sandbox>> = {
-            let mut registry = lock(&self.inner.registry);
+            let mut registry = self.inner.registry.lock_unpoisoned();
             registry.shut_down = true;
             registry.sandboxes.drain().map(|(_, sandbox)| sandbox).collect()
         };
@@ -684,7 +681,7 @@ impl Executor {
     /// Forgets a sandbox (killing it if it still runs): its logs and directory go.
     pub async fn remove(&self, id: &str) {
         self.kill(id).await;
-        let removed = lock(&self.inner.registry).sandboxes.remove(id);
+        let removed = self.inner.registry.lock_unpoisoned().sandboxes.remove(id);
         if let Some(sandbox) = removed {
             let dir = sandbox.dir.clone();
             let _ = tokio::task::spawn_blocking(move || remove_dir(&dir)).await;
@@ -832,7 +829,7 @@ impl Executor {
                 exec::attach_runc(child, pty_master, files.pid_file, files.process)
             }
         };
-        let mut execs = lock(&sandbox.execs);
+        let mut execs = sandbox.execs.lock_unpoisoned();
         execs.retain(|tracker| !tracker.finished());
         execs.push(tracker);
         Ok(session)
@@ -991,7 +988,7 @@ struct Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        lock(&self.inner.registry).starting.remove(&self.id);
+        self.inner.registry.lock_unpoisoned().starting.remove(&self.id);
     }
 }
 

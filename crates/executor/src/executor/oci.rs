@@ -19,6 +19,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use cwsandbox_sync::MutexUnpoisoned;
 use libc::pid_t;
 use oci_spec::runtime::{
     Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxCpuBuilder, LinuxDeviceCgroupBuilder,
@@ -293,7 +294,7 @@ impl OciRuntime {
     /// Lets the watchdog go (after a shutdown, nothing is left for it to delete) and waits for
     /// its end.
     pub(super) async fn close_watchdog(&self) {
-        let watchdog = self.watchdog.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let watchdog = self.watchdog.lock_unpoisoned().take();
         if let Some(Watchdog { _pipe, ended }) = watchdog {
             drop(_pipe);
             let _ = tokio::time::timeout(Duration::from_secs(10), ended).await;

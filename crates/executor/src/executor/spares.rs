@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+use cwsandbox_sync::{CondvarUnpoisoned, MutexUnpoisoned};
 use tracing::debug;
 
-use super::lock;
 use crate::rootfs::{self, Skeleton};
 
 /// How many roots are kept ready: enough for a test suite's sandboxes started back to back,
@@ -47,13 +47,13 @@ impl SpareRoots {
     /// A made root, if one is ready. The caller calls [`SpareRoots::refill`] once its start is
     /// done: a maker running during the start would take a core (of two, here) from it.
     pub(super) fn take(&self) -> Option<Skeleton> {
-        lock(&self.state).ready.pop()
+        self.state.lock_unpoisoned().ready.pop()
     }
 
     /// Starts makers until [`WANTED`] roots are ready or being made.
     pub(super) fn refill(self: &Arc<Self>) {
         let missing = {
-            let mut state = lock(&self.state);
+            let mut state = self.state.lock_unpoisoned();
             if state.closed {
                 return;
             }
@@ -65,7 +65,7 @@ impl SpareRoots {
             let spares = self.clone();
             // Without a runtime (an executor used from plain threads) nothing is made ahead.
             let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-                lock(&self.state).making -= 1;
+                self.state.lock_unpoisoned().making -= 1;
                 continue;
             };
             let ticket = Maker(spares);
@@ -81,7 +81,7 @@ impl SpareRoots {
             COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
         let made = rootfs::skeleton(&dir, &self.host_paths, self.owner);
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock_unpoisoned();
         match made {
             Ok(skeleton) if !state.closed => state.ready.push(skeleton),
             Ok(skeleton) => skeleton.remove(),
@@ -98,15 +98,15 @@ impl SpareRoots {
     /// left on the disk.
     pub(super) fn clear(&self) {
         self.close();
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock_unpoisoned();
         while state.making > 0 {
-            state = self.made.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+            state = self.made.wait_unpoisoned(state);
         }
     }
 
     fn close(&self) {
         let ready = {
-            let mut state = lock(&self.state);
+            let mut state = self.state.lock_unpoisoned();
             state.closed = true;
             std::mem::take(&mut state.ready)
         };
@@ -128,7 +128,7 @@ struct Maker(Arc<SpareRoots>);
 
 impl Drop for Maker {
     fn drop(&mut self) {
-        lock(&self.0.state).making -= 1;
+        self.0.state.lock_unpoisoned().making -= 1;
         self.0.made.notify_all();
     }
 }

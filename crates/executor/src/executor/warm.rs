@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use cwsandbox_sync::MutexUnpoisoned;
 use libc::pid_t;
 use tokio::sync::watch;
 use tracing::{debug, warn};
@@ -20,7 +21,7 @@ use super::keeper::{Keeper, StartedKeeper, abandon, start_keeper};
 use super::layout::remove_dir;
 use super::mode::{Mode, ns_plan};
 use super::spares::remove_orphans;
-use super::{Inner, Running, lock};
+use super::{Inner, Running};
 use crate::child::InitPlan;
 use crate::rootfs;
 use crate::sys::set_idle_scheduling;
@@ -125,7 +126,7 @@ impl WarmPool {
     }
 
     pub(super) fn take(&self) -> Option<WarmSandbox> {
-        lock(&self.state).ready.pop()
+        self.state.lock_unpoisoned().ready.pop()
     }
 
     /// Starts makers until `wanted` sandboxes are ready or being made. Without a runtime (an
@@ -134,7 +135,7 @@ impl WarmPool {
         let Some(pool) = &inner.warm else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let missing = {
-            let mut state = lock(&pool.state);
+            let mut state = pool.state.lock_unpoisoned();
             if state.closed {
                 return;
             }
@@ -151,7 +152,7 @@ impl WarmPool {
                 let made = make(inner).await;
                 let Some(pool) = &inner.warm else { return };
                 let leftover = {
-                    let mut state = lock(&pool.state);
+                    let mut state = pool.state.lock_unpoisoned();
                     match made {
                         Ok(warm) if !state.closed => {
                             state.ready.push(warm);
@@ -175,7 +176,7 @@ impl WarmPool {
     /// Returns once no maker runs (every wanted sandbox is ready, or could not be made).
     pub(super) async fn settled(&self) {
         let mut changes = self.changes.subscribe();
-        while lock(&self.state).making > 0 {
+        while self.state.lock_unpoisoned().making > 0 {
             if changes.changed().await.is_err() {
                 return;
             }
@@ -185,9 +186,9 @@ impl WarmPool {
     /// Makes no more, waits for the makers still running and ends every warm sandbox: for
     /// the executor's shutdown, so no process is left.
     pub(super) async fn close(&self) {
-        lock(&self.state).closed = true;
+        self.state.lock_unpoisoned().closed = true;
         self.settled().await;
-        let ready = std::mem::take(&mut lock(&self.state).ready);
+        let ready = std::mem::take(&mut self.state.lock_unpoisoned().ready);
         for warm in ready {
             warm.discard().await;
         }
@@ -202,7 +203,7 @@ struct Making(Arc<Inner>);
 impl Drop for Making {
     fn drop(&mut self) {
         if let Some(pool) = &self.0.warm {
-            lock(&pool.state).making -= 1;
+            pool.state.lock_unpoisoned().making -= 1;
             pool.changes.send_replace(());
         }
     }
@@ -212,7 +213,7 @@ impl Drop for WarmPool {
     fn drop(&mut self) {
         // An executor dropped without a shutdown: the keepers are killed as their handles
         // drop (and their inits with them); their directories go here.
-        let state = self.state.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let state = self.state.get_mut_unpoisoned();
         for warm in state.ready.drain(..) {
             remove_dir(&warm.dir);
         }
