@@ -4,7 +4,7 @@
 //! It lives here, beside the generated messages, because it is part of the wire contract that
 //! both sides see: the simulation and the emulator build errors with it, and the Rust client
 //! parses the wire string back into it without depending on either. The status code each reason
-//! travels with is the emulator's business (`crates/emulator/src/errors.rs`), and
+//! travels with is the emulator's business (`crates/surface/src/errors.rs`), and
 //! `docs/errors.md` is generated from both.
 
 use std::fmt;

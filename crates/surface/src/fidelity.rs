@@ -947,7 +947,7 @@ pub fn check<R: Request>(strictness: Strictness, method: &str, request: &R) -> R
 /// between the markers the README test looks for.
 pub fn fidelity_table() -> String {
     let mut table = String::from(
-        "<!-- Generated from FIELDS and REFUSED_METHODS in crates/emulator/src/fidelity.rs; regenerate with \
+        "<!-- Generated from FIELDS and REFUSED_METHODS in crates/surface/src/fidelity.rs; regenerate with \
          `CWSANDBOX_REGENERATE_DOCS=1 cargo test -p cwsandbox-emulator --lib fidelity`. -->\n\n\
          Refused with UNIMPLEMENTED, reason `CWSANDBOX_NOT_IMPLEMENTED`, one BadRequest violation per field \
          (its path in the request, `sandbox.spec.containers[0].security_context.read_only_root_filesystem`), when set to \
@@ -1237,7 +1237,7 @@ mod tests {
         }
         assert!(
             current == generated,
-            "README.md's fidelity table is not what crates/emulator/src/fidelity.rs generates; regenerate it with \
+            "README.md's fidelity table is not what crates/surface/src/fidelity.rs generates; regenerate it with \
              `CWSANDBOX_REGENERATE_DOCS=1 cargo test -p cwsandbox-emulator --lib fidelity`"
         );
     }
@@ -1247,7 +1247,7 @@ mod tests {
         let (_, missing) = walk_requests();
         assert!(
             missing.is_empty(),
-            "request fields on neither the emulated nor the refused list of crates/emulator/src/fidelity.rs: \
+            "request fields on neither the emulated nor the refused list of crates/surface/src/fidelity.rs: \
              decide for each, and add a row to FIELDS:\n{}",
             missing.join("\n")
         );
