@@ -367,6 +367,14 @@ impl Shared {
             // Not an RPC of the API: the services answer (UNIMPLEMENTED, 404).
             return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
         };
+        // Who may call it, from the catalogue: refused before a byte of the body is read.
+        if let Err(error) = caller.may_call(rpc) {
+            tracing::debug!(%path, "{error}");
+            if rpc.client_streaming {
+                refuse_stream(request.into_body()).await;
+            }
+            return protocol.reject(&error);
+        }
         if rpc.client_streaming {
             // The request streams on: faults match it by method, organization and headers.
             let verdict = match self.faults(rpc, &caller, request.headers(), &|| None) {

@@ -21,6 +21,7 @@ use axum::extract::FromRequestParts;
 use connectrpc_axum::ConnectError;
 use http::request::Parts;
 
+use crate::catalogue::{Access, Method};
 use crate::direct::Grant;
 use crate::errors::ApiError;
 pub use crate::identity::{Principal, Role};
@@ -199,6 +200,26 @@ impl Caller {
                 names.join(" or ")
             ),
         ))
+    }
+
+    /// PERMISSION_DENIED unless the caller may call `rpc` (its [`Access`]); the request guard
+    /// asks this of every RPC before reading its body.
+    pub fn may_call(&self, rpc: &Method) -> Result<(), ApiError> {
+        match rpc.access {
+            Access::SandboxUser => self.require(Role::SandboxUser),
+            Access::SandboxAdmin => self.require(Role::SandboxAdmin),
+            Access::Administrators => {
+                self.require_any(&[Role::SandboxAdmin, Role::ClusterAdmin], "EmulatorService is for administrators")
+            }
+            Access::Readers => self.require_any(
+                &[Role::SandboxUser, Role::SandboxAdmin, Role::ClusterAdmin],
+                "the Slurm views need a token of the organization",
+            ),
+            Access::Operator => self.require_any(
+                &[Role::ClusterAdmin],
+                &format!("{} concerns the whole cluster, not one organization's part of it", rpc.name),
+            ),
+        }
     }
 
     /// A caller authenticated by a bearer token.

@@ -29,6 +29,56 @@ pub const SERVED_SERVICES: &[&str] = &[
     "coreweave.sandbox.emulator.v1.EmulatorService",
 ];
 
+/// Who may call an RPC: checked by the request guard, once, before the request's body is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// `sandbox_user` (an organization's admin holds it too): sandboxes, their data plane,
+    /// discovery, templates, volumes, settings.
+    SandboxUser,
+    /// `sandbox_admin`: RunnerManagementService.
+    SandboxAdmin,
+    /// `sandbox_admin` or `cluster_admin`, each in its scope: the emulator's cluster views and an
+    /// organization's changes (Pods, Events, Slurm jobs, faults, Reset).
+    Administrators,
+    /// Any role, in the caller's scope: the Slurm views any Slurm user reads, and the clock.
+    Readers,
+    /// `cluster_admin` only: the calls that concern the whole cluster (values, nodes, the clock,
+    /// tenants, the image cache).
+    Operator,
+}
+
+/// EmulatorService's methods for every role.
+const EMULATOR_READERS: &[&str] =
+    &["ListJobs", "ListSlurmNodes", "ListPartitions", "ListSlurmUsers", "GetSlurmConfig", "GetClock"];
+/// EmulatorService's methods for the cluster operator only.
+const EMULATOR_OPERATOR: &[&str] = &[
+    "GetValues",
+    "ApplyValues",
+    "ResumeNode",
+    "DrainNode",
+    "FreezeClock",
+    "AdvanceClock",
+    "ResumeClock",
+    "CreateTenant",
+    "DeleteTenant",
+    "ListTenants",
+    "LoadImages",
+    "ListImages",
+    "RemoveImage",
+    "PruneImages",
+];
+
+/// Who may call `service`'s `method`.
+fn access_of(service: &str, method: &str) -> Access {
+    match service {
+        "RunnerManagementService" => Access::SandboxAdmin,
+        "EmulatorService" if EMULATOR_READERS.contains(&method) => Access::Readers,
+        "EmulatorService" if EMULATOR_OPERATOR.contains(&method) => Access::Operator,
+        "EmulatorService" => Access::Administrators,
+        _ => Access::SandboxUser,
+    }
+}
+
 /// One RPC of the API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Method {
@@ -50,6 +100,8 @@ pub struct Method {
     pub payload: bool,
     /// The number of the request's `sandbox_id` field, if it has one (faults match it by tag).
     pub sandbox_id_field: Option<u32>,
+    /// Who may call it.
+    pub access: Access,
 }
 
 impl Method {
@@ -188,6 +240,7 @@ impl Catalogue {
                             client_streaming: method.client_streaming(),
                             server_streaming: method.server_streaming(),
                             sandbox_id_field,
+                            access: access_of(service.name(), method.name()),
                         },
                     );
                 }
@@ -237,6 +290,27 @@ mod tests {
         assert_eq!(get.sandbox_id_field.map(|number| input.fields[&number].name.as_str()), Some("sandbox_id"));
         assert!(catalogue.methods().any(|method| method.service == "RunnerManagementService"));
         assert!(catalogue.method("/coreweave.sandbox.v1.SandboxService/NoSuchMethod").is_none());
+
+        let access = |path: &str| catalogue.method(path).map(|method| method.access);
+        assert_eq!(access("/coreweave.sandbox.v1.SandboxService/CreateSandbox"), Some(Access::SandboxUser));
+        assert_eq!(access("/coreweave.sandbox.v1.SandboxDataPlaneService/ReadFile"), Some(Access::SandboxUser));
+        assert_eq!(
+            access("/coreweave.sandbox.v1.RunnerManagementService/UpdateManagedRunner"),
+            Some(Access::SandboxAdmin)
+        );
+        assert_eq!(access("/coreweave.sandbox.emulator.v1.EmulatorService/ListPods"), Some(Access::Administrators));
+        assert_eq!(access("/coreweave.sandbox.emulator.v1.EmulatorService/ListJobs"), Some(Access::Readers));
+        assert_eq!(access("/coreweave.sandbox.emulator.v1.EmulatorService/ApplyValues"), Some(Access::Operator));
+        // Every name the tables give is a method of EmulatorService: a renamed RPC cannot fall
+        // silently to the default.
+        let emulator: Vec<&str> = catalogue
+            .methods()
+            .filter(|method| method.service == "EmulatorService")
+            .map(|method| method.name.as_str())
+            .collect();
+        for name in EMULATOR_READERS.iter().chain(EMULATOR_OPERATOR) {
+            assert!(emulator.contains(name), "{name} is not a method of EmulatorService");
+        }
 
         // Maps are told from repeated messages: a map's kind is its entry, not a message type.
         let container = catalogue.message(".coreweave.sandbox.v1.Container").expect("Container");

@@ -8,7 +8,7 @@ use cwsandbox_sim::{Reason, SimError};
 
 use super::respond;
 use crate::app::App;
-use crate::auth::{Caller, Role};
+use crate::auth::Caller;
 use crate::convert;
 use crate::errors::ApiError;
 
@@ -26,7 +26,6 @@ fn list(
     caller: &Caller,
     request: &pb::ListAvailableRunnersRequest,
 ) -> Result<pb::ListAvailableRunnersResponse, ApiError> {
-    caller.require(Role::SandboxUser)?;
     let (runners, next_page_token) =
         app.driver().with_world(|world| world.list_available_runners(&caller.org, request))?;
     Ok(pb::ListAvailableRunnersResponse { runners, next_page_token })
@@ -43,7 +42,6 @@ pub async fn get_available_runner(
 }
 
 fn get(app: &App, caller: &Caller, request: &pb::GetAvailableRunnerRequest) -> Result<pb::AvailableRunner, ApiError> {
-    caller.require(Role::SandboxUser)?;
     let runner_id = convert::required("runner_id", &request.runner_id)?;
     // Another organization's runners read as unknown ones.
     let org = if request.organization_id.is_empty() { caller.org.as_str() } else { request.organization_id.as_str() };

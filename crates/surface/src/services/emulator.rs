@@ -26,42 +26,33 @@ use crate::convert::emulator as convert;
 use crate::convert::{required, timestamp};
 use crate::errors::ApiError;
 
-/// Runs `body` in the caller's scope, for `sandbox_admin` or `cluster_admin`; anyone else gets
-/// PERMISSION_DENIED.
+// Who may call each method is the catalogue's `Access`, checked by the request guard before the
+// body is read; these run the body in the caller's scope and answer for `method`.
+
+/// Runs `body` in the caller's scope (`sandbox_admin`: its organization; `cluster_admin`: all).
 pub(crate) fn scoped<T>(
     method: &str,
     caller: &Caller,
     body: impl FnOnce(Scope) -> Result<T, ApiError>,
 ) -> Result<ConnectResponse<T>, ConnectError> {
-    let allowed =
-        caller.require_any(&[Role::SandboxAdmin, Role::ClusterAdmin], "EmulatorService is for administrators");
-    respond(method, allowed.and_then(|()| body(caller.scope())))
+    respond(method, body(caller.scope()))
 }
 
-/// Runs `body` for every role, in the caller's scope: the Slurm views any Slurm user reads.
+/// Runs `body` in the caller's scope for every role: the Slurm views any Slurm user reads.
 pub(crate) fn reader<T>(
     method: &str,
     caller: &Caller,
     body: impl FnOnce(Scope) -> Result<T, ApiError>,
 ) -> Result<ConnectResponse<T>, ConnectError> {
-    let allowed = caller.require_any(
-        &[Role::SandboxUser, Role::SandboxAdmin, Role::ClusterAdmin],
-        "the Slurm views need a token of the organization",
-    );
-    respond(method, allowed.and_then(|()| body(caller.scope())))
+    respond(method, body(caller.scope()))
 }
 
-/// Runs `body` for the cluster operator (`cluster_admin`); anyone else gets PERMISSION_DENIED.
+/// Runs `body` for the cluster operator (the guard admitted only `cluster_admin`).
 pub(crate) fn operator<T>(
     method: &str,
-    caller: &Caller,
     body: impl FnOnce() -> Result<T, ApiError>,
 ) -> Result<ConnectResponse<T>, ConnectError> {
-    let allowed = caller.require_any(
-        &[Role::ClusterAdmin],
-        &format!("{method} concerns the whole cluster, not one organization's part of it"),
-    );
-    respond(method, allowed.and_then(|()| body()))
+    respond(method, body())
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -71,11 +62,11 @@ pub(crate) fn operator<T>(
 /// GetValues: the values in force as YAML and as a Struct.
 pub async fn get_values(
     State(app): State<App>,
-    caller: Caller,
+    _caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::GetValuesRequest>,
 ) -> Result<ConnectResponse<pb::GetValuesResponse>, ConnectError> {
     // The values name every organization's runners and policies.
-    operator("GetValues", &caller, || {
+    operator("GetValues", || {
         let values = app.driver().with_world(|world| world.values().clone());
         let (yaml, tree) = convert::values(&values)?;
         let json_schema =
@@ -87,10 +78,10 @@ pub async fn get_values(
 /// ApplyValues: an overlay merged like `helm -f`, or a replacement, applied like `helm upgrade`.
 pub async fn apply_values(
     State(app): State<App>,
-    caller: Caller,
+    _caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ApplyValuesRequest>,
 ) -> Result<ConnectResponse<pb::ApplyValuesResponse>, ConnectError> {
-    operator("ApplyValues", &caller, || {
+    operator("ApplyValues", || {
         use pb::apply_values_request::Document;
         let (field, document) = match &request.document {
             Some(Document::Yaml(text)) => (
@@ -417,10 +408,10 @@ pub async fn submit_batch_job(
 /// ResumeNode: `scontrol update nodename=… state=resume`.
 pub async fn resume_node(
     State(app): State<App>,
-    caller: Caller,
+    _caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ResumeNodeRequest>,
 ) -> Result<ConnectResponse<pb::ResumeNodeResponse>, ConnectError> {
-    operator("ResumeNode", &caller, || {
+    operator("ResumeNode", || {
         let name = required("node_name", &request.node_name)?;
         app.driver().with_world(|world| -> Result<_, ApiError> {
             world.resume_node(name).map_err(|error| ApiError::from(error).with_metadata("node_name", name))?;
@@ -460,7 +451,7 @@ pub async fn drain_node(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::DrainNodeRequest>,
 ) -> Result<ConnectResponse<pb::DrainNodeResponse>, ConnectError> {
-    operator("DrainNode", &caller, || {
+    operator("DrainNode", || {
         let name = required("node_name", &request.node_name)?;
         app.driver().with_world(|world| -> Result<_, ApiError> {
             let uid = request.uid.unwrap_or(caller.uid);
@@ -510,10 +501,10 @@ pub async fn get_clock(
 /// FreezeClock.
 pub async fn freeze_clock(
     State(app): State<App>,
-    caller: Caller,
+    _caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::FreezeClockRequest>,
 ) -> Result<ConnectResponse<pb::FreezeClockResponse>, ConnectError> {
-    operator("FreezeClock", &caller, || {
+    operator("FreezeClock", || {
         app.driver().clock().freeze();
         app.driver().clock_changed();
         Ok(pb::FreezeClockResponse { clock: Some(clock_now(&app)) })
@@ -523,10 +514,10 @@ pub async fn freeze_clock(
 /// AdvanceClock: every timer due by the new time fires, in order, before the answer.
 pub async fn advance_clock(
     State(app): State<App>,
-    caller: Caller,
+    _caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::AdvanceClockRequest>,
 ) -> Result<ConnectResponse<pb::AdvanceClockResponse>, ConnectError> {
-    operator("AdvanceClock", &caller, || {
+    operator("AdvanceClock", || {
         let by = convert::advance_by(request.duration.as_ref())?;
         app.driver().clock().advance(by);
         app.driver().clock_changed();
@@ -537,10 +528,10 @@ pub async fn advance_clock(
 /// ResumeClock.
 pub async fn resume_clock(
     State(app): State<App>,
-    caller: Caller,
+    _caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::ResumeClockRequest>,
 ) -> Result<ConnectResponse<pb::ResumeClockResponse>, ConnectError> {
-    operator("ResumeClock", &caller, || {
+    operator("ResumeClock", || {
         app.driver().clock().resume();
         app.driver().clock_changed();
         Ok(pb::ResumeClockResponse { clock: Some(clock_now(&app)) })
@@ -551,11 +542,10 @@ pub async fn resume_clock(
 /// machine's). Awaits the runtime, so the role is checked before and the answer built after.
 pub async fn prune_images(
     State(app): State<App>,
-    caller: Caller,
+    _caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::PruneImagesRequest>,
 ) -> Result<ConnectResponse<pb::PruneImagesResponse>, ConnectError> {
     const METHOD: &str = "PruneImages";
-    operator(METHOD, &caller, || Ok(()))?;
     let outcome = match app.runtime(METHOD) {
         // No runtime at all: nothing pulls images, nothing to remove.
         Err(_) => Ok(None),

@@ -7,7 +7,7 @@ use cwsandbox_api::sandbox_v1 as pb;
 
 use super::respond;
 use crate::app::App;
-use crate::auth::{Caller, Role};
+use crate::auth::Caller;
 use crate::convert;
 use crate::errors::ApiError;
 
@@ -20,7 +20,6 @@ pub async fn create_managed_runner(
     respond(
         "CreateManagedRunner",
         (|| -> Result<_, ApiError> {
-            caller.require(Role::SandboxAdmin)?;
             let runner = request.managed_runner.ok_or_else(|| ApiError::missing_field("managed_runner"))?;
             let created = app.driver().with_world(|world| {
                 let now = world.now();
@@ -40,7 +39,6 @@ pub async fn get_managed_runner(
     respond(
         "GetManagedRunner",
         (|| -> Result<_, ApiError> {
-            caller.require(Role::SandboxAdmin)?;
             let runner_id = convert::required("runner_id", &request.runner_id)?;
             Ok(app.driver().with_world(|world| world.runners.get(&caller.org, runner_id))?)
         })(),
@@ -56,7 +54,6 @@ pub async fn list_managed_runners(
     respond(
         "ListManagedRunners",
         (|| -> Result<_, ApiError> {
-            caller.require(Role::SandboxAdmin)?;
             let (managed_runners, next_page_token) = app.driver().with_world(|world| {
                 world.runners.list(
                     &caller.org,
@@ -80,7 +77,6 @@ pub async fn update_managed_runner(
     respond(
         "UpdateManagedRunner",
         (|| -> Result<_, ApiError> {
-            caller.require(Role::SandboxAdmin)?;
             let runner_id = convert::required("runner_id", &request.runner_id)?;
             let patch = request.managed_runner.ok_or_else(|| ApiError::missing_field("managed_runner"))?;
             let mask = request.update_mask.unwrap_or_default();
@@ -103,7 +99,6 @@ pub async fn delete_managed_runner(
     respond(
         "DeleteManagedRunner",
         (|| -> Result<_, ApiError> {
-            caller.require(Role::SandboxAdmin)?;
             let runner_id = convert::required("runner_id", &request.runner_id)?;
             app.driver().with_world(|world| {
                 let now = world.now();
@@ -123,7 +118,6 @@ pub async fn apply_available_update(
     respond(
         "ApplyAvailableUpdate",
         (|| -> Result<_, ApiError> {
-            caller.require(Role::SandboxAdmin)?;
             let runner_id = convert::required("runner_id", &request.runner_id)?;
             Ok(app.driver().with_world(|world| {
                 let now = world.now();

@@ -13,7 +13,7 @@ use http::request::Parts;
 
 use super::{respond, snapshots};
 use crate::app::App;
-use crate::auth::{Caller, Role};
+use crate::auth::Caller;
 use crate::convert::{self, StateFilter};
 use crate::errors::ApiError;
 use crate::faults::InjectedFaults;
@@ -59,7 +59,6 @@ fn create(
     request: pb::CreateSandboxRequest,
     faults: Vec<InjectedFault>,
 ) -> Result<SandboxView, ApiError> {
-    caller.require(Role::SandboxUser)?;
     app.check_fields("CreateSandbox", &request)?;
     let (spec, display_name) = convert::sandbox_input(request.sandbox)?;
     let owner = caller.owner();
@@ -79,7 +78,6 @@ pub async fn create_sandbox_from_template(
     ConnectRequest(request): ConnectRequest<pb::CreateSandboxFromTemplateRequest>,
 ) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
     let made = (|| -> Result<_, ApiError> {
-        caller.require(Role::SandboxUser)?;
         app.check_fields("CreateSandboxFromTemplate", &request)?;
         convert::required("template_id", &request.template_id)?;
         let owner = caller.owner();
@@ -99,7 +97,6 @@ pub async fn create_sandbox_from_file(
     ConnectRequest(request): ConnectRequest<pb::CreateSandboxFromFileRequest>,
 ) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
     let made = (|| -> Result<_, ApiError> {
-        caller.require(Role::SandboxUser)?;
         app.check_fields("CreateSandboxFromFile", &request)?;
         let text = compose::contents(&request)?;
         let tree: serde_json::Value = serde_saphyr::from_str(text)
@@ -123,7 +120,6 @@ pub async fn get_sandbox(
 }
 
 async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Result<pb::Sandbox, ApiError> {
-    caller.require(Role::SandboxUser)?;
     let id = convert::required("sandbox_id", &request.sandbox_id)?;
     let read =
         || app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id));
@@ -153,7 +149,6 @@ pub async fn list_sandboxes(
 }
 
 fn list(app: &App, caller: &Caller, request: &pb::ListSandboxesRequest) -> Result<pb::ListSandboxesResponse, ApiError> {
-    caller.require(Role::SandboxUser)?;
     let state = match convert::state_filter(request.state)? {
         StateFilter::Any => None,
         StateFilter::Only(state) => Some(state),
@@ -208,7 +203,6 @@ async fn delete(
     caller: &Caller,
     request: &pb::DeleteSandboxRequest,
 ) -> Result<pb::DeleteSandboxResponse, ApiError> {
-    caller.require(Role::SandboxUser)?;
     app.check_fields("DeleteSandbox", request)?;
     let id = convert::required("sandbox_id", &request.sandbox_id)?;
     if request.grace_period_seconds < 0 {
@@ -268,7 +262,6 @@ pub async fn connect_sandbox(
 }
 
 fn connect(app: &App, caller: &Caller, request: &pb::ConnectSandboxRequest) -> Result<pb::SandboxConnection, ApiError> {
-    caller.require(Role::SandboxUser)?;
     let id = convert::required("sandbox_id", &request.sandbox_id)?;
     if request.csr_der.is_empty() {
         return Err(ApiError::missing_field("csr_der"));

@@ -10,7 +10,7 @@ use cwsandbox_sim::snapshots::{FileSystemSnapshot, SnapshotCapture, SnapshotStat
 
 use super::respond;
 use crate::app::App;
-use crate::auth::{Caller, Role};
+use crate::auth::Caller;
 use crate::convert;
 use crate::errors::ApiError;
 
@@ -28,7 +28,6 @@ async fn create(
     caller: &Caller,
     request: &pb::CreateFileSystemSnapshotRequest,
 ) -> Result<pb::FileSystemSnapshot, ApiError> {
-    caller.require(Role::SandboxUser)?;
     let sandbox_id = convert::required("sandbox_id", &request.sandbox_id)?;
     let volumes: Vec<String> =
         if request.scratch_volume_name.is_empty() { Vec::new() } else { vec![request.scratch_volume_name.clone()] };
@@ -74,7 +73,6 @@ pub async fn get_file_system_snapshot(
     ConnectRequest(request): ConnectRequest<pb::GetFileSystemSnapshotRequest>,
 ) -> Result<ConnectResponse<pb::FileSystemSnapshot>, ConnectError> {
     let get = || {
-        caller.require(Role::SandboxUser)?;
         let id = convert::required("file_system_snapshot_id", &request.file_system_snapshot_id)?;
         let record = app.driver().with_world(|world| world.get_snapshot(&caller.org, id))?;
         Ok(snapshot(&record))
@@ -89,7 +87,6 @@ pub async fn list_file_system_snapshots(
     ConnectRequest(request): ConnectRequest<pb::ListFileSystemSnapshotsRequest>,
 ) -> Result<ConnectResponse<pb::ListFileSystemSnapshotsResponse>, ConnectError> {
     let list = || {
-        caller.require(Role::SandboxUser)?;
         let (records, next_page_token) = app.driver().with_world(|world| {
             world.list_snapshots(&caller.org, &request.source_sandbox_id, request.page_size, &request.page_token)
         })?;
@@ -115,7 +112,6 @@ async fn delete(
     caller: &Caller,
     request: &pb::DeleteFileSystemSnapshotRequest,
 ) -> Result<pb::FileSystemSnapshot, ApiError> {
-    caller.require(Role::SandboxUser)?;
     let id = convert::required("file_system_snapshot_id", &request.file_system_snapshot_id)?;
     let record = match app.driver().with_world(|world| world.delete_snapshot(&caller.org, id)) {
         Ok(record) => record,

@@ -25,7 +25,6 @@ pub async fn create_sandbox_template(
     respond(
         "CreateSandboxTemplate",
         (|| -> Result<_, ApiError> {
-            caller.require(Role::SandboxAdmin)?;
             app.check_fields("CreateSandboxTemplate", &request)?;
             let input = convert::template_input(request.sandbox_template)?;
             let created = app
@@ -85,7 +84,6 @@ pub async fn update_sandbox_template(
     respond(
         "UpdateSandboxTemplate",
         (|| -> Result<_, ApiError> {
-            caller.require(Role::SandboxAdmin)?;
             app.check_fields("UpdateSandboxTemplate", &request)?;
             let id = convert::required("sandbox_template_id", &request.sandbox_template_id)?;
             let patch = convert::template_input(request.sandbox_template.clone())?;
@@ -106,7 +104,6 @@ pub async fn delete_sandbox_template(
     respond(
         "DeleteSandboxTemplate",
         (|| -> Result<_, ApiError> {
-            caller.require(Role::SandboxAdmin)?;
             let id = convert::required("sandbox_template_id", &request.sandbox_template_id)?;
             app.driver().with_world(|world| world.delete_template(&caller.org, id))?;
             tracing::info!(template_id = id, "sandbox template deleted");

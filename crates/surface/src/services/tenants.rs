@@ -82,10 +82,10 @@ fn configured(app: &App, org: &str) -> bool {
 /// CreateTenant: a fresh organization with a user token and an admin token.
 pub async fn create_tenant(
     State(app): State<App>,
-    caller: Caller,
+    _caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::CreateTenantRequest>,
 ) -> Result<ConnectResponse<pb::CreateTenantResponse>, ConnectError> {
-    operator("CreateTenant", &caller, || {
+    operator("CreateTenant", || {
         let roles = tenant_roles(&request.roles)?;
         let user = request.user.trim();
         if !user.is_empty()
@@ -146,10 +146,10 @@ pub async fn create_tenant(
 /// runners forgotten.
 pub async fn delete_tenant(
     State(app): State<App>,
-    caller: Caller,
+    _caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::DeleteTenantRequest>,
 ) -> Result<ConnectResponse<pb::DeleteTenantResponse>, ConnectError> {
-    operator("DeleteTenant", &caller, || {
+    operator("DeleteTenant", || {
         let org = crate::convert::required("organization", &request.organization)?.trim();
         let Some(tenant) = app.tenants_mut().remove(org) else {
             let why = if configured(&app, org) {
@@ -169,10 +169,8 @@ pub async fn delete_tenant(
 /// ListTenants, in creation order.
 pub async fn list_tenants(
     State(app): State<App>,
-    caller: Caller,
+    _caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::ListTenantsRequest>,
 ) -> Result<ConnectResponse<pb::ListTenantsResponse>, ConnectError> {
-    operator("ListTenants", &caller, || {
-        Ok(pb::ListTenantsResponse { tenants: app.tenants().iter().map(to_proto).collect() })
-    })
+    operator("ListTenants", || Ok(pb::ListTenantsResponse { tenants: app.tenants().iter().map(to_proto).collect() }))
 }

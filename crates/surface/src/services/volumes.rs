@@ -11,7 +11,7 @@ use cwsandbox_sim::volumes::{ClaimSource, RegisteredVolume, VolumeState, VolumeU
 
 use super::respond;
 use crate::app::App;
-use crate::auth::{Caller, Role};
+use crate::auth::Caller;
 use crate::convert;
 use crate::errors::ApiError;
 
@@ -22,7 +22,6 @@ pub async fn create_volume(
     ConnectRequest(request): ConnectRequest<pb::CreateVolumeRequest>,
 ) -> Result<ConnectResponse<pb::Volume>, ConnectError> {
     let create = || {
-        caller.require(Role::SandboxUser)?;
         app.check_fields("CreateVolume", &request)?;
         let volume = request.volume.as_ref().ok_or_else(|| ApiError::missing_field("volume"))?;
         let spec = volume.spec.as_ref().ok_or_else(|| ApiError::missing_field("volume.spec"))?;
@@ -58,7 +57,6 @@ pub async fn get_volume(
     ConnectRequest(request): ConnectRequest<pb::GetVolumeRequest>,
 ) -> Result<ConnectResponse<pb::Volume>, ConnectError> {
     let get = || {
-        caller.require(Role::SandboxUser)?;
         let id = convert::required("volume_id", &request.volume_id)?;
         Ok(volume_message(&app.driver().with_world(|world| world.get_volume(&caller.org, id))?))
     };
@@ -72,7 +70,6 @@ pub async fn list_volumes(
     ConnectRequest(request): ConnectRequest<pb::ListVolumesRequest>,
 ) -> Result<ConnectResponse<pb::ListVolumesResponse>, ConnectError> {
     let list = || {
-        caller.require(Role::SandboxUser)?;
         let mut states = Vec::with_capacity(request.states.len());
         for (index, state) in request.states.iter().enumerate() {
             let state = match pb::VolumeState::try_from(*state) {
@@ -105,7 +102,6 @@ pub async fn update_volume(
     ConnectRequest(request): ConnectRequest<pb::UpdateVolumeRequest>,
 ) -> Result<ConnectResponse<pb::Volume>, ConnectError> {
     let update = || {
-        caller.require(Role::SandboxUser)?;
         let id = convert::required("volume_id", &request.volume_id)?;
         let volume = request.volume.as_ref().ok_or_else(|| ApiError::missing_field("volume"))?;
         let spec = volume.spec.clone().unwrap_or_default();
@@ -160,7 +156,6 @@ pub async fn delete_volume(
     ConnectRequest(request): ConnectRequest<pb::DeleteVolumeRequest>,
 ) -> Result<ConnectResponse<pb::Volume>, ConnectError> {
     let delete = || {
-        caller.require(Role::SandboxUser)?;
         let id = convert::required("volume_id", &request.volume_id)?;
         match app.driver().with_world(|world| world.delete_volume(&caller.org, id, request.force)) {
             Ok(deleted) => Ok(volume_message(&deleted)),
@@ -178,7 +173,6 @@ pub async fn validate_volume(
     ConnectRequest(request): ConnectRequest<pb::ValidateVolumeRequest>,
 ) -> Result<ConnectResponse<pb::Volume>, ConnectError> {
     let validate = || {
-        caller.require(Role::SandboxUser)?;
         let id = convert::required("volume_id", &request.volume_id)?;
         Ok(volume_message(&app.driver().with_world(|world| world.revalidate_volume(&caller.org, id))?))
     };
