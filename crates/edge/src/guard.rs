@@ -312,6 +312,10 @@ impl Shared {
                 return protocol.reject(&error);
             }
         };
+        let caller = match self.catalogue.method(&path) {
+            Some(rpc) => caller.calling(rpc),
+            None => caller,
+        };
         let mut request = request;
         request.extensions_mut().insert(caller.clone());
         self.admitted(request, caller, protocol, path, inner).await

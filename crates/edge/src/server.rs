@@ -50,16 +50,8 @@ pub async fn router(app: App, transport: &Transport) -> Router {
         .read_file(data::read_file)
         .create_sandbox_from_template(sandbox::create_sandbox_from_template)
         .create_sandbox_from_file(sandbox::create_sandbox_from_file)
-        .get_sandbox_build_logs(not_implemented!(
-            pb::GetSandboxBuildLogsRequest,
-            pb::GetSandboxBuildLogsResponse,
-            "SandboxService.GetSandboxBuildLogs"
-        ))
-        .purge_sandboxes(not_implemented!(
-            pb::PurgeSandboxesRequest,
-            pb::PurgeSandboxesResponse,
-            "SandboxService.PurgeSandboxes"
-        ))
+        .get_sandbox_build_logs(not_implemented!(pb::GetSandboxBuildLogsRequest, pb::GetSandboxBuildLogsResponse))
+        .purge_sandboxes(not_implemented!(pb::PurgeSandboxesRequest, pb::PurgeSandboxesResponse))
         .create_file_system_snapshot(snapshots::create_file_system_snapshot)
         .get_file_system_snapshot(snapshots::get_file_system_snapshot)
         .list_file_system_snapshots(snapshots::list_file_system_snapshots)
@@ -95,66 +87,33 @@ pub async fn router(app: App, transport: &Transport) -> Router {
         .build();
 
     let (settings_routes, settings_grpc) = SettingsServiceTonicCompatibleBuilder::new()
-        .get_build_storage_config(not_implemented!(
-            pb::GetBuildStorageConfigRequest,
-            pb::BuildStorageConfig,
-            "SettingsService.GetBuildStorageConfig"
-        ))
-        .update_build_storage_config(not_implemented!(
-            pb::UpdateBuildStorageConfigRequest,
-            pb::BuildStorageConfig,
-            "SettingsService.UpdateBuildStorageConfig"
-        ))
+        .get_build_storage_config(not_implemented!(pb::GetBuildStorageConfigRequest, pb::BuildStorageConfig))
+        .update_build_storage_config(not_implemented!(pb::UpdateBuildStorageConfigRequest, pb::BuildStorageConfig))
         .get_object_storage_wif_config(not_implemented!(
             pb::GetObjectStorageWifConfigRequest,
-            pb::ObjectStorageWifConfig,
-            "SettingsService.GetObjectStorageWifConfig"
+            pb::ObjectStorageWifConfig
         ))
         .update_object_storage_wif_config(not_implemented!(
             pb::UpdateObjectStorageWifConfigRequest,
-            pb::ObjectStorageWifConfig,
-            "SettingsService.UpdateObjectStorageWifConfig"
+            pb::ObjectStorageWifConfig
         ))
         .delete_object_storage_wif_config(not_implemented!(
             pb::DeleteObjectStorageWifConfigRequest,
-            pbjson_types::Empty,
-            "SettingsService.DeleteObjectStorageWifConfig"
+            pbjson_types::Empty
         ))
         .get_file_system_snapshot_bucket_config(not_implemented!(
             pb::GetFileSystemSnapshotBucketConfigRequest,
-            pb::FileSystemSnapshotBucketConfig,
-            "SettingsService.GetFileSystemSnapshotBucketConfig"
+            pb::FileSystemSnapshotBucketConfig
         ))
         .update_file_system_snapshot_bucket_config(not_implemented!(
             pb::UpdateFileSystemSnapshotBucketConfigRequest,
-            pb::FileSystemSnapshotBucketConfig,
-            "SettingsService.UpdateFileSystemSnapshotBucketConfig"
+            pb::FileSystemSnapshotBucketConfig
         ))
-        .create_secret_store(not_implemented!(
-            pb::CreateSecretStoreRequest,
-            pb::SecretStore,
-            "SettingsService.CreateSecretStore"
-        ))
-        .get_secret_store(not_implemented!(
-            pb::GetSecretStoreRequest,
-            pb::SecretStore,
-            "SettingsService.GetSecretStore"
-        ))
-        .list_secret_stores(not_implemented!(
-            pb::ListSecretStoresRequest,
-            pb::ListSecretStoresResponse,
-            "SettingsService.ListSecretStores"
-        ))
-        .update_secret_store(not_implemented!(
-            pb::UpdateSecretStoreRequest,
-            pb::SecretStore,
-            "SettingsService.UpdateSecretStore"
-        ))
-        .delete_secret_store(not_implemented!(
-            pb::DeleteSecretStoreRequest,
-            pbjson_types::Empty,
-            "SettingsService.DeleteSecretStore"
-        ))
+        .create_secret_store(not_implemented!(pb::CreateSecretStoreRequest, pb::SecretStore))
+        .get_secret_store(not_implemented!(pb::GetSecretStoreRequest, pb::SecretStore))
+        .list_secret_stores(not_implemented!(pb::ListSecretStoresRequest, pb::ListSecretStoresResponse))
+        .update_secret_store(not_implemented!(pb::UpdateSecretStoreRequest, pb::SecretStore))
+        .delete_secret_store(not_implemented!(pb::DeleteSecretStoreRequest, pbjson_types::Empty))
         .with_state(app.clone())
         .build();
 

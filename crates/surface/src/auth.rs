@@ -170,6 +170,8 @@ pub fn bearer(header: Option<&str>) -> Result<&str, ApiError> {
 pub struct Caller {
     principal: Arc<Principal>,
     grant: Option<Arc<Grant>>,
+    /// The RPC the guard admitted the call for.
+    rpc: Option<&'static Method>,
 }
 
 impl Caller {
@@ -224,12 +226,28 @@ impl Caller {
 
     /// A caller authenticated by a bearer token.
     pub fn new(principal: Principal) -> Caller {
-        Caller { principal: Arc::new(principal), grant: None }
+        Caller { principal: Arc::new(principal), grant: None, rpc: None }
     }
 
     /// A direct data-plane caller, acting under a certificate's grant.
     pub fn direct(grant: Arc<Grant>) -> Caller {
-        Caller { principal: Arc::new(grant.principal.clone()), grant: Some(grant) }
+        Caller { principal: Arc::new(grant.principal.clone()), grant: Some(grant), rpc: None }
+    }
+
+    /// The caller admitted for `rpc` (the request guard's doing).
+    pub fn calling(self, rpc: &'static Method) -> Caller {
+        Caller { rpc: Some(rpc), ..self }
+    }
+
+    /// The name of the RPC being called (`CreateSandbox`), from the catalogue: what handlers log,
+    /// check fields for and name in errors. Empty for a caller the guard did not admit for an RPC.
+    pub fn method(&self) -> &'static str {
+        self.rpc.map_or("", |rpc| rpc.name.as_str())
+    }
+
+    /// The short name of the called RPC's service (`SandboxService`), from the catalogue.
+    pub fn service(&self) -> &'static str {
+        self.rpc.map_or("", |rpc| rpc.service.as_str())
     }
 
     /// The certificate grant a direct data-plane caller acts under; `None` on the API's port.

@@ -35,7 +35,8 @@ pub enum Access {
     /// `sandbox_user` (an organization's admin holds it too): sandboxes, their data plane,
     /// discovery, templates, volumes, settings.
     SandboxUser,
-    /// `sandbox_admin`: RunnerManagementService.
+    /// `sandbox_admin`: RunnerManagementService, and the template writes (an organization's
+    /// templates are its admins' to change, its users' to read).
     SandboxAdmin,
     /// `sandbox_admin` or `cluster_admin`, each in its scope: the emulator's cluster views and an
     /// organization's changes (Pods, Events, Slurm jobs, faults, Reset).
@@ -68,10 +69,14 @@ const EMULATOR_OPERATOR: &[&str] = &[
     "PruneImages",
 ];
 
+/// SandboxTemplateService's methods that change templates.
+const TEMPLATE_WRITES: &[&str] = &["CreateSandboxTemplate", "UpdateSandboxTemplate", "DeleteSandboxTemplate"];
+
 /// Who may call `service`'s `method`.
 fn access_of(service: &str, method: &str) -> Access {
     match service {
         "RunnerManagementService" => Access::SandboxAdmin,
+        "SandboxTemplateService" if TEMPLATE_WRITES.contains(&method) => Access::SandboxAdmin,
         "EmulatorService" if EMULATOR_READERS.contains(&method) => Access::Readers,
         "EmulatorService" if EMULATOR_OPERATOR.contains(&method) => Access::Operator,
         "EmulatorService" => Access::Administrators,
@@ -310,6 +315,12 @@ mod tests {
             .collect();
         for name in EMULATOR_READERS.iter().chain(EMULATOR_OPERATOR) {
             assert!(emulator.contains(name), "{name} is not a method of EmulatorService");
+        }
+        for name in TEMPLATE_WRITES {
+            assert!(
+                catalogue.methods().any(|method| method.service == "SandboxTemplateService" && method.name == *name),
+                "{name} is not a method of SandboxTemplateService"
+            );
         }
 
         // Maps are told from repeated messages: a map's kind is its entry, not a message type.

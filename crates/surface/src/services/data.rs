@@ -48,11 +48,11 @@ enum Needs {
 async fn resolve(
     app: &App,
     caller: &Caller,
-    operation: &str,
     sandbox_id: &str,
     container: &str,
     needs: Needs,
 ) -> Result<(Arc<dyn SandboxRuntime>, Target), ApiError> {
+    let operation = caller.method();
     let id = convert::required("sandbox_id", sandbox_id)?;
     // A direct data-plane caller acts on its certificate's sandbox, with its permissions only.
     if let Some(grant) = caller.grant() {
@@ -117,25 +117,24 @@ pub async fn stream_exec(
         Some(Ok(pb::ExecStreamRequest { message: Some(Frame::Init(init)) })) => init,
         Some(Ok(_)) | None => {
             return respond(
-                "StreamExec",
+                caller.method(),
                 Err(ApiError::invalid_field("init", "the first frame of StreamExec must be init")),
             );
         }
         Some(Err(error)) => return Err(error),
     };
     if init.command.is_empty() {
-        return respond("StreamExec", Err(ApiError::missing_field("init.command")));
+        return respond(caller.method(), Err(ApiError::missing_field("init.command")));
     }
-    let (runtime, target) =
-        match resolve(&app, &caller, "StreamExec", &init.sandbox_id, &init.container, Needs::Running).await {
-            Ok(found) => found,
-            Err(error) => return respond("StreamExec", Err(error)),
-        };
+    let (runtime, target) = match resolve(&app, &caller, &init.sandbox_id, &init.container, Needs::Running).await {
+        Ok(found) => found,
+        Err(error) => return respond(caller.method(), Err(error)),
+    };
     let tty = init.tty.then_some(TtySize { width: init.tty_width, height: init.tty_height });
     let spec = ExecSpec { command: init.command, env: init.env.into_iter().collect(), tty };
     let session = match runtime.exec(target, spec).await {
         Ok(session) => session,
-        Err(error) => return respond("StreamExec", Err(error.into())),
+        Err(error) => return respond(caller.method(), Err(error.into())),
     };
     tokio::spawn(forward_input(requests, session.input));
     let ready =
@@ -208,7 +207,7 @@ pub async fn exec(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ExecRequest>,
 ) -> Result<ConnectResponse<pb::ExecResponse>, ConnectError> {
-    respond("Exec", exec_unary(&app, &caller, request).await)
+    respond(caller.method(), exec_unary(&app, &caller, request).await)
 }
 
 async fn exec_unary(app: &App, caller: &Caller, request: pb::ExecRequest) -> Result<pb::ExecResponse, ApiError> {
@@ -218,8 +217,7 @@ async fn exec_unary(app: &App, caller: &Caller, request: pb::ExecRequest) -> Res
     if request.max_output_bytes < 0 {
         return Err(ApiError::invalid_field("max_output_bytes", "must not be negative"));
     }
-    let (runtime, target) =
-        resolve(app, caller, "Exec", &request.sandbox_id, &request.container, Needs::Running).await?;
+    let (runtime, target) = resolve(app, caller, &request.sandbox_id, &request.container, Needs::Running).await?;
     let spec = ExecSpec { command: request.command, env: request.env.into_iter().collect(), tty: None };
     let mut session = runtime.exec(target, spec).await?;
     let _ = session.input.send(ExecInput::Close).await;
@@ -295,13 +293,12 @@ pub async fn stream_logs(
     ConnectRequest(request): ConnectRequest<pb::StreamLogsRequest>,
 ) -> Result<ConnectResponse<Frames<pb::LogEntry>>, ConnectError> {
     let needs = if request.follow { Needs::Running } else { Needs::RunningOrEnded };
-    let (runtime, target) =
-        match resolve(&app, &caller, "StreamLogs", &request.sandbox_id, &request.container, needs).await {
-            Ok(found) => found,
-            Err(error) => return respond("StreamLogs", Err(error)),
-        };
+    let (runtime, target) = match resolve(&app, &caller, &request.sandbox_id, &request.container, needs).await {
+        Ok(found) => found,
+        Err(error) => return respond(caller.method(), Err(error)),
+    };
     if request.tail_lines < 0 {
-        return respond("StreamLogs", Err(ApiError::invalid_field("tail_lines", "must not be negative")));
+        return respond(caller.method(), Err(ApiError::invalid_field("tail_lines", "must not be negative")));
     }
     let log_request = LogRequest {
         follow: request.follow,
@@ -313,7 +310,7 @@ pub async fn stream_logs(
     };
     let events = match runtime.logs(target, log_request).await {
         Ok(events) => events,
-        Err(error) => return respond("StreamLogs", Err(error.into())),
+        Err(error) => return respond(caller.method(), Err(error.into())),
     };
     let entries = events.map(|event| {
         Ok(match event {
@@ -340,12 +337,11 @@ pub async fn write_file(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::WriteFileRequest>,
 ) -> Result<ConnectResponse<pb::WriteFileResponse>, ConnectError> {
-    respond("WriteFile", write(&app, &caller, request).await)
+    respond(caller.method(), write(&app, &caller, request).await)
 }
 
 async fn write(app: &App, caller: &Caller, request: pb::WriteFileRequest) -> Result<pb::WriteFileResponse, ApiError> {
-    let (runtime, target) =
-        resolve(app, caller, "WriteFile", &request.sandbox_id, &request.container, Needs::Running).await?;
+    let (runtime, target) = resolve(app, caller, &request.sandbox_id, &request.container, Needs::Running).await?;
     let path = convert::required("path", &request.path)?.to_owned();
     let max = app.limits().max_file_bytes;
     let size = request.content.len() as u64;
@@ -367,12 +363,11 @@ pub async fn read_file(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ReadFileRequest>,
 ) -> Result<ConnectResponse<pb::ReadFileResponse>, ConnectError> {
-    respond("ReadFile", read(&app, &caller, request).await)
+    respond(caller.method(), read(&app, &caller, request).await)
 }
 
 async fn read(app: &App, caller: &Caller, request: pb::ReadFileRequest) -> Result<pb::ReadFileResponse, ApiError> {
-    let (runtime, target) =
-        resolve(app, caller, "ReadFile", &request.sandbox_id, &request.container, Needs::Running).await?;
+    let (runtime, target) = resolve(app, caller, &request.sandbox_id, &request.container, Needs::Running).await?;
     let path = convert::required("path", &request.path)?.to_owned();
     let content = runtime.read_file(target, path, app.limits().max_file_bytes).await?;
     Ok(pb::ReadFileResponse { content: content.to_vec() })

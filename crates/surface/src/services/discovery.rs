@@ -18,7 +18,7 @@ pub async fn list_available_runners(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListAvailableRunnersRequest>,
 ) -> Result<ConnectResponse<pb::ListAvailableRunnersResponse>, ConnectError> {
-    respond("ListAvailableRunners", list(&app, &caller, &request))
+    respond(caller.method(), list(&app, &caller, &request))
 }
 
 fn list(
@@ -38,7 +38,7 @@ pub async fn get_available_runner(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::GetAvailableRunnerRequest>,
 ) -> Result<ConnectResponse<pb::AvailableRunner>, ConnectError> {
-    respond("GetAvailableRunner", get(&app, &caller, &request))
+    respond(caller.method(), get(&app, &caller, &request))
 }
 
 fn get(app: &App, caller: &Caller, request: &pb::GetAvailableRunnerRequest) -> Result<pb::AvailableRunner, ApiError> {

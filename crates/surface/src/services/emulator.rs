@@ -31,28 +31,26 @@ use crate::errors::ApiError;
 
 /// Runs `body` in the caller's scope (`sandbox_admin`: its organization; `cluster_admin`: all).
 pub(crate) fn scoped<T>(
-    method: &str,
     caller: &Caller,
     body: impl FnOnce(Scope) -> Result<T, ApiError>,
 ) -> Result<ConnectResponse<T>, ConnectError> {
-    respond(method, body(caller.scope()))
+    respond(caller.method(), body(caller.scope()))
 }
 
 /// Runs `body` in the caller's scope for every role: the Slurm views any Slurm user reads.
 pub(crate) fn reader<T>(
-    method: &str,
     caller: &Caller,
     body: impl FnOnce(Scope) -> Result<T, ApiError>,
 ) -> Result<ConnectResponse<T>, ConnectError> {
-    respond(method, body(caller.scope()))
+    respond(caller.method(), body(caller.scope()))
 }
 
 /// Runs `body` for the cluster operator (the guard admitted only `cluster_admin`).
 pub(crate) fn operator<T>(
-    method: &str,
+    caller: &Caller,
     body: impl FnOnce() -> Result<T, ApiError>,
 ) -> Result<ConnectResponse<T>, ConnectError> {
-    respond(method, body())
+    respond(caller.method(), body())
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -62,11 +60,11 @@ pub(crate) fn operator<T>(
 /// GetValues: the values in force as YAML and as a Struct.
 pub async fn get_values(
     State(app): State<App>,
-    _caller: Caller,
+    caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::GetValuesRequest>,
 ) -> Result<ConnectResponse<pb::GetValuesResponse>, ConnectError> {
     // The values name every organization's runners and policies.
-    operator("GetValues", || {
+    operator(&caller, || {
         let values = app.driver().with_world(|world| world.values().clone());
         let (yaml, tree) = convert::values(&values)?;
         let json_schema =
@@ -78,10 +76,10 @@ pub async fn get_values(
 /// ApplyValues: an overlay merged like `helm -f`, or a replacement, applied like `helm upgrade`.
 pub async fn apply_values(
     State(app): State<App>,
-    _caller: Caller,
+    caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ApplyValuesRequest>,
 ) -> Result<ConnectResponse<pb::ApplyValuesResponse>, ConnectError> {
-    operator("ApplyValues", || {
+    operator(&caller, || {
         use pb::apply_values_request::Document;
         let (field, document) = match &request.document {
             Some(Document::Yaml(text)) => (
@@ -162,7 +160,7 @@ pub async fn list_pods(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListPodsRequest>,
 ) -> Result<ConnectResponse<pb::ListPodsResponse>, ConnectError> {
-    scoped("ListPods", &caller, |scope| {
+    scoped(&caller, |scope| {
         let query = ObjectQuery::parse(
             scope,
             &request.namespace,
@@ -188,7 +186,7 @@ pub async fn delete_pod(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::DeletePodRequest>,
 ) -> Result<ConnectResponse<pb::DeletePodResponse>, ConnectError> {
-    scoped("DeletePod", &caller, |scope| {
+    scoped(&caller, |scope| {
         let namespace = required("namespace", &request.namespace)?;
         let name = required("name", &request.name)?;
         app.driver().with_world(|world| -> Result<_, ApiError> {
@@ -208,7 +206,7 @@ pub async fn list_nodes(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListNodesRequest>,
 ) -> Result<ConnectResponse<pb::ListNodesResponse>, ConnectError> {
-    scoped("ListNodes", &caller, |scope| {
+    scoped(&caller, |scope| {
         let query =
             ObjectQuery::parse(scope, "", &request.label_selector, &request.field_selector, query::NODE_FIELDS)?;
         Ok(app.driver().with_world(|world| {
@@ -230,7 +228,7 @@ pub async fn list_events(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListEventsRequest>,
 ) -> Result<ConnectResponse<pb::ListEventsResponse>, ConnectError> {
-    scoped("ListEvents", &caller, |scope| {
+    scoped(&caller, |scope| {
         let mut query =
             ObjectQuery::parse(scope, &request.namespace, "", &request.field_selector, query::EVENT_FIELDS)?;
         for (field, value) in [
@@ -254,7 +252,7 @@ pub async fn list_config_maps(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListConfigMapsRequest>,
 ) -> Result<ConnectResponse<pb::ListConfigMapsResponse>, ConnectError> {
-    scoped("ListConfigMaps", &caller, |scope| {
+    scoped(&caller, |scope| {
         let query = ObjectQuery::parse(
             scope,
             &request.namespace,
@@ -274,7 +272,7 @@ pub async fn list_namespaces(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListNamespacesRequest>,
 ) -> Result<ConnectResponse<pb::ListNamespacesResponse>, ConnectError> {
-    scoped("ListNamespaces", &caller, |scope| {
+    scoped(&caller, |scope| {
         let query =
             ObjectQuery::parse(scope, "", &request.label_selector, &request.field_selector, query::NAMESPACE_FIELDS)?;
         Ok(app.driver().with_world(|world| pb::ListNamespacesResponse {
@@ -311,7 +309,7 @@ pub async fn list_jobs(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListJobsRequest>,
 ) -> Result<ConnectResponse<pb::ListJobsResponse>, ConnectError> {
-    reader("ListJobs", &caller, |scope| {
+    reader(&caller, |scope| {
         let query = convert::job_query(scope, &request)?;
         let administrator = caller.has(Role::SandboxAdmin) || caller.has(Role::ClusterAdmin);
         Ok(app.driver().with_world(|world| {
@@ -337,7 +335,7 @@ pub async fn list_slurm_nodes(
     ConnectRequest(request): ConnectRequest<pb::ListSlurmNodesRequest>,
 ) -> Result<ConnectResponse<pb::ListSlurmNodesResponse>, ConnectError> {
     // Slurm nodes and partitions are cluster information every Slurm user reads.
-    reader("ListSlurmNodes", &caller, |_scope| {
+    reader(&caller, |_scope| {
         Ok(app.driver().with_world(|world| pb::ListSlurmNodesResponse {
             nodes: world
                 .query_slurm_nodes(&request.names, &request.partitions)
@@ -354,7 +352,7 @@ pub async fn list_partitions(
     caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::ListPartitionsRequest>,
 ) -> Result<ConnectResponse<pb::ListPartitionsResponse>, ConnectError> {
-    reader("ListPartitions", &caller, |_scope| {
+    reader(&caller, |_scope| {
         Ok(app.driver().with_world(|world| pb::ListPartitionsResponse {
             partitions: world
                 .slurm
@@ -376,7 +374,7 @@ pub async fn cancel_job(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::CancelJobRequest>,
 ) -> Result<ConnectResponse<pb::CancelJobResponse>, ConnectError> {
-    scoped("CancelJob", &caller, |scope| {
+    scoped(&caller, |scope| {
         let by_uid = request.uid.unwrap_or(caller.uid);
         let job = app.driver().with_world(|world| -> Result<_, ApiError> {
             world
@@ -396,7 +394,7 @@ pub async fn submit_batch_job(
     ConnectRequest(request): ConnectRequest<pb::SubmitBatchJobRequest>,
 ) -> Result<ConnectResponse<pb::SubmitBatchJobResponse>, ConnectError> {
     // An organization's batch job is its own; the operator's is the cluster's.
-    scoped("SubmitBatchJob", &caller, |scope| {
+    scoped(&caller, |scope| {
         app.driver().with_world(|world| -> Result<_, ApiError> {
             let job = world.submit_batch(&scope, caller.uid, &request)?;
             tracing::info!(job_id = job, "batch job submitted");
@@ -408,10 +406,10 @@ pub async fn submit_batch_job(
 /// ResumeNode: `scontrol update nodename=… state=resume`.
 pub async fn resume_node(
     State(app): State<App>,
-    _caller: Caller,
+    caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ResumeNodeRequest>,
 ) -> Result<ConnectResponse<pb::ResumeNodeResponse>, ConnectError> {
-    operator("ResumeNode", || {
+    operator(&caller, || {
         let name = required("node_name", &request.node_name)?;
         app.driver().with_world(|world| -> Result<_, ApiError> {
             world.resume_node(name).map_err(|error| ApiError::from(error).with_metadata("node_name", name))?;
@@ -427,7 +425,7 @@ pub async fn list_slurm_users(
     caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::ListSlurmUsersRequest>,
 ) -> Result<ConnectResponse<pb::ListSlurmUsersResponse>, ConnectError> {
-    reader("ListSlurmUsers", &caller, |_scope| {
+    reader(&caller, |_scope| {
         Ok(app.driver().with_world(|world| pb::ListSlurmUsersResponse {
             users: world
                 .values()
@@ -451,7 +449,7 @@ pub async fn drain_node(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::DrainNodeRequest>,
 ) -> Result<ConnectResponse<pb::DrainNodeResponse>, ConnectError> {
-    operator("DrainNode", || {
+    operator(&caller, || {
         let name = required("node_name", &request.node_name)?;
         app.driver().with_world(|world| -> Result<_, ApiError> {
             let uid = request.uid.unwrap_or(caller.uid);
@@ -472,7 +470,7 @@ pub async fn get_slurm_config(
     ConnectRequest(_request): ConnectRequest<pb::GetSlurmConfigRequest>,
 ) -> Result<ConnectResponse<pb::GetSlurmConfigResponse>, ConnectError> {
     // slurm.conf is readable by every Slurm user.
-    reader("GetSlurmConfig", &caller, |_scope| {
+    reader(&caller, |_scope| {
         Ok(app.driver().with_world(|world| pb::GetSlurmConfigResponse {
             config: Some(convert::slurm_config(world.values(), &world.slurm_controller(), world.slurm.nodes.len())),
         }))
@@ -495,16 +493,16 @@ pub async fn get_clock(
     caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::GetClockRequest>,
 ) -> Result<ConnectResponse<pb::GetClockResponse>, ConnectError> {
-    reader("GetClock", &caller, |_scope| Ok(pb::GetClockResponse { clock: Some(clock_now(&app)) }))
+    reader(&caller, |_scope| Ok(pb::GetClockResponse { clock: Some(clock_now(&app)) }))
 }
 
 /// FreezeClock.
 pub async fn freeze_clock(
     State(app): State<App>,
-    _caller: Caller,
+    caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::FreezeClockRequest>,
 ) -> Result<ConnectResponse<pb::FreezeClockResponse>, ConnectError> {
-    operator("FreezeClock", || {
+    operator(&caller, || {
         app.driver().clock().freeze();
         app.driver().clock_changed();
         Ok(pb::FreezeClockResponse { clock: Some(clock_now(&app)) })
@@ -514,10 +512,10 @@ pub async fn freeze_clock(
 /// AdvanceClock: every timer due by the new time fires, in order, before the answer.
 pub async fn advance_clock(
     State(app): State<App>,
-    _caller: Caller,
+    caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::AdvanceClockRequest>,
 ) -> Result<ConnectResponse<pb::AdvanceClockResponse>, ConnectError> {
-    operator("AdvanceClock", || {
+    operator(&caller, || {
         let by = convert::advance_by(request.duration.as_ref())?;
         app.driver().clock().advance(by);
         app.driver().clock_changed();
@@ -528,10 +526,10 @@ pub async fn advance_clock(
 /// ResumeClock.
 pub async fn resume_clock(
     State(app): State<App>,
-    _caller: Caller,
+    caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::ResumeClockRequest>,
 ) -> Result<ConnectResponse<pb::ResumeClockResponse>, ConnectError> {
-    operator("ResumeClock", || {
+    operator(&caller, || {
         app.driver().clock().resume();
         app.driver().clock_changed();
         Ok(pb::ResumeClockResponse { clock: Some(clock_now(&app)) })
@@ -542,16 +540,16 @@ pub async fn resume_clock(
 /// machine's). Awaits the runtime, so the role is checked before and the answer built after.
 pub async fn prune_images(
     State(app): State<App>,
-    _caller: Caller,
+    caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::PruneImagesRequest>,
 ) -> Result<ConnectResponse<pb::PruneImagesResponse>, ConnectError> {
-    const METHOD: &str = "PruneImages";
-    let outcome = match app.runtime(METHOD) {
+    let method = caller.method();
+    let outcome = match app.runtime(method) {
         // No runtime at all: nothing pulls images, nothing to remove.
         Err(_) => Ok(None),
         Ok(runtime) => runtime.prune_images().await.map_err(ApiError::from),
     };
-    respond(METHOD, outcome.map(convert::prune_images))
+    respond(method, outcome.map(convert::prune_images))
 }
 
 /// Reset: for the operator a fresh world from the configured values, for an organization's admin
@@ -562,7 +560,7 @@ pub async fn reset(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ResetRequest>,
 ) -> Result<ConnectResponse<pb::ResetResponse>, ConnectError> {
-    scoped("Reset", &caller, |scope| {
+    scoped(&caller, |scope| {
         let named = request.organization.trim();
         let org = match (&scope, named) {
             (Scope::Cluster, "") => None,

@@ -25,7 +25,7 @@ pub async fn add_fault(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::AddFaultRequest>,
 ) -> Result<ConnectResponse<pb::AddFaultResponse>, ConnectError> {
-    scoped("AddFault", &caller, |scope| {
+    scoped(&caller, |scope| {
         let fault = request.fault.ok_or_else(|| ApiError::missing_field("fault"))?;
         let fault = app.faults().add(fault, owner(&scope))?;
         tracing::info!(id = fault.id, "fault added");
@@ -39,7 +39,7 @@ pub async fn list_faults(
     caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::ListFaultsRequest>,
 ) -> Result<ConnectResponse<pb::ListFaultsResponse>, ConnectError> {
-    scoped("ListFaults", &caller, |scope| Ok(pb::ListFaultsResponse { faults: app.faults().list(owner(&scope)) }))
+    scoped(&caller, |scope| Ok(pb::ListFaultsResponse { faults: app.faults().list(owner(&scope)) }))
 }
 
 /// RemoveFault.
@@ -48,7 +48,7 @@ pub async fn remove_fault(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::RemoveFaultRequest>,
 ) -> Result<ConnectResponse<pb::RemoveFaultResponse>, ConnectError> {
-    scoped("RemoveFault", &caller, |scope| {
+    scoped(&caller, |scope| {
         let id = crate::convert::required("id", &request.id)?.trim();
         Ok(pb::RemoveFaultResponse { fault: Some(app.faults().remove(id, owner(&scope))?) })
     })
@@ -60,7 +60,7 @@ pub async fn clear_faults(
     caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::ClearFaultsRequest>,
 ) -> Result<ConnectResponse<pb::ClearFaultsResponse>, ConnectError> {
-    scoped("ClearFaults", &caller, |scope| {
+    scoped(&caller, |scope| {
         let removed = app.faults().clear(owner(&scope));
         Ok(pb::ClearFaultsResponse { removed: i32::try_from(removed).unwrap_or(i32::MAX) })
     })

@@ -57,13 +57,13 @@ fn load_error(error: LoadError) -> ApiError {
 /// LoadImages: the archive's chunks into a work file of the cache, then loaded.
 pub async fn load_images(
     State(app): State<App>,
-    _caller: Caller,
+    caller: Caller,
     ConnectRequest(mut chunks): ConnectRequest<Streaming<pb::LoadImagesRequest>>,
 ) -> Result<ConnectResponse<pb::LoadImagesResponse>, ConnectError> {
-    const METHOD: &str = "LoadImages";
-    let store = match store(&app, METHOD) {
+    let method = caller.method();
+    let store = match store(&app, method) {
         Ok(store) => store,
-        Err(error) => return respond(METHOD, Err(error)),
+        Err(error) => return respond(method, Err(error)),
     };
     let path = store.work_path("upload");
     // A broken stream (a message over the limit, a cut connection) is answered as it came.
@@ -107,7 +107,7 @@ pub async fn load_images(
         return Err(error);
     }
     respond(
-        METHOD,
+        method,
         outcome.map(|report| pb::LoadImagesResponse {
             image_cache: store.config().root.display().to_string(),
             format: report.format,
@@ -128,19 +128,19 @@ pub async fn load_images(
 /// ListImages: every image of the cache.
 pub async fn list_images(
     State(app): State<App>,
-    _caller: Caller,
+    caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::ListImagesRequest>,
 ) -> Result<ConnectResponse<pb::ListImagesResponse>, ConnectError> {
-    const METHOD: &str = "ListImages";
-    let Some(store) = app.runtime(METHOD).ok().and_then(|runtime| runtime.image_store()) else {
-        return respond(METHOD, Ok(pb::ListImagesResponse::default()));
+    let method = caller.method();
+    let Some(store) = app.runtime(method).ok().and_then(|runtime| runtime.image_store()) else {
+        return respond(method, Ok(pb::ListImagesResponse::default()));
     };
     let listed = store
         .list()
         .await
         .map_err(|e| ApiError::new(Code::Internal, Reason::BackendUnavailable, format!("image cache: {e}")));
     respond(
-        METHOD,
+        method,
         listed.map(|images| pb::ListImagesResponse {
             image_cache: store.config().root.display().to_string(),
             images: images
@@ -167,16 +167,16 @@ pub async fn list_images(
 /// RemoveImage: one name, and its image when it was the last.
 pub async fn remove_image(
     State(app): State<App>,
-    _caller: Caller,
+    caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::RemoveImageRequest>,
 ) -> Result<ConnectResponse<pb::RemoveImageResponse>, ConnectError> {
-    const METHOD: &str = "RemoveImage";
+    let method = caller.method();
     if request.name.is_empty() {
-        return respond(METHOD, Err(ApiError::missing_field("name")));
+        return respond(method, Err(ApiError::missing_field("name")));
     }
-    let store = match store(&app, METHOD) {
+    let store = match store(&app, method) {
         Ok(store) => store,
-        Err(error) => return respond(METHOD, Err(error)),
+        Err(error) => return respond(method, Err(error)),
     };
     let removed = store.remove(&request.name).await.map_err(|error| {
         let message = error.to_string();
@@ -188,7 +188,7 @@ pub async fn remove_image(
         }
     });
     respond(
-        METHOD,
+        method,
         removed.map(|removed| pb::RemoveImageResponse {
             reference: removed.reference,
             digest: removed.digest,

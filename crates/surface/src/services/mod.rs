@@ -38,10 +38,13 @@ pub fn respond<T>(method: &str, result: Result<T, ApiError>) -> Result<ConnectRe
 /// `CWSANDBOX_NOT_IMPLEMENTED`.
 #[macro_export]
 macro_rules! not_implemented {
-    ($request:ty, $response:ty, $method:literal) => {
+    ($request:ty, $response:ty) => {
         |caller: $crate::auth::Caller, _request: connectrpc_axum::ConnectRequest<$request>| async move {
-            let _ = caller;
-            $crate::services::respond::<$response>($method, Err($crate::errors::ApiError::not_implemented($method)))
+            let what = format!("{}.{}", caller.service(), caller.method());
+            $crate::services::respond::<$response>(
+                caller.method(),
+                Err($crate::errors::ApiError::not_implemented(&what)),
+            )
         }
     };
 }

@@ -18,7 +18,7 @@ pub async fn create_managed_runner(
     ConnectRequest(request): ConnectRequest<pb::CreateManagedRunnerRequest>,
 ) -> Result<ConnectResponse<pb::ManagedRunner>, ConnectError> {
     respond(
-        "CreateManagedRunner",
+        caller.method(),
         (|| -> Result<_, ApiError> {
             let runner = request.managed_runner.ok_or_else(|| ApiError::missing_field("managed_runner"))?;
             let created = app.driver().with_world(|world| {
@@ -37,7 +37,7 @@ pub async fn get_managed_runner(
     ConnectRequest(request): ConnectRequest<pb::GetManagedRunnerRequest>,
 ) -> Result<ConnectResponse<pb::ManagedRunner>, ConnectError> {
     respond(
-        "GetManagedRunner",
+        caller.method(),
         (|| -> Result<_, ApiError> {
             let runner_id = convert::required("runner_id", &request.runner_id)?;
             Ok(app.driver().with_world(|world| world.runners.get(&caller.org, runner_id))?)
@@ -52,7 +52,7 @@ pub async fn list_managed_runners(
     ConnectRequest(request): ConnectRequest<pb::ListManagedRunnersRequest>,
 ) -> Result<ConnectResponse<pb::ListManagedRunnersResponse>, ConnectError> {
     respond(
-        "ListManagedRunners",
+        caller.method(),
         (|| -> Result<_, ApiError> {
             let (managed_runners, next_page_token) = app.driver().with_world(|world| {
                 world.runners.list(
@@ -75,7 +75,7 @@ pub async fn update_managed_runner(
     ConnectRequest(request): ConnectRequest<pb::UpdateManagedRunnerRequest>,
 ) -> Result<ConnectResponse<pb::ManagedRunner>, ConnectError> {
     respond(
-        "UpdateManagedRunner",
+        caller.method(),
         (|| -> Result<_, ApiError> {
             let runner_id = convert::required("runner_id", &request.runner_id)?;
             let patch = request.managed_runner.ok_or_else(|| ApiError::missing_field("managed_runner"))?;
@@ -97,7 +97,7 @@ pub async fn delete_managed_runner(
     ConnectRequest(request): ConnectRequest<pb::DeleteManagedRunnerRequest>,
 ) -> Result<ConnectResponse<pbjson_types::Empty>, ConnectError> {
     respond(
-        "DeleteManagedRunner",
+        caller.method(),
         (|| -> Result<_, ApiError> {
             let runner_id = convert::required("runner_id", &request.runner_id)?;
             app.driver().with_world(|world| {
@@ -116,7 +116,7 @@ pub async fn apply_available_update(
     ConnectRequest(request): ConnectRequest<pb::ApplyAvailableUpdateRequest>,
 ) -> Result<ConnectResponse<pb::ManagedRunner>, ConnectError> {
     respond(
-        "ApplyAvailableUpdate",
+        caller.method(),
         (|| -> Result<_, ApiError> {
             let runner_id = convert::required("runner_id", &request.runner_id)?;
             Ok(app.driver().with_world(|world| {

@@ -37,7 +37,7 @@ pub async fn create_sandbox(
     ConnectRequest(request): ConnectRequest<pb::CreateSandboxRequest>,
 ) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
     let made = create(&app, &caller, request, faults);
-    respond("CreateSandbox", published(&app, made).await)
+    respond(caller.method(), published(&app, made).await)
 }
 
 /// A new sandbox's answer, once its services have ports on the host (`crate::ports`).
@@ -59,7 +59,7 @@ fn create(
     request: pb::CreateSandboxRequest,
     faults: Vec<InjectedFault>,
 ) -> Result<SandboxView, ApiError> {
-    app.check_fields("CreateSandbox", &request)?;
+    app.check_fields(caller.method(), &request)?;
     let (spec, display_name) = convert::sandbox_input(request.sandbox)?;
     let owner = caller.owner();
     let view = app.driver().with_world(|world| {
@@ -78,14 +78,14 @@ pub async fn create_sandbox_from_template(
     ConnectRequest(request): ConnectRequest<pb::CreateSandboxFromTemplateRequest>,
 ) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
     let made = (|| -> Result<_, ApiError> {
-        app.check_fields("CreateSandboxFromTemplate", &request)?;
+        app.check_fields(caller.method(), &request)?;
         convert::required("template_id", &request.template_id)?;
         let owner = caller.owner();
         let view = app.driver().with_world(|world| world.create_sandbox_from_template(&owner, &request, faults))?;
         tracing::info!(sandbox_id = %view.id, template_id = %request.template_id, state = ?view.state, user = %owner.user, "sandbox created from a template");
         Ok(view)
     })();
-    respond("CreateSandboxFromTemplate", published(&app, made).await)
+    respond(caller.method(), published(&app, made).await)
 }
 
 /// CreateSandboxFromFile: the Compose file's services as the sandbox's containers
@@ -97,7 +97,7 @@ pub async fn create_sandbox_from_file(
     ConnectRequest(request): ConnectRequest<pb::CreateSandboxFromFileRequest>,
 ) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
     let made = (|| -> Result<_, ApiError> {
-        app.check_fields("CreateSandboxFromFile", &request)?;
+        app.check_fields(caller.method(), &request)?;
         let text = compose::contents(&request)?;
         let tree: serde_json::Value = serde_saphyr::from_str(text)
             .map_err(|error| ApiError::invalid_field("contents", format!("not a YAML document: {error}")))?;
@@ -107,7 +107,7 @@ pub async fn create_sandbox_from_file(
         tracing::info!(sandbox_id = %view.id, primary_service = %request.primary_service, state = ?view.state, user = %owner.user, "sandbox created from a file");
         Ok(view)
     })();
-    respond("CreateSandboxFromFile", published(&app, made).await)
+    respond(caller.method(), published(&app, made).await)
 }
 
 /// GetSandbox: terminal sandboxes stay readable for the retention period.
@@ -116,7 +116,7 @@ pub async fn get_sandbox(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::GetSandboxRequest>,
 ) -> Result<ConnectResponse<pb::Sandbox>, ConnectError> {
-    respond("GetSandbox", get(&app, &caller, &request).await)
+    respond(caller.method(), get(&app, &caller, &request).await)
 }
 
 async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Result<pb::Sandbox, ApiError> {
@@ -145,7 +145,7 @@ pub async fn list_sandboxes(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ListSandboxesRequest>,
 ) -> Result<ConnectResponse<pb::ListSandboxesResponse>, ConnectError> {
-    respond("ListSandboxes", list(&app, &caller, &request))
+    respond(caller.method(), list(&app, &caller, &request))
 }
 
 fn list(app: &App, caller: &Caller, request: &pb::ListSandboxesRequest) -> Result<pb::ListSandboxesResponse, ApiError> {
@@ -168,7 +168,7 @@ pub async fn delete_sandbox(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::DeleteSandboxRequest>,
 ) -> Result<ConnectResponse<pb::DeleteSandboxResponse>, ConnectError> {
-    respond("DeleteSandbox", delete(&app, &caller, &request).await)
+    respond(caller.method(), delete(&app, &caller, &request).await)
 }
 
 /// For how long after a DeleteSandbox a GetSandbox of the TERMINATING sandbox waits for its
@@ -203,7 +203,7 @@ async fn delete(
     caller: &Caller,
     request: &pb::DeleteSandboxRequest,
 ) -> Result<pb::DeleteSandboxResponse, ApiError> {
-    app.check_fields("DeleteSandbox", request)?;
+    app.check_fields(caller.method(), request)?;
     let id = convert::required("sandbox_id", &request.sandbox_id)?;
     if request.grace_period_seconds < 0 {
         return Err(ApiError::invalid_field("grace_period_seconds", "must not be negative"));
@@ -258,7 +258,7 @@ pub async fn connect_sandbox(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::ConnectSandboxRequest>,
 ) -> Result<ConnectResponse<pb::SandboxConnection>, ConnectError> {
-    respond("ConnectSandbox", connect(&app, &caller, &request))
+    respond(caller.method(), connect(&app, &caller, &request))
 }
 
 fn connect(app: &App, caller: &Caller, request: &pb::ConnectSandboxRequest) -> Result<pb::SandboxConnection, ApiError> {

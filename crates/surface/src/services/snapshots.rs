@@ -20,7 +20,7 @@ pub async fn create_file_system_snapshot(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::CreateFileSystemSnapshotRequest>,
 ) -> Result<ConnectResponse<pb::FileSystemSnapshot>, ConnectError> {
-    respond("CreateFileSystemSnapshot", create(&app, &caller, &request).await)
+    respond(caller.method(), create(&app, &caller, &request).await)
 }
 
 async fn create(
@@ -50,6 +50,7 @@ pub(crate) async fn capture(app: &App, captures: Vec<SnapshotCapture>) -> Vec<Fi
             taken.push(snapshot);
             continue;
         }
+        // Reached from CreateFileSystemSnapshot and from DeleteSandbox's snapshots on delete.
         let outcome = match app.runtime("CreateFileSystemSnapshot") {
             Ok(runtime) => runtime
                 .snapshot_volume(pod_uid.to_string(), snapshot.source_volume_name.clone(), snapshot.id.to_string())
@@ -77,7 +78,7 @@ pub async fn get_file_system_snapshot(
         let record = app.driver().with_world(|world| world.get_snapshot(&caller.org, id))?;
         Ok(snapshot(&record))
     };
-    respond("GetFileSystemSnapshot", get())
+    respond(caller.method(), get())
 }
 
 /// ListFileSystemSnapshots: the organization's snapshots, oldest first.
@@ -95,7 +96,7 @@ pub async fn list_file_system_snapshots(
             next_page_token,
         })
     };
-    respond("ListFileSystemSnapshots", list())
+    respond(caller.method(), list())
 }
 
 /// DeleteFileSystemSnapshot: answers the snapshot as DELETING, then removes its files.
@@ -104,7 +105,7 @@ pub async fn delete_file_system_snapshot(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::DeleteFileSystemSnapshotRequest>,
 ) -> Result<ConnectResponse<pb::FileSystemSnapshot>, ConnectError> {
-    respond("DeleteFileSystemSnapshot", delete(&app, &caller, &request).await)
+    respond(caller.method(), delete(&app, &caller, &request).await)
 }
 
 async fn delete(
@@ -120,7 +121,7 @@ async fn delete(
         }
         Err(error) => return Err(error.into()),
     };
-    if let Ok(runtime) = app.runtime("DeleteFileSystemSnapshot")
+    if let Ok(runtime) = app.runtime(caller.method())
         && let Err(error) = runtime.delete_snapshot(id.to_owned()).await
     {
         tracing::warn!(snapshot_id = id, %error, "a deleted snapshot's files could not be removed");

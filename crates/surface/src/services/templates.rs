@@ -23,9 +23,9 @@ pub async fn create_sandbox_template(
     ConnectRequest(request): ConnectRequest<pb::CreateSandboxTemplateRequest>,
 ) -> Result<ConnectResponse<pb::SandboxTemplate>, ConnectError> {
     respond(
-        "CreateSandboxTemplate",
+        caller.method(),
         (|| -> Result<_, ApiError> {
-            app.check_fields("CreateSandboxTemplate", &request)?;
+            app.check_fields(caller.method(), &request)?;
             let input = convert::template_input(request.sandbox_template)?;
             let created = app
                 .driver()
@@ -43,7 +43,7 @@ pub async fn get_sandbox_template(
     ConnectRequest(request): ConnectRequest<pb::GetSandboxTemplateRequest>,
 ) -> Result<ConnectResponse<pb::SandboxTemplate>, ConnectError> {
     respond(
-        "GetSandboxTemplate",
+        caller.method(),
         (|| -> Result<_, ApiError> {
             caller.require(read_role(request.show_deleted))?;
             let id = convert::required("sandbox_template_id", &request.sandbox_template_id)?;
@@ -61,7 +61,7 @@ pub async fn list_sandbox_templates(
     ConnectRequest(request): ConnectRequest<pb::ListSandboxTemplatesRequest>,
 ) -> Result<ConnectResponse<pb::ListSandboxTemplatesResponse>, ConnectError> {
     respond(
-        "ListSandboxTemplates",
+        caller.method(),
         (|| -> Result<_, ApiError> {
             caller.require(read_role(request.show_deleted))?;
             let (templates, next_page_token) = app.driver().with_world(|world| {
@@ -82,9 +82,9 @@ pub async fn update_sandbox_template(
     ConnectRequest(request): ConnectRequest<pb::UpdateSandboxTemplateRequest>,
 ) -> Result<ConnectResponse<pb::SandboxTemplate>, ConnectError> {
     respond(
-        "UpdateSandboxTemplate",
+        caller.method(),
         (|| -> Result<_, ApiError> {
-            app.check_fields("UpdateSandboxTemplate", &request)?;
+            app.check_fields(caller.method(), &request)?;
             let id = convert::required("sandbox_template_id", &request.sandbox_template_id)?;
             let patch = convert::template_input(request.sandbox_template.clone())?;
             let mask = request.update_mask.clone().unwrap_or_default();
@@ -102,7 +102,7 @@ pub async fn delete_sandbox_template(
     ConnectRequest(request): ConnectRequest<pb::DeleteSandboxTemplateRequest>,
 ) -> Result<ConnectResponse<pbjson_types::Empty>, ConnectError> {
     respond(
-        "DeleteSandboxTemplate",
+        caller.method(),
         (|| -> Result<_, ApiError> {
             let id = convert::required("sandbox_template_id", &request.sandbox_template_id)?;
             app.driver().with_world(|world| world.delete_template(&caller.org, id))?;

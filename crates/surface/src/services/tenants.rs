@@ -82,10 +82,10 @@ fn configured(app: &App, org: &str) -> bool {
 /// CreateTenant: a fresh organization with a user token and an admin token.
 pub async fn create_tenant(
     State(app): State<App>,
-    _caller: Caller,
+    caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::CreateTenantRequest>,
 ) -> Result<ConnectResponse<pb::CreateTenantResponse>, ConnectError> {
-    operator("CreateTenant", || {
+    operator(&caller, || {
         let roles = tenant_roles(&request.roles)?;
         let user = request.user.trim();
         if !user.is_empty()
@@ -146,10 +146,10 @@ pub async fn create_tenant(
 /// runners forgotten.
 pub async fn delete_tenant(
     State(app): State<App>,
-    _caller: Caller,
+    caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::DeleteTenantRequest>,
 ) -> Result<ConnectResponse<pb::DeleteTenantResponse>, ConnectError> {
-    operator("DeleteTenant", || {
+    operator(&caller, || {
         let org = crate::convert::required("organization", &request.organization)?.trim();
         let Some(tenant) = app.tenants_mut().remove(org) else {
             let why = if configured(&app, org) {
@@ -169,8 +169,8 @@ pub async fn delete_tenant(
 /// ListTenants, in creation order.
 pub async fn list_tenants(
     State(app): State<App>,
-    _caller: Caller,
+    caller: Caller,
     ConnectRequest(_request): ConnectRequest<pb::ListTenantsRequest>,
 ) -> Result<ConnectResponse<pb::ListTenantsResponse>, ConnectError> {
-    operator("ListTenants", || Ok(pb::ListTenantsResponse { tenants: app.tenants().iter().map(to_proto).collect() }))
+    operator(&caller, || Ok(pb::ListTenantsResponse { tenants: app.tenants().iter().map(to_proto).collect() }))
 }

@@ -22,7 +22,7 @@ pub async fn create_volume(
     ConnectRequest(request): ConnectRequest<pb::CreateVolumeRequest>,
 ) -> Result<ConnectResponse<pb::Volume>, ConnectError> {
     let create = || {
-        app.check_fields("CreateVolume", &request)?;
+        app.check_fields(caller.method(), &request)?;
         let volume = request.volume.as_ref().ok_or_else(|| ApiError::missing_field("volume"))?;
         let spec = volume.spec.as_ref().ok_or_else(|| ApiError::missing_field("volume.spec"))?;
         let Some(pb::volume_spec::Source::Pvc(pvc)) = &spec.source else {
@@ -47,7 +47,7 @@ pub async fn create_volume(
         tracing::info!(volume_id = %created.id, claim = %created.source.claim_name, "volume registered");
         Ok(volume_message(&created))
     };
-    respond("CreateVolume", create())
+    respond(caller.method(), create())
 }
 
 /// GetVolume.
@@ -60,7 +60,7 @@ pub async fn get_volume(
         let id = convert::required("volume_id", &request.volume_id)?;
         Ok(volume_message(&app.driver().with_world(|world| world.get_volume(&caller.org, id))?))
     };
-    respond("GetVolume", get())
+    respond(caller.method(), get())
 }
 
 /// ListVolumes: the organization's volumes by id, filtered by state and runner.
@@ -91,7 +91,7 @@ pub async fn list_volumes(
         })?;
         Ok(pb::ListVolumesResponse { volumes: volumes.iter().map(volume_message).collect(), next_page_token })
     };
-    respond("ListVolumes", list())
+    respond(caller.method(), list())
 }
 
 /// UpdateVolume: `spec.read_only` and `spec.description` change (an empty mask: both); the claim
@@ -146,7 +146,7 @@ pub async fn update_volume(
         let updated = app.driver().with_world(|world| world.update_volume(&caller.org, id, change))?;
         Ok(volume_message(&updated))
     };
-    respond("UpdateVolume", update())
+    respond(caller.method(), update())
 }
 
 /// DeleteVolume: the registration goes (the claim's data stays, as the claim does in a cluster).
@@ -163,7 +163,7 @@ pub async fn delete_volume(
             Err(error) => Err(error.into()),
         }
     };
-    respond("DeleteVolume", delete())
+    respond(caller.method(), delete())
 }
 
 /// ValidateVolume: checks the claim again.
@@ -176,7 +176,7 @@ pub async fn validate_volume(
         let id = convert::required("volume_id", &request.volume_id)?;
         Ok(volume_message(&app.driver().with_world(|world| world.revalidate_volume(&caller.org, id))?))
     };
-    respond("ValidateVolume", validate())
+    respond(caller.method(), validate())
 }
 
 /// The API's view of a registered volume.
