@@ -287,11 +287,11 @@ impl Emulator {
         let direct = direct::DirectPlane::new(clock.clone(), bound.ip(), direct_uri)?;
 
         let (driver, pump) = Driver::new(config.values, clock, seed.unwrap_or_else(seed_from_clock))?;
-        // A runtime that runs images makes admitted Pods wait for their pulls, and says whether
-        // their limits hold.
+        // A runtime confirms each Pod's start; one that runs images makes admitted Pods wait for
+        // their pulls, and says whether their limits hold.
         let pulls_images = runtime.as_ref().is_some_and(|runtime| runtime.pulls_images());
         let limits_enforced = !pulls_images || runtime.as_ref().is_some_and(|runtime| runtime.cgroup_limits());
-        driver.set_image_runtime(pulls_images, limits_enforced);
+        driver.set_host_runtime(runtime.is_some(), pulls_images, limits_enforced);
         let app = App::new(Arc::clone(&driver), tokens, runtime.clone(), limits, config.strictness, Arc::new(direct));
         app.install_configured_faults(config.faults).map_err(|error| StartError::Fault(error.to_string()))?;
         let router = server::router(app.clone(), &transport).await;

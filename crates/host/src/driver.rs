@@ -16,6 +16,7 @@ use cwsandbox_sim::SimResult;
 use cwsandbox_sim::config::Values;
 use cwsandbox_sim::ids::SeededIds;
 use cwsandbox_sim::k8s::{PodOwner, PodPhase};
+use cwsandbox_sim::sandbox::HostWait;
 use cwsandbox_sim::world::{Effect, ImageToPull, World};
 use cwsandbox_sync::MutexUnpoisoned;
 use futures::StreamExt;
@@ -24,11 +25,11 @@ use tokio::sync::{Notify, mpsc, watch};
 use crate::clock::EmulatorClock;
 use crate::runtime::{MainExit, PodLaunch, RuntimeError, SandboxRuntime};
 
-/// How long a reader waits for the runtime to catch up with the world (a Pod the world just
-/// called Running is being started) before answering anyway.
+/// How long a reader of a sandbox waits for the host to start its containers (the world shows
+/// the sandbox CREATING until the runtime reports the start) before answering anyway.
 pub const RUNTIME_CATCH_UP: Duration = Duration::from_secs(30);
 /// How long a reader waits for a Pod's image pull in progress: a cached image, or a registry
-/// `auto` finds unreachable, settles within it; a long pull answers PENDING meanwhile
+/// `auto` finds unreachable, settles within it; a long pull answers CREATING meanwhile
 /// (`ContainerCreating`), as the cloud does while its kubelet pulls.
 pub const PULL_CATCH_UP: Duration = Duration::from_secs(5);
 
@@ -84,13 +85,11 @@ pub struct Driver {
     changes: watch::Sender<u64>,
     /// The fingerprint of the visible objects at the last change.
     visible: AtomicU64,
-    /// Pods whose `StartPod` the runtime has not finished yet; readers wait on it.
-    starting: watch::Sender<std::collections::HashSet<String>>,
-    /// Pods whose images the runtime is pulling; readers wait on it too.
-    pulling: watch::Sender<std::collections::HashSet<String>>,
     /// Sandboxes whose stop was just asked for, with the instant until which a reader of their
     /// state waits for the stop to settle ([`Driver::stop_requested`]).
     stopping: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
+    /// Whether started Pods wait for the runtime to confirm their start (kept across resets).
+    confirms_starts: std::sync::atomic::AtomicBool,
     /// Whether Pods wait for the runtime to pull their images (kept across resets).
     pulls_images: std::sync::atomic::AtomicBool,
     /// Whether the runtime enforces the limits of containers it runs in images (kept across
@@ -125,9 +124,8 @@ impl Driver {
             applied: watch::Sender::new(0),
             changes: watch::Sender::new(0),
             visible: AtomicU64::new(0),
-            starting: watch::Sender::new(std::collections::HashSet::new()),
-            pulling: watch::Sender::new(std::collections::HashSet::new()),
             stopping: std::sync::Mutex::default(),
+            confirms_starts: std::sync::atomic::AtomicBool::new(false),
             pulls_images: std::sync::atomic::AtomicBool::new(false),
             limits_enforced: std::sync::atomic::AtomicBool::new(true),
         });
@@ -136,18 +134,21 @@ impl Driver {
         Ok((driver, PumpReceiver(receiver)))
     }
 
-    /// Tells the world what the runtime does with images, now and in every world a reset makes:
-    /// whether admitted Pods wait for it to pull them (a runtime that runs images), and whether
-    /// it enforces their containers' limits (when not, each started Pod with limits gets a
-    /// Warning Event).
-    pub fn set_image_runtime(&self, pulls_images: bool, limits_enforced: bool) {
+    /// Tells the world what the runtime does, now and in every world a reset makes: whether it
+    /// runs Pods' commands at all (then a started Pod shows Running only once the runtime
+    /// reports its containers started), whether admitted Pods wait for it to pull their images
+    /// (a runtime that runs images), and whether it enforces their containers' limits (when
+    /// not, each started Pod with limits gets a Warning Event).
+    pub fn set_host_runtime(&self, confirms_starts: bool, pulls_images: bool, limits_enforced: bool) {
+        self.confirms_starts.store(confirms_starts, Ordering::SeqCst);
         self.pulls_images.store(pulls_images, Ordering::SeqCst);
         self.limits_enforced.store(limits_enforced, Ordering::SeqCst);
         self.with_world(|world| self.configure_images(world));
     }
 
-    /// Applies [`Driver::set_image_runtime`]'s settings to `world`.
+    /// Applies [`Driver::set_host_runtime`]'s settings to `world`.
     fn configure_images(&self, world: &mut World) {
+        world.set_host_confirms_starts(self.confirms_starts.load(Ordering::SeqCst));
         world.set_pulls_images(self.pulls_images.load(Ordering::SeqCst));
         world.set_limits_enforced(self.limits_enforced.load(Ordering::SeqCst));
     }
@@ -252,9 +253,6 @@ impl Driver {
         for effect in world.take_effects() {
             let item = match effect {
                 Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id, containers, loopback_only } => {
-                    self.starting.send_modify(|starting| {
-                        starting.insert(pod_uid.to_string());
-                    });
                     PumpItem::Start(PodLaunch {
                         pod_uid: pod_uid.into(),
                         sandbox_id: sandbox_id.map(String::from),
@@ -266,12 +264,7 @@ impl Driver {
                 }
                 Effect::StopPod { pod_uid, grace } => PumpItem::Stop { pod_uid: pod_uid.into(), grace },
                 Effect::KillPod { pod_uid } => PumpItem::Kill { pod_uid: pod_uid.into() },
-                Effect::PullImages { pod_uid, images } => {
-                    self.pulling.send_modify(|pulling| {
-                        pulling.insert(pod_uid.to_string());
-                    });
-                    PumpItem::Pull { pod_uid: pod_uid.into(), images }
-                }
+                Effect::PullImages { pod_uid, images } => PumpItem::Pull { pod_uid: pod_uid.into(), images },
             };
             // The receiver lives as long as the emulator; after shutdown effects have nowhere to go.
             if self.pump.send(item).is_ok() {
@@ -280,25 +273,32 @@ impl Driver {
         }
     }
 
-    /// Waits until the runtime has finished pulling `pod_uid`'s images (at most [`PULL_CATCH_UP`])
-    /// and starting it (if it is being started), or `limit` passes. The world calls a Pod
-    /// Running when the kubelet admits it; whether its command could start at all is known only
-    /// once the runtime tried, and a reader of the sandbox's state should not see RUNNING for a
-    /// command that never ran. Says whether it had to wait.
-    pub async fn start_settled(&self, pod_uid: &str, limit: Duration) -> bool {
-        let mut pulling = self.pulling.subscribe();
-        let pulled = if pulling.borrow_and_update().contains(pod_uid) {
-            let _ = tokio::time::timeout(PULL_CATCH_UP, pulling.wait_for(|pulling| !pulling.contains(pod_uid))).await;
-            true
-        } else {
-            false
-        };
-        let mut starting = self.starting.subscribe();
-        if !starting.borrow_and_update().contains(pod_uid) {
-            return pulled;
+    /// Waits while the world says the Pod waits on its host ([`World::awaits_host`]): for the
+    /// pull of its images at most [`PULL_CATCH_UP`] (a long pull answers CREATING meanwhile, as
+    /// the cloud does while its kubelet pulls), for the start of its containers at most
+    /// [`RUNTIME_CATCH_UP`], each from when it began; a reader then finds the sandbox RUNNING, or
+    /// FAILED for a command that cannot run, rather than sleeping a polling round. Says whether
+    /// it had to wait.
+    pub async fn host_settled(&self, pod_uid: &str) -> bool {
+        let mut changes = self.changes();
+        let mut waiting = None;
+        let mut deadline = tokio::time::Instant::now();
+        loop {
+            let now_waiting = self.with_world(|world| world.awaits_host(pod_uid));
+            let Some(stage) = now_waiting else { return waiting.is_some() };
+            if waiting != Some(stage) {
+                let allowance = match stage {
+                    HostWait::Pull => PULL_CATCH_UP,
+                    HostWait::Start => RUNTIME_CATCH_UP,
+                };
+                deadline = tokio::time::Instant::now() + allowance;
+                waiting = Some(stage);
+            }
+            // Out of time, or the emulator is stopping (the sender is gone).
+            if !matches!(tokio::time::timeout_at(deadline, changes.changed()).await, Ok(Ok(()))) {
+                return true;
+            }
         }
-        let _ = tokio::time::timeout(limit, starting.wait_for(|starting| !starting.contains(pod_uid))).await;
-        true
     }
 
     /// Remembers that a sandbox's stop was asked for just now: for `window`, a reader of the
@@ -318,21 +318,6 @@ impl Driver {
     pub fn stop_catch_up(&self, sandbox_id: &str) -> Option<tokio::time::Instant> {
         let stopping = self.stopping.lock_unpoisoned();
         stopping.get(sandbox_id).copied().filter(|until| *until > tokio::time::Instant::now())
-    }
-
-    /// Marks a Pod's pull as finished (its outcome told to the world, whose `StartPod`, if any,
-    /// is marked starting by then).
-    fn pull_finished(&self, pod_uid: &str) {
-        self.pulling.send_modify(|pulling| {
-            pulling.remove(pod_uid);
-        });
-    }
-
-    /// Marks a Pod's start as finished (applied, and its immediate exit, if any, told to the world).
-    fn start_finished(&self, pod_uid: &str) {
-        self.starting.send_modify(|starting| {
-            starting.remove(pod_uid);
-        });
     }
 
     /// Waits until the runtime has applied every effect the world produced so far, or `limit`
@@ -436,11 +421,9 @@ async fn run_pump(
     while let Some(item) = items.recv().await {
         let item = match item {
             PumpItem::Pull { pod_uid, images } => {
-                match &runtime {
-                    Some(runtime) => {
-                        tokio::spawn(pull_images(Arc::clone(&driver), Arc::clone(runtime), pod_uid, images));
-                    }
-                    None => driver.pull_finished(&pod_uid),
+                // Without a runtime the world never asks for a pull.
+                if let Some(runtime) = &runtime {
+                    tokio::spawn(pull_images(Arc::clone(&driver), Arc::clone(runtime), pod_uid, images));
                 }
                 driver.applied.send_modify(|applied| *applied += 1);
                 continue;
@@ -456,12 +439,18 @@ async fn run_pump(
             // A command that could not start has exited already, and a container that could not
             // be started has its reason: the world hears either before the start counts as done,
             // so nobody reads the sandbox as RUNNING in between.
-            if let Some(message) = failed_start {
-                driver.with_world(|world| world.pod_start_failed(&pod_uid, &message));
-            } else if let Some(exit_code) = runtime.as_ref().and_then(|runtime| runtime.exited(&pod_uid)) {
-                driver.with_world(|world| world.pod_exited(&pod_uid, exit_code));
+            match failed_start {
+                Some(message) => driver.with_world(|world| world.pod_start_failed(&pod_uid, &message)),
+                None => {
+                    let exited = runtime.as_ref().and_then(|runtime| runtime.exited(&pod_uid));
+                    driver.with_world(|world| {
+                        world.pod_host_started(&pod_uid);
+                        if let Some(exit_code) = exited {
+                            world.pod_exited(&pod_uid, exit_code);
+                        }
+                    });
+                }
             }
-            driver.start_finished(&pod_uid);
         }
         driver.applied.send_modify(|applied| *applied += 1);
     }
@@ -517,5 +506,4 @@ async fn pull_images(driver: Arc<Driver>, runtime: Arc<dyn SandboxRuntime>, pod_
             driver.with_world(|world| world.image_pull_failed(&pod_uid, failure));
         }
     }
-    driver.pull_finished(&pod_uid);
 }

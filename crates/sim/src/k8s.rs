@@ -411,8 +411,14 @@ pub struct Pod {
     pub extra_spec: BTreeMap<String, serde_json::Value>,
     /// Containers.
     pub containers: Vec<PodContainer>,
-    /// Phase.
+    /// Phase, as the world accounts the Pod (a Running Pod holds its Node's resources and its
+    /// CPUs); what Kubernetes shows is [`Pod::shown_phase`].
     pub phase: PodPhase,
+    /// Whether the host reported its containers started. Until it does, a Running Pod is shown
+    /// Pending with its containers `ContainerCreating`, as a kubelet shows a Pod whose container
+    /// runtime is still creating its containers; Pods the model runs without a host (slurmd,
+    /// system Pods, every Pod when no runtime is attached) start with it set.
+    pub host_started: bool,
     /// `status.reason` (`OutOfcpu`, `Evicted`, …).
     pub reason: Option<String>,
     /// `status.message`.
@@ -433,6 +439,14 @@ pub struct Pod {
     pub resource_version: u64,
     /// The reference its Events carry, made once and shared by all of them.
     pub object_ref: Arc<ObjectRef>,
+}
+
+impl Pod {
+    /// The phase Kubernetes shows: Pending while the host has not reported a Running Pod's
+    /// containers started.
+    pub fn shown_phase(&self) -> PodPhase {
+        if self.phase == PodPhase::Running && !self.host_started { PodPhase::Pending } else { self.phase }
+    }
 }
 
 /// Sum of containers' requests in kubelet units (a Pod's, or a Pod's before it exists).

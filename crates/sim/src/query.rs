@@ -678,7 +678,7 @@ impl World {
                     "metadata.namespace" => &pod.namespace,
                     "spec.nodeName" => pod.node_name.as_deref().unwrap_or(""),
                     "spec.schedulerName" => &pod.scheduler_name,
-                    "status.phase" => pod.phase.as_str(),
+                    "status.phase" => pod.shown_phase().as_str(),
                     _ => "",
                 })
             })

@@ -27,6 +27,18 @@ use crate::volumes::RegisteredVolume;
 use crate::world::legal;
 use crate::world::{SANDBOX_ID_LABEL, World};
 
+/// What a sandbox's Pod waits on its host for ([`World::awaits_host`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostWait {
+    /// The pull of its images.
+    Pull,
+    /// The start of its containers.
+    Start,
+}
+
+/// The reason of a sandbox whose Pod is placed while the host starts its containers.
+pub const CONTAINER_CREATING: &str = "ContainerCreating: the runtime is starting the sandbox's containers";
+
 /// The label a serverless sandbox's Pod carries (value `serverless`), for `kubectl -l`.
 pub const SANDBOX_MODE_LABEL: &str = "sandbox.coreweave.com/mode";
 
@@ -575,6 +587,7 @@ impl World {
             owner: PodOwner::Sandbox(id.clone()),
             resource_version: 0,
             object_ref: Default::default(),
+            host_started: false,
         };
         let lifetime = Duration::from_secs(resolved.max_lifetime_seconds as u64);
         self.sandboxes.by_id.insert(
@@ -824,6 +837,22 @@ impl World {
         org: &'o str,
     ) -> impl Iterator<Item = &'w SandboxInfo> + use<'w, 'o> {
         self.sandboxes.by_id.values().filter(move |sandbox| sandbox.owner.org == org).map(|sandbox| &*sandbox.info)
+    }
+
+    /// What the Pod of a live sandbox waits on its host for, if anything: the pull of its images,
+    /// or the start of its containers (while either lasts the sandbox is not RUNNING yet).
+    pub fn awaits_host(&self, pod_uid: &str) -> Option<HostWait> {
+        let pod = self.cluster.pod(pod_uid)?;
+        if pod.deletion_timestamp.is_some() {
+            return None;
+        }
+        if self.pulling.contains(pod_uid) {
+            Some(HostWait::Pull)
+        } else if pod.phase == PodPhase::Running && !pod.host_started {
+            Some(HostWait::Start)
+        } else {
+            None
+        }
     }
 
     /// A sandbox as its owner's organization sees it.
@@ -1112,12 +1141,18 @@ impl World {
         let job_id = sandbox.job_id;
         // A Pod still pulling its image has a start time, but the sandbox has not started.
         let started =
-            pod.filter(|pod| pod.phase != PodPhase::Pending).and_then(|pod| pod.start_time).or(sandbox.started);
+            pod.filter(|pod| pod.shown_phase() != PodPhase::Pending).and_then(|pod| pod.start_time).or(sandbox.started);
         let (state, state_reason, exit_code, ended) = match &sandbox.life {
             Life::Ended { state, reason, exit_code, at } => (*state, reason.clone(), *exit_code, Some(*at)),
             Life::TearingDown(_) => (SandboxState::Terminating, String::new(), None, None),
             Life::Live => match pod {
-                Some(pod) if pod.phase == PodPhase::Running => (SandboxState::Running, String::new(), None, None),
+                Some(pod) if pod.phase == PodPhase::Running && pod.host_started => {
+                    (SandboxState::Running, String::new(), None, None)
+                }
+                // Placed and admitted; the host is starting its containers.
+                Some(pod) if pod.phase == PodPhase::Running => {
+                    (SandboxState::Creating, CONTAINER_CREATING.to_owned(), None, None)
+                }
                 Some(pod) => {
                     let (state, reason) = self.pending_reason(pod, job_id);
                     (state, reason, None, None)

@@ -649,6 +649,70 @@ fn a_container_the_host_cannot_start_fails_the_sandbox_with_the_hosts_reason() {
 }
 
 #[test]
+fn with_a_host_attached_a_sandbox_is_running_only_once_the_host_started_its_containers() {
+    use cwsandbox_sim::k8s::{ContainerState, PodPhase};
+    use cwsandbox_sim::sandbox::{CONTAINER_CREATING, HostWait};
+    let mut h = ready();
+    h.world.set_host_confirms_starts(true);
+    let created = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    // Placed and asked to start, but the host has not said it did.
+    let effects = h.world.take_effects();
+    assert!(effects.iter().any(|effect| matches!(effect, Effect::StartPod { .. })), "{effects:?}");
+    let creating = h.world.get_sandbox("default-org", &created.id).unwrap();
+    assert_eq!((creating.state, creating.state_reason.as_str()), (SandboxState::Creating, CONTAINER_CREATING));
+    assert_eq!(creating.started, None);
+    assert_eq!(h.world.awaits_host(&created.pod_uid), Some(HostWait::Start));
+    let pod = h.world.cluster.pod(&created.pod_uid).unwrap();
+    assert_eq!(pod.shown_phase(), PodPhase::Pending, "kubectl shows it Pending, ContainerCreating");
+    assert!(
+        pod.containers.iter().all(
+            |container| matches!(&container.state, ContainerState::Waiting(reason) if reason == "ContainerCreating")
+        )
+    );
+    let started_events = |h: &Harness| {
+        h.world
+            .cluster
+            .events
+            .iter()
+            .filter(|event| event.reason == "Started" && event.involved.uid == created.pod_uid)
+            .count()
+    };
+    assert_eq!(started_events(&h), 0);
+
+    h.world.pod_host_started(&created.pod_uid);
+    let running = h.world.get_sandbox("default-org", &created.id).unwrap();
+    assert_eq!(running.state, SandboxState::Running);
+    assert!(running.started.is_some());
+    assert_eq!(h.world.awaits_host(&created.pod_uid), None);
+    assert_eq!(h.world.cluster.pod(&created.pod_uid).unwrap().shown_phase(), PodPhase::Running);
+    assert_eq!(started_events(&h), 1, "one Started Event for its one container");
+    // A second report changes nothing.
+    h.world.pod_host_started(&created.pod_uid);
+    assert_eq!(started_events(&h), 1);
+
+    // A container the host cannot start fails the sandbox before it ever reads RUNNING.
+    let failing = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    assert_eq!(h.world.get_sandbox("default-org", &failing.id).unwrap().state, SandboxState::Creating);
+    h.world.pod_start_failed(&failing.pod_uid, "exec: \"nope\": not found");
+    let failed = h.world.get_sandbox("default-org", &failing.id).unwrap();
+    assert_eq!(failed.state, SandboxState::Failed);
+    assert_eq!(h.world.awaits_host(&failing.pod_uid), None);
+
+    // Deleted while the host starts it: the host is told to stop it all the same.
+    let deleted = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    h.world.take_effects();
+    h.world.delete_sandbox("default-org", &deleted.id, 10).unwrap();
+    let effects = h.world.take_effects();
+    assert!(
+        effects.iter().any(|effect| matches!(effect, Effect::StopPod { pod_uid, .. } if *pod_uid == deleted.pod_uid)),
+        "{effects:?}"
+    );
+}
+
+#[test]
 fn scratch_volumes_reach_the_container_start_and_bad_volumes_and_mounts_are_named() {
     use cwsandbox_api::sandbox_v1::{SandboxVolume, VolumeMount, sandbox_volume::Source};
     let scratch =

@@ -88,6 +88,12 @@ impl World {
         self.pulls_images = pulls;
     }
 
+    /// Whether started Pods wait for the host to report their containers started before they
+    /// show Running (and their sandboxes RUNNING): set when a runtime runs the Pods' commands.
+    pub fn set_host_confirms_starts(&mut self, confirms: bool) {
+        self.host_confirms_starts = confirms;
+    }
+
     /// Whether the host enforces the CPU and memory limits of the containers it runs in their
     /// images; when it cannot (cgroups refused), each started Pod with limits gets a Warning
     /// Event saying so.

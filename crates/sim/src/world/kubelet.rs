@@ -75,8 +75,10 @@ impl World {
         }
     }
 
-    /// An admitted Pod whose images are on its Node starts: Running, its containers with it,
-    /// and the host asked to run them.
+    /// An admitted Pod whose images are on its Node starts: Running as the world accounts it,
+    /// and the host asked to run its containers. Where the host confirms starts, the Pod shows
+    /// `ContainerCreating` until it does ([`World::pod_host_started`]); otherwise it shows
+    /// Running at once.
     pub(super) fn start_admitted_pod(&mut self, uid: &str, node_name: &str) {
         let Some(pod) = self.cluster.pod(uid) else { return };
         let sandbox_id = match &pod.owner {
@@ -86,30 +88,58 @@ impl World {
         let (pod_uid, namespace, pod_name) = (pod.uid.clone(), pod.namespace.clone(), pod.name.clone());
         legal(self.pod_step(uid, PodTransition::Start));
         let now = self.now;
-        let mut started = Vec::new();
         if let Some(pod) = self.cluster.pod_mut(uid) {
             pod.phase = PodPhase::Running;
             pod.start_time = Some(now);
-            for container in &mut pod.containers {
-                container.state = ContainerState::Running(now);
-                // One Event per container, as a kubelet writes them; the usual lone
-                // `main` costs no allocation.
-                started.push(match container.name.as_str() {
-                    "main" => Cow::Borrowed("Started container main"),
-                    name => Cow::Owned(format!("Started container {name}")),
-                });
-            }
         }
-        for message in started {
-            self.event(uid, EventType::Normal, "Started", message, "kubelet");
-        }
-        self.warn_unenforced_limits(uid);
         self.pin_cpus(uid, node_name);
         self.assign_gpus(uid, node_name);
         let containers = self.containers_to_start(uid, sandbox_id.as_deref());
         let loopback_only = sandbox_id.as_deref().is_some_and(|id| self.sandbox_denies_egress(id));
-        self.arm_started_faults(&pod_uid);
+        if !self.host_confirms_starts {
+            self.containers_started(uid);
+        }
         self.effects.push(Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id, containers, loopback_only });
+    }
+
+    /// The host reports that it started a Pod's containers: they run, with the kubelet's
+    /// `Started` Events, and the Pod (and its sandbox) shows Running. Nothing for a Pod that is
+    /// gone or already ended.
+    pub fn pod_host_started(&mut self, uid: &str) {
+        self.settle();
+        if self
+            .cluster
+            .pod(uid)
+            .is_some_and(|pod| pod.phase == PodPhase::Running && !pod.host_started && pod.deletion_timestamp.is_none())
+        {
+            self.containers_started(uid);
+        }
+        self.settle();
+    }
+
+    /// A Running Pod's containers run from now: their states, the `Started` Events, the limits'
+    /// Warning where they hold nothing, and the faults that act on a started Pod.
+    fn containers_started(&mut self, uid: &str) {
+        let now = self.now;
+        let mut started = Vec::new();
+        let Some(pod) = self.cluster.pod_mut(uid) else { return };
+        pod.host_started = true;
+        for container in &mut pod.containers {
+            container.state = ContainerState::Running(now);
+            // One Event per container, as a kubelet writes them; the usual lone `main` costs no
+            // allocation.
+            started.push(match container.name.as_str() {
+                "main" => Cow::Borrowed("Started container main"),
+                name => Cow::Owned(format!("Started container {name}")),
+            });
+        }
+        let pod_uid = pod.uid.clone();
+        self.touch_sandbox_of_pod(uid);
+        for message in started {
+            self.event(uid, EventType::Normal, "Started", message, "kubelet");
+        }
+        self.warn_unenforced_limits(uid);
+        self.arm_started_faults(&pod_uid);
     }
 
     /// A Pod's containers as its host starts them: spec order, except that a sandbox's primary

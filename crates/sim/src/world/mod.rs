@@ -244,6 +244,9 @@ pub struct World {
     pub(crate) gpu_devices: HashMap<SharedStr, (SharedStr, Vec<u32>), IdHash>,
     /// Whether admitted Pods wait for the host to pull their images.
     pub(crate) pulls_images: bool,
+    /// Whether a started Pod waits for the host to report its containers started
+    /// ([`World::pod_host_started`]) before it shows Running (a runtime is attached).
+    pub(crate) host_confirms_starts: bool,
     /// Whether the host enforces containers' CPU and memory limits where it runs images (a
     /// Warning Event on each Pod with limits says when it cannot).
     pub(crate) limits_enforced: bool,
@@ -310,6 +313,7 @@ impl World {
             pinned_cpus: HashMap::default(),
             gpu_devices: HashMap::default(),
             pulls_images: false,
+            host_confirms_starts: false,
             limits_enforced: true,
             pulling: HashSet::default(),
             failed_pulls: HashMap::default(),

@@ -74,6 +74,7 @@ impl World {
             owner,
             resource_version: 0,
             object_ref: Default::default(),
+            host_started: false,
         };
         self.insert_new_pod(pod);
         self.settle();

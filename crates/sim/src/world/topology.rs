@@ -269,6 +269,7 @@ impl World {
             owner,
             resource_version: 0,
             object_ref: Default::default(),
+            host_started: true,
         }
     }
 

@@ -194,7 +194,7 @@ pub fn pod(pod: &Pod, placeholder: Option<JobId>) -> pb::Pod {
     // Conditions in the order Kubernetes lists them; the kubelet's only once it admitted the Pod.
     let mut conditions = Vec::new();
     if pod.start_time.is_some() {
-        let ready = pod.phase == PodPhase::Running
+        let ready = pod.shown_phase() == PodPhase::Running
             && pod.containers.iter().all(|container| matches!(container.state, ContainerState::Running(_)));
         let not_ready_reason = if pod.phase.is_terminal() { "PodCompleted" } else { "ContainersNotReady" };
         let reason = if ready { "" } else { not_ready_reason };
@@ -246,7 +246,7 @@ pub fn pod(pod: &Pod, placeholder: Option<JobId>) -> pb::Pod {
         Vec::new()
     };
     let status = pb::PodStatus {
-        phase: pod.phase.as_str().to_owned(),
+        phase: pod.shown_phase().as_str().to_owned(),
         reason: pod.reason.clone().unwrap_or_default(),
         message: pod.message.clone().unwrap_or_default(),
         conditions,

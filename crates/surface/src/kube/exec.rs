@@ -36,7 +36,6 @@ use super::status::Status;
 use crate::app::App;
 use crate::connection::ConnectionLease;
 use crate::convert;
-use cwsandbox_host::driver::RUNTIME_CATCH_UP;
 use cwsandbox_host::runtime::{ExecEvent, ExecInput, ExecSession, ExecSpec, Target, TtySize};
 
 /// The stream protocols served, in the order preferred.
@@ -127,9 +126,18 @@ async fn serve(
         return Err(Status::method_not_allowed("pods", name));
     }
     let params = ExecParams::parse(uri)?;
+    // A Pod whose containers the host is starting is waited for, as GetSandbox does.
+    let starting = app.driver().with_world(|world| {
+        super::pod_and_container(world, &scope, namespace, name, &params.container)
+            .ok()
+            .map(|(pod, _)| pod.uid.to_string())
+    });
+    if let Some(pod_uid) = starting {
+        app.driver().host_settled(&pod_uid).await;
+    }
     let target = app.driver().with_world(|world| -> Result<Target, Status> {
         let (pod, container) = super::pod_and_container(world, &scope, namespace, name, &params.container)?;
-        match pod.phase {
+        match pod.shown_phase() {
             PodPhase::Running => {}
             PodPhase::Pending => {
                 return Err(Status::bad_request(format!(
@@ -177,12 +185,6 @@ async fn serve(
         )));
     }
     let runtime = Arc::clone(app.runtime("pods/exec").map_err(|error| Status::from_api(&error, "pods", name))?);
-    if !app.driver().effects_applied(RUNTIME_CATCH_UP).await {
-        tracing::warn!(
-            sandbox_id = target.sandbox_id,
-            "the process runtime is more than {RUNTIME_CATCH_UP:?} behind the world"
-        );
-    }
     let sandbox_id = target.sandbox_id.clone();
     let spec =
         ExecSpec { command: params.command.clone(), env: Default::default(), tty: params.tty.then_some(DEFAULT_TTY) };

@@ -59,7 +59,7 @@ pub(super) async fn serve(
     let params = parse(uri)?;
     let source = app.driver().with_world(|world| -> Result<Source, Status> {
         let (pod, container) = super::pod_and_container(world, scope, namespace, name, &params.container)?;
-        if pod.phase == PodPhase::Pending {
+        if pod.shown_phase() == PodPhase::Pending {
             return Err(Status::bad_request(format!(
                 "container \"{container}\" in pod \"{name}\" is waiting to start: ContainerCreating"
             )));

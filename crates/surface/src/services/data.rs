@@ -29,7 +29,6 @@ use crate::convert;
 use crate::direct::Permission;
 use crate::errors::ApiError;
 use cwsandbox_host::clock::EmulatorClock;
-use cwsandbox_host::driver::RUNTIME_CATCH_UP;
 use cwsandbox_host::runtime::{ExecEvent, ExecInput, ExecSpec, LogEvent, LogRequest, SandboxRuntime, Target, TtySize};
 
 /// A boxed stream of response frames.
@@ -43,8 +42,8 @@ enum Needs {
     RunningOrEnded,
 }
 
-/// Finds the caller's sandbox, the runtime and the container for a data operation, once the
-/// runtime has caught up with the world.
+/// Finds the caller's sandbox, the runtime and the container for a data operation. A RUNNING
+/// sandbox's containers are started: the world calls it RUNNING only once the runtime said so.
 async fn resolve(
     app: &App,
     caller: &Caller,
@@ -65,10 +64,17 @@ async fn resolve(
         })?;
         grant.allows(permission, id)?;
     }
-    let view: SandboxView = app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| {
-        let api = ApiError::from(error);
-        if api.reason == Reason::SandboxNotFound { api.with_metadata("sandbox_id", id) } else { api }
-    })?;
+    let read = || {
+        app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| {
+            let api = ApiError::from(error);
+            if api.reason == Reason::SandboxNotFound { api.with_metadata("sandbox_id", id) } else { api }
+        })
+    };
+    let mut view: SandboxView = read()?;
+    // A sandbox whose containers the host is starting is waited for, as GetSandbox does.
+    if !view.pod_uid.is_empty() && app.driver().host_settled(&view.pod_uid).await {
+        view = read()?;
+    }
     let runtime = Arc::clone(app.runtime(operation)?);
     let accepted = match needs {
         Needs::Running => view.state == SandboxState::Running,
@@ -81,9 +87,6 @@ async fn resolve(
         let field = if operation == "StreamExec" { "init.container" } else { "container" };
         ApiError::container_not_found(field, format!("sandbox {id} has no container named {container:?}"), container)
     })?;
-    if !app.driver().effects_applied(RUNTIME_CATCH_UP).await {
-        tracing::warn!(sandbox_id = id, "the process runtime is more than {RUNTIME_CATCH_UP:?} behind the world");
-    }
     Ok((runtime, Target { sandbox_id: view.id.to_string(), pod_uid: view.pod_uid.to_string(), container: name }))
 }
 

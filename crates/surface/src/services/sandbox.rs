@@ -124,11 +124,11 @@ async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Res
     let read =
         || app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id));
     let view = read()?;
-    // A Pod whose command is being started is RUNNING only once it started: a command that
-    // cannot run turns the sandbox FAILED instead.
-    if !view.pod_uid.is_empty()
-        && app.driver().start_settled(&view.pod_uid, cwsandbox_host::driver::RUNTIME_CATCH_UP).await
-    {
+    // While the host pulls the sandbox's images or starts its containers the sandbox is not
+    // RUNNING yet: the answer waits (a while) for the world to hear how that went, so a client
+    // polling right after the create finds RUNNING, or FAILED for a command that cannot run,
+    // rather than sleeping a polling round.
+    if !view.pod_uid.is_empty() && app.driver().host_settled(&view.pod_uid).await {
         return Ok(convert::sandbox(&read()?));
     }
     if view.state == SandboxState::Terminating
