@@ -5,7 +5,7 @@ use axum::extract::{FromRequestParts, State};
 use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse};
 use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_sim::compose;
-use cwsandbox_sim::sandbox::{SandboxState, SandboxView};
+use cwsandbox_sim::sandbox::{HostWait, SandboxState, SandboxView};
 use cwsandbox_sim::snapshots::SnapshotTrigger;
 use cwsandbox_sim::world::InjectedFault;
 use cwsandbox_sim::{Reason, SimError};
@@ -40,9 +40,18 @@ pub async fn create_sandbox(
     respond(caller.method(), published(&app, made).await)
 }
 
-/// A new sandbox's answer, once its services have ports on the host (`crate::ports`).
+/// A new sandbox's answer, once the host started it where the world placed it at once (the
+/// `instant` timing: RUNNING, as before the host's start was an input of the world, and true
+/// now), and once its services have ports on the host (`crate::ports`). A pull in progress is
+/// not waited for: the answer is CREATING, as the cloud's while its kubelet pulls.
 async fn published(app: &App, made: Result<SandboxView, ApiError>) -> Result<pb::Sandbox, ApiError> {
-    let view = made?;
+    let mut view = made?;
+    if !view.pod_uid.is_empty()
+        && app.driver().with_world(|world| world.awaits_host(&view.pod_uid)) == Some(HostWait::Start)
+        && app.driver().host_settled(&view.pod_uid).await
+    {
+        view = app.driver().with_world(|world| world.sandbox(&view.id)).unwrap_or(view);
+    }
     let message = convert::sandbox(&view);
     let services = message.spec.as_ref().map(|spec| spec.services.as_slice()).unwrap_or_default();
     if services.is_empty() {
