@@ -283,6 +283,14 @@ pub struct SandboxView {
     pub ended_containers: Vec<(String, i32)>,
 }
 
+impl SandboxView {
+    /// Whether its Pod may be waiting on its host ([`World::awaits_host`]): only a sandbox not
+    /// yet RUNNING whose Pod exists can be, so readers of a running or ended one skip the query.
+    pub fn may_await_host(&self) -> bool {
+        !self.pod_uid.is_empty() && matches!(self.state, SandboxState::Creating | SandboxState::Pending)
+    }
+}
+
 impl std::ops::Deref for SandboxView {
     type Target = SandboxInfo;
     fn deref(&self) -> &SandboxInfo {

@@ -663,6 +663,7 @@ fn with_a_host_attached_a_sandbox_is_running_only_once_the_host_started_its_cont
     assert_eq!((creating.state, creating.state_reason.as_str()), (SandboxState::Creating, CONTAINER_CREATING));
     assert_eq!(creating.started, None);
     assert_eq!(h.world.awaits_host(&created.pod_uid), Some(HostWait::Start));
+    assert!(creating.may_await_host());
     let pod = h.world.cluster.pod(&created.pod_uid).unwrap();
     assert_eq!(pod.shown_phase(), PodPhase::Pending, "kubectl shows it Pending, ContainerCreating");
     assert!(
@@ -686,6 +687,7 @@ fn with_a_host_attached_a_sandbox_is_running_only_once_the_host_started_its_cont
     assert!(running.started.is_some());
     assert_eq!(h.world.awaits_host(&created.pod_uid), None);
     assert_eq!(h.world.cluster.pod(&created.pod_uid).unwrap().shown_phase(), PodPhase::Running);
+    assert!(!running.may_await_host(), "a running sandbox's readers skip the query");
     assert_eq!(started_events(&h), 1, "one Started Event for its one container");
     // A second report changes nothing.
     h.world.pod_host_started(&created.pod_uid);

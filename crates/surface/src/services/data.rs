@@ -72,7 +72,7 @@ async fn resolve(
     };
     let mut view: SandboxView = read()?;
     // A sandbox whose containers the host is starting is waited for, as GetSandbox does.
-    if !view.pod_uid.is_empty() && app.driver().host_settled(&view.pod_uid).await {
+    if view.may_await_host() && app.driver().host_settled(&view.pod_uid).await {
         view = read()?;
     }
     let runtime = Arc::clone(app.runtime(operation)?);

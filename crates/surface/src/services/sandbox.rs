@@ -46,7 +46,7 @@ pub async fn create_sandbox(
 /// not waited for: the answer is CREATING, as the cloud's while its kubelet pulls.
 async fn published(app: &App, made: Result<SandboxView, ApiError>) -> Result<pb::Sandbox, ApiError> {
     let mut view = made?;
-    if !view.pod_uid.is_empty()
+    if view.may_await_host()
         && app.driver().with_world(|world| world.awaits_host(&view.pod_uid)) == Some(HostWait::Start)
         && app.driver().host_settled(&view.pod_uid).await
     {
@@ -137,7 +137,7 @@ async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Res
     // RUNNING yet: the answer waits (a while) for the world to hear how that went, so a client
     // polling right after the create finds RUNNING, or FAILED for a command that cannot run,
     // rather than sleeping a polling round.
-    if !view.pod_uid.is_empty() && app.driver().host_settled(&view.pod_uid).await {
+    if view.may_await_host() && app.driver().host_settled(&view.pod_uid).await {
         return Ok(convert::sandbox(&read()?));
     }
     if view.state == SandboxState::Terminating
