@@ -296,6 +296,8 @@ impl Shared {
             let response = inner.oneshot(request).await.unwrap_or_else(|never| match never {});
             return undecodable_is_invalid_argument(response);
         }
+        // The RPC the path names, looked up once: authentication, access, bounds and faults read it.
+        let rpc = self.catalogue.method(&path);
         // The one authentication of the request: the handlers take the caller from here.
         let caller = match request.extensions().get::<PeerCertificate>() {
             // The direct data plane's endpoint: the certificate is the credential, never a token.
@@ -306,19 +308,23 @@ impl Shared {
             Ok(caller) => caller,
             Err(error) => {
                 tracing::debug!(%path, "{error}");
-                if self.catalogue.method(&path).is_some_and(|method| method.client_streaming) {
+                if rpc.is_some_and(|method| method.client_streaming) {
                     refuse_stream(request.into_body()).await;
                 }
                 return protocol.reject(&error);
             }
         };
-        let caller = match self.catalogue.method(&path) {
+        let caller = match rpc {
             Some(rpc) => caller.calling(rpc),
             None => caller,
         };
         let mut request = request;
         request.extensions_mut().insert(caller.clone());
-        self.admitted(request, caller, protocol, path, inner).await
+        let Some(rpc) = rpc else {
+            // Not an RPC of the API: the services answer (UNIMPLEMENTED, 404).
+            return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
+        };
+        self.admitted(request, caller, rpc, protocol, path, inner).await
     }
 
     /// The caller of a bearer token (a configured token or a tenant's).
@@ -358,6 +364,7 @@ impl Shared {
         &self,
         request: Request<Body>,
         caller: Caller,
+        rpc: &'static Method,
         protocol: Protocol,
         path: String,
         inner: S,
@@ -367,10 +374,6 @@ impl Shared {
         S::Future: Send + 'static,
     {
         use tower::ServiceExt;
-        let Some(rpc) = self.catalogue.method(&path) else {
-            // Not an RPC of the API: the services answer (UNIMPLEMENTED, 404).
-            return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
-        };
         // Who may call it, from the catalogue: refused before a byte of the body is read.
         if let Err(error) = caller.may_call(rpc) {
             tracing::debug!(%path, "{error}");
@@ -540,7 +543,7 @@ impl Shared {
         };
         self.app
             .driver()
-            .with_world(|world| world.get_sandbox(org, &sandbox_id).ok().map(|sandbox| sandbox.tags.clone()))
+            .read_world(|world| world.get_sandbox(org, &sandbox_id).ok().map(|sandbox| sandbox.tags.clone()))
     }
 
     /// Reads the whole body of a single-message request, reserving memory as it arrives.

@@ -1,7 +1,9 @@
-//! The driver: the simulated world behind a mutex, moved forward by the clock.
+//! The driver: the simulated world behind a reader-writer lock, moved forward by the clock.
 //!
-//! - Every request goes through [`Driver::with_world`], which first lets the world catch up with
+//! - Every command goes through [`Driver::with_world`], which first lets the world catch up with
 //!   the clock (`tick`), then runs the command, then hands the world's effects to the pump.
+//! - Reads of sandboxes, Pods and jobs go through [`Driver::read_world`]: while no timer is due,
+//!   catching up would change none of them, so they share the lock and run side by side.
 //! - A ticker task sleeps until the world's next timer (`next_wakeup`) and ticks it, so timers
 //!   fire even when nobody asks (a frozen clock only moves when advanced).
 //! - The effects pump hands `StartPod`/`StopPod`/`KillPod`, in order, to the attached
@@ -9,7 +11,7 @@
 //! - Main-process exits reported by the runtime go back into the world.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use cwsandbox_sim::SimResult;
@@ -17,8 +19,9 @@ use cwsandbox_sim::config::Values;
 use cwsandbox_sim::ids::SeededIds;
 use cwsandbox_sim::k8s::{PodOwner, PodPhase};
 use cwsandbox_sim::sandbox::HostWait;
+use cwsandbox_sim::time::Clock;
 use cwsandbox_sim::world::{Effect, ImageToPull, World};
-use cwsandbox_sync::MutexUnpoisoned;
+use cwsandbox_sync::{MutexUnpoisoned, RwLockUnpoisoned};
 use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -66,8 +69,9 @@ pub enum PumpItem {
 /// The world, its clock and the channels around it.
 pub struct Driver {
     /// Changed only by simulation commands, which either finish or leave it unchanged: a panic in
-    /// a handler holding the lock leaves a usable world.
-    world: Mutex<World>,
+    /// a handler holding the lock leaves a usable world. Commands take it for writing, reads
+    /// ([`Driver::read_world`]) for reading.
+    world: RwLock<World>,
     clock: EmulatorClock,
     wake: Notify,
     pump: mpsc::UnboundedSender<PumpItem>,
@@ -113,7 +117,7 @@ impl Driver {
         let world = World::new(values.clone(), Box::new(clock.clone()), Box::new(SeededIds::new(seed)))?;
         let (pump, receiver) = mpsc::unbounded_channel();
         let driver = Arc::new(Driver {
-            world: Mutex::new(world),
+            world: RwLock::new(world),
             clock,
             wake: Notify::new(),
             pump,
@@ -162,7 +166,7 @@ impl Driver {
     /// and lets the ticker recompute its next wake-up.
     pub fn with_world<R>(&self, command: impl FnOnce(&mut World) -> R) -> R {
         let result = {
-            let mut world = self.world.lock_unpoisoned();
+            let mut world = self.world.write_unpoisoned();
             world.tick();
             let result = command(&mut world);
             self.pump_effects(&mut world);
@@ -174,9 +178,29 @@ impl Driver {
         result
     }
 
+    /// Runs `query` on the world as [`Driver::with_world`] would, without the write lock when it
+    /// can: while no timer is due, catching the world up with the clock would fire nothing, and
+    /// every command settles the world before it returns, so sandboxes, Pods, jobs and their
+    /// Events read now are what a command would read. Such reads share the lock, so they neither
+    /// wait for each other nor tick the world. Once a timer is due the query runs as a command
+    /// (the tick fires the timer first), exactly as before.
+    ///
+    /// Not for answers that depend on the world's own reading of the clock or on runners'
+    /// heartbeats, which only a tick moves.
+    pub fn read_world<R>(&self, query: impl FnOnce(&World) -> R) -> R {
+        {
+            let world = self.world.read_unpoisoned();
+            let now = self.clock.now();
+            if world.next_wakeup().is_none_or(|at| at > now) {
+                return query(&world);
+            }
+        }
+        self.with_world(|world| query(world))
+    }
+
     /// Catches the world up with the clock (the ticker's step; it does not wake the ticker).
     fn tick(&self) {
-        let mut world = self.world.lock_unpoisoned();
+        let mut world = self.world.write_unpoisoned();
         world.tick();
         self.pump_effects(&mut world);
         self.note_changes(&world);
@@ -228,7 +252,7 @@ impl Driver {
         self.configure_images(&mut fresh);
         rebuild(&mut fresh)?;
         let stopped = {
-            let mut world = self.world.lock_unpoisoned();
+            let mut world = self.world.write_unpoisoned();
             let old = std::mem::replace(&mut *world, fresh);
             let running: Vec<String> = old
                 .cluster
@@ -284,7 +308,7 @@ impl Driver {
         let mut waiting = None;
         let mut deadline = tokio::time::Instant::now();
         loop {
-            let now_waiting = self.with_world(|world| world.awaits_host(pod_uid));
+            let now_waiting = self.read_world(|world| world.awaits_host(pod_uid));
             let Some(stage) = now_waiting else { return waiting.is_some() };
             if waiting != Some(stage) {
                 let allowance = match stage {
@@ -378,7 +402,7 @@ impl Driver {
             if *shutdown.borrow() {
                 return;
             }
-            let next = self.world.lock_unpoisoned().next_wakeup();
+            let next = self.world.read_unpoisoned().next_wakeup();
             let sleep_for = next.and_then(|at| self.clock.real_time_until(at)).unwrap_or(MAX_IDLE).min(MAX_IDLE);
             tokio::select! {
                 _ = tokio::time::sleep(sleep_for) => {}
@@ -406,7 +430,7 @@ fn log_sandbox_changes(world: &mut World) {
 /// The sandbox a Pod runs, for log lines a user reads by sandbox id; the Pod's uid otherwise.
 fn sandbox_or_pod(driver: &Driver, pod_uid: &str) -> String {
     // A read: under the lock, without catching the world up or pumping its effects.
-    match driver.world.lock_unpoisoned().cluster.pod(pod_uid).map(|pod| &pod.owner) {
+    match driver.world.read_unpoisoned().cluster.pod(pod_uid).map(|pod| &pod.owner) {
         Some(PodOwner::Sandbox(id)) => id.to_string(),
         _ => format!("pod {pod_uid}"),
     }

@@ -5,8 +5,9 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::sync::Arc;
 
-/// Where new identifiers come from.
-pub trait IdSource: Send {
+/// Where new identifiers come from. `Sync`, because the host lets many readers share the world
+/// at once (only commands draw identifiers).
+pub trait IdSource: Send + Sync {
     /// 64 fresh random bits.
     fn next_u64(&mut self) -> u64;
 

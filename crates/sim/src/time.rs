@@ -59,8 +59,9 @@ impl fmt::Display for SimTime {
 }
 
 /// Where the simulation's "now" comes from. The world holds one and only asks it; the emulator
-/// plugs a wall clock in (or a frozen one), tests a [`ManualClock`].
-pub trait Clock: Send {
+/// plugs a wall clock in (or a frozen one), tests a [`ManualClock`]. `Sync`, because the host
+/// lets many readers share the world at once.
+pub trait Clock: Send + Sync {
     /// The current simulated time.
     fn now(&self) -> SimTime;
 }

@@ -8,6 +8,7 @@
 //! seeds and sequence of calls give the same failures run after run.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cwsandbox_api::emulator_v1 as pb;
@@ -113,14 +114,17 @@ struct Registry {
 
 /// The faults in force.
 #[derive(Default)]
-pub struct Faults(
+pub struct Faults {
     // Counters only: a panic elsewhere leaves nothing half-done here.
-    Mutex<Registry>,
-);
+    registry: Mutex<Registry>,
+    /// How many rules are in force, kept with every change under the lock: every request asks,
+    /// and with none in force (nearly always) the answer costs no lock that all requests share.
+    in_force: AtomicUsize,
+}
 
 impl std::fmt::Debug for Faults {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Faults").field("rules", &self.0.lock_unpoisoned().rules.len()).finish()
+        f.debug_struct("Faults").field("rules", &self.registry.lock_unpoisoned().rules.len()).finish()
     }
 }
 
@@ -129,23 +133,24 @@ impl Faults {
     /// checks it first (`fault.…` fields named) and answers it with its id.
     pub fn add(&self, fault: pb::Fault, owner: Option<&str>) -> Result<pb::Fault, ApiError> {
         let mut rule = check(fault, owner)?;
-        let mut registry = self.0.lock_unpoisoned();
+        let mut registry = self.registry.lock_unpoisoned();
         registry.added += 1;
         rule.fault.id = format!("fault-{}", registry.added);
         let answer = rule.fault.clone();
         registry.rules.push(rule);
+        self.in_force.store(registry.rules.len(), Ordering::SeqCst);
         Ok(answer)
     }
 
     /// The faults `owner` sees (the operator, `None`, sees all), in the order they were added.
     pub fn list(&self, owner: Option<&str>) -> Vec<pb::Fault> {
-        let registry = self.0.lock_unpoisoned();
+        let registry = self.registry.lock_unpoisoned();
         registry.rules.iter().filter(|rule| visible(rule, owner)).map(|rule| rule.fault.clone()).collect()
     }
 
     /// Removes one fault `owner` sees.
     pub fn remove(&self, id: &str, owner: Option<&str>) -> Result<pb::Fault, ApiError> {
-        let mut registry = self.0.lock_unpoisoned();
+        let mut registry = self.registry.lock_unpoisoned();
         let Some(index) = registry.rules.iter().position(|rule| rule.fault.id == id && visible(rule, owner)) else {
             return Err(ApiError::new(
                 Code::NotFound,
@@ -154,14 +159,17 @@ impl Faults {
             )
             .with_metadata("id", id));
         };
-        Ok(registry.rules.remove(index).fault)
+        let removed = registry.rules.remove(index).fault;
+        self.in_force.store(registry.rules.len(), Ordering::SeqCst);
+        Ok(removed)
     }
 
     /// Removes every fault `owner` sees; returns how many.
     pub fn clear(&self, owner: Option<&str>) -> usize {
-        let mut registry = self.0.lock_unpoisoned();
+        let mut registry = self.registry.lock_unpoisoned();
         let before = registry.rules.len();
         registry.rules.retain(|rule| !visible(rule, owner));
+        self.in_force.store(registry.rules.len(), Ordering::SeqCst);
         before - registry.rules.len()
     }
 
@@ -173,7 +181,10 @@ impl Faults {
     /// What the faults do to one call; counts matches and hits.
     pub fn evaluate(&self, call: &Call<'_>) -> Verdict {
         let mut verdict = Verdict::default();
-        let mut registry = self.0.lock_unpoisoned();
+        if self.in_force.load(Ordering::SeqCst) == 0 {
+            return verdict;
+        }
+        let mut registry = self.registry.lock_unpoisoned();
         if registry.rules.is_empty() {
             return verdict;
         }

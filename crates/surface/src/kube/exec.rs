@@ -127,7 +127,7 @@ async fn serve(
     }
     let params = ExecParams::parse(uri)?;
     // A Pod whose containers the host is starting is waited for, as GetSandbox does.
-    let starting = app.driver().with_world(|world| {
+    let starting = app.driver().read_world(|world| {
         super::pod_and_container(world, &scope, namespace, name, &params.container)
             .ok()
             .map(|(pod, _)| pod.uid.to_string())
@@ -135,7 +135,7 @@ async fn serve(
     if let Some(pod_uid) = starting {
         app.driver().host_settled(&pod_uid).await;
     }
-    let target = app.driver().with_world(|world| -> Result<Target, Status> {
+    let target = app.driver().read_world(|world| -> Result<Target, Status> {
         let (pod, container) = super::pod_and_container(world, &scope, namespace, name, &params.container)?;
         match pod.shown_phase() {
             PodPhase::Running => {}

@@ -65,7 +65,7 @@ async fn resolve(
         grant.allows(permission, id)?;
     }
     let read = || {
-        app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| {
+        app.driver().read_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| {
             let api = ApiError::from(error);
             if api.reason == Reason::SandboxNotFound { api.with_metadata("sandbox_id", id) } else { api }
         })

@@ -47,10 +47,10 @@ pub async fn create_sandbox(
 async fn published(app: &App, made: Result<SandboxView, ApiError>) -> Result<pb::Sandbox, ApiError> {
     let mut view = made?;
     if view.may_await_host()
-        && app.driver().with_world(|world| world.awaits_host(&view.pod_uid)) == Some(HostWait::Start)
+        && app.driver().read_world(|world| world.awaits_host(&view.pod_uid)) == Some(HostWait::Start)
         && app.driver().host_settled(&view.pod_uid).await
     {
-        view = app.driver().with_world(|world| world.sandbox(&view.id)).unwrap_or(view);
+        view = app.driver().read_world(|world| world.sandbox(&view.id)).unwrap_or(view);
     }
     let message = convert::sandbox(&view);
     let services = message.spec.as_ref().map(|spec| spec.services.as_slice()).unwrap_or_default();
@@ -58,7 +58,7 @@ async fn published(app: &App, made: Result<SandboxView, ApiError>) -> Result<pb:
         return Ok(message);
     }
     crate::ports::publish(app, &view, services).await;
-    let latest = app.driver().with_world(|world| world.sandbox(&view.id)).unwrap_or(view);
+    let latest = app.driver().read_world(|world| world.sandbox(&view.id)).unwrap_or(view);
     Ok(convert::sandbox(&latest))
 }
 
@@ -131,7 +131,7 @@ pub async fn get_sandbox(
 async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Result<pb::Sandbox, ApiError> {
     let id = convert::required("sandbox_id", &request.sandbox_id)?;
     let read =
-        || app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id));
+        || app.driver().read_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id));
     let view = read()?;
     // While the host pulls the sandbox's images or starts its containers the sandbox is not
     // RUNNING yet: the answer waits (a while) for the world to hear how that went, so a client
@@ -191,7 +191,7 @@ async fn stopped(app: &App, org: &str, view: SandboxView, deadline: tokio::time:
     let mut changes = app.driver().changes();
     let mut current = view;
     loop {
-        match app.driver().with_world(|world| world.get_sandbox(org, &current.id)) {
+        match app.driver().read_world(|world| world.get_sandbox(org, &current.id)) {
             Ok(latest) if latest.state != SandboxState::Terminating => {
                 // The Pod's removal kills what is left of its processes: done before the answer.
                 app.driver().effects_applied(STOP_CATCH_UP).await;
@@ -277,7 +277,7 @@ fn connect(app: &App, caller: &Caller, request: &pb::ConnectSandboxRequest) -> R
     }
     let permissions = convert::data_permissions(&request.requested_permissions)?;
     let view =
-        app.driver().with_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id))?;
+        app.driver().read_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id))?;
     if view.state != SandboxState::Running {
         return Err(super::data::not_running(&view));
     }
