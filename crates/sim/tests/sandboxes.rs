@@ -649,6 +649,32 @@ fn a_container_the_host_cannot_start_fails_the_sandbox_with_the_hosts_reason() {
 }
 
 #[test]
+fn a_side_containers_end_reported_before_the_hosts_start_report_is_kept() {
+    use cwsandbox_api::sandbox_v1::Container;
+    use cwsandbox_sim::k8s::ContainerState;
+    let mut h = ready();
+    h.world.set_host_confirms_starts(true);
+    let mut spec = client_spec();
+    spec.containers[0].name = "app".to_owned();
+    spec.containers[0].primary = Some(true);
+    spec.containers.push(Container { name: "migrate".to_owned(), primary: None, ..spec.containers[0].clone() });
+    let created = h.world.create_sandbox(&alice(), spec, "", "").unwrap();
+    h.advance(1);
+    assert_eq!(h.world.get_sandbox("default-org", &created.id).unwrap().state, SandboxState::Creating);
+    // The side container exits at once; its end reaches the world before the start report.
+    h.world.container_exited(&created.pod_uid, "migrate", 3);
+    let running = h.world.get_sandbox("default-org", &created.id).unwrap();
+    assert_eq!(running.state, SandboxState::Running, "an ended container had started");
+    assert_eq!(running.ended_containers, [("migrate".to_owned(), 3)]);
+    // The late start report changes nothing: the side container stays ended.
+    h.world.pod_host_started(&created.pod_uid);
+    let pod = h.world.cluster.pod(&created.pod_uid).unwrap();
+    let migrate = pod.containers.iter().find(|container| container.name == "migrate").unwrap();
+    assert!(matches!(migrate.state, ContainerState::Terminated { exit_code: 3, .. }), "{:?}", migrate.state);
+    assert_eq!(h.world.get_sandbox("default-org", &created.id).unwrap().ended_containers.len(), 1);
+}
+
+#[test]
 fn with_a_host_attached_a_sandbox_is_running_only_once_the_host_started_its_containers() {
     use cwsandbox_sim::k8s::{ContainerState, PodPhase};
     use cwsandbox_sim::sandbox::{CONTAINER_CREATING, HostWait};

@@ -131,6 +131,12 @@ impl World {
     /// container of a `restartPolicy: Never` Pod.
     pub fn container_exited(&mut self, uid: &str, container: &str, exit_code: i32) {
         self.settle();
+        // A container that ended had started: the host's report of the start travels another
+        // way and may come after this one (a side container that exits at once), so the end
+        // stands for it rather than being lost.
+        if self.cluster.pod(uid).is_some_and(|pod| pod.phase == PodPhase::Running && !pod.host_started) {
+            self.pod_host_started(uid);
+        }
         let now = self.now;
         // The main container's end is the Pod's (`pod_exited`), not one of its containers'.
         let main = match self.cluster.pod(uid).map(|pod| &pod.owner) {
