@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use cwsandbox_client::emulator_v1 as emu;
 
+use crate::common::{parse_pair, read_input};
 use crate::output::{Format, Output, print_value, report, report_all, table};
 
 #[derive(Subcommand, Debug)]
@@ -151,7 +152,7 @@ pub struct AddFault {
     #[arg(long = "tag")]
     tags: Vec<String>,
     /// Only calls with this request header value (KEY=GLOB, repeatable).
-    #[arg(long = "header", value_parser = crate::parse_pair)]
+    #[arg(long = "header", value_parser = parse_pair)]
     headers: Vec<(String, String)>,
     /// The status code to answer with (UNAVAILABLE, PERMISSION_DENIED, …).
     #[arg(long)]
@@ -246,7 +247,7 @@ fn print_clock(clock: &emu::Clock, format: Format) -> Result<()> {
 impl AddFault {
     fn fault(&self) -> Result<emu::Fault> {
         if let Some(file) = &self.file {
-            let text = crate::policy::read_input(file)?;
+            let text = read_input(file)?;
             let tree = crate::output::yaml_to_json(&text)?;
             return serde_json::from_value(tree).with_context(|| format!("{file} is not a Fault"));
         }

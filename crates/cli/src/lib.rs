@@ -4,6 +4,7 @@
 //! command, with that command's own options; started as `cwic`, it is cwsbx under cwic's name,
 //! so the guide's `cwic sandbox runner policy …` lines run as written.
 
+mod common;
 mod emulator;
 mod image;
 mod links;
@@ -20,14 +21,15 @@ mod help_tests;
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use cwsandbox_client::{Client, Config};
+use cwsandbox_client::Config;
 
-use output::{Format, Output};
-
-/// The heading under which `--help` lists the options every command takes.
-const GLOBAL: &str = "Global options";
+pub use common::Exit;
+use common::GlobalArgs;
+// The help tests find the global options' heading here, beside `Cli`.
+#[cfg(test)]
+use common::GLOBAL;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -37,21 +39,8 @@ const GLOBAL: &str = "Global options";
     after_help = TOP_EXAMPLES
 )]
 struct Cli {
-    /// The API (data plane and gateway). Without it (and without CWSANDBOX_BASE_URL) the real
-    /// service's URL is used.
-    #[arg(long, global = true, env = "CWSANDBOX_BASE_URL", value_name = "URL", help_heading = GLOBAL)]
-    base_url: Option<String>,
-    /// The control plane (managed runners); defaults to the base URL.
-    #[arg(long, global = true, env = "CWSANDBOX_CONTROL_PLANE_URL", value_name = "URL", help_heading = GLOBAL)]
-    control_plane_url: Option<String>,
-    /// The bearer token (the emulator prints one as CWSANDBOX_API_KEY).
-    #[arg(long, global = true, env = "CWSANDBOX_API_KEY", hide_env_values = true, value_name = "TOKEN",
-          help_heading = GLOBAL)]
-    api_key: Option<String>,
-    /// Output format. Default: a table for lists and results, YAML for documents (a policy, the
-    /// values); `table` is refused for documents. JSON and YAML use the API's proto3 JSON names.
-    #[arg(short, long, global = true, value_enum, help_heading = GLOBAL)]
-    output: Option<Format>,
+    #[command(flatten)]
+    global: GlobalArgs,
     #[command(subcommand)]
     command: Top,
 }
@@ -146,48 +135,6 @@ const SLURM_EXAMPLES: &str = "Examples:
   cwsbx slurm scancel 1000
   cwsbx slurm install-links ~/.local/bin";
 
-pub(crate) fn parse_pair(text: &str) -> Result<(String, String), String> {
-    text.split_once('=')
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .ok_or_else(|| format!("expected KEY=VALUE, got {text:?}"))
-}
-
-/// An error that carries its own exit code and has already been reported.
-#[derive(Debug)]
-pub struct Exit(pub u8);
-
-impl std::fmt::Display for Exit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {}", self.0)
-    }
-}
-
-impl std::error::Error for Exit {}
-
-impl Cli {
-    /// The base URL in use: the flag or the variable, else the real service's.
-    fn base_url(&self) -> String {
-        self.base_url.clone().filter(|u| !u.is_empty()).unwrap_or_else(|| cwsandbox_client::DEFAULT_BASE_URL.to_owned())
-    }
-
-    fn config(&self) -> Result<Config> {
-        let api_key = self.api_key.clone().context("no API key: set CWSANDBOX_API_KEY or pass --api-key")?;
-        let mut config = Config::new(self.base_url(), api_key);
-        if let Some(url) = self.control_plane_url.clone().filter(|u| !u.is_empty()) {
-            config = config.with_control_plane_url(url);
-        }
-        Ok(config)
-    }
-
-    fn client(&self) -> Result<Client> {
-        Ok(Client::new(self.config()?)?)
-    }
-
-    fn output(&self) -> Output {
-        Output(self.output)
-    }
-}
-
 /// `cwsbx … | head`: once the reader is gone, the next write to stdout ends the process with
 /// SIGPIPE, silently, as it ends `ls`, `cat` and every Unix tool (exit status 141 under
 /// `pipefail`), instead of Rust's default (SIGPIPE ignored, so `println!` panics on EPIPE).
@@ -260,7 +207,7 @@ pub fn main() -> ExitCode {
                     }
                 };
             }
-            return slurm_command(name, rest, cli.config());
+            return slurm_command(name, rest, cli.global.config());
         }
         Top::Completion { shell } => {
             let name = if called == "cwic" { "cwic" } else { "cwsbx" };
@@ -299,8 +246,8 @@ fn connection_hint(error: &anyhow::Error, cli: &Cli) -> String {
     if !unreachable {
         return String::new();
     }
-    let url = cli.base_url();
-    let origin = if cli.base_url.as_deref().is_some_and(|u| !u.is_empty()) {
+    let url = cli.global.base_url();
+    let origin = if cli.global.base_url.as_deref().is_some_and(|u| !u.is_empty()) {
         "from --base-url or CWSANDBOX_BASE_URL"
     } else {
         "the real service's default: CWSANDBOX_BASE_URL is not set (source the lines `cwsandbox-emulator serve` prints)"
@@ -309,22 +256,22 @@ fn connection_hint(error: &anyhow::Error, cli: &Cli) -> String {
 }
 
 async fn run(cli: &Cli) -> Result<u8> {
-    let output = cli.output();
+    let output = cli.global.output();
     match &cli.command {
         Top::Slurm { .. } | Top::Completion { .. } => unreachable!("handled in main"),
-        Top::Sandbox(command) => sandbox::run(cli, command, output).await,
+        Top::Sandbox(command) => sandbox::run(&cli.global, command, output).await,
         Top::Emulator(command) => {
-            let config = cli.config()?;
+            let config = cli.global.config()?;
             let admin = cwsandbox_client::EmulatorAdmin::new(&config)?;
             emulator::run(&admin, command, &config.base_url, output).await
         }
         Top::Image(command) => {
-            let config = cli.config()?;
+            let config = cli.global.config()?;
             let admin = cwsandbox_client::EmulatorAdmin::new(&config)?;
             image::run(&admin, command, output).await
         }
-        Top::Cluster(command) => values::run(cli, command, output).await,
-        Top::GuideEnv { dir } => links::guide_env(cli, dir),
+        Top::Cluster(command) => values::run(&cli.global, command, output).await,
+        Top::GuideEnv { dir } => links::guide_env(&cli.global, dir),
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::Cli;
+use crate::common::GlobalArgs;
 
 /// Each Slurm command, and `cwic` (the guide's `cwic sandbox runner policy …`).
 fn link_names() -> impl Iterator<Item = &'static str> {
@@ -55,8 +55,8 @@ the loopback addresses, not api.coreweave.com: no CA file could make curl accept
 
 /// `cwsbx guide-env`: writes DIR/.curlrc and prints the variables that make the guide's curl lines
 /// (`https://api.coreweave.com/…`, `$TOKEN`) reach the emulator unchanged.
-pub fn guide_env(cli: &Cli, dir: &Path) -> Result<u8> {
-    let base_url = cli.base_url();
+pub fn guide_env(global: &GlobalArgs, dir: &Path) -> Result<u8> {
+    let base_url = global.base_url();
     let authority = base_url
         .strip_prefix("http://")
         .or_else(|| base_url.strip_prefix("https://"))
@@ -79,7 +79,7 @@ pub fn guide_env(cli: &Cli, dir: &Path) -> Result<u8> {
     let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
     println!("export CURL_HOME={}", dir.display());
     // The guide's lines send `$TOKEN`.
-    match &cli.api_key {
+    match &global.api_key {
         Some(token) if !token.is_empty() => println!("export TOKEN={token}"),
         _ => println!("# no CWSANDBOX_API_KEY: set TOKEN to the emulator's admin token"),
     }

@@ -12,8 +12,8 @@ use anyhow::{Context, Result, bail};
 use cwsandbox_client::{RunnerAdmin, pb};
 use serde::de::DeserializeOwned;
 
+use crate::common::{Exit, GlobalArgs, read_input};
 use crate::output::{Format, Output, print_value, report, to_yaml, yaml_to_json};
-use crate::{Cli, Exit};
 
 /// The runner a policy command is about: the argument, else `$CWSANDBOX_RUNNER_ID` (as `sandbox
 /// run` does), as cwic's `[RUNNER-ID]` is optional.
@@ -106,17 +106,6 @@ constraints:
     defaultLifetimeSeconds: 3600
 "#;
 
-/// A file's text, or stdin for `-`.
-pub fn read_input(file: &str) -> Result<String> {
-    if file == "-" {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).context("reading stdin")?;
-        Ok(text)
-    } else {
-        std::fs::read_to_string(file).with_context(|| format!("reading {file}"))
-    }
-}
-
 /// YAML or JSON text as a proto message (proto3 JSON rules: unknown fields are refused by name).
 pub fn parse_document<T: DeserializeOwned>(text: &str) -> Result<T> {
     let value = yaml_to_json(text).context("not valid YAML or JSON")?;
@@ -143,7 +132,7 @@ fn policy_json(policy: &Option<pb::Policy>) -> Result<serde_json::Value> {
     })
 }
 
-pub async fn run(cli: &Cli, command: &PolicyCmd, output: Output) -> Result<u8> {
+pub async fn run(global: &GlobalArgs, command: &PolicyCmd, output: Output) -> Result<u8> {
     match command {
         PolicyCmd::Validate { file } => {
             let text = read_input(file)?;
@@ -173,13 +162,13 @@ pub async fn run(cli: &Cli, command: &PolicyCmd, output: Output) -> Result<u8> {
         }
         PolicyCmd::Get { runner } => {
             let format = output.document("a policy")?;
-            let runner = cli.client()?.runners()?.get(&runner.runner_id).await?;
+            let runner = global.client()?.runners()?.get(&runner.runner_id).await?;
             print_value(&policy_json(&runner.policy)?, format)?;
             Ok(0)
         }
         PolicyCmd::Describe { runner } => {
             let runner_id = &runner.runner_id;
-            let runner = cli.client()?.runners()?.get(runner_id).await?;
+            let runner = global.client()?.runners()?.get(runner_id).await?;
             let format = output.rows();
             if format != Format::Table {
                 let value = serde_json::json!({"runnerId": runner_id, "etag": runner.etag, "policy": policy_json(&runner.policy)?});
@@ -200,7 +189,7 @@ pub async fn run(cli: &Cli, command: &PolicyCmd, output: Output) -> Result<u8> {
                 Ok(policy) => policy,
                 Err(problems) => bail!("{file} is not a valid policy: {}", problems.join("; ")),
             };
-            let admin = cli.client()?.runners()?;
+            let admin = global.client()?.runners()?;
             // cwic reads the current revision at submit time unless an etag is pinned.
             let etag = match etag {
                 Some(etag) => etag.clone(),
@@ -209,7 +198,7 @@ pub async fn run(cli: &Cli, command: &PolicyCmd, output: Output) -> Result<u8> {
             submit(&admin, runner_id, policy, &etag, None, output.rows()).await
         }
         PolicyCmd::Edit { runner_id: Some(runner_id), file: None, etag, .. } => {
-            let admin = cli.client()?.runners()?;
+            let admin = global.client()?.runners()?;
             let runner = admin.get(runner_id).await?;
             let etag = etag.clone().unwrap_or(runner.etag.clone());
             edit_interactively(&admin, runner_id, &runner, &etag, output.rows()).await

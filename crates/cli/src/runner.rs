@@ -4,9 +4,9 @@ use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use cwsandbox_client::pb;
 
+use crate::common::{Exit, GlobalArgs, read_input};
 use crate::output::{Format, Output, print_value, report_all, table};
 use crate::policy::{self, PolicyCmd};
-use crate::{Cli, Exit};
 
 #[derive(Subcommand, Debug)]
 pub enum RunnerCmd {
@@ -93,13 +93,16 @@ fn runner_row(runner: &pb::ManagedRunner) -> Vec<String> {
 
 const RUNNER_HEADER: [&str; 7] = ["RUNNER ID", "ZONE", "CLUSTER", "INSTALL", "CONN", "POLICY", "ETAG"];
 
-pub async fn run(cli: &Cli, command: &RunnerCmd, output: Output) -> Result<u8> {
+pub async fn run(global: &GlobalArgs, command: &RunnerCmd, output: Output) -> Result<u8> {
     let format = output.rows();
     match command {
-        RunnerCmd::Policy(command) => policy::run(cli, command, output).await,
+        RunnerCmd::Policy(command) => policy::run(global, command, output).await,
         RunnerCmd::List { cluster, zone } => {
-            let runners =
-                cli.client()?.runners()?.list(cluster.as_deref().unwrap_or(""), zone.as_deref().unwrap_or("")).await?;
+            let runners = global
+                .client()?
+                .runners()?
+                .list(cluster.as_deref().unwrap_or(""), zone.as_deref().unwrap_or(""))
+                .await?;
             match format {
                 Format::Table => table(&RUNNER_HEADER, runners.iter().map(runner_row)),
                 _ => print_value(&serde_json::to_value(&runners)?, format)?,
@@ -107,7 +110,7 @@ pub async fn run(cli: &Cli, command: &RunnerCmd, output: Output) -> Result<u8> {
             Ok(0)
         }
         RunnerCmd::Get { runner_ids } => {
-            let admin = cli.client()?.runners()?;
+            let admin = global.client()?.runners()?;
             let mut runners = Vec::new();
             for id in runner_ids {
                 runners.push(admin.get(id).await.with_context(|| format!("runner {id}"))?);
@@ -125,9 +128,9 @@ pub async fn run(cli: &Cli, command: &RunnerCmd, output: Output) -> Result<u8> {
             Ok(0)
         }
         RunnerCmd::Create { file, request_id, .. } => {
-            let text = policy::read_input(file.as_deref().unwrap_or("-"))?;
+            let text = read_input(file.as_deref().unwrap_or("-"))?;
             let runner: pb::ManagedRunner = policy::parse_document(&text).context("the runner file")?;
-            let created = cli.client()?.runners()?.create(runner, request_id).await?;
+            let created = global.client()?.runners()?.create(runner, request_id).await?;
             match format {
                 Format::Table => table(&RUNNER_HEADER, [runner_row(&created)]),
                 _ => print_value(&serde_json::to_value(&created)?, format)?,
@@ -138,7 +141,7 @@ pub async fn run(cli: &Cli, command: &RunnerCmd, output: Output) -> Result<u8> {
             if !yes {
                 bail!("refusing to delete {} without --yes", runner_ids.join(", "));
             }
-            let admin = cli.client()?.runners()?;
+            let admin = global.client()?.runners()?;
             let mut results = Vec::new();
             let mut failed = 0;
             for id in runner_ids {

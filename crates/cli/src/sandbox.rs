@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use cwsandbox_client::{Client, ExecEvent, ExecOptions, emulator_v1 as emu, pb};
 use futures::StreamExt;
 
-use crate::Cli;
+use crate::common::{GlobalArgs, parse_pair};
 use crate::output::{Format, Output, print_value, report_all, state_label, table};
 use crate::runner::RunnerCmd;
 
@@ -42,7 +42,7 @@ pub enum SandboxCmd {
         #[arg(short, long)]
         interactive: bool,
         /// Environment for the command (KEY=VALUE, repeatable).
-        #[arg(long = "env", value_parser = crate::parse_pair, value_name = "KEY=VALUE")]
+        #[arg(long = "env", value_parser = parse_pair, value_name = "KEY=VALUE")]
         env: Vec<(String, String)>,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
@@ -145,13 +145,13 @@ pub struct RunArgs {
     #[arg(long, default_value = "cks", value_parser = ["cks", "serverless"])]
     mode: String,
     /// Annotation KEY=VALUE (repeatable), e.g. sunk.coreweave.com/partition=gpu.
-    #[arg(long = "annotation", short = 'a', value_parser = crate::parse_pair, value_name = "KEY=VALUE")]
+    #[arg(long = "annotation", short = 'a', value_parser = parse_pair, value_name = "KEY=VALUE")]
     annotations: Vec<(String, String)>,
     /// A tag (repeatable), for `ls --tag`.
     #[arg(long)]
     tag: Vec<String>,
     /// Environment of the main process (KEY=VALUE, repeatable).
-    #[arg(long = "env", short = 'e', value_parser = crate::parse_pair, value_name = "KEY=VALUE")]
+    #[arg(long = "env", short = 'e', value_parser = parse_pair, value_name = "KEY=VALUE")]
     env: Vec<(String, String)>,
     /// CPU request, e.g. `500m` or `2`.
     #[arg(long, value_name = "QUANTITY")]
@@ -220,11 +220,11 @@ fn state_with_reason(sandbox: &pb::Sandbox) -> String {
     }
 }
 
-pub async fn run(cli: &Cli, command: &SandboxCmd, output: Output) -> Result<u8> {
+pub async fn run(global: &GlobalArgs, command: &SandboxCmd, output: Output) -> Result<u8> {
     if let SandboxCmd::Runner(command) = command {
-        return crate::runner::run(cli, command, output).await;
+        return crate::runner::run(global, command, output).await;
     }
-    let client = cli.client()?;
+    let client = global.client()?;
     let format = output.rows();
     match command {
         SandboxCmd::Runner(_) => unreachable!("handled above"),
@@ -252,7 +252,7 @@ pub async fn run(cli: &Cli, command: &SandboxCmd, output: Output) -> Result<u8> 
             print_sandbox(sandbox.proto(), format)?;
             Ok(0)
         }
-        SandboxCmd::Describe { sandbox_id, events } => describe(cli, &client, sandbox_id, *events, format).await,
+        SandboxCmd::Describe { sandbox_id, events } => describe(global, &client, sandbox_id, *events, format).await,
         SandboxCmd::Logs { sandbox_id, follow, tail } => logs(&client, sandbox_id, *follow, *tail, format).await,
         SandboxCmd::Stop { sandbox_ids, grace } => {
             let mut results = Vec::new();
@@ -496,8 +496,8 @@ struct ClusterView {
     events: Vec<emu::Event>,
 }
 
-async fn cluster_view(cli: &Cli, sandbox_id: &str) -> Result<ClusterView> {
-    let admin = cwsandbox_client::EmulatorAdmin::new(&cli.config()?)?;
+async fn cluster_view(global: &GlobalArgs, sandbox_id: &str) -> Result<ClusterView> {
+    let admin = cwsandbox_client::EmulatorAdmin::new(&global.config()?)?;
     let raw = admin.raw();
     // The runner labels each sandbox Pod with its sandbox's id.
     let request = emu::ListPodsRequest {
@@ -529,11 +529,11 @@ async fn cluster_view(cli: &Cli, sandbox_id: &str) -> Result<ClusterView> {
     Ok(ClusterView { pod, job, events })
 }
 
-async fn describe(cli: &Cli, client: &Client, sandbox_id: &str, newest: usize, format: Format) -> Result<u8> {
+async fn describe(global: &GlobalArgs, client: &Client, sandbox_id: &str, newest: usize, format: Format) -> Result<u8> {
     let sandbox = client.get(sandbox_id).await?.proto().clone();
     // The cluster's side needs the emulator's API and an admin token: without them, say so and
     // show the sandbox alone.
-    let (view, missing) = match cluster_view(cli, sandbox_id).await {
+    let (view, missing) = match cluster_view(global, sandbox_id).await {
         Ok(view) => (Some(view), None),
         Err(error) => (None, Some(format!("{error:#}"))),
     };

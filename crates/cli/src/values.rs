@@ -3,9 +3,8 @@
 use anyhow::Result;
 use clap::Subcommand;
 
-use crate::Cli;
+use crate::common::{GlobalArgs, read_input};
 use crate::output::{Format, Output, print_value, yaml_to_json};
-use crate::policy::read_input;
 
 #[derive(Subcommand, Debug)]
 pub enum ClusterCmd {
@@ -57,7 +56,7 @@ pub enum ValuesCmd {
     Schema,
 }
 
-pub async fn run(cli: &Cli, command: &ClusterCmd, output: Output) -> Result<u8> {
+pub async fn run(global: &GlobalArgs, command: &ClusterCmd, output: Output) -> Result<u8> {
     let ClusterCmd::Values(command) = command;
     match command {
         ValuesCmd::Schema => {
@@ -66,12 +65,12 @@ pub async fn run(cli: &Cli, command: &ClusterCmd, output: Output) -> Result<u8> 
                 None => Format::Json,
                 Some(_) => output.document("the schema")?,
             };
-            let (_, schema) = cli.client()?.emulator()?.values_with_schema().await?;
+            let (_, schema) = global.client()?.emulator()?.values_with_schema().await?;
             print_value(&serde_json::from_str(&schema)?, format)?;
             Ok(0)
         }
         ValuesCmd::Explain { key } => {
-            let (yaml, schema) = cli.client()?.emulator()?.values_with_schema().await?;
+            let (yaml, schema) = global.client()?.emulator()?.values_with_schema().await?;
             let schema: serde_json::Value = serde_json::from_str(&schema)?;
             let in_force = yaml_to_json(&yaml)?;
             let explained = explain(&schema, &in_force, key.as_deref().unwrap_or(""))?;
@@ -83,7 +82,7 @@ pub async fn run(cli: &Cli, command: &ClusterCmd, output: Output) -> Result<u8> 
         }
         ValuesCmd::Get => {
             let format = output.document("the values")?;
-            let yaml = cli.client()?.emulator()?.get_values().await?;
+            let yaml = global.client()?.emulator()?.get_values().await?;
             match format {
                 Format::Json => print_value(&yaml_to_json(&yaml)?, Format::Json)?,
                 _ => print!("{yaml}"),
@@ -92,7 +91,7 @@ pub async fn run(cli: &Cli, command: &ClusterCmd, output: Output) -> Result<u8> 
         }
         ValuesCmd::Apply { file, dry_run } => {
             let yaml = read_input(file)?;
-            let applied = cli.client()?.emulator()?.apply_values(&yaml, *dry_run).await?;
+            let applied = global.client()?.emulator()?.apply_values(&yaml, *dry_run).await?;
             match output.rows() {
                 Format::Table => {
                     // What changed, one line each: a no-op apply restarts nothing and says so.
