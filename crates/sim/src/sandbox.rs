@@ -13,7 +13,7 @@ use crate::config::SERVERLESS_POOL;
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::ids::{IdHash, SharedStr};
 use crate::k8s::{ContainerInputs, ContainerState, Labels, Pod, PodContainer, PodOwner, PodPhase, requested_by};
-use crate::machine::{IllegalTransition, Phase, phases, transitions};
+use crate::machine::{IllegalTransition, Phase, legal, phases, transitions};
 use crate::pager::Pager;
 use crate::policy::MAX_LIFETIME_SECONDS;
 use crate::policy::{self, PreparedPolicy, RuntimeDefaults};
@@ -22,10 +22,9 @@ use crate::resolved::ResolvedSpec;
 use crate::serverless::{serverless_node_selector, serverless_toleration};
 use crate::slurm::{JobBaseState, JobId};
 use crate::sunk::{self, NotHandled};
-use crate::time::SimTime;
+use crate::time::{SimTime, TimerKey};
 use crate::volumes::RegisteredVolume;
-use crate::world::legal;
-use crate::world::{SANDBOX_ID_LABEL, World};
+use crate::world::World;
 
 /// What a sandbox's Pod waits on its host for ([`World::awaits_host`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +37,9 @@ pub enum HostWait {
 
 /// The reason of a sandbox whose Pod is placed while the host starts its containers.
 pub const CONTAINER_CREATING: &str = "ContainerCreating: the runtime is starting the sandbox's containers";
+
+/// Label every sandbox Pod carries.
+pub const SANDBOX_ID_LABEL: &str = "sandbox.coreweave.com/sandbox-id";
 
 /// The label a serverless sandbox's Pod carries (value `serverless`), for `kubectl -l`.
 pub const SANDBOX_MODE_LABEL: &str = "sandbox.coreweave.com/mode";
@@ -217,7 +219,7 @@ impl SandboxInfo {
 pub(crate) struct Sandbox {
     info: Arc<SandboxInfo>,
     /// Its lifetime timer, cancelled when the sandbox is forgotten.
-    lifetime_timer: Option<crate::world::TimerKey>,
+    lifetime_timer: Option<TimerKey>,
     job_id: Option<JobId>,
     started: Option<SimTime>,
     life: Life,

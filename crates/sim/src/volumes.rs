@@ -9,10 +9,10 @@ use std::collections::HashMap;
 
 use crate::config::ClaimValues;
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
-use crate::machine::{IllegalTransition, Phase, phases, transitions};
+use crate::machine::{IllegalTransition, Phase, legal, phases, transitions};
 use crate::pager::Pager;
 use crate::time::SimTime;
-use crate::world::{World, legal};
+use crate::world::World;
 
 const DEFAULT_PAGE_SIZE: usize = 50;
 const MAX_PAGE_SIZE: usize = 1000;
