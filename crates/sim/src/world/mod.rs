@@ -24,6 +24,7 @@ mod kubelet;
 mod pods;
 mod scheduling;
 mod teardown;
+mod templates;
 mod tenants;
 mod timers;
 mod topology;
