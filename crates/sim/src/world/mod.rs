@@ -28,6 +28,7 @@ mod templates;
 mod tenants;
 mod timers;
 mod topology;
+mod volumes;
 
 pub use commands::{DeletedPod, PodDeletion, requested_sharing};
 pub use faults::{InjectedFault, InjectedKind, OOM_EXIT_CODE};
