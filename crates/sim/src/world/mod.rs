@@ -23,6 +23,7 @@ mod images;
 mod kubelet;
 mod pods;
 mod scheduling;
+mod snapshots;
 mod teardown;
 mod templates;
 mod tenants;
