@@ -22,6 +22,7 @@ mod faults;
 mod images;
 mod kubelet;
 mod pods;
+mod sandboxes;
 mod scheduling;
 mod snapshots;
 mod teardown;
