@@ -24,6 +24,7 @@ mod kubelet;
 mod pods;
 mod sandboxes;
 mod scheduling;
+mod serverless;
 mod snapshots;
 mod teardown;
 mod templates;

@@ -25,11 +25,12 @@ use crate::sandbox::{
     SandboxInfo, SandboxState, SandboxTransition, SandboxView, TeardownCause, check_services, container_inputs,
     dns_label, normalize_spec, restore_source, validate_spec,
 };
-use crate::serverless::{serverless_node_selector, serverless_toleration};
 use crate::slurm::{JobBaseState, JobId};
 use crate::sunk::{self, NotHandled};
 use crate::volumes::RegisteredVolume;
 use crate::world::World;
+
+use super::serverless::{serverless_node_selector, serverless_toleration};
 
 /// How a new sandbox came to be asked for, beyond its spec.
 struct Origin<'a> {
