@@ -16,7 +16,6 @@ const LARGEST_ALLOWED_CYCLE: usize = 3;
 const KNOWN_CYCLES: &[(&str, &[&str])] = &[
     ("cli", &["crate root", "emulator", "links", "policy", "runner", "sandbox", "values"]),
     ("executor", &["child", "file_helper", "init", "zygote"]),
-    ("sim", &["sandbox", "serverless", "snapshots", "templates", "volumes", "world"]),
 ];
 
 fn repository_root() -> PathBuf {
