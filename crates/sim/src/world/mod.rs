@@ -45,8 +45,9 @@ pub use tenants::TenantSpec;
 pub(crate) use timers::{Timer, Timers};
 
 /// What happened to a sandbox's Pod or placeholder job, for the sandbox lifecycle to take in.
-/// The Kubernetes and SUNK parts of the world queue these instead of calling into `sandbox`
-/// (which calls them), and `settle` hands them over in order, as it does Slurm's outcomes.
+/// The Kubernetes and SUNK parts of the world queue these instead of calling the sandbox commands
+/// (`sandboxes.rs`, which call them), and `settle` hands them over in order, as it does Slurm's
+/// outcomes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum SandboxOutcome {
     /// SUNK submitted the sandbox Pod's placeholder job.
