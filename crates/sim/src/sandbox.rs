@@ -279,8 +279,9 @@ pub struct SandboxView {
 }
 
 impl SandboxView {
-    /// Whether its Pod may be waiting on its host ([`World::awaits_host`](crate::world::World::awaits_host)): only a sandbox not
-    /// yet RUNNING whose Pod exists can be, so readers of a running or ended one skip the query.
+    /// Whether its Pod may be waiting on its host
+    /// ([`World::awaits_host`](crate::world::World::awaits_host)): only a sandbox not yet RUNNING
+    /// whose Pod exists can be, so readers of a running or ended one skip the query.
     pub fn may_await_host(&self) -> bool {
         !self.pod_uid.is_empty() && matches!(self.state, SandboxState::Creating | SandboxState::Pending)
     }

@@ -38,7 +38,7 @@ pub use faults::{InjectedFault, InjectedKind, OOM_EXIT_CODE};
 pub use images::{ImagePullFailure, ImagePullPolicy, ImagePulled, ImageToPull};
 pub use kubelet::NVIDIA_VISIBLE_DEVICES;
 pub use pods::{PodLifecycle, PodTransition};
-// The label is the sandbox lifecycle's; this is where the emulator has always found it.
+// The label is the sandbox lifecycle's; its old path stays for callers outside the crate.
 pub use crate::sandbox::SANDBOX_ID_LABEL;
 pub(crate) use scheduling::is_serverless_node;
 pub use tenants::TenantSpec;
