@@ -15,7 +15,6 @@ pub mod pager;
 pub mod query;
 pub mod runners;
 pub mod sandbox;
-mod serverless;
 pub mod slurm;
 pub mod snapshots;
 pub mod steps;

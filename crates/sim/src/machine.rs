@@ -41,6 +41,21 @@ pub struct IllegalTransition<T: Transition> {
     pub state: &'static str,
 }
 
+/// A transition the world's own bookkeeping has checked is legal. A refusal is a missed
+/// precondition, a bug: loud in debug builds (every test), while a release build leaves the
+/// machine as it was rather than take the emulator down.
+pub(crate) fn legal<T, M: Transition>(result: Result<T, IllegalTransition<M>>) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(illegal) => {
+            if cfg!(debug_assertions) {
+                panic!("{illegal}");
+            }
+            None
+        }
+    }
+}
+
 /// How often each transition of one machine ran.
 #[derive(Clone)]
 pub struct Counts<T: Transition> {

@@ -1,21 +1,15 @@
 //! File-system snapshots: saved copies of a sandbox's scratch volume, restorable into a new
 //! sandbox's volume (`ScratchVolume.restore_from_snapshot_id`). The world keeps the records and
 //! decides what may be captured; its host copies the files ([`SnapshotCapture`] says what to
-//! copy) and reports the outcome with [`World::finish_snapshot`]. Snapshots belong to an
+//! copy) and reports the outcome with
+//! [`World::finish_snapshot`](crate::world::World::finish_snapshot). Snapshots belong to an
 //! organization, outlive the sandbox they were taken from, and live as long as the world does.
 
 use std::collections::HashMap;
 
-use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::ids::SharedStr;
-use crate::machine::{IllegalTransition, Phase, phases, transitions};
-use crate::pager::Pager;
-use crate::sandbox::SandboxState;
+use crate::machine::{IllegalTransition, phases, transitions};
 use crate::time::SimTime;
-use crate::world::{World, legal};
-
-const DEFAULT_PAGE_SIZE: usize = 50;
-const MAX_PAGE_SIZE: usize = 1000;
 
 phases! {
     /// The life of a snapshot.
@@ -62,7 +56,11 @@ transitions! {
 }
 
 impl SnapshotTransition {
-    fn apply(self, record: &mut FileSystemSnapshot, to: SnapshotState) -> Result<(), IllegalTransition<Self>> {
+    pub(crate) fn apply(
+        self,
+        record: &mut FileSystemSnapshot,
+        to: SnapshotState,
+    ) -> Result<(), IllegalTransition<Self>> {
         self.check_from(record.state)?;
         record.state = to;
         Ok(())
@@ -106,260 +104,7 @@ pub struct SnapshotCapture {
 /// Every snapshot of every organization.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Snapshots {
-    by_id: HashMap<SharedStr, FileSystemSnapshot>,
+    pub(crate) by_id: HashMap<SharedStr, FileSystemSnapshot>,
     /// Organization → (request id, volume) → snapshot.
-    by_request: HashMap<String, HashMap<(String, String), SharedStr>>,
-}
-
-impl World {
-    /// Begins capturing scratch volumes of a running sandbox, one snapshot each (all or none:
-    /// every name is checked before any snapshot is made). An empty `volumes` list asks for
-    /// the sandbox's only scratch volume. A request id seen before, for the same volume,
-    /// answers the first request's snapshot without copying again.
-    pub fn begin_snapshots(
-        &mut self,
-        org: &str,
-        sandbox_id: &str,
-        volumes: &[String],
-        request_id: &str,
-        trigger: SnapshotTrigger,
-    ) -> SimResult<Vec<SnapshotCapture>> {
-        self.settle();
-        let settings = self.values.file_system_snapshots.clone();
-        if !settings.enabled {
-            return Err(SimError::FailedPrecondition {
-                reason: Reason::FssNotSupported,
-                message: "file-system snapshots are turned off in this emulator's values (fileSystemSnapshots.enabled)"
-                    .to_owned(),
-            });
-        }
-        let sandbox = self.get_sandbox(org, sandbox_id)?;
-        let field = match trigger {
-            SnapshotTrigger::Manual => "scratch_volume_name",
-            SnapshotTrigger::OnDelete => "snapshot_volumes",
-        };
-        let scratch: Vec<String> = sandbox
-            .spec()
-            .volumes
-            .iter()
-            .filter(|volume| {
-                matches!(volume.source, Some(cwsandbox_api::sandbox_v1::sandbox_volume::Source::Scratch(_)))
-            })
-            .map(|volume| volume.name.clone())
-            .collect();
-        let listed = || if scratch.is_empty() { "none".to_owned() } else { scratch.join(", ") };
-        let names: Vec<String> = match volumes {
-            [] if scratch.len() == 1 => scratch.clone(),
-            [] => {
-                return Err(SimError::invalid_field(
-                    field,
-                    format!("name the scratch volume to capture: the sandbox's scratch volumes are {}", listed()),
-                ));
-            }
-            names => names.to_vec(),
-        };
-        let mut violations = Vec::new();
-        for (index, name) in names.iter().enumerate() {
-            let at = if trigger == SnapshotTrigger::OnDelete { format!("{field}[{index}]") } else { field.to_owned() };
-            if !scratch.contains(name) {
-                violations.push(FieldViolation::new(
-                    at,
-                    format!("the sandbox has no scratch volume named {name:?} (its scratch volumes: {})", listed()),
-                ));
-            } else if names[..index].contains(name) {
-                violations.push(FieldViolation::new(at, format!("{name:?} is named twice")));
-            }
-        }
-        if !violations.is_empty() {
-            return Err(SimError::invalid(Reason::InvalidRequest, violations));
-        }
-        let replays: Vec<Option<FileSystemSnapshot>> = names
-            .iter()
-            .map(|name| {
-                let key = (request_id.to_owned(), name.clone());
-                self.snapshots
-                    .by_request
-                    .get(org)
-                    .and_then(|requests| requests.get(&key))
-                    .and_then(|id| self.snapshots.by_id.get(id))
-                    .filter(|_| !request_id.is_empty())
-                    .cloned()
-            })
-            .collect();
-        if let Some(other) = replays.iter().flatten().find(|snapshot| snapshot.source_sandbox_id != sandbox_id) {
-            return Err(SimError::invalid(
-                Reason::RequestIdConflict,
-                vec![FieldViolation::new(
-                    "request_id",
-                    format!("was used for a snapshot of sandbox {:?}", other.source_sandbox_id),
-                )],
-            ));
-        }
-        let fresh = replays.iter().filter(|replay| replay.is_none()).count();
-        if fresh > 0 && sandbox.state != SandboxState::Running {
-            return Err(SimError::FailedPrecondition {
-                reason: Reason::SandboxNotRunning,
-                message: format!(
-                    "sandbox {sandbox_id:?} is {}: only a RUNNING sandbox's volumes can be captured",
-                    format!("{:?}", sandbox.state).to_uppercase()
-                ),
-            });
-        }
-        let owned = self.snapshots.by_id.values().filter(|snapshot| snapshot.org == org).count();
-        let limit = settings.max_per_organization as usize;
-        if limit > 0 && owned + fresh > limit {
-            return Err(SimError::ResourceExhausted {
-                reason: Reason::FssQuotaExceeded,
-                message: format!(
-                    "the organization has {owned} file-system snapshots and may keep {limit} (fileSystemSnapshots.maxPerOrganization): delete some first"
-                ),
-                retry_after: None,
-            });
-        }
-        let now = self.now;
-        let mut captures = Vec::with_capacity(names.len());
-        for (name, replay) in names.into_iter().zip(replays) {
-            if let Some(snapshot) = replay {
-                self.snapshot_transitions.add(SnapshotTransition::Replay);
-                captures.push(SnapshotCapture { snapshot, pod_uid: sandbox.pod_uid.clone(), copy: false });
-                continue;
-            }
-            let snapshot = FileSystemSnapshot {
-                id: self.ids.uid(),
-                org: org.to_owned(),
-                state: SnapshotState::Creating,
-                state_reason: String::new(),
-                size_bytes: 0,
-                source_sandbox_id: sandbox_id.to_owned(),
-                source_volume_name: name.clone(),
-                trigger,
-                created: now,
-                completed: None,
-                updated: now,
-                request_id: request_id.to_owned(),
-            };
-            self.snapshot_transitions.add(SnapshotTransition::Begin);
-            if !request_id.is_empty() {
-                self.snapshots
-                    .by_request
-                    .entry(org.to_owned())
-                    .or_default()
-                    .insert((request_id.to_owned(), name), snapshot.id.clone());
-            }
-            self.snapshots.by_id.insert(snapshot.id.clone(), snapshot.clone());
-            captures.push(SnapshotCapture { snapshot, pod_uid: sandbox.pod_uid.clone(), copy: true });
-        }
-        Ok(captures)
-    }
-
-    /// The host finished copying a snapshot's files: `Ok(bytes)` makes it READY, `Err(why)`
-    /// FAILED. A snapshot deleted meanwhile, or not CREATING, is left as it is.
-    pub fn finish_snapshot(&mut self, id: &str, outcome: Result<u64, String>) -> Option<FileSystemSnapshot> {
-        self.settle();
-        let now = self.now;
-        let record = self.snapshots.by_id.get_mut(id)?;
-        if record.state != SnapshotState::Creating {
-            return Some(record.clone());
-        }
-        let (transition, to) = match &outcome {
-            Ok(_) => (SnapshotTransition::Complete, SnapshotState::Ready),
-            Err(_) => (SnapshotTransition::Fail, SnapshotState::Failed),
-        };
-        legal(transition.apply(record, to))?;
-        match outcome {
-            Ok(size) => record.size_bytes = size,
-            Err(why) => record.state_reason = why,
-        }
-        record.completed = Some(now);
-        record.updated = now;
-        let record = record.clone();
-        self.snapshot_transitions.add(transition);
-        Some(record)
-    }
-
-    /// One snapshot of the organization.
-    pub fn get_snapshot(&self, org: &str, id: &str) -> SimResult<FileSystemSnapshot> {
-        self.snapshots
-            .by_id
-            .get(id)
-            .filter(|snapshot| snapshot.org == org)
-            .cloned()
-            .ok_or_else(|| snapshot_not_found(id))
-    }
-
-    /// The organization's snapshots, oldest first, optionally only those of one sandbox.
-    pub fn list_snapshots(
-        &self,
-        org: &str,
-        source_sandbox_id: &str,
-        page_size: i32,
-        page_token: &str,
-    ) -> SimResult<(Vec<FileSystemSnapshot>, String)> {
-        let pager =
-            Pager::new("snapshots", [source_sandbox_id.to_owned()], page_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)?;
-        let invalid = || SimError::invalid_field("page_token", "not a page token of this listing");
-        let after = match pager.after(page_token)?.as_deref() {
-            None => None,
-            Some([created, id]) => Some((created.parse::<i64>().map_err(|_| invalid())?, id.clone())),
-            Some(_) => return Err(invalid()),
-        };
-        let mut matching: Vec<&FileSystemSnapshot> = self
-            .snapshots
-            .by_id
-            .values()
-            .filter(|snapshot| snapshot.org == org)
-            .filter(|snapshot| source_sandbox_id.is_empty() || snapshot.source_sandbox_id == source_sandbox_id)
-            .collect();
-        matching.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
-        let start = match &after {
-            None => 0,
-            Some((created, id)) => matching
-                .iter()
-                .position(|snapshot| (snapshot.created.millis(), snapshot.id.as_str()) > (*created, id.as_str()))
-                .unwrap_or(matching.len()),
-        };
-        Ok(pager.page(matching.into_iter().skip(start).cloned(), |last| {
-            vec![last.created.millis().to_string(), last.id.to_string()]
-        }))
-    }
-
-    /// Deletes a snapshot: the answer is its record as DELETING, after which it is gone (the host
-    /// removes its files). One still being copied cannot be deleted yet.
-    pub fn delete_snapshot(&mut self, org: &str, id: &str) -> SimResult<FileSystemSnapshot> {
-        self.settle();
-        let mut record = self.get_snapshot(org, id)?;
-        if record.state == SnapshotState::Creating {
-            return Err(SimError::FailedPrecondition {
-                reason: Reason::FssNotReady,
-                message: format!("snapshot {id:?} is still being created: delete it once it is READY or FAILED"),
-            });
-        }
-        legal(SnapshotTransition::Delete.apply(&mut record, SnapshotState::Deleting));
-        record.updated = self.now;
-        self.snapshot_transitions.add(SnapshotTransition::Delete);
-        self.snapshots.by_id.remove(id);
-        if let Some(requests) = self.snapshots.by_request.get_mut(org) {
-            requests.retain(|_, snapshot| snapshot.as_str() != id);
-        }
-        Ok(record)
-    }
-
-    /// Checks that a snapshot a new sandbox restores from exists in the organization and is READY.
-    pub(crate) fn check_restorable(&self, org: &str, id: &str, field: String) -> SimResult<()> {
-        match self.snapshots.by_id.get(id).filter(|snapshot| snapshot.org == org) {
-            None => Err(SimError::NotFound {
-                reason: Reason::FssNotFound,
-                message: format!("{field}: file-system snapshot {id:?} not found"),
-            }),
-            Some(snapshot) if snapshot.state != SnapshotState::Ready => Err(SimError::FailedPrecondition {
-                reason: Reason::FssNotReady,
-                message: format!("{field}: file-system snapshot {id:?} is {}, not READY", snapshot.state.name()),
-            }),
-            Some(_) => Ok(()),
-        }
-    }
-}
-
-fn snapshot_not_found(id: &str) -> SimError {
-    SimError::NotFound { reason: Reason::FssNotFound, message: format!("file-system snapshot {id:?} not found") }
+    pub(crate) by_request: HashMap<String, HashMap<(String, String), SharedStr>>,
 }

@@ -96,3 +96,11 @@ impl Clock for ManualClock {
         SimTime(self.now_millis.load(Ordering::SeqCst))
     }
 }
+
+/// Names one scheduled timer (`world::Timers`), so it can be cancelled: kept here, below the
+/// lifecycles, because a sandbox holds its lifetime timer's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimerKey {
+    pub(crate) at: SimTime,
+    pub(crate) sequence: u64,
+}

@@ -8,7 +8,8 @@ use crate::ids::SharedStr;
 use crate::k8s::{EventType, LOCK_KEY, PodOwner, PodPhase, Taint};
 use crate::slurm::{JobBaseState, JobId, JobKind, JobPhase, SLURM_USER_UID};
 
-use crate::world::{SandboxOutcome, Timer, Transition, World, legal};
+use crate::machine::legal;
+use crate::world::{SandboxOutcome, Timer, Transition, World};
 
 impl World {
     /// The slurmd Pod of a Slurm node. Remembered per node (the lock annotation changes several

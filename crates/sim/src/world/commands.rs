@@ -9,7 +9,8 @@ use crate::k8s::{Pod, PodOwner};
 use crate::query::Scope;
 use crate::slurm::{JobBaseState, JobId, JobKind, JobRequest, Sharing, SubmitError};
 
-use crate::world::{SandboxOutcome, World, legal, shared_org_name};
+use crate::machine::legal;
+use crate::world::{SandboxOutcome, World, shared_org_name};
 
 impl World {
     /// `scancel` by `by_uid`, of a job inside `scope` (others are NOT_FOUND like unknown ids).

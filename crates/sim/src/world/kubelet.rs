@@ -8,7 +8,8 @@ use crate::config::CpuManagerPolicy;
 use crate::k8s::{ContainerState, EventType, Pod, PodOwner, PodPhase};
 use crate::slurm::{JobBaseState, JobId};
 
-use crate::world::{ContainerStart, Effect, PodTransition, Transition, World, legal};
+use crate::machine::legal;
+use crate::world::{ContainerStart, Effect, PodTransition, Transition, World};
 
 /// The variable through which a container learns which GPUs it has.
 pub const NVIDIA_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";

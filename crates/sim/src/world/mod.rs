@@ -11,7 +11,7 @@ use crate::config::{SandboxValues, Values};
 use crate::error::SimResult;
 use crate::ids::{IdHash, IdSource, SharedStr};
 use crate::k8s::{Cluster, Event, EventType, Namespace, ObjectRef};
-use crate::machine::{Counts, IllegalTransition, transitions};
+use crate::machine::{Counts, transitions};
 use crate::resolved::{ResourceAmounts, Toleration};
 use crate::runners::RunnerRegistry;
 use crate::slurm::{JobId, Slurm, SlurmOutcome};
@@ -22,24 +22,32 @@ mod faults;
 mod images;
 mod kubelet;
 mod pods;
+mod sandboxes;
 mod scheduling;
+mod serverless;
+mod snapshots;
 mod teardown;
+mod templates;
 mod tenants;
 mod timers;
 mod topology;
+mod volumes;
 
 pub use commands::{DeletedPod, PodDeletion, requested_sharing};
 pub use faults::{InjectedFault, InjectedKind, OOM_EXIT_CODE};
 pub use images::{ImagePullFailure, ImagePullPolicy, ImagePulled, ImageToPull};
 pub use kubelet::NVIDIA_VISIBLE_DEVICES;
 pub use pods::{PodLifecycle, PodTransition};
+// The label is the sandbox lifecycle's; its old path stays for callers outside the crate.
+pub use crate::sandbox::SANDBOX_ID_LABEL;
 pub(crate) use scheduling::is_serverless_node;
 pub use tenants::TenantSpec;
-pub(crate) use timers::{Timer, TimerKey, Timers};
+pub(crate) use timers::{Timer, Timers};
 
 /// What happened to a sandbox's Pod or placeholder job, for the sandbox lifecycle to take in.
-/// The Kubernetes and SUNK parts of the world queue these instead of calling into `sandbox`
-/// (which calls them), and `settle` hands them over in order, as it does Slurm's outcomes.
+/// The Kubernetes and SUNK parts of the world queue these instead of calling the sandbox commands
+/// (`sandboxes.rs`, which call them), and `settle` hands them over in order, as it does Slurm's
+/// outcomes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum SandboxOutcome {
     /// SUNK submitted the sandbox Pod's placeholder job.
@@ -79,24 +87,6 @@ pub struct ContainerStart {
     /// `limits.cpu` in thousandths of a CPU, for a runtime that enforces it.
     pub cpu_limit_millis: Option<u64>,
 }
-
-/// A transition the world's own bookkeeping has checked is legal. A refusal is a missed
-/// precondition, a bug: loud in debug builds (every test), while a release build leaves the
-/// machine as it was rather than take the emulator down.
-pub(crate) fn legal<T, M: crate::machine::Transition>(result: Result<T, IllegalTransition<M>>) -> Option<T> {
-    match result {
-        Ok(value) => Some(value),
-        Err(illegal) => {
-            if cfg!(debug_assertions) {
-                panic!("{illegal}");
-            }
-            None
-        }
-    }
-}
-
-/// Label every sandbox Pod carries.
-pub const SANDBOX_ID_LABEL: &str = "sandbox.coreweave.com/sandbox-id";
 
 /// Something the world asks its host to do outside the simulation (run or stop processes).
 #[derive(Debug, Clone, PartialEq)]

@@ -6,7 +6,8 @@ use crate::config::FinalJobState;
 use crate::k8s::{ContainerState, EventType, PodOwner, PodPhase};
 use crate::slurm::JobBaseState;
 
-use crate::world::{Effect, PodTransition, SandboxOutcome, Timer, World, legal};
+use crate::machine::legal;
+use crate::world::{Effect, PodTransition, SandboxOutcome, Timer, World};
 
 impl World {
     /// Starts deleting a Pod: Terminating with its grace period, then removal. An unbound or

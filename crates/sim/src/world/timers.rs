@@ -3,9 +3,10 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::ids::SharedStr;
+use crate::machine::legal;
 use crate::slurm::{JobBaseState, JobId, JobKind, JobPhase};
-use crate::time::SimTime;
-use crate::world::{World, legal};
+use crate::time::{SimTime, TimerKey};
+use crate::world::World;
 
 /// What a timer does when it fires.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -23,13 +24,6 @@ pub(crate) enum Timer {
     ImagePullBackOff(SharedStr),
     OomKill(SharedStr),
     NodeNotReady(SharedStr),
-}
-
-/// Names one scheduled timer, so it can be cancelled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TimerKey {
-    at: SimTime,
-    sequence: u64,
 }
 
 type Bucket = VecDeque<(u64, Option<Timer>)>;
