@@ -633,7 +633,7 @@ fn run_ns_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
         report(plan.report_fd, ReportMessage::Ready(0));
         close_fds_except(&[0, 1, 2, plan.control_fd]);
         let control = (plan.control_fd >= 0).then_some(plan.control_fd);
-        crate::zygote::retitle(INIT_TITLE);
+        crate::process_title::retitle(INIT_TITLE);
         crate::init::run(None, main, control);
     }
     // Forked from the emulator: only the probe, which proves this path and has no channel. Init
@@ -681,7 +681,7 @@ fn exec_warm_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
     keep.sort_unstable();
     close_fds_except(&keep);
     let control = (plan.control_fd >= 0).then_some(plan.control_fd);
-    crate::zygote::retitle(INIT_TITLE);
+    crate::process_title::retitle(INIT_TITLE);
     crate::init::run_warm(plan.report_fd, plan.go_fd, plan.started_fd, control)
 }
 

@@ -52,7 +52,7 @@ extern "C" fn sandbox_init_entry(argc: c_int, argv: *const *const c_char, _envp:
     if argc == 3 {
         if argument(1) == crate::zygote::ZYGOTE_MAGIC {
             // SAFETY: the kernel lays out the `argc` strings of `argv` one after the other.
-            unsafe { crate::zygote::remember_command_line(argc as usize, argv) };
+            unsafe { crate::process_title::remember_command_line(argc as usize, argv) };
             match parse_decimal(argument(2)) {
                 Some(socket) => crate::zygote::run(socket as c_int),
                 None => exit(1),

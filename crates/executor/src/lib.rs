@@ -25,6 +25,7 @@ mod init;
 mod init_channel;
 mod logs;
 mod message_socket;
+mod process_title;
 pub(crate) mod rootfs;
 mod spawner;
 mod sys;
