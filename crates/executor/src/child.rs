@@ -34,10 +34,10 @@ use libc::{c_char, c_int, pid_t};
 #[cfg(test)]
 use crate::sys::parse_decimal;
 use crate::sys::{
-    block_all_signals, close_fds_except, control_signalfd, drop_privileges, errno, exit, exit_code_of, format_decimal,
-    mount, next_signal, next_signal_timeout, peer_gone, pipe_cloexec, pivot_root_here, raw_fork,
+    block_all_signals, close_fds_except, control_signalfd, drop_privileges, errno, exec_self, exit, exit_code_of,
+    format_decimal, mount, next_signal, next_signal_timeout, peer_gone, pipe_cloexec, pivot_root_here, raw_fork,
     rearm_parent_death_signal, remount_read_only, reset_signal_dispositions, set_idle_scheduling, set_name,
-    set_not_dumpable, set_parent_death_signal, switch_ids, unblock_all_signals, write_all,
+    set_not_dumpable, set_parent_death_signal, switch_ids, unblock_all_signals, unsafe_kill, write_all,
 };
 
 /// One step of sandbox setup, reported back to the emulator when it fails.
@@ -565,11 +565,6 @@ pub(crate) fn run_ns_keeper(plan: &InitPlan) -> ! {
     }
 }
 
-pub(crate) fn unsafe_kill(pid: pid_t, signal: c_int) {
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe { libc::kill(pid, signal) };
-}
-
 fn sorted_keep(plan: &InitPlan) -> [RawFd; 8] {
     // The pipes were created after stdio, so they are above 2 (or -1: none, which
     // `close_fds_except` passes over).
@@ -683,16 +678,6 @@ fn exec_warm_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
     let control = (plan.control_fd >= 0).then_some(plan.control_fd);
     crate::process_title::retitle(INIT_TITLE);
     crate::init::run_warm(plan.report_fd, plan.go_fd, plan.started_fd, control)
-}
-
-/// Executes the emulator's own binary (open at `self_exe`) with `argv` (NULL-terminated) and an
-/// empty environment; returns only if that failed (`errno` says why). Fork-safe.
-pub(crate) fn exec_self(self_exe: RawFd, argv: &[*const c_char]) {
-    let envp = [std::ptr::null::<c_char>()];
-    // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
-    unsafe {
-        libc::syscall(libc::SYS_execveat, self_exe, c"".as_ptr(), argv.as_ptr(), envp.as_ptr(), libc::AT_EMPTY_PATH)
-    };
 }
 
 /// The command line of an init that runs in place, as a re-executed one's begins.

@@ -18,12 +18,12 @@ use std::ffi::{CStr, c_char, c_int};
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use crate::activation::Activation;
-use crate::child::{self, Credentials, MainExec, Program, ReportMessage, Stage, report, unsafe_kill};
+use crate::child::{self, Credentials, MainExec, Program, ReportMessage, Stage, report};
 use crate::init_channel::{ExecOrder, MAX_ORDER_BYTES, Order, Report};
 use crate::sys::ENVELOPE_BUFFER_BYTES;
 use crate::sys::{
     self, control_signalfd, drop_bounding_set, errno, exit, limit_capabilities, next_signal, parse_decimal, set_name,
-    set_not_dumpable,
+    set_not_dumpable, unsafe_kill,
 };
 
 /// The argument that makes a program a sandbox's init.

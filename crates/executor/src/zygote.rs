@@ -332,7 +332,7 @@ impl Zygote {
                 if libc::fcntl(socket, libc::F_SETFD, 0) < 0 {
                     return Err(io::Error::last_os_error());
                 }
-                child::exec_self(self_exe, std::slice::from_raw_parts(argv.as_ptr().cast(), argv.len()));
+                sys::exec_self(self_exe, std::slice::from_raw_parts(argv.as_ptr().cast(), argv.len()));
                 Err(io::Error::last_os_error())
             });
         }
