@@ -27,8 +27,10 @@ use libc::{c_int, pid_t};
 use tokio::sync::oneshot;
 
 use crate::activation::{Reader, put_bytes, put_ids};
-use crate::child::{self, Bind, IdMap, InitPlan, NsPlan, Program};
+use crate::child;
+use crate::main_command::Program;
 use crate::message_socket::MessageSocket;
+use crate::sandbox_plan::{Bind, IdMap, InitPlan, NsPlan};
 use crate::spawner::Spawner;
 use crate::sys::{self, block_all_signals, control_signalfd, errno, exit, next_signal, set_name};
 
