@@ -1,20 +1,14 @@
-//! The sandbox's init once its setup is done, and the entry point of the processes the
-//! emulator's binary is executed as: the zygote (`crate::zygote`) and a re-executed init.
+//! The sandbox's init once its setup is done.
 //!
 //! A process forked from the emulator holds a copy of its memory and environment (its tokens
 //! among them), readable by any process of the sandbox through `/proc/1/mem` and
 //! `/proc/1/environ`. So namespaced sandboxes descend from the zygote, the emulator's binary
 //! executed with an empty environment, and their init runs this loop in place. The probe at
 //! start is forked from the emulator: its init executes the program it came from again
-//! (through a descriptor opened at start, with an empty environment and a marker argument)
-//! before it runs the loop.
-//!
-//! The markers are recognised before `main` runs, by a function in `.init_array`: every
-//! program that links this crate (the emulator, its tests) becomes a zygote or a sandbox init
-//! when started that way, without a separate binary to install. glibc passes `argc`, `argv`
-//! and `envp` to these functions, as the Rust standard library itself relies on.
+//! (through a descriptor opened at start, with an empty environment and a marker argument that
+//! `crate::process_entry` recognises) before it runs the loop.
 
-use std::ffi::{CStr, c_char, c_int};
+use std::ffi::{CStr, c_int};
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use crate::activation::Activation;
@@ -23,8 +17,8 @@ use crate::main_command::{self, Credentials, MainExec, Program};
 use crate::setup_report::{ReportMessage, Stage, report};
 use crate::sys::ENVELOPE_BUFFER_BYTES;
 use crate::sys::{
-    self, control_signalfd, drop_bounding_set, errno, exit, exit_code_of, limit_capabilities, next_signal,
-    parse_decimal, set_name, set_not_dumpable, unsafe_kill,
+    self, control_signalfd, drop_bounding_set, errno, exit, exit_code_of, limit_capabilities, next_signal, set_name,
+    set_not_dumpable, unsafe_kill,
 };
 
 /// The argument that makes a program a sandbox's init.
@@ -33,43 +27,6 @@ pub(crate) const INIT_MAGIC: &CStr = c"--cwsandbox-init-v1";
 /// How long an exec'd command's process group has between SIGTERM and SIGKILL once the
 /// emulator ended it (its caller went away).
 const EXEC_KILL_GRACE_MS: i64 = 1_000;
-
-#[used]
-#[unsafe(link_section = ".init_array")]
-static SANDBOX_INIT_ENTRY: extern "C" fn(c_int, *const *const c_char, *const *const c_char) = sandbox_init_entry;
-
-/// Keeps [`SANDBOX_INIT_ENTRY`] in every program that uses the executor: the linker
-/// only takes an object file from a library for a symbol someone refers to.
-pub(crate) fn keep_linked() {
-    std::hint::black_box(&SANDBOX_INIT_ENTRY);
-}
-
-extern "C" fn sandbox_init_entry(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
-    if !(argc == 3 || argc == 4) || argv.is_null() {
-        return;
-    }
-    // SAFETY: the kernel hands a program `argc` valid C strings in `argv`.
-    let argument = |index: usize| unsafe { CStr::from_ptr(*argv.add(index)) };
-    if argc == 3 {
-        if argument(1) == crate::zygote::ZYGOTE_MAGIC {
-            // SAFETY: the kernel lays out the `argc` strings of `argv` one after the other.
-            unsafe { crate::process_title::remember_command_line(argc as usize, argv) };
-            match parse_decimal(argument(2)) {
-                Some(socket) => crate::zygote::run(socket as c_int),
-                None => exit(1),
-            }
-        }
-        return;
-    }
-    if argument(1) != INIT_MAGIC {
-        return;
-    }
-    // The probe's re-executed init: its report descriptor and its main pid (0: none).
-    let (Some(report_fd), Some(main)) = (parse_decimal(argument(2)), parse_decimal(argument(3))) else {
-        exit(1);
-    };
-    run(Some(report_fd as c_int), main as libc::pid_t, None)
-}
 
 /// Reports ready on the descriptor the setup handed over (a re-executed init's), unless init
 /// reported before (one running in place), then runs the init loop (a probe, whose `main` is

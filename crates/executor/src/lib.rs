@@ -26,6 +26,7 @@ mod init_channel;
 mod logs;
 mod main_command;
 mod message_socket;
+mod process_entry;
 mod process_title;
 pub(crate) mod rootfs;
 mod sandbox_plan;

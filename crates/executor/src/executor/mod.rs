@@ -205,7 +205,7 @@ impl Executor {
     /// Creates an executor. With [`Isolation::Auto`] it probes whether namespaces
     /// work here and falls back to plain processes, with a warning, when they do not.
     pub fn new(mut config: ExecutorConfig) -> Result<Executor, ExecutorError> {
-        crate::init::keep_linked();
+        crate::process_entry::keep_linked();
         std::fs::create_dir_all(&config.root_dir)?;
         config.root_dir = config.root_dir.canonicalize()?;
         let self_exe = sys::open_own_executable()?;
