@@ -35,6 +35,7 @@ mod spawner;
 mod sys;
 mod tree_copy;
 mod zygote;
+mod zygote_process;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

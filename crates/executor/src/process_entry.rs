@@ -1,6 +1,6 @@
 //! The entry point of the processes the emulator's binary is executed as: the zygote
-//! (`crate::zygote`) and the probe's re-executed init (`crate::init`). It dispatches to both, so
-//! it sits above them.
+//! (`crate::zygote_process`) and the probe's re-executed init (`crate::init`). It dispatches to
+//! both, so it sits above them.
 //!
 //! The markers are recognised before `main` runs, by a function in `.init_array`: every
 //! program that links this crate (the emulator, its tests) becomes a zygote or a sandbox init
@@ -12,7 +12,8 @@ use std::ffi::{CStr, c_char, c_int};
 use crate::init::{self, INIT_MAGIC};
 use crate::process_title::remember_command_line;
 use crate::sys::{exit, parse_decimal};
-use crate::zygote::{self, ZYGOTE_MAGIC};
+use crate::zygote::ZYGOTE_MAGIC;
+use crate::zygote_process;
 
 #[used]
 #[unsafe(link_section = ".init_array")]
@@ -35,7 +36,7 @@ extern "C" fn sandbox_init_entry(argc: c_int, argv: *const *const c_char, _envp:
             // SAFETY: the kernel lays out the `argc` strings of `argv` one after the other.
             unsafe { remember_command_line(argc as usize, argv) };
             match parse_decimal(argument(2)) {
-                Some(socket) => zygote::run(socket as c_int),
+                Some(socket) => zygote_process::run(socket as c_int),
                 None => exit(1),
             }
         }
