@@ -15,7 +15,6 @@ const LARGEST_ALLOWED_CYCLE: usize = 3;
 /// only shrinks, like the client suite's expectations.
 const KNOWN_CYCLES: &[(&str, &[&str])] = &[
     ("cli", &["crate root", "emulator", "links", "policy", "runner", "sandbox", "values"]),
-    ("executor", &["child", "file_helper", "init", "zygote"]),
     ("sim", &["sandbox", "serverless", "snapshots", "templates", "volumes", "world"]),
 ];
 
