@@ -25,262 +25,27 @@
 //! `PR_SET_PDEATHSIG`. A keeper forked from the zygote runs this same code: the zygote is
 //! single-threaded, so its children could do more, but the keeper's code is shared.
 
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::RawFd;
 
 use libc::{c_char, c_int, pid_t};
 
+use crate::main_command::{Credentials, MainExec, exec_main};
+use crate::sandbox_plan::{IdMap, InitPlan, NsPlan};
+use crate::setup_report::{ReportMessage, Stage, parse_report, report};
 #[cfg(test)]
 use crate::sys::parse_decimal;
 use crate::sys::{
-    block_all_signals, close_fds_except, control_signalfd, drop_privileges, errno, exit, exit_code_of, format_decimal,
-    mount, next_signal, next_signal_timeout, peer_gone, pipe_cloexec, pivot_root_here, raw_fork,
+    block_all_signals, close_fds_except, control_signalfd, drop_privileges, errno, exec_self, exit, exit_code_of,
+    format_decimal, mount, next_signal, next_signal_timeout, peer_gone, pipe_cloexec, pivot_root_here, raw_fork,
     rearm_parent_death_signal, remount_read_only, reset_signal_dispositions, set_idle_scheduling, set_name,
-    set_not_dumpable, set_parent_death_signal, switch_ids, unblock_all_signals, write_all,
+    set_not_dumpable, set_parent_death_signal, switch_ids, unblock_all_signals, unsafe_kill, write_all,
 };
-
-/// One step of sandbox setup, reported back to the emulator when it fails.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum Stage {
-    Unshare = 1,
-    SetGroups,
-    GidMap,
-    UidMap,
-    Hostname,
-    MountPrivate,
-    MountRoot,
-    MountHost,
-    MountDevpts,
-    Pipe,
-    Fork,
-    MountProc,
-    PivotRoot,
-    Credentials,
-    ExecInit,
-    Signalfd,
-    Loopback,
-}
-
-impl Stage {
-    const ALL: [Stage; 17] = [
-        Stage::Unshare,
-        Stage::SetGroups,
-        Stage::GidMap,
-        Stage::UidMap,
-        Stage::Hostname,
-        Stage::MountPrivate,
-        Stage::MountRoot,
-        Stage::MountHost,
-        Stage::MountDevpts,
-        Stage::Pipe,
-        Stage::Fork,
-        Stage::MountProc,
-        Stage::PivotRoot,
-        Stage::Credentials,
-        Stage::ExecInit,
-        Stage::Signalfd,
-        Stage::Loopback,
-    ];
-
-    fn from_u8(value: u8) -> Option<Stage> {
-        Stage::ALL.into_iter().find(|stage| *stage as u8 == value)
-    }
-
-    pub(crate) fn describe(self) -> &'static str {
-        match self {
-            Stage::Unshare => "unshare(user/uts/ipc/mount/pid namespaces)",
-            Stage::SetGroups => "write /proc/self/setgroups",
-            Stage::GidMap => "write the gid map",
-            Stage::UidMap => "write the uid map",
-            Stage::Hostname => "sethostname",
-            Stage::MountPrivate => "make mounts private",
-            Stage::MountRoot => "bind the sandbox's root directory",
-            Stage::MountHost => "bind a host directory or device read-only",
-            Stage::MountDevpts => "mount the sandbox's devpts",
-            Stage::Pipe => "pipe",
-            Stage::Fork => "fork",
-            Stage::MountProc => "mount /proc for the pid namespace",
-            Stage::PivotRoot => "pivot_root into the sandbox's root",
-            Stage::Credentials => "drop capabilities and switch to the sandbox's root user",
-            Stage::ExecInit => "execute the sandbox's init",
-            Stage::Signalfd => "signalfd",
-            Stage::Loopback => "bring up the loopback interface of the sandbox's network namespace",
-        }
-    }
-}
-
-/// What a child tells the emulator on the report pipe: fixed 6-byte records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ReportMessage {
-    /// Setup is complete; the value is the main process's pid in plain mode.
-    Ready(pid_t),
-    Failed(Stage, c_int),
-}
-
-const REPORT_LEN: usize = 6;
-
-pub(crate) fn report(fd: RawFd, message: ReportMessage) {
-    let (tag, stage, value) = match message {
-        ReportMessage::Ready(pid) => (b'R', 0, pid),
-        ReportMessage::Failed(stage, errno) => (b'E', stage as u8, errno),
-    };
-    let value = value.to_le_bytes();
-    // Records are shorter than PIPE_BUF, so each write is atomic even when two
-    // processes of the same sandbox report on the pipe.
-    write_all(fd, &[tag, stage, value[0], value[1], value[2], value[3]]);
-}
 
 fn fail(fd: RawFd, stage: Stage, errno: c_int) -> ! {
     report(fd, ReportMessage::Failed(stage, errno));
     exit(1)
-}
-
-/// Decodes the records read from a report pipe, first message first.
-pub(crate) fn parse_report(bytes: &[u8]) -> Vec<ReportMessage> {
-    bytes
-        .chunks_exact(REPORT_LEN)
-        .filter_map(|record| {
-            let value = i32::from_le_bytes([record[2], record[3], record[4], record[5]]);
-            match record[0] {
-                b'R' => Some(ReportMessage::Ready(value)),
-                b'E' => Some(ReportMessage::Failed(Stage::from_u8(record[1])?, value)),
-                _ => None,
-            }
-        })
-        .collect()
-}
-
-/// How the ids of a sandbox's user namespace map to the host's.
-pub(crate) enum IdMap {
-    /// The emulator is unprivileged: its own uid and gid map to themselves (the only
-    /// mapping it may write), written by the keeper from inside.
-    Own { uid_map: CString, gid_map: CString },
-    /// The emulator is root: the sandbox's ids 0..N map to an unused range of host ids,
-    /// so the sandbox's root owns nothing of the host. Only a process outside the new
-    /// namespace may write such a map: a helper forked before `unshare` does.
-    Range { uid_map: CString, gid_map: CString },
-}
-
-/// A host path bound into the sandbox's root.
-pub(crate) struct Bind {
-    pub(crate) source: CString,
-    pub(crate) target: CString,
-    pub(crate) read_only: bool,
-}
-
-/// How to build a sandbox's namespaces and its root.
-pub(crate) struct NsPlan {
-    pub(crate) flags: c_int,
-    /// `None`: no user namespace (root where none can be made).
-    pub(crate) id_map: Option<IdMap>,
-    pub(crate) hostname: CString,
-    /// Host directory that becomes the sandbox's `/` (prepared by `rootfs`).
-    pub(crate) rootfs: CString,
-    /// Host directories and devices bound into it, in order.
-    pub(crate) binds: Vec<Bind>,
-    /// `<rootfs>/dev/pts`, `<rootfs>/proc` and `<rootfs>/proc/sys`.
-    pub(crate) devpts: CString,
-    pub(crate) proc_dir: CString,
-    pub(crate) proc_sys: CString,
-    /// The (uid, gid) of the user namespace the main command switches to, where it switches
-    /// (a root emulator's sandboxes: their root, or the ids the spec asks for).
-    pub(crate) main_ids: Option<(u32, u32)>,
-}
-
-impl NsPlan {
-    /// What init switches to: uid and gid 0 of the user namespace for a root emulator's
-    /// sandboxes, nothing otherwise. Init stays the sandbox's root whatever user the commands
-    /// run as, so it can reap and signal them all.
-    pub(crate) fn init_ids(&self) -> Option<(u32, u32)> {
-        matches!(self.id_map, Some(IdMap::Range { .. })).then_some((0, 0))
-    }
-}
-
-/// The main command, ready for `execve`.
-pub(crate) struct Program {
-    /// Paths to try in order (the `PATH` search is done before forking).
-    candidates: Vec<CString>,
-    _argv: Vec<CString>,
-    argv: Vec<*const c_char>,
-    _envp: Vec<CString>,
-    envp: Vec<*const c_char>,
-    not_found: Vec<u8>,
-    denied: Vec<u8>,
-    failed: Vec<u8>,
-    /// The program as the user wrote it, for those messages.
-    display: String,
-}
-
-// SAFETY: the raw pointers point into the CStrings owned by the same value, which
-// are never mutated or moved out while it lives; the value is only read.
-unsafe impl Send for Program {}
-// SAFETY: see above; shared reads of immutable data.
-unsafe impl Sync for Program {}
-
-impl Program {
-    pub(crate) fn new(candidates: Vec<CString>, argv: Vec<CString>, envp: Vec<CString>, display: &str) -> Program {
-        let argv_ptrs = argv.iter().map(|arg| arg.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-        let envp_ptrs = envp.iter().map(|var| var.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-        Program {
-            candidates,
-            _argv: argv,
-            argv: argv_ptrs,
-            _envp: envp,
-            envp: envp_ptrs,
-            not_found: format!("cwsandbox: {display}: command not found\n").into_bytes(),
-            denied: format!("cwsandbox: {display}: permission denied\n").into_bytes(),
-            failed: format!("cwsandbox: {display}: cannot execute\n").into_bytes(),
-            display: display.to_owned(),
-        }
-    }
-
-    /// What [`Program::new`] was made from, to send it to another process.
-    pub(crate) fn command(&self) -> crate::activation::MainCommand {
-        crate::activation::MainCommand {
-            candidates: self.candidates.clone(),
-            argv: self._argv.clone(),
-            envp: self._envp.clone(),
-            display: self.display.clone(),
-        }
-    }
-}
-
-/// Everything a sandbox keeper needs, prepared before the fork.
-pub(crate) struct InitPlan {
-    /// The emulator's pid, to detect that it died before the death signal was armed.
-    pub(crate) parent: pid_t,
-    pub(crate) report_fd: RawFd,
-    /// The main command waits for one byte here before it runs: the emulator
-    /// sends it once it holds its handles on the sandbox, so even a command that
-    /// ends at once cannot take the namespaces away before they are opened.
-    pub(crate) go_fd: RawFd,
-    /// Close-on-exec: the emulator sees this pipe's end once the main command has
-    /// exec'd (or given up), so `start` returns with the command running.
-    pub(crate) started_fd: RawFd,
-    /// Init's end of its channel with the emulator (`crate::init_channel`), over which
-    /// commands are exec'd; -1 for none (plain mode, the probe).
-    pub(crate) control_fd: RawFd,
-    /// `None` runs the plain fallback.
-    pub(crate) ns: Option<NsPlan>,
-    /// The emulator's own executable, re-executed as the sandbox's init so that init holds
-    /// none of the emulator's memory or environment.
-    pub(crate) self_exe: RawFd,
-    /// A throw-away sandbox that only checks the setup works: init starts no command.
-    pub(crate) probe: bool,
-    /// A sandbox made ahead of need: init re-executes at once and waits on `go_fd` for its
-    /// [`crate::activation::Activation`], then starts the main command itself
-    /// (`crate::init`); `cwd` and `program` are unused.
-    pub(crate) warm: bool,
-    /// The keeper and everything it forks run at idle priority (`SCHED_IDLE`) until the
-    /// emulator raises them: for sandboxes made ahead of need, which must not take a CPU from
-    /// work that is waited for.
-    pub(crate) idle: bool,
-    pub(crate) cwd: CString,
-    pub(crate) cwd_message: Vec<u8>,
-    /// `None` keeps the sandbox alive with an idle process.
-    pub(crate) program: Option<Program>,
 }
 
 fn write_proc_file(path: &CStr, data: &[u8]) -> Result<(), c_int> {
@@ -565,11 +330,6 @@ pub(crate) fn run_ns_keeper(plan: &InitPlan) -> ! {
     }
 }
 
-pub(crate) fn unsafe_kill(pid: pid_t, signal: c_int) {
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe { libc::kill(pid, signal) };
-}
-
 fn sorted_keep(plan: &InitPlan) -> [RawFd; 8] {
     // The pipes were created after stdio, so they are above 2 (or -1: none, which
     // `close_fds_except` passes over).
@@ -633,7 +393,7 @@ fn run_ns_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
         report(plan.report_fd, ReportMessage::Ready(0));
         close_fds_except(&[0, 1, 2, plan.control_fd]);
         let control = (plan.control_fd >= 0).then_some(plan.control_fd);
-        crate::zygote::retitle(INIT_TITLE);
+        crate::process_title::retitle(INIT_TITLE);
         crate::init::run(None, main, control);
     }
     // Forked from the emulator: only the probe, which proves this path and has no channel. Init
@@ -681,35 +441,12 @@ fn exec_warm_init(plan: &InitPlan, ns: &NsPlan, life_read: RawFd) -> ! {
     keep.sort_unstable();
     close_fds_except(&keep);
     let control = (plan.control_fd >= 0).then_some(plan.control_fd);
-    crate::zygote::retitle(INIT_TITLE);
+    crate::process_title::retitle(INIT_TITLE);
     crate::init::run_warm(plan.report_fd, plan.go_fd, plan.started_fd, control)
-}
-
-/// Executes the emulator's own binary (open at `self_exe`) with `argv` (NULL-terminated) and an
-/// empty environment; returns only if that failed (`errno` says why). Fork-safe.
-pub(crate) fn exec_self(self_exe: RawFd, argv: &[*const c_char]) {
-    let envp = [std::ptr::null::<c_char>()];
-    // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
-    unsafe {
-        libc::syscall(libc::SYS_execveat, self_exe, c"".as_ptr(), argv.as_ptr(), envp.as_ptr(), libc::AT_EMPTY_PATH)
-    };
 }
 
 /// The command line of an init that runs in place, as a re-executed one's begins.
 const INIT_TITLE: &[u8] = b"cwsandbox-init\0--cwsandbox-init-v1\0";
-
-/// Kills what is left of the namespace, reaps it, and exits with the main command's code.
-pub(crate) fn end_namespace(main_status: c_int) -> ! {
-    unsafe_kill(-1, libc::SIGKILL);
-    loop {
-        // SAFETY: waitpid with a null status pointer.
-        let pid = unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) };
-        if pid < 0 && errno() != libc::EINTR {
-            break;
-        }
-    }
-    exit(exit_code_of(main_status))
-}
 
 /// The sandbox keeper in plain mode. Never returns.
 pub(crate) fn run_plain_keeper(plan: &InitPlan) -> ! {
@@ -842,89 +579,6 @@ fn run_main(plan: &InitPlan) -> ! {
     })
 }
 
-/// What the main command's process needs once it may run.
-pub(crate) struct MainExec<'a> {
-    /// Close-on-exec; a byte written to it says the command could not start. -1 for an
-    /// exec'd command, whose failure to start is its message on stderr and exit code 127.
-    pub(crate) started_fd: RawFd,
-    pub(crate) credentials: Credentials,
-    pub(crate) cwd: &'a CStr,
-    pub(crate) cwd_message: &'a [u8],
-    /// `None` keeps the sandbox alive with an idle process.
-    pub(crate) program: Option<&'a Program>,
-}
-
-pub(crate) enum Credentials {
-    /// Plain mode: the emulator's own.
-    Keep,
-    /// Namespaces mode: the sandbox's capabilities, and these ids where it switches.
-    Drop(Option<(u32, u32)>),
-}
-
-/// The message of a main command whose working directory cannot be entered.
-pub(crate) fn cwd_message(cwd: &str) -> Vec<u8> {
-    format!("cwsandbox: cannot enter the working directory {cwd}\n").into_bytes()
-}
-
-/// Enters the working directory and execs the main command. Fork-safe. Never returns.
-pub(crate) fn exec_main(main: &MainExec) -> ! {
-    // The ids were checked against the user namespace's map before the start, and init made
-    // the same capability drop, so this cannot fail in practice; if it does, nothing runs.
-    if let Credentials::Drop(ids) = main.credentials
-        && drop_privileges(ids).is_err()
-    {
-        not_started(main.started_fd, b"cwsandbox: cannot drop the sandbox's privileges\n");
-    }
-    unblock_all_signals();
-    // Keep only stdio: the sandbox's main command inherits nothing else of ours
-    // (the started pipe closes on exec).
-    let keep = [0, 1, 2, main.started_fd];
-    close_fds_except(if main.started_fd > 2 { &keep } else { &keep[..3] });
-    // SAFETY: valid C string.
-    if unsafe { libc::chdir(main.cwd.as_ptr()) } != 0 {
-        not_started(main.started_fd, main.cwd_message);
-    }
-    let Some(program) = main.program else {
-        // The default keep-alive process, like `sleep infinity`, without depending
-        // on the host having one. SIGTERM's default action ends it.
-        set_name(c"cwsandbox-idle");
-        // SAFETY: closing our end of the started pipe: we are "started".
-        unsafe { libc::close(main.started_fd) };
-        loop {
-            // SAFETY: pause has no preconditions.
-            unsafe { libc::pause() };
-        }
-    };
-    let mut worst = libc::ENOENT;
-    for candidate in &program.candidates {
-        // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
-        unsafe { libc::execve(candidate.as_ptr(), program.argv.as_ptr(), program.envp.as_ptr()) };
-        let error = errno();
-        // As a shell does: a later "not found" does not hide an earlier "denied".
-        if error != libc::ENOENT && error != libc::ENOTDIR {
-            worst = error;
-        }
-    }
-    let message = match worst {
-        libc::ENOENT | libc::ENOTDIR => &program.not_found,
-        libc::EACCES | libc::EPERM => &program.denied,
-        _ => &program.failed,
-    };
-    not_started(main.started_fd, message)
-}
-
-/// Ends a main command that cannot start: `message` on stderr (its logs), exit code 127. A
-/// byte on the started pipe tells the emulator, waiting on it, that no command runs: the pipe
-/// would close on exec, and closes at exit too, so the byte is what tells the two apart.
-/// Fork-safe.
-pub(crate) fn not_started(started_fd: RawFd, message: &[u8]) -> ! {
-    write_all(2, message);
-    if started_fd >= 0 {
-        write_all(started_fd, b"!");
-    }
-    exit(127)
-}
-
 /// `pre_exec` for a command run in a plain sandbox: it joins the main command's
 /// process group, so stopping the sandbox reaches it.
 pub(crate) fn exec_plain(parent: pid_t, group: pid_t, cwd: &CStr) -> io::Result<()> {
@@ -982,24 +636,6 @@ pub(crate) fn probe_namespaces(plan: &InitPlan, report_read: RawFd) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn report_records_round_trip() {
-        let mut bytes = Vec::new();
-        for message in [ReportMessage::Ready(42), ReportMessage::Failed(Stage::MountProc, libc::EPERM)] {
-            let (tag, stage, value) = match message {
-                ReportMessage::Ready(pid) => (b'R', 0, pid),
-                ReportMessage::Failed(stage, errno) => (b'E', stage as u8, errno),
-            };
-            bytes.push(tag);
-            bytes.push(stage);
-            bytes.extend_from_slice(&value.to_le_bytes());
-        }
-        assert_eq!(
-            parse_report(&bytes),
-            vec![ReportMessage::Ready(42), ReportMessage::Failed(Stage::MountProc, libc::EPERM)]
-        );
-    }
 
     #[test]
     fn proc_paths_are_formatted_without_allocation() {

@@ -1,29 +1,24 @@
-//! The sandbox's init once its setup is done, and the entry point of the processes the
-//! emulator's binary is executed as: the zygote (`crate::zygote`) and a re-executed init.
+//! The sandbox's init once its setup is done.
 //!
 //! A process forked from the emulator holds a copy of its memory and environment (its tokens
 //! among them), readable by any process of the sandbox through `/proc/1/mem` and
 //! `/proc/1/environ`. So namespaced sandboxes descend from the zygote, the emulator's binary
 //! executed with an empty environment, and their init runs this loop in place. The probe at
 //! start is forked from the emulator: its init executes the program it came from again
-//! (through a descriptor opened at start, with an empty environment and a marker argument)
-//! before it runs the loop.
-//!
-//! The markers are recognised before `main` runs, by a function in `.init_array`: every
-//! program that links this crate (the emulator, its tests) becomes a zygote or a sandbox init
-//! when started that way, without a separate binary to install. glibc passes `argc`, `argv`
-//! and `envp` to these functions, as the Rust standard library itself relies on.
+//! (through a descriptor opened at start, with an empty environment and a marker argument that
+//! `crate::process_entry` recognises) before it runs the loop.
 
-use std::ffi::{CStr, c_char, c_int};
+use std::ffi::{CStr, c_int};
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use crate::activation::Activation;
-use crate::child::{self, Credentials, MainExec, Program, ReportMessage, Stage, report, unsafe_kill};
 use crate::init_channel::{ExecOrder, MAX_ORDER_BYTES, Order, Report};
+use crate::main_command::{self, Credentials, MainExec, Program};
+use crate::setup_report::{ReportMessage, Stage, report};
 use crate::sys::ENVELOPE_BUFFER_BYTES;
 use crate::sys::{
-    self, control_signalfd, drop_bounding_set, errno, exit, limit_capabilities, next_signal, parse_decimal, set_name,
-    set_not_dumpable,
+    self, control_signalfd, drop_bounding_set, errno, exit, exit_code_of, limit_capabilities, next_signal, set_name,
+    set_not_dumpable, unsafe_kill,
 };
 
 /// The argument that makes a program a sandbox's init.
@@ -32,43 +27,6 @@ pub(crate) const INIT_MAGIC: &CStr = c"--cwsandbox-init-v1";
 /// How long an exec'd command's process group has between SIGTERM and SIGKILL once the
 /// emulator ended it (its caller went away).
 const EXEC_KILL_GRACE_MS: i64 = 1_000;
-
-#[used]
-#[unsafe(link_section = ".init_array")]
-static SANDBOX_INIT_ENTRY: extern "C" fn(c_int, *const *const c_char, *const *const c_char) = sandbox_init_entry;
-
-/// Keeps [`SANDBOX_INIT_ENTRY`] in every program that uses the executor: the linker
-/// only takes an object file from a library for a symbol someone refers to.
-pub(crate) fn keep_linked() {
-    std::hint::black_box(&SANDBOX_INIT_ENTRY);
-}
-
-extern "C" fn sandbox_init_entry(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
-    if !(argc == 3 || argc == 4) || argv.is_null() {
-        return;
-    }
-    // SAFETY: the kernel hands a program `argc` valid C strings in `argv`.
-    let argument = |index: usize| unsafe { CStr::from_ptr(*argv.add(index)) };
-    if argc == 3 {
-        if argument(1) == crate::zygote::ZYGOTE_MAGIC {
-            // SAFETY: the kernel lays out the `argc` strings of `argv` one after the other.
-            unsafe { crate::zygote::remember_command_line(argc as usize, argv) };
-            match parse_decimal(argument(2)) {
-                Some(socket) => crate::zygote::run(socket as c_int),
-                None => exit(1),
-            }
-        }
-        return;
-    }
-    if argument(1) != INIT_MAGIC {
-        return;
-    }
-    // The probe's re-executed init: its report descriptor and its main pid (0: none).
-    let (Some(report_fd), Some(main)) = (parse_decimal(argument(2)), parse_decimal(argument(3))) else {
-        exit(1);
-    };
-    run(Some(report_fd as c_int), main as libc::pid_t, None)
-}
 
 /// Reports ready on the descriptor the setup handed over (a re-executed init's), unless init
 /// reported before (one running in place), then runs the init loop (a probe, whose `main` is
@@ -122,27 +80,27 @@ pub(crate) fn run_warm(report_fd: c_int, activation_fd: c_int, started_fd: c_int
     unsafe { libc::close(report_fd) };
     let Some(activation) = read_activation(activation_fd) else {
         // Given up (an emulator shutting down, or a malformed activation): nothing ran.
-        child::end_namespace(0);
+        end_namespace(0);
     };
     let hostname = activation.hostname.as_bytes();
     // SAFETY: pointer and length describe the hostname bytes.
     if unsafe { libc::sethostname(hostname.as_ptr().cast(), hostname.len()) } != 0 {
-        child::not_started(started_fd, b"cwsandbox: cannot set the sandbox's hostname\n");
+        main_command::not_started(started_fd, b"cwsandbox: cannot set the sandbox's hostname\n");
     }
     // The sandbox's capabilities from now on, before any process of it exists: what the cold
     // start's init has after its re-execution with the reduced bounding set.
     if drop_bounding_set().and_then(|()| limit_capabilities()).is_err() {
-        child::not_started(started_fd, b"cwsandbox: cannot drop the sandbox's privileges\n");
+        main_command::not_started(started_fd, b"cwsandbox: cannot drop the sandbox's privileges\n");
     }
-    let cwd_message = child::cwd_message(&activation.cwd.to_string_lossy());
+    let cwd_message = main_command::cwd_message(&activation.cwd.to_string_lossy());
     let program = activation.main.map(|main| Program::new(main.candidates, main.argv, main.envp, &main.display));
     // SAFETY: this process has one thread; the child only execs or exits.
     let main = unsafe { libc::fork() };
     if main < 0 {
-        child::not_started(started_fd, b"cwsandbox: cannot fork the main command\n");
+        main_command::not_started(started_fd, b"cwsandbox: cannot fork the main command\n");
     }
     if main == 0 {
-        child::exec_main(&MainExec {
+        main_command::exec_main(&MainExec {
             started_fd,
             credentials: Credentials::Drop(activation.main_ids),
             cwd: &activation.cwd,
@@ -201,7 +159,7 @@ fn init_loop(main: libc::pid_t, signals: c_int, mut control: Option<OwnedFd>) ->
         // SAFETY: valid pollfds; a negative descriptor is skipped.
         let ready = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, timeout as c_int) };
         if ready < 0 && errno() != libc::EINTR {
-            child::end_namespace(libc::SIGKILL);
+            end_namespace(libc::SIGKILL);
         }
         if polls[0].revents != 0 {
             match next_signal(signals) {
@@ -209,7 +167,7 @@ fn init_loop(main: libc::pid_t, signals: c_int, mut control: Option<OwnedFd>) ->
                 Some(libc::SIGTERM) => unsafe_kill(-1, libc::SIGTERM),
                 Some(libc::SIGCHLD) => reap(main, &mut execs, control.as_ref()),
                 Some(_) => {}
-                None => child::end_namespace(libc::SIGKILL),
+                None => end_namespace(libc::SIGKILL),
             }
         }
         if polls[1].revents != 0
@@ -253,7 +211,7 @@ fn reap(main: libc::pid_t, execs: &mut [Exec], control: Option<&OwnedFd>) {
             return;
         }
         if pid == main {
-            child::end_namespace(status);
+            end_namespace(status);
         }
         if let Some(exec) = execs.iter_mut().find(|exec| exec.pid == pid && !exec.reaped) {
             exec.reaped = true;
@@ -262,6 +220,19 @@ fn reap(main: libc::pid_t, execs: &mut [Exec], control: Option<&OwnedFd>) {
             }
         }
     }
+}
+
+/// Kills what is left of the namespace, reaps it, and exits with the main command's code.
+fn end_namespace(main_status: c_int) -> ! {
+    unsafe_kill(-1, libc::SIGKILL);
+    loop {
+        // SAFETY: waitpid with a null status pointer.
+        let pid = unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) };
+        if pid < 0 && errno() != libc::EINTR {
+            break;
+        }
+    }
+    exit(exit_code_of(main_status))
 }
 
 /// Forks an ordered command with `stdio` as its standard descriptors and waits until it has
@@ -285,7 +256,7 @@ fn start(order: ExecOrder, stdio: Vec<OwnedFd>, execs: &mut Vec<Exec>, socket: &
         give_up(b"cwsandbox: cannot make a pipe for the command\n");
         return;
     };
-    let cwd_message = child::cwd_message(&order.cwd.to_string_lossy());
+    let cwd_message = main_command::cwd_message(&order.cwd.to_string_lossy());
     let command = order.command;
     let program = Program::new(command.candidates, command.argv, command.envp, &command.display);
     // SAFETY: this process has one thread; the child only sets itself up and execs or exits.
@@ -314,7 +285,7 @@ fn start(order: ExecOrder, stdio: Vec<OwnedFd>, execs: &mut Vec<Exec>, socket: &
                 libc::ioctl(0, libc::TIOCSCTTY, 0);
             }
         }
-        child::exec_main(&MainExec {
+        main_command::exec_main(&MainExec {
             started_fd: started_write,
             credentials: Credentials::Drop(order.ids),
             cwd: &order.cwd,

@@ -24,12 +24,18 @@ mod files;
 mod init;
 mod init_channel;
 mod logs;
+mod main_command;
 mod message_socket;
+mod process_entry;
+mod process_title;
 pub(crate) mod rootfs;
+mod sandbox_plan;
+mod setup_report;
 mod spawner;
 mod sys;
 mod tree_copy;
 mod zygote;
+mod zygote_process;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

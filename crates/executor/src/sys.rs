@@ -10,7 +10,7 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use libc::{c_int, c_long, pid_t};
+use libc::{c_char, c_int, c_long, pid_t};
 
 /// The calling thread's `errno`. Fork-safe.
 pub(crate) fn errno() -> c_int {
@@ -132,6 +132,11 @@ pub(crate) fn write_all(fd: RawFd, mut data: &[u8]) -> bool {
 pub(crate) fn exit(code: c_int) -> ! {
     // SAFETY: _exit never returns and is async-signal-safe.
     unsafe { libc::_exit(code) }
+}
+
+pub(crate) fn unsafe_kill(pid: pid_t, signal: c_int) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid, signal) };
 }
 
 /// Asks the kernel to send `signal` when the parent thread dies, and reports whether
@@ -640,6 +645,16 @@ pub(crate) fn open_own_executable() -> io::Result<OwnedFd> {
     }
     // SAFETY: a non-negative result is a new descriptor we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Executes the emulator's own binary (open at `self_exe`) with `argv` (NULL-terminated) and an
+/// empty environment; returns only if that failed (`errno` says why). Fork-safe.
+pub(crate) fn exec_self(self_exe: RawFd, argv: &[*const c_char]) {
+    let envp = [std::ptr::null::<c_char>()];
+    // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
+    unsafe {
+        libc::syscall(libc::SYS_execveat, self_exe, c"".as_ptr(), argv.as_ptr(), envp.as_ptr(), libc::AT_EMPTY_PATH)
+    };
 }
 
 /// A TCP socket connected to `port` on this network namespace's loopback: `127.0.0.1`, then

@@ -14,12 +14,17 @@
 //! pidfd (`CLONE_PIDFD`, so the emulator signals exactly that process) and, once it reaped it,
 //! its wait status. It exits when the emulator closes its end; it dies with the emulator
 //! (`PR_SET_PDEATHSIG`), and the keepers with it.
+//!
+//! This module is the emulator's end of the zygote and what both ends share: the messages and
+//! the plan's encoding. The zygote's own loop (`crate::zygote_process`) forks keepers and file
+//! helpers, and a file helper's caller holds this end, so the loop sits above both and this end
+//! below.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cwsandbox_sync::MutexUnpoisoned;
@@ -27,63 +32,29 @@ use libc::{c_int, pid_t};
 use tokio::sync::oneshot;
 
 use crate::activation::{Reader, put_bytes, put_ids};
-use crate::child::{self, Bind, IdMap, InitPlan, NsPlan, Program};
+use crate::main_command::Program;
 use crate::message_socket::MessageSocket;
+use crate::sandbox_plan::{Bind, IdMap, InitPlan, NsPlan};
 use crate::spawner::Spawner;
-use crate::sys::{self, block_all_signals, control_signalfd, errno, exit, next_signal, set_name};
+use crate::sys::{self, exit};
 
 /// The argument that makes a program the zygote (followed by its socket's descriptor).
 pub(crate) const ZYGOTE_MAGIC: &CStr = c"--cwsandbox-zygote-v1";
 
-/// Where the zygote's command line is (contiguous, as the kernel lays out `argv`), so the
-/// inits it leads to can show their own: `ps` and `/proc/1/cmdline` read this memory.
-static COMMAND_LINE: (AtomicPtr<u8>, AtomicUsize) = (AtomicPtr::new(std::ptr::null_mut()), AtomicUsize::new(0));
-
-/// Remembers the zygote's command line (`argc` strings at `argv`).
-///
-/// # Safety
-/// `argv` must hold `argc` valid C strings, laid out one after the other.
-pub(crate) unsafe fn remember_command_line(argc: usize, argv: *const *const libc::c_char) {
-    // SAFETY: per the caller, argv[0..argc] are valid C strings.
-    let (start, length) = unsafe {
-        let start = *argv;
-        let last = *argv.add(argc - 1);
-        (start, last.offset_from(start) as usize + CStr::from_ptr(last).to_bytes_with_nul().len())
-    };
-    COMMAND_LINE.0.store(start as *mut u8, Ordering::Relaxed);
-    COMMAND_LINE.1.store(length, Ordering::Relaxed);
-}
-
-/// Replaces this process's command line (one of the zygote's descendants) with `title`
-/// (NUL-separated arguments), cut to the room there is, the rest zeroed.
-pub(crate) fn retitle(title: &[u8]) {
-    let start = COMMAND_LINE.0.load(Ordering::Relaxed);
-    let length = COMMAND_LINE.1.load(Ordering::Relaxed);
-    if start.is_null() {
-        return;
-    }
-    // SAFETY: the area was the zygote's argv strings, which this process (a fork of it) owns a
-    // copy of and which nothing else reads as Rust data.
-    let area = unsafe { std::slice::from_raw_parts_mut(start, length) };
-    let kept = title.len().min(length.saturating_sub(1));
-    area[..kept].copy_from_slice(&title[..kept]);
-    area[kept..].fill(0);
-}
-
 /// The largest plan: a main command's arguments and environment are most of it, and `execve`
 /// refuses more than about 2 MiB of those. Plans over `sys::INLINE_PAYLOAD_BYTES` travel in a
 /// sealed memfd.
-const MAX_PLAN_BYTES: usize = 4 << 20;
+pub(crate) const MAX_PLAN_BYTES: usize = 4 << 20;
 
-const FORK_TAG: u8 = b'F';
+pub(crate) const FORK_TAG: u8 = b'F';
 /// Forks a file helper (`crate::file_helper`) instead of a keeper.
-const FORK_FILE_HELPER_TAG: u8 = b'H';
-const FORKED_TAG: u8 = b'P';
-const FORK_FAILED_TAG: u8 = b'X';
-const EXITED_TAG: u8 = b'E';
+pub(crate) const FORK_FILE_HELPER_TAG: u8 = b'H';
+pub(crate) const FORKED_TAG: u8 = b'P';
+pub(crate) const FORK_FAILED_TAG: u8 = b'X';
+pub(crate) const EXITED_TAG: u8 = b'E';
 
 /// The descriptors a plan travels with, in this order.
-const PLAN_FDS: usize = 5;
+pub(crate) const PLAN_FDS: usize = 5;
 
 /// Encodes what a keeper forked by the zygote needs of `plan` (a namespaced one); the
 /// descriptors go alongside.
@@ -133,7 +104,7 @@ pub(crate) fn encode_plan(plan: &InitPlan) -> Option<Vec<u8>> {
 
 /// The plan [`encode_plan`] wrote, with its descriptors (report, go, started, control); it
 /// runs in place (no re-execution: there is no emulator memory to shed).
-fn decode_plan(bytes: &[u8], parent: pid_t, fds: [RawFd; 4]) -> Option<InitPlan> {
+pub(crate) fn decode_plan(bytes: &[u8], parent: pid_t, fds: [RawFd; 4]) -> Option<InitPlan> {
     let mut reader = Reader(bytes);
     let flags = reader.u32()? as c_int;
     let id_map = match reader.byte()? {
@@ -200,120 +171,6 @@ fn flag(byte: u8) -> Option<bool> {
     }
 }
 
-/// The zygote's loop, once exec'd with its socket at `socket`. Never returns.
-pub(crate) fn run(socket: c_int) -> ! {
-    set_name(c"cwsandbox-zygote");
-    // SAFETY: fcntl on the descriptor handed to us.
-    unsafe { libc::fcntl(socket, libc::F_SETFD, libc::FD_CLOEXEC) };
-    block_all_signals();
-    let Ok(signals) = control_signalfd() else { exit(1) };
-    let zygote = std::process::id() as pid_t;
-    let mut buffer = [0u8; 64];
-    loop {
-        let mut polls = [
-            libc::pollfd { fd: signals, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: socket, events: libc::POLLIN, revents: 0 },
-        ];
-        // SAFETY: two valid pollfds.
-        if unsafe { libc::poll(polls.as_mut_ptr(), 2, -1) } < 0 && errno() != libc::EINTR {
-            exit(1);
-        }
-        if polls[0].revents != 0 && next_signal(signals) == Some(libc::SIGCHLD) {
-            loop {
-                let mut status = 0;
-                // SAFETY: waitpid with a valid status pointer.
-                let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-                if pid <= 0 {
-                    break;
-                }
-                let mut message = vec![EXITED_TAG];
-                message.extend_from_slice(&pid.to_le_bytes());
-                message.extend_from_slice(&status.to_le_bytes());
-                let _ = sys::send_message(socket, &message, &[], 0);
-            }
-        }
-        if polls[1].revents != 0 {
-            match sys::receive_message(socket, &mut buffer, 0) {
-                // The emulator is gone: so are we (the keepers' death signals follow).
-                Ok((0, _)) => exit(0),
-                Ok((9, mut fds)) if matches!(buffer[0], FORK_TAG | FORK_FILE_HELPER_TAG) && fds.len() == 1 => {
-                    let mut id = [0u8; 8];
-                    id.copy_from_slice(&buffer[1..9]);
-                    let role = if buffer[0] == FORK_TAG { Role::Keeper } else { Role::FileHelper };
-                    if let Some(plan_socket) = fds.pop() {
-                        fork_child(socket, zygote, u64::from_le_bytes(id), plan_socket, role);
-                    }
-                }
-                Ok(_) | Err(libc::EMSGSIZE) => {}
-                Err(_) => exit(1),
-            }
-        }
-    }
-}
-
-/// What a forked child becomes; it reads its plan or order itself.
-#[derive(Clone, Copy)]
-enum Role {
-    Keeper,
-    FileHelper,
-}
-
-fn fork_child(socket: c_int, zygote: pid_t, id: u64, plan_socket: OwnedFd, role: Role) {
-    let mut pidfd: c_int = -1;
-    // SAFETY: clone with CLONE_PIDFD writes the pidfd through the third argument (the parent
-    // tid pointer on x86_64 and aarch64 alike); this process has one thread, so the child may
-    // run any code.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (libc::CLONE_PIDFD | libc::SIGCHLD) as libc::c_ulong,
-            0 as libc::c_ulong,
-            &mut pidfd as *mut c_int,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-        )
-    } as pid_t;
-    if pid == 0 {
-        match role {
-            Role::Keeper => become_keeper(zygote, plan_socket),
-            Role::FileHelper => {
-                // A helper outliving the zygote would finish its one order and exit anyway.
-                sys::set_parent_death_signal(libc::SIGKILL, zygote);
-                crate::file_helper::run(plan_socket)
-            }
-        }
-    }
-    drop(plan_socket);
-    let mut message = vec![if pid < 0 { FORK_FAILED_TAG } else { FORKED_TAG }];
-    message.extend_from_slice(&id.to_le_bytes());
-    if pid < 0 {
-        message.extend_from_slice(&errno().to_le_bytes());
-        let _ = sys::send_message(socket, &message, &[], 0);
-        return;
-    }
-    message.extend_from_slice(&pid.to_le_bytes());
-    let _ = sys::send_message(socket, &message, &[pidfd], 0);
-    // SAFETY: closing our copy of the pidfd; the emulator has its own.
-    unsafe { libc::close(pidfd) };
-}
-
-/// The forked child: reads its plan and runs the keeper. Never returns.
-fn become_keeper(zygote: pid_t, plan_socket: OwnedFd) -> ! {
-    let mut buffer = vec![0u8; sys::ENVELOPE_BUFFER_BYTES];
-    let Ok((length, mut fds)) = sys::receive_message(plan_socket.as_raw_fd(), &mut buffer, 0) else { exit(1) };
-    let Some(payload) = sys::open_envelope(&buffer[..length], &mut fds, MAX_PLAN_BYTES) else { exit(1) };
-    let Ok(fds) = <[OwnedFd; PLAN_FDS]>::try_from(fds) else { exit(1) };
-    let [report, go, started, control, log] = fds.map(IntoRawFd::into_raw_fd);
-    let Some(plan) = decode_plan(&payload, zygote, [report, go, started, control]) else { exit(1) };
-    drop((buffer, payload));
-    // The standard descriptors of a keeper: stdin is the zygote's (/dev/null), stdout the
-    // sandbox's log pipe.
-    // SAFETY: dup2 of a descriptor we hold; the received descriptors are above 2.
-    unsafe { libc::dup2(log, 1) };
-    // The keeper closes every descriptor its plan does not name.
-    child::run_ns_keeper(&plan)
-}
-
 /// A keeper the zygote forked.
 #[derive(Debug)]
 pub(crate) struct Forked {
@@ -367,7 +224,7 @@ impl Zygote {
                 if libc::fcntl(socket, libc::F_SETFD, 0) < 0 {
                     return Err(io::Error::last_os_error());
                 }
-                child::exec_self(self_exe, std::slice::from_raw_parts(argv.as_ptr().cast(), argv.len()));
+                sys::exec_self(self_exe, std::slice::from_raw_parts(argv.as_ptr().cast(), argv.len()));
                 Err(io::Error::last_os_error())
             });
         }

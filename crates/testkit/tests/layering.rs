@@ -10,13 +10,6 @@ use std::path::{Path, PathBuf};
 
 const LARGEST_ALLOWED_CYCLE: usize = 3;
 
-/// Cycles that exist today and are being taken apart (issue 33), by crate directory and their files as the
-/// check names them. A listed cycle that changes or goes away fails the check too, so the list
-/// only shrinks, like the client suite's expectations.
-const KNOWN_CYCLES: &[(&str, &[&str])] = &[
-    ("executor", &["child", "file_helper", "init", "zygote"]),
-];
-
 fn repository_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -563,28 +556,11 @@ fn workspace_crates() -> Vec<(String, PathBuf)> {
 #[test]
 fn no_crate_has_an_import_cycle_of_more_than_three_files() {
     let mut problems = Vec::new();
-    let mut known_seen = BTreeSet::new();
     for (name, source_root) in workspace_crates() {
         for cycle in cycles_of_crate(&source_root) {
-            if cycle.len() <= LARGEST_ALLOWED_CYCLE {
-                continue;
+            if cycle.len() > LARGEST_ALLOWED_CYCLE {
+                problems.push(format!("{name}: {} files import each other: {}", cycle.len(), cycle.join(", ")));
             }
-            let known = KNOWN_CYCLES.iter().position(|(crate_name, files)| *crate_name == name && *files == cycle);
-            match known {
-                Some(position) => {
-                    known_seen.insert(position);
-                }
-                None => problems.push(format!("{name}: {} files import each other: {}", cycle.len(), cycle.join(", "))),
-            }
-        }
-    }
-    for (position, (crate_name, files)) in KNOWN_CYCLES.iter().enumerate() {
-        if !known_seen.contains(&position) {
-            problems.push(format!(
-                "{crate_name}: the known cycle of {} files ({}) is gone or changed: take it off KNOWN_CYCLES",
-                files.len(),
-                files.join(", ")
-            ));
         }
     }
     assert!(

@@ -20,11 +20,13 @@ use tracing::{debug, warn};
 
 use super::mode::Mode;
 use super::{Inner, Running, Sandbox, Target};
-use crate::child::{self, InitPlan, ReportMessage};
+use crate::child;
 use crate::exec::{self, ExecTracker};
 use crate::file_helper::SandboxNamespaces;
 use crate::init_channel::InitChannel;
 use crate::logs::LogBuffer;
+use crate::sandbox_plan::InitPlan;
+use crate::setup_report::{ReportMessage, parse_report};
 use crate::sys::{self, ProcessHandle};
 use crate::zygote::{Zygote, encode_plan};
 use crate::{ExecutorError, MainExit};
@@ -359,7 +361,7 @@ async fn read_report(mut pipe: std::io::PipeReader) -> Result<pid_t, String> {
                     bytes.extend_from_slice(&buffer[..read]);
                     // Stop at the first complete message: the main command may keep
                     // an inherited copy open for a moment.
-                    if !child::parse_report(&bytes).is_empty() {
+                    if !parse_report(&bytes).is_empty() {
                         return bytes;
                     }
                 }
@@ -375,7 +377,7 @@ async fn read_report(mut pipe: std::io::PipeReader) -> Result<pid_t, String> {
             return Err(format!("the sandbox did not finish its setup within {SETUP_TIMEOUT:?}"));
         }
     };
-    match child::parse_report(&bytes).first() {
+    match parse_report(&bytes).first() {
         Some(ReportMessage::Ready(main_pid)) => Ok(*main_pid),
         Some(ReportMessage::Failed(stage, errno)) => {
             Err(format!("{} failed: {}", stage.describe(), std::io::Error::from_raw_os_error(*errno)))

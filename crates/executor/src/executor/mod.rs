@@ -43,12 +43,14 @@ use self::spares::SpareRoots;
 use self::validate::{c_string, validate_exec, validate_id, validate_spec};
 use self::warm::{WarmPool, WarmSandbox, can_use_warm, end_keeper};
 use crate::activation::{Activation, MainCommand};
-use crate::child::{self, InitPlan, Program};
+use crate::child;
 use crate::exec::{self, ExecRequest, ExecSession, ExecTracker};
 use crate::file_helper::{self, FileAccess, FileRequest};
 use crate::files;
 use crate::init_channel::{InitChannel, MAX_ORDER_BYTES, SendError};
 use crate::logs::{LogBuffer, LogReader};
+use crate::main_command::{self, Program};
+use crate::sandbox_plan::InitPlan;
 use crate::spawner::Spawner;
 use crate::sys::{self, ProcessHandle};
 use crate::{ExecutorConfig, ExecutorError, FileError, Isolation, LaunchSpec, MainExit, OciSupport};
@@ -203,7 +205,7 @@ impl Executor {
     /// Creates an executor. With [`Isolation::Auto`] it probes whether namespaces
     /// work here and falls back to plain processes, with a warning, when they do not.
     pub fn new(mut config: ExecutorConfig) -> Result<Executor, ExecutorError> {
-        crate::init::keep_linked();
+        crate::process_entry::keep_linked();
         std::fs::create_dir_all(&config.root_dir)?;
         config.root_dir = config.root_dir.canonicalize()?;
         let self_exe = sys::open_own_executable()?;
@@ -416,7 +418,7 @@ impl Executor {
                 warm: false,
                 idle: false,
                 cwd,
-                cwd_message: child::cwd_message(&layout.working_dir),
+                cwd_message: main_command::cwd_message(&layout.working_dir),
                 program,
             })
             .await?;

@@ -10,8 +10,9 @@ use tracing::warn;
 
 use super::layout::remove_dir;
 use super::validate::{c_string, path_c_string};
-use crate::child::{self, Bind, IdMap, InitPlan, NsPlan};
+use crate::child;
 use crate::rootfs;
+use crate::sandbox_plan::{Bind, IdMap, InitPlan, NsPlan};
 use crate::sys;
 use crate::{ExecutorConfig, ExecutorError, Isolation, Network, SandboxUser};
 

@@ -22,8 +22,8 @@ use super::layout::remove_dir;
 use super::mode::{Mode, ns_plan};
 use super::spares::remove_orphans;
 use super::{Inner, Running};
-use crate::child::InitPlan;
 use crate::rootfs;
+use crate::sandbox_plan::InitPlan;
 use crate::sys::set_idle_scheduling;
 use crate::{LaunchSpec, Network};
 
