@@ -1,7 +1,8 @@
 //! Reads of one sandbox by id, as GetSandbox does them, from 1 and 2 threads with 100 and 5,000
 //! live sandboxes: through the command path (the world's write lock and a tick, as every read
-//! was before reads shared the lock) and through [`Driver::read_world`]. Prints reads per second
-//! of each; the figures go to BENCHMARKS.md.
+//! was before reads shared the lock) and through [`Driver::read_world`], the threads reading the
+//! same sandbox (the worst case: they share its reference count) and each its own. Prints reads
+//! per second of each; the figures go to BENCHMARKS.md.
 //! Run: `cargo bench -p cwsandbox-host --bench world_reads`.
 
 use std::sync::Arc;
@@ -50,8 +51,8 @@ fn spec() -> SandboxSpec {
     }
 }
 
-/// A driver whose world runs `live` sandboxes, and the id of one of them.
-fn driver_with(live: usize) -> (Arc<Driver>, String) {
+/// A driver whose world runs `live` sandboxes, and the ids of all of them.
+fn driver_with(live: usize) -> (Arc<Driver>, Vec<String>) {
     let (driver, _effects) = Driver::new(values(), EmulatorClock::new(), 7).expect("a world");
     let owner = Owner { org: ORG.to_owned(), user: "alice".to_owned() };
     let mut ids = Vec::with_capacity(live);
@@ -69,18 +70,17 @@ fn driver_with(live: usize) -> (Arc<Driver>, String) {
         })
         .count();
     assert_eq!(running, live, "every sandbox runs before the reads");
-    let read = ids[live / 2].clone();
-    (driver, read)
+    (driver, ids)
 }
 
-/// Reads per second of `threads` threads each calling `read` `reads` times.
-fn throughput(threads: usize, reads: usize, read: &(dyn Fn() + Sync)) -> f64 {
+/// Reads per second of `threads` threads each calling `read` `reads` times with its index.
+fn throughput(threads: usize, reads: usize, read: &(dyn Fn(usize) + Sync)) -> f64 {
     let start = Instant::now();
     std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
+        for thread in 0..threads {
+            scope.spawn(move || {
                 for _ in 0..reads {
-                    read();
+                    read(thread);
                 }
             });
         }
@@ -99,26 +99,35 @@ fn main() {
         "reads of one sandbox by id, {reads} per thread, median of {ROUNDS} rounds; {} cores available",
         std::thread::available_parallelism().map_or(0, |cores| cores.get())
     );
-    println!("{:>8} {:>8} {:>24} {:>24}", "live", "threads", "command path (reads/s)", "read_world (reads/s)");
+    println!(
+        "{:>6} {:>8} {:>26} {:>26} {:>26}",
+        "live", "threads", "command path, same (1/s)", "read_world, same (1/s)", "read_world, own (1/s)"
+    );
     for live in LIVE_COUNTS {
-        let (driver, id) = driver_with(live);
-        let as_command = || {
-            let view = driver.with_world(|world| world.get_sandbox(ORG, &id)).expect("readable");
+        let (driver, ids) = driver_with(live);
+        let same = &ids[live / 2];
+        let as_command = |_: usize| {
+            let view = driver.with_world(|world| world.get_sandbox(ORG, same)).expect("readable");
             std::hint::black_box(view);
         };
-        let shared = || {
-            let view = driver.read_world(|world| world.get_sandbox(ORG, &id)).expect("readable");
+        let shared = |_: usize| {
+            let view = driver.read_world(|world| world.get_sandbox(ORG, same)).expect("readable");
+            std::hint::black_box(view);
+        };
+        let own = |thread: usize| {
+            let view = driver.read_world(|world| world.get_sandbox(ORG, &ids[thread * 7 % live])).expect("readable");
             std::hint::black_box(view);
         };
         for threads in THREAD_COUNTS {
-            let mut command_figures = Vec::with_capacity(ROUNDS);
-            let mut shared_figures = Vec::with_capacity(ROUNDS);
-            // Alternated, so a noisy moment costs both paths alike.
+            let mut figures = [Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS)];
+            // Alternated, so a noisy moment costs every path alike.
             for _ in 0..ROUNDS {
-                command_figures.push(throughput(threads, reads, &as_command));
-                shared_figures.push(throughput(threads, reads, &shared));
+                figures[0].push(throughput(threads, reads, &as_command));
+                figures[1].push(throughput(threads, reads, &shared));
+                figures[2].push(throughput(threads, reads, &own));
             }
-            println!("{live:>8} {threads:>8} {:>24.0} {:>24.0}", median(command_figures), median(shared_figures));
+            let [command, shared, own] = figures.map(median);
+            println!("{live:>6} {threads:>8} {command:>26.0} {shared:>26.0} {own:>26.0}");
         }
     }
 }

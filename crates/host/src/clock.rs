@@ -1,27 +1,61 @@
 //! The emulator's clock: wall time, which the emulator API can freeze and move forward. The
 //! simulation reads it through [`cwsandbox_sim::time::Clock`]; it never goes backwards.
+//!
+//! Every read of the world asks it the time, from many threads at once, so it takes no lock: its
+//! whole setting (running with an offset, or frozen at a time) is one atomic word, changed by
+//! compare-and-swap, and the latest time handed out is another.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cwsandbox_sim::time::{Clock, SimTime};
-use cwsandbox_sync::MutexUnpoisoned;
+
+/// How the clock runs, packed into one word so that freezing, resuming and advancing each change
+/// it in one step: the milliseconds shifted left by one, the low bit set while frozen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Setting {
+    /// Wall time plus this many milliseconds (grows with every advance while running).
+    Running { offset_millis: i64 },
+    /// Time stands at this many milliseconds since the epoch.
+    Frozen { at_millis: i64 },
+}
+
+impl Setting {
+    fn pack(self) -> i64 {
+        match self {
+            Setting::Running { offset_millis } => offset_millis.wrapping_shl(1),
+            Setting::Frozen { at_millis } => at_millis.wrapping_shl(1) | 1,
+        }
+    }
+
+    fn unpack(word: i64) -> Setting {
+        // An arithmetic shift: a negative offset stays negative.
+        let millis = word >> 1;
+        if word & 1 == 1 { Setting::Frozen { at_millis: millis } } else { Setting::Running { offset_millis: millis } }
+    }
+
+    /// The time this setting shows at wall time `wall`.
+    fn shows(self, wall: i64) -> i64 {
+        match self {
+            Setting::Running { offset_millis } => wall.saturating_add(offset_millis),
+            Setting::Frozen { at_millis } => at_millis,
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 struct State {
-    /// Added to the wall clock (grows with every advance while running).
-    offset_millis: i64,
-    /// Set while frozen: the time stands here.
-    frozen_at: Option<SimTime>,
+    /// A packed [`Setting`]; zero is running at wall time.
+    setting: AtomicI64,
     /// The latest time handed out, so a wall clock stepping back cannot move time backwards.
-    last: SimTime,
+    last_millis: AtomicI64,
 }
 
 /// A shared handle; clones see and move the same time.
 #[derive(Debug, Clone, Default)]
 pub struct EmulatorClock {
-    /// A panic while holding this lock cannot leave the state inconsistent.
-    state: Arc<Mutex<State>>,
+    state: Arc<State>,
 }
 
 fn wall_millis() -> i64 {
@@ -35,56 +69,81 @@ fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// The largest frozen time or offset a setting word holds (one bit is the tag).
+const LARGEST_MILLIS: i64 = i64::MAX >> 1;
+
 impl EmulatorClock {
     /// A running clock at wall time.
     pub fn new() -> EmulatorClock {
         EmulatorClock::default()
     }
 
-    fn now_locked(state: &mut State) -> SimTime {
-        let now = state.frozen_at.unwrap_or(SimTime::from_millis(wall_millis().saturating_add(state.offset_millis)));
-        state.last = state.last.max(now);
-        state.last
+    fn setting(&self) -> Setting {
+        Setting::unpack(self.state.setting.load(Ordering::SeqCst))
+    }
+
+    /// Changes the setting in one step, however many threads change it at once.
+    fn change(&self, mut change: impl FnMut(Setting) -> Setting) {
+        let _ = self
+            .state
+            .setting
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| Some(change(Setting::unpack(word)).pack()));
+    }
+
+    /// `shown`, or the latest time handed out if that is later: time never goes backwards.
+    fn not_before_last(&self, shown: i64) -> i64 {
+        let last = self.state.last_millis.load(Ordering::SeqCst);
+        if shown <= last {
+            return last;
+        }
+        self.state.last_millis.fetch_max(shown, Ordering::SeqCst).max(shown)
     }
 
     /// Whether time stands still.
     pub fn is_frozen(&self) -> bool {
-        self.state.lock_unpoisoned().frozen_at.is_some()
+        matches!(self.setting(), Setting::Frozen { .. })
     }
 
     /// Stops time at its current value.
     pub fn freeze(&self) {
-        let mut state = self.state.lock_unpoisoned();
-        let now = Self::now_locked(&mut state);
-        state.frozen_at = Some(now);
+        self.change(|setting| match setting {
+            Setting::Running { .. } => {
+                Setting::Frozen { at_millis: self.not_before_last(setting.shows(wall_millis())).min(LARGEST_MILLIS) }
+            }
+            frozen => frozen,
+        });
     }
 
     /// Lets time run again from where it stands.
     pub fn resume(&self) {
-        let mut state = self.state.lock_unpoisoned();
-        if let Some(frozen) = state.frozen_at.take() {
-            state.offset_millis = frozen.millis().saturating_sub(wall_millis());
-        }
+        self.change(|setting| match setting {
+            Setting::Frozen { at_millis } => {
+                Setting::Running { offset_millis: at_millis.saturating_sub(wall_millis()) }
+            }
+            running => running,
+        });
     }
 
     /// Moves time forward, frozen or not.
     pub fn advance(&self, by: Duration) {
-        let mut state = self.state.lock_unpoisoned();
-        match &mut state.frozen_at {
-            Some(frozen) => *frozen = *frozen + by,
-            None => state.offset_millis = state.offset_millis.saturating_add(millis(by)),
-        }
+        let by = millis(by);
+        self.change(|setting| match setting {
+            Setting::Frozen { at_millis } => {
+                Setting::Frozen { at_millis: at_millis.saturating_add(by).min(LARGEST_MILLIS) }
+            }
+            Setting::Running { offset_millis } => {
+                Setting::Running { offset_millis: offset_millis.saturating_add(by).min(LARGEST_MILLIS) }
+            }
+        });
     }
 
     /// How long, in real time, until the clock shows `at`; `None` while frozen (only an advance
     /// gets there).
     pub fn real_time_until(&self, at: SimTime) -> Option<Duration> {
-        let mut state = self.state.lock_unpoisoned();
-        if state.frozen_at.is_some() {
+        if self.is_frozen() {
             return None;
         }
-        let now = Self::now_locked(&mut state);
-        Some(at.since(now))
+        Some(at.since(self.now()))
     }
 
     /// A simulated time as a wall-clock time.
@@ -98,7 +157,7 @@ impl EmulatorClock {
 
 impl Clock for EmulatorClock {
     fn now(&self) -> SimTime {
-        Self::now_locked(&mut self.state.lock_unpoisoned())
+        SimTime::from_millis(self.not_before_last(self.setting().shows(wall_millis())))
     }
 }
 
@@ -129,5 +188,47 @@ mod tests {
         clock.resume();
         assert!(clock.now() >= frozen + Duration::from_secs(90), "resuming continues from the frozen time");
         assert!(!clock.is_frozen());
+    }
+
+    #[test]
+    fn a_setting_survives_its_packing_negative_offsets_included() {
+        for setting in [
+            Setting::Running { offset_millis: 0 },
+            Setting::Running { offset_millis: -86_400_000 },
+            Setting::Running { offset_millis: 3_600_000 },
+            Setting::Frozen { at_millis: 1_764_480_000_000 },
+            Setting::Frozen { at_millis: LARGEST_MILLIS },
+        ] {
+            assert_eq!(Setting::unpack(setting.pack()), setting);
+        }
+        assert_eq!(Setting::unpack(0), Setting::Running { offset_millis: 0 }, "the default runs at wall time");
+    }
+
+    #[test]
+    fn threads_reading_and_advancing_at_once_never_see_time_go_back() {
+        let clock = EmulatorClock::new();
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                let clock = clock.clone();
+                scope.spawn(move || {
+                    let mut previous = clock.now();
+                    for _ in 0..20_000 {
+                        let now = clock.now();
+                        assert!(now >= previous, "{now:?} < {previous:?}");
+                        previous = now;
+                    }
+                });
+            }
+            let clock = clock.clone();
+            scope.spawn(move || {
+                for round in 0..200 {
+                    clock.advance(Duration::from_millis(5));
+                    if round % 50 == 0 {
+                        clock.freeze();
+                        clock.resume();
+                    }
+                }
+            });
+        });
     }
 }

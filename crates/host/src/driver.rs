@@ -1,4 +1,5 @@
-//! The driver: the simulated world behind a reader-writer lock, moved forward by the clock.
+//! The driver: the simulated world behind a sharded reader-writer lock, moved forward by the
+//! clock.
 //!
 //! - Every command goes through [`Driver::with_world`], which first lets the world catch up with
 //!   the clock (`tick`), then runs the command, then hands the world's effects to the pump.
@@ -11,7 +12,9 @@
 //! - Main-process exits reported by the runtime go back into the world.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError};
+
+use crossbeam_utils::sync::ShardedLock;
 use std::time::Duration;
 
 use cwsandbox_sim::SimResult;
@@ -21,7 +24,7 @@ use cwsandbox_sim::k8s::{PodOwner, PodPhase};
 use cwsandbox_sim::sandbox::HostWait;
 use cwsandbox_sim::time::Clock;
 use cwsandbox_sim::world::{Effect, ImageToPull, World};
-use cwsandbox_sync::{MutexUnpoisoned, RwLockUnpoisoned};
+use cwsandbox_sync::MutexUnpoisoned;
 use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -69,9 +72,12 @@ pub enum PumpItem {
 /// The world, its clock and the channels around it.
 pub struct Driver {
     /// Changed only by simulation commands, which either finish or leave it unchanged: a panic in
-    /// a handler holding the lock leaves a usable world. Commands take it for writing, reads
-    /// ([`Driver::read_world`]) for reading.
-    world: RwLock<World>,
+    /// a handler holding the lock leaves a usable world (so a poisoned lock is taken as it is, the
+    /// rule of `cwsandbox-sync`). Commands take it for writing, reads ([`Driver::read_world`]) for
+    /// reading. Sharded (crossbeam's `ShardedLock`): a reader takes only its own shard, so reads on
+    /// different cores share no cache line and do not slow each other down, as they did on one
+    /// lock word (measured: `benches/world_reads.rs`); a command takes every shard.
+    world: ShardedLock<World>,
     clock: EmulatorClock,
     wake: Notify,
     pump: mpsc::UnboundedSender<PumpItem>,
@@ -117,7 +123,7 @@ impl Driver {
         let world = World::new(values.clone(), Box::new(clock.clone()), Box::new(SeededIds::new(seed)))?;
         let (pump, receiver) = mpsc::unbounded_channel();
         let driver = Arc::new(Driver {
-            world: RwLock::new(world),
+            world: ShardedLock::new(world),
             clock,
             wake: Notify::new(),
             pump,
@@ -166,7 +172,7 @@ impl Driver {
     /// and lets the ticker recompute its next wake-up.
     pub fn with_world<R>(&self, command: impl FnOnce(&mut World) -> R) -> R {
         let result = {
-            let mut world = self.world.write_unpoisoned();
+            let mut world = self.world_for_command();
             world.tick();
             let result = command(&mut world);
             self.pump_effects(&mut world);
@@ -176,6 +182,14 @@ impl Driver {
         };
         self.wake.notify_one();
         result
+    }
+
+    fn world_for_command(&self) -> crossbeam_utils::sync::ShardedLockWriteGuard<'_, World> {
+        self.world.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn world_for_reading(&self) -> crossbeam_utils::sync::ShardedLockReadGuard<'_, World> {
+        self.world.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs `query` on the world as [`Driver::with_world`] would, without the write lock when it
@@ -189,7 +203,7 @@ impl Driver {
     /// heartbeats, which only a tick moves.
     pub fn read_world<R>(&self, query: impl FnOnce(&World) -> R) -> R {
         {
-            let world = self.world.read_unpoisoned();
+            let world = self.world_for_reading();
             let now = self.clock.now();
             if world.next_wakeup().is_none_or(|at| at > now) {
                 return query(&world);
@@ -200,7 +214,7 @@ impl Driver {
 
     /// Catches the world up with the clock (the ticker's step; it does not wake the ticker).
     fn tick(&self) {
-        let mut world = self.world.write_unpoisoned();
+        let mut world = self.world_for_command();
         world.tick();
         self.pump_effects(&mut world);
         self.note_changes(&world);
@@ -252,7 +266,7 @@ impl Driver {
         self.configure_images(&mut fresh);
         rebuild(&mut fresh)?;
         let stopped = {
-            let mut world = self.world.write_unpoisoned();
+            let mut world = self.world_for_command();
             let old = std::mem::replace(&mut *world, fresh);
             let running: Vec<String> = old
                 .cluster
@@ -402,7 +416,7 @@ impl Driver {
             if *shutdown.borrow() {
                 return;
             }
-            let next = self.world.read_unpoisoned().next_wakeup();
+            let next = self.world_for_reading().next_wakeup();
             let sleep_for = next.and_then(|at| self.clock.real_time_until(at)).unwrap_or(MAX_IDLE).min(MAX_IDLE);
             tokio::select! {
                 _ = tokio::time::sleep(sleep_for) => {}
@@ -430,7 +444,7 @@ fn log_sandbox_changes(world: &mut World) {
 /// The sandbox a Pod runs, for log lines a user reads by sandbox id; the Pod's uid otherwise.
 fn sandbox_or_pod(driver: &Driver, pod_uid: &str) -> String {
     // A read: under the lock, without catching the world up or pumping its effects.
-    match driver.world.read_unpoisoned().cluster.pod(pod_uid).map(|pod| &pod.owner) {
+    match driver.world_for_reading().cluster.pod(pod_uid).map(|pod| &pod.owner) {
         Some(PodOwner::Sandbox(id)) => id.to_string(),
         _ => format!("pod {pod_uid}"),
     }
