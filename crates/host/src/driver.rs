@@ -29,7 +29,7 @@ use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::clock::EmulatorClock;
-use crate::runtime::{MainExit, PodLaunch, RuntimeError, SandboxRuntime};
+use crate::runtime::{RuntimeError, SandboxRuntime};
 
 /// How long a reader of a sandbox waits for the host to start its containers (the world shows
 /// the sandbox CREATING until the runtime reports the start) before answering anyway.
@@ -42,33 +42,6 @@ pub const PULL_CATCH_UP: Duration = Duration::from_secs(5);
 /// Longest the ticker sleeps without looking at the world again.
 const MAX_IDLE: Duration = Duration::from_secs(60);
 
-/// What the pump hands to the runtime, in the order the world produced it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PumpItem {
-    /// Start a Pod's processes.
-    Start(PodLaunch),
-    /// SIGTERM, then SIGKILL after the grace period.
-    Stop {
-        /// Pod uid.
-        pod_uid: String,
-        /// Grace period.
-        grace: Duration,
-    },
-    /// SIGKILL whatever is left.
-    Kill {
-        /// Pod uid.
-        pod_uid: String,
-    },
-    /// Pull a Pod's images, then tell the world (in a task of its own: a pull may take long,
-    /// and other Pods' effects go on meanwhile).
-    Pull {
-        /// Pod uid.
-        pod_uid: String,
-        /// One per container.
-        images: Vec<ImageToPull>,
-    },
-}
-
 /// The world, its clock and the channels around it.
 pub struct Driver {
     /// Changed only by simulation commands, which either finish or leave it unchanged: a panic in
@@ -80,7 +53,8 @@ pub struct Driver {
     world: ShardedLock<World>,
     clock: EmulatorClock,
     wake: Notify,
-    pump: mpsc::UnboundedSender<PumpItem>,
+    /// The world's effects, in the order it produced them, on their way to the runtime.
+    pump: mpsc::UnboundedSender<Effect>,
     /// The values the emulator started with (what a reset goes back to).
     initial_values: Values,
     /// The seed of the first world's identifiers.
@@ -115,7 +89,7 @@ impl std::fmt::Debug for Driver {
 
 /// The receiving end of the effects pump, consumed by [`Driver::spawn_tasks`].
 #[derive(Debug)]
-pub struct PumpReceiver(mpsc::UnboundedReceiver<PumpItem>);
+pub struct PumpReceiver(mpsc::UnboundedReceiver<Effect>);
 
 impl Driver {
     /// A world built from `values` on `clock`, with identifiers from `seed`.
@@ -276,7 +250,7 @@ impl Driver {
                 .map(|pod| pod.uid.to_string())
                 .collect();
             for pod_uid in &running {
-                let _ = self.pump.send(PumpItem::Kill { pod_uid: pod_uid.clone() });
+                let _ = self.pump.send(Effect::KillPod { pod_uid: pod_uid.as_str().into() });
             }
             self.pump_effects(&mut world);
             self.note_changes(&world);
@@ -289,23 +263,8 @@ impl Driver {
 
     fn pump_effects(&self, world: &mut World) {
         for effect in world.take_effects() {
-            let item = match effect {
-                Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id, containers, loopback_only } => {
-                    PumpItem::Start(PodLaunch {
-                        pod_uid: pod_uid.into(),
-                        sandbox_id: sandbox_id.map(String::from),
-                        namespace: namespace.into(),
-                        pod_name: pod_name.into(),
-                        containers,
-                        loopback_only,
-                    })
-                }
-                Effect::StopPod { pod_uid, grace } => PumpItem::Stop { pod_uid: pod_uid.into(), grace },
-                Effect::KillPod { pod_uid } => PumpItem::Kill { pod_uid: pod_uid.into() },
-                Effect::PullImages { pod_uid, images } => PumpItem::Pull { pod_uid: pod_uid.into(), images },
-            };
             // The receiver lives as long as the emulator; after shutdown effects have nowhere to go.
-            if self.pump.send(item).is_ok() {
+            if self.pump.send(effect).is_ok() {
                 self.pumped.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -388,18 +347,17 @@ impl Driver {
                 loop {
                     tokio::select! {
                         exit = exits.next() => match exit {
-                            Some(MainExit { pod_uid, container: None, exit_code, oom_killed: true }) => {
-                                let sandbox = sandbox_or_pod(&driver, &pod_uid);
-                                tracing::info!(sandbox_id = %sandbox, exit_code, "main process OOM-killed (its memory limit)");
-                                driver.with_world(|world| world.pod_oom_killed(&pod_uid));
-                            }
-                            Some(MainExit { pod_uid, container: None, exit_code, .. }) => {
-                                let sandbox = sandbox_or_pod(&driver, &pod_uid);
-                                tracing::info!(sandbox_id = %sandbox, exit_code, "main process exited");
-                                driver.with_world(|world| world.pod_exited(&pod_uid, exit_code));
-                            }
-                            Some(MainExit { pod_uid, container: Some(container), exit_code, .. }) => {
-                                driver.with_world(|world| world.container_exited(&pod_uid, &container, exit_code));
+                            Some(exit) => {
+                                if exit.container.is_none() {
+                                    let sandbox = sandbox_or_pod(&driver, &exit.pod_uid);
+                                    let exit_code = exit.exit_code;
+                                    if exit.oom_killed {
+                                        tracing::info!(sandbox_id = %sandbox, exit_code, "main process OOM-killed (its memory limit)");
+                                    } else {
+                                        tracing::info!(sandbox_id = %sandbox, exit_code, "main process exited");
+                                    }
+                                }
+                                driver.with_world(|world| world.host_reported_exit(&exit));
                             }
                             None => break,
                         },
@@ -453,15 +411,15 @@ fn sandbox_or_pod(driver: &Driver, pod_uid: &str) -> String {
 /// The launch description of a Pod, main container first.
 async fn run_pump(
     driver: Arc<Driver>,
-    mut items: mpsc::UnboundedReceiver<PumpItem>,
+    mut items: mpsc::UnboundedReceiver<Effect>,
     runtime: Option<Arc<dyn SandboxRuntime>>,
 ) {
     while let Some(item) = items.recv().await {
         let item = match item {
-            PumpItem::Pull { pod_uid, images } => {
+            Effect::PullImages { pod_uid, images } => {
                 // Without a runtime the world never asks for a pull.
                 if let Some(runtime) = &runtime {
-                    tokio::spawn(pull_images(Arc::clone(&driver), Arc::clone(runtime), pod_uid, images));
+                    tokio::spawn(pull_images(Arc::clone(&driver), Arc::clone(runtime), pod_uid.to_string(), images));
                 }
                 driver.applied.send_modify(|applied| *applied += 1);
                 continue;
@@ -469,7 +427,7 @@ async fn run_pump(
             item => item,
         };
         let starting = match &item {
-            PumpItem::Start(launch) => Some(launch.pod_uid.clone()),
+            Effect::StartPod(launch) => Some(launch.pod_uid.clone()),
             _ => None,
         };
         let failed_start = apply(item, runtime.as_ref()).await;
@@ -496,31 +454,33 @@ async fn run_pump(
 
 /// Applies one effect; returns why a start failed, where the runtime could not start the Pod's
 /// main container for a reason of its spec.
-async fn apply(item: PumpItem, runtime: Option<&Arc<dyn SandboxRuntime>>) -> Option<String> {
+async fn apply(item: Effect, runtime: Option<&Arc<dyn SandboxRuntime>>) -> Option<String> {
     let Some(runtime) = runtime else {
         match &item {
-            PumpItem::Start(launch) => tracing::info!(
+            Effect::StartPod(launch) => tracing::info!(
                 pod = %format!("{}/{}", launch.namespace, launch.pod_name),
                 sandbox_id = launch.sandbox_id.as_deref().unwrap_or("-"),
                 "Pod running; no process executor attached, so its main process does not run"
             ),
-            PumpItem::Stop { pod_uid, grace } => tracing::debug!(%pod_uid, ?grace, "StopPod (no executor)"),
-            PumpItem::Kill { pod_uid } => tracing::debug!(%pod_uid, "KillPod (no executor)"),
-            PumpItem::Pull { pod_uid, .. } => tracing::debug!(%pod_uid, "PullImages (no executor)"),
+            Effect::StopPod { pod_uid, grace } => tracing::debug!(%pod_uid, ?grace, "StopPod (no executor)"),
+            Effect::KillPod { pod_uid } => tracing::debug!(%pod_uid, "KillPod (no executor)"),
+            Effect::PullImages { pod_uid, .. } => tracing::debug!(%pod_uid, "PullImages (no executor)"),
         }
         return None;
     };
     let outcome = match item {
-        PumpItem::Start(launch) => {
+        Effect::StartPod(launch) => {
             let pod_uid = launch.pod_uid.clone();
             runtime.start(launch).await.map_err(|error| (pod_uid, "start", error))
         }
-        PumpItem::Stop { pod_uid, grace } => {
-            runtime.stop(pod_uid.clone(), grace).await.map_err(|error| (pod_uid, "stop", error))
+        Effect::StopPod { pod_uid, grace } => {
+            runtime.stop(pod_uid.to_string(), grace).await.map_err(|error| (pod_uid.to_string(), "stop", error))
         }
-        PumpItem::Kill { pod_uid } => runtime.kill(pod_uid.clone()).await.map_err(|error| (pod_uid, "kill", error)),
+        Effect::KillPod { pod_uid } => {
+            runtime.kill(pod_uid.to_string()).await.map_err(|error| (pod_uid.to_string(), "kill", error))
+        }
         // Pulls never reach here: the pump hands them to a task of their own.
-        PumpItem::Pull { .. } => Ok(()),
+        Effect::PullImages { .. } => Ok(()),
     };
     match outcome {
         Err((pod_uid, _, RuntimeError::StartFailed(message))) => {

@@ -21,23 +21,9 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 
-/// Everything needed to start a Pod's processes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodLaunch {
-    /// The Pod's uid: the key of every later call about it.
-    pub pod_uid: String,
-    /// The sandbox the Pod belongs to, if it is a sandbox Pod.
-    pub sandbox_id: Option<String>,
-    /// The Pod's namespace.
-    pub namespace: String,
-    /// The Pod's name: the hostname its processes should see.
-    pub pod_name: String,
-    /// Containers in spec order; the first is the main one unless another is marked primary
-    /// (the order is already resolved: `containers[0]` is the one whose exit ends the sandbox).
-    pub containers: Vec<ContainerLaunch>,
-    /// The sandbox denies egress: its processes get a network of their own with only loopback.
-    pub loopback_only: bool,
-}
+/// Everything needed to start a Pod's processes: the world's own description of the launch
+/// (the payload of its `Effect::StartPod`), handed over as it is.
+pub use cwsandbox_sim::world::PodLaunch;
 
 /// One container to start: the simulation's own description of it.
 pub use cwsandbox_sim::world::ContainerStart as ContainerLaunch;
@@ -157,19 +143,9 @@ pub enum LogEvent {
     },
 }
 
-/// A main process ended by itself (not because the runtime was told to stop it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MainExit {
-    /// The Pod.
-    pub pod_uid: String,
-    /// `None` for the main container, whose end ends the Pod; another container's name for
-    /// the end of that container's command (the Pod goes on).
-    pub container: Option<String>,
-    /// Its exit status (128 + signal for a signal).
-    pub exit_code: i32,
-    /// The kernel's OOM killer ended it (its memory limit, enforced through cgroups).
-    pub oom_killed: bool,
-}
+/// A command ended by itself (not because the runtime was told to stop it): the world's own
+/// description of an exit, which it takes as it is (`World::host_reported_exit`).
+pub use cwsandbox_sim::world::MainExit;
 
 /// Why a runtime operation failed. The emulator maps each variant to a status code and an
 /// `ErrorInfo` reason in `errors.rs`.

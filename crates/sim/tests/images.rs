@@ -55,7 +55,7 @@ fn pulls(effects: &[Effect]) -> Vec<(String, Vec<ImageToPull>)> {
 }
 
 fn starts(effects: &[Effect]) -> usize {
-    effects.iter().filter(|effect| matches!(effect, Effect::StartPod { .. })).count()
+    effects.iter().filter(|effect| matches!(effect, Effect::StartPod(_))).count()
 }
 
 #[test]

@@ -9,7 +9,7 @@ use cwsandbox_sim::config::{Scenario, Values};
 use cwsandbox_sim::error::{Reason, SimError};
 use cwsandbox_sim::query::Scope;
 use cwsandbox_sim::sandbox::{Owner, SandboxFilter, SandboxState};
-use cwsandbox_sim::world::Effect;
+use cwsandbox_sim::world::{Effect, PodLaunch};
 
 fn alice() -> Owner {
     Owner { org: "default-org".to_owned(), user: "alice".to_owned() }
@@ -46,9 +46,9 @@ fn create_goes_pending_then_running_through_slurm() {
     assert!(running.node_name.as_deref().is_some_and(|node| node.starts_with("node-cpu-")));
     let effects = h.world.take_effects();
     assert!(
-        effects
-            .iter()
-            .any(|effect| matches!(effect, Effect::StartPod { sandbox_id: Some(id), .. } if *id == created.id)),
+        effects.iter().any(
+            |effect| matches!(effect, Effect::StartPod(PodLaunch { sandbox_id: Some(id), .. }) if *id == created.id)
+        ),
         "{effects:?}"
     );
     let pod = h.world.cluster.pod(&running.pod_uid).unwrap();
@@ -95,7 +95,7 @@ fn start_pod_carries_the_containers_to_run_primary_first() {
     h.advance(1);
     let effects = h.world.take_effects();
     let started = effects.iter().find_map(|effect| match effect {
-        Effect::StartPod { sandbox_id: Some(id), containers, .. } if *id == created.id => Some(containers),
+        Effect::StartPod(PodLaunch { sandbox_id: Some(id), containers, .. }) if *id == created.id => Some(containers),
         _ => None,
     });
     let names: Vec<&str> = started.expect("started").iter().map(|container| container.name.as_str()).collect();
@@ -548,7 +548,9 @@ fn secrets_mounted_files_and_the_user_reach_the_container_start_but_secrets_not_
     let started = effects
         .iter()
         .find_map(|effect| match effect {
-            Effect::StartPod { sandbox_id: Some(id), containers, .. } if *id == created.id => Some(containers),
+            Effect::StartPod(PodLaunch { sandbox_id: Some(id), containers, .. }) if *id == created.id => {
+                Some(containers)
+            }
             _ => None,
         })
         .expect("started");
@@ -684,7 +686,7 @@ fn with_a_host_attached_a_sandbox_is_running_only_once_the_host_started_its_cont
     h.advance(1);
     // Placed and asked to start, but the host has not said it did.
     let effects = h.world.take_effects();
-    assert!(effects.iter().any(|effect| matches!(effect, Effect::StartPod { .. })), "{effects:?}");
+    assert!(effects.iter().any(|effect| matches!(effect, Effect::StartPod(_))), "{effects:?}");
     let creating = h.world.get_sandbox("default-org", &created.id).unwrap();
     assert_eq!((creating.state, creating.state_reason.as_str()), (SandboxState::Creating, CONTAINER_CREATING));
     assert_eq!(creating.started, None);
@@ -762,7 +764,9 @@ fn scratch_volumes_reach_the_container_start_and_bad_volumes_and_mounts_are_name
         .take_effects()
         .into_iter()
         .find_map(|effect| match effect {
-            Effect::StartPod { sandbox_id: Some(id), containers, .. } if id == created.id => Some(containers),
+            Effect::StartPod(PodLaunch { sandbox_id: Some(id), containers, .. }) if id == created.id => {
+                Some(containers)
+            }
             _ => None,
         })
         .expect("started");

@@ -12,7 +12,7 @@ use cwsandbox_api::sandbox_v1::{Container, ResourceRequirements, Resources, Sand
 use cwsandbox_sim::config::{Scenario, Values};
 use cwsandbox_sim::error::{Reason, SimError};
 use cwsandbox_sim::sandbox::{Owner, SandboxFilter, SandboxState};
-use cwsandbox_sim::world::Effect;
+use cwsandbox_sim::world::{Effect, PodLaunch};
 
 fn owner(org: &str) -> Owner {
     Owner { org: org.to_owned(), user: "alice".to_owned() }
@@ -61,9 +61,9 @@ fn a_serverless_sandbox_runs_on_the_pool_with_no_runner_and_no_slurm_job() {
     assert_eq!(pod.labels["sandbox.coreweave.com/mode"], "serverless");
     let effects = h.world.take_effects();
     assert!(
-        effects
-            .iter()
-            .any(|effect| matches!(effect, Effect::StartPod { sandbox_id: Some(id), .. } if *id == created.id)),
+        effects.iter().any(
+            |effect| matches!(effect, Effect::StartPod(PodLaunch { sandbox_id: Some(id), .. }) if *id == created.id)
+        ),
         "its command runs: {effects:?}"
     );
     // The same organization's CKS placement still needs a runner.

@@ -13,7 +13,7 @@ use cwsandbox_sim::config::{Scenario, Values};
 use cwsandbox_sim::error::{Reason, SimError};
 use cwsandbox_sim::sandbox::Owner;
 use cwsandbox_sim::snapshots::{SnapshotState, SnapshotTransition, SnapshotTrigger};
-use cwsandbox_sim::world::Effect;
+use cwsandbox_sim::world::{Effect, PodLaunch};
 
 fn owner(org: &str) -> Owner {
     Owner { org: org.to_owned(), user: "alice".to_owned() }
@@ -93,7 +93,9 @@ fn a_running_sandboxs_only_volume_is_captured_and_restored_into_a_new_one() {
         h.world.create_sandbox(&owner("org-a"), spec_with(vec![scratch("work", &snapshot.id)]), "", "").unwrap();
     let effects = h.world.take_effects();
     let started = effects.iter().find_map(|effect| match effect {
-        Effect::StartPod { sandbox_id: Some(id), containers, .. } if *id == restored.id => Some(containers.clone()),
+        Effect::StartPod(PodLaunch { sandbox_id: Some(id), containers, .. }) if *id == restored.id => {
+            Some(containers.clone())
+        }
         _ => None,
     });
     let containers = started.expect("the restored sandbox starts");

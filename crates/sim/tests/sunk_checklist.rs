@@ -8,7 +8,7 @@ use cwsandbox_sim::config::ScopeType;
 use cwsandbox_sim::k8s::PodPhase;
 use cwsandbox_sim::query::Scope;
 use cwsandbox_sim::slurm::{IllegalJobTransition, JobBaseState, JobPhase, JobTransition};
-use cwsandbox_sim::world::Transition;
+use cwsandbox_sim::world::{PodLaunch, Transition};
 
 #[test]
 fn item_01_other_scheduler_name_is_ignored() {
@@ -332,7 +332,7 @@ fn item_15_a_gpu_pod_sees_the_gpus_its_job_holds() {
         .take_effects()
         .into_iter()
         .filter_map(|effect| match effect {
-            Effect::StartPod { pod_uid, containers, .. } => {
+            Effect::StartPod(PodLaunch { pod_uid, containers, .. }) => {
                 Some((pod_uid.to_string(), containers[0].env.get(NVIDIA_VISIBLE_DEVICES).cloned()))
             }
             _ => None,
@@ -951,7 +951,7 @@ fn item_15_a_default_scheduler_gpu_pod_gets_gpus_no_other_pod_holds() {
         effects
             .into_iter()
             .filter_map(|effect| match effect {
-                Effect::StartPod { pod_uid, containers, .. } => {
+                Effect::StartPod(PodLaunch { pod_uid, containers, .. }) => {
                     Some((pod_uid.to_string(), containers[0].env.get(NVIDIA_VISIBLE_DEVICES).cloned()))
                 }
                 _ => None,

@@ -10,7 +10,7 @@ use cwsandbox_sim::config::{ClaimValues, RunnerValues, Scenario, Values};
 use cwsandbox_sim::error::{Reason, SimError};
 use cwsandbox_sim::sandbox::{Owner, SandboxFilter};
 use cwsandbox_sim::volumes::{ClaimSource, VolumeState, VolumeTransition, VolumeUpdate};
-use cwsandbox_sim::world::Effect;
+use cwsandbox_sim::world::{Effect, PodLaunch};
 
 fn alice() -> Owner {
     Owner { org: "default-org".to_owned(), user: "alice".to_owned() }
@@ -168,7 +168,7 @@ fn a_sandbox_mounting_a_volume_runs_on_its_runner_and_holds_it_until_it_ends() {
     let mount = effects
         .iter()
         .find_map(|effect| match effect {
-            Effect::StartPod { sandbox_id: Some(id), containers, .. } if *id == sandbox.id => {
+            Effect::StartPod(PodLaunch { sandbox_id: Some(id), containers, .. }) if *id == sandbox.id => {
                 Some(containers[0].volume_mounts[0].clone())
             }
             _ => None,
@@ -313,7 +313,7 @@ fn a_claim_is_one_organizations_in_one_cluster() {
         .take_effects()
         .iter()
         .find_map(|effect| match effect {
-            Effect::StartPod { sandbox_id: Some(id), containers, .. } if *id == sandbox.id => {
+            Effect::StartPod(PodLaunch { sandbox_id: Some(id), containers, .. }) if *id == sandbox.id => {
                 containers[0].volume_mounts[0].claim.clone()
             }
             _ => None,

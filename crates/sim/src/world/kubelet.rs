@@ -9,7 +9,7 @@ use crate::k8s::{ContainerState, EventType, Pod, PodOwner, PodPhase};
 use crate::slurm::{JobBaseState, JobId};
 
 use crate::machine::legal;
-use crate::world::{ContainerStart, Effect, PodTransition, Transition, World};
+use crate::world::{ContainerStart, Effect, PodLaunch, PodTransition, Transition, World};
 
 /// The variable through which a container learns which GPUs it has.
 pub const NVIDIA_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
@@ -100,7 +100,14 @@ impl World {
         if !self.host_confirms_starts {
             self.containers_started(uid);
         }
-        self.effects.push(Effect::StartPod { pod_uid, namespace, pod_name, sandbox_id, containers, loopback_only });
+        self.effects.push(Effect::StartPod(PodLaunch {
+            pod_uid: pod_uid.to_string(),
+            sandbox_id: sandbox_id.map(|id| id.to_string()),
+            namespace: namespace.to_string(),
+            pod_name: pod_name.to_string(),
+            containers,
+            loopback_only,
+        }));
     }
 
     /// The host reports that it started a Pod's containers: they run, with the kubelet's

@@ -88,25 +88,48 @@ pub struct ContainerStart {
     pub cpu_limit_millis: Option<u64>,
 }
 
+/// Everything the host needs to start a Pod's processes: the payload of [`Effect::StartPod`],
+/// handed to the runtime as it is (the one description of a launch between the world and the
+/// host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodLaunch {
+    /// The Pod's uid: the key of every later call about it.
+    pub pod_uid: String,
+    /// The sandbox the Pod belongs to, if it is a sandbox Pod.
+    pub sandbox_id: Option<String>,
+    /// The Pod's namespace.
+    pub namespace: String,
+    /// The Pod's name: the hostname its processes should see.
+    pub pod_name: String,
+    /// Containers in start order; the first is the main one (the sandbox's primary container,
+    /// wherever the spec put it): its exit ends the Pod.
+    pub containers: Vec<ContainerStart>,
+    /// The sandbox denies egress (`network.deny_egress`): its processes get a network of their
+    /// own with only loopback.
+    pub loopback_only: bool,
+}
+
+/// What the host reports when a command of a Pod ended by itself (not because the host was told
+/// to stop it): the one description of an exit between the host and the world
+/// ([`World::host_reported_exit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MainExit {
+    /// The Pod.
+    pub pod_uid: String,
+    /// `None` for the main container, whose end ends the Pod; another container's name for
+    /// the end of that container's command (the Pod goes on).
+    pub container: Option<String>,
+    /// Its exit status (128 + signal for a signal).
+    pub exit_code: i32,
+    /// The kernel's OOM killer ended it (its memory limit, enforced through cgroups).
+    pub oom_killed: bool,
+}
+
 /// Something the world asks its host to do outside the simulation (run or stop processes).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     /// A Pod's containers start: run its main command.
-    StartPod {
-        /// Pod uid.
-        pod_uid: SharedStr,
-        /// Namespace.
-        namespace: SharedStr,
-        /// Pod name (the hostname inside).
-        pod_name: SharedStr,
-        /// The sandbox, if it is a sandbox Pod.
-        sandbox_id: Option<SharedStr>,
-        /// What to run, main container first (the one whose exit ends the Pod).
-        containers: Vec<ContainerStart>,
-        /// The sandbox denies egress (`network.deny_egress`): its processes get a network of
-        /// their own with only loopback.
-        loopback_only: bool,
-    },
+    StartPod(PodLaunch),
     /// SIGTERM the Pod's processes; they have `grace` before SIGKILL.
     StopPod {
         /// Pod uid.

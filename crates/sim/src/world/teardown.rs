@@ -7,7 +7,7 @@ use crate::k8s::{ContainerState, EventType, PodOwner, PodPhase};
 use crate::slurm::JobBaseState;
 
 use crate::machine::legal;
-use crate::world::{Effect, PodTransition, SandboxOutcome, Timer, World};
+use crate::world::{Effect, MainExit, PodTransition, SandboxOutcome, Timer, World};
 
 impl World {
     /// Starts deleting a Pod: Terminating with its grace period, then removal. An unbound or
@@ -118,6 +118,18 @@ impl World {
             self.finish_running_pod(uid, 128, "StartError", PodPhase::Failed, status);
         }
         self.settle();
+    }
+
+    /// The host reports that a command of a Pod ended by itself: the main one's end (or its OOM
+    /// kill) ends the Pod, another container's end only that container.
+    pub fn host_reported_exit(&mut self, exit: &MainExit) {
+        match exit {
+            MainExit { pod_uid, container: None, oom_killed: true, .. } => self.pod_oom_killed(pod_uid),
+            MainExit { pod_uid, container: None, exit_code, .. } => self.pod_exited(pod_uid, *exit_code),
+            MainExit { pod_uid, container: Some(container), exit_code, .. } => {
+                self.container_exited(pod_uid, container, *exit_code)
+            }
+        }
     }
 
     /// A Pod's containers exited by themselves (the host reports it).
