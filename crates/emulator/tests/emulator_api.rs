@@ -585,7 +585,7 @@ async fn reset_stops_running_sandbox_processes_through_the_runtime() {
     assert_eq!(runtime.started().len(), 1);
     let reset = client.reset(emu::ResetRequest::default()).await.unwrap().into_inner();
     assert_eq!(reset.stopped_pods, 1);
-    let started = runtime.started()[0].pod_uid.clone();
+    let started = runtime.started()[0].pod_uid.to_string();
     cwsandbox_testkit::eventually("the old Pod's processes to be killed", || async {
         let killed = runtime.killed();
         if killed.contains(&started) { Ok(()) } else { Err(killed) }

@@ -116,7 +116,7 @@ async fn tenants_share_the_configured_runners_and_see_nothing_of_each_other() {
         .find(|launch| launch.sandbox_id.as_deref() == Some(a.sandbox_id.as_str()))
         .unwrap()
         .pod_uid
-        .clone();
+        .to_string();
     assert!(runtime.killed().contains(&pod_uid_of_a), "its process is stopped");
     let error = sandboxes(&emulator, &one.user_token)
         .await

@@ -474,10 +474,10 @@ async fn apply(item: Effect, runtime: Option<&Arc<dyn SandboxRuntime>>) -> Optio
             runtime.start(launch).await.map_err(|error| (pod_uid, "start", error))
         }
         Effect::StopPod { pod_uid, grace } => {
-            runtime.stop(pod_uid.to_string(), grace).await.map_err(|error| (pod_uid.to_string(), "stop", error))
+            runtime.stop(pod_uid.to_string(), grace).await.map_err(|error| (pod_uid, "stop", error))
         }
         Effect::KillPod { pod_uid } => {
-            runtime.kill(pod_uid.to_string()).await.map_err(|error| (pod_uid.to_string(), "kill", error))
+            runtime.kill(pod_uid.to_string()).await.map_err(|error| (pod_uid, "kill", error))
         }
         // Pulls never reach here: the pump hands them to a task of their own.
         Effect::PullImages { .. } => Ok(()),

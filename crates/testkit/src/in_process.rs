@@ -210,7 +210,7 @@ impl FakeRuntime {
 
     fn pod_name(&self, pod_uid: &str) -> Option<String> {
         let state = self.state.lock_unpoisoned();
-        state.started.iter().find(|launch| launch.pod_uid == pod_uid).map(|launch| launch.pod_name.clone())
+        state.started.iter().find(|launch| launch.pod_uid == pod_uid).map(|launch| launch.pod_name.to_string())
     }
 }
 
@@ -229,7 +229,7 @@ impl SandboxRuntime for FakeRuntime {
             .first()
             .is_some_and(|main| main.command.first().is_some_and(|program| program.starts_with("/no/such/")))
         {
-            state.failed_at_start.insert(launch.pod_uid.clone(), 127);
+            state.failed_at_start.insert(launch.pod_uid.to_string(), 127);
         }
         state.started.push(launch);
         futures::future::ready(Ok(())).boxed()

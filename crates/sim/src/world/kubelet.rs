@@ -101,10 +101,10 @@ impl World {
             self.containers_started(uid);
         }
         self.effects.push(Effect::StartPod(PodLaunch {
-            pod_uid: pod_uid.to_string(),
-            sandbox_id: sandbox_id.map(|id| id.to_string()),
-            namespace: namespace.to_string(),
-            pod_name: pod_name.to_string(),
+            pod_uid,
+            sandbox_id,
+            namespace,
+            pod_name,
             containers,
             loopback_only,
         }));

@@ -94,13 +94,13 @@ pub struct ContainerStart {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodLaunch {
     /// The Pod's uid: the key of every later call about it.
-    pub pod_uid: String,
+    pub pod_uid: SharedStr,
     /// The sandbox the Pod belongs to, if it is a sandbox Pod.
-    pub sandbox_id: Option<String>,
+    pub sandbox_id: Option<SharedStr>,
     /// The Pod's namespace.
-    pub namespace: String,
+    pub namespace: SharedStr,
     /// The Pod's name: the hostname its processes should see.
-    pub pod_name: String,
+    pub pod_name: SharedStr,
     /// Containers in start order; the first is the main one (the sandbox's primary container,
     /// wherever the spec put it): its exit ends the Pod.
     pub containers: Vec<ContainerStart>,
