@@ -24,7 +24,6 @@ use cwsandbox_sim::k8s::{PodOwner, PodPhase};
 use cwsandbox_sim::sandbox::HostWait;
 use cwsandbox_sim::time::Clock;
 use cwsandbox_sim::world::{Effect, ImageToPull, World};
-use cwsandbox_sync::MutexUnpoisoned;
 use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -38,6 +37,13 @@ pub const RUNTIME_CATCH_UP: Duration = Duration::from_secs(30);
 /// `auto` finds unreachable, settles within it; a long pull answers CREATING meanwhile
 /// (`ContainerCreating`), as the cloud does while its kubelet pulls.
 pub const PULL_CATCH_UP: Duration = Duration::from_secs(5);
+
+/// How long a reader of a TERMINATING sandbox waits for the host to end its processes (SIGTERM
+/// honoured, or the kill after the grace) before answering anyway: long enough for a client that
+/// polls right after the delete (the published client's first Get follows it at once) to find
+/// the end instead of sleeping a polling round, short enough that a process ignoring SIGTERM for
+/// its whole grace does not hold each poll long.
+pub const STOP_CATCH_UP: Duration = Duration::from_secs(1);
 
 /// Longest the ticker sleeps without looking at the world again.
 const MAX_IDLE: Duration = Duration::from_secs(60);
@@ -69,9 +75,6 @@ pub struct Driver {
     changes: watch::Sender<u64>,
     /// The fingerprint of the visible objects at the last change.
     visible: AtomicU64,
-    /// Sandboxes whose stop was just asked for, with the instant until which a reader of their
-    /// state waits for the stop to settle ([`Driver::stop_requested`]).
-    stopping: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
     /// Whether started Pods wait for the runtime to confirm their start (kept across resets).
     confirms_starts: std::sync::atomic::AtomicBool,
     /// Whether Pods wait for the runtime to pull their images (kept across resets).
@@ -108,7 +111,6 @@ impl Driver {
             applied: watch::Sender::new(0),
             changes: watch::Sender::new(0),
             visible: AtomicU64::new(0),
-            stopping: std::sync::Mutex::default(),
             confirms_starts: std::sync::atomic::AtomicBool::new(false),
             pulls_images: std::sync::atomic::AtomicBool::new(false),
             limits_enforced: std::sync::atomic::AtomicBool::new(true),
@@ -273,9 +275,10 @@ impl Driver {
     /// Waits while the world says the Pod waits on its host ([`World::awaits_host`]): for the
     /// pull of its images at most [`PULL_CATCH_UP`] (a long pull answers CREATING meanwhile, as
     /// the cloud does while its kubelet pulls), for the start of its containers at most
-    /// [`RUNTIME_CATCH_UP`], each from when it began; a reader then finds the sandbox RUNNING, or
-    /// FAILED for a command that cannot run, rather than sleeping a polling round. Says whether
-    /// it had to wait.
+    /// [`RUNTIME_CATCH_UP`], for the end of its processes at most [`STOP_CATCH_UP`], each from
+    /// when it began; a reader then finds the sandbox RUNNING, or FAILED for a command that cannot
+    /// run, or ended after a delete, rather than sleeping a polling round. Says whether it had to
+    /// wait.
     pub async fn host_settled(&self, pod_uid: &str) -> bool {
         let mut changes = self.changes();
         let mut waiting = None;
@@ -287,6 +290,7 @@ impl Driver {
                 let allowance = match stage {
                     HostWait::Pull => PULL_CATCH_UP,
                     HostWait::Start => RUNTIME_CATCH_UP,
+                    HostWait::Stop => STOP_CATCH_UP,
                 };
                 deadline = tokio::time::Instant::now() + allowance;
                 waiting = Some(stage);
@@ -298,28 +302,10 @@ impl Driver {
         }
     }
 
-    /// Remembers that a sandbox's stop was asked for just now: for `window`, a reader of the
-    /// sandbox's state ([`Driver::stop_catch_up`]) waits for its processes to end before answering,
-    /// so a client that polls right after the delete finds the end instead of sleeping a polling
-    /// round, while the delete itself answers at once, as the cloud's does.
-    pub fn stop_requested(&self, sandbox_id: &str, window: Duration) {
-        let now = tokio::time::Instant::now();
-        let mut stopping = self.stopping.lock_unpoisoned();
-        // Entries are few and short-lived: drop the expired ones on each insert.
-        stopping.retain(|_, until| *until > now);
-        stopping.insert(sandbox_id.to_owned(), now + window);
-    }
-
-    /// Until when a reader of this sandbox waits for its stop to settle, if its stop was asked for
-    /// within the window [`Driver::stop_requested`] was given.
-    pub fn stop_catch_up(&self, sandbox_id: &str) -> Option<tokio::time::Instant> {
-        let stopping = self.stopping.lock_unpoisoned();
-        stopping.get(sandbox_id).copied().filter(|until| *until > tokio::time::Instant::now())
-    }
-
     /// Waits until the runtime has applied every effect the world produced so far, or `limit`
-    /// passes; says which. The world calls a Pod Running as soon as it is admitted, and its
-    /// `StartPod` reaches the runtime a moment later: a data operation waits for it here.
+    /// passes; says which. For tests that check what the host did (a process killed, a
+    /// directory removed) after the world decided it; readers of the API wait through the world
+    /// instead ([`Driver::host_settled`]).
     pub async fn effects_applied(&self, limit: Duration) -> bool {
         let produced = self.pumped.load(Ordering::SeqCst);
         let mut applied = self.applied.subscribe();
@@ -430,7 +416,15 @@ async fn run_pump(
             Effect::StartPod(launch) => Some(launch.pod_uid.clone()),
             _ => None,
         };
+        let killing = match &item {
+            Effect::KillPod { pod_uid } if runtime.is_some() => Some(pod_uid.clone()),
+            _ => None,
+        };
         let failed_start = apply(item, runtime.as_ref()).await;
+        if let Some(pod_uid) = killing {
+            // Whatever was left of the Pod's processes is gone: its sandbox may end now.
+            driver.with_world(|world| world.pod_host_killed(&pod_uid));
+        }
         if let Some(pod_uid) = starting {
             // A command that could not start has exited already, and a container that could not
             // be started has its reason: the world hears either before the start counts as done,

@@ -26,6 +26,9 @@ pub enum HostWait {
     Pull,
     /// The start of its containers.
     Start,
+    /// The end of its processes, which it was asked to stop (SIGTERM, then SIGKILL after the
+    /// grace) or kill.
+    Stop,
 }
 
 /// The reason of a sandbox whose Pod is placed while the host starts its containers.
@@ -284,6 +287,13 @@ impl SandboxView {
     /// whose Pod exists can be, so readers of a running or ended one skip the query.
     pub fn may_await_host(&self) -> bool {
         !self.pod_uid.is_empty() && matches!(self.state, SandboxState::Creating | SandboxState::Pending)
+    }
+
+    /// Whether its Pod may be waiting on its host to end its processes
+    /// ([`World::awaits_host`](crate::world::World::awaits_host) says `Stop`): only a
+    /// TERMINATING sandbox's can be.
+    pub fn may_await_stop(&self) -> bool {
+        !self.pod_uid.is_empty() && self.state == SandboxState::Terminating
     }
 }
 

@@ -677,6 +677,52 @@ fn a_side_containers_end_reported_before_the_hosts_start_report_is_kept() {
 }
 
 #[test]
+fn with_a_host_attached_a_deleted_sandbox_ends_only_once_the_host_ended_its_processes() {
+    use cwsandbox_sim::sandbox::HostWait;
+    let mut h = ready();
+    h.world.set_host_confirms_starts(true);
+    let created = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    h.world.pod_host_started(&created.pod_uid);
+    assert_eq!(h.world.awaits_host(&created.pod_uid), None, "running: nothing awaited");
+    h.world.take_effects();
+
+    let deleting = h.world.delete_sandbox("default-org", &created.id, 30).unwrap();
+    assert_eq!(deleting.state, SandboxState::Terminating);
+    assert!(deleting.may_await_stop());
+    assert_eq!(h.world.awaits_host(&created.pod_uid), Some(HostWait::Stop), "asked to stop its processes");
+    // The processes honour SIGTERM: their exit removes the Pod, whose leftovers the host kills.
+    h.world.pod_exited(&created.pod_uid, 0);
+    assert!(h.world.cluster.pod(&created.pod_uid).is_none(), "the Pod object is gone");
+    let effects = h.world.take_effects();
+    assert!(effects.iter().any(|effect| matches!(effect, Effect::KillPod { pod_uid } if *pod_uid == created.pod_uid)));
+    let killing = h.world.get_sandbox("default-org", &created.id).unwrap();
+    assert_eq!(killing.state, SandboxState::Terminating, "not ended while the kill is applied");
+    assert_eq!(h.world.awaits_host(&created.pod_uid), Some(HostWait::Stop));
+
+    h.world.pod_host_killed(&created.pod_uid);
+    let ended = h.world.get_sandbox("default-org", &created.id).unwrap();
+    assert!(ended.state.is_terminal(), "{:?}", ended.state);
+    assert!(!ended.may_await_stop());
+    assert_eq!(h.world.awaits_host(&created.pod_uid), None);
+    // A second report, or one for a Pod nobody waits on, changes nothing.
+    h.world.pod_host_killed(&created.pod_uid);
+    h.world.pod_host_killed("no-such-pod");
+    assert_eq!(h.world.get_sandbox("default-org", &created.id).unwrap().state, ended.state);
+}
+
+#[test]
+fn without_a_host_a_deleted_sandbox_ends_with_its_pod() {
+    let mut h = ready();
+    let created = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    h.advance(1);
+    h.world.delete_sandbox("default-org", &created.id, 30).unwrap();
+    assert_eq!(h.world.awaits_host(&created.pod_uid), None, "no host to wait for");
+    h.world.pod_exited(&created.pod_uid, 0);
+    assert!(h.world.get_sandbox("default-org", &created.id).unwrap().state.is_terminal());
+}
+
+#[test]
 fn with_a_host_attached_a_sandbox_is_running_only_once_the_host_started_its_containers() {
     use cwsandbox_sim::k8s::{ContainerState, PodPhase};
     use cwsandbox_sim::sandbox::{CONTAINER_CREATING, HostWait};

@@ -260,6 +260,10 @@ pub struct World {
     /// Whether a started Pod waits for the host to report its containers started
     /// ([`World::pod_host_started`]) before it shows Running (a runtime is attached).
     pub(crate) host_confirms_starts: bool,
+    /// Removed sandbox Pods whose started processes the host is killing (`Effect::KillPod`),
+    /// with the end their sandbox takes once it reports them gone ([`World::pod_host_killed`]):
+    /// where a host runs processes, nobody reads a sandbox ended while its processes still run.
+    pub(crate) awaiting_kill: HashMap<SharedStr, (SharedStr, Option<i32>), IdHash>,
     /// Whether the host enforces containers' CPU and memory limits where it runs images (a
     /// Warning Event on each Pod with limits says when it cannot).
     pub(crate) limits_enforced: bool,
@@ -327,6 +331,7 @@ impl World {
             gpu_devices: HashMap::default(),
             pulls_images: false,
             host_confirms_starts: false,
+            awaiting_kill: HashMap::default(),
             limits_enforced: true,
             pulling: HashSet::default(),
             failed_pulls: HashMap::default(),

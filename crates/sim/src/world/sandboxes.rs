@@ -549,12 +549,19 @@ impl World {
         self.sandboxes.by_id.values().filter(move |sandbox| sandbox.owner.org == org).map(|sandbox| &*sandbox.info)
     }
 
-    /// What the Pod of a live sandbox waits on its host for, if anything: the pull of its images,
-    /// or the start of its containers (while either lasts the sandbox is not RUNNING yet).
+    /// What a sandbox's Pod waits on its host for, if anything: the pull of its images, or the
+    /// start of its containers (while either lasts the sandbox is not RUNNING yet), or, once it
+    /// is being deleted, the end of the processes the host was asked to stop or kill (while that
+    /// lasts the sandbox reads TERMINATING).
     pub fn awaits_host(&self, pod_uid: &str) -> Option<HostWait> {
+        if self.awaiting_kill.contains_key(pod_uid) {
+            return Some(HostWait::Stop);
+        }
         let pod = self.cluster.pod(pod_uid)?;
         if pod.deletion_timestamp.is_some() {
-            return None;
+            // Asked to stop processes it started: their end comes back as an exit.
+            let stopping = self.host_confirms_starts && pod.phase == PodPhase::Running && pod.host_started;
+            return stopping.then_some(HostWait::Stop);
         }
         if self.pulling.contains(pod_uid) {
             Some(HostWait::Pull)

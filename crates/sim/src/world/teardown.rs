@@ -102,8 +102,23 @@ impl World {
                 ContainerState::Running(_) => Some(128 + 9),
                 ContainerState::Waiting(_) => None,
             });
+            // A Pod whose containers the host never started has nothing left to kill.
+            if self.host_confirms_starts && pod.host_started {
+                self.awaiting_kill.insert(pod.uid.clone(), (id, exit_code));
+            } else {
+                self.sandbox_outcomes.push_back(SandboxOutcome::PodGone(id, exit_code));
+            }
+        }
+    }
+
+    /// The host reports that it killed whatever was left of a removed Pod's processes
+    /// (`Effect::KillPod` applied): its sandbox ends now.
+    pub fn pod_host_killed(&mut self, uid: &str) {
+        self.settle();
+        if let Some((id, exit_code)) = self.awaiting_kill.remove(uid) {
             self.sandbox_outcomes.push_back(SandboxOutcome::PodGone(id, exit_code));
         }
+        self.settle();
     }
 
     /// The host could not start a Pod's main container (`StartError`, as a kubelet reports a

@@ -140,10 +140,11 @@ async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Res
     if view.may_await_host() && app.driver().host_settled(&view.pod_uid).await {
         return Ok(convert::sandbox(&read()?));
     }
-    if view.state == SandboxState::Terminating
-        && let Some(deadline) = app.driver().stop_catch_up(&view.id)
-    {
-        return Ok(convert::sandbox(&stopped(app, &caller.org, view, deadline).await));
+    // A deleted sandbox reads TERMINATING until the host has ended its processes: the answer
+    // waits (a second at most) for that, so a client polling right after the delete finds the
+    // end rather than sleeping a polling round.
+    if view.may_await_stop() && app.driver().host_settled(&view.pod_uid).await {
+        return Ok(convert::sandbox(&read()?));
     }
     Ok(convert::sandbox(&view))
 }
@@ -178,33 +179,6 @@ pub async fn delete_sandbox(
     ConnectRequest(request): ConnectRequest<pb::DeleteSandboxRequest>,
 ) -> Result<ConnectResponse<pb::DeleteSandboxResponse>, ConnectError> {
     respond(caller.method(), delete(&app, &caller, &request).await)
-}
-
-/// For how long after a DeleteSandbox a GetSandbox of the TERMINATING sandbox waits for its
-/// processes to honour SIGTERM: processes that stop at once make it answer terminal, so a client
-/// polling right after the delete (the published client's first Get follows it at once) finds the
-/// end instead of sleeping a polling round. DeleteSandbox itself answers at once.
-const STOP_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// The sandbox once it left TERMINATING, or as it is at `deadline`.
-async fn stopped(app: &App, org: &str, view: SandboxView, deadline: tokio::time::Instant) -> SandboxView {
-    let mut changes = app.driver().changes();
-    let mut current = view;
-    loop {
-        match app.driver().read_world(|world| world.get_sandbox(org, &current.id)) {
-            Ok(latest) if latest.state != SandboxState::Terminating => {
-                // The Pod's removal kills what is left of its processes: done before the answer.
-                app.driver().effects_applied(STOP_CATCH_UP).await;
-                return latest;
-            }
-            Ok(latest) => current = latest,
-            Err(_) => return current,
-        }
-        // Out of time, or the emulator is stopping (the sender is gone).
-        if !matches!(tokio::time::timeout_at(deadline, changes.changed()).await, Ok(Ok(()))) {
-            return current;
-        }
-    }
 }
 
 async fn delete(
@@ -246,9 +220,6 @@ async fn delete(
     };
     match app.driver().with_world(|world| world.delete_sandbox(&caller.org, id, request.grace_period_seconds)) {
         Ok(view) => {
-            if view.state == SandboxState::Terminating && app.has_runtime() {
-                app.driver().stop_requested(&view.id, STOP_CATCH_UP);
-            }
             tracing::info!(sandbox_id = %view.id, state = ?view.state, "sandbox deletion requested");
             Ok(pb::DeleteSandboxResponse { sandbox: Some(convert::sandbox(&view)), file_system_snapshot_ids })
         }
