@@ -136,7 +136,7 @@ impl World {
     /// A volume as the API shows it, with its attached sandboxes counted.
     fn volume_view(&self, volume: &RegisteredVolume) -> RegisteredVolume {
         let mut view = volume.clone();
-        view.attached_sandbox_count = self.sandboxes_mounting(&volume.org, &volume.id);
+        view.attached_sandbox_count = self.sandboxes.mounting(&volume.org, &volume.id);
         view
     }
 
