@@ -193,7 +193,7 @@ impl World {
         for (index, volume) in spec.volumes.iter().enumerate() {
             if let Some(snapshot) = restore_source(volume) {
                 let field = format!("sandbox.spec.volumes[{index}].scratch.restoreFromSnapshotId");
-                self.check_restorable(&owner.org, snapshot, field)?;
+                self.snapshots.check_restorable(&owner.org, snapshot, field)?;
             }
         }
         let spec_bytes = spec.encode_to_vec();
