@@ -1,7 +1,7 @@
 //! File-system snapshots: saved copies of a sandbox's scratch volume, restorable into a new
-//! sandbox's volume (`ScratchVolume.restore_from_snapshot_id`). The world keeps the records and
-//! decides what may be captured; its host copies the files ([`SnapshotCapture`] says what to
-//! copy) and reports the outcome with
+//! sandbox's volume (`ScratchVolume.restore_from_snapshot_id`). `Snapshots` keeps the records
+//! and answers the queries on them; the world decides what may be captured, and its host copies
+//! the files ([`SnapshotCapture`] says what to copy) and reports the outcome with
 //! [`World::finish_snapshot`](crate::world::World::finish_snapshot). Snapshots belong to an
 //! organization, outlive the sandbox they were taken from, and live as long as the world does.
 

@@ -1,7 +1,7 @@
 //! The sandbox commands on the world: creation and admission (runner, policy, namespace, the
 //! Pod), deletion, the outcomes of its Pod and placeholder job, views and listings. The sandbox
-//! lifecycle ([`crate::sandbox`]) keeps the records, their machine and the spec's rules; these
-//! commands also read the cluster, Slurm, the runners, templates, volumes and snapshots, so they
+//! lifecycle ([`crate::sandbox`]) keeps the records, their machine, the queries on them alone and
+//! the spec's rules; these commands also read the cluster, Slurm, the runners, templates, volumes and snapshots, so they
 //! live here, above every lifecycle.
 
 use std::collections::HashMap;
