@@ -104,7 +104,7 @@ impl World {
         let mut running_by_runner: HashMap<&str, i32> = HashMap::new();
         for pod in self.cluster.pods_iter().filter(|pod| pod.phase == PodPhase::Running) {
             if let PodOwner::Sandbox(id) = &pod.owner
-                && let Some((sandbox_org, runner_id)) = self.sandbox_placement(id)
+                && let Some((sandbox_org, runner_id)) = self.sandboxes.placement(id)
                 && sandbox_org == org
             {
                 *running_by_runner.entry(runner_id).or_default() += 1;

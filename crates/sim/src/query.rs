@@ -629,7 +629,7 @@ impl World {
     /// otherwise are the cluster's own (`None`).
     pub fn pod_organization(&self, pod: &Pod) -> Option<&str> {
         match &pod.owner {
-            PodOwner::Sandbox(id) => self.sandbox_organization(id),
+            PodOwner::Sandbox(id) => self.sandboxes.organization_of(id),
             _ => None,
         }
     }
@@ -655,7 +655,7 @@ impl World {
         let Some(job) = self.slurm.job_or_record(id) else { return false };
         match scope {
             Scope::Cluster => true,
-            Scope::Organization(_) => scope.sees(self.job_organization(job, &self.sandboxes_by_pod_uid())),
+            Scope::Organization(_) => scope.sees(self.job_organization(job, &self.sandboxes.by_pod_uid())),
         }
     }
 
@@ -663,7 +663,7 @@ impl World {
     /// cluster scope (everything).
     fn scope_pod_uids(&self, scope: &Scope) -> Option<HashSet<&str>> {
         let Scope::Organization(org) = scope else { return None };
-        Some(self.organization_sandboxes(org).map(|sandbox| sandbox.pod_uid.as_str()).collect())
+        Some(self.sandboxes.of_organization(org).map(|sandbox| sandbox.pod_uid.as_str()).collect())
     }
 
     /// Pods by namespace and name.
@@ -747,7 +747,7 @@ impl World {
         let own: Option<HashSet<&str>> = match &query.scope {
             Scope::Cluster => None,
             Scope::Organization(org) => {
-                Some(self.organization_sandboxes(org).map(|sandbox| sandbox.namespace.as_str()).collect())
+                Some(self.sandboxes.of_organization(org).map(|sandbox| sandbox.namespace.as_str()).collect())
             }
         };
         self.cluster
@@ -880,7 +880,7 @@ impl World {
 
     /// Job rows by id; with both sources, a job's queue row comes first.
     pub fn query_jobs(&self, query: &JobQuery) -> Vec<JobRow<'_>> {
-        let sandboxes = self.sandboxes_by_pod_uid();
+        let sandboxes = self.sandboxes.by_pod_uid();
         let mut rows = Vec::new();
         let in_scope = |job: &Job| match &query.scope {
             Scope::Cluster => true,

@@ -5,15 +5,17 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cwsandbox_api::sandbox_v1::{Container, SandboxMode, SandboxSpec};
+use cwsandbox_api::sandbox_v1::{Container, ManagedRunner, SandboxMode, SandboxSpec};
 use prost::Message;
 
+use crate::config::SandboxValues;
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::ids::{IdHash, SharedStr};
 use crate::k8s::ContainerInputs;
 use crate::machine::{IllegalTransition, Phase, phases, transitions};
 use crate::policy::MAX_LIFETIME_SECONDS;
 use crate::policy::{PreparedPolicy, RuntimeDefaults};
+use crate::quantity::Quantity;
 use crate::resolved::ResolvedSpec;
 use crate::slurm::JobId;
 use crate::time::{SimTime, TimerKey};
@@ -236,22 +238,172 @@ impl std::ops::Deref for Sandbox {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Sandboxes {
     /// By id; unordered (listings sort by creation time and id).
-    pub(crate) by_id: HashMap<SharedStr, Sandbox, IdHash>,
+    by_id: HashMap<SharedStr, Sandbox, IdHash>,
     /// Organization → request id → sandbox: two levels, so a lookup needs no owned key.
-    pub(crate) by_request: HashMap<String, HashMap<String, SharedStr>>,
+    by_request: HashMap<String, HashMap<String, SharedStr>>,
     /// Prepared policies by organization and runner, with the etag they were prepared at.
-    pub(crate) policies: HashMap<String, HashMap<String, (String, Arc<PreparedPolicy>)>>,
+    policies: HashMap<String, HashMap<String, (String, Arc<PreparedPolicy>)>>,
     /// Organization → user → the user's namespace name, made once and shared by the user's
     /// sandboxes and Pods. Cleared when values change (the prefix may have).
-    pub(crate) namespaces: HashMap<String, HashMap<String, SharedStr>>,
+    namespaces: HashMap<String, HashMap<String, SharedStr>>,
     /// The runtime defaults parsed from the values in force; cleared when values change.
-    pub(crate) defaults: Option<RuntimeDefaults>,
+    defaults: Option<RuntimeDefaults>,
 }
 
 impl Sandboxes {
     /// Drops an organization's prepared policies (its runners are gone).
     pub(crate) fn forget_policies(&mut self, org: &str) {
         self.policies.remove(org);
+    }
+
+    /// Drops what was made from the values in force: the namespace prefix and the runtime
+    /// defaults may have changed.
+    pub(crate) fn forget_values(&mut self) {
+        self.namespaces.clear();
+        self.defaults = None;
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Option<&Sandbox> {
+        self.by_id.get(id)
+    }
+
+    pub(crate) fn get_mut(&mut self, id: &str) -> Option<&mut Sandbox> {
+        self.by_id.get_mut(id)
+    }
+
+    /// Every sandbox on record, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Sandbox> {
+        self.by_id.values()
+    }
+
+    /// Stores a new sandbox, and the request id it was created with (if any) for replays.
+    pub(crate) fn insert(&mut self, sandbox: Sandbox) {
+        if !sandbox.request_id.is_empty() {
+            let org = &sandbox.owner.org;
+            let requests = match self.by_request.get_mut(org) {
+                Some(requests) => requests,
+                None => self.by_request.entry(org.clone()).or_default(),
+            };
+            requests.insert(sandbox.request_id.clone(), sandbox.id.clone());
+        }
+        self.by_id.insert(sandbox.id.clone(), sandbox);
+    }
+
+    /// Drops a sandbox and its request id.
+    pub(crate) fn remove(&mut self, id: &str) {
+        let Some(sandbox) = self.by_id.remove(id) else { return };
+        if let Some(requests) = self.by_request.get_mut(&sandbox.owner.org) {
+            requests.remove(&sandbox.request_id);
+        }
+    }
+
+    /// The sandbox an organization's request id created, while it is on record.
+    pub(crate) fn created_by_request(&self, org: &str, request_id: &str) -> Option<&SharedStr> {
+        self.by_request.get(org).and_then(|requests| requests.get(request_id))
+    }
+
+    /// The namespace of a user's sandboxes (made if missing): `<prefix><user>`, or
+    /// `<prefix><user>-<org>` when another organization's user of the same name has the first
+    /// (organizations never share a namespace).
+    pub(crate) fn user_namespace(&mut self, prefix: &str, org: &str, user: &str) -> SharedStr {
+        if let Some(namespace) = self.namespaces.get(org).and_then(|users| users.get(user)) {
+            return namespace.clone();
+        }
+        let taken =
+            |name: &str| self.namespaces.values().flat_map(|users| users.values()).any(|taken| &**taken == name);
+        let plain = format!("{prefix}{}", dns_label(user));
+        let name = if taken(&plain) {
+            let mut qualified = format!("{prefix}{}-{}", dns_label(user), dns_label(org));
+            qualified.truncate(63);
+            qualified.trim_end_matches('-').to_owned()
+        } else {
+            plain
+        };
+        let namespace = SharedStr::from(name);
+        self.namespaces.entry(org.to_owned()).or_default().insert(user.to_owned(), namespace.clone());
+        namespace
+    }
+
+    /// The runner's policy, validated and parsed once per policy revision (its etag); no runner,
+    /// no policy.
+    pub(crate) fn prepared_policy(
+        &mut self,
+        org: &str,
+        runner_id: &str,
+        runner: Option<&ManagedRunner>,
+    ) -> Arc<PreparedPolicy> {
+        let Some(runner) = runner else {
+            return Arc::new(PreparedPolicy::new(None));
+        };
+        if let Some((etag, prepared)) = self.policies.get(org).and_then(|runners| runners.get(runner_id))
+            && *etag == runner.etag
+        {
+            return Arc::clone(prepared);
+        }
+        let prepared = Arc::new(PreparedPolicy::new(runner.policy.as_ref()));
+        let etag = runner.etag.clone();
+        self.policies.entry(org.to_owned()).or_default().insert(runner_id.to_owned(), (etag, Arc::clone(&prepared)));
+        prepared
+    }
+
+    /// The runtime defaults, parsed once per values revision.
+    pub(crate) fn runtime_defaults(&mut self, values: &SandboxValues) -> SimResult<RuntimeDefaults> {
+        if let Some(defaults) = &self.defaults {
+            return Ok(defaults.clone());
+        }
+        let defaults = RuntimeDefaults {
+            cpu_request: Quantity::parse(&values.default_cpu)
+                .map_err(|error| SimError::invalid_field("sandboxes.defaultCpu", error.to_string()))?,
+            memory_request: Quantity::parse(&values.default_memory)
+                .map_err(|error| SimError::invalid_field("sandboxes.defaultMemory", error.to_string()))?,
+            lifetime_seconds: values.default_lifetime_seconds,
+        };
+        self.defaults = Some(defaults.clone());
+        Ok(defaults)
+    }
+
+    /// How many of the organization's sandboxes that have not ended mount registered volume
+    /// `volume_id`.
+    pub(crate) fn mounting(&self, org: &str, volume_id: &str) -> usize {
+        self.by_id
+            .values()
+            .filter(|sandbox| sandbox.owner.org == org && !matches!(sandbox.life, Life::Ended { .. }))
+            .filter(|sandbox| sandbox.info.attached_volume_ids.iter().any(|attached| attached == volume_id))
+            .count()
+    }
+
+    /// Every sandbox on record, by its Pod's uid.
+    pub(crate) fn by_pod_uid(&self) -> HashMap<&str, &SandboxInfo> {
+        self.by_id.values().map(|sandbox| (sandbox.info.pod_uid.as_str(), &*sandbox.info)).collect()
+    }
+
+    /// The organization owning sandbox `id`, while it is on record.
+    pub(crate) fn organization_of(&self, id: &str) -> Option<&str> {
+        self.by_id.get(id).map(|sandbox| sandbox.owner.org.as_str())
+    }
+
+    /// An organization's sandboxes on record, in no particular order.
+    pub(crate) fn of_organization<'s, 'o>(
+        &'s self,
+        org: &'o str,
+    ) -> impl Iterator<Item = &'s SandboxInfo> + use<'s, 'o> {
+        self.by_id.values().filter(move |sandbox| sandbox.owner.org == org).map(|sandbox| &*sandbox.info)
+    }
+
+    /// Whether the sandbox's processes are cut off from every network but their own loopback.
+    pub(crate) fn denies_egress(&self, id: &str) -> bool {
+        self.by_id.get(id).is_some_and(|sandbox| sandbox.info.deny_egress)
+    }
+
+    /// Which of a sandbox's containers is its primary one (index in spec order).
+    pub(crate) fn primary_container(&self, id: &str) -> Option<usize> {
+        let sandbox = self.by_id.get(id)?;
+        sandbox.info.resolved.containers.iter().position(|container| container.primary)
+    }
+
+    /// The organization and runner of a sandbox, without building its view.
+    pub(crate) fn placement(&self, id: &str) -> Option<(&str, &str)> {
+        self.by_id.get(id).map(|sandbox| (sandbox.owner.org.as_str(), sandbox.info.runner_id.as_str()))
     }
 }
 
@@ -654,7 +806,7 @@ fn mounted_file_problem(path: &str) -> Option<&'static str> {
 }
 
 /// A user name as a DNS label (lowercase alphanumerics and dashes, at most 50 characters).
-pub(crate) fn dns_label(text: &str) -> String {
+fn dns_label(text: &str) -> String {
     let mut label: String = text
         .chars()
         .map(|character| if character.is_ascii_alphanumeric() { character.to_ascii_lowercase() } else { '-' })

@@ -1,14 +1,16 @@
 //! File-system snapshots: saved copies of a sandbox's scratch volume, restorable into a new
-//! sandbox's volume (`ScratchVolume.restore_from_snapshot_id`). The world keeps the records and
-//! decides what may be captured; its host copies the files ([`SnapshotCapture`] says what to
-//! copy) and reports the outcome with
+//! sandbox's volume (`ScratchVolume.restore_from_snapshot_id`). `Snapshots` keeps the records
+//! and answers the queries on them; the world decides what may be captured, and its host copies
+//! the files ([`SnapshotCapture`] says what to copy) and reports the outcome with
 //! [`World::finish_snapshot`](crate::world::World::finish_snapshot). Snapshots belong to an
 //! organization, outlive the sandbox they were taken from, and live as long as the world does.
 
 use std::collections::HashMap;
 
+use crate::error::{Reason, SimError, SimResult};
 use crate::ids::SharedStr;
-use crate::machine::{IllegalTransition, phases, transitions};
+use crate::machine::{IllegalTransition, Phase, phases, transitions};
+use crate::pager::Pager;
 use crate::time::SimTime;
 
 phases! {
@@ -104,7 +106,110 @@ pub struct SnapshotCapture {
 /// Every snapshot of every organization.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Snapshots {
-    pub(crate) by_id: HashMap<SharedStr, FileSystemSnapshot>,
+    by_id: HashMap<SharedStr, FileSystemSnapshot>,
     /// Organization → (request id, volume) → snapshot.
-    pub(crate) by_request: HashMap<String, HashMap<(String, String), SharedStr>>,
+    by_request: HashMap<String, HashMap<(String, String), SharedStr>>,
+}
+
+const DEFAULT_PAGE_SIZE: usize = 50;
+const MAX_PAGE_SIZE: usize = 1000;
+
+fn snapshot_not_found(id: &str) -> SimError {
+    SimError::NotFound { reason: Reason::FssNotFound, message: format!("file-system snapshot {id:?} not found") }
+}
+
+impl Snapshots {
+    /// The snapshot of `volume` an organization's request id (not empty) began, while it is on
+    /// record.
+    pub(crate) fn begun_by_request(&self, org: &str, request_id: &str, volume: &str) -> Option<&FileSystemSnapshot> {
+        let key = (request_id.to_owned(), volume.to_owned());
+        self.by_request
+            .get(org)
+            .and_then(|requests| requests.get(&key))
+            .and_then(|id| self.by_id.get(id))
+            .filter(|_| !request_id.is_empty())
+    }
+
+    /// How many snapshots the organization keeps.
+    pub(crate) fn count_of(&self, org: &str) -> usize {
+        self.by_id.values().filter(|snapshot| snapshot.org == org).count()
+    }
+
+    /// Stores a snapshot that began, and the request id (when there is one) that asked for it.
+    pub(crate) fn insert(&mut self, snapshot: FileSystemSnapshot) {
+        if !snapshot.request_id.is_empty() {
+            self.by_request
+                .entry(snapshot.org.clone())
+                .or_default()
+                .insert((snapshot.request_id.clone(), snapshot.source_volume_name.clone()), snapshot.id.clone());
+        }
+        self.by_id.insert(snapshot.id.clone(), snapshot);
+    }
+
+    pub(crate) fn get_mut(&mut self, id: &str) -> Option<&mut FileSystemSnapshot> {
+        self.by_id.get_mut(id)
+    }
+
+    /// Drops an organization's snapshot and the request ids that asked for it.
+    pub(crate) fn remove(&mut self, org: &str, id: &str) {
+        self.by_id.remove(id);
+        if let Some(requests) = self.by_request.get_mut(org) {
+            requests.retain(|_, snapshot| snapshot.as_str() != id);
+        }
+    }
+
+    /// One snapshot of the organization.
+    pub(crate) fn get(&self, org: &str, id: &str) -> SimResult<FileSystemSnapshot> {
+        self.by_id.get(id).filter(|snapshot| snapshot.org == org).cloned().ok_or_else(|| snapshot_not_found(id))
+    }
+
+    /// The organization's snapshots, oldest first, optionally only those of one sandbox.
+    pub(crate) fn list(
+        &self,
+        org: &str,
+        source_sandbox_id: &str,
+        page_size: i32,
+        page_token: &str,
+    ) -> SimResult<(Vec<FileSystemSnapshot>, String)> {
+        let pager =
+            Pager::new("snapshots", [source_sandbox_id.to_owned()], page_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)?;
+        let invalid = || SimError::invalid_field("page_token", "not a page token of this listing");
+        let after = match pager.after(page_token)?.as_deref() {
+            None => None,
+            Some([created, id]) => Some((created.parse::<i64>().map_err(|_| invalid())?, id.clone())),
+            Some(_) => return Err(invalid()),
+        };
+        let mut matching: Vec<&FileSystemSnapshot> = self
+            .by_id
+            .values()
+            .filter(|snapshot| snapshot.org == org)
+            .filter(|snapshot| source_sandbox_id.is_empty() || snapshot.source_sandbox_id == source_sandbox_id)
+            .collect();
+        matching.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
+        let start = match &after {
+            None => 0,
+            Some((created, id)) => matching
+                .iter()
+                .position(|snapshot| (snapshot.created.millis(), snapshot.id.as_str()) > (*created, id.as_str()))
+                .unwrap_or(matching.len()),
+        };
+        Ok(pager.page(matching.into_iter().skip(start).cloned(), |last| {
+            vec![last.created.millis().to_string(), last.id.to_string()]
+        }))
+    }
+
+    /// Checks that a snapshot a new sandbox restores from exists in the organization and is READY.
+    pub(crate) fn check_restorable(&self, org: &str, id: &str, field: String) -> SimResult<()> {
+        match self.by_id.get(id).filter(|snapshot| snapshot.org == org) {
+            None => Err(SimError::NotFound {
+                reason: Reason::FssNotFound,
+                message: format!("{field}: file-system snapshot {id:?} not found"),
+            }),
+            Some(snapshot) if snapshot.state != SnapshotState::Ready => Err(SimError::FailedPrecondition {
+                reason: Reason::FssNotReady,
+                message: format!("{field}: file-system snapshot {id:?} is {}, not READY", snapshot.state.name()),
+            }),
+            Some(_) => Ok(()),
+        }
+    }
 }

@@ -14,6 +14,7 @@ use cwsandbox_api::wkt::FieldMask;
 use prost::Message;
 
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
+use crate::pager::Pager;
 use crate::time::SimTime;
 
 /// A stored template, as a reader sees it.
@@ -60,12 +61,87 @@ pub struct TemplateInput {
 /// Every template, by id; each is visible to its organization only.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Templates {
-    pub(crate) by_id: HashMap<String, Template>,
+    by_id: HashMap<String, Template>,
     /// Organization → request id → template id: CreateSandboxTemplate's idempotency.
-    pub(crate) by_request: HashMap<String, HashMap<String, (String, TemplateInput)>>,
+    by_request: HashMap<String, HashMap<String, (String, TemplateInput)>>,
+}
+
+const DEFAULT_PAGE_SIZE: usize = 50;
+const MAX_PAGE_SIZE: usize = 1000;
+
+fn not_found(id: &str) -> SimError {
+    SimError::NotFound { reason: Reason::TemplateNotFound, message: format!("sandbox template {id:?} not found") }
 }
 
 impl Templates {
+    /// The template an organization's request id created, and the settings it was asked with.
+    pub(crate) fn created_by_request(&self, org: &str, request_id: &str) -> Option<&(String, TemplateInput)> {
+        self.by_request.get(org).and_then(|requests| requests.get(request_id))
+    }
+
+    /// Stores a new template, and the request id (when there is one) that asked for it with `input`.
+    pub(crate) fn insert(&mut self, template: Template, request_id: &str, input: TemplateInput) {
+        if !request_id.is_empty() {
+            self.by_request
+                .entry(template.org.clone())
+                .or_default()
+                .insert(request_id.to_owned(), (template.id.clone(), input));
+        }
+        self.by_id.insert(template.id.clone(), template);
+    }
+
+    /// A template to change, whatever its organization.
+    pub(crate) fn get_mut(&mut self, id: &str) -> SimResult<&mut Template> {
+        self.by_id.get_mut(id).ok_or_else(|| not_found(id))
+    }
+
+    /// A template by id, whatever its organization.
+    pub(crate) fn find(&self, id: &str) -> SimResult<Template> {
+        self.by_id.get(id).cloned().ok_or_else(|| not_found(id))
+    }
+
+    /// One of the organization's templates; a deleted one only with `show_deleted`.
+    pub(crate) fn get(&self, org: &str, id: &str, show_deleted: bool) -> SimResult<Template> {
+        self.by_id
+            .get(id)
+            .filter(|template| template.org == org && (show_deleted || template.deleted.is_none()))
+            .cloned()
+            .ok_or_else(|| not_found(id))
+    }
+
+    /// One page of the organization's templates, oldest first.
+    pub(crate) fn list(
+        &self,
+        org: &str,
+        show_deleted: bool,
+        page_size: i32,
+        page_token: &str,
+    ) -> SimResult<(Vec<Template>, String)> {
+        let filters = [if show_deleted { "all" } else { "live" }.to_owned()];
+        let pager = Pager::new("sandbox_templates", filters, page_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)?;
+        let invalid = || SimError::invalid_field("page_token", "not a page token of this listing");
+        let after = match pager.after(page_token)?.as_deref() {
+            None => None,
+            Some([created, id]) => Some((created.parse::<i64>().map_err(|_| invalid())?, id.clone())),
+            Some(_) => return Err(invalid()),
+        };
+        let mut matching: Vec<&Template> = self
+            .by_id
+            .values()
+            .filter(|template| template.org == org && (show_deleted || template.deleted.is_none()))
+            .collect();
+        matching.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
+        let start = after.map_or(0, |(created, id)| {
+            matching
+                .iter()
+                .position(|template| (template.created.millis(), template.id.as_str()) > (created, id.as_str()))
+                .unwrap_or(matching.len())
+        });
+        Ok(pager.page(matching.into_iter().skip(start).cloned(), |last| {
+            vec![last.created.millis().to_string(), last.id.clone()]
+        }))
+    }
+
     /// Forgets an organization's templates (its part of the world is reset).
     pub(crate) fn forget_organization(&mut self, org: &str) {
         self.by_id.retain(|_, template| template.org != org);

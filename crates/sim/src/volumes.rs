@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use crate::config::ClaimValues;
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
-use crate::machine::{IllegalTransition, phases, transitions};
+use crate::machine::{IllegalTransition, Phase, phases, transitions};
 use crate::time::SimTime;
 
 phases! {
@@ -100,13 +100,102 @@ pub struct RegisteredVolume {
     pub last_validated: Option<SimTime>,
     /// Sandboxes of the organization that mount it and have not ended (filled when read).
     pub attached_sandbox_count: usize,
-    pub(crate) request_id: String,
+    request_id: String,
+}
+
+impl RegisteredVolume {
+    /// A volume just registered, VALIDATING until its claim is checked.
+    pub(crate) fn validating(
+        org: &str,
+        id: &str,
+        source: ClaimSource,
+        read_only: bool,
+        description: &str,
+        request_id: &str,
+        now: SimTime,
+    ) -> RegisteredVolume {
+        RegisteredVolume {
+            id: id.to_owned(),
+            org: org.to_owned(),
+            source: ClaimSource { sub_path: source.sub_path.trim_matches('/').to_owned(), ..source },
+            read_only,
+            description: description.to_owned(),
+            state: VolumeState::Validating,
+            state_reason: String::new(),
+            cluster_id: String::new(),
+            capacity: String::new(),
+            access_modes: Vec::new(),
+            created: now,
+            updated: now,
+            last_validated: None,
+            attached_sandbox_count: 0,
+            request_id: request_id.to_owned(),
+        }
+    }
 }
 
 /// Every registered volume, by organization and id.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Volumes {
-    pub(crate) by_org: HashMap<String, HashMap<String, RegisteredVolume>>,
+    by_org: HashMap<String, HashMap<String, RegisteredVolume>>,
+}
+
+impl Volumes {
+    pub(crate) fn get(&self, org: &str, id: &str) -> Option<&RegisteredVolume> {
+        self.by_org.get(org).and_then(|volumes| volumes.get(id))
+    }
+
+    pub(crate) fn get_mut(&mut self, org: &str, id: &str) -> Option<&mut RegisteredVolume> {
+        self.by_org.get_mut(org).and_then(|volumes| volumes.get_mut(id))
+    }
+
+    /// The organization's volumes, in no particular order.
+    pub(crate) fn of_organization(&self, org: &str) -> impl Iterator<Item = &RegisteredVolume> {
+        self.by_org.get(org).into_iter().flat_map(|volumes| volumes.values())
+    }
+
+    /// Every volume waiting for its claim's check.
+    pub(crate) fn validating_mut(&mut self) -> impl Iterator<Item = &mut RegisteredVolume> {
+        self.by_org
+            .values_mut()
+            .flat_map(|volumes| volumes.values_mut())
+            .filter(|volume| volume.state == VolumeState::Validating)
+    }
+
+    /// The volume an organization registered as `id` with the same (non-empty) request id.
+    pub(crate) fn registered_by_request(&self, org: &str, id: &str, request_id: &str) -> Option<&RegisteredVolume> {
+        self.get(org, id).filter(|existing| !request_id.is_empty() && existing.request_id == request_id)
+    }
+
+    pub(crate) fn insert(&mut self, volume: RegisteredVolume) {
+        self.by_org.entry(volume.org.clone()).or_default().insert(volume.id.clone(), volume);
+    }
+
+    pub(crate) fn remove(&mut self, org: &str, id: &str) {
+        if let Some(volumes) = self.by_org.get_mut(org) {
+            volumes.remove(id);
+        }
+    }
+
+    /// The claim a new sandbox's volume mounts, checked: the volume exists and is READY. `field`
+    /// names the spec's volume in errors.
+    pub(crate) fn ready_for_mount(&self, org: &str, id: &str, field: &str) -> SimResult<RegisteredVolume> {
+        let volume = self.get(org, id).ok_or_else(|| SimError::NotFound {
+            reason: Reason::VolumeNotFound,
+            message: format!("{field}: volume {id:?} not found"),
+        })?;
+        if volume.state != VolumeState::Ready {
+            return Err(SimError::FailedPrecondition {
+                reason: Reason::VolumeNotReady,
+                message: format!(
+                    "{field}: volume {id:?} is {}{}",
+                    volume.state.name(),
+                    if volume.state_reason.is_empty() { String::new() } else { format!(": {}", volume.state_reason) }
+                ),
+            });
+        }
+        Ok(volume.clone())
+    }
 }
 
 /// Why a volume id, namespace or claim name is not a DNS label, as a field violation.

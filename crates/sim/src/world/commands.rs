@@ -199,7 +199,7 @@ impl World {
     /// its sandbox templates are forgotten. Runners and policies are kept. Returns how many running Pods were stopped.
     pub fn reset_organization(&mut self, org: &str) -> usize {
         self.settle();
-        let sandboxes: Vec<SharedStr> = self.organization_sandboxes(org).map(|sandbox| sandbox.id.clone()).collect();
+        let sandboxes: Vec<SharedStr> = self.sandboxes.of_organization(org).map(|sandbox| sandbox.id.clone()).collect();
         let mut stopped = 0;
         for id in &sandboxes {
             stopped += usize::from(self.sandbox_reset(id));

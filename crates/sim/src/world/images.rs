@@ -136,7 +136,8 @@ impl World {
 
     fn runner_image_pull_policy(&self, sandbox_id: &str) -> ImagePullPolicy {
         let configured = self
-            .sandbox_placement(sandbox_id)
+            .sandboxes
+            .placement(sandbox_id)
             .and_then(|(org, runner_id)| self.runners.get(org, runner_id).ok())
             .and_then(|runner| runner.spec.and_then(|spec| spec.image_pull))
             .map(|pull| pull.policy());

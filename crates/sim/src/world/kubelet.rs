@@ -96,7 +96,7 @@ impl World {
         self.pin_cpus(uid, node_name);
         self.assign_gpus(uid, node_name);
         let containers = self.containers_to_start(uid, sandbox_id.as_deref());
-        let loopback_only = sandbox_id.as_deref().is_some_and(|id| self.sandbox_denies_egress(id));
+        let loopback_only = sandbox_id.as_deref().is_some_and(|id| self.sandboxes.denies_egress(id));
         if !self.host_confirms_starts {
             self.containers_started(uid);
         }
@@ -207,7 +207,7 @@ impl World {
                 }
             })
             .collect();
-        if let Some(index) = sandbox_id.and_then(|id| self.sandbox_primary_container(id))
+        if let Some(index) = sandbox_id.and_then(|id| self.sandboxes.primary_container(id))
             && index < containers.len()
         {
             let main = containers.remove(index);

@@ -1,7 +1,7 @@
 //! The sandbox commands on the world: creation and admission (runner, policy, namespace, the
 //! Pod), deletion, the outcomes of its Pod and placeholder job, views and listings. The sandbox
-//! lifecycle ([`crate::sandbox`]) keeps the records, their machine and the spec's rules; these
-//! commands also read the cluster, Slurm, the runners, templates, volumes and snapshots, so they
+//! lifecycle ([`crate::sandbox`]) keeps the records, their machine, the queries on them alone and
+//! the spec's rules; these commands also read the cluster, Slurm, the runners, templates, volumes and snapshots, so they
 //! live here, above every lifecycle.
 
 use std::collections::HashMap;
@@ -18,12 +18,11 @@ use crate::k8s::{ContainerState, Labels, Pod, PodContainer, PodOwner, PodPhase, 
 use crate::machine::{IllegalTransition, legal};
 use crate::pager::Pager;
 use crate::policy::MAX_LIFETIME_SECONDS;
-use crate::policy::{self, PreparedPolicy, RuntimeDefaults};
-use crate::quantity::Quantity;
+use crate::policy::{self, PreparedPolicy};
 use crate::sandbox::{
     CONTAINER_CREATING, HostWait, Life, LifePhase, Owner, SANDBOX_ID_LABEL, SANDBOX_MODE_LABEL, Sandbox, SandboxFilter,
     SandboxInfo, SandboxState, SandboxTransition, SandboxView, TeardownCause, check_services, container_inputs,
-    dns_label, normalize_spec, restore_source, validate_spec,
+    normalize_spec, restore_source, validate_spec,
 };
 use crate::slurm::{JobBaseState, JobId};
 use crate::sunk::{self, NotHandled};
@@ -54,7 +53,7 @@ impl World {
         transition: SandboxTransition,
         to: Life,
     ) -> Result<(), IllegalTransition<SandboxTransition>> {
-        let Some(sandbox) = self.sandboxes.by_id.get_mut(id) else {
+        let Some(sandbox) = self.sandboxes.get_mut(id) else {
             return Err(IllegalTransition { transition, state: "forgotten" });
         };
         sandbox.life.transition(transition, to)?;
@@ -164,8 +163,8 @@ impl World {
         if request_id.is_empty() {
             return None;
         }
-        let id = self.sandboxes.by_request.get(&owner.org).and_then(|requests| requests.get(request_id)).cloned()?;
-        if !self.sandboxes.by_id.get(&id).is_some_and(|sandbox| same_body(&sandbox.info)) {
+        let id = self.sandboxes.created_by_request(&owner.org, request_id).cloned()?;
+        if !self.sandboxes.get(&id).is_some_and(|sandbox| same_body(&sandbox.info)) {
             return Some(Err(SimError::invalid(
                 Reason::RequestIdConflict,
                 vec![FieldViolation::new(
@@ -194,14 +193,14 @@ impl World {
         for (index, volume) in spec.volumes.iter().enumerate() {
             if let Some(snapshot) = restore_source(volume) {
                 let field = format!("sandbox.spec.volumes[{index}].scratch.restoreFromSnapshotId");
-                self.check_restorable(&owner.org, snapshot, field)?;
+                self.snapshots.check_restorable(&owner.org, snapshot, field)?;
             }
         }
         let spec_bytes = spec.encode_to_vec();
         let serverless = spec.mode == SandboxMode::Serverless as i32;
         let claims = self.registered_volumes_of(&owner.org, &spec, serverless)?;
         let attached_volume_ids: Vec<String> = claims.values().map(|volume| volume.id.clone()).collect();
-        let defaults = self.runtime_defaults()?;
+        let defaults = self.sandboxes.runtime_defaults(&self.values.sandboxes)?;
         let (runner_id, runner_group_id, prepared) = if serverless {
             // No runner, so no runner policy: the runtime defaults and the spec alone.
             self.serverless_enabled()?;
@@ -217,7 +216,8 @@ impl World {
             let runner_id = runner.identity.as_ref().map(|identity| identity.runner_id.clone()).unwrap_or_default();
             let runner_group_id =
                 runner.identity.as_ref().map(|identity| identity.runner_group_id.clone()).unwrap_or_default();
-            let prepared = self.prepared_policy(&owner.org, &runner_id);
+            let prepared =
+                self.sandboxes.prepared_policy(&owner.org, &runner_id, self.runners.find(&owner.org, &runner_id));
             (runner_id, runner_group_id, prepared)
         };
         let resolved = policy::resolve_prepared(&defaults, &prepared, &spec)?;
@@ -252,7 +252,7 @@ impl World {
             self.serverless_room(&owner.org, requested_by(&containers))?;
         }
         let id = self.ids.sandbox_id();
-        let namespace = self.user_namespace(&owner.org, &owner.user);
+        let namespace = self.sandboxes.user_namespace(&self.values.sandboxes.namespace_prefix, &owner.org, &owner.user);
         let pod_name = SharedStr::concat(&["sandbox-", &id]);
         let pod_uid = self.ids.uid();
         self.ensure_namespace(&namespace);
@@ -300,119 +300,46 @@ impl World {
             host_started: false,
         };
         let lifetime = Duration::from_secs(resolved.max_lifetime_seconds as u64);
-        self.sandboxes.by_id.insert(
-            id.clone(),
-            Sandbox {
-                info: Arc::new(SandboxInfo {
-                    id: id.clone(),
-                    owner: owner.clone(),
-                    display_name: display_name.to_owned(),
-                    tags: spec.tags.clone(),
-                    spec_bytes,
-                    resolved,
-                    deny_egress,
-                    serverless,
-                    runner_id,
-                    runner_group_id,
-                    namespace,
-                    pod_name,
-                    pod_uid,
-                    created: now,
-                    request_id: request_id.to_owned(),
-                    attached_volume_ids,
-                    source_template,
-                    request_body,
-                }),
-                lifetime_timer: None,
-                job_id: None,
-                started: None,
-                life: Life::Live,
-                published: Vec::new(),
-                ended_containers: Vec::new(),
-            },
-        );
-        if !request_id.is_empty() {
-            let requests = match self.sandboxes.by_request.get_mut(&owner.org) {
-                Some(requests) => requests,
-                None => self.sandboxes.by_request.entry(owner.org.clone()).or_default(),
-            };
-            requests.insert(request_id.to_owned(), id.clone());
-        }
+        self.sandboxes.insert(Sandbox {
+            info: Arc::new(SandboxInfo {
+                id: id.clone(),
+                owner: owner.clone(),
+                display_name: display_name.to_owned(),
+                tags: spec.tags.clone(),
+                spec_bytes,
+                resolved,
+                deny_egress,
+                serverless,
+                runner_id,
+                runner_group_id,
+                namespace,
+                pod_name,
+                pod_uid,
+                created: now,
+                request_id: request_id.to_owned(),
+                attached_volume_ids,
+                source_template,
+                request_body,
+            }),
+            lifetime_timer: None,
+            job_id: None,
+            started: None,
+            life: Life::Live,
+            published: Vec::new(),
+            ended_containers: Vec::new(),
+        });
         self.count_sandbox(SandboxTransition::Create);
         let uid = pod.uid.clone();
         self.insert_new_pod(pod);
         self.arm_faults(&uid, faults);
         let lifetime_timer = self.timers.schedule(now + lifetime, crate::world::Timer::SandboxLifetime(id.clone()));
-        if let Some(sandbox) = self.sandboxes.by_id.get_mut(&id) {
+        if let Some(sandbox) = self.sandboxes.get_mut(&id) {
             sandbox.lifetime_timer = Some(lifetime_timer);
         }
         self.settle();
         self.get_sandbox(&owner.org, &id)
     }
 
-    /// The namespace of a user's sandboxes (created if missing): `<prefix><user>`, or
-    /// `<prefix><user>-<org>` when another organization's user of the same name has the first
-    /// (organizations never share a namespace).
-    fn user_namespace(&mut self, org: &str, user: &str) -> SharedStr {
-        if let Some(namespace) = self.sandboxes.namespaces.get(org).and_then(|users| users.get(user)) {
-            return namespace.clone();
-        }
-        let prefix = &self.sandbox_values().namespace_prefix;
-        let taken = |name: &str| {
-            self.sandboxes.namespaces.values().flat_map(|users| users.values()).any(|taken| &**taken == name)
-        };
-        let plain = format!("{prefix}{}", dns_label(user));
-        let name = if taken(&plain) {
-            let mut qualified = format!("{prefix}{}-{}", dns_label(user), dns_label(org));
-            qualified.truncate(63);
-            qualified.trim_end_matches('-').to_owned()
-        } else {
-            plain
-        };
-        let namespace = SharedStr::from(name);
-        self.sandboxes.namespaces.entry(org.to_owned()).or_default().insert(user.to_owned(), namespace.clone());
-        namespace
-    }
-
-    /// The runner's policy, validated and parsed once per policy revision (its etag).
-    fn prepared_policy(&mut self, org: &str, runner_id: &str) -> Arc<PreparedPolicy> {
-        let Some(runner) = self.runners.find(org, runner_id) else {
-            return Arc::new(PreparedPolicy::new(None));
-        };
-        if let Some((etag, prepared)) = self.sandboxes.policies.get(org).and_then(|runners| runners.get(runner_id))
-            && *etag == runner.etag
-        {
-            return Arc::clone(prepared);
-        }
-        let prepared = Arc::new(PreparedPolicy::new(runner.policy.as_ref()));
-        let etag = runner.etag.clone();
-        self.sandboxes
-            .policies
-            .entry(org.to_owned())
-            .or_default()
-            .insert(runner_id.to_owned(), (etag, Arc::clone(&prepared)));
-        prepared
-    }
-
-    /// The runtime defaults, parsed once per values revision.
-    fn runtime_defaults(&mut self) -> SimResult<RuntimeDefaults> {
-        if let Some(defaults) = &self.sandboxes.defaults {
-            return Ok(defaults.clone());
-        }
-        let values = self.sandbox_values();
-        let defaults = RuntimeDefaults {
-            cpu_request: Quantity::parse(&values.default_cpu)
-                .map_err(|error| SimError::invalid_field("sandboxes.defaultCpu", error.to_string()))?,
-            memory_request: Quantity::parse(&values.default_memory)
-                .map_err(|error| SimError::invalid_field("sandboxes.defaultMemory", error.to_string()))?,
-            lifetime_seconds: values.default_lifetime_seconds,
-        };
-        self.sandboxes.defaults = Some(defaults.clone());
-        Ok(defaults)
-    }
-
-    /// Picks the runner: the first of `runner_ids` that exists and is ready, else (with no ids)
-    /// the organization's first ready runner. Borrowed: placing a sandbox copies no policy.
     /// The registered volumes a new sandbox mounts, by the spec's volume name: each READY, all on
     /// one runner, which `runner_ids` (when set) must name; a serverless sandbox can mount none.
     fn registered_volumes_of(
@@ -478,16 +405,8 @@ impl World {
         Ok(claims)
     }
 
-    /// How many of the organization's sandboxes that have not ended mount registered volume `id`.
-    pub(crate) fn sandboxes_mounting(&self, org: &str, id: &str) -> usize {
-        self.sandboxes
-            .by_id
-            .values()
-            .filter(|sandbox| sandbox.owner.org == org && !matches!(sandbox.life, Life::Ended { .. }))
-            .filter(|sandbox| sandbox.info.attached_volume_ids.iter().any(|attached| attached == id))
-            .count()
-    }
-
+    /// Picks the runner: the first of `runner_ids` that exists and is ready, else (with no ids)
+    /// the organization's first ready runner. Borrowed: placing a sandbox copies no policy.
     fn choose_runner(&self, owner: &Owner, spec: &SandboxSpec) -> SimResult<&ManagedRunner> {
         let ready = |runner: &ManagedRunner| runner.install_status == RunnerInstallStatus::Ready as i32;
         if spec.runner_ids.is_empty() {
@@ -524,29 +443,10 @@ impl World {
     /// whose Pod has not ended (a terminating Pod still holds its Node's room).
     pub(crate) fn serverless_sandboxes_holding_capacity(&self, org: &str) -> usize {
         self.sandboxes
-            .by_id
-            .values()
+            .iter()
             .filter(|sandbox| sandbox.info.serverless && sandbox.owner.org == org)
             .filter(|sandbox| self.cluster.pod(&sandbox.pod_uid).is_some_and(|pod| !pod.phase.is_terminal()))
             .count()
-    }
-
-    /// Every sandbox on record, by its Pod's uid.
-    pub(crate) fn sandboxes_by_pod_uid(&self) -> HashMap<&str, &SandboxInfo> {
-        self.sandboxes.by_id.values().map(|sandbox| (sandbox.info.pod_uid.as_str(), &*sandbox.info)).collect()
-    }
-
-    /// The organization owning sandbox `id`, while it is on record.
-    pub(crate) fn sandbox_organization(&self, id: &str) -> Option<&str> {
-        self.sandboxes.by_id.get(id).map(|sandbox| sandbox.owner.org.as_str())
-    }
-
-    /// An organization's sandboxes on record, in no particular order.
-    pub(crate) fn organization_sandboxes<'w, 'o>(
-        &'w self,
-        org: &'o str,
-    ) -> impl Iterator<Item = &'w SandboxInfo> + use<'w, 'o> {
-        self.sandboxes.by_id.values().filter(move |sandbox| sandbox.owner.org == org).map(|sandbox| &*sandbox.info)
     }
 
     /// What a sandbox's Pod waits on its host for, if anything: the pull of its images, or the
@@ -574,36 +474,14 @@ impl World {
 
     /// A sandbox as its owner's organization sees it.
     pub fn get_sandbox(&self, org: &str, id: &str) -> SimResult<SandboxView> {
-        self.sandboxes
-            .by_id
-            .get(id)
-            .filter(|sandbox| sandbox.owner.org == org)
-            .map(|sandbox| self.view(sandbox))
-            .ok_or_else(|| SimError::NotFound {
-                reason: Reason::SandboxNotFound,
-                message: format!("sandbox {id:?} not found"),
-            })
-    }
-
-    /// Which of a sandbox's containers is its primary one (index in spec order).
-    /// Whether the sandbox's processes are cut off from every network but their own loopback.
-    pub(crate) fn sandbox_denies_egress(&self, id: &str) -> bool {
-        self.sandboxes.by_id.get(id).is_some_and(|sandbox| sandbox.info.deny_egress)
-    }
-
-    pub(crate) fn sandbox_primary_container(&self, id: &str) -> Option<usize> {
-        let sandbox = self.sandboxes.by_id.get(id)?;
-        sandbox.info.resolved.containers.iter().position(|container| container.primary)
-    }
-
-    /// The organization and runner of a sandbox, without building its view.
-    pub(crate) fn sandbox_placement(&self, id: &str) -> Option<(&str, &str)> {
-        self.sandboxes.by_id.get(id).map(|sandbox| (sandbox.owner.org.as_str(), sandbox.info.runner_id.as_str()))
+        self.sandboxes.get(id).filter(|sandbox| sandbox.owner.org == org).map(|sandbox| self.view(sandbox)).ok_or_else(
+            || SimError::NotFound { reason: Reason::SandboxNotFound, message: format!("sandbox {id:?} not found") },
+        )
     }
 
     /// A sandbox by id for the host (no organization check).
     pub fn sandbox(&self, id: &str) -> Option<SandboxView> {
-        self.sandboxes.by_id.get(id).map(|sandbox| self.view(sandbox))
+        self.sandboxes.get(id).map(|sandbox| self.view(sandbox))
     }
 
     /// One page of an organization's sandboxes.
@@ -627,8 +505,7 @@ impl World {
         };
         let mut matching: Vec<SandboxView> = self
             .sandboxes
-            .by_id
-            .values()
+            .iter()
             .filter(|sandbox| sandbox.owner.org == org)
             .map(|sandbox| self.view(sandbox))
             .filter(|view| filter.show_terminated || !view.state.is_terminal() || filter.state == Some(view.state))
@@ -683,27 +560,27 @@ impl World {
     /// The host reports that a sandbox's main process exited.
     pub fn sandbox_exited(&mut self, id: &str, exit_code: i32) {
         self.settle();
-        if let Some(pod_uid) = self.sandboxes.by_id.get(id).map(|sandbox| sandbox.pod_uid.clone()) {
+        if let Some(pod_uid) = self.sandboxes.get(id).map(|sandbox| sandbox.pod_uid.clone()) {
             self.pod_exited(&pod_uid, exit_code);
         }
     }
 
     /// SUNK submitted the sandbox Pod's placeholder job.
     pub(crate) fn sandbox_job_submitted(&mut self, id: &str, job: JobId) {
-        if let Some(sandbox) = self.sandboxes.by_id.get_mut(id) {
+        if let Some(sandbox) = self.sandboxes.get_mut(id) {
             sandbox.job_id = Some(job);
         }
     }
 
     pub(crate) fn sandbox_delete_requested(&mut self, id: &str) {
         // A Pod already going (its sandbox deleted, or expired) is deleted again: nothing changes.
-        if self.sandboxes.by_id.get(id).is_some_and(|sandbox| sandbox.life == Life::Live) {
+        if self.sandboxes.get(id).is_some_and(|sandbox| sandbox.life == Life::Live) {
             legal(self.sandbox_step(id, SandboxTransition::PodDeleted, Life::TearingDown(TeardownCause::PodDeleted)));
         }
     }
 
     pub(crate) fn sandbox_lifetime_over(&mut self, id: &str) {
-        let Some(sandbox) = self.sandboxes.by_id.get_mut(id) else { return };
+        let Some(sandbox) = self.sandboxes.get_mut(id) else { return };
         if sandbox.life != Life::Live {
             return;
         }
@@ -723,7 +600,7 @@ impl World {
 
     /// The Pod turned terminal by itself (exit, or kubelet rejection).
     pub(crate) fn sandbox_pod_changed(&mut self, id: &str) {
-        let Some(sandbox) = self.sandboxes.by_id.get(id) else { return };
+        let Some(sandbox) = self.sandboxes.get(id) else { return };
         if !matches!(sandbox.life, Life::Live) {
             return;
         }
@@ -751,20 +628,20 @@ impl World {
         let now = self.now();
         let retention = Duration::from_secs(u64::from(self.sandbox_values().retention_seconds));
         legal(self.sandbox_step(id, SandboxTransition::Finish, Life::Ended { state, reason, exit_code, at: now }));
-        let Some(id) = self.sandboxes.by_id.get(id).map(|sandbox| sandbox.info.id.clone()) else { return };
+        let Some(id) = self.sandboxes.get(id).map(|sandbox| sandbox.info.id.clone()) else { return };
         self.timers.schedule(now + retention, crate::world::Timer::SandboxForget(id));
     }
 
     /// The Pod object is gone: the sandbox ends.
     pub(crate) fn sandbox_pod_gone(&mut self, id: &str, pod_exit_code: Option<i32>) {
-        let job_note = self.sandboxes.by_id.get(id).and_then(|sandbox| {
+        let job_note = self.sandboxes.get(id).and_then(|sandbox| {
             let job = sandbox.job_id?;
             let record = self.slurm.job_or_record(job)?;
             Some((job, record.state, record.cancelled_by))
         });
         let now = self.now();
         let retention = Duration::from_secs(u64::from(self.sandbox_values().retention_seconds));
-        let Some(sandbox) = self.sandboxes.by_id.get(id) else { return };
+        let Some(sandbox) = self.sandboxes.get(id) else { return };
         let (state, reason) = match &sandbox.life {
             Life::Ended { .. } => return,
             Life::TearingDown(TeardownCause::OwnerDeleted) => {
@@ -802,14 +679,14 @@ impl World {
     /// Ends a sandbox at once (its Pod removed without grace) and forgets it, for an
     /// organization's reset. Says whether its Pod was running.
     pub(crate) fn sandbox_reset(&mut self, id: &str) -> bool {
-        let Some(pod_uid) = self.sandboxes.by_id.get(id).map(|sandbox| sandbox.pod_uid.clone()) else { return false };
+        let Some(pod_uid) = self.sandboxes.get(id).map(|sandbox| sandbox.pod_uid.clone()) else { return false };
         let running = self.cluster.pod(&pod_uid).is_some_and(|pod| pod.phase == PodPhase::Running);
         self.sandbox_delete_requested(id);
         self.remove_pod(&pod_uid);
         // The Pod's end is this sandbox's end before it is forgotten.
         self.hand_over_sandbox_outcomes();
         let now = self.now();
-        if self.sandboxes.by_id.get(id).is_some_and(|sandbox| sandbox.life.phase() != LifePhase::Ended) {
+        if self.sandboxes.get(id).is_some_and(|sandbox| sandbox.life.phase() != LifePhase::Ended) {
             // Its Pod was already gone without ending it (no path does that today): end it here,
             // or it could never be forgotten.
             let reason = "its organization was reset".to_owned();
@@ -821,7 +698,7 @@ impl World {
     }
 
     pub(crate) fn sandbox_forget(&mut self, id: &str) {
-        let Some(sandbox) = self.sandboxes.by_id.get(id) else { return };
+        let Some(sandbox) = self.sandboxes.get(id) else { return };
         // Only an ended sandbox is forgotten (an organization's reset ends it first).
         if !SandboxTransition::Forget.allowed_from().contains(&sandbox.life.phase()) {
             return;
@@ -832,14 +709,11 @@ impl World {
             let org = crate::world::shared_org_name(&mut self.org_names, &sandbox.owner.org);
             self.job_orgs.insert(job, org);
         }
-        if let Some(requests) = self.sandboxes.by_request.get_mut(&sandbox.owner.org) {
-            requests.remove(&sandbox.request_id);
-        }
         // Its lifetime timer would find nothing: drop it now rather than at its distant time.
         if let Some(key) = sandbox.lifetime_timer {
             self.timers.cancel(key);
         }
-        self.sandboxes.by_id.remove(id);
+        self.sandboxes.remove(id);
         if self.cluster.pod(&pod_uid).is_some() {
             self.remove_pod(&pod_uid);
         }
@@ -849,7 +723,7 @@ impl World {
     /// A sandbox's state and reason as the API shows them (for the world's journal of changes);
     /// `None` once it is forgotten.
     pub(crate) fn sandbox_state_now(&self, id: &str) -> Option<(SandboxState, String)> {
-        let view = self.view(self.sandboxes.by_id.get(id)?);
+        let view = self.view(self.sandboxes.get(id)?);
         Some((view.state, view.state_reason))
     }
 
@@ -894,7 +768,7 @@ impl World {
 
     /// A container of a live sandbox other than its main one ended with `exit_code`.
     pub(crate) fn sandbox_container_ended(&mut self, id: &str, container: &str, exit_code: i32) {
-        if let Some(sandbox) = self.sandboxes.by_id.get_mut(id)
+        if let Some(sandbox) = self.sandboxes.get_mut(id)
             && matches!(sandbox.life, Life::Live)
         {
             sandbox.ended_containers.push((container.to_owned(), exit_code));
@@ -904,7 +778,7 @@ impl World {
     /// The host serves a sandbox's services at these addresses: (port in the sandbox, host
     /// `address:port`), shown in its status while it has not ended.
     pub fn publish_services(&mut self, id: &str, published: Vec<(i32, String)>) {
-        if let Some(sandbox) = self.sandboxes.by_id.get_mut(id) {
+        if let Some(sandbox) = self.sandboxes.get_mut(id) {
             sandbox.published = published;
         }
     }

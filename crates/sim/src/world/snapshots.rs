@@ -3,18 +3,10 @@
 //! commands that read both live here, above the two.
 
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
-use crate::machine::{Phase, legal};
-use crate::pager::Pager;
+use crate::machine::legal;
 use crate::sandbox::SandboxState;
 use crate::snapshots::{FileSystemSnapshot, SnapshotCapture, SnapshotState, SnapshotTransition, SnapshotTrigger};
 use crate::world::World;
-
-const DEFAULT_PAGE_SIZE: usize = 50;
-const MAX_PAGE_SIZE: usize = 1000;
-
-fn snapshot_not_found(id: &str) -> SimError {
-    SimError::NotFound { reason: Reason::FssNotFound, message: format!("file-system snapshot {id:?} not found") }
-}
 
 impl World {
     /// Begins capturing scratch volumes of a running sandbox, one snapshot each (all or none:
@@ -78,19 +70,8 @@ impl World {
         if !violations.is_empty() {
             return Err(SimError::invalid(Reason::InvalidRequest, violations));
         }
-        let replays: Vec<Option<FileSystemSnapshot>> = names
-            .iter()
-            .map(|name| {
-                let key = (request_id.to_owned(), name.clone());
-                self.snapshots
-                    .by_request
-                    .get(org)
-                    .and_then(|requests| requests.get(&key))
-                    .and_then(|id| self.snapshots.by_id.get(id))
-                    .filter(|_| !request_id.is_empty())
-                    .cloned()
-            })
-            .collect();
+        let replays: Vec<Option<FileSystemSnapshot>> =
+            names.iter().map(|name| self.snapshots.begun_by_request(org, request_id, name).cloned()).collect();
         if let Some(other) = replays.iter().flatten().find(|snapshot| snapshot.source_sandbox_id != sandbox_id) {
             return Err(SimError::invalid(
                 Reason::RequestIdConflict,
@@ -110,7 +91,7 @@ impl World {
                 ),
             });
         }
-        let owned = self.snapshots.by_id.values().filter(|snapshot| snapshot.org == org).count();
+        let owned = self.snapshots.count_of(org);
         let limit = settings.max_per_organization as usize;
         if limit > 0 && owned + fresh > limit {
             return Err(SimError::ResourceExhausted {
@@ -144,14 +125,7 @@ impl World {
                 request_id: request_id.to_owned(),
             };
             self.snapshot_transitions.add(SnapshotTransition::Begin);
-            if !request_id.is_empty() {
-                self.snapshots
-                    .by_request
-                    .entry(org.to_owned())
-                    .or_default()
-                    .insert((request_id.to_owned(), name), snapshot.id.clone());
-            }
-            self.snapshots.by_id.insert(snapshot.id.clone(), snapshot.clone());
+            self.snapshots.insert(snapshot.clone());
             captures.push(SnapshotCapture { snapshot, pod_uid: sandbox.pod_uid.clone(), copy: true });
         }
         Ok(captures)
@@ -162,7 +136,7 @@ impl World {
     pub fn finish_snapshot(&mut self, id: &str, outcome: Result<u64, String>) -> Option<FileSystemSnapshot> {
         self.settle();
         let now = self.now;
-        let record = self.snapshots.by_id.get_mut(id)?;
+        let record = self.snapshots.get_mut(id)?;
         if record.state != SnapshotState::Creating {
             return Some(record.clone());
         }
@@ -184,12 +158,7 @@ impl World {
 
     /// One snapshot of the organization.
     pub fn get_snapshot(&self, org: &str, id: &str) -> SimResult<FileSystemSnapshot> {
-        self.snapshots
-            .by_id
-            .get(id)
-            .filter(|snapshot| snapshot.org == org)
-            .cloned()
-            .ok_or_else(|| snapshot_not_found(id))
+        self.snapshots.get(org, id)
     }
 
     /// The organization's snapshots, oldest first, optionally only those of one sandbox.
@@ -200,32 +169,7 @@ impl World {
         page_size: i32,
         page_token: &str,
     ) -> SimResult<(Vec<FileSystemSnapshot>, String)> {
-        let pager =
-            Pager::new("snapshots", [source_sandbox_id.to_owned()], page_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)?;
-        let invalid = || SimError::invalid_field("page_token", "not a page token of this listing");
-        let after = match pager.after(page_token)?.as_deref() {
-            None => None,
-            Some([created, id]) => Some((created.parse::<i64>().map_err(|_| invalid())?, id.clone())),
-            Some(_) => return Err(invalid()),
-        };
-        let mut matching: Vec<&FileSystemSnapshot> = self
-            .snapshots
-            .by_id
-            .values()
-            .filter(|snapshot| snapshot.org == org)
-            .filter(|snapshot| source_sandbox_id.is_empty() || snapshot.source_sandbox_id == source_sandbox_id)
-            .collect();
-        matching.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
-        let start = match &after {
-            None => 0,
-            Some((created, id)) => matching
-                .iter()
-                .position(|snapshot| (snapshot.created.millis(), snapshot.id.as_str()) > (*created, id.as_str()))
-                .unwrap_or(matching.len()),
-        };
-        Ok(pager.page(matching.into_iter().skip(start).cloned(), |last| {
-            vec![last.created.millis().to_string(), last.id.to_string()]
-        }))
+        self.snapshots.list(org, source_sandbox_id, page_size, page_token)
     }
 
     /// Deletes a snapshot: the answer is its record as DELETING, after which it is gone (the host
@@ -242,25 +186,7 @@ impl World {
         legal(SnapshotTransition::Delete.apply(&mut record, SnapshotState::Deleting));
         record.updated = self.now;
         self.snapshot_transitions.add(SnapshotTransition::Delete);
-        self.snapshots.by_id.remove(id);
-        if let Some(requests) = self.snapshots.by_request.get_mut(org) {
-            requests.retain(|_, snapshot| snapshot.as_str() != id);
-        }
+        self.snapshots.remove(org, id);
         Ok(record)
-    }
-
-    /// Checks that a snapshot a new sandbox restores from exists in the organization and is READY.
-    pub(crate) fn check_restorable(&self, org: &str, id: &str, field: String) -> SimResult<()> {
-        match self.snapshots.by_id.get(id).filter(|snapshot| snapshot.org == org) {
-            None => Err(SimError::NotFound {
-                reason: Reason::FssNotFound,
-                message: format!("{field}: file-system snapshot {id:?} not found"),
-            }),
-            Some(snapshot) if snapshot.state != SnapshotState::Ready => Err(SimError::FailedPrecondition {
-                reason: Reason::FssNotReady,
-                message: format!("{field}: file-system snapshot {id:?} is {}, not READY", snapshot.state.name()),
-            }),
-            Some(_) => Ok(()),
-        }
     }
 }

@@ -168,7 +168,7 @@ impl World {
         let now = self.now;
         // The main container's end is the Pod's (`pod_exited`), not one of its containers'.
         let main = match self.cluster.pod(uid).map(|pod| &pod.owner) {
-            Some(PodOwner::Sandbox(id)) => self.sandbox_primary_container(id).unwrap_or(0),
+            Some(PodOwner::Sandbox(id)) => self.sandboxes.primary_container(id).unwrap_or(0),
             _ => 0,
         };
         let Some(pod) = self.cluster.pod_mut(uid) else { return };

@@ -6,16 +6,8 @@ use cwsandbox_api::sandbox_v1::SandboxMode;
 use cwsandbox_api::wkt::FieldMask;
 
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
-use crate::pager::Pager;
 use crate::templates::{Template, TemplateInput, TemplateUpdate, as_spec, update_paths};
 use crate::world::World;
-
-const DEFAULT_PAGE_SIZE: usize = 50;
-const MAX_PAGE_SIZE: usize = 1000;
-
-fn not_found(id: &str) -> SimError {
-    SimError::NotFound { reason: Reason::TemplateNotFound, message: format!("sandbox template {id:?} not found") }
-}
 
 impl World {
     /// Checks a template's settings as far as they can be checked without a runner: the display
@@ -56,7 +48,7 @@ impl World {
         request_id: &str,
     ) -> SimResult<Template> {
         if !request_id.is_empty()
-            && let Some((id, first)) = self.templates.by_request.get(org).and_then(|requests| requests.get(request_id))
+            && let Some((id, first)) = self.templates.created_by_request(org, request_id)
         {
             if *first != input {
                 return Err(SimError::invalid(
@@ -67,13 +59,12 @@ impl World {
                     )],
                 ));
             }
-            return self.templates.by_id.get(id).cloned().ok_or_else(|| not_found(id));
+            return self.templates.find(id);
         }
         Self::validate_template(&input)?;
         let now = self.now();
-        let id = self.ids.uid().to_string();
         let template = Template {
-            id: id.clone(),
+            id: self.ids.uid().to_string(),
             org: org.to_owned(),
             display_name: input.display_name.clone(),
             spec: input.spec.clone().unwrap_or_default(),
@@ -83,21 +74,13 @@ impl World {
             deleted: None,
             create_user: user.to_owned(),
         };
-        self.templates.by_id.insert(id.clone(), template.clone());
-        if !request_id.is_empty() {
-            self.templates.by_request.entry(org.to_owned()).or_default().insert(request_id.to_owned(), (id, input));
-        }
+        self.templates.insert(template.clone(), request_id, input);
         Ok(template)
     }
 
     /// One of the organization's templates; a deleted one only with `show_deleted`.
     pub fn get_template(&self, org: &str, id: &str, show_deleted: bool) -> SimResult<Template> {
-        self.templates
-            .by_id
-            .get(id)
-            .filter(|template| template.org == org && (show_deleted || template.deleted.is_none()))
-            .cloned()
-            .ok_or_else(|| not_found(id))
+        self.templates.get(org, id, show_deleted)
     }
 
     /// One page of the organization's templates, oldest first.
@@ -108,30 +91,7 @@ impl World {
         page_size: i32,
         page_token: &str,
     ) -> SimResult<(Vec<Template>, String)> {
-        let filters = [if show_deleted { "all" } else { "live" }.to_owned()];
-        let pager = Pager::new("sandbox_templates", filters, page_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)?;
-        let invalid = || SimError::invalid_field("page_token", "not a page token of this listing");
-        let after = match pager.after(page_token)?.as_deref() {
-            None => None,
-            Some([created, id]) => Some((created.parse::<i64>().map_err(|_| invalid())?, id.clone())),
-            Some(_) => return Err(invalid()),
-        };
-        let mut matching: Vec<&Template> = self
-            .templates
-            .by_id
-            .values()
-            .filter(|template| template.org == org && (show_deleted || template.deleted.is_none()))
-            .collect();
-        matching.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
-        let start = after.map_or(0, |(created, id)| {
-            matching
-                .iter()
-                .position(|template| (template.created.millis(), template.id.as_str()) > (created, id.as_str()))
-                .unwrap_or(matching.len())
-        });
-        Ok(pager.page(matching.into_iter().skip(start).cloned(), |last| {
-            vec![last.created.millis().to_string(), last.id.clone()]
-        }))
+        self.templates.list(org, show_deleted, page_size, page_token)
     }
 
     /// Changes the fields the mask names and raises the revision. A deleted template cannot be
@@ -160,7 +120,7 @@ impl World {
         }
         Self::validate_template(&updated)?;
         let now = self.now();
-        let template = self.templates.by_id.get_mut(id).ok_or_else(|| not_found(id))?;
+        let template = self.templates.get_mut(id)?;
         template.display_name = updated.display_name;
         template.spec = updated.spec.unwrap_or_default();
         template.revision += 1;
@@ -173,7 +133,7 @@ impl World {
     pub fn delete_template(&mut self, org: &str, id: &str) -> SimResult<Template> {
         self.get_template(org, id, false)?;
         let now = self.now();
-        let template = self.templates.by_id.get_mut(id).ok_or_else(|| not_found(id))?;
+        let template = self.templates.get_mut(id)?;
         template.deleted = Some(now);
         template.updated = now;
         Ok(template.clone())

@@ -450,8 +450,7 @@ impl World {
         let layout_changed = self.layout_changes(&values);
         let old = std::mem::replace(&mut self.values, values.clone());
         // The namespace prefix and the runtime defaults may have changed.
-        self.sandboxes.namespaces.clear();
-        self.sandboxes.defaults = None;
+        self.sandboxes.forget_values();
         if layout_changed {
             let kept_pods: Vec<Pod> = self
                 .cluster

@@ -32,10 +32,7 @@ impl World {
     ) -> SimResult<RegisteredVolume> {
         self.settle();
         self.check_volumes();
-        if let Some(existing) = self.volumes.by_org.get(org).and_then(|volumes| volumes.get(id))
-            && !request_id.is_empty()
-            && existing.request_id == request_id
-        {
+        if let Some(existing) = self.volumes.registered_by_request(org, id, request_id) {
             self.volume_transitions.add(VolumeTransition::Replay);
             return Ok(self.volume_view(existing));
         }
@@ -52,31 +49,15 @@ impl World {
         if !violations.is_empty() {
             return Err(SimError::invalid(Reason::InvalidRequest, violations));
         }
-        if self.volumes.by_org.get(org).is_some_and(|volumes| volumes.contains_key(id)) {
+        if self.volumes.get(org, id).is_some() {
             return Err(SimError::AlreadyExists {
                 reason: Reason::AlreadyExists,
                 message: format!("volume {id:?} exists already"),
             });
         }
-        let volume = RegisteredVolume {
-            id: id.to_owned(),
-            org: org.to_owned(),
-            source: ClaimSource { sub_path: source.sub_path.trim_matches('/').to_owned(), ..source },
-            read_only,
-            description: description.to_owned(),
-            state: VolumeState::Validating,
-            state_reason: String::new(),
-            cluster_id: String::new(),
-            capacity: String::new(),
-            access_modes: Vec::new(),
-            created: self.now,
-            updated: self.now,
-            last_validated: None,
-            attached_sandbox_count: 0,
-            request_id: request_id.to_owned(),
-        };
+        let volume = RegisteredVolume::validating(org, id, source, read_only, description, request_id, self.now);
         self.volume_transitions.add(VolumeTransition::Create);
-        self.volumes.by_org.entry(org.to_owned()).or_default().insert(id.to_owned(), volume.clone());
+        self.volumes.insert(volume.clone());
         Ok(volume)
     }
 
@@ -87,56 +68,54 @@ impl World {
         let now = self.now;
         let claims = &self.values.persistent_volume_claims;
         let runners = &self.runners;
-        for volumes in self.volumes.by_org.values_mut() {
-            for volume in volumes.values_mut().filter(|volume| volume.state == VolumeState::Validating) {
-                let source = &volume.source;
-                let cluster_id = runners.find(&volume.org, &source.runner_id).map(|runner| {
-                    runner.identity.as_ref().map(|identity| identity.cluster_id.clone()).unwrap_or_default()
-                });
-                let outcome = match cluster_id {
-                    None => Err(format!("runner {:?} not found in the organization", source.runner_id)),
-                    Some(cluster_id) => claims
-                        .iter()
-                        .find(|claim| {
-                            claim.namespace == source.namespace
-                                && claim.name == source.claim_name
-                                && claim_is_in(claim, &volume.org, &cluster_id)
-                        })
-                        .map(|claim| (claim.clone(), cluster_id.clone()))
-                        .ok_or_else(|| {
-                            format!(
-                                "persistentvolumeclaims {:?} not found in namespace {:?} of runner {:?}'s cluster {cluster_id:?} (for this organization)",
-                                source.claim_name, source.namespace, source.runner_id
-                            )
-                        }),
-                };
-                let transition = match outcome {
-                    Ok((claim, cluster_id)) => {
-                        volume.cluster_id = cluster_id;
-                        volume.capacity = claim.capacity;
-                        volume.access_modes = claim.access_modes;
-                        volume.state_reason.clear();
-                        legal(VolumeTransition::Validate.apply(volume, VolumeState::Ready));
-                        VolumeTransition::Validate
-                    }
-                    Err(why) => {
-                        volume.cluster_id.clear();
-                        volume.state_reason = why;
-                        legal(VolumeTransition::Fail.apply(volume, VolumeState::Error));
-                        VolumeTransition::Fail
-                    }
-                };
-                volume.last_validated = Some(now);
-                volume.updated = now;
-                self.volume_transitions.add(transition);
-            }
+        for volume in self.volumes.validating_mut() {
+            let source = &volume.source;
+            let cluster_id = runners
+                .find(&volume.org, &source.runner_id)
+                .map(|runner| runner.identity.as_ref().map(|identity| identity.cluster_id.clone()).unwrap_or_default());
+            let outcome = match cluster_id {
+                None => Err(format!("runner {:?} not found in the organization", source.runner_id)),
+                Some(cluster_id) => claims
+                    .iter()
+                    .find(|claim| {
+                        claim.namespace == source.namespace
+                            && claim.name == source.claim_name
+                            && claim_is_in(claim, &volume.org, &cluster_id)
+                    })
+                    .map(|claim| (claim.clone(), cluster_id.clone()))
+                    .ok_or_else(|| {
+                        format!(
+                            "persistentvolumeclaims {:?} not found in namespace {:?} of runner {:?}'s cluster {cluster_id:?} (for this organization)",
+                            source.claim_name, source.namespace, source.runner_id
+                        )
+                    }),
+            };
+            let transition = match outcome {
+                Ok((claim, cluster_id)) => {
+                    volume.cluster_id = cluster_id;
+                    volume.capacity = claim.capacity;
+                    volume.access_modes = claim.access_modes;
+                    volume.state_reason.clear();
+                    legal(VolumeTransition::Validate.apply(volume, VolumeState::Ready));
+                    VolumeTransition::Validate
+                }
+                Err(why) => {
+                    volume.cluster_id.clear();
+                    volume.state_reason = why;
+                    legal(VolumeTransition::Fail.apply(volume, VolumeState::Error));
+                    VolumeTransition::Fail
+                }
+            };
+            volume.last_validated = Some(now);
+            volume.updated = now;
+            self.volume_transitions.add(transition);
         }
     }
 
     /// A volume as the API shows it, with its attached sandboxes counted.
     fn volume_view(&self, volume: &RegisteredVolume) -> RegisteredVolume {
         let mut view = volume.clone();
-        view.attached_sandbox_count = self.sandboxes_mounting(&volume.org, &volume.id);
+        view.attached_sandbox_count = self.sandboxes.mounting(&volume.org, &volume.id);
         view
     }
 
@@ -144,8 +123,7 @@ impl World {
     pub fn get_volume(&mut self, org: &str, id: &str) -> SimResult<RegisteredVolume> {
         self.settle();
         self.check_volumes();
-        let volume =
-            self.volumes.by_org.get(org).and_then(|volumes| volumes.get(id)).ok_or_else(|| volume_not_found(id))?;
+        let volume = self.volumes.get(org, id).ok_or_else(|| volume_not_found(id))?;
         Ok(self.volume_view(volume))
     }
 
@@ -171,10 +149,7 @@ impl World {
         };
         let mut matching: Vec<RegisteredVolume> = self
             .volumes
-            .by_org
-            .get(org)
-            .into_iter()
-            .flat_map(|volumes| volumes.values())
+            .of_organization(org)
             .filter(|volume| states.is_empty() || states.contains(&volume.state))
             .filter(|volume| runner_ids.is_empty() || runner_ids.contains(&volume.source.runner_id))
             .filter(|volume| after.as_ref().is_none_or(|after| volume.id > *after))
@@ -189,7 +164,7 @@ impl World {
     fn checked_volume_mut(&mut self, org: &str, id: &str) -> SimResult<&mut RegisteredVolume> {
         self.settle();
         self.check_volumes();
-        self.volumes.by_org.get_mut(org).and_then(|volumes| volumes.get_mut(id)).ok_or_else(|| volume_not_found(id))
+        self.volumes.get_mut(org, id).ok_or_else(|| volume_not_found(id))
     }
 
     /// Changes what a volume's mask names; the claim it names cannot change.
@@ -243,9 +218,7 @@ impl World {
         legal(VolumeTransition::Delete.apply(&mut volume, VolumeState::Deleting));
         volume.updated = self.now;
         self.volume_transitions.add(VolumeTransition::Delete);
-        if let Some(volumes) = self.volumes.by_org.get_mut(org) {
-            volumes.remove(id);
-        }
+        self.volumes.remove(org, id);
         Ok(volume)
     }
 
@@ -253,19 +226,6 @@ impl World {
     /// names the spec's volume in errors.
     pub(crate) fn claim_for_mount(&mut self, org: &str, id: &str, field: &str) -> SimResult<RegisteredVolume> {
         self.check_volumes();
-        let volume = self.volumes.by_org.get(org).and_then(|volumes| volumes.get(id)).ok_or_else(|| {
-            SimError::NotFound { reason: Reason::VolumeNotFound, message: format!("{field}: volume {id:?} not found") }
-        })?;
-        if volume.state != VolumeState::Ready {
-            return Err(SimError::FailedPrecondition {
-                reason: Reason::VolumeNotReady,
-                message: format!(
-                    "{field}: volume {id:?} is {}{}",
-                    volume.state.name(),
-                    if volume.state_reason.is_empty() { String::new() } else { format!(": {}", volume.state_reason) }
-                ),
-            });
-        }
-        Ok(volume.clone())
+        self.volumes.ready_for_mount(org, id, field)
     }
 }
