@@ -13,10 +13,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
-
-use crossbeam_utils::sync::ShardedLock;
 use std::time::Duration;
 
+use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
 use cwsandbox_sim::SimResult;
 use cwsandbox_sim::config::Values;
 use cwsandbox_sim::ids::SeededIds;
@@ -160,11 +159,11 @@ impl Driver {
         result
     }
 
-    fn world_for_command(&self) -> crossbeam_utils::sync::ShardedLockWriteGuard<'_, World> {
+    fn world_for_command(&self) -> ShardedLockWriteGuard<'_, World> {
         self.world.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn world_for_reading(&self) -> crossbeam_utils::sync::ShardedLockReadGuard<'_, World> {
+    fn world_for_reading(&self) -> ShardedLockReadGuard<'_, World> {
         self.world.read().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -244,19 +243,19 @@ impl Driver {
         let stopped = {
             let mut world = self.world_for_command();
             let old = std::mem::replace(&mut *world, fresh);
-            let running: Vec<String> = old
+            let running = old
                 .cluster
                 .pods_iter()
                 .filter(|pod| pod.phase == PodPhase::Running)
-                .filter(|pod| !matches!(pod.owner, PodOwner::Slurmd { .. } | PodOwner::Scheduler))
-                .map(|pod| pod.uid.to_string())
-                .collect();
-            for pod_uid in &running {
-                let _ = self.pump.send(Effect::KillPod { pod_uid: pod_uid.as_str().into() });
+                .filter(|pod| !matches!(pod.owner, PodOwner::Slurmd { .. } | PodOwner::Scheduler));
+            let mut stopped = 0;
+            for pod in running {
+                let _ = self.pump.send(Effect::KillPod { pod_uid: pod.uid.clone() });
+                stopped += 1;
             }
             self.pump_effects(&mut world);
             self.note_changes(&world);
-            running.len()
+            stopped
         };
         tracing::info!(stopped, generation, "world reset to the configured values");
         self.wake.notify_one();

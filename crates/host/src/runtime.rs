@@ -143,8 +143,8 @@ pub enum LogEvent {
     },
 }
 
-/// A command ended by itself (not because the runtime was told to stop it): the world's own
-/// description of an exit, which it takes as it is (`World::host_reported_exit`).
+/// A command ended, by itself or once the runtime stopped it: the world's own description of an
+/// exit, which it takes as it is (`World::host_reported_exit`).
 pub use cwsandbox_sim::world::MainExit;
 
 /// Why a runtime operation failed. The emulator maps each variant to a status code and an
@@ -330,7 +330,8 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         Box::pin(futures::future::ready(Ok(())))
     }
 
-    /// Main processes that ended by themselves, as they happen. Called once, by the driver.
+    /// Commands that ended, by themselves or once [`SandboxRuntime::stop`] ended them (the world
+    /// then removes the Pod before its grace runs out), as they happen. Called once, by the driver.
     fn exits(&self) -> BoxStream<'static, MainExit>;
 
     /// The emulator is exiting: end every process of every Pod, leaving no orphans.

@@ -109,8 +109,8 @@ pub struct PodLaunch {
     pub loopback_only: bool,
 }
 
-/// What the host reports when a command of a Pod ended by itself (not because the host was told
-/// to stop it): the one description of an exit between the host and the world
+/// What the host reports when a command of a Pod ended, by itself or once the host stopped it
+/// (`Effect::StopPod`): the one description of an exit between the host and the world
 /// ([`World::host_reported_exit`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MainExit {

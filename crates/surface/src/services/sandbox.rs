@@ -134,16 +134,11 @@ async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Res
         || app.driver().read_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id));
     let view = read()?;
     // While the host pulls the sandbox's images or starts its containers the sandbox is not
-    // RUNNING yet: the answer waits (a while) for the world to hear how that went, so a client
-    // polling right after the create finds RUNNING, or FAILED for a command that cannot run,
-    // rather than sleeping a polling round.
-    if view.may_await_host() && app.driver().host_settled(&view.pod_uid).await {
-        return Ok(convert::sandbox(&read()?));
-    }
-    // A deleted sandbox reads TERMINATING until the host has ended its processes: the answer
-    // waits (a second at most) for that, so a client polling right after the delete finds the
-    // end rather than sleeping a polling round.
-    if view.may_await_stop() && app.driver().host_settled(&view.pod_uid).await {
+    // RUNNING yet, and after a delete it reads TERMINATING until the host has ended its
+    // processes: the answer waits (a while) for the world to hear how that went, so a client
+    // polling right after the create or the delete finds RUNNING (or FAILED for a command that
+    // cannot run) or the end, rather than sleeping a polling round.
+    if (view.may_await_host() || view.may_await_stop()) && app.driver().host_settled(&view.pod_uid).await {
         return Ok(convert::sandbox(&read()?));
     }
     Ok(convert::sandbox(&view))
