@@ -571,18 +571,20 @@ fn no_crate_has_an_import_cycle_of_more_than_three_files() {
     );
 }
 
-/// The check finds what it is for: a cycle through `crate::`, `super::` and a use group, in a
-/// crate written for the test; a module and its parent, comments, strings and tests do not count.
+/// The check finds what it is for: a cycle through `crate::`, `super::`, a use group and a
+/// re-export of the crate root (followed to the file it leads to, and not an import of the root
+/// itself), in a crate written for the test; a module and its parent, comments, strings and tests
+/// do not count.
 #[test]
 fn the_check_sees_each_kind_of_path_and_ignores_comments_strings_and_tests() {
     let directory = std::env::temp_dir().join(format!("cwsbx-layering-{}", std::process::id()));
     let source_root = directory.join("src");
     fs::create_dir_all(source_root.join("world")).expect("a scratch crate");
     let write = |relative: &str, text: &str| fs::write(source_root.join(relative), text).expect("a scratch file");
-    write("lib.rs", "pub mod a;\npub mod b;\npub mod c;\npub mod world;\npub mod quiet;\n");
+    write("lib.rs", "pub mod a;\npub mod b;\npub mod c;\npub mod world;\npub mod quiet;\npub use c::cee;\n");
     write("a.rs", "use crate::{b::{Bee as B2}, x};\npub fn a() {}\n");
-    write("b.rs", "pub fn b() { crate::c::c(); }\n");
-    write("c.rs", "pub fn c() { super::world::helper::h(); }\n");
+    write("b.rs", "pub fn b() { crate::cee(); }\n");
+    write("c.rs", "pub fn cee() { super::world::helper::h(); }\n");
     // A module and its child refer to each other: no cycle.
     write("world/mod.rs", "mod helper;\npub fn w() { helper::h(); }\n");
     write("world/helper.rs", "pub fn h() { crate::a::a(); super::w(); }\n");
