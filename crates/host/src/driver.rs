@@ -18,6 +18,7 @@ use std::time::Duration;
 use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
 use cwsandbox_sim::SimResult;
 use cwsandbox_sim::config::Values;
+use cwsandbox_sim::data_target::{AwaitsHostStart, DataTarget};
 use cwsandbox_sim::ids::SeededIds;
 use cwsandbox_sim::k8s::{PodOwner, PodPhase};
 use cwsandbox_sim::sandbox::HostWait;
@@ -298,6 +299,21 @@ impl Driver {
             if !matches!(tokio::time::timeout_at(deadline, changes.changed()).await, Ok(Ok(()))) {
                 return true;
             }
+        }
+    }
+
+    /// The answer of a data-target query (`World::sandbox_data_target`, `pod_data_target`),
+    /// asked again once the host has started a Pod the first answer was waiting for, as
+    /// GetSandbox waits: an exec right after a create finds its sandbox running.
+    pub async fn data_target<R: AwaitsHostStart>(
+        &self,
+        query: impl Fn(&World) -> Result<DataTarget, R>,
+    ) -> Result<DataTarget, R> {
+        let found = self.read_world(&query);
+        let starting = found.as_ref().err().and_then(AwaitsHostStart::awaits_start_of).map(str::to_owned);
+        match starting {
+            Some(pod_uid) if self.host_settled(&pod_uid).await => self.read_world(&query),
+            _ => found,
         }
     }
 

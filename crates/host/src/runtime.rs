@@ -28,16 +28,9 @@ pub use cwsandbox_sim::world::PodLaunch;
 /// One container to start: the simulation's own description of it.
 pub use cwsandbox_sim::world::ContainerStart as ContainerLaunch;
 
-/// Which running container an operation acts in.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    /// The sandbox.
-    pub sandbox_id: String,
-    /// Its Pod's uid (the key used by [`SandboxRuntime::start`]).
-    pub pod_uid: String,
-    /// The container, already resolved: never empty.
-    pub container: String,
-}
+/// Which running container an operation acts in: what the world's data-target query
+/// ([`World::data_target`](cwsandbox_sim::world::World::data_target)) finds.
+pub use cwsandbox_sim::data_target::DataTarget as Target;
 
 /// A terminal size in character cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,6 +6,7 @@
 
 pub mod compose;
 pub mod config;
+pub mod data_target;
 pub mod discovery;
 pub mod error;
 pub mod ids;

@@ -897,3 +897,73 @@ fn the_journal_reports_each_state_and_reason_change_once() {
         h.world.take_sandbox_changes().into_iter().map(|change| (change.state, change.reason)).collect();
     assert_eq!(states.last(), Some(&(SandboxState::Completed, "deleted by its owner".to_owned())), "{states:?}");
 }
+
+#[test]
+fn the_data_target_query_finds_one_running_container_through_either_front_door() {
+    use cwsandbox_sim::data_target::{AwaitsHostStart, PodDataRefusal, PodNeeds, SandboxDataRefusal, SandboxNeeds};
+    let mut h = ready();
+    h.world.set_host_confirms_starts(true);
+    let created = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    let main = created.resolved.containers[0].name.clone();
+    let by_id = |h: &Harness, org: &str, container: &str, needs| {
+        h.world.sandbox_data_target(org, &created.id, container, needs)
+    };
+    let by_pod = |h: &Harness, scope: &Scope, container: &str, needs| {
+        h.world.pod_data_target(scope, &created.namespace, &created.pod_name, container, needs)
+    };
+    let operator = Scope::Cluster;
+
+    // Pending in Slurm: nothing to wait for on the sandbox API; the Pod has no Node yet.
+    let pending = by_id(&h, "default-org", "", SandboxNeeds::Running).unwrap_err();
+    assert!(matches!(&pending, SandboxDataRefusal::NotRunning(view) if view.state == SandboxState::Pending));
+    assert_eq!(pending.awaits_start_of(), Some(created.pod_uid.as_str()), "a Pending sandbox may still start");
+
+    // Placed, the host not yet started: both refusals say which Pod to wait for.
+    h.advance(1);
+    let creating = by_id(&h, "default-org", "", SandboxNeeds::Running).unwrap_err();
+    assert_eq!(creating.awaits_start_of(), Some(created.pod_uid.as_str()));
+    let not_started = by_pod(&h, &operator, "", PodNeeds::Exec).unwrap_err();
+    assert_eq!(not_started, PodDataRefusal::NotStarted { container: main.clone(), pod_uid: created.pod_uid.clone() });
+    assert_eq!(not_started.awaits_start_of(), Some(created.pod_uid.as_str()));
+
+    // Started: the same target either way, the main container when none is named.
+    h.world.pod_host_started(&created.pod_uid);
+    let target = by_id(&h, "default-org", "", SandboxNeeds::Running).unwrap();
+    assert_eq!((target.sandbox_id.as_str(), target.pod_uid.as_str()), (created.id.as_str(), created.pod_uid.as_str()));
+    assert_eq!(target.container, main);
+    assert_eq!(by_pod(&h, &operator, "", PodNeeds::Exec).unwrap(), target);
+    assert_eq!(by_pod(&h, &Scope::Organization("default-org".to_owned()), &main, PodNeeds::Logs).unwrap(), target);
+
+    // Each front door's own refusals, none of which waiting can change.
+    let other_org = by_id(&h, "other-org", "", SandboxNeeds::Running).unwrap_err();
+    assert!(matches!(
+        &other_org,
+        SandboxDataRefusal::NoSandbox(SimError::NotFound { reason: Reason::SandboxNotFound, .. })
+    ));
+    assert_eq!(other_org.awaits_start_of(), None);
+    assert_eq!(by_id(&h, "default-org", "nope", SandboxNeeds::Running), Err(SandboxDataRefusal::NoSuchContainer));
+    let hidden = by_pod(&h, &Scope::Organization("other-org".to_owned()), "", PodNeeds::Exec);
+    assert_eq!(hidden, Err(PodDataRefusal::PodNotFound), "another organization's Pod does not exist for it");
+    assert_eq!(
+        by_pod(&h, &operator, "nope", PodNeeds::Exec),
+        Err(PodDataRefusal::ContainerNotValid { container: "nope".to_owned() })
+    );
+    let slurmd = h.world.cluster.pods_iter().find(|pod| pod.namespace.as_str() == "tenant-slurm").unwrap();
+    let (namespace, name) = (slurmd.namespace.to_string(), slurmd.name.to_string());
+    assert_eq!(
+        h.world.pod_data_target(&operator, &namespace, &name, "", PodNeeds::Logs),
+        Err(PodDataRefusal::NoProcess)
+    );
+
+    // Ended: logs still have a target, exec has none.
+    h.world.delete_sandbox("default-org", &created.id, 0).unwrap();
+    let terminating = by_pod(&h, &operator, "", PodNeeds::Exec).unwrap_err();
+    assert_eq!(terminating, PodDataRefusal::SandboxNotReady { container: main.clone() });
+    assert_eq!(terminating.awaits_start_of(), None, "a stopping sandbox is not waited for");
+    h.world.pod_exited(&created.pod_uid, 0);
+    h.world.pod_host_killed(&created.pod_uid);
+    let ended = h.world.get_sandbox("default-org", &created.id).unwrap();
+    assert!(ended.state.is_terminal(), "{:?}", ended.state);
+    assert!(matches!(by_id(&h, "default-org", "", SandboxNeeds::Running), Err(SandboxDataRefusal::NotRunning(_))));
+    assert_eq!(by_id(&h, "default-org", "", SandboxNeeds::RunningOrEnded).unwrap(), target);
+}

@@ -244,18 +244,6 @@ pub fn template(template: &Template) -> pb::SandboxTemplate {
     }
 }
 
-/// The container a data operation acts in: the named one, or the primary one when unnamed.
-pub fn container_name(view: &SandboxView, asked: &str) -> Option<String> {
-    if asked.is_empty() {
-        return view
-            .resolved
-            .containers
-            .get(primary_index(&view.resolved.containers))
-            .map(|container| container.name.clone());
-    }
-    view.resolved.containers.iter().find(|container| container.name == asked).map(|container| container.name.clone())
-}
-
 /// ConnectSandbox's requested permissions: at least one, each a known operation (duplicates
 /// collapse).
 pub fn data_permissions(requested: &[i32]) -> Result<BTreeSet<Permission>, ApiError> {

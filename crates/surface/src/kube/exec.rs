@@ -24,8 +24,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use bytes::{BufMut, Bytes, BytesMut};
-use cwsandbox_sim::k8s::{PodOwner, PodPhase};
-use cwsandbox_sim::sandbox::SandboxState;
+use cwsandbox_sim::data_target::{PodDataRefusal, PodNeeds};
 use futures::{SinkExt, StreamExt};
 use http::{HeaderMap, Method, Uri};
 use serde_json::json;
@@ -35,8 +34,7 @@ use super::authorize;
 use super::status::Status;
 use crate::app::App;
 use crate::connection::ConnectionLease;
-use crate::convert;
-use cwsandbox_host::runtime::{ExecEvent, ExecInput, ExecSession, ExecSpec, Target, TtySize};
+use cwsandbox_host::runtime::{ExecEvent, ExecInput, ExecSession, ExecSpec, TtySize};
 
 /// The stream protocols served, in the order preferred.
 const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
@@ -126,46 +124,11 @@ async fn serve(
         return Err(Status::method_not_allowed("pods", name));
     }
     let params = ExecParams::parse(uri)?;
-    // A Pod whose containers the host is starting is waited for, as GetSandbox does.
-    let starting = app.driver().read_world(|world| {
-        super::pod_and_container(world, &scope, namespace, name, &params.container)
-            .ok()
-            .map(|(pod, _)| pod.uid.to_string())
-    });
-    if let Some(pod_uid) = starting {
-        app.driver().host_settled(&pod_uid).await;
-    }
-    let target = app.driver().read_world(|world| -> Result<Target, Status> {
-        let (pod, container) = super::pod_and_container(world, &scope, namespace, name, &params.container)?;
-        match pod.shown_phase() {
-            PodPhase::Running => {}
-            PodPhase::Pending => {
-                return Err(Status::bad_request(format!(
-                    "unable to upgrade connection: container not found (\"{container}\")"
-                )));
-            }
-            phase => {
-                return Err(Status::bad_request(format!(
-                    "cannot exec into a container in a completed pod; current phase is {}",
-                    phase.as_str()
-                )));
-            }
-        }
-        let PodOwner::Sandbox(sandbox_id) = &pod.owner else {
-            return Err(Status::bad_request(format!(
-                "pod {name} runs no process in the emulator: kubectl exec reaches sandbox Pods only (the fidelity table lists it)"
-            )));
-        };
-        let view = world.sandbox(sandbox_id).ok_or_else(|| Status::not_found("pods", name))?;
-        if view.state != SandboxState::Running {
-            return Err(Status::bad_request(format!(
-                "unable to upgrade connection: container not found (\"{container}\")"
-            )));
-        }
-        let container = convert::container_name(&view, &container)
-            .ok_or_else(|| Status::bad_request(format!("container {container} is not valid for pod {name}")))?;
-        Ok(Target { sandbox_id: sandbox_id.to_string(), pod_uid: pod.uid.to_string(), container })
-    })?;
+    let target = app
+        .driver()
+        .data_target(|world| world.pod_data_target(&scope, namespace, name, &params.container, PodNeeds::Exec))
+        .await
+        .map_err(|refusal| refused(refusal, name))?;
     let Some(upgrade) = upgrade else {
         let offered = headers
             .get(http::header::UPGRADE)
@@ -357,6 +320,27 @@ async fn relay(socket: WebSocket, session: ExecSession, params: ExecParams, leas
     drop(from_client);
     let _ = reader.await;
     drop(lease);
+}
+
+/// What the API server answers when `pods/exec` has no running container to act in.
+fn refused(refusal: PodDataRefusal, name: &str) -> Status {
+    match refusal {
+        PodDataRefusal::PodNotFound => Status::not_found("pods", name),
+        PodDataRefusal::ContainerNotValid { container } => {
+            Status::bad_request(format!("container {container} is not valid for pod {name}"))
+        }
+        PodDataRefusal::NoHostAssigned => Status::bad_request(format!("pod {name} does not have a host assigned")),
+        PodDataRefusal::NotStarted { container, .. } | PodDataRefusal::SandboxNotReady { container } => {
+            Status::bad_request(format!("unable to upgrade connection: container not found (\"{container}\")"))
+        }
+        PodDataRefusal::PodCompleted { phase } => Status::bad_request(format!(
+            "cannot exec into a container in a completed pod; current phase is {}",
+            phase.as_str()
+        )),
+        PodDataRefusal::NoProcess => Status::bad_request(format!(
+            "pod {name} runs no process in the emulator: kubectl exec reaches sandbox Pods only (the fidelity table lists it)"
+        )),
+    }
 }
 
 #[cfg(test)]

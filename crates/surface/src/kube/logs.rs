@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
-use cwsandbox_sim::k8s::{PodOwner, PodPhase};
+use cwsandbox_sim::data_target::{PodDataRefusal, PodNeeds};
 use cwsandbox_sim::query::Scope;
 use futures::StreamExt;
 use http::Uri;
@@ -14,8 +14,7 @@ use http::Uri;
 use super::number;
 use super::status::Status;
 use crate::app::App;
-use crate::convert;
-use cwsandbox_host::runtime::{LogEvent, LogRequest, Target};
+use cwsandbox_host::runtime::{LogEvent, LogRequest};
 
 /// The query of a log request.
 #[derive(Debug, Default)]
@@ -42,13 +41,6 @@ fn parse(uri: &Uri) -> Result<LogParams, Status> {
     Ok(params)
 }
 
-enum Source {
-    /// A sandbox's main process: read it from the runtime.
-    Runtime(Target),
-    /// A Pod with no process here.
-    Empty,
-}
-
 pub(super) async fn serve(
     app: &App,
     scope: &Scope,
@@ -57,24 +49,29 @@ pub(super) async fn serve(
     uri: &Uri,
 ) -> Result<Response, Status> {
     let params = parse(uri)?;
-    let source = app.driver().with_world(|world| -> Result<Source, Status> {
-        let (pod, container) = super::pod_and_container(world, scope, namespace, name, &params.container)?;
-        if pod.shown_phase() == PodPhase::Pending {
+    let found = app
+        .driver()
+        .data_target(|world| world.pod_data_target(scope, namespace, name, &params.container, PodNeeds::Logs))
+        .await;
+    let target = match found {
+        Ok(target) => target,
+        // A Pod with no process here (slurmd, the scheduler) has logs; they are empty.
+        Err(PodDataRefusal::NoProcess) => return Ok(empty()),
+        Err(PodDataRefusal::PodNotFound) => return Err(Status::not_found("pods", name)),
+        Err(PodDataRefusal::ContainerNotValid { container }) => {
+            return Err(Status::bad_request(format!("container {container} is not valid for pod {name}")));
+        }
+        Err(PodDataRefusal::NoHostAssigned) => {
+            return Err(Status::bad_request(format!("pod {name} does not have a host assigned")));
+        }
+        Err(PodDataRefusal::NotStarted { container, .. } | PodDataRefusal::SandboxNotReady { container }) => {
             return Err(Status::bad_request(format!(
                 "container \"{container}\" in pod \"{name}\" is waiting to start: ContainerCreating"
             )));
         }
-        let PodOwner::Sandbox(sandbox_id) = &pod.owner else { return Ok(Source::Empty) };
-        let Some(view) = world.sandbox(sandbox_id) else { return Ok(Source::Empty) };
-        let Some(container) = convert::container_name(&view, &container) else { return Ok(Source::Empty) };
-        Ok(Source::Runtime(Target { sandbox_id: sandbox_id.to_string(), pod_uid: pod.uid.to_string(), container }))
-    })?;
-    let Source::Runtime(target) = source else {
-        return Ok(([(http::header::CONTENT_TYPE, "text/plain")], Body::empty()).into_response());
+        Err(PodDataRefusal::PodCompleted { .. }) => return Ok(empty()),
     };
-    let Ok(runtime) = app.runtime("pods/log") else {
-        return Ok(([(http::header::CONTENT_TYPE, "text/plain")], Body::empty()).into_response());
-    };
+    let Ok(runtime) = app.runtime("pods/log") else { return Ok(empty()) };
     let request = LogRequest {
         follow: params.follow,
         tail_lines: params.tail_lines,
@@ -90,4 +87,9 @@ pub(super) async fn serve(
         }
     });
     Ok(([(http::header::CONTENT_TYPE, "text/plain")], Body::from_stream(chunks)).into_response())
+}
+
+/// The answer for a Pod whose logs are empty here.
+fn empty() -> Response {
+    ([(http::header::CONTENT_TYPE, "text/plain")], Body::empty()).into_response()
 }

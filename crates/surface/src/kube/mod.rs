@@ -527,30 +527,6 @@ fn target(path: &str) -> Result<(Target, bool), Status> {
     Ok((target, legacy_watch))
 }
 
-/// The Pod `namespace/name` as the caller sees it and the container a subresource (`log`,
-/// `exec`) names, the first when none is: the API server's checks before it asks the kubelet.
-fn pod_and_container<'w>(
-    world: &'w World,
-    scope: &Scope,
-    namespace: &str,
-    name: &str,
-    asked: &str,
-) -> Result<(&'w cwsandbox_sim::k8s::Pod, String), Status> {
-    let pod = world.scoped_pod_by_name(scope, namespace, name).ok_or_else(|| Status::not_found("pods", name))?;
-    let container = if asked.is_empty() {
-        pod.containers.first().map(|container| container.name.clone()).unwrap_or_default()
-    } else {
-        asked.to_owned()
-    };
-    if !pod.containers.iter().any(|candidate| candidate.name == container) {
-        return Err(Status::bad_request(format!("container {container} is not valid for pod {name}")));
-    }
-    if pod.node_name.is_none() {
-        return Err(Status::bad_request(format!("pod {name} does not have a host assigned")));
-    }
-    Ok((pod, container))
-}
-
 /// Everything under `/api`.
 async fn core(State(app): State<App>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     match serve_core(&app, &method, &uri, &headers, &body).await {

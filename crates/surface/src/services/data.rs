@@ -17,7 +17,8 @@ use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_api::sandbox_v1::exec_stream_request::Message as Frame;
 use cwsandbox_api::sandbox_v1::exec_stream_response::Message as Reply;
 use cwsandbox_sim::Reason;
-use cwsandbox_sim::sandbox::{SandboxState, SandboxView};
+use cwsandbox_sim::data_target::{SandboxDataRefusal, SandboxNeeds};
+use cwsandbox_sim::sandbox::SandboxView;
 use futures::StreamExt;
 use futures::stream::{self, BoxStream};
 use tokio::sync::mpsc;
@@ -34,22 +35,15 @@ use cwsandbox_host::runtime::{ExecEvent, ExecInput, ExecSpec, LogEvent, LogReque
 /// A boxed stream of response frames.
 pub type Frames<T> = StreamBody<BoxStream<'static, Result<T, ConnectError>>>;
 
-/// Which sandbox states an operation accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Needs {
-    Running,
-    /// RUNNING, or ended (logs of a finished sandbox without follow).
-    RunningOrEnded,
-}
-
-/// Finds the caller's sandbox, the runtime and the container for a data operation. A RUNNING
+/// Finds the caller's sandbox, the runtime and the container for a data operation (the world's
+/// data-target query, waiting for a sandbox whose containers the host is starting). A RUNNING
 /// sandbox's containers are started: the world calls it RUNNING only once the runtime said so.
 async fn resolve(
     app: &App,
     caller: &Caller,
     sandbox_id: &str,
     container: &str,
-    needs: Needs,
+    needs: SandboxNeeds,
 ) -> Result<(Arc<dyn SandboxRuntime>, Target), ApiError> {
     let operation = caller.method();
     let id = convert::required("sandbox_id", sandbox_id)?;
@@ -64,30 +58,30 @@ async fn resolve(
         })?;
         grant.allows(permission, id)?;
     }
-    let read = || {
-        app.driver().read_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| {
-            let api = ApiError::from(error);
-            if api.reason == Reason::SandboxNotFound { api.with_metadata("sandbox_id", id) } else { api }
-        })
+    let found = app.driver().data_target(|world| world.sandbox_data_target(&caller.org, id, container, needs)).await;
+    let not_found = |error| {
+        let api = ApiError::from(error);
+        if api.reason == Reason::SandboxNotFound { api.with_metadata("sandbox_id", id) } else { api }
     };
-    let mut view: SandboxView = read()?;
-    // A sandbox whose containers the host is starting is waited for, as GetSandbox does.
-    if view.may_await_host() && app.driver().host_settled(&view.pod_uid).await {
-        view = read()?;
-    }
+    // A missing sandbox is answered before a missing runtime; its state and container after.
+    let found = match found {
+        Err(SandboxDataRefusal::NoSandbox(error)) => return Err(not_found(error)),
+        found => found,
+    };
     let runtime = Arc::clone(app.runtime(operation)?);
-    let accepted = match needs {
-        Needs::Running => view.state == SandboxState::Running,
-        Needs::RunningOrEnded => view.state == SandboxState::Running || view.state.is_terminal(),
-    };
-    if !accepted {
-        return Err(not_running(&view));
-    }
-    let name = convert::container_name(&view, container).ok_or_else(|| {
-        let field = if operation == "StreamExec" { "init.container" } else { "container" };
-        ApiError::container_not_found(field, format!("sandbox {id} has no container named {container:?}"), container)
+    let target = found.map_err(|refusal| match refusal {
+        SandboxDataRefusal::NoSandbox(error) => not_found(error),
+        SandboxDataRefusal::NotRunning(view) => not_running(&view),
+        SandboxDataRefusal::NoSuchContainer => {
+            let field = if operation == "StreamExec" { "init.container" } else { "container" };
+            ApiError::container_not_found(
+                field,
+                format!("sandbox {id} has no container named {container:?}"),
+                container,
+            )
+        }
     })?;
-    Ok((runtime, Target { sandbox_id: view.id.to_string(), pod_uid: view.pod_uid.to_string(), container: name }))
+    Ok((runtime, target))
 }
 
 /// FAILED_PRECONDITION (`CWSANDBOX_SANDBOX_NOT_RUNNING`) naming the sandbox's state.
@@ -129,7 +123,8 @@ pub async fn stream_exec(
     if init.command.is_empty() {
         return respond(caller.method(), Err(ApiError::missing_field("init.command")));
     }
-    let (runtime, target) = match resolve(&app, &caller, &init.sandbox_id, &init.container, Needs::Running).await {
+    let (runtime, target) = match resolve(&app, &caller, &init.sandbox_id, &init.container, SandboxNeeds::Running).await
+    {
         Ok(found) => found,
         Err(error) => return respond(caller.method(), Err(error)),
     };
@@ -220,7 +215,8 @@ async fn exec_unary(app: &App, caller: &Caller, request: pb::ExecRequest) -> Res
     if request.max_output_bytes < 0 {
         return Err(ApiError::invalid_field("max_output_bytes", "must not be negative"));
     }
-    let (runtime, target) = resolve(app, caller, &request.sandbox_id, &request.container, Needs::Running).await?;
+    let (runtime, target) =
+        resolve(app, caller, &request.sandbox_id, &request.container, SandboxNeeds::Running).await?;
     let spec = ExecSpec { command: request.command, env: request.env.into_iter().collect(), tty: None };
     let mut session = runtime.exec(target, spec).await?;
     let _ = session.input.send(ExecInput::Close).await;
@@ -295,7 +291,7 @@ pub async fn stream_logs(
     caller: Caller,
     ConnectRequest(request): ConnectRequest<pb::StreamLogsRequest>,
 ) -> Result<ConnectResponse<Frames<pb::LogEntry>>, ConnectError> {
-    let needs = if request.follow { Needs::Running } else { Needs::RunningOrEnded };
+    let needs = if request.follow { SandboxNeeds::Running } else { SandboxNeeds::RunningOrEnded };
     let (runtime, target) = match resolve(&app, &caller, &request.sandbox_id, &request.container, needs).await {
         Ok(found) => found,
         Err(error) => return respond(caller.method(), Err(error)),
@@ -344,7 +340,8 @@ pub async fn write_file(
 }
 
 async fn write(app: &App, caller: &Caller, request: pb::WriteFileRequest) -> Result<pb::WriteFileResponse, ApiError> {
-    let (runtime, target) = resolve(app, caller, &request.sandbox_id, &request.container, Needs::Running).await?;
+    let (runtime, target) =
+        resolve(app, caller, &request.sandbox_id, &request.container, SandboxNeeds::Running).await?;
     let path = convert::required("path", &request.path)?.to_owned();
     let max = app.limits().max_file_bytes;
     let size = request.content.len() as u64;
@@ -370,7 +367,8 @@ pub async fn read_file(
 }
 
 async fn read(app: &App, caller: &Caller, request: pb::ReadFileRequest) -> Result<pb::ReadFileResponse, ApiError> {
-    let (runtime, target) = resolve(app, caller, &request.sandbox_id, &request.container, Needs::Running).await?;
+    let (runtime, target) =
+        resolve(app, caller, &request.sandbox_id, &request.container, SandboxNeeds::Running).await?;
     let path = convert::required("path", &request.path)?.to_owned();
     let content = runtime.read_file(target, path, app.limits().max_file_bytes).await?;
     Ok(pb::ReadFileResponse { content: content.to_vec() })
