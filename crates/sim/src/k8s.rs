@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::ids::{IdHash, SharedStr};
+use crate::touched::Touched;
 use crate::resolved::{ResourceAmounts, Toleration};
 use crate::time::SimTime;
 
@@ -604,6 +605,8 @@ pub struct Cluster {
     pub event_sequence: u64,
     /// Last resource version handed out.
     pub resource_version: u64,
+    /// The sandboxes whose Pods changed, were added or removed since the world last took them.
+    touched_sandboxes: Touched<SharedStr>,
 }
 
 impl Cluster {
@@ -643,7 +646,15 @@ impl Cluster {
         let pod = self.pods.get_mut(uid)?;
         self.resource_version += 1;
         pod.resource_version = self.resource_version;
+        if let PodOwner::Sandbox(id) = &pod.owner {
+            self.touched_sandboxes.note(id.clone());
+        }
         Some(pod)
+    }
+
+    /// The sandboxes whose Pods changed, were added or removed since the last call.
+    pub(crate) fn drain_touched_sandboxes(&mut self) -> std::vec::Drain<'_, SharedStr> {
+        self.touched_sandboxes.drain()
     }
 
     /// Adds a Pod (its name must be free in its namespace).
@@ -663,6 +674,9 @@ impl Cluster {
             }
         }
         self.pod_names.entry(pod.namespace.clone()).or_default().insert(pod.name.clone(), pod.uid.clone());
+        if let PodOwner::Sandbox(id) = &pod.owner {
+            self.touched_sandboxes.note(id.clone());
+        }
         self.pods.insert(pod.uid.clone(), Box::new(pod));
     }
 
@@ -671,6 +685,9 @@ impl Cluster {
         let pod = *self.pods.remove(uid)?;
         // A removal is a change too: watchers compare resource versions to notice it.
         self.resource_version += 1;
+        if let PodOwner::Sandbox(id) = &pod.owner {
+            self.touched_sandboxes.note(id.clone());
+        }
         if let Some(names) = self.pod_names.get_mut(&pod.namespace) {
             names.remove(&pod.name);
             if names.is_empty() {

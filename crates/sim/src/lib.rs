@@ -22,6 +22,7 @@ pub mod steps;
 pub mod sunk;
 pub mod templates;
 pub mod time;
+mod touched;
 pub mod volumes;
 pub mod world;
 

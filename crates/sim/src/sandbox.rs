@@ -11,6 +11,7 @@ use prost::Message;
 use crate::config::SandboxValues;
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::ids::{IdHash, SharedStr};
+use crate::touched::Touched;
 use crate::k8s::ContainerInputs;
 use crate::machine::{IllegalTransition, Phase, phases, transitions};
 use crate::policy::MAX_LIFETIME_SECONDS;
@@ -248,6 +249,8 @@ pub(crate) struct Sandboxes {
     namespaces: HashMap<String, HashMap<String, SharedStr>>,
     /// The runtime defaults parsed from the values in force; cleared when values change.
     defaults: Option<RuntimeDefaults>,
+    /// Sandboxes changed, added or dropped since the world last took the list.
+    touched: Touched<SharedStr>,
 }
 
 impl Sandboxes {
@@ -268,7 +271,14 @@ impl Sandboxes {
     }
 
     pub(crate) fn get_mut(&mut self, id: &str) -> Option<&mut Sandbox> {
-        self.by_id.get_mut(id)
+        let sandbox = self.by_id.get_mut(id)?;
+        self.touched.note(sandbox.id.clone());
+        Some(sandbox)
+    }
+
+    /// The sandboxes changed, added or dropped since the last call.
+    pub(crate) fn drain_touched(&mut self) -> std::vec::Drain<'_, SharedStr> {
+        self.touched.drain()
     }
 
     /// Every sandbox on record, in no particular order.
@@ -286,12 +296,14 @@ impl Sandboxes {
             };
             requests.insert(sandbox.request_id.clone(), sandbox.id.clone());
         }
+        self.touched.note(sandbox.id.clone());
         self.by_id.insert(sandbox.id.clone(), sandbox);
     }
 
     /// Drops a sandbox and its request id.
     pub(crate) fn remove(&mut self, id: &str) {
         let Some(sandbox) = self.by_id.remove(id) else { return };
+        self.touched.note(sandbox.id.clone());
         if let Some(requests) = self.by_request.get_mut(&sandbox.owner.org) {
             requests.remove(&sandbox.request_id);
         }

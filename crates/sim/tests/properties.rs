@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use common::*;
 use cwsandbox_api::sandbox_v1::{Container, ResourceRequirements, Resources, SandboxMode, SandboxSpec};
@@ -12,7 +12,7 @@ use cwsandbox_sim::config::{Scenario, Values};
 use cwsandbox_sim::ids::{IdSource, SeededIds};
 use cwsandbox_sim::k8s::{PodOwner, PodPhase, ResourceTotals};
 use cwsandbox_sim::query::Scope;
-use cwsandbox_sim::sandbox::{Owner, SandboxFilter};
+use cwsandbox_sim::sandbox::{Owner, SandboxFilter, SandboxView};
 use cwsandbox_sim::slurm::{JobBaseState, JobKind, Sharing};
 
 fn spec(rng: &mut SeededIds) -> SandboxSpec {
@@ -131,6 +131,30 @@ fn batch_count(world: &cwsandbox_sim::world::World) -> u64 {
     world.slurm.accounting_records().iter().filter(|job| matches!(job.kind, JobKind::Batch { .. })).count() as u64
 }
 
+/// A reader that copies only the sandboxes the world says were touched holds exactly what
+/// reading every sandbox afresh gives: no change to a view goes unreported.
+fn check_copies_of_the_touched(h: &mut Harness, copies: &mut HashMap<String, SandboxView>, step: usize) {
+    for id in h.world.take_touched_sandboxes() {
+        match h.world.sandbox(&id) {
+            Some(view) => copies.insert(id.to_string(), view),
+            None => copies.remove(id.as_str()),
+        };
+    }
+    let every = SandboxFilter { show_terminated: true, ..Default::default() };
+    let fresh: HashMap<String, SandboxView> = h
+        .world
+        .list_sandboxes("default-org", &every, 1000, "")
+        .unwrap()
+        .0
+        .into_iter()
+        .map(|view| (view.id.to_string(), view))
+        .collect();
+    assert_eq!(copies.len(), fresh.len(), "step {step}: the copies hold every sandbox on record and no other");
+    for (id, view) in &fresh {
+        assert_eq!(copies.get(id), Some(view), "step {step}: sandbox {id}'s copy is stale");
+    }
+}
+
 #[test]
 fn random_operations_keep_the_invariants() {
     for seed in 0..12u64 {
@@ -141,6 +165,8 @@ fn random_operations_keep_the_invariants() {
         let mut rng = SeededIds::new(1000 + seed);
         let owner = Owner { org: "default-org".to_owned(), user: "alice".to_owned() };
         let mut known = BTreeSet::new();
+        h.world.keep_touched_sandboxes();
+        let mut copies = HashMap::new();
         for step in 0..250 {
             let live: Vec<String> = h
                 .world
@@ -193,9 +219,11 @@ fn random_operations_keep_the_invariants() {
                 _ => h.advance_millis(rng.next_u64() % 30_000),
             }
             check_invariants(&h, &mut known, step);
+            check_copies_of_the_touched(&mut h, &mut copies, step);
         }
         // Let everything drain: every job ends, nothing is left running without its pair.
         h.advance(600);
         check_invariants(&h, &mut known, usize::MAX);
+        check_copies_of_the_touched(&mut h, &mut copies, usize::MAX);
     }
 }

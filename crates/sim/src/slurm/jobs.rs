@@ -77,10 +77,19 @@ pub type IllegalJobTransition = crate::machine::IllegalTransition<JobTransition>
 impl Slurm {
     /// Checks that `transition` may run on job `id` now and counts it; the caller then applies it.
     pub(super) fn begin(&mut self, id: JobId, transition: JobTransition) -> Result<(), IllegalJobTransition> {
-        let phase = self.queue.get(&id).map_or(JobPhase::Ended, |job| job.phase());
+        let job = self.queue.get(&id);
+        let phase = job.map_or(JobPhase::Ended, |job| job.phase());
         transition.check_from(phase)?;
+        if let Some(JobKind::Placeholder { pod_uid }) = job.map(|job| &job.kind) {
+            self.touched_placeholders.note(pod_uid.clone());
+        }
         self.transitions.add(transition);
         Ok(())
+    }
+
+    /// The Pods of placeholder jobs whose state or reason changed since the last call.
+    pub(crate) fn drain_touched_placeholders(&mut self) -> std::vec::Drain<'_, SharedStr> {
+        self.touched_placeholders.drain()
     }
 
     /// Queues a job; it is placed by the next [`Slurm::schedule`].

@@ -464,6 +464,8 @@ pub struct Slurm {
     /// Per node (same index as `nodes`): how many of its jobs refuse company or share only with
     /// their user, so placement can skip looking at every job on a busy node.
     sharing: Vec<NodeSharing>,
+    /// The Pods of placeholder jobs that changed state or reason since the world last took them.
+    touched_placeholders: crate::touched::Touched<SharedStr>,
 }
 
 /// What the jobs on one node demand of newcomers.

@@ -209,6 +209,9 @@ impl Slurm {
             let reason = if blocked_partitions.contains(&partition) { "Priority" } else { "Resources" };
             if let Some(job) = self.queue.get_mut(&id) {
                 set_reason(&mut job.reason, reason);
+                if let JobKind::Placeholder { pod_uid } = &job.kind {
+                    self.touched_placeholders.note(pod_uid.clone());
+                }
             }
             blocked_partitions.insert(partition);
         }

@@ -273,6 +273,11 @@ pub struct World {
     pub(crate) failed_pulls: HashMap<SharedStr, ImagePullFailure, IdHash>,
     /// Something released Node resources: retry `waiting_for_room`.
     pub(crate) room_freed: bool,
+    /// Whether someone takes the sandboxes touched ([`World::take_touched_sandboxes`]); while
+    /// nobody does, each settle drops them.
+    touches_taken: bool,
+    /// Every sandbox's view may have changed (new values: scheduler scopes, rebuilt layout).
+    all_sandboxes_touched: bool,
     pub(crate) slurm_dirty: bool,
     pub(crate) effects: Vec<Effect>,
     /// Sandbox outcomes not yet handed over (see `SandboxOutcome`).
@@ -336,6 +341,8 @@ impl World {
             pulling: HashSet::default(),
             failed_pulls: HashMap::default(),
             room_freed: false,
+            touches_taken: false,
+            all_sandboxes_touched: false,
             slurm_dirty: false,
             effects: Vec::new(),
             sandbox_outcomes: VecDeque::new(),
@@ -406,6 +413,47 @@ impl World {
         }
         self.now = target;
         self.runners.advance(self.now);
+        if !self.touches_taken {
+            self.drop_touches();
+        }
+    }
+
+    /// From now on the sandboxes each command touches are kept until
+    /// [`World::take_touched_sandboxes`] takes them (a reader keeping copies of the views asks).
+    pub fn keep_touched_sandboxes(&mut self) {
+        self.touches_taken = true;
+    }
+
+    /// Every sandbox whose view ([`World::sandbox`]) may differ from when this was last called:
+    /// its record, its Pod or its placeholder job changed, or it was added or dropped (a dropped
+    /// one is listed, and no longer found). Sorted, each once.
+    pub fn take_touched_sandboxes(&mut self) -> Vec<SharedStr> {
+        let mut touched: Vec<SharedStr> = self.sandboxes.drain_touched().collect();
+        touched.extend(self.cluster.drain_touched_sandboxes());
+        let placeholders: Vec<SharedStr> = self.slurm.drain_touched_placeholders().collect();
+        for pod_uid in placeholders {
+            if let Some(crate::k8s::PodOwner::Sandbox(id)) = self.cluster.pod(&pod_uid).map(|pod| &pod.owner) {
+                touched.push(id.clone());
+            }
+        }
+        if std::mem::take(&mut self.all_sandboxes_touched) {
+            touched.extend(self.sandboxes.iter().map(|sandbox| sandbox.id.clone()));
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        touched
+    }
+
+    /// Marks every sandbox's view as possibly changed.
+    pub(crate) fn touch_all_sandboxes(&mut self) {
+        self.all_sandboxes_touched = true;
+    }
+
+    fn drop_touches(&mut self) {
+        self.sandboxes.drain_touched();
+        self.cluster.drain_touched_sandboxes();
+        self.slurm.drain_touched_placeholders();
+        self.all_sandboxes_touched = false;
     }
 
     pub(crate) fn reconcile(&mut self) {

@@ -484,6 +484,12 @@ impl World {
         self.sandboxes.get(id).map(|sandbox| self.view(sandbox))
     }
 
+    /// Every sandbox on record, of every organization, in no particular order (for the host's
+    /// copy of the views, which [`World::take_touched_sandboxes`] keeps current).
+    pub fn every_sandbox(&self) -> impl Iterator<Item = SandboxView> + '_ {
+        self.sandboxes.iter().map(|sandbox| self.view(sandbox))
+    }
+
     /// One page of an organization's sandboxes.
     pub fn list_sandboxes(
         &self,

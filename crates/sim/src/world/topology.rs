@@ -449,6 +449,8 @@ impl World {
         self.check_values(&values)?;
         let layout_changed = self.layout_changes(&values);
         let old = std::mem::replace(&mut self.values, values.clone());
+        // Scheduler scopes and the layout decide Pending sandboxes' reasons.
+        self.touch_all_sandboxes();
         // The namespace prefix and the runtime defaults may have changed.
         self.sandboxes.forget_values();
         if layout_changed {
