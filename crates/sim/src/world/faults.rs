@@ -8,7 +8,8 @@ use std::time::Duration;
 use crate::ids::SharedStr;
 use crate::k8s::{ContainerState, EventType, PodOwner, PodPhase, Taint};
 use crate::machine::legal;
-use crate::world::{Effect, PodTransition, Timer, World};
+use crate::pods::PodTransition;
+use crate::world::{Effect, Timer, World};
 
 /// The exit code of a process the kernel's OOM killer ended (128 + SIGKILL).
 pub const OOM_EXIT_CODE: i32 = 137;

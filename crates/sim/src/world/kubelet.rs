@@ -9,7 +9,8 @@ use crate::k8s::{ContainerState, EventType, Pod, PodOwner, PodPhase};
 use crate::slurm::{JobBaseState, JobId};
 
 use crate::machine::legal;
-use crate::world::{ContainerStart, Effect, PodLaunch, PodTransition, Transition, World};
+use crate::pods::PodTransition;
+use crate::world::{ContainerStart, Effect, PodLaunch, Transition, World};
 
 /// The variable through which a container learns which GPUs it has.
 pub const NVIDIA_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";

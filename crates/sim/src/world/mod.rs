@@ -37,7 +37,8 @@ pub use commands::{DeletedPod, PodDeletion, requested_sharing};
 pub use faults::{InjectedFault, InjectedKind, OOM_EXIT_CODE};
 pub use images::{ImagePullFailure, ImagePullPolicy, ImagePulled, ImageToPull};
 pub use kubelet::NVIDIA_VISIBLE_DEVICES;
-pub use pods::{PodLifecycle, PodTransition};
+// The Pod machine is the Pod lifecycle's; its old path stays for callers outside the crate.
+pub use crate::pods::{PodLifecycle, PodTransition};
 // The label is the sandbox lifecycle's; its old path stays for callers outside the crate.
 pub use crate::sandbox::SANDBOX_ID_LABEL;
 pub(crate) use scheduling::is_serverless_node;

@@ -8,7 +8,8 @@ use crate::error::{Reason, SimError, SimResult};
 use crate::ids::SharedStr;
 use crate::k8s::{ContainerState, EventType, Node, Pod, PodContainer, PodOwner, PodPhase, ResourceTotals};
 
-use crate::world::{PodRequest, PodTransition, Transition, World};
+use crate::pods::PodTransition;
+use crate::world::{PodRequest, Transition, World};
 
 impl World {
     /// Creates a Pod (the emulator API's raw Pods, and sandbox Pods).

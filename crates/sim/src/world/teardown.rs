@@ -7,7 +7,8 @@ use crate::k8s::{ContainerState, EventType, PodOwner, PodPhase};
 use crate::slurm::JobBaseState;
 
 use crate::machine::legal;
-use crate::world::{Effect, MainExit, PodTransition, SandboxOutcome, Timer, World};
+use crate::pods::PodTransition;
+use crate::world::{Effect, MainExit, SandboxOutcome, Timer, World};
 
 impl World {
     /// Starts deleting a Pod: Terminating with its grace period, then removal. An unbound or
