@@ -3,6 +3,8 @@
 //! each change is one of these transitions, checked against the Pod's phase first
 //! (`World::pod_step`, which needs the cluster and so lives in `world/pods.rs`).
 
+use std::time::Duration;
+
 use crate::k8s::{Pod, PodPhase};
 use crate::machine::{phases, transitions};
 
@@ -60,4 +62,40 @@ transitions! {
     }
     /// The phases this transition may start from (`Create` starts from no Pod).
     pub fn allowed_from(self) -> &'static [PodLifecycle];
+}
+
+/// What goes wrong with one sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InjectedKind {
+    /// Images matching the glob cannot be pulled (every image when empty).
+    ImagePull {
+        /// A glob over the image reference.
+        images: String,
+    },
+    /// The main process is OOM-killed once it has run this long.
+    OomKillAfter(Duration),
+    /// The sandbox's Node turns NotReady this long after the sandbox started.
+    NodeNotReadyAfter(Duration),
+    /// The Pod stays unscheduled this long.
+    PendingFor(Duration),
+}
+
+/// A fault injected into one sandbox, with the id of the rule that injected it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InjectedFault {
+    /// The rule's id (`fault-3`), named in messages.
+    pub id: String,
+    /// What goes wrong.
+    pub kind: InjectedKind,
+}
+
+/// A Pod's pull that failed: the image and the registry's (or the policy's) message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImagePullFailure {
+    /// The image reference.
+    pub image: String,
+    /// The kubelet's waiting reason: `ErrImagePull`, `ErrImageNeverPull` or `InvalidImageName`.
+    pub reason: String,
+    /// What the registry or the policy said.
+    pub message: String,
 }

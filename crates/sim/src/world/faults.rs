@@ -8,36 +8,11 @@ use std::time::Duration;
 use crate::ids::SharedStr;
 use crate::k8s::{ContainerState, EventType, PodOwner, PodPhase, Taint};
 use crate::machine::legal;
-use crate::pods::PodTransition;
+use crate::pods::{InjectedFault, InjectedKind, PodTransition};
 use crate::world::{Effect, Timer, World};
 
 /// The exit code of a process the kernel's OOM killer ended (128 + SIGKILL).
 pub const OOM_EXIT_CODE: i32 = 137;
-
-/// What goes wrong with one sandbox.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum InjectedKind {
-    /// Images matching the glob cannot be pulled (every image when empty).
-    ImagePull {
-        /// A glob over the image reference.
-        images: String,
-    },
-    /// The main process is OOM-killed once it has run this long.
-    OomKillAfter(Duration),
-    /// The sandbox's Node turns NotReady this long after the sandbox started.
-    NodeNotReadyAfter(Duration),
-    /// The Pod stays unscheduled this long.
-    PendingFor(Duration),
-}
-
-/// A fault injected into one sandbox, with the id of the rule that injected it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InjectedFault {
-    /// The rule's id (`fault-3`), named in messages.
-    pub id: String,
-    /// What goes wrong.
-    pub kind: InjectedKind,
-}
 
 /// Whether `text` matches a glob of `*` (any run) and `?` (one character).
 fn glob(pattern: &str, text: &str) -> bool {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use cwsandbox_api::sandbox_v1::SandboxImagePullPolicy;
 
 use crate::k8s::{ContainerState, EventType, PodOwner, PodPhase};
+use crate::pods::ImagePullFailure;
 use crate::world::{Effect, Timer, World};
 
 /// Kubernetes' `imagePullPolicy`.
@@ -69,17 +70,6 @@ pub enum ImagePulled {
         /// Why, and what runs instead.
         reason: String,
     },
-}
-
-/// A Pod's pull that failed: the image and the registry's (or the policy's) message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImagePullFailure {
-    /// The image reference.
-    pub image: String,
-    /// The kubelet's waiting reason: `ErrImagePull`, `ErrImageNeverPull` or `InvalidImageName`.
-    pub reason: String,
-    /// What the registry or the policy said.
-    pub message: String,
 }
 
 impl World {

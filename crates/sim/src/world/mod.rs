@@ -34,11 +34,12 @@ mod topology;
 mod volumes;
 
 pub use commands::{DeletedPod, PodDeletion, requested_sharing};
-pub use faults::{InjectedFault, InjectedKind, OOM_EXIT_CODE};
-pub use images::{ImagePullFailure, ImagePullPolicy, ImagePulled, ImageToPull};
+pub use faults::OOM_EXIT_CODE;
+pub use images::{ImagePullPolicy, ImagePulled, ImageToPull};
 pub use kubelet::NVIDIA_VISIBLE_DEVICES;
-// The Pod machine is the Pod lifecycle's; its old path stays for callers outside the crate.
-pub use crate::pods::{PodLifecycle, PodTransition};
+// The Pod machine, a Pod's injected faults and failed pulls are the Pod lifecycle's; their old
+// paths stay for callers outside the crate.
+pub use crate::pods::{ImagePullFailure, InjectedFault, InjectedKind, PodLifecycle, PodTransition};
 // The label is the sandbox lifecycle's; its old path stays for callers outside the crate.
 pub use crate::sandbox::SANDBOX_ID_LABEL;
 pub(crate) use scheduling::is_serverless_node;

@@ -82,7 +82,7 @@ impl World {
         spec: SandboxSpec,
         display_name: &str,
         request_id: &str,
-        faults: Vec<crate::world::InjectedFault>,
+        faults: Vec<crate::pods::InjectedFault>,
     ) -> SimResult<SandboxView> {
         self.settle();
         let spec = normalize_spec(spec)?;
@@ -106,7 +106,7 @@ impl World {
         &mut self,
         owner: &Owner,
         request: &cwsandbox_api::sandbox_v1::CreateSandboxFromTemplateRequest,
-        faults: Vec<crate::world::InjectedFault>,
+        faults: Vec<crate::pods::InjectedFault>,
     ) -> SimResult<SandboxView> {
         self.settle();
         let body = cwsandbox_api::sandbox_v1::CreateSandboxFromTemplateRequest {
@@ -137,7 +137,7 @@ impl World {
         owner: &Owner,
         request: &cwsandbox_api::sandbox_v1::CreateSandboxFromFileRequest,
         spec: SandboxSpec,
-        faults: Vec<crate::world::InjectedFault>,
+        faults: Vec<crate::pods::InjectedFault>,
     ) -> SimResult<SandboxView> {
         self.settle();
         let body =
@@ -185,7 +185,7 @@ impl World {
         spec: SandboxSpec,
         display_name: &str,
         origin: Origin<'_>,
-        faults: Vec<crate::world::InjectedFault>,
+        faults: Vec<crate::pods::InjectedFault>,
     ) -> SimResult<SandboxView> {
         let Origin { request_id, source_template, request_body } = origin;
         validate_spec(&spec)?;
