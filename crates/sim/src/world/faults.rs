@@ -33,28 +33,28 @@ impl World {
                     hold.as_secs(),
                     fault.id
                 );
-                self.held.insert(pod_uid.clone());
+                self.pods.hold(pod_uid.clone());
                 self.set_unschedulable(pod_uid, "Unschedulable", &message);
                 self.event(pod_uid, EventType::Warning, "FailedScheduling", message, "default-scheduler");
                 self.timers.schedule(self.now + hold, Timer::HoldOver(pod_uid.clone()));
             }
         }
-        self.pod_faults.insert(pod_uid.clone(), faults);
+        self.pods.inject_faults(pod_uid.clone(), faults);
     }
 
     /// A held Pod may be scheduled now.
     pub(super) fn on_hold_over(&mut self, uid: &SharedStr) {
-        if self.held.remove(uid) && self.cluster.pod(uid).is_some() {
+        if self.pods.release(uid) && self.cluster.pod(uid).is_some() {
             if let Some(pod) = self.cluster.pod_mut(uid) {
                 pod.scheduled_condition = None;
             }
-            self.unscheduled.insert(uid.clone());
+            self.pods.queue_for_scheduling(uid.clone());
         }
     }
 
     /// The image of a Pod's container that an injected fault keeps from being pulled, if any.
     pub(crate) fn unpullable_image(&self, uid: &str) -> Option<(String, String)> {
-        let faults = self.pod_faults.get(uid)?;
+        let faults = self.pods.faults_of(uid);
         let pod = self.cluster.pod(uid)?;
         faults.iter().find_map(|fault| match &fault.kind {
             InjectedKind::ImagePull { images } => pod
@@ -113,7 +113,7 @@ impl World {
 
     /// Timers a started Pod's faults need.
     pub(super) fn arm_started_faults(&mut self, uid: &SharedStr) {
-        let Some(faults) = self.pod_faults.get(uid) else { return };
+        let faults = self.pods.faults_of(uid);
         let mut timers = Vec::new();
         for fault in faults {
             match fault.kind {
@@ -128,9 +128,10 @@ impl World {
     }
 
     fn fault_id(&self, uid: &str, wanted: fn(&InjectedKind) -> bool) -> String {
-        self.pod_faults
-            .get(uid)
-            .and_then(|faults| faults.iter().find(|fault| wanted(&fault.kind)))
+        self.pods
+            .faults_of(uid)
+            .iter()
+            .find(|fault| wanted(&fault.kind))
             .map(|fault| fault.id.clone())
             .unwrap_or_default()
     }
