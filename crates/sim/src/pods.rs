@@ -287,3 +287,63 @@ impl Pods {
         self.failed_pulls.remove(uid);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uid(text: &str) -> SharedStr {
+        SharedStr::from(text)
+    }
+
+    #[test]
+    fn forget_drops_every_record_of_the_pod_and_no_other() {
+        let mut pods = Pods::default();
+        for name in ["gone", "kept"] {
+            pods.queue_for_scheduling(uid(name));
+            pods.hold(uid(name));
+            pods.inject_faults(
+                uid(name),
+                vec![InjectedFault {
+                    id: "fault-1".to_owned(),
+                    kind: InjectedKind::PendingFor(Duration::from_secs(5)),
+                }],
+            );
+            pods.wait_for_room(uid(name));
+            pods.pin_cpus(uid(name), uid("node-0"), 2);
+            pods.assign_gpus(uid(name), uid("node-0"), vec![0]);
+            pods.begin_pull(uid(name));
+            let failure = ImagePullFailure {
+                image: "busybox".to_owned(),
+                reason: "ErrImagePull".to_owned(),
+                message: String::new(),
+            };
+            pods.pull_failed(uid(name), failure);
+        }
+        pods.forget("gone");
+        assert!(!pods.is_held("gone"));
+        assert!(pods.faults_of("gone").is_empty());
+        assert_eq!(pods.gpus_of("gone"), None);
+        assert!(!pods.is_pulling("gone"));
+        assert_eq!(pods.failed_pull("gone"), None);
+        assert_eq!(pods.unpin_cpus("gone"), None);
+        assert_eq!(pods.next_to_schedule(), Some(uid("kept")), "only the kept Pod is still queued");
+        assert_eq!(pods.next_to_schedule(), None);
+        pods.note_room_freed();
+        assert_eq!(pods.take_waiting_if_room_freed(), Some(BTreeSet::from([uid("kept")])));
+        assert!(pods.is_held("kept") && pods.is_pulling("kept") && pods.gpus_of("kept").is_some());
+        assert_eq!(pods.unpin_cpus("kept"), Some((uid("node-0"), 2)));
+    }
+
+    #[test]
+    fn waiting_pods_are_retried_only_once_room_was_freed() {
+        let mut pods = Pods::default();
+        pods.wait_for_room(uid("b"));
+        pods.wait_for_room(uid("a"));
+        assert_eq!(pods.take_waiting_if_room_freed(), None, "nothing was freed");
+        pods.note_room_freed();
+        let waiting: Vec<SharedStr> = pods.take_waiting_if_room_freed().into_iter().flatten().collect();
+        assert_eq!(waiting, [uid("a"), uid("b")], "in uid order, whatever the order they came in");
+        assert_eq!(pods.take_waiting_if_room_freed(), None, "one retry per freeing");
+    }
+}
