@@ -13,6 +13,7 @@ pub mod ids;
 pub mod k8s;
 pub mod machine;
 pub mod pager;
+pub mod pods;
 pub mod query;
 pub mod runners;
 pub mod sandbox;

@@ -130,7 +130,7 @@ impl World {
             if node.taints.len() != before {
                 self.set_lock_annotation(slurm_node, "false");
                 self.count(Transition::NodeUnlocked);
-                self.room_freed = true;
+                self.pods.note_room_freed();
             }
         }
     }

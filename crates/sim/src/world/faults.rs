@@ -8,35 +8,11 @@ use std::time::Duration;
 use crate::ids::SharedStr;
 use crate::k8s::{ContainerState, EventType, PodOwner, PodPhase, Taint};
 use crate::machine::legal;
-use crate::world::{Effect, PodTransition, Timer, World};
+use crate::pods::{InjectedFault, InjectedKind, PodTransition};
+use crate::world::{Effect, Timer, World};
 
 /// The exit code of a process the kernel's OOM killer ended (128 + SIGKILL).
 pub const OOM_EXIT_CODE: i32 = 137;
-
-/// What goes wrong with one sandbox.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum InjectedKind {
-    /// Images matching the glob cannot be pulled (every image when empty).
-    ImagePull {
-        /// A glob over the image reference.
-        images: String,
-    },
-    /// The main process is OOM-killed once it has run this long.
-    OomKillAfter(Duration),
-    /// The sandbox's Node turns NotReady this long after the sandbox started.
-    NodeNotReadyAfter(Duration),
-    /// The Pod stays unscheduled this long.
-    PendingFor(Duration),
-}
-
-/// A fault injected into one sandbox, with the id of the rule that injected it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InjectedFault {
-    /// The rule's id (`fault-3`), named in messages.
-    pub id: String,
-    /// What goes wrong.
-    pub kind: InjectedKind,
-}
 
 /// Whether `text` matches a glob of `*` (any run) and `?` (one character).
 fn glob(pattern: &str, text: &str) -> bool {
@@ -57,28 +33,28 @@ impl World {
                     hold.as_secs(),
                     fault.id
                 );
-                self.held.insert(pod_uid.clone());
+                self.pods.hold(pod_uid.clone());
                 self.set_unschedulable(pod_uid, "Unschedulable", &message);
                 self.event(pod_uid, EventType::Warning, "FailedScheduling", message, "default-scheduler");
                 self.timers.schedule(self.now + hold, Timer::HoldOver(pod_uid.clone()));
             }
         }
-        self.pod_faults.insert(pod_uid.clone(), faults);
+        self.pods.inject_faults(pod_uid.clone(), faults);
     }
 
     /// A held Pod may be scheduled now.
     pub(super) fn on_hold_over(&mut self, uid: &SharedStr) {
-        if self.held.remove(uid) && self.cluster.pod(uid).is_some() {
+        if self.pods.release(uid) && self.cluster.pod(uid).is_some() {
             if let Some(pod) = self.cluster.pod_mut(uid) {
                 pod.scheduled_condition = None;
             }
-            self.unscheduled.insert(uid.clone());
+            self.pods.queue_for_scheduling(uid.clone());
         }
     }
 
     /// The image of a Pod's container that an injected fault keeps from being pulled, if any.
     pub(crate) fn unpullable_image(&self, uid: &str) -> Option<(String, String)> {
-        let faults = self.pod_faults.get(uid)?;
+        let faults = self.pods.faults_of(uid);
         let pod = self.cluster.pod(uid)?;
         faults.iter().find_map(|fault| match &fault.kind {
             InjectedKind::ImagePull { images } => pod
@@ -137,7 +113,7 @@ impl World {
 
     /// Timers a started Pod's faults need.
     pub(super) fn arm_started_faults(&mut self, uid: &SharedStr) {
-        let Some(faults) = self.pod_faults.get(uid) else { return };
+        let faults = self.pods.faults_of(uid);
         let mut timers = Vec::new();
         for fault in faults {
             match fault.kind {
@@ -152,9 +128,10 @@ impl World {
     }
 
     fn fault_id(&self, uid: &str, wanted: fn(&InjectedKind) -> bool) -> String {
-        self.pod_faults
-            .get(uid)
-            .and_then(|faults| faults.iter().find(|fault| wanted(&fault.kind)))
+        self.pods
+            .faults_of(uid)
+            .iter()
+            .find(|fault| wanted(&fault.kind))
             .map(|fault| fault.id.clone())
             .unwrap_or_default()
     }

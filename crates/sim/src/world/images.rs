@@ -10,6 +10,7 @@ use std::time::Duration;
 use cwsandbox_api::sandbox_v1::SandboxImagePullPolicy;
 
 use crate::k8s::{ContainerState, EventType, PodOwner, PodPhase};
+use crate::pods::ImagePullFailure;
 use crate::world::{Effect, Timer, World};
 
 /// Kubernetes' `imagePullPolicy`.
@@ -69,17 +70,6 @@ pub enum ImagePulled {
         /// Why, and what runs instead.
         reason: String,
     },
-}
-
-/// A Pod's pull that failed: the image and the registry's (or the policy's) message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImagePullFailure {
-    /// The image reference.
-    pub image: String,
-    /// The kubelet's waiting reason: `ErrImagePull`, `ErrImageNeverPull` or `InvalidImageName`.
-    pub reason: String,
-    /// What the registry or the policy said.
-    pub message: String,
 }
 
 impl World {
@@ -170,7 +160,7 @@ impl World {
                 self.event(uid, EventType::Normal, "Pulling", format!("Pulling image \"{}\"", image.image), "kubelet");
             }
         }
-        self.pulling.insert(pod_uid.clone());
+        self.pods.begin_pull(pod_uid.clone());
         self.effects.push(Effect::PullImages { pod_uid, images });
         true
     }
@@ -179,7 +169,7 @@ impl World {
     /// deleted meanwhile).
     pub fn images_pulled(&mut self, uid: &str, pulled: &[ImagePulled]) {
         self.settle();
-        if !self.pulling.remove(uid) {
+        if !self.pods.end_pull(uid) {
             return;
         }
         let Some(pod) = self.cluster.pod(uid) else { return };
@@ -215,7 +205,7 @@ impl World {
     /// wait `ImagePullBackOff` and the runner gives the Pod up.
     pub fn image_pull_failed(&mut self, uid: &str, failure: ImagePullFailure) {
         self.settle();
-        if !self.pulling.remove(uid) {
+        if !self.pods.end_pull(uid) {
             return;
         }
         let Some(pod) = self.cluster.pod_mut(uid) else { return };
@@ -238,13 +228,13 @@ impl World {
         self.event(uid, EventType::Warning, "Failed", format!("Error: {}", failure.reason), "kubelet");
         let back_off = Duration::from_secs(u64::from(self.values.kubelet.image_pull_back_off_seconds));
         self.timers.schedule(self.now + back_off, Timer::ImagePullBackOff(pod_uid.clone()));
-        self.failed_pulls.insert(pod_uid, failure);
+        self.pods.pull_failed(pod_uid, failure);
         self.settle();
     }
 
     /// The image and message of a Pod's failed pull, by a real host or an injected fault.
     pub(super) fn failed_pull(&self, uid: &str) -> Option<(String, Option<String>)> {
-        if let Some(failure) = self.failed_pulls.get(uid) {
+        if let Some(failure) = self.pods.failed_pull(uid) {
             return Some((failure.image.clone(), Some(format!("{}: {}", failure.reason, failure.message))));
         }
         self.unpullable_image(uid).map(|(image, _)| (image, None))
@@ -266,11 +256,5 @@ impl World {
         self.node_event(&node, EventType::Warning, "OOMKilling", message);
         self.finish_pod_with(uid, crate::world::faults::OOM_EXIT_CODE, "OOMKilled");
         self.settle();
-    }
-
-    /// A Pod that leaves forgets its pull.
-    pub(super) fn forget_pull(&mut self, uid: &str) {
-        self.pulling.remove(uid);
-        self.failed_pulls.remove(uid);
     }
 }

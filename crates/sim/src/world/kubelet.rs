@@ -9,7 +9,8 @@ use crate::k8s::{ContainerState, EventType, Pod, PodOwner, PodPhase};
 use crate::slurm::{JobBaseState, JobId};
 
 use crate::machine::legal;
-use crate::world::{ContainerStart, Effect, PodLaunch, PodTransition, Transition, World};
+use crate::pods::PodTransition;
+use crate::world::{ContainerStart, Effect, PodLaunch, Transition, World};
 
 /// The variable through which a container learns which GPUs it has.
 pub const NVIDIA_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
@@ -164,7 +165,7 @@ impl World {
             .filter(|job| !job.gpu_indices.is_empty())
             .map(|job| job.gpu_indices.clone());
         let gpu_indices = job_indices
-            .or_else(|| self.gpu_devices.get(uid).map(|(_, indices)| indices.clone()))
+            .or_else(|| self.pods.gpus_of(uid).map(<[u32]>::to_vec))
             .map(|indices| indices.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
         let mut containers: Vec<ContainerStart> = pod
             .containers
@@ -235,7 +236,7 @@ impl World {
         let Some(node) = self.cluster.nodes.get_mut(node_name) else { return };
         node.pinned_cpus += cpus;
         let node_name = node.name.clone();
-        self.pinned_cpus.insert(pod_uid, (node_name, cpus));
+        self.pods.pin_cpus(pod_uid, node_name, cpus);
         self.count(Transition::CpusPinned);
     }
 
@@ -256,28 +257,19 @@ impl World {
         for slurm_node in self.slurm.nodes.iter().filter(|slurm_node| slurm_node.k8s_node == node_name) {
             held.extend((0..slurm_node.gpus).filter(|gpu| slurm_node.gpus_in_use & (1 << gpu) != 0));
         }
-        for (holder, indices) in self.gpu_devices.values() {
-            if holder.as_str() == node_name {
-                held.extend(indices.iter().copied());
-            }
-        }
+        held.extend(self.pods.gpus_held_on(node_name));
         let total = u32::try_from(node.allocatable.gpus).unwrap_or(0);
         let indices: Vec<u32> =
             (0..total).filter(|gpu| !held.contains(gpu)).take(usize::try_from(wanted).unwrap_or(0)).collect();
         let node_name = node.name.clone();
         if !indices.is_empty() {
-            self.gpu_devices.insert(pod.uid.clone(), (node_name, indices));
+            self.pods.assign_gpus(pod.uid.clone(), node_name, indices);
         }
-    }
-
-    /// Gives a Pod's GPUs back (it finished or left).
-    pub(super) fn release_gpus(&mut self, uid: &str) {
-        self.gpu_devices.remove(uid);
     }
 
     /// Gives a Pod's pinned CPUs back (it finished or left).
     pub(super) fn unpin_cpus(&mut self, uid: &str) {
-        if let Some((node_name, cpus)) = self.pinned_cpus.remove(uid)
+        if let Some((node_name, cpus)) = self.pods.unpin_cpus(uid)
             && let Some(node) = self.cluster.nodes.get_mut(node_name.as_str())
         {
             node.pinned_cpus -= cpus;
@@ -290,7 +282,7 @@ impl World {
     /// job's processes then cannot run there: it fails, and Slurm drains the node with the
     /// misleading reason the support notes quote. Returns whether the job may run.
     pub(crate) fn job_fits_beside_pinned_cpus(&mut self, job: JobId, slurm_node: &str) -> bool {
-        if self.pinned_cpus.is_empty() {
+        if !self.pods.any_cpus_pinned() {
             return true;
         }
         let Some(node) = self.slurm.node(slurm_node) else { return true };

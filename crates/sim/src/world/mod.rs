@@ -3,7 +3,7 @@
 //! order, schedulers run until nothing changes, and each decision leaves an Event.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,10 +34,12 @@ mod topology;
 mod volumes;
 
 pub use commands::{DeletedPod, PodDeletion, requested_sharing};
-pub use faults::{InjectedFault, InjectedKind, OOM_EXIT_CODE};
-pub use images::{ImagePullFailure, ImagePullPolicy, ImagePulled, ImageToPull};
+pub use faults::OOM_EXIT_CODE;
+pub use images::{ImagePullPolicy, ImagePulled, ImageToPull};
 pub use kubelet::NVIDIA_VISIBLE_DEVICES;
-pub use pods::{PodLifecycle, PodTransition};
+// The Pod machine, a Pod's injected faults and failed pulls are the Pod lifecycle's; their old
+// paths stay for callers outside the crate.
+pub use crate::pods::{ImagePullFailure, InjectedFault, InjectedKind, PodLifecycle, PodTransition};
 // The label is the sandbox lifecycle's; its old path stays for callers outside the crate.
 pub use crate::sandbox::SANDBOX_ID_LABEL;
 pub(crate) use scheduling::is_serverless_node;
@@ -243,36 +245,17 @@ pub struct World {
     /// Sandboxes whose state or reason may have changed, and what was last reported of each
     /// (see [`World::take_sandbox_changes`]).
     pub(crate) sandbox_journal: SandboxJournal,
-    /// Pods needing a scheduling decision.
-    pub(crate) unscheduled: BTreeSet<SharedStr>,
-    /// Pods an injected fault holds unscheduled until its timer.
-    pub(crate) held: BTreeSet<SharedStr>,
-    /// Faults injected into sandbox Pods, by Pod uid.
-    pub(crate) pod_faults: HashMap<SharedStr, Vec<InjectedFault>, IdHash>,
-    /// Default-scheduler Pods waiting for room.
-    pub(crate) waiting_for_room: BTreeSet<SharedStr>,
-    /// Pods holding CPUs pinned by the kubelet: uid → (Node, whole CPUs).
-    pub(crate) pinned_cpus: HashMap<SharedStr, (SharedStr, i64), IdHash>,
-    /// GPUs the device plugin gave Pods the default scheduler placed: uid → (Node, indices).
-    pub(crate) gpu_devices: HashMap<SharedStr, (SharedStr, Vec<u32>), IdHash>,
+    /// What the world keeps about each Pod beside its object: scheduling queues, faults,
+    /// devices, pulls, kills the host owes.
+    pub(crate) pods: crate::pods::Pods,
     /// Whether admitted Pods wait for the host to pull their images.
     pub(crate) pulls_images: bool,
     /// Whether a started Pod waits for the host to report its containers started
     /// ([`World::pod_host_started`]) before it shows Running (a runtime is attached).
     pub(crate) host_confirms_starts: bool,
-    /// Removed sandbox Pods whose started processes the host is killing (`Effect::KillPod`),
-    /// with the end their sandbox takes once it reports them gone ([`World::pod_host_killed`]):
-    /// where a host runs processes, nobody reads a sandbox ended while its processes still run.
-    pub(crate) awaiting_kill: HashMap<SharedStr, (SharedStr, Option<i32>), IdHash>,
     /// Whether the host enforces containers' CPU and memory limits where it runs images (a
     /// Warning Event on each Pod with limits says when it cannot).
     pub(crate) limits_enforced: bool,
-    /// Pods whose images the host is pulling.
-    pub(crate) pulling: HashSet<SharedStr, IdHash>,
-    /// Pods whose pull the host reported failed, waiting for the kubelet's back-off.
-    pub(crate) failed_pulls: HashMap<SharedStr, ImagePullFailure, IdHash>,
-    /// Something released Node resources: retry `waiting_for_room`.
-    pub(crate) room_freed: bool,
     /// Whether someone takes the sandboxes touched ([`World::take_touched_sandboxes`]); while
     /// nobody does, each settle drops them.
     touches_taken: bool,
@@ -328,19 +311,10 @@ impl World {
             org_names: HashMap::new(),
             sunk_rejected: BTreeSet::new(),
             sandbox_journal: SandboxJournal::default(),
-            unscheduled: BTreeSet::new(),
-            held: BTreeSet::new(),
-            pod_faults: HashMap::default(),
-            waiting_for_room: BTreeSet::new(),
-            pinned_cpus: HashMap::default(),
-            gpu_devices: HashMap::default(),
+            pods: crate::pods::Pods::default(),
             pulls_images: false,
             host_confirms_starts: false,
-            awaiting_kill: HashMap::default(),
             limits_enforced: true,
-            pulling: HashSet::default(),
-            failed_pulls: HashMap::default(),
-            room_freed: false,
             touches_taken: false,
             all_sandboxes_touched: false,
             slurm_dirty: false,
@@ -462,7 +436,7 @@ impl World {
             // reach their sandboxes now, not with whatever happens next in the cluster.
             self.hand_over_sandbox_outcomes();
             let mut changed = false;
-            while let Some(uid) = self.unscheduled.pop_first() {
+            while let Some(uid) = self.pods.next_to_schedule() {
                 changed = true;
                 self.schedule_pod(&uid);
                 self.hand_over_sandbox_outcomes();
@@ -482,9 +456,7 @@ impl World {
                 self.slurm_outcomes = outcomes;
                 self.hand_over_sandbox_outcomes();
             }
-            if self.room_freed {
-                self.room_freed = false;
-                let waiting = std::mem::take(&mut self.waiting_for_room);
+            if let Some(waiting) = self.pods.take_waiting_if_room_freed() {
                 for uid in waiting {
                     if self.try_default_schedule(&uid, false) {
                         changed = true;

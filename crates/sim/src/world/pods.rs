@@ -1,66 +1,10 @@
-//! The Pod lifecycle as a machine: Pending → (bound) → Running → Succeeded/Failed, Terminating
-//! once deleted, then removed. The kubelet, the schedulers and teardown change Pods; each change
-//! is one of these transitions, checked against the Pod's phase first.
+//! The Pod machine's step on the world: a Pod transition checked against the Pod's phase in the
+//! cluster, then counted (the machine itself, and the Pod's bookkeeping, are in `crate::pods`).
 
-use crate::k8s::{Pod, PodPhase};
-use crate::machine::{IllegalTransition, Phase, phases, transitions};
+use crate::k8s::PodPhase;
+use crate::machine::{IllegalTransition, Phase};
+use crate::pods::{PodLifecycle, PodTransition};
 use crate::world::World;
-
-phases! {
-    /// Where a Pod stands: its phase, and whether it is being deleted.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum PodLifecycle {
-        /// Not started; unbound, or bound while its placeholder's prolog runs.
-        Pending,
-        /// Started.
-        Running,
-        /// Every container exited 0.
-        Succeeded,
-        /// A container failed, or the kubelet rejected the Pod.
-        Failed,
-        /// Deleted and waiting for its grace period or its processes.
-        Terminating,
-    }
-}
-
-impl PodLifecycle {
-    /// Where `pod` stands.
-    pub fn of(pod: &Pod) -> PodLifecycle {
-        if pod.deletion_timestamp.is_some() {
-            return PodLifecycle::Terminating;
-        }
-        match pod.phase {
-            PodPhase::Pending => PodLifecycle::Pending,
-            PodPhase::Running => PodLifecycle::Running,
-            PodPhase::Succeeded => PodLifecycle::Succeeded,
-            PodPhase::Failed => PodLifecycle::Failed,
-        }
-    }
-}
-
-transitions! {
-    machine "pod";
-    /// One named step of a Pod's life.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum PodTransition {
-        /// The Pod object was created.
-        Create => "pod_created" from [],
-        /// A scheduler bound it to a Node.
-        Bind => "pod_bound" from [Pending],
-        /// The kubelet admitted it: its containers run.
-        Start => "pod_started" from [Pending],
-        /// The kubelet refused it (`OutOfcpu`, `NodeAffinity`…).
-        RejectByKubelet => "pod_rejected_by_kubelet" from [Pending],
-        /// Its containers exited by themselves (or honoured SIGTERM while Terminating).
-        Finish => "pod_finished" from [Running, Terminating],
-        /// It got a deletion timestamp.
-        BeginDeletion => "pod_terminating" from [Pending, Running, Succeeded, Failed],
-        /// The object was removed.
-        Remove => "pod_removed" from [Pending, Running, Succeeded, Failed, Terminating],
-    }
-    /// The phases this transition may start from (`Create` starts from no Pod).
-    pub fn allowed_from(self) -> &'static [PodLifecycle];
-}
 
 impl World {
     /// Checks that `transition` may run on Pod `uid` now and counts it; the caller applies it.

@@ -82,7 +82,7 @@ impl World {
         spec: SandboxSpec,
         display_name: &str,
         request_id: &str,
-        faults: Vec<crate::world::InjectedFault>,
+        faults: Vec<crate::pods::InjectedFault>,
     ) -> SimResult<SandboxView> {
         self.settle();
         let spec = normalize_spec(spec)?;
@@ -106,7 +106,7 @@ impl World {
         &mut self,
         owner: &Owner,
         request: &cwsandbox_api::sandbox_v1::CreateSandboxFromTemplateRequest,
-        faults: Vec<crate::world::InjectedFault>,
+        faults: Vec<crate::pods::InjectedFault>,
     ) -> SimResult<SandboxView> {
         self.settle();
         let body = cwsandbox_api::sandbox_v1::CreateSandboxFromTemplateRequest {
@@ -137,7 +137,7 @@ impl World {
         owner: &Owner,
         request: &cwsandbox_api::sandbox_v1::CreateSandboxFromFileRequest,
         spec: SandboxSpec,
-        faults: Vec<crate::world::InjectedFault>,
+        faults: Vec<crate::pods::InjectedFault>,
     ) -> SimResult<SandboxView> {
         self.settle();
         let body =
@@ -185,7 +185,7 @@ impl World {
         spec: SandboxSpec,
         display_name: &str,
         origin: Origin<'_>,
-        faults: Vec<crate::world::InjectedFault>,
+        faults: Vec<crate::pods::InjectedFault>,
     ) -> SimResult<SandboxView> {
         let Origin { request_id, source_template, request_body } = origin;
         validate_spec(&spec)?;
@@ -454,7 +454,7 @@ impl World {
     /// is being deleted, the end of the processes the host was asked to stop or kill (while that
     /// lasts the sandbox reads TERMINATING).
     pub fn awaits_host(&self, pod_uid: &str) -> Option<HostWait> {
-        if self.awaiting_kill.contains_key(pod_uid) {
+        if self.pods.is_awaiting_kill(pod_uid) {
             return Some(HostWait::Stop);
         }
         let pod = self.cluster.pod(pod_uid)?;
@@ -463,7 +463,7 @@ impl World {
             let stopping = self.host_confirms_starts && pod.phase == PodPhase::Running && pod.host_started;
             return stopping.then_some(HostWait::Stop);
         }
-        if self.pulling.contains(pod_uid) {
+        if self.pods.is_pulling(pod_uid) {
             Some(HostWait::Pull)
         } else if pod.phase == PodPhase::Running && !pod.host_started {
             Some(HostWait::Start)

@@ -8,7 +8,8 @@ use crate::error::{Reason, SimError, SimResult};
 use crate::ids::SharedStr;
 use crate::k8s::{ContainerState, EventType, Node, Pod, PodContainer, PodOwner, PodPhase, ResourceTotals};
 
-use crate::world::{PodRequest, PodTransition, Transition, World};
+use crate::pods::PodTransition;
+use crate::world::{PodRequest, Transition, World};
 
 impl World {
     /// Creates a Pod (the emulator API's raw Pods, and sandbox Pods).
@@ -82,7 +83,7 @@ impl World {
     }
 
     pub(crate) fn insert_new_pod(&mut self, pod: Pod) {
-        self.unscheduled.insert(pod.uid.clone());
+        self.pods.queue_for_scheduling(pod.uid.clone());
         self.cluster.insert_pod(pod);
         self.pod_transitions.add(PodTransition::Create);
     }
@@ -93,7 +94,7 @@ impl World {
         if pod.node_name.is_some() || pod.deletion_timestamp.is_some() || pod.phase != PodPhase::Pending {
             return;
         }
-        if self.held.contains(uid) {
+        if self.pods.is_held(uid) {
             return;
         }
         if pod.scheduler_name == "default-scheduler" {
@@ -178,7 +179,7 @@ impl World {
             parts.push(format!("{count} node(s) had untolerated taint {taint}"));
         }
         let message = format!("0/{total} nodes are available: {}.", parts.join(", "));
-        self.waiting_for_room.insert(uid.clone());
+        self.pods.wait_for_room(uid.clone());
         if report {
             self.set_unschedulable(uid, "Unschedulable", &message);
             self.event(uid, EventType::Warning, "FailedScheduling", message, "default-scheduler");

@@ -7,7 +7,8 @@ use crate::k8s::{ContainerState, EventType, PodOwner, PodPhase};
 use crate::slurm::JobBaseState;
 
 use crate::machine::legal;
-use crate::world::{Effect, MainExit, PodTransition, SandboxOutcome, Timer, World};
+use crate::pods::PodTransition;
+use crate::world::{Effect, MainExit, SandboxOutcome, Timer, World};
 
 impl World {
     /// Starts deleting a Pod: Terminating with its grace period, then removal. An unbound or
@@ -62,14 +63,10 @@ impl World {
         }
         legal(self.pod_step(uid, PodTransition::Remove));
         let Some(pod) = self.cluster.remove_pod(uid) else { return };
+        // Its pinned CPUs go back to their Node before its records go.
         self.unpin_cpus(uid);
-        self.release_gpus(uid);
         self.effects.push(Effect::KillPod { pod_uid: pod.uid.clone() });
-        self.unscheduled.remove(uid);
-        self.held.remove(uid);
-        self.pod_faults.remove(uid);
-        self.forget_pull(uid);
-        self.waiting_for_room.remove(uid);
+        self.pods.forget(uid);
         self.sunk_rejected.remove(uid);
         if let Some(job) = self.placeholder_of_pod.get(uid).copied() {
             match self.slurm.job(job).map(|job| (job.state, job.completing)) {
@@ -91,7 +88,7 @@ impl World {
             }
         }
         if pod.node_name.is_some() {
-            self.room_freed = true;
+            self.pods.note_room_freed();
             self.slurm_dirty = true;
         }
         if let PodOwner::Sandbox(id) = &pod.owner {
@@ -104,7 +101,7 @@ impl World {
             });
             // A Pod whose containers the host never started has nothing left to kill.
             if self.host_confirms_starts && pod.host_started {
-                self.awaiting_kill.insert(pod.uid.clone(), (id, exit_code));
+                self.pods.await_kill(pod.uid.clone(), id, exit_code);
             } else {
                 self.sandbox_outcomes.push_back(SandboxOutcome::PodGone(id, exit_code));
             }
@@ -115,7 +112,7 @@ impl World {
     /// (`Effect::KillPod` applied): its sandbox ends now.
     pub fn pod_host_killed(&mut self, uid: &str) {
         self.settle();
-        if let Some((id, exit_code)) = self.awaiting_kill.remove(uid) {
+        if let Some((id, exit_code)) = self.pods.killed(uid) {
             self.sandbox_outcomes.push_back(SandboxOutcome::PodGone(id, exit_code));
         }
         self.settle();
@@ -238,7 +235,7 @@ impl World {
     /// A Pod ended (rejected or finished): its placeholder is released; the sandbox mirrors it.
     pub(super) fn on_pod_terminal(&mut self, uid: &str) {
         self.unpin_cpus(uid);
-        self.release_gpus(uid);
+        self.pods.release_gpus(uid);
         if let Some(&job) = self.placeholder_of_pod.get(uid)
             && self.slurm.job(job).is_some_and(|job| job.state == JobBaseState::Running && !job.completing)
         {
@@ -252,7 +249,7 @@ impl World {
             }
             self.schedule_epilog(job);
         }
-        self.room_freed = true;
+        self.pods.note_room_freed();
         self.slurm_dirty = true;
         if let Some(PodOwner::Sandbox(id)) = self.cluster.pod(uid).map(|pod| pod.owner.clone()) {
             self.sandbox_outcomes.push_back(SandboxOutcome::PodTerminal(id));

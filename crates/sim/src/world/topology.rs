@@ -504,7 +504,7 @@ impl World {
             }
             self.create_scheduler_objects();
         }
-        self.room_freed = true;
+        self.pods.note_room_freed();
         // The upgrade restarts the scheduler, which reconciles every Pending Pod again, those it
         // refused included: a refusal under the old values (a grace period too long for the old
         // KillWait) may not hold under the new ones. Their stale reason goes with the refusal.
@@ -532,7 +532,9 @@ impl World {
             .filter(|pod| !self.sunk_rejected.contains(&pod.uid) && !self.placeholder_of_pod.contains_key(&pod.uid))
             .map(|pod| pod.uid.clone())
             .collect();
-        self.unscheduled.extend(newly_watched);
+        for uid in newly_watched {
+            self.pods.queue_for_scheduling(uid);
+        }
         self.slurm_dirty = true;
         self.settle();
         Ok(())
