@@ -1,11 +1,15 @@
 //! Reads of one sandbox by id, as GetSandbox does them, from 1 and 2 threads with 100 and 5,000
 //! live sandboxes: through the command path (the world's write lock and a tick, as every read
-//! was before reads shared the lock) and through [`Driver::read_world`], the threads reading the
-//! same sandbox (the worst case: they share its reference count) and each its own. Prints reads
-//! per second of each; the figures go to BENCHMARKS.md.
+//! was before reads shared the lock), through [`Driver::read_world`] (the lock shared) and
+//! through [`Driver::sandbox_view`] (the views published after each command, no lock), the
+//! threads reading the same sandbox (the worst case: they share its reference count) and each its
+//! own. Then one reader beside a writer that runs commands without pause: how many reads each
+//! path serves while commands hold the world's lock, and how many commands the writer gets
+//! through. Prints per-second figures; they go to BENCHMARKS.md.
 //! Run: `cargo bench -p cwsandbox-host --bench world_reads`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use cwsandbox_api::sandbox_v1::{Container, ResourceRequirements, Resources, SandboxMode, SandboxSpec};
@@ -93,6 +97,31 @@ fn median(mut figures: Vec<f64>) -> f64 {
     figures[figures.len() / 2]
 }
 
+/// Reads per second of one thread calling `read` `reads` times while another runs `write` without
+/// pause, and the writer's commands per second meanwhile.
+fn beside_a_writer(reads: usize, read: &(dyn Fn() + Sync), write: &(dyn Fn(usize) + Sync)) -> (f64, f64) {
+    let done = AtomicBool::new(false);
+    let written = AtomicUsize::new(0);
+    let start = Instant::now();
+    let read_rate = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut count = 0;
+            while !done.load(Ordering::Relaxed) {
+                write(count);
+                count += 1;
+            }
+            written.store(count, Ordering::Relaxed);
+        });
+        for _ in 0..reads {
+            read();
+        }
+        let rate = reads as f64 / start.elapsed().as_secs_f64();
+        done.store(true, Ordering::Relaxed);
+        rate
+    });
+    (read_rate, written.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64())
+}
+
 fn main() {
     let reads = reads_per_thread();
     println!(
@@ -100,9 +129,10 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |cores| cores.get())
     );
     println!(
-        "{:>6} {:>8} {:>26} {:>26} {:>26}",
-        "live", "threads", "command path, same (1/s)", "read_world, same (1/s)", "read_world, own (1/s)"
+        "{:>6} {:>8} {:>14} {:>16} {:>16} {:>16} {:>16}",
+        "live", "threads", "command, same", "read_world, same", "read_world, own", "published, same", "published, own"
     );
+    let mut drivers = Vec::new();
     for live in LIVE_COUNTS {
         let (driver, ids) = driver_with(live);
         let same = &ids[live / 2];
@@ -118,16 +148,58 @@ fn main() {
             let view = driver.read_world(|world| world.get_sandbox(ORG, &ids[thread * 7 % live])).expect("readable");
             std::hint::black_box(view);
         };
+        let published_same = |_: usize| {
+            let view = driver.organization_sandbox(ORG, same).expect("readable");
+            std::hint::black_box(view);
+        };
+        let published_own = |thread: usize| {
+            let view = driver.organization_sandbox(ORG, &ids[thread * 7 % live]).expect("readable");
+            std::hint::black_box(view);
+        };
+        let paths: [&(dyn Fn(usize) + Sync); 5] = [&as_command, &shared, &own, &published_same, &published_own];
         for threads in THREAD_COUNTS {
-            let mut figures = [Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS)];
+            let mut figures: [Vec<f64>; 5] = Default::default();
             // Alternated, so a noisy moment costs every path alike.
             for _ in 0..ROUNDS {
-                figures[0].push(throughput(threads, reads, &as_command));
-                figures[1].push(throughput(threads, reads, &shared));
-                figures[2].push(throughput(threads, reads, &own));
+                for (path, read) in paths.iter().enumerate() {
+                    figures[path].push(throughput(threads, reads, *read));
+                }
             }
-            let [command, shared, own] = figures.map(median);
-            println!("{live:>6} {threads:>8} {command:>26.0} {shared:>26.0} {own:>26.0}");
+            let [command, shared, own, published_same, published_own] = figures.map(median);
+            println!(
+                "{live:>6} {threads:>8} {command:>14.0} {shared:>16.0} {own:>16.0} {published_same:>16.0} {published_own:>16.0}"
+            );
         }
+        drivers.push((live, driver, ids));
+    }
+
+    println!("one reader beside a writer running commands without pause (each publishes a sandbox's services)");
+    println!(
+        "{:>6} {:>20} {:>22} {:>20} {:>22}",
+        "live", "read_world (1/s)", "writer's commands (1/s)", "published (1/s)", "writer's commands (1/s)"
+    );
+    for (live, driver, ids) in &drivers {
+        let same = &ids[live / 2];
+        let write = |count: usize| {
+            let id = &ids[count % live];
+            driver.with_world(|world| world.publish_services(id, Vec::new()));
+        };
+        let locked = || {
+            std::hint::black_box(driver.read_world(|world| world.get_sandbox(ORG, same)).expect("readable"));
+        };
+        let published = || {
+            std::hint::black_box(driver.organization_sandbox(ORG, same).expect("readable"));
+        };
+        let mut figures: [Vec<f64>; 4] = Default::default();
+        for _ in 0..ROUNDS {
+            let (read_rate, write_rate) = beside_a_writer(reads, &locked, &write);
+            figures[0].push(read_rate);
+            figures[1].push(write_rate);
+            let (read_rate, write_rate) = beside_a_writer(reads, &published, &write);
+            figures[2].push(read_rate);
+            figures[3].push(write_rate);
+        }
+        let [locked, locked_writes, published, published_writes] = figures.map(median);
+        println!("{live:>6} {locked:>20.0} {locked_writes:>22.0} {published:>20.0} {published_writes:>22.0}");
     }
 }

@@ -11,17 +11,17 @@
 //!   [`SandboxRuntime`]; without one it only logs them.
 //! - Main-process exits reported by the runtime go back into the world.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
 use cwsandbox_sim::SimResult;
 use cwsandbox_sim::config::Values;
-use cwsandbox_sim::data_target::{AwaitsHostStart, DataTarget};
-use cwsandbox_sim::ids::SeededIds;
+use cwsandbox_sim::data_target::{AwaitsHostStart, DataTarget, SandboxDataRefusal, SandboxNeeds};
+use cwsandbox_sim::ids::{SeededIds, SharedStr};
 use cwsandbox_sim::k8s::{PodOwner, PodPhase};
-use cwsandbox_sim::sandbox::HostWait;
+use cwsandbox_sim::sandbox::{HostWait, SandboxView, sandbox_not_found};
 use cwsandbox_sim::time::Clock;
 use cwsandbox_sim::world::{Effect, ImageToPull, World};
 use futures::StreamExt;
@@ -82,6 +82,14 @@ pub struct Driver {
     /// Whether the runtime enforces the limits of containers it runs in images (kept across
     /// resets).
     limits_enforced: std::sync::atomic::AtomicBool,
+    /// Every sandbox's view as the last command left it, read by id without the world's lock
+    /// ([`Driver::sandbox_view`]). Each command refreshes only the sandboxes it touched, while it
+    /// still holds the lock, so a reader never sees a view older than an answer already given.
+    views: papaya::HashMap<SharedStr, Arc<SandboxView>>,
+    /// When the world's next timer is due (milliseconds of the clock; `i64::MAX`: none), as the
+    /// last command left it: a reader of `views` past it runs a tick first, as
+    /// [`Driver::read_world`] does.
+    next_timer: AtomicI64,
 }
 
 impl std::fmt::Debug for Driver {
@@ -97,7 +105,8 @@ pub struct PumpReceiver(mpsc::UnboundedReceiver<Effect>);
 impl Driver {
     /// A world built from `values` on `clock`, with identifiers from `seed`.
     pub fn new(values: Values, clock: EmulatorClock, seed: u64) -> SimResult<(Arc<Driver>, PumpReceiver)> {
-        let world = World::new(values.clone(), Box::new(clock.clone()), Box::new(SeededIds::new(seed)))?;
+        let mut world = World::new(values.clone(), Box::new(clock.clone()), Box::new(SeededIds::new(seed)))?;
+        world.keep_touched_sandboxes();
         let (pump, receiver) = mpsc::unbounded_channel();
         let driver = Arc::new(Driver {
             world: ShardedLock::new(world),
@@ -114,6 +123,8 @@ impl Driver {
             confirms_starts: std::sync::atomic::AtomicBool::new(false),
             pulls_images: std::sync::atomic::AtomicBool::new(false),
             limits_enforced: std::sync::atomic::AtomicBool::new(true),
+            views: papaya::HashMap::new(),
+            next_timer: AtomicI64::new(i64::MAX),
         });
         // Effects of building the world (none today) go out like any others.
         driver.with_world(|_| ());
@@ -151,9 +162,7 @@ impl Driver {
             let mut world = self.world_for_command();
             world.tick();
             let result = command(&mut world);
-            self.pump_effects(&mut world);
-            self.note_changes(&world);
-            log_sandbox_changes(&mut world);
+            self.after_change(&mut world);
             result
         };
         self.wake.notify_one();
@@ -192,9 +201,53 @@ impl Driver {
     fn tick(&self) {
         let mut world = self.world_for_command();
         world.tick();
-        self.pump_effects(&mut world);
-        self.note_changes(&world);
-        log_sandbox_changes(&mut world);
+        self.after_change(&mut world);
+    }
+
+    /// What follows every change of the world, under its lock: its effects go to the pump,
+    /// watchers and the log hear of it, and the views of the sandboxes it touched are published.
+    fn after_change(&self, world: &mut World) {
+        self.pump_effects(world);
+        self.note_changes(world);
+        log_sandbox_changes(world);
+        self.publish_views(world);
+    }
+
+    /// Refreshes the published views of the sandboxes the world touched since the last call, and
+    /// when its next timer is due.
+    fn publish_views(&self, world: &mut World) {
+        let views = self.views.pin();
+        for id in world.take_touched_sandboxes() {
+            match world.sandbox(&id) {
+                Some(view) => {
+                    views.insert(id, Arc::new(view));
+                }
+                None => {
+                    views.remove(&id);
+                }
+            }
+        }
+        self.next_timer.store(world.next_wakeup().map_or(i64::MAX, |at| at.millis()), Ordering::SeqCst);
+        if cfg!(debug_assertions) {
+            check_published_views(world, &views);
+        }
+    }
+
+    /// A sandbox by id as a command would read it (no organization check), without taking the
+    /// world's lock or waiting for a command in progress: the view the last command published.
+    /// Once a timer is due a tick runs first, so time-driven changes (a lifetime's end, a
+    /// retention) are read as [`Driver::read_world`] reads them.
+    pub fn sandbox_view(&self, id: &str) -> Option<Arc<SandboxView>> {
+        if self.next_timer.load(Ordering::SeqCst) <= self.clock.now().millis() {
+            self.with_world(|_| ());
+        }
+        self.views.pin().get(id).cloned()
+    }
+
+    /// [`Driver::sandbox_view`] for a caller of organization `org`: another organization's
+    /// sandbox is not found, as `World::get_sandbox` says.
+    pub fn organization_sandbox(&self, org: &str, id: &str) -> SimResult<Arc<SandboxView>> {
+        self.sandbox_view(id).filter(|view| view.owner.org == org).ok_or_else(|| sandbox_not_found(id))
     }
 
     /// A receiver that sees a new value whenever an object the kube facade shows may have changed
@@ -254,8 +307,15 @@ impl Driver {
                 let _ = self.pump.send(Effect::KillPod { pod_uid: pod.uid.clone() });
                 stopped += 1;
             }
+            world.keep_touched_sandboxes();
+            self.views.pin().clear();
+            for view in world.every_sandbox() {
+                self.views.pin().insert(view.id.clone(), Arc::new(view));
+            }
+            world.take_touched_sandboxes();
             self.pump_effects(&mut world);
             self.note_changes(&world);
+            self.publish_views(&mut world);
             stopped
         };
         tracing::info!(stopped, generation, "world reset to the configured values");
@@ -302,19 +362,35 @@ impl Driver {
         }
     }
 
-    /// The answer of a data-target query (`World::sandbox_data_target`, `pod_data_target`),
-    /// asked again once the host has started a Pod the first answer was waiting for, as
-    /// GetSandbox waits: an exec right after a create finds its sandbox running.
+    /// The answer of a data-target query (the published view's [`SandboxView::data_target`],
+    /// the world's `pod_data_target`), asked again once the host has started a Pod the first
+    /// answer was waiting for, as GetSandbox waits: an exec right after a create finds its
+    /// sandbox running.
     pub async fn data_target<R: AwaitsHostStart>(
         &self,
-        query: impl Fn(&World) -> Result<DataTarget, R>,
+        query: impl Fn() -> Result<DataTarget, R>,
     ) -> Result<DataTarget, R> {
-        let found = self.read_world(&query);
+        let found = query();
         let starting = found.as_ref().err().and_then(AwaitsHostStart::awaits_start_of).map(str::to_owned);
         match starting {
-            Some(pod_uid) if self.host_settled(&pod_uid).await => self.read_world(&query),
+            Some(pod_uid) if self.host_settled(&pod_uid).await => query(),
             _ => found,
         }
+    }
+
+    /// The sandbox API's data target (the sandbox of `org`, the container named `asked`), from
+    /// the published view: [`Driver::data_target`] without the world's lock.
+    pub async fn sandbox_data_target(
+        &self,
+        org: &str,
+        id: &str,
+        asked: &str,
+        needs: SandboxNeeds,
+    ) -> Result<DataTarget, SandboxDataRefusal> {
+        self.data_target(|| {
+            self.organization_sandbox(org, id).map_err(SandboxDataRefusal::NoSandbox)?.data_target(asked, needs)
+        })
+        .await
     }
 
     /// Waits until the runtime has applied every effect the world produced so far, or `limit`
@@ -389,6 +465,30 @@ impl Driver {
 
 /// Logs each sandbox whose state or reason changed, keyed by its id: the log then tells a
 /// sandbox's story (Pending because …, Running, Failed with OutOfcpu, …) without the API.
+/// In debug builds (every test) after every change: the published views are exactly what reading
+/// each sandbox afresh gives, so a change the world forgot to report as a touch fails the test
+/// that made it. Skipped past a thousand sandboxes, where it would make load tests quadratic.
+fn check_published_views(
+    world: &World,
+    views: &papaya::HashMapRef<'_, SharedStr, Arc<SandboxView>, std::hash::RandomState, impl papaya::Guard>,
+) {
+    const MOST_CHECKED: usize = 1_000;
+    if views.len() > MOST_CHECKED {
+        return;
+    }
+    let mut on_record = 0;
+    for view in world.every_sandbox() {
+        on_record += 1;
+        let published = views.get(view.id.as_str());
+        assert!(
+            published.is_some_and(|published| **published == view),
+            "sandbox {}'s published view is stale: {published:?} against {view:?}",
+            view.id
+        );
+    }
+    assert_eq!(views.len(), on_record, "the published views hold a sandbox no longer on record");
+}
+
 fn log_sandbox_changes(world: &mut World) {
     for change in world.take_sandbox_changes() {
         let state = format!("{:?}", change.state).to_uppercase();

@@ -113,6 +113,20 @@ impl AwaitsHostStart for PodDataRefusal {
 }
 
 impl SandboxView {
+    /// The sandbox API's data target in this sandbox: the container named `asked` (the main one
+    /// when unnamed), while the sandbox is in a state `needs` accepts.
+    pub fn data_target(&self, asked: &str, needs: SandboxNeeds) -> Result<DataTarget, SandboxDataRefusal> {
+        let accepted = match needs {
+            SandboxNeeds::Running => self.state == SandboxState::Running,
+            SandboxNeeds::RunningOrEnded => self.state == SandboxState::Running || self.state.is_terminal(),
+        };
+        if !accepted {
+            return Err(SandboxDataRefusal::NotRunning(Box::new(self.clone())));
+        }
+        let container = self.data_container(asked).ok_or(SandboxDataRefusal::NoSuchContainer)?;
+        Ok(DataTarget { sandbox_id: self.id.to_string(), pod_uid: self.pod_uid.to_string(), container })
+    }
+
     /// The container a data operation acts in: the one named, or the main one when unnamed.
     pub fn data_container(&self, asked: &str) -> Option<String> {
         let containers = &self.resolved.containers;
@@ -135,16 +149,7 @@ impl World {
         asked: &str,
         needs: SandboxNeeds,
     ) -> Result<DataTarget, SandboxDataRefusal> {
-        let view = self.get_sandbox(org, id).map_err(SandboxDataRefusal::NoSandbox)?;
-        let accepted = match needs {
-            SandboxNeeds::Running => view.state == SandboxState::Running,
-            SandboxNeeds::RunningOrEnded => view.state == SandboxState::Running || view.state.is_terminal(),
-        };
-        if !accepted {
-            return Err(SandboxDataRefusal::NotRunning(Box::new(view)));
-        }
-        let container = view.data_container(asked).ok_or(SandboxDataRefusal::NoSuchContainer)?;
-        Ok(DataTarget { sandbox_id: view.id.to_string(), pod_uid: view.pod_uid.to_string(), container })
+        self.get_sandbox(org, id).map_err(SandboxDataRefusal::NoSandbox)?.data_target(asked, needs)
     }
 
     /// A Kubernetes subresource's data target: the API server's checks (the Pod in the caller's

@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::ids::{IdHash, SharedStr};
-use crate::touched::Touched;
 use crate::resolved::{ResourceAmounts, Toleration};
 use crate::time::SimTime;
+use crate::touched::Touched;
 
 /// Resource totals in the units kubelet compares: millicores, bytes, whole GPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

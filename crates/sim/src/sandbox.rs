@@ -11,7 +11,6 @@ use prost::Message;
 use crate::config::SandboxValues;
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::ids::{IdHash, SharedStr};
-use crate::touched::Touched;
 use crate::k8s::ContainerInputs;
 use crate::machine::{IllegalTransition, Phase, phases, transitions};
 use crate::policy::MAX_LIFETIME_SECONDS;
@@ -20,6 +19,7 @@ use crate::quantity::Quantity;
 use crate::resolved::ResolvedSpec;
 use crate::slurm::JobId;
 use crate::time::{SimTime, TimerKey};
+use crate::touched::Touched;
 use crate::volumes::RegisteredVolume;
 
 /// What a sandbox's Pod waits on its host for ([`World::awaits_host`](crate::world::World::awaits_host)).
@@ -443,6 +443,11 @@ pub struct SandboxView {
     pub published: Vec<(i32, String)>,
     /// Containers whose command ended while the sandbox went on (sidecars): (name, exit code).
     pub ended_containers: Vec<(String, i32)>,
+}
+
+/// What reading a sandbox that is not on record, or not the caller's organization's, answers.
+pub fn sandbox_not_found(id: &str) -> SimError {
+    SimError::NotFound { reason: Reason::SandboxNotFound, message: format!("sandbox {id:?} not found") }
 }
 
 impl SandboxView {

@@ -61,12 +61,12 @@ async fn serve(app: App, sandbox_id: String, port: u16, listener: TcpListener) {
 }
 
 fn ended(app: &App, sandbox_id: &str) -> bool {
-    app.driver().read_world(|world| world.sandbox(sandbox_id)).is_none_or(|view| view.state.is_terminal())
+    app.driver().sandbox_view(sandbox_id).is_none_or(|view| view.state.is_terminal())
 }
 
 /// Relays one connection to the port inside the sandbox.
 async fn relay(app: App, sandbox_id: String, port: u16, mut client: TcpStream, peer: SocketAddr) {
-    let Some(view) = app.driver().read_world(|world| world.sandbox(&sandbox_id)) else { return };
+    let Some(view) = app.driver().sandbox_view(&sandbox_id) else { return };
     if view.state != SandboxState::Running || view.pod_uid.is_empty() {
         tracing::debug!(sandbox_id, port, %peer, state = ?view.state, "connection to a sandbox that does not run: closed");
         return;

@@ -474,9 +474,11 @@ impl World {
 
     /// A sandbox as its owner's organization sees it.
     pub fn get_sandbox(&self, org: &str, id: &str) -> SimResult<SandboxView> {
-        self.sandboxes.get(id).filter(|sandbox| sandbox.owner.org == org).map(|sandbox| self.view(sandbox)).ok_or_else(
-            || SimError::NotFound { reason: Reason::SandboxNotFound, message: format!("sandbox {id:?} not found") },
-        )
+        self.sandboxes
+            .get(id)
+            .filter(|sandbox| sandbox.owner.org == org)
+            .map(|sandbox| self.view(sandbox))
+            .ok_or_else(|| crate::sandbox::sandbox_not_found(id))
     }
 
     /// A sandbox by id for the host (no organization check).

@@ -126,7 +126,10 @@ async fn serve(
     let params = ExecParams::parse(uri)?;
     let target = app
         .driver()
-        .data_target(|world| world.pod_data_target(&scope, namespace, name, &params.container, PodNeeds::Exec))
+        .data_target(|| {
+            app.driver()
+                .read_world(|world| world.pod_data_target(&scope, namespace, name, &params.container, PodNeeds::Exec))
+        })
         .await
         .map_err(|refusal| refused(refusal, name))?;
     let Some(upgrade) = upgrade else {

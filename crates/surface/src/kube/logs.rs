@@ -51,7 +51,10 @@ pub(super) async fn serve(
     let params = parse(uri)?;
     let found = app
         .driver()
-        .data_target(|world| world.pod_data_target(scope, namespace, name, &params.container, PodNeeds::Logs))
+        .data_target(|| {
+            app.driver()
+                .read_world(|world| world.pod_data_target(scope, namespace, name, &params.container, PodNeeds::Logs))
+        })
         .await;
     let target = match found {
         Ok(target) => target,

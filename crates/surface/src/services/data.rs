@@ -58,7 +58,7 @@ async fn resolve(
         })?;
         grant.allows(permission, id)?;
     }
-    let found = app.driver().data_target(|world| world.sandbox_data_target(&caller.org, id, container, needs)).await;
+    let found = app.driver().sandbox_data_target(&caller.org, id, container, needs).await;
     let not_found = |error| {
         let api = ApiError::from(error);
         if api.reason == Reason::SandboxNotFound { api.with_metadata("sandbox_id", id) } else { api }

@@ -130,8 +130,7 @@ pub async fn get_sandbox(
 
 async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Result<pb::Sandbox, ApiError> {
     let id = convert::required("sandbox_id", &request.sandbox_id)?;
-    let read =
-        || app.driver().read_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id));
+    let read = || app.driver().organization_sandbox(&caller.org, id).map_err(|error| not_found(error, id));
     let view = read()?;
     // While the host pulls the sandbox's images or starts its containers the sandbox is not
     // RUNNING yet, and after a delete it reads TERMINATING until the host has ended its
@@ -139,7 +138,8 @@ async fn get(app: &App, caller: &Caller, request: &pb::GetSandboxRequest) -> Res
     // polling right after the create or the delete finds RUNNING (or FAILED for a command that
     // cannot run) or the end, rather than sleeping a polling round.
     if (view.may_await_host() || view.may_await_stop()) && app.driver().host_settled(&view.pod_uid).await {
-        return Ok(convert::sandbox(&read()?));
+        let settled = read()?;
+        return Ok(convert::sandbox(&settled));
     }
     Ok(convert::sandbox(&view))
 }
@@ -242,8 +242,7 @@ fn connect(app: &App, caller: &Caller, request: &pb::ConnectSandboxRequest) -> R
         return Err(ApiError::missing_field("csr_der"));
     }
     let permissions = convert::data_permissions(&request.requested_permissions)?;
-    let view =
-        app.driver().read_world(|world| world.get_sandbox(&caller.org, id)).map_err(|error| not_found(error, id))?;
+    let view = app.driver().organization_sandbox(&caller.org, id).map_err(|error| not_found(error, id))?;
     if view.state != SandboxState::Running {
         return Err(super::data::not_running(&view));
     }
