@@ -216,8 +216,13 @@ impl Driver {
     /// Refreshes the published views of the sandboxes the world touched since the last call, and
     /// when its next timer is due.
     fn publish_views(&self, world: &mut World) {
+        let touched = world.take_touched_sandboxes();
+        self.next_timer.store(world.next_wakeup().map_or(i64::MAX, |at| at.millis()), Ordering::SeqCst);
+        if touched.is_empty() && !cfg!(debug_assertions) {
+            return;
+        }
         let views = self.views.pin();
-        for id in world.take_touched_sandboxes() {
+        for id in touched {
             match world.sandbox(&id) {
                 Some(view) => {
                     views.insert(id, Arc::new(view));
@@ -227,7 +232,6 @@ impl Driver {
                 }
             }
         }
-        self.next_timer.store(world.next_wakeup().map_or(i64::MAX, |at| at.millis()), Ordering::SeqCst);
         if cfg!(debug_assertions) {
             check_published_views(world, &views);
         }
