@@ -653,8 +653,13 @@ impl Cluster {
     }
 
     /// The sandboxes whose Pods changed, were added or removed since the last call.
-    pub(crate) fn drain_touched_sandboxes(&mut self) -> std::vec::Drain<'_, SharedStr> {
-        self.touched_sandboxes.drain()
+    pub(crate) fn take_touched_sandboxes(&mut self, into: &mut Vec<SharedStr>) {
+        self.touched_sandboxes.take_into(into);
+    }
+
+    /// Forgets which were touched (nobody keeps copies).
+    pub(crate) fn forget_touched_sandboxes(&mut self) {
+        self.touched_sandboxes.forget();
     }
 
     /// Adds a Pod (its name must be free in its namespace).

@@ -277,8 +277,13 @@ impl Sandboxes {
     }
 
     /// The sandboxes changed, added or dropped since the last call.
-    pub(crate) fn drain_touched(&mut self) -> std::vec::Drain<'_, SharedStr> {
-        self.touched.drain()
+    pub(crate) fn take_touched(&mut self, into: &mut Vec<SharedStr>) {
+        self.touched.take_into(into);
+    }
+
+    /// Forgets which were touched (nobody keeps copies).
+    pub(crate) fn forget_touched(&mut self) {
+        self.touched.forget();
     }
 
     /// Every sandbox on record, in no particular order.

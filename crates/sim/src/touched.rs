@@ -20,8 +20,24 @@ impl<K> Touched<K> {
         self.keys.push(key);
     }
 
-    /// Takes what was noted; the capacity stays, so noting costs no allocation once warm.
-    pub(crate) fn drain(&mut self) -> std::vec::Drain<'_, K> {
-        self.keys.drain(..)
+    /// Moves what was noted to `into`, leaving this empty.
+    pub(crate) fn take_into(&mut self, into: &mut Vec<K>) {
+        into.append(&mut self.keys);
+        self.trim();
+    }
+
+    /// Forgets what was noted.
+    pub(crate) fn forget(&mut self) {
+        self.keys.clear();
+        self.trim();
+    }
+
+    /// Keeps a modest capacity between commands, so noting costs no allocation once warm, but
+    /// not the peak of one tick that fired timers for thousands of sandboxes at once.
+    fn trim(&mut self) {
+        const KEPT: usize = 256;
+        if self.keys.capacity() > KEPT {
+            self.keys.shrink_to(KEPT);
+        }
     }
 }

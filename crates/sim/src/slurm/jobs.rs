@@ -88,8 +88,13 @@ impl Slurm {
     }
 
     /// The Pods of placeholder jobs whose state or reason changed since the last call.
-    pub(crate) fn drain_touched_placeholders(&mut self) -> std::vec::Drain<'_, SharedStr> {
-        self.touched_placeholders.drain()
+    pub(crate) fn take_touched_placeholders(&mut self, into: &mut Vec<SharedStr>) {
+        self.touched_placeholders.take_into(into);
+    }
+
+    /// Forgets which were touched (nobody keeps copies).
+    pub(crate) fn forget_touched_placeholders(&mut self) {
+        self.touched_placeholders.forget();
     }
 
     /// Queues a job; it is placed by the next [`Slurm::schedule`].

@@ -402,9 +402,11 @@ impl World {
     /// its record, its Pod or its placeholder job changed, or it was added or dropped (a dropped
     /// one is listed, and no longer found). Sorted, each once.
     pub fn take_touched_sandboxes(&mut self) -> Vec<SharedStr> {
-        let mut touched: Vec<SharedStr> = self.sandboxes.drain_touched().collect();
-        touched.extend(self.cluster.drain_touched_sandboxes());
-        let placeholders: Vec<SharedStr> = self.slurm.drain_touched_placeholders().collect();
+        let mut touched = Vec::new();
+        self.sandboxes.take_touched(&mut touched);
+        self.cluster.take_touched_sandboxes(&mut touched);
+        let mut placeholders = Vec::new();
+        self.slurm.take_touched_placeholders(&mut placeholders);
         for pod_uid in placeholders {
             if let Some(crate::k8s::PodOwner::Sandbox(id)) = self.cluster.pod(&pod_uid).map(|pod| &pod.owner) {
                 touched.push(id.clone());
@@ -424,9 +426,9 @@ impl World {
     }
 
     fn drop_touches(&mut self) {
-        self.sandboxes.drain_touched();
-        self.cluster.drain_touched_sandboxes();
-        self.slurm.drain_touched_placeholders();
+        self.sandboxes.forget_touched();
+        self.cluster.forget_touched_sandboxes();
+        self.slurm.forget_touched_placeholders();
         self.all_sandboxes_touched = false;
     }
 
