@@ -48,7 +48,7 @@ use crate::fault_stream::{CutBody, Tail, string_field};
 use crate::tls::PeerCertificate;
 use cwsandbox_surface::app::App;
 use cwsandbox_surface::auth::{Caller, Role};
-use cwsandbox_surface::catalogue::{Catalogue, Method};
+use cwsandbox_surface::catalogue::{Catalogue, Method, names};
 use cwsandbox_surface::direct::Permission;
 use cwsandbox_surface::errors::ApiError;
 use cwsandbox_surface::faults::{Call, FAULT_HEADER, InjectedFaults, Verdict, header_verdict};
@@ -530,7 +530,7 @@ impl Shared {
         }
         let message: &[u8] = if protocol.enveloped() { bytes.get(ENVELOPE..)? } else { bytes };
         let json = matches!(protocol, Protocol::ConnectUnary { json: true } | Protocol::ConnectStream { json: true });
-        if rpc.service == "SandboxService" && rpc.name == "CreateSandbox" {
+        if rpc.is(names::SANDBOX_SERVICE, names::CREATE_SANDBOX) {
             let request: cwsandbox_api::sandbox_v1::CreateSandboxRequest =
                 if json { serde_json::from_slice(message).ok()? } else { Message::decode(message).ok()? };
             return Some(request.sandbox.and_then(|sandbox| sandbox.spec).map(|spec| spec.tags).unwrap_or_default());

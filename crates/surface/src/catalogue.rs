@@ -29,6 +29,30 @@ pub const SERVED_SERVICES: &[&str] = &[
     "coreweave.sandbox.emulator.v1.EmulatorService",
 ];
 
+/// The RPCs the code acts on by name (the data plane's operations, the one RPC domain faults
+/// apply to), as the descriptor set names them: a test checks each against the catalogue, so a
+/// name that is not the API's fails the build's tests rather than matching nothing.
+pub mod names {
+    /// The sandbox service, by its full name.
+    pub const SANDBOX_SERVICE: &str = "coreweave.sandbox.v1.SandboxService";
+    /// The direct data plane's service, by its full name.
+    pub const DATA_PLANE_SERVICE: &str = "coreweave.sandbox.v1.SandboxDataPlaneService";
+    /// `SandboxService/CreateSandbox`.
+    pub const CREATE_SANDBOX: &str = "CreateSandbox";
+    /// The data operations, served by both services.
+    pub const EXEC: &str = "Exec";
+    /// Exec with streams both ways.
+    pub const STREAM_EXEC: &str = "StreamExec";
+    /// The main process's output.
+    pub const STREAM_LOGS: &str = "StreamLogs";
+    /// A file into the sandbox.
+    pub const WRITE_FILE: &str = "WriteFile";
+    /// A file out of the sandbox.
+    pub const READ_FILE: &str = "ReadFile";
+    /// Every data operation.
+    pub const DATA_OPERATIONS: [&str; 5] = [EXEC, STREAM_EXEC, STREAM_LOGS, WRITE_FILE, READ_FILE];
+}
+
 /// Who may call an RPC: checked by the request guard, once, before the request's body is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -113,6 +137,13 @@ impl Method {
     /// `package.Service/Method`, as fault rules name it.
     pub fn qualified_name(&self) -> &str {
         self.path.strip_prefix('/').unwrap_or(&self.path)
+    }
+
+    /// Whether this is `service`'s (full name, as in [`names`]) method `name`.
+    pub fn is(&self, service: &str, name: &str) -> bool {
+        self.name == name
+            && service.strip_prefix(self.package.as_str()).and_then(|rest| rest.strip_prefix('.'))
+                == Some(self.service.as_str())
     }
 }
 
@@ -295,6 +326,17 @@ mod tests {
         assert_eq!(get.sandbox_id_field.map(|number| input.fields[&number].name.as_str()), Some("sandbox_id"));
         assert!(catalogue.methods().any(|method| method.service == "RunnerManagementService"));
         assert!(catalogue.method("/coreweave.sandbox.v1.SandboxService/NoSuchMethod").is_none());
+        // The names the code acts on are the API's.
+        let path = |service: &str, method: &str| format!("/{service}/{method}");
+        assert!(create.is(names::SANDBOX_SERVICE, names::CREATE_SANDBOX));
+        assert!(
+            !create.is(names::DATA_PLANE_SERVICE, names::CREATE_SANDBOX) && !exec.is(names::SANDBOX_SERVICE, "Exec")
+        );
+        for operation in names::DATA_OPERATIONS {
+            for service in [names::SANDBOX_SERVICE, names::DATA_PLANE_SERVICE] {
+                assert!(catalogue.method(&path(service, operation)).is_some(), "{service}/{operation}");
+            }
+        }
 
         let access = |path: &str| catalogue.method(path).map(|method| method.access);
         assert_eq!(access("/coreweave.sandbox.v1.SandboxService/CreateSandbox"), Some(Access::SandboxUser));

@@ -37,6 +37,7 @@ use rcgen::{
 };
 use rustls::pki_types::{CertificateDer, CertificateSigningRequestDer, PrivateKeyDer, UnixTime};
 
+use crate::catalogue::names;
 use crate::identity::{Principal, Role};
 use cwsandbox_host::clock::EmulatorClock;
 
@@ -81,11 +82,11 @@ impl Permission {
     /// The permission an RPC of the data plane needs, by its method name.
     pub fn of_method(method: &str) -> Option<Permission> {
         Some(match method {
-            "Exec" => Permission::Exec,
-            "StreamExec" => Permission::StreamExec,
-            "StreamLogs" => Permission::StreamLogs,
-            "WriteFile" => Permission::WriteFile,
-            "ReadFile" => Permission::ReadFile,
+            names::EXEC => Permission::Exec,
+            names::STREAM_EXEC => Permission::StreamExec,
+            names::STREAM_LOGS => Permission::StreamLogs,
+            names::WRITE_FILE => Permission::WriteFile,
+            names::READ_FILE => Permission::ReadFile,
             _ => return None,
         })
     }
@@ -93,11 +94,11 @@ impl Permission {
     /// The RPC's name.
     pub fn method(self) -> &'static str {
         match self {
-            Permission::Exec => "Exec",
-            Permission::StreamExec => "StreamExec",
-            Permission::StreamLogs => "StreamLogs",
-            Permission::WriteFile => "WriteFile",
-            Permission::ReadFile => "ReadFile",
+            Permission::Exec => names::EXEC,
+            Permission::StreamExec => names::STREAM_EXEC,
+            Permission::StreamLogs => names::STREAM_LOGS,
+            Permission::WriteFile => names::WRITE_FILE,
+            Permission::ReadFile => names::READ_FILE,
         }
     }
 }

@@ -21,7 +21,7 @@ use wildmatch::WildMatch;
 use cwsandbox_sim::world::{InjectedFault, InjectedKind};
 use cwsandbox_sync::MutexUnpoisoned;
 
-use crate::catalogue::Catalogue;
+use crate::catalogue::{Catalogue, names};
 use crate::errors::{ApiError, DOMAIN};
 
 /// The request metadata that injects a fault into one call.
@@ -227,9 +227,6 @@ pub fn header_verdict(value: &str, server_streaming: bool) -> Result<Verdict, Ap
     Ok(verdict)
 }
 
-/// The service of CreateSandbox, the one call domain faults act on.
-const SANDBOX_SERVICE: &str = "coreweave.sandbox.v1.SandboxService";
-
 /// The three spellings a method pattern is matched against: `CreateSandbox`,
 /// `SandboxService/CreateSandbox`, `coreweave.sandbox.v1.SandboxService/CreateSandbox`.
 fn method_forms(service: &str, method: &str) -> [String; 3] {
@@ -250,7 +247,7 @@ fn matches(rule: &Rule, call: &Call<'_>, forms: &[String; 3], tags: &mut Option<
     if !condition.organization.is_empty() && condition.organization != call.org {
         return false;
     }
-    if rule.domain.is_some() && (call.method != "CreateSandbox" || call.service != SANDBOX_SERVICE) {
+    if rule.domain.is_some() && (call.method != names::CREATE_SANDBOX || call.service != names::SANDBOX_SERVICE) {
         return false;
     }
     if let Some(pattern) = &rule.method
@@ -447,7 +444,7 @@ fn check(mut fault: pb::Fault, owner: Option<&str>) -> Result<Rule, ApiError> {
     let condition = fault.r#match.clone().unwrap_or_default();
     if domain.is_some() && !condition.method.is_empty() {
         let pattern = WildMatch::new(condition.method.trim());
-        if !method_forms(SANDBOX_SERVICE, "CreateSandbox").iter().any(|name| pattern.matches(name)) {
+        if !method_forms(names::SANDBOX_SERVICE, names::CREATE_SANDBOX).iter().any(|name| pattern.matches(name)) {
             return Err(ApiError::invalid_field(
                 "fault.match.method",
                 "a domain fault acts on the sandboxes CreateSandbox makes: leave it empty or name CreateSandbox",

@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use super::respond;
 use crate::app::App;
 use crate::auth::Caller;
+use crate::catalogue::names;
 use crate::convert;
 use crate::direct::Permission;
 use crate::errors::ApiError;
@@ -73,7 +74,7 @@ async fn resolve(
         SandboxDataRefusal::NoSandbox(error) => not_found(error),
         SandboxDataRefusal::NotRunning(view) => not_running(&view),
         SandboxDataRefusal::NoSuchContainer => {
-            let field = if operation == "StreamExec" { "init.container" } else { "container" };
+            let field = if operation == names::STREAM_EXEC { "init.container" } else { "container" };
             ApiError::container_not_found(
                 field,
                 format!("sandbox {id} has no container named {container:?}"),
