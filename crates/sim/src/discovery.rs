@@ -24,13 +24,15 @@ impl World {
     /// cluster: `capabilities` is the largest sandbox one Node can hold (its allocatable minus
     /// what non-sandbox Pods such as slurmd request), `resources` what all Nodes have free now.
     /// Control-plane Nodes are not counted. An unknown runner, or another organization's, is
-    /// NOT_FOUND (`CWSANDBOX_RUNNER_NOT_FOUND`).
-    pub fn available_runner(&self, org: &str, runner_id: &str) -> SimResult<pb::AvailableRunner> {
+    /// NOT_FOUND (`CWSANDBOX_RUNNER_NOT_FOUND`). `view` as GetAvailableRunner's: FULL unless
+    /// BASIC is asked for ([`shows_resources`]).
+    pub fn available_runner(&self, org: &str, runner_id: &str, view: i32) -> SimResult<pb::AvailableRunner> {
+        let with_resources = shows_resources(view, true)?;
         let runner = self.runners.find(org, runner_id).ok_or_else(|| SimError::NotFound {
             reason: Reason::RunnerNotFound,
             message: format!("no runner {runner_id:?} visible in organization {org:?}"),
         })?;
-        Ok(availability(org, runner, &self.capacity(org)))
+        Ok(availability(org, runner, &self.capacity(org), with_resources))
     }
 
     /// ListAvailableRunners: the organization's runners in runner-id order, filtered as the
@@ -47,6 +49,7 @@ impl World {
             request.architecture.clone(),
             request.service_visibility.to_string(),
         ];
+        let with_resources = shows_resources(request.view, false)?;
         let pager = Pager::new("available-runners", filters, request.page_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)?;
         let after = pager.after(&request.page_token)?.and_then(|key| key.into_iter().next());
         // The same for every runner of the listing: computed once, not per runner.
@@ -55,7 +58,7 @@ impl World {
             .runners
             .iter(org)
             .filter(|runner| after.as_deref().is_none_or(|last| runner_id(runner) > last))
-            .map(|runner| availability(org, runner, &capacity))
+            .map(|runner| availability(org, runner, &capacity, with_resources))
             .filter(|runner| request.runner_group_id.is_empty() || runner.runner_group_id == request.runner_group_id)
             .filter(|runner| !request.healthy_only || runner.healthy)
             .filter(|runner| {
@@ -124,7 +127,26 @@ struct Capacity {
     running_by_runner: HashMap<String, i32>,
 }
 
-fn availability(org: &str, runner: &pb::ManagedRunner, capacity: &Capacity) -> pb::AvailableRunner {
+/// Whether a runner is shown with `resources`, what it has free now: the FULL view's, which the
+/// published client asks for when it wants them (`include_resources=True`, also implied by its
+/// minimum-capacity filters) and whose absence its own suite checks in the BASIC view
+/// (`test_include_resources_false_default`). UNSPECIFIED is `unspecified_full`'s (List: BASIC,
+/// Get: FULL); an unknown view is refused, naming the field.
+fn shows_resources(view: i32, unspecified_full: bool) -> SimResult<bool> {
+    match pb::RunnerView::try_from(view) {
+        Ok(pb::RunnerView::Unspecified) => Ok(unspecified_full),
+        Ok(pb::RunnerView::Basic) => Ok(false),
+        Ok(pb::RunnerView::Full) => Ok(true),
+        Err(_) => Err(SimError::invalid_field("view", format!("{view} is not a RunnerView (0 to 2)"))),
+    }
+}
+
+fn availability(
+    org: &str,
+    runner: &pb::ManagedRunner,
+    capacity: &Capacity,
+    with_resources: bool,
+) -> pb::AvailableRunner {
     let identity = runner.identity.clone().unwrap_or_default();
     let healthy = runner.install_status == pb::RunnerInstallStatus::Ready as i32
         && runner.connection_status == pb::RunnerConnectionStatus::Connected as i32;
@@ -135,7 +157,8 @@ fn availability(org: &str, runner: &pb::ManagedRunner, capacity: &Capacity) -> p
         tags: Vec::new(),
         healthy,
         capabilities: Some(capacity.capabilities.clone()),
-        resources: Some(pb::RunnerResourceSummary { running_sandboxes: running, ..capacity.resources }),
+        resources: with_resources
+            .then_some(pb::RunnerResourceSummary { running_sandboxes: running, ..capacity.resources }),
         connected_at: runner.last_heartbeat_time.or(runner.create_time),
         is_shared: false,
         organization_id: org.to_owned(),
@@ -204,6 +227,31 @@ mod tests {
         let error = world.list_available_runners("default-org", &other_filter).unwrap_err();
         assert_eq!(error.to_string(), "page_token: the page token belongs to a listing with other filters");
         assert!(world.list_available_runners("other-org", &Default::default()).unwrap().0.is_empty());
-        assert_eq!(world.available_runner("other-org", "runner-a").unwrap_err().reason(), Some(Reason::RunnerNotFound));
+        assert_eq!(
+            world.available_runner("other-org", "runner-a", 0).unwrap_err().reason(),
+            Some(Reason::RunnerNotFound)
+        );
+    }
+
+    #[test]
+    fn the_basic_view_leaves_out_resources_and_each_call_has_its_default() {
+        let world = world_with_runners(&[("runner-a", "gpu")]);
+        let listed = |view: pb::RunnerView| {
+            let request = pb::ListAvailableRunnersRequest { view: view as i32, ..Default::default() };
+            world.list_available_runners("default-org", &request).unwrap().0.remove(0)
+        };
+        assert!(listed(pb::RunnerView::Unspecified).resources.is_none(), "List defaults to BASIC");
+        assert!(listed(pb::RunnerView::Basic).resources.is_none());
+        assert!(listed(pb::RunnerView::Basic).capabilities.is_some(), "BASIC keeps the capabilities");
+        assert!(listed(pb::RunnerView::Full).resources.is_some());
+        let got = |view: pb::RunnerView| world.available_runner("default-org", "runner-a", view as i32).unwrap();
+        assert!(got(pb::RunnerView::Unspecified).resources.is_some(), "Get defaults to FULL");
+        assert!(got(pb::RunnerView::Basic).resources.is_none());
+        assert!(got(pb::RunnerView::Full).resources.is_some());
+        let unknown = pb::ListAvailableRunnersRequest { view: 7, ..Default::default() };
+        let error = world.list_available_runners("default-org", &unknown).unwrap_err();
+        assert_eq!(error.reason(), Some(Reason::InvalidRequest));
+        assert!(error.to_string().contains("view"), "{error}");
+        assert!(world.available_runner("default-org", "runner-a", -1).is_err());
     }
 }

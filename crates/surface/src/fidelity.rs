@@ -569,13 +569,13 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("ListAvailableRunnersRequest.page_token", "page token"),
     emulated(
         "ListAvailableRunnersRequest.view",
-        "which fields BASIC leaves out is not documented: every view answers every field",
+        "BASIC (the default here) leaves out resources, FULL answers them, as the published client expects",
     ),
     emulated("ListAvailableRunnersRequest.service_visibility", "filter"),
     emulated("GetAvailableRunnerRequest.runner_id", "the runner"),
     emulated(
         "GetAvailableRunnerRequest.view",
-        "which fields BASIC leaves out is not documented: every view answers every field",
+        "FULL (the default here) answers resources, BASIC leaves them out, as the published client expects",
     ),
     emulated("GetAvailableRunnerRequest.organization_id", "the organization (the caller's when empty)"),
     // RunnerManagementService

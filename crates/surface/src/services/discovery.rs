@@ -46,7 +46,7 @@ fn get(app: &App, caller: &Caller, request: &pb::GetAvailableRunnerRequest) -> R
     // Another organization's runners read as unknown ones.
     let org = if request.organization_id.is_empty() { caller.org.as_str() } else { request.organization_id.as_str() };
     let runner = if org == caller.org {
-        app.driver().with_world(|world| world.available_runner(org, runner_id))
+        app.driver().with_world(|world| world.available_runner(org, runner_id, request.view))
     } else {
         Err(SimError::NotFound {
             reason: Reason::RunnerNotFound,
