@@ -386,6 +386,7 @@ impl Sandbox {
     /// Polls until RUNNING; a terminal state is [`Error::SandboxEnded`] with its reason.
     pub async fn wait_running(&mut self, timeout: Duration, mut progress: impl FnMut(&pb::Sandbox)) -> Result<()> {
         let started = Instant::now();
+        let mut polls = PollDelays::default();
         loop {
             progress(&self.proto);
             let state = self.proto.status.as_ref().map(|s| s.state).unwrap_or_default();
@@ -405,7 +406,7 @@ impl Sandbox {
                     format!("sandbox {} is {} ({})", self.id(), state_name(state), self.state_reason()),
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            polls.wait().await;
             self.refresh().await?;
         }
     }
@@ -413,6 +414,7 @@ impl Sandbox {
     /// Polls until the sandbox is terminal (COMPLETED, FAILED, TERMINATED).
     pub async fn wait_terminal(&mut self, timeout: Duration) -> Result<pb::State> {
         let started = Instant::now();
+        let mut polls = PollDelays::default();
         loop {
             let state = self.state();
             if matches!(state, pb::State::Completed | pb::State::Failed | pb::State::Terminated) {
@@ -421,7 +423,7 @@ impl Sandbox {
             if started.elapsed() > timeout {
                 return Err(Error::Timeout(timeout, format!("sandbox {} is {}", self.id(), state.as_str_name())));
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            polls.wait().await;
             self.refresh().await?;
         }
     }
@@ -572,5 +574,44 @@ impl Client {
     /// grace period (missing is fine when `allow_missing`). Returns once the delete is accepted.
     pub async fn delete(&self, sandbox_id: &str, allow_missing: bool) -> Result<()> {
         stop(self, sandbox_id, 0, allow_missing).await
+    }
+}
+
+/// The pauses between a waiting loop's reads: none before the first (a server that answers once
+/// the state moved, as the emulator's GetSandbox does while the host starts or stops the
+/// sandbox, is asked again at once), then 50 ms doubling to at most 200 ms.
+#[derive(Debug, Default)]
+struct PollDelays {
+    next: Option<Duration>,
+}
+
+impl PollDelays {
+    const FIRST: Duration = Duration::from_millis(50);
+    const MOST: Duration = Duration::from_millis(200);
+
+    /// The pause before the next read.
+    fn next_delay(&mut self) -> Duration {
+        let delay = self.next.unwrap_or_default();
+        self.next = Some(if delay.is_zero() { Self::FIRST } else { (delay * 2).min(Self::MOST) });
+        delay
+    }
+
+    async fn wait(&mut self) {
+        let delay = self.next_delay();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiting_reads_at_once_then_backs_off_to_a_fifth_of_a_second() {
+        let mut polls = PollDelays::default();
+        let delays: Vec<u64> = (0..6).map(|_| polls.next_delay().as_millis() as u64).collect();
+        assert_eq!(delays, [0, 50, 100, 200, 200, 200]);
     }
 }
