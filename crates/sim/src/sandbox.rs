@@ -785,6 +785,9 @@ pub(crate) fn check_services(spec: &SandboxSpec) -> SimResult<()> {
             }
         }
     }
+    if let Some(violation) = mixed_visibilities(spec) {
+        unimplemented.push(violation);
+    }
     if !invalid.is_empty() {
         return Err(SimError::invalid(Reason::InvalidRequest, invalid));
     }
@@ -797,6 +800,32 @@ pub(crate) fn check_services(spec: &SandboxSpec) -> SimResult<()> {
         return Err(SimError::Unimplemented { message, violations: unimplemented });
     }
     Ok(())
+}
+
+/// The first service whose visibility mixes PUBLIC with PRIVATE on one sandbox (an unset one
+/// reads PRIVATE), which the v1 service refuses as not implemented (the published client's suite:
+/// `test_sandbox_rejects_mixed_public_private_services`, `CWSANDBOX_NOT_IMPLEMENTED`).
+fn mixed_visibilities(spec: &SandboxSpec) -> Option<FieldViolation> {
+    use cwsandbox_api::sandbox_v1::Visibility;
+    let read = |visibility: i32| match Visibility::try_from(visibility) {
+        Ok(Visibility::Unspecified) => Some(Visibility::Private),
+        Ok(visibility @ (Visibility::Public | Visibility::Private)) => Some(visibility),
+        _ => None,
+    };
+    let (first_index, first) =
+        spec.services.iter().enumerate().find_map(|(index, service)| Some((index, read(service.visibility)?)))?;
+    let (index, other) = spec.services.iter().enumerate().find_map(|(index, service)| {
+        read(service.visibility).filter(|read| *read != first).map(|read| (index, read))
+    })?;
+    let name = |visibility: Visibility| visibility.as_str_name().trim_start_matches("VISIBILITY_").to_owned();
+    Some(FieldViolation::new(
+        format!("sandbox.spec.services[{index}].visibility"),
+        format!(
+            "one sandbox's services are all PUBLIC or all PRIVATE (an unset visibility reads PRIVATE): services[{first_index}] is {} and services[{index}] {}; mixing them is not implemented in v1",
+            name(first),
+            name(other)
+        ),
+    ))
 }
 
 /// The snapshot a scratch volume starts with (`scratch.restore_from_snapshot_id`), if any.
@@ -871,5 +900,42 @@ mod machine_tests {
             life.transition(SandboxTransition::Finish, ended()).unwrap_err().to_string(),
             "transition sandbox_finish is not allowed while the sandbox is ENDED"
         );
+    }
+}
+
+#[cfg(test)]
+mod service_tests {
+    use cwsandbox_api::sandbox_v1::{Service, Visibility};
+
+    use super::*;
+
+    fn with_services(visibilities: &[Visibility]) -> SandboxSpec {
+        let services = visibilities
+            .iter()
+            .enumerate()
+            .map(|(index, visibility)| Service {
+                port: 8000 + index as i32,
+                visibility: *visibility as i32,
+                ..Service::default()
+            })
+            .collect();
+        SandboxSpec { services, ..SandboxSpec::default() }
+    }
+
+    #[test]
+    fn public_and_private_services_on_one_sandbox_are_refused_as_not_implemented() {
+        use Visibility::{Custom, Private, Public, Unspecified};
+        for accepted in [&[Public, Public][..], &[Private, Unspecified, Private], &[Unspecified], &[Public, Custom]] {
+            assert_eq!(check_services(&with_services(accepted)), Ok(()), "{accepted:?}");
+        }
+        for (mixed, field) in [
+            (&[Public, Private][..], "sandbox.spec.services[1].visibility"),
+            (&[Unspecified, Custom, Public], "sandbox.spec.services[2].visibility"),
+        ] {
+            let error = check_services(&with_services(mixed)).unwrap_err();
+            assert_eq!(error.reason(), Some(Reason::NotImplemented), "{mixed:?}");
+            assert_eq!(error.violations()[0].field, field, "{mixed:?}");
+            assert!(error.to_string().contains("PUBLIC"), "{error}");
+        }
     }
 }

@@ -347,7 +347,7 @@ pub const FIELDS: &[FieldRule] = &[
     ),
     stored(
         "CreateSandboxRequest.sandbox.spec.services.visibility",
-        "echoed (unset reads PRIVATE): every port is served on the host's loopback only",
+        "echoed (unset reads PRIVATE); PUBLIC and PRIVATE on one sandbox are refused as the v1 service refuses them (not implemented); every port is served on the host's loopback only",
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.services.endpoint",
@@ -948,7 +948,7 @@ pub fn check<R: Request>(strictness: Strictness, method: &str, request: &R) -> R
 pub fn fidelity_table() -> String {
     let mut table = String::from(
         "<!-- Generated from FIELDS and REFUSED_METHODS in crates/surface/src/fidelity.rs; regenerate with \
-         `CWSANDBOX_REGENERATE_DOCS=1 cargo test -p cwsandbox-emulator --lib fidelity`. -->\n\n\
+         `CWSANDBOX_REGENERATE_DOCS=1 cargo test -p cwsandbox-surface --lib fidelity`. -->\n\n\
          Refused with UNIMPLEMENTED, reason `CWSANDBOX_NOT_IMPLEMENTED`, one BadRequest violation per field \
          (its path in the request, `sandbox.spec.containers[0].security_context.read_only_root_filesystem`), when set to \
          other than its default; `strictness: loose` accepts them and logs a warning instead:\n\n\
@@ -1238,7 +1238,7 @@ mod tests {
         assert!(
             current == generated,
             "README.md's fidelity table is not what crates/surface/src/fidelity.rs generates; regenerate it with \
-             `CWSANDBOX_REGENERATE_DOCS=1 cargo test -p cwsandbox-emulator --lib fidelity`"
+             `CWSANDBOX_REGENERATE_DOCS=1 cargo test -p cwsandbox-surface --lib fidelity`"
         );
     }
 

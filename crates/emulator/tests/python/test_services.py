@@ -92,3 +92,9 @@ def test_what_is_not_emulated_about_services_is_refused_by_name(mark):
     with pytest.raises(SandboxError) as refused:
         run(mark=mark, services=[Service(port=5353, protocol="udp")]).wait(timeout=WAIT)
     assert "sandbox.spec.services[0].protocol" in str(refused.value), refused.value
+    # As the v1 service: one sandbox's services share PUBLIC or PRIVATE.
+    mixed = [Service(port=8080, visibility="public"), Service(port=9090, visibility="private")]
+    with pytest.raises(SandboxError) as refused:
+        run(mark=mark, services=mixed).wait(timeout=WAIT)
+    assert refused.value.reason == "CWSANDBOX_NOT_IMPLEMENTED", refused.value
+    assert "sandbox.spec.services[1].visibility" in str(refused.value), refused.value
