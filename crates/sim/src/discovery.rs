@@ -104,6 +104,11 @@ impl World {
             }
         }
         capabilities.supported_gpu_types = gpu_types.into_iter().collect();
+        // Every service is served on the host's loopback, whatever its visibility; PUBLIC and
+        // PRIVATE are accepted (one of them per sandbox, as in v1). CUSTOM follows the sandbox's
+        // ingress rules, which are not enforced yet, so it is not advertised.
+        capabilities.supported_service_visibilities =
+            vec![pb::Visibility::Public as i32, pb::Visibility::Private as i32];
         let mut running_by_runner: HashMap<&str, i32> = HashMap::new();
         for pod in self.cluster.pods_iter().filter(|pod| pod.phase == PodPhase::Running) {
             if let PodOwner::Sandbox(id) = &pod.owner
@@ -253,5 +258,24 @@ mod tests {
         assert_eq!(error.reason(), Some(Reason::InvalidRequest));
         assert!(error.to_string().contains("view"), "{error}");
         assert!(world.available_runner("default-org", "runner-a", -1).is_err());
+    }
+
+    #[test]
+    fn runners_advertise_public_and_private_services_and_filter_on_them() {
+        let world = world_with_runners(&[("runner-a", "gpu")]);
+        let with_visibility = |visibility: pb::Visibility| {
+            let request =
+                pb::ListAvailableRunnersRequest { service_visibility: visibility as i32, ..Default::default() };
+            world.list_available_runners("default-org", &request).unwrap().0
+        };
+        let every = with_visibility(pb::Visibility::Unspecified);
+        assert_eq!(every.len(), 2, "the scenario's runner and runner-a");
+        for runner in &every {
+            let advertised = &runner.capabilities.as_ref().unwrap().supported_service_visibilities;
+            assert_eq!(advertised, &[pb::Visibility::Public as i32, pb::Visibility::Private as i32]);
+        }
+        assert_eq!(with_visibility(pb::Visibility::Public), every);
+        assert_eq!(with_visibility(pb::Visibility::Private), every);
+        assert!(with_visibility(pb::Visibility::Custom).is_empty(), "CUSTOM needs ingress rules, not enforced yet");
     }
 }
