@@ -473,8 +473,13 @@ async fn discovery_reports_health_and_capacity_from_the_cluster() {
     let info = emulator.info().clone();
     let mut discovery =
         DiscoveryServiceClient::with_interceptor(channel(&emulator).await, Bearer(info.user_token.clone()));
-    let listed =
+    // List's default view is BASIC, which leaves out what the runner has free now.
+    let basic =
         discovery.list_available_runners(pb::ListAvailableRunnersRequest::default()).await.unwrap().into_inner();
+    assert_eq!(basic.runners.len(), 1);
+    assert!(basic.runners[0].resources.is_none() && basic.runners[0].capabilities.is_some());
+    let full = pb::ListAvailableRunnersRequest { view: pb::RunnerView::Full as i32, ..Default::default() };
+    let listed = discovery.list_available_runners(full).await.unwrap().into_inner();
     assert_eq!(listed.runners.len(), 1);
     let runner = &listed.runners[0];
     assert_eq!((runner.runner_id.as_str(), runner.healthy), (info.runner_id.as_str(), true));
