@@ -140,18 +140,6 @@ impl SandboxView {
 }
 
 impl World {
-    /// The sandbox API's data target: the caller's sandbox `id` in a state `needs` accepts, and
-    /// its container named `asked` (the main one when unnamed).
-    pub fn sandbox_data_target(
-        &self,
-        org: &str,
-        id: &str,
-        asked: &str,
-        needs: SandboxNeeds,
-    ) -> Result<DataTarget, SandboxDataRefusal> {
-        self.get_sandbox(org, id).map_err(SandboxDataRefusal::NoSandbox)?.data_target(asked, needs)
-    }
-
     /// A Kubernetes subresource's data target: the API server's checks (the Pod in the caller's
     /// scope, its container, its Node, its phase) before it asks the kubelet, then the sandbox
     /// behind the Pod.

@@ -906,7 +906,7 @@ fn the_data_target_query_finds_one_running_container_through_either_front_door()
     let created = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
     let main = created.resolved.containers[0].name.clone();
     let by_id = |h: &Harness, org: &str, container: &str, needs| {
-        h.world.sandbox_data_target(org, &created.id, container, needs)
+        h.world.get_sandbox(org, &created.id).map_err(SandboxDataRefusal::NoSandbox)?.data_target(container, needs)
     };
     let by_pod = |h: &Harness, scope: &Scope, container: &str, needs| {
         h.world.pod_data_target(scope, &created.namespace, &created.pod_name, container, needs)
