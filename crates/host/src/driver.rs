@@ -467,8 +467,6 @@ impl Driver {
     }
 }
 
-/// Logs each sandbox whose state or reason changed, keyed by its id: the log then tells a
-/// sandbox's story (Pending because …, Running, Failed with OutOfcpu, …) without the API.
 /// In debug builds (every test) after every change: the published views are exactly what reading
 /// each sandbox afresh gives, so a change the world forgot to report as a touch fails the test
 /// that made it. Skipped past a thousand sandboxes, where it would make load tests quadratic.
@@ -493,6 +491,8 @@ fn check_published_views(
     assert_eq!(views.len(), on_record, "the published views hold a sandbox no longer on record");
 }
 
+/// Logs each sandbox whose state or reason changed, keyed by its id: the log then tells a
+/// sandbox's story (Pending because …, Running, Failed with OutOfcpu, …) without the API.
 fn log_sandbox_changes(world: &mut World) {
     for change in world.take_sandbox_changes() {
         let state = format!("{:?}", change.state).to_uppercase();

@@ -28,8 +28,9 @@ pub use cwsandbox_sim::world::PodLaunch;
 /// One container to start: the simulation's own description of it.
 pub use cwsandbox_sim::world::ContainerStart as ContainerLaunch;
 
-/// Which running container an operation acts in: what the world's data-target query
-/// ([`World::data_target`](cwsandbox_sim::world::World::data_target)) finds.
+/// Which running container an operation acts in: what the data-target query finds
+/// ([`SandboxView::data_target`](cwsandbox_sim::sandbox::SandboxView::data_target) for the sandbox
+/// API, [`World::pod_data_target`](cwsandbox_sim::world::World::pod_data_target) for kubectl).
 pub use cwsandbox_sim::data_target::DataTarget as Target;
 
 /// A terminal size in character cells.

@@ -207,7 +207,11 @@ impl Slurm {
                 }
             }
             let reason = if blocked_partitions.contains(&partition) { "Priority" } else { "Resources" };
-            if let Some(job) = self.queue.get_mut(&id) {
+            // Every pass visits every pending job; only a reason that changed changes its
+            // sandbox's view.
+            if let Some(job) = self.queue.get_mut(&id)
+                && job.reason != reason
+            {
                 set_reason(&mut job.reason, reason);
                 if let JobKind::Placeholder { pod_uid } = &job.kind {
                     self.touched_placeholders.note(pod_uid.clone());

@@ -60,10 +60,7 @@ async fn resolve(
         grant.allows(permission, id)?;
     }
     let found = app.driver().sandbox_data_target(&caller.org, id, container, needs).await;
-    let not_found = |error| {
-        let api = ApiError::from(error);
-        if api.reason == Reason::SandboxNotFound { api.with_metadata("sandbox_id", id) } else { api }
-    };
+    let not_found = |error| super::sandbox::not_found(error, id);
     // A missing sandbox is answered before a missing runtime; its state and container after.
     let found = match found {
         Err(SandboxDataRefusal::NoSandbox(error)) => return Err(not_found(error)),

@@ -251,7 +251,7 @@ fn connect(app: &App, caller: &Caller, request: &pb::ConnectSandboxRequest) -> R
 }
 
 /// Adds the sandbox id to a NOT_FOUND.
-fn not_found(error: SimError, id: &str) -> ApiError {
+pub(super) fn not_found(error: SimError, id: &str) -> ApiError {
     let api = ApiError::from(error);
     if api.reason == Reason::SandboxNotFound { api.with_metadata("sandbox_id", id) } else { api }
 }
