@@ -123,7 +123,8 @@ async fn kubectl_exec_runs_in_the_sandbox_pod() -> Result<()> {
     let mut started = [0u8; 8];
     left_running.stdout.take().context("stdout")?.read_exact(&mut started)?;
     assert_eq!(&started, b"started\n");
-    assert!(!cwsandbox_testkit::procs::with_env("CWSANDBOX_TEST_MARK", &marker).is_empty(), "the command runs");
+    let running = cwsandbox_testkit::procs::wait_until_found("CWSANDBOX_TEST_MARK", &marker, SILENCE_GUARD);
+    assert!(!running.is_empty(), "the command runs");
     left_running.kill()?;
     left_running.wait()?;
     let survivors = cwsandbox_testkit::procs::wait_until_gone("CWSANDBOX_TEST_MARK", &marker, SILENCE_GUARD);

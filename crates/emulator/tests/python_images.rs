@@ -150,7 +150,10 @@ fn the_python_client_runs_sandboxes_in_their_images() -> Result<()> {
         Ok(())
     };
     leave(&emulator)?;
-    assert!(!procs::with_env("CWSANDBOX_TEST_RUN", &marker).is_empty(), "the container's processes run");
+    assert!(
+        !procs::wait_until_found("CWSANDBOX_TEST_RUN", &marker, std::time::Duration::from_secs(30)).is_empty(),
+        "the container's processes run"
+    );
     let status = emulator.stop()?;
     assert!(status.success(), "SIGTERM must end the emulator cleanly: {status:?}");
     let survivors = procs::with_env("CWSANDBOX_TEST_RUN", &marker);
@@ -159,7 +162,10 @@ fn the_python_client_runs_sandboxes_in_their_images() -> Result<()> {
     // And after a SIGKILL of the emulator: the executor's watchdog ends the containers.
     let emulator = setup.emulator("oci")?;
     leave(&emulator)?;
-    assert!(!procs::with_env("CWSANDBOX_TEST_RUN", &marker).is_empty(), "the container's processes run");
+    assert!(
+        !procs::wait_until_found("CWSANDBOX_TEST_RUN", &marker, std::time::Duration::from_secs(30)).is_empty(),
+        "the container's processes run"
+    );
     emulator.kill_hard()?;
     let survivors = procs::wait_until_gone("CWSANDBOX_TEST_RUN", &marker, std::time::Duration::from_secs(30));
     assert!(survivors.is_empty(), "container processes outlived a SIGKILLed emulator: {survivors:?}");

@@ -96,6 +96,20 @@ pub fn with_env(name: &str, value: &str) -> Vec<Process> {
         .collect()
 }
 
+/// The living processes whose environment has `name=value`, once there is one or `limit` has
+/// passed: a process in the middle of `execve` shows an empty environment for a moment (the new
+/// image's is not set up yet), so one look can miss a process that runs.
+pub fn wait_until_found(name: &str, value: &str, limit: std::time::Duration) -> Vec<Process> {
+    let started = std::time::Instant::now();
+    loop {
+        let found = with_env(name, value);
+        if !found.is_empty() || started.elapsed() >= limit {
+            return found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The living processes whose environment has `name=value`, once none is left or `limit` has
 /// passed: what ends them (a watchdog noticing its emulator died) takes a moment.
 pub fn wait_until_gone(name: &str, value: &str, limit: std::time::Duration) -> Vec<Process> {
