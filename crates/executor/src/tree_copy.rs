@@ -1,5 +1,6 @@
-//! Copies a directory tree that a sandbox may be changing while it is copied (a scratch volume
-//! for its snapshot), without ever following a link in it.
+//! Copies (and measures) a directory tree that a sandbox may be changing while it is read (a
+//! scratch volume, for its snapshot or the kubelet's look at its use), without ever following a
+//! link in it.
 //!
 //! `cp -a` run by the emulator (the host's root) walks the tree by path: a sandbox that swaps a
 //! directory of its volume with a link to a host directory (`renameat2(RENAME_EXCHANGE)` in a
@@ -41,6 +42,49 @@ pub(crate) fn copy_tree(source: &Path, target: &Path) -> Result<u64, String> {
     copier.copy_dir(&source_dir, &target_dir, &mut Vec::new(), 0)?;
     apply_attributes(target_dir.as_raw_fd(), &root).map_err(|error| format!("{}: {error}", target.display()))?;
     Ok(copier.bytes)
+}
+
+/// What directory `dir` and everything in it take on disk, in bytes: each inode's allocated
+/// blocks once (`du -s -B1`, as the kubelet measures an `emptyDir`), links not followed. An entry
+/// that vanishes, or a directory that cannot be read, while the tree is walked is left out.
+pub(crate) fn disk_usage(dir: &Path) -> Result<u64, String> {
+    let root = open_dir_path(dir)?;
+    let stat = stat_fd(root.as_raw_fd()).map_err(|error| format!("cannot read {}: {error}", dir.display()))?;
+    let mut usage = Usage::default();
+    usage.count(&stat);
+    usage.walk(&root, 0);
+    Ok(usage.bytes)
+}
+
+#[derive(Default)]
+struct Usage {
+    /// Inodes counted in `bytes`.
+    counted: std::collections::HashSet<(u64, u64)>,
+    bytes: u64,
+}
+
+impl Usage {
+    fn count(&mut self, stat: &libc::stat) {
+        if self.counted.insert((stat.st_dev, stat.st_ino)) {
+            let blocks = u64::try_from(stat.st_blocks).unwrap_or(0);
+            self.bytes = self.bytes.saturating_add(blocks.saturating_mul(512));
+        }
+    }
+
+    /// Counts what is in `dir`, one descriptor open per level (as the copy does).
+    fn walk(&mut self, dir: &OwnedFd, depth: usize) {
+        let Ok(names) = read_names(dir) else { return };
+        for name in names {
+            let Ok(stat) = stat_at(dir.as_raw_fd(), &name) else { continue };
+            self.count(&stat);
+            if stat.st_mode & libc::S_IFMT == libc::S_IFDIR && depth + 1 < MAX_DEPTH {
+                let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+                if let Ok(child) = open_at(dir.as_raw_fd(), &name, flags, 0) {
+                    self.walk(&child, depth + 1);
+                }
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -332,6 +376,30 @@ fn not_ours_to_give(errno: libc::c_int) -> bool {
 mod tests {
     use super::*;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    #[test]
+    fn disk_usage_counts_blocks_once_per_inode_and_follows_no_link() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("big"), vec![7u8; 1 << 20]).unwrap();
+        let volume = tempfile::tempdir().unwrap();
+        let v = volume.path();
+        let empty = disk_usage(v).unwrap();
+        std::fs::create_dir_all(v.join("a/b")).unwrap();
+        std::fs::write(v.join("a/b/data"), vec![1u8; 256 << 10]).unwrap();
+        std::fs::hard_link(v.join("a/b/data"), v.join("twin")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), v.join("escape")).unwrap();
+        // A sparse file takes next to nothing on disk, whatever its apparent size.
+        std::fs::File::create(v.join("sparse")).unwrap().set_len(1 << 30).unwrap();
+        let used = disk_usage(v).unwrap();
+        let data_blocks = std::fs::metadata(v.join("a/b/data")).unwrap().blocks() * 512;
+        assert!(data_blocks >= 256 << 10, "{data_blocks}");
+        assert!(used >= empty + data_blocks, "{used} against {empty} + {data_blocks}");
+        assert!(
+            used < empty + data_blocks + (256 << 10),
+            "the hard link, the link's target and the hole are not counted: {used}"
+        );
+        assert!(disk_usage(&v.join("escape")).is_err(), "a link as the volume itself is not followed");
+    }
 
     #[test]
     fn a_tree_is_copied_with_its_links_modes_and_hard_links_and_no_link_is_followed() {

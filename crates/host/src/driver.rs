@@ -529,6 +529,18 @@ async fn run_pump(
                 driver.applied.send_modify(|applied| *applied += 1);
                 continue;
             }
+            Effect::MeasureVolumes { pod_uid, volumes } => {
+                if let Some(runtime) = &runtime {
+                    tokio::spawn(measure_volumes(
+                        Arc::clone(&driver),
+                        Arc::clone(runtime),
+                        pod_uid.to_string(),
+                        volumes,
+                    ));
+                }
+                driver.applied.send_modify(|applied| *applied += 1);
+                continue;
+            }
             item => item,
         };
         let starting = match &item {
@@ -578,6 +590,7 @@ async fn apply(item: Effect, runtime: Option<&Arc<dyn SandboxRuntime>>) -> Optio
             Effect::StopPod { pod_uid, grace } => tracing::debug!(%pod_uid, ?grace, "StopPod (no executor)"),
             Effect::KillPod { pod_uid } => tracing::debug!(%pod_uid, "KillPod (no executor)"),
             Effect::PullImages { pod_uid, .. } => tracing::debug!(%pod_uid, "PullImages (no executor)"),
+            Effect::MeasureVolumes { pod_uid, .. } => tracing::debug!(%pod_uid, "MeasureVolumes (no executor)"),
         }
         return None;
     };
@@ -592,8 +605,8 @@ async fn apply(item: Effect, runtime: Option<&Arc<dyn SandboxRuntime>>) -> Optio
         Effect::KillPod { pod_uid } => {
             runtime.kill(pod_uid.to_string()).await.map_err(|error| (pod_uid, "kill", error))
         }
-        // Pulls never reach here: the pump hands them to a task of their own.
-        Effect::PullImages { .. } => Ok(()),
+        // Pulls and measures never reach here: the pump hands them to tasks of their own.
+        Effect::PullImages { .. } | Effect::MeasureVolumes { .. } => Ok(()),
     };
     match outcome {
         Err((pod_uid, _, RuntimeError::StartFailed(message))) => {
@@ -605,6 +618,15 @@ async fn apply(item: Effect, runtime: Option<&Arc<dyn SandboxRuntime>>) -> Optio
             None
         }
         Ok(()) => None,
+    }
+}
+
+/// Measures a Pod's scratch volumes through the runtime and tells the world what they hold; a
+/// Pod that ended meanwhile has nothing left to measure, which is no failure.
+async fn measure_volumes(driver: Arc<Driver>, runtime: Arc<dyn SandboxRuntime>, pod_uid: String, volumes: Vec<String>) {
+    match runtime.volume_usage(pod_uid.clone(), volumes).await {
+        Ok(usage) => driver.with_world(|world| world.volumes_measured(&pod_uid, &usage)),
+        Err(error) => tracing::debug!(%pod_uid, "scratch volumes not measured: {error}"),
     }
 }
 

@@ -553,6 +553,18 @@ impl SandboxRuntime for ExecutorRuntime {
         async move { self.executor.snapshot_volume(&pod_uid, &volume, &snapshot_id).await.map_err(pod_error) }.boxed()
     }
 
+    fn volume_usage(
+        &self,
+        pod_uid: String,
+        volumes: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<(String, u64)>, RuntimeError>> {
+        async move {
+            let usage = self.executor.volume_usage(&pod_uid, volumes.clone()).await.map_err(pod_error)?;
+            Ok(volumes.into_iter().zip(usage).collect())
+        }
+        .boxed()
+    }
+
     fn connect(&self, pod_uid: String, port: u16) -> BoxFuture<'_, Result<std::net::TcpStream, RuntimeError>> {
         async move { self.executor.connect(&pod_uid, port).await.map_err(pod_error) }.boxed()
     }

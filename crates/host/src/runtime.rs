@@ -279,6 +279,20 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         ))))
     }
 
+    /// What each of a running Pod's scratch volumes `volumes` takes on disk, in bytes, by name
+    /// (effect `MeasureVolumes`, the kubelet's look behind an eviction). A runtime without
+    /// volumes has nothing to measure.
+    fn volume_usage(
+        &self,
+        pod_uid: String,
+        volumes: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<(String, u64)>, RuntimeError>> {
+        let _ = (pod_uid, volumes);
+        Box::pin(futures::future::ready(Err(RuntimeError::Unavailable(
+            "this sandbox runtime keeps no volumes to measure".to_owned(),
+        ))))
+    }
+
     /// A TCP connection to `port` on a running Pod's own loopback, made in its network: what a
     /// forwarded service port relays to. A runtime without networks cannot make one.
     fn connect(&self, pod_uid: String, port: u16) -> BoxFuture<'_, Result<std::net::TcpStream, RuntimeError>> {

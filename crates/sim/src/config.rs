@@ -184,6 +184,17 @@ pub struct KubeletValues {
     /// Unverified against the real service: whether it fails the sandbox or leaves it PENDING.
     #[serde(default = "default_image_pull_back_off")]
     pub image_pull_back_off_seconds: u32,
+    /// Seconds between the kubelet's checks of a sized scratch volume's use (an `emptyDir` with
+    /// `sizeLimit`): the eviction manager's monitoring period, 10 s. A Pod whose volume holds
+    /// more than its size is evicted at the first check after. Unverified against the real
+    /// service: a real kubelet's use figures can be up to its `volumeStatsAggPeriod` (1 min)
+    /// old, so the eviction may come later there.
+    #[serde(default = "default_eviction_monitoring_period")]
+    pub eviction_monitoring_period_seconds: std::num::NonZeroU32,
+}
+
+fn default_eviction_monitoring_period() -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(10).unwrap_or(std::num::NonZeroU32::MIN)
 }
 
 fn default_image_pull_back_off() -> u32 {
@@ -195,6 +206,7 @@ impl Default for KubeletValues {
         KubeletValues {
             cpu_manager_policy: CpuManagerPolicy::default(),
             image_pull_back_off_seconds: default_image_pull_back_off(),
+            eviction_monitoring_period_seconds: default_eviction_monitoring_period(),
         }
     }
 }

@@ -322,10 +322,13 @@ pub const FIELDS: &[FieldRule] = &[
     ),
     emulated("CreateSandboxRequest.sandbox.spec.volumes.name", "what volume mounts name"),
     emulated("CreateSandboxRequest.sandbox.spec.volumes.scratch", "an emptyDir"),
-    refused("CreateSandboxRequest.sandbox.spec.volumes.scratch.size", "no size limit is enforced on a scratch volume"),
-    refused(
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.volumes.scratch.size",
+        "the emptyDir's sizeLimit: the kubelet measures the volume every kubelet.evictionMonitoringPeriodSeconds (10) and evicts the Pod (Evicted, the sandbox FAILED) once it holds more",
+    ),
+    emulated(
         "CreateSandboxRequest.sandbox.spec.volumes.scratch.medium",
-        "the medium is not chosen: a scratch volume lives where the sandbox's directory does",
+        "DISK or unset: a directory on the host's disk; MEMORY (a tmpfs of the size) is refused by name",
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.volumes.scratch.restore_from_snapshot_id",
@@ -1094,8 +1097,13 @@ mod tests {
         container.security_context =
             Some(pb::SecurityContext { read_only_root_filesystem: Some(true), ..Default::default() });
         let sized = pb::ScratchVolume { size: "1Gi".to_owned(), ..Default::default() };
+        let side = pb::Container {
+            name: "side".to_owned(),
+            startup_probe: Some(pb::Probe { period_seconds: 5, ..Default::default() }),
+            ..main_container()
+        };
         let spec = pb::SandboxSpec {
-            containers: vec![container],
+            containers: vec![container, side],
             volumes: vec![
                 pb::SandboxVolume {
                     name: "plain".to_owned(),
@@ -1114,7 +1122,7 @@ mod tests {
             fields(unemulated(&create(spec))),
             [
                 "sandbox.spec.containers[0].security_context.read_only_root_filesystem",
-                "sandbox.spec.volumes[1].scratch.size",
+                "sandbox.spec.containers[1].startup_probe",
                 "sandbox.spec.services[0].endpoint.auth",
                 "sandbox.spec.network.deny_ingress",
             ]

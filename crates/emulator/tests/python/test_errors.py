@@ -20,7 +20,6 @@ from cwsandbox import (
     SandboxStatus,
     SandboxTerminatedError,
     SandboxValidationError,
-    ScratchVolumeOptions,
     SecurityContext,
 )
 
@@ -52,13 +51,11 @@ def test_an_option_the_emulator_does_not_emulate_is_refused_by_name():
     with pytest.raises(SandboxError) as raised:
         run(
             security_context=SecurityContext(read_only_root_filesystem=True),
-            volumes=[ScratchVolumeOptions(name="work", mount_path="/work", size="1Gi")],
             network=NetworkOptions(deny_ingress=True),
         ).wait(timeout=WAIT)
     assert raised.value.reason == "CWSANDBOX_NOT_IMPLEMENTED", raised.value
     for field in (
         "sandbox.spec.containers[0].security_context.read_only_root_filesystem",
-        "sandbox.spec.volumes[0].scratch.size",
         "sandbox.spec.network.deny_ingress",
     ):
         assert field in str(raised.value), raised.value

@@ -1,7 +1,8 @@
 """Scratch volumes as the published client asks for them (`volumes=[ScratchVolumeOptions(...)]`,
 `Container(volume_mounts=[VolumeMount(...)])`): an empty directory of the sandbox's at each of its
-mounts, read-only or a sub-path where asked, gone with the sandbox; what is not emulated about
-them (a size limit) is refused by name.
+mounts, read-only or a sub-path where asked, gone with the sandbox; a sized one on disk evicts its
+sandbox once it holds more than its size, as the kubelet evicts a Pod whose `emptyDir` passed its
+`sizeLimit`; a memory-backed one (not emulated) is refused by name.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import NAMESPACES, RUNNER, WAIT, processes_with, run, sandbox_env
-from cwsandbox import Container, Sandbox, ScratchVolumeOptions, VolumeMount
+from cwsandbox import Container, Sandbox, SandboxStatus, ScratchVolumeOptions, VolumeMount
 from cwsandbox.exceptions import SandboxError
 
 pytestmark = pytest.mark.skipif(not NAMESPACES, reason="plain processes have no root of their own to mount in")
@@ -65,8 +66,30 @@ def test_containers_share_a_volume_through_their_own_mounts(mark):
     assert processes_with(mark) == []
 
 
-def test_a_size_limit_is_refused_by_name(mark):
+def test_a_sized_volume_past_its_size_gets_the_sandbox_evicted(mark):
+    sb = run(mark=mark, volumes=[ScratchVolumeOptions(name="work", mount_path="/data", size="1Mi")])
+    sb.wait(timeout=WAIT)
+    # Up to its size and past it, writes succeed: a volume on disk is a directory, not a file
+    # system of its size. The kubelet's next look (every 10 s) evicts the sandbox.
+    filled = sb.exec(["sh", "-c", "head -c 2097152 /dev/zero > /data/fill && echo written"]).result()
+    assert filled.stdout == "written\n", filled
+    with pytest.raises(SandboxError) as raised:
+        sb.wait_until_complete(timeout=WAIT).result()
+    assert 'Evicted: Usage of EmptyDir volume "work" exceeds the limit "1Mi".' in str(raised.value), raised.value
+    assert Sandbox.from_id(sb.sandbox_id).result().status == SandboxStatus.FAILED
+    assert processes_with(mark) == []
+
+
+def test_a_sized_volume_within_its_size_keeps_its_sandbox_running(mark):
+    with run(mark=mark, volumes=[ScratchVolumeOptions(name="work", mount_path="/data", size="1Gi")]) as sb:
+        sb.write_file("/data/probe", b"scratch-ok").result()
+        assert sb.exec(["cat", "/data/probe"]).result().stdout == "scratch-ok"
+        assert sb.read_file("/data/probe").result() == b"scratch-ok"
+
+
+def test_a_memory_backed_volume_is_refused_by_name(mark):
     with pytest.raises(SandboxError) as refused:
-        with run(mark=mark, volumes=[ScratchVolumeOptions(name="work", mount_path="/data", size="1Gi")]):
+        with run(mark=mark, volumes=[ScratchVolumeOptions(name="work", mount_path="/data", medium="memory")]):
             pass
-    assert "sandbox.spec.volumes[0].scratch.size" in str(refused.value)
+    assert refused.value.reason == "CWSANDBOX_NOT_IMPLEMENTED", refused.value
+    assert "sandbox.spec.volumes[0].scratch.medium" in str(refused.value)

@@ -1,4 +1,4 @@
-//! File-system snapshots of scratch volumes: a snapshot is a copy of a volume's directory kept
+//! File-system snapshots of scratch volumes, and what the volumes take on disk: a snapshot is a copy of a volume's directory kept
 //! under the executor's root (`.snapshots/<id>`), made while the sandbox runs and copied into a
 //! new sandbox's volume before that sandbox's processes exist. The copy (`crate::tree_copy`)
 //! walks the volume one name at a time from descriptors of the directories it opened, never
@@ -81,6 +81,30 @@ impl Executor {
             result
         };
         tokio::task::spawn_blocking(copy)
+            .await
+            .map_err(|error| ExecutorError::Setup { id: id.to_owned(), message: error.to_string() })?
+            .map_err(|message| ExecutorError::Setup { id: id.to_owned(), message })
+    }
+
+    /// What each of sandbox `id`'s scratch volumes `volumes` takes on the host's disk, in bytes
+    /// (allocated blocks, as `du` and the kubelet count them), in the order given: a volume no
+    /// container mounts has no directory and holds nothing.
+    pub async fn volume_usage(&self, id: &str, volumes: Vec<String>) -> Result<Vec<u64>, ExecutorError> {
+        let sandbox = self.sandbox(id).ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
+        if let Some(volume) = volumes.iter().find(|volume| !super::validate::is_label(volume)) {
+            return Err(ExecutorError::InvalidRequest(format!("invalid volume name {volume:?}")));
+        }
+        let root = sandbox.dir.join("volumes");
+        let measure = move || -> Result<Vec<u64>, String> {
+            volumes
+                .iter()
+                .map(|volume| {
+                    let dir = root.join(volume);
+                    if dir.is_dir() { crate::tree_copy::disk_usage(&dir) } else { Ok(0) }
+                })
+                .collect()
+        };
+        tokio::task::spawn_blocking(measure)
             .await
             .map_err(|error| ExecutorError::Setup { id: id.to_owned(), message: error.to_string() })?
             .map_err(|message| ExecutorError::Setup { id: id.to_owned(), message })

@@ -149,6 +149,7 @@ impl World {
         }
         self.warn_unenforced_limits(uid);
         self.arm_started_faults(&pod_uid);
+        self.arm_volume_check(&pod_uid);
     }
 
     /// A Pod's containers as its host starts them: spec order, except that a sandbox's primary

@@ -18,6 +18,7 @@ use crate::slurm::{JobId, Slurm, SlurmOutcome};
 use crate::time::{Clock, SimTime};
 
 mod commands;
+mod eviction;
 mod faults;
 mod images;
 mod kubelet;
@@ -152,6 +153,14 @@ pub enum Effect {
         pod_uid: SharedStr,
         /// One per container, in spec order.
         images: Vec<ImageToPull>,
+    },
+    /// The kubelet's look at what a running Pod's sized scratch volumes hold. The host answers
+    /// with [`World::volumes_measured`].
+    MeasureVolumes {
+        /// Pod uid.
+        pod_uid: SharedStr,
+        /// The volumes' names.
+        volumes: Vec<String>,
     },
 }
 

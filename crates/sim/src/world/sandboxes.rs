@@ -21,8 +21,8 @@ use crate::policy::MAX_LIFETIME_SECONDS;
 use crate::policy::{self, PreparedPolicy};
 use crate::sandbox::{
     CONTAINER_CREATING, HostWait, Life, LifePhase, Owner, SANDBOX_ID_LABEL, SANDBOX_MODE_LABEL, Sandbox, SandboxFilter,
-    SandboxInfo, SandboxState, SandboxTransition, SandboxView, TeardownCause, check_services, container_inputs,
-    normalize_spec, restore_source, validate_spec,
+    SandboxInfo, SandboxState, SandboxTransition, SandboxView, TeardownCause, check_scratch_media, check_services,
+    container_inputs, normalize_spec, restore_source, validate_spec,
 };
 use crate::slurm::{JobBaseState, JobId};
 use crate::sunk::{self, NotHandled};
@@ -190,6 +190,7 @@ impl World {
         let Origin { request_id, source_template, request_body } = origin;
         validate_spec(&spec)?;
         check_services(&spec)?;
+        check_scratch_media(&spec)?;
         for (index, volume) in spec.volumes.iter().enumerate() {
             if let Some(snapshot) = restore_source(volume) {
                 let field = format!("sandbox.spec.volumes[{index}].scratch.restoreFromSnapshotId");
@@ -317,6 +318,7 @@ impl World {
                 pod_uid,
                 created: now,
                 request_id: request_id.to_owned(),
+                scratch_limits: crate::sandbox::scratch_limits(&spec),
                 attached_volume_ids,
                 source_template,
                 request_body,
@@ -623,7 +625,8 @@ impl World {
             .unwrap_or((None, ""));
         let (state, reason) = match (pod.phase, &pod.reason, exit_code) {
             (PodPhase::Failed, Some(reason), _) => {
-                (SandboxState::Failed, format!("{reason}: {}", pod.message.clone().unwrap_or_default()))
+                // The kubelet's messages end with a space (they are joined): not the sandbox's reason's.
+                (SandboxState::Failed, format!("{reason}: {}", pod.message.as_deref().unwrap_or_default().trim_end()))
             }
             (_, _, Some(code)) if container_reason == "OOMKilled" => (
                 SandboxState::Failed,

@@ -24,6 +24,7 @@ pub(crate) enum Timer {
     ImagePullBackOff(SharedStr),
     OomKill(SharedStr),
     NodeNotReady(SharedStr),
+    VolumeCheck(SharedStr),
 }
 
 type Bucket = VecDeque<(u64, Option<Timer>)>;
@@ -149,6 +150,7 @@ impl World {
             Timer::ImagePullBackOff(uid) => self.on_image_pull_back_off(&uid),
             Timer::OomKill(uid) => self.on_oom_kill(&uid),
             Timer::NodeNotReady(uid) => self.on_node_not_ready(&uid),
+            Timer::VolumeCheck(uid) => self.on_volume_check(&uid),
         }
     }
 }
