@@ -47,16 +47,31 @@ def with_job_ids(command: str, job_ids: dict[str, int]) -> str:
     return re.sub(r"\{([a-z_]+)\}", job_id, command)
 
 
+def argv_of(command: str) -> tuple[list[str], bool]:
+    """A command line's words, and whether it ends with `2>&1` (stderr merged into stdout, so
+    the capture shows which stream a command writes first)."""
+    argv = shlex.split(command)
+    if argv and argv[-1] == "2>&1":
+        return argv[:-1], True
+    return argv, False
+
+
 def run(args: argparse.Namespace) -> int:
     job_ids = json.loads(Path(args.job_ids).read_text())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for command in command_lines(Path(args.commands)):
-        argv = shlex.split(with_job_ids(command, job_ids))
+        argv, merged = argv_of(with_job_ids(command, job_ids))
         try:
-            done = subprocess.run(argv, capture_output=True, timeout=COMMAND_TIMEOUT_SECONDS, check=False)
-            status, stdout, stderr = done.returncode, done.stdout, done.stderr
+            done = subprocess.run(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+                timeout=COMMAND_TIMEOUT_SECONDS,
+                check=False,
+            )
+            status, stdout, stderr = done.returncode, done.stdout, done.stderr or b""
         except subprocess.TimeoutExpired:
             status, stdout, stderr = None, b"", b"(timed out)\n"
         results.append(

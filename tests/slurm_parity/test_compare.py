@@ -52,6 +52,23 @@ class Normalisation(unittest.TestCase):
         self.assertEqual(compare.units_of("squeue", result("1000 R\n"), result("2000 R\n"), normaliser), [])
 
 
+class CommandLines(unittest.TestCase):
+    def test_a_trailing_2_greater_and_1_merges_the_streams(self) -> None:
+        self.assertEqual(compare.argv_of('squeue -o "%.5i %!" 2>&1'), (["squeue", "-o", "%.5i %!"], True))
+        self.assertEqual(compare.argv_of('squeue -o "%.5i 2>&1"'), (["squeue", "-o", "%.5i 2>&1"], False))
+
+    def test_merged_streams_keep_the_order_written(self) -> None:
+        with tempfile.TemporaryDirectory() as scratch:
+            commands = Path(scratch) / "commands.txt"
+            commands.write_text("sh -c 'echo error >&2; echo table' 2>&1\n")
+            (Path(scratch) / "ids.json").write_text("{}")
+            out = Path(scratch) / "out"
+            args = compare.argparse.Namespace(commands=str(commands), job_ids=str(Path(scratch) / "ids.json"), out=str(out))
+            compare.run(args)
+            [done] = json.loads((out / "results.json").read_text())["results"]
+            self.assertEqual((done["stdout"], done["stderr"]), ("error\ntable\n", ""))
+
+
 class KeyValue(unittest.TestCase):
     COMMAND = "scontrol show job 1000"
 

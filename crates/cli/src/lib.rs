@@ -164,8 +164,11 @@ fn slurm_command(name: &str, args: &[String], config: Result<Config>) -> ExitCod
         .map_err(|error| format!("{error:#}"))
         .and_then(|config| slurm::Conn::new(config).map_err(|e| e.to_string()));
     let output = runtime.block_on(slurm::run(name, args, &env, conn));
-    print!("{}", output.stdout);
+    // Slurm's errors come first: those of its options are printed while it parses them, before
+    // any output, and its C stdio holds stdout back until exit unless it is a terminal, while
+    // stderr goes out at once; so a `2>&1` capture reads the errors, then the table.
     eprint!("{}", output.stderr);
+    print!("{}", output.stdout);
     let _ = std::io::stdout().flush();
     ExitCode::from(output.code)
 }

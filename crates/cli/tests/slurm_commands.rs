@@ -128,6 +128,35 @@ fn symlinked_commands_show_cancel_and_account_a_batch_job() {
         text(&unknown_verbose.stderr),
         "scancel: Terminating job 999999\nscancel: error: Kill job error on job id 999999: Invalid job id specified\n"
     );
+    // With `--signal` Slurm verifies the ids first: an unknown or finished job is an error, exit 1
+    // (`-Q` keeps quiet about it).
+    for target in ["999999", id.as_str()] {
+        let signalled = slurm(&emu, &bin, "scancel", &["--signal=KILL", target]);
+        assert_eq!(
+            (signalled.status.code(), text(&signalled.stderr)),
+            (Some(1), format!("scancel: error: Kill job error on job id {target}: Invalid job id specified\n"))
+        );
+    }
+    let quiet = slurm(&emu, &bin, "scancel", &["-Q", "-s", "TERM", "999999"]);
+    assert_eq!((quiet.status.code(), text(&quiet.stderr)), (Some(0), String::new()));
+    // An invalid format is reported while the options are parsed, before any output: with both
+    // streams on one pipe the error comes first, as Slurm's does.
+    for (name, format, error) in [
+        ("squeue", "%.5i %!", "squeue: error: Invalid job format specification: !"),
+        ("sinfo", "%P %!", "Invalid node format specification: !"),
+    ] {
+        let merged = Command::new("sh")
+            .args(["-c", "\"$0\" \"$@\" 2>&1"])
+            .arg(bin.join(name))
+            .args(["-o", format])
+            .envs(emu.env())
+            .env_remove("CWSBX_SLURM_USER")
+            .output()
+            .unwrap();
+        let merged = text(&merged.stdout);
+        assert!(merged.starts_with(&format!("{error}\n")), "{name}: {merged}");
+        assert!(merged.lines().count() > 1, "{name}: the table follows: {merged}");
+    }
     let missing = slurm(&emu, &bin, "scontrol", &["show", "job", "999999"]);
     assert_eq!(
         (missing.status.code(), text(&missing.stderr)),

@@ -52,12 +52,17 @@ fn strftime(seconds: i64, format: &str) -> String {
     }
 }
 
-/// What a job without a time limit of its own shows: Slurm keeps it unset until the job gets
-/// its nodes (`Partition_Limit`), then gives it the partition's, which here is always
+/// What sacct shows for a job without a time limit of its own: slurmdbd records it unset
+/// (`Partition_Limit`) until the job gets its nodes, then the partition's, which here is always
 /// `INFINITE` (`UNLIMITED`).
-pub fn no_time_limit(job: &pb::Job) -> &'static str {
+pub fn accounted_no_time_limit(job: &pb::Job) -> &'static str {
     if job.node_list.is_empty() { "Partition_Limit" } else { "UNLIMITED" }
 }
+
+/// What the controller's views (scontrol, squeue) show for a job without a time limit of its
+/// own, pending or not: slurmctld packs an unset limit as the partition's `MaxTime` (`pack_job`
+/// in `job_mgr.c`), which here is always `INFINITE`.
+pub const CONTROLLER_NO_TIME_LIMIT: &str = "UNLIMITED";
 
 /// The first line of `squeue -l`, `sinfo -l` and `sinfo -N -l`: Slurm's `slurm_ctime2`, whose
 /// day is zero-padded (`Tue Dec 01 …`), unlike C's `ctime`.

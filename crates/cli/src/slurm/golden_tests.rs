@@ -504,11 +504,15 @@ fn squeue_default_format_reasons_and_completing() {
 fn squeue_formats_long_view_and_filters() {
     let alice = pb::Job { user: "alice".into(), uid: 1001, ..queue(running(2, "a", NOW - 90_061)) };
     let jobs = [queue(running(1, "r", NOW - 5)), alice, queue(pending(3, "p", NOW))];
-    // No limit of its own: the partition's (UNLIMITED) once running, unset while pending.
+    // No limit of its own: the partition's (UNLIMITED), pending or not, as the controller packs
+    // it; the word is cut to a narrow column, a limit's time never is.
     assert_eq!(
         squeue(&["-h", "-o", "%i %l %L"], &Env::new(), &jobs).stdout,
-        "3 Partition_Limit NOT_SET\n1 UNLIMITED UNLIMITED\n2 UNLIMITED UNLIMITED\n"
+        "3 UNLIMITED UNLIMITED\n1 UNLIMITED UNLIMITED\n2 UNLIMITED UNLIMITED\n"
     );
+    assert_eq!(squeue(&["-h", "-o", "%i %.3l %.3L"], &Env::new(), &jobs).stdout, "3 UNL UNL\n1 UNL UNL\n2 UNL UNL\n");
+    let limited = [queue(pb::Job { time_limit_seconds: Some(3600), ..running(4, "t", NOW - 5) })];
+    assert_eq!(squeue(&["-h", "-o", "%i %.3l %.3L"], &Env::new(), &limited).stdout, "4 1:00:00 59:55\n");
     let out = squeue(&["-h", "-o", "%i|%.5u|%6j|%T|%M|%2P"], &Env::new(), &jobs).stdout;
     assert_eq!(
         out,
@@ -537,8 +541,7 @@ fn squeue_formats_long_view_and_filters() {
         format!(
             "Thu Jan 02 03:04:05 2025\n{}{}",
             row(["JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "TIME_LIMI", "NODES", "NODELIST(REASON)"]),
-            // A time is never cut: the limit overflows its column.
-            row(["3", "cpu", "p", "root", "PENDING", "0:00", "Partition_Limit", "1", "(Resources)"])
+            row(["3", "cpu", "p", "root", "PENDING", "0:00", "UNLIMITED", "1", "(Resources)"])
         )
     );
     let unknown = squeue(&["-j", "99"], &Env::new(), &jobs);
@@ -773,6 +776,8 @@ fn scontrol_show_job_lines_and_one_liner() {
     assert!(out.contains("   AllocTRES=(null)\n"), "{out}");
     let out = render(&["show", "job", "6"], &[queue(pending(6, "p", NOW - 5))]).stdout;
     assert!(out.contains("   StartTime=Unknown EndTime=Unknown Deadline=N/A\n"), "{out}");
+    // Pending without a limit of its own: the partition's, as the controller packs it.
+    assert!(out.contains(" TimeLimit=UNLIMITED TimeMin=N/A\n"), "{out}");
     // A running job with a limit of its own ends when it runs out.
     let limited = pb::Job { time_limit_seconds: Some(120), ..queue(running(7, "r", NOW - 5)) };
     let out = render(&["show", "job", "7"], &[limited]).stdout;

@@ -42,6 +42,10 @@ pub struct Options {
     nodes: Option<Vec<String>>,
     quiet: bool,
     verbose: bool,
+    /// `--signal` was given. Any option beyond ids (`has_default_opt()` false) makes Slurm verify
+    /// the ids against the controller's jobs before it signals any: an unknown or finished one
+    /// is then an error.
+    signal: bool,
     info: Option<String>,
 }
 
@@ -109,6 +113,7 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
                                 "scancel: error: --signal={value} is not emulated (only KILL and TERM cancel a job)"
                             )));
                         }
+                        options.signal = true;
                     }
                     "state" => {
                         for state in list(&value) {
@@ -240,6 +245,16 @@ impl Command for Scancel {
     fn render(options: &Options, outcomes: Vec<(u32, Outcome)>, _env: &Env) -> Output {
         let mut output = Output::default();
         for (job_id, outcome) in outcomes {
+            let gone = matches!(&outcome, Outcome::Refused(error) if matches!(error.code(), Code::NotFound | Code::FailedPrecondition));
+            // `_verify_job_ids`: with `--signal`, an unknown or finished job is refused before
+            // anything is signalled: `Invalid job id specified`, exit 1 (`-Q` silences both).
+            if options.signal && gone {
+                if !options.quiet {
+                    output.code = 1;
+                    output.stderr.push_str(&format!("{}\n", kill_error(job_id, Code::NotFound)));
+                }
+                continue;
+            }
             // Slurm says which job it signals before it asks the controller.
             if options.verbose {
                 output.stderr.push_str(&format!("scancel: Terminating job {job_id}\n"));

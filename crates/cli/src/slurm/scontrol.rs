@@ -211,7 +211,7 @@ pub fn job_text(job: &pb::Job, now: i64, one_liner: bool, format: &TimeFormat) -
     let eligible = fmt::secs(job.eligible_time.as_ref()).or(submit);
     let last_sched_eval = fmt::secs(job.start_time.as_ref()).or(submit);
     let limit = match job.time_limit_seconds {
-        None => fmt::no_time_limit(job).to_owned(),
+        None => fmt::CONTROLLER_NO_TIME_LIMIT.to_owned(),
         Some(seconds) => fmt::mins2time(fmt::limit_minutes(seconds)),
     };
     let cpus = if pending { job.req_cpus } else { job.alloc_cpus };

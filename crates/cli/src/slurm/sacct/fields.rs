@@ -371,12 +371,12 @@ pub(super) fn value(name: &str, row: Row<'_>, options: &Options, now: i64) -> Va
         ("Suspended", _) => Time(Some(0)),
         ("SystemCPU" | "TotalCPU" | "UserCPU", _) => Str(Some("00:00:00".to_owned())),
         ("Timelimit", None) => Str(match job.time_limit_seconds {
-            None => Some(fmt::no_time_limit(job).to_owned()),
+            None => Some(fmt::accounted_no_time_limit(job).to_owned()),
             Some(0) => None,
             Some(seconds) => Some(fmt::mins2time(fmt::limit_minutes(seconds))),
         }),
         ("TimelimitRaw", None) => Str(match job.time_limit_seconds {
-            None => Some(fmt::no_time_limit(job).to_owned()),
+            None => Some(fmt::accounted_no_time_limit(job).to_owned()),
             Some(0) => None,
             Some(seconds) => Some(fmt::limit_minutes(seconds).to_string()),
         }),

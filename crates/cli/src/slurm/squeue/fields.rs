@@ -433,19 +433,16 @@ pub fn value_of(print: &str, job: &pb::Job, context: &Context<'_>) -> (String, b
         "std_err" | "std_out" => format!("{}/slurm-%j.out", super::super::scontrol::WORK_DIR),
         "std_in" => "/dev/null".to_owned(),
         "time_submit" => time(fmt::secs(job.submit_time.as_ref())),
-        "time_left" => {
-            return uncut(match limit_seconds {
-                None if job.node_list.is_empty() => "NOT_SET".to_owned(),
-                None => "UNLIMITED".to_owned(),
-                Some(limit) => squeue_secs((limit - job.elapsed_seconds).max(0)),
-            });
-        }
-        "time_limit" => {
-            return uncut(match limit_seconds {
-                None => fmt::no_time_limit(job).to_owned(),
-                Some(limit) => squeue_secs(limit),
-            });
-        }
+        // `_print_job_time_left` and `_print_job_time_limit`: a limit's seconds are never cut,
+        // the words for no limit are, like any text.
+        "time_left" => match limit_seconds {
+            None => fmt::CONTROLLER_NO_TIME_LIMIT.to_owned(),
+            Some(limit) => return uncut(squeue_secs((limit - job.elapsed_seconds).max(0))),
+        },
+        "time_limit" => match limit_seconds {
+            None => fmt::CONTROLLER_NO_TIME_LIMIT.to_owned(),
+            Some(limit) => return uncut(squeue_secs(limit)),
+        },
         "time_used" => return uncut(squeue_secs(if pending(job) { 0 } else { job.elapsed_seconds })),
         "tres_alloc" => {
             let mem = fmt::convert_num_unit(job.req_mem_mb as f64, 2, Convert::Exact);
