@@ -68,12 +68,12 @@ impl AwaitsHostStart for SandboxDataRefusal {
     }
 }
 
-/// Why a Kubernetes subresource (`exec`, `log`) has no process to act on, with what the API
-/// server words its answer from.
+/// Why the API server's checks on the Pod itself fail, the same for every subresource (`exec`,
+/// `log`), with what it words its answer from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PodDataRefusal {
+pub enum PodRefusal {
     /// No Pod of that name inside the caller's scope.
-    PodNotFound,
+    NotFound,
     /// The Pod has no container of the name asked for.
     ContainerNotValid {
         /// The container named (or the first, when none was).
@@ -81,6 +81,15 @@ pub enum PodDataRefusal {
     },
     /// The Pod is not bound to a Node yet.
     NoHostAssigned,
+}
+
+/// Why a Kubernetes subresource (`exec`, `log`) has no process to act on, with what the API
+/// server words its answer from: the Pod checks every subresource makes, or a refusal each
+/// subresource words (or waives) its own way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodDataRefusal {
+    /// The Pod checks common to every subresource.
+    Pod(PodRefusal),
     /// The Pod's containers have not started.
     NotStarted {
         /// The container named (or the first).
@@ -101,6 +110,12 @@ pub enum PodDataRefusal {
         /// The container named (or the first).
         container: String,
     },
+}
+
+impl From<PodRefusal> for PodDataRefusal {
+    fn from(refusal: PodRefusal) -> PodDataRefusal {
+        PodDataRefusal::Pod(refusal)
+    }
 }
 
 impl AwaitsHostStart for PodDataRefusal {
@@ -159,14 +174,14 @@ impl World {
         }
         let PodOwner::Sandbox(sandbox_id) = &pod.owner else { return Err(PodDataRefusal::NoProcess) };
         let view = self.sandbox(sandbox_id).ok_or(match needs {
-            PodNeeds::Exec => PodDataRefusal::PodNotFound,
+            PodNeeds::Exec => PodRefusal::NotFound.into(),
             PodNeeds::Logs => PodDataRefusal::NoProcess,
         })?;
         if needs == PodNeeds::Exec && view.state != SandboxState::Running {
             return Err(PodDataRefusal::SandboxNotReady { container });
         }
         let resolved = view.data_container(&container).ok_or(match needs {
-            PodNeeds::Exec => PodDataRefusal::ContainerNotValid { container },
+            PodNeeds::Exec => PodRefusal::ContainerNotValid { container }.into(),
             PodNeeds::Logs => PodDataRefusal::NoProcess,
         })?;
         Ok(DataTarget { sandbox_id: sandbox_id.to_string(), pod_uid: pod.uid.to_string(), container: resolved })
@@ -180,18 +195,18 @@ impl World {
         namespace: &str,
         name: &str,
         asked: &str,
-    ) -> Result<(&Pod, String), PodDataRefusal> {
-        let pod = self.scoped_pod_by_name(scope, namespace, name).ok_or(PodDataRefusal::PodNotFound)?;
+    ) -> Result<(&Pod, String), PodRefusal> {
+        let pod = self.scoped_pod_by_name(scope, namespace, name).ok_or(PodRefusal::NotFound)?;
         let container = if asked.is_empty() {
             pod.containers.first().map(|container| container.name.clone()).unwrap_or_default()
         } else {
             asked.to_owned()
         };
         if !pod.containers.iter().any(|candidate| candidate.name == container) {
-            return Err(PodDataRefusal::ContainerNotValid { container });
+            return Err(PodRefusal::ContainerNotValid { container });
         }
         if pod.node_name.is_none() {
-            return Err(PodDataRefusal::NoHostAssigned);
+            return Err(PodRefusal::NoHostAssigned);
         }
         Ok((pod, container))
     }

@@ -900,7 +900,9 @@ fn the_journal_reports_each_state_and_reason_change_once() {
 
 #[test]
 fn the_data_target_query_finds_one_running_container_through_either_front_door() {
-    use cwsandbox_sim::data_target::{AwaitsHostStart, PodDataRefusal, PodNeeds, SandboxDataRefusal, SandboxNeeds};
+    use cwsandbox_sim::data_target::{
+        AwaitsHostStart, PodDataRefusal, PodNeeds, PodRefusal, SandboxDataRefusal, SandboxNeeds,
+    };
     let mut h = ready();
     h.world.set_host_confirms_starts(true);
     let created = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
@@ -943,10 +945,14 @@ fn the_data_target_query_finds_one_running_container_through_either_front_door()
     assert_eq!(other_org.awaits_start_of(), None);
     assert_eq!(by_id(&h, "default-org", "nope", SandboxNeeds::Running), Err(SandboxDataRefusal::NoSuchContainer));
     let hidden = by_pod(&h, &Scope::Organization("other-org".to_owned()), "", PodNeeds::Exec);
-    assert_eq!(hidden, Err(PodDataRefusal::PodNotFound), "another organization's Pod does not exist for it");
+    assert_eq!(
+        hidden,
+        Err(PodDataRefusal::Pod(PodRefusal::NotFound)),
+        "another organization's Pod does not exist for it"
+    );
     assert_eq!(
         by_pod(&h, &operator, "nope", PodNeeds::Exec),
-        Err(PodDataRefusal::ContainerNotValid { container: "nope".to_owned() })
+        Err(PodDataRefusal::Pod(PodRefusal::ContainerNotValid { container: "nope".to_owned() }))
     );
     let slurmd = h.world.cluster.pods_iter().find(|pod| pod.namespace.as_str() == "tenant-slurm").unwrap();
     let (namespace, name) = (slurmd.namespace.to_string(), slurmd.name.to_string());

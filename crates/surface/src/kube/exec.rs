@@ -30,8 +30,8 @@ use http::{HeaderMap, Method, Uri};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::authorize;
 use super::status::Status;
+use super::{authorize, pod_refused};
 use crate::app::App;
 use crate::connection::ConnectionLease;
 use cwsandbox_host::runtime::{ExecEvent, ExecInput, ExecSession, ExecSpec, TtySize};
@@ -328,11 +328,7 @@ async fn relay(socket: WebSocket, session: ExecSession, params: ExecParams, leas
 /// What the API server answers when `pods/exec` has no running container to act in.
 fn refused(refusal: PodDataRefusal, name: &str) -> Status {
     match refusal {
-        PodDataRefusal::PodNotFound => Status::not_found("pods", name),
-        PodDataRefusal::ContainerNotValid { container } => {
-            Status::bad_request(format!("container {container} is not valid for pod {name}"))
-        }
-        PodDataRefusal::NoHostAssigned => Status::bad_request(format!("pod {name} does not have a host assigned")),
+        PodDataRefusal::Pod(refusal) => pod_refused(refusal, name),
         PodDataRefusal::NotStarted { container, .. } | PodDataRefusal::SandboxNotReady { container } => {
             Status::bad_request(format!("unable to upgrade connection: container not found (\"{container}\")"))
         }

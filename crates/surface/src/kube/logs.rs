@@ -11,8 +11,8 @@ use cwsandbox_sim::query::Scope;
 use futures::StreamExt;
 use http::Uri;
 
-use super::number;
 use super::status::Status;
+use super::{number, pod_refused};
 use crate::app::App;
 use cwsandbox_host::runtime::{LogEvent, LogRequest};
 
@@ -60,13 +60,7 @@ pub(super) async fn serve(
         Ok(target) => target,
         // A Pod with no process here (slurmd, the scheduler) has logs; they are empty.
         Err(PodDataRefusal::NoProcess) => return Ok(empty()),
-        Err(PodDataRefusal::PodNotFound) => return Err(Status::not_found("pods", name)),
-        Err(PodDataRefusal::ContainerNotValid { container }) => {
-            return Err(Status::bad_request(format!("container {container} is not valid for pod {name}")));
-        }
-        Err(PodDataRefusal::NoHostAssigned) => {
-            return Err(Status::bad_request(format!("pod {name} does not have a host assigned")));
-        }
+        Err(PodDataRefusal::Pod(refusal)) => return Err(pod_refused(refusal, name)),
         Err(PodDataRefusal::NotStarted { container, .. } | PodDataRefusal::SandboxNotReady { container }) => {
             return Err(Status::bad_request(format!(
                 "container \"{container}\" in pod \"{name}\" is waiting to start: ContainerCreating"

@@ -32,6 +32,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use cwsandbox_api::emulator_v1 as pb;
+use cwsandbox_sim::data_target::PodRefusal;
 use cwsandbox_sim::query::{self, FieldSelector, LabelSelector, ObjectQuery, Scope};
 use cwsandbox_sim::world::{PodDeletion, World};
 use http::{HeaderMap, Method, StatusCode, Uri};
@@ -326,6 +327,18 @@ struct Params {
 /// A numeric query parameter, or the API server's 400 naming it.
 fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, Status> {
     value.parse().map_err(|_| Status::bad_request(format!("invalid value for {key}: {value:?}: must be a number")))
+}
+
+/// What the API server answers when a Pod subresource (`exec`, `log`) fails its checks on the
+/// Pod itself, the same for every subresource; each subresource words its other refusals.
+fn pod_refused(refusal: PodRefusal, name: &str) -> Status {
+    match refusal {
+        PodRefusal::NotFound => Status::not_found("pods", name),
+        PodRefusal::ContainerNotValid { container } => {
+            Status::bad_request(format!("container {container} is not valid for pod {name}"))
+        }
+        PodRefusal::NoHostAssigned => Status::bad_request(format!("pod {name} does not have a host assigned")),
+    }
 }
 
 impl Params {
