@@ -106,6 +106,7 @@ impl Driver {
     /// A world built from `values` on `clock`, with identifiers from `seed`.
     pub fn new(values: Values, clock: EmulatorClock, seed: u64) -> SimResult<(Arc<Driver>, PumpReceiver)> {
         let mut world = World::new(values.clone(), Box::new(clock.clone()), Box::new(SeededIds::new(seed)))?;
+        // Every sandbox counts as touched until the first views are published (below).
         world.keep_touched_sandboxes();
         let (pump, receiver) = mpsc::unbounded_channel();
         let driver = Arc::new(Driver {
@@ -126,7 +127,8 @@ impl Driver {
             views: papaya::HashMap::new(),
             next_timer: AtomicI64::new(i64::MAX),
         });
-        // Effects of building the world (none today) go out like any others.
+        // Effects of building the world (none today) go out like any others, and every sandbox's
+        // view is published.
         driver.with_world(|_| ());
         Ok((driver, PumpReceiver(receiver)))
     }
@@ -311,14 +313,12 @@ impl Driver {
                 let _ = self.pump.send(Effect::KillPod { pod_uid: pod.uid.clone() });
                 stopped += 1;
             }
+            // Every sandbox of the fresh world counts as touched, so publishing the views puts
+            // each one out; the old world's views go first.
             world.keep_touched_sandboxes();
-            self.views.pin().clear();
-            for view in world.every_sandbox() {
-                self.views.pin().insert(view.id.clone(), Arc::new(view));
-            }
-            world.take_touched_sandboxes();
             self.pump_effects(&mut world);
             self.note_changes(&world);
+            self.views.pin().clear();
             self.publish_views(&mut world);
             stopped
         };

@@ -402,9 +402,12 @@ impl World {
     }
 
     /// From now on the sandboxes each command touches are kept until
-    /// [`World::take_touched_sandboxes`] takes them (a reader keeping copies of the views asks).
+    /// [`World::take_touched_sandboxes`] takes them (a reader keeping copies of the views asks),
+    /// starting with every sandbox on record: the reader's first take lists them all, so its
+    /// copies start complete.
     pub fn keep_touched_sandboxes(&mut self) {
         self.touches_taken = true;
+        self.touch_all_sandboxes();
     }
 
     /// Every sandbox whose view ([`World::sandbox`]) may differ from when this was last called:
