@@ -146,7 +146,7 @@ impl SandboxView {
     pub fn data_container(&self, asked: &str) -> Option<String> {
         let containers = &self.resolved.containers;
         let found = if asked.is_empty() {
-            containers.iter().find(|container| container.primary).or_else(|| containers.first())
+            self.main_container_index().and_then(|index| containers.get(index))
         } else {
             containers.iter().find(|container| container.name == asked)
         };

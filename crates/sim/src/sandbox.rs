@@ -458,6 +458,13 @@ pub fn sandbox_not_found(id: &str) -> SimError {
 }
 
 impl SandboxView {
+    /// Which of its containers is the main one (index in spec order): the one marked primary,
+    /// else the first; none when it has no containers.
+    pub fn main_container_index(&self) -> Option<usize> {
+        let containers = &self.resolved.containers;
+        containers.iter().position(|container| container.primary).or_else(|| (!containers.is_empty()).then_some(0))
+    }
+
     /// Whether its Pod may be waiting on its host
     /// ([`World::awaits_host`](crate::world::World::awaits_host)): only a sandbox not yet RUNNING
     /// whose Pod exists can be, so readers of a running or ended one skip the query.

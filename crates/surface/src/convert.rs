@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_api::wkt::Timestamp;
 use cwsandbox_sim::quantity::{Quantity, format_bytes};
-use cwsandbox_sim::resolved::{ResolvedContainer, ResourceAmounts};
+use cwsandbox_sim::resolved::ResourceAmounts;
 use cwsandbox_sim::sandbox::{SandboxFilter, SandboxState, SandboxView};
 use cwsandbox_sim::templates::{Template, TemplateInput};
 use cwsandbox_sim::time::SimTime;
@@ -155,17 +155,15 @@ fn effective_side(asked: Option<&pb::Resources>, resolved: &ResourceAmounts) -> 
     Some(pb::Resources { cpu, memory, gpu })
 }
 
-fn primary_index(containers: &[ResolvedContainer]) -> usize {
-    containers.iter().position(|container| container.primary).unwrap_or(0)
-}
-
 /// A sandbox as the API shows it. `spec.network` is input only and is not echoed.
 pub fn sandbox(view: &SandboxView) -> pb::Sandbox {
     let mut spec = view.spec();
     spec.network = None;
-    let main = primary_index(&view.resolved.containers);
-    let resolved_main = view.resolved.containers.get(main);
-    let asked_main = spec.containers.get(main).and_then(|container| container.resource_requirements.as_ref());
+    let main = view.main_container_index();
+    let resolved_main = main.and_then(|index| view.resolved.containers.get(index));
+    let asked_main = main
+        .and_then(|index| spec.containers.get(index))
+        .and_then(|container| container.resource_requirements.as_ref());
     let effective_requirements = resolved_main.map(|resolved| pb::ResourceRequirements {
         requests: effective_side(asked_main.and_then(|asked| asked.requests.as_ref()), &resolved.requests),
         limits: effective_side(asked_main.and_then(|asked| asked.limits.as_ref()), &resolved.limits),
