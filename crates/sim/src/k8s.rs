@@ -646,10 +646,16 @@ impl Cluster {
         let pod = self.pods.get_mut(uid)?;
         self.resource_version += 1;
         pod.resource_version = self.resource_version;
-        if let PodOwner::Sandbox(id) = &pod.owner {
-            self.touched_sandboxes.note(id.clone());
-        }
+        Cluster::touch_sandbox_of(&mut self.touched_sandboxes, pod);
         Some(pod)
+    }
+
+    /// A sandbox's view shows its Pod, so a sandbox's Pod changed, added or removed touches the
+    /// sandbox. Takes the field rather than `self`, so a Pod borrowed from `pods` can be passed.
+    fn touch_sandbox_of(touched_sandboxes: &mut Touched<SharedStr>, pod: &Pod) {
+        if let PodOwner::Sandbox(id) = &pod.owner {
+            touched_sandboxes.note(id.clone());
+        }
     }
 
     /// The sandboxes whose Pods changed, were added or removed since the last call.
@@ -679,9 +685,7 @@ impl Cluster {
             }
         }
         self.pod_names.entry(pod.namespace.clone()).or_default().insert(pod.name.clone(), pod.uid.clone());
-        if let PodOwner::Sandbox(id) = &pod.owner {
-            self.touched_sandboxes.note(id.clone());
-        }
+        Cluster::touch_sandbox_of(&mut self.touched_sandboxes, &pod);
         self.pods.insert(pod.uid.clone(), Box::new(pod));
     }
 
@@ -690,9 +694,7 @@ impl Cluster {
         let pod = *self.pods.remove(uid)?;
         // A removal is a change too: watchers compare resource versions to notice it.
         self.resource_version += 1;
-        if let PodOwner::Sandbox(id) = &pod.owner {
-            self.touched_sandboxes.note(id.clone());
-        }
+        Cluster::touch_sandbox_of(&mut self.touched_sandboxes, &pod);
         if let Some(names) = self.pod_names.get_mut(&pod.namespace) {
             names.remove(&pod.name);
             if names.is_empty() {
