@@ -45,6 +45,8 @@ async fn sandbox_life_cycle_create_get_list_delete() {
     assert_eq!(status.effective_resources, resources("500m", "512Mi"));
     assert_eq!(created.spec.as_ref().unwrap().containers, spec.containers, "the spec is echoed");
     assert_eq!(status.container_statuses[0].name, "main");
+    // No class asked and none by the policy: the Node's default runtime, named as the service does.
+    assert_eq!(status.effective_runtime_class, "<node-default>");
 
     // The SUNK prolog locks the node, then the Pod runs.
     advance(&emulator, Duration::from_secs(2));

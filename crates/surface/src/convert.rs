@@ -155,6 +155,12 @@ fn effective_side(asked: Option<&pb::Resources>, resolved: &ResourceAmounts) -> 
     Some(pb::Resources { cpu, memory, gpu })
 }
 
+/// What `status.effective_runtime_class` says when no named RuntimeClass resolved (no class
+/// asked, none by policy, or a mapping to `node_default`): the Pod runs on its Node's default
+/// runtime. The service never echoes an empty class; the published client's suite reads this
+/// sentinel as "the node's default" (`_required_runtime_class` in its `test_sandbox.py`).
+pub const NODE_DEFAULT_RUNTIME_CLASS: &str = "<node-default>";
+
 /// A sandbox as the API shows it. `spec.network` is input only and is not echoed.
 pub fn sandbox(view: &SandboxView) -> pb::Sandbox {
     let mut spec = view.spec();
@@ -202,7 +208,11 @@ pub fn sandbox(view: &SandboxView) -> pb::Sandbox {
         effective_ingress: view.resolved.ingress.clone(),
         effective_egress: view.resolved.egress.clone(),
         effective_resource_requirements: effective_requirements,
-        effective_runtime_class: view.resolved.runtime_class.clone().unwrap_or_default(),
+        effective_runtime_class: view
+            .resolved
+            .runtime_class
+            .clone()
+            .unwrap_or_else(|| NODE_DEFAULT_RUNTIME_CLASS.to_owned()),
         effective_dns_egress: view.resolved.dns_egress as i32,
         ..Default::default()
     };
