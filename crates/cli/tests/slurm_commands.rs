@@ -129,7 +129,7 @@ fn symlinked_commands_show_cancel_and_account_a_batch_job() {
         "scancel: Terminating job 999999\nscancel: error: Kill job error on job id 999999: Invalid job id specified\n"
     );
     // With `--signal` Slurm verifies the ids first: an unknown or finished job is an error, exit 1
-    // (`-Q` keeps quiet about it).
+    // (`-Q` keeps quiet about it, and still fails).
     for target in ["999999", id.as_str()] {
         let signalled = slurm(&emu, &bin, "scancel", &["--signal=KILL", target]);
         assert_eq!(
@@ -138,7 +138,7 @@ fn symlinked_commands_show_cancel_and_account_a_batch_job() {
         );
     }
     let quiet = slurm(&emu, &bin, "scancel", &["-Q", "-s", "TERM", "999999"]);
-    assert_eq!((quiet.status.code(), text(&quiet.stderr)), (Some(0), String::new()));
+    assert_eq!((quiet.status.code(), text(&quiet.stderr)), (Some(1), String::new()));
     // An invalid format is reported while the options are parsed, before any output: with both
     // streams on one pipe the error comes first, as Slurm's does.
     for (name, format, error) in [
@@ -205,6 +205,18 @@ fn symlinked_commands_show_cancel_and_account_a_batch_job() {
 
 /// The guide's KillWait warning drains a node (docs/facts/sunk.md#drain-margin); `scontrol update`
 /// is how an operator drains one by hand and brings it back.
+#[test]
+fn scancel_with_a_signal_names_it_and_cancels_a_running_job() {
+    let (emu, bin, job) = a_running_batch_job();
+    let id = job.job_id.to_string();
+    let signalled = slurm(&emu, &bin, "scancel", &["-v", "--signal=TERM", &id]);
+    assert_eq!(
+        (signalled.status.code(), text(&signalled.stderr)),
+        (Some(0), format!("scancel: Signal 15 to job {id}\n"))
+    );
+    assert_eq!(ok(&emu, &bin, "sacct", &["-j", &id, "-o", "State", "-P", "-X", "-n"]), "CANCELLED by 0\n");
+}
+
 #[test]
 fn scontrol_update_drains_and_resumes_nodes() {
     let emu = emulator();

@@ -42,10 +42,10 @@ pub struct Options {
     nodes: Option<Vec<String>>,
     quiet: bool,
     verbose: bool,
-    /// `--signal` was given. Any option beyond ids (`has_default_opt()` false) makes Slurm verify
-    /// the ids against the controller's jobs before it signals any: an unknown or finished one
-    /// is then an error.
-    signal: bool,
+    /// The number of the signal `--signal` named (9 or 15). Any option beyond ids
+    /// (`has_default_opt()` false) makes Slurm verify the ids against the controller's jobs
+    /// before it signals any: an unknown or finished one is then an error.
+    signal: Option<u8>,
     info: Option<String>,
 }
 
@@ -108,12 +108,15 @@ pub fn parse(args: &[String]) -> Result<Options, Output> {
                         let name = upper.strip_prefix("SIG").unwrap_or(&upper);
                         // A cancel is SIGKILL after SIGTERM; other signals only notify the job's
                         // processes, which the emulator does not model.
-                        if !matches!(name, "KILL" | "9" | "TERM" | "15") {
-                            return Err(fail(format!(
-                                "scancel: error: --signal={value} is not emulated (only KILL and TERM cancel a job)"
-                            )));
-                        }
-                        options.signal = true;
+                        options.signal = Some(match name {
+                            "KILL" | "9" => 9,
+                            "TERM" | "15" => 15,
+                            _ => {
+                                return Err(fail(format!(
+                                    "scancel: error: --signal={value} is not emulated (only KILL and TERM cancel a job)"
+                                )));
+                            }
+                        });
                     }
                     "state" => {
                         for state in list(&value) {
@@ -247,17 +250,20 @@ impl Command for Scancel {
         for (job_id, outcome) in outcomes {
             let gone = matches!(&outcome, Outcome::Refused(error) if matches!(error.code(), Code::NotFound | Code::FailedPrecondition));
             // `_verify_job_ids`: with `--signal`, an unknown or finished job is refused before
-            // anything is signalled: `Invalid job id specified`, exit 1 (`-Q` silences both).
-            if options.signal && gone {
+            // anything is signalled: `Invalid job id specified` (not with `-Q`), exit 1.
+            if options.signal.is_some() && gone {
+                output.code = 1;
                 if !options.quiet {
-                    output.code = 1;
                     output.stderr.push_str(&format!("{}\n", kill_error(job_id, Code::NotFound)));
                 }
                 continue;
             }
             // Slurm says which job it signals before it asks the controller.
             if options.verbose {
-                output.stderr.push_str(&format!("scancel: Terminating job {job_id}\n"));
+                output.stderr.push_str(&match options.signal {
+                    Some(signal) => format!("scancel: Signal {signal} to job {job_id}\n"),
+                    None => format!("scancel: Terminating job {job_id}\n"),
+                });
             }
             match outcome {
                 Outcome::Cancelled => {}
