@@ -29,7 +29,7 @@ use crate::transport::Transport;
 use cwsandbox_surface::app::App;
 use cwsandbox_surface::not_implemented;
 use cwsandbox_surface::services::{
-    data, discovery, emulator, faults, images, runners, sandbox, snapshots, templates, tenants, volumes,
+    data, discovery, emulator, faults, images, runners, sandbox, settings, snapshots, templates, tenants, volumes,
 };
 
 /// The whole HTTP service of the emulator, ready for [`crate::transport::serve`].
@@ -101,14 +101,8 @@ pub async fn router(app: App, transport: &Transport) -> Router {
             pb::DeleteObjectStorageWifConfigRequest,
             pbjson_types::Empty
         ))
-        .get_file_system_snapshot_bucket_config(not_implemented!(
-            pb::GetFileSystemSnapshotBucketConfigRequest,
-            pb::FileSystemSnapshotBucketConfig
-        ))
-        .update_file_system_snapshot_bucket_config(not_implemented!(
-            pb::UpdateFileSystemSnapshotBucketConfigRequest,
-            pb::FileSystemSnapshotBucketConfig
-        ))
+        .get_file_system_snapshot_bucket_config(settings::get_file_system_snapshot_bucket_config)
+        .update_file_system_snapshot_bucket_config(settings::update_file_system_snapshot_bucket_config)
         .create_secret_store(not_implemented!(pb::CreateSecretStoreRequest, pb::SecretStore))
         .get_secret_store(not_implemented!(pb::GetSecretStoreRequest, pb::SecretStore))
         .list_secret_stores(not_implemented!(pb::ListSecretStoresRequest, pb::ListSecretStoresResponse))

@@ -275,6 +275,78 @@ async fn rpcs_that_are_not_emulated_say_so() {
 }
 
 #[tokio::test]
+async fn the_snapshot_bucket_settings_are_validated_stored_and_returned() {
+    let emulator = start().await;
+    let info = emulator.info().clone();
+    let mut user = SettingsServiceClient::with_interceptor(channel(&emulator).await, Bearer(info.user_token.clone()));
+    let mut admin = SettingsServiceClient::with_interceptor(channel(&emulator).await, Bearer(info.admin_token.clone()));
+    let get = pb::GetFileSystemSnapshotBucketConfigRequest::default();
+    let managed = user.get_file_system_snapshot_bucket_config(get.clone()).await.unwrap().into_inner();
+    assert_eq!(managed.mode, pb::FileSystemSnapshotBucketMode::CwManaged as i32);
+    assert_eq!((managed.bucket_name.as_str(), managed.region.as_str()), ("", ""));
+    assert_eq!(managed.effective_bucket_name, format!("cwsandbox-snapshots-{}", info.org));
+
+    let update = |bucket_name: &str, region: &str, paths: &[&str]| pb::UpdateFileSystemSnapshotBucketConfigRequest {
+        file_system_snapshot_bucket_config: Some(pb::FileSystemSnapshotBucketConfig {
+            bucket_name: bucket_name.to_owned(),
+            region: region.to_owned(),
+            ..Default::default()
+        }),
+        update_mask: (!paths.is_empty())
+            .then(|| cwsandbox_api::wkt::FieldMask { paths: paths.iter().map(|path| (*path).to_owned()).collect() }),
+    };
+    // Settings are the organization's administrators' to change.
+    let denied = user.update_file_system_snapshot_bucket_config(update("team-a", "", &[])).await.unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied);
+
+    // Without a mask, the fields the request sets.
+    let own = admin
+        .update_file_system_snapshot_bucket_config(update("team-snapshots", "US-EAST-04A", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(own.mode, pb::FileSystemSnapshotBucketMode::BringYourOwn as i32);
+    assert_eq!(
+        (own.bucket_name.as_str(), own.region.as_str(), own.effective_bucket_name.as_str()),
+        ("team-snapshots", "US-EAST-04A", "team-snapshots")
+    );
+    assert_eq!(user.get_file_system_snapshot_bucket_config(get.clone()).await.unwrap().into_inner(), own);
+    // A mask changes only what it names.
+    let moved = admin
+        .update_file_system_snapshot_bucket_config(update("", "US-WEST-01A", &["region"]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((moved.bucket_name.as_str(), moved.region.as_str()), ("team-snapshots", "US-WEST-01A"));
+
+    // Bad input names its field and changes nothing.
+    let bad_name =
+        admin.update_file_system_snapshot_bucket_config(update("Team_Snapshots", "", &[])).await.unwrap_err();
+    assert_eq!(bad_name.code(), Code::InvalidArgument);
+    let fields = |error: &tonic::Status| -> Vec<String> {
+        details(error)
+            .bad_request()
+            .map(|bad| bad.field_violations.iter().map(|v| v.field.clone()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(fields(&bad_name), ["file_system_snapshot_bucket_config.bucket_name"]);
+    let bad_path = admin.update_file_system_snapshot_bucket_config(update("x", "", &["bucket"])).await.unwrap_err();
+    assert_eq!((bad_path.code(), fields(&bad_path)), (Code::InvalidArgument, vec!["update_mask.paths[0]".to_owned()]));
+    let orphan_region =
+        admin.update_file_system_snapshot_bucket_config(update("", "", &["bucket_name"])).await.unwrap_err();
+    assert_eq!(fields(&orphan_region), ["file_system_snapshot_bucket_config.region"]);
+    assert_eq!(user.get_file_system_snapshot_bucket_config(get.clone()).await.unwrap().into_inner(), moved);
+
+    // Clearing both goes back to the managed bucket.
+    let back = admin
+        .update_file_system_snapshot_bucket_config(update("", "", &["bucket_name", "region"]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(back, managed);
+}
+
+#[tokio::test]
 async fn data_operations_are_unavailable_without_an_executor() {
     let emulator = start().await;
     let info = emulator.info().clone();

@@ -109,6 +109,51 @@ pub(crate) struct Snapshots {
     by_id: HashMap<SharedStr, FileSystemSnapshot>,
     /// Organization → (request id, volume) → snapshot.
     by_request: HashMap<String, HashMap<(String, String), SharedStr>>,
+    /// Organization → the bucket it named for its snapshots (none: the managed one).
+    buckets: HashMap<String, SnapshotBucket>,
+}
+
+/// Where an organization's snapshots would be stored (SettingsService's
+/// FileSystemSnapshotBucketConfig): a bucket of its own, or, with none named, the one the
+/// platform manages. Stored and returned; the emulator keeps every snapshot on its own disk
+/// whichever it is.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SnapshotBucket {
+    /// The organization's own bucket; empty: the managed one.
+    pub bucket_name: String,
+    /// That bucket's region.
+    pub region: String,
+}
+
+/// What an update of the bucket settings changes: each field given replaces the stored one.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SnapshotBucketUpdate {
+    pub bucket_name: Option<String>,
+    pub region: Option<String>,
+}
+
+/// Why `name` cannot name a bucket: S3's rules, which CoreWeave AI Object Storage follows (3 to
+/// 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit,
+/// no two dots in a row, not an IPv4 address).
+pub fn bucket_name_problem(name: &str) -> Option<&'static str> {
+    let bytes = name.as_bytes();
+    if !(3..=63).contains(&bytes.len()) {
+        return Some("must be 3 to 63 characters long");
+    }
+    if !bytes.iter().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || *byte == b'.' || *byte == b'-') {
+        return Some("may hold only lowercase letters, digits, '.' and '-'");
+    }
+    let alphanumeric = |byte: &u8| byte.is_ascii_lowercase() || byte.is_ascii_digit();
+    if !bytes.first().is_some_and(alphanumeric) || !bytes.last().is_some_and(alphanumeric) {
+        return Some("must start and end with a letter or digit");
+    }
+    if name.contains("..") {
+        return Some("must not hold two dots in a row");
+    }
+    if name.parse::<std::net::Ipv4Addr>().is_ok() {
+        return Some("must not be an IP address");
+    }
+    None
 }
 
 const DEFAULT_PAGE_SIZE: usize = 50;
@@ -119,6 +164,45 @@ fn snapshot_not_found(id: &str) -> SimError {
 }
 
 impl Snapshots {
+    /// The organization's bucket settings (the managed bucket until it names one).
+    pub(crate) fn bucket(&self, org: &str) -> SnapshotBucket {
+        self.buckets.get(org).cloned().unwrap_or_default()
+    }
+
+    /// Applies an update to the organization's bucket settings, checked first: a bucket name
+    /// must be valid, and a region goes with a bucket of the organization's own.
+    pub(crate) fn update_bucket(&mut self, org: &str, update: SnapshotBucketUpdate) -> SimResult<SnapshotBucket> {
+        let mut bucket = self.bucket(org);
+        if let Some(name) = update.bucket_name {
+            bucket.bucket_name = name;
+        }
+        if let Some(region) = update.region {
+            bucket.region = region;
+        }
+        let mut violations = Vec::new();
+        if let Some(problem) =
+            (!bucket.bucket_name.is_empty()).then(|| bucket_name_problem(&bucket.bucket_name)).flatten()
+        {
+            violations
+                .push(crate::error::FieldViolation::new("file_system_snapshot_bucket_config.bucket_name", problem));
+        }
+        if bucket.bucket_name.is_empty() && !bucket.region.is_empty() {
+            violations.push(crate::error::FieldViolation::new(
+                "file_system_snapshot_bucket_config.region",
+                "a region goes with a bucket of the organization's own (bucket_name); the managed bucket has its own",
+            ));
+        }
+        if !violations.is_empty() {
+            return Err(SimError::invalid(Reason::InvalidRequest, violations));
+        }
+        if bucket == SnapshotBucket::default() {
+            self.buckets.remove(org);
+        } else {
+            self.buckets.insert(org.to_owned(), bucket.clone());
+        }
+        Ok(bucket)
+    }
+
     /// The snapshot of `volume` an organization's request id (not empty) began, while it is on
     /// record.
     pub(crate) fn begun_by_request(&self, org: &str, request_id: &str, volume: &str) -> Option<&FileSystemSnapshot> {

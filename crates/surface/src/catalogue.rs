@@ -101,6 +101,11 @@ fn access_of(service: &str, method: &str) -> Access {
     match service {
         "RunnerManagementService" => Access::SandboxAdmin,
         "SandboxTemplateService" if TEMPLATE_WRITES.contains(&method) => Access::SandboxAdmin,
+        "SettingsService"
+            if method.starts_with("Update") || method.starts_with("Delete") || method.starts_with("Create") =>
+        {
+            Access::SandboxAdmin
+        }
         "EmulatorService" if EMULATOR_READERS.contains(&method) => Access::Readers,
         "EmulatorService" if EMULATOR_OPERATOR.contains(&method) => Access::Operator,
         "EmulatorService" => Access::Administrators,
@@ -343,6 +348,15 @@ mod tests {
         assert_eq!(access("/coreweave.sandbox.v1.SandboxDataPlaneService/ReadFile"), Some(Access::SandboxUser));
         assert_eq!(
             access("/coreweave.sandbox.v1.RunnerManagementService/UpdateManagedRunner"),
+            Some(Access::SandboxAdmin)
+        );
+        // An organization's settings: anyone of it reads them, its administrators change them.
+        assert_eq!(
+            access("/coreweave.sandbox.v1.SettingsService/GetFileSystemSnapshotBucketConfig"),
+            Some(Access::SandboxUser)
+        );
+        assert_eq!(
+            access("/coreweave.sandbox.v1.SettingsService/UpdateFileSystemSnapshotBucketConfig"),
             Some(Access::SandboxAdmin)
         );
         assert_eq!(access("/coreweave.sandbox.emulator.v1.EmulatorService/ListPods"), Some(Access::Administrators));

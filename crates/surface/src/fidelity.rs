@@ -115,14 +115,6 @@ pub const REFUSED_METHODS: &[(&str, &str)] = &[
     ("SettingsService.GetObjectStorageWifConfig", "no object storage is reachable"),
     ("SettingsService.UpdateObjectStorageWifConfig", "no object storage is reachable"),
     ("SettingsService.DeleteObjectStorageWifConfig", "no object storage is reachable"),
-    (
-        "SettingsService.GetFileSystemSnapshotBucketConfig",
-        "snapshots are kept on the emulator's disk: there is no bucket to configure",
-    ),
-    (
-        "SettingsService.UpdateFileSystemSnapshotBucketConfig",
-        "snapshots are kept on the emulator's disk: there is no bucket to configure",
-    ),
     ("SettingsService.CreateSecretStore", "there is no secret store"),
     ("SettingsService.GetSecretStore", "there is no secret store"),
     ("SettingsService.ListSecretStores", "there is no secret store"),
@@ -446,6 +438,25 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("ListFileSystemSnapshotsRequest.source_sandbox_id", "filter"),
     emulated("DeleteFileSystemSnapshotRequest.file_system_snapshot_id", "the snapshot; its files are removed"),
     emulated("DeleteFileSystemSnapshotRequest.allow_missing", "NOT_FOUND becomes an empty answer"),
+    // SettingsService: where the organization's snapshots would be stored.
+    emulated(
+        "UpdateFileSystemSnapshotBucketConfigRequest.file_system_snapshot_bucket_config",
+        "the organization's settings",
+    ),
+    stored(
+        "UpdateFileSystemSnapshotBucketConfigRequest.file_system_snapshot_bucket_config.bucket_name",
+        "validated (S3 bucket name rules), stored and returned (empty: the managed bucket); snapshots stay on the emulator's disk",
+    ),
+    stored(
+        "UpdateFileSystemSnapshotBucketConfigRequest.file_system_snapshot_bucket_config.region",
+        "stored and returned with a bucket of the organization's own",
+    ),
+    output_only("UpdateFileSystemSnapshotBucketConfigRequest.file_system_snapshot_bucket_config.mode"),
+    output_only("UpdateFileSystemSnapshotBucketConfigRequest.file_system_snapshot_bucket_config.effective_bucket_name"),
+    emulated(
+        "UpdateFileSystemSnapshotBucketConfigRequest.update_mask",
+        "bucket_name, region (AIP-134; none: the fields the request sets)",
+    ),
     // CreateSandboxFromTemplate, CreateSandboxFromFile
     emulated("CreateSandboxFromTemplateRequest.template_id", "a live template of the caller's organization"),
     same_as(

@@ -5,7 +5,10 @@
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::machine::legal;
 use crate::sandbox::SandboxState;
-use crate::snapshots::{FileSystemSnapshot, SnapshotCapture, SnapshotState, SnapshotTransition, SnapshotTrigger};
+use crate::snapshots::{
+    FileSystemSnapshot, SnapshotBucket, SnapshotBucketUpdate, SnapshotCapture, SnapshotState, SnapshotTransition,
+    SnapshotTrigger,
+};
 use crate::world::World;
 
 impl World {
@@ -154,6 +157,18 @@ impl World {
         let record = record.clone();
         self.snapshot_transitions.add(transition);
         Some(record)
+    }
+
+    /// Where the organization's snapshots would be stored (SettingsService).
+    pub fn snapshot_bucket(&self, org: &str) -> SnapshotBucket {
+        self.snapshots.bucket(org)
+    }
+
+    /// Changes where the organization's snapshots would be stored; an invalid setting changes
+    /// nothing.
+    pub fn update_snapshot_bucket(&mut self, org: &str, update: SnapshotBucketUpdate) -> SimResult<SnapshotBucket> {
+        self.settle();
+        self.snapshots.update_bucket(org, update)
     }
 
     /// One snapshot of the organization.

@@ -10,6 +10,7 @@ pub mod faults;
 pub mod images;
 pub mod runners;
 pub mod sandbox;
+pub mod settings;
 pub mod snapshots;
 pub mod templates;
 pub mod tenants;
