@@ -281,7 +281,7 @@ async fn the_snapshot_bucket_settings_are_validated_stored_and_returned() {
     let mut user = SettingsServiceClient::with_interceptor(channel(&emulator).await, Bearer(info.user_token.clone()));
     let mut admin = SettingsServiceClient::with_interceptor(channel(&emulator).await, Bearer(info.admin_token.clone()));
     let get = pb::GetFileSystemSnapshotBucketConfigRequest::default();
-    let managed = user.get_file_system_snapshot_bucket_config(get.clone()).await.unwrap().into_inner();
+    let managed = user.get_file_system_snapshot_bucket_config(get).await.unwrap().into_inner();
     assert_eq!(managed.mode, pb::FileSystemSnapshotBucketMode::CwManaged as i32);
     assert_eq!((managed.bucket_name.as_str(), managed.region.as_str()), ("", ""));
     assert_eq!(managed.effective_bucket_name, format!("cwsandbox-snapshots-{}", info.org));
@@ -310,7 +310,7 @@ async fn the_snapshot_bucket_settings_are_validated_stored_and_returned() {
         (own.bucket_name.as_str(), own.region.as_str(), own.effective_bucket_name.as_str()),
         ("team-snapshots", "US-EAST-04A", "team-snapshots")
     );
-    assert_eq!(user.get_file_system_snapshot_bucket_config(get.clone()).await.unwrap().into_inner(), own);
+    assert_eq!(user.get_file_system_snapshot_bucket_config(get).await.unwrap().into_inner(), own);
     // A mask changes only what it names.
     let moved = admin
         .update_file_system_snapshot_bucket_config(update("", "US-WEST-01A", &["region"]))
@@ -335,7 +335,7 @@ async fn the_snapshot_bucket_settings_are_validated_stored_and_returned() {
     let orphan_region =
         admin.update_file_system_snapshot_bucket_config(update("", "", &["bucket_name"])).await.unwrap_err();
     assert_eq!(fields(&orphan_region), ["file_system_snapshot_bucket_config.region"]);
-    assert_eq!(user.get_file_system_snapshot_bucket_config(get.clone()).await.unwrap().into_inner(), moved);
+    assert_eq!(user.get_file_system_snapshot_bucket_config(get).await.unwrap().into_inner(), moved);
 
     // Clearing both goes back to the managed bucket.
     let back = admin
