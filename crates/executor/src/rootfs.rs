@@ -299,13 +299,19 @@ pub(crate) fn claim_dir(claims_dir: &Path, claim: &str, owner: Option<(u32, u32)
     Ok(dir)
 }
 
+/// Where scratch volume `name` lives under the sandbox's host directory `dir` (made or not).
+pub(crate) fn volume_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join("volumes").join(name)
+}
+
 /// A scratch volume's directory under the sandbox's host directory `dir`, made if missing.
 pub(crate) fn volume_dir(dir: &Path, name: &str, owner: Option<(u32, u32)>) -> Result<PathBuf, String> {
-    let volumes = dir.join("volumes");
-    if !volumes.is_dir() {
-        make_dir(&volumes, 0o755, None)?;
+    let volume = volume_path(dir, name);
+    if let Some(volumes) = volume.parent()
+        && !volumes.is_dir()
+    {
+        make_dir(volumes, 0o755, None)?;
     }
-    let volume = volumes.join(name);
     if !volume.is_dir() {
         // As Kubernetes makes an emptyDir: writable by any user of the Pod.
         make_dir(&volume, 0o777, owner)?;

@@ -100,24 +100,23 @@ pub fn with_env(name: &str, value: &str) -> Vec<Process> {
 /// passed: a process in the middle of `execve` shows an empty environment for a moment (the new
 /// image's is not set up yet), so one look can miss a process that runs.
 pub fn wait_until_found(name: &str, value: &str, limit: std::time::Duration) -> Vec<Process> {
-    let started = std::time::Instant::now();
-    loop {
-        let found = with_env(name, value);
-        if !found.is_empty() || started.elapsed() >= limit {
-            return found;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    poll_with_env(name, value, limit, |found| !found.is_empty())
 }
 
 /// The living processes whose environment has `name=value`, once none is left or `limit` has
 /// passed: what ends them (a watchdog noticing its emulator died) takes a moment.
 pub fn wait_until_gone(name: &str, value: &str, limit: std::time::Duration) -> Vec<Process> {
+    poll_with_env(name, value, limit, <[Process]>::is_empty)
+}
+
+/// Looks at the processes with `name=value` every 20 ms until `done` holds of them or `limit`
+/// has passed, and answers the last look.
+fn poll_with_env(name: &str, value: &str, limit: std::time::Duration, done: fn(&[Process]) -> bool) -> Vec<Process> {
     let started = std::time::Instant::now();
     loop {
-        let left = with_env(name, value);
-        if left.is_empty() || started.elapsed() >= limit {
-            return left;
+        let found = with_env(name, value);
+        if done(&found) || started.elapsed() >= limit {
+            return found;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

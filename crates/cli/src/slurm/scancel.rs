@@ -276,7 +276,7 @@ impl Command for Scancel {
                 // A job that is unknown or already over is what the cancel wanted: Slurm
                 // (`_cancel_job_id`) keeps quiet about it unless asked to be verbose, and
                 // succeeds either way.
-                Outcome::Refused(error) if matches!(error.code(), Code::NotFound | Code::FailedPrecondition) => {
+                Outcome::Refused(error) if gone => {
                     if options.verbose {
                         output.stderr.push_str(&format!("{}\n", kill_error(job_id, error.code())));
                     }

@@ -35,6 +35,15 @@ pub(super) fn snapshot_dir(root_dir: &Path, id: &str) -> Result<PathBuf, Executo
     Ok(root_dir.join(SNAPSHOTS_DIR).join(id))
 }
 
+/// Where scratch volume `volume` of the sandbox whose host directory is `dir` lives, its name
+/// checked first (a label: it cannot climb out of the sandbox's volumes).
+fn scratch_volume(dir: &Path, volume: &str) -> Result<PathBuf, ExecutorError> {
+    if !super::validate::is_label(volume) {
+        return Err(ExecutorError::InvalidRequest(format!("invalid volume name {volume:?}")));
+    }
+    Ok(crate::rootfs::volume_path(dir, volume))
+}
+
 /// Fills a new sandbox's volume directory `volume` (made, empty) from the snapshot at `snapshot`.
 pub(super) fn restore_volume(snapshot: &Path, volume: &Path) -> Result<(), String> {
     if !snapshot.is_dir() {
@@ -53,11 +62,8 @@ impl Executor {
         if sandbox.running().is_none() {
             return Err(ExecutorError::NotRunning(id.to_owned()));
         }
-        if !super::validate::is_label(volume) {
-            return Err(ExecutorError::InvalidRequest(format!("invalid volume name {volume:?}")));
-        }
+        let source = scratch_volume(&sandbox.dir, volume)?;
         let target = snapshot_dir(&self.inner.config.root_dir, snapshot_id)?;
-        let source = sandbox.dir.join("volumes").join(volume);
         let partial = target.with_file_name(format!(".partial-{snapshot_id}"));
         let copy = move || -> Result<u64, String> {
             let parent = partial.parent().unwrap_or(Path::new("/"));
@@ -91,18 +97,9 @@ impl Executor {
     /// container mounts has no directory and holds nothing.
     pub async fn volume_usage(&self, id: &str, volumes: Vec<String>) -> Result<Vec<u64>, ExecutorError> {
         let sandbox = self.sandbox(id).ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
-        if let Some(volume) = volumes.iter().find(|volume| !super::validate::is_label(volume)) {
-            return Err(ExecutorError::InvalidRequest(format!("invalid volume name {volume:?}")));
-        }
-        let root = sandbox.dir.join("volumes");
+        let dirs = volumes.iter().map(|volume| scratch_volume(&sandbox.dir, volume)).collect::<Result<Vec<_>, _>>()?;
         let measure = move || -> Result<Vec<u64>, String> {
-            volumes
-                .iter()
-                .map(|volume| {
-                    let dir = root.join(volume);
-                    if dir.is_dir() { crate::tree_copy::disk_usage(&dir) } else { Ok(0) }
-                })
-                .collect()
+            dirs.iter().map(|dir| if dir.is_dir() { crate::tree_copy::disk_usage(dir) } else { Ok(0) }).collect()
         };
         tokio::task::spawn_blocking(measure)
             .await

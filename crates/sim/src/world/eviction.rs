@@ -17,7 +17,8 @@ use crate::world::{Effect, World};
 const EVICTED_EXIT_CODE: i32 = 137;
 
 impl World {
-    /// Arms the first look at a started Pod's sized scratch volumes, if it has any.
+    /// Arms the next look at a running Pod's sized scratch volumes, if it has any (the first when
+    /// its containers start, then after each look).
     pub(super) fn arm_volume_check(&mut self, uid: &SharedStr) {
         if self.scratch_limits_of(uid).is_some_and(|limits| !limits.is_empty()) {
             let at = self.now + self.eviction_monitoring_period();
@@ -37,8 +38,7 @@ impl World {
             return;
         }
         self.effects.push(Effect::MeasureVolumes { pod_uid: uid.clone(), volumes });
-        let at = self.now + self.eviction_monitoring_period();
-        self.timers.schedule(at, Timer::VolumeCheck(uid.clone()));
+        self.arm_volume_check(uid);
     }
 
     /// What a Pod's scratch volumes hold, in bytes by volume name, as the host measured it
