@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 
@@ -73,6 +74,18 @@ def processes_with(mark: str) -> list[int]:
         if wanted in environ and state != "Z":
             found.append(int(name))
     return found
+
+
+def processes_at_least(mark: str, count: int, timeout: float = WAIT) -> list[int]:
+    """`processes_with(mark)` once it lists `count` or more, or `timeout` has passed: a process in
+    the middle of `execve` (a background `setsid sleep` just forked) shows an empty environment
+    for a moment, so one look can miss a process that runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = processes_with(mark)
+        if len(found) >= count or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.02)
 
 
 def connect(service: str, method: str, body: dict) -> dict:
