@@ -481,6 +481,10 @@ async fn a_held_sandbox_stays_pending_for_its_virtual_time() {
     operator.add_fault(emu::AddFaultRequest { fault: Some(fault) }).await.unwrap();
     let mut client = sandboxes(&emulator, &info.user_token).await;
     let held = client.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap().into_inner();
+    // The create's answer reads CREATING, as the cloud's does; the Gets then show PENDING.
+    assert_eq!(state_of(&held), pb::State::Creating, "{held:?}");
+    assert!(held.status.as_ref().unwrap().state_reason.contains("held unscheduled"), "{held:?}");
+    assert_eq!(state_of(&sandbox_of(&emulator, &info.user_token, &held.sandbox_id).await), pb::State::Pending);
     let free = running(&emulator, &info.user_token, &info.runner_id, &[]).await;
     assert_eq!(state_of(&free), pb::State::Running, "the fault hit once");
     advance(&emulator, Duration::from_secs(20));

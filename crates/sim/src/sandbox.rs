@@ -465,6 +465,18 @@ impl SandboxView {
         containers.iter().position(|container| container.primary).or_else(|| (!containers.is_empty()).then_some(0))
     }
 
+    /// The sandbox as CreateSandbox answers it: one still waiting for its place, its prolog or
+    /// its images reads CREATING, the API's first state, with the reason kept; the Gets that
+    /// follow show PENDING. The cloud answers a create so (research: client-contract.md §3), and
+    /// the published client relies on it: it keeps a TLS_PASSTHROUGH service's address only from
+    /// a CREATING or RUNNING answer and clears it on any other.
+    pub fn as_create_answer(mut self) -> SandboxView {
+        if self.state == SandboxState::Pending {
+            self.state = SandboxState::Creating;
+        }
+        self
+    }
+
     /// Whether its Pod may be waiting on its host
     /// ([`World::awaits_host`](crate::world::World::awaits_host)): only a sandbox not yet RUNNING
     /// whose Pod exists can be, so readers of a running or ended one skip the query.

@@ -64,8 +64,13 @@ def test_a_server_in_the_sandbox_answers_at_the_url_the_client_returns(mark):
 def test_a_tls_passthrough_endpoint_is_forwarded_as_it_is(mark):
     service = Service(port=9443, name="tls", visibility="public", endpoint=Endpoint(kind="tls_passthrough"))
     with run(mark=mark, services=[service], network=NetworkOptions(deny_egress=True)) as sb:
+        # Create's answer carries the address already (it reads CREATING, and the client keeps a
+        # TLS_PASSTHROUGH address only from a CREATING or RUNNING answer), and it stays the same.
+        created = sb.service_addresses
+        assert [entry.port for entry in created] == [9443], created
         sb.wait(timeout=WAIT)
         [status] = sb.service_addresses
+        assert (status,) == created
         host, port = status.address.rsplit(":", 1)
         assert (status.port, host) == (9443, "127.0.0.1")
         sb.exec(

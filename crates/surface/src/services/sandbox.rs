@@ -42,8 +42,9 @@ pub async fn create_sandbox(
 
 /// A new sandbox's answer, once the host started it where the world placed it at once (the
 /// `instant` timing: RUNNING, as before the host's start was an input of the world, and true
-/// now), and once its services have ports on the host (`crate::ports`). A pull in progress is
-/// not waited for: the answer is CREATING, as the cloud's while its kubelet pulls.
+/// now), and once its services have ports on the host (`crate::ports`). A pull in progress or a
+/// wait for a place is not waited for: the answer is CREATING, as the cloud's
+/// ([`SandboxView::as_create_answer`]).
 async fn published(app: &App, made: Result<SandboxView, ApiError>) -> Result<pb::Sandbox, ApiError> {
     let mut view = made?;
     if view.may_await_host()
@@ -52,14 +53,14 @@ async fn published(app: &App, made: Result<SandboxView, ApiError>) -> Result<pb:
     {
         view = app.driver().read_world(|world| world.sandbox(&view.id)).unwrap_or(view);
     }
-    let message = convert::sandbox(&view);
+    let message = convert::sandbox(&view.clone().as_create_answer());
     let services = message.spec.as_ref().map(|spec| spec.services.as_slice()).unwrap_or_default();
     if services.is_empty() {
         return Ok(message);
     }
     crate::ports::publish(app, &view, services).await;
     let latest = app.driver().read_world(|world| world.sandbox(&view.id)).unwrap_or(view);
-    Ok(convert::sandbox(&latest))
+    Ok(convert::sandbox(&latest.as_create_answer()))
 }
 
 fn create(
