@@ -78,8 +78,8 @@ struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:8080", env = "CWSANDBOX_EMULATOR_LISTEN", value_name = "HOST:PORT")]
     listen: String,
     /// Write the connection details as JSON here once ready (atomically): base_url, listen,
-    /// admin_token, user_token, runner_id, org, pid, isolation, kubeconfig, container_runtime and
-    /// cgroup_limits. Removed on exit. A file a killed emulator left is removed at start; one
+    /// admin_token, user_token, runner_id, org, pid, isolation, kubeconfig, container_runtime,
+    /// cgroup_limits, endpoint_ca_pem and endpoint_ca_file. Removed on exit. A file a killed emulator left is removed at start; one
     /// whose emulator still runs stops the start.
     #[arg(long, value_name = "PATH")]
     ready_file: Option<PathBuf>,
@@ -97,6 +97,11 @@ struct ServeArgs {
     /// Its path is also in the ready file (`kubeconfig`) and in the printed `export KUBECONFIG=`.
     #[arg(long, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
+    /// Write the certificate of the CA behind the HTTPS endpoints of sandbox services (made at
+    /// start) to PATH, so clients can trust them: `SSL_CERT_FILE=PATH`, `curl --cacert PATH`. It
+    /// is also in the ready file (`endpoint_ca_pem`).
+    #[arg(long, value_name = "PATH")]
+    endpoint_ca_file: Option<PathBuf>,
     #[command(flatten)]
     world: WorldArgs,
 }
@@ -542,6 +547,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode> {
     let mut termination = Termination::catch()?;
     let (mut options, _root) = args.world.options(listen)?;
     options.kubeconfig = args.kubeconfig.clone();
+    options.endpoint_ca_file = args.endpoint_ca_file.clone();
     let emulator = start(options).await?;
     if let Some(path) = &args.ready_file {
         emulator.info().write(path).with_context(|| format!("writing the ready file {}", path.display()))?;

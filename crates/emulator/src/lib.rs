@@ -21,7 +21,8 @@ pub mod cli;
 pub use cwsandbox_edge::{decoded_size, fault_stream, guard, server, tls, transport};
 pub use cwsandbox_host::{clock, driver, executor_runtime, image_puller, runtime, state_dir};
 pub use cwsandbox_surface::{
-    app, auth, catalogue, config, convert, direct, errors, faults, fidelity, json_path, kube, ports, services, tenants,
+    app, auth, catalogue, config, convert, direct, endpoints, errors, faults, fidelity, json_path, kube, ports,
+    services, tenants,
 };
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -38,6 +39,7 @@ use crate::auth::Tokens;
 use crate::clock::EmulatorClock;
 use crate::config::EmulatorConfig;
 use crate::driver::Driver;
+use crate::endpoints::EndpointTls;
 use crate::runtime::SandboxRuntime;
 
 /// The organization of generated tokens when no runner names one.
@@ -61,6 +63,8 @@ pub struct Options {
     pub clock: EmulatorClock,
     /// Where to write a kubeconfig for the kube facade (admin token), if anywhere.
     pub kubeconfig: Option<PathBuf>,
+    /// Where to write the HTTPS endpoints' CA certificate (PEM), if anywhere.
+    pub endpoint_ca_file: Option<PathBuf>,
     /// Timeouts, the connection cap, request size and memory limits.
     pub transport: transport::Transport,
     /// Accept the fixed development tokens ([`auth::DEV_ADMIN_TOKEN`], [`auth::DEV_USER_TOKEN`])
@@ -79,6 +83,7 @@ impl Options {
             runtime: None,
             clock: EmulatorClock::new(),
             kubeconfig: None,
+            endpoint_ca_file: None,
             transport: transport::Transport::default(),
             dev_tokens: false,
         }
@@ -132,6 +137,13 @@ pub struct ReadyInfo {
     /// Whether sandboxes' CPU and memory limits are enforced (cgroups through the OCI runtime).
     #[serde(default)]
     pub cgroup_limits: bool,
+    /// The CA certificate (PEM) of the HTTPS endpoints' TLS: what a client trusts them with
+    /// (`SSL_CERT_FILE`, `curl --cacert`). Made at start, in memory only.
+    #[serde(default)]
+    pub endpoint_ca_pem: String,
+    /// Where that certificate was written (`serve --endpoint-ca-file`); empty when nowhere.
+    #[serde(default)]
+    pub endpoint_ca_file: String,
 }
 
 impl ReadyInfo {
@@ -185,6 +197,14 @@ pub enum StartError {
     /// No TLS identity could be made.
     #[error("{0}")]
     Tls(#[from] tls::TlsError),
+    /// The HTTPS endpoints' CA certificate could not be written.
+    #[error("cannot write the HTTPS endpoints' CA certificate {path}: {source}")]
+    EndpointCa {
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The kubeconfig could not be written.
     #[error("cannot write the kubeconfig {path}: {source}")]
     Kubeconfig {
@@ -239,7 +259,18 @@ fn seed_from_clock() -> u64 {
 impl Emulator {
     /// Builds the world, binds the port and starts serving; returns once connections are accepted.
     pub async fn start(options: Options) -> Result<Emulator, StartError> {
-        let Options { listen, config, seed, limits, runtime, clock, kubeconfig, transport, dev_tokens } = options;
+        let Options {
+            listen,
+            config,
+            seed,
+            limits,
+            runtime,
+            clock,
+            kubeconfig,
+            endpoint_ca_file,
+            transport,
+            dev_tokens,
+        } = options;
         let default_org =
             config.values.runners.first().map(|runner| runner.org.clone()).unwrap_or_else(|| DEFAULT_ORG.to_owned());
         let tokens = match (config.auth.tokens.is_empty(), dev_tokens) {
@@ -292,7 +323,16 @@ impl Emulator {
         let pulls_images = runtime.as_ref().is_some_and(|runtime| runtime.pulls_images());
         let limits_enforced = !pulls_images || runtime.as_ref().is_some_and(|runtime| runtime.cgroup_limits());
         driver.set_host_runtime(runtime.is_some(), pulls_images, limits_enforced);
-        let app = App::new(Arc::clone(&driver), tokens, runtime.clone(), limits, config.strictness, Arc::new(direct));
+        let endpoints = Arc::new(EndpointTls::new(bound.ip())?);
+        let app = App::new(
+            Arc::clone(&driver),
+            tokens,
+            runtime.clone(),
+            limits,
+            config.strictness,
+            Arc::new(direct),
+            Arc::clone(&endpoints),
+        );
         app.install_configured_faults(config.faults).map_err(|error| StartError::Fault(error.to_string()))?;
         let router = server::router(app.clone(), &transport).await;
         let direct_router = server::direct_router(app.clone(), &transport);
@@ -326,7 +366,13 @@ impl Emulator {
                 .map_or_else(|| "none".to_owned(), |runtime| runtime.container_runtime()),
             cgroup_limits: runtime.as_ref().is_some_and(|runtime| runtime.cgroup_limits()),
             kubeconfig: kubeconfig.as_ref().map(|path| path.display().to_string()).unwrap_or_default(),
+            endpoint_ca_pem: endpoints.ca_pem().to_owned(),
+            endpoint_ca_file: endpoint_ca_file.as_ref().map(|path| path.display().to_string()).unwrap_or_default(),
         };
+        if let Some(path) = &endpoint_ca_file {
+            std::fs::write(path, endpoints.ca_pem())
+                .map_err(|source| StartError::EndpointCa { path: path.clone(), source })?;
+        }
         if let Some(path) = &kubeconfig {
             let server = format!("https://{}", SocketAddr::new(host, bound.port()));
             let text = kube::kubeconfig(&server, &identity.certificate_pem, info.api_key());

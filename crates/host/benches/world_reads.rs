@@ -182,7 +182,7 @@ fn main() {
         let same = &ids[live / 2];
         let write = |count: usize| {
             let id = &ids[count % live];
-            driver.with_world(|world| world.publish_services(id, Vec::new()));
+            driver.with_world(|world| world.publish_services(id, Vec::new(), None));
         };
         let locked = || {
             std::hint::black_box(driver.read_world(|world| world.get_sandbox(ORG, same)).expect("readable"));

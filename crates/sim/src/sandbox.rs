@@ -226,6 +226,9 @@ pub(crate) struct Sandbox {
     pub(crate) life: Life,
     /// Where the host forwards each of its services' ports: (port in the sandbox, host address).
     pub(crate) published: Vec<(i32, String)>,
+    /// The credential its share-token HTTPS endpoints ask callers for, made by the host with the
+    /// endpoints' listeners.
+    pub(crate) endpoint_share_token: Option<Arc<str>>,
     /// Containers whose command ended while the sandbox ran on: (name, exit code).
     pub(crate) ended_containers: Vec<(String, i32)>,
 }
@@ -448,6 +451,9 @@ pub struct SandboxView {
     pub node_name: Option<SharedStr>,
     /// Where the host serves its services' ports: (port in the sandbox, host `address:port`).
     pub published: Vec<(i32, String)>,
+    /// The share token of its share-token HTTPS endpoints: a secret, which only the create's
+    /// answer (and a replay of that create) carries, never a Get or a List.
+    pub endpoint_share_token: Option<Arc<str>>,
     /// Containers whose command ended while the sandbox went on (sidecars): (name, exit code).
     pub ended_containers: Vec<(String, i32)>,
 }
@@ -774,11 +780,13 @@ pub(crate) fn container_inputs(
     Ok(all)
 }
 
-/// The services whose ports the host can forward: TCP ports, each once, plain or with a
-/// TLS_PASSTHROUGH endpoint. UDP and SCTP, and HTTPS endpoints (the platform would terminate
-/// TLS), are refused by name.
+/// The services whose ports the host can forward: TCP ports, each once, plain, with an HTTPS
+/// endpoint (TLS terminated by the host, `auth` OPEN or SHARE_TOKEN, a request timeout of 0 or
+/// 15 to 900 seconds) or a TLS_PASSTHROUGH one (neither auth nor timeout). An endpoint is a
+/// PUBLIC service's (the published client's `Endpoint`: "Product endpoint on a PUBLIC service").
+/// UDP and SCTP are refused by name.
 pub(crate) fn check_services(spec: &SandboxSpec) -> SimResult<()> {
-    use cwsandbox_api::sandbox_v1::{EndpointKind, ServiceProtocol};
+    use cwsandbox_api::sandbox_v1::{EndpointAuth, EndpointKind, ServiceProtocol, Visibility};
     let mut invalid = Vec::new();
     let mut unimplemented = Vec::new();
     for (index, service) in spec.services.iter().enumerate() {
@@ -795,15 +803,45 @@ pub(crate) fn check_services(spec: &SandboxSpec) -> SimResult<()> {
                 "not emulated: only TCP ports are forwarded to the host",
             )),
         }
-        if let Some(endpoint) = &service.endpoint {
-            match EndpointKind::try_from(endpoint.kind) {
-                Ok(EndpointKind::TlsPassthrough) => {}
-                Ok(EndpointKind::Https) => unimplemented.push(FieldViolation::new(
-                    format!("{at}.endpoint.kind"),
-                    "not emulated: no TLS is terminated for a sandbox (a service without an endpoint is served at an http:// URL, TLS_PASSTHROUGH forwards TLS as it is)",
-                )),
-                _ => invalid.push(FieldViolation::new(format!("{at}.endpoint.kind"), "required when an endpoint is set")),
+        let Some(endpoint) = &service.endpoint else { continue };
+        let auth = EndpointAuth::try_from(endpoint.auth).unwrap_or(EndpointAuth::Unspecified);
+        let timeout = endpoint.request_timeout_seconds;
+        match EndpointKind::try_from(endpoint.kind) {
+            Ok(EndpointKind::Https) => {
+                if auth == EndpointAuth::Unspecified {
+                    invalid.push(FieldViolation::new(
+                        format!("{at}.endpoint.auth"),
+                        "required for an HTTPS endpoint: OPEN or SHARE_TOKEN",
+                    ));
+                }
+                if timeout != 0 && !ENDPOINT_REQUEST_TIMEOUT_SECONDS.contains(&timeout) {
+                    invalid.push(FieldViolation::new(
+                        format!("{at}.endpoint.request_timeout_seconds"),
+                        format!("{timeout} is out of range: 0 (the default, 15) or 15 to 900 seconds"),
+                    ));
+                }
             }
+            Ok(EndpointKind::TlsPassthrough) => {
+                if auth != EndpointAuth::Unspecified {
+                    invalid.push(FieldViolation::new(
+                        format!("{at}.endpoint.auth"),
+                        "must be unset for a TLS_PASSTHROUGH endpoint (the workload owns its TLS)",
+                    ));
+                }
+                if timeout != 0 {
+                    invalid.push(FieldViolation::new(
+                        format!("{at}.endpoint.request_timeout_seconds"),
+                        "must be unset for a TLS_PASSTHROUGH endpoint (no request is seen to be timed)",
+                    ));
+                }
+            }
+            _ => invalid.push(FieldViolation::new(format!("{at}.endpoint.kind"), "required when an endpoint is set")),
+        }
+        if service.visibility != Visibility::Public as i32 {
+            invalid.push(FieldViolation::new(
+                format!("{at}.visibility"),
+                "an endpoint is a PUBLIC service's: set visibility PUBLIC, or drop the endpoint",
+            ));
         }
     }
     if let Some(violation) = mixed_visibilities(spec) {
@@ -822,6 +860,13 @@ pub(crate) fn check_services(spec: &SandboxSpec) -> SimResult<()> {
     }
     Ok(())
 }
+
+/// The request timeouts an HTTPS endpoint may ask for, in seconds (0: the default).
+pub const ENDPOINT_REQUEST_TIMEOUT_SECONDS: std::ops::RangeInclusive<i32> = 15..=900;
+
+/// An HTTPS endpoint's request timeout when it asks for none (the published client: "15 when
+/// create omitted or sent 0").
+pub const DEFAULT_ENDPOINT_REQUEST_TIMEOUT_SECONDS: i32 = 15;
 
 /// The first service whose visibility mixes PUBLIC with PRIVATE on one sandbox (an unset one
 /// reads PRIVATE), which the v1 service refuses as not implemented (the published client's suite:
@@ -980,7 +1025,7 @@ mod machine_tests {
 
 #[cfg(test)]
 mod service_tests {
-    use cwsandbox_api::sandbox_v1::{Service, Visibility};
+    use cwsandbox_api::sandbox_v1::{EndpointAuth, EndpointKind, EndpointSpec, Service, Visibility};
 
     use super::*;
 
@@ -1011,6 +1056,47 @@ mod service_tests {
             assert_eq!(error.reason(), Some(Reason::NotImplemented), "{mixed:?}");
             assert_eq!(error.violations()[0].field, field, "{mixed:?}");
             assert!(error.to_string().contains("PUBLIC"), "{error}");
+        }
+    }
+
+    fn endpoint(kind: EndpointKind, auth: EndpointAuth, timeout: i32, visibility: Visibility) -> SandboxSpec {
+        let service = Service {
+            port: 8443,
+            visibility: visibility as i32,
+            endpoint: Some(EndpointSpec { kind: kind as i32, auth: auth as i32, request_timeout_seconds: timeout }),
+            ..Service::default()
+        };
+        SandboxSpec { services: vec![service], ..SandboxSpec::default() }
+    }
+
+    #[test]
+    fn endpoints_are_checked_as_the_published_client_documents_them() {
+        use EndpointAuth::{Open, ShareToken, Unspecified as NoAuth};
+        use EndpointKind::{Https, TlsPassthrough, Unspecified as NoKind};
+        use Visibility::{Private, Public, Unspecified};
+        for accepted in [
+            endpoint(Https, Open, 0, Public),
+            endpoint(Https, ShareToken, 15, Public),
+            endpoint(Https, Open, 900, Public),
+            endpoint(TlsPassthrough, NoAuth, 0, Public),
+        ] {
+            assert_eq!(check_services(&accepted), Ok(()), "{accepted:?}");
+        }
+        let at = "sandbox.spec.services[0]";
+        for (refused, field) in [
+            (endpoint(Https, NoAuth, 0, Public), "endpoint.auth"),
+            (endpoint(Https, Open, 14, Public), "endpoint.request_timeout_seconds"),
+            (endpoint(Https, Open, 901, Public), "endpoint.request_timeout_seconds"),
+            (endpoint(Https, Open, -1, Public), "endpoint.request_timeout_seconds"),
+            (endpoint(TlsPassthrough, Open, 0, Public), "endpoint.auth"),
+            (endpoint(TlsPassthrough, NoAuth, 30, Public), "endpoint.request_timeout_seconds"),
+            (endpoint(NoKind, NoAuth, 0, Public), "endpoint.kind"),
+            (endpoint(Https, Open, 0, Private), "visibility"),
+            (endpoint(TlsPassthrough, NoAuth, 0, Unspecified), "visibility"),
+        ] {
+            let error = check_services(&refused).unwrap_err();
+            assert_eq!(error.reason(), Some(Reason::InvalidRequest), "{refused:?}");
+            assert_eq!(error.violations()[0].field, format!("{at}.{field}"), "{refused:?}");
         }
     }
 }

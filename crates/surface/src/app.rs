@@ -1,5 +1,6 @@
 //! The state every handler shares: the driver (world and clock), the tokens, the optional
-//! process runtime, the limits and the direct data plane's certificate authority.
+//! process runtime, the limits, the direct data plane's certificate authority and the HTTPS
+//! endpoints' TLS.
 
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -7,6 +8,7 @@ use cwsandbox_sync::{MutexUnpoisoned, RwLockUnpoisoned};
 
 use crate::auth::{Principal, Tokens, bearer};
 use crate::direct::DirectPlane;
+use crate::endpoints::EndpointTls;
 use crate::errors::ApiError;
 use crate::faults::Faults;
 use crate::fidelity::{self, Strictness};
@@ -41,6 +43,7 @@ struct Inner {
     limits: Limits,
     strictness: Strictness,
     direct: Arc<DirectPlane>,
+    endpoints: Arc<EndpointTls>,
 }
 
 /// Cheap to clone; handlers get it as axum state.
@@ -62,6 +65,7 @@ impl App {
         limits: Limits,
         strictness: Strictness,
         direct: Arc<DirectPlane>,
+        endpoints: Arc<EndpointTls>,
     ) -> App {
         App(Arc::new(Inner {
             driver,
@@ -73,6 +77,7 @@ impl App {
             limits,
             strictness,
             direct,
+            endpoints,
         }))
     }
 
@@ -85,6 +90,11 @@ impl App {
     /// The direct data plane's certificate authority and grants.
     pub fn direct(&self) -> &DirectPlane {
         &self.0.direct
+    }
+
+    /// The HTTPS endpoints' certificate authority and TLS configuration.
+    pub fn endpoints(&self) -> &EndpointTls {
+        &self.0.endpoints
     }
 
     /// The driver.

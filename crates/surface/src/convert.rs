@@ -10,7 +10,7 @@ use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_api::wkt::Timestamp;
 use cwsandbox_sim::quantity::{Quantity, format_bytes};
 use cwsandbox_sim::resolved::ResourceAmounts;
-use cwsandbox_sim::sandbox::{SandboxFilter, SandboxState, SandboxView};
+use cwsandbox_sim::sandbox::{DEFAULT_ENDPOINT_REQUEST_TIMEOUT_SECONDS, SandboxFilter, SandboxState, SandboxView};
 use cwsandbox_sim::templates::{Template, TemplateInput};
 use cwsandbox_sim::time::SimTime;
 
@@ -82,8 +82,10 @@ pub fn sandbox_filter(request: &pb::ListSandboxesRequest, state: Option<SandboxS
 }
 
 /// The status of a sandbox's services: each port as asked, with where the host serves it (an
-/// `http://` URL, or a TLS_PASSTHROUGH endpoint's `host:port`) once it is published and while the
-/// sandbox has not ended. An unset visibility reads PRIVATE: the port is on the host's loopback.
+/// `http://` URL, an HTTPS endpoint's `https://` URL, or a TLS_PASSTHROUGH endpoint's
+/// `host:port`) once it is published and while the sandbox has not ended. An unset visibility
+/// reads PRIVATE: the port is on the host's loopback. An HTTPS endpoint echoes its effective
+/// request timeout (15 s when it asked for none).
 fn services(view: &SandboxView, asked: &[pb::Service]) -> Vec<pb::ServiceStatus> {
     asked
         .iter()
@@ -96,6 +98,20 @@ fn services(view: &SandboxView, asked: &[pb::Service]) -> Vec<pb::ServiceStatus>
                 service.visibility
             };
             let (endpoint, url) = match &service.endpoint {
+                Some(endpoint) if endpoint.kind == pb::EndpointKind::Https as i32 => (
+                    Some(pb::EndpointStatus {
+                        kind: endpoint.kind,
+                        auth: endpoint.auth,
+                        url: address.map(|address| format!("https://{address}")).unwrap_or_default(),
+                        request_timeout_seconds: if endpoint.request_timeout_seconds > 0 {
+                            endpoint.request_timeout_seconds
+                        } else {
+                            DEFAULT_ENDPOINT_REQUEST_TIMEOUT_SECONDS
+                        },
+                        address: String::new(),
+                    }),
+                    String::new(),
+                ),
                 Some(endpoint) => (
                     Some(pb::EndpointStatus {
                         kind: endpoint.kind,

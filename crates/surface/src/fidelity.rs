@@ -332,7 +332,7 @@ pub const FIELDS: &[FieldRule] = &[
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.services",
-        "each TCP port is served on a free port of the host's loopback from creation, relayed into the sandbox's own network (status.services: an http:// URL, or a TLS_PASSTHROUGH endpoint's address)",
+        "each TCP port is served on a free port of the host's loopback from creation, relayed into the sandbox's own network (status.services: an http:// URL, an HTTPS endpoint's https:// URL, or a TLS_PASSTHROUGH endpoint's address)",
     ),
     emulated("CreateSandboxRequest.sandbox.spec.services.port", "the port inside the sandbox; 1-65535, each once"),
     emulated("CreateSandboxRequest.sandbox.spec.services.name", "echoed in status.services"),
@@ -346,19 +346,16 @@ pub const FIELDS: &[FieldRule] = &[
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.services.endpoint",
-        "TLS_PASSTHROUGH: the port forwarded as it is, its address in the endpoint",
+        "a PUBLIC service's: HTTPS has TLS terminated by the emulator (a certificate of the CA it makes at start, in the ready file) and each request proxied into the sandbox; TLS_PASSTHROUGH forwards the port as it is, its host:port in the endpoint's address",
+    ),
+    emulated("CreateSandboxRequest.sandbox.spec.services.endpoint.kind", "HTTPS or TLS_PASSTHROUGH"),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.services.endpoint.auth",
+        "HTTPS only, required: OPEN, or SHARE_TOKEN (a token made at create, answered by the create alone; a request without it in X-Sandbox-Share-Token or ?share_token= gets 401, and the workload never sees it)",
     ),
     emulated(
-        "CreateSandboxRequest.sandbox.spec.services.endpoint.kind",
-        "TLS_PASSTHROUGH; HTTPS is refused by name (no TLS is terminated)",
-    ),
-    refused(
-        "CreateSandboxRequest.sandbox.spec.services.endpoint.auth",
-        "no HTTPS endpoint is served, so no caller is checked",
-    ),
-    refused(
         "CreateSandboxRequest.sandbox.spec.services.endpoint.request_timeout_seconds",
-        "no HTTPS endpoint is served, so no request is proxied or timed",
+        "HTTPS only: 0 (15) or 15-900 seconds for the sandbox to answer a request's headers, else 504",
     ),
     emulated("CreateSandboxRequest.sandbox.spec.max_lifetime_seconds", "the sandbox ends when its lifetime is over"),
     refused("CreateSandboxRequest.sandbox.spec.network_ids", "there are no sandbox networks"),
@@ -1082,15 +1079,6 @@ mod tests {
         }
     }
 
-    /// A TLS_PASSTHROUGH endpoint that asks for an auth mode: refused, as no HTTPS is served.
-    fn open_passthrough() -> pb::EndpointSpec {
-        pb::EndpointSpec {
-            kind: pb::EndpointKind::TlsPassthrough as i32,
-            auth: pb::EndpointAuth::Open as i32,
-            ..Default::default()
-        }
-    }
-
     fn main_container() -> pb::Container {
         pb::Container { name: "main".to_owned(), image: "python:3.11".to_owned(), ..Default::default() }
     }
@@ -1125,7 +1113,6 @@ mod tests {
                     source: Some(pb::sandbox_volume::Source::Scratch(sized)),
                 },
             ],
-            services: vec![pb::Service { port: 8080, endpoint: Some(open_passthrough()), ..Default::default() }],
             network: Some(pb::NetworkOptions { deny_ingress: Some(true), ..Default::default() }),
             ..Default::default()
         };
@@ -1134,7 +1121,6 @@ mod tests {
             [
                 "sandbox.spec.containers[0].security_context.read_only_root_filesystem",
                 "sandbox.spec.containers[1].startup_probe",
-                "sandbox.spec.services[0].endpoint.auth",
                 "sandbox.spec.network.deny_ingress",
             ]
         );
@@ -1185,7 +1171,7 @@ mod tests {
                 security_context: Some(privileged),
                 ..Default::default()
             }],
-            services: vec![pb::Service { port: 8080, endpoint: Some(open_passthrough()), ..Default::default() }],
+            network_ids: vec!["net".to_owned()],
             tags: vec!["emulated".to_owned()],
             ..Default::default()
         };
@@ -1196,12 +1182,12 @@ mod tests {
         };
         assert_eq!(
             fields(unemulated(&from_template)),
-            ["overrides.containers[0].security_context.privileged", "overrides.services[0].endpoint.auth"]
+            ["overrides.containers[0].security_context.privileged", "overrides.network_ids"]
         );
         let template = pb::CreateSandboxTemplateRequest {
             sandbox_template: Some(pb::SandboxTemplate {
                 display_name: "t".to_owned(),
-                spec: Some(pb::PartialSandboxSpec { services: Vec::new(), ..partial }),
+                spec: Some(pb::PartialSandboxSpec { network_ids: Vec::new(), ..partial }),
                 attachments: Some(Default::default()),
                 ..Default::default()
             }),

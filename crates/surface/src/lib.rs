@@ -17,6 +17,7 @@ pub mod config;
 pub mod connection;
 pub mod convert;
 pub mod direct;
+pub mod endpoints;
 pub mod errors;
 pub mod faults;
 pub mod fidelity;

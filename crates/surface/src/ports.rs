@@ -3,27 +3,66 @@
 //! sees its URL while the sandbox is still CREATING (as the real service assigns one early:
 //! assigned is not the same as listening). Each connection accepted there is relayed to the port
 //! inside the sandbox, connected in the sandbox's own network by the runtime; while the sandbox
-//! does not run, or nothing listens on the port, the connection is closed at once. The
+//! does not run, or nothing listens on the port, the connection is closed at once. An HTTPS
+//! endpoint's listener terminates TLS and proxies each request instead (`crate::endpoints`). The
 //! listeners close when the sandbox ends or is forgotten.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
-use cwsandbox_api::sandbox_v1::Service;
-use cwsandbox_sim::sandbox::{SandboxState, SandboxView};
+use cwsandbox_api::sandbox_v1::{EndpointAuth, EndpointKind, Service};
+use cwsandbox_sim::sandbox::{DEFAULT_ENDPOINT_REQUEST_TIMEOUT_SECONDS, SandboxState, SandboxView};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::app::App;
+use crate::endpoints::{self, HttpsEndpoint};
 
-/// Opens a listener for each of a new sandbox's services, tells the world where they are, and
-/// relays their connections until the sandbox ends. A sandbox without services, or whose
-/// services are published already (a replayed create), is left as it is.
+/// What a service's listener does with a connection.
+#[derive(Clone)]
+enum Forward {
+    /// Relays its bytes as they are (a plain service, a TLS_PASSTHROUGH endpoint).
+    Tcp,
+    /// Terminates TLS and proxies its requests (an HTTPS endpoint).
+    Https(Arc<HttpsEndpoint>),
+}
+
+/// Opens a listener for each of a new sandbox's services, tells the world where they are (and
+/// the share token its share-token endpoints ask for), and relays their connections until the
+/// sandbox ends. A sandbox without services, or whose services are published already (a
+/// replayed create), is left as it is.
 pub async fn publish(app: &App, view: &SandboxView, services: &[Service]) {
     if services.is_empty() || !view.published.is_empty() || view.state.is_terminal() {
         return;
     }
     let mut published = Vec::with_capacity(services.len());
+    let mut share_token = None;
     for service in services {
         let Ok(port) = u16::try_from(service.port) else { continue };
+        let forward = match &service.endpoint {
+            Some(endpoint) if endpoint.kind == EndpointKind::Https as i32 => {
+                let wants_token = endpoint.auth == EndpointAuth::ShareToken as i32;
+                if wants_token && share_token.is_none() {
+                    share_token = endpoints::new_share_token();
+                    if share_token.is_none() {
+                        tracing::warn!(sandbox_id = %view.id, port, "no randomness for a share token: the endpoint is not served");
+                        continue;
+                    }
+                }
+                let seconds = if endpoint.request_timeout_seconds > 0 {
+                    endpoint.request_timeout_seconds
+                } else {
+                    DEFAULT_ENDPOINT_REQUEST_TIMEOUT_SECONDS
+                };
+                Forward::Https(Arc::new(HttpsEndpoint {
+                    sandbox_id: view.id.to_string(),
+                    port,
+                    share_token: wants_token,
+                    request_timeout: Duration::from_secs(u64::from(seconds.unsigned_abs())),
+                }))
+            }
+            _ => Forward::Tcp,
+        };
         let listener = match TcpListener::bind(("127.0.0.1", 0)).await {
             Ok(listener) => listener,
             Err(error) => {
@@ -33,21 +72,27 @@ pub async fn publish(app: &App, view: &SandboxView, services: &[Service]) {
         };
         let Ok(address) = listener.local_addr() else { continue };
         published.push((service.port, address.to_string()));
-        tokio::spawn(serve(app.clone(), view.id.to_string(), port, listener));
+        tokio::spawn(serve(app.clone(), view.id.to_string(), port, listener, forward));
     }
     let id = view.id.to_string();
-    app.driver().with_world(|world| world.publish_services(&id, published));
+    let share_token = share_token.map(Arc::from);
+    app.driver().with_world(|world| world.publish_services(&id, published, share_token));
 }
 
 /// Accepts connections for one service until the sandbox has ended (or is gone).
-async fn serve(app: App, sandbox_id: String, port: u16, listener: TcpListener) {
+async fn serve(app: App, sandbox_id: String, port: u16, listener: TcpListener, forward: Forward) {
     let mut changes = app.driver().changes();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((client, peer)) => {
-                    tokio::spawn(relay(app.clone(), sandbox_id.clone(), port, client, peer));
-                }
+                Ok((client, peer)) => match &forward {
+                    Forward::Tcp => {
+                        tokio::spawn(relay(app.clone(), sandbox_id.clone(), port, client, peer));
+                    }
+                    Forward::Https(endpoint) => {
+                        tokio::spawn(endpoints::serve_connection(app.clone(), Arc::clone(endpoint), client, peer));
+                    }
+                },
                 Err(error) => tracing::debug!(sandbox_id, port, %error, "accept failed"),
             },
             changed = changes.changed() => {

@@ -86,8 +86,9 @@ fn run_dir() -> Result<PathBuf> {
 
 impl EmulatorProcess {
     /// Runs `binary serve --listen 127.0.0.1:0 --ready-file … <extra_args>` and waits until it is
-    /// ready. Its log goes to a file shown when a start fails. The kubeconfig for kubectl goes
-    /// to the run's scratch directory unless `extra_args` name a `--kubeconfig`. Sandbox
+    /// ready. Its log goes to a file shown when a start fails. The kubeconfig for kubectl (and
+    /// the HTTPS endpoints' CA certificate) go to the run's scratch directory unless `extra_args`
+    /// name a `--kubeconfig` (an `--endpoint-ca-file`). Sandbox
     /// directories go where the emulator puts them by default (in memory, `/dev/shm`, where it
     /// can, as users get them; it removes them when it stops) unless `extra_args` name a
     /// `--sandbox-root`.
@@ -99,6 +100,9 @@ impl EmulatorProcess {
         command.args(["serve", "--listen", "127.0.0.1:0", "--ready-file"]).arg(&ready_file);
         if !extra_args.iter().any(|arg| arg.starts_with("--kubeconfig")) {
             command.arg("--kubeconfig").arg(dir.join("kubeconfig"));
+        }
+        if !extra_args.iter().any(|arg| arg.starts_with("--endpoint-ca-file")) {
+            command.arg("--endpoint-ca-file").arg(dir.join("endpoint-ca.pem"));
         }
         // The suites are the process runtime's unless a test asks for another: with runc
         // installed and a network, `auto` would pull the images they name (python:3.11).
@@ -161,6 +165,7 @@ impl EmulatorProcess {
             ("TOKEN", self.ready.admin_token.clone()),
             ("USER_TOKEN", self.ready.user_token.clone()),
             ("RUNNER_ID", self.ready.runner_id.clone()),
+            ("CWSANDBOX_ENDPOINT_CA_FILE", self.ready.endpoint_ca_file.clone()),
             ("no_proxy", "127.0.0.1,localhost".to_owned()),
         ]
     }

@@ -328,6 +328,7 @@ impl World {
             started: None,
             life: Life::Live,
             published: Vec::new(),
+            endpoint_share_token: None,
             ended_containers: Vec::new(),
         });
         self.count_sandbox(SandboxTransition::Create);
@@ -773,6 +774,7 @@ impl World {
             node_name: pod.and_then(|pod| pod.node_name.clone()),
             // A stopped sandbox's ports are no longer served.
             published: if state.is_terminal() { Vec::new() } else { sandbox.published.clone() },
+            endpoint_share_token: sandbox.endpoint_share_token.clone(),
             ended_containers: sandbox.ended_containers.clone(),
         }
     }
@@ -787,10 +789,12 @@ impl World {
     }
 
     /// The host serves a sandbox's services at these addresses: (port in the sandbox, host
-    /// `address:port`), shown in its status while it has not ended.
-    pub fn publish_services(&mut self, id: &str, published: Vec<(i32, String)>) {
+    /// `address:port`), shown in its status while it has not ended; its share-token endpoints
+    /// ask for `share_token`.
+    pub fn publish_services(&mut self, id: &str, published: Vec<(i32, String)>, share_token: Option<Arc<str>>) {
         if let Some(sandbox) = self.sandboxes.get_mut(id) {
             sandbox.published = published;
+            sandbox.endpoint_share_token = share_token;
         }
     }
 

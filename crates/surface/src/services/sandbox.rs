@@ -60,7 +60,11 @@ async fn published(app: &App, made: Result<SandboxView, ApiError>) -> Result<pb:
     }
     crate::ports::publish(app, &view, services).await;
     let latest = app.driver().read_world(|world| world.sandbox(&view.id)).unwrap_or(view);
-    Ok(convert::sandbox(&latest.as_create_answer()))
+    let mut message = convert::sandbox(&latest.clone().as_create_answer());
+    // Create-only: the create's answer (and a replay of that create) is the one place a
+    // share-token endpoint's credential is ever shown.
+    message.endpoint_share_token = latest.endpoint_share_token.as_deref().unwrap_or_default().to_owned();
+    Ok(message)
 }
 
 fn create(
