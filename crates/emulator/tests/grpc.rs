@@ -171,6 +171,41 @@ async fn create_is_idempotent_by_request_id() {
 }
 
 #[tokio::test]
+async fn a_share_token_is_answered_by_the_create_and_its_replay_only() {
+    let emulator = start().await;
+    let info = emulator.info().clone();
+    let mut client = sandboxes(&emulator, &info.user_token).await;
+    let mut spec = client_spec(&info.runner_id);
+    spec.services = vec![pb::Service {
+        port: 8000,
+        visibility: pb::Visibility::Public as i32,
+        endpoint: Some(pb::EndpointSpec {
+            kind: pb::EndpointKind::Https as i32,
+            auth: pb::EndpointAuth::ShareToken as i32,
+            request_timeout_seconds: 0,
+        }),
+        ..Default::default()
+    }];
+    let first = client.create_sandbox(create_request(spec.clone(), "share")).await.unwrap().into_inner();
+    assert_eq!(first.endpoint_share_token.len(), 43, "{first:?}");
+    let replayed = client.create_sandbox(create_request(spec, "share")).await.unwrap().into_inner();
+    assert_eq!(
+        (replayed.sandbox_id.as_str(), replayed.endpoint_share_token.as_str()),
+        (first.sandbox_id.as_str(), first.endpoint_share_token.as_str())
+    );
+    let read = sandbox_of(&emulator, &info.user_token, &first.sandbox_id).await;
+    assert_eq!(read.endpoint_share_token, "", "a Get never shows it");
+    let listed = client.list_sandboxes(pb::ListSandboxesRequest::default()).await.unwrap().into_inner();
+    assert!(listed.sandboxes.iter().all(|sandbox| sandbox.endpoint_share_token.is_empty()), "nor a List");
+    let endpoint = &read.status.unwrap().services[0].endpoint.clone().unwrap();
+    assert!(endpoint.url.starts_with("https://127.0.0.1:"), "{endpoint:?}");
+    assert_eq!(endpoint.request_timeout_seconds, 15, "the default, echoed");
+    // A plain sandbox has none.
+    let plain = client.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap().into_inner();
+    assert_eq!(plain.endpoint_share_token, "");
+}
+
+#[tokio::test]
 async fn bad_requests_name_the_field_in_a_bad_request_detail() {
     let emulator = start().await;
     let info = emulator.info().clone();
