@@ -201,7 +201,7 @@ async fn every_refused_field_set_in_a_valid_request_is_refused_by_name() {
         checked.insert(path);
     }
     for (request, alias) in [
-        ("CreateSandboxFromTemplateRequest", "overrides.services.endpoint.auth"),
+        ("CreateSandboxFromTemplateRequest", "overrides.network_ids"),
         ("CreateSandboxTemplateRequest", "sandbox_template.spec.containers.startup_probe"),
         ("CreateSandboxFromFileRequest", "network.dns_egress"),
     ] {
