@@ -165,8 +165,9 @@ pub struct LaunchSpec {
     /// Run the sandbox in this image's root filesystem through the OCI runtime
     /// ([`ExecutorConfig::oci_runtime`]) instead of on the host's system directories. The
     /// command, environment, working directory and user are final (the caller has merged the
-    /// image's config with the Pod's); the command is looked up in the image. Sidecars and an
-    /// empty command are refused for such a sandbox, and no warm sandbox serves it.
+    /// image's config with the Pod's); the command is looked up in the image. Each sidecar then
+    /// runs in an image of its own ([`Sidecar::image`]); an empty command is refused for such a
+    /// sandbox, and no warm sandbox serves it.
     pub image: Option<ImageRoot>,
     /// The memory limit (a container's `limits.memory`), enforced through cgroups for an image
     /// sandbox where the host allows ([`OciRuntimeInfo::cgroup_limits`]); a main command killed
@@ -242,9 +243,11 @@ pub struct VolumeMount {
     pub claim: Option<String>,
 }
 
-/// A container of a sandbox other than its main one. All of a sandbox's containers share its
-/// namespaces and root (no image is pulled, so there is no file system of their own to give
-/// them): what sets one apart is its command, environment, working directory, user and log.
+/// A container of a sandbox other than its main one. Without images, all of a sandbox's
+/// containers share its namespaces and root (no image is pulled, so there is no file system of
+/// their own to give them): what sets one apart is its command, environment, working directory,
+/// user and log. In an image sandbox each has its image, root and processes of its own
+/// ([`Sidecar::image`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Sidecar {
     /// Unique among the sandbox's containers, the main one's included.
@@ -260,6 +263,22 @@ pub struct Sidecar {
     /// As [`LaunchSpec::user`]. An unprivileged emulator maps one user per sandbox, so there a
     /// sidecar must run as the main command's user.
     pub user: Option<SandboxUser>,
+    /// Its own image, for a sandbox that runs in images ([`LaunchSpec::image`], required there):
+    /// the container is then a container of the OCI runtime of its own, with its own root,
+    /// mount and PID namespaces, joined to the main container's network, IPC and UTS namespaces
+    /// (a Pod's containers share those). Its command, environment, working directory and user
+    /// are final, as the main container's are.
+    pub image: Option<ImageRoot>,
+    /// An image sidecar's own mounts of the sandbox's volumes (the main container's are
+    /// [`LaunchSpec::volume_mounts`]; a sandbox without images shares one root, where every
+    /// container's mounts are the spec's).
+    pub volume_mounts: Vec<VolumeMount>,
+    /// An image sidecar's own mounted files.
+    pub files: Vec<MountedFile>,
+    /// An image sidecar's memory limit, as [`LaunchSpec::memory_limit_bytes`].
+    pub memory_limit_bytes: Option<u64>,
+    /// An image sidecar's CPU limit, as [`LaunchSpec::cpu_limit_millis`].
+    pub cpu_limit_millis: Option<u64>,
 }
 
 /// A user and group id inside a sandbox.

@@ -877,7 +877,7 @@ async fn sidecars_run_next_to_the_main_command_with_their_own_environment_and_lo
             ],
             env: env(&[("ROLE", "helper")]),
             working_dir: Some("/srv/helper".into()),
-            user: None,
+            ..Sidecar::default()
         },
         Sidecar { name: "idle".into(), ..Sidecar::default() },
         Sidecar { name: "quits".into(), command: words("sh -c echo_bye"), ..Sidecar::default() },

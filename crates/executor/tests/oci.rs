@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::{SAFETY, argv, env, processes_with_marker, run, run_request, sh, skip, unique, wait_for_log, within};
 use cwsandbox_executor::{
     DEFAULT_SANDBOX_ID_BASE, ExecRequest, Executor, ExecutorConfig, FileError, ImageRoot, LaunchSpec, MainExit,
-    MountedFile, Network, OciSupport, SandboxUser, VolumeMount, WritableLayer,
+    MountedFile, Network, OciSupport, SandboxUser, Sidecar, VolumeMount, WritableLayer,
 };
 use tempfile::TempDir;
 
@@ -694,5 +694,144 @@ async fn limits_are_set_on_the_container_s_cgroups() {
         assert_eq!(cgroup("", "cpu.max"), "25000 100000");
     }
     executor.kill(&id).await;
+    executor.shutdown().await;
+}
+
+/// `script` run by `sh -c` in container `container` of sandbox `id`; its trimmed stdout and exit code.
+async fn sh_in(executor: &Executor, id: &str, container: &str, script: &str) -> (String, i32) {
+    let request = ExecRequest { container: Some(container.into()), ..argv(&["sh", "-c", script]) };
+    let (stdout, _, code) = run_request(executor, id, request).await;
+    (stdout.trim_end().to_owned(), code)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pods_containers_have_their_own_images_and_roots_and_share_network_uts_and_volumes() {
+    let Some(harness) = harness("a_pods_containers_have_their_own_images_and_roots_and_share_network_uts_and_volumes")
+    else {
+        return;
+    };
+    let executor = &harness.executor;
+    let second = build_image(&harness.root.path().join("second"));
+    std::fs::write(harness.image.join("etc/which"), "first\n").unwrap();
+    std::fs::write(second.join("etc/which"), "second\n").unwrap();
+    let marker = unique("marker");
+    let id = unique("pod");
+    let shared = VolumeMount { volume: "shared".into(), path: "/shared".into(), ..VolumeMount::default() };
+    let helper = Sidecar {
+        name: "helper".into(),
+        command: [
+            "sh",
+            "-c",
+            "echo helper up; echo from-helper > /mnt/shared/h; while :; do echo pong | nc -l -p 7000; done",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        env: env(&[("ROLE", "helper"), ("CWSBX_TEST_MARKER", &marker)]),
+        image: Some(ImageRoot { rootfs: second.clone() }),
+        volume_mounts: vec![VolumeMount { path: "/mnt/shared".into(), ..shared.clone() }],
+        files: vec![MountedFile { path: "/etc/helper.conf".into(), content: b"helper's\n".to_vec() }],
+        ..Sidecar::default()
+    };
+    let launch = LaunchSpec {
+        network: Network::LoopbackOnly,
+        name: "main".into(),
+        env: env(&[("ROLE", "main"), ("CWSBX_TEST_MARKER", &marker)]),
+        volume_mounts: vec![shared],
+        sidecars: vec![helper],
+        ..harness.launch("pod-pair", &["sh", "-c", "echo main up; exec sleep 1000"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    wait_for_log(&executor.logs(&id).unwrap(), "main up\n").await;
+    wait_for_log(&executor.container_logs(&id, Some("helper")).unwrap(), "helper up\n").await;
+
+    // Each its image, environment and root: a file written in one is not in the other.
+    assert_eq!(sh(executor, &id, "cat /etc/which; echo $ROLE").await, "first\nmain");
+    assert_eq!(sh_in(executor, &id, "helper", "cat /etc/which; echo $ROLE").await, ("second\nhelper".into(), 0));
+    sh(executor, &id, "echo main > /tmp/only-main").await;
+    assert_eq!(sh_in(executor, &id, "helper", "cat /tmp/only-main").await.1, 1, "main's /tmp is the helper's");
+    assert_eq!(sh_in(executor, &id, "helper", "cat /etc/helper.conf").await.0, "helper's");
+    assert_eq!(run(executor, &id, &["cat", "/etc/helper.conf"]).await.2, 1, "the helper's mounted file is main's");
+    // Its own processes (PID namespace); the Pod's hostname (UTS).
+    assert_eq!(sh_in(executor, &id, "helper", "tr '\\0' ' ' < /proc/1/cmdline").await.0.split(' ').next(), Some("sh"));
+    assert_eq!(sh(executor, &id, "tr '\\0' ' ' < /proc/1/cmdline").await, "sleep 1000");
+    assert_eq!(sh_in(executor, &id, "helper", "hostname").await.0, "pod-pair");
+    // The volume, wherever each mounts it.
+    assert_eq!(sh(executor, &id, "cat /shared/h").await, "from-helper");
+    // The network: the helper's server answers on the loopback the sandbox's port relay reaches.
+    let mut stream = within("the helper's port", async {
+        loop {
+            if let Ok(stream) = executor.connect(&id, 7000).await {
+                break stream;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut pong = [0u8; 5];
+    std::io::Read::read_exact(&mut stream, &mut pong).unwrap();
+    assert_eq!(&pong, b"pong\n");
+    // Files through the API, container by container.
+    executor.write_file_in(&id, Some("helper"), "/tmp/api", b"to the helper").await.unwrap();
+    assert_eq!(executor.read_file_in(&id, Some("helper"), "/tmp/api").await.unwrap(), b"to the helper");
+    assert!(matches!(executor.read_file(&id, "/tmp/api").await, Err(FileError::NotFound)));
+    assert!(matches!(
+        executor.read_file_in(&id, Some("nobody"), "/tmp/api").await,
+        Err(FileError::UnknownContainer(name)) if name == "nobody"
+    ));
+
+    // The stop ends both containers: nothing of them is left.
+    executor.stop(&id, Duration::from_secs(2)).await;
+    assert!(processes_with_marker(&marker).is_empty(), "processes outlived the stop");
+    assert!(runc_containers(&harness.runc_state()).is_empty(), "containers left");
+    executor.shutdown().await;
+    let sandboxes = harness.root.path();
+    assert!(mounts_under(sandboxes).is_empty(), "mounts left: {:?}", mounts_under(sandboxes));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_sidecar_ends_with_the_main_command_and_its_own_end_is_reported() {
+    let Some(harness) = harness("an_image_sidecar_ends_with_the_main_command_and_its_own_end_is_reported") else {
+        return;
+    };
+    let executor = &harness.executor;
+    let mut exits = executor.exits();
+    let id = unique("pod");
+    let sidecar = |name: &str, command: &[&str]| Sidecar {
+        name: name.into(),
+        command: command.iter().map(|arg| arg.to_string()).collect(),
+        image: Some(ImageRoot { rootfs: harness.image.clone() }),
+        ..Sidecar::default()
+    };
+    let launch = LaunchSpec {
+        name: "main".into(),
+        sidecars: vec![
+            sidecar("quits", &["sh", "-c", "exit 3"]),
+            sidecar("missing", &["no-such-program"]),
+            sidecar("stays", &["sleep", "1000"]),
+        ],
+        ..harness.launch("pod-ends", &["sh", "-c", "trap 'exit 5' HUP; while :; do sleep 0.05; done"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    let mut reported = Vec::new();
+    while reported.len() < 2 {
+        let exit: MainExit = within("the sidecars' exits", exits.recv()).await.unwrap();
+        reported.push((exit.container.unwrap_or_default(), exit.exit_code));
+    }
+    reported.sort();
+    assert_eq!(reported, [("missing".to_owned(), 127), ("quits".to_owned(), 3)]);
+    assert_eq!(executor.sidecar_exit_code(&id, "quits"), Some(3));
+    let missing = executor.container_logs(&id, Some("missing")).unwrap();
+    let text = String::from_utf8_lossy(&missing.tail(1 << 16).bytes()).into_owned();
+    assert!(text.contains("no-such-program: command not found"), "{text}");
+    // An ended container is gone, as in Kubernetes: exec does not reach it.
+    assert!(executor.exec(&id, ExecRequest { container: Some("quits".into()), ..argv(&["true"]) }).await.is_err());
+    // The main command's end ends the sidecar that stays.
+    let mut session = executor.exec(&id, argv(&["sh", "-c", "kill -HUP 1"])).await.unwrap();
+    session.stdin.close().await;
+    let _ = within("the exec", session.collect()).await;
+    let exit: MainExit = within("the main exit", exits.recv()).await.unwrap();
+    assert_eq!((exit.container, exit.exit_code), (None, 5));
+    assert!(runc_containers(&harness.runc_state()).is_empty(), "containers left");
     executor.shutdown().await;
 }

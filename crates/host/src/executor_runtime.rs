@@ -272,20 +272,30 @@ fn network_of(launch: &PodLaunch) -> Network {
     if launch.loopback_only { Network::LoopbackOnly } else { Network::Host }
 }
 
+/// One container's volume mounts, for a container with a root of its own (in its image).
+fn own_volume_mounts(container: &ContainerStart) -> Vec<VolumeMount> {
+    container.volume_mounts.iter().map(volume_mount).collect()
+}
+
+/// A mount of the Pod's as the executor makes it.
+fn volume_mount(asked: &cwsandbox_sim::k8s::VolumeMountStart) -> VolumeMount {
+    VolumeMount {
+        volume: asked.volume.clone(),
+        path: asked.path.clone(),
+        read_only: asked.read_only,
+        sub_path: asked.sub_path.clone(),
+        restore_from: asked.restore_from_snapshot.clone(),
+        claim: asked.claim.as_ref().map(claim_key),
+    }
+}
+
 /// Every container's volume mounts, as one root holds them: the same mount asked by two
 /// containers is made once, and two different mounts at one path cannot both be honoured.
 fn volume_mounts(containers: &[ContainerStart]) -> Result<Vec<VolumeMount>, String> {
     let mut mounts: Vec<VolumeMount> = Vec::new();
     for container in containers {
         for asked in &container.volume_mounts {
-            let mount = VolumeMount {
-                volume: asked.volume.clone(),
-                path: asked.path.clone(),
-                read_only: asked.read_only,
-                sub_path: asked.sub_path.clone(),
-                restore_from: asked.restore_from_snapshot.clone(),
-                claim: asked.claim.as_ref().map(claim_key),
-            };
+            let mount = volume_mount(asked);
             match mounts.iter().find(|made| made.path.trim_end_matches('/') == mount.path.trim_end_matches('/')) {
                 Some(made) if *made == mount => {}
                 Some(made) => {
@@ -398,21 +408,42 @@ impl SandboxRuntime for ExecutorRuntime {
             };
             let volume_mounts = volume_mounts(&launch.containers).map_err(RuntimeError::StartFailed)?;
             let mut pulled = self.images.as_ref().map(|images| images.take(&launch.pod_uid)).unwrap_or_default();
-            if let Some(image) = pulled.remove(&main.name) {
-                if !others.is_empty() {
-                    return Err(RuntimeError::StartFailed(format!(
-                        "the OCI runtime runs one container per sandbox; this Pod has {} (run it with \
-                         containerRuntime.kind process)",
-                        launch.containers.len()
-                    )));
+            // In images only when every container has its own (under `auto` an image whose
+            // registry cannot be reached runs the whole Pod on the host's programs, as its
+            // Event says).
+            let all_pulled = launch.containers.iter().all(|container| pulled.contains_key(&container.name));
+            if let Some(image) = pulled.remove(&main.name).filter(|_| all_pulled) {
+                // Each container in its own image, with its own root: its own mounts only.
+                let mut spec = image_launch(&launch, main, &image, own_volume_mounts(main))?;
+                let mut images = vec![image];
+                for container in others {
+                    let Some(image) = pulled.remove(&container.name) else {
+                        return Err(RuntimeError::StartFailed(format!(
+                            "container {:?}: its image was not pulled (every container of a Pod run in images needs one)",
+                            container.name
+                        )));
+                    };
+                    let own = image_launch(&launch, container, &image, own_volume_mounts(container))?;
+                    spec.sidecars.push(Sidecar {
+                        name: container.name.clone(),
+                        command: own.command,
+                        env: own.env,
+                        working_dir: own.working_dir,
+                        user: own.user,
+                        image: own.image,
+                        volume_mounts: own.volume_mounts,
+                        files: own.files,
+                        memory_limit_bytes: own.memory_limit_bytes,
+                        cpu_limit_millis: own.cpu_limit_millis,
+                    });
+                    images.push(image);
                 }
-                let spec = image_launch(&launch, main, &image, volume_mounts)?;
                 let started = self.start_spec(&launch, main, spec).await;
                 if started.is_ok()
-                    && let Some(images) = &self.images
+                    && let Some(puller) = &self.images
                 {
-                    // The sandbox runs on the image's tree until it is removed: not to be evicted.
-                    images.in_use().hold(&launch.pod_uid, image);
+                    // The sandbox runs on the images' trees until it is removed: not to be evicted.
+                    puller.in_use().hold(&launch.pod_uid, images);
                 }
                 return started;
             }
@@ -435,6 +466,7 @@ impl SandboxRuntime for ExecutorRuntime {
                         env: container.env.clone(),
                         working_dir: container.working_dir.clone(),
                         user: user_of(container),
+                        ..Sidecar::default()
                     })
                     .collect(),
                 image: None,
@@ -459,16 +491,6 @@ impl SandboxRuntime for ExecutorRuntime {
             let Some(puller) = &self.images else {
                 return Ok(images.into_iter().map(|image| ImagePulled::Present { image: image.image }).collect());
             };
-            if images.len() > 1 && self.kind == RuntimeKind::Auto {
-                // The OCI runtime runs one container per sandbox; auto runs such a Pod the way
-                // the process runtime does, and says so.
-                let reason = "a Pod of several containers runs the host's programs: the OCI runtime runs \
-                 single-container sandboxes (containerRuntime.kind auto)";
-                return Ok(images
-                    .into_iter()
-                    .map(|image| ImagePulled::NotUsed { image: image.image, reason: reason.to_owned() })
-                    .collect());
-            }
             puller.pull(&pod_uid, images).await
         }
         .boxed()

@@ -40,12 +40,12 @@ pub struct ImagePuller {
 /// The images started Pods run on. Cheap to clone: a sandbox's removal, on a task of its own,
 /// releases its image through one.
 #[derive(Debug, Clone, Default)]
-pub struct InUse(Arc<Mutex<HashMap<String, Image>>>);
+pub struct InUse(Arc<Mutex<HashMap<String, Vec<Image>>>>);
 
 impl InUse {
-    /// Keeps `image` in use for the Pod `pod_uid`.
-    pub fn hold(&self, pod_uid: &str, image: Image) {
-        self.0.lock_unpoisoned().insert(pod_uid.to_owned(), image);
+    /// Keeps `images` (its containers') in use for the Pod `pod_uid`.
+    pub fn hold(&self, pod_uid: &str, images: Vec<Image>) {
+        self.0.lock_unpoisoned().insert(pod_uid.to_owned(), images);
     }
 
     /// The Pod's sandbox is gone: its image may be evicted.
@@ -254,7 +254,7 @@ mod tests {
         puller.pull("pod-1", wanted(&small)).await.unwrap();
         let image = puller.take("pod-1").remove("main").expect("the pulled image");
         // As the runtime does once the sandbox started.
-        puller.in_use().hold("pod-1", image);
+        puller.in_use().hold("pod-1", vec![image]);
         let report = puller.prune().await.unwrap();
         assert_eq!(report.in_use, vec![small_digest.clone()]);
         assert!(report.removed.is_empty(), "{report:?}");

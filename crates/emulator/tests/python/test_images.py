@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from cwsandbox import ResourceOptions
+from cwsandbox import Container, ResourceOptions, Sandbox
 from cwsandbox.exceptions import SandboxFailedError
-from conftest import WAIT, processes_with, run
+from conftest import RUNNER, WAIT, processes_with, run, sandbox_env
 
 REGISTRY = os.environ.get("CWSANDBOX_TEST_REGISTRY", "")
 pytestmark = pytest.mark.skipif(not REGISTRY, reason="needs the OCI runtime run (tests/python_images.rs)")
@@ -114,3 +114,40 @@ def test_a_memory_limit_is_enforced_where_cgroups_allow(mark):
     with pytest.raises(SandboxFailedError) as failed:
         sb.wait_until_complete(timeout=WAIT).result()
     assert "OOMKilled" in (failed.value.status_reason or ""), failed.value.status_reason
+
+
+def test_a_pods_containers_each_run_in_their_image_with_a_root_of_their_own(mark):
+    resources = {"requests": {"cpu": "100m", "memory": "64Mi"}}
+    main = Container(
+        name="main",
+        primary=True,
+        image=BUSYBOX,
+        command="sh",
+        args=["-c", "echo main up; exec sleep 1000"],
+        environment_variables=sandbox_env(mark, ROLE="main"),
+        resources=resources,
+    )
+    helper = Container(
+        name="helper",
+        image=LAYERED,
+        command="sh",
+        args=["-c", "echo helper up; exec sleep 1000"],
+        environment_variables=sandbox_env(mark, ROLE="helper"),
+        resources=resources,
+    )
+    with Sandbox.run(containers=[main, helper], placement_mode="cks", runner_ids=[RUNNER]) as sb:
+        sb.wait(timeout=WAIT)
+        # Each its image: the layered image's motd in the helper, the base one in main.
+        assert sh(sb, "cat /etc/motd").stdout == expected("BASE_MOTD")
+        in_helper = sb.exec(["sh", "-c", "cat /etc/motd; echo $ROLE"], container="helper").result(timeout=WAIT)
+        assert in_helper.stdout.splitlines() == [expected("LAYERED_MOTD").strip(), "helper"], in_helper
+        # A root of its own: main's file is not the helper's, in exec as through the API.
+        sb.write_file("/tmp/main-only", b"main").result(timeout=WAIT)
+        assert sb.exec(["cat", "/tmp/main-only"], container="helper").result(timeout=WAIT).returncode == 1
+        sb.write_file("/tmp/helper-only", b"helper", container="helper").result(timeout=WAIT)
+        assert sb.read_file("/tmp/helper-only", container="helper").result(timeout=WAIT) == b"helper"
+        assert sh(sb, "test -e /tmp/helper-only && echo leaked; echo checked").stdout == "checked\n"
+        # The Pod's hostname, and each container's log.
+        hostname = sb.exec(["hostname"], container="helper").result(timeout=WAIT).stdout.strip()
+        assert hostname == f"sandbox-{sb.sandbox_id}"
+    assert processes_with(mark) == []

@@ -311,6 +311,11 @@ pub(super) async fn watch_keeper(
     }
     sandbox.logs.close();
     sandbox.running.lock_unpoisoned().take();
+    // An image sandbox's sidecars (containers of their own) end with its main command, as a
+    // Pod's containers do; what they report then is not an exit of theirs.
+    for sidecar in &sandbox.sidecars {
+        sidecar.end().await;
+    }
     // Exec'd commands are gone with the namespace (or the process group); this
     // also ends any plain-mode command that left the group.
     let execs: Vec<ExecTracker> = std::mem::take(&mut *sandbox.execs.lock_unpoisoned());

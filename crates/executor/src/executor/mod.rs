@@ -118,11 +118,15 @@ struct Sandbox {
     exit_code: std::sync::OnceLock<i32>,
     /// The (uid, gid) exec'd commands switch to in the user namespace, where they switch.
     command_ids: Option<(u32, u32)>,
-    /// An image sandbox's container.
-    oci: Option<OciContainer>,
+    /// An image sandbox's (main) container.
+    oci: Option<Arc<OciContainer>>,
     /// Whether the OOM killer ran in an image sandbox's container, once it ended.
     oom_killed: std::sync::OnceLock<bool>,
 }
+
+/// What reaches one container of a running sandbox: its running handles, and its runtime
+/// container in an image sandbox.
+type Reached = (Arc<Running>, Option<Arc<OciContainer>>);
 
 /// Where a command exec'd in one of a sandbox's containers starts.
 struct ExecContext<'a> {
@@ -171,6 +175,24 @@ impl Sandbox {
         }
     }
 
+    /// What reaches container `container` while the sandbox runs: the running handles (root,
+    /// namespaces, how commands are exec'd) and, in an image sandbox, the runtime's container:
+    /// the main container's, or an image sidecar's own. A sidecar without an image shares the
+    /// sandbox's.
+    fn reach(&self, container: Option<&str>) -> Result<Reached, ExecutorError> {
+        let main = self.running().ok_or_else(|| ExecutorError::NotRunning(self.id.clone()))?;
+        match self.sidecar(container)? {
+            Some(sidecar) if sidecar.in_image => match sidecar.image_container() {
+                Some(image) => Ok((image.running.clone(), Some(image.container.clone()))),
+                None => Err(ExecutorError::NotRunning(format!(
+                    "{} (its container {:?} does not run)",
+                    self.id, sidecar.name
+                ))),
+            },
+            _ => Ok((main, self.oci.clone())),
+        }
+    }
+
     /// Where an exec in `container` starts: its environment, working directory and ids.
     fn context(&self, container: Option<&str>) -> Result<ExecContext<'_>, ExecutorError> {
         Ok(match self.sidecar(container)? {
@@ -191,6 +213,11 @@ impl Sandbox {
                 _ => signal,
             };
             running.keeper.signal(signal);
+            // An image sandbox's sidecars are containers of their own, outside the main one's
+            // PID namespace: each is signalled too.
+            for sidecar in &self.sidecars {
+                sidecar.signal(signal);
+            }
         }
     }
 
@@ -533,6 +560,7 @@ impl Executor {
         started: Started,
     ) -> Result<(), ExecutorError> {
         let Started { keeper: mut child, running, command_runs, oci } = started;
+        let oci = oci.map(Arc::new);
         let mode = self.inner.mode;
         let logs = Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes));
         let (eof_sender, eof) = oneshot::channel();
@@ -556,6 +584,9 @@ impl Executor {
                 command_ids: mode.command_ids(sidecar.user),
                 logs: Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes)),
                 exit_code: Arc::default(),
+                in_image: oci.is_some(),
+                image: Mutex::default(),
+                watcher: Mutex::default(),
             })
             .collect();
         let sandbox = Arc::new(Sandbox {
@@ -582,9 +613,14 @@ impl Executor {
             // Next to the main command, as a kubelet starts a Pod's containers; a sidecar that
             // cannot be ordered (the sandbox ended meanwhile) leaves the main command's end to
             // tell the story.
-            for (sidecar, launch) in sandbox.sidecars.iter().zip(&spec.sidecars) {
+            for (index, (sidecar, launch)) in sandbox.sidecars.iter().zip(&spec.sidecars).enumerate() {
                 let exits = self.inner.exits_sender.clone();
-                if let Err(error) = sidecars::start(id, &running, sidecar, &launch.command, exits).await {
+                let started = if sidecar.in_image {
+                    self.start_image_sidecar(&sandbox, &running, index, sidecar, launch).await
+                } else {
+                    sidecars::start(id, &running, sidecar, &launch.command, exits).await
+                };
+                if let Err(error) = started {
                     warn!(sandbox = id, container = %sidecar.name, %error, "a sidecar container could not start");
                     sidecar.logs.close();
                 }
@@ -720,7 +756,7 @@ impl Executor {
     /// a session with a message on stderr and exit code 127, not an error.
     pub async fn exec(&self, id: &str, request: ExecRequest) -> Result<ExecSession, ExecutorError> {
         let sandbox = self.sandbox(id).ok_or_else(|| ExecutorError::UnknownSandbox(id.to_owned()))?;
-        let running = sandbox.running().ok_or_else(|| ExecutorError::NotRunning(id.to_owned()))?;
+        let (running, oci_container) = sandbox.reach(request.container.as_deref())?;
         validate_exec(&request)?;
         let Some(program) = request.argv.first() else {
             return Err(ExecutorError::InvalidRequest("argv is empty".into()));
@@ -810,7 +846,7 @@ impl Executor {
                 exec::attach(child, pty_master)
             }
             Target::Oci { .. } => {
-                let (Some(oci), Some(container)) = (&self.inner.oci, &sandbox.oci) else {
+                let (Some(oci), Some(container)) = (&self.inner.oci, &oci_container) else {
                     return Err(ExecutorError::NotRunning(id.to_owned()));
                 };
                 // runc's own failure would be its exit code 255 and its message: the shell's
@@ -852,14 +888,15 @@ impl Executor {
         path: &str,
         content: &[u8],
     ) -> Result<(), FileError> {
-        let (sandbox, running) = self.running_for_files(id)?;
+        let (sandbox, (running, oci)) = self.running_for_files(id, container)?;
         let max = self.inner.config.max_file_bytes;
         if content.len() as u64 > max {
             return Err(FileError::TooLarge { size: content.len() as u64, max });
         }
         let path = files::resolve(path, files_dir(&sandbox, container)?)?;
         let content = content.to_vec();
-        let Some(request) = self.sandbox_file_request(&sandbox, &running, container, FileAccess::Write, &path)? else {
+        let Some(request) = self.sandbox_file_request(&sandbox, &running, oci, container, FileAccess::Write, &path)?
+        else {
             // Plain mode: the host's files, with the emulator's rights (it isolates nothing).
             return self.file_operation(async { Ok(()) }, move |()| files::write(&running.root, &path, &content)).await;
         };
@@ -875,6 +912,7 @@ impl Executor {
         &self,
         sandbox: &Sandbox,
         running: &Running,
+        oci: Option<Arc<OciContainer>>,
         container: Option<&str>,
         access: FileAccess,
         path: &str,
@@ -885,7 +923,7 @@ impl Executor {
         let context = sandbox
             .context(container)
             .map_err(|_| FileError::UnknownContainer(container.unwrap_or_default().into()))?;
-        let ids = match &sandbox.oci {
+        let ids = match &oci {
             Some(container) => Some(context.command_ids.unwrap_or(container.user)),
             None => context.command_ids,
         };
@@ -927,10 +965,11 @@ impl Executor {
 
     /// [`Executor::read_file`] as container `container` sees it (see [`Executor::write_file_in`]).
     pub async fn read_file_in(&self, id: &str, container: Option<&str>, path: &str) -> Result<Vec<u8>, FileError> {
-        let (sandbox, running) = self.running_for_files(id)?;
+        let (sandbox, (running, oci)) = self.running_for_files(id, container)?;
         let max = self.inner.config.max_file_bytes;
         let path = files::resolve(path, files_dir(&sandbox, container)?)?;
-        let Some(request) = self.sandbox_file_request(&sandbox, &running, container, FileAccess::Read, &path)? else {
+        let Some(request) = self.sandbox_file_request(&sandbox, &running, oci, container, FileAccess::Read, &path)?
+        else {
             // Plain mode: the host's files, with the emulator's rights (it isolates nothing).
             return self.file_operation(async { Ok(()) }, move |()| files::read(&running.root, &path, max)).await;
         };
@@ -939,10 +978,14 @@ impl Executor {
         self.file_operation(opened, move |file| files::read_opened(file, max)).await
     }
 
-    fn running_for_files(&self, id: &str) -> Result<(Arc<Sandbox>, Arc<Running>), FileError> {
+    /// The sandbox, and what reaches `container`'s files ([`Sandbox::reach`]).
+    fn running_for_files(&self, id: &str, container: Option<&str>) -> Result<(Arc<Sandbox>, Reached), FileError> {
         let sandbox = self.sandbox(id).ok_or(FileError::SandboxNotRunning)?;
-        let running = sandbox.running().ok_or(FileError::SandboxNotRunning)?;
-        Ok((sandbox, running))
+        let reached = sandbox.reach(container).map_err(|error| match error {
+            ExecutorError::UnknownContainer { container, .. } => FileError::UnknownContainer(container),
+            _ => FileError::SandboxNotRunning,
+        })?;
+        Ok((sandbox, reached))
     }
 
     /// The main command's output (stdout and stderr together) of the sandbox's

@@ -116,6 +116,10 @@ pub(super) struct ContainerPlan {
     pub(super) binds: Vec<(PathBuf, String, bool)>,
     pub(super) memory: Option<u64>,
     pub(super) cpu_millis: Option<u64>,
+    /// The init of the Pod's main container, whose network (where it has one of its own), IPC
+    /// and UTS namespaces this one joins, as a Pod's containers share them; `None`: the main
+    /// container, which makes them.
+    pub(super) join: Option<pid_t>,
 }
 
 /// A container made ready to run: its bundle written and its root's layers in place.
@@ -235,6 +239,7 @@ impl OciRuntime {
             binds,
             memory: Some(64 << 20),
             cpu_millis: Some(1000),
+            join: None,
         };
         let mut failures = Vec::new();
         for (layer, limits) in [
@@ -383,7 +388,23 @@ impl OciRuntime {
         }
         let namespaces = namespaces
             .into_iter()
-            .map(|typ| LinuxNamespaceBuilder::default().typ(typ).build())
+            .map(|typ| {
+                let mut namespace = LinuxNamespaceBuilder::default().typ(typ);
+                // A sidecar joins the main container's, as a Pod's containers share them: its
+                // user namespace too (as a Pod's with user namespaces), which owns the others,
+                // so the sidecar may mount its own /dev/mqueue and /sys for them.
+                let shared = match typ {
+                    LinuxNamespaceType::Network => Some("net"),
+                    LinuxNamespaceType::Ipc => Some("ipc"),
+                    LinuxNamespaceType::Uts => Some("uts"),
+                    LinuxNamespaceType::User => Some("user"),
+                    _ => None,
+                };
+                if let (Some(main), Some(name)) = (plan.join, shared) {
+                    namespace = namespace.path(PathBuf::from(format!("/proc/{main}/ns/{name}")));
+                }
+                namespace.build()
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let mapping =
             LinuxIdMappingBuilder::default().container_id(0u32).host_id(self.base).size(self.count).build()?;
@@ -410,14 +431,17 @@ impl OciRuntime {
             .masked_paths(get_default_maskedpaths())
             .readonly_paths(get_default_readonly_paths())
             .build()?;
-        SpecBuilder::default()
+        let mut spec = SpecBuilder::default()
             .version("1.0.2")
             .process(process)
             .root(RootBuilder::default().path(rootfs).readonly(false).build()?)
-            .hostname(plan.hostname.clone())
             .mounts(self.mounts(plan)?)
             .linux(linux)
-            .build()
+            .build()?;
+        // A joined UTS namespace has its hostname already: none is set there (the builder's
+        // default would be).
+        spec.set_hostname(plan.join.is_none().then(|| plan.hostname.clone()));
+        Ok(spec)
     }
 
     /// `/proc`, `/dev` and its parts, `/sys` read-only, then the volumes and files.
@@ -815,20 +839,16 @@ pub(super) fn connect_in_network_of(pid: pid_t, port: u16) -> std::io::Result<Ow
 /// bundle, unless its command is not in the image (then `None`: it cannot start). Blocking.
 pub(super) fn prepare_sandbox(
     oci: &OciRuntime,
-    mut plan: ContainerPlan,
+    plan: ContainerPlan,
     mounts: &[crate::VolumeMount],
     files: &[crate::MountedFile],
     restores: &[(String, PathBuf)],
     claims_dir: &Path,
 ) -> Result<(ContainerPlan, Option<PreparedContainer>), String> {
-    use std::io::Write;
     // The files are bound after the volumes, so one under a volume's mount path is placed on it
     // (the runtime makes its mount point inside the volume); none goes under a claim's.
     crate::file_mounts::check(mounts, files)?;
-    let image = open_dir(&plan.image)
-        .map_err(|error| format!("cannot open the image's root {}: {error}", plan.image.display()))?;
-    let program = plan.argv.first().cloned().unwrap_or_default();
-    if !program_exists(&image, &program, plan.env.get("PATH").map(String::as_str)) {
+    if !command_in_image(&plan)? {
         return Ok((plan, None));
     }
     super::layout::remove_dir(&plan.dir);
@@ -840,6 +860,49 @@ pub(super) fn prepare_sandbox(
         super::snapshots::restore_volume(snapshot, &target)
             .map_err(|error| format!("volume {volume:?} cannot be restored from its snapshot: {error}"))?;
     }
+    let sandbox_dir = plan.dir.clone();
+    prepare_container(oci, plan, &sandbox_dir, mounts, files, claims_dir).map(|(plan, prepared)| (plan, Some(prepared)))
+}
+
+/// Makes an image sidecar's directory (`plan.dir`, inside the sandbox's `sandbox_dir`, made
+/// already with the main container's): its binds of the sandbox's volumes, its mounted files,
+/// its layers and bundle; `None` when its command is not in its image. Blocking.
+pub(super) fn prepare_sidecar(
+    oci: &OciRuntime,
+    plan: ContainerPlan,
+    sandbox_dir: &Path,
+    mounts: &[crate::VolumeMount],
+    files: &[crate::MountedFile],
+    claims_dir: &Path,
+) -> Result<(ContainerPlan, Option<PreparedContainer>), String> {
+    crate::file_mounts::check(mounts, files)?;
+    if !command_in_image(&plan)? {
+        return Ok((plan, None));
+    }
+    std::fs::create_dir_all(&plan.dir).map_err(|error| format!("cannot create {}: {error}", plan.dir.display()))?;
+    prepare_container(oci, plan, sandbox_dir, mounts, files, claims_dir).map(|(plan, prepared)| (plan, Some(prepared)))
+}
+
+/// Whether the plan's command is a program of its image.
+fn command_in_image(plan: &ContainerPlan) -> Result<bool, String> {
+    let image = open_dir(&plan.image)
+        .map_err(|error| format!("cannot open the image's root {}: {error}", plan.image.display()))?;
+    let program = plan.argv.first().cloned().unwrap_or_default();
+    Ok(program_exists(&image, &program, plan.env.get("PATH").map(String::as_str)))
+}
+
+/// A container's binds of the sandbox's volumes (under `sandbox_dir`, shared by its containers)
+/// and of its mounted files (under its own directory), then its layers and bundle. Blocking.
+fn prepare_container(
+    oci: &OciRuntime,
+    mut plan: ContainerPlan,
+    sandbox_dir: &Path,
+    mounts: &[crate::VolumeMount],
+    files: &[crate::MountedFile],
+    claims_dir: &Path,
+) -> Result<(ContainerPlan, PreparedContainer), String> {
+    use std::io::Write;
+    let owner = Some(oci.host_ids((0, 0)));
     // Mount points are made by the runtime inside the container's root; `volume_bind` checks the
     // path and makes the sub-path, its mount points going to a directory of no use.
     let mount_points = plan.dir.join("mount-points");
@@ -850,7 +913,7 @@ pub(super) fn prepare_sandbox(
     for mount in mounts {
         let source = match &mount.claim {
             Some(claim) => crate::rootfs::claim_dir(claims_dir, claim, owner)?,
-            None => crate::rootfs::volume_dir(&plan.dir, &mount.volume, owner)?,
+            None => crate::rootfs::volume_dir(sandbox_dir, &mount.volume, owner)?,
         };
         let (source, _, read_only) = crate::rootfs::volume_bind(source, &mount_points, &[], mount, owner)?;
         plan.binds.push((source, mount.path.clone(), read_only));
@@ -876,5 +939,5 @@ pub(super) fn prepare_sandbox(
         }
     }
     let prepared = oci.prepare(&plan)?;
-    Ok((plan, Some(prepared)))
+    Ok((plan, prepared))
 }

@@ -8,15 +8,24 @@
 //! process, sidecars included; a stop's SIGTERM reaches them all. A sidecar that ends by itself
 //! leaves its container in place (exec still reaches it) and its exit code
 //! ([`super::Executor::sidecar_exit_code`]).
+//!
+//! In an image sandbox each sidecar is a container of the OCI runtime of its own instead
+//! ([`ImageSidecar`], started by `image.rs`): its image's root, its own mount and PID namespaces,
+//! the main container's network, IPC and UTS. A stop signals it with the main container, and
+//! the main command's end ends it; one that ended by itself is gone, as a Kubernetes container
+//! that exited is (exec and files answer that it does not run).
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cwsandbox_sync::MutexUnpoisoned;
 
 use tokio::net::unix::pipe;
 use tracing::debug;
 
 use super::keeper::{LogPipe, pump_logs};
+use super::oci::OciContainer;
 use super::validate::c_string;
 use super::{Running, Target, command_for};
 use crate::error::ExecutorError;
@@ -37,6 +46,44 @@ pub(super) struct SidecarContainer {
     pub(super) logs: Arc<LogBuffer>,
     /// How its command ended (128 + N after signal N), once it has.
     pub(super) exit_code: Arc<OnceLock<i32>>,
+    /// Whether it runs in an image of its own (an image sandbox's sidecar).
+    pub(super) in_image: bool,
+    /// An image sidecar's container while it runs.
+    pub(super) image: Mutex<Option<Arc<ImageSidecar>>>,
+    /// An image sidecar's watcher, which ends once its container is gone and deleted.
+    pub(super) watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// An image sidecar's running container: what exec and files reach.
+#[derive(Debug)]
+pub(super) struct ImageSidecar {
+    /// Its init (the keeper), root and namespaces.
+    pub(super) running: Arc<Running>,
+    pub(super) container: Arc<OciContainer>,
+}
+
+impl SidecarContainer {
+    /// An image sidecar's container, while it runs.
+    pub(super) fn image_container(&self) -> Option<Arc<ImageSidecar>> {
+        self.image.lock_unpoisoned().clone()
+    }
+
+    /// Signals an image sidecar's init (SIGKILL ends its PID namespace); a sidecar without an
+    /// image is signalled with the sandbox's processes by its init.
+    pub(super) fn signal(&self, signal: libc::c_int) {
+        if let Some(image) = self.image_container() {
+            image.running.keeper.signal(signal);
+        }
+    }
+
+    /// Kills an image sidecar and waits until its container is gone and deleted.
+    pub(super) async fn end(&self) {
+        self.signal(libc::SIGKILL);
+        let watcher = self.watcher.lock_unpoisoned().take();
+        if let Some(watcher) = watcher {
+            let _ = watcher.await;
+        }
+    }
 }
 
 /// Has the sandbox's init start `sidecar`'s command, its output (stdout and stderr together)
