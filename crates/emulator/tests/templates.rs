@@ -379,3 +379,49 @@ async fn compose_keys_that_would_need_a_build_or_have_no_equivalent_are_refused_
     engine.control = pb::Control::ContainerEngine as i32;
     assert_eq!(violations(&client.create_sandbox_from_file(engine).await.unwrap_err()), ["control"]);
 }
+
+#[tokio::test]
+async fn compose_start_conditions_reach_the_host_in_the_files_order_or_are_refused_without_images() {
+    let (emulator, runtime) = start().await;
+    let mut client = sandboxes(&emulator, "a-user").await;
+    let ordered = r#"
+name: project
+services:
+  cache:
+    image: redis:7
+    expose: ["6379"]
+    healthcheck:
+      test: ["CMD", "redis-cli", "ping"]
+      interval: 2s
+      retries: 4
+      start_period: 4s
+  app:
+    image: python:3.11
+    depends_on:
+      cache:
+        condition: service_healthy
+"#;
+    // This emulator's runtime runs no image: start conditions are refused by name.
+    let refused = client.create_sandbox_from_file(from_file(ordered.as_bytes())).await.unwrap_err();
+    assert_eq!((refused.code(), reason(&refused).as_str()), (Code::Unimplemented, "CWSANDBOX_NOT_IMPLEMENTED"));
+    assert_eq!(violations(&refused), ["contents.services.app.depends_on"]);
+    assert!(refused.message().contains("--runtime oci"), "{}", refused.message());
+
+    // Without conditions the file's order is the spec's, and the healthcheck its probe.
+    let unordered = ordered.replace("    depends_on:\n      cache:\n        condition: service_healthy\n", "");
+    let made = client.create_sandbox_from_file(from_file(unordered.as_bytes())).await.unwrap().into_inner();
+    let spec = made.spec.unwrap();
+    let names: Vec<&str> = spec.containers.iter().map(|container| container.name.as_str()).collect();
+    assert_eq!(names, ["cache", "app"], "the file's order");
+    let probe = spec.containers[0].startup_probe.clone().unwrap();
+    assert_eq!(
+        (probe.exec, probe.period_seconds, probe.failure_threshold),
+        (vec!["redis-cli".to_owned(), "ping".to_owned()], 2, 6)
+    );
+    advance(&emulator, Duration::from_secs(2));
+    let launched = runtime.started();
+    let launch = launched.iter().find(|launch| launch.sandbox_id.as_deref() == Some(&made.sandbox_id)).unwrap();
+    assert_eq!(launch.host_aliases, ["cache", "app"], "the services' names resolve in the Pod");
+    let cache = launch.containers.iter().find(|container| container.name == "cache").unwrap();
+    assert_eq!(cache.startup_probe.as_ref().map(|probe| probe.period_seconds), Some(2));
+}

@@ -176,6 +176,12 @@ pub struct LaunchSpec {
     /// The CPU limit in thousandths of a CPU (`limits.cpu`), a CFS quota for an image sandbox
     /// where the host allows.
     pub cpu_limit_millis: Option<u64>,
+    /// What must hold of sidecars before the main command starts (image sandboxes only: the
+    /// sidecars then start first, in order, each after what it waits for).
+    pub after: Vec<StartAfter>,
+    /// Names every container of an image sandbox resolves to its loopback (`/etc/hosts`), as
+    /// Compose's service names resolve inside the Pod; empty: the image's `/etc/hosts`.
+    pub host_aliases: Vec<String>,
 }
 
 /// An image's unpacked root filesystem, which a sandbox runs in.
@@ -279,6 +285,46 @@ pub struct Sidecar {
     pub memory_limit_bytes: Option<u64>,
     /// An image sidecar's CPU limit, as [`LaunchSpec::cpu_limit_millis`].
     pub cpu_limit_millis: Option<u64>,
+    /// What must hold of other containers before this one starts (image sandboxes only).
+    pub after: Vec<StartAfter>,
+    /// The check that says an image sidecar has started well ("healthy"), which a container
+    /// that starts after it on [`StartCondition::Healthy`] waits for.
+    pub startup_probe: Option<StartupProbe>,
+}
+
+/// A container starts once another one is in a state: Compose's `depends_on` conditions, kept
+/// as a Pod keeps the order of its (sidecar) init containers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartAfter {
+    /// The other container (a sidecar of the same sandbox).
+    pub container: String,
+    /// What of it.
+    pub condition: StartCondition,
+}
+
+/// What a container waits for of another one before it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartCondition {
+    /// It has started (`service_started`).
+    Started,
+    /// Its startup probe passed (`service_healthy`); failing it fails the sandbox's start.
+    Healthy,
+    /// It ran to completion with exit code 0 (`service_completed_successfully`); another end
+    /// fails the sandbox's start.
+    CompletedSuccessfully,
+}
+
+/// An exec check run in a container until it succeeds (Kubernetes' startup probe, Compose's
+/// `healthcheck`): after `initial_delay`, every `period`, each run given `timeout`; the
+/// container is unhealthy once `failure_threshold` runs in a row failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartupProbe {
+    /// Program and arguments, looked up in the container's `PATH`.
+    pub exec: Vec<String>,
+    pub initial_delay: std::time::Duration,
+    pub period: std::time::Duration,
+    pub timeout: std::time::Duration,
+    pub failure_threshold: u32,
 }
 
 /// A user and group id inside a sandbox.

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use common::{SAFETY, argv, env, processes_with_marker, run, run_request, sh, skip, unique, wait_for_log, within};
 use cwsandbox_executor::{
     DEFAULT_SANDBOX_ID_BASE, ExecRequest, Executor, ExecutorConfig, FileError, ImageRoot, LaunchSpec, MainExit,
-    MountedFile, Network, OciSupport, SandboxUser, Sidecar, VolumeMount, WritableLayer,
+    MountedFile, Network, OciSupport, SandboxUser, Sidecar, StartAfter, StartCondition, StartupProbe, VolumeMount,
+    WritableLayer,
 };
 use tempfile::TempDir;
 
@@ -832,6 +833,91 @@ async fn an_image_sidecar_ends_with_the_main_command_and_its_own_end_is_reported
     let _ = within("the exec", session.collect()).await;
     let exit: MainExit = within("the main exit", exits.recv()).await.unwrap();
     assert_eq!((exit.container, exit.exit_code), (None, 5));
+    assert!(runc_containers(&harness.runc_state()).is_empty(), "containers left");
+    executor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecars_start_in_order_once_what_they_wait_for_holds_and_names_resolve_to_the_loopback() {
+    let Some(harness) =
+        harness("sidecars_start_in_order_once_what_they_wait_for_holds_and_names_resolve_to_the_loopback")
+    else {
+        return;
+    };
+    let executor = &harness.executor;
+    let shared = VolumeMount { volume: "shared".into(), path: "/shared".into(), ..VolumeMount::default() };
+    let sidecar = |name: &str, script: &str, after: Vec<StartAfter>| Sidecar {
+        name: name.into(),
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        image: Some(ImageRoot { rootfs: harness.image.clone() }),
+        volume_mounts: vec![shared.clone()],
+        after,
+        ..Sidecar::default()
+    };
+    let after = |container: &str, condition: StartCondition| StartAfter { container: container.into(), condition };
+    let probe = StartupProbe {
+        exec: vec!["sh".into(), "-c".into(), "test -e /tmp/ready".into()],
+        initial_delay: Duration::ZERO,
+        period: Duration::from_millis(100),
+        timeout: Duration::from_secs(1),
+        failure_threshold: 50,
+    };
+    let db = Sidecar {
+        startup_probe: Some(probe.clone()),
+        ..sidecar("db", "echo db >> /shared/order; sleep 0.3; touch /tmp/ready; exec sleep 1000", vec![])
+    };
+    let init = sidecar("init", "echo init >> /shared/order", vec![after("db", StartCondition::Healthy)]);
+    let api = sidecar(
+        "api",
+        "echo api >> /shared/order; exec sleep 1000",
+        vec![after("db", StartCondition::Healthy), after("init", StartCondition::CompletedSuccessfully)],
+    );
+    let id = unique("ordered");
+    let launch = LaunchSpec {
+        name: "main".into(),
+        volume_mounts: vec![shared.clone()],
+        sidecars: vec![db, init, api],
+        after: vec![after("api", StartCondition::Started)],
+        host_aliases: vec!["db".into(), "api".into()],
+        ..harness.launch("pod-ordered", &["sh", "-c", "echo main >> /shared/order; exec sleep 1000"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    let order = within("the main command's line", async {
+        loop {
+            let order = executor
+                .read_file(&id, "/shared/order")
+                .await
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+            if let Ok(order) = order
+                && order.lines().count() == 4
+            {
+                break order;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(order, "db\ninit\napi\nmain\n");
+    assert_eq!(executor.sidecar_exit_code(&id, "init"), Some(0));
+    // Every container resolves the Pod's names to its loopback.
+    let hosts = sh(executor, &id, "cat /etc/hosts").await;
+    assert!(hosts.lines().any(|line| line == "127.0.0.1\tpod-ordered db api"), "{hosts}");
+    assert_eq!(sh_in(executor, &id, "api", "grep -c 'db api' /etc/hosts").await, ("1".into(), 0));
+    executor.stop(&id, Duration::from_secs(1)).await;
+
+    // A dependency that never becomes healthy fails the start, and leaves nothing.
+    let failing = unique("unhealthy");
+    let never = Sidecar {
+        startup_probe: Some(StartupProbe { failure_threshold: 3, ..probe }),
+        ..sidecar("never", "exec sleep 1000", vec![])
+    };
+    let launch = LaunchSpec {
+        sidecars: vec![never],
+        after: vec![after("never", StartCondition::Healthy)],
+        ..harness.launch("pod-unhealthy", &["sleep", "1000"])
+    };
+    let error = executor.start(&failing, launch).await.unwrap_err().to_string();
+    assert!(error.contains("dependency failed to start: container \"never\" is unhealthy"), "{error}");
     assert!(runc_containers(&harness.runc_state()).is_empty(), "containers left");
     executor.shutdown().await;
 }

@@ -29,7 +29,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use cwsandbox_executor::{
     ExecExit, ExecOutput, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, ImageRoot, Isolation,
     LaunchSpec, LogChunk, LogError, LogReader, MountedFile, Network, OciRuntimeInfo, OciSupport, Output, SandboxUser,
-    Sidecar, Stream, VolumeMount, WritableLayer,
+    Sidecar, StartAfter, StartCondition, StartupProbe, Stream, VolumeMount, WritableLayer,
 };
 use cwsandbox_images::Image;
 use cwsandbox_sim::world::{ImagePullFailure, ImagePulled, ImageToPull};
@@ -255,7 +255,62 @@ fn image_launch(
         image: Some(ImageRoot { rootfs: image.rootfs.clone() }),
         memory_limit_bytes: main.memory_limit_bytes,
         cpu_limit_millis: main.cpu_limit_millis,
+        after: start_after(main),
+        host_aliases: launch.host_aliases.clone(),
     })
+}
+
+/// What a container waits for of the Pod's others, as the executor keeps it.
+fn start_after(container: &ContainerStart) -> Vec<StartAfter> {
+    use cwsandbox_sim::k8s::StartCondition as Condition;
+    container
+        .start_after
+        .iter()
+        .map(|dependency| StartAfter {
+            container: dependency.container.clone(),
+            condition: match dependency.condition {
+                Condition::Started => StartCondition::Started,
+                Condition::Healthy => StartCondition::Healthy,
+                Condition::CompletedSuccessfully => StartCondition::CompletedSuccessfully,
+            },
+        })
+        .collect()
+}
+
+/// A container's startup probe, as the executor runs it.
+fn startup_probe(container: &ContainerStart) -> Option<StartupProbe> {
+    container.startup_probe.as_ref().map(|probe| StartupProbe {
+        exec: probe.exec.clone(),
+        initial_delay: Duration::from_secs(u64::from(probe.initial_delay_seconds)),
+        period: Duration::from_secs(u64::from(probe.period_seconds.max(1))),
+        timeout: Duration::from_secs(u64::from(probe.timeout_seconds.max(1))),
+        failure_threshold: probe.failure_threshold.max(1),
+    })
+}
+
+/// A Pod's other containers in an order where each comes after those it waits for (the spec's
+/// order otherwise; the world refused cycles).
+fn in_start_order(others: &[ContainerStart]) -> Vec<&ContainerStart> {
+    let mut ordered: Vec<&ContainerStart> = Vec::with_capacity(others.len());
+    while ordered.len() < others.len() {
+        let next = others.iter().find(|container| {
+            !ordered.iter().any(|done| done.name == container.name)
+                && container.start_after.iter().all(|dependency| {
+                    ordered.iter().any(|done| done.name == dependency.container)
+                        || !others.iter().any(|other| other.name == dependency.container)
+                })
+        });
+        match next {
+            Some(container) => ordered.push(container),
+            // A cycle (never made by the world): the rest in the spec's order.
+            None => {
+                let rest: Vec<&ContainerStart> =
+                    others.iter().filter(|container| !ordered.iter().any(|done| done.name == container.name)).collect();
+                ordered.extend(rest);
+            }
+        }
+    }
+    ordered
 }
 
 /// The files mounted into `containers`, written into the root they run in.
@@ -416,7 +471,7 @@ impl SandboxRuntime for ExecutorRuntime {
                 // Each container in its own image, with its own root: its own mounts only.
                 let mut spec = image_launch(&launch, main, &image, own_volume_mounts(main))?;
                 let mut images = vec![image];
-                for container in others {
+                for container in in_start_order(others) {
                     let Some(image) = pulled.remove(&container.name) else {
                         return Err(RuntimeError::StartFailed(format!(
                             "container {:?}: its image was not pulled (every container of a Pod run in images needs one)",
@@ -435,6 +490,8 @@ impl SandboxRuntime for ExecutorRuntime {
                         files: own.files,
                         memory_limit_bytes: own.memory_limit_bytes,
                         cpu_limit_millis: own.cpu_limit_millis,
+                        after: own.after,
+                        startup_probe: startup_probe(container),
                     });
                     images.push(image);
                 }
@@ -446,6 +503,12 @@ impl SandboxRuntime for ExecutorRuntime {
                     puller.in_use().hold(&launch.pod_uid, images);
                 }
                 return started;
+            }
+            if let Some(waiting) = launch.containers.iter().find(|container| !container.start_after.is_empty()) {
+                return Err(RuntimeError::StartFailed(format!(
+                    "container {:?} waits for others to start (Compose depends_on): start conditions are kept for containers in their images (the OCI runtime); here they run the host's programs",
+                    waiting.name
+                )));
             }
             let spec = LaunchSpec {
                 hostname: hostname_of(&launch.pod_name),
@@ -472,6 +535,9 @@ impl SandboxRuntime for ExecutorRuntime {
                 image: None,
                 memory_limit_bytes: None,
                 cpu_limit_millis: None,
+                // The host's `/etc` is bound read-only: no hosts file of the Pod's is laid over it.
+                after: Vec::new(),
+                host_aliases: Vec::new(),
             };
             self.start_spec(&launch, main, spec).await
         }

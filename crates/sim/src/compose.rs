@@ -2,20 +2,28 @@
 //! primary service the primary container, the others sidecars), named volumes become scratch
 //! volumes. What maps:
 //!
-//! - top level: `services`, `volumes` (named volumes without settings), `version` (obsolete; Compose
-//!   itself ignores it) and `x-*` extensions (which Compose ignores by definition);
+//! - top level: `services` (in the file's order, which is the containers'), `volumes` (named
+//!   volumes without settings), `name` (the project's name, which names nothing in one sandbox),
+//!   `version` (obsolete; Compose itself ignores it) and `x-*` extensions (which Compose ignores
+//!   by definition);
 //! - per service: `image` (or `image_overrides`), `build` only beside an image (the image is used
 //!   and nothing is built, as the gateway does), `command` and `entrypoint` (lists, or strings
 //!   split as shell words), `environment` (map or `KEY=VALUE` list), `working_dir`, a numeric
 //!   `user` (`uid[:gid]`, the security context's run_as), `volumes` naming a top-level volume
 //!   (short `name:/path[:ro|rw]` or long `type: volume` syntax), `deploy.resources`
-//!   (`limits`/`reservations` `cpus` and `memory`), and `x-*` extensions.
+//!   (`limits`/`reservations` `cpus` and `memory`), `expose` (ports the Pod's containers reach on
+//!   its loopback anyway, as Compose's own documentation-only key), `healthcheck` (the container's
+//!   startup probe: `test`, `interval`, `timeout`, `retries`, `start_period` as a failure
+//!   allowance, `disable`), `depends_on` (list or map; `condition` `service_started`,
+//!   `service_healthy`, `service_completed_successfully`; `restart`, which no restart here
+//!   triggers), and `x-*` extensions. The start order and conditions, and the service names every
+//!   container resolves to its loopback, go to the Pod in its [`StartPlan`].
 //!
 //! Every other key is refused by name (UNIMPLEMENTED, reason `CWSANDBOX_NOT_IMPLEMENTED`, a
 //! violation `contents.services.web.ports`), never ignored: a `build` with no image to use
 //! instead (no image is built), bind mounts (no host path is shared), `${VAR}` interpolation (there
 //! is no shell environment to take values from; `$$` is a literal `$`), and the keys with no
-//! equivalent here (`ports`, `depends_on`, `healthcheck`, `networks`, …).
+//! equivalent here (`ports`, `networks`, …).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -26,6 +34,7 @@ use cwsandbox_api::sandbox_v1::{
 use serde_json::Value;
 
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
+use crate::k8s::{StartCondition, StartDependency, StartPlan};
 
 /// The largest file the gateway accepts (the published client's `_CREATE_FROM_FILE_CONTENTS_MAX_BYTES`).
 pub const MAX_CONTENTS_BYTES: usize = 256 * 1024;
@@ -83,32 +92,76 @@ impl Findings {
 /// Why a top-level or service key has no equivalent here, for the keys users meet most.
 fn why_not(key: &str) -> &'static str {
     match key {
-        "ports" | "expose" => "no port is exposed (services are not emulated)",
-        "depends_on" => "containers start together; no start order or health condition is kept",
-        "healthcheck" => "probes are not run",
+        "ports" => "no port is published on the host from a Compose file (the sandbox's services are)",
         "networks" | "network_mode" | "hostname" | "extra_hosts" | "dns" => {
             "the sandbox's containers share one network; networks are not configured"
         }
         "secrets" | "configs" | "env_file" => "no file is taken from the host",
         "restart" => "containers are not restarted",
-        "name" => "the project name has no meaning in one sandbox",
         _ => "not emulated",
     }
 }
 
-/// The sandbox spec `tree` (the parsed file) and the request describe.
-pub fn sandbox_spec(request: &CreateSandboxFromFileRequest, tree: &Value) -> SimResult<SandboxSpec> {
+/// The names of a Compose file's services in the file's order (read by the caller from the
+/// YAML text, whose maps keep their order; a JSON tree's do not).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ServiceOrder(pub Vec<String>);
+
+impl<'de> serde::Deserialize<'de> for ServiceOrder {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<ServiceOrder, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = ServiceOrder;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a map of services")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ServiceOrder, A::Error> {
+                let mut names = Vec::new();
+                while let Some((name, _)) = map.next_entry::<String, serde::de::IgnoredAny>()? {
+                    names.push(name);
+                }
+                Ok(ServiceOrder(names))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<ServiceOrder, E> {
+                Ok(ServiceOrder::default())
+            }
+        }
+        deserializer.deserialize_any(Keys)
+    }
+}
+
+/// The part of a Compose file whose order matters: its services'.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct FileOrder {
+    /// The services, in the file's order.
+    #[serde(default)]
+    pub services: ServiceOrder,
+}
+
+/// The sandbox spec `tree` (the parsed file) and the request describe, and how its containers
+/// start ([`StartPlan`]). `order` lists the services in the file's order (unknown names and
+/// missing ones are ignored: the tree decides which services there are).
+pub fn sandbox_spec(
+    request: &CreateSandboxFromFileRequest,
+    tree: &Value,
+    order: &ServiceOrder,
+) -> SimResult<(SandboxSpec, StartPlan)> {
     let mut findings = Findings::default();
     if Control::try_from(request.control) == Ok(Control::ContainerEngine) {
         findings.refuse("control", "CONTAINER_ENGINE: there is no Docker engine to run the file under");
-        return findings.into_result(SandboxSpec::default());
+        return findings.into_result(Default::default());
     }
     let Some(top) = tree.as_object() else {
         return Err(SimError::invalid_field("contents", "a Compose file is a map with `services`"));
     };
-    for key in top.keys() {
-        if !matches!(key.as_str(), "services" | "volumes" | "version") && !key.starts_with("x-") {
-            findings.refuse(format!("contents.{key}"), why_not(key));
+    for (key, value) in top {
+        match key.as_str() {
+            "services" | "volumes" | "version" => {}
+            "name" => {
+                text(value, "contents.name", &mut findings);
+            }
+            extension if extension.starts_with("x-") => {}
+            other => findings.refuse(format!("contents.{other}"), why_not(other)),
         }
     }
     let volumes = named_volumes(top.get("volumes"), &mut findings);
@@ -116,7 +169,7 @@ pub fn sandbox_spec(request: &CreateSandboxFromFileRequest, tree: &Value) -> Sim
         Some(services) if !services.is_empty() => services,
         _ => {
             findings.invalid("contents.services", "required: a map of at least one service");
-            return findings.into_result(SandboxSpec::default());
+            return findings.into_result(Default::default());
         }
     };
     if request.primary_service.is_empty() {
@@ -135,11 +188,21 @@ pub fn sandbox_spec(request: &CreateSandboxFromFileRequest, tree: &Value) -> Sim
             findings.invalid("default_resources", "must not set GPU");
         }
     }
-    // The primary first, the others in name order.
+    // The file's order (names the order does not know, after it, by name).
+    let position = |name: &str| order.0.iter().position(|known| known == name).unwrap_or(usize::MAX);
     let mut ordered: Vec<(&String, &Value)> = services.iter().collect();
-    ordered.sort_by_key(|(name, _)| (**name != request.primary_service, *name));
-    let containers =
-        ordered.into_iter().map(|(name, service)| container(request, name, service, &volumes, &mut findings)).collect();
+    ordered.sort_by_key(|(name, _)| (position(name), *name));
+    let containers: Vec<Container> =
+        ordered.iter().map(|(name, service)| container(request, name, service, &volumes, &mut findings)).collect();
+    let mut start_plan =
+        StartPlan { host_aliases: ordered.iter().map(|(name, _)| (*name).clone()).collect(), ..Default::default() };
+    for (name, service) in &ordered {
+        if let Some(depends_on) = service.get("depends_on") {
+            let after = dependencies(request, name, depends_on, &containers, &mut findings);
+            start_plan.after.insert((*name).clone(), after);
+        }
+    }
+    check_cycles(&start_plan, &mut findings);
     let spec = SandboxSpec {
         containers,
         volumes: volumes
@@ -159,7 +222,251 @@ pub fn sandbox_spec(request: &CreateSandboxFromFileRequest, tree: &Value) -> Sim
         mode: request.mode,
         ..Default::default()
     };
-    findings.into_result(spec)
+    findings.into_result((spec, start_plan))
+}
+
+/// A service's `depends_on`: a list of names (`service_started`), or a map of names to
+/// `condition` (and `restart`, which only a restart of the dependency would act on, and none
+/// happens here; `required: false` is not emulated).
+fn dependencies(
+    request: &CreateSandboxFromFileRequest,
+    name: &str,
+    value: &Value,
+    containers: &[Container],
+    findings: &mut Findings,
+) -> Vec<StartDependency> {
+    let at = format!("contents.services.{name}.depends_on");
+    let mut wanted: Vec<(String, StartCondition, String)> = Vec::new();
+    match value {
+        Value::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                let field = format!("{at}[{index}]");
+                if let Some(other) = text(item, &field, findings) {
+                    wanted.push((other, StartCondition::Started, field));
+                }
+            }
+        }
+        Value::Object(map) => {
+            for (other, settings) in map {
+                let field = format!("{at}.{other}");
+                let mut condition = StartCondition::Started;
+                match settings {
+                    Value::Null => {}
+                    Value::Object(settings) => {
+                        for (key, setting) in settings {
+                            let key_field = format!("{field}.{key}");
+                            match key.as_str() {
+                                "condition" => match setting.as_str() {
+                                    Some("service_started") => condition = StartCondition::Started,
+                                    Some("service_healthy") => condition = StartCondition::Healthy,
+                                    Some("service_completed_successfully") => {
+                                        condition = StartCondition::CompletedSuccessfully;
+                                    }
+                                    _ => findings.invalid(
+                                        key_field,
+                                        "one of service_started, service_healthy, service_completed_successfully",
+                                    ),
+                                },
+                                "restart" => {
+                                    if !setting.is_boolean() {
+                                        findings.invalid(key_field, "true or false");
+                                    }
+                                }
+                                "required" => match setting.as_bool() {
+                                    Some(true) => {}
+                                    Some(false) => findings.refuse(
+                                        key_field,
+                                        "an optional dependency is not emulated: every service of the file runs",
+                                    ),
+                                    None => findings.invalid(key_field, "true or false"),
+                                },
+                                extension if extension.starts_with("x-") => {}
+                                other => findings.refuse(key_field, format!("{other} is not emulated")),
+                            }
+                        }
+                    }
+                    _ => findings.invalid(field.clone(), "a map of settings (condition, restart, required)"),
+                }
+                wanted.push((other.clone(), condition, field));
+            }
+        }
+        _ => findings.invalid(at, "a list of service names, or a map of them to their condition"),
+    }
+    let mut after = Vec::new();
+    for (other, condition, field) in wanted {
+        let Some(dependency) = containers.iter().find(|container| container.name == other) else {
+            findings.invalid(field, format!("no service named {other:?} in contents"));
+            continue;
+        };
+        if other == name {
+            findings.invalid(field, "a service cannot depend on itself");
+            continue;
+        }
+        if other == request.primary_service {
+            findings.refuse(
+                field,
+                "the primary service's container starts last here (its end ends the sandbox): another service waiting for it is not emulated",
+            );
+            continue;
+        }
+        if condition == StartCondition::Healthy && dependency.startup_probe.is_none() {
+            findings.invalid(
+                field,
+                format!("service_healthy needs a healthcheck, and service {other:?} has none (or it is disabled)"),
+            );
+            continue;
+        }
+        after.push(StartDependency { container: other, condition });
+    }
+    after
+}
+
+/// Refuses a cycle of `depends_on` (Compose does too: no service of it could start).
+fn check_cycles(plan: &StartPlan, findings: &mut Findings) {
+    fn visit<'a>(
+        name: &'a str,
+        plan: &'a StartPlan,
+        trail: &mut Vec<&'a str>,
+        done: &mut Vec<&'a str>,
+    ) -> Option<String> {
+        if done.contains(&name) {
+            return None;
+        }
+        if let Some(start) = trail.iter().position(|seen| *seen == name) {
+            let mut cycle: Vec<&str> = trail[start..].to_vec();
+            cycle.push(name);
+            return Some(cycle.join(" -> "));
+        }
+        trail.push(name);
+        for dependency in plan.after.get(name).into_iter().flatten() {
+            if let Some(cycle) = visit(&dependency.container, plan, trail, done) {
+                return Some(cycle);
+            }
+        }
+        trail.pop();
+        done.push(name);
+        None
+    }
+    let mut done = Vec::new();
+    for name in plan.after.keys() {
+        if let Some(cycle) = visit(name, plan, &mut Vec::new(), &mut done) {
+            findings.invalid(format!("contents.services.{name}.depends_on"), format!("a dependency cycle: {cycle}"));
+            return;
+        }
+    }
+}
+
+/// A service's `healthcheck` as the container's startup probe; `None` when it is disabled.
+/// `start_period` becomes failure allowance (as long a time of failed runs more), since a
+/// startup probe has no grace of its own; Docker's defaults (30 s interval and timeout, 3
+/// retries) for what it leaves out.
+fn healthcheck(value: &Value, at: &str, findings: &mut Findings) -> Option<cwsandbox_api::sandbox_v1::Probe> {
+    let Some(settings) = value.as_object() else {
+        findings.invalid(at, "a map: test, interval, timeout, retries, start_period");
+        return None;
+    };
+    let mut exec = None;
+    let (mut interval, mut timeout, mut retries, mut start_period) = (30u32, 30u32, 3u32, 0u32);
+    let mut disabled = false;
+    let test_given = settings.contains_key("test");
+    for (key, setting) in settings {
+        let field = format!("{at}.{key}");
+        match key.as_str() {
+            "test" => match setting {
+                Value::String(line) => {
+                    exec =
+                        literal(line, &field, findings).map(|line| vec!["/bin/sh".to_owned(), "-c".to_owned(), line]);
+                }
+                Value::Array(items) => {
+                    let words: Option<Vec<String>> = items.iter().map(|item| text(item, &field, findings)).collect();
+                    match words.as_deref().map(|words| words.split_first()) {
+                        Some(Some((kind, rest))) if kind == "CMD" && !rest.is_empty() => exec = Some(rest.to_vec()),
+                        Some(Some((kind, [line]))) if kind == "CMD-SHELL" => {
+                            exec = Some(vec!["/bin/sh".to_owned(), "-c".to_owned(), line.clone()]);
+                        }
+                        Some(Some((kind, []))) if kind == "NONE" => disabled = true,
+                        Some(_) => {
+                            findings.invalid(field, "[\"CMD\", program, args…], [\"CMD-SHELL\", line] or [\"NONE\"]")
+                        }
+                        None => {}
+                    }
+                }
+                _ => findings.invalid(field, "a string or a list"),
+            },
+            "interval" => interval = seconds(setting, &field, findings).unwrap_or(interval),
+            "timeout" => timeout = seconds(setting, &field, findings).unwrap_or(timeout),
+            "start_period" => start_period = seconds(setting, &field, findings).unwrap_or(start_period),
+            "retries" => match setting.as_u64().and_then(|retries| u32::try_from(retries).ok()) {
+                Some(count) => retries = count,
+                None => findings.invalid(field, "a whole number"),
+            },
+            "disable" => {
+                disabled = setting.as_bool().unwrap_or_else(|| {
+                    findings.invalid(field, "true or false");
+                    false
+                })
+            }
+            extension if extension.starts_with("x-") => {}
+            other => findings
+                .refuse(field, format!("{other} is not emulated (the start period is a failure allowance here)")),
+        }
+    }
+    if disabled {
+        return None;
+    }
+    let Some(exec) = exec else {
+        if !test_given {
+            findings.invalid(format!("{at}.test"), "required: the check to run");
+        }
+        return None;
+    };
+    let period = interval.max(1);
+    let allowance = start_period.div_ceil(period);
+    Some(cwsandbox_api::sandbox_v1::Probe {
+        exec,
+        period_seconds: i32::try_from(period).unwrap_or(i32::MAX),
+        timeout_seconds: i32::try_from(timeout.max(1)).unwrap_or(i32::MAX),
+        failure_threshold: i32::try_from(retries.max(1).saturating_add(allowance)).unwrap_or(i32::MAX),
+        initial_delay_seconds: 0,
+    })
+}
+
+/// A Compose duration (`1m30s`, `10s`, `500ms`, `1h`) in whole seconds, rounded up.
+fn seconds(value: &Value, field: &str, findings: &mut Findings) -> Option<u32> {
+    let Some(text) = value.as_str() else {
+        findings.invalid(field, "a duration such as 10s, 1m30s or 500ms");
+        return None;
+    };
+    let mut millis: u64 = 0;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        findings.invalid(field, "a duration such as 10s, 1m30s or 500ms");
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let (number, after) = rest.split_at(digits);
+        let unit_end = after.find(|c: char| c.is_ascii_digit()).unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_end);
+        let scale = match unit {
+            "h" => 3_600_000,
+            "m" => 60_000,
+            "s" => 1_000,
+            "ms" => 1,
+            _ => 0,
+        };
+        let Ok(number) = number.parse::<u64>() else {
+            findings.invalid(field, format!("{text:?} is not a duration such as 10s, 1m30s or 500ms"));
+            return None;
+        };
+        if scale == 0 {
+            findings.invalid(field, format!("{text:?} is not a duration such as 10s, 1m30s or 500ms"));
+            return None;
+        }
+        millis = millis.saturating_add(number.saturating_mul(scale));
+        rest = next;
+    }
+    u32::try_from(millis.div_ceil(1000)).ok()
 }
 
 /// The top-level named volumes, each a scratch volume; any setting of one is refused.
@@ -224,6 +531,10 @@ fn container(
                     has_resources = true;
                 }
             }
+            "healthcheck" => container.startup_probe = healthcheck(value, &field, findings),
+            // Read once every container is known (`dependencies`).
+            "depends_on" => {}
+            "expose" => exposed(value, &field, findings),
             extension if extension.starts_with("x-") => {}
             other => findings.refuse(field, why_not(other)),
         }
@@ -251,6 +562,22 @@ fn container(
         container.resource_requirements = request.default_resources.clone();
     }
     container
+}
+
+/// `expose`: ports (`8080`, `"8080/tcp"`) the Pod's containers reach on its loopback anyway.
+fn exposed(value: &Value, field: &str, findings: &mut Findings) {
+    let Some(items) = value.as_array() else {
+        findings.invalid(field, "a list of ports");
+        return;
+    };
+    for (index, item) in items.iter().enumerate() {
+        let at = format!("{field}[{index}]");
+        let Some(port) = text(item, &at, findings) else { continue };
+        let number = port.split_once('/').map_or(port.as_str(), |(number, _)| number);
+        if number.parse::<u16>().map_or(true, |port| port == 0) {
+            findings.invalid(at, format!("{port:?} is not a port (1-65535, optionally /tcp or /udp)"));
+        }
+    }
 }
 
 /// A string value (numbers and booleans as YAML writes them), interpolation refused.
@@ -545,12 +872,16 @@ mod tests {
         json
     }
 
+    fn spec_of(request: &CreateSandboxFromFileRequest, file: &Value) -> SimResult<SandboxSpec> {
+        sandbox_spec(request, file, &ServiceOrder::default()).map(|(spec, _)| spec)
+    }
+
     fn fields(error: SimError) -> Vec<String> {
         error.violations().iter().map(|violation| violation.field.clone()).collect()
     }
 
     #[test]
-    fn services_become_containers_the_primary_first() {
+    fn services_become_containers_in_the_files_order() {
         let file = tree(serde_json::json!({
             "version": "3.9",
             "services": {
@@ -569,7 +900,9 @@ mod tests {
             "volumes": {"data": null},
             "x-note": {"anything": true},
         }));
-        let spec = sandbox_spec(&request("web"), &file).unwrap();
+        let order = ServiceOrder(vec!["web".to_owned(), "cache".to_owned()]);
+        let (spec, plan) = sandbox_spec(&request("web"), &file, &order).unwrap();
+        assert_eq!(plan.host_aliases, ["web", "cache"], "every service's name resolves in the Pod");
         let web = &spec.containers[0];
         assert_eq!((web.name.as_str(), web.primary), ("web", Some(true)));
         assert_eq!(web.command, "sh");
@@ -597,14 +930,13 @@ mod tests {
                 "db": {"image": "postgres", "command": "run ${PORT}", "user": "postgres"},
             },
         }));
-        let error = sandbox_spec(&request("web"), &file).unwrap_err();
+        let error = spec_of(&request("web"), &file).unwrap_err();
         assert_eq!(error.reason(), Some(Reason::NotImplemented));
         let mut named = fields(error);
         named.sort();
         assert_eq!(
             named,
             [
-                "contents.name",
                 "contents.services.db.command",
                 "contents.services.db.user",
                 "contents.services.web.build",
@@ -620,13 +952,13 @@ mod tests {
         let file = tree(serde_json::json!({"services": {"web": {"build": "."}}}));
         let mut with_override = request("web");
         with_override.image_overrides.insert("web".to_owned(), "python:3.11".to_owned());
-        assert_eq!(sandbox_spec(&with_override, &file).unwrap().containers[0].image, "python:3.11");
+        assert_eq!(spec_of(&with_override, &file).unwrap().containers[0].image, "python:3.11");
 
         with_override.image_overrides.insert("ghost".to_owned(), "x".to_owned());
-        let error = sandbox_spec(&with_override, &file).unwrap_err();
+        let error = spec_of(&with_override, &file).unwrap_err();
         assert_eq!(error.reason(), Some(Reason::InvalidRequest));
         assert_eq!(fields(error), ["image_overrides.ghost"]);
-        assert_eq!(fields(sandbox_spec(&request("nope"), &file).unwrap_err()), ["primary_service"]);
+        assert_eq!(fields(spec_of(&request("nope"), &file).unwrap_err()), ["primary_service"]);
     }
 
     #[test]
@@ -645,5 +977,117 @@ mod tests {
         let untyped = CreateSandboxFromFileRequest { r#type: 0, ..request("web") };
         assert_eq!(fields(contents(&untyped).unwrap_err()), ["type"]);
         assert_eq!(contents(&request("web")).unwrap(), "x");
+    }
+
+    #[test]
+    fn depends_on_and_healthchecks_make_the_start_plan() {
+        let file = tree(serde_json::json!({
+            "name": "project",
+            "services": {
+                "cache": {
+                    "image": "redis:7",
+                    "expose": ["6379", 6380, "6381/tcp"],
+                    "healthcheck": {"test": ["CMD", "redis-cli", "ping"], "interval": "1s", "timeout": "500ms", "retries": 15, "start_period": "5s"},
+                },
+                "setup": {"image": "busybox", "healthcheck": {"test": "true", "disable": true}},
+                "api": {
+                    "image": "python:3.12-slim",
+                    "depends_on": {"cache": {"condition": "service_healthy", "restart": true}, "setup": {"condition": "service_completed_successfully"}},
+                    "healthcheck": {"test": ["CMD-SHELL", "curl -f localhost"], "interval": "1m30s"},
+                },
+                "main": {"image": "ubuntu:22.04", "depends_on": ["api"]},
+            },
+        }));
+        let order = ServiceOrder(["cache", "setup", "api", "main"].map(str::to_owned).to_vec());
+        let (spec, plan) = sandbox_spec(&request("main"), &file, &order).unwrap();
+        let names: Vec<&str> = spec.containers.iter().map(|container| container.name.as_str()).collect();
+        assert_eq!(names, ["cache", "setup", "api", "main"], "the file's order");
+        let cache = spec.containers[0].startup_probe.clone().unwrap();
+        assert_eq!(cache.exec, ["redis-cli", "ping"]);
+        assert_eq!((cache.period_seconds, cache.timeout_seconds), (1, 1));
+        assert_eq!(cache.failure_threshold, 20, "15 retries and 5 s of start period at 1 s");
+        assert_eq!(spec.containers[1].startup_probe, None, "disabled");
+        let api = spec.containers[2].startup_probe.clone().unwrap();
+        assert_eq!(
+            (api.exec.as_slice(), api.period_seconds),
+            (&["/bin/sh".to_owned(), "-c".to_owned(), "curl -f localhost".to_owned()][..], 90)
+        );
+        let condition = |name: &str| -> Vec<(String, StartCondition)> {
+            plan.after
+                .get(name)
+                .into_iter()
+                .flatten()
+                .map(|dependency| (dependency.container.clone(), dependency.condition))
+                .collect()
+        };
+        assert_eq!(
+            condition("api"),
+            [
+                ("cache".to_owned(), StartCondition::Healthy),
+                ("setup".to_owned(), StartCondition::CompletedSuccessfully)
+            ]
+        );
+        assert_eq!(condition("main"), [("api".to_owned(), StartCondition::Started)]);
+    }
+
+    #[test]
+    fn impossible_dependencies_are_named() {
+        let file = |services: serde_json::Value| tree(serde_json::json!({"services": services}));
+        let unhealthy = file(serde_json::json!({
+            "a": {"image": "x", "depends_on": {"b": {"condition": "service_healthy"}}},
+            "b": {"image": "x"},
+            "main": {"image": "x", "depends_on": ["ghost"]},
+        }));
+        let mut named = fields(spec_of(&request("main"), &unhealthy).unwrap_err());
+        named.sort();
+        assert_eq!(named, ["contents.services.a.depends_on.b", "contents.services.main.depends_on[0]"]);
+        let cycle = file(serde_json::json!({
+            "a": {"image": "x", "depends_on": ["b"]},
+            "b": {"image": "x", "depends_on": ["a"]},
+            "main": {"image": "x"},
+        }));
+        let error = spec_of(&request("main"), &cycle).unwrap_err();
+        assert!(error.to_string().contains("a dependency cycle: a -> b -> a"), "{error}");
+        let on_primary = file(serde_json::json!({"a": {"image": "x", "depends_on": ["main"]}, "main": {"image": "x"}}));
+        let error = spec_of(&request("main"), &on_primary).unwrap_err();
+        assert_eq!(
+            (error.reason(), fields(error)),
+            (Some(Reason::NotImplemented), vec!["contents.services.a.depends_on[0]".to_owned()])
+        );
+        let bad = file(
+            serde_json::json!({"main": {"image": "x", "healthcheck": {"test": ["CMD"], "interval": "soon"}, "expose": ["http"]}}),
+        );
+        let mut named = fields(spec_of(&request("main"), &bad).unwrap_err());
+        named.sort();
+        assert_eq!(
+            named,
+            [
+                "contents.services.main.expose[0]",
+                "contents.services.main.healthcheck.interval",
+                "contents.services.main.healthcheck.test"
+            ]
+        );
+    }
+
+    #[test]
+    fn durations_read_as_compose_writes_them() {
+        let mut findings = Findings::default();
+        let read = |text: &str, findings: &mut Findings| seconds(&Value::String(text.to_owned()), "f", findings);
+        assert_eq!(read("10s", &mut findings), Some(10));
+        assert_eq!(read("1m30s", &mut findings), Some(90));
+        assert_eq!(read("500ms", &mut findings), Some(1));
+        assert_eq!(read("1h", &mut findings), Some(3600));
+        assert!(findings.invalid.is_empty());
+        assert_eq!(read("5", &mut findings), None);
+        assert_eq!(read("later", &mut findings), None);
+        assert_eq!(findings.invalid.len(), 2);
+    }
+
+    #[test]
+    fn the_service_order_is_read_from_yaml_as_written() {
+        let order: FileOrder = serde_json::from_str(r#"{"services": {"zeta": {}, "alpha": {}}}"#).unwrap();
+        assert_eq!(order.services.0.len(), 2);
+        let empty: FileOrder = serde_json::from_str("{}").unwrap();
+        assert!(empty.services.0.is_empty());
     }
 }

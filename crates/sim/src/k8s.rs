@@ -192,6 +192,79 @@ pub struct ContainerInputs {
     pub run_as: (Option<u32>, Option<u32>),
     /// Where the sandbox's scratch volumes appear in this container.
     pub volume_mounts: Vec<VolumeMountStart>,
+    /// Its startup probe (a Compose service's `healthcheck`).
+    pub startup_probe: Option<ProbeStart>,
+}
+
+/// An exec probe as the host runs it (the API's `Probe`; a Compose `healthcheck`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeStart {
+    /// Program and arguments.
+    pub exec: Vec<String>,
+    /// Seconds before the first run.
+    pub initial_delay_seconds: u32,
+    /// Seconds between runs.
+    pub period_seconds: u32,
+    /// Seconds a run may take.
+    pub timeout_seconds: u32,
+    /// Failed runs in a row that make the container unhealthy.
+    pub failure_threshold: u32,
+}
+
+impl ProbeStart {
+    /// The API's probe, with Kubernetes' defaults for what it leaves at 0 (period 10 s,
+    /// timeout 1 s, failure threshold 3); `None` without a command.
+    pub fn from_api(probe: &cwsandbox_api::sandbox_v1::Probe) -> Option<ProbeStart> {
+        if probe.exec.is_empty() {
+            return None;
+        }
+        let positive =
+            |value: i32, default: u32| u32::try_from(value).ok().filter(|value| *value > 0).unwrap_or(default);
+        Some(ProbeStart {
+            exec: probe.exec.clone(),
+            initial_delay_seconds: u32::try_from(probe.initial_delay_seconds).unwrap_or(0),
+            period_seconds: positive(probe.period_seconds, 10),
+            timeout_seconds: positive(probe.timeout_seconds, 1),
+            failure_threshold: positive(probe.failure_threshold, 3),
+        })
+    }
+}
+
+/// A container starts once another is in a state (a Compose service's `depends_on`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartDependency {
+    /// The other container.
+    pub container: String,
+    /// What of it.
+    pub condition: StartCondition,
+}
+
+/// What a container waits for of another before it starts (Compose's conditions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartCondition {
+    /// `service_started`.
+    Started,
+    /// `service_healthy`: its startup probe passed.
+    Healthy,
+    /// `service_completed_successfully`: it exited 0.
+    CompletedSuccessfully,
+}
+
+/// How a Pod's containers start in order, and the names they resolve to their loopback: what
+/// a Compose file asks beyond the containers themselves.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StartPlan {
+    /// By container name, what it waits for.
+    pub after: BTreeMap<String, Vec<StartDependency>>,
+    /// Names every container resolves to its loopback (the Compose services').
+    pub host_aliases: Vec<String>,
+}
+
+impl StartPlan {
+    /// Whether it asks for nothing.
+    pub fn is_empty(&self) -> bool {
+        self.after.values().all(Vec::is_empty) && self.host_aliases.is_empty()
+    }
 }
 
 /// A scratch volume (an `emptyDir`: made empty with the Pod, gone with it) mounted in a container.

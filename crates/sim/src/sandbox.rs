@@ -201,6 +201,8 @@ pub struct SandboxInfo {
     pub source_template: Option<(String, i64)>,
     /// Its sized scratch volumes (an `emptyDir` with `sizeLimit`), which the kubelet measures.
     pub scratch_limits: Vec<ScratchLimit>,
+    /// How its containers start in order, and the names they resolve (a Compose file's).
+    pub start_plan: crate::k8s::StartPlan,
     /// What a replay of `request_id` is compared with, for a sandbox not made from a spec alone
     /// (a template's or a file's request, encoded without its request id); `None`: the spec and
     /// the display name.
@@ -417,6 +419,11 @@ impl Sandboxes {
         self.by_id.get(id).is_some_and(|sandbox| sandbox.info.deny_egress)
     }
 
+    /// How a sandbox's containers start in order, and the names they resolve.
+    pub(crate) fn start_plan(&self, id: &str) -> Option<&crate::k8s::StartPlan> {
+        self.by_id.get(id).map(|sandbox| &sandbox.info.start_plan)
+    }
+
     /// Which of a sandbox's containers is its primary one (index in spec order).
     pub(crate) fn primary_container(&self, id: &str) -> Option<usize> {
         let sandbox = self.by_id.get(id)?;
@@ -473,7 +480,7 @@ impl SandboxView {
 
     /// The sandbox as CreateSandbox answers it: one still waiting for its place, its prolog or
     /// its images reads CREATING, the API's first state, with the reason kept; the Gets that
-    /// follow show PENDING. The cloud answers a create so (research: client-contract.md §3), and
+    /// follow show PENDING. The cloud answers a create so (docs/facts/client-contract.md#states), and
     /// the published client relies on it: it keeps a TLS_PASSTHROUGH service's address only from
     /// a CREATING or RUNNING answer and clears it on any other.
     pub fn as_create_answer(mut self) -> SandboxView {
@@ -682,15 +689,17 @@ pub(crate) fn container_inputs(
             .security_context
             .as_ref()
             .map_or((None, None), |context| (context.run_as_user, context.run_as_group));
+        let startup_probe = container.startup_probe.as_ref().and_then(crate::k8s::ProbeStart::from_api);
         if container.secret_stores.is_empty()
             && container.files.is_empty()
             && container.volume_mounts.is_empty()
             && run_as == (None, None)
+            && startup_probe.is_none()
         {
             all.push(None);
             continue;
         }
-        let mut inputs = ContainerInputs { run_as, ..ContainerInputs::default() };
+        let mut inputs = ContainerInputs { run_as, startup_probe, ..ContainerInputs::default() };
         for (store_index, reference) in container.secret_stores.iter().enumerate() {
             let at = format!("sandbox.spec.containers[{index}].secretStores[{store_index}]");
             let missing = |field: String, what: String| SimError::NotFound {

@@ -1,26 +1,42 @@
-//! Starting an image sandbox (`LaunchSpec::image`): its container made and run by the OCI
+//! Starting an image sandbox (`LaunchSpec::image`): its containers made and run by the OCI
 //! runtime (`oci.rs`), then registered as any sandbox is.
+//!
+//! A Pod of one container is `runc run` of it. A Pod of several starts as Kubernetes starts a Pod
+//! whose sidecars come first: the main container is created up to its gate (its namespaces made,
+//! its command not started: `oci::GATE_SCRIPT`), then each sidecar in the spec's order, joined to
+//! those namespaces, each once what it waits for holds (`StartAfter`: another started, healthy by
+//! its startup probe, or ended with 0), and last the main command, once what it waits for holds.
+//! A condition that cannot hold (a probe that keeps failing, a dependency that ended otherwise)
+//! fails the start, as Compose's `dependency failed to start`.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
+use cwsandbox_sync::MutexUnpoisoned;
 use tokio::net::unix::pipe;
 use tracing::debug;
 
-use std::sync::Arc;
-
-use cwsandbox_sync::MutexUnpoisoned;
-
 use super::keeper::{Keeper, LogPipe, pump_logs};
-use super::layout::sandbox_env;
+use super::layout::{container_env, sandbox_env};
 use super::oci::{self, ContainerPlan, OciRuntime};
 use super::sidecars::{ImageSidecar, SidecarContainer};
-use super::{CLAIMS_DIR, Directories, Executor, Running, Sandbox, Started, Target, restores_of, setup_error};
+use super::{CLAIMS_DIR, Directories, Executor, Running, Started, Target, restores_of, setup_error};
+use crate::logs::LogBuffer;
 use crate::sys::{self, ProcessHandle};
-use crate::{ExecutorError, LaunchSpec, OciSupport, Sidecar, files};
+use crate::{ExecutorError, LaunchSpec, OciSupport, StartAfter, StartCondition, StartupProbe, files};
 
 /// Under a sandbox's directory: one directory per image sidecar (`1`, `2`, … in the spec's
 /// order), its bundle, layers, mounted files and execs' process files.
 const CONTAINERS_DIR: &str = "containers";
+
+/// Where the main container's creation waits for its sidecars (`oci::GATE_SCRIPT`).
+const GATE_DIR: &str = "gate";
+
+/// The `/etc/hosts` of a Pod whose containers resolve names to their loopback.
+const HOSTS_FILE: &str = "hosts";
 
 impl Executor {
     /// Starts a sandbox in its image's root through the OCI runtime. The start is claimed.
@@ -39,6 +55,7 @@ impl Executor {
                 sidecar.name
             )));
         }
+        check_order(&spec)?;
         let Some(program) = spec.command.first().cloned() else {
             return Err(ExecutorError::InvalidRequest(
                 "a sandbox that runs in an image needs a command: neither the image (ENTRYPOINT, CMD) nor the spec gives one"
@@ -51,7 +68,19 @@ impl Executor {
         let cwd = files::resolve(spec.working_dir.as_deref().unwrap_or("/"), "/")
             .map_err(|error| ExecutorError::InvalidRequest(format!("working directory: {error}")))?;
         let dir = inner.config.root_dir.join(id);
-        let restores = restores_of(&inner.config.root_dir, &spec.volume_mounts)?;
+        let every_mount: Vec<crate::VolumeMount> = spec
+            .volume_mounts
+            .iter()
+            .chain(spec.sidecars.iter().flat_map(|sidecar| &sidecar.volume_mounts))
+            .cloned()
+            .collect();
+        let restores = restores_of(&inner.config.root_dir, &every_mount)?;
+        let gated = !spec.sidecars.is_empty();
+        let hosts = (!spec.host_aliases.is_empty()).then(|| dir.join(HOSTS_FILE));
+        let mut binds = Vec::new();
+        if let Some(hosts) = &hosts {
+            binds.push((hosts.clone(), "/etc/hosts".to_owned(), false));
+        }
         let plan = ContainerPlan {
             id: id.to_owned(),
             dir: dir.clone(),
@@ -62,18 +91,27 @@ impl Executor {
             cwd: cwd.clone(),
             user: mode.command_ids(spec.user).unwrap_or((0, 0)),
             network: spec.network,
-            binds: Vec::new(),
+            binds,
             memory: spec.memory_limit_bytes,
             cpu_millis: spec.cpu_limit_millis,
             join: None,
+            gate: gated.then(|| dir.join(GATE_DIR)),
         };
         let made = {
             let inner = inner.clone();
             let (mounts, files) = (spec.volume_mounts.clone(), spec.files.clone());
             let claims_dir = inner.config.root_dir.join(CLAIMS_DIR);
-            tokio::task::spawn_blocking(move || match &inner.oci {
-                Some(oci) => oci::prepare_sandbox(oci, plan, &mounts, &files, &restores, &claims_dir),
-                None => Err("the OCI runtime is gone".to_owned()),
+            let aliases = spec.host_aliases.clone();
+            let hostname = spec.hostname.clone();
+            tokio::task::spawn_blocking(move || {
+                let prepared = match &inner.oci {
+                    Some(oci) => oci::prepare_sandbox(oci, plan, &mounts, &files, &restores, &claims_dir)?,
+                    None => return Err("the OCI runtime is gone".to_owned()),
+                };
+                if prepared.1.is_some() {
+                    prepare_shared(&prepared.0, &hostname, &aliases)?;
+                }
+                Ok(prepared)
             })
             .await
             .map_err(|error| setup_error(id, error.to_string()))?
@@ -81,24 +119,41 @@ impl Executor {
         };
         let (log_read, log_write) = std::io::pipe()?;
         let output = Some(pipe::Receiver::from_owned_fd(log_read.into())?);
-        let sidecar_dirs = spec
-            .sidecars
-            .iter()
-            .map(|sidecar| {
-                files::resolve(sidecar.working_dir.as_deref().unwrap_or("/"), "/").map_err(|error| {
-                    ExecutorError::InvalidRequest(format!("container {:?}: working directory: {error}", sidecar.name))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let dirs = Directories { dir, working_dir: cwd, sidecar_dirs };
+        let mut sidecar_dirs = Vec::with_capacity(spec.sidecars.len());
+        let mut sidecars = Vec::with_capacity(spec.sidecars.len());
+        for launch in &spec.sidecars {
+            let working_dir = files::resolve(launch.working_dir.as_deref().unwrap_or("/"), "/").map_err(|error| {
+                ExecutorError::InvalidRequest(format!("container {:?}: working directory: {error}", launch.name))
+            })?;
+            sidecars.push(Arc::new(SidecarContainer {
+                name: launch.name.clone(),
+                env: container_env(&spec.hostname, &launch.env, launch.user, mode),
+                working_dir: working_dir.clone(),
+                command_ids: mode.command_ids(launch.user),
+                logs: Arc::new(LogBuffer::new(inner.config.log_buffer_bytes)),
+                exit_code: Arc::default(),
+                in_image: true,
+                image: Mutex::default(),
+                watcher: Mutex::default(),
+                sandbox: OnceLock::new(),
+                reported: Default::default(),
+            }));
+            sidecar_dirs.push(working_dir);
+        }
+        let dirs = Directories { dir: dir.clone(), working_dir: cwd, sidecar_dirs };
         let (plan, Some(prepared)) = made else {
             // As a kubelet's StartError: the command never ran, exit code 127, the reason in
             // the container's log.
             let _ =
                 (&log_write).write_all(format!("cwsandbox: {program}: command not found in the image\n").as_bytes());
             drop(log_write);
-            let started =
-                Started { keeper: Keeper::Ended { code: 127, output }, running: None, command_runs: false, oci: None };
+            let started = Started {
+                keeper: Keeper::Ended { code: 127, output },
+                running: None,
+                command_runs: false,
+                oci: None,
+                sidecars: None,
+            };
             return self.register(id, dirs, env, &spec, started).await;
         };
         let command = oci.run_command(id, &prepared, log_write)?;
@@ -107,6 +162,31 @@ impl Executor {
             .spawn(command)
             .await
             .map_err(|error| setup_error(id, format!("cannot start {}: {error}", oci.info.runtime.display())))?;
+        let container = oci.container(&plan, &prepared);
+        if let Some(gate) = &plan.gate {
+            let failed = match OciRuntime::wait_gated(gate, &mut child).await {
+                Ok(Some(namespaces_of)) => {
+                    let started = self
+                        .start_sidecars(id, &dir, namespaces_of, spec.network, hosts.as_deref(), &spec, &sidecars)
+                        .await;
+                    let opened = OciRuntime::open_gate(gate, started.is_ok())
+                        .map_err(|error| format!("cannot open the main container's gate: {error}"));
+                    started.and(opened).err()
+                }
+                // runc ended first: `wait_created` tells how.
+                Ok(None) => None,
+                Err(message) => Some(message),
+            };
+            if let Some(message) = failed {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                for sidecar in &sidecars {
+                    sidecar.end().await;
+                }
+                container.finish().await;
+                return Err(setup_error(id, message));
+            }
+        }
         let init = match OciRuntime::wait_created(&prepared, &mut child).await {
             Ok(Some(init)) => init,
             Ok(None) => {
@@ -114,87 +194,240 @@ impl Executor {
                 // executable, a working directory or mount it refuses…): as a kubelet's
                 // StartError, the sandbox ends at once, 127, runc's reason in its log.
                 let _ = child.wait().await;
-                oci.container(&plan, &prepared).finish().await;
+                for sidecar in &sidecars {
+                    sidecar.end().await;
+                }
+                container.finish().await;
                 debug!(sandbox = id, "the OCI runtime could not create the container");
                 let started = Started {
                     keeper: Keeper::Ended { code: 127, output },
                     running: None,
                     command_runs: false,
                     oci: None,
+                    sidecars: Some(sidecars),
                 };
                 return self.register(id, dirs, env, &spec, started).await;
             }
             Err(message) => {
                 let _ = child.start_kill();
                 let _ = child.wait().await;
-                oci.container(&plan, &prepared).finish().await;
+                for sidecar in &sidecars {
+                    sidecar.end().await;
+                }
+                container.finish().await;
                 return Err(setup_error(id, message));
             }
         };
-        let container = oci.container(&plan, &prepared);
         let running = ProcessHandle::open(init);
-        let root = match sys::open_path(&std::ffi::CString::new(format!("/proc/{init}/root")).unwrap_or_default()) {
-            Ok(root) => Some(root),
+        let opened = match open_container(init) {
+            Ok(opened) => Some(opened),
             // A command that ends at once can end before this: nothing left to reach.
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
             Err(error) => {
                 debug!(sandbox = id, %error, "the container ended as it started");
                 running.signal(libc::SIGKILL);
                 let _ = child.wait().await;
+                for sidecar in &sidecars {
+                    sidecar.end().await;
+                }
                 container.finish().await;
-                return Err(setup_error(id, format!("cannot open the container's root: {error}")));
+                return Err(setup_error(id, format!("cannot open the container: {error}")));
             }
         };
-        let namespaces = match root {
-            Some(_) => match crate::file_helper::SandboxNamespaces::open(init, true) {
-                Ok(namespaces) => Some(namespaces),
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
-                Err(error) => {
-                    running.signal(libc::SIGKILL);
-                    let _ = child.wait().await;
-                    container.finish().await;
-                    return Err(setup_error(id, format!("cannot open the container's namespaces: {error}")));
-                }
-            },
-            None => None,
-        };
-        let running = root.zip(namespaces).map(|(root, namespaces)| Running {
+        let running = opened.map(|(root, namespaces)| Running {
             keeper: running,
             root,
             namespaces: Some(namespaces),
             target: Target::Oci { network: spec.network },
         });
-        let started =
-            Started { keeper: Keeper::Runc { child, output }, running, command_runs: true, oci: Some(container) };
+        let started = Started {
+            keeper: Keeper::Runc { child, output },
+            running,
+            command_runs: true,
+            oci: Some(container),
+            sidecars: Some(sidecars),
+        };
         self.register(id, dirs, env, &spec, started).await
     }
 
-    /// Starts image sidecar `sidecar` (the `index`th of the spec's) of a running image sandbox:
-    /// a container of the OCI runtime of its own, in its image's root, joined to the main
-    /// container's network, IPC and UTS namespaces (`main`), its output going to its log. A
-    /// command its image does not have ends it at once, 127, the reason in its log (a kubelet's
-    /// StartError); the sandbox goes on.
-    pub(super) async fn start_image_sidecar(
+    /// Starts an image sandbox's sidecars in the spec's order, each joined to the namespaces of
+    /// the main container's init `namespaces_of` once what it waits for holds, then waits for
+    /// what the main command waits for. Why the Pod cannot start, otherwise.
+    #[allow(clippy::too_many_arguments)]
+    async fn start_sidecars(
         &self,
-        sandbox: &Arc<Sandbox>,
-        main: &Running,
-        index: usize,
+        id: &str,
+        sandbox_dir: &Path,
+        namespaces_of: libc::pid_t,
+        network: crate::Network,
+        hosts: Option<&Path>,
+        spec: &LaunchSpec,
+        sidecars: &[Arc<SidecarContainer>],
+    ) -> Result<(), String> {
+        let mut probed = Vec::new();
+        for (index, (sidecar, launch)) in sidecars.iter().zip(&spec.sidecars).enumerate() {
+            self.wait_for(id, &launch.after, sidecars, spec, &mut probed).await?;
+            let started =
+                self.start_image_sidecar(id, sandbox_dir, namespaces_of, network, hosts, index, sidecar, launch).await;
+            if let Err(error) = started {
+                return Err(format!("container {:?} cannot start: {error}", sidecar.name));
+            }
+        }
+        self.wait_for(id, &spec.after, sidecars, spec, &mut probed).await
+    }
+
+    /// Waits until every condition of `after` holds of the sidecars it names; a startup probe
+    /// passed once is not run again (`probed`).
+    async fn wait_for(
+        &self,
+        id: &str,
+        after: &[StartAfter],
+        sidecars: &[Arc<SidecarContainer>],
+        spec: &LaunchSpec,
+        probed: &mut Vec<String>,
+    ) -> Result<(), String> {
+        for wanted in after {
+            let Some((sidecar, launch)) =
+                sidecars.iter().zip(&spec.sidecars).find(|(sidecar, _)| sidecar.name == wanted.container)
+            else {
+                return Err(format!("it waits for container {:?}, which the sandbox does not have", wanted.container));
+            };
+            match wanted.condition {
+                StartCondition::Started => {}
+                StartCondition::Healthy => {
+                    if probed.contains(&sidecar.name) {
+                        continue;
+                    }
+                    let Some(probe) = &launch.startup_probe else {
+                        return Err(format!(
+                            "dependency failed to start: container {:?} has no healthcheck configured",
+                            sidecar.name
+                        ));
+                    };
+                    self.probe_until_healthy(id, sidecar, probe).await?;
+                    probed.push(sidecar.name.clone());
+                }
+                StartCondition::CompletedSuccessfully => match wait_exit(sidecar).await {
+                    Some(0) => {}
+                    Some(code) => {
+                        return Err(format!(
+                            "dependency failed to start: container {:?} exited with {code}, not 0",
+                            sidecar.name
+                        ));
+                    }
+                    None => {
+                        return Err(format!(
+                            "dependency failed to start: container {:?} did not complete within {COMPLETION_TIMEOUT:?}",
+                            sidecar.name
+                        ));
+                    }
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `probe` in `sidecar` until it succeeds; fails once it failed `failure_threshold`
+    /// times in a row, or the container ended.
+    async fn probe_until_healthy(
+        &self,
+        id: &str,
         sidecar: &SidecarContainer,
-        launch: &Sidecar,
+        probe: &StartupProbe,
+    ) -> Result<(), String> {
+        let unhealthy =
+            |why: String| format!("dependency failed to start: container {:?} is unhealthy: {why}", sidecar.name);
+        tokio::time::sleep(probe.initial_delay).await;
+        let mut failures = 0u32;
+        loop {
+            let Some(running) = sidecar.image_container() else {
+                let ended = sidecar
+                    .exit_code
+                    .get()
+                    .map_or_else(|| "it ended".to_owned(), |code| format!("it exited with {code}"));
+                return Err(unhealthy(ended));
+            };
+            let started = Instant::now();
+            let outcome = self.run_probe(&running, sidecar, probe).await;
+            match outcome {
+                Ok(0) => {
+                    debug!(sandbox = id, container = %sidecar.name, "startup probe passed");
+                    return Ok(());
+                }
+                Ok(code) => debug!(sandbox = id, container = %sidecar.name, code, "startup probe failed"),
+                Err(why) => debug!(sandbox = id, container = %sidecar.name, %why, "startup probe failed"),
+            }
+            failures += 1;
+            if failures >= probe.failure_threshold.max(1) {
+                return Err(unhealthy(format!("its healthcheck failed {failures} times in a row")));
+            }
+            tokio::time::sleep(probe.period.saturating_sub(started.elapsed())).await;
+        }
+    }
+
+    /// One run of a probe in an image sidecar (`runc exec`), within its timeout: its exit code.
+    async fn run_probe(
+        &self,
+        image: &ImageSidecar,
+        sidecar: &SidecarContainer,
+        probe: &StartupProbe,
+    ) -> Result<i32, String> {
+        let Some(oci) = &self.inner.oci else { return Err("the OCI runtime is gone".to_owned()) };
+        let user = sidecar.command_ids.unwrap_or(image.container.user);
+        let files = oci
+            .exec_files(&image.container, &probe.exec, &sidecar.env, &sidecar.working_dir, user, None)
+            .map_err(|error| error.to_string())?;
+        let mut command = image.container.exec_command(&files, None).map_err(|error| error.to_string())?;
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut child = self.inner.spawner.spawn(command).await.map_err(|error| error.to_string())?;
+        let waited = tokio::time::timeout(probe.timeout.max(Duration::from_secs(1)), child.wait()).await;
+        let _ = std::fs::remove_file(&files.process);
+        let _ = std::fs::remove_file(&files.pid_file);
+        match waited {
+            Ok(Ok(status)) => Ok(crate::exec::exit_code(&status)),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(_) => {
+                // runc exec's own kill ends the probe's process too (kill_on_drop).
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                Err(format!("it took longer than {:?}", probe.timeout))
+            }
+        }
+    }
+
+    /// Starts image sidecar `sidecar` (the `index`th of the spec's) of an image sandbox whose
+    /// main container's init is `namespaces_of`: a container of the OCI runtime of its own, in its
+    /// image's root, joined to that init's user, network, IPC and UTS namespaces, its output going
+    /// to its log. A command its image does not have ends it at once, 127, the reason in its log
+    /// (a kubelet's StartError); the sandbox goes on.
+    #[allow(clippy::too_many_arguments)]
+    async fn start_image_sidecar(
+        &self,
+        id: &str,
+        sandbox_dir: &Path,
+        namespaces_of: libc::pid_t,
+        network: crate::Network,
+        hosts: Option<&Path>,
+        index: usize,
+        sidecar: &Arc<SidecarContainer>,
+        launch: &crate::Sidecar,
     ) -> Result<(), ExecutorError> {
         let inner = self.inner.clone();
-        let id = sandbox.id.as_str();
         let Some(oci) = &inner.oci else {
             return Err(setup_error(id, "the OCI runtime is gone".to_owned()));
         };
-        let Target::Oci { network } = main.target else {
-            return Err(ExecutorError::InvalidRequest("an image sidecar needs an image sandbox".to_owned()));
-        };
         let image = launch.image.clone().unwrap_or_default();
+        let mut binds = Vec::new();
+        if let Some(hosts) = hosts {
+            binds.push((hosts.to_path_buf(), "/etc/hosts".to_owned(), false));
+        }
         let plan = ContainerPlan {
             // Unique among the runtime's containers, and the name of its cgroup's.
             id: format!("{id}.{}", index + 1),
-            dir: sandbox.dir.join(CONTAINERS_DIR).join((index + 1).to_string()),
+            dir: sandbox_dir.join(CONTAINERS_DIR).join((index + 1).to_string()),
             image: image.rootfs,
             hostname: String::new(),
             argv: launch.command.clone(),
@@ -202,29 +435,21 @@ impl Executor {
             cwd: sidecar.working_dir.clone(),
             user: sidecar.command_ids.unwrap_or((0, 0)),
             network,
-            binds: Vec::new(),
+            binds,
             memory: launch.memory_limit_bytes,
             cpu_millis: launch.cpu_limit_millis,
-            join: Some(main.keeper.pid()),
+            join: Some(namespaces_of),
+            gate: None,
         };
         let program = plan.argv.first().cloned().unwrap_or_default();
         let made = {
             let inner = inner.clone();
             let (mounts, files) = (launch.volume_mounts.clone(), launch.files.clone());
             let claims_dir = inner.config.root_dir.join(CLAIMS_DIR);
-            let sandbox_dir = sandbox.dir.clone();
-            tokio::task::spawn_blocking(move || {
-                let containers = sandbox_dir.join(CONTAINERS_DIR);
-                std::fs::create_dir_all(&containers)
-                    .and_then(|()| {
-                        // Each container's init (the sandbox's root, a stranger here) gets through.
-                        std::fs::set_permissions(&containers, std::os::unix::fs::PermissionsExt::from_mode(0o711))
-                    })
-                    .map_err(|error| format!("cannot create {}: {error}", containers.display()))?;
-                match &inner.oci {
-                    Some(oci) => oci::prepare_sidecar(oci, plan, &sandbox_dir, &mounts, &files, &claims_dir),
-                    None => Err("the OCI runtime is gone".to_owned()),
-                }
+            let sandbox_dir = sandbox_dir.to_path_buf();
+            tokio::task::spawn_blocking(move || match &inner.oci {
+                Some(oci) => oci::prepare_sidecar(oci, plan, &sandbox_dir, &mounts, &files, &claims_dir),
+                None => Err("the OCI runtime is gone".to_owned()),
             })
             .await
             .map_err(|error| setup_error(id, error.to_string()))?
@@ -235,7 +460,7 @@ impl Executor {
                 bytes::Bytes::from(format!("cwsandbox: {program}: command not found in the image\n")),
                 std::time::SystemTime::now(),
             );
-            self.sidecar_ended(sandbox, sidecar, 127);
+            self.sidecar_ended(sidecar, 127);
             return Ok(());
         };
         let (log_read, log_write) = std::io::pipe()?;
@@ -269,7 +494,7 @@ impl Executor {
                 container.finish().await;
                 debug!(sandbox = id, container = %sidecar.name, %message, "an image sidecar could not start");
                 sidecar.logs.push(bytes::Bytes::from(format!("cwsandbox: {message}\n")), std::time::SystemTime::now());
-                self.sidecar_ended(sandbox, sidecar, 127);
+                self.sidecar_ended(sidecar, 127);
                 return Ok(());
             }
         };
@@ -283,7 +508,7 @@ impl Executor {
             *sidecar.image.lock_unpoisoned() = Some(Arc::new(ImageSidecar { running, container: container.clone() }));
         }
         let watcher = {
-            let (executor, sandbox, name) = (self.clone(), sandbox.clone(), sidecar.name.clone());
+            let (executor, sidecar) = (self.clone(), sidecar.clone());
             tokio::spawn(async move {
                 let code = match child.wait().await {
                     Ok(status) => crate::exec::exit_code(&status),
@@ -291,10 +516,8 @@ impl Executor {
                 };
                 let _ = pump.await;
                 container.finish().await;
-                if let Some(sidecar) = sandbox.sidecars.iter().find(|sidecar| sidecar.name == name) {
-                    sidecar.image.lock_unpoisoned().take();
-                    executor.sidecar_ended(&sandbox, sidecar, code);
-                }
+                sidecar.image.lock_unpoisoned().take();
+                executor.sidecar_ended(&sidecar, code);
             })
         };
         *sidecar.watcher.lock_unpoisoned() = Some(watcher);
@@ -302,19 +525,92 @@ impl Executor {
     }
 
     /// An image sidecar's command ended with `code` (or never ran: 127): its log closes, and
-    /// while its sandbox goes on, the end is reported as a container's.
-    fn sidecar_ended(&self, sandbox: &Sandbox, sidecar: &SidecarContainer, code: i32) {
+    /// while its sandbox runs, the end is reported as a container's (once its sandbox is
+    /// registered: one that ended while the Pod started is reported then).
+    pub(super) fn sidecar_ended(&self, sidecar: &SidecarContainer, code: i32) {
         let _ = sidecar.exit_code.set(code);
         sidecar.logs.close();
-        if sandbox.running().is_some() && !sandbox.stop_requested.load(std::sync::atomic::Ordering::SeqCst) {
-            debug!(sandbox = %sandbox.id, container = %sidecar.name, exit_code = code, "image sidecar exited");
-            let _ = self.inner.exits_sender.send(crate::MainExit {
-                id: sandbox.id.clone(),
-                container: Some(sidecar.name.clone()),
-                exit_code: code,
-                oom_killed: false,
-            });
+        self.report_sidecar_exit(sidecar);
+    }
+
+    /// Reports an ended image sidecar's exit, once, while its sandbox runs.
+    pub(super) fn report_sidecar_exit(&self, sidecar: &SidecarContainer) {
+        let Some(code) = sidecar.exit_code.get().copied() else { return };
+        let Some(sandbox) = sidecar.sandbox.get().and_then(std::sync::Weak::upgrade) else { return };
+        if sandbox.running().is_none() || sandbox.stop_requested.load(Ordering::SeqCst) {
+            return;
         }
+        if sidecar.reported.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        debug!(sandbox = %sandbox.id, container = %sidecar.name, exit_code = code, "image sidecar exited");
+        let _ = self.inner.exits_sender.send(crate::MainExit {
+            id: sandbox.id.clone(),
+            container: Some(sidecar.name.clone()),
+            exit_code: code,
+            oom_killed: false,
+        });
+    }
+}
+
+/// Refuses start conditions that name no sidecar, or that could never hold: a sidecar that
+/// waits for one that starts after it (the order is the spec's), or for itself.
+fn check_order(spec: &LaunchSpec) -> Result<(), ExecutorError> {
+    for (index, sidecar) in spec.sidecars.iter().enumerate() {
+        for wanted in &sidecar.after {
+            if !spec.sidecars[..index].iter().any(|earlier| earlier.name == wanted.container) {
+                return Err(ExecutorError::InvalidRequest(format!(
+                    "container {:?} waits for {:?}, which does not start before it",
+                    sidecar.name, wanted.container
+                )));
+            }
+        }
+    }
+    if let Some(wanted) = spec.after.iter().find(|wanted| !spec.sidecars.iter().any(|s| s.name == wanted.container)) {
+        return Err(ExecutorError::InvalidRequest(format!(
+            "the main container waits for {:?}, which is none of the sandbox's other containers",
+            wanted.container
+        )));
+    }
+    Ok(())
+}
+
+/// What every container of a Pod shares in its directory: the `/etc/hosts` naming `aliases` on
+/// the loopback (beside `localhost` and the Pod's hostname), where there are any. Blocking.
+fn prepare_shared(plan: &ContainerPlan, hostname: &str, aliases: &[String]) -> Result<(), String> {
+    if aliases.is_empty() {
+        return Ok(());
+    }
+    let path: PathBuf = plan.dir.join(HOSTS_FILE);
+    let mut text = String::from("# Written by cwsandbox-emulator, as the kubelet writes a Pod's /etc/hosts.\n");
+    text.push_str("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n");
+    text.push_str(&format!("127.0.0.1\t{hostname}"));
+    for alias in aliases {
+        text.push(' ');
+        text.push_str(alias);
+    }
+    text.push('\n');
+    std::fs::write(&path, text).map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+    // Readable by the containers' users; written by no one in them (a bind of the emulator's).
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .map_err(|error| format!("cannot open {}: {error}", path.display()))
+}
+
+/// How long a container waits for another to run to completion before the Pod's start fails.
+const COMPLETION_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Waits until a sidecar's command ended; its exit code (`None`: not within
+/// [`COMPLETION_TIMEOUT`]).
+async fn wait_exit(sidecar: &SidecarContainer) -> Option<i32> {
+    let started = Instant::now();
+    loop {
+        if let Some(code) = sidecar.exit_code.get() {
+            return Some(*code);
+        }
+        if started.elapsed() > COMPLETION_TIMEOUT {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

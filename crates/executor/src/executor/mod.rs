@@ -108,7 +108,7 @@ struct Sandbox {
     /// The main container's name (may be empty: then only `None` names it).
     main_name: String,
     /// The Pod's other containers.
-    sidecars: Vec<SidecarContainer>,
+    sidecars: Vec<Arc<SidecarContainer>>,
     /// `None` once the keeper has ended.
     running: Mutex<Option<Arc<Running>>>,
     done: watch::Receiver<bool>,
@@ -169,9 +169,11 @@ impl Sandbox {
         match container {
             None => Ok(None),
             Some(name) if name == self.main_name => Ok(None),
-            Some(name) => self.sidecars.iter().find(|sidecar| sidecar.name == name).map(Some).ok_or_else(|| {
-                ExecutorError::UnknownContainer { sandbox: self.id.clone(), container: name.to_owned() }
-            }),
+            Some(name) => {
+                self.sidecars.iter().find(|sidecar| sidecar.name == name).map(|sidecar| Some(&**sidecar)).ok_or_else(
+                    || ExecutorError::UnknownContainer { sandbox: self.id.clone(), container: name.to_owned() },
+                )
+            }
         }
     }
 
@@ -402,7 +404,7 @@ impl Executor {
                     let ActivatedSandbox { working_dir, sidecar_dirs, keeper, running, started } = *activated;
                     let command_runs = wait_for_exec(started).await;
                     let dirs = Directories { dir, working_dir, sidecar_dirs };
-                    let started = Started { keeper, running: Some(running), command_runs, oci: None };
+                    let started = Started { keeper, running: Some(running), command_runs, oci: None, sidecars: None };
                     return self.register(id, dirs, env, &spec, started).await;
                 }
                 Activated::Failed(error) => return Err(error),
@@ -458,8 +460,14 @@ impl Executor {
         drop(go);
         let command_runs = wait_for_exec(started).await;
         let dirs = Directories { dir, working_dir: layout.working_dir, sidecar_dirs: layout.sidecar_dirs };
-        self.register(id, dirs, env, &spec, Started { keeper: child, running: Some(running), command_runs, oci: None })
-            .await
+        self.register(
+            id,
+            dirs,
+            env,
+            &spec,
+            Started { keeper: child, running: Some(running), command_runs, oci: None, sidecars: None },
+        )
+        .await
     }
 
     /// Makes a warm sandbox `id`'s: moves its directory into place, adds the working directory
@@ -559,7 +567,7 @@ impl Executor {
         spec: &LaunchSpec,
         started: Started,
     ) -> Result<(), ExecutorError> {
-        let Started { keeper: mut child, running, command_runs, oci } = started;
+        let Started { keeper: mut child, running, command_runs, oci, sidecars: started_sidecars } = started;
         let oci = oci.map(Arc::new);
         let mode = self.inner.mode;
         let logs = Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes));
@@ -573,22 +581,27 @@ impl Executor {
         });
         let (done_sender, done) = watch::channel(false);
         let Directories { dir, working_dir, sidecar_dirs } = dirs;
-        let sidecars = spec
-            .sidecars
-            .iter()
-            .zip(sidecar_dirs)
-            .map(|(sidecar, working_dir)| SidecarContainer {
-                name: sidecar.name.clone(),
-                env: container_env(&spec.hostname, &sidecar.env, sidecar.user, mode),
-                working_dir,
-                command_ids: mode.command_ids(sidecar.user),
-                logs: Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes)),
-                exit_code: Arc::default(),
-                in_image: oci.is_some(),
-                image: Mutex::default(),
-                watcher: Mutex::default(),
-            })
-            .collect();
+        let sidecars = started_sidecars.unwrap_or_else(|| {
+            spec.sidecars
+                .iter()
+                .zip(sidecar_dirs)
+                .map(|(sidecar, working_dir)| {
+                    Arc::new(SidecarContainer {
+                        name: sidecar.name.clone(),
+                        env: container_env(&spec.hostname, &sidecar.env, sidecar.user, mode),
+                        working_dir,
+                        command_ids: mode.command_ids(sidecar.user),
+                        logs: Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes)),
+                        exit_code: Arc::default(),
+                        in_image: false,
+                        image: Mutex::default(),
+                        watcher: Mutex::default(),
+                        sandbox: std::sync::OnceLock::new(),
+                        reported: Default::default(),
+                    })
+                })
+                .collect()
+        });
         let sandbox = Arc::new(Sandbox {
             id: id.to_owned(),
             dir,
@@ -607,20 +620,23 @@ impl Executor {
             oom_killed: std::sync::OnceLock::new(),
         });
         self.inner.registry.lock_unpoisoned().sandboxes.insert(id.to_owned(), sandbox.clone());
+        for sidecar in &sandbox.sidecars {
+            let _ = sidecar.sandbox.set(Arc::downgrade(&sandbox));
+            // An image sidecar that ended while the Pod started is reported now.
+            self.report_sidecar_exit(sidecar);
+        }
         debug!(sandbox = id, hostname = %spec.hostname, isolation = ?mode, "sandbox started");
         tokio::spawn(watch_keeper(sandbox.clone(), child, eof, pump, done_sender, self.inner.exits_sender.clone()));
         if command_runs && let Some(running) = sandbox.running() {
             // Next to the main command, as a kubelet starts a Pod's containers; a sidecar that
             // cannot be ordered (the sandbox ended meanwhile) leaves the main command's end to
             // tell the story.
-            for (index, (sidecar, launch)) in sandbox.sidecars.iter().zip(&spec.sidecars).enumerate() {
+            // (An image sandbox's sidecars started before its main command.)
+            for (sidecar, launch) in
+                sandbox.sidecars.iter().zip(&spec.sidecars).filter(|(sidecar, _)| !sidecar.in_image)
+            {
                 let exits = self.inner.exits_sender.clone();
-                let started = if sidecar.in_image {
-                    self.start_image_sidecar(&sandbox, &running, index, sidecar, launch).await
-                } else {
-                    sidecars::start(id, &running, sidecar, &launch.command, exits).await
-                };
-                if let Err(error) = started {
+                if let Err(error) = sidecars::start(id, &running, sidecar, &launch.command, exits).await {
                     warn!(sandbox = id, container = %sidecar.name, %error, "a sidecar container could not start");
                     sidecar.logs.close();
                 }
@@ -1053,6 +1069,8 @@ struct Started {
     running: Option<Running>,
     command_runs: bool,
     oci: Option<OciContainer>,
+    /// An image sandbox's sidecars, started with it (`None`: made by the registration).
+    sidecars: Option<Vec<Arc<SidecarContainer>>>,
 }
 
 /// What became of an activation.

@@ -120,7 +120,22 @@ pub(super) struct ContainerPlan {
     /// and UTS namespaces this one joins, as a Pod's containers share them; `None`: the main
     /// container, which makes them.
     pub(super) join: Option<pid_t>,
+    /// A directory where the container's creation waits, once its namespaces exist and before
+    /// its command starts, for the executor's word ([`GATE_SCRIPT`]): so a Pod's sidecars can
+    /// join them and start first.
+    pub(super) gate: Option<PathBuf>,
 }
+
+/// A `createRuntime` hook (run by runc on the host once the container's namespaces exist, its
+/// command not started): writes the container's state (with its init's pid) to `$1/state.json`,
+/// then waits until the executor writes `$1/go`: `start` lets the creation go on; anything else,
+/// or the executor (pid `$2`) gone, fails it.
+const GATE_SCRIPT: &str = r#"cat > "$1/state.json.tmp" && mv "$1/state.json.tmp" "$1/state.json" || exit 1
+while [ ! -e "$1/go" ]; do
+  kill -0 "$2" 2>/dev/null || exit 1
+  sleep 0.02
+done
+[ "$(cat "$1/go")" = start ]"#;
 
 /// A container made ready to run: its bundle written and its root's layers in place.
 pub(super) struct PreparedContainer {
@@ -240,6 +255,7 @@ impl OciRuntime {
             memory: Some(64 << 20),
             cpu_millis: Some(1000),
             join: None,
+            gate: None,
         };
         let mut failures = Vec::new();
         for (layer, limits) in [
@@ -364,6 +380,11 @@ impl OciRuntime {
                 None
             }
         };
+        if let Some(gate) = &plan.gate {
+            std::fs::create_dir_all(gate).map_err(|error| describe("create", gate, error))?;
+            std::fs::set_permissions(gate, std::fs::Permissions::from_mode(0o700))
+                .map_err(|error| describe("protect", gate, error))?;
+        }
         let cgroup = format!("/{}-{}", self.cgroup_prefix, plan.id);
         let spec =
             self.spec(plan, &rootfs, &cgroup).map_err(|error| format!("cannot build the OCI config: {error}"))?;
@@ -441,6 +462,21 @@ impl OciRuntime {
         // A joined UTS namespace has its hostname already: none is set there (the builder's
         // default would be).
         spec.set_hostname(plan.join.is_none().then(|| plan.hostname.clone()));
+        if let Some(gate) = &plan.gate {
+            let hook = oci_spec::runtime::HookBuilder::default()
+                .path("/bin/sh")
+                .args(vec![
+                    "sh".to_owned(),
+                    "-c".to_owned(),
+                    GATE_SCRIPT.to_owned(),
+                    "gate".to_owned(),
+                    gate.to_string_lossy().into_owned(),
+                    std::process::id().to_string(),
+                ])
+                .env(vec!["PATH=/usr/sbin:/usr/bin:/sbin:/bin".to_owned()])
+                .build()?;
+            spec.set_hooks(Some(oci_spec::runtime::HooksBuilder::default().create_runtime(vec![hook]).build()?));
+        }
         Ok(spec)
     }
 
@@ -576,6 +612,37 @@ impl OciRuntime {
             // runc writes the pid file (a rename) as it creates the container: a few ms.
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+    }
+
+    /// Waits until a gated container's creation reached its gate (its namespaces exist) and
+    /// returns its init's pid, or `None` if runc ended first.
+    pub(super) async fn wait_gated(gate: &Path, run: &mut tokio::process::Child) -> Result<Option<pid_t>, String> {
+        let started = Instant::now();
+        let state = gate.join("state.json");
+        loop {
+            if let Ok(text) = std::fs::read(&state) {
+                let pid = serde_json::from_slice::<serde_json::Value>(&text)
+                    .ok()
+                    .and_then(|state| state.get("pid")?.as_i64())
+                    .and_then(|pid| pid_t::try_from(pid).ok())
+                    .filter(|pid| *pid > 0);
+                return pid.map(Some).ok_or_else(|| "the OCI runtime's state has no pid".to_owned());
+            }
+            if !matches!(run.try_wait(), Ok(None)) {
+                return Ok(None);
+            }
+            if started.elapsed() > CREATE_TIMEOUT {
+                return Err(format!("the OCI runtime did not create the container within {CREATE_TIMEOUT:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Opens a gated container's gate: `start` lets its creation go on, else it fails.
+    pub(super) fn open_gate(gate: &Path, start: bool) -> std::io::Result<()> {
+        let temporary = gate.join("go.tmp");
+        std::fs::write(&temporary, if start { "start" } else { "abort" })?;
+        std::fs::rename(&temporary, gate.join("go"))
     }
 
     pub(super) fn container(&self, plan: &ContainerPlan, prepared: &PreparedContainer) -> OciContainer {

@@ -17,7 +17,8 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use cwsandbox_sync::MutexUnpoisoned;
 
@@ -27,7 +28,7 @@ use tracing::debug;
 use super::keeper::{LogPipe, pump_logs};
 use super::oci::OciContainer;
 use super::validate::c_string;
-use super::{Running, Target, command_for};
+use super::{Running, Sandbox, Target, command_for};
 use crate::error::ExecutorError;
 use crate::init_channel::SendError;
 use crate::logs::LogBuffer;
@@ -52,6 +53,10 @@ pub(super) struct SidecarContainer {
     pub(super) image: Mutex<Option<Arc<ImageSidecar>>>,
     /// An image sidecar's watcher, which ends once its container is gone and deleted.
     pub(super) watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Its sandbox, once registered (an image sidecar starts before it is).
+    pub(super) sandbox: OnceLock<Weak<Sandbox>>,
+    /// Whether its end was reported.
+    pub(super) reported: AtomicBool,
 }
 
 /// An image sidecar's running container: what exec and files reach.

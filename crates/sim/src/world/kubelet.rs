@@ -98,6 +98,11 @@ impl World {
         self.assign_gpus(uid, node_name);
         let containers = self.containers_to_start(uid, sandbox_id.as_deref());
         let loopback_only = sandbox_id.as_deref().is_some_and(|id| self.sandboxes.denies_egress(id));
+        let host_aliases = sandbox_id
+            .as_deref()
+            .and_then(|id| self.sandboxes.start_plan(id))
+            .map(|plan| plan.host_aliases.clone())
+            .unwrap_or_default();
         if !self.host_confirms_starts {
             self.containers_started(uid);
         }
@@ -108,6 +113,7 @@ impl World {
             pod_name,
             containers,
             loopback_only,
+            host_aliases,
         }));
     }
 
@@ -168,6 +174,7 @@ impl World {
         let gpu_indices = job_indices
             .or_else(|| self.pods.gpus_of(uid).map(<[u32]>::to_vec))
             .map(|indices| indices.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+        let start_plan = sandbox_id.and_then(|id| self.sandboxes.start_plan(id));
         let mut containers: Vec<ContainerStart> = pod
             .containers
             .iter()
@@ -206,6 +213,11 @@ impl World {
                         .cpu
                         .and_then(|cpu| u64::try_from(cpu.millis()).ok())
                         .filter(|millis| *millis > 0),
+                    startup_probe: container.inputs.as_ref().and_then(|inputs| inputs.startup_probe.clone()),
+                    start_after: start_plan
+                        .and_then(|plan| plan.after.get(&container.name))
+                        .cloned()
+                        .unwrap_or_default(),
                 }
             })
             .collect();

@@ -89,6 +89,10 @@ pub struct ContainerStart {
     pub memory_limit_bytes: Option<u64>,
     /// `limits.cpu` in thousandths of a CPU, for a runtime that enforces it.
     pub cpu_limit_millis: Option<u64>,
+    /// Its startup probe.
+    pub startup_probe: Option<crate::k8s::ProbeStart>,
+    /// What it waits for of the Pod's other containers before it starts.
+    pub start_after: Vec<crate::k8s::StartDependency>,
 }
 
 /// Everything the host needs to start a Pod's processes: the payload of [`Effect::StartPod`],
@@ -110,6 +114,8 @@ pub struct PodLaunch {
     /// The sandbox denies egress (`network.deny_egress`): its processes get a network of their
     /// own with only loopback.
     pub loopback_only: bool,
+    /// Names every container resolves to its loopback (a Compose file's services).
+    pub host_aliases: Vec<String>,
 }
 
 /// What the host reports when a command of a Pod ended, by itself or once the host stopped it

@@ -36,6 +36,7 @@ struct Origin<'a> {
     request_id: &'a str,
     source_template: Option<(String, i64)>,
     request_body: Option<Vec<u8>>,
+    start_plan: crate::k8s::StartPlan,
 }
 
 const DEFAULT_PAGE_SIZE: usize = 100;
@@ -94,7 +95,7 @@ impl World {
         if let Some(replayed) = self.replay(owner, request_id, same_body) {
             return replayed;
         }
-        let origin = Origin { request_id, source_template: None, request_body: None };
+        let origin = Origin { request_id, source_template: None, request_body: None, start_plan: Default::default() };
         self.admit(owner, spec, display_name, origin, faults)
     }
 
@@ -125,18 +126,19 @@ impl World {
             request_id: &request.request_id,
             source_template: Some((template.id, template.revision)),
             request_body: Some(body),
+            start_plan: Default::default(),
         };
         self.admit(owner, normalize_spec(spec)?, &request.display_name, origin, faults)
     }
 
-    /// CreateSandboxFromFile, once the file is translated into `spec` ([`crate::compose`]):
-    /// CreateSandbox's path, a replay of `request_id` compared with the request as sent (the
-    /// file's bytes included).
+    /// CreateSandboxFromFile, once the file is translated into `spec` and its start plan
+    /// ([`crate::compose`]): CreateSandbox's path, a replay of `request_id` compared with the
+    /// request as sent (the file's bytes included).
     pub fn create_sandbox_from_file(
         &mut self,
         owner: &Owner,
         request: &cwsandbox_api::sandbox_v1::CreateSandboxFromFileRequest,
-        spec: SandboxSpec,
+        (spec, start_plan): (SandboxSpec, crate::k8s::StartPlan),
         faults: Vec<crate::pods::InjectedFault>,
     ) -> SimResult<SandboxView> {
         self.settle();
@@ -148,7 +150,8 @@ impl World {
         {
             return replayed;
         }
-        let origin = Origin { request_id: &request.request_id, source_template: None, request_body: Some(body) };
+        let origin =
+            Origin { request_id: &request.request_id, source_template: None, request_body: Some(body), start_plan };
         self.admit(owner, normalize_spec(spec)?, &request.display_name, origin, faults)
     }
 
@@ -187,7 +190,7 @@ impl World {
         origin: Origin<'_>,
         faults: Vec<crate::pods::InjectedFault>,
     ) -> SimResult<SandboxView> {
-        let Origin { request_id, source_template, request_body } = origin;
+        let Origin { request_id, source_template, request_body, start_plan } = origin;
         validate_spec(&spec)?;
         check_services(&spec)?;
         check_scratch_media(&spec)?;
@@ -321,6 +324,7 @@ impl World {
                 scratch_limits: crate::sandbox::scratch_limits(&spec),
                 attached_volume_ids,
                 source_template,
+                start_plan,
                 request_body,
             }),
             lifetime_timer: None,
