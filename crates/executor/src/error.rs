@@ -17,6 +17,9 @@ pub enum ExecutorError {
     UnknownSandbox(String),
     #[error("sandbox {sandbox} has no container named {container:?}")]
     UnknownContainer { sandbox: String, container: String },
+    /// An image sidecar whose command ended is gone, as an exited Kubernetes container is.
+    #[error("container {container:?} of sandbox {sandbox} is not running: its command ended")]
+    ContainerEnded { sandbox: String, container: String },
     #[error("Linux namespaces are unavailable: {0}")]
     NamespacesUnavailable(String),
     #[error("cannot start sandbox {id}: {message}")]
@@ -47,6 +50,9 @@ pub enum FileError {
     /// would resolve against).
     #[error("no container named {0:?}")]
     UnknownContainer(String),
+    /// The container's command ended (an image sidecar's): its files are gone with it.
+    #[error("{0}")]
+    ContainerEnded(String),
     #[error("invalid path: {0}")]
     InvalidPath(String),
     /// A FIFO, device or socket: only regular files are read or written (anything else

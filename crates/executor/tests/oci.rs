@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use common::{SAFETY, argv, env, processes_with_marker, run, run_request, sh, skip, unique, wait_for_log, within};
 use cwsandbox_executor::{
-    DEFAULT_SANDBOX_ID_BASE, ExecRequest, Executor, ExecutorConfig, FileError, ImageRoot, LaunchSpec, MainExit,
-    MountedFile, Network, OciSupport, SandboxUser, Sidecar, StartAfter, StartCondition, StartupProbe, VolumeMount,
-    WritableLayer,
+    DEFAULT_SANDBOX_ID_BASE, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, ImageRoot, LaunchSpec,
+    MainExit, MountedFile, Network, OciSupport, SandboxUser, Sidecar, StartAfter, StartCondition, StartupProbe,
+    VolumeMount, WritableLayer,
 };
 use tempfile::TempDir;
 
@@ -826,7 +826,16 @@ async fn an_image_sidecar_ends_with_the_main_command_and_its_own_end_is_reported
     let text = String::from_utf8_lossy(&missing.tail(1 << 16).bytes()).into_owned();
     assert!(text.contains("no-such-program: command not found"), "{text}");
     // An ended container is gone, as in Kubernetes: exec does not reach it.
-    assert!(executor.exec(&id, ExecRequest { container: Some("quits".into()), ..argv(&["true"]) }).await.is_err());
+    let ended = executor.exec(&id, ExecRequest { container: Some("quits".into()), ..argv(&["true"]) }).await;
+    assert!(
+        matches!(&ended, Err(ExecutorError::ContainerEnded { container, .. }) if container == "quits"),
+        "{:?}",
+        ended.err()
+    );
+    assert!(matches!(
+        executor.read_file_in(&id, Some("quits"), "/etc/passwd").await,
+        Err(FileError::ContainerEnded(_))
+    ));
     // The main command's end ends the sidecar that stays.
     let mut session = executor.exec(&id, argv(&["sh", "-c", "kill -HUP 1"])).await.unwrap();
     session.stdin.close().await;

@@ -421,6 +421,7 @@ fn exec_error(error: ExecutorError, target: &Target) -> RuntimeError {
             RuntimeError::InvalidArgument { field: "command".to_owned(), description }
         }
         ExecutorError::UnknownContainer { container, .. } => RuntimeError::ContainerNotFound(container),
+        ended @ ExecutorError::ContainerEnded { .. } => RuntimeError::NotRunning(ended.to_string()),
         other => RuntimeError::Unavailable(other.to_string()),
     }
 }
@@ -434,6 +435,7 @@ fn file_error(error: FileError, path: String, target: &Target) -> RuntimeError {
         FileError::Io(message) => RuntimeError::Io { path, message },
         FileError::SandboxNotRunning => not_running(target),
         FileError::UnknownContainer(container) => RuntimeError::ContainerNotFound(container),
+        FileError::ContainerEnded(message) => RuntimeError::NotRunning(message),
         FileError::InvalidPath(description) => RuntimeError::InvalidArgument { field: "path".to_owned(), description },
         error @ FileError::NotRegular { .. } => RuntimeError::NotRegularFile { path, message: error.to_string() },
         error @ FileError::TimedOut { .. } => RuntimeError::FileTimeout { path, message: error.to_string() },

@@ -186,10 +186,9 @@ impl Sandbox {
         match self.sidecar(container)? {
             Some(sidecar) if sidecar.in_image => match sidecar.image_container() {
                 Some(image) => Ok((image.running.clone(), Some(image.container.clone()))),
-                None => Err(ExecutorError::NotRunning(format!(
-                    "{} (its container {:?} does not run)",
-                    self.id, sidecar.name
-                ))),
+                None => {
+                    Err(ExecutorError::ContainerEnded { sandbox: self.id.clone(), container: sidecar.name.clone() })
+                }
             },
             _ => Ok((main, self.oci.clone())),
         }
@@ -999,6 +998,7 @@ impl Executor {
         let sandbox = self.sandbox(id).ok_or(FileError::SandboxNotRunning)?;
         let reached = sandbox.reach(container).map_err(|error| match error {
             ExecutorError::UnknownContainer { container, .. } => FileError::UnknownContainer(container),
+            ended @ ExecutorError::ContainerEnded { .. } => FileError::ContainerEnded(ended.to_string()),
             _ => FileError::SandboxNotRunning,
         })?;
         Ok((sandbox, reached))
