@@ -138,6 +138,15 @@ struct WorldArgs {
     /// Largest message accepted or sent on any transport, in bytes.
     #[arg(long, default_value_t = Limits::default().max_message_bytes)]
     max_message_bytes: usize,
+    /// A StreamExec's buffer between its command and the client, in bytes: while it is full the
+    /// command's output waits.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().stream_backpressure_bytes)]
+    stream_backpressure_bytes: usize,
+    /// Seconds a full StreamExec buffer waits for the client to take something before the
+    /// stream ends with `STREAM_BACKPRESSURE` (the Python client's
+    /// `SandboxStreamBackpressureError`), as the cloud ends a stream whose reader falls behind.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds, default_value = "10")]
+    stream_stall_timeout: Duration,
     #[command(flatten)]
     transport: TransportArgs,
     #[command(flatten)]
@@ -406,6 +415,8 @@ impl WorldArgs {
         options.seed = self.seed;
         options.dev_tokens = self.dev_tokens;
         options.limits.max_message_bytes = self.max_message_bytes;
+        options.limits.stream_backpressure_bytes = self.stream_backpressure_bytes;
+        options.limits.stream_stall = self.stream_stall_timeout;
         options.transport = self.transport.transport();
         let (runtime, root) =
             self.sandboxes.runtime(retention, options.limits.max_file_bytes, &options.config.container_runtime)?;

@@ -380,6 +380,12 @@ impl SandboxRuntime for Spew {
         self.0.kill(pod_uid)
     }
     fn exec(&self, target: Target, spec: ExecSpec) -> BoxFuture<'_, Result<ExecSession, RuntimeError>> {
+        if spec.command == ["flood"] {
+            // Output without end, 64 KiB at a time.
+            let output = futures::stream::repeat_with(|| ExecEvent::Stdout(Bytes::from(vec![b'f'; 64 << 10])));
+            let session = ExecSession { input: tokio::sync::mpsc::channel(4).0, output: output.boxed() };
+            return futures::future::ready(Ok(session)).boxed();
+        }
         if spec.command == ["hang"] {
             // A command that never ends and never prints.
             let session =
@@ -1245,4 +1251,65 @@ async fn the_transport_flags_of_the_binary_take_effect() {
         let text = String::from_utf8_lossy(&output.stderr);
         assert!(text.contains(flag), "{flag} {value}: {text}");
     }
+}
+
+#[tokio::test]
+async fn a_stream_exec_reader_that_stalls_gets_stream_backpressure_and_one_that_reads_gets_every_byte() {
+    let mut options = ready_options();
+    options.limits.stream_backpressure_bytes = 256 << 10;
+    options.limits.stream_stall = Duration::from_millis(300);
+    options.runtime = Some(Arc::new(Spew(FakeRuntime::new())) as Arc<dyn SandboxRuntime>);
+    let emulator = cwsandbox_emulator::Emulator::start(options).await.unwrap();
+    let info = emulator.info().clone();
+    let mut sandboxes_client = sandboxes(&emulator, &info.user_token).await;
+    let created =
+        sandboxes_client.create_sandbox(create_request(client_spec(&info.runner_id), "")).await.unwrap().into_inner();
+    advance(&emulator, Duration::from_secs(2));
+    let mut client = pb::sandbox_data_plane_service_client::SandboxDataPlaneServiceClient::with_interceptor(
+        channel(&emulator).await,
+        Bearer(info.user_token.clone()),
+    );
+    let id = created.sandbox_id.clone();
+    let frames = |command: &str| futures::stream::iter(vec![exec_init(&id, &[command])]);
+
+    // A reader that takes nothing while the buffer is full: the stream ends, in band.
+    let mut stalled = client.stream_exec(frames("flood")).await.unwrap().into_inner();
+    assert!(matches!(
+        stalled.message().await.unwrap().unwrap().message,
+        Some(pb::exec_stream_response::Message::Ready(_))
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut last = None;
+    let mut received = 0usize;
+    while let Some(frame) = tokio::time::timeout(Duration::from_secs(30), stalled.message()).await.unwrap().unwrap() {
+        match frame.message {
+            Some(pb::exec_stream_response::Message::Output(output)) => received += output.data.len(),
+            other => last = other,
+        }
+    }
+    match last {
+        Some(pb::exec_stream_response::Message::Error(error)) => {
+            assert_eq!(error.code, "STREAM_BACKPRESSURE", "{error:?}");
+            assert!(error.message.contains("262144 bytes"), "{error:?}");
+        }
+        other => panic!("expected STREAM_BACKPRESSURE, got {other:?} after {received} bytes"),
+    }
+
+    // A reader that keeps reading gets everything, however much more than the buffer.
+    let mut steady = client
+        .stream_exec(futures::stream::iter(vec![exec_init(&id, &["spew", "2097152"])]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut bytes = 0usize;
+    let mut exit = None;
+    while let Some(frame) = steady.message().await.unwrap() {
+        match frame.message {
+            Some(pb::exec_stream_response::Message::Output(output)) => bytes += output.data.len(),
+            Some(pb::exec_stream_response::Message::Exit(done)) => exit = Some(done.exit_code),
+            Some(pb::exec_stream_response::Message::Error(error)) => panic!("{error:?}"),
+            _ => {}
+        }
+    }
+    assert_eq!((bytes, exit), (2 << 20, Some(0)));
 }

@@ -24,11 +24,23 @@ pub struct Limits {
     /// Largest file ReadFile/WriteFile carries in one message (the Python client's unary cap is
     /// 32 MiB; above it, and after `CWSANDBOX_FILE_TOO_LARGE`, it streams through exec).
     pub max_file_bytes: u64,
+    /// A StreamExec's buffer between its command and the client's stream, in bytes: while it is
+    /// full the command's output waits.
+    pub stream_backpressure_bytes: usize,
+    /// How long a full buffer may wait for the client to take something before the stream ends
+    /// with `STREAM_BACKPRESSURE` (the cloud's in-band code for a reader that falls behind).
+    /// The cloud's own bounds are not published: these are the emulator's (8 MiB, 10 s).
+    pub stream_stall: std::time::Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_message_bytes: 64 << 20, max_file_bytes: 32 << 20 }
+        Limits {
+            max_message_bytes: 64 << 20,
+            max_file_bytes: 32 << 20,
+            stream_backpressure_bytes: 8 << 20,
+            stream_stall: std::time::Duration::from_secs(10),
+        }
     }
 }
 

@@ -135,7 +135,9 @@ pub async fn stream_exec(
     tokio::spawn(forward_input(requests, session.input));
     let ready =
         pb::ExecStreamResponse { message: Some(Reply::Ready(pb::ExecStreamReady { ready_time: Some(now(&app)) })) };
-    let frames = stream::once(async move { Ok(ready) }).chain(exec_frames(app, session.output));
+    let limits = app.limits();
+    let output = bounded_output(session.output, limits.stream_backpressure_bytes, limits.stream_stall);
+    let frames = stream::once(async move { Ok(ready) }).chain(exec_frames(app, output));
     Ok(ConnectResponse::new(StreamBody::new(frames.boxed())))
 }
 
@@ -160,6 +162,76 @@ async fn forward_input(mut requests: Streaming<pb::ExecStreamRequest>, input: mp
         }
     }
     let _ = input.send(ExecInput::Close).await;
+}
+
+/// The in-band code of a stream ended because its reader fell behind (the client's
+/// `SandboxStreamBackpressureError`).
+pub const STREAM_BACKPRESSURE: &str = "STREAM_BACKPRESSURE";
+
+/// A command's output handed to the client's stream through a buffer of `limit` bytes: while
+/// the buffer is full the command's output waits (the pipe holds the command back, and a reader
+/// that keeps up, however slowly, gets every byte); a reader that takes nothing for `stall`
+/// while the buffer is full has fallen behind, and the stream ends after what waits with
+/// `STREAM_BACKPRESSURE` (the command is ended: its output has nowhere to go), as the cloud ends
+/// such a stream rather than hold the command forever or drop output silently.
+fn bounded_output(
+    mut output: BoxStream<'static, ExecEvent>,
+    limit: usize,
+    stall: std::time::Duration,
+) -> BoxStream<'static, ExecEvent> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let taken = Arc::new(tokio::sync::Notify::new());
+    let (sender, receiver) = mpsc::unbounded_channel::<(ExecEvent, usize)>();
+    let (counted, room) = (Arc::clone(&waiting), Arc::clone(&taken));
+    tokio::spawn(async move {
+        loop {
+            // A client that went away (a cancelled stream) ends the command at once, even one
+            // that writes nothing.
+            let event = tokio::select! {
+                event = output.next() => event,
+                () = sender.closed() => return,
+            };
+            let Some(event) = event else { return };
+            let size = match &event {
+                ExecEvent::Stdout(data) | ExecEvent::Stderr(data) => data.len(),
+                ExecEvent::Exited(_) | ExecEvent::Failed { .. } => 0,
+            };
+            counted.fetch_add(size, Ordering::SeqCst);
+            if sender.send((event, size)).is_err() {
+                return;
+            }
+            // Full: wait for the reader to take something, for `stall` at most each time.
+            while counted.load(Ordering::SeqCst) > limit {
+                let freed = room.notified();
+                if counted.load(Ordering::SeqCst) <= limit {
+                    break;
+                }
+                let took = tokio::select! {
+                    took = tokio::time::timeout(stall, freed) => took.is_ok(),
+                    () = sender.closed() => return,
+                };
+                if !took {
+                    let ended = ExecEvent::Failed {
+                        code: STREAM_BACKPRESSURE.to_owned(),
+                        message: format!(
+                            "the output stream ended early: its reader took none of the {limit} bytes waiting for it in {} s; some output was lost",
+                            stall.as_secs()
+                        ),
+                    };
+                    let _ = sender.send((ended, 0));
+                    return;
+                }
+            }
+        }
+    });
+    stream::unfold((receiver, waiting, taken), |(mut receiver, waiting, taken)| async move {
+        let (event, size) = receiver.recv().await?;
+        waiting.fetch_sub(size, Ordering::SeqCst);
+        taken.notify_one();
+        Some((event, (receiver, waiting, taken)))
+    })
+    .boxed()
 }
 
 /// Runtime events as response frames, ending with exactly one `exit` or `error` (G5).
