@@ -114,6 +114,9 @@ fn run_id_mapper(sync: RawFd, keeper: pid_t, uid_map: &CStr, gid_map: &CStr) -> 
 /// directories and devices bound read-only into it, and a devpts of its own. The pivot
 /// into it is init's (it must mount `/proc` first, while a full procfs is still in view).
 pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
+    if let Some((main, _)) = plan.join {
+        join_pod(main)?;
+    }
     // A root emulator's maps are written by a helper that stays outside the namespace.
     let mapper = match &plan.id_map {
         Some(IdMap::Range { uid_map, gid_map }) => {
@@ -176,8 +179,9 @@ pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
         _ => {}
     }
     let hostname = plan.hostname.as_bytes();
-    // SAFETY: pointer and length describe the hostname bytes.
-    if unsafe { libc::sethostname(hostname.as_ptr().cast(), hostname.len()) } != 0 {
+    // SAFETY: pointer and length describe the hostname bytes. (A joined UTS namespace has the
+    // Pod's hostname already.)
+    if plan.join.is_none() && unsafe { libc::sethostname(hostname.as_ptr().cast(), hostname.len()) } != 0 {
         return Err((Stage::Hostname, errno()));
     }
     if plan.flags & libc::CLONE_NEWNET != 0 {
@@ -206,6 +210,44 @@ pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
         Some(c"newinstance,ptmxmode=0666,mode=0620"),
     )
     .map_err(|error| (Stage::MountDevpts, error))?;
+    Ok(())
+}
+
+/// Joins the user, network, IPC and UTS namespaces of a Pod's main init `main` (the user
+/// namespace first: it owns the others). Uses a fixed buffer: this runs between fork and exec.
+fn join_pod(main: pid_t) -> Result<(), (Stage, c_int)> {
+    for (name, own, kind) in [
+        (&b"ns/user"[..], c"/proc/self/ns/user", libc::CLONE_NEWUSER),
+        (&b"ns/net"[..], c"/proc/self/ns/net", libc::CLONE_NEWNET),
+        (&b"ns/ipc"[..], c"/proc/self/ns/ipc", libc::CLONE_NEWIPC),
+        (&b"ns/uts"[..], c"/proc/self/ns/uts", libc::CLONE_NEWUTS),
+    ] {
+        let mut buffer = [0u8; 64];
+        let path = proc_pid_path(main, name, &mut buffer);
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err((Stage::JoinPod, errno()));
+        }
+        // One the keeper is in already (the host's network of a Pod without a network of its
+        // own; the host's user namespace where none can be made) is not joined: setns would
+        // refuse it once in the Pod's user namespace, which owns none of the host's.
+        // SAFETY: zeroed stat buffers are valid out-parameters; the path is NUL-terminated.
+        let same = unsafe {
+            let (mut theirs, mut ours): (libc::stat, libc::stat) = (std::mem::zeroed(), std::mem::zeroed());
+            libc::fstat(fd, &mut theirs) == 0
+                && libc::stat(own.as_ptr(), &mut ours) == 0
+                && (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
+        };
+        // SAFETY: setns on a namespace descriptor we opened; it moves this process only.
+        let joined = if same { 0 } else { unsafe { libc::setns(fd, kind) } };
+        let error = errno();
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(fd) };
+        if joined != 0 {
+            return Err((Stage::JoinPod, error));
+        }
+    }
     Ok(())
 }
 

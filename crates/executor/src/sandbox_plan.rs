@@ -44,6 +44,11 @@ pub(crate) struct NsPlan {
     /// The (uid, gid) of the user namespace the main command switches to, where it switches
     /// (a root emulator's sandboxes: their root, or the ids the spec asks for).
     pub(crate) main_ids: Option<(u32, u32)>,
+    /// Another container of a Pod (a sidecar with a root of its own): the Pod's main init, whose
+    /// user, network, IPC and UTS namespaces the keeper joins before it makes only a mount and
+    /// a pid namespace of its own (`flags`); with `init_as_root`, init becomes that user
+    /// namespace's root (a root emulator's range mapping) as the main init does.
+    pub(crate) join: Option<(pid_t, bool)>,
 }
 
 impl NsPlan {
@@ -51,7 +56,8 @@ impl NsPlan {
     /// sandboxes, nothing otherwise. Init stays the sandbox's root whatever user the commands
     /// run as, so it can reap and signal them all.
     pub(crate) fn init_ids(&self) -> Option<(u32, u32)> {
-        matches!(self.id_map, Some(IdMap::Range { .. })).then_some((0, 0))
+        let joined_as_root = matches!(self.join, Some((_, true)));
+        (matches!(self.id_map, Some(IdMap::Range { .. })) || joined_as_root).then_some((0, 0))
     }
 }
 

@@ -29,10 +29,11 @@ pub(crate) enum Stage {
     ExecInit,
     Signalfd,
     Loopback,
+    JoinPod,
 }
 
 impl Stage {
-    const ALL: [Stage; 17] = [
+    const ALL: [Stage; 18] = [
         Stage::Unshare,
         Stage::SetGroups,
         Stage::GidMap,
@@ -50,6 +51,7 @@ impl Stage {
         Stage::ExecInit,
         Stage::Signalfd,
         Stage::Loopback,
+        Stage::JoinPod,
     ];
 
     fn from_u8(value: u8) -> Option<Stage> {
@@ -75,6 +77,7 @@ impl Stage {
             Stage::ExecInit => "execute the sandbox's init",
             Stage::Signalfd => "signalfd",
             Stage::Loopback => "bring up the loopback interface of the sandbox's network namespace",
+            Stage::JoinPod => "join the Pod's user, network, IPC and UTS namespaces (setns)",
         }
     }
 }

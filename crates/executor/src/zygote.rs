@@ -88,6 +88,13 @@ pub(crate) fn encode_plan(plan: &InitPlan) -> Option<Vec<u8>> {
         put_bytes(&mut out, text.as_bytes());
     }
     put_ids(&mut out, ns.main_ids);
+    match ns.join {
+        None => out.push(0),
+        Some((pid, as_root)) => {
+            out.push(if as_root { 2 } else { 1 });
+            out.extend_from_slice(&(pid as u32).to_le_bytes());
+        }
+    }
     out.push(u8::from(plan.warm));
     out.push(u8::from(plan.idle));
     put_bytes(&mut out, plan.cwd.as_bytes());
@@ -130,6 +137,11 @@ pub(crate) fn decode_plan(bytes: &[u8], parent: pid_t, fds: [RawFd; 4]) -> Optio
     let proc_dir = reader.c_string()?;
     let proc_sys = reader.c_string()?;
     let main_ids = reader.ids()?;
+    let join = match reader.byte()? {
+        0 => None,
+        kind @ (1 | 2) => Some((pid_t::try_from(reader.u32()?).ok()?, kind == 2)),
+        _ => return None,
+    };
     let warm = flag(reader.byte()?)?;
     let idle = flag(reader.byte()?)?;
     let cwd = reader.c_string()?;
@@ -152,7 +164,7 @@ pub(crate) fn decode_plan(bytes: &[u8], parent: pid_t, fds: [RawFd; 4]) -> Optio
         go_fd,
         started_fd,
         control_fd,
-        ns: Some(NsPlan { flags, id_map, hostname, rootfs, binds, devpts, proc_dir, proc_sys, main_ids }),
+        ns: Some(NsPlan { flags, id_map, hostname, rootfs, binds, devpts, proc_dir, proc_sys, main_ids, join }),
         self_exe: -1,
         probe: false,
         warm,
@@ -377,6 +389,7 @@ mod tests {
                 proc_dir: c"/r/proc".to_owned(),
                 proc_sys: c"/r/proc/sys".to_owned(),
                 main_ids: Some((0, 0)),
+                join: None,
             }),
             self_exe: 5,
             probe: false,

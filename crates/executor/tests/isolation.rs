@@ -913,9 +913,19 @@ async fn sidecars_run_next_to_the_main_command_with_their_own_environment_and_lo
     let (out, _, _) = run_request(executor, &id, in_container("idle", "echo ${ROLE:-none} $HOSTNAME")).await;
     assert_eq!(out.trim(), "none pod", "a container's environment is its own, over the same defaults");
 
-    // One PID namespace: the main container sees the helper's process.
-    let pid = sh(executor, &id, "until [ -s /tmp/helper.pid ]; do sleep 0.01; done; cat /tmp/helper.pid").await;
-    assert_eq!(sh(executor, &id, &format!("kill -0 {pid} && echo alive")).await, "alive");
+    // A root and processes of its own: the helper's /tmp is not main's, and its PID 1 is its own
+    // init, its command PID 2, as in the main container; the Pod's hostname is shared.
+    let (out, _, code) = run_request(
+        executor,
+        &id,
+        in_container("helper", "until [ -s /tmp/helper.pid ]; do sleep 0.01; done; cat /tmp/helper.pid; hostname"),
+    )
+    .await;
+    assert_eq!((out.trim(), code), ("2\npod", 0));
+    let (_, _, code) = run(executor, &id, &["test", "-e", "/tmp/helper.pid"]).await;
+    assert_eq!(code, 1, "the helper's file is in main's root");
+    let (out, _, _) = run_request(executor, &id, in_container("helper", "ls /proc | grep -c '^[0-9]'")).await;
+    assert!(out.trim().parse::<u32>().unwrap() < 6, "the helper sees main's processes: {out}");
 
     let quits = read_to_end(&executor.container_logs(&id, Some("quits")).unwrap()).await;
     assert!(quits.contains("echo_bye"), "the reason is in the container's log: {quits:?}");
@@ -927,8 +937,11 @@ async fn sidecars_run_next_to_the_main_command_with_their_own_environment_and_lo
         MainExit { id: id.clone(), container: Some("quits".into()), exit_code: 127, oom_killed: false }
     );
     assert_eq!(executor.sidecar_exit_code(&id, "helper"), None, "still running");
-    let (out, _, _) = run_request(executor, &id, in_container("quits", "echo still here")).await;
-    assert_eq!(out.trim(), "still here", "an ended container is still there to exec in");
+    // An ended container is gone, as in Kubernetes.
+    assert!(matches!(
+        executor.exec(&id, in_container("quits", "true")).await,
+        Err(ExecutorError::ContainerEnded { container, .. }) if container == "quits"
+    ));
     assert!(executor.is_running(&id), "a sidecar's end is not the sandbox's");
 
     assert!(matches!(

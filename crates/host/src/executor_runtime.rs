@@ -344,28 +344,6 @@ fn volume_mount(asked: &cwsandbox_sim::k8s::VolumeMountStart) -> VolumeMount {
     }
 }
 
-/// Every container's volume mounts, as one root holds them: the same mount asked by two
-/// containers is made once, and two different mounts at one path cannot both be honoured.
-fn volume_mounts(containers: &[ContainerStart]) -> Result<Vec<VolumeMount>, String> {
-    let mut mounts: Vec<VolumeMount> = Vec::new();
-    for container in containers {
-        for asked in &container.volume_mounts {
-            let mount = volume_mount(asked);
-            match mounts.iter().find(|made| made.path.trim_end_matches('/') == mount.path.trim_end_matches('/')) {
-                Some(made) if *made == mount => {}
-                Some(made) => {
-                    return Err(format!(
-                        "container {:?} mounts volume {:?} at {}, where another container mounts volume {:?}: the containers share one root here (no images), so one path holds one mount",
-                        container.name, mount.volume, mount.path, made.volume
-                    ));
-                }
-                None => mounts.push(mount),
-            }
-        }
-    }
-    Ok(mounts)
-}
-
 /// Where a claim's data lives under the executor's `.volumes`: `<organization>/<cluster>/
 /// <namespace>/<name>`, so that two organizations, or two clusters, with a claim of one namespace
 /// and name never share its data. The namespace and name are DNS labels (the sim checked them);
@@ -463,7 +441,6 @@ impl SandboxRuntime for ExecutorRuntime {
             let Some((main, others)) = launch.containers.split_first() else {
                 return Err(RuntimeError::StartFailed("the Pod has no container".to_owned()));
             };
-            let volume_mounts = volume_mounts(&launch.containers).map_err(RuntimeError::StartFailed)?;
             let mut pulled = self.images.as_ref().map(|images| images.take(&launch.pod_uid)).unwrap_or_default();
             // In images only when every container has its own (under `auto` an image whose
             // registry cannot be reached runs the whole Pod on the host's programs, as its
@@ -517,11 +494,11 @@ impl SandboxRuntime for ExecutorRuntime {
                 command: command_line(main),
                 env: main.env.clone(),
                 working_dir: main.working_dir.clone(),
-                // One root for all: no container has an image of its own to hold its files.
-                files: mounted_files(&launch.containers),
+                // Each container has a root of its own, with its own mounts and files.
+                files: mounted_files([main]),
                 network: network_of(&launch),
                 user: user_of(main),
-                volume_mounts,
+                volume_mounts: own_volume_mounts(main),
                 name: main.name.clone(),
                 sidecars: others
                     .iter()
@@ -531,6 +508,8 @@ impl SandboxRuntime for ExecutorRuntime {
                         env: container.env.clone(),
                         working_dir: container.working_dir.clone(),
                         user: user_of(container),
+                        volume_mounts: own_volume_mounts(container),
+                        files: mounted_files([container]),
                         ..Sidecar::default()
                     })
                     .collect(),

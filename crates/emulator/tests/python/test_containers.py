@@ -1,6 +1,6 @@
 """A sandbox of several containers, as the published client creates it (`containers=[...]`):
-each container runs its own command in the sandbox, with its own environment and working
-directory; exec and stream_logs reach a container by its name, the primary one by default; a
+each container runs its own command in the sandbox, with its own root, processes, environment
+and working directory, sharing the Pod's network and hostname; exec and stream_logs reach a container by its name, the primary one by default; a
 name the sandbox does not have is refused with a message that names it.
 """
 
@@ -61,14 +61,21 @@ def test_every_container_runs_and_exec_and_logs_reach_it_by_name(mark):
         assert first_line(sb) == "app says app\n"
         assert first_line(sb, container="sidecar") == "sidecar says sidecar in /srv/sidecar\n"
 
-        # Both containers' processes are the sandbox's, side by side in one process list.
+        # Each container has its own processes and root, as in Kubernetes: the app sees only its
+        # own command, and a file of the sidecar's is not the app's.
         listed = sb.exec(["sh", "-c", "ps -eo args 2>/dev/null || cat /proc/[0-9]*/cmdline | tr '\\0' ' '"]).result()
-        assert listed.stdout.count("sleep 1000") == 2, listed.stdout
+        assert listed.stdout.count("sleep 1000") == 1, listed.stdout
+        in_sidecar = sb.exec(["sh", "-c", "ps -eo args"], container="sidecar").result()
+        assert in_sidecar.stdout.count("sleep 1000") == 1, in_sidecar.stdout
 
-        # A relative file path is the named container's: its working directory.
+        # A relative file path is the named container's: its working directory, in its root.
         sb.write_file("note.txt", b"for the sidecar", container="sidecar").result()
-        assert sb.exec(["cat", "/srv/sidecar/note.txt"]).result().stdout == "for the sidecar"
+        assert sb.exec(["cat", "/srv/sidecar/note.txt"], container="sidecar").result().stdout == "for the sidecar"
         assert sb.read_file("note.txt", container="sidecar").result() == b"for the sidecar"
+        assert sb.exec(["test", "-e", "/srv/sidecar/note.txt"]).result().returncode == 1
+        # Localhost and the hostname are the Pod's.
+        hostnames = {sb.exec(["hostname"], container=name).result().stdout for name in ("app", "sidecar")}
+        assert len(hostnames) == 1, hostnames
 
         with pytest.raises(SandboxValidationError) as refused:
             sb.exec(["true"], container="ghost").result()

@@ -132,7 +132,7 @@ impl Executor {
                 command_ids: mode.command_ids(launch.user),
                 logs: Arc::new(LogBuffer::new(inner.config.log_buffer_bytes)),
                 exit_code: Arc::default(),
-                in_image: true,
+                own_root: true,
                 image: Mutex::default(),
                 watcher: Mutex::default(),
                 sandbox: OnceLock::new(),
@@ -373,11 +373,12 @@ impl Executor {
         probe: &StartupProbe,
     ) -> Result<i32, String> {
         let Some(oci) = &self.inner.oci else { return Err("the OCI runtime is gone".to_owned()) };
-        let user = sidecar.command_ids.unwrap_or(image.container.user);
+        let Some(container) = &image.container else { return Err("the container runs in no image".to_owned()) };
+        let user = sidecar.command_ids.unwrap_or(container.user);
         let files = oci
-            .exec_files(&image.container, &probe.exec, &sidecar.env, &sidecar.working_dir, user, None)
+            .exec_files(container, &probe.exec, &sidecar.env, &sidecar.working_dir, user, None)
             .map_err(|error| error.to_string())?;
-        let mut command = image.container.exec_command(&files, None).map_err(|error| error.to_string())?;
+        let mut command = container.exec_command(&files, None).map_err(|error| error.to_string())?;
         command
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -505,7 +506,8 @@ impl Executor {
                 namespaces: Some(namespaces),
                 target: Target::Oci { network },
             });
-            *sidecar.image.lock_unpoisoned() = Some(Arc::new(ImageSidecar { running, container: container.clone() }));
+            *sidecar.image.lock_unpoisoned() =
+                Some(Arc::new(ImageSidecar { running, container: Some(container.clone()) }));
         }
         let watcher = {
             let (executor, sidecar) = (self.clone(), sidecar.clone());

@@ -48,10 +48,13 @@ impl RootPlan {
     }
 }
 
-/// Makes a sandbox's directories at `dir`; in namespaces mode from `spare`, a root made
-/// ahead, where there is one.
+/// Makes a sandbox's directories at `dir` (its volumes' under `volumes`: the sandbox's own
+/// directory, which a sidecar with a root of its own shares); in namespaces mode from `spare`,
+/// a root made ahead, where there is one.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn prepare_layout(
     dir: &Path,
+    volumes: &Path,
     mode: Mode,
     host_paths: &[PathBuf],
     plan: &RootPlan,
@@ -77,17 +80,17 @@ pub(super) fn prepare_layout(
             None => rootfs::skeleton(dir, host_paths, owner)?,
         };
         let mut rootfs = skeleton.finish(host_paths, working_dir, owner)?;
-        let sidecar_dirs = make_sidecar_dirs(&rootfs.path, host_paths, sidecar_dirs, owner)?;
+        let sidecar_dirs = sidecar_working_dirs(sidecar_dirs)?;
         // Before the binds: a sub-path is made inside the restored files, never through them.
         for (volume, snapshot) in &plan.restores {
-            let target = rootfs::volume_dir(dir, volume, owner)?;
+            let target = rootfs::volume_dir(volumes, volume, owner)?;
             super::snapshots::restore_volume(snapshot, &target)
                 .map_err(|error| format!("volume {volume:?} cannot be restored from its snapshot: {error}"))?;
         }
         for mount in &plan.volume_mounts {
             let source = match &mount.claim {
                 Some(claim) => rootfs::claim_dir(&plan.claims_dir, claim, owner)?,
-                None => rootfs::volume_dir(dir, &mount.volume, owner)?,
+                None => rootfs::volume_dir(volumes, &mount.volume, owner)?,
             };
             let bind = rootfs::volume_bind(source, &rootfs.path, host_paths, mount, owner)?;
             rootfs.binds.push(bind);
@@ -109,7 +112,7 @@ pub(super) fn prepare_layout(
             &plan.volume_mounts,
             &on_volumes,
             owner,
-            |volume| rootfs::volume_dir(dir, volume, owner),
+            |volume| rootfs::volume_dir(volumes, volume, owner),
         )?;
         rootfs.binds.extend(file_binds);
         return Ok(Layout { working_dir: rootfs.working_dir.clone(), sidecar_dirs, rootfs: Some(rootfs) });
@@ -169,14 +172,13 @@ pub(super) fn prepare_layout(
     Ok(Layout { working_dir, sidecar_dirs: Vec::new(), rootfs: None })
 }
 
-/// Makes the sidecars' working directories inside the root, as the main command's is made.
-fn make_sidecar_dirs(
-    root: &Path,
-    host_paths: &[PathBuf],
-    sidecar_dirs: &[Option<String>],
-    owner: Option<(u32, u32)>,
-) -> Result<Vec<String>, String> {
-    sidecar_dirs.iter().map(|dir| rootfs::make_working_dir(root, host_paths, dir.as_deref(), owner)).collect()
+/// The sidecars' working directories as they see them. Each sidecar has a root of its own
+/// (`own_roots.rs`), where its directory is made: nothing of it goes into the main one.
+fn sidecar_working_dirs(sidecar_dirs: &[Option<String>]) -> Result<Vec<String>, String> {
+    sidecar_dirs
+        .iter()
+        .map(|dir| crate::files::resolve(dir.as_deref().unwrap_or("/"), "/").map_err(|error| error.to_string()))
+        .collect()
 }
 
 /// Moves a warm sandbox's directory `from` to `dir`, replacing what an earlier start left
@@ -197,7 +199,7 @@ pub(super) fn move_warm_root(
         .map_err(|error| format!("cannot move a sandbox started ahead to {}: {error}", dir.display()))?;
     let root = dir.join("rootfs");
     let working_dir = rootfs::make_working_dir(&root, host_paths, working_dir, owner)?;
-    let sidecar_dirs = make_sidecar_dirs(&root, host_paths, sidecar_dirs, owner)?;
+    let sidecar_dirs = sidecar_working_dirs(sidecar_dirs)?;
     rootfs::place_files(&root, files, host_paths, owner)?;
     Ok((working_dir, sidecar_dirs))
 }

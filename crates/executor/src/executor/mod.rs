@@ -5,6 +5,7 @@ mod keeper;
 mod layout;
 mod mode;
 mod oci;
+mod own_roots;
 mod sidecars;
 mod snapshots;
 pub use self::snapshots::SNAPSHOTS_DIR;
@@ -184,8 +185,8 @@ impl Sandbox {
     fn reach(&self, container: Option<&str>) -> Result<Reached, ExecutorError> {
         let main = self.running().ok_or_else(|| ExecutorError::NotRunning(self.id.clone()))?;
         match self.sidecar(container)? {
-            Some(sidecar) if sidecar.in_image => match sidecar.image_container() {
-                Some(image) => Ok((image.running.clone(), Some(image.container.clone()))),
+            Some(sidecar) if sidecar.own_root => match sidecar.image_container() {
+                Some(image) => Ok((image.running.clone(), image.container.clone())),
                 None => {
                     Err(ExecutorError::ContainerEnded { sandbox: self.id.clone(), container: sidecar.name.clone() })
                 }
@@ -414,16 +415,25 @@ impl Executor {
         let layout = {
             let dir = dir.clone();
             let mut plan = RootPlan::of(&spec);
-            plan.restores = restores_of(&self.inner.config.root_dir, &spec.volume_mounts)?;
+            // The volumes a sidecar alone mounts may start from a snapshot too.
+            let every_mount: Vec<crate::VolumeMount> = spec
+                .volume_mounts
+                .iter()
+                .chain(spec.sidecars.iter().flat_map(|sidecar| &sidecar.volume_mounts))
+                .cloned()
+                .collect();
+            plan.restores = restores_of(&self.inner.config.root_dir, &every_mount)?;
             plan.claims_dir = self.inner.config.root_dir.join(CLAIMS_DIR);
             let files = std::mem::take(&mut spec.files);
             let network = spec.network;
             let host_paths = self.inner.config.host_paths.clone();
             let spare = self.inner.spares.as_ref().and_then(|spares| spares.take());
-            tokio::task::spawn_blocking(move || prepare_layout(&dir, mode, &host_paths, &plan, &files, network, spare))
-                .await
-                .map_err(|error| setup_error(id, error.to_string()))?
-                .map_err(|message| setup_error(id, message))?
+            tokio::task::spawn_blocking(move || {
+                prepare_layout(&dir, &dir, mode, &host_paths, &plan, &files, network, spare)
+            })
+            .await
+            .map_err(|error| setup_error(id, error.to_string()))?
+            .map_err(|message| setup_error(id, message))?
         };
         let program = main.map(|main| Program::new(main.candidates, main.argv, main.envp, &main.display));
         let ns = match (mode, &layout.rootfs) {
@@ -592,7 +602,7 @@ impl Executor {
                         command_ids: mode.command_ids(sidecar.user),
                         logs: Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes)),
                         exit_code: Arc::default(),
-                        in_image: false,
+                        own_root: true,
                         image: Mutex::default(),
                         watcher: Mutex::default(),
                         sandbox: std::sync::OnceLock::new(),
@@ -631,11 +641,11 @@ impl Executor {
             // cannot be ordered (the sandbox ended meanwhile) leaves the main command's end to
             // tell the story.
             // (An image sandbox's sidecars started before its main command.)
-            for (sidecar, launch) in
-                sandbox.sidecars.iter().zip(&spec.sidecars).filter(|(sidecar, _)| !sidecar.in_image)
-            {
-                let exits = self.inner.exits_sender.clone();
-                if let Err(error) = sidecars::start(id, &running, sidecar, &launch.command, exits).await {
+            for (index, (sidecar, launch)) in sandbox.sidecars.iter().zip(&spec.sidecars).enumerate() {
+                if sandbox.oci.is_some() {
+                    break;
+                }
+                if let Err(error) = self.start_root_sidecar(&sandbox, &running, index, sidecar, launch).await {
                     warn!(sandbox = id, container = %sidecar.name, %error, "a sidecar container could not start");
                     sidecar.logs.close();
                 }

@@ -78,6 +78,7 @@ pub(super) fn ns_plan(
         devpts: path_c_string(&root.join("dev/pts"))?,
         proc_dir: path_c_string(&root.join("proc"))?,
         proc_sys: path_c_string(&root.join("proc/sys"))?,
+        join: None,
     })
 }
 
