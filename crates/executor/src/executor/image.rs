@@ -23,7 +23,9 @@ use super::keeper::{Keeper, LogPipe, pump_logs};
 use super::layout::{container_env, sandbox_env};
 use super::oci::{self, ContainerPlan, OciRuntime};
 use super::sidecars::{ImageSidecar, SidecarContainer};
-use super::{CLAIMS_DIR, Directories, Executor, Running, Started, Target, restores_of, setup_error};
+use super::{
+    CLAIMS_DIR, Directories, Executor, Running, Started, Target, every_volume_mount, restores_of, setup_error,
+};
 use crate::logs::LogBuffer;
 use crate::sys::{self, ProcessHandle};
 use crate::{ExecutorError, LaunchSpec, OciSupport, StartAfter, StartCondition, StartupProbe, files};
@@ -68,13 +70,7 @@ impl Executor {
         let cwd = files::resolve(spec.working_dir.as_deref().unwrap_or("/"), "/")
             .map_err(|error| ExecutorError::InvalidRequest(format!("working directory: {error}")))?;
         let dir = inner.config.root_dir.join(id);
-        let every_mount: Vec<crate::VolumeMount> = spec
-            .volume_mounts
-            .iter()
-            .chain(spec.sidecars.iter().flat_map(|sidecar| &sidecar.volume_mounts))
-            .cloned()
-            .collect();
-        let restores = restores_of(&inner.config.root_dir, &every_mount)?;
+        let restores = restores_of(&inner.config.root_dir, &every_volume_mount(&spec))?;
         let gated = !spec.sidecars.is_empty();
         let hosts = (!spec.host_aliases.is_empty()).then(|| dir.join(HOSTS_FILE));
         let mut binds = Vec::new();
@@ -178,12 +174,7 @@ impl Executor {
                 Err(message) => Some(message),
             };
             if let Some(message) = failed {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                for sidecar in &sidecars {
-                    sidecar.end().await;
-                }
-                container.finish().await;
+                abandon_pod(&mut child, &sidecars, &container).await;
                 return Err(setup_error(id, message));
             }
         }
@@ -209,12 +200,7 @@ impl Executor {
                 return self.register(id, dirs, env, &spec, started).await;
             }
             Err(message) => {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                for sidecar in &sidecars {
-                    sidecar.end().await;
-                }
-                container.finish().await;
+                abandon_pod(&mut child, &sidecars, &container).await;
                 return Err(setup_error(id, message));
             }
         };
@@ -553,6 +539,21 @@ impl Executor {
             oom_killed: false,
         });
     }
+}
+
+/// Ends a Pod whose start failed: its main container's runc, its sidecars, and the main
+/// container's runtime state.
+async fn abandon_pod(
+    child: &mut tokio::process::Child,
+    sidecars: &[Arc<SidecarContainer>],
+    container: &oci::OciContainer,
+) {
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    for sidecar in sidecars {
+        sidecar.end().await;
+    }
+    container.finish().await;
 }
 
 /// Refuses start conditions that name no sidecar, or that could never hold: a sidecar that

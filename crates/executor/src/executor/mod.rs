@@ -415,14 +415,7 @@ impl Executor {
         let layout = {
             let dir = dir.clone();
             let mut plan = RootPlan::of(&spec);
-            // The volumes a sidecar alone mounts may start from a snapshot too.
-            let every_mount: Vec<crate::VolumeMount> = spec
-                .volume_mounts
-                .iter()
-                .chain(spec.sidecars.iter().flat_map(|sidecar| &sidecar.volume_mounts))
-                .cloned()
-                .collect();
-            plan.restores = restores_of(&self.inner.config.root_dir, &every_mount)?;
+            plan.restores = restores_of(&self.inner.config.root_dir, &every_volume_mount(&spec))?;
             plan.claims_dir = self.inner.config.root_dir.join(CLAIMS_DIR);
             let files = std::mem::take(&mut spec.files);
             let network = spec.network;
@@ -442,32 +435,7 @@ impl Executor {
             }
             _ => None,
         };
-        let cwd = c_string(layout.working_dir.clone())?;
-        let StartedKeeper { keeper: child, running, mut go, started } =
-            start_keeper(&self.inner, id, |pipes| InitPlan {
-                parent: self.inner.pid,
-                report_fd: pipes.report_fd,
-                go_fd: pipes.go_fd,
-                started_fd: pipes.started_fd,
-                control_fd: pipes.control_fd,
-                ns,
-                self_exe: self.inner.self_exe.as_raw_fd(),
-                probe: false,
-                warm: false,
-                idle: false,
-                cwd,
-                cwd_message: main_command::cwd_message(&layout.working_dir),
-                program,
-            })
-            .await?;
-        // Let the main command run. If it cannot be told, the sandbox's processes
-        // are gone already, which the keeper's watcher reports.
-        {
-            use std::io::Write;
-            let _ = go.write_all(b"g");
-        }
-        drop(go);
-        let command_runs = wait_for_exec(started).await;
+        let (child, running, command_runs) = start_command(&self.inner, id, ns, &layout.working_dir, program).await?;
         let dirs = Directories { dir, working_dir: layout.working_dir, sidecar_dirs: layout.sidecar_dirs };
         self.register(
             id,
@@ -1102,6 +1070,45 @@ struct ActivatedSandbox {
 
 /// A command line (the main command's, or an exec'd one's), as `execve` takes it, with the PATH
 /// search done against `env` (`None` for an empty one: the main command's idle process).
+/// Forks a keeper that builds `ns` (none: a plain process group) and runs `program` (none: an
+/// idle process) in `working_dir`, lets the command go once the handles on it are held, and
+/// waits until it has exec'd: the keeper, the handles, and whether the command runs (one that
+/// cannot be exec'd has exited 127 by then).
+async fn start_command(
+    inner: &Inner,
+    id: &str,
+    ns: Option<crate::sandbox_plan::NsPlan>,
+    working_dir: &str,
+    program: Option<Program>,
+) -> Result<(Keeper, Running, bool), ExecutorError> {
+    let cwd = c_string(working_dir.to_owned())?;
+    let StartedKeeper { keeper, running, mut go, started } = start_keeper(inner, id, |pipes| InitPlan {
+        parent: inner.pid,
+        report_fd: pipes.report_fd,
+        go_fd: pipes.go_fd,
+        started_fd: pipes.started_fd,
+        control_fd: pipes.control_fd,
+        ns,
+        self_exe: inner.self_exe.as_raw_fd(),
+        probe: false,
+        warm: false,
+        idle: false,
+        cwd,
+        cwd_message: main_command::cwd_message(working_dir),
+        program,
+    })
+    .await?;
+    // Let the command run. If it cannot be told, the sandbox's processes are gone already,
+    // which the keeper's watcher reports.
+    {
+        use std::io::Write;
+        let _ = go.write_all(b"g");
+    }
+    drop(go);
+    let runs = wait_for_exec(started).await;
+    Ok((keeper, running, runs))
+}
+
 fn command_for(argv: &[String], env: &BTreeMap<String, String>) -> Result<Option<MainCommand>, ExecutorError> {
     let Some(program) = argv.first() else { return Ok(None) };
     Ok(Some(MainCommand {
@@ -1135,6 +1142,12 @@ fn files_dir<'a>(sandbox: &'a Sandbox, container: Option<&str>) -> Result<&'a st
         .context(container)
         .map(|context| context.working_dir)
         .map_err(|_| FileError::UnknownContainer(container.unwrap_or_default().to_owned()))
+}
+
+/// Every container's volume mounts, the main one's first: a volume only a sidecar mounts may
+/// start from a snapshot too.
+fn every_volume_mount(spec: &LaunchSpec) -> Vec<crate::VolumeMount> {
+    spec.volume_mounts.iter().chain(spec.sidecars.iter().flat_map(|sidecar| &sidecar.volume_mounts)).cloned().collect()
 }
 
 /// The volumes that start from a snapshot, each once, with the snapshot's directory under

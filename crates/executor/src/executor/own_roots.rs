@@ -7,21 +7,18 @@
 //! channel of its own, as the main init does; files are opened in its root. Localhost, IPC,
 //! the hostname and the volumes are the Pod's; nothing else is shared.
 
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use cwsandbox_sync::MutexUnpoisoned;
 use tracing::debug;
 
-use super::keeper::{StartedKeeper, pump_logs, start_keeper, wait_for_exec};
+use super::keeper::pump_logs;
 use super::layout::{RootPlan, prepare_layout};
 use super::mode::{IdMode, Mode, ns_plan};
 use super::sidecars::{ImageSidecar, SidecarContainer};
-use super::validate::c_string;
-use super::{CLAIMS_DIR, Executor, Running, Sandbox, command_for, setup_error};
+use super::{CLAIMS_DIR, Executor, Running, Sandbox, command_for, setup_error, start_command};
 use crate::ExecutorError;
-use crate::main_command::{self, Program};
-use crate::sandbox_plan::InitPlan;
+use crate::main_command::Program;
 
 /// Under a sandbox's directory: one directory per sidecar with a root of its own.
 pub(super) const CONTAINERS_DIR: &str = "containers";
@@ -78,34 +75,13 @@ impl Executor {
         ns.join = Some((main.keeper.pid(), matches!(ids, IdMode::Range { .. })));
         let program = command_for(&launch.command, &sidecar.env)?
             .map(|command| Program::new(command.candidates, command.argv, command.envp, &command.display));
-        let cwd = c_string(layout.working_dir.clone())?;
         let keeper_id = format!("{id}.{}", index + 1);
-        let StartedKeeper { keeper: mut child, running, mut go, started } =
-            start_keeper(&inner, &keeper_id, |pipes| InitPlan {
-                parent: inner.pid,
-                report_fd: pipes.report_fd,
-                go_fd: pipes.go_fd,
-                started_fd: pipes.started_fd,
-                control_fd: pipes.control_fd,
-                ns: Some(ns),
-                self_exe: inner.self_exe.as_raw_fd(),
-                probe: false,
-                warm: false,
-                idle: false,
-                cwd,
-                cwd_message: main_command::cwd_message(&layout.working_dir),
-                program,
-            })
-            .await
-            .map_err(|error| setup_error(id, format!("container {:?}: {error}", sidecar.name)))?;
-        {
-            use std::io::Write;
-            let _ = go.write_all(b"g");
-        }
-        drop(go);
+        let (mut child, running, _) =
+            start_command(&inner, &keeper_id, Some(ns), &layout.working_dir, program)
+                .await
+                .map_err(|error| setup_error(id, format!("container {:?}: {error}", sidecar.name)))?;
         let output = child.take_stdout();
         *sidecar.image.lock_unpoisoned() = Some(Arc::new(ImageSidecar { running: Arc::new(running), container: None }));
-        let _ = wait_for_exec(started).await;
         let watcher = {
             let (executor, sidecar) = (self.clone(), sidecar.clone());
             tokio::spawn(async move {
