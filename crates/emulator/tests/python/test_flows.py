@@ -124,6 +124,11 @@ def test_deleting_a_sandbox_ends_every_process_it_started(mark):
         # Plain processes: one that leaves the sandbox's process group escapes a stop (documented);
         # end it here so the suite leaves nothing behind.
         assert sb.exec(["kill", escaped]).result().returncode == 0
+        # kill returns once the signal is sent: the process ends a moment later (under load,
+        # after the next look).
+        deadline = time.monotonic() + WAIT
+        while int(escaped) in processes_with(mark) and time.monotonic() < deadline:
+            time.sleep(0.02)
     sb.stop().result()
     assert processes_with(mark) == []
 
