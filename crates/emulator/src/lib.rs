@@ -38,7 +38,7 @@ use crate::app::{App, Limits};
 use crate::auth::Tokens;
 use crate::clock::EmulatorClock;
 use crate::config::EmulatorConfig;
-use crate::driver::Driver;
+use crate::driver::{Driver, HostRuntime};
 use crate::endpoints::EndpointTls;
 use crate::runtime::SandboxRuntime;
 
@@ -144,6 +144,10 @@ pub struct ReadyInfo {
     /// Where that certificate was written (`serve --endpoint-ca-file`); empty when nowhere.
     #[serde(default)]
     pub endpoint_ca_file: String,
+    /// What sandboxes could ask for that this machine cannot give, each with why (for example
+    /// `memory-backed scratch volumes: …`): such requests are refused by name. Empty: nothing.
+    #[serde(default)]
+    pub unavailable: Vec<String>,
 }
 
 impl ReadyInfo {
@@ -322,7 +326,18 @@ impl Emulator {
         // their pulls, and says whether their limits hold.
         let pulls_images = runtime.as_ref().is_some_and(|runtime| runtime.pulls_images());
         let limits_enforced = !pulls_images || runtime.as_ref().is_some_and(|runtime| runtime.cgroup_limits());
-        driver.set_host_runtime(runtime.is_some(), pulls_images, limits_enforced);
+        let memory_volumes_refused = runtime.as_ref().and_then(|runtime| runtime.memory_volumes().err());
+        let mut unavailable = Vec::new();
+        if let Some(why) = &memory_volumes_refused {
+            tracing::info!("memory-backed scratch volumes will be refused: {why}");
+            unavailable.push(format!("memory-backed scratch volumes: {why}"));
+        }
+        driver.set_host_runtime(HostRuntime {
+            confirms_starts: runtime.is_some(),
+            pulls_images,
+            limits_enforced,
+            memory_volumes_refused,
+        });
         let endpoints = Arc::new(EndpointTls::new(bound.ip())?);
         let app = App::new(
             Arc::clone(&driver),
@@ -368,6 +383,7 @@ impl Emulator {
             kubeconfig: kubeconfig.as_ref().map(|path| path.display().to_string()).unwrap_or_default(),
             endpoint_ca_pem: endpoints.ca_pem().to_owned(),
             endpoint_ca_file: endpoint_ca_file.as_ref().map(|path| path.display().to_string()).unwrap_or_default(),
+            unavailable,
         };
         if let Some(path) = &endpoint_ca_file {
             std::fs::write(path, endpoints.ca_pem())

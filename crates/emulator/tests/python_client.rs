@@ -71,6 +71,7 @@ fn run_suite(args: &[&str], selection: Option<&str>) -> Result<()> {
         .envs(emulator.env())
         .env("PATH", path)
         .env("CWSANDBOX_ISOLATION", &emulator.ready.isolation)
+        .env("CWSANDBOX_UNAVAILABLE", emulator.ready.unavailable.join("\n"))
         .env("CWSANDBOX_TEST_RUN_ID", &marker)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()?;

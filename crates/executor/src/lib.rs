@@ -45,7 +45,7 @@ pub use error::{ExecutorError, FileError, LogError};
 pub use exec::{ExecExit, ExecOutput, ExecRequest, ExecSession, ExecStdin, Output, Stream, TtyControl};
 pub use executor::{CLAIMS_DIR, Executor, SNAPSHOTS_DIR};
 pub use logs::{LogChunk, LogFollower, LogReader, LogSlice};
-pub use rootfs::{DEFAULT_HOST_PATHS, check_file_path, memory_backed_dir};
+pub use rootfs::{DEFAULT_HOST_PATHS, check_file_path, memory_backed_dir, unmount_all_under};
 
 /// How sandboxes are isolated from the host and from each other.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -182,6 +182,19 @@ pub struct LaunchSpec {
     /// Names every container of an image sandbox resolves to its loopback (`/etc/hosts`), as
     /// Compose's service names resolve inside the Pod; empty: the image's `/etc/hosts`.
     pub host_aliases: Vec<String>,
+    /// The scratch volumes that are memory-backed (`emptyDir` with medium Memory): each a tmpfs
+    /// of its size instead of a directory on disk, shared by every container that mounts it.
+    /// Needs a root emulator ([`Executor::memory_volumes`]).
+    pub memory_volumes: Vec<MemoryVolume>,
+}
+
+/// A memory-backed scratch volume: a tmpfs of `size_bytes`, whose pages count against the
+/// memory of whoever writes them; a write past its size fails with ENOSPC.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryVolume {
+    /// The volume's name (a [`VolumeMount::volume`]).
+    pub volume: String,
+    pub size_bytes: u64,
 }
 
 /// An image's unpacked root filesystem, which a sandbox runs in.

@@ -319,6 +319,81 @@ pub(crate) fn volume_dir(dir: &Path, name: &str, owner: Option<(u32, u32)>) -> R
     Ok(volume)
 }
 
+/// A memory-backed scratch volume's directory under the sandbox's host directory `dir`: a tmpfs
+/// of `size_bytes` mounted there (in the emulator's mount namespace, before any container's is
+/// made, so each container that mounts the volume binds the same tmpfs, and snapshots read it as
+/// any volume), writable by every user of the Pod as an `emptyDir` is. Already mounted: kept.
+/// Writes past the size fail with ENOSPC; [`unmount_all_under`] takes it away with the sandbox.
+pub(crate) fn memory_volume_dir(
+    dir: &Path,
+    name: &str,
+    size_bytes: u64,
+    owner: Option<(u32, u32)>,
+) -> Result<PathBuf, String> {
+    let volume = volume_dir(dir, name, owner)?;
+    if is_mount_point(&volume) {
+        return Ok(volume);
+    }
+    crate::sys::mount_tmpfs(&volume, size_bytes, owner)
+        .map_err(|error| format!("volume {name:?}: cannot mount a tmpfs of {size_bytes} bytes: {error}"))?;
+    Ok(volume)
+}
+
+/// Whether `path` is a mount point: a directory on another file system than its parent's.
+fn is_mount_point(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(own), Some(Ok(parent))) = (std::fs::symlink_metadata(path), path.parent().map(std::fs::symlink_metadata))
+    else {
+        return false;
+    };
+    own.is_dir() && own.dev() != parent.dev()
+}
+
+/// Unmounts whatever is mounted at or under `dir` in this mount namespace (a sandbox's
+/// memory-backed volumes, each a tmpfs), deepest first and detached (`MNT_DETACH`: gone from
+/// the tree at once, freed once no process holds it), so the directory can be removed, also
+/// one a killed emulator left. Mount points are read from `/proc/self/mountinfo`.
+pub fn unmount_all_under(dir: &Path) {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
+    let mut points: Vec<PathBuf> = table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|point| PathBuf::from(unescape_mount_point(point)))
+        .filter(|point| point.starts_with(dir))
+        .collect();
+    // Deepest first, each once.
+    points.sort_by_key(|point| std::cmp::Reverse(point.components().count()));
+    points.dedup();
+    for point in points {
+        if let Err(error) = crate::sys::unmount_detached(&point) {
+            tracing::warn!(path = %point.display(), %error, "cannot unmount under a sandbox directory");
+        }
+    }
+}
+
+/// A mount point as mountinfo writes it: space, tab, newline and backslash as `\ooo`.
+fn unescape_mount_point(escaped: &str) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = escaped.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let octal =
+            bytes.get(index + 1..index + 4).filter(|digits| digits.iter().all(|digit| (b'0'..=b'7').contains(digit)));
+        match (bytes[index], octal) {
+            (b'\\', Some(digits)) => {
+                out.push(digits.iter().fold(0u8, |value, digit| value.wrapping_mul(8).wrapping_add(digit - b'0')));
+                index += 4;
+            }
+            (byte, _) => {
+                out.push(byte);
+                index += 1;
+            }
+        }
+    }
+    std::ffi::OsString::from_vec(out)
+}
+
 /// A volume's bind: its directory `volume` (a scratch volume's under the sandbox's host directory,
 /// made empty with the sandbox and removed with it; a claim's under the root; never inside the
 /// sandbox's root, where the sandbox could replace it), the sub-path made if missing, and its

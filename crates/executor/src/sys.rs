@@ -396,6 +396,34 @@ pub(crate) fn mount(
     if result == 0 { Ok(()) } else { Err(errno()) }
 }
 
+/// Mounts a tmpfs of `size_bytes` at `path` (nosuid, nodev; mode 0777 and owned by `owner`,
+/// the sandbox's root on the host, as an `emptyDir` is made). Needs CAP_SYS_ADMIN over the
+/// mount namespace: a root emulator's.
+pub(crate) fn mount_tmpfs(path: &std::path::Path, size_bytes: u64, owner: Option<(u32, u32)>) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let target = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    let mut options = format!("size={size_bytes},mode=0777");
+    if let Some((uid, gid)) = owner {
+        options.push_str(&format!(",uid={uid},gid={gid}"));
+    }
+    let options = std::ffi::CString::new(options)?;
+    mount(Some(c"tmpfs"), &target, Some(c"tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some(&options))
+        .map_err(io::Error::from_raw_os_error)
+}
+
+/// Detaches the mount at `path` (`umount2(MNT_DETACH | UMOUNT_NOFOLLOW)`): gone from the tree at
+/// once, freed once nothing uses it.
+pub(crate) fn unmount_detached(path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let target = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    // SAFETY: a valid C string.
+    if unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Remounts the bind mount at `target` read-only, nosuid and nodev, keeping the flags a
 /// less privileged mount namespace may not clear (noexec and the atime flags). Fork-safe.
 pub(crate) fn remount_read_only(target: &CStr) -> Result<(), c_int> {

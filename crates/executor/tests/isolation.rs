@@ -1013,6 +1013,87 @@ async fn scratch_volumes_are_one_directory_at_each_of_their_mounts_and_go_with_t
     assert!(error.contains("volumes need the namespaces isolation"), "{error}");
 }
 
+/// A memory-backed scratch volume is a tmpfs of its size, mounted before the sandbox starts:
+/// every container that mounts it sees the same files, a write past its size fails with ENOSPC
+/// inside the sandbox, a snapshot copies it and a new memory-backed volume starts from that
+/// copy, and it is unmounted with its sandbox. An emulator that may not mount one says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_backed_volume_is_a_tmpfs_of_its_size_shared_by_the_pods_containers() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    if let Err(why) = executor.memory_volumes() {
+        assert_ne!(current_uid(), 0, "a root executor mounts a tmpfs: {why}");
+        assert!(why.contains("need an emulator run as root"), "{why}");
+        return;
+    }
+    let mount = |path: &str| VolumeMount { volume: "cache".into(), path: path.into(), ..VolumeMount::default() };
+    let memory = vec![cwsandbox_executor::MemoryVolume { volume: "cache".into(), size_bytes: 1 << 20 }];
+    let id = unique("tmpfs");
+    let launch = LaunchSpec {
+        name: "main".into(),
+        volume_mounts: vec![mount("/cache")],
+        memory_volumes: memory.clone(),
+        sidecars: vec![Sidecar {
+            name: "side".into(),
+            command: vec!["sh".into(), "-c".into(), "echo from-side > /shared/side; exec sleep 1000".into()],
+            volume_mounts: vec![mount("/shared")],
+            ..Sidecar::default()
+        }],
+        ..spec("tmpfs", &["sleep", "1000"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    assert_eq!(sh(executor, &id, "stat -f -c %T /cache").await, "tmpfs");
+    assert_eq!(
+        sh(executor, &id, "until [ -s /cache/side ]; do sleep 0.01; done; cat /cache/side").await,
+        "from-side",
+        "the side container's mount is the same tmpfs"
+    );
+    let (out, err, code) =
+        run(executor, &id, &["sh", "-c", "head -c 2097152 /dev/zero > /cache/big; echo status=$?; wc -c < /cache/big"])
+            .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    let written: u64 = out.lines().nth(1).unwrap_or_default().trim().parse().unwrap();
+    assert!(out.starts_with("status=1") && written <= 1 << 20, "stopped at the volume's size: {out}");
+    assert_eq!(sh(executor, &id, "rm /cache/big; echo kept > /cache/note; echo ok").await, "ok");
+
+    let snapshot = "0b1e5c3a-0000-4000-8000-0000000000aa";
+    executor.snapshot_volume(&id, "cache", snapshot).await.unwrap();
+    let on_host = executor.config().root_dir.join(&id).join("volumes/cache");
+    assert!(mounted_under(&on_host), "mounted on the host side, where snapshots read it");
+    executor.remove(&id).await;
+    assert!(!mounted_under(&executor.config().root_dir.join(&id)), "unmounted with its sandbox");
+    assert!(!on_host.exists());
+
+    let restored = unique("tmpfs-again");
+    let launch = LaunchSpec {
+        volume_mounts: vec![VolumeMount { restore_from: Some(snapshot.into()), ..mount("/cache") }],
+        memory_volumes: memory,
+        ..spec("again", &[])
+    };
+    executor.start(&restored, launch).await.unwrap();
+    assert_eq!(
+        sh(executor, &restored, "cat /cache/note; cat /cache/side; stat -f -c %T /cache").await,
+        "kept\nfrom-side\ntmpfs"
+    );
+    executor.shutdown().await;
+    assert!(!mounted_under(&executor.config().root_dir), "nothing is left mounted by the executor");
+}
+
+/// Whether anything is mounted at or under `path` in this process's mount namespace.
+fn mounted_under(path: &Path) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .any(|point| Path::new(point).starts_with(path))
+}
+
+fn current_uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
 /// A snapshot copies a running sandbox's volume (modes, links and all, never following a link
 /// out of it) into the executor's root; a new sandbox's volume starts as that copy, with its
 /// sub-path made inside the copy; the copy outlives its sandbox and goes when deleted, or with

@@ -698,6 +698,15 @@ async fn limits_are_set_on_the_container_s_cgroups() {
     executor.shutdown().await;
 }
 
+/// A memory-backed `shared` volume of 1 MiB where the executor can mount a tmpfs (a root
+/// emulator), else none.
+fn memory_volumes_here(executor: &Executor) -> Vec<cwsandbox_executor::MemoryVolume> {
+    match executor.memory_volumes() {
+        Ok(()) => vec![cwsandbox_executor::MemoryVolume { volume: "shared".into(), size_bytes: 1 << 20 }],
+        Err(_) => Vec::new(),
+    }
+}
+
 /// `script` run by `sh -c` in container `container` of sandbox `id`; its trimmed stdout and exit code.
 async fn sh_in(executor: &Executor, id: &str, container: &str, script: &str) -> (String, i32) {
     let request = ExecRequest { container: Some(container.into()), ..argv(&["sh", "-c", script]) };
@@ -738,6 +747,8 @@ async fn a_pods_containers_have_their_own_images_and_roots_and_share_network_uts
         name: "main".into(),
         env: env(&[("ROLE", "main"), ("CWSBX_TEST_MARKER", &marker)]),
         volume_mounts: vec![shared],
+        // Memory-backed: one tmpfs, of its size, for both containers' mounts.
+        memory_volumes: memory_volumes_here(&harness.executor),
         sidecars: vec![helper],
         ..harness.launch("pod-pair", &["sh", "-c", "echo main up; exec sleep 1000"])
     };
@@ -758,6 +769,15 @@ async fn a_pods_containers_have_their_own_images_and_roots_and_share_network_uts
     assert_eq!(sh_in(executor, &id, "helper", "hostname").await.0, "pod-pair");
     // The volume, wherever each mounts it.
     assert_eq!(sh(executor, &id, "cat /shared/h").await, "from-helper");
+    if executor.memory_volumes().is_ok() {
+        assert_eq!(sh_in(executor, &id, "helper", "stat -f -c %T /mnt/shared").await.0, "tmpfs");
+        // (busybox's head says "I/O error" of ENOSPC: the size written tells.)
+        let script = "head -c 2097152 /dev/zero > /shared/big 2>/dev/null; echo $?; wc -c < /shared/big";
+        let (out, code) = sh_in(executor, &id, "main", script).await;
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!((lines[0], code), ("1", 0), "a write past the tmpfs's size fails: {out}");
+        assert!(lines[1].trim().parse::<u64>().unwrap() <= 1 << 20, "{out}");
+    }
     // The network: the helper's server answers on the loopback the sandbox's port relay reaches.
     let mut stream = within("the helper's port", async {
         loop {

@@ -24,6 +24,7 @@ use cwsandbox_sim::k8s::{PodOwner, PodPhase};
 use cwsandbox_sim::sandbox::{HostWait, SandboxView, sandbox_not_found};
 use cwsandbox_sim::time::Clock;
 use cwsandbox_sim::world::{Effect, ImageToPull, World};
+use cwsandbox_sync::MutexUnpoisoned;
 use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -47,6 +48,29 @@ pub const STOP_CATCH_UP: Duration = Duration::from_secs(1);
 
 /// Longest the ticker sleeps without looking at the world again.
 const MAX_IDLE: Duration = Duration::from_secs(60);
+
+/// What the host's runtime does, as the world needs to know it.
+#[derive(Debug, Clone)]
+pub struct HostRuntime {
+    /// A runtime runs Pods' commands: a started Pod shows Running only once the runtime reports
+    /// its containers started.
+    pub confirms_starts: bool,
+    /// It runs images: admitted Pods wait for it to pull theirs.
+    pub pulls_images: bool,
+    /// It enforces the containers' CPU and memory limits; when not, each started Pod with
+    /// limits gets a Warning Event.
+    pub limits_enforced: bool,
+    /// Why it cannot make a memory-backed scratch volume (a tmpfs), where it cannot: such
+    /// volumes are then refused by name at create.
+    pub memory_volumes_refused: Option<String>,
+}
+
+impl Default for HostRuntime {
+    /// No runtime: nothing runs, so nothing is refused for want of one.
+    fn default() -> HostRuntime {
+        HostRuntime { confirms_starts: false, pulls_images: false, limits_enforced: true, memory_volumes_refused: None }
+    }
+}
 
 /// The world, its clock and the channels around it.
 pub struct Driver {
@@ -75,13 +99,8 @@ pub struct Driver {
     changes: watch::Sender<u64>,
     /// The fingerprint of the visible objects at the last change.
     visible: AtomicU64,
-    /// Whether started Pods wait for the runtime to confirm their start (kept across resets).
-    confirms_starts: std::sync::atomic::AtomicBool,
-    /// Whether Pods wait for the runtime to pull their images (kept across resets).
-    pulls_images: std::sync::atomic::AtomicBool,
-    /// Whether the runtime enforces the limits of containers it runs in images (kept across
-    /// resets).
-    limits_enforced: std::sync::atomic::AtomicBool,
+    /// What the runtime does (kept across resets).
+    host_runtime: std::sync::Mutex<HostRuntime>,
     /// Every sandbox's view as the last command left it, read by id without the world's lock
     /// ([`Driver::sandbox_view`]). Each command refreshes only the sandboxes it touched, while it
     /// still holds the lock, so a reader never sees a view older than an answer already given.
@@ -121,9 +140,7 @@ impl Driver {
             applied: watch::Sender::new(0),
             changes: watch::Sender::new(0),
             visible: AtomicU64::new(0),
-            confirms_starts: std::sync::atomic::AtomicBool::new(false),
-            pulls_images: std::sync::atomic::AtomicBool::new(false),
-            limits_enforced: std::sync::atomic::AtomicBool::new(true),
+            host_runtime: std::sync::Mutex::new(HostRuntime::default()),
             views: papaya::HashMap::new(),
             next_timer: AtomicI64::new(i64::MAX),
         });
@@ -133,23 +150,19 @@ impl Driver {
         Ok((driver, PumpReceiver(receiver)))
     }
 
-    /// Tells the world what the runtime does, now and in every world a reset makes: whether it
-    /// runs Pods' commands at all (then a started Pod shows Running only once the runtime
-    /// reports its containers started), whether admitted Pods wait for it to pull their images
-    /// (a runtime that runs images), and whether it enforces their containers' limits (when
-    /// not, each started Pod with limits gets a Warning Event).
-    pub fn set_host_runtime(&self, confirms_starts: bool, pulls_images: bool, limits_enforced: bool) {
-        self.confirms_starts.store(confirms_starts, Ordering::SeqCst);
-        self.pulls_images.store(pulls_images, Ordering::SeqCst);
-        self.limits_enforced.store(limits_enforced, Ordering::SeqCst);
+    /// Tells the world what the runtime does, now and in every world a reset makes.
+    pub fn set_host_runtime(&self, runtime: HostRuntime) {
+        *self.host_runtime.lock_unpoisoned() = runtime;
         self.with_world(|world| self.configure_images(world));
     }
 
     /// Applies [`Driver::set_host_runtime`]'s settings to `world`.
     fn configure_images(&self, world: &mut World) {
-        world.set_host_confirms_starts(self.confirms_starts.load(Ordering::SeqCst));
-        world.set_pulls_images(self.pulls_images.load(Ordering::SeqCst));
-        world.set_limits_enforced(self.limits_enforced.load(Ordering::SeqCst));
+        let runtime = self.host_runtime.lock_unpoisoned().clone();
+        world.set_host_confirms_starts(runtime.confirms_starts);
+        world.set_pulls_images(runtime.pulls_images);
+        world.set_limits_enforced(runtime.limits_enforced);
+        world.set_memory_volumes_refused(runtime.memory_volumes_refused);
     }
 
     /// The clock.

@@ -257,6 +257,7 @@ fn image_launch(
         cpu_limit_millis: main.cpu_limit_millis,
         after: start_after(main),
         host_aliases: launch.host_aliases.clone(),
+        memory_volumes: memory_volumes_of(launch),
     })
 }
 
@@ -325,6 +326,15 @@ fn mounted_files<'a>(containers: impl IntoIterator<Item = &'a ContainerStart>) -
 /// The network a Pod's processes get: a loopback of their own when it denies egress.
 fn network_of(launch: &PodLaunch) -> Network {
     if launch.loopback_only { Network::LoopbackOnly } else { Network::Host }
+}
+
+/// The Pod's memory-backed scratch volumes as the executor makes them (each a tmpfs).
+fn memory_volumes_of(launch: &PodLaunch) -> Vec<cwsandbox_executor::MemoryVolume> {
+    launch
+        .memory_volumes
+        .iter()
+        .map(|volume| cwsandbox_executor::MemoryVolume { volume: volume.volume.clone(), size_bytes: volume.size_bytes })
+        .collect()
 }
 
 /// One container's volume mounts, for a container with a root of its own (in its image).
@@ -519,6 +529,7 @@ impl SandboxRuntime for ExecutorRuntime {
                 // The host's `/etc` is bound read-only: no hosts file of the Pod's is laid over it.
                 after: Vec::new(),
                 host_aliases: Vec::new(),
+                memory_volumes: memory_volumes_of(&launch),
             };
             self.start_spec(&launch, main, spec).await
         }
@@ -574,6 +585,10 @@ impl SandboxRuntime for ExecutorRuntime {
 
     fn cgroup_limits(&self) -> bool {
         self.images_in_force().is_some_and(|(_, info)| info.cgroup_limits)
+    }
+
+    fn memory_volumes(&self) -> Result<(), String> {
+        self.executor.memory_volumes()
     }
 
     fn stop(&self, pod_uid: String, grace: Duration) -> BoxFuture<'_, Result<(), RuntimeError>> {

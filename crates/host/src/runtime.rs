@@ -360,4 +360,10 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     fn cgroup_limits(&self) -> bool {
         false
     }
+
+    /// Whether a Pod's memory-backed scratch volumes can be made (each a tmpfs of its size):
+    /// why not, where they cannot.
+    fn memory_volumes(&self) -> Result<(), String> {
+        Err("this sandbox runtime keeps no volumes".to_owned())
+    }
 }

@@ -273,6 +273,8 @@ fn remove_dead_default_roots(temp_dir: &Path) -> Vec<PathBuf> {
 /// sandbox may make them) is made writable for its owner first; what still cannot be removed
 /// (another user's directories) is left, with a warning.
 fn remove_tree(path: &Path) -> bool {
+    // A memory-backed volume of a killed emulator's sandbox is still mounted.
+    cwsandbox_executor::unmount_all_under(path);
     let result = match std::fs::remove_dir_all(path) {
         Err(error) if error.kind() == io::ErrorKind::PermissionDenied => {
             grant_owner_access(path);
@@ -361,6 +363,33 @@ mod tests {
             error.to_string(),
             format!("sandbox root {} is in use by emulator pid {}", root.path().display(), std::process::id())
         );
+    }
+
+    /// A killed emulator's sandbox with a memory-backed volume still mounted: unmounted, then
+    /// removed. Mounting needs root (CI has it).
+    #[test]
+    fn a_mounted_volume_of_a_killed_emulators_sandbox_is_unmounted_and_removed() {
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+            assert!(std::env::var_os("CI").is_none(), "CI runs the tests as root");
+            return;
+        }
+        let root = tempfile::tempdir().unwrap();
+        drop(SandboxRoot::claim(root.path()).unwrap());
+        let volume = root.path().join("582d6717-a91d-279d-6c7c-5b1c60b890ff/volumes/cache");
+        std::fs::create_dir_all(&volume).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(&volume)
+            .status()
+            .unwrap();
+        assert!(mounted.success());
+        std::fs::write(volume.join("data"), "x").unwrap();
+        let claimed = SandboxRoot::claim(root.path()).unwrap();
+        assert_eq!(claimed.removed().len(), 1, "{:?}", claimed.removed());
+        assert!(!volume.exists());
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(!table.contains(root.path().to_str().unwrap()), "still mounted: {table}");
     }
 
     #[test]

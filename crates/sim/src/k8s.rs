@@ -285,6 +285,18 @@ pub struct VolumeMountStart {
     pub claim: Option<ClaimMount>,
 }
 
+/// A memory-backed scratch volume (`emptyDir` with medium Memory) as the kubelet makes it: a
+/// tmpfs whose size is the smallest of the Node's allocatable memory, the Pod's memory limit
+/// (where every container has one) and the volume's `sizeLimit` (Kubernetes'
+/// `calculateEmptyDirMemorySize`). Its pages count against the memory of whoever writes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryVolume {
+    /// The volume's name in the sandbox.
+    pub volume: String,
+    /// The tmpfs's size in bytes.
+    pub size_bytes: u64,
+}
+
 /// A PersistentVolumeClaim, by the organization and cluster it is in, its namespace and name:
 /// together they name its data (two organizations, or two clusters, never share a claim's).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -199,8 +199,11 @@ pub struct SandboxInfo {
     pub attached_volume_ids: Vec<String>,
     /// The template it was made from, and that template's revision then.
     pub source_template: Option<(String, i64)>,
-    /// Its sized scratch volumes (an `emptyDir` with `sizeLimit`), which the kubelet measures.
+    /// Its sized scratch volumes on disk (an `emptyDir` with `sizeLimit`), which the kubelet
+    /// measures.
     pub scratch_limits: Vec<ScratchLimit>,
+    /// Its memory-backed scratch volumes, each with its `sizeLimit` in bytes where it has one.
+    pub memory_volumes: Vec<(String, Option<u64>)>,
     /// How its containers start in order, and the names they resolve (a Compose file's).
     pub start_plan: crate::k8s::StartPlan,
     /// What a replay of `request_id` is compared with, for a sandbox not made from a spec alone
@@ -417,6 +420,11 @@ impl Sandboxes {
     /// Whether the sandbox's processes are cut off from every network but their own loopback.
     pub(crate) fn denies_egress(&self, id: &str) -> bool {
         self.by_id.get(id).is_some_and(|sandbox| sandbox.info.deny_egress)
+    }
+
+    /// A sandbox's memory-backed scratch volumes, each with its `sizeLimit` where it has one.
+    pub(crate) fn memory_volumes(&self, id: &str) -> &[(String, Option<u64>)] {
+        self.by_id.get(id).map_or(&[], |sandbox| sandbox.info.memory_volumes.as_slice())
     }
 
     /// How a sandbox's containers start in order, and the names they resolve.
@@ -923,7 +931,11 @@ pub(crate) fn scratch_limits(spec: &SandboxSpec) -> Vec<ScratchLimit> {
     spec.volumes
         .iter()
         .filter_map(|volume| match &volume.source {
-            Some(Source::Scratch(scratch)) if !scratch.size.trim().is_empty() => {
+            // A memory-backed volume's size is its tmpfs's, which no write goes past.
+            Some(Source::Scratch(scratch))
+                if !scratch.size.trim().is_empty()
+                    && scratch.medium != cwsandbox_api::sandbox_v1::StorageMedium::Memory as i32 =>
+            {
                 let bytes = u64::try_from(Quantity::parse(&scratch.size).ok()?.units_ceil()).ok()?;
                 (bytes > 0).then(|| ScratchLimit {
                     volume: volume.name.clone(),
@@ -936,9 +948,10 @@ pub(crate) fn scratch_limits(spec: &SandboxSpec) -> Vec<ScratchLimit> {
         .collect()
 }
 
-/// Refuses a memory-backed scratch volume by name: the emulator makes no size-capped tmpfs for a
-/// sandbox yet (issue 34 item 1), and one on disk would not be what the spec asked for.
-pub(crate) fn check_scratch_media(spec: &SandboxSpec) -> SimResult<()> {
+/// Checks each scratch volume's medium: a memory-backed one (MEMORY: a tmpfs of the volume's
+/// own) is refused by name where the host cannot make one (`refusal` says why); an unknown
+/// medium is invalid.
+pub(crate) fn check_scratch_media(spec: &SandboxSpec, refusal: Option<&str>) -> SimResult<()> {
     use cwsandbox_api::sandbox_v1::StorageMedium;
     use cwsandbox_api::sandbox_v1::sandbox_volume::Source;
     let mut refused = Vec::new();
@@ -947,14 +960,38 @@ pub(crate) fn check_scratch_media(spec: &SandboxSpec) -> SimResult<()> {
         let field = format!("sandbox.spec.volumes[{index}].scratch.medium");
         match StorageMedium::try_from(scratch.medium) {
             Ok(StorageMedium::Unspecified | StorageMedium::Disk) => {}
-            Ok(StorageMedium::Memory) => refused.push(FieldViolation::new(
-                field,
-                "not emulated: a memory-backed scratch volume (a tmpfs of its size) is not made; DISK or unset is a directory on the host's disk",
-            )),
+            Ok(StorageMedium::Memory) => {
+                if let Some(why) = refusal {
+                    refused.push(FieldViolation::new(
+                        field,
+                        format!("not emulated here: a memory-backed scratch volume is a tmpfs of its own, which this host cannot make ({why}); DISK or unset is a directory on the host's disk"),
+                    ));
+                }
+            }
             Err(_) => return Err(SimError::invalid_field(field, format!("unknown storage medium {}", scratch.medium))),
         }
     }
     if refused.is_empty() { Ok(()) } else { Err(SimError::not_emulated(refused)) }
+}
+
+/// The memory-backed scratch volumes of a spec (medium MEMORY), each with its `sizeLimit` in
+/// bytes where it has one that parses (zero or unset: none).
+pub(crate) fn memory_volumes(spec: &SandboxSpec) -> Vec<(String, Option<u64>)> {
+    use cwsandbox_api::sandbox_v1::StorageMedium;
+    use cwsandbox_api::sandbox_v1::sandbox_volume::Source;
+    spec.volumes
+        .iter()
+        .filter_map(|volume| match &volume.source {
+            Some(Source::Scratch(scratch)) if scratch.medium == StorageMedium::Memory as i32 => {
+                let size = Quantity::parse(&scratch.size)
+                    .ok()
+                    .and_then(|size| u64::try_from(size.units_ceil()).ok())
+                    .filter(|bytes| *bytes > 0);
+                Some((volume.name.clone(), size))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// The snapshot a scratch volume starts with (`scratch.restore_from_snapshot_id`), if any.

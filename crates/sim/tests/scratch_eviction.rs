@@ -1,8 +1,8 @@
 //! Sized scratch volumes on disk, as a kubelet treats an `emptyDir` with a `sizeLimit`: every
 //! monitoring period the host measures what a running Pod's sized volumes hold; a volume holding
 //! more than its size gets the Pod evicted (Warning `Evicted` Event, the Pod Failed with the
-//! kubelet's message, its processes killed, the sandbox FAILED); a memory-backed volume is
-//! refused by name.
+//! kubelet's message, its processes killed, the sandbox FAILED); a memory-backed volume is a tmpfs
+//! sized as the kubelet sizes it, refused by name where the host cannot mount one.
 
 mod common;
 
@@ -129,13 +129,76 @@ fn the_monitoring_period_is_a_setting_and_unsized_volumes_are_never_measured() {
     assert!(!looked.contains(&without_size.pod_uid.to_string()));
 }
 
+/// The memory-backed volumes of sandbox `id`'s Pod as the host is asked to make them.
+fn launched_memory_volumes(effects: &[Effect], id: &str) -> Vec<(String, u64)> {
+    effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::StartPod(launch) if launch.sandbox_id.as_deref() == Some(id) => {
+                Some(launch.memory_volumes.iter().map(|volume| (volume.volume.clone(), volume.size_bytes)).collect())
+            }
+            _ => None,
+        })
+        .expect("the Pod started")
+}
+
 #[test]
-fn a_memory_backed_volume_is_refused_by_name_and_an_unknown_medium_is_invalid() {
+fn a_memory_backed_volume_is_a_tmpfs_sized_as_the_kubelet_sizes_it_and_never_measured() {
+    use cwsandbox_api::sandbox_v1::{ResourceRequirements, Resources};
     let mut h = harness_with(Values::scenario(Scenario::Ready));
+    let allocatable = |h: &Harness, uid: &str| {
+        let node = h.pod(uid).node_name.clone().expect("bound");
+        u64::try_from(h.world.cluster.nodes[node.as_ref()].allocatable.memory_bytes).unwrap()
+    };
+
+    // Its own size where the Pod has no memory limit below it.
+    let sized = h.world.create_sandbox(&alice(), spec_with_scratch("1Gi", StorageMedium::Memory), "", "").unwrap();
+    h.advance(10);
+    assert_eq!(launched_memory_volumes(&h.world.take_effects(), &sized.id), [("scratch".to_owned(), 1 << 30)]);
+
+    // Without a size: the Pod's memory limit (the runner's default, 1Gi, where none is asked).
+    let without_size = h.world.create_sandbox(&alice(), spec_with_scratch("", StorageMedium::Memory), "", "").unwrap();
+    h.advance(10);
+    assert_eq!(launched_memory_volumes(&h.world.take_effects(), &without_size.id), [("scratch".to_owned(), 1 << 30)]);
+
+    // Without a size, and a memory limit above what the Node has: the Node's allocatable memory.
+    let mut spec = spec_with_scratch("", StorageMedium::Memory);
+    spec.containers[0].resource_requirements = Some(ResourceRequirements {
+        requests: Some(Resources { cpu: "100m".to_owned(), memory: "128Mi".to_owned(), gpu: None }),
+        limits: Some(Resources { cpu: "1".to_owned(), memory: "64Ti".to_owned(), gpu: None }),
+    });
+    let unlimited = h.world.create_sandbox(&alice(), spec, "", "").unwrap();
+    h.advance(10);
+    let node_memory = allocatable(&h, &unlimited.pod_uid);
+    assert_eq!(launched_memory_volumes(&h.world.take_effects(), &unlimited.id), [("scratch".to_owned(), node_memory)]);
+
+    // The Pod's memory limit where it is lower than the volume's size.
+    let mut spec = spec_with_scratch("1Gi", StorageMedium::Memory);
+    spec.containers[0].resource_requirements = Some(ResourceRequirements {
+        requests: Some(Resources { cpu: "100m".to_owned(), memory: "128Mi".to_owned(), gpu: None }),
+        limits: Some(Resources { cpu: "1".to_owned(), memory: "256Mi".to_owned(), gpu: None }),
+    });
+    let limited = h.world.create_sandbox(&alice(), spec, "", "").unwrap();
+    h.advance(10);
+    assert_eq!(launched_memory_volumes(&h.world.take_effects(), &limited.id), [("scratch".to_owned(), 256 << 20)]);
+
+    // A tmpfs holds no more than its size: the kubelet has nothing to measure.
+    h.advance(60);
+    let looked: Vec<String> = measures(&h.world.take_effects()).into_iter().map(|(uid, _)| uid).collect();
+    assert!(!looked.contains(&sized.pod_uid.to_string()), "{looked:?}");
+}
+
+#[test]
+fn a_memory_backed_volume_is_refused_by_name_where_the_host_cannot_mount_one_and_an_unknown_medium_is_invalid() {
+    let mut h = harness_with(Values::scenario(Scenario::Ready));
+    h.world.set_memory_volumes_refused(Some("not root".to_owned()));
     let error = h.world.create_sandbox(&alice(), spec_with_scratch("1Gi", StorageMedium::Memory), "", "").unwrap_err();
     assert_eq!(error.reason(), Some(Reason::NotImplemented));
     let fields: Vec<&str> = error.violations().iter().map(|violation| violation.field.as_str()).collect();
     assert_eq!(fields, ["sandbox.spec.volumes[0].scratch.medium"]);
+    assert!(error.violations()[0].description.contains("not root"), "{error:?}");
+    // On disk it is still made.
+    h.world.create_sandbox(&alice(), spec_with_scratch("1Gi", StorageMedium::Disk), "", "").unwrap();
 
     let mut spec = spec_with_scratch("1Gi", StorageMedium::Disk);
     if let Some(sandbox_volume::Source::Scratch(scratch)) = &mut spec.volumes[0].source {
@@ -144,5 +207,5 @@ fn a_memory_backed_volume_is_refused_by_name_and_an_unknown_medium_is_invalid() 
     let error = h.world.create_sandbox(&alice(), spec, "", "").unwrap_err();
     assert!(matches!(error, SimError::InvalidArgument { .. }), "{error:?}");
     assert_eq!(error.violations()[0].field, "sandbox.spec.volumes[0].scratch.medium");
-    assert_eq!(h.world.every_sandbox().count(), 0, "nothing was made");
+    assert_eq!(h.world.every_sandbox().count(), 1, "only the sandbox on disk was made");
 }

@@ -316,11 +316,11 @@ pub const FIELDS: &[FieldRule] = &[
     emulated("CreateSandboxRequest.sandbox.spec.volumes.scratch", "an emptyDir"),
     emulated(
         "CreateSandboxRequest.sandbox.spec.volumes.scratch.size",
-        "the emptyDir's sizeLimit: the kubelet measures the volume every kubelet.evictionMonitoringPeriodSeconds (10) and evicts the Pod (Evicted, the sandbox FAILED) once it holds more",
+        "the emptyDir's sizeLimit: on disk the kubelet measures the volume every kubelet.evictionMonitoringPeriodSeconds (10) and evicts the Pod (Evicted, the sandbox FAILED) once it holds more; in memory the tmpfs's size (writes past it fail with ENOSPC)",
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.volumes.scratch.medium",
-        "DISK or unset: a directory on the host's disk; MEMORY (a tmpfs of the size) is refused by name",
+        "DISK or unset: a directory on the host's disk; MEMORY: a tmpfs sized as the kubelet sizes it (the smallest of the size, the Pod's memory limit and the Node's allocatable memory), its pages counted against the writer's memory; refused by name where the emulator cannot mount one (not root: the ready file's unavailable)",
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.volumes.scratch.restore_from_snapshot_id",

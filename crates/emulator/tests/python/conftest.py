@@ -28,6 +28,8 @@ from cwsandbox import Sandbox
 RUNNER = os.environ["RUNNER_ID"]
 ISOLATION = os.environ.get("CWSANDBOX_ISOLATION", "namespaces")
 NAMESPACES = ISOLATION == "namespaces"
+# What the emulator's ready file says this machine cannot give (`unavailable`), one per line.
+UNAVAILABLE = [line for line in os.environ.get("CWSANDBOX_UNAVAILABLE", "").splitlines() if line]
 RUN_MARK = {"CWSANDBOX_TEST_RUN": os.environ["CWSANDBOX_TEST_RUN_ID"]}
 # Generous bounds for waits that end by themselves in well under a second.
 WAIT = 60

@@ -2,14 +2,15 @@
 `Container(volume_mounts=[VolumeMount(...)])`): an empty directory of the sandbox's at each of its
 mounts, read-only or a sub-path where asked, gone with the sandbox; a sized one on disk evicts its
 sandbox once it holds more than its size, as the kubelet evicts a Pod whose `emptyDir` passed its
-`sizeLimit`; a memory-backed one (not emulated) is refused by name.
+`sizeLimit`; a memory-backed one is a tmpfs of its size (a write past it fails with ENOSPC inside
+the sandbox), refused by name where the emulator cannot mount one (its ready file says so).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from conftest import NAMESPACES, RUNNER, WAIT, processes_with, run, sandbox_env
+from conftest import NAMESPACES, RUNNER, UNAVAILABLE, WAIT, processes_with, run, sandbox_env
 from cwsandbox import Container, Sandbox, SandboxStatus, ScratchVolumeOptions, VolumeMount
 from cwsandbox.exceptions import SandboxError
 
@@ -87,7 +88,29 @@ def test_a_sized_volume_within_its_size_keeps_its_sandbox_running(mark):
         assert sb.read_file("/data/probe").result() == b"scratch-ok"
 
 
-def test_a_memory_backed_volume_is_refused_by_name(mark):
+MEMORY_REFUSED = [line for line in UNAVAILABLE if line.startswith("memory-backed scratch volumes")]
+
+
+@pytest.mark.skipif(bool(MEMORY_REFUSED), reason="the emulator cannot mount a tmpfs here")
+def test_a_memory_backed_volume_is_a_tmpfs_of_its_size(mark):
+    volume = ScratchVolumeOptions(name="work", mount_path="/data", size="1Mi", medium="memory")
+    with run(mark=mark, volumes=[volume]) as sb:
+        assert sb.exec(["stat", "-f", "-c", "%T", "/data"]).result().stdout == "tmpfs\n"
+        filled = sb.exec(["sh", "-c", "head -c 2097152 /dev/zero > /data/fill; echo $?; wc -c < /data/fill"])
+        result = filled.result()
+        status, size = result.stdout.split()
+        assert status == "1" and int(size) <= 1 << 20, result
+        assert "No space left on device" in result.stderr, result
+        # The write failed inside; the sandbox goes on, with nothing for the kubelet to evict.
+        sb.exec(["rm", "/data/fill"]).result()
+        sb.write_file("/data/note", b"kept").result()
+        assert sb.read_file("/data/note").result() == b"kept"
+        assert Sandbox.from_id(sb.sandbox_id).result().status == SandboxStatus.RUNNING
+    assert processes_with(mark) == []
+
+
+@pytest.mark.skipif(not MEMORY_REFUSED, reason="the emulator mounts a tmpfs here")
+def test_a_memory_backed_volume_is_refused_by_name_where_no_tmpfs_can_be_mounted(mark):
     with pytest.raises(SandboxError) as refused:
         with run(mark=mark, volumes=[ScratchVolumeOptions(name="work", mount_path="/data", medium="memory")]):
             pass

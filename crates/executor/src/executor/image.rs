@@ -96,12 +96,15 @@ impl Executor {
         let made = {
             let inner = inner.clone();
             let (mounts, files) = (spec.volume_mounts.clone(), spec.files.clone());
+            let memory_volumes = spec.memory_volumes.clone();
             let claims_dir = inner.config.root_dir.join(CLAIMS_DIR);
             let aliases = spec.host_aliases.clone();
             let hostname = spec.hostname.clone();
             tokio::task::spawn_blocking(move || {
                 let prepared = match &inner.oci {
-                    Some(oci) => oci::prepare_sandbox(oci, plan, &mounts, &files, &restores, &claims_dir)?,
+                    Some(oci) => {
+                        oci::prepare_sandbox(oci, plan, &mounts, &files, &restores, &memory_volumes, &claims_dir)?
+                    }
                     None => return Err("the OCI runtime is gone".to_owned()),
                 };
                 if prepared.1.is_some() {

@@ -34,6 +34,8 @@ pub(super) struct RootPlan {
     pub(super) restores: Vec<(String, PathBuf)>,
     /// Where the claims' directories are (`<namespace>/<name>`).
     pub(super) claims_dir: PathBuf,
+    /// The memory-backed volumes, each a tmpfs of its own mounted before anything is put in it.
+    pub(super) memory_volumes: Vec<crate::MemoryVolume>,
 }
 
 impl RootPlan {
@@ -44,6 +46,7 @@ impl RootPlan {
             volume_mounts: spec.volume_mounts.clone(),
             restores: Vec::new(),
             claims_dir: PathBuf::new(),
+            memory_volumes: spec.memory_volumes.clone(),
         }
     }
 }
@@ -81,6 +84,9 @@ pub(super) fn prepare_layout(
         };
         let mut rootfs = skeleton.finish(host_paths, working_dir, owner)?;
         let sidecar_dirs = sidecar_working_dirs(sidecar_dirs)?;
+        for memory in &plan.memory_volumes {
+            rootfs::memory_volume_dir(volumes, &memory.volume, memory.size_bytes, owner)?;
+        }
         // Before the binds: a sub-path is made inside the restored files, never through them.
         for (volume, snapshot) in &plan.restores {
             let target = rootfs::volume_dir(volumes, volume, owner)?;
@@ -205,6 +211,7 @@ pub(super) fn move_warm_root(
 }
 
 pub(super) fn remove_dir(dir: &Path) {
+    rootfs::unmount_all_under(dir);
     if let Err(error) = std::fs::remove_dir_all(dir)
         && error.kind() != std::io::ErrorKind::NotFound
     {

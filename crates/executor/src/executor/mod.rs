@@ -87,6 +87,8 @@ struct Inner {
     /// Whether image sandboxes can run, and the runtime that runs them where they can.
     oci_support: OciSupport,
     oci: Option<OciRuntime>,
+    /// Whether memory-backed volumes can be made here: why not, where they cannot.
+    memory_volumes: Result<(), String>,
 }
 
 #[derive(Debug, Default)]
@@ -244,6 +246,10 @@ impl Executor {
             _ => None,
         };
         let (oci_support, oci) = OciRuntime::probe(&config, id_range);
+        let memory_volumes = probe_memory_volumes(mode, &config.root_dir);
+        if let Err(why) = &memory_volumes {
+            info!("memory-backed scratch volumes are refused: {why}");
+        }
         if sys::current_uid() == 0 {
             let consequence = match mode {
                 Mode::Namespaces { ids: IdMode::Range { base, .. } } => format!(
@@ -290,10 +296,17 @@ impl Executor {
                 warm,
                 oci_support,
                 oci,
+                memory_volumes,
             }),
         };
         WarmPool::refill(&executor.inner);
         Ok(executor)
+    }
+
+    /// Whether memory-backed scratch volumes ([`LaunchSpec::memory_volumes`]) can be made here:
+    /// why not, where they cannot (plain processes; an emulator that may not mount a tmpfs).
+    pub fn memory_volumes(&self) -> Result<(), String> {
+        self.inner.memory_volumes.clone()
     }
 
     /// The isolation in force: `Namespaces` or `Plain`, never `Auto`.
@@ -1130,6 +1143,24 @@ fn start_failure_message(program: &str, error: &std::io::Error) -> String {
         }
         _ => format!("cwsandbox: cannot execute {program}: {error}\n"),
     }
+}
+
+/// Whether a tmpfs can be mounted for a memory-backed volume: tried once, on a directory of the
+/// executor's root (named as no sandbox can be), as the kernel alone can say.
+fn probe_memory_volumes(mode: Mode, root_dir: &Path) -> Result<(), String> {
+    if mode == Mode::Plain {
+        return Err("plain processes have no root of their own to mount a volume in".to_owned());
+    }
+    let probe = root_dir.join(format!(".tmpfs-probe@{}", std::process::id()));
+    std::fs::create_dir_all(&probe).map_err(|error| format!("cannot create {}: {error}", probe.display()))?;
+    let mounted = sys::mount_tmpfs(&probe, 4096, None);
+    if mounted.is_ok() {
+        let _ = sys::unmount_detached(&probe);
+    }
+    let _ = std::fs::remove_dir(&probe);
+    mounted.map_err(|error| {
+        format!("a tmpfs cannot be mounted here ({error}); memory-backed volumes need an emulator run as root")
+    })
 }
 
 fn setup_error(id: &str, message: String) -> ExecutorError {

@@ -910,6 +910,7 @@ pub(super) fn prepare_sandbox(
     mounts: &[crate::VolumeMount],
     files: &[crate::MountedFile],
     restores: &[(String, PathBuf)],
+    memory_volumes: &[crate::MemoryVolume],
     claims_dir: &Path,
 ) -> Result<(ContainerPlan, Option<PreparedContainer>), String> {
     // The files are bound after the volumes, so one under a volume's mount path is placed on it
@@ -921,6 +922,9 @@ pub(super) fn prepare_sandbox(
     super::layout::remove_dir(&plan.dir);
     std::fs::create_dir_all(&plan.dir).map_err(|error| format!("cannot create {}: {error}", plan.dir.display()))?;
     let owner = Some(oci.host_ids((0, 0)));
+    for memory in memory_volumes {
+        crate::rootfs::memory_volume_dir(&plan.dir, &memory.volume, memory.size_bytes, owner)?;
+    }
     // Before the binds: a sub-path is made inside the restored files, never through them.
     for (volume, snapshot) in restores {
         let target = crate::rootfs::volume_dir(&plan.dir, volume, owner)?;

@@ -50,6 +50,8 @@ impl Executor {
                 volume_mounts: launch.volume_mounts.clone(),
                 restores: Vec::new(),
                 claims_dir: inner.config.root_dir.join(CLAIMS_DIR),
+                // Mounted already, with the main container's root.
+                memory_volumes: Vec::new(),
             };
             let files = launch.files.clone();
             let host_paths = inner.config.host_paths.clone();

@@ -91,6 +91,12 @@ impl World {
         self.limits_enforced = enforced;
     }
 
+    /// Why the host cannot make a memory-backed scratch volume (a tmpfs of the volume's own),
+    /// where it cannot (`None`: it can): such a volume is then refused by name at create.
+    pub fn set_memory_volumes_refused(&mut self, why: Option<String>) {
+        self.memory_volumes_refused = why;
+    }
+
     /// The Warning a started Pod gets when its limits hold nothing on this host.
     pub(super) fn warn_unenforced_limits(&mut self, uid: &str) {
         if self.limits_enforced {

@@ -103,6 +103,7 @@ impl World {
             .and_then(|id| self.sandboxes.start_plan(id))
             .map(|plan| plan.host_aliases.clone())
             .unwrap_or_default();
+        let memory_volumes = self.memory_volumes_of(uid, sandbox_id.as_deref(), node_name);
         if !self.host_confirms_starts {
             self.containers_started(uid);
         }
@@ -114,7 +115,41 @@ impl World {
             containers,
             loopback_only,
             host_aliases,
+            memory_volumes,
         }));
+    }
+
+    /// A sandbox Pod's memory-backed scratch volumes with their tmpfs sizes: the Node's
+    /// allocatable memory, lowered to the Pod's memory limit where every container has one, and
+    /// to the volume's `sizeLimit` where it is lower still (`calculateEmptyDirMemorySize`).
+    fn memory_volumes_of(&self, uid: &str, sandbox_id: Option<&str>, node_name: &str) -> Vec<crate::k8s::MemoryVolume> {
+        let Some(id) = sandbox_id else { return Vec::new() };
+        let asked = self.sandboxes.memory_volumes(id);
+        if asked.is_empty() {
+            return Vec::new();
+        }
+        let allocatable = self
+            .cluster
+            .nodes
+            .get(node_name)
+            .and_then(|node| u64::try_from(node.allocatable.memory_bytes).ok())
+            .filter(|bytes| *bytes > 0)
+            .unwrap_or(u64::MAX);
+        // A Pod has a memory limit only where each of its containers has one: their sum.
+        let pod_limit = self.cluster.pod(uid).and_then(|pod| {
+            pod.containers.iter().try_fold(0u64, |sum, container| {
+                let bytes = u64::try_from(container.limits.memory?.millis() / 1000).ok().filter(|bytes| *bytes > 0)?;
+                Some(sum.saturating_add(bytes))
+            })
+        });
+        let pod_size = pod_limit.map_or(allocatable, |limit| limit.min(allocatable));
+        asked
+            .iter()
+            .map(|(volume, size_limit)| crate::k8s::MemoryVolume {
+                volume: volume.clone(),
+                size_bytes: size_limit.map_or(pod_size, |limit| limit.min(pod_size)),
+            })
+            .collect()
     }
 
     /// The host reports that it started a Pod's containers: they run, with the kubelet's

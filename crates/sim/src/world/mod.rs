@@ -116,6 +116,9 @@ pub struct PodLaunch {
     pub loopback_only: bool,
     /// Names every container resolves to its loopback (a Compose file's services).
     pub host_aliases: Vec<String>,
+    /// The Pod's memory-backed scratch volumes (`emptyDir` with medium Memory): each a tmpfs of
+    /// its own, sized as the kubelet sizes it.
+    pub memory_volumes: Vec<crate::k8s::MemoryVolume>,
 }
 
 /// What the host reports when a command of a Pod ended, by itself or once the host stopped it
@@ -271,6 +274,9 @@ pub struct World {
     /// Whether the host enforces containers' CPU and memory limits where it runs images (a
     /// Warning Event on each Pod with limits says when it cannot).
     pub(crate) limits_enforced: bool,
+    /// Why the host cannot make a memory-backed scratch volume (a tmpfs), where it cannot: such
+    /// volumes are then refused by name at create.
+    pub(crate) memory_volumes_refused: Option<String>,
     /// Whether someone takes the sandboxes touched ([`World::take_touched_sandboxes`]); while
     /// nobody does, each settle drops them.
     touches_taken: bool,
@@ -330,6 +336,7 @@ impl World {
             pulls_images: false,
             host_confirms_starts: false,
             limits_enforced: true,
+            memory_volumes_refused: None,
             touches_taken: false,
             all_sandboxes_touched: false,
             slurm_dirty: false,

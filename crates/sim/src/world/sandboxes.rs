@@ -193,7 +193,7 @@ impl World {
         let Origin { request_id, source_template, request_body, start_plan } = origin;
         validate_spec(&spec)?;
         check_services(&spec)?;
-        check_scratch_media(&spec)?;
+        check_scratch_media(&spec, self.memory_volumes_refused.as_deref())?;
         for (index, volume) in spec.volumes.iter().enumerate() {
             if let Some(snapshot) = restore_source(volume) {
                 let field = format!("sandbox.spec.volumes[{index}].scratch.restoreFromSnapshotId");
@@ -322,6 +322,7 @@ impl World {
                 created: now,
                 request_id: request_id.to_owned(),
                 scratch_limits: crate::sandbox::scratch_limits(&spec),
+                memory_volumes: crate::sandbox::memory_volumes(&spec),
                 attached_volume_ids,
                 source_template,
                 start_plan,
