@@ -194,6 +194,12 @@ pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
     // pivot_root needs the new root to be a mount point.
     mount(Some(&plan.rootfs), &plan.rootfs, None, libc::MS_BIND, None).map_err(|error| (Stage::MountRoot, error))?;
     for bind in &plan.binds {
+        if let Some(options) = &bind.overlay {
+            let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+            mount(Some(c"overlay"), &bind.target, Some(c"overlay"), flags, Some(options))
+                .map_err(|error| (Stage::MountHostLayer, error))?;
+            continue;
+        }
         mount(Some(&bind.source), &bind.target, None, libc::MS_BIND | libc::MS_REC, None)
             .map_err(|error| (Stage::MountHost, error))?;
         if bind.read_only {

@@ -137,9 +137,13 @@ pub struct LaunchSpec {
     /// Files placed in the sandbox before its command starts (the API's mounted files): at
     /// absolute paths of the sandbox's own root, mode 0644, owned by the sandbox's root user,
     /// missing directories made. Namespaces mode only: plain processes have no root of their
-    /// own to put them in, so a start with files fails there. A path under a read-only host
-    /// directory (`/usr`, `/etc`, …), `/proc` or `/dev` cannot hold one either. An image
-    /// sandbox gets each bound at its path (anywhere in the image but `/proc` and `/dev`).
+    /// own to put them in, so a start with files fails there. One under a read-only host
+    /// directory (`/usr`, `/etc`, …) is laid over it: a read-only overlay of a layer of the
+    /// sandbox's own over the host's directory (a root emulator mounts it in its own mount
+    /// namespace; an unprivileged one's keeper mounts it, refused where the host's directory has
+    /// mounts under it); `/proc` and `/dev` cannot hold one, nor can a path where the host has a
+    /// directory, or a link or a file on the way. An image sandbox gets each bound at its path
+    /// (anywhere in the image but `/proc` and `/dev`).
     pub files: Vec<MountedFile>,
     /// What the sandbox's processes reach on the network.
     pub network: Network,

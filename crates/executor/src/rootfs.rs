@@ -52,6 +52,10 @@ pub(crate) struct Rootfs {
     pub(crate) path: PathBuf,
     /// (host source, target under `path`, read-only).
     pub(crate) binds: Vec<(PathBuf, PathBuf, bool)>,
+    /// Host directories seen through a layer of the sandbox's own mounted files (host source,
+    /// the layer's directory): their bind is a read-only overlay of the layer over the host's
+    /// directory instead ([`place_files_over_host`]).
+    pub(crate) layers: Vec<(PathBuf, PathBuf)>,
     /// The working directory as the sandbox sees it.
     pub(crate) working_dir: String,
 }
@@ -209,7 +213,7 @@ impl Skeleton {
             .into_iter()
             .map(|(source, target, read_only)| (source, rootfs.join(target), read_only))
             .collect();
-        Ok(Rootfs { path: rootfs, binds, working_dir })
+        Ok(Rootfs { path: rootfs, binds, layers: Vec::new(), working_dir })
     }
 }
 
@@ -463,6 +467,147 @@ pub(crate) fn place_files(
         give(&target, owner)?;
     }
     Ok(())
+}
+
+/// The host's read-only directory (one of `host_paths`, bound into the root) that `path` is
+/// under, if any.
+pub(crate) fn host_dir_of<'a>(path: &str, host_paths: &'a [PathBuf]) -> Option<&'a PathBuf> {
+    let wanted = Path::new(path);
+    host_paths.iter().filter(|host| wanted.starts_with(host)).max_by_key(|host| host.components().count())
+}
+
+/// Places mounted files at paths under the host's read-only directories (`/etc/app/app.conf`),
+/// as a container's image would hold them: each such directory gets a layer of the sandbox's
+/// own (`<dir>/layers/<n>`, outside its root) holding the files at their place in it, and is
+/// then seen through a read-only overlay of that layer over the host's directory. What is
+/// mounted under the host's directory (its `/etc/resolv.conf`, say) is bound again on top, as
+/// the recursive bind would have shown it. A host path that is a link (merged `/usr`'s `/bin`)
+/// holds no layer: the file must be named where the link leads.
+///
+/// `privileged` (a root emulator's): the overlay is mounted here, in the emulator's mount
+/// namespace (`<dir>/layers/<n>.view`), and bound into the root in its host directory's place:
+/// an overlay made inside the sandbox's user namespace cannot take a lower directory with
+/// mounts under it (they are locked there). Otherwise the keeper mounts it ([`Rootfs::layers`]),
+/// which works where the host's directory has no mounts under it, and is refused by name where
+/// it has.
+pub(crate) fn place_files_over_host(
+    dir: &Path,
+    rootfs: &mut Rootfs,
+    files: &[&crate::MountedFile],
+    host_paths: &[PathBuf],
+    owner: Option<(u32, u32)>,
+    privileged: bool,
+) -> Result<(), String> {
+    let mut layers: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for file in files {
+        let Some(host) = host_dir_of(&file.path, host_paths) else { continue };
+        let layer = match layers.iter().find(|(source, _)| source == host) {
+            Some((_, layer)) => layer.clone(),
+            None => {
+                if !rootfs.binds.iter().any(|(source, _, _)| source == host) {
+                    return Err(format!(
+                        "mounted file {}: {} is not a directory of the host's here (a link, or missing): name the file where it leads",
+                        file.path,
+                        host.display()
+                    ));
+                }
+                let all_layers = dir.join("layers");
+                if !all_layers.is_dir() {
+                    make_dir(&all_layers, 0o755, None)?;
+                }
+                let layer = all_layers.join(layers.len().to_string());
+                make_dir(&layer, 0o755, owner)?;
+                layers.push((host.clone(), layer.clone()));
+                layer
+            }
+        };
+        let inside = Path::new(&file.path).strip_prefix(host).unwrap_or(Path::new(""));
+        let Some(inside) = inside.to_str().filter(|inside| !inside.is_empty()) else {
+            return Err(format!("mounted file {}: the host's directory {} itself is there", file.path, host.display()));
+        };
+        check_over_host(&file.path, host, inside)?;
+        let parents = inside.rsplit_once('/').map_or("", |(parents, _)| parents);
+        make_dirs_inside(&layer, parents.split('/').filter(|part| !part.is_empty()), owner, |dir| {
+            format!("mounted file {}: {} is not a directory", file.path, dir.display())
+        })?;
+        let target = layer.join(inside);
+        if std::fs::symlink_metadata(&target).is_ok_and(|metadata| metadata.is_dir()) {
+            return Err(format!("mounted file {}: a directory is there", file.path));
+        }
+        std::fs::write(&target, &file.content).map_err(|error| describe("write", &target, error))?;
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644))
+            .map_err(|error| describe("set the mode of", &target, error))?;
+        give(&target, owner)?;
+    }
+    for (host, layer) in layers {
+        let relative_host = host.strip_prefix("/").unwrap_or(&host).to_owned();
+        let submounts = mounts_under(&host);
+        if privileged {
+            let view = layer.with_extension("view");
+            make_dir(&view, 0o755, None)?;
+            crate::sys::mount_overlay_read_only(&view, &layer, &host)
+                .map_err(|error| format!("cannot lay mounted files over {}: {error}", host.display()))?;
+            for bind in rootfs.binds.iter_mut().filter(|(source, _, _)| *source == host) {
+                bind.0 = view.clone();
+            }
+        } else if let Some(submount) = submounts.first() {
+            return Err(format!(
+                "mounted files under {}: it has mounts under it ({}), which an unprivileged emulator's overlay cannot show; run the emulator as root, or place the file elsewhere",
+                host.display(),
+                submount.display()
+            ));
+        } else {
+            rootfs.layers.push((host.clone(), layer));
+        }
+        for submount in submounts {
+            if let Ok(inside) = submount.strip_prefix(&host) {
+                let target = rootfs.path.join(&relative_host).join(inside);
+                rootfs.binds.push((submount.clone(), target, true));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a file the host's directory `host` cannot show at `path` (`inside` it) as a mount
+/// would place it: where the host has a directory (a file bound there fails the same way), or
+/// where a directory on the way is a file or a link of the host's (the layer would hide it, or
+/// everything the link leads to).
+fn check_over_host(path: &str, host: &Path, inside: &str) -> Result<(), String> {
+    let mut on_host = host.to_owned();
+    let parts: Vec<&str> = inside.split('/').collect();
+    for (index, part) in parts.iter().enumerate() {
+        on_host.push(part);
+        let Ok(metadata) = std::fs::symlink_metadata(&on_host) else { return Ok(()) };
+        let last = index + 1 == parts.len();
+        if last && metadata.is_dir() {
+            return Err(format!("mounted file {path}: the host's directory {} is there", on_host.display()));
+        }
+        if !last && metadata.file_type().is_symlink() {
+            return Err(format!(
+                "mounted file {path}: {} is a link on the host: name the file where it leads",
+                on_host.display()
+            ));
+        }
+        if !last && !metadata.is_dir() {
+            return Err(format!("mounted file {path}: {} is not a directory", on_host.display()));
+        }
+    }
+    Ok(())
+}
+
+/// What is mounted strictly under `dir` in this mount namespace, outermost first.
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
+    let mut points: Vec<PathBuf> = table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|point| PathBuf::from(unescape_mount_point(point)))
+        .filter(|point| point.starts_with(dir) && point != dir)
+        .collect();
+    points.sort_by_key(|point| point.components().count());
+    points.dedup();
+    points
 }
 
 /// The working directory as the sandbox sees it: `/` by default (as a container without

@@ -25,6 +25,9 @@ pub(crate) struct Bind {
     pub(crate) source: CString,
     pub(crate) target: CString,
     pub(crate) read_only: bool,
+    /// Instead of a bind, a read-only overlay mount with these options (`lowerdir=LAYER:SOURCE`):
+    /// the sandbox's own files laid over a host directory.
+    pub(crate) overlay: Option<CString>,
 }
 
 /// How to build a sandbox's namespaces and its root.

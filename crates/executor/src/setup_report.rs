@@ -30,10 +30,11 @@ pub(crate) enum Stage {
     Signalfd,
     Loopback,
     JoinPod,
+    MountHostLayer,
 }
 
 impl Stage {
-    const ALL: [Stage; 18] = [
+    const ALL: [Stage; 19] = [
         Stage::Unshare,
         Stage::SetGroups,
         Stage::GidMap,
@@ -52,6 +53,7 @@ impl Stage {
         Stage::Signalfd,
         Stage::Loopback,
         Stage::JoinPod,
+        Stage::MountHostLayer,
     ];
 
     fn from_u8(value: u8) -> Option<Stage> {
@@ -78,6 +80,7 @@ impl Stage {
             Stage::Signalfd => "signalfd",
             Stage::Loopback => "bring up the loopback interface of the sandbox's network namespace",
             Stage::JoinPod => "join the Pod's user, network, IPC and UTS namespaces (setns)",
+            Stage::MountHostLayer => "lay the sandbox's mounted files over a host directory (a read-only overlay)",
         }
     }
 }

@@ -411,6 +411,37 @@ pub(crate) fn mount_tmpfs(path: &std::path::Path, size_bytes: u64, owner: Option
         .map_err(io::Error::from_raw_os_error)
 }
 
+/// A read-only overlay's options: `upper` over `lower` (`lowerdir=UPPER:LOWER`). A path an
+/// option cannot hold (`,` and `:` separate options and layers) is refused.
+pub(crate) fn overlay_read_only_options(
+    upper: &std::path::Path,
+    lower: &std::path::Path,
+) -> io::Result<std::ffi::CString> {
+    let layer = |path: &std::path::Path| {
+        path.to_str().filter(|text| !text.contains([',', ':'])).map(str::to_owned).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} cannot be an overlay layer (a ',' or ':')", path.display()),
+            )
+        })
+    };
+    Ok(std::ffi::CString::new(format!("lowerdir={}:{}", layer(upper)?, layer(lower)?))?)
+}
+
+/// Mounts a read-only overlay of `upper` over `lower` at `path` (nosuid, nodev). Needs
+/// CAP_SYS_ADMIN over the mount namespace.
+pub(crate) fn mount_overlay_read_only(
+    path: &std::path::Path,
+    upper: &std::path::Path,
+    lower: &std::path::Path,
+) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let options = overlay_read_only_options(upper, lower)?;
+    let target = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+    mount(Some(c"overlay"), &target, Some(c"overlay"), flags, Some(&options)).map_err(io::Error::from_raw_os_error)
+}
+
 /// Detaches the mount at `path` (`umount2(MNT_DETACH | UMOUNT_NOFOLLOW)`): gone from the tree at
 /// once, freed once nothing uses it.
 pub(crate) fn unmount_detached(path: &std::path::Path) -> io::Result<()> {

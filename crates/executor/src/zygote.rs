@@ -83,6 +83,13 @@ pub(crate) fn encode_plan(plan: &InitPlan) -> Option<Vec<u8>> {
         put_bytes(&mut out, bind.source.as_bytes());
         put_bytes(&mut out, bind.target.as_bytes());
         out.push(u8::from(bind.read_only));
+        match &bind.overlay {
+            None => out.push(0),
+            Some(options) => {
+                out.push(1);
+                put_bytes(&mut out, options.as_bytes());
+            }
+        }
     }
     for text in [&ns.devpts, &ns.proc_dir, &ns.proc_sys] {
         put_bytes(&mut out, text.as_bytes());
@@ -123,7 +130,8 @@ pub(crate) fn decode_plan(bytes: &[u8], parent: pid_t, fds: [RawFd; 4]) -> Optio
     let hostname = reader.c_string()?;
     let rootfs = reader.c_string()?;
     let count = reader.u32()? as usize;
-    if count > reader.0.len() / 9 {
+    // Each bind takes two lengths, a flag and an overlay flag at least.
+    if count > reader.0.len() / 10 {
         return None;
     }
     let mut binds = Vec::with_capacity(count);
@@ -131,7 +139,12 @@ pub(crate) fn decode_plan(bytes: &[u8], parent: pid_t, fds: [RawFd; 4]) -> Optio
         let source = reader.c_string()?;
         let target = reader.c_string()?;
         let read_only = flag(reader.byte()?)?;
-        binds.push(Bind { source, target, read_only });
+        let overlay = match reader.byte()? {
+            0 => None,
+            1 => Some(reader.c_string()?),
+            _ => return None,
+        };
+        binds.push(Bind { source, target, read_only, overlay });
     }
     let devpts = reader.c_string()?;
     let proc_dir = reader.c_string()?;
@@ -380,11 +393,20 @@ mod tests {
                 id_map: Some(IdMap::Range { uid_map: c"0 100000 65536".to_owned(), gid_map: c"0 100000 1".to_owned() }),
                 hostname: c"pod-1".to_owned(),
                 rootfs: c"/dev/shm/x/rootfs".to_owned(),
-                binds: vec![Bind {
-                    source: c"/usr".to_owned(),
-                    target: c"/dev/shm/x/rootfs/usr".to_owned(),
-                    read_only: true,
-                }],
+                binds: vec![
+                    Bind {
+                        source: c"/usr".to_owned(),
+                        target: c"/dev/shm/x/rootfs/usr".to_owned(),
+                        read_only: true,
+                        overlay: None,
+                    },
+                    Bind {
+                        source: c"/etc".to_owned(),
+                        target: c"/dev/shm/x/rootfs/etc".to_owned(),
+                        read_only: true,
+                        overlay: Some(c"lowerdir=/dev/shm/x/layers/0:/etc".to_owned()),
+                    },
+                ],
                 devpts: c"/r/dev/pts".to_owned(),
                 proc_dir: c"/r/proc".to_owned(),
                 proc_sys: c"/r/proc/sys".to_owned(),

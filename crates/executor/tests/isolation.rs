@@ -265,7 +265,32 @@ async fn mounted_files_are_in_place_before_the_command_starts() {
     assert_eq!(sh(executor, &id, "od -An -tu1 /root/.netrc | tr -s ' '").await, " 0 1 2 255");
     executor.stop(&id, std::time::Duration::from_secs(5)).await;
 
-    for path in ["/usr/local/bin/tool", "/proc/x", "relative/file", "/a/../b", "/"] {
+    // Under the host's read-only directories: laid over them, the host's files still in view,
+    // read-only as they are.
+    let id = unique("files-over-host");
+    let files = vec![
+        MountedFile { path: "/etc/app/app.conf".into(), content: b"over etc\n".to_vec() },
+        MountedFile { path: "/etc/app/second.conf".into(), content: b"second\n".to_vec() },
+        MountedFile { path: "/usr/local/etc/tool.conf".into(), content: b"over usr\n".to_vec() },
+    ];
+    let launch =
+        LaunchSpec { files, ..spec("files", &["sh", "-c", "cat /etc/app/app.conf > /tmp/seen; exec sleep 1000"]) };
+    executor.start(&id, launch).await.unwrap();
+    assert_eq!(sh(executor, &id, "until [ -s /tmp/seen ]; do sleep 0.01; done; cat /tmp/seen").await, "over etc");
+    assert_eq!(sh(executor, &id, "cat /etc/app/second.conf /usr/local/etc/tool.conf").await, "second\nover usr");
+    assert_eq!(sh(executor, &id, "stat -c '%u:%g %a' /etc/app/app.conf").await, "0:0 644");
+    let host_passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    assert_eq!(sh(executor, &id, "cat /etc/passwd").await, host_passwd.trim_end(), "the host's files are still seen");
+    assert!(sh(executor, &id, "ls /usr/bin | wc -l").await.parse::<u32>().unwrap() > 10);
+    for script in ["echo x > /etc/app/app.conf", "echo x > /etc/new-file", "rm /etc/app/second.conf"] {
+        let (_, _, code) = run(executor, &id, &["sh", "-c", script]).await;
+        assert_ne!(code, 0, "`{script}` changed the read-only view");
+    }
+    assert_eq!(executor.read_file(&id, "/etc/app/app.conf").await.unwrap(), b"over etc\n");
+    assert!(!Path::new("/etc/app/app.conf").exists() || std::fs::read("/etc/app/app.conf").unwrap() != b"over etc\n");
+    executor.stop(&id, std::time::Duration::from_secs(5)).await;
+
+    for path in ["/proc/x", "relative/file", "/a/../b", "/", "/usr/local", "/etc/hostname/inside"] {
         let launch =
             LaunchSpec { files: vec![MountedFile { path: path.into(), content: b"x".to_vec() }], ..spec("files", &[]) };
         let error = executor.start(&unique("bad-file"), launch).await.unwrap_err().to_string();
@@ -640,6 +665,25 @@ async fn check_unprivileged(executor: &Executor) {
     assert!(!Path::new(&path).exists(), "the host's /tmp got the file");
     let (_, _, code) = run(executor, id, &["sh", "-c", "echo x > /etc/cwsbx-should-fail"]).await;
     assert_ne!(code, 0, "a rootless sandbox could write to /etc");
+    // A file under a host directory is laid over it by the keeper's own overlay (where nothing
+    // is mounted under that directory: the probe checks what this machine has).
+    let over = "unprivileged-files";
+    let files =
+        vec![MountedFile { path: "/usr/share/cwsbx-test/app.conf".into(), content: b"rootless layer".to_vec() }];
+    let layered = executor.start(over, LaunchSpec { files, ..spec("rootless-pod", &[]) }).await;
+    let usr_has_mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .any(|point| point.starts_with("/usr/"));
+    if usr_has_mounts {
+        assert!(layered.unwrap_err().to_string().contains("has mounts under it"));
+    } else {
+        layered.unwrap();
+        assert_eq!(sh(executor, over, "cat /usr/share/cwsbx-test/app.conf").await, "rootless layer");
+        let (_, _, code) = run(executor, over, &["sh", "-c", "echo x > /usr/share/cwsbx-test/app.conf"]).await;
+        assert_ne!(code, 0, "the layer is read-only");
+    }
     // Asked for other ids, the namespace maps them onto the user: the same rights, other names.
     let named = "unprivileged-as-user";
     let launch = LaunchSpec { user: Some(SandboxUser { uid: 1234, gid: 5678 }), ..spec("rootless-pod", &[]) };
@@ -838,6 +882,38 @@ async fn configured_host_paths_are_in_view_read_only() {
     assert_ne!(code, 0, "a configured host path is writable from the sandbox");
     assert!(!shared.join("written").exists());
     executor.shutdown().await;
+}
+
+/// A file laid over a host directory with a mount under it (as `/etc/resolv.conf` often is in
+/// a container): the mount is still seen on top of the layer. Mounting needs root (CI has it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_laid_over_a_host_directory_keeps_what_is_mounted_under_it() {
+    if current_uid() != 0 {
+        assert!(std::env::var_os("CI").is_none(), "CI runs the tests as root");
+        return;
+    }
+    let extra = tempfile::Builder::new().prefix("cwsbx-host-path").tempdir_in("/var/tmp").unwrap();
+    std::fs::create_dir(extra.path().join("mounted")).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(extra.path().join("mounted"))
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    std::fs::write(extra.path().join("mounted/inner"), b"on the submount").unwrap();
+    let shared = extra.path().to_path_buf();
+    let harness = harness_with(Isolation::Namespaces, |config| config.host_paths.push(shared.clone()));
+    let executor = &harness.executor;
+    let id = unique("layered");
+    let inside = shared.to_string_lossy().into_owned();
+    let files = vec![MountedFile { path: format!("{inside}/app/app.conf"), content: b"laid over".to_vec() }];
+    executor.start(&id, LaunchSpec { files, ..spec("layered", &[]) }).await.unwrap();
+    assert_eq!(
+        sh(executor, &id, &format!("cat {inside}/app/app.conf; echo; cat {inside}/mounted/inner")).await,
+        "laid over\non the submount"
+    );
+    executor.shutdown().await;
+    cwsandbox_executor::unmount_all_under(extra.path());
 }
 
 fn words(line: &str) -> Vec<String> {

@@ -223,11 +223,11 @@ pub const FIELDS: &[FieldRule] = &[
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.containers.files",
-        "written into the sandbox's root before it starts (namespaces isolation only; plain processes fail the start); one under a scratch volume's mount path is placed on the volume, as a subPath file over an emptyDir",
+        "written into the sandbox's root before it starts (namespaces isolation only; plain processes fail the start); one under a scratch volume's mount path is placed on the volume, as a subPath file over an emptyDir; one under the host's read-only directories (/etc, /usr, …) is laid over them, a read-only overlay of the sandbox's own layer",
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.containers.files.path",
-        "absolute, outside /proc, /dev and the read-only host directories; not under a registered volume's mount path (other sandboxes write to the claim) nor at a volume's mount path (INVALID_ARGUMENT naming it)",
+        "absolute, outside /proc and /dev, not where the host has a directory (nor a file or link on the way); not under a registered volume's mount path (other sandboxes write to the claim) nor at a volume's mount path (INVALID_ARGUMENT naming it)",
     ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.files.content", "the file's bytes, mode 0644"),
     emulated(

@@ -101,8 +101,23 @@ def test_the_main_process_and_execs_run_as_the_security_contexts_user(mark):
 
 
 @pytest.mark.skipif(not NAMESPACES, reason="plain processes have no root of their own for mounted files")
+def test_mounted_files_under_the_hosts_read_only_directories_are_laid_over_them(mark):
+    files = {"/etc/app/app.conf": b"[app]\nanswer = 42\n", "/usr/local/etc/tool.conf": b"tool"}
+    with run("sh", "-c", "cat /etc/app/app.conf > /tmp/main-saw; exec sleep 1000", mark=mark,
+             mounted_files=files) as sandbox:
+        sandbox.wait()
+        assert main_saw(sandbox) == "[app]\nanswer = 42\n"
+        assert sandbox.read_file("/usr/local/etc/tool.conf").result() == b"tool"
+        # The host's files are still there, and the view stays read-only.
+        assert sandbox.exec(["test", "-s", "/etc/passwd"]).result().returncode == 0
+        written = sandbox.exec(["sh", "-c", "echo x > /etc/app/app.conf"]).result()
+        assert written.returncode != 0 and "Read-only file system" in written.stderr, written
+
+
+@pytest.mark.skipif(not NAMESPACES, reason="plain processes have no root of their own for mounted files")
 def test_a_mounted_file_the_sandbox_cannot_hold_fails_it_with_the_reason(mark):
-    # /usr is the host's, bound read-only: the container cannot start, and the client says why.
-    sandbox = run(mark=mark, mounted_files={"/usr/local/etc/app.conf": b"x"})
-    with pytest.raises(SandboxFailedError, match="StartError.*read-only"):
+    # /usr/local is a directory of the host's: a file cannot be mounted there, and the client
+    # says why.
+    sandbox = run(mark=mark, mounted_files={"/usr/local": b"x"})
+    with pytest.raises(SandboxFailedError, match="StartError.*the host's directory /usr/local is there"):
         sandbox.wait(timeout=WAIT)

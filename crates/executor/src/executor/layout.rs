@@ -103,15 +103,20 @@ pub(super) fn prepare_layout(
         }
         // A file under a volume's mount path goes on the volume, bound after it (as Kubernetes
         // places a subPath file over an emptyDir); the others are written into the root.
+        // One under the host's read-only directories goes on a layer laid over it.
         let mut in_root = Vec::new();
         let mut on_volumes = Vec::new();
+        let mut over_host = Vec::new();
         for file in files {
             match crate::file_mounts::volume_over(&plan.volume_mounts, &file.path)? {
                 Some(_) => on_volumes.push(file),
+                None if rootfs::host_dir_of(&file.path, host_paths).is_some() => over_host.push(file),
                 None => in_root.push(file.clone()),
             }
         }
         rootfs::place_files(&rootfs.path, &in_root, host_paths, owner)?;
+        let privileged = !matches!(mode, Mode::Namespaces { ids: IdMode::Own });
+        rootfs::place_files_over_host(dir, &mut rootfs, &over_host, host_paths, owner, privileged)?;
         let file_binds = crate::file_mounts::bind_on_volumes(
             dir,
             &rootfs.path,

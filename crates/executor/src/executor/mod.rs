@@ -410,7 +410,12 @@ impl Executor {
         let env = sandbox_env(&spec, mode);
         let main = command_for(&spec.command, &env)?;
         let hostname = c_string(spec.hostname.clone())?;
-        let mut warm = self.inner.warm.as_ref().filter(|_| can_use_warm(&spec)).and_then(WarmPool::take);
+        let mut warm = self
+            .inner
+            .warm
+            .as_ref()
+            .filter(|_| can_use_warm(&spec, &self.inner.config.host_paths))
+            .and_then(WarmPool::take);
         while let Some(taken) = warm {
             match self.activate(id, &dir, &mut spec, &main, &hostname, taken).await {
                 Activated::Started(activated) => {

@@ -72,7 +72,19 @@ pub(super) fn ns_plan(
             .binds
             .iter()
             .map(|(source, target, read_only)| {
-                Ok(Bind { source: path_c_string(source)?, target: path_c_string(target)?, read_only: *read_only })
+                let overlay = match rootfs.layers.iter().find(|(host, _)| host == source) {
+                    Some((host, layer)) => Some(
+                        sys::overlay_read_only_options(layer, host)
+                            .map_err(|error| ExecutorError::InvalidRequest(error.to_string()))?,
+                    ),
+                    None => None,
+                };
+                Ok(Bind {
+                    source: path_c_string(source)?,
+                    target: path_c_string(target)?,
+                    read_only: *read_only,
+                    overlay,
+                })
             })
             .collect::<Result<_, ExecutorError>>()?,
         devpts: path_c_string(&root.join("dev/pts"))?,

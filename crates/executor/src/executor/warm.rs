@@ -93,9 +93,13 @@ pub(super) async fn end_keeper(mut keeper: Keeper, dir: PathBuf) {
 }
 
 /// Whether a start can take a warm sandbox: one with what every warm sandbox was made with.
-pub(super) fn can_use_warm(spec: &LaunchSpec) -> bool {
-    // A warm sandbox's mounts are made: a volume could not be added to them.
-    spec.network == Network::Host && spec.user.is_none() && spec.volume_mounts.is_empty()
+pub(super) fn can_use_warm(spec: &LaunchSpec, host_paths: &[PathBuf]) -> bool {
+    // A warm sandbox's mounts are made: a volume, or a layer over a host directory (a file
+    // mounted under it), could not be added to them.
+    spec.network == Network::Host
+        && spec.user.is_none()
+        && spec.volume_mounts.is_empty()
+        && spec.files.iter().all(|file| rootfs::host_dir_of(&file.path, host_paths).is_none())
 }
 
 #[derive(Debug)]
