@@ -256,14 +256,26 @@ fn whole_seconds(time: SimTime) -> SimTime {
     SimTime::from_millis(time.millis().div_euclid(1000) * 1000)
 }
 
-impl DirectPlane {
-    /// A fresh CA, and the endpoint's server certificate for the loopback names and `bound`,
-    /// reachable at `endpoint_uri` (`https://HOST:PORT`).
-    pub fn new(clock: EmulatorClock, bound: IpAddr, endpoint_uri: String) -> Result<DirectPlane, TlsError> {
+/// A CA made at start, held in memory only, and the server certificate it signs for the
+/// loopback names and the address the emulator is bound to: the direct data plane's and the
+/// HTTPS endpoints' TLS.
+pub(crate) struct LocalAuthority {
+    pub(crate) ca_certificate: rcgen::Certificate,
+    /// The CA's certificate, PEM: what clients trust.
+    pub(crate) ca_pem: String,
+    pub(crate) issuer: Issuer<'static, KeyPair>,
+    pub(crate) server_certificate: rcgen::Certificate,
+    pub(crate) server_key: KeyPair,
+}
+
+impl LocalAuthority {
+    /// A fresh CA named `<name> CA` and a server certificate named `name` for `localhost`,
+    /// `127.0.0.1`, `::1` and `bound`.
+    pub(crate) fn new(name: &str, bound: IpAddr) -> Result<LocalAuthority, TlsError> {
         let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
         let mut ca_params = CertificateParams::default();
         ca_params.distinguished_name = DistinguishedName::new();
-        ca_params.distinguished_name.push(DnType::CommonName, "cwsandbox-emulator direct data plane CA");
+        ca_params.distinguished_name.push(DnType::CommonName, format!("{name} CA"));
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         ca_params.serial_number = Some(serial());
@@ -278,14 +290,23 @@ impl DirectPlane {
         }
         let mut server_params = CertificateParams::new(names)?;
         server_params.distinguished_name = DistinguishedName::new();
-        server_params.distinguished_name.push(DnType::CommonName, "cwsandbox-emulator direct data plane");
+        server_params.distinguished_name.push(DnType::CommonName, name);
         server_params.is_ca = IsCa::ExplicitNoCa;
         server_params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         server_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         server_params.use_authority_key_identifier_extension = true;
         server_params.serial_number = Some(serial());
         let server_certificate = server_params.signed_by(&server_key, &issuer)?;
+        Ok(LocalAuthority { ca_certificate, ca_pem, issuer, server_certificate, server_key })
+    }
+}
 
+impl DirectPlane {
+    /// A fresh CA, and the endpoint's server certificate for the loopback names and `bound`,
+    /// reachable at `endpoint_uri` (`https://HOST:PORT`).
+    pub fn new(clock: EmulatorClock, bound: IpAddr, endpoint_uri: String) -> Result<DirectPlane, TlsError> {
+        let LocalAuthority { ca_certificate, ca_pem, issuer, server_certificate, server_key } =
+            LocalAuthority::new("cwsandbox-emulator direct data plane", bound)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         roots.add(ca_certificate.der().clone())?;

@@ -25,15 +25,11 @@ use axum::body::Body;
 use http::{HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
 use rustls::pki_types::PrivateKeyDer;
 use tokio::net::TcpStream;
 
 use crate::app::App;
-use crate::direct::TlsError;
+use crate::direct::{LocalAuthority, TlsError};
 use cwsandbox_sim::sandbox::SandboxState;
 
 /// The header a share-token request carries its token in.
@@ -60,30 +56,8 @@ impl EndpointTls {
     /// A fresh CA and the endpoints' server certificate for `localhost`, the loopback addresses
     /// and `bound`.
     pub fn new(bound: IpAddr) -> Result<EndpointTls, TlsError> {
-        let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-        let mut ca_params = CertificateParams::default();
-        ca_params.distinguished_name = DistinguishedName::new();
-        ca_params.distinguished_name.push(DnType::CommonName, "cwsandbox-emulator HTTPS endpoints CA");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca_certificate = ca_params.self_signed(&ca_key)?;
-        let ca_pem = ca_certificate.pem();
-        let issuer = Issuer::new(ca_params, ca_key);
-
-        let server_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-        let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
-        if !names.contains(&bound.to_string()) {
-            names.push(bound.to_string());
-        }
-        let mut server_params = CertificateParams::new(names)?;
-        server_params.distinguished_name = DistinguishedName::new();
-        server_params.distinguished_name.push(DnType::CommonName, "cwsandbox-emulator HTTPS endpoint");
-        server_params.is_ca = IsCa::ExplicitNoCa;
-        server_params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        server_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        server_params.use_authority_key_identifier_extension = true;
-        let server_certificate = server_params.signed_by(&server_key, &issuer)?;
-
+        let LocalAuthority { ca_certificate, ca_pem, server_certificate, server_key, .. } =
+            LocalAuthority::new("cwsandbox-emulator HTTPS endpoint", bound)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
