@@ -332,11 +332,20 @@ impl Emulator {
             tracing::info!("memory-backed scratch volumes will be refused: {why}");
             unavailable.push(format!("memory-backed scratch volumes: {why}"));
         }
+        // A runtime runs Pods on the node's default runtime only: no named RuntimeClass.
+        let runtime_classes = runtime.as_ref().map(|_| Vec::new());
+        if runtime.is_some() {
+            unavailable.push(
+                "named RuntimeClasses (gVisor's runsc and others): Pods run on the node's default runtime only"
+                    .to_owned(),
+            );
+        }
         driver.set_host_runtime(HostRuntime {
             confirms_starts: runtime.is_some(),
             pulls_images,
             limits_enforced,
             memory_volumes_refused,
+            runtime_classes,
         });
         let endpoints = Arc::new(EndpointTls::new(bound.ip())?);
         let app = App::new(

@@ -63,12 +63,21 @@ pub struct HostRuntime {
     /// Why it cannot make a memory-backed scratch volume (a tmpfs), where it cannot: such
     /// volumes are then refused by name at create.
     pub memory_volumes_refused: Option<String>,
+    /// The named RuntimeClasses its Nodes have (`None`: no runtime runs Pods; empty: only the
+    /// node's default runtime): a sandbox asking for another is refused at create.
+    pub runtime_classes: Option<Vec<String>>,
 }
 
 impl Default for HostRuntime {
     /// No runtime: nothing runs, so nothing is refused for want of one.
     fn default() -> HostRuntime {
-        HostRuntime { confirms_starts: false, pulls_images: false, limits_enforced: true, memory_volumes_refused: None }
+        HostRuntime {
+            confirms_starts: false,
+            pulls_images: false,
+            limits_enforced: true,
+            memory_volumes_refused: None,
+            runtime_classes: None,
+        }
     }
 }
 
@@ -163,6 +172,7 @@ impl Driver {
         world.set_pulls_images(runtime.pulls_images);
         world.set_limits_enforced(runtime.limits_enforced);
         world.set_memory_volumes_refused(runtime.memory_volumes_refused);
+        world.set_runtime_classes(runtime.runtime_classes);
     }
 
     /// The clock.

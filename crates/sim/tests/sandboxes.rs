@@ -973,3 +973,34 @@ fn the_data_target_query_finds_one_running_container_through_either_front_door()
     assert!(matches!(by_id(&h, "default-org", "", SandboxNeeds::Running), Err(SandboxDataRefusal::NotRunning(_))));
     assert_eq!(by_id(&h, "default-org", "", SandboxNeeds::RunningOrEnded).unwrap(), target);
 }
+
+/// A named RuntimeClass the policy allows but the host's Nodes do not have: no runner can host
+/// the sandbox (FAILED_PRECONDITION, CWSANDBOX_NO_SUITABLE_RUNNER) and nothing is made; one the
+/// Nodes have, or any class where no host runs Pods, is accepted.
+#[test]
+fn a_runtime_class_the_nodes_lack_is_refused_as_no_runner_can_host_it() {
+    let mut values = Values::scenario(Scenario::Ready);
+    let policy = values.runners[0].policy.get_or_insert_with(|| serde_json::json!({}));
+    policy["constraints"]["security"]["allowedRuntimeClasses"] = serde_json::json!(["gvisor", "kata"]);
+    let mut h = harness_with(values);
+    let asking = |class: &str| SandboxSpec { runtime_class: class.to_owned(), ..client_spec() };
+
+    h.world.set_runtime_classes(Some(Vec::new()));
+    let error = h.world.create_sandbox(&alice(), asking("gvisor"), "", "").unwrap_err();
+    assert_eq!(error.reason(), Some(Reason::NoSuitableRunner));
+    assert!(matches!(error, SimError::FailedPrecondition { .. }), "{error:?}");
+    assert!(error.to_string().contains("RuntimeClass \"gvisor\""), "{error}");
+    assert_eq!(h.world.every_sandbox().count(), 0, "nothing was made");
+    // No class asked: the node's default runtime, which every Node has.
+    h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+
+    h.world.set_runtime_classes(Some(vec!["kata".to_owned()]));
+    h.world.create_sandbox(&alice(), asking("kata"), "", "").unwrap();
+    assert_eq!(
+        h.world.create_sandbox(&alice(), asking("gvisor"), "", "").unwrap_err().reason(),
+        Some(Reason::NoSuitableRunner)
+    );
+
+    h.world.set_runtime_classes(None);
+    h.world.create_sandbox(&alice(), asking("gvisor"), "", "").unwrap();
+}

@@ -97,6 +97,13 @@ impl World {
         self.memory_volumes_refused = why;
     }
 
+    /// The named RuntimeClasses the host's Nodes have (`None`: no host runs Pods, so any class
+    /// is only recorded): a sandbox whose class is not among them is refused at create with the
+    /// placement reason the fleet gives when no runner can host it.
+    pub fn set_runtime_classes(&mut self, classes: Option<Vec<String>>) {
+        self.runtime_classes = classes;
+    }
+
     /// The Warning a started Pod gets when its limits hold nothing on this host.
     pub(super) fn warn_unenforced_limits(&mut self, uid: &str) {
         if self.limits_enforced {

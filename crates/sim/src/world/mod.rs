@@ -277,6 +277,9 @@ pub struct World {
     /// Why the host cannot make a memory-backed scratch volume (a tmpfs), where it cannot: such
     /// volumes are then refused by name at create.
     pub(crate) memory_volumes_refused: Option<String>,
+    /// The named RuntimeClasses the host's Nodes have (`None`: no host runs Pods, so any class
+    /// is only recorded); a sandbox whose class is not among them is refused at create.
+    pub(crate) runtime_classes: Option<Vec<String>>,
     /// Whether someone takes the sandboxes touched ([`World::take_touched_sandboxes`]); while
     /// nobody does, each settle drops them.
     touches_taken: bool,
@@ -337,6 +340,7 @@ impl World {
             host_confirms_starts: false,
             limits_enforced: true,
             memory_volumes_refused: None,
+            runtime_classes: None,
             touches_taken: false,
             all_sandboxes_touched: false,
             slurm_dirty: false,

@@ -225,6 +225,7 @@ impl World {
             (runner_id, runner_group_id, prepared)
         };
         let resolved = policy::resolve_prepared(&defaults, &prepared, &spec)?;
+        self.check_runtime_class_runs_here(&owner.org, resolved.runtime_class.as_deref())?;
         if resolved.max_lifetime_seconds <= 0 || resolved.max_lifetime_seconds > MAX_LIFETIME_SECONDS {
             return Err(SimError::invalid_field(
                 "sandbox.spec.maxLifetimeSeconds",
@@ -411,6 +412,23 @@ impl World {
             claims.insert(volume.name.clone(), registered);
         }
         Ok(claims)
+    }
+
+    /// A named RuntimeClass (asked, a policy default, or a mapping's) must be one the host's
+    /// Nodes have; where the host runs none (its runtime runs Pods on the node's default only),
+    /// no runner can host the sandbox, as the fleet answers when none can: nothing is made.
+    fn check_runtime_class_runs_here(&self, org: &str, class: Option<&str>) -> SimResult<()> {
+        let (Some(class), Some(available)) = (class, &self.runtime_classes) else { return Ok(()) };
+        if available.iter().any(|known| known == class) {
+            return Ok(());
+        }
+        Err(SimError::FailedPrecondition {
+            reason: Reason::NoSuitableRunner,
+            message: format!(
+                "no runner of organization {org:?} can host RuntimeClass {class:?}: this emulator's Nodes have no such RuntimeClass (its runtime runs Pods on the node's default runtime{}); ask for none, or map the class to node_default in the runner policy",
+                if available.is_empty() { String::new() } else { format!(" or {}", available.join(", ")) }
+            ),
+        })
     }
 
     /// Picks the runner: the first of `runner_ids` that exists and is ready, else (with no ids)
