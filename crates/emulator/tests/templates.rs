@@ -377,7 +377,14 @@ async fn compose_keys_that_would_need_a_build_or_have_no_equivalent_are_refused_
     assert_eq!(violations(&not_yaml), ["contents"]);
     let mut engine = from_file(COMPOSE.as_bytes());
     engine.control = pb::Control::ContainerEngine as i32;
-    assert_eq!(violations(&client.create_sandbox_from_file(engine).await.unwrap_err()), ["control"]);
+    let refused = client.create_sandbox_from_file(engine).await.unwrap_err();
+    assert_eq!(
+        (refused.code(), reason(&refused).as_str()),
+        (Code::FailedPrecondition, "CWSANDBOX_NO_SUITABLE_RUNNER"),
+        "as the fleet answers when no runner can host the sandbox: {}",
+        refused.message()
+    );
+    assert!(refused.message().contains("container engine"), "{}", refused.message());
 }
 
 #[tokio::test]

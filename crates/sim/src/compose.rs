@@ -130,6 +130,9 @@ impl<'de> serde::Deserialize<'de> for ServiceOrder {
     }
 }
 
+/// Why no runner here can host `SandboxControl.CONTAINER_ENGINE`.
+pub const CONTAINER_ENGINE_UNAVAILABLE: &str = "no runner can host a container engine (control CONTAINER_ENGINE): a Docker engine in a sandbox needs the privileges to make its own mounts, cgroups and networks, which this emulator's sandboxes do not have (they run in an unprivileged user namespace), and Debian 12 packages no `docker compose` v2 plugin; run the file under control PLATFORM, each service a container of the sandbox";
+
 /// The part of a Compose file whose order matters: its services'.
 #[derive(Debug, Default, serde::Deserialize)]
 pub struct FileOrder {
@@ -148,8 +151,12 @@ pub fn sandbox_spec(
 ) -> SimResult<(SandboxSpec, StartPlan)> {
     let mut findings = Findings::default();
     if Control::try_from(request.control) == Ok(Control::ContainerEngine) {
-        findings.refuse("control", "CONTAINER_ENGINE: there is no Docker engine to run the file under");
-        return findings.into_result(Default::default());
+        // As the fleet answers a sandbox no runner can host: an engine needs more in a sandbox
+        // than this emulator's sandboxes have.
+        return Err(SimError::FailedPrecondition {
+            reason: Reason::NoSuitableRunner,
+            message: CONTAINER_ENGINE_UNAVAILABLE.to_owned(),
+        });
     }
     let Some(top) = tree.as_object() else {
         return Err(SimError::invalid_field("contents", "a Compose file is a map with `services`"));

@@ -391,12 +391,12 @@ pub const FIELDS: &[FieldRule] = &[
     ),
     refused(
         "CreateSandboxRequest.sandbox.spec.runtime_class",
-        "checked against the policy and echoed; processes do not run under it",
+        "checked against the policy; the Nodes have no named RuntimeClass (Pods run on the node's default runtime), so a class the policy allows is refused as when no runner can host it (FAILED_PRECONDITION, CWSANDBOX_NO_SUITABLE_RUNNER)",
     ),
     refused("CreateSandboxRequest.sandbox.spec.network_config_id", "there are no network configurations"),
     refused(
         "CreateSandboxRequest.sandbox.spec.runtime_class_selection",
-        "checked against the policy and echoed; processes do not run under it",
+        "checked against the policy; a class that resolves to the node's default runs (effective_runtime_class <node-default>), one the policy maps to a named RuntimeClass is refused as runtime_class is",
     ),
     // GetSandbox, ListSandboxes, DeleteSandbox
     emulated("GetSandboxRequest.sandbox_id", "the sandbox"),
@@ -503,7 +503,7 @@ pub const FIELDS: &[FieldRule] = &[
     refused("CreateSandboxFromFileRequest.builder_sizes", "no image is built"),
     emulated(
         "CreateSandboxFromFileRequest.control",
-        "PLATFORM (the default) runs the services as the sandbox's containers; CONTAINER_ENGINE is refused by name (no Docker engine)",
+        "PLATFORM (the default) runs the services as the sandbox's containers; CONTAINER_ENGINE is refused as when no runner can host it (FAILED_PRECONDITION, CWSANDBOX_NO_SUITABLE_RUNNER: a Docker engine cannot run inside a sandbox here)",
     ),
     refused(
         "CreateSandboxFromFileRequest.image_pull_credentials",
