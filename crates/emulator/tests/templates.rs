@@ -388,7 +388,7 @@ async fn compose_keys_that_would_need_a_build_or_have_no_equivalent_are_refused_
 }
 
 #[tokio::test]
-async fn compose_start_conditions_reach_the_host_in_the_files_order_or_are_refused_without_images() {
+async fn compose_start_conditions_reach_the_host_in_the_files_order() {
     let (emulator, runtime) = start().await;
     let mut client = sandboxes(&emulator, "a-user").await;
     let ordered = r#"
@@ -408,11 +408,15 @@ services:
       cache:
         condition: service_healthy
 "#;
-    // This emulator's runtime runs no image: start conditions are refused by name.
-    let refused = client.create_sandbox_from_file(from_file(ordered.as_bytes())).await.unwrap_err();
-    assert_eq!((refused.code(), reason(&refused).as_str()), (Code::Unimplemented, "CWSANDBOX_NOT_IMPLEMENTED"));
-    assert_eq!(violations(&refused), ["contents.services.app.depends_on"]);
-    assert!(refused.message().contains("--runtime oci"), "{}", refused.message());
+    // The conditions reach the host with the launch, whatever its runtime (images or not).
+    let ordered_made = client.create_sandbox_from_file(from_file(ordered.as_bytes())).await.unwrap().into_inner();
+    advance(&emulator, Duration::from_secs(2));
+    let launched = runtime.started();
+    let launch = launched.iter().find(|launch| launch.sandbox_id.as_deref() == Some(&ordered_made.sandbox_id)).unwrap();
+    let app = launch.containers.iter().find(|container| container.name == "app").unwrap();
+    let waits: Vec<(&str, cwsandbox_sim::k8s::StartCondition)> =
+        app.start_after.iter().map(|dependency| (dependency.container.as_str(), dependency.condition)).collect();
+    assert_eq!(waits, [("cache", cwsandbox_sim::k8s::StartCondition::Healthy)]);
 
     // Without conditions the file's order is the spec's, and the healthcheck its probe.
     let unordered = ordered.replace("    depends_on:\n      cache:\n        condition: service_healthy\n", "");

@@ -180,11 +180,15 @@ pub struct LaunchSpec {
     /// The CPU limit in thousandths of a CPU (`limits.cpu`), a CFS quota for an image sandbox
     /// where the host allows.
     pub cpu_limit_millis: Option<u64>,
-    /// What must hold of sidecars before the main command starts (image sandboxes only: the
-    /// sidecars then start first, in order, each after what it waits for).
+    /// What must hold of sidecars before the main command starts. The sidecars then start
+    /// first, in order, each after what it waits for: an image sandbox's before its main
+    /// container is made; in namespaces mode the main command's process is made and waits for
+    /// its go meanwhile. Names every container resolves (`host_aliases`) come with it.
     pub after: Vec<StartAfter>,
-    /// Names every container of an image sandbox resolves to its loopback (`/etc/hosts`), as
-    /// Compose's service names resolve inside the Pod; empty: the image's `/etc/hosts`.
+    /// Names every container resolves to its loopback (`/etc/hosts`), as Compose's service
+    /// names resolve inside the Pod; empty: the image's (or the host's) `/etc/hosts`. In
+    /// namespaces mode the Pod's hosts file is a mounted file of every container, laid over the
+    /// host's read-only `/etc`.
     pub host_aliases: Vec<String>,
     /// The scratch volumes that are memory-backed (`emptyDir` with medium Memory): each a tmpfs
     /// of its size instead of a directory on disk, shared by every container that mounts it.
@@ -302,7 +306,7 @@ pub struct Sidecar {
     pub memory_limit_bytes: Option<u64>,
     /// An image sidecar's CPU limit, as [`LaunchSpec::cpu_limit_millis`].
     pub cpu_limit_millis: Option<u64>,
-    /// What must hold of other containers before this one starts (image sandboxes only).
+    /// What must hold of other containers before this one starts (those starting before it).
     pub after: Vec<StartAfter>,
     /// The check that says an image sidecar has started well ("healthy"), which a container
     /// that starts after it on [`StartCondition::Healthy`] waits for.

@@ -9,11 +9,12 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use common::*;
 use cwsandbox_executor::{
     ExecRequest, Executor, ExecutorConfig, ExecutorError, Isolation, LaunchSpec, MainExit, MountedFile, Network,
-    SandboxUser, Sidecar, VolumeMount,
+    SandboxUser, Sidecar, StartAfter, StartCondition, StartupProbe, VolumeMount,
 };
 
 fn host_hostname() -> String {
@@ -1168,6 +1169,94 @@ fn mounted_under(path: &Path) -> bool {
 fn current_uid() -> u32 {
     // SAFETY: getuid cannot fail.
     unsafe { libc::getuid() }
+}
+
+/// Compose's start order on the host's programs: each container with a root of its own starts
+/// once what it waits for holds of the earlier ones (started, healthy by its probe run in it,
+/// completed with 0), the main command last; the Pod's names resolve to its loopback in every
+/// container (a hosts file laid over the host's `/etc`); a dependency that never becomes
+/// healthy fails the start and leaves nothing running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_start_in_order_once_what_they_wait_for_holds() {
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let shared = VolumeMount { volume: "shared".into(), path: "/shared".into(), ..VolumeMount::default() };
+    let sidecar = |name: &str, script: &str, after: Vec<StartAfter>| Sidecar {
+        name: name.into(),
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        volume_mounts: vec![shared.clone()],
+        after,
+        ..Sidecar::default()
+    };
+    let after = |container: &str, condition: StartCondition| StartAfter { container: container.into(), condition };
+    let probe = StartupProbe {
+        exec: vec!["sh".into(), "-c".into(), "test -e /tmp/ready".into()],
+        initial_delay: Duration::ZERO,
+        period: Duration::from_millis(100),
+        timeout: Duration::from_secs(1),
+        failure_threshold: 50,
+    };
+    let db = Sidecar {
+        startup_probe: Some(probe.clone()),
+        ..sidecar("db", "echo db >> /shared/order; sleep 0.3; touch /tmp/ready; exec sleep 1000", vec![])
+    };
+    let init = sidecar("init", "echo init >> /shared/order", vec![after("db", StartCondition::Healthy)]);
+    let api = sidecar(
+        "api",
+        "echo api >> /shared/order; exec sleep 1000",
+        vec![after("db", StartCondition::Healthy), after("init", StartCondition::CompletedSuccessfully)],
+    );
+    let id = unique("ordered");
+    let launch = LaunchSpec {
+        name: "main".into(),
+        volume_mounts: vec![shared.clone()],
+        sidecars: vec![db, init, api],
+        after: vec![after("api", StartCondition::Started)],
+        host_aliases: vec!["db".into(), "api".into()],
+        ..spec("pod-ordered", &["sh", "-c", "echo main >> /shared/order; exec sleep 1000"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    let order = within("the main command's line", async {
+        loop {
+            let order = executor
+                .read_file(&id, "/shared/order")
+                .await
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+            if let Ok(order) = order
+                && order.lines().count() == 4
+            {
+                break order;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(order, "db\ninit\napi\nmain\n");
+    assert_eq!(executor.sidecar_exit_code(&id, "init"), Some(0));
+    let hosts = sh(executor, &id, "cat /etc/hosts").await;
+    assert!(hosts.lines().any(|line| line == "127.0.0.1\tpod-ordered db api"), "{hosts}");
+    let in_api = ExecRequest { container: Some("api".into()), ..argv(&["getent", "hosts", "db"]) };
+    let (out, _, code) = run_request(executor, &id, in_api).await;
+    assert_eq!((out.split_whitespace().next(), code), (Some("127.0.0.1"), 0), "{out}");
+    executor.stop(&id, Duration::from_secs(1)).await;
+
+    // A dependency that never becomes healthy fails the start; the main command never ran.
+    let failing = unique("unhealthy");
+    let never = Sidecar {
+        startup_probe: Some(StartupProbe { failure_threshold: 3, ..probe }),
+        ..sidecar("never", "exec sleep 1000", vec![])
+    };
+    let launch = LaunchSpec {
+        volume_mounts: vec![shared.clone()],
+        sidecars: vec![never],
+        after: vec![after("never", StartCondition::Healthy)],
+        ..spec("pod-unhealthy", &["sh", "-c", "echo ran > /shared/main; exec sleep 1000"])
+    };
+    let error = executor.start(&failing, launch).await.unwrap_err().to_string();
+    assert!(error.contains("dependency failed to start: container \"never\" is unhealthy"), "{error}");
+    assert!(!executor.is_running(&failing), "the sandbox was ended");
+    assert!(!executor.config().root_dir.join(&failing).join("volumes/shared/main").exists(), "the main command ran");
+    executor.shutdown().await;
 }
 
 /// A snapshot copies a running sandbox's volume (modes, links and all, never following a link

@@ -493,12 +493,6 @@ impl SandboxRuntime for ExecutorRuntime {
                 }
                 return started;
             }
-            if let Some(waiting) = launch.containers.iter().find(|container| !container.start_after.is_empty()) {
-                return Err(RuntimeError::StartFailed(format!(
-                    "container {:?} waits for others to start (Compose depends_on): start conditions are kept for containers in their images (the OCI runtime); here they run the host's programs",
-                    waiting.name
-                )));
-            }
             let spec = LaunchSpec {
                 hostname: hostname_of(&launch.pod_name),
                 command: command_line(main),
@@ -510,8 +504,8 @@ impl SandboxRuntime for ExecutorRuntime {
                 user: user_of(main),
                 volume_mounts: own_volume_mounts(main),
                 name: main.name.clone(),
-                sidecars: others
-                    .iter()
+                sidecars: in_start_order(others)
+                    .into_iter()
                     .map(|container| Sidecar {
                         name: container.name.clone(),
                         command: command_line(container),
@@ -520,15 +514,18 @@ impl SandboxRuntime for ExecutorRuntime {
                         user: user_of(container),
                         volume_mounts: own_volume_mounts(container),
                         files: mounted_files([container]),
+                        after: start_after(container),
+                        startup_probe: startup_probe(container),
                         ..Sidecar::default()
                     })
                     .collect(),
                 image: None,
                 memory_limit_bytes: None,
                 cpu_limit_millis: None,
-                // The host's `/etc` is bound read-only: no hosts file of the Pod's is laid over it.
-                after: Vec::new(),
-                host_aliases: Vec::new(),
+                // Each container starts once what it waits for holds, the main one last; the
+                // Pod's names go in a hosts file laid over the host's read-only `/etc`.
+                after: start_after(main),
+                host_aliases: launch.host_aliases.clone(),
                 memory_volumes: memory_volumes_of(&launch),
             };
             self.start_spec(&launch, main, spec).await

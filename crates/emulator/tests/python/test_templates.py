@@ -98,6 +98,43 @@ def test_run_from_file_runs_every_service_as_a_container(mark):
     assert processes_with(mark) == []
 
 
+def ordered_compose(mark: str) -> bytes:
+    env = "".join(f"      {key}: {value}\n" for key, value in sandbox_env(mark).items())
+    return (
+        "name: ordered\n"
+        "services:\n"
+        "  main:\n"
+        "    image: python:3.11\n"
+        "    command: ['sh', '-c', 'echo main >> /tmp/seen-by-main; exec sleep 1000']\n"
+        "    depends_on:\n"
+        "      api: {condition: service_healthy}\n"
+        f"    environment:\n{env}"
+        "  api:\n"
+        "    image: python:3.11\n"
+        "    command: ['python3', '-m', 'http.server', '8080', '--bind', '127.0.0.1']\n"
+        "    healthcheck:\n"
+        "      test: ['CMD', 'python3', '-c', \"import urllib.request; urllib.request.urlopen('http://api:8080/')\"]\n"
+        "      interval: 1s\n"
+        "      retries: 30\n"
+        f"    environment:\n{env}"
+    ).encode()
+
+
+@pytest.mark.skipif(not NAMESPACES, reason="plain processes run one container only")
+def test_depends_on_starts_the_services_in_order_on_the_hosts_programs(mark):
+    # The main service waits until the api answers on its name (the Pod's hosts file).
+    sb = Sandbox.run_from_file(ordered_compose(mark), primary_service="main", placement_mode="cks", runner_ids=[RUNNER])
+    try:
+        sb.wait(timeout=WAIT)
+        fetched = sb.exec(["python3", "-c", "import urllib.request; print(urllib.request.urlopen('http://api:8080/').status)"])
+        assert fetched.result(timeout=WAIT).stdout == "200\n"
+        hosts = sb.exec(["getent", "hosts", "api"]).result()
+        assert hosts.stdout.split()[0] == "127.0.0.1", hosts
+    finally:
+        sb.stop(missing_ok=True).result()
+    assert processes_with(mark) == []
+
+
 def test_a_compose_build_is_refused_by_name():
     with pytest.raises(CWSandboxError) as refused:
         Sandbox.run_from_file(

@@ -152,6 +152,7 @@ impl Executor {
                 command_runs: false,
                 oci: None,
                 sidecars: None,
+                held: None,
             };
             return self.register(id, dirs, env, &spec, started).await;
         };
@@ -199,6 +200,7 @@ impl Executor {
                     command_runs: false,
                     oci: None,
                     sidecars: Some(sidecars),
+                    held: None,
                 };
                 return self.register(id, dirs, env, &spec, started).await;
             }
@@ -235,6 +237,7 @@ impl Executor {
             command_runs: true,
             oci: Some(container),
             sidecars: Some(sidecars),
+            held: None,
         };
         self.register(id, dirs, env, &spec, started).await
     }
@@ -267,7 +270,7 @@ impl Executor {
 
     /// Waits until every condition of `after` holds of the sidecars it names; a startup probe
     /// passed once is not run again (`probed`).
-    async fn wait_for(
+    pub(super) async fn wait_for(
         &self,
         id: &str,
         after: &[StartAfter],
@@ -337,7 +340,7 @@ impl Executor {
                 return Err(unhealthy(ended));
             };
             let started = Instant::now();
-            let outcome = self.run_probe(&running, sidecar, probe).await;
+            let outcome = self.run_probe(id, &running, sidecar, probe).await;
             match outcome {
                 Ok(0) => {
                     debug!(sandbox = id, container = %sidecar.name, "startup probe passed");
@@ -354,15 +357,30 @@ impl Executor {
         }
     }
 
-    /// One run of a probe in an image sidecar (`runc exec`), within its timeout: its exit code.
+    /// One run of a probe in a sidecar, within its timeout: its exit code. An image sidecar's
+    /// runs through `runc exec`; one with a root of its own on the host's programs (the process
+    /// runtime) as any exec in it does.
     async fn run_probe(
         &self,
+        id: &str,
         image: &ImageSidecar,
         sidecar: &SidecarContainer,
         probe: &StartupProbe,
     ) -> Result<i32, String> {
+        let Some(container) = &image.container else {
+            let request = crate::ExecRequest {
+                argv: probe.exec.clone(),
+                container: Some(sidecar.name.clone()),
+                ..crate::ExecRequest::default()
+            };
+            let session = self.exec(id, request).await.map_err(|error| error.to_string())?;
+            // Dropping the session on a timeout ends the probe's processes.
+            return match tokio::time::timeout(probe.timeout.max(Duration::from_secs(1)), session.collect()).await {
+                Ok((_, _, code)) => Ok(code),
+                Err(_) => Err(format!("it took longer than {:?}", probe.timeout)),
+            };
+        };
         let Some(oci) = &self.inner.oci else { return Err("the OCI runtime is gone".to_owned()) };
-        let Some(container) = &image.container else { return Err("the container runs in no image".to_owned()) };
         let user = sidecar.command_ids.unwrap_or(container.user);
         let files = oci
             .exec_files(container, &probe.exec, &sidecar.env, &sidecar.working_dir, user, None)
@@ -561,7 +579,7 @@ async fn abandon_pod(
 
 /// Refuses start conditions that name no sidecar, or that could never hold: a sidecar that
 /// waits for one that starts after it (the order is the spec's), or for itself.
-fn check_order(spec: &LaunchSpec) -> Result<(), ExecutorError> {
+pub(super) fn check_order(spec: &LaunchSpec) -> Result<(), ExecutorError> {
     for (index, sidecar) in spec.sidecars.iter().enumerate() {
         for wanted in &sidecar.after {
             if !spec.sidecars[..index].iter().any(|earlier| earlier.name == wanted.container) {
@@ -588,6 +606,16 @@ fn prepare_shared(plan: &ContainerPlan, hostname: &str, aliases: &[String]) -> R
         return Ok(());
     }
     let path: PathBuf = plan.dir.join(HOSTS_FILE);
+    std::fs::write(&path, pod_hosts_file(hostname, aliases))
+        .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+    // Readable by the containers' users; written by no one in them (a bind of the emulator's).
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .map_err(|error| format!("cannot open {}: {error}", path.display()))
+}
+
+/// A Pod's `/etc/hosts`, as the kubelet writes it: the loopback names, and the Pod's hostname
+/// with `aliases` (a Compose file's service names) on 127.0.0.1.
+pub(super) fn pod_hosts_file(hostname: &str, aliases: &[String]) -> String {
     let mut text = String::from("# Written by cwsandbox-emulator, as the kubelet writes a Pod's /etc/hosts.\n");
     text.push_str("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n");
     text.push_str(&format!("127.0.0.1\t{hostname}"));
@@ -596,10 +624,7 @@ fn prepare_shared(plan: &ContainerPlan, hostname: &str, aliases: &[String]) -> R
         text.push_str(alias);
     }
     text.push('\n');
-    std::fs::write(&path, text).map_err(|error| format!("cannot write {}: {error}", path.display()))?;
-    // Readable by the containers' users; written by no one in them (a bind of the emulator's).
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
-        .map_err(|error| format!("cannot open {}: {error}", path.display()))
+    text
 }
 
 /// How long a container waits for another to run to completion before the Pod's start fails.

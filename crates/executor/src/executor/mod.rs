@@ -407,6 +407,9 @@ impl Executor {
         }
         let dir = self.inner.config.root_dir.join(id);
         let mode = self.inner.mode;
+        if let Mode::Namespaces { .. } = mode {
+            add_pod_hosts_file(&mut spec);
+        }
         let env = sandbox_env(&spec, mode);
         let main = command_for(&spec.command, &env)?;
         let hostname = c_string(spec.hostname.clone())?;
@@ -422,7 +425,8 @@ impl Executor {
                     let ActivatedSandbox { working_dir, sidecar_dirs, keeper, running, started } = *activated;
                     let command_runs = wait_for_exec(started).await;
                     let dirs = Directories { dir, working_dir, sidecar_dirs };
-                    let started = Started { keeper, running: Some(running), command_runs, oci: None, sidecars: None };
+                    let started =
+                        Started { keeper, running: Some(running), command_runs, oci: None, sidecars: None, held: None };
                     return self.register(id, dirs, env, &spec, started).await;
                 }
                 Activated::Failed(error) => return Err(error),
@@ -453,16 +457,19 @@ impl Executor {
             }
             _ => None,
         };
-        let (child, running, command_runs) = start_command(&self.inner, id, ns, &layout.working_dir, program).await?;
-        let dirs = Directories { dir, working_dir: layout.working_dir, sidecar_dirs: layout.sidecar_dirs };
-        self.register(
-            id,
-            dirs,
-            env,
-            &spec,
-            Started { keeper: child, running: Some(running), command_runs, oci: None, sidecars: None },
-        )
-        .await
+        let dirs = Directories { dir, working_dir: layout.working_dir.clone(), sidecar_dirs: layout.sidecar_dirs };
+        let started = if has_start_conditions(&spec) {
+            image::check_order(&spec)?;
+            let (keeper, running, go, started) =
+                spawn_command(&self.inner, id, ns, &layout.working_dir, program).await?;
+            let held = Some(HeldCommand { go, started });
+            Started { keeper, running: Some(running), command_runs: true, oci: None, sidecars: None, held }
+        } else {
+            let (keeper, running, command_runs) =
+                start_command(&self.inner, id, ns, &layout.working_dir, program).await?;
+            Started { keeper, running: Some(running), command_runs, oci: None, sidecars: None, held: None }
+        };
+        self.register(id, dirs, env, &spec, started).await
     }
 
     /// Makes a warm sandbox `id`'s: moves its directory into place, adds the working directory
@@ -562,7 +569,7 @@ impl Executor {
         spec: &LaunchSpec,
         started: Started,
     ) -> Result<(), ExecutorError> {
-        let Started { keeper: mut child, running, command_runs, oci, sidecars: started_sidecars } = started;
+        let Started { keeper: mut child, running, command_runs, oci, sidecars: started_sidecars, held } = started;
         let oci = oci.map(Arc::new);
         let mode = self.inner.mode;
         let logs = Arc::new(LogBuffer::new(self.inner.config.log_buffer_bytes));
@@ -625,15 +632,40 @@ impl Executor {
         if command_runs && let Some(running) = sandbox.running() {
             // Next to the main command, as a kubelet starts a Pod's containers; a sidecar that
             // cannot be ordered (the sandbox ended meanwhile) leaves the main command's end to
-            // tell the story.
+            // tell the story. Where containers wait for others (`held`), each starts once what
+            // it waits for holds, and the main command last.
             // (An image sandbox's sidecars started before its main command.)
+            let mut probed = Vec::new();
             for (index, (sidecar, launch)) in sandbox.sidecars.iter().zip(&spec.sidecars).enumerate() {
                 if sandbox.oci.is_some() {
                     break;
                 }
+                if held.is_some()
+                    && let Err(why) = self.wait_for(id, &launch.after, &sandbox.sidecars, spec, &mut probed).await
+                {
+                    return Err(self
+                        .abandon_held(id, held, format!("container {:?} cannot start: {why}", sidecar.name))
+                        .await);
+                }
                 if let Err(error) = self.start_root_sidecar(&sandbox, &running, index, sidecar, launch).await {
                     warn!(sandbox = id, container = %sidecar.name, %error, "a sidecar container could not start");
                     sidecar.logs.close();
+                }
+            }
+            if let Some(HeldCommand { mut go, started }) = held {
+                if let Err(why) = self.wait_for(id, &spec.after, &sandbox.sidecars, spec, &mut probed).await {
+                    let held = Some(HeldCommand { go, started });
+                    return Err(self
+                        .abandon_held(id, held, format!("container {:?} cannot start: {why}", spec.name))
+                        .await);
+                }
+                {
+                    use std::io::Write;
+                    let _ = go.write_all(b"g");
+                }
+                drop(go);
+                if !wait_for_exec(started).await {
+                    let _ = tokio::time::timeout(SETUP_TIMEOUT, sandbox.wait_done()).await;
                 }
             }
         }
@@ -643,6 +675,19 @@ impl Executor {
             let _ = tokio::time::timeout(SETUP_TIMEOUT, sandbox.wait_done()).await;
         }
         Ok(())
+    }
+
+    /// Ends a sandbox whose main command never got its go (what it waited for did not hold):
+    /// the command is not run, every process of the sandbox is killed, and the start fails with
+    /// `why`, as an image sandbox's does.
+    async fn abandon_held(&self, id: &str, held: Option<HeldCommand>, why: String) -> ExecutorError {
+        // Closed without a go, the main command gives up (127): the sandbox ends.
+        drop(held);
+        self.kill(id).await;
+        if let Some(sandbox) = self.sandbox(id) {
+            let _ = tokio::time::timeout(SETUP_TIMEOUT, sandbox.wait_done()).await;
+        }
+        setup_error(id, why)
     }
 
     /// Marks `id` as starting, so a concurrent start of the same id fails.
@@ -1067,6 +1112,16 @@ struct Started {
     oci: Option<OciContainer>,
     /// An image sandbox's sidecars, started with it (`None`: made by the registration).
     sidecars: Option<Vec<Arc<SidecarContainer>>>,
+    /// A main command that waits for its go until what it waits for holds of the sidecars
+    /// (Compose `depends_on` without images): the registration starts the sidecars in order,
+    /// then lets it run.
+    held: Option<HeldCommand>,
+}
+
+/// A main command whose go is not sent yet.
+struct HeldCommand {
+    go: std::io::PipeWriter,
+    started: std::io::PipeReader,
 }
 
 /// What became of an activation.
@@ -1099,8 +1154,29 @@ async fn start_command(
     working_dir: &str,
     program: Option<Program>,
 ) -> Result<(Keeper, Running, bool), ExecutorError> {
+    let (keeper, running, mut go, started) = spawn_command(inner, id, ns, working_dir, program).await?;
+    // Let the command run. If it cannot be told, the sandbox's processes are gone already,
+    // which the keeper's watcher reports.
+    {
+        use std::io::Write;
+        let _ = go.write_all(b"g");
+    }
+    drop(go);
+    let runs = wait_for_exec(started).await;
+    Ok((keeper, running, runs))
+}
+
+/// Makes a sandbox's keeper whose command waits for its go: the pipe to send it on, and the one
+/// that closes once the command has exec'd.
+async fn spawn_command(
+    inner: &Inner,
+    id: &str,
+    ns: Option<crate::sandbox_plan::NsPlan>,
+    working_dir: &str,
+    program: Option<Program>,
+) -> Result<(Keeper, Running, std::io::PipeWriter, std::io::PipeReader), ExecutorError> {
     let cwd = c_string(working_dir.to_owned())?;
-    let StartedKeeper { keeper, running, mut go, started } = start_keeper(inner, id, |pipes| InitPlan {
+    let StartedKeeper { keeper, running, go, started } = start_keeper(inner, id, |pipes| InitPlan {
         parent: inner.pid,
         report_fd: pipes.report_fd,
         go_fd: pipes.go_fd,
@@ -1116,15 +1192,31 @@ async fn start_command(
         program,
     })
     .await?;
-    // Let the command run. If it cannot be told, the sandbox's processes are gone already,
-    // which the keeper's watcher reports.
-    {
-        use std::io::Write;
-        let _ = go.write_all(b"g");
+    Ok((keeper, running, go, started))
+}
+
+/// Where a Pod's names resolve to its loopback (a Compose file's services), every container
+/// gets the Pod's `/etc/hosts` as a mounted file (laid over the host's read-only `/etc`), unless
+/// it mounts one of its own.
+fn add_pod_hosts_file(spec: &mut LaunchSpec) {
+    if spec.host_aliases.is_empty() {
+        return;
     }
-    drop(go);
-    let runs = wait_for_exec(started).await;
-    Ok((keeper, running, runs))
+    let hosts = crate::MountedFile {
+        path: "/etc/hosts".to_owned(),
+        content: image::pod_hosts_file(&spec.hostname, &spec.host_aliases).into_bytes(),
+    };
+    let files = std::iter::once(&mut spec.files).chain(spec.sidecars.iter_mut().map(|sidecar| &mut sidecar.files));
+    for files in files {
+        if !files.iter().any(|file| file.path == hosts.path) {
+            files.push(hosts.clone());
+        }
+    }
+}
+
+/// Whether any container of a sandbox waits for another before it starts.
+pub(super) fn has_start_conditions(spec: &LaunchSpec) -> bool {
+    !spec.after.is_empty() || spec.sidecars.iter().any(|sidecar| !sidecar.after.is_empty())
 }
 
 fn command_for(argv: &[String], env: &BTreeMap<String, String>) -> Result<Option<MainCommand>, ExecutorError> {

@@ -100,6 +100,8 @@ pub(super) fn can_use_warm(spec: &LaunchSpec, host_paths: &[PathBuf]) -> bool {
         && spec.user.is_none()
         && spec.volume_mounts.is_empty()
         && spec.files.iter().all(|file| rootfs::host_dir_of(&file.path, host_paths).is_none())
+        // Its command runs at its activation: it could not wait for other containers.
+        && !super::has_start_conditions(spec)
 }
 
 #[derive(Debug)]

@@ -118,34 +118,12 @@ pub async fn create_sandbox_from_file(
         // The services' order is the file's: read from the text, whose maps keep it.
         let order: compose::FileOrder = serde_saphyr::from_str(text).unwrap_or_default();
         let made = compose::sandbox_spec(&request, &tree, &order.services)?;
-        refuse_start_conditions_without_images(&app, &made.1)?;
         let owner = caller.owner();
         let view = app.driver().with_world(|world| world.create_sandbox_from_file(&owner, &request, made, faults))?;
         tracing::info!(sandbox_id = %view.id, primary_service = %request.primary_service, state = ?view.state, user = %owner.user, "sandbox created from a file");
         Ok(view)
     })();
     respond(caller.method(), published(&app, made).await)
-}
-
-/// Start conditions (Compose `depends_on`) are kept where containers run in their images: the
-/// process runtime starts a Pod's containers together, on the host's programs, so it refuses
-/// them by name rather than start in another order than the file asks.
-fn refuse_start_conditions_without_images(app: &App, plan: &cwsandbox_sim::k8s::StartPlan) -> Result<(), ApiError> {
-    let in_images = app.runtime("CreateSandboxFromFile").is_ok_and(|runtime| runtime.pulls_images());
-    let waiting: Vec<_> = plan.after.iter().filter(|(_, after)| !after.is_empty()).collect();
-    if in_images || waiting.is_empty() {
-        return Ok(());
-    }
-    let violations = waiting
-        .into_iter()
-        .map(|(name, _)| {
-            cwsandbox_sim::error::FieldViolation::new(
-                format!("contents.services.{name}.depends_on"),
-                "start conditions are kept for containers in their images (run the emulator with --runtime oci); the process runtime starts a Pod's containers together on the host's programs",
-            )
-        })
-        .collect();
-    Err(SimError::not_emulated(violations).into())
 }
 
 /// GetSandbox: terminal sandboxes stay readable for the retention period.
