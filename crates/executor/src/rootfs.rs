@@ -358,13 +358,7 @@ fn is_mount_point(path: &Path) -> bool {
 /// the tree at once, freed once no process holds it), so the directory can be removed, also
 /// one a killed emulator left. Mount points are read from `/proc/self/mountinfo`.
 pub fn unmount_all_under(dir: &Path) {
-    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
-    let mut points: Vec<PathBuf> = table
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|point| PathBuf::from(unescape_mount_point(point)))
-        .filter(|point| point.starts_with(dir))
-        .collect();
+    let mut points: Vec<PathBuf> = mount_points().into_iter().filter(|point| point.starts_with(dir)).collect();
     // Deepest first, each once.
     points.sort_by_key(|point| std::cmp::Reverse(point.components().count()));
     points.dedup();
@@ -373,6 +367,16 @@ pub fn unmount_all_under(dir: &Path) {
             tracing::warn!(path = %point.display(), %error, "cannot unmount under a sandbox directory");
         }
     }
+}
+
+/// Every mount point of this process's mount namespace (`/proc/self/mountinfo`'s fifth field).
+fn mount_points() -> Vec<PathBuf> {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
+    table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|point| PathBuf::from(unescape_mount_point(point)))
+        .collect()
 }
 
 /// A mount point as mountinfo writes it: space, tab, newline and backslash as `\ooo`.
@@ -452,21 +456,31 @@ pub(crate) fn place_files(
                 file.path
             ));
         }
-        let relative = file.path.trim_start_matches('/');
-        let target = rootfs.join(relative);
-        let parents = relative.rsplit_once('/').map_or("", |(parents, _)| parents);
-        make_dirs_inside(rootfs, parents.split('/').filter(|part| !part.is_empty()), owner, |dir| {
-            format!("mounted file {}: {} is not a directory", file.path, dir.display())
-        })?;
-        if std::fs::symlink_metadata(&target).is_ok_and(|metadata| metadata.is_dir()) {
-            return Err(format!("mounted file {}: a directory is there", file.path));
-        }
-        std::fs::write(&target, &file.content).map_err(|error| describe("write", &target, error))?;
-        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644))
-            .map_err(|error| describe("set the mode of", &target, error))?;
-        give(&target, owner)?;
+        write_file_inside(rootfs, file.path.trim_start_matches('/'), file, owner)?;
     }
     Ok(())
+}
+
+/// Writes mounted file `file` at `relative` under `dir` (mode 0644, given to `owner`), making the
+/// directories on the way (never through a link or a file).
+fn write_file_inside(
+    dir: &Path,
+    relative: &str,
+    file: &crate::MountedFile,
+    owner: Option<(u32, u32)>,
+) -> Result<(), String> {
+    let target = dir.join(relative);
+    let parents = relative.rsplit_once('/').map_or("", |(parents, _)| parents);
+    make_dirs_inside(dir, parents.split('/').filter(|part| !part.is_empty()), owner, |in_the_way| {
+        format!("mounted file {}: {} is not a directory", file.path, in_the_way.display())
+    })?;
+    if std::fs::symlink_metadata(&target).is_ok_and(|metadata| metadata.is_dir()) {
+        return Err(format!("mounted file {}: a directory is there", file.path));
+    }
+    std::fs::write(&target, &file.content).map_err(|error| describe("write", &target, error))?;
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644))
+        .map_err(|error| describe("set the mode of", &target, error))?;
+    give(&target, owner)
 }
 
 /// The host's read-only directory (one of `host_paths`, bound into the root) that `path` is
@@ -526,18 +540,7 @@ pub(crate) fn place_files_over_host(
             return Err(format!("mounted file {}: the host's directory {} itself is there", file.path, host.display()));
         };
         check_over_host(&file.path, host, inside)?;
-        let parents = inside.rsplit_once('/').map_or("", |(parents, _)| parents);
-        make_dirs_inside(&layer, parents.split('/').filter(|part| !part.is_empty()), owner, |dir| {
-            format!("mounted file {}: {} is not a directory", file.path, dir.display())
-        })?;
-        let target = layer.join(inside);
-        if std::fs::symlink_metadata(&target).is_ok_and(|metadata| metadata.is_dir()) {
-            return Err(format!("mounted file {}: a directory is there", file.path));
-        }
-        std::fs::write(&target, &file.content).map_err(|error| describe("write", &target, error))?;
-        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644))
-            .map_err(|error| describe("set the mode of", &target, error))?;
-        give(&target, owner)?;
+        write_file_inside(&layer, inside, file, owner)?;
     }
     for (host, layer) in layers {
         let relative_host = host.strip_prefix("/").unwrap_or(&host).to_owned();
@@ -598,13 +601,8 @@ fn check_over_host(path: &str, host: &Path, inside: &str) -> Result<(), String> 
 
 /// What is mounted strictly under `dir` in this mount namespace, outermost first.
 fn mounts_under(dir: &Path) -> Vec<PathBuf> {
-    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
-    let mut points: Vec<PathBuf> = table
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|point| PathBuf::from(unescape_mount_point(point)))
-        .filter(|point| point.starts_with(dir) && point != dir)
-        .collect();
+    let mut points: Vec<PathBuf> =
+        mount_points().into_iter().filter(|point| point.starts_with(dir) && point != dir).collect();
     points.sort_by_key(|point| point.components().count());
     points.dedup();
     points
@@ -621,6 +619,13 @@ pub(crate) fn sandbox_working_dir(working_dir: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mount_points_are_read_as_mountinfo_escapes_them() {
+        assert_eq!(unescape_mount_point("/a\\040b/c\\011d\\134e"), std::ffi::OsString::from("/a b/c\td\\e"));
+        assert_eq!(unescape_mount_point("/plain\\9x"), std::ffi::OsString::from("/plain\\9x"), "not an escape");
+        assert!(mount_points().iter().any(|point| point == Path::new("/")));
+    }
 
     #[test]
     fn working_directories_are_sandbox_paths() {
