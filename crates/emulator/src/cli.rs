@@ -79,8 +79,9 @@ struct ServeArgs {
     listen: String,
     /// Write the connection details as JSON here once ready (atomically): base_url, listen,
     /// admin_token, user_token, runner_id, org, pid, isolation, kubeconfig, container_runtime,
-    /// cgroup_limits, endpoint_ca_pem and endpoint_ca_file. Removed on exit. A file a killed emulator left is removed at start; one
-    /// whose emulator still runs stops the start.
+    /// cgroup_limits, endpoint_ca_pem, endpoint_ca_file and unavailable (what sandboxes may ask
+    /// for that this machine cannot give, with why). Removed on exit. A file a killed emulator
+    /// left is removed at start; one whose emulator still runs stops the start.
     #[arg(long, value_name = "PATH")]
     ready_file: Option<PathBuf>,
     /// Start the emulator as a process of its own and return once it is ready, printing the
