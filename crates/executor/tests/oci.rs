@@ -896,17 +896,22 @@ async fn sidecars_start_in_order_once_what_they_wait_for_holds_and_names_resolve
         ..sidecar("db", "echo db >> /shared/order; sleep 0.3; touch /tmp/ready; exec sleep 1000", vec![])
     };
     let init = sidecar("init", "echo init >> /shared/order", vec![after("db", StartCondition::Healthy)]);
-    let api = sidecar(
-        "api",
-        "echo api >> /shared/order; exec sleep 1000",
-        vec![after("db", StartCondition::Healthy), after("init", StartCondition::CompletedSuccessfully)],
-    );
+    // Healthy once its line is written: `service_started` alone would not order its line
+    // before main's (a started container's command may not have run yet).
+    let api = Sidecar {
+        startup_probe: Some(probe.clone()),
+        ..sidecar(
+            "api",
+            "echo api >> /shared/order; touch /tmp/ready; exec sleep 1000",
+            vec![after("db", StartCondition::Healthy), after("init", StartCondition::CompletedSuccessfully)],
+        )
+    };
     let id = unique("ordered");
     let launch = LaunchSpec {
         name: "main".into(),
         volume_mounts: vec![shared.clone()],
         sidecars: vec![db, init, api],
-        after: vec![after("api", StartCondition::Started)],
+        after: vec![after("db", StartCondition::Started), after("api", StartCondition::Healthy)],
         host_aliases: vec!["db".into(), "api".into()],
         ..harness.launch("pod-ordered", &["sh", "-c", "echo main >> /shared/order; exec sleep 1000"])
     };
