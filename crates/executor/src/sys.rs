@@ -411,21 +411,26 @@ pub(crate) fn mount_tmpfs(path: &std::path::Path, size_bytes: u64, owner: Option
         .map_err(io::Error::from_raw_os_error)
 }
 
-/// A read-only overlay's options: `upper` over `lower` (`lowerdir=UPPER:LOWER`). A path an
-/// option cannot hold (`,` and `:` separate options and layers) is refused.
+/// A path as an overlay option takes it: no `,` or `:` (they separate options and layers).
+pub(crate) fn overlay_layer(path: &std::path::Path) -> Result<String, String> {
+    let text = path.to_str().ok_or_else(|| format!("{} is not UTF-8", path.display()))?;
+    if text.contains([',', ':']) {
+        return Err(format!("{text} cannot be an overlay layer (it has a ',' or ':')"));
+    }
+    Ok(text.to_owned())
+}
+
+/// A read-only overlay's options: `upper` over `lower` (`lowerdir=UPPER:LOWER`).
 pub(crate) fn overlay_read_only_options(
     upper: &std::path::Path,
     lower: &std::path::Path,
 ) -> io::Result<std::ffi::CString> {
-    let layer = |path: &std::path::Path| {
-        path.to_str().filter(|text| !text.contains([',', ':'])).map(str::to_owned).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} cannot be an overlay layer (a ',' or ':')", path.display()),
-            )
-        })
-    };
-    Ok(std::ffi::CString::new(format!("lowerdir={}:{}", layer(upper)?, layer(lower)?))?)
+    let options = format!(
+        "lowerdir={}:{}",
+        overlay_layer(upper).map_err(io::Error::other)?,
+        overlay_layer(lower).map_err(io::Error::other)?
+    );
+    Ok(std::ffi::CString::new(options)?)
 }
 
 /// Mounts a read-only overlay of `upper` over `lower` at `path` (nosuid, nodev). Needs

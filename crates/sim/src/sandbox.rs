@@ -936,8 +936,7 @@ pub(crate) fn scratch_limits(spec: &SandboxSpec) -> Vec<ScratchLimit> {
                 if !scratch.size.trim().is_empty()
                     && scratch.medium != cwsandbox_api::sandbox_v1::StorageMedium::Memory as i32 =>
             {
-                let bytes = u64::try_from(Quantity::parse(&scratch.size).ok()?.units_ceil()).ok()?;
-                (bytes > 0).then(|| ScratchLimit {
+                scratch_size_bytes(scratch).map(|bytes| ScratchLimit {
                     volume: volume.name.clone(),
                     bytes,
                     shown: scratch.size.trim().to_owned(),
@@ -946,6 +945,13 @@ pub(crate) fn scratch_limits(spec: &SandboxSpec) -> Vec<ScratchLimit> {
             _ => None,
         })
         .collect()
+}
+
+/// A scratch volume's size in bytes, where it has one that parses (zero is no size, as for
+/// Kubernetes).
+fn scratch_size_bytes(scratch: &cwsandbox_api::sandbox_v1::ScratchVolume) -> Option<u64> {
+    let bytes = u64::try_from(Quantity::parse(&scratch.size).ok()?.units_ceil()).ok()?;
+    (bytes > 0).then_some(bytes)
 }
 
 /// Checks each scratch volume's medium: a memory-backed one (MEMORY: a tmpfs of the volume's
@@ -983,11 +989,7 @@ pub(crate) fn memory_volumes(spec: &SandboxSpec) -> Vec<(String, Option<u64>)> {
         .iter()
         .filter_map(|volume| match &volume.source {
             Some(Source::Scratch(scratch)) if scratch.medium == StorageMedium::Memory as i32 => {
-                let size = Quantity::parse(&scratch.size)
-                    .ok()
-                    .and_then(|size| u64::try_from(size.units_ceil()).ok())
-                    .filter(|bytes| *bytes > 0);
-                Some((volume.name.clone(), size))
+                Some((volume.name.clone(), scratch_size_bytes(scratch)))
             }
             _ => None,
         })

@@ -652,19 +652,14 @@ impl Executor {
                     sidecar.logs.close();
                 }
             }
-            if let Some(HeldCommand { mut go, started }) = held {
+            if let Some(HeldCommand { go, started }) = held {
                 if let Err(why) = self.wait_for(id, &spec.after, &sandbox.sidecars, spec, &mut probed).await {
                     let held = Some(HeldCommand { go, started });
                     return Err(self
                         .abandon_held(id, held, format!("container {:?} cannot start: {why}", spec.name))
                         .await);
                 }
-                {
-                    use std::io::Write;
-                    let _ = go.write_all(b"g");
-                }
-                drop(go);
-                if !wait_for_exec(started).await {
+                if !(HeldCommand { go, started }).release().await {
                     let _ = tokio::time::timeout(SETUP_TIMEOUT, sandbox.wait_done()).await;
                 }
             }
@@ -1124,6 +1119,20 @@ struct HeldCommand {
     started: std::io::PipeReader,
 }
 
+impl HeldCommand {
+    /// Lets the command run; whether it exec'd. If it cannot be told, the sandbox's processes
+    /// are gone already, which the keeper's watcher reports.
+    async fn release(self) -> bool {
+        let HeldCommand { mut go, started } = self;
+        {
+            use std::io::Write;
+            let _ = go.write_all(b"g");
+        }
+        drop(go);
+        wait_for_exec(started).await
+    }
+}
+
 /// What became of an activation.
 enum Activated {
     Started(Box<ActivatedSandbox>),
@@ -1154,15 +1163,8 @@ async fn start_command(
     working_dir: &str,
     program: Option<Program>,
 ) -> Result<(Keeper, Running, bool), ExecutorError> {
-    let (keeper, running, mut go, started) = spawn_command(inner, id, ns, working_dir, program).await?;
-    // Let the command run. If it cannot be told, the sandbox's processes are gone already,
-    // which the keeper's watcher reports.
-    {
-        use std::io::Write;
-        let _ = go.write_all(b"g");
-    }
-    drop(go);
-    let runs = wait_for_exec(started).await;
+    let (keeper, running, go, started) = spawn_command(inner, id, ns, working_dir, program).await?;
+    let runs = HeldCommand { go, started }.release().await;
     Ok((keeper, running, runs))
 }
 

@@ -355,9 +355,9 @@ impl OciRuntime {
                 chown(&upper, owner)?;
                 let options = format!(
                     "lowerdir={},upperdir={},workdir={}",
-                    overlay_path(&plan.image)?,
-                    overlay_path(&upper)?,
-                    overlay_path(&work)?
+                    sys::overlay_layer(&plan.image)?,
+                    sys::overlay_layer(&upper)?,
+                    sys::overlay_layer(&work)?
                 );
                 Some((path_c_string(&rootfs)?, CString::new(options).map_err(|error| error.to_string())?))
             }
@@ -876,15 +876,6 @@ fn chown(path: &Path, (uid, gid): (u32, u32)) -> Result<(), String> {
 
 fn path_c_string(path: &Path) -> Result<CString, String> {
     CString::new(path.as_os_str().as_encoded_bytes()).map_err(|error| error.to_string())
-}
-
-/// A path as an overlay option takes it: no `,` or `:` (they separate options and layers).
-fn overlay_path(path: &Path) -> Result<String, String> {
-    let text = path.to_str().ok_or_else(|| format!("{} is not UTF-8", path.display()))?;
-    if text.contains([',', ':']) {
-        return Err(format!("{text} cannot be an overlay layer (it has a ',' or ':')"));
-    }
-    Ok(text.to_owned())
 }
 
 /// A TCP connection to `port` on the loopback of the network namespace of `pid` (a container
