@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use cwsandbox_api::sandbox_v1::{
     Container, DnsEgressMode, Policy, ResourceConstraints, Resources, RuntimeClass, SandboxSpec, SecurityConstraints,
-    runtime_class_mapping::Target, sandbox_volume,
+    gpu, runtime_class_mapping::Target, sandbox_volume,
 };
 
 use crate::MAX_LIFETIME_SECONDS;
@@ -18,7 +18,7 @@ use crate::error::{FieldViolation, PolicyError};
 use crate::k8s_names::{TOTAL_ANNOTATION_SIZE_MAX, annotation_size, dns1123_subdomain_problem, qualified_name_problem};
 use crate::network::{EgressRuleSite, check_egress_rule, check_ingress_rule};
 use crate::quantity::Quantity;
-use crate::resolved::{ResolvedContainer, ResolvedSpec, ResourceAmounts};
+use crate::resolved::{GpuTypeRequest, ResolvedContainer, ResolvedSpec, ResourceAmounts};
 use crate::validate::validate_policy;
 use crate::{format_cpu, format_memory, quoted};
 
@@ -350,6 +350,19 @@ fn resolve_containers(
             violations.push(FieldViolation::new(format!("{}.primary", path()), "only one container may be primary"));
         }
         let (requests, limits, container_sources) = resolve_amounts(defaults, resources, container, index, violations);
+        let gpu_type = stated_gpu_type(container, index, violations);
+        if let (Some(asked), Some(earlier)) =
+            (&gpu_type, containers.iter().find_map(|earlier: &ResolvedContainer| earlier.gpu_type.as_ref()))
+            && asked.name != earlier.name
+        {
+            violations.push(FieldViolation::new(
+                asked.field.clone(),
+                format!(
+                    "GPU type {:?} differs from {:?} asked by {}: the containers of a sandbox share one Node",
+                    asked.name, earlier.name, earlier.field
+                ),
+            ));
+        }
         containers.push(ResolvedContainer {
             env: merge_env(base, &name, container),
             name,
@@ -359,6 +372,7 @@ fn resolve_containers(
             working_dir: Some(container.working_dir.clone()).filter(|dir| !dir.is_empty()),
             requests,
             limits,
+            gpu_type,
             security_context: container.security_context.clone().map(Box::new),
             primary: explicit_primary.map_or(index == 0, |primary| primary == index),
         });
@@ -437,6 +451,47 @@ fn stated_gpus(
         return None;
     }
     Some((count, field))
+}
+
+/// The GPU model one container asks for: `gpu.type` of its requests, limits or legacy
+/// resources. Every side that names one must name the same, and a model needs a count.
+fn stated_gpu_type(
+    container: &Container,
+    index: usize,
+    violations: &mut Vec<FieldViolation>,
+) -> Option<GpuTypeRequest> {
+    let requirements = container.resource_requirements.as_ref();
+    let sides = [
+        (requirements.and_then(|requirements| requirements.requests.as_ref()), Some(Side::Requests)),
+        (requirements.and_then(|requirements| requirements.limits.as_ref()), Some(Side::Limits)),
+        (container.resources.as_ref(), None),
+    ];
+    let mut chosen: Option<GpuTypeRequest> = None;
+    for (resources, side) in sides {
+        let Some(gpu) = resources.and_then(|resources| resources.gpu.as_ref()) else { continue };
+        let Some(gpu::Selector::Type(name)) = &gpu.selector else { continue };
+        let field = AmountField { container: index, side, leaf: "gpu.type" }.to_string();
+        if name.trim().is_empty() {
+            violations.push(FieldViolation::new(field, "a GPU type must not be empty"));
+            continue;
+        }
+        if gpu.count <= 0 {
+            violations.push(FieldViolation::new(
+                field,
+                format!("GPU type {name:?} needs a GPU count of at least 1 (gpu.count is {})", gpu.count),
+            ));
+            continue;
+        }
+        match &chosen {
+            Some(earlier) if earlier.name != *name => violations.push(FieldViolation::new(
+                field,
+                format!("GPU type {name:?} differs from {:?} in {}", earlier.name, earlier.field),
+            )),
+            Some(_) => {}
+            None => chosen = Some(GpuTypeRequest { name: name.clone(), field }),
+        }
+    }
+    chosen
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

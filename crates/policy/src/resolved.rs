@@ -18,6 +18,15 @@ pub struct ResourceAmounts {
     pub gpu: Option<i64>,
 }
 
+/// A GPU model a container asks for: the Node label value it must run on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuTypeRequest {
+    /// The model, as the runners list it in `supported_gpu_types` (a `gpu.nvidia.com/class` value).
+    pub name: String,
+    /// The field that states it (`sandbox.spec.containers[0].resourceRequirements.requests.gpu.type`).
+    pub field: String,
+}
+
 /// A Kubernetes toleration, as the policy's `base.spec.tolerations` states it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Toleration {
@@ -50,6 +59,8 @@ pub struct ResolvedContainer {
     pub requests: ResourceAmounts,
     /// Limits after defaults.
     pub limits: ResourceAmounts,
+    /// The GPU model asked for (`gpu.type`), with the field that states it.
+    pub gpu_type: Option<GpuTypeRequest>,
     /// Security settings as asked; boxed because few sandboxes set them and inline they would
     /// double the size of every container.
     pub security_context: Option<Box<SecurityContext>>,
@@ -108,6 +119,12 @@ impl ResolvedSpec {
             .iter()
             .filter_map(|container| container.requests.memory)
             .fold(Quantity::ZERO, Quantity::saturating_add)
+    }
+
+    /// The GPU model the Pod must run on, with the field that asks for it: containers of one Pod
+    /// share a Node, so resolution refuses containers that ask for different models.
+    pub fn gpu_type(&self) -> Option<&GpuTypeRequest> {
+        self.containers.iter().find_map(|container| container.gpu_type.as_ref())
     }
 
     /// Sum of GPU requests over all containers.

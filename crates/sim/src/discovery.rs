@@ -99,7 +99,7 @@ impl World {
             resources.available_cpu_millicores += (node.allocatable.cpu_millis - node.requested.cpu_millis).max(0);
             resources.available_memory_bytes += (node.allocatable.memory_bytes - node.requested.memory_bytes).max(0);
             resources.available_gpu_count += (node.allocatable.gpus - node.requested.gpus).max(0);
-            if let Some(class) = node.labels.get("gpu.nvidia.com/class") {
+            if let Some(class) = node.labels.get(crate::k8s::GPU_CLASS_LABEL) {
                 gpu_types.insert(class.clone());
             }
         }

@@ -66,6 +66,9 @@ pub struct Taint {
 /// The taint SUNK puts on a Node while a Slurm job holds it.
 pub const LOCK_KEY: &str = "sunk.coreweave.com/lock";
 
+/// The Node label that names its GPU model on CKS; a sandbox's `gpu.type` is matched against it.
+pub const GPU_CLASS_LABEL: &str = "gpu.nvidia.com/class";
+
 /// A Kubernetes Node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {

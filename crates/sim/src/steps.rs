@@ -130,6 +130,7 @@ mod tests {
             req_mem_mb: 512,
             req_gpus: 0,
             gres_type: None,
+            gres_type_required: false,
             sharing: Sharing::Default,
             time_limit_seconds: None,
             priority: 100,

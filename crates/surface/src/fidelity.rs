@@ -168,9 +168,9 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxRequest.sandbox.spec.containers.resources.gpu.count",
         "scheduled on GPU nodes; NVIDIA_VISIBLE_DEVICES holds the allocated indices",
     ),
-    refused(
+    emulated(
         "CreateSandboxRequest.sandbox.spec.containers.resources.gpu.type",
-        "no GPU model is matched: any GPU node serves",
+        "placed only on Nodes labelled gpu.nvidia.com/class=<type> (a node selector; through SUNK a GRES of config.scheduler.gpuTypes' type); a type no Node has is FAILED_PRECONDITION CWSANDBOX_NO_SUITABLE_RUNNER",
     ),
     refused(
         "CreateSandboxRequest.sandbox.spec.containers.resources.gpu.memory_gb",
@@ -191,9 +191,9 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.gpu.count",
         "scheduled on GPU nodes; NVIDIA_VISIBLE_DEVICES holds the allocated indices",
     ),
-    refused(
+    emulated(
         "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.gpu.type",
-        "no GPU model is matched: any GPU node serves",
+        "placed only on Nodes labelled gpu.nvidia.com/class=<type> (a node selector; through SUNK a GRES of config.scheduler.gpuTypes' type); a type no Node has is FAILED_PRECONDITION CWSANDBOX_NO_SUITABLE_RUNNER",
     ),
     refused(
         "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.requests.gpu.memory_gb",
@@ -213,9 +213,9 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu.count",
         "scheduled on GPU nodes; NVIDIA_VISIBLE_DEVICES holds the allocated indices",
     ),
-    refused(
+    emulated(
         "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu.type",
-        "no GPU model is matched: any GPU node serves",
+        "placed only on Nodes labelled gpu.nvidia.com/class=<type> (a node selector; through SUNK a GRES of config.scheduler.gpuTypes' type); a type no Node has is FAILED_PRECONDITION CWSANDBOX_NO_SUITABLE_RUNNER",
     ),
     refused(
         "CreateSandboxRequest.sandbox.spec.containers.resource_requirements.limits.gpu.memory_gb",

@@ -142,6 +142,7 @@ impl Slurm {
             req_mem_mb: request.mem_mb,
             req_gpus: request.gpus,
             gres_type: request.gres_type,
+            gres_type_required: request.gres_type_required,
             sharing: request.sharing,
             time_limit_seconds: request.time_limit_seconds,
             priority: request.priority,

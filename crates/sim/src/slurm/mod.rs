@@ -152,6 +152,9 @@ pub struct JobRequest {
     pub gpus: u32,
     /// GRES type of the GPUs (`h100`).
     pub gres_type: Option<String>,
+    /// Whether only Nodes of `gres_type` qualify (`--gres=gpu:h100:2`, or a Pod that asks for a
+    /// GPU model), rather than any GPU (`--gres=gpu:2`; the type then only names what is shown).
+    pub gres_type_required: bool,
     /// Node sharing.
     pub sharing: Sharing,
     /// Time limit in seconds.
@@ -197,6 +200,8 @@ pub struct Job {
     pub req_gpus: u32,
     /// GRES type.
     pub gres_type: Option<String>,
+    /// Whether only Nodes of `gres_type` qualify.
+    pub gres_type_required: bool,
     /// Sharing.
     pub sharing: Sharing,
     /// Time limit in seconds.

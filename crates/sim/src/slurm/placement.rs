@@ -89,6 +89,7 @@ impl Slurm {
         node.free_cpus() >= job.req_cpus
             && node.real_memory_mb.saturating_sub(node.alloc_mem_mb) >= job.req_mem_mb
             && node.gpus - node.gpus_in_use.count_ones().min(node.gpus) >= job.req_gpus
+            && (job.req_gpus == 0 || !job.gres_type_required || node.gres_type == job.gres_type)
     }
 
     pub(super) fn find_node(&self, job: &Job) -> Option<usize> {

@@ -5,7 +5,7 @@
 mod flow;
 
 use crate::config::{ScopeType, Values};
-use crate::k8s::Pod;
+use crate::k8s::{GPU_CLASS_LABEL, Pod};
 use crate::slurm::{JobKind, JobRequest, Sharing};
 
 /// Annotation prefix of every SUNK setting on a Pod.
@@ -91,6 +91,14 @@ pub enum SunkRejection {
     /// `exclusive: ok` on a Pod that requests GPUs.
     #[error("annotation {ANNOTATION_PREFIX}exclusive: \"ok\" is not allowed for GPU Pods")]
     SharedGpuPod,
+    /// A GPU Pod asks for a GPU class the scheduler's `gpuTypes` does not map to a GRES type.
+    #[error(
+        "GPU class {class:?} ({GPU_CLASS_LABEL} in the Pod's nodeSelector) has no GRES type in the scheduler's config.scheduler.gpuTypes"
+    )]
+    UnmappedGpuClass {
+        /// The class asked for.
+        class: String,
+    },
 }
 
 /// The validation rules of the scheduler (docs/facts/sunk.md#pod-requirements,
@@ -155,6 +163,16 @@ pub fn validate(values: &Values, pod: &Pod, gpu_type_of_any_node: Option<&str>) 
     if sharing == Sharing::Ok && gpus > 0 {
         return Err(SunkRejection::SharedGpuPod);
     }
+    // A Pod that asks for a GPU model gets exactly that GRES type; one that does not gets any GPU,
+    // shown with a type the cluster has.
+    let (gres_type, gres_type_required) = match pod.node_selector.get(GPU_CLASS_LABEL) {
+        _ if gpus <= 0 => (None, false),
+        Some(class) => match values.scheduler.gpu_types.get(class) {
+            Some(gres) => (Some(gres.clone()), true),
+            None => return Err(SunkRejection::UnmappedGpuClass { class: class.clone() }),
+        },
+        None => (Some(gpu_type_of_any_node.unwrap_or("gpu").to_owned()), false),
+    };
     let uid = number("user-id")?.unwrap_or(0);
     let gid = number("group-id")?;
     let time_limit_seconds = number("timeout")?;
@@ -172,7 +190,8 @@ pub fn validate(values: &Values, pod: &Pod, gpu_type_of_any_node: Option<&str>) 
         // Slurm's MB are MiB; round up so a request never shrinks.
         mem_mb: u64::try_from((memory_bytes + (1 << 20) - 1) >> 20).unwrap_or(u64::MAX),
         gpus: u32::try_from(gpus).unwrap_or(u32::MAX),
-        gres_type: (gpus > 0).then(|| gpu_type_of_any_node.unwrap_or("gpu").to_owned()),
+        gres_type,
+        gres_type_required,
         sharing,
         time_limit_seconds,
         priority: 100,

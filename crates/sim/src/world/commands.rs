@@ -126,6 +126,7 @@ impl World {
             mem_mb: request.mem_mb,
             gpus: request.gpus,
             gres_type: text(&request.gres_type),
+            gres_type_required: !request.gres_type.is_empty(),
             sharing,
             time_limit_seconds: request.time_limit_seconds,
             priority: if request.priority == 0 { 100 } else { request.priority },

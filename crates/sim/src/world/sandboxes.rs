@@ -4,7 +4,7 @@
 //! the spec's rules; these commands also read the cluster, Slurm, the runners, templates, volumes and snapshots, so they
 //! live here, above every lifecycle.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,11 +14,12 @@ use prost::Message;
 use crate::config::SERVERLESS_POOL;
 use crate::error::{FieldViolation, Reason, SimError, SimResult};
 use crate::ids::SharedStr;
-use crate::k8s::{ContainerState, Labels, Pod, PodContainer, PodOwner, PodPhase, requested_by};
+use crate::k8s::{ContainerState, GPU_CLASS_LABEL, Labels, Pod, PodContainer, PodOwner, PodPhase, requested_by};
 use crate::machine::{IllegalTransition, legal};
 use crate::pager::Pager;
 use crate::policy::MAX_LIFETIME_SECONDS;
 use crate::policy::{self, PreparedPolicy};
+use crate::resolved::ResolvedSpec;
 use crate::sandbox::{
     CONTAINER_CREATING, HostWait, Life, LifePhase, Owner, SANDBOX_ID_LABEL, SANDBOX_MODE_LABEL, Sandbox, SandboxFilter,
     SandboxInfo, SandboxState, SandboxTransition, SandboxView, TeardownCause, check_scratch_media, check_services,
@@ -226,6 +227,9 @@ impl World {
         };
         let resolved = policy::resolve_prepared(&defaults, &prepared, &spec)?;
         self.check_runtime_class_runs_here(&owner.org, resolved.runtime_class.as_deref())?;
+        if !serverless {
+            self.check_gpu_type_runs_here(&owner.org, &resolved)?;
+        }
         if resolved.max_lifetime_seconds <= 0 || resolved.max_lifetime_seconds > MAX_LIFETIME_SECONDS {
             return Err(SimError::invalid_field(
                 "sandbox.spec.maxLifetimeSeconds",
@@ -265,7 +269,7 @@ impl World {
         labels.extend(resolved.labels.iter().map(|(key, value)| (key.clone(), value.clone())));
         labels.insert(SANDBOX_ID_LABEL.to_owned(), id.to_string());
         labels.insert("sandbox.coreweave.com/runner-id".to_owned(), runner_id.clone());
-        let (scheduler_name, node_selector, tolerations) = if serverless {
+        let (scheduler_name, mut node_selector, tolerations) = if serverless {
             labels.insert(SANDBOX_MODE_LABEL.to_owned(), SERVERLESS_POOL.to_owned());
             ("default-scheduler".to_owned(), serverless_node_selector(), vec![serverless_toleration()])
         } else {
@@ -275,6 +279,10 @@ impl World {
                 resolved.tolerations.clone(),
             )
         };
+        if let Some(gpu_type) = resolved.gpu_type() {
+            // As on CKS: the model is a Node label, and both schedulers honour the selector.
+            node_selector.insert(GPU_CLASS_LABEL.to_owned(), gpu_type.name.clone());
+        }
         let now = self.now();
         let pod = Pod {
             uid: pod_uid.clone(),
@@ -427,6 +435,49 @@ impl World {
             message: format!(
                 "no runner of organization {org:?} can host RuntimeClass {class:?}: this emulator's Nodes have no such RuntimeClass (its runtime runs Pods on the node's default runtime{}); ask for none, or map the class to node_default in the runner policy",
                 if available.is_empty() { String::new() } else { format!(" or {}", available.join(", ")) }
+            ),
+        })
+    }
+
+    /// Refuses a GPU model no Node of the cluster has, as the fleet refuses a sandbox no runner
+    /// can host; and a model the runner policy's node selector rules out.
+    fn check_gpu_type_runs_here(&self, org: &str, resolved: &ResolvedSpec) -> SimResult<()> {
+        let Some(asked) = resolved.gpu_type() else { return Ok(()) };
+        if let Some(pinned) = resolved.node_selector.get(GPU_CLASS_LABEL)
+            && *pinned != asked.name
+        {
+            return Err(SimError::invalid_field(
+                asked.field.clone(),
+                format!(
+                    "GPU type {:?} cannot be placed: the runner policy's base.spec.nodeSelector pins {GPU_CLASS_LABEL}={pinned:?}",
+                    asked.name
+                ),
+            ));
+        }
+        let mut known = BTreeSet::new();
+        for node in self.cluster.nodes.values() {
+            if let Some(class) = node.labels.get(GPU_CLASS_LABEL)
+                && node.allocatable.gpus > 0
+                && !super::is_serverless_node(node)
+            {
+                known.insert(class.as_str());
+            }
+        }
+        if known.contains(asked.name.as_str()) {
+            return Ok(());
+        }
+        Err(SimError::FailedPrecondition {
+            reason: Reason::NoSuitableRunner,
+            message: format!(
+                "{}: no runner of organization {org:?} offers GPU type {:?} (no Node is labelled {GPU_CLASS_LABEL}={:?}); the runners offer {}",
+                asked.field,
+                asked.name,
+                asked.name,
+                if known.is_empty() {
+                    "no GPUs".to_owned()
+                } else {
+                    known.iter().map(|class| format!("{class:?}")).collect::<Vec<_>>().join(", ")
+                }
             ),
         })
     }

@@ -63,7 +63,7 @@ impl World {
                 labels.insert("kubernetes.io/hostname".to_owned(), node_name.clone());
                 labels.insert("sunk.coreweave.com/nodeset".to_owned(), set.name.clone());
                 if !set.gpu_class.is_empty() {
-                    labels.insert("gpu.nvidia.com/class".to_owned(), set.gpu_class.clone());
+                    labels.insert(crate::k8s::GPU_CLASS_LABEL.to_owned(), set.gpu_class.clone());
                 }
                 self.insert_node(&node_name, labels, Vec::new(), &cpu, &memory, i64::from(set.gpus));
                 self.slurm.add_node(SlurmNode {

@@ -230,6 +230,7 @@ pub fn batch(cpus: u32, run_seconds: Option<u32>) -> JobRequest {
         mem_mb: 1024,
         gpus: 0,
         gres_type: None,
+        gres_type_required: false,
         sharing: Sharing::Default,
         time_limit_seconds: None,
         priority: 100,
