@@ -144,8 +144,11 @@ reasons! {
         when: "No tenant of that organization was created at run time (EmulatorService DeleteTenant), or the organization is a configured one.",
         remedy: "ListTenants names the tenants; configured organizations end only with the emulator.";
     SecretNotFound => "CWSANDBOX_SECRET_NOT_FOUND",
-        when: "A container's `secret_stores` names a store, a secret path or a field the emulator's secret stores (the values' `secretStores`) do not have; the message names the field.",
-        remedy: "Add the store and secret to the values' `secretStores`, or fix the reference.";
+        when: "A container's `secret_stores` or `image_pull_credentials` names a store the organization does not have (SettingsService, seeded from the values' `secretStores`), or a secret path or field the store does not hold (a store's secrets are the values' `secretStores.<name>.secrets`); the message names the field.",
+        remedy: "Create the store (CreateSecretStore) and give it secrets in the values' `secretStores`, or fix the reference.";
+    SecretStoreNotFound => "CWSANDBOX_SECRET_STORE_NOT_FOUND",
+        when: "No secret store of that name in the caller's organization (SettingsService Get/Update/DeleteSecretStore).",
+        remedy: "ListSecretStores names the organization's stores; DeleteSecretStore takes `allow_missing`.";
     ImageNotFound => "CWSANDBOX_IMAGE_NOT_FOUND",
         when: "No image of that name is in the emulator's image cache (EmulatorService RemoveImage).",
         remedy: "ListImages (`cwsbx image ls`) names the cached images; a prune or the cache's bound may have removed it.";

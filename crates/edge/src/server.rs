@@ -103,11 +103,11 @@ pub async fn router(app: App, transport: &Transport) -> Router {
         ))
         .get_file_system_snapshot_bucket_config(settings::get_file_system_snapshot_bucket_config)
         .update_file_system_snapshot_bucket_config(settings::update_file_system_snapshot_bucket_config)
-        .create_secret_store(not_implemented!(pb::CreateSecretStoreRequest, pb::SecretStore))
-        .get_secret_store(not_implemented!(pb::GetSecretStoreRequest, pb::SecretStore))
-        .list_secret_stores(not_implemented!(pb::ListSecretStoresRequest, pb::ListSecretStoresResponse))
-        .update_secret_store(not_implemented!(pb::UpdateSecretStoreRequest, pb::SecretStore))
-        .delete_secret_store(not_implemented!(pb::DeleteSecretStoreRequest, pbjson_types::Empty))
+        .create_secret_store(settings::create_secret_store)
+        .get_secret_store(settings::get_secret_store)
+        .list_secret_stores(settings::list_secret_stores)
+        .update_secret_store(settings::update_secret_store)
+        .delete_secret_store(settings::delete_secret_store)
         .with_state(app.clone())
         .build();
 

@@ -127,12 +127,40 @@ impl Default for SnapshotValues {
     }
 }
 
-/// One secret store: its secrets by path.
+/// One secret store: its secrets by path, and the organizations it is seeded into. The store is
+/// an organization's SettingsService store (a W&B store, as the API has no other provider) from
+/// the organization's first use of secret stores; its secrets are read from here, since the
+/// emulator never reaches W&B.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretStoreValues {
     /// Secret path → value.
     pub secrets: BTreeMap<String, SecretValue>,
+    /// The organizations that have the store and may read its secrets; empty: every organization.
+    #[serde(default)]
+    pub organizations: Vec<String>,
+    /// The W&B settings the seeded store shows (`SecretStore.wandb`).
+    #[serde(default)]
+    pub wandb: WandbStoreValues,
+}
+
+impl SecretStoreValues {
+    /// Whether `org` has this store and may read its secrets.
+    pub fn serves(&self, org: &str) -> bool {
+        self.organizations.is_empty() || self.organizations.iter().any(|allowed| allowed == org)
+    }
+}
+
+/// A W&B secret store's settings, as `SecretStore.wandb` shows them.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WandbStoreValues {
+    /// Base URL of the W&B API (shown, never reached).
+    #[serde(default)]
+    pub api_url: String,
+    /// The W&B team.
+    #[serde(default)]
+    pub team: String,
 }
 
 /// A secret: one value, or named fields (a mapping's `field` picks one).

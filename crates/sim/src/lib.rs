@@ -17,6 +17,7 @@ pub mod pods;
 pub mod query;
 pub mod runners;
 pub mod sandbox;
+pub mod secret_stores;
 pub mod slurm;
 pub mod snapshots;
 pub mod steps;

@@ -682,9 +682,10 @@ pub(crate) fn spec_violations(spec: &SandboxSpec, require_containers: bool) -> V
     violations
 }
 
-/// Each container's secrets, read from the values' secret stores, and mounted files, in spec
-/// order; `None` for a container with neither. A reference to a store, secret or field the
-/// stores do not have refuses the sandbox.
+/// Each container's secrets, read from the organization's secret stores (`stores`: each store it
+/// has, with the secrets the values give it), and mounted files, in spec order; `None` for a
+/// container with neither. A reference to a store, secret or field the stores do not have
+/// refuses the sandbox.
 pub(crate) fn container_inputs(
     spec: &SandboxSpec,
     stores: &std::collections::BTreeMap<String, crate::config::SecretStoreValues>,
@@ -717,7 +718,10 @@ pub(crate) fn container_inputs(
             let Some(store) = stores.get(&reference.store_name) else {
                 return Err(missing(
                     format!("{at}.storeName"),
-                    format!("no secret store {:?} (the values' secretStores name the stores)", reference.store_name),
+                    format!(
+                        "no secret store {:?} in this organization (SettingsService ListSecretStores names them)",
+                        reference.store_name
+                    ),
                 ));
             };
             for (mapping_index, mapping) in reference.secrets.iter().enumerate() {
@@ -732,7 +736,10 @@ pub(crate) fn container_inputs(
                     (None, _) => {
                         return Err(missing(
                             format!("{at}.path"),
-                            format!("store {:?} has no secret {:?}", reference.store_name, mapping.path),
+                            format!(
+                                "store {:?} has no secret {:?} (a store's secrets are the values' secretStores.{}.secrets)",
+                                reference.store_name, mapping.path, reference.store_name
+                            ),
                         ));
                     }
                     (Some(SecretValue::Whole(value)), "") => value.clone(),

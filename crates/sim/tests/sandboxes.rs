@@ -519,6 +519,7 @@ fn with_secret_store() -> Harness {
             ]
             .into_iter()
             .collect(),
+            ..SecretStoreValues::default()
         },
     );
     harness_with(values)

@@ -69,6 +69,7 @@ pub fn codes(reason: Reason) -> &'static [Code] {
         Reason::FaultNotFound => &[Code::NotFound],
         Reason::ImageNotFound => &[Code::NotFound],
         Reason::SecretNotFound => &[Code::NotFound],
+        Reason::SecretStoreNotFound => &[Code::NotFound],
         Reason::Unauthenticated => &[Code::Unauthenticated],
         Reason::PermissionDenied => &[Code::PermissionDenied],
         // INTERNAL when the executor reports that it failed to run the command.

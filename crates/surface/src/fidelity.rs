@@ -115,11 +115,6 @@ pub const REFUSED_METHODS: &[(&str, &str)] = &[
     ("SettingsService.GetObjectStorageWifConfig", "no object storage is reachable"),
     ("SettingsService.UpdateObjectStorageWifConfig", "no object storage is reachable"),
     ("SettingsService.DeleteObjectStorageWifConfig", "no object storage is reachable"),
-    ("SettingsService.CreateSecretStore", "there is no secret store"),
-    ("SettingsService.GetSecretStore", "there is no secret store"),
-    ("SettingsService.ListSecretStores", "there is no secret store"),
-    ("SettingsService.UpdateSecretStore", "there is no secret store"),
-    ("SettingsService.DeleteSecretStore", "there is no secret store"),
 ];
 
 /// Every field of every request message of the served RPCs, by request, in field order.
@@ -454,6 +449,47 @@ pub const FIELDS: &[FieldRule] = &[
         "UpdateFileSystemSnapshotBucketConfigRequest.update_mask",
         "bucket_name, region (AIP-134; none: the fields the request sets)",
     ),
+    // SettingsService: the organization's secret stores (seeded from the values' secretStores).
+    emulated("CreateSecretStoreRequest.secret_store", "the store to add to the caller's organization"),
+    emulated(
+        "CreateSecretStoreRequest.secret_store.name",
+        "required: 1-63 lowercase letters, digits and '-'; unique in the organization (ALREADY_EXISTS)",
+    ),
+    emulated(
+        "CreateSecretStoreRequest.secret_store.provider_type",
+        "required: SECRET_STORE_PROVIDER_TYPE_WANDB, the only provider",
+    ),
+    stored("CreateSecretStoreRequest.secret_store.wandb", "the W&B settings, returned; W&B is never reached"),
+    stored(
+        "CreateSecretStoreRequest.secret_store.wandb.api_url",
+        "empty or an absolute http(s) URL; stored and returned, never reached (the store's secrets are the values' secretStores.<name>.secrets)",
+    ),
+    stored("CreateSecretStoreRequest.secret_store.wandb.team", "stored and returned"),
+    output_only("CreateSecretStoreRequest.secret_store.create_time"),
+    output_only("CreateSecretStoreRequest.secret_store.update_time"),
+    emulated("CreateSecretStoreRequest.request_id", "idempotency: a replay answers the first store"),
+    emulated("GetSecretStoreRequest.name", "a store of the caller's organization"),
+    emulated("ListSecretStoresRequest.page_size", "server-capped page size (default 50, at most 1000)"),
+    emulated("ListSecretStoresRequest.page_token", "opaque page token"),
+    emulated("UpdateSecretStoreRequest.secret_store", "the new settings"),
+    emulated("UpdateSecretStoreRequest.secret_store.name", "selects the store; not changed"),
+    emulated(
+        "UpdateSecretStoreRequest.secret_store.provider_type",
+        "SECRET_STORE_PROVIDER_TYPE_WANDB or unset: the provider cannot change",
+    ),
+    same_as(
+        "UpdateSecretStoreRequest.secret_store.wandb",
+        "CreateSecretStoreRequest.secret_store.wandb",
+        "as CreateSecretStore",
+    ),
+    output_only("UpdateSecretStoreRequest.secret_store.create_time"),
+    output_only("UpdateSecretStoreRequest.secret_store.update_time"),
+    emulated(
+        "UpdateSecretStoreRequest.update_mask",
+        "wandb, wandb.api_url, wandb.team, provider_type (AIP-134; none: the fields the request sets)",
+    ),
+    emulated("DeleteSecretStoreRequest.name", "the store; sandboxes already made keep their secrets"),
+    emulated("DeleteSecretStoreRequest.allow_missing", "NOT_FOUND becomes an empty answer"),
     // CreateSandboxFromTemplate, CreateSandboxFromFile
     emulated("CreateSandboxFromTemplateRequest.template_id", "a live template of the caller's organization"),
     same_as(

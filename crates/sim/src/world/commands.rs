@@ -197,7 +197,8 @@ impl World {
     /// grace period, its processes killed) and is forgotten; its batch jobs still queued are
     /// cancelled; and none of its jobs is its own any more (they stay in the cluster's accounting,
     /// as cancelled jobs stay in `sacct`; nodes held by them free after the epilog, as in Slurm);
-    /// its sandbox templates are forgotten. Runners and policies are kept. Returns how many running Pods were stopped.
+    /// its sandbox templates are forgotten, and its secret stores go back to the values' seeds. Runners and policies are
+    /// kept. Returns how many running Pods were stopped.
     pub fn reset_organization(&mut self, org: &str) -> usize {
         self.settle();
         let sandboxes: Vec<SharedStr> = self.sandboxes.of_organization(org).map(|sandbox| sandbox.id.clone()).collect();
@@ -217,6 +218,7 @@ impl World {
         }
         self.job_orgs.retain(|_, owner| owner.as_str() != org);
         self.templates.forget_organization(org);
+        self.secret_stores.forget_organization(org);
         self.settle();
         stopped
     }

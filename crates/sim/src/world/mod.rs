@@ -25,6 +25,7 @@ mod kubelet;
 mod pods;
 mod sandboxes;
 mod scheduling;
+mod secret_stores;
 mod serverless;
 mod snapshots;
 mod teardown;
@@ -244,6 +245,8 @@ pub struct World {
     pub runners: RunnerRegistry,
     pub(crate) sandboxes: crate::sandbox::Sandboxes,
     pub(crate) templates: crate::templates::Templates,
+    /// Each organization's secret stores (SettingsService).
+    pub(crate) secret_stores: crate::secret_stores::SecretStores,
     /// The time the world has reached.
     pub(crate) now: SimTime,
     pub(crate) timers: Timers,
@@ -325,6 +328,7 @@ impl World {
             runners: RunnerRegistry::default(),
             sandboxes: crate::sandbox::Sandboxes::default(),
             templates: crate::templates::Templates::default(),
+            secret_stores: crate::secret_stores::SecretStores::default(),
             now,
             timers: Timers::default(),
             placeholder_of_pod: HashMap::default(),

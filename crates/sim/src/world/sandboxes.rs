@@ -237,7 +237,8 @@ impl World {
             ));
         }
 
-        let mut inputs = container_inputs(&spec, &self.values().secret_stores, &claims)?;
+        let stores = self.readable_secret_stores(&owner.org, &spec);
+        let mut inputs = container_inputs(&spec, &stores, &claims)?;
         let deny_egress = spec.network.as_ref().and_then(|network| network.deny_egress).unwrap_or(false);
         let containers: Vec<PodContainer> = resolved
             .containers
