@@ -47,7 +47,7 @@ use tonic::Code;
 use crate::fault_stream::{CutBody, Tail, string_field};
 use crate::tls::PeerCertificate;
 use cwsandbox_surface::app::App;
-use cwsandbox_surface::auth::{Caller, Role};
+use cwsandbox_surface::auth::{Caller, Role, WandbCredentials};
 use cwsandbox_surface::catalogue::{Catalogue, Method, names};
 use cwsandbox_surface::direct::Permission;
 use cwsandbox_surface::errors::ApiError;
@@ -327,19 +327,25 @@ impl Shared {
         self.admitted(request, caller, rpc, protocol, path, inner).await
     }
 
-    /// The caller of a bearer token (a configured token or a tenant's).
+    /// The caller of a bearer token (a configured token or a tenant's), or of the W&B credentials
+    /// the published client's W&B auth sends instead (`x-wandb-api-key`, with `x-entity-id` and
+    /// `x-wandb-host` when it has them). A request with both is the bearer token's.
     fn token_caller(&self, headers: &http::HeaderMap) -> Result<Caller, ApiError> {
         let header = headers.get(http::header::AUTHORIZATION).and_then(|value| value.to_str().ok());
-        match self.app.authenticate(header) {
-            Ok(principal) => Ok(Caller::new(principal)),
-            // The published client's other auth mode sends only W&B headers: say so, rather than
-            // "missing credentials".
-            Err(_) if header.is_none() && headers.contains_key(WANDB_API_KEY_HEADER) => Err(ApiError::unauthenticated(
-                "W&B credentials (x-wandb-api-key) are not accepted by the emulator: send \
-                 `authorization: Bearer <token>` (the client's default auth, CWSANDBOX_API_KEY)",
-            )
-            .with_metadata("credentials", "wandb")),
-            Err(error) => Err(error),
+        let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+        match (header, text(WANDB_API_KEY_HEADER)) {
+            (None, Some(api_key)) => {
+                let credentials =
+                    WandbCredentials { api_key, entity: text(WANDB_ENTITY_HEADER), host: text(WANDB_HOST_HEADER) };
+                let principal = self.app.authenticate_wandb(credentials)?;
+                if let Some(project) = text(WANDB_PROJECT_HEADER) {
+                    // The project only files W&B's own records (runs, reports), which the
+                    // emulator does not keep: it is logged with the call and changes nothing.
+                    tracing::debug!(project, user = %principal.user, "W&B project of the call");
+                }
+                Ok(Caller::new(principal))
+            }
+            _ => self.app.authenticate(header).map(Caller::new),
         }
     }
 
@@ -741,8 +747,12 @@ fn declared(buffer: &[u8]) -> usize {
     u32::from_be_bytes([buffer[1], buffer[2], buffer[3], buffer[4]]) as usize
 }
 
-/// The header of the published client's W&B auth mode (`AuthStrategy.WANDB`).
+/// The headers of the published client's W&B auth mode (`AuthStrategy.WANDB`, `WandbAuth`): the
+/// API key, the entity and project the call is for, and the W&B server when it is not W&B's cloud.
 const WANDB_API_KEY_HEADER: &str = "x-wandb-api-key";
+const WANDB_ENTITY_HEADER: &str = "x-entity-id";
+const WANDB_PROJECT_HEADER: &str = "x-project-name";
+const WANDB_HOST_HEADER: &str = "x-wandb-host";
 
 /// How long a refused streaming call's first request message is waited for.
 const FIRST_MESSAGE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);

@@ -292,6 +292,8 @@ impl Emulator {
                 ));
             }
         };
+        let mut tokens = tokens;
+        tokens.set_wandb_keys(config.auth.wandb_keys());
         let admin = tokens.first_admin().map(|(token, principal)| (token.to_owned(), principal.org.clone()));
         let user = tokens.first_user().map(|(token, principal)| (token.to_owned(), principal.org.clone()));
         let org = admin.as_ref().or(user.as_ref()).map(|(_, org)| org.clone()).unwrap_or(default_org);

@@ -50,7 +50,10 @@ fn the_core_flows_pass_with_plain_processes() -> Result<()> {
 /// `args`, then checks that nothing of it survives and that it logged no problem.
 fn run_suite(args: &[&str], selection: Option<&str>) -> Result<()> {
     let python = cwsandbox_testkit::python_env().context("python venv")?;
-    let emulator = EmulatorProcess::start(Path::new(BINARY), args)?;
+    let values = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/values.yaml");
+    let values = values.to_str().context("the values file's path is not UTF-8")?;
+    let args: Vec<&str> = ["-f", values].into_iter().chain(args.iter().copied()).collect();
+    let emulator = EmulatorProcess::start(Path::new(BINARY), &args)?;
     eprintln!("emulator ready after {:?}, sandbox isolation: {}", emulator.startup, emulator.ready.isolation);
     let marker = format!("run-{}-{}", std::process::id(), emulator.ready.pid);
     let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");

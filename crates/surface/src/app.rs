@@ -119,7 +119,12 @@ impl App {
         &self.0.tokens
     }
 
-    /// The caller of an `authorization` header value: a configured token or a tenant's.
+    /// The caller of a request's W&B credentials (the values' `auth.wandbKeys`).
+    pub fn authenticate_wandb(&self, credentials: crate::auth::WandbCredentials<'_>) -> Result<Principal, ApiError> {
+        self.0.tokens.authenticate_wandb(credentials)
+    }
+
+    /// The principal of an `authorization` header: a configured token, else a tenant's.
     pub fn authenticate(&self, header: Option<&str>) -> Result<Principal, ApiError> {
         let token = bearer(header)?;
         if let Some(principal) = self.0.tokens.principal(token) {

@@ -26,12 +26,85 @@ use crate::direct::Grant;
 use crate::errors::ApiError;
 pub use crate::identity::{Principal, Role};
 
-/// The accepted tokens.
+/// The accepted tokens, and the accepted W&B API keys.
 #[derive(Debug, Clone, Default)]
 pub struct Tokens {
     by_token: HashMap<String, Principal>,
     /// Tokens in configuration order, for the ready file.
     ordered: Vec<(String, Principal)>,
+    wandb: WandbKeys,
+}
+
+/// The W&B credentials of a request, as the published client's W&B auth sends them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WandbCredentials<'a> {
+    /// `x-wandb-api-key`.
+    pub api_key: &'a str,
+    /// `x-entity-id`, if sent: the entity the call acts for.
+    pub entity: Option<&'a str>,
+    /// `x-wandb-host`, if sent: the W&B server the key is of (none: W&B's cloud).
+    pub host: Option<&'a str>,
+}
+
+/// One W&B API key's access to one entity.
+#[derive(Debug, Clone)]
+struct WandbGrant {
+    entity: String,
+    principal: Principal,
+}
+
+/// The accepted W&B API keys: each key's server and its entities in configuration order (the
+/// first is the key's default entity).
+#[derive(Debug, Clone, Default)]
+pub struct WandbKeys {
+    by_key: HashMap<String, (String, Vec<WandbGrant>)>,
+}
+
+impl WandbKeys {
+    /// Accepts `api_key` of W&B server `host` ("" for W&B's cloud) for `entity`, as `principal`.
+    pub fn insert(&mut self, api_key: String, entity: String, host: String, principal: Principal) {
+        let (_, grants) = self.by_key.entry(api_key).or_insert_with(|| (host, Vec::new()));
+        grants.push(WandbGrant { entity, principal });
+    }
+
+    /// The principal of W&B credentials: an unknown key, or a key of another W&B server, is
+    /// UNAUTHENTICATED; an entity the key has no access to is PERMISSION_DENIED.
+    pub fn authenticate(&self, credentials: WandbCredentials<'_>) -> Result<Principal, ApiError> {
+        let unknown = || {
+            ApiError::unauthenticated(
+                "unknown W&B API key (x-wandb-api-key): the values' auth.wandbKeys list the accepted keys",
+            )
+            .with_metadata("credentials", "wandb")
+        };
+        let (host, grants) = self.by_key.get(credentials.api_key.trim()).ok_or_else(unknown)?;
+        let asked_host = credentials.host.map(str::trim).unwrap_or_default();
+        if !asked_host.eq_ignore_ascii_case(host) {
+            let server = |name: &str| if name.is_empty() { "W&B's cloud".to_owned() } else { format!("{name:?}") };
+            return Err(ApiError::unauthenticated(format!(
+                "the W&B API key is of {}, not of {} (x-wandb-host)",
+                server(host),
+                server(asked_host)
+            ))
+            .with_metadata("credentials", "wandb"));
+        }
+        let grant = match credentials.entity.map(str::trim) {
+            None | Some("") => grants.first(),
+            Some(entity) => grants.iter().find(|grant| grant.entity == entity),
+        };
+        match grant {
+            Some(grant) => Ok(grant.principal.clone()),
+            None => Err(ApiError::new(
+                tonic::Code::PermissionDenied,
+                cwsandbox_sim::Reason::PermissionDenied,
+                format!(
+                    "the W&B API key has no access to entity {:?} (x-entity-id); it has {}",
+                    credentials.entity.unwrap_or_default(),
+                    grants.iter().map(|grant| format!("{:?}", grant.entity)).collect::<Vec<_>>().join(", ")
+                ),
+            )
+            .with_metadata("credentials", "wandb")),
+        }
+    }
 }
 
 /// The operator's token under `serve --dev-tokens`.
@@ -134,6 +207,16 @@ impl Tokens {
             .iter()
             .find(|(_, principal)| principal.has(Role::SandboxUser) && !principal.has(Role::SandboxAdmin))
             .map(|(token, principal)| (token.as_str(), principal))
+    }
+
+    /// Accepts these W&B API keys besides the tokens.
+    pub fn set_wandb_keys(&mut self, keys: WandbKeys) {
+        self.wandb = keys;
+    }
+
+    /// The principal of a request's W&B credentials.
+    pub fn authenticate_wandb(&self, credentials: WandbCredentials<'_>) -> Result<Principal, ApiError> {
+        self.wandb.authenticate(credentials)
     }
 
     /// Resolves an `authorization` header value.

@@ -55,7 +55,7 @@ use std::path::{Path, PathBuf};
 use cwsandbox_sim::config::{Scenario, Timing, Values, key_path, merge_values};
 use serde::Deserialize;
 
-use crate::auth::{Principal, Role, Tokens};
+use crate::auth::{Principal, Role, Tokens, WandbKeys};
 use crate::fidelity::Strictness;
 // The host's own settings, read from the `containerRuntime:` section of the values.
 pub use cwsandbox_host::runtime_config::{ContainerRuntimeConfig, RuntimeKind};
@@ -105,6 +105,31 @@ pub struct TokenConfig {
     pub roles: Vec<Role>,
 }
 
+/// One W&B API key's access to one W&B entity, and the principal it acts as there: what the
+/// published client's W&B auth (`x-wandb-api-key`, `x-entity-id`) is mapped to. A key may be listed
+/// once per entity; its first entry is the key's default entity (a request without `x-entity-id`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WandbKeyConfig {
+    /// The W&B API key, sent as `x-wandb-api-key`.
+    pub api_key: String,
+    /// The W&B entity (team or user), sent as `x-entity-id`.
+    pub entity: String,
+    /// The W&B server the key belongs to, as the client sends it in `x-wandb-host` (`host` or
+    /// `host:port`); empty: W&B's cloud, for which the client sends no `x-wandb-host`.
+    #[serde(default)]
+    pub host: String,
+    /// Organization the entity's sandboxes belong to.
+    pub org: String,
+    /// User name.
+    pub user: String,
+    /// Numeric uid.
+    #[serde(default)]
+    pub uid: u32,
+    /// Roles, as a token's.
+    pub roles: Vec<Role>,
+}
+
 /// The `auth:` section.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -112,6 +137,9 @@ pub struct AuthConfig {
     /// Accepted tokens; empty means "generate an admin and a user token".
     #[serde(default)]
     pub tokens: Vec<TokenConfig>,
+    /// Accepted W&B API keys (the client's `auth=AuthStrategy.WANDB`), each for one entity.
+    #[serde(default)]
+    pub wandb_keys: Vec<WandbKeyConfig>,
 }
 
 impl AuthConfig {
@@ -128,6 +156,17 @@ impl AuthConfig {
             tokens.insert(token.token.clone(), principal);
         }
         tokens
+    }
+
+    /// The configured W&B keys, each entity's grant in configuration order.
+    pub fn wandb_keys(&self) -> WandbKeys {
+        let mut keys = WandbKeys::default();
+        for key in &self.wandb_keys {
+            let principal =
+                Principal { org: key.org.clone(), user: key.user.clone(), uid: key.uid, roles: key.roles.clone() };
+            keys.insert(key.api_key.clone(), key.entity.clone(), key.host.clone(), principal);
+        }
+        keys
     }
 }
 
@@ -363,6 +402,29 @@ impl EmulatorConfig {
                 return Err(ConfigError::Auth(format!("tokens[{index}]: the same token is listed twice")));
             }
         }
+        for (index, key) in auth.wandb_keys.iter().enumerate() {
+            if key.api_key.trim().is_empty() || key.entity.trim().is_empty() {
+                return Err(ConfigError::Auth(format!("wandbKeys[{index}]: apiKey and entity are required")));
+            }
+            if key.org.trim().is_empty() || key.user.trim().is_empty() {
+                return Err(ConfigError::Auth(format!("wandbKeys[{index}]: org and user are required")));
+            }
+            let earlier = &auth.wandb_keys[..index];
+            if earlier.iter().any(|other| other.api_key == key.api_key && other.entity == key.entity) {
+                return Err(ConfigError::Auth(format!(
+                    "wandbKeys[{index}]: key and entity {:?} are listed twice",
+                    key.entity
+                )));
+            }
+            if earlier.iter().any(|other| other.api_key == key.api_key && other.host != key.host) {
+                return Err(ConfigError::Auth(format!(
+                    "wandbKeys[{index}]: the same key with another host: a W&B key belongs to one server"
+                )));
+            }
+            if auth.tokens.iter().any(|token| token.token == key.api_key) {
+                return Err(ConfigError::Auth(format!("wandbKeys[{index}]: the key is also a bearer token")));
+            }
+        }
         let runtime_tree = runtime_tree
             .as_object_mut()
             .and_then(|map| map.remove("containerRuntime"))
@@ -488,6 +550,36 @@ mod tests {
         assert_eq!(config.faults[0].schedule.unwrap().times, 2);
         let bad = EmulatorConfig::from_overlays(Scenario::Ready, [(Path::new("v.yaml"), "faults:\n  - {mtach: {}}\n")]);
         assert!(bad.unwrap_err().to_string().contains("faults[0]"));
+    }
+
+    #[test]
+    fn wandb_keys_are_read_and_contradictions_are_named() {
+        let key = |api_key: &str, entity: &str, host: &str| {
+            format!(
+                "    - {{apiKey: \"{api_key}\", entity: \"{entity}\", host: \"{host}\", org: o, user: u, roles: [sandbox_user]}}\n"
+            )
+        };
+        let load = |keys: &[String]| {
+            let text = format!(
+                "auth:\n  tokens:\n    - {{token: t, org: o, user: u, roles: [sandbox_user]}}\n  wandbKeys:\n{}",
+                keys.concat()
+            );
+            EmulatorConfig::from_overlays(Scenario::Ready, [(Path::new("v.yaml"), text.as_str())])
+        };
+        let config = load(&[key("k", "team-a", ""), key("k", "team-b", "")]).unwrap();
+        let keys = config.auth.wandb_keys();
+        let credentials = |entity| crate::auth::WandbCredentials { api_key: "k", entity, host: None };
+        assert_eq!(keys.authenticate(credentials(Some("team-b"))).unwrap().org, "o");
+        assert!(keys.authenticate(credentials(None)).is_ok());
+        for (keys, words) in [
+            (vec![key("k", "team-a", ""), key("k", "team-a", "")], "listed twice"),
+            (vec![key("k", "team-a", ""), key("k", "team-b", "wandb.lab.test")], "another host"),
+            (vec![key("", "team-a", "")], "apiKey and entity are required"),
+            (vec![key("t", "team-a", "")], "also a bearer token"),
+        ] {
+            let error = load(&keys).unwrap_err().to_string();
+            assert!(error.contains(words) && error.contains("wandbKeys["), "{words}: {error}");
+        }
     }
 
     #[test]

@@ -78,16 +78,45 @@ def test_tokens(monkeypatch):
 
 
 class WandbHeaders:
-    """What the client's W&B auth mode sends (without needing the wandb package here)."""
+    """What the client's W&B auth mode (`WandbAuth(entity=…, project=…)`) sends, without needing
+    the wandb package here: the headers `_resolve_wandb_auth` builds."""
+
+    def __init__(self, api_key: str, entity: str | None = None, project: str | None = None):
+        self.headers = {"x-wandb-api-key": api_key, "x-wandb-sdk-version": "0.22.0"}
+        if entity:
+            self.headers["x-entity-id"] = entity
+        if project:
+            self.headers["x-project-name"] = project
 
     def resolve_auth(self, *, base_url: str) -> AuthHeaders:
-        return AuthHeaders(headers={"x-wandb-api-key": "wandb-key", "x-wandb-sdk-version": "0.0.0"}, strategy="wandb")
+        return AuthHeaders(headers=dict(self.headers), strategy="wandb_api_key")
 
 
-def test_wandb_credentials_are_refused_with_the_clients_auth_error():
-    # Issue 14 item 14: W&B auth is not emulated; the refusal says so and is the client's auth error.
-    with pytest.raises(CWSandboxAuthenticationError, match="W&B credentials"):
-        Sandbox.list(auth=WandbHeaders()).result()
+def test_wandb_auth_acts_for_the_keys_entity(mark):
+    # Issue 34 item 9: the values' auth.wandbKeys map a key and entity to a principal. The key's
+    # default entity (ml-team) is the default organization: its sandbox is the token user's too.
+    sb = Sandbox.run(
+        placement_mode="cks",
+        runner_ids=[RUNNER],
+        environment_variables={"CWSANDBOX_TEST_RUN": mark},
+        auth=WandbHeaders("wandb-key-alice", project="rl-evals"),
+    )
+    try:
+        sb.wait(timeout=WAIT)
+        assert sb.exec(["echo", "hi"]).result().stdout == "hi\n"
+        assert sb.sandbox_id in [other.sandbox_id for other in Sandbox.list(runner_ids=[RUNNER]).result()]
+        # Another entity of the same key is another organization, which does not see it.
+        elsewhere = Sandbox.list(auth=WandbHeaders("wandb-key-alice", entity="other-team")).result()
+        assert sb.sandbox_id not in [other.sandbox_id for other in elsewhere]
+    finally:
+        sb.stop().result()
+
+
+def test_unknown_wandb_keys_and_entities_are_the_clients_auth_errors():
+    with pytest.raises(CWSandboxAuthenticationError, match="unknown W&B API key"):
+        Sandbox.list(auth=WandbHeaders("no-such-key")).result()
+    with pytest.raises(Exception, match="no access to entity"):
+        Sandbox.list(auth=WandbHeaders("wandb-key-alice", entity="nobodys-team")).result()
 
 
 def test_a_failing_main_process_fails_the_sandbox_with_its_reason(mark):
