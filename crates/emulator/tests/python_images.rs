@@ -9,12 +9,14 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 use cwsandbox_testkit::emulator::EmulatorProcess;
-use cwsandbox_testkit::images::{self, BASE_GREETING, BASE_MOTD, BASE_WORKDIR, LAYERED_MOTD, OS_RELEASE};
+use cwsandbox_testkit::images::{self, BASE_GREETING, BASE_MOTD, BASE_WORKDIR, LAYERED_MOTD, OS_RELEASE, PRIVATE_MOTD};
 use cwsandbox_testkit::procs;
 use cwsandbox_testkit::registry::LocalRegistry;
 use cwsandbox_testkit::text;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_cwsandbox-emulator");
+/// The user and password of the private registry.
+const PRIVATE_USER: (&str, &str) = ("puller", "pa:ss word");
 const SUITE_TIMEOUT_SECONDS: &str = "600";
 
 /// Starts a sandbox of the busybox image that stays up, as the client leaves one at exit.
@@ -45,6 +47,9 @@ fn which(program: &str) -> Option<std::path::PathBuf> {
 /// of the test an image cache of the test's own.
 struct Setup {
     registry: LocalRegistry,
+    /// A registry that answers only to [`PRIVATE_USER`]: the sandboxes' own credentials
+    /// (`image_pull_credentials`, from the values' secret store `registry-credentials`).
+    private: LocalRegistry,
     /// Holds the image cache and the values file.
     _dir: tempfile::TempDir,
     values: String,
@@ -57,13 +62,26 @@ impl Setup {
             panic!("{missing}");
         }
         let registry = LocalRegistry::start().context("local registry")?;
+        let private = LocalRegistry::start_with_auth(PRIVATE_USER.0, PRIVATE_USER.1).context("private registry")?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let pushed = runtime.block_on(images::push_test_images(&registry)).context("pushing the test images")?;
+        runtime.block_on(images::push_private_image(&private)).context("pushing the private image")?;
         eprintln!("registry {} holds {} and {}", registry.host(), pushed.base, pushed.layered);
         let dir = tempfile::tempdir()?;
         let values = dir.path().join("values.yaml");
-        std::fs::write(&values, format!("containerRuntime:\n  imageCache: {}\n", dir.path().join("images").display()))?;
-        Ok(Setup { registry, values: values.display().to_string(), _dir: dir })
+        let docker_config =
+            serde_json::json!({"auths": {private.host(): {"username": PRIVATE_USER.0, "password": PRIVATE_USER.1}}});
+        let values_text = format!(
+            "containerRuntime:\n  imageCache: {}\nsecretStores:\n  registry-credentials:\n    secrets:\n      \
+             login: {{username: {user:?}, password: {password:?}}}\n      wrong: {{username: {user:?}, password: nope}}\n      \
+             config-json: {config:?}\n",
+            dir.path().join("images").display(),
+            user = PRIVATE_USER.0,
+            password = PRIVATE_USER.1,
+            config = docker_config.to_string(),
+        );
+        std::fs::write(&values, values_text)?;
+        Ok(Setup { registry, private, values: values.display().to_string(), _dir: dir })
     }
 
     /// An emulator whose containers `kind` (`oci`, `auto`) runs.
@@ -99,11 +117,13 @@ fn the_python_client_runs_sandboxes_in_their_images() -> Result<()> {
         .env("CWSANDBOX_ISOLATION", &emulator.ready.isolation)
         .env("CWSANDBOX_TEST_RUN_ID", &marker)
         .env("CWSANDBOX_TEST_REGISTRY", registry.host())
+        .env("CWSANDBOX_TEST_PRIVATE_REGISTRY", setup.private.host())
         .env("CWSANDBOX_TEST_IMAGE_OS_RELEASE", OS_RELEASE)
         .env("CWSANDBOX_TEST_IMAGE_GREETING", BASE_GREETING.1)
         .env("CWSANDBOX_TEST_IMAGE_WORKDIR", BASE_WORKDIR)
         .env("CWSANDBOX_TEST_IMAGE_BASE_MOTD", BASE_MOTD)
         .env("CWSANDBOX_TEST_IMAGE_LAYERED_MOTD", LAYERED_MOTD)
+        .env("CWSANDBOX_TEST_IMAGE_PRIVATE_MOTD", PRIVATE_MOTD)
         .env("CWSANDBOX_TEST_CGROUP_LIMITS", if emulator.ready.cgroup_limits { "1" } else { "0" })
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()?;
@@ -124,17 +144,21 @@ fn the_python_client_runs_sandboxes_in_their_images() -> Result<()> {
         Ok(text(&output.stdout))
     };
     let pods = kubectl(&["get", "pods", "-A"])?;
-    let failed = pods.lines().find(|line| line.contains("ImagePullBackOff")).unwrap_or_else(|| panic!("{pods}"));
-    let (namespace, pod) = {
+    // The unknown tag's Pod and the private image's Pods pulled without its credentials.
+    let mut described = Vec::new();
+    for failed in pods.lines().filter(|line| line.contains("ImagePullBackOff")) {
         let mut columns = failed.split_whitespace();
-        (columns.next().unwrap_or_default().to_owned(), columns.next().unwrap_or_default().to_owned())
-    };
-    let described = kubectl(&["describe", "pod", "-n", &namespace, &pod])?;
+        let (namespace, pod) = (columns.next().unwrap_or_default(), columns.next().unwrap_or_default());
+        described.push(kubectl(&["describe", "pod", "-n", namespace, pod])?);
+    }
     assert!(
-        described.contains("Reason:       ImagePullBackOff") || described.contains("ImagePullBackOff"),
-        "{described}"
+        described.iter().any(|pod| pod.contains("no-such-tag: not found")),
+        "the registry's message: {described:?}\n{pods}"
     );
-    assert!(described.contains("no-such-tag: not found"), "the registry's message: {described}");
+    assert!(
+        described.iter().any(|pod| pod.contains("test/private:1") && pod.contains("pull access denied")),
+        "the private registry's refusal: {described:?}"
+    );
     let events = kubectl(&["get", "events", "-A"])?;
     assert!(events.contains("Failed to pull image") && events.contains("Successfully pulled image"), "{events}");
 

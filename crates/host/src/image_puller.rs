@@ -14,12 +14,27 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cwsandbox_images::{
-    Image, ImageReference, ImageStore, ImageStoreConfig, PruneReport, PullError, PullPolicy, StoreError,
+    Image, ImageReference, ImageStore, ImageStoreConfig, PruneReport, PullCredentials, PullError, PullPolicy,
+    RegistrySecret, StoreError,
 };
+use cwsandbox_sim::k8s::{ImagePullSecret, PullSecret};
 use cwsandbox_sim::world::{ImagePullFailure, ImagePullPolicy, ImagePulled, ImageToPull};
 use cwsandbox_sync::MutexUnpoisoned;
 
 use crate::runtime_config::{ContainerRuntimeConfig, RuntimeKind};
+
+/// The image store's form of a container's registry secret.
+fn registry_credentials(secret: &ImagePullSecret) -> PullCredentials {
+    PullCredentials {
+        registry: secret.registry.clone(),
+        secret: match &secret.secret {
+            PullSecret::Basic { username, password } => {
+                RegistrySecret::Basic { username: username.clone(), password: password.clone() }
+            }
+            PullSecret::DockerConfigJson(json) => RegistrySecret::DockerConfigJson(json.clone().into_bytes()),
+        },
+    }
+}
 
 /// How long a registry that could not be reached is taken to be unreachable (`auto` only).
 pub const UNREACHABLE_FOR: Duration = Duration::from_secs(60);
@@ -127,7 +142,8 @@ impl ImagePuller {
                 continue;
             }
             let started = Instant::now();
-            match self.store.pull(&wanted.image, policy).await {
+            let credentials = wanted.credentials.as_ref().map(registry_credentials);
+            match self.store.pull_with(&wanted.image, policy, credentials.as_ref()).await {
                 Ok(image) => {
                     reports.push(if image.pulled {
                         ImagePulled::Pulled {
@@ -222,7 +238,12 @@ mod tests {
     use super::*;
 
     fn wanted(image: &str) -> Vec<ImageToPull> {
-        vec![ImageToPull { container: "main".to_owned(), image: image.to_owned(), policy: ImagePullPolicy::Always }]
+        vec![ImageToPull {
+            container: "main".to_owned(),
+            image: image.to_owned(),
+            policy: ImagePullPolicy::Always,
+            credentials: None,
+        }]
     }
 
     /// The puller's share of the cache's limits: a bomb's failure names the values key and flag

@@ -415,6 +415,7 @@ impl ImageStore {
             config_blob: format!("sha256:{}", image.config_blob.hex),
             size_bytes,
             layers,
+            sandbox_reader: None,
         };
         let (_rootfs, unpacked_now) = self.unpack(&image.names[0], &fetched).await.map_err(LoadError::Unpack)?;
         let hex = digest_hex(&image.digest).unwrap_or_default().to_string();
@@ -430,6 +431,8 @@ impl ImageStore {
             layers: fetched.layers.iter().map(|(digest, _)| digest.clone()).collect(),
             config_blob: Some(fetched.config_blob.clone()),
             unpacked_bytes,
+            // Loaded by whoever may load images (the operator): every sandbox here may run it.
+            readers: None,
         };
         self.write_json(&meta_path, &meta).map_err(|e| LoadError::cache("writing the image's metadata", e))?;
         let mut references = Vec::new();

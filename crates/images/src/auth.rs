@@ -47,6 +47,75 @@ struct AuthEntry {
     registrytoken: Option<String>,
 }
 
+/// Registry credentials a sandbox brings for its image (`Container.image_pull_credentials`, read
+/// from its organization's secret store): used for `registry` only, instead of the emulator's
+/// docker config. Its Debug form hides the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PullCredentials {
+    /// The registry host they are for (`host[:port]`, `docker.io` for Docker Hub).
+    pub registry: String,
+    /// The secret.
+    pub secret: RegistrySecret,
+}
+
+/// A registry secret, in either form a secret store holds one.
+#[derive(Clone, PartialEq, Eq)]
+pub enum RegistrySecret {
+    /// A user and password (HTTP basic, or the registry's token exchange).
+    Basic {
+        /// The user.
+        username: String,
+        /// The password or access token.
+        password: String,
+    },
+    /// A Docker `config.json` (what `docker login` writes and a Kubernetes `dockerconfigjson`
+    /// pull secret holds); its entry for the registry is used.
+    DockerConfigJson(Vec<u8>),
+}
+
+impl std::fmt::Debug for PullCredentials {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let form = match self.secret {
+            RegistrySecret::Basic { .. } => "user and password",
+            RegistrySecret::DockerConfigJson(_) => "docker config.json",
+        };
+        formatter.debug_struct("PullCredentials").field("registry", &self.registry).field("secret", &form).finish()
+    }
+}
+
+impl PullCredentials {
+    /// The authentication these credentials give for `registry`: `None` when they are for
+    /// another registry.
+    pub(crate) fn auth_for(&self, registry: &str) -> Option<RegistryAuth> {
+        if !same_registry(&self.registry, registry) {
+            return None;
+        }
+        Some(match &self.secret {
+            RegistrySecret::Basic { username, password } => RegistryAuth::Basic(username.clone(), password.clone()),
+            RegistrySecret::DockerConfigJson(json) => docker_config_auth(json, registry, "the sandbox's pull secret"),
+        })
+    }
+}
+
+/// Whether two registry names are the same registry (Docker Hub's aliases are one).
+fn same_registry(named: &str, registry: &str) -> bool {
+    let hub = |name: &str| name == DOCKER_HUB || DOCKER_HUB_ALIASES.contains(&name);
+    let named = hostname_of_key(named.trim());
+    named.eq_ignore_ascii_case(registry) || (hub(registry) && hub(named))
+}
+
+/// A stable digest of the credentials in `auth`, so a cache can remember who may read what
+/// without keeping the secret; `None` for anonymous access.
+pub(crate) fn fingerprint(auth: &RegistryAuth) -> Option<String> {
+    use sha2::Digest;
+    let text = match auth {
+        RegistryAuth::Anonymous => return None,
+        RegistryAuth::Basic(user, password) => format!("basic\0{user}\0{password}"),
+        RegistryAuth::Bearer(token) => format!("bearer\0{token}"),
+    };
+    Some(hex::encode(sha2::Sha256::digest(text.as_bytes())))
+}
+
 /// The credentials `config` holds for `registry` (`host[:port]`, `docker.io` for Docker Hub);
 /// anonymous when there are none or the file cannot be read (said in the log).
 pub(crate) fn registry_auth(config: Option<&Path>, registry: &str) -> RegistryAuth {
@@ -58,10 +127,16 @@ pub(crate) fn registry_auth(config: Option<&Path>, registry: &str) -> RegistryAu
             return RegistryAuth::Anonymous;
         }
     };
-    let parsed: DockerConfig = match serde_json::from_slice(&text) {
+    docker_config_auth(&text, registry, &path.display().to_string())
+}
+
+/// The credentials a docker `config.json` (`text`, read from `source`) holds for `registry`.
+fn docker_config_auth(text: &[u8], registry: &str, source: &str) -> RegistryAuth {
+    let path = source;
+    let parsed: DockerConfig = match serde_json::from_slice(text) {
         Ok(parsed) => parsed,
         Err(e) => {
-            warn!(path = %path.display(), error = %e, "docker config is not valid JSON; pulling anonymously");
+            warn!(path, error = %e, "docker config is not valid JSON; pulling anonymously");
             return RegistryAuth::Anonymous;
         }
     };
@@ -95,7 +170,7 @@ pub(crate) fn registry_auth(config: Option<&Path>, registry: &str) -> RegistryAu
         match decoded.as_deref().and_then(|text| text.split_once(':')) {
             Some((user, password)) => return RegistryAuth::Basic(user.to_string(), password.to_string()),
             None => {
-                warn!(registry, path = %path.display(), "docker config's auth is not base64 of user:password; pulling anonymously")
+                warn!(registry, path, "docker config's auth is not base64 of user:password; pulling anonymously")
             }
         }
     }
@@ -133,6 +208,32 @@ mod tests {
         assert_eq!(with_config(json, "tok.example.com"), RegistryAuth::Bearer("T".into()));
         assert_eq!(with_config(json, "127.0.0.1:5001"), RegistryAuth::Anonymous);
         assert_eq!(with_config(json, "quay.io"), RegistryAuth::Anonymous);
+    }
+
+    #[test]
+    fn a_sandboxs_credentials_serve_their_registry_only() {
+        let basic = PullCredentials {
+            registry: "127.0.0.1:5000".into(),
+            secret: RegistrySecret::Basic { username: "u".into(), password: "p".into() },
+        };
+        assert_eq!(basic.auth_for("127.0.0.1:5000"), Some(RegistryAuth::Basic("u".into(), "p".into())));
+        assert_eq!(basic.auth_for("127.0.0.1:5001"), None);
+        let hub = PullCredentials {
+            registry: "index.docker.io".into(),
+            secret: RegistrySecret::DockerConfigJson(
+                br#"{"auths":{"https://index.docker.io/v1/":{"auth":"aHViOmh1YnB3"}}}"#.to_vec(),
+            ),
+        };
+        assert_eq!(hub.auth_for("docker.io"), Some(RegistryAuth::Basic("hub".into(), "hubpw".into())));
+        assert_eq!(
+            format!("{basic:?}"),
+            r#"PullCredentials { registry: "127.0.0.1:5000", secret: "user and password" }"#
+        );
+        assert_eq!(fingerprint(&RegistryAuth::Anonymous), None);
+        assert_ne!(
+            fingerprint(&RegistryAuth::Basic("u".into(), "p".into())),
+            fingerprint(&RegistryAuth::Basic("u".into(), "q".into()))
+        );
     }
 
     #[test]

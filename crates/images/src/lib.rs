@@ -18,7 +18,7 @@ mod unpack;
 mod user;
 
 pub use archive::{CachedImage, LoadError, LoadReport, LoadedImage, RemoveError, RemovedImage};
-pub use auth::default_docker_config;
+pub use auth::{PullCredentials, RegistrySecret, default_docker_config};
 pub use config::{DEFAULT_PATH, ImageConfig};
 pub use error::{PullError, StoreError};
 pub use reference::{DOCKER_HUB, ImageReference, InvalidPullPolicy, InvalidReference, PullPolicy};

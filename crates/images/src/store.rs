@@ -35,12 +35,13 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tracing::{debug, info, warn};
 
-use crate::auth;
+use crate::auth::{self, PullCredentials};
 use crate::config::ImageConfig;
 use crate::error::{PullError, StoreError, chain};
 use crate::fsutil;
 use crate::reference::{ImageReference, PullPolicy, host_of};
 use crate::unpack::{UnpackFailure, UnpackOptions, unpack_layers};
+use oci_client::secrets::RegistryAuth;
 
 /// The default most an image may unpack to ([`ImageStoreConfig::max_image_bytes`]): 8 GiB.
 /// The images sandboxes run (python, node, ubuntu, CUDA runtime images) unpack to well under
@@ -198,6 +199,14 @@ pub(crate) struct ImageMeta {
     /// The data written to the tree (sparse files' holes not counted): the cache's accounting.
     #[serde(default)]
     pub(crate) unpacked_bytes: u64,
+    /// Set when the image was pulled with a sandbox's own registry credentials
+    /// (`image_pull_credentials`) and never shown to be readable without them: the fingerprints
+    /// of the credentials the registry let read it. Another sandbox gets it from the cache only
+    /// with one of those, or after the registry lets its own credentials read the same manifest
+    /// (as the kubelet's "ensure secret pulled images" checks), so a private image does not
+    /// reach an organization through the cache. `None`: readable by anyone here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) readers: Option<Vec<String>>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -213,6 +222,23 @@ pub(crate) struct Fetched {
     pub(crate) config_blob: String,
     pub(crate) size_bytes: u64,
     pub(crate) layers: Vec<(String, PathBuf)>,
+    /// The fingerprint of the sandbox's own credentials, when the registry was read with them.
+    pub(crate) sandbox_reader: Option<String>,
+}
+
+/// Who asks for an image: the credentials a pull of its registry uses, and whether they are a
+/// sandbox's own (`image_pull_credentials`) rather than the emulator's docker config.
+#[derive(Clone)]
+struct Requester {
+    /// The sandbox's credentials, if it brought any.
+    credentials: Option<PullCredentials>,
+}
+
+impl Requester {
+    /// The sandbox's authentication for `registry`, if it brought credentials for it.
+    fn sandbox_auth(&self, registry: &str) -> Option<RegistryAuth> {
+        self.credentials.as_ref().and_then(|credentials| credentials.auth_for(registry))
+    }
 }
 
 impl ImageStore {
@@ -249,15 +275,29 @@ impl ImageStore {
     /// `Never`), or from its registry (`Always`, or not here yet). Layers already here are not
     /// downloaded again; trees are unpacked once per manifest.
     pub async fn pull(&self, image: &str, policy: PullPolicy) -> Result<Image, PullError> {
+        self.pull_with(image, policy, None).await
+    }
+
+    /// [`ImageStore::pull`] for a sandbox that brings its own credentials for the image's
+    /// registry (`image_pull_credentials`): they replace the emulator's docker config for that
+    /// registry, and an image pulled with them stays theirs in the cache (see `ImageMeta`).
+    pub async fn pull_with(
+        &self,
+        image: &str,
+        policy: PullPolicy,
+        credentials: Option<&PullCredentials>,
+    ) -> Result<Image, PullError> {
         let reference = ImageReference::normalize(image)?;
+        let requester = Requester { credentials: credentials.cloned() };
         match policy {
             PullPolicy::Never => {
                 return self
-                    .cached_reference(&reference)
+                    .cached_for(&reference, &requester, false)
+                    .await?
                     .ok_or_else(|| PullError::NeverPull { reference: reference.to_string() });
             }
             PullPolicy::IfNotPresent => {
-                if let Some(image) = self.cached_reference(&reference) {
+                if let Some(image) = self.cached_for(&reference, &requester, true).await? {
                     return Ok(image);
                 }
             }
@@ -267,7 +307,7 @@ impl ImageStore {
         let lock = self.lock(format!("ref:{reference}"));
         let waited = lock.try_lock().is_err();
         let _guard = lock.lock().await;
-        if waited && let Some(mut image) = self.cached_reference(&reference) {
+        if waited && let Some(mut image) = self.cached_for(&reference, &requester, true).await? {
             // The pull this one waited for was made for it too: one download for both.
             image.pulled = true;
             return Ok(image);
@@ -278,24 +318,40 @@ impl ImageStore {
         let gc_guard =
             self.lock_cache(true).await.map_err(|source| cache_error(&reference, "locking the cache", source))?;
         let started = Instant::now();
-        let fetched = match tokio::time::timeout(self.config.pull_timeout, self.fetch_through_mirrors(&reference)).await
-        {
-            Ok(fetched) => fetched?,
-            Err(_) => {
-                return Err(PullError::Unreachable {
-                    reference: reference.to_string(),
-                    registry: reference.registry().to_string(),
-                    reason: format!("pull timed out after {:?}", self.config.pull_timeout),
-                });
-            }
-        };
+        let fetched =
+            match tokio::time::timeout(self.config.pull_timeout, self.fetch_through_mirrors(&reference, &requester))
+                .await
+            {
+                Ok(fetched) => fetched?,
+                Err(_) => {
+                    return Err(PullError::Unreachable {
+                        reference: reference.to_string(),
+                        registry: reference.registry().to_string(),
+                        reason: format!("pull timed out after {:?}", self.config.pull_timeout),
+                    });
+                }
+            };
         let (rootfs, unpacked_now) = self.unpack(&reference, &fetched).await?;
         let hex = digest_hex(&fetched.digest).unwrap_or_default().to_string();
         let meta_path = self.root.join("images").join(format!("{hex}.json"));
+        let previous = read_meta(&meta_path);
         let unpacked_bytes = match unpacked_now {
             Some(bytes) => bytes,
             // Unpacked by an earlier pull: its accounting stands.
-            None => read_meta(&meta_path).map(|meta| meta.unpacked_bytes).unwrap_or(0),
+            None => previous.as_ref().map(|meta| meta.unpacked_bytes).unwrap_or(0),
+        };
+        // Read with the sandbox's own credentials: theirs (and those that read it before), unless
+        // the cache already held it as readable by anyone.
+        let readers = match (&fetched.sandbox_reader, previous) {
+            (None, _) => None,
+            (Some(_), Some(previous)) if previous.readers.is_none() => None,
+            (Some(reader), previous) => {
+                let mut readers = previous.and_then(|previous| previous.readers).unwrap_or_default();
+                if !readers.contains(reader) {
+                    readers.push(reader.clone());
+                }
+                Some(readers)
+            }
         };
         let meta = ImageMeta {
             digest: fetched.digest.clone(),
@@ -304,6 +360,7 @@ impl ImageStore {
             layers: fetched.layers.iter().map(|(digest, _)| digest.clone()).collect(),
             config_blob: Some(fetched.config_blob.clone()),
             unpacked_bytes,
+            readers,
         };
         // A new file: its modification time, now, is the image's last use.
         self.write_json(&meta_path, &meta)
@@ -444,16 +501,75 @@ impl ImageStore {
         })
     }
 
-    /// Fetches `reference` from its registry's mirrors in order, then from the registry itself.
-    async fn fetch_through_mirrors(&self, reference: &ImageReference) -> Result<Fetched, PullError> {
+    /// The cached image for `requester`: any cached image readable by anyone; an image pulled
+    /// with a sandbox's own credentials only for those credentials, or once the registry let the
+    /// requester's credentials read the same manifest (`may_ask_registry`; pull policy `Never`
+    /// may not ask, so it is refused). `None` when the image is not here, or the registry now
+    /// has another manifest under the reference (a pull fetches it).
+    async fn cached_for(
+        &self,
+        reference: &ImageReference,
+        requester: &Requester,
+        may_ask_registry: bool,
+    ) -> Result<Option<Image>, PullError> {
+        let Some(image) = self.cached_reference(reference) else { return Ok(None) };
+        let Some(hex) = digest_hex(&image.digest) else { return Ok(Some(image)) };
+        let meta_path = self.root.join("images").join(format!("{hex}.json"));
+        let Some(readers) = read_meta(&meta_path).and_then(|meta| meta.readers) else { return Ok(Some(image)) };
+        let own_auth = requester.sandbox_auth(reference.registry());
+        let fingerprint = own_auth.as_ref().and_then(auth::fingerprint);
+        if fingerprint.as_ref().is_some_and(|fingerprint| readers.contains(fingerprint)) {
+            return Ok(Some(image));
+        }
+        if !may_ask_registry {
+            return Err(PullError::Unauthorized {
+                reference: reference.to_string(),
+                message: "the cached image was pulled with other registry credentials, and pull policy Never does not let the registry check these".to_owned(),
+            });
+        }
+        let auth = own_auth
+            .clone()
+            .unwrap_or_else(|| auth::registry_auth(self.config.docker_config.as_deref(), reference.registry()));
+        let plain = speaks_plain_http(reference, &self.config.insecure_registries);
+        let client = self.client_for(reference, plain)?;
+        let (_, digest) = client
+            .pull_image_manifest(&reference.to_oci(), &auth)
+            .await
+            .map_err(|error| registry_error(reference, error))?;
+        if digest != image.digest {
+            return Ok(None);
+        }
+        info!(image = %reference, "the registry lets these credentials read the cached image");
+        // Readable without a sandbox's own credentials: by anyone here from now on.
+        if let Some(mut meta) = read_meta(&meta_path) {
+            meta.readers = fingerprint.map(|fingerprint| {
+                let mut readers = meta.readers.take().unwrap_or_default();
+                readers.push(fingerprint);
+                readers
+            });
+            if let Err(error) = self.write_json(&meta_path, &meta) {
+                warn!(image = %reference, %error, "could not record who may read the cached image");
+            }
+        }
+        Ok(Some(image))
+    }
+
+    /// Fetches `reference` from its registry's mirrors in order, then from the registry itself
+    /// (with the requester's own credentials, if it brought some for that registry).
+    async fn fetch_through_mirrors(
+        &self,
+        reference: &ImageReference,
+        requester: &Requester,
+    ) -> Result<Fetched, PullError> {
         let upstream_plain = speaks_plain_http(reference, &self.config.insecure_registries);
+        let upstream_auth = requester.sandbox_auth(reference.registry());
         let Some(mirrors) = self.config.registry_mirrors.get(reference.registry()).filter(|m| !m.is_empty()) else {
-            return self.fetch(reference, upstream_plain).await;
+            return self.fetch(reference, upstream_plain, upstream_auth).await;
         };
         let mut tried = Vec::new();
         for mirror in mirrors {
             let outcome = match mirror_reference(reference, mirror, &self.config.insecure_registries) {
-                Ok((mirrored, plain)) => self.fetch(&mirrored, plain).await,
+                Ok((mirrored, plain)) => self.fetch(&mirrored, plain, None).await,
                 Err(why) => Err(registry_message(reference, why)),
             };
             match outcome {
@@ -467,13 +583,22 @@ impl ImageStore {
                 }
             }
         }
-        self.fetch(reference, upstream_plain).await.map_err(|error| with_tried(error, &tried))
+        self.fetch(reference, upstream_plain, upstream_auth).await.map_err(|error| with_tried(error, &tried))
     }
 
-    async fn fetch(&self, reference: &ImageReference, plain: bool) -> Result<Fetched, PullError> {
+    /// Fetches from one registry, with `sandbox_auth` (a sandbox's own credentials) when given,
+    /// else the emulator's docker config.
+    async fn fetch(
+        &self,
+        reference: &ImageReference,
+        plain: bool,
+        sandbox_auth: Option<RegistryAuth>,
+    ) -> Result<Fetched, PullError> {
         let client = self.client_for(reference, plain)?;
         let oci_ref = reference.to_oci();
-        let auth = auth::registry_auth(self.config.docker_config.as_deref(), reference.registry());
+        let sandbox_reader = sandbox_auth.as_ref().and_then(auth::fingerprint);
+        let auth = sandbox_auth
+            .unwrap_or_else(|| auth::registry_auth(self.config.docker_config.as_deref(), reference.registry()));
         debug!(image = %reference, "resolving");
         let (manifest, digest) =
             client.pull_image_manifest(&oci_ref, &auth).await.map_err(|e| registry_error(reference, e))?;
@@ -496,7 +621,7 @@ impl ImageStore {
             size_bytes += u64::try_from(layer.size).unwrap_or(0);
             layers.push((layer.digest.clone(), file));
         }
-        Ok(Fetched { digest, config, config_blob: manifest.config.digest.clone(), size_bytes, layers })
+        Ok(Fetched { digest, config, config_blob: manifest.config.digest.clone(), size_bytes, layers, sandbox_reader })
     }
 
     /// The blob `descriptor` names, from the cache or downloaded into it; its content is checked
@@ -1109,6 +1234,7 @@ mod tests {
             layers: vec![format!("sha256:{layer_hex}")],
             config_blob: None,
             unpacked_bytes: tree_bytes,
+            readers: None,
         };
         let meta_path = root.join("images").join(format!("{hex}.json"));
         std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();

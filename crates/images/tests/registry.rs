@@ -5,7 +5,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cwsandbox_images::{Image, ImageStore, ImageStoreConfig, PullError, PullPolicy};
+use cwsandbox_images::{Image, ImageStore, ImageStoreConfig, PullCredentials, PullError, PullPolicy, RegistrySecret};
 use cwsandbox_testkit::images::{self, TestImages};
 use cwsandbox_testkit::registry::{LocalRegistry, free_port};
 
@@ -208,6 +208,69 @@ async fn a_registry_with_authentication_needs_the_docker_config() {
             .unwrap();
     let image = store.pull(&images.layered, PullPolicy::Always).await.unwrap();
     assert_eq!(read(&image, "/etc/motd"), images::LAYERED_MOTD);
+}
+
+fn basic(registry: &str, username: &str, password: &str) -> PullCredentials {
+    PullCredentials {
+        registry: registry.to_owned(),
+        secret: RegistrySecret::Basic { username: username.to_owned(), password: password.to_owned() },
+    }
+}
+
+/// A sandbox's own credentials (`image_pull_credentials`) pull from their registry without the
+/// emulator's docker config, and the image they pulled is theirs in the cache: another sandbox
+/// gets it only with the same credentials, or once the registry lets its own read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxs_own_credentials_pull_and_keep_the_image_theirs() {
+    let registry = LocalRegistry::start_with_auth("tester", "pa:ss word").expect("starting the registry");
+    let images = images::push_test_images(&registry).await.unwrap_or_else(|e| panic!("{e:#}\n{}", registry.log()));
+    let dir = tempfile::tempdir().unwrap();
+    let store = ImageStore::new(store_config(dir.path())).unwrap();
+    let own = basic(&registry.host(), "tester", "pa:ss word");
+
+    let image = store.pull_with(&images.layered, PullPolicy::IfNotPresent, Some(&own)).await.unwrap();
+    assert!(image.pulled);
+    assert_eq!(read(&image, "/etc/motd"), images::LAYERED_MOTD);
+
+    // Without credentials, with wrong ones, or with some for another registry: the registry
+    // refuses them, so the cache does too, whatever the pull policy.
+    let wrong = basic(&registry.host(), "tester", "nope");
+    let elsewhere = basic("registry.example.test", "tester", "pa:ss word");
+    for credentials in [None, Some(&wrong), Some(&elsewhere)] {
+        for policy in [PullPolicy::IfNotPresent, PullPolicy::Never] {
+            let err = store.pull_with(&images.layered, policy, credentials).await.unwrap_err();
+            assert!(matches!(err, PullError::Unauthorized { .. }), "{credentials:?} {policy:?}: {err:?}");
+        }
+    }
+
+    // The same credentials, as a docker config.json this time: from the cache, without asking.
+    let auth = base64_of("tester:pa:ss word");
+    let json = format!(r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#, registry.host());
+    let as_config =
+        PullCredentials { registry: registry.host(), secret: RegistrySecret::DockerConfigJson(json.into_bytes()) };
+    let cached = store.pull_with(&images.layered, PullPolicy::Never, Some(&as_config)).await.unwrap();
+    assert!(!cached.pulled);
+}
+
+/// An image a sandbox's credentials pulled that the registry serves to anyone becomes anyone's
+/// once an anonymous pull was let read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_the_registry_serves_to_anyone_is_anyones_after_one_check() {
+    let (registry, images) = registry_with_images().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = ImageStore::new(store_config(dir.path())).unwrap();
+    let own = basic(&registry.host(), "someone", "whatever");
+    store.pull_with(&images.base, PullPolicy::IfNotPresent, Some(&own)).await.unwrap();
+    let never = store.pull(&images.base, PullPolicy::Never).await.unwrap_err();
+    assert!(matches!(never, PullError::Unauthorized { .. }), "Never may not ask the registry: {never:?}");
+    let checked = store.pull(&images.base, PullPolicy::IfNotPresent).await.unwrap();
+    assert!(!checked.pulled, "the registry was asked for the manifest only");
+    store.pull(&images.base, PullPolicy::Never).await.unwrap();
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
 }
 
 /// Hostile layers from a registry: a whiteout of `..`, a gzip bomb and a sparse bomb. Each

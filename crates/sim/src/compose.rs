@@ -199,8 +199,9 @@ pub fn sandbox_spec(
     let position = |name: &str| order.0.iter().position(|known| known == name).unwrap_or(usize::MAX);
     let mut ordered: Vec<(&String, &Value)> = services.iter().collect();
     ordered.sort_by_key(|(name, _)| (position(name), *name));
-    let containers: Vec<Container> =
+    let mut containers: Vec<Container> =
         ordered.iter().map(|(name, service)| container(request, name, service, &volumes, &mut findings)).collect();
+    pull_credentials(request, &mut containers, &mut findings);
     let mut start_plan =
         StartPlan { host_aliases: ordered.iter().map(|(name, _)| (*name).clone()).collect(), ..Default::default() };
     for (name, service) in &ordered {
@@ -230,6 +231,30 @@ pub fn sandbox_spec(
         ..Default::default()
     };
     findings.into_result((spec, start_plan))
+}
+
+/// The request's `image_pull_credentials`, as a Pod's image pull secrets: each container whose
+/// image is from a listed registry pulls it with those credentials (the first listed for it). A
+/// listed registry no service's image is from would never be used: refused, naming it.
+fn pull_credentials(request: &CreateSandboxFromFileRequest, containers: &mut [Container], findings: &mut Findings) {
+    for (index, credentials) in request.image_pull_credentials.iter().enumerate() {
+        let mut used = false;
+        for container in containers.iter_mut() {
+            let registry = crate::k8s::registry_of_image(&container.image);
+            if container.image_pull_credentials.is_none()
+                && crate::k8s::same_registry(credentials.registry.trim(), registry)
+            {
+                container.image_pull_credentials = Some(credentials.clone());
+                used = true;
+            }
+        }
+        if !used {
+            findings.invalid(
+                format!("image_pull_credentials[{index}].registry"),
+                format!("no service's image is from {:?}: the credentials would never be used", credentials.registry),
+            );
+        }
+    }
 }
 
 /// A service's `depends_on`: a list of names (`service_started`), or a map of names to
@@ -885,6 +910,30 @@ mod tests {
 
     fn fields(error: SimError) -> Vec<String> {
         error.violations().iter().map(|violation| violation.field.clone()).collect()
+    }
+
+    #[test]
+    fn pull_credentials_go_to_the_services_of_their_registry_and_an_unused_one_is_refused() {
+        use cwsandbox_api::sandbox_v1::{ImagePullCredentials, SecretSource};
+        let file = tree(serde_json::json!({"services": {
+            "web": {"image": "ghcr.io/team/web:1"},
+            "db": {"image": "postgres:16"},
+        }}));
+        let credentials = |registry: &str| ImagePullCredentials {
+            registry: registry.to_owned(),
+            credentials: Some(SecretSource { store_name: "s".to_owned(), path: "p".to_owned(), field: String::new() }),
+        };
+        let mut asking = request("web");
+        asking.image_pull_credentials = vec![credentials("ghcr.io")];
+        let spec = spec_of(&asking, &file).unwrap();
+        let registry_of = |name: &str| {
+            let container = spec.containers.iter().find(|container| container.name == name).unwrap();
+            container.image_pull_credentials.as_ref().map(|credentials| credentials.registry.clone())
+        };
+        assert_eq!((registry_of("web"), registry_of("db")), (Some("ghcr.io".to_owned()), None));
+        asking.image_pull_credentials.push(credentials("quay.io"));
+        let error = spec_of(&asking, &file).unwrap_err();
+        assert_eq!(fields(error), ["image_pull_credentials[1].registry"]);
     }
 
     #[test]

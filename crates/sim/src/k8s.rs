@@ -197,6 +197,68 @@ pub struct ContainerInputs {
     pub volume_mounts: Vec<VolumeMountStart>,
     /// Its startup probe (a Compose service's `healthcheck`).
     pub startup_probe: Option<ProbeStart>,
+    /// The registry credentials its image is pulled with (`image_pull_credentials`).
+    pub pull_secret: Option<ImagePullSecret>,
+}
+
+/// Registry credentials for a container's image, read from its organization's secret store
+/// (`Container.image_pull_credentials`). Its Debug form hides the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ImagePullSecret {
+    /// The registry host they are for, as the request names it.
+    pub registry: String,
+    /// The secret.
+    pub secret: PullSecret,
+}
+
+/// The two forms a registry secret takes in a store.
+#[derive(Clone, PartialEq, Eq)]
+pub enum PullSecret {
+    /// A secret with the fields `username` and `password`.
+    Basic {
+        /// The user.
+        username: String,
+        /// The password or access token.
+        password: String,
+    },
+    /// A Docker `config.json` (a whole secret, or one field of it).
+    DockerConfigJson(String),
+}
+
+impl std::fmt::Debug for PullSecret {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PullSecret::Basic { username, .. } => {
+                formatter.debug_struct("Basic").field("username", username).field("password", &"<hidden>").finish()
+            }
+            PullSecret::DockerConfigJson(json) => write!(formatter, "DockerConfigJson(<{} bytes>)", json.len()),
+        }
+    }
+}
+
+impl std::fmt::Debug for ImagePullSecret {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let form = match self.secret {
+            PullSecret::Basic { .. } => "user and password",
+            PullSecret::DockerConfigJson(_) => "docker config.json",
+        };
+        formatter.debug_struct("ImagePullSecret").field("registry", &self.registry).field("secret", &form).finish()
+    }
+}
+
+/// The registry host of an image reference as the container runtimes read it: the first path
+/// part when it looks like a host (has a `.` or `:`, or is `localhost`), else Docker Hub.
+pub fn registry_of_image(image: &str) -> &str {
+    match image.split_once('/') {
+        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => first,
+        _ => "docker.io",
+    }
+}
+
+/// Whether two registry names are one registry (Docker Hub's aliases are one).
+pub fn same_registry(a: &str, b: &str) -> bool {
+    const HUB: [&str; 4] = ["docker.io", "index.docker.io", "registry-1.docker.io", "https://index.docker.io/v1/"];
+    a.eq_ignore_ascii_case(b) || (HUB.contains(&a) && HUB.contains(&b))
 }
 
 /// An exec probe as the host runs it (the API's `Probe`; a Compose `healthcheck`).

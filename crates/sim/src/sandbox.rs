@@ -700,6 +700,7 @@ pub(crate) fn container_inputs(
             .map_or((None, None), |context| (context.run_as_user, context.run_as_group));
         let startup_probe = container.startup_probe.as_ref().and_then(crate::k8s::ProbeStart::from_api);
         if container.secret_stores.is_empty()
+            && container.image_pull_credentials.is_none()
             && container.files.is_empty()
             && container.volume_mounts.is_empty()
             && run_as == (None, None)
@@ -772,6 +773,9 @@ pub(crate) fn container_inputs(
                 inputs.secret_env.insert(mapping.env_var.clone(), value);
             }
         }
+        if let Some(pull) = &container.image_pull_credentials {
+            inputs.pull_secret = Some(pull_secret(index, &container.image, pull, stores)?);
+        }
         inputs.files = container
             .files
             .iter()
@@ -802,6 +806,98 @@ pub(crate) fn container_inputs(
         all.push(Some(Box::new(inputs)));
     }
     Ok(all)
+}
+
+/// The registry secret a container's `image_pull_credentials` names: a secret of the
+/// organization's store with the fields `username` and `password`, or a Docker `config.json`
+/// (the whole secret, or the field named). The registry must be the image's: credentials for
+/// another registry would never be used.
+fn pull_secret(
+    index: usize,
+    image: &str,
+    pull: &cwsandbox_api::sandbox_v1::ImagePullCredentials,
+    stores: &std::collections::BTreeMap<String, crate::config::SecretStoreValues>,
+) -> SimResult<crate::k8s::ImagePullSecret> {
+    use crate::config::SecretValue;
+    use crate::k8s::{ImagePullSecret, PullSecret, registry_of_image, same_registry};
+    let at = format!("sandbox.spec.containers[{index}].imagePullCredentials");
+    let registry = pull.registry.trim();
+    if registry.is_empty() {
+        return Err(SimError::invalid_field(format!("{at}.registry"), "required: the registry host of the image"));
+    }
+    let image_registry = registry_of_image(image);
+    if !same_registry(registry, image_registry) {
+        return Err(SimError::invalid_field(
+            format!("{at}.registry"),
+            format!(
+                "{registry:?} is not the registry of image {image:?} ({image_registry}): the credentials would never be used"
+            ),
+        ));
+    }
+    let source =
+        pull.credentials.as_ref().ok_or_else(|| SimError::invalid_field(format!("{at}.credentials"), "required"))?;
+    let missing = |field: &str, what: String| SimError::NotFound {
+        reason: Reason::SecretNotFound,
+        message: format!("{at}.credentials.{field}: {what}"),
+    };
+    let store = stores.get(&source.store_name).ok_or_else(|| {
+        missing(
+            "storeName",
+            format!(
+                "no secret store {:?} in this organization (SettingsService ListSecretStores names them)",
+                source.store_name
+            ),
+        )
+    })?;
+    let secret = store.secrets.get(&source.path).ok_or_else(|| {
+        missing(
+            "path",
+            format!(
+                "store {:?} has no secret {:?} (a store's secrets are the values' secretStores.{}.secrets)",
+                source.store_name, source.path, source.store_name
+            ),
+        )
+    })?;
+    let secret = match (secret, source.field.as_str()) {
+        (SecretValue::Whole(json), "") => PullSecret::DockerConfigJson(json.clone()),
+        (SecretValue::Whole(_), field) => {
+            return Err(missing("field", format!("secret {:?} is one value, without a field {field:?}", source.path)));
+        }
+        (SecretValue::Fields(fields), "") => match (fields.get("username"), fields.get("password")) {
+            (Some(username), Some(password)) => {
+                PullSecret::Basic { username: username.clone(), password: password.clone() }
+            }
+            _ => {
+                return Err(SimError::invalid_field(
+                    format!("{at}.credentials.field"),
+                    format!(
+                        "secret {:?} has fields ({}) but not username and password: name the field that holds a docker config.json",
+                        source.path,
+                        fields.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+        },
+        (SecretValue::Fields(fields), field) => match fields.get(field) {
+            Some(json) => PullSecret::DockerConfigJson(json.clone()),
+            None => return Err(missing("field", format!("secret {:?} has no field {field:?}", source.path))),
+        },
+    };
+    if let PullSecret::DockerConfigJson(json) = &secret {
+        let auths = serde_json::from_str::<serde_json::Value>(json).ok().and_then(|config| {
+            config.get("auths").and_then(serde_json::Value::as_object).map(|auths| !auths.is_empty())
+        });
+        if auths != Some(true) {
+            return Err(SimError::invalid_field(
+                format!("{at}.credentials.path"),
+                format!(
+                    "secret {:?} is not a docker config.json with `auths` (nor a secret with username and password fields)",
+                    source.path
+                ),
+            ));
+        }
+    }
+    Ok(ImagePullSecret { registry: registry.to_owned(), secret })
 }
 
 /// The services whose ports the host can forward: TCP ports, each once, plain, with an HTTPS

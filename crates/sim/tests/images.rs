@@ -73,6 +73,7 @@ fn an_admitted_pod_waits_for_its_images_then_starts() {
             container: "main".to_owned(),
             image: "127.0.0.1:5000/test/busybox:1".to_owned(),
             policy: ImagePullPolicy::IfNotPresent,
+            credentials: None,
         }]
     );
     let pod = h.pod(pod_uid);

@@ -591,6 +591,89 @@ fn a_missing_store_secret_or_field_refuses_the_sandbox_naming_the_field_and_crea
     assert!(h.world.list_sandboxes("default-org", &SandboxFilter::default(), 0, "").unwrap().0.is_empty());
 }
 
+/// `image_pull_credentials`: a secret with username and password, or a docker config.json (whole
+/// or one field), for the image's own registry; the pull gets them, the Pod's views never do.
+#[test]
+fn image_pull_credentials_resolve_to_the_pull_and_bad_ones_are_named() {
+    use cwsandbox_api::sandbox_v1::{ImagePullCredentials, SecretSource};
+    use cwsandbox_sim::config::{SecretStoreValues, SecretValue};
+    use cwsandbox_sim::k8s::PullSecret;
+    use cwsandbox_sim::world::ImageToPull;
+    let config = r#"{"auths":{"registry.example.test":{"auth":"dTpw"}}}"#;
+    let mut values = Values::scenario(Scenario::Ready);
+    let fields = |pairs: &[(&str, &str)]| {
+        SecretValue::Fields(pairs.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())).collect())
+    };
+    values.secret_stores.insert(
+        "registry".to_owned(),
+        SecretStoreValues {
+            secrets: [
+                ("login".to_owned(), fields(&[("username", "u"), ("password", "p")])),
+                ("config".to_owned(), SecretValue::Whole(config.to_owned())),
+                ("k8s".to_owned(), fields(&[(".dockerconfigjson", config)])),
+                ("plain".to_owned(), SecretValue::Whole("not json".to_owned())),
+                ("half".to_owned(), fields(&[("username", "u")])),
+            ]
+            .into_iter()
+            .collect(),
+            ..SecretStoreValues::default()
+        },
+    );
+    let mut h = harness_with(values);
+    h.world.set_pulls_images(true);
+    let asking = |registry: &str, store: &str, path: &str, field: &str| {
+        let mut spec = client_spec();
+        spec.containers[0].image = "registry.example.test/team/app:1".to_owned();
+        spec.containers[0].image_pull_credentials = Some(ImagePullCredentials {
+            registry: registry.to_owned(),
+            credentials: Some(SecretSource {
+                store_name: store.to_owned(),
+                path: path.to_owned(),
+                field: field.to_owned(),
+            }),
+        });
+        spec
+    };
+    for (path, field, expected) in [
+        ("login", "", PullSecret::Basic { username: "u".to_owned(), password: "p".to_owned() }),
+        ("config", "", PullSecret::DockerConfigJson(config.to_owned())),
+        ("k8s", ".dockerconfigjson", PullSecret::DockerConfigJson(config.to_owned())),
+    ] {
+        let created =
+            h.world.create_sandbox(&alice(), asking("registry.example.test", "registry", path, field), "", "").unwrap();
+        h.advance(1);
+        let pulls: Vec<Vec<ImageToPull>> = h
+            .world
+            .take_effects()
+            .into_iter()
+            .filter_map(|effect| match effect {
+                Effect::PullImages { pod_uid, images } if *pod_uid == *created.pod_uid => Some(images),
+                _ => None,
+            })
+            .collect();
+        let [images] = pulls.as_slice() else { panic!("one pull: {pulls:?}") };
+        let secret = images[0].credentials.as_ref().expect("credentials");
+        assert_eq!((secret.registry.as_str(), &secret.secret), ("registry.example.test", &expected));
+        assert!(!format!("{secret:?}").contains("\"p\""), "Debug hides the secret: {secret:?}");
+    }
+    for (spec, field, reason) in [
+        (asking("ghcr.io", "registry", "login", ""), "imagePullCredentials.registry", None),
+        (asking("", "registry", "login", ""), "imagePullCredentials.registry", None),
+        (asking("registry.example.test", "nope", "login", ""), "credentials.storeName", Some(Reason::SecretNotFound)),
+        (asking("registry.example.test", "registry", "nope", ""), "credentials.path", Some(Reason::SecretNotFound)),
+        (asking("registry.example.test", "registry", "plain", ""), "credentials.path", None),
+        (asking("registry.example.test", "registry", "half", ""), "credentials.field", None),
+        (asking("registry.example.test", "registry", "k8s", "nope"), "credentials.field", Some(Reason::SecretNotFound)),
+    ] {
+        let error = h.world.create_sandbox(&alice(), spec, "", "").unwrap_err();
+        assert!(error.to_string().contains(field), "{field}: {error}");
+        match reason {
+            Some(reason) => assert_eq!(error.reason(), Some(reason), "{error}"),
+            None => assert!(matches!(error, SimError::InvalidArgument { .. }), "{error:?}"),
+        }
+    }
+}
+
 #[test]
 fn mounted_files_need_absolute_plain_paths_outside_proc_and_dev() {
     use cwsandbox_api::sandbox_v1::FileMount;

@@ -297,9 +297,29 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxRequest.sandbox.spec.containers.security_context.seccomp_profile",
         "no seccomp profile is applied",
     ),
-    refused(
+    emulated(
         "CreateSandboxRequest.sandbox.spec.containers.image_pull_credentials",
-        "registry credentials come from the emulator's docker config (containerRuntime.dockerConfig), not a secret store",
+        "the image is pulled with them (OCI runtime; the process runtime pulls nothing), instead of the emulator's docker config; an image they pulled is theirs in the cache",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.image_pull_credentials.registry",
+        "required: the image's registry (Docker Hub's names are one)",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.image_pull_credentials.credentials",
+        "a secret of the organization's store: fields username and password, or a docker config.json",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.image_pull_credentials.credentials.store_name",
+        "a store of the caller's organization",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.image_pull_credentials.credentials.path",
+        "a secret of the store",
+    ),
+    emulated(
+        "CreateSandboxRequest.sandbox.spec.containers.image_pull_credentials.credentials.field",
+        "the field holding a docker config.json; empty: the whole secret (a config.json, or fields username and password)",
     ),
     emulated("CreateSandboxRequest.sandbox.spec.containers.primary", "which container is the main one"),
     refused("CreateSandboxRequest.sandbox.spec.containers.startup_probe", "probes are not run"),
@@ -541,9 +561,10 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxFromFileRequest.control",
         "PLATFORM (the default) runs the services as the sandbox's containers; CONTAINER_ENGINE is refused as when no runner can host it (FAILED_PRECONDITION, CWSANDBOX_NO_SUITABLE_RUNNER: a Docker engine cannot run inside a sandbox here)",
     ),
-    refused(
+    same_as(
         "CreateSandboxFromFileRequest.image_pull_credentials",
-        "registry credentials come from the emulator's docker config (containerRuntime.dockerConfig), not a secret store",
+        "CreateSandboxRequest.sandbox.spec.containers.image_pull_credentials",
+        "each service's image from a listed registry is pulled with its credentials (as a Pod's image pull secrets); a registry no service uses is INVALID_ARGUMENT",
     ),
     // ConnectSandbox: the direct data plane (crate::direct)
     emulated(

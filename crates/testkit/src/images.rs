@@ -109,6 +109,28 @@ pub async fn push_test_images(registry: &LocalRegistry) -> Result<TestImages> {
     Ok(TestImages { base, layered, multi_arch, base_digest: base_digest.0, layered_digest: layered_digest.0 })
 }
 
+/// What `/etc/motd` says in the image [`push_private_image`] pushes.
+pub const PRIVATE_MOTD: &str = "from the private image\n";
+
+/// Pushes `127.0.0.1:PORT/test/private:1` to `registry` (with its credentials): the base image
+/// with `/etc/motd` saying [`PRIVATE_MOTD`], an image no other registry of the tests holds (the
+/// same bytes elsewhere would be the same image to a content-addressed cache). Returns its name.
+pub async fn push_private_image(registry: &LocalRegistry) -> Result<String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = oci_client::Client::try_from(ClientConfig { protocol: ClientProtocol::Http, ..Default::default() })
+        .context("registry client")?;
+    let auth = match registry.credentials() {
+        Some((user, password)) => RegistryAuth::Basic(user.to_string(), password.to_string()),
+        None => RegistryAuth::Anonymous,
+    };
+    let base_layer = Layer::gzip(&base_entries()?)?;
+    let private_layer = Layer::gzip(&[dir("etc", 0o755), file("etc/motd", PRIVATE_MOTD.as_bytes(), 0o644)])?;
+    let config = config_json(&[("PATH", "/bin:/usr/bin"), BASE_GREETING], BASE_WORKDIR, &[&base_layer, &private_layer]);
+    let name = format!("{}/test/private:1", registry.host());
+    push_image(&client, &auth, &name, &config, &[&base_layer, &private_layer], Format::Oci).await?;
+    Ok(name)
+}
+
 /// Pushes `name` (`test/<something>:<tag>`, on `registry`) made of `tars`, each a layer's tar
 /// archive as given (so a test can push what a hostile image would: bombs, odd entries),
 /// gzipped; returns the full name (`127.0.0.1:PORT/…`) and the manifest's digest.

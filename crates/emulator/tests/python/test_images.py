@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from cwsandbox import Container, ResourceOptions, Sandbox
+from cwsandbox import Container, ImagePullCredentials, ResourceOptions, Sandbox
 from cwsandbox.exceptions import SandboxFailedError
 from conftest import RUNNER, WAIT, processes_with, run, sandbox_env
 
@@ -22,6 +22,8 @@ pytestmark = pytest.mark.skipif(not REGISTRY, reason="needs the OCI runtime run 
 
 BUSYBOX = f"{REGISTRY}/test/busybox:1"
 LAYERED = f"{REGISTRY}/test/layered:1"
+# A registry that answers only with the credentials of the values' store `registry-credentials`.
+PRIVATE = os.environ.get("CWSANDBOX_TEST_PRIVATE_REGISTRY", "")
 
 
 def expected(name: str) -> str:
@@ -89,6 +91,25 @@ def test_files_and_exit_codes_work_inside_the_container(busybox):
     missing = busybox.exec(["no-such-program"]).result(timeout=WAIT)
     assert missing.returncode == 127, missing
     assert sh(busybox, "exit 3").returncode == 3
+
+
+def test_a_private_image_runs_with_the_sandboxs_pull_credentials_and_only_with_them(mark):
+    # Issue 34 item 9: image_pull_credentials name a secret of the organization's store, in either
+    # form: fields username and password, or a docker config.json.
+    image = f"{PRIVATE}/test/private:1"
+    for name in ["login", "config-json"]:
+        credentials = ImagePullCredentials(registry=PRIVATE, store="registry-credentials", name=name)
+        sb = run(mark=mark, container_image=image, image_pull_credentials=credentials)
+        sb.wait(timeout=WAIT)
+        assert sh(sb, "cat /etc/motd").stdout == expected("PRIVATE_MOTD")
+        sb.stop().result()
+    # The image is in the cache now, but not for a sandbox without the credentials, nor with
+    # wrong ones: the registry is asked, and refuses them.
+    for credentials in [None, ImagePullCredentials(registry=PRIVATE, store="registry-credentials", name="wrong")]:
+        with pytest.raises(SandboxFailedError) as failed:
+            run(mark=mark, container_image=image, image_pull_credentials=credentials).wait(timeout=WAIT)
+        reason = failed.value.status_reason or ""
+        assert "ImagePullBackOff" in reason and "pull access denied" in reason, reason
 
 
 def test_an_unknown_tag_fails_with_image_pull_back_off_and_the_registrys_message(mark):

@@ -43,6 +43,8 @@ pub struct ImageToPull {
     pub image: String,
     /// When to pull it.
     pub policy: ImagePullPolicy,
+    /// The container's own registry credentials (`image_pull_credentials`), if it has some.
+    pub credentials: Option<crate::k8s::ImagePullSecret>,
 }
 
 /// What the host did for one container's image.
@@ -133,7 +135,12 @@ impl World {
         };
         pod.containers
             .iter()
-            .map(|container| ImageToPull { container: container.name.clone(), image: container.image.clone(), policy })
+            .map(|container| ImageToPull {
+                container: container.name.clone(),
+                image: container.image.clone(),
+                policy,
+                credentials: container.inputs.as_ref().and_then(|inputs| inputs.pull_secret.clone()),
+            })
             .collect()
     }
 
