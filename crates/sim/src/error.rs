@@ -50,6 +50,17 @@ impl SimError {
         SimError::invalid(Reason::InvalidRequest, vec![FieldViolation::new(field, description)])
     }
 
+    /// A create's `request_id` replayed with another body (INVALID_ARGUMENT on `request_id`).
+    pub fn request_id_conflict(request_id: &str) -> SimError {
+        SimError::invalid(
+            Reason::RequestIdConflict,
+            vec![FieldViolation::new(
+                "request_id",
+                format!("request id {request_id:?} was used with a different request"),
+            )],
+        )
+    }
+
     /// Inputs the emulator does not honour, refused by name rather than ignored; the message
     /// summarizes them.
     pub fn not_emulated(violations: Vec<FieldViolation>) -> SimError {

@@ -176,13 +176,7 @@ impl OrganizationStores {
             && let Some((name, first)) = self.by_request.get(request_id)
         {
             if *first != input {
-                return Err(SimError::invalid(
-                    Reason::RequestIdConflict,
-                    vec![FieldViolation::new(
-                        "request_id",
-                        format!("request id {request_id:?} was used with a different request"),
-                    )],
-                ));
+                return Err(SimError::request_id_conflict(request_id));
             }
             return self.stores.get(name).cloned().ok_or_else(|| not_found(name));
         }

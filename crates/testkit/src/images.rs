@@ -61,8 +61,8 @@ pub struct TestImages {
     pub layered_digest: String,
 }
 
-/// Builds the test images and pushes them to `registry` (with its credentials when it has any).
-pub async fn push_test_images(registry: &LocalRegistry) -> Result<TestImages> {
+/// A plain-HTTP registry client for `registry`, and its credentials (anonymous without any).
+fn registry_client(registry: &LocalRegistry) -> Result<(oci_client::Client, RegistryAuth)> {
     // reqwest (under oci-client) takes its TLS crypto from the process default.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = oci_client::Client::try_from(ClientConfig { protocol: ClientProtocol::Http, ..Default::default() })
@@ -71,6 +71,12 @@ pub async fn push_test_images(registry: &LocalRegistry) -> Result<TestImages> {
         Some((user, password)) => RegistryAuth::Basic(user.to_string(), password.to_string()),
         None => RegistryAuth::Anonymous,
     };
+    Ok((client, auth))
+}
+
+/// Builds the test images and pushes them to `registry` (with its credentials when it has any).
+pub async fn push_test_images(registry: &LocalRegistry) -> Result<TestImages> {
+    let (client, auth) = registry_client(registry)?;
     let host = registry.host();
     let base_layer = Layer::gzip(&base_entries()?)?;
     let change_layer = Layer::gzip(&change_entries())?;
@@ -116,13 +122,7 @@ pub const PRIVATE_MOTD: &str = "from the private image\n";
 /// with `/etc/motd` saying [`PRIVATE_MOTD`], an image no other registry of the tests holds (the
 /// same bytes elsewhere would be the same image to a content-addressed cache). Returns its name.
 pub async fn push_private_image(registry: &LocalRegistry) -> Result<String> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = oci_client::Client::try_from(ClientConfig { protocol: ClientProtocol::Http, ..Default::default() })
-        .context("registry client")?;
-    let auth = match registry.credentials() {
-        Some((user, password)) => RegistryAuth::Basic(user.to_string(), password.to_string()),
-        None => RegistryAuth::Anonymous,
-    };
+    let (client, auth) = registry_client(registry)?;
     let base_layer = Layer::gzip(&base_entries()?)?;
     let private_layer = Layer::gzip(&[dir("etc", 0o755), file("etc/motd", PRIVATE_MOTD.as_bytes(), 0o644)])?;
     let config = config_json(&[("PATH", "/bin:/usr/bin"), BASE_GREETING], BASE_WORKDIR, &[&base_layer, &private_layer]);
@@ -135,13 +135,7 @@ pub async fn push_private_image(registry: &LocalRegistry) -> Result<String> {
 /// archive as given (so a test can push what a hostile image would: bombs, odd entries),
 /// gzipped; returns the full name (`127.0.0.1:PORT/…`) and the manifest's digest.
 pub async fn push_tar_image(registry: &LocalRegistry, name: &str, tars: &[Vec<u8>]) -> Result<(String, String)> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = oci_client::Client::try_from(ClientConfig { protocol: ClientProtocol::Http, ..Default::default() })
-        .context("registry client")?;
-    let auth = match registry.credentials() {
-        Some((user, password)) => RegistryAuth::Basic(user.to_string(), password.to_string()),
-        None => RegistryAuth::Anonymous,
-    };
+    let (client, auth) = registry_client(registry)?;
     let layers = tars.iter().map(|tar| Layer::gzip_tar(tar)).collect::<Result<Vec<_>>>()?;
     let layer_refs: Vec<&Layer> = layers.iter().collect();
     let config = config_json(&[("PATH", "/bin:/usr/bin")], "/", &layer_refs);

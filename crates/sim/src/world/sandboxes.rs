@@ -169,13 +169,7 @@ impl World {
         }
         let id = self.sandboxes.created_by_request(&owner.org, request_id).cloned()?;
         if !self.sandboxes.get(&id).is_some_and(|sandbox| same_body(&sandbox.info)) {
-            return Some(Err(SimError::invalid(
-                Reason::RequestIdConflict,
-                vec![FieldViolation::new(
-                    "request_id",
-                    format!("request id {request_id:?} was used with a different request"),
-                )],
-            )));
+            return Some(Err(SimError::request_id_conflict(request_id)));
         }
         self.count_sandbox(SandboxTransition::Replay);
         Some(self.get_sandbox(&owner.org, &id))

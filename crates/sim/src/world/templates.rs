@@ -51,13 +51,7 @@ impl World {
             && let Some((id, first)) = self.templates.created_by_request(org, request_id)
         {
             if *first != input {
-                return Err(SimError::invalid(
-                    Reason::RequestIdConflict,
-                    vec![FieldViolation::new(
-                        "request_id",
-                        format!("request id {request_id:?} was used with a different request"),
-                    )],
-                ));
+                return Err(SimError::request_id_conflict(request_id));
             }
             return self.templates.find(id);
         }
