@@ -691,7 +691,6 @@ pub(crate) fn container_inputs(
     stores: &std::collections::BTreeMap<String, crate::config::SecretStoreValues>,
     claims: &HashMap<String, RegisteredVolume>,
 ) -> SimResult<Vec<Option<Box<ContainerInputs>>>> {
-    use crate::config::SecretValue;
     let mut all = Vec::with_capacity(spec.containers.len());
     for (index, container) in spec.containers.iter().enumerate() {
         let run_as = container
@@ -712,19 +711,7 @@ pub(crate) fn container_inputs(
         let mut inputs = ContainerInputs { run_as, startup_probe, ..ContainerInputs::default() };
         for (store_index, reference) in container.secret_stores.iter().enumerate() {
             let at = format!("sandbox.spec.containers[{index}].secretStores[{store_index}]");
-            let missing = |field: String, what: String| SimError::NotFound {
-                reason: Reason::SecretNotFound,
-                message: format!("{field}: {what}"),
-            };
-            let Some(store) = stores.get(&reference.store_name) else {
-                return Err(missing(
-                    format!("{at}.storeName"),
-                    format!(
-                        "no secret store {:?} in this organization (SettingsService ListSecretStores names them)",
-                        reference.store_name
-                    ),
-                ));
-            };
+            let store = stored_secrets(stores, &reference.store_name, &at)?;
             for (mapping_index, mapping) in reference.secrets.iter().enumerate() {
                 let at = format!("{at}.secrets[{mapping_index}]");
                 if mapping.env_var.is_empty() || mapping.env_var.contains('=') || mapping.env_var.contains('\0') {
@@ -733,24 +720,9 @@ pub(crate) fn container_inputs(
                         "required: the name of an environment variable",
                     ));
                 }
-                let value = match (store.secrets.get(&mapping.path), mapping.field.as_str()) {
-                    (None, _) => {
-                        return Err(missing(
-                            format!("{at}.path"),
-                            format!(
-                                "store {:?} has no secret {:?} (a store's secrets are the values' secretStores.{}.secrets)",
-                                reference.store_name, mapping.path, reference.store_name
-                            ),
-                        ));
-                    }
-                    (Some(SecretValue::Whole(value)), "") => value.clone(),
-                    (Some(SecretValue::Whole(_)), field) => {
-                        return Err(missing(
-                            format!("{at}.field"),
-                            format!("secret {:?} is one value, without a field {field:?}", mapping.path),
-                        ));
-                    }
-                    (Some(SecretValue::Fields(fields)), "") => {
+                let value = match secret_of(store, &reference.store_name, &mapping.path, &mapping.field, &at)? {
+                    Picked::Value(value) => value.to_owned(),
+                    Picked::Fields(fields) => {
                         return Err(SimError::invalid_field(
                             format!("{at}.field"),
                             format!(
@@ -760,15 +732,6 @@ pub(crate) fn container_inputs(
                             ),
                         ));
                     }
-                    (Some(SecretValue::Fields(fields)), field) => match fields.get(field) {
-                        Some(value) => value.clone(),
-                        None => {
-                            return Err(missing(
-                                format!("{at}.field"),
-                                format!("secret {:?} has no field {field:?}", mapping.path),
-                            ));
-                        }
-                    },
                 };
                 inputs.secret_env.insert(mapping.env_var.clone(), value);
             }
@@ -808,6 +771,64 @@ pub(crate) fn container_inputs(
     Ok(all)
 }
 
+/// What a secret reference picks from a secret: one value (the secret as a whole, or the field
+/// named), or the fields of a secret that has them when none is named (the caller decides).
+enum Picked<'a> {
+    Value(&'a str),
+    Fields(&'a std::collections::BTreeMap<String, String>),
+}
+
+fn secret_not_found(field: String, what: String) -> SimError {
+    SimError::NotFound { reason: Reason::SecretNotFound, message: format!("{field}: {what}") }
+}
+
+/// The store a reference at `at` names (`{at}.storeName` in the error when the organization has
+/// no such store).
+fn stored_secrets<'a>(
+    stores: &'a std::collections::BTreeMap<String, crate::config::SecretStoreValues>,
+    store_name: &str,
+    at: &str,
+) -> SimResult<&'a crate::config::SecretStoreValues> {
+    stores.get(store_name).ok_or_else(|| {
+        secret_not_found(
+            format!("{at}.storeName"),
+            format!(
+                "no secret store {store_name:?} in this organization (SettingsService ListSecretStores names them)"
+            ),
+        )
+    })
+}
+
+/// The secret `path` of a store, and its `field` if one is named (`{at}.path`, `{at}.field` in the
+/// errors).
+fn secret_of<'a>(
+    store: &'a crate::config::SecretStoreValues,
+    store_name: &str,
+    path: &str,
+    field: &str,
+    at: &str,
+) -> SimResult<Picked<'a>> {
+    use crate::config::SecretValue;
+    let secret = store.secrets.get(path).ok_or_else(|| {
+        secret_not_found(
+            format!("{at}.path"),
+            format!("store {store_name:?} has no secret {path:?} (a store's secrets are the values' secretStores.{store_name}.secrets)"),
+        )
+    })?;
+    match (secret, field) {
+        (SecretValue::Whole(value), "") => Ok(Picked::Value(value)),
+        (SecretValue::Whole(_), field) => Err(secret_not_found(
+            format!("{at}.field"),
+            format!("secret {path:?} is one value, without a field {field:?}"),
+        )),
+        (SecretValue::Fields(fields), "") => Ok(Picked::Fields(fields)),
+        (SecretValue::Fields(fields), field) => fields
+            .get(field)
+            .map(|value| Picked::Value(value))
+            .ok_or_else(|| secret_not_found(format!("{at}.field"), format!("secret {path:?} has no field {field:?}"))),
+    }
+}
+
 /// The registry secret a container's `image_pull_credentials` names: a secret of the
 /// organization's store with the fields `username` and `password`, or a Docker `config.json`
 /// (the whole secret, or the field named). The registry must be the image's: credentials for
@@ -818,7 +839,6 @@ fn pull_secret(
     pull: &cwsandbox_api::sandbox_v1::ImagePullCredentials,
     stores: &std::collections::BTreeMap<String, crate::config::SecretStoreValues>,
 ) -> SimResult<crate::k8s::ImagePullSecret> {
-    use crate::config::SecretValue;
     use crate::k8s::{ImagePullSecret, PullSecret, registry_of_image, same_registry};
     let at = format!("sandbox.spec.containers[{index}].imagePullCredentials");
     let registry = pull.registry.trim();
@@ -836,40 +856,17 @@ fn pull_secret(
     }
     let source =
         pull.credentials.as_ref().ok_or_else(|| SimError::invalid_field(format!("{at}.credentials"), "required"))?;
-    let missing = |field: &str, what: String| SimError::NotFound {
-        reason: Reason::SecretNotFound,
-        message: format!("{at}.credentials.{field}: {what}"),
-    };
-    let store = stores.get(&source.store_name).ok_or_else(|| {
-        missing(
-            "storeName",
-            format!(
-                "no secret store {:?} in this organization (SettingsService ListSecretStores names them)",
-                source.store_name
-            ),
-        )
-    })?;
-    let secret = store.secrets.get(&source.path).ok_or_else(|| {
-        missing(
-            "path",
-            format!(
-                "store {:?} has no secret {:?} (a store's secrets are the values' secretStores.{}.secrets)",
-                source.store_name, source.path, source.store_name
-            ),
-        )
-    })?;
-    let secret = match (secret, source.field.as_str()) {
-        (SecretValue::Whole(json), "") => PullSecret::DockerConfigJson(json.clone()),
-        (SecretValue::Whole(_), field) => {
-            return Err(missing("field", format!("secret {:?} is one value, without a field {field:?}", source.path)));
-        }
-        (SecretValue::Fields(fields), "") => match (fields.get("username"), fields.get("password")) {
+    let at = format!("{at}.credentials");
+    let store = stored_secrets(stores, &source.store_name, &at)?;
+    let secret = match secret_of(store, &source.store_name, &source.path, &source.field, &at)? {
+        Picked::Value(json) => PullSecret::DockerConfigJson(json.to_owned()),
+        Picked::Fields(fields) => match (fields.get("username"), fields.get("password")) {
             (Some(username), Some(password)) => {
                 PullSecret::Basic { username: username.clone(), password: password.clone() }
             }
             _ => {
                 return Err(SimError::invalid_field(
-                    format!("{at}.credentials.field"),
+                    format!("{at}.field"),
                     format!(
                         "secret {:?} has fields ({}) but not username and password: name the field that holds a docker config.json",
                         source.path,
@@ -878,10 +875,6 @@ fn pull_secret(
                 ));
             }
         },
-        (SecretValue::Fields(fields), field) => match fields.get(field) {
-            Some(json) => PullSecret::DockerConfigJson(json.clone()),
-            None => return Err(missing("field", format!("secret {:?} has no field {field:?}", source.path))),
-        },
     };
     if let PullSecret::DockerConfigJson(json) = &secret {
         let auths = serde_json::from_str::<serde_json::Value>(json).ok().and_then(|config| {
@@ -889,7 +882,7 @@ fn pull_secret(
         });
         if auths != Some(true) {
             return Err(SimError::invalid_field(
-                format!("{at}.credentials.path"),
+                format!("{at}.path"),
                 format!(
                     "secret {:?} is not a docker config.json with `auths` (nor a secret with username and password fields)",
                     source.path
