@@ -460,10 +460,12 @@ impl ImageStore {
     /// The image if it is here (pulled before under this name, or named by the digest of a
     /// manifest pulled before), without asking any registry.
     pub fn cached(&self, image: &str) -> Option<Image> {
-        self.cached_reference(&ImageReference::normalize(image).ok()?)
+        self.cached_reference(&ImageReference::normalize(image).ok()?).map(|(image, _)| image)
     }
 
-    fn cached_reference(&self, reference: &ImageReference) -> Option<Image> {
+    /// The cached image of `reference`, with its metadata's `readers` (who may read it, when only
+    /// some may).
+    fn cached_reference(&self, reference: &ImageReference) -> Option<(Image, Option<Vec<String>>)> {
         let digest = match std::fs::read(self.ref_path(reference)) {
             Ok(bytes) => serde_json::from_slice::<RefEntry>(&bytes).ok()?.digest,
             // A digest names its manifest whatever tag it was pulled by.
@@ -490,7 +492,7 @@ impl ImageStore {
             return None;
         }
         touch(&self.root.join("images").join(format!("{hex}.json")));
-        Some(Image {
+        let image = Image {
             reference: reference.clone(),
             digest,
             rootfs,
@@ -498,7 +500,8 @@ impl ImageStore {
             pulled: false,
             size_bytes: meta.size_bytes,
             _lease: Arc::new(lease),
-        })
+        };
+        Some((image, meta.readers))
     }
 
     /// The cached image for `requester`: any cached image readable by anyone; an image pulled
@@ -512,10 +515,8 @@ impl ImageStore {
         requester: &Requester,
         may_ask_registry: bool,
     ) -> Result<Option<Image>, PullError> {
-        let Some(image) = self.cached_reference(reference) else { return Ok(None) };
-        let Some(hex) = digest_hex(&image.digest) else { return Ok(Some(image)) };
-        let meta_path = self.root.join("images").join(format!("{hex}.json"));
-        let Some(readers) = read_meta(&meta_path).and_then(|meta| meta.readers) else { return Ok(Some(image)) };
+        let Some((image, readers)) = self.cached_reference(reference) else { return Ok(None) };
+        let Some(readers) = readers else { return Ok(Some(image)) };
         let own_auth = requester.sandbox_auth(reference.registry());
         let fingerprint = own_auth.as_ref().and_then(auth::fingerprint);
         if fingerprint.as_ref().is_some_and(|fingerprint| readers.contains(fingerprint)) {
@@ -527,9 +528,8 @@ impl ImageStore {
                 message: "the cached image was pulled with other registry credentials, and pull policy Never does not let the registry check these".to_owned(),
             });
         }
-        let auth = own_auth
-            .clone()
-            .unwrap_or_else(|| auth::registry_auth(self.config.docker_config.as_deref(), reference.registry()));
+        let auth =
+            own_auth.unwrap_or_else(|| auth::registry_auth(self.config.docker_config.as_deref(), reference.registry()));
         let plain = speaks_plain_http(reference, &self.config.insecure_registries);
         let client = self.client_for(reference, plain)?;
         let (_, digest) = client
@@ -540,7 +540,10 @@ impl ImageStore {
             return Ok(None);
         }
         info!(image = %reference, "the registry lets these credentials read the cached image");
-        // Readable without a sandbox's own credentials: by anyone here from now on.
+        // Read with the emulator's own credentials (or none): by anyone here from now on; with a
+        // sandbox's own: by those too.
+        let meta_path =
+            self.root.join("images").join(format!("{}.json", digest_hex(&image.digest).unwrap_or_default()));
         if let Some(mut meta) = read_meta(&meta_path) {
             meta.readers = fingerprint.map(|fingerprint| {
                 let mut readers = meta.readers.take().unwrap_or_default();
