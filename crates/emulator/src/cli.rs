@@ -79,8 +79,9 @@ struct ServeArgs {
     listen: String,
     /// Write the connection details as JSON here once ready (atomically): base_url, listen,
     /// admin_token, user_token, runner_id, org, pid, isolation, kubeconfig, container_runtime,
-    /// cgroup_limits, endpoint_ca_pem, endpoint_ca_file and unavailable (what sandboxes may ask
-    /// for that this machine cannot give, with why). Removed on exit. A file a killed emulator
+    /// cgroup_limits, endpoint_ca_pem, endpoint_ca_file, unavailable (what sandboxes may ask
+    /// for that this machine cannot give, with why) and runtime_classes (the named RuntimeClasses
+    /// that run here, `gvisor` where runsc works). Removed on exit. A file a killed emulator
     /// left is removed at start; one whose emulator still runs stops the start.
     #[arg(long, value_name = "PATH")]
     ready_file: Option<PathBuf>,
@@ -340,6 +341,7 @@ impl SandboxArgs {
         if kind != RuntimeKind::Process {
             config.oci_runtime = Some(containers.runc.clone());
         }
+        config.gvisor_runtime = Some(containers.runsc.clone());
         let id_shift = config.sandbox_id_range.0;
         let runtime = ExecutorRuntime::new(config, retention)
             .with_context(|| format!("starting the sandbox executor in {}", root.display()))?;
@@ -366,6 +368,12 @@ impl SandboxArgs {
                 let puller = ImagePuller::new(&containers, cache.clone(), id_shift)
                     .with_context(|| format!("opening the image cache {}", cache.display()))?;
                 runtime = runtime.with_images(kind, puller);
+                if let OciSupport::Ready(_) = runtime.gvisor_state() {
+                    // gVisor has no user namespace: its trees keep the images' own ids.
+                    let puller = ImagePuller::new(&containers, cache.clone(), 0)
+                        .with_context(|| format!("opening the image cache {}", cache.display()))?;
+                    runtime = runtime.with_gvisor_images(puller);
+                }
             }
             (RuntimeKind::Oci, OciSupport::Unavailable(why)) => {
                 anyhow::bail!("--runtime oci: the OCI runtime {} does not work here: {why}", containers.runc.display())

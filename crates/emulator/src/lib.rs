@@ -148,6 +148,10 @@ pub struct ReadyInfo {
     /// `memory-backed scratch volumes: …`): such requests are refused by name. Empty: nothing.
     #[serde(default)]
     pub unavailable: Vec<String>,
+    /// The named RuntimeClasses sandboxes may run with here besides the node's default
+    /// (`gvisor`, where gVisor's runsc works); any other is refused as no runner can host it.
+    #[serde(default)]
+    pub runtime_classes: Vec<String>,
 }
 
 impl ReadyInfo {
@@ -334,20 +338,27 @@ impl Emulator {
             tracing::info!("memory-backed scratch volumes will be refused: {why}");
             unavailable.push(format!("memory-backed scratch volumes: {why}"));
         }
-        // A runtime runs Pods on the node's default runtime only: no named RuntimeClass.
-        let runtime_classes = runtime.as_ref().map(|_| Vec::new());
-        if runtime.is_some() {
-            unavailable.push(
-                "named RuntimeClasses (gVisor's runsc and others): Pods run on the node's default runtime only"
-                    .to_owned(),
-            );
-        }
+        // The named RuntimeClasses the runtime runs (gVisor's where runsc works here); any
+        // other named class is refused as one no runner can host.
+        let runtime_classes = runtime.as_ref().map(|runtime| {
+            let mut classes = Vec::new();
+            for (class, works) in runtime.runtime_classes() {
+                match works {
+                    Ok(()) => classes.push(class),
+                    Err(why) => {
+                        tracing::info!("RuntimeClass {class} will be refused: {why}");
+                        unavailable.push(format!("RuntimeClass {class}: {why}"));
+                    }
+                }
+            }
+            classes
+        });
         driver.set_host_runtime(HostRuntime {
             confirms_starts: runtime.is_some(),
             pulls_images,
             limits_enforced,
             memory_volumes_refused,
-            runtime_classes,
+            runtime_classes: runtime_classes.clone(),
         });
         let endpoints = Arc::new(EndpointTls::new(bound.ip())?);
         let app = App::new(
@@ -395,6 +406,7 @@ impl Emulator {
             endpoint_ca_pem: endpoints.ca_pem().to_owned(),
             endpoint_ca_file: endpoint_ca_file.as_ref().map(|path| path.display().to_string()).unwrap_or_default(),
             unavailable,
+            runtime_classes: runtime_classes.unwrap_or_default(),
         };
         if let Some(path) = &endpoint_ca_file {
             std::fs::write(path, endpoints.ca_pem())

@@ -75,6 +75,7 @@ fn run_suite(args: &[&str], selection: Option<&str>) -> Result<()> {
         .env("PATH", path)
         .env("CWSANDBOX_ISOLATION", &emulator.ready.isolation)
         .env("CWSANDBOX_UNAVAILABLE", emulator.ready.unavailable.join("\n"))
+        .env("CWSANDBOX_RUNTIME_CLASSES", emulator.ready.runtime_classes.join(" "))
         .env("CWSANDBOX_TEST_RUN_ID", &marker)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()?;

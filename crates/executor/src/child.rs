@@ -258,7 +258,7 @@ fn join_pod(main: pid_t) -> Result<(), (Stage, c_int)> {
 }
 
 /// Sets `lo` of the caller's network namespace up (SIOCSIFFLAGS on a throw-away socket).
-fn loopback_up() -> Result<(), c_int> {
+pub(crate) fn loopback_up() -> Result<(), c_int> {
     // SAFETY: socket has no memory preconditions.
     let socket = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if socket < 0 {

@@ -87,7 +87,7 @@ pub(crate) fn write_opened(fd: OwnedFd, content: &[u8]) -> Result<(), FileError>
     file.flush().map_err(|error| FileError::from_io(&error))
 }
 
-fn not_regular(mode: Option<u32>) -> FileError {
+pub(crate) fn not_regular(mode: Option<u32>) -> FileError {
     let kind = match mode.map(|mode| mode & libc::S_IFMT) {
         None | Some(libc::S_IFIFO) => "a FIFO",
         Some(libc::S_IFCHR) => "a character device",

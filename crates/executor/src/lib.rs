@@ -91,6 +91,10 @@ pub struct ExecutorConfig {
     /// How image sandboxes get their writable root: `None` (the default) overlayfs where it can
     /// be mounted, else a copy; `Some` that one only (a probe failure otherwise).
     pub oci_writable_layer: Option<WritableLayer>,
+    /// gVisor's OCI runtime (`runsc`) that runs sandboxes started with
+    /// [`RuntimeHandler::Runsc`] (a Pod of RuntimeClass `gvisor`); `None` (the default) runs
+    /// none. Probed when the executor starts ([`Executor::gvisor`]); needs a root emulator.
+    pub gvisor_runtime: Option<PathBuf>,
 }
 
 /// The default first host id of a root emulator's sandboxes: far above the ranges
@@ -113,6 +117,7 @@ impl ExecutorConfig {
             warm_sandboxes: 2,
             oci_runtime: None,
             oci_writable_layer: None,
+            gvisor_runtime: None,
         }
     }
 }
@@ -194,6 +199,20 @@ pub struct LaunchSpec {
     /// of its size instead of a directory on disk, shared by every container that mounts it.
     /// Needs a root emulator ([`Executor::memory_volumes`]).
     pub memory_volumes: Vec<MemoryVolume>,
+    /// What runs the sandbox (a Pod's RuntimeClass handler): the executor's own isolation, or
+    /// gVisor's `runsc` ([`ExecutorConfig::gvisor_runtime`]), in its image or, without one, on
+    /// the host's system directories read-only. A gVisor sandbox has one container.
+    pub handler: RuntimeHandler,
+}
+
+/// What runs a sandbox, as a RuntimeClass's `handler` names it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RuntimeHandler {
+    /// The node's default: namespaces (or plain processes), or runc for an image.
+    #[default]
+    Default,
+    /// gVisor's `runsc`: the sandbox's processes run on gVisor's own kernel.
+    Runsc,
 }
 
 /// A memory-backed scratch volume: a tmpfs of `size_bytes`, whose pages count against the

@@ -28,8 +28,8 @@ use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, SecondsFormat, Utc};
 use cwsandbox_executor::{
     ExecExit, ExecOutput, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, ImageRoot, Isolation,
-    LaunchSpec, LogChunk, LogError, LogReader, MountedFile, Network, OciRuntimeInfo, OciSupport, Output, SandboxUser,
-    Sidecar, StartAfter, StartCondition, StartupProbe, Stream, VolumeMount, WritableLayer,
+    LaunchSpec, LogChunk, LogError, LogReader, MountedFile, Network, OciRuntimeInfo, OciSupport, Output,
+    RuntimeHandler, SandboxUser, Sidecar, StartAfter, StartCondition, StartupProbe, Stream, VolumeMount, WritableLayer,
 };
 use cwsandbox_images::Image;
 use cwsandbox_sim::world::{ImagePullFailure, ImagePulled, ImageToPull};
@@ -65,9 +65,16 @@ pub struct ExecutorRuntime {
     /// Pulls images, where containers run in them (the OCI runtime works and the kind asks for
     /// it); `None`: the host's programs, images recorded only.
     images: Option<ImagePuller>,
+    /// Pulls the images of gVisor sandboxes (RuntimeClass `gvisor`), unpacked with their own
+    /// ids, where gVisor works and images are pulled.
+    gvisor_images: Option<ImagePuller>,
     /// The container runtime asked for.
     kind: RuntimeKind,
 }
+
+/// The RuntimeClass whose handler is gVisor's runsc, named as GKE Sandbox and gVisor's own
+/// Kubernetes guide name it.
+pub const GVISOR_RUNTIME_CLASS: &str = "gvisor";
 
 type ExitReceivers = (mpsc::UnboundedReceiver<MainExit>, mpsc::UnboundedReceiver<cwsandbox_executor::MainExit>);
 
@@ -94,6 +101,7 @@ impl ExecutorRuntime {
             exits: Mutex::new(Some((own, from_executor))),
             owned_root: None,
             images: None,
+            gvisor_images: None,
             kind: RuntimeKind::Process,
         })
     }
@@ -105,6 +113,26 @@ impl ExecutorRuntime {
         self.kind = kind;
         self.images = Some(puller);
         self
+    }
+
+    /// Pulls the images of gVisor sandboxes with `puller` (its trees unshifted). The executor
+    /// must have been made with a gVisor runtime that works: [`ExecutorRuntime::gvisor_state`].
+    pub fn with_gvisor_images(mut self, puller: ImagePuller) -> ExecutorRuntime {
+        self.gvisor_images = Some(puller);
+        self
+    }
+
+    /// Whether gVisor's runsc works here, and why not.
+    pub fn gvisor_state(&self) -> &OciSupport {
+        self.executor.gvisor()
+    }
+
+    /// The puller of a Pod of RuntimeClass `runtime_class`.
+    fn puller_for(&self, runtime_class: Option<&str>) -> Option<&ImagePuller> {
+        match handler_of(runtime_class) {
+            RuntimeHandler::Runsc => self.gvisor_images.as_ref(),
+            RuntimeHandler::Default => self.images.as_ref(),
+        }
     }
 
     /// Whether the executor's OCI runtime works here, and why not.
@@ -197,6 +225,12 @@ impl ExecutorRuntime {
     }
 }
 
+/// What runs a Pod of RuntimeClass `runtime_class` (the world admits only classes this host
+/// has: `gvisor` where runsc works).
+fn handler_of(runtime_class: Option<&str>) -> RuntimeHandler {
+    if runtime_class == Some(GVISOR_RUNTIME_CLASS) { RuntimeHandler::Runsc } else { RuntimeHandler::Default }
+}
+
 /// No image is pulled: with no command the arguments are the command (an image whose entrypoint
 /// is empty), and with neither the container runs nothing (the main one idles like
 /// `sleep infinity`).
@@ -258,6 +292,7 @@ fn image_launch(
         after: start_after(main),
         host_aliases: launch.host_aliases.clone(),
         memory_volumes: memory_volumes_of(launch),
+        handler: handler_of(launch.runtime_class.as_deref()),
     })
 }
 
@@ -451,7 +486,8 @@ impl SandboxRuntime for ExecutorRuntime {
             let Some((main, others)) = launch.containers.split_first() else {
                 return Err(RuntimeError::StartFailed("the Pod has no container".to_owned()));
             };
-            let mut pulled = self.images.as_ref().map(|images| images.take(&launch.pod_uid)).unwrap_or_default();
+            let puller = self.puller_for(launch.runtime_class.as_deref());
+            let mut pulled = puller.map(|images| images.take(&launch.pod_uid)).unwrap_or_default();
             // In images only when every container has its own (under `auto` an image whose
             // registry cannot be reached runs the whole Pod on the host's programs, as its
             // Event says).
@@ -486,7 +522,7 @@ impl SandboxRuntime for ExecutorRuntime {
                 }
                 let started = self.start_spec(&launch, main, spec).await;
                 if started.is_ok()
-                    && let Some(puller) = &self.images
+                    && let Some(puller) = puller
                 {
                     // The sandbox runs on the images' trees until it is removed: not to be evicted.
                     puller.in_use().hold(&launch.pod_uid, images);
@@ -527,6 +563,7 @@ impl SandboxRuntime for ExecutorRuntime {
                 after: start_after(main),
                 host_aliases: launch.host_aliases.clone(),
                 memory_volumes: memory_volumes_of(&launch),
+                handler: handler_of(launch.runtime_class.as_deref()),
             };
             self.start_spec(&launch, main, spec).await
         }
@@ -543,7 +580,8 @@ impl SandboxRuntime for ExecutorRuntime {
         images: Vec<ImageToPull>,
     ) -> BoxFuture<'_, Result<Vec<ImagePulled>, ImagePullFailure>> {
         async move {
-            let Some(puller) = &self.images else {
+            let runtime_class = images.first().and_then(|image| image.runtime_class.clone());
+            let Some(puller) = self.puller_for(runtime_class.as_deref()) else {
                 return Ok(images.into_iter().map(|image| ImagePulled::Present { image: image.image }).collect());
             };
             puller.pull(&pod_uid, images).await
@@ -554,7 +592,16 @@ impl SandboxRuntime for ExecutorRuntime {
     fn prune_images(&self) -> BoxFuture<'_, Result<Option<(PathBuf, PruneReport)>, RuntimeError>> {
         async move {
             let Some(puller) = &self.images else { return Ok(None) };
-            let report = puller.prune().await.map_err(|error| RuntimeError::Unavailable(error.to_string()))?;
+            let mut report = puller.prune().await.map_err(|error| RuntimeError::Unavailable(error.to_string()))?;
+            if let Some(gvisor) = &self.gvisor_images {
+                // gVisor's copies of the images go too, and are counted with the rest.
+                let other = gvisor.prune().await.map_err(|error| RuntimeError::Unavailable(error.to_string()))?;
+                report.removed.extend(other.removed);
+                report.blobs_removed += other.blobs_removed;
+                report.bytes_freed += other.bytes_freed;
+                report.in_use.extend(other.in_use);
+                report.bytes_after += other.bytes_after;
+            }
             Ok(Some((puller.cache_dir().to_path_buf(), report)))
         }
         .boxed()
@@ -562,6 +609,10 @@ impl SandboxRuntime for ExecutorRuntime {
 
     fn image_store(&self) -> Option<&cwsandbox_images::ImageStore> {
         self.images.as_ref().map(ImagePuller::store)
+    }
+
+    fn handler_image_stores(&self) -> Vec<&cwsandbox_images::ImageStore> {
+        self.gvisor_images.iter().map(ImagePuller::store).collect()
     }
 
     fn container_runtime(&self) -> String {
@@ -588,6 +639,15 @@ impl SandboxRuntime for ExecutorRuntime {
         self.executor.memory_volumes()
     }
 
+    fn runtime_classes(&self) -> Vec<(String, Result<(), String>)> {
+        let gvisor = match self.executor.gvisor() {
+            OciSupport::Ready(_) => Ok(()),
+            OciSupport::Unavailable(why) => Err(why.clone()),
+            OciSupport::NotConfigured => Err("gVisor's runsc is not configured (containerRuntime.runsc)".to_owned()),
+        };
+        vec![(GVISOR_RUNTIME_CLASS.to_owned(), gvisor)]
+    }
+
     fn stop(&self, pod_uid: String, grace: Duration) -> BoxFuture<'_, Result<(), RuntimeError>> {
         if self.executor.is_running(&pod_uid) {
             let executor = self.executor.clone();
@@ -605,20 +665,21 @@ impl SandboxRuntime for ExecutorRuntime {
     }
 
     fn kill(&self, pod_uid: String) -> BoxFuture<'_, Result<(), RuntimeError>> {
-        if let Some(images) = &self.images {
+        for images in self.images.iter().chain(&self.gvisor_images) {
             // Gone before it started: its pulled images are not needed.
             images.forget(&pod_uid);
         }
         let executor = self.executor.clone();
         let retention = self.retention;
-        let in_use = self.images.as_ref().map(|images| images.in_use().clone());
+        let in_use: Vec<_> =
+            self.images.iter().chain(&self.gvisor_images).map(|images| images.in_use().clone()).collect();
         tokio::spawn(async move {
             executor.kill(&pod_uid).await;
             // The logs of a gone Pod stay readable as long as its sandbox does.
             tokio::time::sleep(retention).await;
             executor.remove(&pod_uid).await;
             // Its writable layer over the image's tree is gone with it.
-            if let Some(in_use) = in_use {
+            for in_use in in_use {
                 in_use.release(&pod_uid);
             }
         });

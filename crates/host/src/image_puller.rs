@@ -243,6 +243,7 @@ mod tests {
             image: image.to_owned(),
             policy: ImagePullPolicy::Always,
             credentials: None,
+            runtime_class: None,
         }]
     }
 

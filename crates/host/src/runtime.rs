@@ -332,6 +332,13 @@ pub trait SandboxRuntime: Send + Sync + 'static {
         None
     }
 
+    /// The image caches of other runtime handlers (gVisor's, whose trees keep the image's own
+    /// ids), which an archive loaded into [`SandboxRuntime::image_store`] goes to as well, and
+    /// whose images are listed and removed with its.
+    fn handler_image_stores(&self) -> Vec<&cwsandbox_images::ImageStore> {
+        Vec::new()
+    }
+
     /// Removes snapshot `snapshot_id`'s files (nothing, for a runtime that keeps none).
     fn delete_snapshot(&self, snapshot_id: String) -> BoxFuture<'_, Result<(), RuntimeError>> {
         let _ = snapshot_id;
@@ -365,5 +372,11 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     /// why not, where they cannot.
     fn memory_volumes(&self) -> Result<(), String> {
         Err("this sandbox runtime keeps no volumes".to_owned())
+    }
+
+    /// The named RuntimeClasses this runtime knows besides the node's default, each with
+    /// whether it runs Pods here (why not, where it cannot).
+    fn runtime_classes(&self) -> Vec<(String, Result<(), String>)> {
+        Vec::new()
     }
 }

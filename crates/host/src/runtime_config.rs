@@ -43,6 +43,12 @@ pub struct ContainerRuntimeConfig {
     /// The OCI runtime binary: a path, or a name looked up on `PATH`.
     #[serde(default = "default_runc")]
     pub runc: PathBuf,
+    /// gVisor's OCI runtime, which runs the sandboxes of RuntimeClass `gvisor` (the Nodes have
+    /// that class where it works here: a root emulator): a path, or a name looked up on `PATH`.
+    /// Under the process runtime, a gVisor sandbox runs the host's programs as its other
+    /// sandboxes do; under `oci`/`auto`, its image.
+    #[serde(default = "default_runsc")]
+    pub runsc: PathBuf,
     /// A docker-style `config.json` with registry credentials; `None`: `$DOCKER_CONFIG/config.json`
     /// or `~/.docker/config.json` where present.
     #[serde(default)]
@@ -108,6 +114,10 @@ fn default_runc() -> PathBuf {
     PathBuf::from("runc")
 }
 
+fn default_runsc() -> PathBuf {
+    PathBuf::from("runsc")
+}
+
 fn default_pull_timeout_seconds() -> u32 {
     600
 }
@@ -129,6 +139,7 @@ impl Default for ContainerRuntimeConfig {
         ContainerRuntimeConfig {
             kind: RuntimeKind::default(),
             runc: default_runc(),
+            runsc: default_runsc(),
             docker_config: None,
             insecure_registries: Vec::new(),
             pull_timeout_seconds: default_pull_timeout_seconds(),

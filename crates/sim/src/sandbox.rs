@@ -422,6 +422,11 @@ impl Sandboxes {
         self.by_id.get(id).is_some_and(|sandbox| sandbox.info.deny_egress)
     }
 
+    /// The Kubernetes RuntimeClass a sandbox's Pod runs with (`None`: the node's default).
+    pub(crate) fn runtime_class(&self, id: &str) -> Option<&str> {
+        self.by_id.get(id).and_then(|sandbox| sandbox.info.resolved.runtime_class.as_deref())
+    }
+
     /// A sandbox's memory-backed scratch volumes, each with its `sizeLimit` where it has one.
     pub(crate) fn memory_volumes(&self, id: &str) -> &[(String, Option<u64>)] {
         self.by_id.get(id).map_or(&[], |sandbox| sandbox.info.memory_volumes.as_slice())

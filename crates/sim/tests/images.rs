@@ -74,6 +74,7 @@ fn an_admitted_pod_waits_for_its_images_then_starts() {
             image: "127.0.0.1:5000/test/busybox:1".to_owned(),
             policy: ImagePullPolicy::IfNotPresent,
             credentials: None,
+            runtime_class: None,
         }]
     );
     let pod = h.pod(pod_uid);
@@ -194,4 +195,35 @@ fn a_host_that_cannot_enforce_limits_says_so_on_each_pod_with_limits() {
     let [(pod_uid, _)] = pulls(&effects).try_into().unwrap_or_else(|all| panic!("{all:?}"));
     enforced.world.images_pulled(&pod_uid, &[]);
     assert!(enforced.warnings_for(&pod_uid).is_empty());
+}
+
+/// A Pod of a RuntimeClass asks for its images for that class (gVisor keeps trees of its own).
+#[test]
+fn a_pull_names_the_pods_runtime_class() {
+    let mut values = Values::scenario(Scenario::Ready);
+    let policy = values.runners[0].policy.get_or_insert_with(|| serde_json::json!({}));
+    policy["constraints"]["security"]["allowedRuntimeClasses"] = serde_json::json!(["gvisor"]);
+    let mut h = harness_with(values);
+    h.world.set_pulls_images(true);
+    h.world.set_runtime_classes(Some(vec!["gvisor".to_owned()]));
+    let spec = SandboxSpec {
+        containers: vec![Container { image: "127.0.0.1:5000/test/busybox:1".to_owned(), ..client_container() }],
+        runner_ids: vec!["cks-runner".to_owned()],
+        mode: SandboxMode::Cks as i32,
+        runtime_class: "gvisor".to_owned(),
+        ..SandboxSpec::default()
+    };
+    let owner = Owner { org: "default-org".to_owned(), user: "alice".to_owned() };
+    let sandbox = h.world.create_sandbox(&owner, spec, "", "").unwrap();
+    let mut asked = pulls(&h.world.take_effects());
+    for _ in 0..5 {
+        if !asked.is_empty() {
+            break;
+        }
+        h.advance(1);
+        asked = pulls(&h.world.take_effects());
+    }
+    let [(pod_uid, images)] = asked.as_slice() else { panic!("one pull: {asked:?}") };
+    assert_eq!(pod_uid, &sandbox.pod_uid.to_string());
+    assert_eq!(images[0].runtime_class.as_deref(), Some("gvisor"));
 }

@@ -1088,3 +1088,35 @@ fn a_runtime_class_the_nodes_lack_is_refused_as_no_runner_can_host_it() {
     h.world.set_runtime_classes(None);
     h.world.create_sandbox(&alice(), asking("gvisor"), "", "").unwrap();
 }
+
+/// A RuntimeClass the Nodes have: the Pod runs with it (`runtimeClassName`, as kubectl shows it),
+/// and the host is asked to start it with that class's handler; a sandbox without one gets none.
+#[test]
+fn a_runtime_class_the_nodes_have_reaches_the_pod_and_its_start() {
+    let mut values = Values::scenario(Scenario::Ready);
+    let policy = values.runners[0].policy.get_or_insert_with(|| serde_json::json!({}));
+    policy["constraints"]["security"]["allowedRuntimeClasses"] = serde_json::json!(["gvisor"]);
+    let mut h = harness_with(values);
+    h.world.set_runtime_classes(Some(vec!["gvisor".to_owned()]));
+    let pinned = h
+        .world
+        .create_sandbox(&alice(), SandboxSpec { runtime_class: "gvisor".to_owned(), ..client_spec() }, "", "")
+        .unwrap();
+    let plain = h.world.create_sandbox(&alice(), client_spec(), "", "").unwrap();
+    assert_eq!(pinned.resolved.runtime_class.as_deref(), Some("gvisor"));
+    h.advance(1);
+    let effects = h.world.take_effects();
+    let class_of = |sandbox: &str| {
+        effects.iter().find_map(|effect| match effect {
+            Effect::StartPod(PodLaunch { sandbox_id: Some(id), runtime_class, .. }) if **id == *sandbox => {
+                Some(runtime_class.clone())
+            }
+            _ => None,
+        })
+    };
+    assert_eq!(class_of(&pinned.id), Some(Some("gvisor".to_owned())), "{effects:?}");
+    assert_eq!(class_of(&plain.id), Some(None), "{effects:?}");
+    let pod = h.world.cluster.pod(&pinned.pod_uid).unwrap();
+    assert_eq!(pod.extra_spec.get("runtimeClassName"), Some(&serde_json::json!("gvisor")));
+    assert!(!h.world.cluster.pod(&plain.pod_uid).unwrap().extra_spec.contains_key("runtimeClassName"));
+}

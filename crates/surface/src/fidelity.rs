@@ -404,14 +404,14 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxRequest.sandbox.spec.mode",
         "CKS places on a runner; SERVERLESS on the values' serverless pool (no runner, no SUNK)",
     ),
-    refused(
+    emulated(
         "CreateSandboxRequest.sandbox.spec.runtime_class",
-        "checked against the policy; the Nodes have no named RuntimeClass (Pods run on the node's default runtime), so a class the policy allows is refused as when no runner can host it (FAILED_PRECONDITION, CWSANDBOX_NO_SUITABLE_RUNNER)",
+        "checked against the policy; `gvisor` runs the sandbox under gVisor's runsc (its own kernel; one container per sandbox) where runsc works here (a root emulator: the ready file's runtime_classes); any other class, or gvisor where it cannot run, is refused as when no runner can host it (FAILED_PRECONDITION, CWSANDBOX_NO_SUITABLE_RUNNER)",
     ),
     refused("CreateSandboxRequest.sandbox.spec.network_config_id", "there are no network configurations"),
-    refused(
+    emulated(
         "CreateSandboxRequest.sandbox.spec.runtime_class_selection",
-        "checked against the policy; a class that resolves to the node's default runs (effective_runtime_class <node-default>), one the policy maps to a named RuntimeClass is refused as runtime_class is",
+        "checked against the policy; a class that resolves to the node's default runs (effective_runtime_class <node-default>), one the policy maps to a named RuntimeClass runs or is refused as runtime_class is",
     ),
     // GetSandbox, ListSandboxes, DeleteSandbox
     emulated("GetSandboxRequest.sandbox_id", "the sandbox"),

@@ -42,15 +42,45 @@ const HOSTS_FILE: &str = "hosts";
 
 impl Executor {
     /// Starts a sandbox in its image's root through the OCI runtime. The start is claimed.
-    pub(super) async fn start_image(&self, id: &str, spec: LaunchSpec) -> Result<(), ExecutorError> {
+    pub(super) async fn start_image(&self, id: &str, mut spec: LaunchSpec) -> Result<(), ExecutorError> {
         let inner = self.inner.clone();
-        let Some(oci) = &inner.oci else {
-            let why = match &inner.oci_support {
+        let handler = spec.handler;
+        let gvisor = handler == crate::RuntimeHandler::Runsc;
+        let Some(oci) = inner.runtime(handler) else {
+            let why = match inner.runtime_support(handler) {
                 OciSupport::Unavailable(why) => why.clone(),
+                _ if gvisor => "gVisor's runsc is not configured".to_owned(),
                 _ => "no OCI runtime is configured".to_owned(),
             };
-            return Err(setup_error(id, format!("the sandbox cannot run in its image: {why}")));
+            let place = if gvisor { "under gVisor" } else { "in its image" };
+            return Err(setup_error(id, format!("the sandbox cannot run {place}: {why}")));
         };
+        if gvisor && !spec.sidecars.is_empty() {
+            return Err(ExecutorError::InvalidRequest(format!(
+                "a sandbox under gVisor runs one container here (runsc cannot join another container's namespaces by path); this one has {} more",
+                spec.sidecars.len()
+            )));
+        }
+        // Without an image, gVisor runs the host's programs, as the process runtime does: an
+        // empty root with the host's directories bound read-only, and a sandbox without a command
+        // idles.
+        let hostless = spec.image.is_none();
+        let mut hostless_binds = Vec::new();
+        if hostless {
+            let host_paths = inner.config.host_paths.clone();
+            let runtime = inner.clone();
+            hostless_binds = tokio::task::spawn_blocking(move || match runtime.runtime(handler) {
+                Some(oci) => oci.hostless_binds(&host_paths).map_err(|error| error.to_string()),
+                None => Err("gVisor's runsc is gone".to_owned()),
+            })
+            .await
+            .map_err(|error| setup_error(id, error.to_string()))?
+            .map_err(|message| setup_error(id, format!("cannot bind the host's directories: {message}")))?;
+            spec.image = Some(crate::ImageRoot { rootfs: oci.hostless_root_dir() });
+            if spec.command.is_empty() {
+                spec.command = vec!["sleep".to_owned(), "infinity".to_owned()];
+            }
+        }
         if let Some(sidecar) = spec.sidecars.iter().find(|sidecar| sidecar.image.is_none()) {
             return Err(ExecutorError::InvalidRequest(format!(
                 "container {:?}: in a sandbox that runs in images every container needs an image of its own",
@@ -73,7 +103,7 @@ impl Executor {
         let restores = restores_of(&inner.config.root_dir, &every_volume_mount(&spec))?;
         let gated = !spec.sidecars.is_empty();
         let hosts = (!spec.host_aliases.is_empty()).then(|| dir.join(HOSTS_FILE));
-        let mut binds = Vec::new();
+        let mut binds = hostless_binds;
         if let Some(hosts) = &hosts {
             binds.push((hosts.clone(), "/etc/hosts".to_owned(), false));
         }
@@ -92,6 +122,7 @@ impl Executor {
             cpu_millis: spec.cpu_limit_millis,
             join: None,
             gate: gated.then(|| dir.join(GATE_DIR)),
+            command_from_image: !hostless,
         };
         let made = {
             let inner = inner.clone();
@@ -101,7 +132,7 @@ impl Executor {
             let aliases = spec.host_aliases.clone();
             let hostname = spec.hostname.clone();
             tokio::task::spawn_blocking(move || {
-                let prepared = match &inner.oci {
+                let prepared = match inner.runtime(handler) {
                     Some(oci) => {
                         oci::prepare_sandbox(oci, plan, &mounts, &files, &restores, &memory_volumes, &claims_dir)?
                     }
@@ -448,6 +479,7 @@ impl Executor {
             cpu_millis: launch.cpu_limit_millis,
             join: Some(namespaces_of),
             gate: None,
+            command_from_image: true,
         };
         let program = plan.argv.first().cloned().unwrap_or_default();
         let made = {

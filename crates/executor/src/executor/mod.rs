@@ -87,6 +87,9 @@ struct Inner {
     /// Whether image sandboxes can run, and the runtime that runs them where they can.
     oci_support: OciSupport,
     oci: Option<OciRuntime>,
+    /// Whether gVisor sandboxes can run, and runsc where they can.
+    gvisor_support: OciSupport,
+    gvisor: Option<OciRuntime>,
     /// Whether memory-backed volumes can be made here: why not, where they cannot.
     memory_volumes: Result<(), String>,
 }
@@ -216,7 +219,14 @@ impl Sandbox {
                 Target::Oci { .. } if signal == libc::SIGUSR1 => libc::SIGKILL,
                 _ => signal,
             };
-            running.keeper.signal(signal);
+            match &self.oci {
+                // gVisor's processes are its kernel's: runsc delivers the signal. Its sandbox
+                // process (the keeper) killed ends them all at once.
+                Some(container) if container.handler == crate::RuntimeHandler::Runsc && signal != libc::SIGKILL => {
+                    container.signal_through_runtime(signal);
+                }
+                _ => running.keeper.signal(signal),
+            }
             // An image sandbox's sidecars are containers of their own, outside the main one's
             // PID namespace: each is signalled too.
             for sidecar in &self.sidecars {
@@ -229,6 +239,24 @@ impl Sandbox {
         let mut done = self.done.clone();
         // An error means the watcher task is gone, which only happens once done.
         let _ = done.wait_for(|done| *done).await;
+    }
+}
+
+impl Inner {
+    /// The OCI runtime that runs sandboxes of `handler`, where it works.
+    fn runtime(&self, handler: crate::RuntimeHandler) -> Option<&OciRuntime> {
+        match handler {
+            crate::RuntimeHandler::Default => self.oci.as_ref(),
+            crate::RuntimeHandler::Runsc => self.gvisor.as_ref(),
+        }
+    }
+
+    /// Whether the runtime of `handler` works here.
+    fn runtime_support(&self, handler: crate::RuntimeHandler) -> &OciSupport {
+        match handler {
+            crate::RuntimeHandler::Default => &self.oci_support,
+            crate::RuntimeHandler::Runsc => &self.gvisor_support,
+        }
     }
 }
 
@@ -246,6 +274,7 @@ impl Executor {
             _ => None,
         };
         let (oci_support, oci) = OciRuntime::probe(&config, id_range);
+        let (gvisor_support, gvisor) = OciRuntime::probe_gvisor(&config);
         let memory_volumes = probe_memory_volumes(mode, &config.root_dir);
         if let Err(why) = &memory_volumes {
             info!("memory-backed scratch volumes are refused: {why}");
@@ -296,6 +325,8 @@ impl Executor {
                 warm,
                 oci_support,
                 oci,
+                gvisor_support,
+                gvisor,
                 memory_volumes,
             }),
         };
@@ -320,6 +351,11 @@ impl Executor {
     /// Whether sandboxes can run in their images ([`LaunchSpec::image`]) here, and how.
     pub fn oci(&self) -> &OciSupport {
         &self.inner.oci_support
+    }
+
+    /// Whether sandboxes can run under gVisor ([`crate::RuntimeHandler::Runsc`]) here, and how.
+    pub fn gvisor(&self) -> &OciSupport {
+        &self.inner.gvisor_support
     }
 
     /// Whether the main command of the sandbox's latest start was killed by the OOM killer for
@@ -402,7 +438,7 @@ impl Executor {
             return Err(ExecutorError::InvalidRequest(problem));
         }
         let _claim = self.claim(id)?;
-        if spec.image.is_some() {
+        if spec.image.is_some() || spec.handler == crate::RuntimeHandler::Runsc {
             return self.start_image(id, spec).await;
         }
         let dir = self.inner.config.root_dir.join(id);
@@ -746,6 +782,9 @@ impl Executor {
             sandbox.wait_done().await;
         }
         // Every keeper it forked is gone.
+        if let Some(gvisor) = &self.inner.gvisor {
+            gvisor.close_watchdog().await;
+        }
         if let Some(oci) = &self.inner.oci {
             oci.close_watchdog().await;
         }
@@ -818,7 +857,9 @@ impl Executor {
                 .map_err(|error| ExecutorError::InvalidRequest(error.to_string()))?,
             None => context.working_dir.to_owned(),
         };
-        if let Err(error) = files::is_directory(&running.root, &cwd) {
+        let gvisor = oci_container.as_ref().is_some_and(|container| container.handler == crate::RuntimeHandler::Runsc);
+        // (In gVisor the helper checks it, in the sandbox's own view.)
+        if !gvisor && let Err(error) = files::is_directory(&running.root, &cwd) {
             return Ok(ExecSession::failed(format!(
                 "cwsandbox: cannot change to the working directory {cwd}: {error}\n"
             )));
@@ -897,12 +938,14 @@ impl Executor {
                 exec::attach(child, pty_master)
             }
             Target::Oci { .. } => {
-                let (Some(oci), Some(container)) = (&self.inner.oci, &oci_container) else {
+                let Some(container) = &oci_container else { return Err(ExecutorError::NotRunning(id.to_owned())) };
+                let Some(oci) = self.inner.runtime(container.handler) else {
                     return Err(ExecutorError::NotRunning(id.to_owned()));
                 };
                 // runc's own failure would be its exit code 255 and its message: the shell's
-                // 127 is what the process runtime (and a user) expects.
-                if !oci::program_exists(&running.root, program, env.get("PATH").map(String::as_str)) {
+                // 127 is what the process runtime (and a user) expects. (gVisor's helper says
+                // it from inside.)
+                if !gvisor && !oci::program_exists(&running.root, program, env.get("PATH").map(String::as_str)) {
                     return Ok(ExecSession::failed(format!("cwsandbox: {program}: command not found\n")));
                 }
                 let user = context.command_ids.unwrap_or(container.user);
@@ -945,6 +988,10 @@ impl Executor {
             return Err(FileError::TooLarge { size: content.len() as u64, max });
         }
         let path = files::resolve(path, files_dir(&sandbox, container)?)?;
+        if let Some(gvisor) = oci.as_ref().filter(|oci| oci.handler == crate::RuntimeHandler::Runsc) {
+            let args = ["write".to_owned(), path];
+            return self.gvisor_file(&sandbox, container, gvisor, &args, Some(content.to_vec()), 0).await.map(drop);
+        }
         let content = content.to_vec();
         let Some(request) = self.sandbox_file_request(&sandbox, &running, oci, container, FileAccess::Write, &path)?
         else {
@@ -1019,6 +1066,10 @@ impl Executor {
         let (sandbox, (running, oci)) = self.running_for_files(id, container)?;
         let max = self.inner.config.max_file_bytes;
         let path = files::resolve(path, files_dir(&sandbox, container)?)?;
+        if let Some(gvisor) = oci.as_ref().filter(|oci| oci.handler == crate::RuntimeHandler::Runsc) {
+            let args = ["read".to_owned(), path, max.to_string()];
+            return self.gvisor_file(&sandbox, container, gvisor, &args, None, max).await;
+        }
         let Some(request) = self.sandbox_file_request(&sandbox, &running, oci, container, FileAccess::Read, &path)?
         else {
             // Plain mode: the host's files, with the emulator's rights (it isolates nothing).
@@ -1027,6 +1078,71 @@ impl Executor {
         let inner = self.inner.clone();
         let opened = async move { open_as_sandbox(&inner, &running, &request).await };
         self.file_operation(opened, move |file| files::read_opened(file, max)).await
+    }
+
+    /// A file operation in a gVisor sandbox: the helper run (`args`) through `runsc exec` as an
+    /// exec'd command of `container` runs, fed `input`; its stdout (at most `max` bytes and one),
+    /// or its failure as a file error. Counted and timed as every file operation.
+    async fn gvisor_file(
+        &self,
+        sandbox: &Sandbox,
+        container: Option<&str>,
+        oci_container: &OciContainer,
+        args: &[String],
+        input: Option<Vec<u8>>,
+        max: u64,
+    ) -> Result<Vec<u8>, FileError> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Some(runtime) = self.inner.runtime(crate::RuntimeHandler::Runsc) else {
+            return Err(FileError::SandboxNotRunning);
+        };
+        let context = sandbox
+            .context(container)
+            .map_err(|_| FileError::UnknownContainer(container.unwrap_or_default().into()))?;
+        let user = context.command_ids.unwrap_or(oci_container.user);
+        let files = runtime.helper_files(oci_container, args, user).map_err(|error| FileError::from_io(&error))?;
+        let mut command = oci_container.exec_command(&files, None).map_err(|error| FileError::from_io(&error))?;
+        if input.is_none() {
+            command.stdin(std::process::Stdio::null());
+        }
+        let (timeout, limit) = (self.inner.config.file_timeout, self.inner.config.max_file_operations);
+        let operations = self.inner.file_operations.clone();
+        let spawner = &self.inner.spawner;
+        let work = async move {
+            let _permit =
+                operations.acquire_owned().await.map_err(|_| FileError::Io("the executor is shut down".into()))?;
+            let mut child = spawner.spawn(command).await.map_err(|error| FileError::from_io(&error))?;
+            let (mut stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+            let feed = async move {
+                if let (Some(stdin), Some(input)) = (stdin.as_mut(), input) {
+                    // A helper that failed early stops reading: its exit says why.
+                    let _ = stdin.write_all(&input).await;
+                }
+                drop(stdin);
+            };
+            let read_out = async move {
+                let mut out = Vec::new();
+                if let Some(stdout) = stdout {
+                    let _ = stdout.take(max.saturating_add(1)).read_to_end(&mut out).await;
+                }
+                out
+            };
+            let read_err = async move {
+                let mut err = Vec::new();
+                if let Some(stderr) = stderr {
+                    let _ = stderr.take(64 << 10).read_to_end(&mut err).await;
+                }
+                err
+            };
+            let ((), out, err, status) = tokio::join!(feed, read_out, read_err, child.wait());
+            let status = status.map_err(|error| FileError::from_io(&error))?;
+            Ok::<_, FileError>((crate::exec::exit_code(&status), out, String::from_utf8_lossy(&err).into_owned()))
+        };
+        let outcome = tokio::time::timeout(timeout, work).await;
+        let _ = std::fs::remove_file(&files.process);
+        let _ = std::fs::remove_file(&files.pid_file);
+        let (code, out, err) = outcome.map_err(|_| FileError::TimedOut { after: timeout, limit })??;
+        gvisor_file_outcome(code, out, &err, max)
     }
 
     /// The sandbox, and what reaches `container`'s files ([`Sandbox::reach`]).
@@ -1063,6 +1179,25 @@ impl Executor {
         let sandbox = self.sandbox(id)?;
         let sidecar = sandbox.sidecar(Some(container)).ok().flatten()?;
         sidecar.exit_code.get().copied()
+    }
+}
+
+/// What a run of the gVisor helper's `read` or `write` says (`gvisor-helper/main.rs`).
+fn gvisor_file_outcome(code: i32, out: Vec<u8>, err: &str, max: u64) -> Result<Vec<u8>, FileError> {
+    let said = |word: &str| {
+        err.lines().find_map(|line| line.strip_prefix(word)).and_then(|value| value.trim().parse::<u64>().ok())
+    };
+    match code {
+        0 if out.len() as u64 > max && max > 0 => Err(FileError::TooLarge { size: out.len() as u64, max }),
+        0 => Ok(out),
+        3 => match said("errno ").and_then(|errno| i32::try_from(errno).ok()) {
+            Some(errno) => Err(FileError::from_io(&std::io::Error::from_raw_os_error(errno))),
+            None => Err(FileError::Io(err.trim().to_owned())),
+        },
+        4 => Err(files::not_regular(said("mode ").and_then(|mode| u32::try_from(mode).ok()))),
+        5 => Err(FileError::TooLarge { size: said("size ").unwrap_or(max.saturating_add(1)), max }),
+        // runsc's own failure (the sandbox ending, say): its message.
+        _ => Err(FileError::Io(format!("the gVisor helper failed ({code}): {}", err.trim()))),
     }
 }
 

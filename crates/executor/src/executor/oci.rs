@@ -9,6 +9,14 @@
 //! goes with the container whatever happens to the emulator. A watchdog shell, waiting on a pipe
 //! only the executor holds, deletes every container left when the executor goes (even by
 //! SIGKILL).
+//!
+//! The same code runs gVisor's `runsc` for sandboxes of RuntimeClass `gvisor` ([`Flavor::Gvisor`]):
+//! its bundles have no user namespace (runsc refuses our id mappings here, and gVisor's own
+//! kernel is the boundary: the sandbox's root is root only of gVisor's kernel), their ids are the
+//! image's own (trees unpacked unshifted), and their processes use the host network stack of the
+//! network namespace runsc starts in (`--network=host`): the host's, or one made with only its
+//! loopback. Execs and file operations run through the gVisor helper (`gvisor-helper/main.rs`),
+//! bound read-only into every such sandbox, since only a process inside sees gVisor's view.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -75,10 +83,27 @@ exit 0"#;
 
 static NEXT_TAG: AtomicU64 = AtomicU64::new(0);
 
+/// Where the gVisor helper is bound in a gVisor sandbox (read-only).
+pub(super) const GVISOR_HELPER: &str = "/.cwsandbox/gvisor-helper";
+
+/// The gVisor helper, built static by the build script.
+const GVISOR_HELPER_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gvisor-helper"));
+
+/// Which OCI runtime an [`OciRuntime`] is: what its bundles and commands differ in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Flavor {
+    /// runc: the sandbox's ids mapped to the host's range in a user namespace of its own.
+    Runc,
+    /// gVisor's runsc: no user namespace, host networking in the namespace it starts in, execs
+    /// and file operations through the helper at `helper` (bound at [`GVISOR_HELPER`]).
+    Gvisor { helper: PathBuf },
+}
+
 /// The OCI runtime of an executor, once probed.
 #[derive(Debug)]
 pub(super) struct OciRuntime {
     pub(super) info: OciRuntimeInfo,
+    pub(super) flavor: Flavor,
     /// The runtime's state directory (`runc --root`).
     state: PathBuf,
     /// The host id the sandbox's id 0 maps to, and how many are mapped.
@@ -89,6 +114,8 @@ pub(super) struct OciRuntime {
     /// Dropped with the executor (or closed by the emulator's death): the watchdog then deletes
     /// every container left. Shutdown closes it and waits for the watchdog's end.
     watchdog: std::sync::Mutex<Option<Watchdog>>,
+    /// gVisor: the binds of a sandbox without an image, found once ([`OciRuntime::hostless_binds`]).
+    hostless: std::sync::OnceLock<Vec<(PathBuf, String, bool)>>,
 }
 
 /// The watchdog's pipe, and word of its end.
@@ -124,6 +151,9 @@ pub(super) struct ContainerPlan {
     /// its command starts, for the executor's word ([`GATE_SCRIPT`]): so a Pod's sidecars can
     /// join them and start first.
     pub(super) gate: Option<PathBuf>,
+    /// Whether the command is looked up in the image before the container is made (false for
+    /// a gVisor sandbox on the host's directories: the helper reports a missing command).
+    pub(super) command_from_image: bool,
 }
 
 /// A `createRuntime` hook (run by runc on the host once the container's namespaces exist, its
@@ -144,6 +174,9 @@ pub(super) struct PreparedContainer {
     overlay: Option<(CString, CString)>,
     pid_file: PathBuf,
     cgroup: String,
+    /// gVisor with a network of its own: `runsc run` starts in a network namespace made for it,
+    /// its loopback up.
+    own_network: bool,
 }
 
 /// A running (or ended) container of a sandbox: what ends it and reads its end.
@@ -157,6 +190,8 @@ pub(super) struct OciContainer {
     next_exec: AtomicU64,
     /// The (uid, gid) the main command runs as, inside.
     pub(super) user: (u32, u32),
+    /// Which runtime runs it.
+    pub(super) handler: crate::RuntimeHandler,
 }
 
 /// One exec's files: its process description and the pid file runc writes.
@@ -179,7 +214,7 @@ impl OciRuntime {
                 None,
             );
         };
-        match Self::probe_runtime(config, runc, base, count) {
+        match Self::probe_runtime(config, runc, base, count, Flavor::Runc) {
             Ok(runtime) => (OciSupport::Ready(runtime.info.clone()), Some(runtime)),
             Err(message) => {
                 warn!(%message, "the OCI runtime does not work here: image sandboxes cannot start");
@@ -188,7 +223,38 @@ impl OciRuntime {
         }
     }
 
-    fn probe_runtime(config: &ExecutorConfig, runc: PathBuf, base: u32, count: u32) -> Result<OciRuntime, String> {
+    /// Probes `config.gvisor_runtime` (runsc) as [`OciRuntime::probe`] probes runc: a root
+    /// emulator only (runsc makes its sandboxes' mounts and cgroups as root here).
+    pub(super) fn probe_gvisor(config: &ExecutorConfig) -> (OciSupport, Option<OciRuntime>) {
+        let Some(runsc) = config.gvisor_runtime.clone() else { return (OciSupport::NotConfigured, None) };
+        if sys::current_uid() != 0 {
+            return (OciSupport::Unavailable("gVisor's runsc runs sandboxes for a root emulator only".into()), None);
+        }
+        let helper = config.root_dir.join(".gvisor-helper");
+        if let Err(error) = write_helper(&helper) {
+            return (OciSupport::Unavailable(format!("cannot write the gVisor helper: {error}")), None);
+        }
+        match Self::probe_runtime(config, runsc, 0, 0, Flavor::Gvisor { helper }) {
+            Ok(runtime) => (OciSupport::Ready(runtime.info.clone()), Some(runtime)),
+            Err(message) => {
+                // Not installed is a machine's choice; installed and broken is worth a warning.
+                if message.starts_with("cannot run ") {
+                    tracing::info!(%message, "gVisor's runsc is not here: RuntimeClass gvisor is refused");
+                } else {
+                    warn!(%message, "gVisor's runsc does not work here: RuntimeClass gvisor is refused");
+                }
+                (OciSupport::Unavailable(message), None)
+            }
+        }
+    }
+
+    fn probe_runtime(
+        config: &ExecutorConfig,
+        runc: PathBuf,
+        base: u32,
+        count: u32,
+        flavor: Flavor,
+    ) -> Result<OciRuntime, String> {
         let version = std::process::Command::new(&runc)
             .arg("--version")
             .stdin(Stdio::null())
@@ -198,7 +264,10 @@ impl OciRuntime {
             return Err(format!("{} --version failed: {}", runc.display(), String::from_utf8_lossy(&version.stderr)));
         }
         let version = String::from_utf8_lossy(&version.stdout).lines().next().unwrap_or_default().to_owned();
-        let state = config.root_dir.join(".runc");
+        let state = config.root_dir.join(match flavor {
+            Flavor::Runc => ".runc",
+            Flavor::Gvisor { .. } => ".runsc",
+        });
         // A killed emulator's watchdog deletes its containers; in case it could not, do it here.
         delete_all(&runc, &state);
         std::fs::create_dir_all(&state).map_err(|error| format!("cannot create {}: {error}", state.display()))?;
@@ -213,13 +282,21 @@ impl OciRuntime {
                 writable_layer: WritableLayer::Overlay,
                 cgroup_limits: true,
             },
+            flavor,
             state,
             base,
             count,
             cgroup_prefix,
             watchdog: std::sync::Mutex::new(Some(watchdog)),
+            hostless: std::sync::OnceLock::new(),
         };
         let probe_dir = config.root_dir.join(format!(".oci-probe@{}.{tag}", std::process::id()));
+        if let Flavor::Gvisor { .. } = runtime.flavor {
+            // The root of gVisor sandboxes that have no image (the process runtime's).
+            runtime
+                .hostless_root(&config.host_paths)
+                .map_err(|error| format!("cannot make the root of image-less sandboxes: {error}"))?;
+        }
         let result = runtime.probe_runs(&probe_dir, &config.host_paths, config.oci_writable_layer);
         let _ = std::fs::remove_dir_all(&probe_dir);
         result.map(|()| runtime)
@@ -256,6 +333,7 @@ impl OciRuntime {
             cpu_millis: Some(1000),
             join: None,
             gate: None,
+            command_from_image: false,
         };
         let mut failures = Vec::new();
         for (layer, limits) in [
@@ -390,20 +468,32 @@ impl OciRuntime {
             self.spec(plan, &rootfs, &cgroup).map_err(|error| format!("cannot build the OCI config: {error}"))?;
         let config = bundle.join("config.json");
         spec.save(&config).map_err(|error| format!("cannot write {}: {error}", config.display()))?;
-        Ok(PreparedContainer { bundle, overlay, pid_file: plan.dir.join("init.pid"), cgroup })
+        let own_network = self.is_gvisor() && plan.network == Network::LoopbackOnly;
+        Ok(PreparedContainer { bundle, overlay, pid_file: plan.dir.join("init.pid"), cgroup, own_network })
+    }
+
+    /// Whether this is gVisor's runsc.
+    pub(super) fn is_gvisor(&self) -> bool {
+        matches!(self.flavor, Flavor::Gvisor { .. })
     }
 
     /// The bundle's config.
     fn spec(&self, plan: &ContainerPlan, rootfs: &Path, cgroup: &str) -> Result<Spec, oci_spec::OciSpecError> {
-        let process = self.process(&plan.argv, &plan.env, &plan.cwd, plan.user, None)?;
-        let mut namespaces = vec![
-            LinuxNamespaceType::Pid,
-            LinuxNamespaceType::Mount,
-            LinuxNamespaceType::Uts,
-            LinuxNamespaceType::Ipc,
-            LinuxNamespaceType::User,
-        ];
-        if plan.network == Network::LoopbackOnly {
+        let gvisor = self.is_gvisor();
+        let process = if gvisor {
+            // Through the helper, so a command the sandbox lacks ends as anywhere else (127).
+            container_process(&gvisor_exec_argv("start", &plan.cwd, &plan.argv), &plan.env, "/", plan.user, None)?
+        } else {
+            container_process(&plan.argv, &plan.env, &plan.cwd, plan.user, None)?
+        };
+        let mut namespaces =
+            vec![LinuxNamespaceType::Pid, LinuxNamespaceType::Mount, LinuxNamespaceType::Uts, LinuxNamespaceType::Ipc];
+        if !gvisor {
+            namespaces.push(LinuxNamespaceType::User);
+        }
+        // gVisor's network namespace is the one `runsc run` starts in (made for it when the
+        // sandbox has a network of its own: `PreparedContainer::own_network`).
+        if plan.network == Network::LoopbackOnly && !gvisor {
             // runc brings its loopback up.
             namespaces.push(LinuxNamespaceType::Network);
         }
@@ -443,10 +533,11 @@ impl OciRuntime {
                     resources.cpu(LinuxCpuBuilder::default().quota(quota.max(1000)).period(100_000u64).build()?);
             }
         }
-        let linux = LinuxBuilder::default()
-            .namespaces(namespaces)
-            .uid_mappings(vec![mapping])
-            .gid_mappings(vec![mapping])
+        let mut linux = LinuxBuilder::default().namespaces(namespaces);
+        if !gvisor {
+            linux = linux.uid_mappings(vec![mapping]).gid_mappings(vec![mapping]);
+        }
+        let linux = linux
             .resources(resources.build()?)
             .cgroups_path(PathBuf::from(cgroup))
             .masked_paths(get_default_maskedpaths())
@@ -500,15 +591,23 @@ impl OciRuntime {
                 &["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"],
             )?,
             mount("/dev/shm", "tmpfs", "shm", &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"])?,
-            mount("/dev/mqueue", "mqueue", "mqueue", &["nosuid", "noexec", "nodev"])?,
-            if plan.network == Network::LoopbackOnly {
+        ];
+        if !self.is_gvisor() {
+            mounts.push(mount("/dev/mqueue", "mqueue", "mqueue", &["nosuid", "noexec", "nodev"])?);
+        }
+        mounts.push(
+            // gVisor's sysfs is its own kernel's.
+            if plan.network == Network::LoopbackOnly || self.is_gvisor() {
                 mount("/sys", "sysfs", "sysfs", &["nosuid", "noexec", "nodev", "ro"])?
             } else {
                 // A user namespace may not mount sysfs for the host's network namespace: the
                 // host's, bound read-only (as rootless runc does).
                 mount("/sys", "none", "/sys", &["rbind", "nosuid", "noexec", "nodev", "ro"])?
             },
-        ];
+        );
+        if let Flavor::Gvisor { helper } = &self.flavor {
+            mounts.push(mount(GVISOR_HELPER, "bind", &helper.to_string_lossy(), &["rbind", "ro", "nosuid", "nodev"])?);
+        }
         for (source, destination, read_only) in &plan.binds {
             let options: &[&str] =
                 if *read_only { &["rbind", "ro", "nosuid", "nodev"] } else { &["rbind", "nosuid", "nodev"] };
@@ -516,61 +615,72 @@ impl OciRuntime {
         }
         Ok(mounts)
     }
+}
 
-    /// A process of the container: the main command's (in the bundle) or an exec's.
-    fn process(
-        &self,
-        argv: &[String],
-        env: &BTreeMap<String, String>,
-        cwd: &str,
-        (uid, gid): (u32, u32),
-        terminal: Option<(u16, u16)>,
-    ) -> Result<Process, oci_spec::OciSpecError> {
-        let all: oci_spec::runtime::Capabilities = DEFAULT_CAPABILITIES.into_iter().collect();
-        // As Docker gives them: a non-root user keeps the bounding set only.
-        let held = if uid == 0 { all.clone() } else { Default::default() };
-        let capabilities = LinuxCapabilitiesBuilder::default()
-            .bounding(all)
-            .effective(held.clone())
-            .permitted(held)
-            .inheritable(oci_spec::runtime::Capabilities::default())
-            .ambient(oci_spec::runtime::Capabilities::default())
-            .build()?;
-        let mut process = ProcessBuilder::default()
-            .terminal(terminal.is_some())
-            .user(UserBuilder::default().uid(uid).gid(gid).build()?)
-            .args(argv.to_vec())
-            .env(env.iter().map(|(key, value)| format!("{key}={value}")).collect::<Vec<_>>())
-            .cwd(cwd)
-            .capabilities(capabilities)
-            .no_new_privileges(true)
-            .build()?;
-        // No rlimits: setting RLIMIT_NOFILE is refused in some hosts (containers), and the
-        // sandbox keeps the emulator's.
-        process.set_rlimits(None);
-        if let Some((cols, rows)) = terminal {
-            // Sized as it is made: runc forwards later changes, the first only once it runs.
-            let size =
-                oci_spec::runtime::BoxBuilder::default().width(u64::from(cols)).height(u64::from(rows)).build()?;
-            process.set_console_size(Some(size));
-        }
-        Ok(process)
+/// The helper's command line that changes to `cwd` and executes `argv` in a gVisor sandbox
+/// (`how`: `start` for the main command, `exec` for an exec).
+fn gvisor_exec_argv(how: &str, cwd: &str, argv: &[String]) -> Vec<String> {
+    let mut wrapped = vec![GVISOR_HELPER.to_owned(), how.to_owned(), cwd.to_owned()];
+    wrapped.extend(argv.iter().cloned());
+    wrapped
+}
+
+/// A process of a container: the main command's (in the bundle) or an exec's.
+fn container_process(
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    cwd: &str,
+    (uid, gid): (u32, u32),
+    terminal: Option<(u16, u16)>,
+) -> Result<Process, oci_spec::OciSpecError> {
+    let all: oci_spec::runtime::Capabilities = DEFAULT_CAPABILITIES.into_iter().collect();
+    // As Docker gives them: a non-root user keeps the bounding set only.
+    let held = if uid == 0 { all.clone() } else { Default::default() };
+    let capabilities = LinuxCapabilitiesBuilder::default()
+        .bounding(all)
+        .effective(held.clone())
+        .permitted(held)
+        .inheritable(oci_spec::runtime::Capabilities::default())
+        .ambient(oci_spec::runtime::Capabilities::default())
+        .build()?;
+    let mut process = ProcessBuilder::default()
+        .terminal(terminal.is_some())
+        .user(UserBuilder::default().uid(uid).gid(gid).build()?)
+        .args(argv.to_vec())
+        .env(env.iter().map(|(key, value)| format!("{key}={value}")).collect::<Vec<_>>())
+        .cwd(cwd)
+        .capabilities(capabilities)
+        .no_new_privileges(true)
+        .build()?;
+    // No rlimits: setting RLIMIT_NOFILE is refused in some hosts (containers), and the
+    // sandbox keeps the emulator's.
+    process.set_rlimits(None);
+    if let Some((cols, rows)) = terminal {
+        // Sized as it is made: runc forwards later changes, the first only once it runs.
+        let size = oci_spec::runtime::BoxBuilder::default().width(u64::from(cols)).height(u64::from(rows)).build()?;
+        process.set_console_size(Some(size));
     }
+    Ok(process)
+}
 
+impl OciRuntime {
     /// `runc run`'s arguments for a prepared container.
     fn run_args(&self, id: &str, prepared: &PreparedContainer) -> Vec<std::ffi::OsString> {
-        vec![
-            "--root".into(),
-            self.state.clone().into(),
-            "run".into(),
-            // Kept once ended, so its cgroup still says whether the OOM killer ran.
-            "--keep".into(),
-            "--pid-file".into(),
-            prepared.pid_file.clone().into(),
-            "--bundle".into(),
-            prepared.bundle.clone().into(),
-            id.into(),
-        ]
+        let mut args: Vec<std::ffi::OsString> = vec!["--root".into(), self.state.clone().into()];
+        if self.is_gvisor() {
+            // The host's network stack, of the namespace runsc starts in: a service's port is
+            // then reachable where the relay connects (gVisor's own stack would hide it).
+            args.push("--network=host".into());
+        }
+        args.push("run".into());
+        if !self.is_gvisor() {
+            // Kept once ended, so its cgroup still says whether the OOM killer ran. (runsc
+            // removes its own container when `run` ends.)
+            args.push("--keep".into());
+        }
+        args.extend(["--pid-file".into(), prepared.pid_file.clone().into(), "--bundle".into()]);
+        args.extend([prepared.bundle.clone().into(), id.into()]);
+        args
     }
 
     /// The `runc run` command of a prepared container, its stdout and stderr going to `output`.
@@ -583,9 +693,16 @@ impl OciRuntime {
         let mut command = tokio::process::Command::new(&self.info.runtime);
         command.args(self.run_args(id, prepared)).stdin(Stdio::null()).stdout(output.try_clone()?).stderr(output);
         let overlay = prepared.overlay.clone();
+        let own_network = prepared.own_network;
         // SAFETY: the closure only makes system calls (fork-safe).
         unsafe {
-            command.pre_exec(move || enter_own_mounts(overlay.as_ref()));
+            command.pre_exec(move || {
+                enter_own_mounts(overlay.as_ref())?;
+                if own_network {
+                    enter_own_network()?;
+                }
+                Ok(())
+            });
         }
         Ok(command)
     }
@@ -654,6 +771,7 @@ impl OciRuntime {
             exec_dir: plan.dir.join("exec"),
             next_exec: AtomicU64::new(0),
             user: plan.user,
+            handler: if self.is_gvisor() { crate::RuntimeHandler::Runsc } else { crate::RuntimeHandler::Default },
         }
     }
 
@@ -667,7 +785,29 @@ impl OciRuntime {
         user: (u32, u32),
         tty: Option<(u16, u16)>,
     ) -> std::io::Result<ExecFiles> {
-        let process = self.process(argv, env, cwd, user, tty).map_err(std::io::Error::other)?;
+        let process = if self.is_gvisor() {
+            container_process(&gvisor_exec_argv("exec", cwd, argv), env, "/", user, tty)
+        } else {
+            container_process(argv, env, cwd, user, tty)
+        };
+        self.write_exec_files(container, process.map_err(std::io::Error::other)?)
+    }
+
+    /// The process files of a run of the gVisor helper (`args` after its path) as `user`.
+    pub(super) fn helper_files(
+        &self,
+        container: &OciContainer,
+        args: &[String],
+        user: (u32, u32),
+    ) -> std::io::Result<ExecFiles> {
+        let mut argv = vec![GVISOR_HELPER.to_owned()];
+        argv.extend(args.iter().cloned());
+        let env = BTreeMap::from([("PATH".to_owned(), DEFAULT_PATH.to_owned())]);
+        let process = container_process(&argv, &env, "/", user, None).map_err(std::io::Error::other)?;
+        self.write_exec_files(container, process)
+    }
+
+    fn write_exec_files(&self, container: &OciContainer, process: Process) -> std::io::Result<ExecFiles> {
         let n = container.next_exec.fetch_add(1, Ordering::Relaxed);
         let files = ExecFiles {
             process: container.exec_dir.join(format!("{n}.json")),
@@ -689,7 +829,137 @@ impl Drop for OciRuntime {
     }
 }
 
+impl OciRuntime {
+    /// The root of gVisor sandboxes without an image (the process runtime's): empty but for a
+    /// `/tmp` and the host's links among `host_paths` (Debian's `/bin` → `usr/bin`); each
+    /// sandbox writes to a layer of its own over it. Made at the probe.
+    pub(super) fn hostless_root(&self, host_paths: &[PathBuf]) -> std::io::Result<PathBuf> {
+        let root = self.state.with_file_name(".gvisor-hostless-root");
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("tmp"))?;
+        std::fs::set_permissions(root.join("tmp"), std::fs::Permissions::from_mode(0o1777))?;
+        for path in host_paths {
+            let (Ok(target), Ok(relative)) = (std::fs::read_link(path), path.strip_prefix("/")) else { continue };
+            if relative.components().count() == 1 {
+                std::os::unix::fs::symlink(target, root.join(relative))?;
+            }
+        }
+        Ok(root)
+    }
+
+    /// The hostless root made at the probe.
+    pub(super) fn hostless_root_dir(&self) -> PathBuf {
+        self.state.with_file_name(".gvisor-hostless-root")
+    }
+}
+
+impl OciRuntime {
+    /// The binds of a gVisor sandbox without an image: the host's directories `host_paths`
+    /// read-only, and over each of their entries that others may not read (a file) or search (a
+    /// directory), an empty one of its kind. A namespaced sandbox's processes are strangers to
+    /// the host's files (their ids are unmapped), so they read only what any user may; gVisor's
+    /// have no user namespace, and its root would read the host's root-only files (`/etc/shadow`,
+    /// keys) through runsc's file server, which runs as the host's root: the masks keep its view
+    /// the namespaced one's. Found by a walk of the directories at the first such sandbox's start
+    /// (a second or so, cold) and kept; an entry the host restricts later is not masked until the
+    /// emulator restarts. Blocking.
+    pub(super) fn hostless_binds(&self, host_paths: &[PathBuf]) -> std::io::Result<Vec<(PathBuf, String, bool)>> {
+        if let Some(binds) = self.hostless.get() {
+            return Ok(binds.clone());
+        }
+        let masks_dir = self.state.with_file_name(".gvisor-masks");
+        let (empty_file, empty_dir) = (masks_dir.join("file"), masks_dir.join("dir"));
+        if !empty_dir.is_dir() {
+            std::fs::create_dir_all(&empty_dir)?;
+            std::fs::write(&empty_file, b"")?;
+            std::fs::set_permissions(&empty_file, std::fs::Permissions::from_mode(0o444))?;
+            std::fs::set_permissions(&empty_dir, std::fs::Permissions::from_mode(0o555))?;
+        }
+        let mut binds = Vec::new();
+        let mut masks = Vec::new();
+        for path in host_paths {
+            // A link (Debian's /bin → usr/bin) is the directory it names, which is bound already.
+            let Ok(metadata) = std::fs::symlink_metadata(path) else { continue };
+            if !metadata.is_dir() {
+                continue;
+            }
+            binds.push((path.clone(), path.to_string_lossy().into_owned(), true));
+            restricted_entries(path, &mut masks);
+        }
+        for (path, is_dir) in masks {
+            let source = if is_dir { empty_dir.clone() } else { empty_file.clone() };
+            binds.push((source, path.to_string_lossy().into_owned(), true));
+        }
+        Ok(self.hostless.get_or_init(|| binds).clone())
+    }
+}
+
+/// The entries under `dir` (not following links) that others may not read (a regular file) or
+/// search (a directory), each with whether it is a directory; a restricted directory's own
+/// entries are not walked (its mask hides them).
+fn restricted_entries(dir: &Path, found: &mut Vec<(PathBuf, bool)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let Ok(metadata) = entry.metadata() else { continue };
+        let mode = metadata.permissions().mode();
+        if metadata.is_dir() {
+            if mode & 0o005 != 0o005 {
+                found.push((entry.path(), true));
+            } else {
+                restricted_entries(&entry.path(), found);
+            }
+        } else if metadata.is_file() && mode & 0o004 == 0 {
+            found.push((entry.path(), false));
+        }
+    }
+}
+
+/// Writes the gVisor helper where sandboxes bind it from: the host's root's, executable by all.
+fn write_helper(path: &Path) -> std::io::Result<()> {
+    let temporary = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&temporary);
+    std::fs::write(&temporary, GVISOR_HELPER_BINARY)?;
+    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o555))?;
+    std::fs::rename(&temporary, path)
+}
+
+/// In the child, before `runsc run` executes: a network namespace of its own with its loopback
+/// up, which gVisor's host networking then uses.
+fn enter_own_network() -> std::io::Result<()> {
+    // SAFETY: unshare takes flags only.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    crate::child::loopback_up().map_err(std::io::Error::from_raw_os_error)
+}
+
 impl OciContainer {
+    /// Sends `signal` to the container's init through the runtime (`runsc kill`: gVisor's
+    /// processes are not the host's to signal), on a thread of its own.
+    pub(super) fn signal_through_runtime(&self, signal: libc::c_int) {
+        let (runtime, state, id) = (self.runc.clone(), self.state.clone(), self.id.clone());
+        let spawned = std::thread::Builder::new().name("cwsandbox-runtime-kill".into()).spawn(move || {
+            let killed = std::process::Command::new(&runtime)
+                .arg("--root")
+                .arg(&state)
+                .args(["kill", &id, &signal.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .output();
+            match killed {
+                Ok(output) if !output.status.success() => {
+                    debug!(container = %id, signal, stderr = %String::from_utf8_lossy(&output.stderr), "kill failed");
+                }
+                Err(error) => warn!(container = %id, %error, "cannot run the runtime's kill"),
+                Ok(_) => {}
+            }
+        });
+        if let Err(error) = spawned {
+            warn!(container = %self.id, %error, "cannot start a thread to signal the container");
+        }
+    }
+
     /// `runc exec` of a process file. With a terminal, `tty` is the terminal's slave, made the
     /// controlling terminal of runc (which gives the command a terminal of the container's and
     /// forwards size changes of this one to it).
@@ -907,7 +1177,7 @@ pub(super) fn prepare_sandbox(
     // The files are bound after the volumes, so one under a volume's mount path is placed on it
     // (the runtime makes its mount point inside the volume); none goes under a claim's.
     crate::file_mounts::check(mounts, files)?;
-    if !command_in_image(&plan)? {
+    if plan.command_from_image && !command_in_image(&plan)? {
         return Ok((plan, None));
     }
     super::layout::remove_dir(&plan.dir);

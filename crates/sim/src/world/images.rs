@@ -45,6 +45,9 @@ pub struct ImageToPull {
     pub policy: ImagePullPolicy,
     /// The container's own registry credentials (`image_pull_credentials`), if it has some.
     pub credentials: Option<crate::k8s::ImagePullSecret>,
+    /// The Pod's RuntimeClass (`None`: the node's default): a runtime handler may keep images
+    /// of its own (gVisor's are unpacked with their own ids).
+    pub runtime_class: Option<String>,
 }
 
 /// What the host did for one container's image.
@@ -133,6 +136,10 @@ impl World {
             PodOwner::Sandbox(id) => self.runner_image_pull_policy(id),
             _ => ImagePullPolicy::IfNotPresent,
         };
+        let runtime_class = match &pod.owner {
+            PodOwner::Sandbox(id) => self.sandboxes.runtime_class(id).map(str::to_owned),
+            _ => None,
+        };
         pod.containers
             .iter()
             .map(|container| ImageToPull {
@@ -140,6 +147,7 @@ impl World {
                 image: container.image.clone(),
                 policy,
                 credentials: container.inputs.as_ref().and_then(|inputs| inputs.pull_secret.clone()),
+                runtime_class: runtime_class.clone(),
             })
             .collect()
     }

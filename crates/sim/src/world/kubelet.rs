@@ -104,6 +104,7 @@ impl World {
             .map(|plan| plan.host_aliases.clone())
             .unwrap_or_default();
         let memory_volumes = self.memory_volumes_of(uid, sandbox_id.as_deref(), node_name);
+        let runtime_class = sandbox_id.as_deref().and_then(|id| self.sandboxes.runtime_class(id)).map(str::to_owned);
         if !self.host_confirms_starts {
             self.containers_started(uid);
         }
@@ -116,6 +117,7 @@ impl World {
             loopback_only,
             host_aliases,
             memory_volumes,
+            runtime_class,
         }));
     }
 

@@ -120,6 +120,9 @@ pub struct PodLaunch {
     /// The Pod's memory-backed scratch volumes (`emptyDir` with medium Memory): each a tmpfs of
     /// its own, sized as the kubelet sizes it.
     pub memory_volumes: Vec<crate::k8s::MemoryVolume>,
+    /// The Pod's RuntimeClass (`runtimeClassName`): which runtime handler runs it; `None`, the
+    /// node's default.
+    pub runtime_class: Option<String>,
 }
 
 /// What the host reports when a command of a Pod ended, by itself or once the host stopped it

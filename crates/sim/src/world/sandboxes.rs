@@ -4,7 +4,7 @@
 //! the spec's rules; these commands also read the cluster, Slurm, the runners, templates, volumes and snapshots, so they
 //! live here, above every lifecycle.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -292,7 +292,7 @@ impl World {
             tolerations,
             required_node_affinity: resolved.required_node_affinity.clone(),
             priority_class_name: resolved.priority_class_name.clone(),
-            extra_spec: resolved.extra_pod_spec.clone(),
+            extra_spec: pod_extra_spec(&resolved),
             containers,
             phase: PodPhase::Pending,
             reason: None,
@@ -917,4 +917,14 @@ impl World {
         };
         (SandboxState::Pending, reason)
     }
+}
+
+/// The Pod's `spec` keys besides the modelled ones: the policy's, and the RuntimeClass the
+/// sandbox resolved to (`runtimeClassName`, which the policy's `base` may not set).
+fn pod_extra_spec(resolved: &ResolvedSpec) -> BTreeMap<String, serde_json::Value> {
+    let mut extra = resolved.extra_pod_spec.clone();
+    if let Some(class) = &resolved.runtime_class {
+        extra.insert("runtimeClassName".to_owned(), serde_json::Value::String(class.clone()));
+    }
+    extra
 }

@@ -99,7 +99,14 @@ pub async fn load_images(
         if received == 0 {
             return Err(ApiError::invalid_field("chunk", "the archive is empty"));
         }
-        store.load(&path).await.map_err(load_error)
+        let report = store.load(&path).await.map_err(load_error)?;
+        // Runtime handlers that keep images of their own (gVisor's) get the same images.
+        if let Ok(runtime) = app.runtime(method) {
+            for other in runtime.handler_image_stores() {
+                other.load(&path).await.map_err(load_error)?;
+            }
+        }
+        Ok(report)
     }
     .await;
     let _ = std::fs::remove_file(&path);
@@ -132,13 +139,24 @@ pub async fn list_images(
     ConnectRequest(_request): ConnectRequest<pb::ListImagesRequest>,
 ) -> Result<ConnectResponse<pb::ListImagesResponse>, ConnectError> {
     let method = caller.method();
-    let Some(store) = app.runtime(method).ok().and_then(|runtime| runtime.image_store()) else {
+    let Ok(runtime) = app.runtime(method) else { return respond(method, Ok(pb::ListImagesResponse::default())) };
+    let Some(store) = runtime.image_store() else {
         return respond(method, Ok(pb::ListImagesResponse::default()));
     };
-    let listed = store
-        .list()
-        .await
-        .map_err(|e| ApiError::new(Code::Internal, Reason::BackendUnavailable, format!("image cache: {e}")));
+    let cache_error =
+        |e: std::io::Error| ApiError::new(Code::Internal, Reason::BackendUnavailable, format!("image cache: {e}"));
+    let mut listed = store.list().await.map_err(cache_error);
+    // An image kept by another runtime handler (gVisor's) is one image: listed once, in use if
+    // either cache's copy is.
+    for other in runtime.handler_image_stores() {
+        let (Ok(images), Ok(others)) = (&mut listed, other.list().await.map_err(cache_error)) else { continue };
+        for image in others {
+            match images.iter_mut().find(|known| known.digest == image.digest) {
+                Some(known) => known.in_use |= image.in_use,
+                None => images.push(image),
+            }
+        }
+    }
     respond(
         method,
         listed.map(|images| pb::ListImagesResponse {
@@ -178,7 +196,19 @@ pub async fn remove_image(
         Ok(store) => store,
         Err(error) => return respond(method, Err(error)),
     };
-    let removed = store.remove(&request.name).await.map_err(|error| {
+    // Another runtime handler's copy (gVisor's) goes with it; the answer is the main cache's, or
+    // that copy's where only it had the image.
+    let mut removed = store.remove(&request.name).await;
+    if let Ok(runtime) = app.runtime(method) {
+        for other in runtime.handler_image_stores() {
+            let other_removed = other.remove(&request.name).await;
+            // (A copy a gVisor sandbox runs on stays until a prune finds it unused.)
+            if matches!(removed, Err(RemoveError::NotFound(_))) {
+                removed = other_removed;
+            }
+        }
+    }
+    let removed = removed.map_err(|error| {
         let message = error.to_string();
         match error {
             RemoveError::InvalidReference(_) => ApiError::invalid_field("name", message),

@@ -1,0 +1,263 @@
+//! gVisor sandboxes (`RuntimeHandler::Runsc`, a Pod of RuntimeClass `gvisor`): the sandbox's
+//! processes run on gVisor's own kernel through Debian's `runsc`, in an image or on the host's
+//! directories. Where runsc or busybox is missing, or the tests do not run as root, they say so
+//! and pass without checking anything (under CI, scripts/test installs runsc and runs as root).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{argv, run, run_request, sh, skip, unique, wait_for_log, within};
+use cwsandbox_executor::{
+    ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, ImageRoot, LaunchSpec, MountedFile, Network,
+    OciSupport, RuntimeHandler, SandboxUser, Sidecar, VolumeMount,
+};
+use tempfile::TempDir;
+
+const RUNSC: &str = "/usr/bin/runsc";
+const BUSYBOX: &str = "/bin/busybox";
+const APPLETS: &[&str] = &["sh", "cat", "ls", "id", "sleep", "echo", "stat", "mkdir", "nc", "pwd", "hostname", "tr"];
+
+fn tools_present(test: &str) -> bool {
+    let missing: Vec<&str> = [RUNSC, BUSYBOX].into_iter().filter(|tool| !Path::new(tool).exists()).collect();
+    if !missing.is_empty() {
+        skip(test, &format!("{} not installed, so gVisor sandboxes cannot be tested here", missing.join(" and ")));
+        return false;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip(test, "gVisor sandboxes need a root emulator");
+        return false;
+    }
+    true
+}
+
+/// A busybox image whose files keep their own ids (gVisor's trees are not shifted).
+fn build_image(dir: &Path) -> PathBuf {
+    let image = dir.join("image");
+    for sub in ["bin", "etc", "root", "tmp", "work"] {
+        std::fs::create_dir_all(image.join(sub)).unwrap();
+    }
+    std::fs::copy(BUSYBOX, image.join("bin/busybox")).unwrap();
+    for applet in APPLETS {
+        std::os::unix::fs::symlink("busybox", image.join("bin").join(applet)).unwrap();
+    }
+    std::fs::write(image.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/work:/bin/sh\n")
+        .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(image.join("tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    image
+}
+
+struct GvisorHarness {
+    executor: Executor,
+    _root: TempDir,
+    image: PathBuf,
+}
+
+fn harness(test: &str) -> Option<GvisorHarness> {
+    if !tools_present(test) {
+        return None;
+    }
+    let root = tempfile::Builder::new().prefix("cwsbx-gvisor-test").tempdir().unwrap();
+    let image = build_image(root.path());
+    let mut config = ExecutorConfig::new(root.path());
+    config.warm_sandboxes = 0;
+    config.gvisor_runtime = Some(RUNSC.into());
+    let executor = Executor::new(config).unwrap();
+    match executor.gvisor() {
+        OciSupport::Ready(info) => eprintln!("gVisor in force: {info:?}"),
+        other => panic!("runsc is installed but gVisor sandboxes do not work: {other:?}"),
+    }
+    Some(GvisorHarness { executor, _root: root, image })
+}
+
+impl GvisorHarness {
+    fn launch(&self, command: &[&str]) -> LaunchSpec {
+        LaunchSpec {
+            hostname: "pod-gvisor".into(),
+            command: command.iter().map(|arg| arg.to_string()).collect(),
+            image: Some(ImageRoot { rootfs: self.image.clone() }),
+            handler: RuntimeHandler::Runsc,
+            ..LaunchSpec::default()
+        }
+    }
+}
+
+/// gVisor's kernel says it is Linux 4.4.0; the host's is not.
+fn host_kernel() -> String {
+    std::fs::read_to_string("/proc/version").unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gvisor_sandbox_runs_its_image_on_gvisors_kernel() {
+    let Some(harness) = harness("a_gvisor_sandbox_runs_its_image_on_gvisors_kernel") else { return };
+    let executor = &harness.executor;
+    let id = unique("gvisor");
+    let launch = LaunchSpec {
+        working_dir: Some("/work/dir".into()),
+        files: vec![MountedFile { path: "/etc/app.conf".into(), content: b"mounted\n".to_vec() }],
+        volume_mounts: vec![VolumeMount { volume: "scratch".into(), path: "/data".into(), ..VolumeMount::default() }],
+        ..harness.launch(&["sh", "-c", "echo started in $(pwd); trap 'echo bye; exit 0' TERM; sleep 1000 & wait"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    wait_for_log(&executor.logs(&id).unwrap(), "started in /work/dir\n").await;
+
+    let version = sh(executor, &id, "cat /proc/version").await;
+    assert!(version.contains("Linux version 4.4.0"), "not gVisor's kernel: {version}");
+    assert_ne!(version.trim(), host_kernel().trim(), "the host's kernel answered");
+    assert_eq!(sh(executor, &id, "hostname").await, "pod-gvisor");
+    assert_eq!(sh(executor, &id, "cat /etc/app.conf").await, "mounted");
+    assert_eq!(sh(executor, &id, "echo x > /data/y && cat /data/y").await, "x");
+    assert_eq!(sh(executor, &id, "id -u").await, "0");
+
+    // Execs: codes, a missing command, a working directory, stdin, another user.
+    assert_eq!(run(executor, &id, &["sh", "-c", "exit 7"]).await.2, 7);
+    let (_, stderr, code) = run(executor, &id, &["no-such-command"]).await;
+    assert_eq!(code, 127);
+    assert!(stderr.contains("no-such-command: command not found"), "{stderr}");
+    let request = ExecRequest { working_dir: Some("/etc".into()), ..argv(&["pwd"]) };
+    assert_eq!(run_request(executor, &id, request).await.0, "/etc\n");
+    let request = ExecRequest { working_dir: Some("/missing".into()), ..argv(&["pwd"]) };
+    let (_, stderr, code) = run_request(executor, &id, request).await;
+    assert_eq!(code, 127, "{stderr}");
+    let mut session = executor.exec(&id, argv(&["cat"])).await.unwrap();
+    session.stdin.write(b"through stdin\n").await.unwrap();
+    session.stdin.close().await;
+    let (stdout, _, code) = within("cat", session.collect()).await;
+    assert_eq!((String::from_utf8_lossy(&stdout).as_ref(), code), ("through stdin\n", 0));
+
+    // Files through the API, in gVisor's own view: its /tmp is its kernel's, not the host's.
+    executor.write_file(&id, "/tmp/api/written", b"by the API").await.unwrap();
+    assert_eq!(
+        sh(executor, &id, "cat /tmp/api/written; echo; stat -c %u:%g:%a /tmp/api/written").await,
+        "by the API\n0:0:644"
+    );
+    sh(executor, &id, "echo by the sandbox > notes").await;
+    assert_eq!(executor.read_file(&id, "notes").await.unwrap(), b"by the sandbox\n");
+    assert!(matches!(executor.read_file(&id, "/etc/missing").await, Err(FileError::NotFound)));
+    assert!(matches!(executor.read_file(&id, "/etc").await, Err(FileError::IsDirectory)));
+    assert!(matches!(executor.read_file(&id, "/dev/null").await, Err(FileError::NotRegular { .. })));
+
+    // Stop: SIGTERM reaches the command through runsc, which ends as it chooses.
+    executor.stop(&id, Duration::from_secs(10)).await;
+    assert_eq!(executor.exit_code(&id), Some(0));
+    executor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gvisor_sandbox_acts_as_the_user_it_asks_for_and_is_killed_at_once() {
+    let Some(harness) = harness("a_gvisor_sandbox_acts_as_the_user_it_asks_for_and_is_killed_at_once") else { return };
+    let executor = &harness.executor;
+    let id = unique("gvisor-user");
+    let launch = LaunchSpec {
+        user: Some(SandboxUser { uid: 1000, gid: 1000 }),
+        ..harness.launch(&["sh", "-c", "echo up; exec sleep 1000"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    wait_for_log(&executor.logs(&id).unwrap(), "up\n").await;
+    assert_eq!(sh(executor, &id, "id -u; id -g").await, "1000\n1000");
+    // The API's files are the user's, and what the user may not open, the API may not either.
+    executor.write_file(&id, "/tmp/mine", b"x").await.unwrap();
+    assert_eq!(sh(executor, &id, "stat -c %u /tmp/mine").await, "1000");
+    assert!(matches!(executor.write_file(&id, "/etc/passwd", b"x").await, Err(FileError::PermissionDenied)));
+    // Kill ends it at once.
+    executor.kill(&id).await;
+    assert_eq!(executor.exit_code(&id), Some(137));
+    executor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_only_gvisor_sandbox_is_reached_through_connect() {
+    let Some(harness) = harness("a_loopback_only_gvisor_sandbox_is_reached_through_connect") else { return };
+    let executor = &harness.executor;
+    let id = unique("gvisor-net");
+    let launch = LaunchSpec {
+        network: Network::LoopbackOnly,
+        ..harness.launch(&["sh", "-c", "echo listening; echo hello from gvisor | nc -l -p 8080"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    wait_for_log(&executor.logs(&id).unwrap(), "listening\n").await;
+    let reply = within("a connection to the sandbox", async {
+        loop {
+            match executor.connect(&id, 8080).await {
+                Ok(stream) => {
+                    stream.set_nonblocking(true).unwrap();
+                    let mut stream = tokio::net::TcpStream::from_std(stream).unwrap();
+                    let mut reply = String::new();
+                    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut reply).await.unwrap();
+                    break reply;
+                }
+                Err(_) => tokio::task::yield_now().await,
+            }
+        }
+    })
+    .await;
+    assert_eq!(reply, "hello from gvisor\n");
+    executor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gvisor_sandbox_without_an_image_runs_the_hosts_programs_and_reads_only_what_anyone_may() {
+    let test = "a_gvisor_sandbox_without_an_image_runs_the_hosts_programs_and_reads_only_what_anyone_may";
+    let Some(harness) = harness(test) else { return };
+    let executor = &harness.executor;
+    let id = unique("gvisor-host");
+    let launch = LaunchSpec { image: None, ..harness.launch(&["sh", "-c", "echo up; exec sleep 1000"]) };
+    executor.start(&id, launch).await.unwrap();
+    wait_for_log(&executor.logs(&id).unwrap(), "up\n").await;
+    assert!(sh(executor, &id, "cat /proc/version").await.contains("Linux version 4.4.0"));
+    // The host's programs, read-only.
+    assert_eq!(sh(executor, &id, "/usr/bin/env true && echo ran").await, "ran");
+    let (_, _, code) = run(executor, &id, &["sh", "-c", "touch /usr/bin/planted"]).await;
+    assert_ne!(code, 0, "the host's directories are writable");
+    // Root-only host files are empty here, as they are unreadable to a namespaced sandbox.
+    if std::fs::metadata("/etc/shadow").is_ok() {
+        assert_eq!(sh(executor, &id, "cat /etc/shadow | wc -c").await, "0");
+        assert_eq!(executor.read_file(&id, "/etc/shadow").await.unwrap(), b"");
+    }
+    // Its own root and /tmp are writable.
+    executor.write_file(&id, "/tmp/x", b"y").await.unwrap();
+    assert_eq!(sh(executor, &id, "cat /tmp/x").await, "y");
+    executor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gvisor_sandbox_of_several_containers_is_refused_by_name() {
+    let Some(harness) = harness("a_gvisor_sandbox_of_several_containers_is_refused_by_name") else { return };
+    let launch = LaunchSpec {
+        sidecars: vec![Sidecar {
+            name: "helper".into(),
+            command: vec!["sleep".into(), "1000".into()],
+            image: Some(ImageRoot { rootfs: harness.image.clone() }),
+            ..Sidecar::default()
+        }],
+        ..harness.launch(&["sleep", "1000"])
+    };
+    match harness.executor.start(&unique("gvisor-pod"), launch).await {
+        Err(ExecutorError::InvalidRequest(message)) => assert!(message.contains("under gVisor"), "{message}"),
+        other => panic!("a gVisor Pod of two containers started: {other:?}"),
+    }
+    harness.executor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gvisor_sandbox_over_its_memory_limit_is_killed() {
+    let Some(harness) = harness("a_gvisor_sandbox_over_its_memory_limit_is_killed") else { return };
+    let executor = &harness.executor;
+    let id = unique("gvisor-oom");
+    let mut exits = executor.exits();
+    // 64 MiB: gVisor's kernel is told it has that much, and its cgroup holds it there.
+    let launch = LaunchSpec {
+        memory_limit_bytes: Some(64 << 20),
+        ..harness.launch(&["sh", "-c", "echo hogging; x=a; while true; do x=$x$x; done"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    let exit = within("the hog's end", exits.recv()).await.unwrap();
+    assert_eq!(exit.id, id);
+    // Killed, as an OOM kill ends it; whether the OOM killer did it is not known here (runsc
+    // removes the container's cgroup, whose count would say, as it ends).
+    assert_eq!(exit.exit_code, 137, "{exit:?}");
+    executor.shutdown().await;
+}
