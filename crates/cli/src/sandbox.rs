@@ -172,6 +172,11 @@ pub struct RunArgs {
     /// Working directory of the main process (inside the sandbox).
     #[arg(long, value_name = "PATH")]
     workdir: Option<String>,
+    /// The Kubernetes RuntimeClass to run with (`gvisor`: gVisor's kernel, where the runner
+    /// policy's `constraints.security.allowedRuntimeClasses` admits it and the cluster has it:
+    /// `kubectl get runtimeclass`).
+    #[arg(long, value_name = "NAME")]
+    runtime_class: Option<String>,
     /// Return after the create, without waiting for RUNNING.
     #[arg(long)]
     no_wait: bool,
@@ -321,6 +326,9 @@ async fn run_sandbox(client: &Client, args: &RunArgs, format: Format) -> Result<
     }
     if let Some(dir) = &args.workdir {
         builder = builder.working_dir(dir);
+    }
+    if let Some(class) = &args.runtime_class {
+        builder = builder.runtime_class(class);
     }
     if let Some((command, rest)) = args.command.split_first() {
         builder = builder.command(command).args(rest.iter().cloned());

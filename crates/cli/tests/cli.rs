@@ -299,6 +299,35 @@ fn sandbox_run_get_ls_stop_delete() {
     assert!(missing.contains("CWSANDBOX_SANDBOX_NOT_FOUND"), "{missing}");
 }
 
+/// `--runtime-class`: a class the policy admits runs where the cluster has it (gVisor's kernel
+/// answers), and one no Node has is refused as no runner can host it.
+#[test]
+fn sandbox_run_pins_a_runtime_class() {
+    let emu = emulator();
+    let runner = emu.ready.runner_id.clone();
+    let mut policy = policy_json(&emu);
+    policy["constraints"]["security"]["allowedRuntimeClasses"] = serde_json::json!(["gvisor", "kata"]);
+    let file = emu.dir().join("policy.json");
+    std::fs::write(&file, policy.to_string()).unwrap();
+    ok(&emu, &["sandbox", "runner", "policy", "edit", &runner, "--file", file.to_str().unwrap()]);
+
+    let refused = fails(&emu, &["sandbox", "run", "--runtime-class", "kata"]);
+    assert!(refused.contains("CWSANDBOX_NO_SUITABLE_RUNNER") && refused.contains("kata"), "{refused}");
+    if !emu.ready.runtime_classes.iter().any(|class| class == "gvisor") {
+        cwsandbox_testkit::skip(
+            "sandbox_run_pins_a_runtime_class",
+            &format!("gVisor does not run here: {:?}", emu.ready.unavailable),
+        );
+        return;
+    }
+    let created = json(&ok(&emu, &["sandbox", "run", "--runtime-class", "gvisor", "-o", "json"]));
+    let id = created["sandboxId"].as_str().unwrap().to_owned();
+    assert_eq!(created["status"]["effectiveRuntimeClass"], "gvisor", "{created}");
+    let version = ok(&emu, &["sandbox", "exec", &id, "--", "cat", "/proc/version"]);
+    assert!(version.contains("Linux version 4.4.0"), "not gVisor's kernel: {version}");
+    ok(&emu, &["sandbox", "delete", &id]);
+}
+
 #[test]
 fn sandbox_run_reports_a_pending_reason() {
     let emu = emulator();

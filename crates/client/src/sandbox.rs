@@ -44,6 +44,9 @@ pub struct SandboxDefaults {
     pub limits: Option<(String, String)>,
     /// Lifetime in seconds (0: the policy's default).
     pub max_lifetime_seconds: i32,
+    /// A Kubernetes RuntimeClass to pin (`gvisor`), where the runner policy allows it; `None`:
+    /// the policy's default, else the node's.
+    pub runtime_class: Option<String>,
 }
 
 /// Builds and starts a sandbox.
@@ -127,6 +130,11 @@ impl SandboxBuilder {
         self.defaults.max_lifetime_seconds = seconds;
         self
     }
+    /// The RuntimeClass to run with, like the Python client's `runtime_class="gvisor"`.
+    pub fn runtime_class(mut self, class: impl Into<String>) -> Self {
+        self.defaults.runtime_class = Some(class.into());
+        self
+    }
     /// The main command (default: a shell that sleeps until terminated).
     pub fn command(mut self, command: impl Into<String>) -> Self {
         self.command = Some(command.into());
@@ -191,6 +199,7 @@ impl SandboxBuilder {
                 runner_ids: d.runner_ids.clone(),
                 annotations: d.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                 mode: d.mode.map(|m| m as i32).unwrap_or_default(),
+                runtime_class: d.runtime_class.clone().unwrap_or_default(),
                 ..Default::default()
             }),
             ..Default::default()

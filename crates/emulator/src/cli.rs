@@ -341,7 +341,8 @@ impl SandboxArgs {
         if kind != RuntimeKind::Process {
             config.oci_runtime = Some(containers.runc.clone());
         }
-        config.gvisor_runtime = Some(containers.runsc.clone());
+        // `runsc: ""` turns gVisor off (no probe at start).
+        config.gvisor_runtime = Some(containers.runsc.clone()).filter(|runsc| !runsc.as_os_str().is_empty());
         let id_shift = config.sandbox_id_range.0;
         let runtime = ExecutorRuntime::new(config, retention)
             .with_context(|| format!("starting the sandbox executor in {}", root.display()))?;

@@ -553,6 +553,35 @@ async fn refusals_read_as_the_api_server_writes_them() {
     assert_eq!(kube.sh(&line).await, "v1.33.0\n");
 }
 
+/// The Nodes' RuntimeClasses (node.k8s.io/v1, the one API group besides core): what a cluster
+/// admin lists to see which `runtime_class` a sandbox may pin here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_classes_are_listed_as_the_api_server_lists_them() {
+    let kube = Kube::start(Scenario::Ready, "").await;
+    let table = kube.ok(&["get", "runtimeclass"]).await;
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "HANDLER", "AGE"], "{table}");
+    let rows: Vec<Vec<&str>> = lines.map(|line| line.split_whitespace().collect()).collect();
+    assert_eq!(rows.len(), 1, "{table}");
+    assert_eq!(rows[0][..2], ["gvisor", "runsc"], "{table}");
+    assert_eq!(kube.ok(&["get", "runtimeclass", "gvisor", "-o", "jsonpath={.handler}"]).await, "runsc");
+    assert_eq!(
+        kube.ok(&["get", "runtimeclasses", "-o", "jsonpath={.items[*].metadata.name}"]).await,
+        "gvisor",
+        "the plural and a list"
+    );
+    let resources = kube.ok(&["api-resources", "--api-group=node.k8s.io", "-o", "name"]).await;
+    assert_eq!(resources.trim(), "runtimeclasses.node.k8s.io");
+    let missing = kube.kubectl(&["get", "runtimeclass", "kata"]).await;
+    assert_eq!(
+        String::from_utf8_lossy(&missing.stderr).trim(),
+        "Error from server (NotFound): runtimeclasses.node.k8s.io \"kata\" not found"
+    );
+    let selected = kube.ok(&["get", "runtimeclass", "--field-selector", "metadata.name=kata", "-o", "name"]).await;
+    assert_eq!(selected, "");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_delete_honours_dry_run_preconditions_and_refuses_a_negative_grace() {
     let kube = Kube::start(Scenario::Ready, "").await;

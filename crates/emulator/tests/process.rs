@@ -246,11 +246,13 @@ fn ready_pid(path: &Path) -> Option<u64> {
     serde_json::from_str::<serde_json::Value>(&text).ok()?["pid"].as_u64()
 }
 
-/// The sandbox directories in a root (everything but the lock file).
 /// The sandbox directories under `root`, without the roots the executor made ahead of need
-/// (`spare@<pid>.<n>`).
+/// (`spare@<pid>.<n>`) and its runtimes' own hidden directories (`.runc`, `.gvisor`: a sandbox's
+/// directory is named by its Pod's uid).
 fn sandbox_dirs(root: &Path) -> Vec<std::path::PathBuf> {
-    let mut dirs: Vec<_> = entries(root).into_iter().filter(|path| !is_spare(path)).collect();
+    let hidden =
+        |path: &std::path::PathBuf| path.file_name().is_some_and(|name| name.as_encoded_bytes().starts_with(b"."));
+    let mut dirs: Vec<_> = entries(root).into_iter().filter(|path| !is_spare(path) && !hidden(path)).collect();
     dirs.sort();
     dirs
 }

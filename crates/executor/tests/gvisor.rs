@@ -8,7 +8,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{argv, run, run_request, sh, skip, unique, wait_for_log, within};
+use common::{
+    KillOnDrop, argv, pidfds, processes_naming, run, run_request, sh, skip, unique, wait_all_gone, wait_for_log, within,
+};
 use cwsandbox_executor::{
     ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, ImageRoot, LaunchSpec, MountedFile, Network,
     OciSupport, RuntimeHandler, SandboxUser, Sidecar, VolumeMount,
@@ -260,4 +262,77 @@ async fn a_gvisor_sandbox_over_its_memory_limit_is_killed() {
     // removes the container's cgroup, whose count would say, as it ends).
     assert_eq!(exit.exit_code, 137, "{exit:?}");
     executor.shutdown().await;
+}
+
+/// The emulator killed without a chance to clean up (SIGKILL): its gVisor sandboxes go with it
+/// (the watchdog's work, as for runc's containers), runsc's processes and state included.
+#[test]
+fn gvisor_sandboxes_die_with_the_emulator() {
+    if !tools_present("gvisor_sandboxes_die_with_the_emulator") {
+        return;
+    }
+    let root = tempfile::Builder::new().prefix("cwsbx-gvisor-kill").tempdir().unwrap();
+    let image = build_image(root.path());
+    let sandboxes = root.path().join("sandboxes");
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "gvisor_helper_process", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("CWSBX_GVISOR_HELPER_ROOT", &sandboxes)
+        .env("CWSBX_GVISOR_HELPER_IMAGE", &image)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let mut stdout = std::io::BufReader::new(child.0.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("HELPER-READY") {
+        line.clear();
+        assert_ne!(
+            std::io::BufRead::read_line(&mut stdout, &mut line).unwrap(),
+            0,
+            "the helper ended before it was ready"
+        );
+    }
+    // runsc's processes (its `run`, sandbox kernel and file server) name the state directory.
+    let runsc = processes_naming(&sandboxes);
+    assert!(runsc.len() >= 3, "runsc does not run the sandboxes: {runsc:?}");
+    let watched = pidfds(runsc);
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    let left = wait_all_gone(watched);
+    assert!(left.is_empty(), "gVisor's processes outlived the emulator: {left:?}");
+    let listed = std::process::Command::new(RUNSC)
+        .arg("--root")
+        .arg(sandboxes.join(".gvisor/state"))
+        .args(["list", "-q"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&listed.stdout).trim(), "", "containers outlived the emulator");
+}
+
+#[test]
+#[ignore = "a helper process for gvisor_sandboxes_die_with_the_emulator"]
+fn gvisor_helper_process() {
+    let (Ok(root), Ok(image)) = (std::env::var("CWSBX_GVISOR_HELPER_ROOT"), std::env::var("CWSBX_GVISOR_HELPER_IMAGE"))
+    else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut config = ExecutorConfig::new(&root);
+        config.warm_sandboxes = 0;
+        config.gvisor_runtime = Some(RUNSC.into());
+        let executor = Executor::new(config).unwrap();
+        let launch = LaunchSpec {
+            hostname: "held".into(),
+            command: ["sh", "-c", "sleep 1000 & echo ready; wait"].map(str::to_owned).to_vec(),
+            image: Some(ImageRoot { rootfs: image.into() }),
+            handler: RuntimeHandler::Runsc,
+            ..LaunchSpec::default()
+        };
+        executor.start("held", launch).await.unwrap();
+        wait_for_log(&executor.logs("held").unwrap(), "ready\n").await;
+        println!("HELPER-READY");
+        std::future::pending::<()>().await;
+    });
 }

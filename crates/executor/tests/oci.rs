@@ -7,12 +7,14 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{SAFETY, argv, env, processes_with_marker, run, run_request, sh, skip, unique, wait_for_log, within};
+use common::{
+    KillOnDrop, argv, env, pidfds, processes_naming, processes_with_marker, run, run_request, sh, skip, unique,
+    wait_all_gone, wait_for_log, within,
+};
 use cwsandbox_executor::{
     DEFAULT_SANDBOX_ID_BASE, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, ImageRoot, LaunchSpec,
     MainExit, MountedFile, Network, OciSupport, SandboxUser, Sidecar, StartAfter, StartCondition, StartupProbe,
@@ -108,23 +110,6 @@ impl OciHarness {
 fn runc_containers(state: &Path) -> Vec<String> {
     let output = Command::new(RUNC).arg("--root").arg(state).args(["list", "-q"]).output().unwrap();
     String::from_utf8_lossy(&output.stdout).lines().map(str::to_owned).collect()
-}
-
-/// Pids of processes whose command line names `path`.
-fn processes_naming(path: &Path) -> Vec<u32> {
-    let needle = path.to_string_lossy().into_owned();
-    let me = std::process::id();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| *pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|line| String::from_utf8_lossy(&line).contains(&needle))
-                .unwrap_or(false)
-        })
-        .collect()
 }
 
 /// Mounts, in any process's view, of a path under `path`.
@@ -390,34 +375,6 @@ async fn stop_gives_the_grace_then_kills_and_leaves_nothing() {
     assert!(mounts_under(sandboxes).is_empty(), "mounts left: {:?}", mounts_under(sandboxes));
 }
 
-/// Opens pidfds on processes (those that are already gone are left out).
-fn pidfds(pids: Vec<u32>) -> Vec<(u32, OwnedFd)> {
-    pids.into_iter()
-        .filter_map(|pid| {
-            // SAFETY: pidfd_open returns a new descriptor or -1.
-            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-            // SAFETY: a non-negative result is a descriptor we own.
-            (fd >= 0).then(|| (pid, unsafe { OwnedFd::from_raw_fd(fd as i32) }))
-        })
-        .collect()
-}
-
-/// Waits on the pidfds until every process ended; returns those that did not.
-fn wait_all_gone(processes: Vec<(u32, OwnedFd)>) -> Vec<u32> {
-    use std::os::fd::AsRawFd;
-    let deadline = Instant::now() + SAFETY;
-    let mut left = Vec::new();
-    for (pid, fd) in processes {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd.
-        if unsafe { libc::poll(&mut poll, 1, remaining.as_millis() as i32) } != 1 {
-            left.push(pid);
-        }
-    }
-    left
-}
-
 #[test]
 fn image_sandboxes_die_with_the_emulator() {
     if tools_present("image_sandboxes_die_with_the_emulator") {
@@ -491,15 +448,6 @@ fn sandboxes_die_with_the_emulator(remove_state: bool) {
     assert!(mounts_under(&sandboxes).is_empty(), "mounts outlived the emulator: {:?}", mounts_under(&sandboxes));
     // The watchdog has ended (it names the state directory), so it removed the cgroups.
     assert!(cgroups_named(&cgroups).is_empty(), "cgroups outlived the emulator: {:?}", cgroups_named(&cgroups));
-}
-
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]

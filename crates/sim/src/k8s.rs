@@ -732,6 +732,24 @@ pub struct Namespace {
 }
 
 /// Everything Kubernetes holds.
+/// A RuntimeClass (`node.k8s.io/v1`): a named runtime handler the Nodes run Pods with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeClass {
+    /// Name (what `runtimeClassName` says).
+    pub name: String,
+    /// The CRI handler it stands for.
+    pub handler: String,
+    /// When created.
+    pub created: SimTime,
+}
+
+/// The handler a RuntimeClass of this name stands for on the emulator's Nodes: `gvisor` is
+/// gVisor's `runsc`, as gVisor's own guide and GKE Sandbox name it; any other name is its own
+/// handler (as kata's guide names `kata`).
+pub fn runtime_class_handler(name: &str) -> &str {
+    if name == "gvisor" { "runsc" } else { name }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Cluster {
     /// Nodes by name.
@@ -747,6 +765,8 @@ pub struct Cluster {
     pods_on_node: HashMap<SharedStr, BTreeSet<SharedStr>, IdHash>,
     /// ConfigMaps by (namespace, name).
     pub config_maps: BTreeMap<(String, String), ConfigMap>,
+    /// RuntimeClasses (node.k8s.io/v1) by name: the named runtimes the Nodes run Pods with.
+    pub runtime_classes: BTreeMap<String, RuntimeClass>,
     /// Events, oldest first, at most `event_capacity`.
     pub events: VecDeque<Event>,
     /// Most Events kept.

@@ -7,10 +7,10 @@
 //!
 //! Nothing here changes the world; every listing borrows from it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::error::{SimError, SimResult};
-use crate::k8s::{ConfigMap, Event, LabelMap, Namespace, Node, Pod, PodOwner};
+use crate::k8s::{ConfigMap, Event, LabelMap, Namespace, Node, Pod, PodOwner, RuntimeClass};
 use crate::policy::k8s_names::{label_value_problem, qualified_name_problem};
 use crate::sandbox::SandboxInfo;
 use crate::slurm::{Job, JobBaseState, JobId, JobKind, PreemptMode, SlurmNode};
@@ -393,6 +393,8 @@ pub const EVENT_FIELDS: &[&str] = &[
 ];
 /// Fields a ConfigMap field selector may name.
 pub const CONFIG_MAP_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
+/// Fields a RuntimeClass field selector may name.
+pub const RUNTIME_CLASS_FIELDS: &[&str] = &["metadata.name"];
 /// Fields a Namespace field selector may name.
 pub const NAMESPACE_FIELDS: &[&str] = &["metadata.name", "status.phase"];
 
@@ -692,6 +694,18 @@ impl World {
             .values()
             .filter(|node| query.labels.matches(&node.labels))
             .filter(|node| query.fields.matches(|field| if field == "metadata.name" { &node.name } else { "" }))
+            .collect()
+    }
+
+    /// RuntimeClasses: cluster-scoped and unlabelled, seen by every caller of the facade (as
+    /// Nodes are).
+    pub fn query_runtime_classes(&self, query: &ObjectQuery) -> Vec<&RuntimeClass> {
+        let no_labels: BTreeMap<String, String> = BTreeMap::new();
+        self.cluster
+            .runtime_classes
+            .values()
+            .filter(|_| query.labels.matches(&no_labels))
+            .filter(|class| query.fields.matches(|field| if field == "metadata.name" { &class.name } else { "" }))
             .collect()
     }
 

@@ -83,6 +83,9 @@ exit 0"#;
 
 static NEXT_TAG: AtomicU64 = AtomicU64::new(0);
 
+/// Under the executor's root: gVisor's state, helper, image-less root and masks.
+const GVISOR_DIR: &str = ".gvisor";
+
 /// Where the gVisor helper is bound in a gVisor sandbox (read-only).
 pub(super) const GVISOR_HELPER: &str = "/.cwsandbox/gvisor-helper";
 
@@ -230,8 +233,12 @@ impl OciRuntime {
         if sys::current_uid() != 0 {
             return (OciSupport::Unavailable("gVisor's runsc runs sandboxes for a root emulator only".into()), None);
         }
-        let helper = config.root_dir.join(".gvisor-helper");
-        if let Err(error) = write_helper(&helper) {
+        // Everything of gVisor's under one directory: runsc's state, the helper, the root of
+        // sandboxes without an image and the masks.
+        let helper = config.root_dir.join(GVISOR_DIR).join("helper");
+        if let Err(error) =
+            std::fs::create_dir_all(config.root_dir.join(GVISOR_DIR)).and_then(|()| write_helper(&helper))
+        {
             return (OciSupport::Unavailable(format!("cannot write the gVisor helper: {error}")), None);
         }
         match Self::probe_runtime(config, runsc, 0, 0, Flavor::Gvisor { helper }) {
@@ -264,10 +271,10 @@ impl OciRuntime {
             return Err(format!("{} --version failed: {}", runc.display(), String::from_utf8_lossy(&version.stderr)));
         }
         let version = String::from_utf8_lossy(&version.stdout).lines().next().unwrap_or_default().to_owned();
-        let state = config.root_dir.join(match flavor {
-            Flavor::Runc => ".runc",
-            Flavor::Gvisor { .. } => ".runsc",
-        });
+        let state = match flavor {
+            Flavor::Runc => config.root_dir.join(".runc"),
+            Flavor::Gvisor { .. } => config.root_dir.join(GVISOR_DIR).join("state"),
+        };
         // A killed emulator's watchdog deletes its containers; in case it could not, do it here.
         delete_all(&runc, &state);
         std::fs::create_dir_all(&state).map_err(|error| format!("cannot create {}: {error}", state.display()))?;
@@ -834,7 +841,7 @@ impl OciRuntime {
     /// `/tmp` and the host's links among `host_paths` (Debian's `/bin` → `usr/bin`); each
     /// sandbox writes to a layer of its own over it. Made at the probe.
     pub(super) fn hostless_root(&self, host_paths: &[PathBuf]) -> std::io::Result<PathBuf> {
-        let root = self.state.with_file_name(".gvisor-hostless-root");
+        let root = self.state.with_file_name("hostless-root");
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join("tmp"))?;
         std::fs::set_permissions(root.join("tmp"), std::fs::Permissions::from_mode(0o1777))?;
@@ -849,7 +856,7 @@ impl OciRuntime {
 
     /// The hostless root made at the probe.
     pub(super) fn hostless_root_dir(&self) -> PathBuf {
-        self.state.with_file_name(".gvisor-hostless-root")
+        self.state.with_file_name("hostless-root")
     }
 }
 
@@ -867,7 +874,7 @@ impl OciRuntime {
         if let Some(binds) = self.hostless.get() {
             return Ok(binds.clone());
         }
-        let masks_dir = self.state.with_file_name(".gvisor-masks");
+        let masks_dir = self.state.with_file_name("masks");
         let (empty_file, empty_dir) = (masks_dir.join("file"), masks_dir.join("dir"));
         if !empty_dir.is_dir() {
             std::fs::create_dir_all(&empty_dir)?;

@@ -209,3 +209,58 @@ pub fn skip(test: &str, reason: &str) {
     }
     eprintln!("SKIPPED {test}: {reason}");
 }
+
+/// Pids of processes whose command line names `path`.
+pub fn processes_naming(path: &std::path::Path) -> Vec<u32> {
+    let needle = path.to_string_lossy().into_owned();
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|line| String::from_utf8_lossy(&line).contains(&needle))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Opens pidfds on processes (those that are already gone are left out).
+pub fn pidfds(pids: Vec<u32>) -> Vec<(u32, std::os::fd::OwnedFd)> {
+    pids.into_iter()
+        .filter_map(|pid| {
+            // SAFETY: pidfd_open returns a new descriptor or -1.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+            // SAFETY: a non-negative result is a descriptor we own.
+            (fd >= 0).then(|| (pid, unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) }))
+        })
+        .collect()
+}
+
+/// Waits on the pidfds until every process ended; returns those that did not.
+pub fn wait_all_gone(processes: Vec<(u32, std::os::fd::OwnedFd)>) -> Vec<u32> {
+    use std::os::fd::AsRawFd;
+    let deadline = std::time::Instant::now() + SAFETY;
+    let mut left = Vec::new();
+    for (pid, fd) in processes {
+        let remaining = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut poll, 1, remaining.as_millis() as i32) } != 1 {
+            left.push(pid);
+        }
+    }
+    left
+}
+
+/// A child process killed (and reaped) when dropped: a failing test leaves none running.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

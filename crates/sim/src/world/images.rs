@@ -105,7 +105,18 @@ impl World {
     /// The named RuntimeClasses the host's Nodes have (`None`: no host runs Pods, so any class
     /// is only recorded): a sandbox whose class is not among them is refused at create with the
     /// placement reason the fleet gives when no runner can host it.
+    /// The cluster has a RuntimeClass object of each (`kubectl get runtimeclass`).
     pub fn set_runtime_classes(&mut self, classes: Option<Vec<String>>) {
+        let created = self.now;
+        self.cluster.runtime_classes = classes
+            .iter()
+            .flatten()
+            .map(|name| {
+                let handler = crate::k8s::runtime_class_handler(name).to_owned();
+                (name.clone(), crate::k8s::RuntimeClass { name: name.clone(), handler, created })
+            })
+            .collect();
+        self.cluster.resource_version += 1;
         self.runtime_classes = classes;
     }
 

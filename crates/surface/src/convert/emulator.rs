@@ -73,7 +73,7 @@ fn value_of(value: &pbjson_types::Value) -> serde_json::Value {
 // Kubernetes objects
 // ------------------------------------------------------------------------------------------------
 
-fn meta(name: &str, namespace: &str, created: SimTime) -> pb::ObjectMeta {
+pub(crate) fn meta(name: &str, namespace: &str, created: SimTime) -> pb::ObjectMeta {
     pb::ObjectMeta {
         name: name.to_owned(),
         namespace: namespace.to_owned(),

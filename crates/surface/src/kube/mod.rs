@@ -1,9 +1,10 @@
 //! The kube facade: the slice of the Kubernetes API that `kubectl get`, `describe`, `delete pod` and
 //! `get -w` use, on the emulator's port, over the simulated cluster.
 //!
-//! - Discovery: `/version`, `/api`, `/api/v1`, `/apis` (no groups: every object here is core/v1).
+//! - Discovery: `/version`, `/api`, `/api/v1`, `/apis` (one group: `node.k8s.io`, whose
+//!   RuntimeClasses are the runtimes the Nodes run Pods with: `gvisor` where runsc works here).
 //!   kubectl asks for aggregated discovery first and falls back to these documents.
-//! - pods, nodes, namespaces, events, configmaps: list (one namespace or all), get, label and field
+//! - pods, nodes, namespaces, events, configmaps, runtimeclasses: list (one namespace or all), get, label and field
 //!   selectors, `limit`/`continue`, watch (`?watch=true` and the legacy `/watch/` paths); delete for
 //!   pods only, which is the same teardown as DeleteSandbox for a sandbox's Pod; `pods/log` (a
 //!   sandbox's main process output, as StreamLogs serves it); `pods/exec` over WebSocket (a command
@@ -77,8 +78,15 @@ enum Resource {
     Namespaces,
     Events,
     ConfigMaps,
+    /// `node.k8s.io/v1`: the one resource of an API group here.
+    RuntimeClasses,
 }
 
+/// The API group of [`Resource::RuntimeClasses`], and its version.
+const NODE_GROUP: &str = "node.k8s.io";
+const NODE_GROUP_VERSION: &str = "node.k8s.io/v1";
+
+/// The core group's resources (`/api/v1`).
 const RESOURCES: [Resource; 5] =
     [Resource::ConfigMaps, Resource::Events, Resource::Namespaces, Resource::Nodes, Resource::Pods];
 
@@ -94,6 +102,23 @@ impl Resource {
             Resource::Namespaces => "namespaces",
             Resource::Events => "events",
             Resource::ConfigMaps => "configmaps",
+            Resource::RuntimeClasses => "runtimeclasses",
+        }
+    }
+
+    /// The plural as the API server's messages name it: with its group, outside the core one.
+    fn qualified_plural(self) -> String {
+        match self {
+            Resource::RuntimeClasses => format!("{}.{NODE_GROUP}", self.plural()),
+            _ => self.plural().to_owned(),
+        }
+    }
+
+    /// `apiVersion` of its objects and lists.
+    fn api_version(self) -> &'static str {
+        match self {
+            Resource::RuntimeClasses => NODE_GROUP_VERSION,
+            _ => "v1",
         }
     }
 
@@ -104,6 +129,7 @@ impl Resource {
             Resource::Namespaces => "Namespace",
             Resource::Events => "Event",
             Resource::ConfigMaps => "ConfigMap",
+            Resource::RuntimeClasses => "RuntimeClass",
         }
     }
 
@@ -114,6 +140,7 @@ impl Resource {
             Resource::Namespaces => "namespace",
             Resource::Events => "event",
             Resource::ConfigMaps => "configmap",
+            Resource::RuntimeClasses => "runtimeclass",
         }
     }
 
@@ -128,6 +155,7 @@ impl Resource {
             Resource::Namespaces => &["ns"],
             Resource::Events => &["ev"],
             Resource::ConfigMaps => &["cm"],
+            Resource::RuntimeClasses => &[],
         }
     }
 
@@ -145,6 +173,7 @@ impl Resource {
             Resource::Namespaces => query::NAMESPACE_FIELDS,
             Resource::Events => query::EVENT_FIELDS,
             Resource::ConfigMaps => query::CONFIG_MAP_FIELDS,
+            Resource::RuntimeClasses => query::RUNTIME_CLASS_FIELDS,
         }
     }
 
@@ -155,6 +184,7 @@ impl Resource {
             Resource::Namespaces => table::NAMESPACE_COLUMNS,
             Resource::Events => table::EVENT_COLUMNS,
             Resource::ConfigMaps => table::CONFIG_MAP_COLUMNS,
+            Resource::RuntimeClasses => table::RUNTIME_CLASS_COLUMNS,
         }
     }
 }
@@ -222,6 +252,7 @@ enum Read {
     Namespaces(Vec<pb::Namespace>),
     Events(Vec<pb::Event>),
     ConfigMaps(Vec<pb::ConfigMap>),
+    RuntimeClasses(Vec<k8s_openapi::api::node::v1::RuntimeClass>),
 }
 
 fn read_world(world: &World, selection: &Selection) -> (Read, u64, i64) {
@@ -254,6 +285,9 @@ fn read_world(world: &World, selection: &Selection) -> (Read, u64, i64) {
         Resource::Events => Read::Events(world.query_events(query).into_iter().map(convert::event).collect()),
         Resource::ConfigMaps => {
             Read::ConfigMaps(world.query_config_maps(query).into_iter().map(convert::config_map).collect())
+        }
+        Resource::RuntimeClasses => {
+            Read::RuntimeClasses(world.query_runtime_classes(query).into_iter().map(objects::runtime_class).collect())
         }
     };
     let version = match selection.resource {
@@ -300,6 +334,10 @@ fn snapshot(app: &App, selection: &Selection) -> Snapshot {
                 let map = objects::config_map(map);
                 Item::new(&map, &map.metadata, table::config_map_row(&map, now), None)
             })
+            .collect(),
+        Read::RuntimeClasses(classes) => classes
+            .iter()
+            .map(|class| Item::new(class, &class.metadata, table::runtime_class_row(class, now), None))
             .collect(),
     };
     Snapshot { items, resource_version: version.to_string() }
@@ -438,19 +476,47 @@ async fn not_found_anywhere() -> Response {
     Status::not_found_path().into_response()
 }
 
-/// `/apis`: no API groups are served, only the core group under `/api`.
-async fn groups(State(app): State<App>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
+/// `/apis`: one API group besides the core one, `node.k8s.io` (its RuntimeClasses, served as the
+/// core group's resources are).
+async fn groups(State(app): State<App>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let path = uri.path().trim_end_matches('/').to_owned();
+    if path.starts_with("/apis/node.k8s.io/v1/") {
+        return core(State(app), method, uri, headers, body).await;
+    }
     if let Err(status) = authorize(&app, &headers, "get", "", None) {
         return status.into_response();
     }
-    let path = uri.path().trim_end_matches('/');
-    if path != "/apis" {
-        return Status::not_found_path().into_response();
-    }
+    let version = json!({ "groupVersion": NODE_GROUP_VERSION, "version": "v1" });
+    let group = json!({ "name": NODE_GROUP, "versions": [version], "preferredVersion": version });
+    let document = match path.as_str() {
+        "/apis" => json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": [group] }),
+        "/apis/node.k8s.io" => {
+            let mut group = group;
+            group["kind"] = json!("APIGroup");
+            group["apiVersion"] = json!("v1");
+            group
+        }
+        "/apis/node.k8s.io/v1" => {
+            let resource = Resource::RuntimeClasses;
+            json!({
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": NODE_GROUP_VERSION,
+                "resources": [{
+                    "name": resource.plural(),
+                    "singularName": resource.singular(),
+                    "namespaced": false,
+                    "kind": resource.kind(),
+                    "verbs": resource.verbs(),
+                }],
+            })
+        }
+        _ => return Status::not_found_path().into_response(),
+    };
     if method != Method::GET {
         return Status::method_not_allowed("", "").into_response();
     }
-    json_response(StatusCode::OK, &json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": [] }))
+    json_response(StatusCode::OK, &document)
 }
 
 fn resource_list() -> Value {
@@ -494,6 +560,9 @@ enum Target {
 }
 
 fn target(path: &str) -> Result<(Target, bool), Status> {
+    if let Some(rest) = path.strip_prefix("/apis/node.k8s.io/v1") {
+        return node_group_target(rest);
+    }
     let mut segments: Vec<&str> =
         path.trim_start_matches("/api").split('/').filter(|segment| !segment.is_empty()).collect();
     if segments.is_empty() {
@@ -540,7 +609,25 @@ fn target(path: &str) -> Result<(Target, bool), Status> {
     Ok((target, legacy_watch))
 }
 
-/// Everything under `/api`.
+/// A path under `/apis/node.k8s.io/v1`: its RuntimeClasses.
+fn node_group_target(rest: &str) -> Result<(Target, bool), Status> {
+    let mut segments: Vec<&str> = rest.split('/').filter(|segment| !segment.is_empty()).collect();
+    let legacy_watch = segments.first() == Some(&"watch");
+    if legacy_watch {
+        segments.remove(0);
+    }
+    let resource = Resource::RuntimeClasses;
+    let target = match segments.as_slice() {
+        [plural] if *plural == resource.plural() => Target::Collection { resource, namespace: None },
+        [plural, name] if *plural == resource.plural() => {
+            Target::Object { resource, namespace: None, name: (*name).to_owned() }
+        }
+        _ => return Err(Status::not_found_path()),
+    };
+    Ok((target, legacy_watch))
+}
+
+/// Everything under `/api` (and the `node.k8s.io` group's resources).
 async fn core(State(app): State<App>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     match serve_core(&app, &method, &uri, &headers, &body).await {
         Ok(response) => response,
@@ -671,7 +758,7 @@ fn list(app: &App, selection: &Selection, params: &Params, as_table: bool) -> Re
     } else {
         json!({
             "kind": format!("{}List", selection.resource.kind()),
-            "apiVersion": "v1",
+            "apiVersion": selection.resource.api_version(),
             "metadata": list_meta,
             "items": page.iter().map(|item| item.object.clone()).collect::<Vec<_>>(),
         })
@@ -700,7 +787,8 @@ fn get(
     name: &str,
     as_table: bool,
 ) -> Result<Response, Status> {
-    let item = find(app, scope, resource, namespace, name).ok_or_else(|| Status::not_found(resource.plural(), name))?;
+    let item = find(app, scope, resource, namespace, name)
+        .ok_or_else(|| Status::not_found(&resource.qualified_plural(), name))?;
     if as_table {
         let version = item.metadata.resource_version.clone().unwrap_or_default();
         return Ok(json_response(

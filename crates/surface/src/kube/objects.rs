@@ -49,6 +49,17 @@ fn metadata(meta: Option<&pb::ObjectMeta>) -> ObjectMeta {
     }
 }
 
+/// A RuntimeClass (`node.k8s.io/v1`).
+pub fn runtime_class(class: &cwsandbox_sim::k8s::RuntimeClass) -> k8s_openapi::api::node::v1::RuntimeClass {
+    let meta = crate::convert::emulator::meta(&class.name, "", class.created);
+    k8s_openapi::api::node::v1::RuntimeClass {
+        metadata: metadata(Some(&meta)),
+        handler: class.handler.clone(),
+        overhead: None,
+        scheduling: None,
+    }
+}
+
 fn container(source: &pb::Container) -> core::Container {
     let resources = (!source.requests.is_empty() || !source.limits.is_empty()).then(|| core::ResourceRequirements {
         requests: quantities(&source.requests),

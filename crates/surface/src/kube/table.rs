@@ -72,6 +72,28 @@ pub const NODE_COLUMNS: &[Column] = &[
 /// The columns the API server prints for Namespaces.
 pub const NAMESPACE_COLUMNS: &[Column] = &[NAME, column("Status", "The status of the namespace"), AGE];
 
+/// The columns the API server prints for RuntimeClasses.
+pub const RUNTIME_CLASS_COLUMNS: &[Column] = &[
+    NAME,
+    Column {
+        name: "Handler",
+        kind: "string",
+        format: "",
+        priority: 0,
+        description: "handler specifies the underlying runtime and configuration that the CRI implementation will use to handle pods of this class.",
+    },
+    AGE,
+];
+
+/// A RuntimeClass's row.
+pub fn runtime_class_row(class: &k8s_openapi::api::node::v1::RuntimeClass, now_seconds: i64) -> Vec<Value> {
+    vec![
+        json!(class.metadata.name.clone().unwrap_or_default()),
+        json!(class.handler),
+        json!(age(class.metadata.creation_timestamp.as_ref(), now_seconds)),
+    ]
+}
+
 /// The columns the API server prints for ConfigMaps.
 pub const CONFIG_MAP_COLUMNS: &[Column] = &[
     NAME,
