@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{
-    KillOnDrop, argv, pidfds, processes_naming, run, run_request, sh, skip, unique, wait_all_gone, wait_for_log, within,
+    KillOnDrop, argv, busybox_image, pidfds, processes_naming, reply_on, run, run_request, sh, skip, unique,
+    wait_all_gone, wait_for_log, within,
 };
 use cwsandbox_executor::{
     ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, ImageRoot, LaunchSpec, MountedFile, Network,
@@ -37,19 +38,7 @@ fn tools_present(test: &str) -> bool {
 
 /// A busybox image whose files keep their own ids (gVisor's trees are not shifted).
 fn build_image(dir: &Path) -> PathBuf {
-    let image = dir.join("image");
-    for sub in ["bin", "etc", "root", "tmp", "work"] {
-        std::fs::create_dir_all(image.join(sub)).unwrap();
-    }
-    std::fs::copy(BUSYBOX, image.join("bin/busybox")).unwrap();
-    for applet in APPLETS {
-        std::os::unix::fs::symlink("busybox", image.join("bin").join(applet)).unwrap();
-    }
-    std::fs::write(image.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/work:/bin/sh\n")
-        .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(image.join("tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
-    image
+    busybox_image(dir, APPLETS, &[])
 }
 
 struct GvisorHarness {
@@ -181,21 +170,7 @@ async fn a_loopback_only_gvisor_sandbox_is_reached_through_connect() {
     };
     executor.start(&id, launch).await.unwrap();
     wait_for_log(&executor.logs(&id).unwrap(), "listening\n").await;
-    let reply = within("a connection to the sandbox", async {
-        loop {
-            match executor.connect(&id, 8080).await {
-                Ok(stream) => {
-                    stream.set_nonblocking(true).unwrap();
-                    let mut stream = tokio::net::TcpStream::from_std(stream).unwrap();
-                    let mut reply = String::new();
-                    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut reply).await.unwrap();
-                    break reply;
-                }
-                Err(_) => tokio::task::yield_now().await,
-            }
-        }
-    })
-    .await;
+    let reply = reply_on(executor, &id, 8080).await;
     assert_eq!(reply, "hello from gvisor\n");
     executor.shutdown().await;
 }

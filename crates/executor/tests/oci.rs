@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    KillOnDrop, argv, env, pidfds, processes_naming, processes_with_marker, run, run_request, sh, skip, unique,
-    wait_all_gone, wait_for_log, within,
+    KillOnDrop, argv, busybox_image, env, pidfds, processes_naming, processes_with_marker, reply_on, run, run_request,
+    sh, skip, unique, wait_all_gone, wait_for_log, within,
 };
 use cwsandbox_executor::{
     DEFAULT_SANDBOX_ID_BASE, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, ImageRoot, LaunchSpec,
@@ -42,20 +42,7 @@ fn tools_present(test: &str) -> bool {
 
 /// Builds a busybox image root under `dir`, shifted to the sandboxes' ids.
 fn build_image(dir: &Path) -> PathBuf {
-    let image = dir.join("image");
-    for sub in ["bin", "etc", "root", "tmp", "work"] {
-        std::fs::create_dir_all(image.join(sub)).unwrap();
-    }
-    std::fs::copy(BUSYBOX, image.join("bin/busybox")).unwrap();
-    for applet in APPLETS {
-        std::os::unix::fs::symlink("busybox", image.join("bin").join(applet)).unwrap();
-    }
-    std::fs::write(image.join("etc/os-release"), OS_RELEASE).unwrap();
-    std::fs::write(image.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/work:/bin/sh\n")
-        .unwrap();
-    std::fs::write(image.join("etc/group"), "root:x:0:\napp:x:1000:\n").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(image.join("tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let image = busybox_image(dir, APPLETS, &[("etc/os-release", OS_RELEASE)]);
     let owner = format!("{DEFAULT_SANDBOX_ID_BASE}:{DEFAULT_SANDBOX_ID_BASE}");
     let status = Command::new("chown").args(["-R", "-h", &owner]).arg(&image).status().unwrap();
     assert!(status.success(), "chown of the image failed");
@@ -523,25 +510,7 @@ async fn a_loopback_only_sandbox_has_its_own_network_reached_through_connect() {
     wait_for_log(&executor.logs(&id).unwrap(), "listening\n").await;
     assert_eq!(sh(executor, &id, "ls /sys/class/net").await, "lo");
     // The port is the container's own: the host's loopback does not have it, connect reaches it.
-    let reply = within("a connection to the container", async {
-        loop {
-            // nc may not listen yet right after it printed: a refused connection is retried.
-            match executor.connect(&id, 8080).await {
-                Ok(stream) => {
-                    let mut stream = tokio::net::TcpStream::from_std({
-                        stream.set_nonblocking(true).unwrap();
-                        stream
-                    })
-                    .unwrap();
-                    let mut reply = String::new();
-                    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut reply).await.unwrap();
-                    break reply;
-                }
-                Err(_) => tokio::task::yield_now().await,
-            }
-        }
-    })
-    .await;
+    let reply = reply_on(executor, &id, 8080).await;
     assert_eq!(reply, "hello from the container\n");
     executor.shutdown().await;
 }

@@ -264,3 +264,45 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// What a server in the sandbox sends on `port` (reached through `Executor::connect`) until it
+/// closes; a refused connection (the server not listening yet) is retried.
+pub async fn reply_on(executor: &Executor, id: &str, port: u16) -> String {
+    within("a connection to the sandbox", async {
+        loop {
+            match executor.connect(id, port).await {
+                Ok(stream) => {
+                    stream.set_nonblocking(true).unwrap();
+                    let mut stream = tokio::net::TcpStream::from_std(stream).unwrap();
+                    let mut reply = String::new();
+                    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut reply).await.unwrap();
+                    break reply;
+                }
+                Err(_) => tokio::task::yield_now().await,
+            }
+        }
+    })
+    .await
+}
+
+/// An image root under `dir` made of the host's static busybox (`/bin/busybox` and a link per
+/// applet), with `/etc/passwd` naming root and `app` (1000), `/etc/group`, and `extra` files.
+pub fn busybox_image(dir: &std::path::Path, applets: &[&str], extra: &[(&str, &str)]) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let image = dir.join("image");
+    for sub in ["bin", "etc", "root", "tmp", "work"] {
+        std::fs::create_dir_all(image.join(sub)).unwrap();
+    }
+    std::fs::copy("/bin/busybox", image.join("bin/busybox")).unwrap();
+    for applet in applets {
+        std::os::unix::fs::symlink("busybox", image.join("bin").join(applet)).unwrap();
+    }
+    std::fs::write(image.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/work:/bin/sh\n")
+        .unwrap();
+    std::fs::write(image.join("etc/group"), "root:x:0:\napp:x:1000:\n").unwrap();
+    for (path, content) in extra {
+        std::fs::write(image.join(path), content).unwrap();
+    }
+    std::fs::set_permissions(image.join("tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    image
+}
