@@ -103,6 +103,55 @@ async fn measure_image(parent: &std::path::Path, rounds: usize) -> Result<String
     .await
 }
 
+/// gVisor sandboxes (`RuntimeHandler::Runsc`) in an unshifted busybox image: life cycles, then
+/// file operations (each a `runsc exec` of the helper).
+async fn measure_gvisor(parent: &std::path::Path, rounds: usize) -> Result<String, Box<dyn std::error::Error>> {
+    let root = tempfile::Builder::new().prefix("cwsbx-bench").tempdir_in(parent)?;
+    let image = busybox_image(root.path())?;
+    // gVisor's trees keep the image's own ids.
+    std::process::Command::new("chown").args(["-R", "-h", "0:0"]).arg(&image).status()?;
+    let mut config = ExecutorConfig::new(root.path().join("sandboxes"));
+    config.warm_sandboxes = 0;
+    config.gvisor_runtime = Some("/usr/bin/runsc".into());
+    let probe = Instant::now();
+    let executor = Executor::new(config)?;
+    let probed = probe.elapsed();
+    if !matches!(executor.gvisor(), cwsandbox_executor::OciSupport::Ready(_)) {
+        return Err(format!("runsc does not work here: {:?}", executor.gvisor()).into());
+    }
+    let launch = |_: usize| LaunchSpec {
+        hostname: "bench".into(),
+        command: ["sh", "-c", "trap 'exit 0' TERM; sleep 1000 & wait"].map(str::to_owned).to_vec(),
+        image: Some(cwsandbox_executor::ImageRoot { rootfs: image.clone() }),
+        handler: cwsandbox_executor::RuntimeHandler::Runsc,
+        ..LaunchSpec::default()
+    };
+    executor.start("files", launch(0)).await?;
+    let content = vec![b'x'; 1024];
+    let (mut writes, mut reads) = (Vec::new(), Vec::new());
+    for round in 0..=rounds {
+        let began = Instant::now();
+        executor.write_file("files", "/tmp/bench.bin", &content).await?;
+        let written = Instant::now();
+        if executor.read_file("files", "/tmp/bench.bin").await? != content {
+            return Err("read back something else".into());
+        }
+        if round > 0 {
+            writes.push(written - began);
+            reads.push(written.elapsed());
+        }
+    }
+    executor.kill("files").await;
+    // (Shuts the executor down at its end.)
+    let cycles = life_cycles(&executor, rounds, &launch).await?;
+    Ok(format!(
+        "{cycles}; write 1 KiB {:.2} ms, read it {:.2} ms; the executor's probe {:.0} ms",
+        median(&mut writes),
+        median(&mut reads),
+        probed.as_secs_f64() * 1000.0
+    ))
+}
+
 /// File operations through the API in one running sandbox: each opens its file in a helper with
 /// the sandbox's credentials in its namespaces (a zygote fork, two setns, a chroot); medians of
 /// `rounds` writes of 1 KiB to /tmp and reads of it.
@@ -144,6 +193,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     } else {
         println!("image sandboxes: runc or busybox is not installed, not measured");
+    }
+    if std::path::Path::new("/usr/bin/runsc").exists() && std::path::Path::new("/bin/busybox").exists() {
+        println!(
+            "{:>19}, {:>13}: {}",
+            "gvisor (runsc)",
+            "overlay",
+            measure_gvisor(&std::env::temp_dir(), rounds.min(20)).await?
+        );
+    } else {
+        println!("gVisor sandboxes: runsc or busybox is not installed, not measured");
     }
     if std::env::var_os("BENCH_IMAGE_ONLY").is_some() {
         return Ok(());
