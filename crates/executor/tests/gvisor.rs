@@ -311,3 +311,28 @@ fn gvisor_helper_process() {
         std::future::pending::<()>().await;
     });
 }
+
+/// A volume a gVisor sandbox wrote (through gVisor's kernel, to a directory the host binds in) is
+/// snapshotted from the host as written, and a gVisor sandbox restored from the snapshot reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gvisor_sandboxs_volume_is_snapshotted_and_restored_as_written() {
+    let Some(harness) = harness("a_gvisor_sandboxs_volume_is_snapshotted_and_restored_as_written") else { return };
+    let executor = &harness.executor;
+    let (source, snapshot) = (unique("gvisor-snap"), "0b1e5c3a-0000-4000-8000-00000000a001");
+    let volume = |restore_from: Option<&str>| VolumeMount {
+        volume: "work".into(),
+        path: "/work/data".into(),
+        restore_from: restore_from.map(str::to_owned),
+        ..VolumeMount::default()
+    };
+    let launch = LaunchSpec { volume_mounts: vec![volume(None)], ..harness.launch(&["sleep", "1000"]) };
+    executor.start(&source, launch).await.unwrap();
+    sh(executor, &source, "echo kept > /work/data/notes && mkdir /work/data/sub && echo deep > /work/data/sub/x").await;
+    let size = executor.snapshot_volume(&source, "work", snapshot).await.unwrap();
+    assert!(size >= 10, "the snapshot holds {size} bytes");
+    let restored = unique("gvisor-restored");
+    let launch = LaunchSpec { volume_mounts: vec![volume(Some(snapshot))], ..harness.launch(&["sleep", "1000"]) };
+    executor.start(&restored, launch).await.unwrap();
+    assert_eq!(sh(executor, &restored, "cat /work/data/notes /work/data/sub/x").await, "kept\ndeep");
+    executor.shutdown().await;
+}

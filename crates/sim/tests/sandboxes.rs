@@ -1120,3 +1120,22 @@ fn a_runtime_class_the_nodes_have_reaches_the_pod_and_its_start() {
     assert_eq!(pod.extra_spec.get("runtimeClassName"), Some(&serde_json::json!("gvisor")));
     assert!(!h.world.cluster.pod(&plain.pod_uid).unwrap().extra_spec.contains_key("runtimeClassName"));
 }
+
+/// An abstract class the policy maps to a RuntimeClass the Nodes have (`runtimeClassMappings`:
+/// CPU_NESTED_VIRT → gvisor) runs with that class; echoed as the class it resolved to.
+#[test]
+fn a_runtime_class_selection_mapped_to_gvisor_runs_with_it() {
+    use cwsandbox_api::sandbox_v1::RuntimeClass;
+    let mut values = Values::scenario(Scenario::Ready);
+    let policy = values.runners[0].policy.get_or_insert_with(|| serde_json::json!({}));
+    policy["constraints"]["security"]["runtimeClassMappings"] = serde_json::json!([
+        {"runtimeClass": "RUNTIME_CLASS_CPU_NESTED_VIRT", "kubernetesRuntimeClassName": "gvisor"}
+    ]);
+    let mut h = harness_with(values);
+    h.world.set_runtime_classes(Some(vec!["gvisor".to_owned()]));
+    let spec = SandboxSpec { runtime_class_selection: RuntimeClass::CpuNestedVirt as i32, ..client_spec() };
+    let created = h.world.create_sandbox(&alice(), spec, "", "").unwrap();
+    assert_eq!(created.resolved.runtime_class.as_deref(), Some("gvisor"));
+    let pod = h.world.cluster.pod(&created.pod_uid).unwrap();
+    assert_eq!(pod.extra_spec.get("runtimeClassName"), Some(&serde_json::json!("gvisor")));
+}
