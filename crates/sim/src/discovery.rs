@@ -72,17 +72,25 @@ impl World {
         Ok(pager.page(matching, |runner| vec![runner.runner_id.clone()]))
     }
 
+    /// The GPU models the runners offer: the `gpu.nvidia.com/class` of every Node with GPUs
+    /// that runs sandboxes (not the control plane's, not the serverless pool's). Discovery lists
+    /// them and a create asking for another is refused, by this one rule.
+    pub(crate) fn offered_gpu_classes(&self) -> BTreeSet<&str> {
+        self.cluster
+            .nodes
+            .values()
+            .filter(|node| runs_runner_sandboxes(node) && node.allocatable.gpus > 0)
+            .filter_map(|node| node.labels.get(crate::k8s::GPU_CLASS_LABEL).map(String::as_str))
+            .collect()
+    }
+
     /// What the cluster offers the organization's sandboxes now.
     fn capacity(&self, org: &str) -> Capacity {
         let mut capabilities =
             pb::RunnerCapabilitySummary { supported_architectures: vec![host_architecture()], ..Default::default() };
         let mut resources = pb::RunnerResourceSummary::default();
-        let mut gpu_types = BTreeSet::new();
         for node in self.cluster.nodes.values() {
-            // The serverless pool is not the runners' to offer.
-            if node.labels.contains_key("node-role.kubernetes.io/control-plane")
-                || crate::world::is_serverless_node(node)
-            {
+            if !runs_runner_sandboxes(node) {
                 continue;
             }
             let mut system = ResourceTotals::default();
@@ -99,11 +107,8 @@ impl World {
             resources.available_cpu_millicores += (node.allocatable.cpu_millis - node.requested.cpu_millis).max(0);
             resources.available_memory_bytes += (node.allocatable.memory_bytes - node.requested.memory_bytes).max(0);
             resources.available_gpu_count += (node.allocatable.gpus - node.requested.gpus).max(0);
-            if let Some(class) = node.labels.get(crate::k8s::GPU_CLASS_LABEL) {
-                gpu_types.insert(class.clone());
-            }
         }
-        capabilities.supported_gpu_types = gpu_types.into_iter().collect();
+        capabilities.supported_gpu_types = self.offered_gpu_classes().into_iter().map(str::to_owned).collect();
         // Every service is served on the host's loopback, whatever its visibility; PUBLIC and
         // PRIVATE are accepted (one of them per sandbox, as in v1). CUSTOM follows the sandbox's
         // ingress rules, which are not enforced yet, so it is not advertised.
@@ -172,6 +177,12 @@ fn availability(
 
 fn runner_id(runner: &pb::ManagedRunner) -> &str {
     runner.identity.as_ref().map_or("", |identity| identity.runner_id.as_str())
+}
+
+/// Whether a Node runs runners' sandboxes: not the control plane's, and the serverless pool is
+/// not the runners' to offer.
+fn runs_runner_sandboxes(node: &crate::k8s::Node) -> bool {
+    !node.labels.contains_key("node-role.kubernetes.io/control-plane") && !crate::world::is_serverless_node(node)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! the spec's rules; these commands also read the cluster, Slurm, the runners, templates, volumes and snapshots, so they
 //! live here, above every lifecycle.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -449,15 +449,7 @@ impl World {
                 ),
             ));
         }
-        let mut known = BTreeSet::new();
-        for node in self.cluster.nodes.values() {
-            if let Some(class) = node.labels.get(GPU_CLASS_LABEL)
-                && node.allocatable.gpus > 0
-                && !super::is_serverless_node(node)
-            {
-                known.insert(class.as_str());
-            }
-        }
+        let known = self.offered_gpu_classes();
         if known.contains(asked.name.as_str()) {
             return Ok(());
         }
