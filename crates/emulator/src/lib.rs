@@ -359,6 +359,10 @@ impl Emulator {
             limits_enforced,
             memory_volumes_refused,
             runtime_classes: runtime_classes.clone(),
+            one_container_runtime_classes: runtime
+                .as_ref()
+                .map(|runtime| runtime.one_container_runtime_classes())
+                .unwrap_or_default(),
         });
         let endpoints = Arc::new(EndpointTls::new(bound.ip())?);
         let app = App::new(

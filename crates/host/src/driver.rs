@@ -66,6 +66,9 @@ pub struct HostRuntime {
     /// The named RuntimeClasses its Nodes have (`None`: no runtime runs Pods; empty: only the
     /// node's default runtime): a sandbox asking for another is refused at create.
     pub runtime_classes: Option<Vec<String>>,
+    /// The RuntimeClasses whose Pods it runs with one container only: a sandbox of several is
+    /// refused by name at create.
+    pub one_container_runtime_classes: Vec<String>,
 }
 
 impl Default for HostRuntime {
@@ -77,6 +80,7 @@ impl Default for HostRuntime {
             limits_enforced: true,
             memory_volumes_refused: None,
             runtime_classes: None,
+            one_container_runtime_classes: Vec::new(),
         }
     }
 }
@@ -173,6 +177,7 @@ impl Driver {
         world.set_limits_enforced(runtime.limits_enforced);
         world.set_memory_volumes_refused(runtime.memory_volumes_refused);
         world.set_runtime_classes(runtime.runtime_classes);
+        world.set_one_container_runtime_classes(runtime.one_container_runtime_classes);
     }
 
     /// The clock.

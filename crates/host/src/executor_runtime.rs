@@ -648,6 +648,11 @@ impl SandboxRuntime for ExecutorRuntime {
         vec![(GVISOR_RUNTIME_CLASS.to_owned(), gvisor)]
     }
 
+    fn one_container_runtime_classes(&self) -> Vec<String> {
+        // runsc cannot join another container's namespaces by path (the executor's refusal).
+        vec![GVISOR_RUNTIME_CLASS.to_owned()]
+    }
+
     fn stop(&self, pod_uid: String, grace: Duration) -> BoxFuture<'_, Result<(), RuntimeError>> {
         if self.executor.is_running(&pod_uid) {
             let executor = self.executor.clone();

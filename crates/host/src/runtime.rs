@@ -379,4 +379,9 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     fn runtime_classes(&self) -> Vec<(String, Result<(), String>)> {
         Vec::new()
     }
+
+    /// The RuntimeClasses whose Pods it runs with one container only.
+    fn one_container_runtime_classes(&self) -> Vec<String> {
+        Vec::new()
+    }
 }

@@ -1139,3 +1139,25 @@ fn a_runtime_class_selection_mapped_to_gvisor_runs_with_it() {
     let pod = h.world.cluster.pod(&created.pod_uid).unwrap();
     assert_eq!(pod.extra_spec.get("runtimeClassName"), Some(&serde_json::json!("gvisor")));
 }
+
+/// A sandbox of several containers with a RuntimeClass the host runs one container of per Pod:
+/// refused by name (UNIMPLEMENTED, the containers named), nothing made; one container runs.
+#[test]
+fn several_containers_with_a_one_container_runtime_class_are_refused_by_name() {
+    let mut values = Values::scenario(Scenario::Ready);
+    let policy = values.runners[0].policy.get_or_insert_with(|| serde_json::json!({}));
+    policy["constraints"]["security"]["allowedRuntimeClasses"] = serde_json::json!(["gvisor"]);
+    let mut h = harness_with(values);
+    h.world.set_runtime_classes(Some(vec!["gvisor".to_owned()]));
+    h.world.set_one_container_runtime_classes(vec!["gvisor".to_owned()]);
+    let mut spec = SandboxSpec { runtime_class: "gvisor".to_owned(), ..client_spec() };
+    let mut side = spec.containers[0].clone();
+    side.name = "side".to_owned();
+    spec.containers.push(side);
+    let error = h.world.create_sandbox(&alice(), spec.clone(), "", "").unwrap_err();
+    assert_eq!(error.reason(), Some(Reason::NotImplemented), "{error:?}");
+    assert_eq!(error.violations()[0].field, "sandbox.spec.containers", "{error:?}");
+    assert_eq!(h.world.every_sandbox().count(), 0, "nothing was made");
+    spec.containers.pop();
+    h.world.create_sandbox(&alice(), spec, "", "").unwrap();
+}

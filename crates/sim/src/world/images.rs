@@ -120,6 +120,12 @@ impl World {
         self.runtime_classes = classes;
     }
 
+    /// The RuntimeClasses whose Pods the host runs with one container only: a sandbox of several
+    /// with one of them is refused by name at create (UNIMPLEMENTED, the containers named).
+    pub fn set_one_container_runtime_classes(&mut self, classes: Vec<String>) {
+        self.one_container_runtime_classes = classes;
+    }
+
     /// The Warning a started Pod gets when its limits hold nothing on this host.
     pub(super) fn warn_unenforced_limits(&mut self, uid: &str) {
         if self.limits_enforced {

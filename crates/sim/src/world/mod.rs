@@ -286,6 +286,8 @@ pub struct World {
     /// The named RuntimeClasses the host's Nodes have (`None`: no host runs Pods, so any class
     /// is only recorded); a sandbox whose class is not among them is refused at create.
     pub(crate) runtime_classes: Option<Vec<String>>,
+    /// The RuntimeClasses whose Pods the host runs with one container only.
+    pub(crate) one_container_runtime_classes: Vec<String>,
     /// Whether someone takes the sandboxes touched ([`World::take_touched_sandboxes`]); while
     /// nobody does, each settle drops them.
     touches_taken: bool,
@@ -348,6 +350,7 @@ impl World {
             limits_enforced: true,
             memory_volumes_refused: None,
             runtime_classes: None,
+            one_container_runtime_classes: Vec::new(),
             touches_taken: false,
             all_sandboxes_touched: false,
             slurm_dirty: false,

@@ -221,6 +221,7 @@ impl World {
         };
         let resolved = policy::resolve_prepared(&defaults, &prepared, &spec)?;
         self.check_runtime_class_runs_here(&owner.org, resolved.runtime_class.as_deref())?;
+        self.check_runtime_class_container_count(&resolved)?;
         if !serverless {
             self.check_gpu_type_runs_here(&owner.org, &resolved)?;
         }
@@ -432,6 +433,22 @@ impl World {
                 if available.is_empty() { String::new() } else { format!(" or {}", available.join(", ")) }
             ),
         })
+    }
+
+    /// A sandbox of several containers with a RuntimeClass the host runs one container of per
+    /// Pod (gVisor here): refused by name, nothing made, rather than failing at its start.
+    fn check_runtime_class_container_count(&self, resolved: &ResolvedSpec) -> SimResult<()> {
+        let Some(class) = resolved.runtime_class.as_deref() else { return Ok(()) };
+        let count = resolved.containers.len();
+        if count < 2 || !self.one_container_runtime_classes.iter().any(|known| known == class) {
+            return Ok(());
+        }
+        Err(SimError::not_emulated(vec![FieldViolation::new(
+            "sandbox.spec.containers",
+            format!(
+                "RuntimeClass {class:?} runs one container per sandbox on this emulator (its runtime cannot join another container's namespaces); this sandbox has {count}: run it without the class, or one container per sandbox"
+            ),
+        )]))
     }
 
     /// Refuses a GPU model no Node of the cluster has, as the fleet refuses a sandbox no runner
