@@ -20,7 +20,8 @@ use tempfile::TempDir;
 
 const RUNSC: &str = "/usr/bin/runsc";
 const BUSYBOX: &str = "/bin/busybox";
-const APPLETS: &[&str] = &["sh", "cat", "ls", "id", "sleep", "echo", "stat", "mkdir", "nc", "pwd", "hostname", "tr"];
+const APPLETS: &[&str] =
+    &["sh", "cat", "ls", "id", "sleep", "echo", "stat", "mkdir", "nc", "pwd", "hostname", "tr", "stty"];
 
 fn tools_present(test: &str) -> bool {
     let missing: Vec<&str> = [RUNSC, BUSYBOX].into_iter().filter(|tool| !Path::new(tool).exists()).collect();
@@ -334,5 +335,47 @@ async fn a_gvisor_sandboxs_volume_is_snapshotted_and_restored_as_written() {
     let launch = LaunchSpec { volume_mounts: vec![volume(Some(snapshot))], ..harness.launch(&["sleep", "1000"]) };
     executor.start(&restored, launch).await.unwrap();
     assert_eq!(sh(executor, &restored, "cat /work/data/notes /work/data/sub/x").await, "kept\ndeep");
+    executor.shutdown().await;
+}
+
+/// A terminal exec in a gVisor sandbox (`kubectl exec -it`, the client's `tty=True`): a terminal
+/// of gVisor's, sized as asked, following resizes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_exec_in_gvisor_gets_a_terminal_that_follows_resizes() {
+    let Some(harness) = harness("a_terminal_exec_in_gvisor_gets_a_terminal_that_follows_resizes") else { return };
+    let executor = &harness.executor;
+    let id = unique("gvisor-tty");
+    executor.start(&id, harness.launch(&["sleep", "1000"])).await.unwrap();
+    let request = ExecRequest {
+        tty: true,
+        tty_size: Some((80, 24)),
+        ..argv(&[
+            "sh",
+            "-c",
+            "[ -t 0 ] && [ -t 1 ] && echo terminal; stty size; read line; while [ \"$(stty size)\" = '24 80' ]; do sleep 0.01; done; stty size; exit 3",
+        ])
+    };
+    let mut session = executor.exec(&id, request).await.unwrap();
+    let mut text = String::new();
+    within("the first size", async {
+        while !text.contains("24 80") {
+            let output = session.output.recv().await.expect("output");
+            text.push_str(&String::from_utf8_lossy(&output.data));
+        }
+    })
+    .await;
+    // A terminal (runsc hands the command the host terminal runsc itself was given: `tty` finds
+    // no /dev/pts name for it inside gVisor, but it is one).
+    assert!(text.contains("terminal\r\n"), "no terminal: {text:?}");
+    session.tty.as_ref().unwrap().resize(100, 30).unwrap();
+    session.stdin.write(b"go\n").await.unwrap();
+    within("the new size", async {
+        while !text.contains("30 100") {
+            let output = session.output.recv().await.expect("output");
+            text.push_str(&String::from_utf8_lossy(&output.data));
+        }
+    })
+    .await;
+    assert_eq!(within("the exit", session.exit.wait()).await, 3);
     executor.shutdown().await;
 }
