@@ -1082,7 +1082,8 @@ impl Executor {
 
     /// A file operation in a gVisor sandbox: the helper run (`args`) through `runsc exec` as an
     /// exec'd command of `container` runs, fed `input`; its stdout (at most `max` bytes and one),
-    /// or its failure as a file error. Counted and timed as every file operation.
+    /// or its failure as a file error. Counted and timed as every file operation
+    /// ([`Executor::file_operation`]; a timed-out run is killed as its command is dropped).
     async fn gvisor_file(
         &self,
         sandbox: &Sandbox,
@@ -1105,12 +1106,8 @@ impl Executor {
         if input.is_none() {
             command.stdin(std::process::Stdio::null());
         }
-        let (timeout, limit) = (self.inner.config.file_timeout, self.inner.config.max_file_operations);
-        let operations = self.inner.file_operations.clone();
         let spawner = &self.inner.spawner;
-        let work = async move {
-            let _permit =
-                operations.acquire_owned().await.map_err(|_| FileError::Io("the executor is shut down".into()))?;
+        let run = async move {
             let mut child = spawner.spawn(command).await.map_err(|error| FileError::from_io(&error))?;
             let (mut stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
             let feed = async move {
@@ -1136,13 +1133,12 @@ impl Executor {
             };
             let ((), out, err, status) = tokio::join!(feed, read_out, read_err, child.wait());
             let status = status.map_err(|error| FileError::from_io(&error))?;
-            Ok::<_, FileError>((crate::exec::exit_code(&status), out, String::from_utf8_lossy(&err).into_owned()))
+            Ok((crate::exec::exit_code(&status), out, String::from_utf8_lossy(&err).into_owned()))
         };
-        let outcome = tokio::time::timeout(timeout, work).await;
+        let outcome = self.file_operation(run, move |(code, out, err)| gvisor_file_outcome(code, out, &err, max)).await;
         let _ = std::fs::remove_file(&files.process);
         let _ = std::fs::remove_file(&files.pid_file);
-        let (code, out, err) = outcome.map_err(|_| FileError::TimedOut { after: timeout, limit })??;
-        gvisor_file_outcome(code, out, &err, max)
+        outcome
     }
 
     /// The sandbox, and what reaches `container`'s files ([`Sandbox::reach`]).

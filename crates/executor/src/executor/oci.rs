@@ -841,7 +841,7 @@ impl OciRuntime {
     /// `/tmp` and the host's links among `host_paths` (Debian's `/bin` → `usr/bin`); each
     /// sandbox writes to a layer of its own over it. Made at the probe.
     pub(super) fn hostless_root(&self, host_paths: &[PathBuf]) -> std::io::Result<PathBuf> {
-        let root = self.state.with_file_name("hostless-root");
+        let root = self.hostless_root_dir();
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join("tmp"))?;
         std::fs::set_permissions(root.join("tmp"), std::fs::Permissions::from_mode(0o1777))?;
