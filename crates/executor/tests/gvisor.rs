@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{
-    KillOnDrop, argv, busybox_image, pidfds, processes_naming, reply_on, run, run_request, sh, skip, unique,
-    wait_all_gone, wait_for_log, within,
+    KillOnDrop, argv, busybox_image, pidfds, processes_naming, reply_on, run, run_request, sh, skip,
+    terminal_exec_through_a_resize, unique, wait_all_gone, wait_for_log, within,
 };
 use cwsandbox_executor::{
     ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, ImageRoot, LaunchSpec, MountedFile, Network,
@@ -346,36 +346,10 @@ async fn a_terminal_exec_in_gvisor_gets_a_terminal_that_follows_resizes() {
     let executor = &harness.executor;
     let id = unique("gvisor-tty");
     executor.start(&id, harness.launch(&["sleep", "1000"])).await.unwrap();
-    let request = ExecRequest {
-        tty: true,
-        tty_size: Some((80, 24)),
-        ..argv(&[
-            "sh",
-            "-c",
-            "[ -t 0 ] && [ -t 1 ] && echo terminal; stty size; read line; while [ \"$(stty size)\" = '24 80' ]; do sleep 0.01; done; stty size; exit 3",
-        ])
-    };
-    let mut session = executor.exec(&id, request).await.unwrap();
-    let mut text = String::new();
-    within("the first size", async {
-        while !text.contains("24 80") {
-            let output = session.output.recv().await.expect("output");
-            text.push_str(&String::from_utf8_lossy(&output.data));
-        }
-    })
-    .await;
+    let (text, code) = terminal_exec_through_a_resize(executor, &id, "[ -t 0 ] && [ -t 1 ] && echo terminal").await;
     // A terminal (runsc hands the command the host terminal runsc itself was given: `tty` finds
     // no /dev/pts name for it inside gVisor, but it is one).
     assert!(text.contains("terminal\r\n"), "no terminal: {text:?}");
-    session.tty.as_ref().unwrap().resize(100, 30).unwrap();
-    session.stdin.write(b"go\n").await.unwrap();
-    within("the new size", async {
-        while !text.contains("30 100") {
-            let output = session.output.recv().await.expect("output");
-            text.push_str(&String::from_utf8_lossy(&output.data));
-        }
-    })
-    .await;
-    assert_eq!(within("the exit", session.exit.wait()).await, 3);
+    assert_eq!(code, 3);
     executor.shutdown().await;
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     KillOnDrop, argv, busybox_image, env, pidfds, processes_naming, processes_with_marker, reply_on, run, run_request,
-    sh, skip, unique, wait_all_gone, wait_for_log, within,
+    sh, skip, terminal_exec_through_a_resize, unique, wait_all_gone, wait_for_log, within,
 };
 use cwsandbox_executor::{
     DEFAULT_SANDBOX_ID_BASE, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, ImageRoot, LaunchSpec,
@@ -230,38 +230,10 @@ async fn a_terminal_exec_gets_a_terminal_that_follows_resizes() {
     let executor = &harness.executor;
     let id = unique("tty");
     executor.start(&id, harness.launch("pod-tty", &["sleep", "1000"])).await.unwrap();
-    let request = ExecRequest {
-        tty: true,
-        tty_size: Some((80, 24)),
-        // The resize reaches the container's terminal through runc, as SIGWINCH does: the shell
-        // waits until it sees it.
-        ..argv(&[
-            "sh",
-            "-c",
-            "tty; stty size; echo $TERM; read line; while [ \"$(stty size)\" = '24 80' ]; do sleep 0.01; done; stty size; exit 3",
-        ])
-    };
-    let mut session = executor.exec(&id, request).await.unwrap();
-    let mut text = String::new();
-    within("the first size", async {
-        while !text.contains("24 80") {
-            let output = session.output.recv().await.expect("output");
-            text.push_str(&String::from_utf8_lossy(&output.data));
-        }
-    })
-    .await;
+    let (text, code) = terminal_exec_through_a_resize(executor, &id, "tty; echo $TERM").await;
     assert!(text.contains("/dev/pts/"), "no terminal: {text:?}");
-    session.tty.as_ref().unwrap().resize(100, 30).unwrap();
-    session.stdin.write(b"go\n").await.unwrap();
-    within("the new size", async {
-        while !text.contains("30 100") {
-            let output = session.output.recv().await.expect("output");
-            text.push_str(&String::from_utf8_lossy(&output.data));
-        }
-    })
-    .await;
     assert!(text.contains("xterm"), "{text:?}");
-    assert_eq!(within("the exit", session.exit.wait()).await, 3);
+    assert_eq!(code, 3);
     executor.shutdown().await;
 }
 

@@ -200,12 +200,8 @@ fn a_host_that_cannot_enforce_limits_says_so_on_each_pod_with_limits() {
 /// A Pod of a RuntimeClass asks for its images for that class (gVisor keeps trees of its own).
 #[test]
 fn a_pull_names_the_pods_runtime_class() {
-    let mut values = Values::scenario(Scenario::Ready);
-    let policy = values.runners[0].policy.get_or_insert_with(|| serde_json::json!({}));
-    policy["constraints"]["security"]["allowedRuntimeClasses"] = serde_json::json!(["gvisor"]);
-    let mut h = harness_with(values);
+    let mut h = ready_with_runtime_classes(serde_json::json!({"allowedRuntimeClasses": ["gvisor"]}), &["gvisor"]);
     h.world.set_pulls_images(true);
-    h.world.set_runtime_classes(Some(vec!["gvisor".to_owned()]));
     let spec = SandboxSpec {
         containers: vec![Container { image: "127.0.0.1:5000/test/busybox:1".to_owned(), ..client_container() }],
         runner_ids: vec!["cks-runner".to_owned()],

@@ -1063,13 +1063,9 @@ fn the_data_target_query_finds_one_running_container_through_either_front_door()
 /// Nodes have, or any class where no host runs Pods, is accepted.
 #[test]
 fn a_runtime_class_the_nodes_lack_is_refused_as_no_runner_can_host_it() {
-    let mut values = Values::scenario(Scenario::Ready);
-    let policy = values.runners[0].policy.get_or_insert_with(|| serde_json::json!({}));
-    policy["constraints"]["security"]["allowedRuntimeClasses"] = serde_json::json!(["gvisor", "kata"]);
-    let mut h = harness_with(values);
+    let mut h = ready_with_runtime_classes(serde_json::json!({"allowedRuntimeClasses": ["gvisor", "kata"]}), &[]);
     let asking = |class: &str| SandboxSpec { runtime_class: class.to_owned(), ..client_spec() };
 
-    h.world.set_runtime_classes(Some(Vec::new()));
     let error = h.world.create_sandbox(&alice(), asking("gvisor"), "", "").unwrap_err();
     assert_eq!(error.reason(), Some(Reason::NoSuitableRunner));
     assert!(matches!(error, SimError::FailedPrecondition { .. }), "{error:?}");
@@ -1093,11 +1089,7 @@ fn a_runtime_class_the_nodes_lack_is_refused_as_no_runner_can_host_it() {
 /// and the host is asked to start it with that class's handler; a sandbox without one gets none.
 #[test]
 fn a_runtime_class_the_nodes_have_reaches_the_pod_and_its_start() {
-    let mut values = Values::scenario(Scenario::Ready);
-    let policy = values.runners[0].policy.get_or_insert_with(|| serde_json::json!({}));
-    policy["constraints"]["security"]["allowedRuntimeClasses"] = serde_json::json!(["gvisor"]);
-    let mut h = harness_with(values);
-    h.world.set_runtime_classes(Some(vec!["gvisor".to_owned()]));
+    let mut h = ready_with_runtime_classes(serde_json::json!({"allowedRuntimeClasses": ["gvisor"]}), &["gvisor"]);
     let pinned = h
         .world
         .create_sandbox(&alice(), SandboxSpec { runtime_class: "gvisor".to_owned(), ..client_spec() }, "", "")
@@ -1126,13 +1118,10 @@ fn a_runtime_class_the_nodes_have_reaches_the_pod_and_its_start() {
 #[test]
 fn a_runtime_class_selection_mapped_to_gvisor_runs_with_it() {
     use cwsandbox_api::sandbox_v1::RuntimeClass;
-    let mut values = Values::scenario(Scenario::Ready);
-    let policy = values.runners[0].policy.get_or_insert_with(|| serde_json::json!({}));
-    policy["constraints"]["security"]["runtimeClassMappings"] = serde_json::json!([
+    let mappings = serde_json::json!([
         {"runtimeClass": "RUNTIME_CLASS_CPU_NESTED_VIRT", "kubernetesRuntimeClassName": "gvisor"}
     ]);
-    let mut h = harness_with(values);
-    h.world.set_runtime_classes(Some(vec!["gvisor".to_owned()]));
+    let mut h = ready_with_runtime_classes(serde_json::json!({"runtimeClassMappings": mappings}), &["gvisor"]);
     let spec = SandboxSpec { runtime_class_selection: RuntimeClass::CpuNestedVirt as i32, ..client_spec() };
     let created = h.world.create_sandbox(&alice(), spec, "", "").unwrap();
     assert_eq!(created.resolved.runtime_class.as_deref(), Some("gvisor"));
@@ -1144,11 +1133,7 @@ fn a_runtime_class_selection_mapped_to_gvisor_runs_with_it() {
 /// refused by name (UNIMPLEMENTED, the containers named), nothing made; one container runs.
 #[test]
 fn several_containers_with_a_one_container_runtime_class_are_refused_by_name() {
-    let mut values = Values::scenario(Scenario::Ready);
-    let policy = values.runners[0].policy.get_or_insert_with(|| serde_json::json!({}));
-    policy["constraints"]["security"]["allowedRuntimeClasses"] = serde_json::json!(["gvisor"]);
-    let mut h = harness_with(values);
-    h.world.set_runtime_classes(Some(vec!["gvisor".to_owned()]));
+    let mut h = ready_with_runtime_classes(serde_json::json!({"allowedRuntimeClasses": ["gvisor"]}), &["gvisor"]);
     h.world.set_one_container_runtime_classes(vec!["gvisor".to_owned()]);
     let mut spec = SandboxSpec { runtime_class: "gvisor".to_owned(), ..client_spec() };
     let mut side = spec.containers[0].clone();

@@ -306,3 +306,34 @@ pub fn busybox_image(dir: &std::path::Path, applets: &[&str], extra: &[(&str, &s
     std::fs::set_permissions(image.join("tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
     image
 }
+
+/// A terminal exec (80x24) of `sh -c "<before>; stty size; …"` that waits for its first size,
+/// is resized to 100x30 and told to go on, and waits until the command sees the new size (the
+/// resize reaches the container's terminal through the runtime, as SIGWINCH does), then exits 3:
+/// everything it printed, and its exit code.
+pub async fn terminal_exec_through_a_resize(executor: &Executor, id: &str, before: &str) -> (String, i32) {
+    let script = format!(
+        "{before}; stty size; read line; while [ \"$(stty size)\" = '24 80' ]; do sleep 0.01; done; stty size; exit 3"
+    );
+    let request = ExecRequest { tty: true, tty_size: Some((80, 24)), ..argv(&["sh", "-c", &script]) };
+    let mut session = executor.exec(id, request).await.unwrap();
+    let mut text = String::new();
+    within("the first size", async {
+        while !text.contains("24 80") {
+            let output = session.output.recv().await.expect("output");
+            text.push_str(&String::from_utf8_lossy(&output.data));
+        }
+    })
+    .await;
+    session.tty.as_ref().unwrap().resize(100, 30).unwrap();
+    session.stdin.write(b"go\n").await.unwrap();
+    within("the new size", async {
+        while !text.contains("30 100") {
+            let output = session.output.recv().await.expect("output");
+            text.push_str(&String::from_utf8_lossy(&output.data));
+        }
+    })
+    .await;
+    let code = within("the exit", session.exit.wait()).await;
+    (text, code)
+}

@@ -102,6 +102,17 @@ pub fn harness_with(values: Values) -> Harness {
     Harness { world, clock }
 }
 
+/// The ready scenario whose runner policy has `constraints.security` = `security` (its
+/// RuntimeClass allowlist or mappings), and whose Nodes have the named RuntimeClasses `classes`.
+pub fn ready_with_runtime_classes(security: serde_json::Value, classes: &[&str]) -> Harness {
+    let mut values = Values::scenario(cwsandbox_sim::config::Scenario::Ready);
+    let policy = values.runners[0].policy.get_or_insert_with(|| serde_json::json!({}));
+    policy["constraints"]["security"] = security;
+    let mut h = harness_with(values);
+    h.world.set_runtime_classes(Some(classes.iter().map(|class| (*class).to_owned()).collect()));
+    h
+}
+
 pub fn harness(modify: impl FnOnce(&mut Values)) -> Harness {
     let mut values = checklist_values();
     modify(&mut values);
