@@ -353,3 +353,44 @@ async fn a_terminal_exec_in_gvisor_gets_a_terminal_that_follows_resizes() {
     assert_eq!(code, 3);
     executor.shutdown().await;
 }
+
+/// A gVisor sandbox on the host's directories with a mounted file or volume whose place the host's
+/// directory lacks is refused by name: runsc's file server would make the place in the host's
+/// directory. Nothing is written there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_point_the_hosts_directory_lacks_is_refused_under_gvisor() {
+    let Some(harness) = harness("a_mount_point_the_hosts_directory_lacks_is_refused_under_gvisor") else { return };
+    let executor = &harness.executor;
+    let planted = unique("cwsbx-gvisor-planted");
+    for launch in [
+        LaunchSpec {
+            files: vec![MountedFile { path: format!("/etc/{planted}/app.conf"), content: b"x".to_vec() }],
+            ..harness.launch(&["sleep", "1000"])
+        },
+        LaunchSpec {
+            volume_mounts: vec![VolumeMount {
+                volume: "work".into(),
+                path: format!("/usr/{planted}"),
+                ..VolumeMount::default()
+            }],
+            ..harness.launch(&["sleep", "1000"])
+        },
+    ] {
+        let launch = LaunchSpec { image: None, ..launch };
+        match executor.start(&unique("gvisor-planted"), launch).await {
+            Err(ExecutorError::InvalidRequest(message)) => assert!(message.contains("under gVisor"), "{message}"),
+            other => panic!("started: {other:?}"),
+        }
+    }
+    assert!(!Path::new(&format!("/etc/{planted}")).exists() && !Path::new(&format!("/usr/{planted}")).exists());
+    // A place the host has (its /etc/hosts) takes the file.
+    let id = unique("gvisor-hosts");
+    let launch = LaunchSpec {
+        image: None,
+        files: vec![MountedFile { path: "/etc/hosts".into(), content: b"127.0.0.1 laid\n".to_vec() }],
+        ..harness.launch(&["sleep", "1000"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    assert_eq!(sh(executor, &id, "cat /etc/hosts").await, "127.0.0.1 laid");
+    executor.shutdown().await;
+}

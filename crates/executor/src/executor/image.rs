@@ -67,6 +67,7 @@ impl Executor {
         let hostless = spec.image.is_none();
         let mut hostless_binds = Vec::new();
         if hostless {
+            gvisor_mount_points_exist(&spec, &inner.config.host_paths)?;
             let host_paths = inner.config.host_paths.clone();
             let runtime = inner.clone();
             hostless_binds = tokio::task::spawn_blocking(move || match runtime.runtime(handler) {
@@ -607,6 +608,31 @@ async fn abandon_pod(
         sidecar.end().await;
     }
     container.finish().await;
+}
+
+/// A gVisor sandbox on the host's directories: runsc's file server (the host's root) makes a
+/// mount point that is missing in a bound directory of the host's *in the host's directory*, so
+/// a mounted file or volume whose place the host does not have already (a file where a file is,
+/// a directory where a directory is) is refused by name rather than written into the host.
+/// (Without gVisor, mounted files are laid over the host's directory instead.)
+fn gvisor_mount_points_exist(spec: &LaunchSpec, host_paths: &[PathBuf]) -> Result<(), ExecutorError> {
+    let wanted = spec
+        .files
+        .iter()
+        .map(|file| (file.path.as_str(), false, "mounted file"))
+        .chain(spec.volume_mounts.iter().map(|mount| (mount.path.as_str(), true, "volume mount")));
+    for (path, directory, what) in wanted {
+        if crate::rootfs::host_dir_of(path, host_paths).is_none() {
+            continue;
+        }
+        let there = std::fs::symlink_metadata(path).is_ok_and(|metadata| metadata.is_dir() == directory);
+        if !there {
+            return Err(ExecutorError::InvalidRequest(format!(
+                "{what} {path}: under gVisor its place must already be in the host's directory it lies in (gVisor's file server would make it in the host's), and it is not: use another path, or no RuntimeClass"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses start conditions that name no sidecar, or that could never hold: a sidecar that
