@@ -1,0 +1,398 @@
+//! A network of its own for each sandbox with a network policy: a namespace on a bridge the
+//! emulator owns, its traffic filtered by nftables (see the README for the picture).
+//!
+//! [`SandboxNetworks::open`] takes the bridge (removing what a dead emulator left of it),
+//! [`SandboxNetworks::attach`] makes a sandbox's namespace with its rules in force before any of
+//! its processes run, [`SandboxNetworks::detach`] removes them, and dropping the value removes
+//! the bridge and everything on it.
+
+mod peers;
+mod plumbing;
+mod rules;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use std::sync::Mutex;
+
+use cwsandbox_sync::MutexUnpoisoned;
+
+pub use peers::PeerIdentity;
+
+/// Why a sandbox network could not be made or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkError {
+    /// The machine lacks what sandbox networks need (root, `ip`, `nft`, a bridge).
+    #[error("sandbox networks are unavailable: {0}")]
+    Unavailable(String),
+    /// The configuration is unusable (a bridge name, a range).
+    #[error("invalid network configuration: {0}")]
+    InvalidConfig(String),
+    /// Another running emulator owns the bridge.
+    #[error("bridge {bridge} belongs to another emulator (pid {pid}): give this one another `network.bridge`")]
+    InUse {
+        /// The bridge's name.
+        bridge: String,
+        /// The emulator that owns it.
+        pid: u32,
+    },
+    /// Every address of the range is taken.
+    #[error("no free address is left in the pod range {0}")]
+    RangeExhausted(Ipv4Cidr),
+    /// The sandbox has a network already.
+    #[error("sandbox {0} has a network already")]
+    AlreadyAttached(String),
+    /// `ip` or `nft` refused a step.
+    #[error("{command} failed: {message}")]
+    Command {
+        /// What ran.
+        command: String,
+        /// What it said.
+        message: String,
+    },
+}
+
+/// An IPv4 range: the pod range sandboxes get their addresses from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv4Cidr {
+    /// The first address (the host bits zero).
+    pub network: Ipv4Addr,
+    /// The prefix length, 8 to 30.
+    pub length: u8,
+}
+
+impl Ipv4Cidr {
+    /// The gateway: the range's first host address, held by the bridge.
+    pub fn gateway(self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.network) + 1)
+    }
+
+    /// Whether `address` is in the range.
+    pub fn contains(self, address: Ipv4Addr) -> bool {
+        let mask = u32::MAX << (32 - u32::from(self.length));
+        u32::from(address) & mask == u32::from(self.network)
+    }
+
+    /// The addresses sandboxes may get: every host address after the gateway, before broadcast.
+    pub fn pod_addresses(self) -> impl Iterator<Item = Ipv4Addr> {
+        let first = u32::from(self.network) + 2;
+        let last = u32::from(self.network) + (1u32 << (32 - u32::from(self.length))) - 2;
+        (first..=last).map(Ipv4Addr::from)
+    }
+}
+
+impl std::fmt::Display for Ipv4Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.network, self.length)
+    }
+}
+
+impl FromStr for Ipv4Cidr {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Ipv4Cidr, String> {
+        let cidr: Cidr = text.parse()?;
+        let IpAddr::V4(network) = cidr.address else { return Err(format!("{text:?} is not an IPv4 range")) };
+        if !(8..=30).contains(&cidr.length) {
+            return Err(format!("{text:?}: a pod range needs a prefix length from 8 to 30"));
+        }
+        Ok(Ipv4Cidr { network, length: cidr.length })
+    }
+}
+
+/// A CIDR block of a rule, IPv4 or IPv6, with its host bits zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    /// The network address.
+    pub address: IpAddr,
+    /// The prefix length.
+    pub length: u8,
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Cidr, String> {
+        let (address, length) = text.split_once('/').ok_or_else(|| format!("{text:?} is not a CIDR block"))?;
+        let address: IpAddr = address.parse().map_err(|_| format!("{text:?}: {address:?} is not an IP address"))?;
+        let width = if address.is_ipv4() { 32 } else { 128 };
+        let length: u8 = length
+            .parse()
+            .ok()
+            .filter(|length| u32::from(*length) <= width)
+            .ok_or_else(|| format!("{text:?}: {length:?} is not a prefix length up to {width}"))?;
+        let masked = match address {
+            IpAddr::V4(v4) => {
+                let mask = if length == 0 { 0 } else { u32::MAX << (32 - u32::from(length)) };
+                IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask))
+            }
+            IpAddr::V6(v6) => {
+                let mask = if length == 0 { 0 } else { u128::MAX << (128 - u32::from(length)) };
+                IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & mask))
+            }
+        };
+        if masked != address {
+            return Err(format!("{text:?} has host bits set (the block is {masked}/{length})"));
+        }
+        Ok(Cidr { address, length })
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.address, self.length)
+    }
+}
+
+/// A transport protocol of a port rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+impl Protocol {
+    fn nft_name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+}
+
+/// Ports `first..=last` of one protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortRange {
+    /// The protocol.
+    pub protocol: Protocol,
+    /// The first port.
+    pub first: u16,
+    /// The last port (`first` for one port).
+    pub last: u16,
+}
+
+/// Who a rule lets a sandbox reach (egress) or be reached by (ingress).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// Every address.
+    Any,
+    /// A block minus the blocks in `except`. IPv6 blocks allow nothing: sandboxes have no IPv6.
+    Cidr {
+        /// The block.
+        cidr: Cidr,
+        /// Blocks inside it that are not allowed.
+        except: Vec<Cidr>,
+    },
+    /// Sandboxes of the same organization.
+    SameOrganization,
+    /// Sandboxes of the same organization created by the same user.
+    SameUser,
+    /// Sandboxes of the same organization whose Pod labels include `pod_labels`, in the
+    /// sandbox's own namespace (`namespace_labels` `None`) or in namespaces whose labels include
+    /// `namespace_labels`.
+    Selector {
+        /// Labels the peer's Pod must have.
+        pod_labels: BTreeMap<String, String>,
+        /// Labels the peer's namespace must have; `None`: the sandbox's own namespace.
+        namespace_labels: Option<BTreeMap<String, String>>,
+    },
+}
+
+/// One allow rule: a peer and the ports (none: every port).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// Who.
+    pub peer: Peer,
+    /// Which ports; empty: all.
+    pub ports: Vec<PortRange>,
+}
+
+/// The rules of one direction.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Direction {
+    /// Whether only what `rules` allows passes; otherwise everything does.
+    pub isolated: bool,
+    /// What is allowed.
+    pub rules: Vec<Rule>,
+}
+
+/// A sandbox's network as asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attachment {
+    /// The sandbox (or Pod) it is for: the key of [`SandboxNetworks::detach`].
+    pub id: String,
+    /// Its address, in the pod range.
+    pub address: Ipv4Addr,
+    /// What the group rules of other sandboxes match it by.
+    pub identity: PeerIdentity,
+    /// What it may reach.
+    pub egress: Direction,
+    /// What may reach it.
+    pub ingress: Direction,
+}
+
+/// Where sandbox networks live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetworkConfig {
+    /// The bridge's name: a lowercase letter, then up to 7 lowercase letters or digits (its
+    /// sandboxes' links are `<bridge>-<n>`, within Linux's 15 characters).
+    pub bridge: String,
+    /// The pod range; the bridge holds its first host address.
+    pub pod_cidr: Ipv4Cidr,
+    /// iproute2's `ip`.
+    pub ip: PathBuf,
+    /// nftables' `nft`.
+    pub nft: PathBuf,
+}
+
+impl NetworkConfig {
+    /// The defaults on a bridge of the given name.
+    pub fn new(bridge: &str, pod_cidr: Ipv4Cidr) -> NetworkConfig {
+        NetworkConfig { bridge: bridge.to_owned(), pod_cidr, ip: PathBuf::from("ip"), nft: PathBuf::from("nft") }
+    }
+
+    fn check(&self) -> Result<(), NetworkError> {
+        let name = self.bridge.as_bytes();
+        let shaped = !name.is_empty()
+            && name.len() <= 8
+            && name[0].is_ascii_lowercase()
+            && name.iter().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit());
+        if !shaped {
+            return Err(NetworkError::InvalidConfig(format!(
+                "bridge {:?}: a lowercase letter, then up to 7 lowercase letters or digits",
+                self.bridge
+            )));
+        }
+        Ok(())
+    }
+
+    /// The nftables table (both families) of this bridge.
+    fn table(&self) -> String {
+        format!("cwsandbox_{}", self.bridge)
+    }
+}
+
+/// One attached sandbox.
+#[derive(Debug)]
+struct Attached {
+    index: u64,
+    attachment: Attachment,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_index: u64,
+    attached: BTreeMap<String, Attached>,
+    closed: bool,
+}
+
+/// The emulator's bridge and the sandbox networks on it.
+#[derive(Debug)]
+pub struct SandboxNetworks {
+    config: NetworkConfig,
+    state: Mutex<State>,
+}
+
+impl SandboxNetworks {
+    /// Takes the bridge: refuses one a running emulator owns, removes what a dead one left
+    /// (links, namespaces, tables), then makes the bridge and the base rules.
+    pub fn open(config: NetworkConfig) -> Result<SandboxNetworks, NetworkError> {
+        config.check()?;
+        plumbing::check_tools(&config)?;
+        plumbing::claim_bridge(&config)?;
+        let networks = SandboxNetworks { config, state: Mutex::new(State::default()) };
+        if let Err(error) = rules::apply(&networks.config, &rules::base(&networks.config)) {
+            networks.close();
+            return Err(error);
+        }
+        tracing::info!(bridge = %networks.config.bridge, range = %networks.config.pod_cidr, "sandbox networks ready");
+        Ok(networks)
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &NetworkConfig {
+        &self.config
+    }
+
+    /// Makes the sandbox's namespace, with its address, its route and its rules in force;
+    /// returns the namespace's path for its processes to join.
+    pub fn attach(&self, attachment: Attachment) -> Result<PathBuf, NetworkError> {
+        let mut state = self.state.lock_unpoisoned();
+        if state.closed {
+            return Err(NetworkError::Unavailable("the emulator's sandbox networks are closed".to_owned()));
+        }
+        if state.attached.contains_key(&attachment.id) {
+            return Err(NetworkError::AlreadyAttached(attachment.id));
+        }
+        if !self.config.pod_cidr.contains(attachment.address) || attachment.address == self.config.pod_cidr.gateway() {
+            return Err(NetworkError::InvalidConfig(format!(
+                "address {} is not a pod address of {}",
+                attachment.address, self.config.pod_cidr
+            )));
+        }
+        let index = state.next_index;
+        state.next_index += 1;
+        let id = attachment.id.clone();
+        state.attached.insert(id.clone(), Attached { index, attachment });
+        let batch = rules::attach(&self.config, &state.attached, &id);
+        if let Err(error) = rules::apply(&self.config, &batch) {
+            state.attached.remove(&id);
+            return Err(error);
+        }
+        let address = state.attached[&id].attachment.address;
+        match plumbing::make_namespace(&self.config, index, address) {
+            Ok(path) => Ok(path),
+            Err(error) => {
+                if let Some(attached) = state.attached.remove(&id) {
+                    let batch = rules::detach(&self.config, &state.attached, &attached);
+                    if let Err(undo) = rules::apply(&self.config, &batch) {
+                        tracing::warn!(sandbox = %id, %undo, "cannot remove the rules of a network that failed");
+                    }
+                }
+                plumbing::remove_namespace(&self.config, index);
+                Err(error)
+            }
+        }
+    }
+
+    /// Removes the sandbox's namespace, link and rules; the peer sets of the others follow.
+    /// Nothing to remove is not an error.
+    pub fn detach(&self, id: &str) {
+        let mut state = self.state.lock_unpoisoned();
+        let Some(attached) = state.attached.remove(id) else { return };
+        let batch = rules::detach(&self.config, &state.attached, &attached);
+        if let Err(error) = rules::apply(&self.config, &batch) {
+            tracing::warn!(sandbox = %id, %error, "cannot remove a sandbox's network rules");
+        }
+        plumbing::remove_namespace(&self.config, attached.index);
+    }
+
+    /// The sandboxes attached now, by id.
+    pub fn attached(&self) -> Vec<String> {
+        self.state.lock_unpoisoned().attached.keys().cloned().collect()
+    }
+
+    /// Removes every sandbox network, the rules and the bridge. Later attaches are refused.
+    pub fn close(&self) {
+        let mut state = self.state.lock_unpoisoned();
+        if state.closed {
+            return;
+        }
+        state.closed = true;
+        state.attached.clear();
+        plumbing::remove_everything(&self.config);
+    }
+}
+
+impl Drop for SandboxNetworks {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

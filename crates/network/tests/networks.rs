@@ -1,0 +1,300 @@
+//! Sandbox networks against the kernel: namespaces made here, a test host in a network
+//! namespace of the test's own (198.51.100.10, TCP servers on two ports), real connections.
+//! Nothing leaves this machine: every address is on links this test makes.
+
+use std::collections::BTreeMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use cwsandbox_network::{
+    Attachment, Cidr, Direction, Ipv4Cidr, NetworkConfig, NetworkError, Peer, PeerIdentity, PortRange, Protocol, Rule,
+    SandboxNetworks,
+};
+
+const TEST_HOST: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
+/// Long enough for any connection here to be answered; a refused one is reset at once.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn runnable(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let nft = Command::new("nft").arg("--version").output().is_ok_and(|output| output.status.success());
+    if !(root && nft) {
+        cwsandbox_testkit::skip(test, "sandbox networks need root and Debian's nftables");
+        return false;
+    }
+    true
+}
+
+fn ip(args: &[&str]) {
+    let status = Command::new("ip").args(args).status().expect("ip runs");
+    assert!(status.success(), "ip {}", args.join(" "));
+}
+
+/// Runs `work` on a thread inside the network namespace at `path`.
+fn in_namespace<T: Send + 'static>(path: &Path, work: impl FnOnce() -> T + Send + 'static) -> T {
+    let namespace = std::fs::File::open(path).expect("namespace opens");
+    std::thread::spawn(move || {
+        // SAFETY: setns moves this thread only, into a namespace file we opened.
+        assert_eq!(unsafe { libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns");
+        work()
+    })
+    .join()
+    .expect("namespace thread")
+}
+
+/// A listener in the namespace at `path` that answers each connection with `reply` and
+/// closes it; its thread ends with the process.
+fn serve(path: &Path, address: SocketAddr, reply: &'static [u8]) {
+    let listener = in_namespace(path, move || TcpListener::bind(address).expect("listener binds"));
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let _ = stream.write_all(reply);
+        }
+    });
+}
+
+/// Connects from the namespace at `path` (the host's with `None`) and reads the reply.
+fn reach(path: Option<&Path>, address: SocketAddr) -> std::io::Result<Vec<u8>> {
+    let attempt = move || {
+        let mut stream = TcpStream::connect_timeout(&address, CONNECT_TIMEOUT)?;
+        stream.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+        let mut reply = Vec::new();
+        stream.read_to_end(&mut reply)?;
+        Ok(reply)
+    };
+    match path {
+        Some(path) => in_namespace(path, attempt),
+        None => attempt(),
+    }
+}
+
+fn refused(result: std::io::Result<Vec<u8>>) -> bool {
+    matches!(result, Err(error) if matches!(error.kind(), ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset | ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable | ErrorKind::PermissionDenied))
+}
+
+/// A host of the test's own: a namespace routed from the host at 198.51.100.10 with servers
+/// on 8080 and 9090. Removed on drop.
+struct TestHost {
+    name: String,
+    link: String,
+}
+
+impl TestHost {
+    fn start(tag: &str) -> TestHost {
+        let name = format!("cwnth{tag}");
+        let link = format!("cwnth{tag}");
+        let _ = Command::new("ip").args(["netns", "del", &name]).stderr(std::process::Stdio::null()).status();
+        let _ = Command::new("ip").args(["link", "del", &link]).stderr(std::process::Stdio::null()).status();
+        ip(&["netns", "add", &name]);
+        ip(&["link", "add", &link, "type", "veth", "peer", "name", "eth0", "netns", &name]);
+        ip(&["addr", "add", "198.51.100.1/24", "dev", &link]);
+        ip(&["link", "set", &link, "up"]);
+        ip(&["-n", &name, "link", "set", "lo", "up"]);
+        ip(&["-n", &name, "link", "set", "eth0", "up"]);
+        ip(&["-n", &name, "addr", "add", "198.51.100.10/24", "dev", "eth0"]);
+        ip(&["-n", &name, "route", "add", "default", "via", "198.51.100.1"]);
+        // Replies to a sandbox come in here and are forwarded to the bridge.
+        std::fs::write(format!("/proc/sys/net/ipv4/conf/{link}/forwarding"), "1").expect("forwarding on the test link");
+        let host = TestHost { name, link };
+        for (port, reply) in [(8080, &b"eighty-eighty"[..]), (9090, &b"ninety-ninety"[..])] {
+            serve(&host.path(), SocketAddr::from((TEST_HOST, port)), reply);
+        }
+        host
+    }
+
+    fn path(&self) -> PathBuf {
+        Path::new("/run/netns").join(&self.name)
+    }
+}
+
+impl Drop for TestHost {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.link]).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+/// A bridge and range of this test's own (tests of this binary run at once).
+fn networks(tag: u8) -> SandboxNetworks {
+    let pod_cidr: Ipv4Cidr = format!("10.{}.{tag}.0/24", 200 + std::process::id() % 50).parse().expect("range");
+    SandboxNetworks::open(NetworkConfig::new(&format!("cwnt{tag}"), pod_cidr)).expect("sandbox networks open")
+}
+
+fn identity(organization: &str, user: &str, labels: &[(&str, &str)]) -> PeerIdentity {
+    PeerIdentity {
+        organization: organization.to_owned(),
+        user: user.to_owned(),
+        namespace: format!("{organization}-sandboxes"),
+        pod_labels: labels.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())).collect(),
+        namespace_labels: BTreeMap::new(),
+    }
+}
+
+fn address(networks: &SandboxNetworks, n: usize) -> Ipv4Addr {
+    networks.config().pod_cidr.pod_addresses().nth(n).expect("an address")
+}
+
+fn tcp(first: u16, last: u16) -> PortRange {
+    PortRange { protocol: Protocol::Tcp, first, last }
+}
+
+fn cidr(text: &str, except: &[&str]) -> Peer {
+    Peer::Cidr {
+        cidr: text.parse::<Cidr>().expect("cidr"),
+        except: except.iter().map(|block| block.parse().expect("except")).collect(),
+    }
+}
+
+fn isolated(rules: Vec<Rule>) -> Direction {
+    Direction { isolated: true, rules }
+}
+
+#[test]
+fn cidr_and_port_rules_decide_what_a_sandbox_reaches() {
+    if !runnable("cidr_and_port_rules_decide_what_a_sandbox_reaches") {
+        return;
+    }
+    let test_host = TestHost::start("1");
+    let networks = networks(1);
+    let sandbox = |n: usize, egress: Direction| {
+        networks
+            .attach(Attachment {
+                id: format!("s{n}"),
+                address: address(&networks, n),
+                identity: identity("org", "alice", &[]),
+                egress,
+                ingress: Direction::default(),
+            })
+            .expect("attach")
+    };
+    let one_port =
+        sandbox(0, isolated(vec![Rule { peer: cidr("198.51.100.10/32", &[]), ports: vec![tcp(8080, 8080)] }]));
+    let excepted =
+        sandbox(1, isolated(vec![Rule { peer: cidr("198.51.100.0/24", &["198.51.100.8/29"]), ports: Vec::new() }]));
+    let port_range = sandbox(2, isolated(vec![Rule { peer: cidr("0.0.0.0/0", &[]), ports: vec![tcp(9000, 9999)] }]));
+    let unrestricted = sandbox(3, Direction::default());
+    let nothing = sandbox(4, isolated(Vec::new()));
+    let anything = sandbox(5, isolated(vec![Rule { peer: Peer::Any, ports: Vec::new() }]));
+    let (web, other) = (SocketAddr::from((TEST_HOST, 8080)), SocketAddr::from((TEST_HOST, 9090)));
+
+    assert_eq!(reach(Some(&one_port), web).expect("the granted port"), b"eighty-eighty");
+    assert!(refused(reach(Some(&one_port), other)), "a port the rule does not grant");
+    assert!(refused(reach(Some(&excepted), web)), "an excepted address");
+    assert!(refused(reach(Some(&port_range), web)), "a port below the range");
+    assert_eq!(reach(Some(&port_range), other).expect("a port in the range"), b"ninety-ninety");
+    assert_eq!(reach(Some(&unrestricted), other).expect("no egress policy"), b"ninety-ninety");
+    assert!(refused(reach(Some(&nothing), web)), "an isolated sandbox without rules");
+    assert_eq!(reach(Some(&anything), web).expect("any"), b"eighty-eighty");
+    // The host's own address beyond the bridge is a destination like any other.
+    assert!(refused(reach(Some(&one_port), SocketAddr::from((Ipv4Addr::new(198, 51, 100, 1), 8080)))));
+    drop(networks);
+    drop(test_host);
+}
+
+#[test]
+fn groups_and_ingress_rules_decide_who_reaches_a_sandbox() {
+    if !runnable("groups_and_ingress_rules_decide_who_reaches_a_sandbox") {
+        return;
+    }
+    let networks = networks(2);
+    let attach = |n: usize, identity: PeerIdentity, ingress: Direction| {
+        networks
+            .attach(Attachment {
+                id: format!("s{n}"),
+                address: address(&networks, n),
+                identity,
+                egress: Direction::default(),
+                ingress,
+            })
+            .expect("attach")
+    };
+    let listen = |path: &Path, n: usize| {
+        let at = SocketAddr::from((address(&networks, n), 7000));
+        serve(path, at, b"hello");
+        at
+    };
+    let same_org = attach(
+        0,
+        identity("org-a", "alice", &[("app", "server")]),
+        isolated(vec![Rule { peer: Peer::SameOrganization, ports: vec![tcp(7000, 7000)] }]),
+    );
+    let selected = attach(
+        1,
+        identity("org-a", "alice", &[]),
+        isolated(vec![Rule {
+            peer: Peer::Selector {
+                pod_labels: BTreeMap::from([("role".to_owned(), "client".to_owned())]),
+                namespace_labels: None,
+            },
+            ports: Vec::new(),
+        }]),
+    );
+    let closed = attach(2, identity("org-a", "alice", &[]), isolated(Vec::new()));
+    let colleague = attach(3, identity("org-a", "bob", &[("role", "client")]), Direction::default());
+    let teammate = attach(4, identity("org-a", "alice", &[("role", "other")]), Direction::default());
+    let stranger = attach(5, identity("org-b", "mallory", &[("role", "client")]), Direction::default());
+    let (same_org_at, selected_at, closed_at) = (listen(&same_org, 0), listen(&selected, 1), listen(&closed, 2));
+
+    assert_eq!(reach(Some(&colleague), same_org_at).expect("same organization"), b"hello");
+    assert!(refused(reach(Some(&stranger), same_org_at)), "another organization");
+    assert!(refused(reach(None, same_org_at)), "the host is not of the organization");
+    assert_eq!(reach(Some(&colleague), selected_at).expect("a selected Pod"), b"hello");
+    assert!(refused(reach(Some(&teammate), selected_at)), "a Pod the selector does not match");
+    assert!(refused(reach(Some(&stranger), selected_at)), "matching labels in another organization");
+    for from in [Some(colleague.as_path()), Some(teammate.as_path()), None] {
+        assert!(refused(reach(from, closed_at)), "deny ingress, from {from:?}");
+    }
+
+    // A group follows sandboxes as they come and go.
+    networks.detach("s3");
+    let newcomer = attach(6, identity("org-a", "carol", &[("role", "client")]), Direction::default());
+    assert_eq!(reach(Some(&newcomer), selected_at).expect("a newcomer the selector matches"), b"hello");
+    assert_eq!(reach(Some(&newcomer), same_org_at).expect("a newcomer of the organization"), b"hello");
+}
+
+#[test]
+fn a_sandbox_network_is_gone_with_it_and_a_bridge_has_one_owner() {
+    if !runnable("a_sandbox_network_is_gone_with_it_and_a_bridge_has_one_owner") {
+        return;
+    }
+    let networks = networks(3);
+    let bridge = networks.config().bridge.clone();
+    let path = networks
+        .attach(Attachment {
+            id: "s".to_owned(),
+            address: address(&networks, 0),
+            identity: identity("org", "alice", &[]),
+            egress: isolated(Vec::new()),
+            ingress: Direction::default(),
+        })
+        .expect("attach");
+    assert!(path.exists());
+    let again = networks.attach(Attachment {
+        id: "s".to_owned(),
+        address: address(&networks, 1),
+        identity: identity("org", "alice", &[]),
+        egress: Direction::default(),
+        ingress: Direction::default(),
+    });
+    assert!(matches!(again, Err(NetworkError::AlreadyAttached(_))), "{again:?}");
+    let second = SandboxNetworks::open(networks.config().clone());
+    assert!(matches!(second, Err(NetworkError::InUse { pid, .. }) if pid == std::process::id()), "{second:?}");
+
+    networks.detach("s");
+    assert!(!path.exists(), "the namespace is removed");
+    assert!(!Path::new("/sys/class/net").join(format!("{bridge}-0")).exists(), "the link is removed");
+    let chains =
+        Command::new("nft").args(["list", "table", "inet", &format!("cwsandbox_{bridge}")]).output().expect("nft");
+    let listing = String::from_utf8_lossy(&chains.stdout);
+    assert!(!listing.contains("eg_0") && !listing.contains("in_0"), "{listing}");
+
+    drop(networks);
+    assert!(!Path::new("/sys/class/net").join(&bridge).exists(), "the bridge is removed");
+    let tables = Command::new("nft").args(["list", "tables"]).output().expect("nft");
+    assert!(!String::from_utf8_lossy(&tables.stdout).contains(&format!("cwsandbox_{bridge}")));
+}
