@@ -114,6 +114,11 @@ fn run_id_mapper(sync: RawFd, keeper: pid_t, uid_map: &CStr, gid_map: &CStr) -> 
 /// directories and devices bound read-only into it, and a devpts of its own. The pivot
 /// into it is init's (it must mount `/proc` first, while a full procfs is still in view).
 pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
+    if let Some(path) = &plan.network_namespace {
+        // While still the host's root: a namespace of the host's user namespace cannot be
+        // joined from a user namespace of the sandbox's.
+        join_network_namespace(path).map_err(|error| (Stage::JoinNetwork, error))?;
+    }
     if let Some((main, _)) = plan.join {
         join_pod(main)?;
     }
@@ -217,6 +222,21 @@ pub(crate) fn setup_namespaces(plan: &NsPlan) -> Result<(), (Stage, c_int)> {
     )
     .map_err(|error| (Stage::MountDevpts, error))?;
     Ok(())
+}
+
+/// Joins the network namespace bound at `path`.
+fn join_network_namespace(path: &std::ffi::CStr) -> Result<(), c_int> {
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: setns on a namespace descriptor we opened; it moves this process only.
+    let joined = unsafe { libc::setns(fd, libc::CLONE_NEWNET) };
+    let error = errno();
+    // SAFETY: closing our own descriptor.
+    unsafe { libc::close(fd) };
+    if joined != 0 { Err(error) } else { Ok(()) }
 }
 
 /// Joins the user, network, IPC and UTS namespaces of a Pod's main init `main` (the user

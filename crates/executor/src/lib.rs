@@ -43,7 +43,7 @@ use std::time::Duration;
 
 pub use error::{ExecutorError, FileError, LogError};
 pub use exec::{ExecExit, ExecOutput, ExecRequest, ExecSession, ExecStdin, Output, Stream, TtyControl};
-pub use executor::{CLAIMS_DIR, Executor, SNAPSHOTS_DIR};
+pub use executor::{CLAIMS_DIR, Executor, GVISOR_ATTACHED_NETWORK, SNAPSHOTS_DIR};
 pub use logs::{LogChunk, LogFollower, LogReader, LogSlice};
 pub use rootfs::{DEFAULT_HOST_PATHS, check_file_path, memory_backed_dir, unmount_all_under};
 
@@ -377,7 +377,7 @@ pub struct SandboxUser {
 }
 
 /// A sandbox's network.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub enum Network {
     /// The host's network, as a container with host networking (the emulator's default).
     #[default]
@@ -387,6 +387,42 @@ pub enum Network {
     /// reaches it. Namespaces mode and image sandboxes only: plain processes cannot have one, so
     /// a start that asks for it fails there.
     LoopbackOnly,
+    /// A network of its own with an address, routes and filter rules, which the host makes
+    /// (`cwsandbox-network`) where the executor asks: a namespace made beforehand that the
+    /// sandbox joins (namespaces mode, gVisor: the host's user namespace owns it, so the
+    /// sandbox's root cannot change it), or the namespace runc made for the container, which
+    /// its user namespace must own for `runc exec` to join it. Namespaces mode and image
+    /// sandboxes only.
+    Attached(std::sync::Arc<dyn AttachNetwork>),
+}
+
+impl PartialEq for Network {
+    fn eq(&self, other: &Network) -> bool {
+        match (self, other) {
+            (Network::Host, Network::Host) | (Network::LoopbackOnly, Network::LoopbackOnly) => true,
+            (Network::Attached(one), Network::Attached(other)) => std::sync::Arc::ptr_eq(one, other),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Network {}
+
+/// The host's side of [`Network::Attached`]: it makes the sandbox's network where the executor
+/// says. Each is called at most once per start, on a blocking thread.
+pub trait AttachNetwork: Send + Sync + std::fmt::Debug {
+    /// A namespace with the sandbox's network, made for its processes to join; its path.
+    fn make_namespace(&self) -> Result<std::path::PathBuf, String>;
+    /// The sandbox's network put into the network namespace of the process `pid` (a
+    /// container's init, stopped at its gate before its command runs).
+    fn plumb_into(&self, pid: u32) -> Result<(), String>;
+}
+
+impl Network {
+    /// Whether the sandbox has a network namespace of its own (not the host's).
+    pub fn is_own(&self) -> bool {
+        !matches!(self, Network::Host)
+    }
 }
 
 /// One file placed in a sandbox before it starts.

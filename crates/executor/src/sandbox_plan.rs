@@ -52,6 +52,9 @@ pub(crate) struct NsPlan {
     /// a pid namespace of its own (`flags`); with `init_as_root`, init becomes that user
     /// namespace's root (a root emulator's range mapping) as the main init does.
     pub(crate) join: Option<(pid_t, bool)>,
+    /// A network namespace made for the sandbox beforehand, which the keeper joins before it
+    /// makes the others (`Network::Attached`).
+    pub(crate) network_namespace: Option<CString>,
 }
 
 impl NsPlan {

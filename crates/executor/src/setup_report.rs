@@ -31,10 +31,11 @@ pub(crate) enum Stage {
     Loopback,
     JoinPod,
     MountHostLayer,
+    JoinNetwork,
 }
 
 impl Stage {
-    const ALL: [Stage; 19] = [
+    const ALL: [Stage; 20] = [
         Stage::Unshare,
         Stage::SetGroups,
         Stage::GidMap,
@@ -54,6 +55,7 @@ impl Stage {
         Stage::Loopback,
         Stage::JoinPod,
         Stage::MountHostLayer,
+        Stage::JoinNetwork,
     ];
 
     fn from_u8(value: u8) -> Option<Stage> {
@@ -79,6 +81,7 @@ impl Stage {
             Stage::ExecInit => "execute the sandbox's init",
             Stage::Signalfd => "signalfd",
             Stage::Loopback => "bring up the loopback interface of the sandbox's network namespace",
+            Stage::JoinNetwork => "join the network namespace made for the sandbox (setns)",
             Stage::JoinPod => "join the Pod's user, network, IPC and UTS namespaces (setns)",
             Stage::MountHostLayer => "lay the sandbox's mounted files over a host directory (a read-only overlay)",
         }

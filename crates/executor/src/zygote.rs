@@ -102,6 +102,13 @@ pub(crate) fn encode_plan(plan: &InitPlan) -> Option<Vec<u8>> {
             out.extend_from_slice(&(pid as u32).to_le_bytes());
         }
     }
+    match &ns.network_namespace {
+        None => out.push(0),
+        Some(path) => {
+            out.push(1);
+            put_bytes(&mut out, path.as_bytes());
+        }
+    }
     out.push(u8::from(plan.warm));
     out.push(u8::from(plan.idle));
     put_bytes(&mut out, plan.cwd.as_bytes());
@@ -155,6 +162,11 @@ pub(crate) fn decode_plan(bytes: &[u8], parent: pid_t, fds: [RawFd; 4]) -> Optio
         kind @ (1 | 2) => Some((pid_t::try_from(reader.u32()?).ok()?, kind == 2)),
         _ => return None,
     };
+    let network_namespace = match reader.byte()? {
+        0 => None,
+        1 => Some(reader.c_string()?),
+        _ => return None,
+    };
     let warm = flag(reader.byte()?)?;
     let idle = flag(reader.byte()?)?;
     let cwd = reader.c_string()?;
@@ -177,7 +189,19 @@ pub(crate) fn decode_plan(bytes: &[u8], parent: pid_t, fds: [RawFd; 4]) -> Optio
         go_fd,
         started_fd,
         control_fd,
-        ns: Some(NsPlan { flags, id_map, hostname, rootfs, binds, devpts, proc_dir, proc_sys, main_ids, join }),
+        ns: Some(NsPlan {
+            flags,
+            id_map,
+            hostname,
+            rootfs,
+            binds,
+            devpts,
+            proc_dir,
+            proc_sys,
+            main_ids,
+            join,
+            network_namespace,
+        }),
         self_exe: -1,
         probe: false,
         warm,
@@ -412,6 +436,7 @@ mod tests {
                 proc_sys: c"/r/proc/sys".to_owned(),
                 main_ids: Some((0, 0)),
                 join: None,
+                network_namespace: Some(c"/run/netns/cwsbx0-3".to_owned()),
             }),
             self_exe: 5,
             probe: false,

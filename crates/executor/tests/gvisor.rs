@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{
-    KillOnDrop, argv, busybox_image, pidfds, processes_naming, reply_on, run, run_request, sh, skip,
+    KillOnDrop, MadeNetwork, argv, busybox_image, pidfds, processes_naming, reply_on, run, run_request, sh, skip,
     terminal_exec_through_a_resize, unique, wait_all_gone, wait_for_log, within,
 };
 use cwsandbox_executor::{
@@ -173,6 +173,22 @@ async fn a_loopback_only_gvisor_sandbox_is_reached_through_connect() {
     wait_for_log(&executor.logs(&id).unwrap(), "listening\n").await;
     let reply = reply_on(executor, &id, 8080).await;
     assert_eq!(reply, "hello from gvisor\n");
+    executor.shutdown().await;
+}
+
+/// A network made for the sandbox is refused by name under gVisor (see
+/// `GVISOR_ATTACHED_NETWORK`), and nothing of it is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gvisor_sandbox_refuses_a_network_made_for_it() {
+    let test = "a_gvisor_sandbox_refuses_a_network_made_for_it";
+    let Some(harness) = harness(test) else { return };
+    let Some(made) = MadeNetwork::new(test) else { return };
+    let executor = &harness.executor;
+    let id = unique("gvisor-attached");
+    let launch = LaunchSpec { network: made.network(), ..harness.launch(&["sh", "-c", "echo ran"]) };
+    let error = executor.start(&id, launch).await.unwrap_err().to_string();
+    assert!(error.contains(cwsandbox_executor::GVISOR_ATTACHED_NETWORK), "{error}");
+    assert!(made.made.lock().unwrap().is_empty());
     executor.shutdown().await;
 }
 

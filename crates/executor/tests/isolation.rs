@@ -168,6 +168,36 @@ async fn a_loopback_only_network_reaches_nothing_outside_the_sandbox() {
     assert!(error.contains("namespaces"), "{error}");
 }
 
+/// A sandbox joins a network namespace made for it beforehand (`Network::Attached`): it has
+/// that namespace's interfaces and address, its service port is reached through `connect`,
+/// and its root cannot change the namespace's addresses (the host's user namespace owns it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_joins_the_network_made_for_it_and_cannot_change_it() {
+    let Some(made) = MadeNetwork::new("a_sandbox_joins_the_network_made_for_it_and_cannot_change_it") else { return };
+    let harness = harness(Isolation::Namespaces);
+    let executor = &harness.executor;
+    let id = unique("attached");
+    let server = "import socket\n\
+                  s = socket.socket(); s.bind(('0.0.0.0', 8080)); s.listen()\n\
+                  print('listening', flush=True)\n\
+                  while True:\n    c, _ = s.accept(); c.sendall(b'hello'); c.close()\n";
+    let launch = LaunchSpec { network: made.network(), ..spec("attached", &["/usr/bin/python3", "-c", server]) };
+    executor.start(&id, launch).await.unwrap();
+    wait_for_log(&executor.logs(&id).unwrap(), "listening").await;
+    let interfaces =
+        sh(executor, &id, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '").await;
+    assert_eq!(interfaces.trim(), "eth0 lo peer0");
+    assert!(sh(executor, &id, "cat /proc/net/fib_trie").await.contains(&made.address));
+    let change = sh(executor, &id, "ip addr add 10.98.0.1/32 dev eth0 2>&1; echo status $?").await;
+    assert!(change.contains("Operation not permitted") && !change.ends_with("status 0"), "{change}");
+    let reply = reply_on(executor, &id, 8080).await;
+    assert_eq!(reply, "hello");
+    assert_eq!(*made.made.lock().unwrap(), ["namespace"]);
+    executor.shutdown().await;
+    let error = refused_by_plain_processes(LaunchSpec { network: made.network(), ..spec("attached", &[]) }).await;
+    assert!(error.contains("namespaces"), "{error}");
+}
+
 /// The zygote (the process that forks namespaced keepers) killed from outside takes its
 /// sandboxes with it, as the emulator's death would, and the next start brings up a new one;
 /// shutdown ends it.

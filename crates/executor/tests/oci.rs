@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    KillOnDrop, argv, busybox_image, env, pidfds, processes_naming, processes_with_marker, reply_on, run, run_request,
-    sh, skip, terminal_exec_through_a_resize, unique, wait_all_gone, wait_for_log, within,
+    KillOnDrop, MadeNetwork, argv, busybox_image, env, pidfds, processes_naming, processes_with_marker, reply_on, run,
+    run_request, sh, skip, terminal_exec_through_a_resize, unique, wait_all_gone, wait_for_log, within,
 };
 use cwsandbox_executor::{
     DEFAULT_SANDBOX_ID_BASE, ExecRequest, Executor, ExecutorConfig, ExecutorError, FileError, ImageRoot, LaunchSpec,
@@ -484,6 +484,29 @@ async fn a_loopback_only_sandbox_has_its_own_network_reached_through_connect() {
     // The port is the container's own: the host's loopback does not have it, connect reaches it.
     let reply = reply_on(executor, &id, 8080).await;
     assert_eq!(reply, "hello from the container\n");
+    executor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_sandbox_gets_its_network_in_the_namespace_runc_made() {
+    let test = "an_image_sandbox_gets_its_network_in_the_namespace_runc_made";
+    let Some(harness) = harness(test) else { return };
+    let Some(made) = MadeNetwork::new(test) else { return };
+    let executor = &harness.executor;
+    let id = unique("net");
+    let launch = LaunchSpec {
+        network: made.network(),
+        ..harness.launch("pod-net", &["sh", "-c", "echo listening; echo hello from the container | nc -l -p 8080"])
+    };
+    executor.start(&id, launch).await.unwrap();
+    wait_for_log(&executor.logs(&id).unwrap(), "listening\n").await;
+    assert!(sh(executor, &id, "cat /proc/net/fib_trie").await.contains(&made.address));
+    assert_eq!(sh(executor, &id, "cat /proc/net/dev | grep -c eth0").await, "1");
+    let reply = reply_on(executor, &id, 8080).await;
+    assert_eq!(reply, "hello from the container\n");
+    // runc made the namespace (its user namespace must own it for `runc exec`); the network
+    // was put into it at the container's gate.
+    assert_eq!(*made.made.lock().unwrap(), ["plumbed"]);
     executor.shutdown().await;
 }
 

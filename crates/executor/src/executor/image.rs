@@ -102,7 +102,15 @@ impl Executor {
             .map_err(|error| ExecutorError::InvalidRequest(format!("working directory: {error}")))?;
         let dir = inner.config.root_dir.join(id);
         let restores = restores_of(&inner.config.root_dir, &every_volume_mount(&spec))?;
-        let gated = !spec.sidecars.is_empty();
+        // runc's container gets a network namespace of its own, its user namespace's, into which
+        // the host puts the sandbox's network at the gate (`Network::Attached`).
+        let plumbed = match &spec.network {
+            crate::Network::Attached(attach) if !inner.runtime(handler).is_some_and(OciRuntime::is_gvisor) => {
+                Some(attach.clone())
+            }
+            _ => None,
+        };
+        let gated = !spec.sidecars.is_empty() || plumbed.is_some();
         let hosts = (!spec.host_aliases.is_empty()).then(|| dir.join(HOSTS_FILE));
         let mut binds = hostless_binds;
         if let Some(hosts) = &hosts {
@@ -117,7 +125,7 @@ impl Executor {
             env: env.clone(),
             cwd: cwd.clone(),
             user: mode.command_ids(spec.user).unwrap_or((0, 0)),
-            network: spec.network,
+            network: spec.network.clone(),
             binds,
             memory: spec.memory_limit_bytes,
             cpu_millis: spec.cpu_limit_millis,
@@ -198,9 +206,32 @@ impl Executor {
         if let Some(gate) = &plan.gate {
             let failed = match OciRuntime::wait_gated(gate, &mut child).await {
                 Ok(Some(namespaces_of)) => {
-                    let started = self
-                        .start_sidecars(id, &dir, namespaces_of, spec.network, hosts.as_deref(), &spec, &sidecars)
-                        .await;
+                    let plumbing = match plumbed {
+                        Some(attach) => {
+                            let pid = namespaces_of as u32;
+                            match tokio::task::spawn_blocking(move || attach.plumb_into(pid)).await {
+                                Ok(Ok(())) => Ok(()),
+                                Ok(Err(error)) => Err(format!("cannot make the sandbox's network: {error}")),
+                                Err(error) => Err(error.to_string()),
+                            }
+                        }
+                        None => Ok(()),
+                    };
+                    let started = match plumbing {
+                        Ok(()) => {
+                            self.start_sidecars(
+                                id,
+                                &dir,
+                                namespaces_of,
+                                &spec.network,
+                                hosts.as_deref(),
+                                &spec,
+                                &sidecars,
+                            )
+                            .await
+                        }
+                        Err(message) => Err(message),
+                    };
                     let opened = OciRuntime::open_gate(gate, started.is_ok())
                         .map_err(|error| format!("cannot open the main container's gate: {error}"));
                     started.and(opened).err()
@@ -261,7 +292,7 @@ impl Executor {
             keeper: running,
             root,
             namespaces: Some(namespaces),
-            target: Target::Oci { network: spec.network },
+            target: Target::Oci { network: spec.network.clone() },
         });
         let started = Started {
             keeper: Keeper::Runc { child, output },
@@ -283,7 +314,7 @@ impl Executor {
         id: &str,
         sandbox_dir: &Path,
         namespaces_of: libc::pid_t,
-        network: crate::Network,
+        network: &crate::Network,
         hosts: Option<&Path>,
         spec: &LaunchSpec,
         sidecars: &[Arc<SidecarContainer>],
@@ -449,7 +480,7 @@ impl Executor {
         id: &str,
         sandbox_dir: &Path,
         namespaces_of: libc::pid_t,
-        network: crate::Network,
+        network: &crate::Network,
         hosts: Option<&Path>,
         index: usize,
         sidecar: &Arc<SidecarContainer>,
@@ -474,7 +505,7 @@ impl Executor {
             env: sidecar.env.clone(),
             cwd: sidecar.working_dir.clone(),
             user: sidecar.command_ids.unwrap_or((0, 0)),
-            network,
+            network: network.clone(),
             binds,
             memory: launch.memory_limit_bytes,
             cpu_millis: launch.cpu_limit_millis,
@@ -544,7 +575,7 @@ impl Executor {
                 keeper: ProcessHandle::open(init),
                 root,
                 namespaces: Some(namespaces),
-                target: Target::Oci { network },
+                target: Target::Oci { network: network.clone() },
             });
             *sidecar.image.lock_unpoisoned() =
                 Some(Arc::new(ImageSidecar { running, container: Some(container.clone()) }));

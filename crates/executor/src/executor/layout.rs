@@ -140,10 +140,9 @@ pub(super) fn prepare_layout(
                 .to_owned(),
         );
     }
-    if network == crate::Network::LoopbackOnly {
+    if network.is_own() {
         return Err(
-            "a network of its own (loopback only) needs the namespaces isolation: plain processes share the host's network"
-                .to_owned(),
+            "a network of its own needs the namespaces isolation: plain processes share the host's network".to_owned()
         );
     }
     if let Some(file) = files.first() {

@@ -8,6 +8,7 @@ mod oci;
 mod own_roots;
 mod sidecars;
 mod snapshots;
+pub use self::oci::GVISOR_ATTACHED_NETWORK;
 pub use self::snapshots::SNAPSHOTS_DIR;
 
 /// The directory of the root that holds the claims' data (`<organization>/<cluster>/<namespace>/<name>`
@@ -476,7 +477,7 @@ impl Executor {
             plan.restores = restores_of(&self.inner.config.root_dir, &every_volume_mount(&spec))?;
             plan.claims_dir = self.inner.config.root_dir.join(CLAIMS_DIR);
             let files = std::mem::take(&mut spec.files);
-            let network = spec.network;
+            let network = spec.network.clone();
             let host_paths = self.inner.config.host_paths.clone();
             let spare = self.inner.spares.as_ref().and_then(|spares| spares.take());
             tokio::task::spawn_blocking(move || {
@@ -489,7 +490,16 @@ impl Executor {
         let program = main.map(|main| Program::new(main.candidates, main.argv, main.envp, &main.display));
         let ns = match (mode, &layout.rootfs) {
             (Mode::Namespaces { ids }, Some(rootfs)) => {
-                Some(ns_plan(ids, &spec.hostname, rootfs, spec.network, spec.user)?)
+                let mut plan = ns_plan(ids, &spec.hostname, rootfs, spec.network.clone(), spec.user)?;
+                if let crate::Network::Attached(attach) = &spec.network {
+                    let attach = attach.clone();
+                    let namespace = tokio::task::spawn_blocking(move || attach.make_namespace())
+                        .await
+                        .map_err(|error| setup_error(id, error.to_string()))?
+                        .map_err(|error| setup_error(id, format!("cannot make the sandbox's network: {error}")))?;
+                    plan.network_namespace = Some(validate::path_c_string(&namespace)?);
+                }
+                Some(plan)
             }
             _ => None,
         };
@@ -825,7 +835,7 @@ impl Executor {
         let running = sandbox.running().ok_or_else(|| ExecutorError::NotRunning(id.to_owned()))?;
         let socket = match &running.target {
             Target::Namespaces { channel } => channel.connect(port).await?,
-            Target::Oci { network: crate::Network::LoopbackOnly } => {
+            Target::Oci { network } if network.is_own() => {
                 let init = running.keeper.pid();
                 tokio::task::spawn_blocking(move || oci::connect_in_network_of(init, port))
                     .await

@@ -63,7 +63,9 @@ pub(super) fn ns_plan(
 ) -> Result<NsPlan, ExecutorError> {
     let root = &rootfs.path;
     Ok(NsPlan {
-        flags: namespace_flags(ids != IdMode::HostRoot, network),
+        flags: namespace_flags(ids != IdMode::HostRoot, &network),
+        // Set by the caller where it joins a namespace made for the sandbox (`Network::Attached`).
+        network_namespace: None,
         id_map: id_map(ids, user)?,
         main_ids: command_ids(ids, user),
         hostname: c_string(hostname.to_owned())?,
@@ -162,12 +164,12 @@ fn probe(config: &ExecutorConfig, ids: IdMode, self_exe: &OwnedFd) -> Result<(),
     result
 }
 
-fn namespace_flags(user_namespace: bool, network: Network) -> libc::c_int {
+fn namespace_flags(user_namespace: bool, network: &Network) -> libc::c_int {
     let mut flags = libc::CLONE_NEWUTS | libc::CLONE_NEWIPC | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
     if user_namespace {
         flags |= libc::CLONE_NEWUSER;
     }
-    if network == Network::LoopbackOnly {
+    if *network == Network::LoopbackOnly {
         flags |= libc::CLONE_NEWNET;
     }
     flags

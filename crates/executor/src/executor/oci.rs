@@ -177,9 +177,8 @@ pub(super) struct PreparedContainer {
     overlay: Option<(CString, CString)>,
     pid_file: PathBuf,
     cgroup: String,
-    /// gVisor with a network of its own: `runsc run` starts in a network namespace made for it,
-    /// its loopback up.
-    own_network: bool,
+    /// gVisor's network: the namespace `runsc run` starts in (its host networking uses it).
+    own_network: GvisorNetwork,
 }
 
 /// A running (or ended) container of a sandbox: what ends it and reads its end.
@@ -475,7 +474,14 @@ impl OciRuntime {
             self.spec(plan, &rootfs, &cgroup).map_err(|error| format!("cannot build the OCI config: {error}"))?;
         let config = bundle.join("config.json");
         spec.save(&config).map_err(|error| format!("cannot write {}: {error}", config.display()))?;
-        let own_network = self.is_gvisor() && plan.network == Network::LoopbackOnly;
+        let own_network = match &plan.network {
+            _ if !self.is_gvisor() => GvisorNetwork::Host,
+            Network::Host => GvisorNetwork::Host,
+            Network::LoopbackOnly => GvisorNetwork::LoopbackOnly,
+            // Measured here (runsc 0.0~20221219): started in a namespace made beforehand, its
+            // container reads as stopped to `runsc exec` while its command runs.
+            Network::Attached(_) => return Err(GVISOR_ATTACHED_NETWORK.to_owned()),
+        };
         Ok(PreparedContainer { bundle, overlay, pid_file: plan.dir.join("init.pid"), cgroup, own_network })
     }
 
@@ -500,8 +506,8 @@ impl OciRuntime {
         }
         // gVisor's network namespace is the one `runsc run` starts in (made for it when the
         // sandbox has a network of its own: `PreparedContainer::own_network`).
-        if plan.network == Network::LoopbackOnly && !gvisor {
-            // runc brings its loopback up.
+        if plan.network.is_own() && !gvisor {
+            // runc brings a new one's loopback up.
             namespaces.push(LinuxNamespaceType::Network);
         }
         let namespaces = namespaces
@@ -604,7 +610,7 @@ impl OciRuntime {
         }
         mounts.push(
             // gVisor's sysfs is its own kernel's.
-            if plan.network == Network::LoopbackOnly || self.is_gvisor() {
+            if plan.network.is_own() || self.is_gvisor() {
                 mount("/sys", "sysfs", "sysfs", &["nosuid", "noexec", "nodev", "ro"])?
             } else {
                 // A user namespace may not mount sysfs for the host's network namespace: the
@@ -700,7 +706,7 @@ impl OciRuntime {
         let mut command = tokio::process::Command::new(&self.info.runtime);
         command.args(self.run_args(id, prepared)).stdin(Stdio::null()).stdout(output.try_clone()?).stderr(output);
         let overlay = prepared.overlay.clone();
-        let own_network = prepared.own_network;
+        let own_network = matches!(prepared.own_network, GvisorNetwork::LoopbackOnly);
         // SAFETY: the closure only makes system calls (fork-safe).
         unsafe {
             command.pre_exec(move || {
@@ -928,6 +934,19 @@ fn write_helper(path: &Path) -> std::io::Result<()> {
     std::fs::write(&temporary, GVISOR_HELPER_BINARY)?;
     std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o555))?;
     std::fs::rename(&temporary, path)
+}
+
+/// Why a gVisor sandbox cannot have a network made for it (`Network::Attached`).
+pub const GVISOR_ATTACHED_NETWORK: &str =
+    "gVisor's runsc cannot run in a network made for the sandbox here (its container reads as stopped to `runsc exec`)";
+
+/// Where `runsc run` starts: gVisor's host networking uses that namespace's interfaces.
+#[derive(Debug)]
+enum GvisorNetwork {
+    /// The emulator's (the host's).
+    Host,
+    /// A new one with its loopback up.
+    LoopbackOnly,
 }
 
 /// In the child, before `runsc run` executes: a network namespace of its own with its loopback

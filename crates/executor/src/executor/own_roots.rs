@@ -7,6 +7,7 @@
 //! channel of its own, as the main init does; files are opened in its root. Localhost, IPC,
 //! the hostname and the volumes are the Pod's; nothing else is shared.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use cwsandbox_sync::MutexUnpoisoned;
@@ -16,6 +17,7 @@ use super::keeper::pump_logs;
 use super::layout::{RootPlan, prepare_layout};
 use super::mode::{IdMode, Mode, ns_plan};
 use super::sidecars::{ImageSidecar, SidecarContainer};
+use super::validate::path_c_string;
 use super::{CLAIMS_DIR, Executor, Running, Sandbox, command_for, setup_error, start_command};
 use crate::ExecutorError;
 use crate::main_command::Program;
@@ -75,6 +77,11 @@ impl Executor {
         ns.flags = libc::CLONE_NEWNS | libc::CLONE_NEWPID;
         ns.id_map = None;
         ns.join = Some((main.keeper.pid(), matches!(ids, IdMode::Range { .. })));
+        if matches!(ids, IdMode::Range { .. } | IdMode::HostRoot) {
+            // The Pod's network first, while the host's root: a namespace made for the sandbox
+            // (`Network::Attached`) is the host's user namespace's, which the Pod's cannot join.
+            ns.network_namespace = Some(path_c_string(Path::new(&format!("/proc/{}/ns/net", main.keeper.pid())))?);
+        }
         let program = command_for(&launch.command, &sidecar.env)?
             .map(|command| Program::new(command.candidates, command.argv, command.envp, &command.display));
         let keeper_id = format!("{id}.{}", index + 1);

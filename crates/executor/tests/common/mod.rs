@@ -337,3 +337,71 @@ pub async fn terminal_exec_through_a_resize(executor: &Executor, id: &str, befor
     let code = within("the exit", session.exit.wait()).await;
     (text, code)
 }
+
+/// A sandbox network as the emulator's network crate makes one for `Network::Attached`: `eth0`
+/// at `10.99.<n>.5/32` (a veth pair whose other end, `peer0`, is in the namespace too), in a
+/// namespace made for the sandbox or in the one runc made. Its name is removed on drop. `None`
+/// (after `skip`) where this machine cannot make one (not root).
+#[derive(Debug)]
+pub struct MadeNetwork {
+    pub name: String,
+    pub address: String,
+    pub made: std::sync::Mutex<Vec<&'static str>>,
+}
+
+impl MadeNetwork {
+    pub fn new(test: &str) -> Option<std::sync::Arc<MadeNetwork>> {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            skip(test, "a sandbox network needs root");
+            return None;
+        }
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name = format!("cwxt{}-{n}", std::process::id());
+        let address = format!("10.99.{n}.5");
+        Some(std::sync::Arc::new(MadeNetwork { name, address, made: Default::default() }))
+    }
+
+    pub fn network(self: &std::sync::Arc<Self>) -> cwsandbox_executor::Network {
+        cwsandbox_executor::Network::Attached(self.clone())
+    }
+
+    fn ip(args: &[&str]) -> Result<(), String> {
+        let output = std::process::Command::new("ip").args(args).output().map_err(|error| error.to_string())?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&output.stderr)))
+        }
+    }
+
+    fn plumb(&self) -> Result<(), String> {
+        let name = self.name.as_str();
+        MadeNetwork::ip(&["-n", name, "link", "add", "eth0", "type", "veth", "peer", "name", "peer0"])?;
+        MadeNetwork::ip(&["-n", name, "addr", "add", &format!("{}/32", self.address), "dev", "eth0"])?;
+        MadeNetwork::ip(&["-n", name, "link", "set", "eth0", "up"])?;
+        MadeNetwork::ip(&["-n", name, "link", "set", "lo", "up"])
+    }
+}
+
+impl cwsandbox_executor::AttachNetwork for MadeNetwork {
+    fn make_namespace(&self) -> Result<std::path::PathBuf, String> {
+        self.made.lock().unwrap().push("namespace");
+        MadeNetwork::ip(&["netns", "add", &self.name])?;
+        self.plumb()?;
+        Ok(std::path::Path::new("/run/netns").join(&self.name))
+    }
+
+    fn plumb_into(&self, pid: u32) -> Result<(), String> {
+        self.made.lock().unwrap().push("plumbed");
+        MadeNetwork::ip(&["netns", "attach", &self.name, &pid.to_string()])?;
+        self.plumb()
+    }
+}
+
+impl Drop for MadeNetwork {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
