@@ -44,6 +44,9 @@ pub enum NetworkError {
     /// The sandbox has a network already.
     #[error("sandbox {0} has a network already")]
     AlreadyAttached(String),
+    /// The sandbox has no rules in force to make a network for.
+    #[error("sandbox {0} has no network attached")]
+    NotAttached(String),
     /// `ip` or `nft` refused a step.
     #[error("{command} failed: {message}")]
     Command {
@@ -284,6 +287,8 @@ impl NetworkConfig {
 struct Attached {
     index: u64,
     attachment: Attachment,
+    /// Its link and address are made (once only).
+    plumbed: bool,
 }
 
 #[derive(Debug, Default)]
@@ -321,9 +326,9 @@ impl SandboxNetworks {
         &self.config
     }
 
-    /// Makes the sandbox's namespace, with its address, its route and its rules in force;
-    /// returns the namespace's path for its processes to join.
-    pub fn attach(&self, attachment: Attachment) -> Result<PathBuf, NetworkError> {
+    /// Puts the sandbox's rules in force, before it has a namespace: [`Self::make_namespace`]
+    /// or [`Self::plumb_process`] then gives it its link and address.
+    pub fn attach(&self, attachment: Attachment) -> Result<(), NetworkError> {
         let mut state = self.state.lock_unpoisoned();
         if state.closed {
             return Err(NetworkError::Unavailable("the emulator's sandbox networks are closed".to_owned()));
@@ -340,26 +345,38 @@ impl SandboxNetworks {
         let index = state.next_index;
         state.next_index += 1;
         let id = attachment.id.clone();
-        state.attached.insert(id.clone(), Attached { index, attachment });
+        state.attached.insert(id.clone(), Attached { index, attachment, plumbed: false });
         let batch = rules::attach(&self.config, &state.attached, &id);
         if let Err(error) = rules::apply(&self.config, &batch) {
             state.attached.remove(&id);
             return Err(error);
         }
-        let address = state.attached[&id].attachment.address;
-        match plumbing::make_namespace(&self.config, index, address) {
-            Ok(path) => Ok(path),
-            Err(error) => {
-                if let Some(attached) = state.attached.remove(&id) {
-                    let batch = rules::detach(&self.config, &state.attached, &attached);
-                    if let Err(undo) = rules::apply(&self.config, &batch) {
-                        tracing::warn!(sandbox = %id, %undo, "cannot remove the rules of a network that failed");
-                    }
-                }
-                plumbing::remove_namespace(&self.config, index);
-                Err(error)
-            }
+        Ok(())
+    }
+
+    /// A new namespace for the attached sandbox `id`, with its link, address and routes;
+    /// returns its path for the sandbox's processes to join.
+    pub fn make_namespace(&self, id: &str) -> Result<PathBuf, NetworkError> {
+        self.plumb(id, plumbing::Place::New)
+    }
+
+    /// The attached sandbox `id`'s link, address and routes put into the network namespace of
+    /// the process `pid` (a container's init that a runtime made, before its command runs).
+    pub fn plumb_process(&self, id: &str, pid: u32) -> Result<(), NetworkError> {
+        self.plumb(id, plumbing::Place::OfProcess(pid)).map(|_| ())
+    }
+
+    fn plumb(&self, id: &str, place: plumbing::Place) -> Result<PathBuf, NetworkError> {
+        let mut state = self.state.lock_unpoisoned();
+        let attached = state.attached.get_mut(id).ok_or_else(|| NetworkError::NotAttached(id.to_owned()))?;
+        if attached.plumbed {
+            return Err(NetworkError::AlreadyAttached(id.to_owned()));
         }
+        attached.plumbed = true;
+        let (index, address) = (attached.index, attached.attachment.address);
+        plumbing::make_namespace(&self.config, index, address, place).inspect_err(|_| {
+            plumbing::remove_namespace(&self.config, index);
+        })
     }
 
     /// Removes the sandbox's namespace, link and rules; the peer sets of the others follow.

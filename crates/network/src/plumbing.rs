@@ -146,12 +146,28 @@ pub(crate) fn link_name(config: &NetworkConfig, index: u64) -> String {
     format!("{}-{index}", config.bridge)
 }
 
-/// Makes the namespace `<bridge>-<index>` with `eth0` at `address`, its host end an isolated
-/// port of the bridge; returns the namespace's path.
-pub(crate) fn make_namespace(config: &NetworkConfig, index: u64, address: Ipv4Addr) -> Result<PathBuf, NetworkError> {
+/// Where a sandbox's link goes.
+pub(crate) enum Place {
+    /// A namespace made for it.
+    New,
+    /// The network namespace of this process.
+    OfProcess(u32),
+}
+
+/// Names the namespace `<bridge>-<index>` (a new one, or the process's) and puts `eth0` at
+/// `address` in it, its host end an isolated port of the bridge; returns the name's path.
+pub(crate) fn make_namespace(
+    config: &NetworkConfig,
+    index: u64,
+    address: Ipv4Addr,
+    place: Place,
+) -> Result<PathBuf, NetworkError> {
     let name = link_name(config, index);
     let gateway = config.pod_cidr.gateway();
-    run(&config.ip, &["netns", "add", &name], None)?;
+    match place {
+        Place::New => run(&config.ip, &["netns", "add", &name], None)?,
+        Place::OfProcess(pid) => run(&config.ip, &["netns", "attach", &name, &pid.to_string()], None)?,
+    };
     let host_side = format!(
         "link add {name} type veth peer name eth0 netns {name}\n\
          link set {name} master {bridge}\n\
@@ -171,7 +187,8 @@ pub(crate) fn make_namespace(config: &NetworkConfig, index: u64, address: Ipv4Ad
     Ok(Path::new(NETNS_DIR).join(name))
 }
 
-/// Removes a sandbox's link and namespace (either may be gone already).
+/// Removes a sandbox's link and namespace name (either may be gone already; a process's
+/// namespace lives on with the process).
 pub(crate) fn remove_namespace(config: &NetworkConfig, index: u64) {
     let name = link_name(config, index);
     if sys_class_net(&name).exists() {

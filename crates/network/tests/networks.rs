@@ -135,6 +135,13 @@ fn identity(organization: &str, user: &str, labels: &[(&str, &str)]) -> PeerIden
     }
 }
 
+/// Attaches and makes a namespace for it, as a namespaced sandbox gets one.
+fn attach(networks: &SandboxNetworks, attachment: Attachment) -> PathBuf {
+    let id = attachment.id.clone();
+    networks.attach(attachment).expect("attach");
+    networks.make_namespace(&id).expect("a namespace")
+}
+
 fn address(networks: &SandboxNetworks, n: usize) -> Ipv4Addr {
     networks.config().pod_cidr.pod_addresses().nth(n).expect("an address")
 }
@@ -162,15 +169,16 @@ fn cidr_and_port_rules_decide_what_a_sandbox_reaches() {
     let test_host = TestHost::start("1");
     let networks = networks(1);
     let sandbox = |n: usize, egress: Direction| {
-        networks
-            .attach(Attachment {
+        attach(
+            &networks,
+            Attachment {
                 id: format!("s{n}"),
                 address: address(&networks, n),
                 identity: identity("org", "alice", &[]),
                 egress,
                 ingress: Direction::default(),
-            })
-            .expect("attach")
+            },
+        )
     };
     let one_port =
         sandbox(0, isolated(vec![Rule { peer: cidr("198.51.100.10/32", &[]), ports: vec![tcp(8080, 8080)] }]));
@@ -203,15 +211,10 @@ fn groups_and_ingress_rules_decide_who_reaches_a_sandbox() {
     }
     let networks = networks(2);
     let attach = |n: usize, identity: PeerIdentity, ingress: Direction| {
-        networks
-            .attach(Attachment {
-                id: format!("s{n}"),
-                address: address(&networks, n),
-                identity,
-                egress: Direction::default(),
-                ingress,
-            })
-            .expect("attach")
+        attach(
+            &networks,
+            Attachment { id: format!("s{n}"), address: address(&networks, n), identity, egress: Direction::default(), ingress },
+        )
     };
     let listen = |path: &Path, n: usize| {
         let at = SocketAddr::from((address(&networks, n), 7000));
@@ -264,15 +267,16 @@ fn a_sandbox_network_is_gone_with_it_and_a_bridge_has_one_owner() {
     }
     let networks = networks(3);
     let bridge = networks.config().bridge.clone();
-    let path = networks
-        .attach(Attachment {
+    let path = attach(
+        &networks,
+        Attachment {
             id: "s".to_owned(),
             address: address(&networks, 0),
             identity: identity("org", "alice", &[]),
             egress: isolated(Vec::new()),
             ingress: Direction::default(),
-        })
-        .expect("attach");
+        },
+    );
     assert!(path.exists());
     let again = networks.attach(Attachment {
         id: "s".to_owned(),
@@ -282,6 +286,8 @@ fn a_sandbox_network_is_gone_with_it_and_a_bridge_has_one_owner() {
         ingress: Direction::default(),
     });
     assert!(matches!(again, Err(NetworkError::AlreadyAttached(_))), "{again:?}");
+    assert!(matches!(networks.make_namespace("s"), Err(NetworkError::AlreadyAttached(_))));
+    assert!(matches!(networks.make_namespace("unknown"), Err(NetworkError::NotAttached(_))));
     let second = SandboxNetworks::open(networks.config().clone());
     assert!(matches!(second, Err(NetworkError::InUse { pid, .. }) if pid == std::process::id()), "{second:?}");
 
@@ -297,4 +303,56 @@ fn a_sandbox_network_is_gone_with_it_and_a_bridge_has_one_owner() {
     assert!(!Path::new("/sys/class/net").join(&bridge).exists(), "the bridge is removed");
     let tables = Command::new("nft").args(["list", "tables"]).output().expect("nft");
     assert!(!String::from_utf8_lossy(&tables.stdout).contains(&format!("cwsandbox_{bridge}")));
+}
+
+/// A runtime's own namespace (runc's, which the container's user namespace owns) gets the
+/// network put into it; it is reached, and what it may reach is decided, as for one made here.
+#[test]
+fn a_network_is_put_into_the_namespace_a_process_made() {
+    if !runnable("a_network_is_put_into_the_namespace_a_process_made") {
+        return;
+    }
+    let networks = networks(4);
+    let server = attach(
+        &networks,
+        Attachment {
+            id: "server".to_owned(),
+            address: address(&networks, 0),
+            identity: identity("org", "alice", &[]),
+            egress: Direction::default(),
+            ingress: Direction::default(),
+        },
+    );
+    let at = SocketAddr::from((address(&networks, 0), 7000));
+    serve(&server, at, b"hello");
+    // A process in a network namespace of its own (and a user namespace owning it, as runc's).
+    let mut process = Command::new("unshare")
+        .args(["--net", "--user", "--map-root-user", "sleep", "1000"])
+        .spawn()
+        .expect("unshare runs");
+    let pid = process.id();
+    let own = format!("/proc/{pid}/ns/net");
+    // unshare has made the namespace once /proc shows a different one.
+    let mine = std::fs::read_link("/proc/self/ns/net").expect("own namespace");
+    for _ in 0..10_000 {
+        if std::fs::read_link(&own).is_ok_and(|theirs| theirs != mine) {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    let client = Attachment {
+        id: "client".to_owned(),
+        address: address(&networks, 1),
+        identity: identity("org", "alice", &[]),
+        egress: isolated(vec![Rule { peer: Peer::SameOrganization, ports: vec![tcp(7000, 7000)] }]),
+        ingress: Direction::default(),
+    };
+    networks.attach(client).expect("attach");
+    networks.plumb_process("client", pid).expect("plumbed into the process's namespace");
+    let path = PathBuf::from(&own);
+    assert_eq!(reach(Some(&path), at).expect("the granted peer"), b"hello");
+    assert!(refused(reach(Some(&path), SocketAddr::from((address(&networks, 0), 7001)))));
+    networks.detach("client");
+    let _ = process.kill();
+    let _ = process.wait();
 }
