@@ -15,6 +15,7 @@ use cwsandbox_emulator::executor_runtime::ExecutorRuntime;
 use cwsandbox_emulator::fidelity::Strictness;
 use cwsandbox_emulator::image_puller::ImagePuller;
 use cwsandbox_emulator::runtime::SandboxRuntime;
+use cwsandbox_emulator::sandbox_network::HostNetworks;
 use cwsandbox_emulator::state_dir::{self, SandboxRoot};
 use cwsandbox_emulator::transport::Transport;
 use cwsandbox_emulator::{Emulator, Options};
@@ -387,6 +388,8 @@ impl SandboxArgs {
             ),
             (RuntimeKind::Auto, OciSupport::NotConfigured) => {}
         }
+        let namespaces = runtime.isolation() == "namespaces";
+        let runtime = runtime.with_networks(HostNetworks::new(&containers.network, namespaces));
         tracing::info!(isolation = %runtime.isolation(), "sandboxes run as {}", runtime.describe());
         tracing::info!(runtime = %runtime.container_runtime(), "{}", runtime.describe_containers());
         Ok((runtime, claimed))

@@ -19,7 +19,7 @@ pub mod cli;
 // The layers below, under the paths they had when this crate held them all (the binary's wiring,
 // the tests, the testkit and the wheel name them so).
 pub use cwsandbox_edge::{decoded_size, fault_stream, guard, server, tls, transport};
-pub use cwsandbox_host::{clock, driver, executor_runtime, image_puller, runtime, state_dir};
+pub use cwsandbox_host::{clock, driver, executor_runtime, image_puller, runtime, sandbox_network, state_dir};
 pub use cwsandbox_surface::{
     app, auth, catalogue, config, convert, direct, endpoints, errors, faults, fidelity, json_path, kube, ports,
     services, tenants,
@@ -353,7 +353,22 @@ impl Emulator {
             }
             classes
         });
+        let pod_network = runtime.as_ref().map_or_else(
+            || {
+                cwsandbox_sim::world::PodNetworkOffer::Unavailable(
+                    "no runtime runs this emulator's sandboxes".to_owned(),
+                )
+            },
+            |runtime| runtime.pod_network(),
+        );
+        if let cwsandbox_sim::world::PodNetworkOffer::Unavailable(why) = &pod_network
+            && runtime.is_some()
+        {
+            tracing::info!("sandboxes asking for network rules will be refused: {why}");
+            unavailable.push(format!("sandbox networks: {why}"));
+        }
         driver.set_host_runtime(HostRuntime {
+            pod_network,
             confirms_starts: runtime.is_some(),
             pulls_images,
             limits_enforced,

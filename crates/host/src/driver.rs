@@ -69,6 +69,8 @@ pub struct HostRuntime {
     /// The RuntimeClasses whose Pods it runs with one container only: a sandbox of several is
     /// refused by name at create.
     pub one_container_runtime_classes: Vec<String>,
+    /// What it offers for sandbox networks.
+    pub pod_network: cwsandbox_sim::world::PodNetworkOffer,
 }
 
 impl Default for HostRuntime {
@@ -81,6 +83,9 @@ impl Default for HostRuntime {
             memory_volumes_refused: None,
             runtime_classes: None,
             one_container_runtime_classes: Vec::new(),
+            pod_network: cwsandbox_sim::world::PodNetworkOffer::Unavailable(
+                "no runtime runs this emulator's sandboxes".to_owned(),
+            ),
         }
     }
 }
@@ -178,6 +183,7 @@ impl Driver {
         world.set_memory_volumes_refused(runtime.memory_volumes_refused);
         world.set_runtime_classes(runtime.runtime_classes);
         world.set_one_container_runtime_classes(runtime.one_container_runtime_classes);
+        world.set_pod_network(runtime.pod_network);
     }
 
     /// The clock.

@@ -21,7 +21,7 @@
 //!   and logs are removed.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
@@ -32,7 +32,7 @@ use cwsandbox_executor::{
     RuntimeHandler, SandboxUser, Sidecar, StartAfter, StartCondition, StartupProbe, Stream, VolumeMount, WritableLayer,
 };
 use cwsandbox_images::Image;
-use cwsandbox_sim::world::{ImagePullFailure, ImagePulled, ImageToPull};
+use cwsandbox_sim::world::{ImagePullFailure, ImagePulled, ImageToPull, PodNetwork, PodNetworkOffer};
 use cwsandbox_sync::MutexUnpoisoned;
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
@@ -45,6 +45,7 @@ use crate::runtime::{
     PodLaunch, PruneReport, RuntimeError, SandboxRuntime, Target,
 };
 use crate::runtime_config::RuntimeKind;
+use crate::sandbox_network::HostNetworks;
 
 /// After a command has exited, how long its output may stay silent before the stream ends: a
 /// background process it left running can hold stdout open for ever.
@@ -70,6 +71,8 @@ pub struct ExecutorRuntime {
     gvisor_images: Option<ImagePuller>,
     /// The container runtime asked for.
     kind: RuntimeKind,
+    /// Sandbox networks (`None`: not offered, as for a runtime made without them).
+    networks: Option<Arc<HostNetworks>>,
 }
 
 /// The RuntimeClass whose handler is gVisor's runsc, named as GKE Sandbox and gVisor's own
@@ -103,7 +106,129 @@ impl ExecutorRuntime {
             images: None,
             gvisor_images: None,
             kind: RuntimeKind::Process,
+            networks: None,
         })
+    }
+
+    /// Gives sandboxes that ask for network rules (or every sandbox) a network of their own
+    /// through `networks`.
+    pub fn with_networks(mut self, networks: HostNetworks) -> ExecutorRuntime {
+        self.networks = Some(Arc::new(networks));
+        self
+    }
+
+    /// The network a Pod's processes get; for one of their own, its rules are in force when
+    /// this returns.
+    async fn network_for(&self, launch: &PodLaunch) -> Result<Network, RuntimeError> {
+        let own = match &launch.network {
+            PodNetwork::Host => return Ok(Network::Host),
+            PodNetwork::LoopbackOnly => return Ok(Network::LoopbackOnly),
+            PodNetwork::Own(own) => (**own).clone(),
+        };
+        let Some(networks) = self.networks.clone() else {
+            return Err(RuntimeError::StartFailed("this runtime makes no sandbox networks".to_owned()));
+        };
+        let pod_uid = launch.pod_uid.to_string();
+        let hook = tokio::task::spawn_blocking(move || networks.attach(&pod_uid, &own))
+            .await
+            .map_err(|error| RuntimeError::StartFailed(error.to_string()))?
+            .map_err(|error| RuntimeError::StartFailed(format!("cannot make the sandbox's network: {error}")))?;
+        Ok(Network::Attached(hook))
+    }
+
+    /// Starts the Pod's containers on `network`.
+    async fn start_on(&self, launch: &PodLaunch, network: Network) -> Result<(), RuntimeError> {
+        let Some((main, others)) = launch.containers.split_first() else {
+            return Err(RuntimeError::StartFailed("the Pod has no container".to_owned()));
+        };
+        let puller = self.puller_for(launch.runtime_class.as_deref());
+        let mut pulled = puller.map(|images| images.take(&launch.pod_uid)).unwrap_or_default();
+        // In images only when every container has its own (under `auto` an image whose
+        // registry cannot be reached runs the whole Pod on the host's programs, as its
+        // Event says).
+        let all_pulled = launch.containers.iter().all(|container| pulled.contains_key(&container.name));
+        if let Some(image) = pulled.remove(&main.name).filter(|_| all_pulled) {
+            // Each container in its own image, with its own root: its own mounts only.
+            let mut spec = image_launch(launch, main, &image, own_volume_mounts(main))?;
+            spec.network = network;
+            let mut images = vec![image];
+            for container in in_start_order(others) {
+                let Some(image) = pulled.remove(&container.name) else {
+                    return Err(RuntimeError::StartFailed(format!(
+                        "container {:?}: its image was not pulled (every container of a Pod run in images needs one)",
+                        container.name
+                    )));
+                };
+                let own = image_launch(launch, container, &image, own_volume_mounts(container))?;
+                spec.sidecars.push(Sidecar {
+                    name: container.name.clone(),
+                    command: own.command,
+                    env: own.env,
+                    working_dir: own.working_dir,
+                    user: own.user,
+                    image: own.image,
+                    volume_mounts: own.volume_mounts,
+                    files: own.files,
+                    memory_limit_bytes: own.memory_limit_bytes,
+                    cpu_limit_millis: own.cpu_limit_millis,
+                    after: own.after,
+                    startup_probe: startup_probe(container),
+                });
+                images.push(image);
+            }
+            let started = self.start_spec(launch, main, spec).await;
+            if started.is_ok()
+                && let Some(puller) = puller
+            {
+                // The sandbox runs on the images' trees until it is removed: not to be evicted.
+                puller.in_use().hold(&launch.pod_uid, images);
+            }
+            return started;
+        }
+        let spec = LaunchSpec {
+            hostname: hostname_of(&launch.pod_name),
+            command: command_line(main),
+            env: main.env.clone(),
+            working_dir: main.working_dir.clone(),
+            // Each container has a root of its own, with its own mounts and files.
+            files: mounted_files([main]),
+            network,
+            user: user_of(main),
+            volume_mounts: own_volume_mounts(main),
+            name: main.name.clone(),
+            sidecars: in_start_order(others)
+                .into_iter()
+                .map(|container| Sidecar {
+                    name: container.name.clone(),
+                    command: command_line(container),
+                    env: container.env.clone(),
+                    working_dir: container.working_dir.clone(),
+                    user: user_of(container),
+                    volume_mounts: own_volume_mounts(container),
+                    files: mounted_files([container]),
+                    after: start_after(container),
+                    startup_probe: startup_probe(container),
+                    ..Sidecar::default()
+                })
+                .collect(),
+            image: None,
+            memory_limit_bytes: None,
+            cpu_limit_millis: None,
+            // Each container starts once what it waits for holds, the main one last; the
+            // Pod's names go in a hosts file laid over the host's read-only `/etc`.
+            after: start_after(main),
+            host_aliases: launch.host_aliases.clone(),
+            memory_volumes: memory_volumes_of(launch),
+            handler: handler_of(launch.runtime_class.as_deref()),
+        };
+        self.start_spec(launch, main, spec).await
+    }
+
+    /// Removes a Pod's network, if it has one (blocking work on a thread of its own).
+    async fn detach_network(networks: Option<Arc<HostNetworks>>, pod_uid: String) {
+        if let Some(networks) = networks {
+            let _ = tokio::task::spawn_blocking(move || networks.detach(&pod_uid)).await;
+        }
     }
 
     /// Runs containers in their images through the executor's OCI runtime (`kind` `oci` or
@@ -281,7 +406,8 @@ fn image_launch(
             .or_else(|| image.config.working_dir.clone())
             .filter(|dir| !dir.is_empty()),
         files: mounted_files([main]),
-        network: network_of(launch),
+        // The Pod's, set by the caller (`ExecutorRuntime::start_on`).
+        network: Network::Host,
         user,
         volume_mounts,
         name: main.name.clone(),
@@ -356,11 +482,6 @@ fn mounted_files<'a>(containers: impl IntoIterator<Item = &'a ContainerStart>) -
         .flat_map(|container| &container.files)
         .map(|(path, content)| MountedFile { path: path.clone(), content: content.to_vec() })
         .collect()
-}
-
-/// The network a Pod's processes get: a loopback of their own when it denies egress.
-fn network_of(launch: &PodLaunch) -> Network {
-    if launch.loopback_only { Network::LoopbackOnly } else { Network::Host }
 }
 
 /// The Pod's memory-backed scratch volumes as the executor makes them (each a tmpfs).
@@ -483,89 +604,12 @@ impl SandboxRuntime for ExecutorRuntime {
 
     fn start(&self, launch: PodLaunch) -> BoxFuture<'_, Result<(), RuntimeError>> {
         async move {
-            let Some((main, others)) = launch.containers.split_first() else {
-                return Err(RuntimeError::StartFailed("the Pod has no container".to_owned()));
-            };
-            let puller = self.puller_for(launch.runtime_class.as_deref());
-            let mut pulled = puller.map(|images| images.take(&launch.pod_uid)).unwrap_or_default();
-            // In images only when every container has its own (under `auto` an image whose
-            // registry cannot be reached runs the whole Pod on the host's programs, as its
-            // Event says).
-            let all_pulled = launch.containers.iter().all(|container| pulled.contains_key(&container.name));
-            if let Some(image) = pulled.remove(&main.name).filter(|_| all_pulled) {
-                // Each container in its own image, with its own root: its own mounts only.
-                let mut spec = image_launch(&launch, main, &image, own_volume_mounts(main))?;
-                let mut images = vec![image];
-                for container in in_start_order(others) {
-                    let Some(image) = pulled.remove(&container.name) else {
-                        return Err(RuntimeError::StartFailed(format!(
-                            "container {:?}: its image was not pulled (every container of a Pod run in images needs one)",
-                            container.name
-                        )));
-                    };
-                    let own = image_launch(&launch, container, &image, own_volume_mounts(container))?;
-                    spec.sidecars.push(Sidecar {
-                        name: container.name.clone(),
-                        command: own.command,
-                        env: own.env,
-                        working_dir: own.working_dir,
-                        user: own.user,
-                        image: own.image,
-                        volume_mounts: own.volume_mounts,
-                        files: own.files,
-                        memory_limit_bytes: own.memory_limit_bytes,
-                        cpu_limit_millis: own.cpu_limit_millis,
-                        after: own.after,
-                        startup_probe: startup_probe(container),
-                    });
-                    images.push(image);
-                }
-                let started = self.start_spec(&launch, main, spec).await;
-                if started.is_ok()
-                    && let Some(puller) = puller
-                {
-                    // The sandbox runs on the images' trees until it is removed: not to be evicted.
-                    puller.in_use().hold(&launch.pod_uid, images);
-                }
-                return started;
+            let network = self.network_for(&launch).await?;
+            let started = self.start_on(&launch, network).await;
+            if started.is_err() {
+                ExecutorRuntime::detach_network(self.networks.clone(), launch.pod_uid.to_string()).await;
             }
-            let spec = LaunchSpec {
-                hostname: hostname_of(&launch.pod_name),
-                command: command_line(main),
-                env: main.env.clone(),
-                working_dir: main.working_dir.clone(),
-                // Each container has a root of its own, with its own mounts and files.
-                files: mounted_files([main]),
-                network: network_of(&launch),
-                user: user_of(main),
-                volume_mounts: own_volume_mounts(main),
-                name: main.name.clone(),
-                sidecars: in_start_order(others)
-                    .into_iter()
-                    .map(|container| Sidecar {
-                        name: container.name.clone(),
-                        command: command_line(container),
-                        env: container.env.clone(),
-                        working_dir: container.working_dir.clone(),
-                        user: user_of(container),
-                        volume_mounts: own_volume_mounts(container),
-                        files: mounted_files([container]),
-                        after: start_after(container),
-                        startup_probe: startup_probe(container),
-                        ..Sidecar::default()
-                    })
-                    .collect(),
-                image: None,
-                memory_limit_bytes: None,
-                cpu_limit_millis: None,
-                // Each container starts once what it waits for holds, the main one last; the
-                // Pod's names go in a hosts file laid over the host's read-only `/etc`.
-                after: start_after(main),
-                host_aliases: launch.host_aliases.clone(),
-                memory_volumes: memory_volumes_of(&launch),
-                handler: handler_of(launch.runtime_class.as_deref()),
-            };
-            self.start_spec(&launch, main, spec).await
+            started
         }
         .boxed()
     }
@@ -648,6 +692,13 @@ impl SandboxRuntime for ExecutorRuntime {
         vec![(GVISOR_RUNTIME_CLASS.to_owned(), gvisor)]
     }
 
+    fn pod_network(&self) -> PodNetworkOffer {
+        match &self.networks {
+            Some(networks) => networks.offer(),
+            None => PodNetworkOffer::Unavailable("sandbox networks are not set up for this runtime".to_owned()),
+        }
+    }
+
     fn one_container_runtime_classes(&self) -> Vec<String> {
         // runsc cannot join another container's namespaces by path (the executor's refusal).
         vec![GVISOR_RUNTIME_CLASS.to_owned()]
@@ -678,8 +729,12 @@ impl SandboxRuntime for ExecutorRuntime {
         let retention = self.retention;
         let in_use: Vec<_> =
             self.images.iter().chain(&self.gvisor_images).map(|images| images.in_use().clone()).collect();
+        let networks = self.networks.clone();
         tokio::spawn(async move {
             executor.kill(&pod_uid).await;
+            // Its processes are gone: its address and rules go now (the world hands the
+            // address out again only after every other one).
+            ExecutorRuntime::detach_network(networks, pod_uid.clone()).await;
             // The logs of a gone Pod stay readable as long as its sandbox does.
             tokio::time::sleep(retention).await;
             executor.remove(&pod_uid).await;
@@ -815,6 +870,9 @@ impl SandboxRuntime for ExecutorRuntime {
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         async move {
             self.executor.shutdown().await;
+            if let Some(networks) = self.networks.clone() {
+                let _ = tokio::task::spawn_blocking(move || networks.close()).await;
+            }
             if let Some(root) = self.owned_root.clone() {
                 let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&root).map(|()| root)).await;
                 if let Ok(Err(error)) = removed {

@@ -12,4 +12,5 @@ pub mod executor_runtime;
 pub mod image_puller;
 pub mod runtime;
 pub mod runtime_config;
+pub mod sandbox_network;
 pub mod state_dir;

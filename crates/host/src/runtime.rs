@@ -384,4 +384,10 @@ pub trait SandboxRuntime: Send + Sync + 'static {
     fn one_container_runtime_classes(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// What it offers for sandbox networks (a sandbox whose spec asks for network rules is
+    /// refused where it offers none).
+    fn pod_network(&self) -> cwsandbox_sim::world::PodNetworkOffer {
+        cwsandbox_sim::world::PodNetworkOffer::Unavailable("this runtime makes no sandbox networks".to_owned())
+    }
 }

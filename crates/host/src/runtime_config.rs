@@ -90,6 +90,49 @@ pub struct ContainerRuntimeConfig {
     /// HOST=URL` replaces a host's list.
     #[serde(default)]
     pub registry_mirrors: std::collections::BTreeMap<String, Vec<String>>,
+    /// Sandbox networks: a network namespace of its own for each sandbox whose spec asks for
+    /// network rules (or for every sandbox), on a bridge this emulator owns, its effective
+    /// rules enforced with nftables. Needs a root emulator with the namespaces isolation,
+    /// iproute2 and nftables.
+    #[serde(default)]
+    pub network: SandboxNetworkConfig,
+}
+
+/// The `containerRuntime.network:` section.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxNetworkConfig {
+    /// The bridge this emulator makes and owns: a lowercase letter, then up to 7 lowercase
+    /// letters or digits. Two emulators on one machine need two bridges (and two ranges): the
+    /// second's first sandbox with network rules fails, naming the first's pid. `""` turns
+    /// sandbox networks off (a sandbox asking for rules is then refused as when no runner can
+    /// host it).
+    #[serde(default = "default_bridge")]
+    pub bridge: String,
+    /// The pod range: the bridge holds its first address (the sandboxes' gateway), sandboxes
+    /// get the following ones in turn (`status.podIP`).
+    #[serde(default = "default_pod_cidr")]
+    pub pod_cidr: String,
+    /// Every sandbox gets a network of its own, its effective rules (a runner policy's
+    /// defaults included) enforced; otherwise only those whose spec asks for rules
+    /// (`egress`, `ingress`, `deny_ingress`) do, and the others share the host's network.
+    /// gVisor sandboxes keep the host's network either way.
+    #[serde(default)]
+    pub every_sandbox: bool,
+}
+
+fn default_bridge() -> String {
+    "cwsbx0".to_owned()
+}
+
+fn default_pod_cidr() -> String {
+    "10.244.0.0/16".to_owned()
+}
+
+impl Default for SandboxNetworkConfig {
+    fn default() -> SandboxNetworkConfig {
+        SandboxNetworkConfig { bridge: default_bridge(), pod_cidr: default_pod_cidr(), every_sandbox: false }
+    }
 }
 
 impl ContainerRuntimeConfig {
@@ -149,6 +192,7 @@ impl Default for ContainerRuntimeConfig {
             max_image_entries: default_max_image_entries(),
             image_cache_max_bytes: default_image_cache_max_bytes(),
             registry_mirrors: Default::default(),
+            network: SandboxNetworkConfig::default(),
         }
     }
 }

@@ -309,8 +309,7 @@ impl SandboxNetworks {
     /// Takes the bridge: refuses one a running emulator owns, removes what a dead one left
     /// (links, namespaces, tables), then makes the bridge and the base rules.
     pub fn open(config: NetworkConfig) -> Result<SandboxNetworks, NetworkError> {
-        config.check()?;
-        plumbing::check_tools(&config)?;
+        SandboxNetworks::check(&config)?;
         plumbing::claim_bridge(&config)?;
         let networks = SandboxNetworks { config, state: Mutex::new(State::default()) };
         if let Err(error) = rules::apply(&networks.config, &rules::base(&networks.config)) {
@@ -319,6 +318,13 @@ impl SandboxNetworks {
         }
         tracing::info!(bridge = %networks.config.bridge, range = %networks.config.pod_cidr, "sandbox networks ready");
         Ok(networks)
+    }
+
+    /// Whether this machine can give sandboxes networks with `config` (root, `ip`, `nft`, a
+    /// usable name), without making anything.
+    pub fn check(config: &NetworkConfig) -> Result<(), NetworkError> {
+        config.check()?;
+        plumbing::check_tools(config)
     }
 
     /// The configuration in force.

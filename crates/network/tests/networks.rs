@@ -213,7 +213,13 @@ fn groups_and_ingress_rules_decide_who_reaches_a_sandbox() {
     let attach = |n: usize, identity: PeerIdentity, ingress: Direction| {
         attach(
             &networks,
-            Attachment { id: format!("s{n}"), address: address(&networks, n), identity, egress: Direction::default(), ingress },
+            Attachment {
+                id: format!("s{n}"),
+                address: address(&networks, n),
+                identity,
+                egress: Direction::default(),
+                ingress,
+            },
         )
     };
     let listen = |path: &Path, n: usize| {

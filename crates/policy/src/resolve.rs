@@ -210,8 +210,18 @@ fn merge(
     for (index, rule) in sandbox_network.ingress.iter().enumerate() {
         check_ingress_rule(rule, &format!("sandbox.spec.network.ingress[{index}]"), &mut violations);
     }
-    let egress = if sandbox_network.egress.is_empty() { network.default_egress } else { sandbox_network.egress };
-    let ingress = if sandbox_network.ingress.is_empty() { network.default_ingress } else { sandbox_network.ingress };
+    // Allow-lists over default deny; `deny_*` denies all, the policy's defaults unused (as the
+    // published client documents NetworkOptions).
+    let egress = match (sandbox_network.deny_egress, sandbox_network.egress.is_empty()) {
+        (Some(true), _) => Vec::new(),
+        (_, true) => network.default_egress,
+        (_, false) => sandbox_network.egress,
+    };
+    let ingress = match (sandbox_network.deny_ingress, sandbox_network.ingress.is_empty()) {
+        (Some(true), _) => Vec::new(),
+        (_, true) => network.default_ingress,
+        (_, false) => sandbox_network.ingress,
+    };
     let dns_egress = match DnsEgressMode::try_from(sandbox_network.dns_egress) {
         Ok(DnsEgressMode::Unspecified) => DnsEgressMode::try_from(network.dns_egress).unwrap_or_default(),
         Ok(mode) => mode,

@@ -570,6 +570,8 @@ pub struct Pod {
     /// runtime is still creating its containers; Pods the model runs without a host (slurmd,
     /// system Pods, every Pod when no runtime is attached) start with it set.
     pub host_started: bool,
+    /// `status.podIP`: the address of a sandbox Pod with a network of its own.
+    pub pod_ip: Option<std::net::Ipv4Addr>,
     /// `status.reason` (`OutOfcpu`, `Evicted`, …).
     pub reason: Option<String>,
     /// `status.message`.

@@ -177,8 +177,13 @@ pub struct SandboxInfo {
     pub tags: Vec<String>,
     /// The resolved spec (effective values).
     pub resolved: ResolvedSpec,
-    /// `spec.network.deny_egress`: its processes get a network of their own with only loopback.
+    /// `spec.network.deny_egress`: only what its egress rules allow leaves (nothing without
+    /// rules: a network of its own with only loopback, where it has no other).
     pub deny_egress: bool,
+    /// `spec.network.deny_ingress`: only what its ingress rules allow arrives.
+    pub deny_ingress: bool,
+    /// It has a network of its own on the host's bridge, its effective rules enforced.
+    pub own_network: bool,
     /// Placed in the serverless pool (no runner) rather than on a runner.
     pub serverless: bool,
     /// Runner.
@@ -415,11 +420,6 @@ impl Sandboxes {
         org: &'o str,
     ) -> impl Iterator<Item = &'s SandboxInfo> + use<'s, 'o> {
         self.by_id.values().filter(move |sandbox| sandbox.owner.org == org).map(|sandbox| &*sandbox.info)
-    }
-
-    /// Whether the sandbox's processes are cut off from every network but their own loopback.
-    pub(crate) fn denies_egress(&self, id: &str) -> bool {
-        self.by_id.get(id).is_some_and(|sandbox| sandbox.info.deny_egress)
     }
 
     /// The Kubernetes RuntimeClass a sandbox's Pod runs with (`None`: the node's default).

@@ -377,26 +377,26 @@ pub const FIELDS: &[FieldRule] = &[
     refused("CreateSandboxRequest.sandbox.spec.object_storage_access", "no object storage is reachable"),
     emulated("CreateSandboxRequest.sandbox.spec.tags", "stored, returned, filtered on"),
     emulated("CreateSandboxRequest.sandbox.spec.runner_ids", "placement on the first ready runner named"),
-    emulated("CreateSandboxRequest.sandbox.spec.network", "network options; each is refused"),
-    refused(
+    emulated("CreateSandboxRequest.sandbox.spec.network", "network options; each below"),
+    emulated_whole(
         "CreateSandboxRequest.sandbox.spec.network.ingress",
-        "checked, echoed in effective_ingress, not enforced: the sandbox shares the host's network",
+        "checked against the runner policy, then enforced with nftables on a network of the sandbox's own (README, Sandbox networks): cidr with except, any, tenant SAME_ORG and SAME_USER, ports; TENANT_SCOPE_SANDBOX_NETWORK refused by name (no sandbox networks by id); needs a root emulator with the namespaces isolation and nftables, elsewhere refused as when no runner can host it (FAILED_PRECONDITION, CWSANDBOX_NO_SUITABLE_RUNNER); a gVisor sandbox's rules refused by name",
     ),
-    refused(
+    emulated_whole(
         "CreateSandboxRequest.sandbox.spec.network.egress",
-        "checked, echoed in effective_egress, not enforced: the sandbox shares the host's network",
+        "as ingress, and selector (Pods of the sandbox's organization); an https_hostname rule is refused by name (no SNI proxy yet): grant the host's addresses with a cidr rule",
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.network.deny_egress",
-        "true: a network namespace of the sandbox's own with only loopback (namespaces isolation only)",
+        "true: only what egress rules allow leaves; asked alone, a network namespace of the sandbox's own with only loopback (any root or namespaced emulator)",
     ),
-    refused(
+    emulated(
         "CreateSandboxRequest.sandbox.spec.network.deny_ingress",
-        "not enforced on its own: only deny_egress gives the sandbox a network of its own (which nothing outside reaches)",
+        "true: only what ingress rules allow arrives, on a network of the sandbox's own (as ingress)",
     ),
     refused(
         "CreateSandboxRequest.sandbox.spec.network.dns_egress",
-        "not enforced: the sandbox shares the host's network",
+        "not enforced yet: the emulator runs no resolver of its own for sandboxes",
     ),
     emulated("CreateSandboxRequest.sandbox.spec.annotations", "on the Pod; the SUNK annotations steer placement"),
     refused("CreateSandboxRequest.sandbox.spec.instance_type", "checked against the policy, not used for placement"),
@@ -1170,7 +1170,7 @@ mod tests {
                     source: Some(pb::sandbox_volume::Source::Scratch(sized)),
                 },
             ],
-            network: Some(pb::NetworkOptions { deny_ingress: Some(true), ..Default::default() }),
+            network: Some(pb::NetworkOptions { dns_egress: pb::DnsEgressMode::Deny as i32, ..Default::default() }),
             ..Default::default()
         };
         assert_eq!(
@@ -1178,7 +1178,7 @@ mod tests {
             [
                 "sandbox.spec.containers[0].security_context.read_only_root_filesystem",
                 "sandbox.spec.containers[1].startup_probe",
-                "sandbox.spec.network.deny_ingress",
+                "sandbox.spec.network.dns_egress",
             ]
         );
     }
@@ -1256,11 +1256,11 @@ mod tests {
             "an empty attachments message asks for nothing"
         );
         let from_file = pb::CreateSandboxFromFileRequest {
-            network: Some(pb::NetworkOptions { deny_ingress: Some(true), ..Default::default() }),
+            network: Some(pb::NetworkOptions { dns_egress: pb::DnsEgressMode::Deny as i32, ..Default::default() }),
             builder_sizes: [("web".to_owned(), "large".to_owned())].into(),
             ..Default::default()
         };
-        assert_eq!(fields(unemulated(&from_file)), ["network.deny_ingress", "builder_sizes"]);
+        assert_eq!(fields(unemulated(&from_file)), ["network.dns_egress", "builder_sizes"]);
     }
 
     #[test]

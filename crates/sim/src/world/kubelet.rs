@@ -10,7 +10,7 @@ use crate::slurm::{JobBaseState, JobId};
 
 use crate::machine::legal;
 use crate::pods::PodTransition;
-use crate::world::{ContainerStart, Effect, PodLaunch, Transition, World};
+use crate::world::{ContainerStart, Effect, PodLaunch, PodNetwork, Transition, World};
 
 /// The variable through which a container learns which GPUs it has.
 pub const NVIDIA_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
@@ -97,7 +97,10 @@ impl World {
         self.pin_cpus(uid, node_name);
         self.assign_gpus(uid, node_name);
         let containers = self.containers_to_start(uid, sandbox_id.as_deref());
-        let loopback_only = sandbox_id.as_deref().is_some_and(|id| self.sandboxes.denies_egress(id));
+        let network = match sandbox_id.as_deref() {
+            Some(id) => self.pod_network_of(id, uid),
+            None => PodNetwork::Host,
+        };
         let host_aliases = sandbox_id
             .as_deref()
             .and_then(|id| self.sandboxes.start_plan(id))
@@ -114,7 +117,7 @@ impl World {
             namespace,
             pod_name,
             containers,
-            loopback_only,
+            network,
             host_aliases,
             memory_volumes,
             runtime_class,

@@ -22,6 +22,7 @@ mod eviction;
 mod faults;
 mod images;
 mod kubelet;
+mod pod_network;
 mod pods;
 mod sandboxes;
 mod scheduling;
@@ -39,6 +40,7 @@ pub use commands::{DeletedPod, PodDeletion, requested_sharing};
 pub use faults::OOM_EXIT_CODE;
 pub use images::{ImagePullPolicy, ImagePulled, ImageToPull};
 pub use kubelet::NVIDIA_VISIBLE_DEVICES;
+pub use pod_network::{Ipv4Range, OwnNetwork, PodNetwork, PodNetworkOffer};
 // The Pod machine, a Pod's injected faults and failed pulls are the Pod lifecycle's; their old
 // paths stay for callers outside the crate.
 pub use crate::pods::{ImagePullFailure, InjectedFault, InjectedKind, PodLifecycle, PodTransition};
@@ -99,7 +101,7 @@ pub struct ContainerStart {
 /// Everything the host needs to start a Pod's processes: the payload of [`Effect::StartPod`],
 /// handed to the runtime as it is (the one description of a launch between the world and the
 /// host).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PodLaunch {
     /// The Pod's uid: the key of every later call about it.
     pub pod_uid: SharedStr,
@@ -112,9 +114,9 @@ pub struct PodLaunch {
     /// Containers in start order; the first is the main one (the sandbox's primary container,
     /// wherever the spec put it): its exit ends the Pod.
     pub containers: Vec<ContainerStart>,
-    /// The sandbox denies egress (`network.deny_egress`): its processes get a network of their
-    /// own with only loopback.
-    pub loopback_only: bool,
+    /// The network its processes get: the host's, loopback only (`network.deny_egress`), or
+    /// one of their own with its rules.
+    pub network: PodNetwork,
     /// Names every container resolves to its loopback (a Compose file's services).
     pub host_aliases: Vec<String>,
     /// The Pod's memory-backed scratch volumes (`emptyDir` with medium Memory): each a tmpfs of
@@ -288,6 +290,10 @@ pub struct World {
     pub(crate) runtime_classes: Option<Vec<String>>,
     /// The RuntimeClasses whose Pods the host runs with one container only.
     pub(crate) one_container_runtime_classes: Vec<String>,
+    /// What the host offers for sandbox networks.
+    pub(crate) pod_network: PodNetworkOffer,
+    /// The pod range's addresses in use.
+    pub(crate) pod_addresses: pod_network::PodAddresses,
     /// Whether someone takes the sandboxes touched ([`World::take_touched_sandboxes`]); while
     /// nobody does, each settle drops them.
     touches_taken: bool,
@@ -351,6 +357,8 @@ impl World {
             memory_volumes_refused: None,
             runtime_classes: None,
             one_container_runtime_classes: Vec::new(),
+            pod_network: PodNetworkOffer::Unavailable("no host runs this world's sandboxes".to_owned()),
+            pod_addresses: Default::default(),
             touches_taken: false,
             all_sandboxes_touched: false,
             slurm_dirty: false,

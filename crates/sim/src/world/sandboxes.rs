@@ -222,6 +222,8 @@ impl World {
         let resolved = policy::resolve_prepared(&defaults, &prepared, &spec)?;
         self.check_runtime_class_runs_here(&owner.org, resolved.runtime_class.as_deref())?;
         self.check_runtime_class_container_count(&resolved)?;
+        self.check_network_runs_here(&owner.org, &spec, &resolved)?;
+        let own_network = self.wants_own_network(&spec, &resolved);
         if !serverless {
             self.check_gpu_type_runs_here(&owner.org, &resolved)?;
         }
@@ -235,6 +237,7 @@ impl World {
         let stores = self.readable_secret_stores(&owner.org, &spec);
         let mut inputs = container_inputs(&spec, &stores, &claims)?;
         let deny_egress = spec.network.as_ref().and_then(|network| network.deny_egress).unwrap_or(false);
+        let deny_ingress = spec.network.as_ref().and_then(|network| network.deny_ingress).unwrap_or(false);
         let containers: Vec<PodContainer> = resolved
             .containers
             .iter()
@@ -307,6 +310,7 @@ impl World {
             resource_version: 0,
             object_ref: Default::default(),
             host_started: false,
+            pod_ip: None,
         };
         let lifetime = Duration::from_secs(resolved.max_lifetime_seconds as u64);
         self.sandboxes.insert(Sandbox {
@@ -318,6 +322,8 @@ impl World {
                 spec_bytes,
                 resolved,
                 deny_egress,
+                deny_ingress,
+                own_network,
                 serverless,
                 runner_id,
                 runner_group_id,

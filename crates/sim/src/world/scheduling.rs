@@ -76,6 +76,7 @@ impl World {
             resource_version: 0,
             object_ref: Default::default(),
             host_started: false,
+            pod_ip: None,
         };
         self.insert_new_pod(pod);
         self.settle();

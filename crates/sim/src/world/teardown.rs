@@ -63,6 +63,9 @@ impl World {
         }
         legal(self.pod_step(uid, PodTransition::Remove));
         let Some(pod) = self.cluster.remove_pod(uid) else { return };
+        if let Some(address) = pod.pod_ip {
+            self.pod_addresses.release(address);
+        }
         // Its pinned CPUs go back to their Node before its records go.
         self.unpin_cpus(uid);
         self.effects.push(Effect::KillPod { pod_uid: pod.uid.clone() });

@@ -270,6 +270,7 @@ impl World {
             resource_version: 0,
             object_ref: Default::default(),
             host_started: true,
+            pod_ip: None,
         }
     }
 

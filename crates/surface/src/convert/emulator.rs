@@ -252,6 +252,7 @@ pub fn pod(pod: &Pod, placeholder: Option<JobId>) -> pb::Pod {
         conditions,
         container_statuses,
         start_time: pod.start_time.map(timestamp),
+        pod_ip: pod.pod_ip.map(|address| address.to_string()).unwrap_or_default(),
     };
     let (kind, sandbox_id, slurm_node) = match &pod.owner {
         PodOwner::Sandbox(id) => (pb::PodOriginKind::Sandbox, id.to_string(), String::new()),

@@ -225,6 +225,8 @@ pub fn pod(source: &pb::Pod) -> core::Pod {
             .then(|| status.container_statuses.iter().map(container_status).collect()),
         start_time: status.start_time.as_ref().map(time),
         qos_class: source.spec.as_ref().map(|spec| qos_class(&spec.containers).to_owned()),
+        pod_ip: text(&status.pod_ip),
+        pod_ips: (!status.pod_ip.is_empty()).then(|| vec![core::PodIP { ip: status.pod_ip.clone() }]),
         ..core::PodStatus::default()
     });
     core::Pod { metadata: metadata(source.metadata.as_ref()), spec, status }

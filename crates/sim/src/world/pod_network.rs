@@ -1,0 +1,241 @@
+//! Sandbox networks as the world decides them: which sandboxes get a network of their own (an
+//! address of the pod range and their effective rules, enforced by the host), which keep the
+//! host's, and which are refused because nothing here can enforce what they ask.
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+
+use super::World;
+use crate::error::{FieldViolation, Reason, SimError, SimResult};
+use crate::ids::SharedStr;
+use crate::k8s::Labels;
+use crate::resolved::ResolvedSpec;
+use cwsandbox_api::sandbox_v1::{
+    EgressRule, IngressRule, NetworkOptions, SandboxSpec, TenantScope, egress_rule, ingress_rule,
+};
+
+/// What the host offers for sandbox networks (said once at start).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodNetworkOffer {
+    /// None: why (not root, no nftables, plain processes). A sandbox whose spec asks for
+    /// network rules is refused as when no runner can host it.
+    Unavailable(String),
+    /// Networks of their own, with addresses from `range`.
+    Available {
+        /// The pod range: the gateway is its first host address; Pods get the following ones.
+        range: Ipv4Range,
+        /// Every sandbox gets one (not only those whose spec asks for network rules).
+        every_sandbox: bool,
+    },
+}
+
+/// An IPv4 range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv4Range {
+    /// Its first address.
+    pub network: Ipv4Addr,
+    /// Its prefix length (8 to 30).
+    pub length: u8,
+}
+
+/// The network a Pod's processes get.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum PodNetwork {
+    /// The host's.
+    #[default]
+    Host,
+    /// One of their own with only loopback (`deny_egress` and nothing else asked).
+    LoopbackOnly,
+    /// One of their own on the host's bridge, its rules enforced.
+    Own(Box<OwnNetwork>),
+}
+
+/// A sandbox's own network: its address and the effective rules the host enforces.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OwnNetwork {
+    /// The Pod's address (`status.podIP`).
+    pub address: Ipv4Addr,
+    /// The sandbox's organization.
+    pub organization: String,
+    /// The user that created it.
+    pub user: String,
+    /// The Pod's namespace.
+    pub namespace: SharedStr,
+    /// The Pod's labels, which other sandboxes' selectors match.
+    pub pod_labels: Labels,
+    /// Effective egress rules.
+    pub egress: Vec<EgressRule>,
+    /// Only what `egress` allows leaves (it has rules, or `deny_egress`); otherwise anything.
+    pub egress_isolated: bool,
+    /// Effective ingress rules.
+    pub ingress: Vec<IngressRule>,
+    /// Only what `ingress` allows arrives (it has rules, or `deny_ingress`); otherwise anything.
+    pub ingress_isolated: bool,
+}
+
+/// The pod range's addresses, handed out in turn so that a freed address is not reused before
+/// every other one was (the host removes a Pod's network as the world forgets it).
+#[derive(Debug, Default)]
+pub(crate) struct PodAddresses {
+    next: u32,
+    in_use: BTreeSet<Ipv4Addr>,
+}
+
+impl PodAddresses {
+    fn allocate(&mut self, range: Ipv4Range) -> Option<Ipv4Addr> {
+        let base = u32::from(range.network);
+        let count = (1u32 << (32 - u32::from(range.length))).saturating_sub(3);
+        for step in 0..count {
+            let offset = (self.next + step) % count;
+            let address = Ipv4Addr::from(base + 2 + offset);
+            if self.in_use.insert(address) {
+                self.next = (offset + 1) % count;
+                return Some(address);
+            }
+        }
+        None
+    }
+
+    pub(crate) fn release(&mut self, address: Ipv4Addr) {
+        self.in_use.remove(&address);
+    }
+}
+
+/// Whether the spec asks for network rules (beyond `deny_egress`, which a loopback-only
+/// namespace enforces anywhere).
+fn asks_for_rules(network: &NetworkOptions) -> bool {
+    !network.egress.is_empty() || !network.ingress.is_empty() || network.deny_ingress == Some(true)
+}
+
+impl World {
+    /// What the host offers for sandbox networks.
+    pub fn set_pod_network(&mut self, offer: PodNetworkOffer) {
+        self.pod_network = offer;
+    }
+
+    /// Refuses, before anything is made, a sandbox whose network rules nothing here can
+    /// enforce: no sandbox networks on this host (as when no runner can host it), HTTPS host
+    /// names (not built yet) and gVisor (runsc does not run in such a network here) by name.
+    pub(super) fn check_network_runs_here(
+        &self,
+        org: &str,
+        spec: &SandboxSpec,
+        resolved: &ResolvedSpec,
+    ) -> SimResult<()> {
+        if let Some(network) = &spec.network
+            && network.deny_egress == Some(true)
+            && !network.egress.is_empty()
+        {
+            // As the published client refuses it before sending.
+            return Err(SimError::invalid_field(
+                "sandbox.spec.network.denyEgress",
+                "deny_egress cannot be combined with egress rules: deny all egress, or grant what is allowed",
+            ));
+        }
+        let Some(network) = spec.network.as_ref().filter(|network| asks_for_rules(network)) else { return Ok(()) };
+        let hostnames: Vec<FieldViolation> = network
+            .egress
+            .iter()
+            .enumerate()
+            .filter(|(_, rule)| matches!(rule.destination, Some(egress_rule::Destination::HttpsHostname(_))))
+            .map(|(index, _)| {
+                FieldViolation::new(
+                    format!("sandbox.spec.network.egress[{index}].httpsHostname"),
+                    "HTTPS host-name grants are not enforced by this emulator yet (the SNI proxy is not built): grant the host's addresses with a cidr rule",
+                )
+            })
+            .collect();
+        let sandbox_network = TenantScope::SandboxNetwork as i32;
+        let egress_tenants = network
+            .egress
+            .iter()
+            .enumerate()
+            .filter(|(_, rule)| {
+                matches!(rule.destination, Some(egress_rule::Destination::Tenant(scope)) if scope == sandbox_network)
+            })
+            .map(|(index, _)| format!("sandbox.spec.network.egress[{index}].tenant"));
+        let ingress_tenants = network
+            .ingress
+            .iter()
+            .enumerate()
+            .filter(|(_, rule)| matches!(rule.source, Some(ingress_rule::Source::Tenant(scope)) if scope == sandbox_network))
+            .map(|(index, _)| format!("sandbox.spec.network.ingress[{index}].tenant"));
+        let tenants = egress_tenants.chain(ingress_tenants).map(|field| {
+            FieldViolation::new(
+                field,
+                "TENANT_SCOPE_SANDBOX_NETWORK is not emulated: there are no sandbox networks (network_ids) on this emulator",
+            )
+        });
+        let refused: Vec<FieldViolation> = hostnames.into_iter().chain(tenants).collect();
+        if !refused.is_empty() {
+            return Err(SimError::not_emulated(refused));
+        }
+        if let PodNetworkOffer::Unavailable(why) = &self.pod_network {
+            return Err(SimError::FailedPrecondition {
+                reason: Reason::NoSuitableRunner,
+                message: format!(
+                    "sandbox.spec.network: no runner of organization {org:?} can enforce network rules on this emulator: {why}"
+                ),
+            });
+        }
+        if let Some(class) = resolved.runtime_class.as_deref()
+            && self.one_container_runtime_classes.iter().any(|known| known == class)
+        {
+            return Err(SimError::not_emulated(vec![FieldViolation::new(
+                "sandbox.spec.network",
+                format!(
+                    "RuntimeClass {class:?} cannot have network rules on this emulator (gVisor's runsc does not run in a network made for the sandbox here): run it without the class, or without network rules"
+                ),
+            )]));
+        }
+        Ok(())
+    }
+
+    /// Whether a sandbox gets a network of its own (its spec asks for rules, or every sandbox
+    /// does), decided at create.
+    pub(super) fn wants_own_network(&self, spec: &SandboxSpec, resolved: &ResolvedSpec) -> bool {
+        match &self.pod_network {
+            PodNetworkOffer::Unavailable(_) => false,
+            PodNetworkOffer::Available { every_sandbox, .. } => {
+                let gvisor = resolved
+                    .runtime_class
+                    .as_deref()
+                    .is_some_and(|class| self.one_container_runtime_classes.iter().any(|known| known == class));
+                let asked = spec.network.as_ref().is_some_and(asks_for_rules);
+                asked || (*every_sandbox && !gvisor)
+            }
+        }
+    }
+
+    /// The network a starting sandbox Pod gets: its own with a fresh address, loopback only,
+    /// or the host's. `None` address left: the Pod starts on the host's network and says why.
+    pub(super) fn pod_network_of(&mut self, sandbox_id: &str, pod_uid: &str) -> PodNetwork {
+        let Some(sandbox) = self.sandboxes.get(sandbox_id) else { return PodNetwork::Host };
+        let info = sandbox.info.clone();
+        if !info.own_network {
+            return if info.deny_egress { PodNetwork::LoopbackOnly } else { PodNetwork::Host };
+        }
+        let PodNetworkOffer::Available { range, .. } = self.pod_network else { return PodNetwork::LoopbackOnly };
+        let Some(address) = self.pod_addresses.allocate(range) else { return PodNetwork::LoopbackOnly };
+        let Some(pod) = self.cluster.pod_mut(pod_uid) else {
+            self.pod_addresses.release(address);
+            return PodNetwork::LoopbackOnly;
+        };
+        pod.pod_ip = Some(address);
+        // A direction with effective rules allows only them; `deny_*` left none and allows
+        // nothing; a direction with neither is open, as a Kubernetes NetworkPolicy leaves a
+        // direction no policy names.
+        let (egress, ingress) = (info.resolved.egress.clone(), info.resolved.ingress.clone());
+        PodNetwork::Own(Box::new(OwnNetwork {
+            address,
+            organization: info.owner.org.clone(),
+            user: info.owner.user.clone(),
+            namespace: info.namespace.clone(),
+            pod_labels: pod.labels.clone(),
+            egress_isolated: info.deny_egress || !egress.is_empty(),
+            egress,
+            ingress_isolated: info.deny_ingress || !ingress.is_empty(),
+            ingress,
+        }))
+    }
+}
