@@ -101,6 +101,18 @@ fn run_suite(args: &[&str], selection: Option<&str>) -> Result<()> {
     assert!(status.success(), "SIGTERM must end the emulator cleanly: {status:?}");
     let survivors = procs::with_env("CWSANDBOX_TEST_RUN", &marker);
     assert!(survivors.is_empty(), "sandbox processes outlived the emulator: {survivors:?}");
+    // Its sandbox networks (the suite's values: bridge cwsbxpy) went with it.
+    let namespaces: Vec<String> = std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("cwsbxpy-"))
+        .collect();
+    assert!(
+        namespaces.is_empty() && !Path::new("/sys/class/net/cwsbxpy").exists(),
+        "sandbox networks outlived the emulator: {namespaces:?}"
+    );
     // Clients cancel streams after their last frame and leave; none of that is a failure.
     // Run as root (CI), the emulator says so at start, as it should.
     let problems: Vec<&str> = log

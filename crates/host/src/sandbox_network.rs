@@ -52,6 +52,12 @@ impl HostNetworks {
         if let Err(error) = SandboxNetworks::check(&network_config) {
             return unavailable(error.to_string());
         }
+        if SandboxNetworks::remove_leftovers(&network_config) {
+            tracing::info!(
+                bridge = %config.bridge,
+                "removed the sandbox networks an emulator left when it was stopped without cleaning up"
+            );
+        }
         HostNetworks {
             offer: PodNetworkOffer::Available {
                 range: Ipv4Range { network: pod_cidr.network, length: pod_cidr.length },

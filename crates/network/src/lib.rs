@@ -327,6 +327,13 @@ impl SandboxNetworks {
         plumbing::check_tools(config)
     }
 
+    /// Removes what an emulator that is no longer running left on `config`'s bridge (after a
+    /// SIGKILL its shutdown never ran): `true` if there was something. Another running
+    /// emulator's bridge is left alone.
+    pub fn remove_leftovers(config: &NetworkConfig) -> bool {
+        plumbing::remove_leftovers(config)
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> &NetworkConfig {
         &self.config

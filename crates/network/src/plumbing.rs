@@ -86,25 +86,40 @@ fn sys_class_net(name: &str) -> PathBuf {
     Path::new("/sys/class/net").join(name)
 }
 
+/// Whether the bridge may be taken: absent, or an emulator's that is no longer running.
+fn check_owner(config: &NetworkConfig) -> Result<(), NetworkError> {
+    let bridge = &config.bridge;
+    if !sys_class_net(bridge).exists() {
+        return Ok(());
+    }
+    let alias = std::fs::read_to_string(sys_class_net(bridge).join("ifalias")).unwrap_or_default();
+    if !alias.starts_with(OWNER_TAG) {
+        return Err(NetworkError::InvalidConfig(format!(
+            "interface {bridge} exists and is not an emulator's bridge: give `network.bridge` another name"
+        )));
+    }
+    match live_owner(&alias) {
+        Some(pid) => Err(NetworkError::InUse { bridge: bridge.clone(), pid }),
+        None => Ok(()),
+    }
+}
+
+/// Removes what an emulator that is no longer running left of the bridge (killed with
+/// SIGKILL, its shutdown never ran): `true` if there was something. A running emulator's bridge,
+/// or an interface of that name that is no emulator's, is left alone.
+pub(crate) fn remove_leftovers(config: &NetworkConfig) -> bool {
+    if !sys_class_net(&config.bridge).exists() || check_owner(config).is_err() {
+        return false;
+    }
+    remove_everything(config);
+    true
+}
+
 /// Takes the bridge: refuses it where a live emulator owns it or it is not an emulator's,
 /// removes a dead emulator's leftovers, and makes it afresh.
 pub(crate) fn claim_bridge(config: &NetworkConfig) -> Result<(), NetworkError> {
     let bridge = &config.bridge;
-    let check_owner = || -> Result<(), NetworkError> {
-        if !sys_class_net(bridge).exists() {
-            return Ok(());
-        }
-        let alias = std::fs::read_to_string(sys_class_net(bridge).join("ifalias")).unwrap_or_default();
-        if !alias.starts_with(OWNER_TAG) {
-            return Err(NetworkError::InvalidConfig(format!(
-                "interface {bridge} exists and is not an emulator's bridge: give `network.bridge` another name"
-            )));
-        }
-        match live_owner(&alias) {
-            Some(pid) => Err(NetworkError::InUse { bridge: bridge.clone(), pid }),
-            None => Ok(()),
-        }
-    };
+    let check_owner = || check_owner(config);
     check_owner()?;
     // A dead emulator's namespaces, links and tables go, as does anything half made.
     remove_everything(config);

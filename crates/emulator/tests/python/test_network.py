@@ -1,16 +1,21 @@
-"""The sandbox's network as the published client asks for it: `deny_egress=True` gives the
+"""The sandbox's network as the published client asks for it: `deny_egress=True` alone gives the
 sandbox a network of its own with only loopback, so it reaches neither the host nor the emulator;
-without it the sandbox shares the host's network (as the emulator's README says)."""
+egress and ingress rules give it a network of its own on the emulator's bridge with the rules
+enforced (a test host of the suite's own in a network namespace stands for the world); without
+any, the sandbox shares the host's network (as the emulator's README says)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from urllib.parse import urlparse
 
 import pytest
 
-from conftest import NAMESPACES, WAIT, run
-from cwsandbox import NetworkOptions
+from conftest import NAMESPACES, UNAVAILABLE, WAIT, run
+from cwsandbox import CidrBlock, EgressRule, IngressRule, NetworkOptions, PortRange, SandboxError
 
 EMULATOR = urlparse(os.environ["CWSANDBOX_BASE_URL"])
 PROBE = (
@@ -33,3 +38,148 @@ def test_deny_egress_cuts_the_sandbox_off_from_the_host_and_the_emulator(mark):
         assert isolated.exec(["python3", "-c", PROBE]).result().stdout.startswith("cut off")
         interfaces = isolated.exec(["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"]).result()
         assert interfaces.stdout.strip() == "lo"
+
+
+# --- Network policy: a network of its own with its rules enforced (README, "Sandbox networks") ---
+
+NETWORKS = NAMESPACES and not any(line.startswith("sandbox networks:") for line in UNAVAILABLE)
+needs_networks = pytest.mark.skipif(
+    not NETWORKS, reason="sandbox networks need a root emulator with nftables (the ready file says why not)"
+)
+TEST_HOST = "203.0.113.10"
+
+# A TCP server answering each connection with its reply; prints "listening" once it does.
+SERVER = (
+    "import socket, sys\n"
+    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen()\n"
+    "print('listening', flush=True)\n"
+    "while True:\n"
+    "    c, _ = s.accept(); c.sendall(sys.argv[3].encode()); c.close()\n"
+)
+# Connects to argv[1]:argv[2] and prints the reply, or how it failed.
+REACH = (
+    "import socket, sys\n"
+    "try:\n"
+    "    c = socket.create_connection((sys.argv[1], int(sys.argv[2])), 10)\n"
+    "    print(c.recv(100).decode())\n"
+    "except OSError as error:\n"
+    "    print('refused', error.errno)\n"
+)
+# The sandbox's own address: the source its route to the test host picks.
+OWN_ADDRESS = (
+    "import socket\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('203.0.113.10', 9))\n"
+    "print(s.getsockname()[0])\n"
+)
+
+
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def test_host():
+    """A host of the test's own, in a network namespace it makes: 203.0.113.10, routed from this
+    machine through a veth pair, with TCP servers on 8080 and 9090. Nothing leaves the machine."""
+    name = f"cwpyth{os.getpid() % 100000}"
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    subprocess.run(["ip", "link", "del", name], capture_output=True)
+    ip("netns", "add", name)
+    servers = []
+    try:
+        ip("link", "add", name, "type", "veth", "peer", "name", "eth0", "netns", name)
+        ip("addr", "add", "203.0.113.1/24", "dev", name)
+        ip("link", "set", name, "up")
+        ip("-n", name, "link", "set", "lo", "up")
+        ip("-n", name, "link", "set", "eth0", "up")
+        ip("-n", name, "addr", "add", f"{TEST_HOST}/24", "dev", "eth0")
+        ip("-n", name, "route", "add", "default", "via", "203.0.113.1")
+        # Replies to sandboxes come in here and are forwarded to the emulator's bridge.
+        with open(f"/proc/sys/net/ipv4/conf/{name}/forwarding", "w") as forwarding:
+            forwarding.write("1")
+        for port, reply in ((8080, "eighty"), (9090, "ninety")):
+            server = subprocess.Popen(
+                ["ip", "netns", "exec", name, sys.executable, "-c", SERVER, TEST_HOST, str(port), reply],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            servers.append(server)
+            assert server.stdout.readline().strip() == "listening"
+        yield TEST_HOST
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
+        subprocess.run(["ip", "link", "del", name], capture_output=True)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def reach(sb, address: str, port: int) -> str:
+    return sb.exec(["python3", "-c", REACH, address, str(port)]).result().stdout.strip()
+
+
+@needs_networks
+def test_egress_rules_decide_what_a_sandbox_reaches(mark, test_host):
+    one_port = NetworkOptions(egress=[EgressRule(cidr=f"{test_host}/32", ports=[PortRange(port=8080)])])
+    excepted = NetworkOptions(
+        egress=[EgressRule(cidr=CidrBlock(cidr="203.0.113.0/24", except_cidrs=["203.0.113.8/29"]))]
+    )
+    a_range = NetworkOptions(egress=[EgressRule(cidr="0.0.0.0/0", ports=[PortRange(port=9000, end_port=9999)])])
+    with run(mark=mark, network=one_port) as granted, run(mark=mark, network=excepted) as carved, run(
+        mark=mark, network=a_range
+    ) as ranged, run(mark=mark, network=NetworkOptions(deny_egress=True)) as denied:
+        for sb in (granted, carved, ranged, denied):
+            sb.wait(timeout=WAIT)
+        assert reach(granted, test_host, 8080) == "eighty"
+        assert reach(granted, test_host, 9090).startswith("refused")
+        assert reach(carved, test_host, 8080).startswith("refused")
+        assert reach(ranged, test_host, 9090) == "ninety"
+        assert reach(ranged, test_host, 8080).startswith("refused")
+        assert reach(denied, test_host, 8080).startswith("refused")
+        # Each has an address of the emulator's pod range (the suite's values: 10.246.0.0/24).
+        addresses = {sb.exec(["python3", "-c", OWN_ADDRESS]).result().stdout.strip() for sb in (granted, carved)}
+        assert len(addresses) == 2 and all(address.startswith("10.246.0.") for address in addresses), addresses
+        # The emulator (on the host's loopback) is out of reach.
+        assert reach(granted, EMULATOR.hostname, EMULATOR.port).startswith("refused")
+
+
+@needs_networks
+def test_ingress_rules_decide_who_reaches_a_sandbox(mark):
+    from_the_organization = NetworkOptions(ingress=[IngressRule(tenant="same_org", ports=[PortRange(port=7000)])])
+    with run(mark=mark, network=from_the_organization) as server, run(
+        mark=mark, network=NetworkOptions(deny_ingress=True)
+    ) as closed, run(mark=mark, network=NetworkOptions(egress=[EgressRule(tenant="same_org")])) as colleague, run(
+        mark=mark, network=NetworkOptions(egress=[EgressRule(cidr="203.0.113.0/24")])
+    ) as outsider:
+        for sb in (server, closed, colleague, outsider):
+            sb.wait(timeout=WAIT)
+        for sb in (server, closed):
+            for port in (7000, 7001):
+                sb.exec(
+                    ["sh", "-c", f"(python3 -c \"$0\" 0.0.0.0 {port} hello >/dev/null &)", SERVER]
+                ).result()
+        server_address = server.exec(["python3", "-c", OWN_ADDRESS]).result().stdout.strip()
+        closed_address = closed.exec(["python3", "-c", OWN_ADDRESS]).result().stdout.strip()
+        # The server is up: its own loopback reaches it.
+        deadline = time.monotonic() + WAIT
+        while reach(server, "127.0.0.1", 7000) != "hello" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reach(colleague, server_address, 7000) == "hello", "same organization, granted port"
+        assert reach(colleague, server_address, 7001).startswith("refused"), "a port the rule does not grant"
+        assert reach(outsider, server_address, 7000).startswith("refused"), "its egress does not allow it"
+        assert reach(colleague, closed_address, 7000).startswith("refused"), "deny_ingress"
+        # A sandbox sharing the host's network comes from the host, not from the organization.
+        with run(mark=mark) as shared:
+            shared.wait(timeout=WAIT)
+            assert reach(shared, server_address, 7000).startswith("refused")
+            # Its service port is still reached through the emulator's relay (exec here).
+        assert reach(closed, "127.0.0.1", 7000) == "hello"
+
+
+@needs_networks
+def test_network_rules_the_emulator_cannot_enforce_are_refused_by_name(mark):
+    with pytest.raises(SandboxError) as raised:
+        run(mark=mark, network=NetworkOptions(egress=[EgressRule(dns_name="pypi.org")])).wait(timeout=WAIT)
+    assert raised.value.reason == "CWSANDBOX_NOT_IMPLEMENTED", raised.value
+    assert "sandbox.spec.network.egress[0].httpsHostname" in str(raised.value), raised.value
