@@ -136,8 +136,40 @@ impl ExecutorRuntime {
         Ok(Network::Attached(hook))
     }
 
-    /// Starts the Pod's containers on `network`.
+    /// Starts the Pod's containers on `network` (each container of a network of its own with
+    /// the emulator's resolver as its nameserver).
     async fn start_on(&self, launch: &PodLaunch, network: Network) -> Result<(), RuntimeError> {
+        let (mut spec, images) = self.launch_spec(launch, network)?;
+        if matches!(spec.network, Network::Attached(_))
+            && let Some(nameserver) = self.networks.as_ref().and_then(|networks| networks.nameserver())
+        {
+            let resolv_conf = MountedFile {
+                path: "/etc/resolv.conf".to_owned(),
+                content: format!("nameserver {nameserver}\n").into_bytes(),
+            };
+            let lists = std::iter::once(&mut spec.files).chain(spec.sidecars.iter_mut().map(|sidecar| &mut sidecar.files));
+            for files in lists {
+                // A file the spec mounts there itself wins.
+                if !files.iter().any(|file| file.path == resolv_conf.path) {
+                    files.push(resolv_conf.clone());
+                }
+            }
+        }
+        let main = launch.containers.first().ok_or_else(|| RuntimeError::StartFailed("the Pod has no container".to_owned()))?;
+        let started = self.start_spec(launch, main, spec).await;
+        if started.is_ok()
+            && !images.is_empty()
+            && let Some(puller) = self.puller_for(launch.runtime_class.as_deref())
+        {
+            // The sandbox runs on the images' trees until it is removed: not to be evicted.
+            puller.in_use().hold(&launch.pod_uid, images);
+        }
+        started
+    }
+
+    /// The executor's launch of the Pod on `network`: in images where every container's was
+    /// pulled (with those images), else the host's programs.
+    fn launch_spec(&self, launch: &PodLaunch, network: Network) -> Result<(LaunchSpec, Vec<Image>), RuntimeError> {
         let Some((main, others)) = launch.containers.split_first() else {
             return Err(RuntimeError::StartFailed("the Pod has no container".to_owned()));
         };
@@ -176,14 +208,7 @@ impl ExecutorRuntime {
                 });
                 images.push(image);
             }
-            let started = self.start_spec(launch, main, spec).await;
-            if started.is_ok()
-                && let Some(puller) = puller
-            {
-                // The sandbox runs on the images' trees until it is removed: not to be evicted.
-                puller.in_use().hold(&launch.pod_uid, images);
-            }
-            return started;
+            return Ok((spec, images));
         }
         let spec = LaunchSpec {
             hostname: hostname_of(&launch.pod_name),
@@ -221,7 +246,7 @@ impl ExecutorRuntime {
             memory_volumes: memory_volumes_of(launch),
             handler: handler_of(launch.runtime_class.as_deref()),
         };
-        self.start_spec(launch, main, spec).await
+        Ok((spec, Vec::new()))
     }
 
     /// Removes a Pod's network, if it has one (blocking work on a thread of its own).

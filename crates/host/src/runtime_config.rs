@@ -119,6 +119,10 @@ pub struct SandboxNetworkConfig {
     /// gVisor sandboxes keep the host's network either way.
     #[serde(default)]
     pub every_sandbox: bool,
+    /// Names the sandboxes' resolver and the HTTPS proxy resolve to these IPv4 addresses before
+    /// asking this machine's resolver: for tests, whose hosts have no names elsewhere.
+    #[serde(default)]
+    pub static_hosts: std::collections::BTreeMap<String, std::net::Ipv4Addr>,
 }
 
 fn default_bridge() -> String {
@@ -131,7 +135,12 @@ fn default_pod_cidr() -> String {
 
 impl Default for SandboxNetworkConfig {
     fn default() -> SandboxNetworkConfig {
-        SandboxNetworkConfig { bridge: default_bridge(), pod_cidr: default_pod_cidr(), every_sandbox: false }
+        SandboxNetworkConfig {
+            bridge: default_bridge(),
+            pod_cidr: default_pod_cidr(),
+            every_sandbox: false,
+            static_hosts: Default::default(),
+        }
     }
 }
 

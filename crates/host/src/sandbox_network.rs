@@ -11,8 +11,8 @@ use cwsandbox_api::sandbox_v1::{
     ingress_rule,
 };
 use cwsandbox_network::{
-    Attachment, Cidr, Direction, Ipv4Cidr, NetworkConfig, Peer, PeerIdentity, PortRange, Protocol, Rule,
-    SandboxNetworks,
+    Attachment, Cidr, Direction, HostnameGrant, Ipv4Cidr, NetworkConfig, Peer, PeerIdentity, PortRange, Protocol,
+    Rule, SandboxNetworks,
 };
 use cwsandbox_sim::world::{Ipv4Range, OwnNetwork, PodNetworkOffer};
 use cwsandbox_sync::MutexUnpoisoned;
@@ -48,7 +48,12 @@ impl HostNetworks {
             Ok(cidr) => cidr,
             Err(why) => return unavailable(format!("containerRuntime.network.podCidr: {why}")),
         };
-        let network_config = NetworkConfig::new(&config.bridge, pod_cidr);
+        let mut network_config = NetworkConfig::new(&config.bridge, pod_cidr);
+        network_config.static_hosts = config
+            .static_hosts
+            .iter()
+            .map(|(name, address)| (name.trim_end_matches('.').to_ascii_lowercase(), *address))
+            .collect();
         if let Err(error) = SandboxNetworks::check(&network_config) {
             return unavailable(error.to_string());
         }
@@ -66,6 +71,11 @@ impl HostNetworks {
             config: Some(network_config),
             networks: Mutex::new(None),
         }
+    }
+
+    /// The sandboxes' nameserver (the gateway), where sandbox networks are offered.
+    pub fn nameserver(&self) -> Option<std::net::Ipv4Addr> {
+        self.config.as_ref().map(|config| config.pod_cidr.gateway())
     }
 
     /// What the world is told.
@@ -127,9 +137,22 @@ impl cwsandbox_executor::AttachNetwork for PodNetworkHook {
 
 /// The world's description of a Pod's network as the network crate takes it.
 fn attachment(pod_uid: &str, network: &OwnNetwork) -> Result<Attachment, String> {
-    let egress = network
+    let (hostnames, addresses): (Vec<&EgressRule>, Vec<&EgressRule>) = network
         .egress
         .iter()
+        .partition(|rule| matches!(rule.destination, Some(egress_rule::Destination::HttpsHostname(_))));
+    let https_grants = hostnames
+        .into_iter()
+        .filter_map(|rule| match &rule.destination {
+            Some(egress_rule::Destination::HttpsHostname(name)) => Some(HostnameGrant {
+                pattern: name.trim_end_matches('.').to_ascii_lowercase(),
+                except: rule.https_hostname_except.iter().map(|name| name.to_ascii_lowercase()).collect(),
+            }),
+            _ => None,
+        })
+        .collect();
+    let egress = addresses
+        .into_iter()
         .enumerate()
         .map(|(index, rule)| egress_rule(rule).map_err(|why| format!("egress[{index}]: {why}")))
         .collect::<Result<Vec<_>, _>>()?;
@@ -152,6 +175,8 @@ fn attachment(pod_uid: &str, network: &OwnNetwork) -> Result<Attachment, String>
         },
         egress: Direction { isolated: network.egress_isolated, rules: egress },
         ingress: Direction { isolated: network.ingress_isolated, rules: ingress },
+        https_grants,
+        dns_allow_all: network.dns_allow_all,
     })
 }
 
@@ -162,7 +187,7 @@ fn egress_rule(rule: &EgressRule) -> Result<Rule, String> {
         Some(egress_rule::Destination::Any(true)) => Peer::Any,
         Some(egress_rule::Destination::Selector(selector)) => selector_peer(selector),
         Some(egress_rule::Destination::HttpsHostname(name)) => {
-            return Err(format!("HTTPS host name {name:?} is not enforced here"));
+            return Err(format!("HTTPS host name {name:?} is a grant of the SNI proxy, not an address rule"));
         }
         Some(egress_rule::Destination::Any(false)) | None => return Err("no destination".to_owned()),
     };

@@ -8,7 +8,9 @@
 
 mod peers;
 mod plumbing;
+mod resolver;
 mod rules;
+mod sni_proxy;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -17,9 +19,11 @@ use std::str::FromStr;
 
 use std::sync::Mutex;
 
-use cwsandbox_sync::MutexUnpoisoned;
+use cwsandbox_sync::{MutexUnpoisoned, RwLockUnpoisoned};
 
 pub use peers::PeerIdentity;
+pub use resolver::DnsPolicy;
+pub use sni_proxy::HostnameGrant;
 
 /// Why a sandbox network could not be made or removed.
 #[derive(Debug, thiserror::Error)]
@@ -239,6 +243,11 @@ pub struct Attachment {
     pub egress: Direction,
     /// What may reach it.
     pub ingress: Direction,
+    /// HTTPS names it may reach (TCP 443, through the emulator's SNI proxy); where there are
+    /// any, its port-443 traffic that no address rule allows goes through the proxy.
+    pub https_grants: Vec<HostnameGrant>,
+    /// Whether its resolver answers any name (`DNS_EGRESS_MODE_ALLOW`), or only its grants'.
+    pub dns_allow_all: bool,
 }
 
 /// Where sandbox networks live.
@@ -253,12 +262,21 @@ pub struct NetworkConfig {
     pub ip: PathBuf,
     /// nftables' `nft`.
     pub nft: PathBuf,
+    /// Names the sandboxes' resolver and the SNI proxy resolve to these addresses before asking
+    /// this machine's resolver (tests give their test hosts names this way).
+    pub static_hosts: BTreeMap<String, Ipv4Addr>,
 }
 
 impl NetworkConfig {
     /// The defaults on a bridge of the given name.
     pub fn new(bridge: &str, pod_cidr: Ipv4Cidr) -> NetworkConfig {
-        NetworkConfig { bridge: bridge.to_owned(), pod_cidr, ip: PathBuf::from("ip"), nft: PathBuf::from("nft") }
+        NetworkConfig {
+            bridge: bridge.to_owned(),
+            pod_cidr,
+            ip: PathBuf::from("ip"),
+            nft: PathBuf::from("nft"),
+            static_hosts: BTreeMap::new(),
+        }
     }
 
     fn check(&self) -> Result<(), NetworkError> {
@@ -303,6 +321,8 @@ struct State {
 pub struct SandboxNetworks {
     config: NetworkConfig,
     state: Mutex<State>,
+    proxy: Mutex<sni_proxy::SniProxy>,
+    resolver: Mutex<resolver::SandboxResolver>,
 }
 
 impl SandboxNetworks {
@@ -311,8 +331,27 @@ impl SandboxNetworks {
     pub fn open(config: NetworkConfig) -> Result<SandboxNetworks, NetworkError> {
         SandboxNetworks::check(&config)?;
         plumbing::claim_bridge(&config)?;
-        let networks = SandboxNetworks { config, state: Mutex::new(State::default()) };
-        if let Err(error) = rules::apply(&networks.config, &rules::base(&networks.config)) {
+        let gateway = config.pod_cidr.gateway();
+        let names = sni_proxy::Resolver { static_hosts: config.static_hosts.clone() };
+        let services = sni_proxy::SniProxy::start(gateway, config.pod_cidr, names.clone())
+            .and_then(|proxy| Ok((proxy, resolver::SandboxResolver::start(gateway, names)?)));
+        let (proxy, resolver) = match services {
+            Ok(services) => services,
+            Err(error) => {
+                plumbing::remove_everything(&config);
+                return Err(NetworkError::Unavailable(format!(
+                    "cannot serve the sandboxes' SNI proxy and resolver on {gateway}: {error}"
+                )));
+            }
+        };
+        let proxy_port = proxy.address.port();
+        let networks = SandboxNetworks {
+            config,
+            state: Mutex::new(State::default()),
+            proxy: Mutex::new(proxy),
+            resolver: Mutex::new(resolver),
+        };
+        if let Err(error) = rules::apply(&networks.config, &rules::base(&networks.config, proxy_port)) {
             networks.close();
             return Err(error);
         }
@@ -358,13 +397,32 @@ impl SandboxNetworks {
         let index = state.next_index;
         state.next_index += 1;
         let id = attachment.id.clone();
+        let address = attachment.address;
+        let dns = DnsPolicy { allow_all: attachment.dns_allow_all, grants: attachment.https_grants.clone() };
+        if !attachment.https_grants.is_empty() {
+            self.proxy.lock_unpoisoned().grants.write_unpoisoned().insert(address, attachment.https_grants.clone());
+        }
+        self.resolver.lock_unpoisoned().policies.write_unpoisoned().insert(address, dns);
         state.attached.insert(id.clone(), Attached { index, attachment, plumbed: false });
-        let batch = rules::attach(&self.config, &state.attached, &id);
+        let proxy_port = self.proxy.lock_unpoisoned().address.port();
+        let batch = rules::attach(&self.config, &state.attached, &id, proxy_port);
         if let Err(error) = rules::apply(&self.config, &batch) {
             state.attached.remove(&id);
+            self.forget_names(address);
             return Err(error);
         }
         Ok(())
+    }
+
+    /// The proxy's and the resolver's records of a sandbox's address go.
+    fn forget_names(&self, address: Ipv4Addr) {
+        self.proxy.lock_unpoisoned().grants.write_unpoisoned().remove(&address);
+        self.resolver.lock_unpoisoned().policies.write_unpoisoned().remove(&address);
+    }
+
+    /// The sandboxes' nameserver: the gateway.
+    pub fn nameserver(&self) -> Ipv4Addr {
+        self.config.pod_cidr.gateway()
     }
 
     /// A new namespace for the attached sandbox `id`, with its link, address and routes;
@@ -397,6 +455,7 @@ impl SandboxNetworks {
     pub fn detach(&self, id: &str) {
         let mut state = self.state.lock_unpoisoned();
         let Some(attached) = state.attached.remove(id) else { return };
+        self.forget_names(attached.attachment.address);
         let batch = rules::detach(&self.config, &state.attached, &attached);
         if let Err(error) = rules::apply(&self.config, &batch) {
             tracing::warn!(sandbox = %id, %error, "cannot remove a sandbox's network rules");
@@ -417,6 +476,8 @@ impl SandboxNetworks {
         }
         state.closed = true;
         state.attached.clear();
+        self.proxy.lock_unpoisoned().stop();
+        self.resolver.lock_unpoisoned().stop();
         plumbing::remove_everything(&self.config);
     }
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::peers::{is_group, names};
 use crate::plumbing::{link_name, run};
-use crate::{Attached, Cidr, Direction, NetworkConfig, NetworkError, Peer, Rule};
+use crate::{Attached, Cidr, Direction, NetworkConfig, NetworkError, Peer, Protocol, Rule};
 
 /// Sends a batch to `nft -j -f -`: all of it applies, or none.
 pub(crate) fn apply(config: &NetworkConfig, commands: &[Value]) -> Result<(), NetworkError> {
@@ -119,7 +119,7 @@ fn block(cidr: &Cidr) -> Option<Value> {
 
 /// The base tables: the hooks that send a sandbox's packets to its chains, anti-spoofing at
 /// the bridge, masquerade out of the range.
-pub(crate) fn base(config: &NetworkConfig) -> Vec<Value> {
+pub(crate) fn base(config: &NetworkConfig, proxy_port: u16) -> Vec<Value> {
     let table = config.table();
     let table = table.as_str();
     let bridge = json!(config.bridge);
@@ -138,11 +138,32 @@ pub(crate) fn base(config: &NetworkConfig) -> Vec<Value> {
         |field: &str, map: &str| json!({ "vmap": { "key": payload("ip", field), "data": format!("@{map}") } });
     let unknown_sender = || matches(payload("ip", "saddr"), "!=", json!("@pods"));
     let ipv6 = || matches(meta("nfproto"), "==", json!("ipv6"));
+    let gateway = json!(config.pod_cidr.gateway().to_string());
+    // The sandboxes' own services on the gateway: the SNI proxy and the resolver, which decide
+    // per sandbox themselves.
+    let gateway_service = |protocol: &str, port: u16| {
+        rule(
+            "inet",
+            table,
+            "input",
+            vec![
+                from_bridge(),
+                matches(payload("ip", "daddr"), "==", gateway.clone()),
+                matches(meta("l4proto"), "==", json!(protocol)),
+                matches(payload("th", "dport"), "==", json!(port)),
+                verdict("accept"),
+            ],
+        )
+    };
     vec![
         json!({ "add": { "table": { "family": "inet", "name": table } } }),
         add("set", "inet", table, json!({ "name": "pods", "type": "ipv4_addr" })),
         add("map", "inet", table, json!({ "name": "egress", "type": "ipv4_addr", "map": "verdict" })),
         add("map", "inet", table, json!({ "name": "ingress", "type": "ipv4_addr", "map": "verdict" })),
+        add("map", "inet", table, json!({ "name": "redirects", "type": "ipv4_addr", "map": "verdict" })),
+        chain("prerouting", "nat", "prerouting", -100),
+        // Port 443 of sandboxes with HTTPS grants, to the SNI proxy (`nat_<n>`).
+        rule("inet", table, "prerouting", vec![from_bridge(), by_address("saddr", "redirects")]),
         chain("forward", "filter", "forward", 0),
         chain("input", "filter", "input", 0),
         chain("output", "filter", "output", 0),
@@ -169,6 +190,8 @@ pub(crate) fn base(config: &NetworkConfig) -> Vec<Value> {
         rule("inet", table, "input", vec![from_bridge(), unknown_sender(), verdict("drop")]),
         rule("inet", table, "input", vec![from_bridge(), established(), verdict("accept")]),
         rule("inet", table, "input", vec![from_bridge(), ipv6(), verdict("drop")]),
+        gateway_service("tcp", proxy_port),
+        gateway_service("udp", 53),
         rule("inet", table, "input", vec![from_bridge(), by_address("saddr", "egress")]),
         // From the host itself: the receiver's ingress rules decide.
         rule("inet", table, "output", vec![to_bridge(), established(), verdict("accept")]),
@@ -281,8 +304,42 @@ fn refresh_groups(table: &str, attached: &BTreeMap<String, Attached>) -> Vec<Val
     commands
 }
 
+/// Whether a rule's ports take in TCP 443.
+fn allows_https(rule: &Rule) -> bool {
+    rule.ports.is_empty()
+        || rule.ports.iter().any(|range| range.protocol == Protocol::Tcp && range.first <= 443 && 443 <= range.last)
+}
+
+/// A sandbox with HTTPS grants: its port-443 traffic that an address rule allows goes on as it
+/// is; the rest goes to the SNI proxy.
+fn redirect_chain(table: &str, index: u64, egress: &Direction, proxy_port: u16) -> Vec<Value> {
+    let chain = format!("nat_{index}");
+    let mut commands = vec![add("chain", "inet", table, json!({ "name": chain }))];
+    for (position, allowed) in egress.rules.iter().enumerate().filter(|(_, rule)| allows_https(rule)) {
+        let Some(mut expr) = peer_matches(Way::Egress, index, position, &allowed.peer) else { continue };
+        expr.push(verdict("return"));
+        commands.push(rule("inet", table, &chain, expr));
+    }
+    commands.push(rule(
+        "inet",
+        table,
+        &chain,
+        vec![
+            matches(meta("l4proto"), "==", json!("tcp")),
+            matches(payload("th", "dport"), "==", json!(443)),
+            json!({ "redirect": { "port": proxy_port } }),
+        ],
+    ));
+    commands
+}
+
 /// The batch that puts the sandbox `id` (already in `attached`) in force.
-pub(crate) fn attach(config: &NetworkConfig, attached: &BTreeMap<String, Attached>, id: &str) -> Vec<Value> {
+pub(crate) fn attach(
+    config: &NetworkConfig,
+    attached: &BTreeMap<String, Attached>,
+    id: &str,
+    proxy_port: u16,
+) -> Vec<Value> {
     let table = config.table();
     let table = table.as_str();
     let Some(new) = attached.get(id) else { return Vec::new() };
@@ -311,8 +368,15 @@ pub(crate) fn attach(config: &NetworkConfig, attached: &BTreeMap<String, Attache
         &port,
         vec![matches(payload("arp", "saddr ip"), "!=", json!(address)), verdict("drop")],
     ));
+    if !sandbox.https_grants.is_empty() {
+        commands.extend(redirect_chain(table, index, &sandbox.egress, proxy_port));
+    }
     commands.extend(refresh_groups(table, attached));
     commands.push(add("element", "inet", table, json!({ "name": "pods", "elem": [address] })));
+    if !sandbox.https_grants.is_empty() {
+        let chain = format!("nat_{index}");
+        commands.push(add("element", "inet", table, json!({ "name": "redirects", "elem": [[address, jump(&chain)]] })));
+    }
     for (map, way) in [("egress", Way::Egress), ("ingress", Way::Ingress)] {
         commands.push(add(
             "element",
@@ -342,10 +406,19 @@ pub(crate) fn detach(config: &NetworkConfig, remaining: &BTreeMap<String, Attach
         command("delete", "element", "inet", table, json!({ "name": "ingress", "elem": [address] })),
         command("delete", "element", "bridge", table, json!({ "name": "ports", "elem": [link_name(config, index)] })),
     ];
-    for (way, direction) in [(Way::Egress, &sandbox.egress), (Way::Ingress, &sandbox.ingress)] {
-        let chain = way.chain(index);
+    let mut chains = vec![Way::Egress.chain(index), Way::Ingress.chain(index)];
+    if !sandbox.https_grants.is_empty() {
+        commands.push(command("delete", "element", "inet", table, json!({ "name": "redirects", "elem": [address] })));
+        chains.push(format!("nat_{index}"));
+    }
+    // Emptied first: a chain's rules hold the sets it names.
+    for chain in &chains {
         commands.push(command("flush", "chain", "inet", table, json!({ "name": chain })));
+    }
+    for chain in &chains {
         commands.push(command("delete", "chain", "inet", table, json!({ "name": chain })));
+    }
+    for (way, direction) in [(Way::Egress, &sandbox.egress), (Way::Ingress, &sandbox.ingress)] {
         for (position, rule) in direction.rules.iter().enumerate() {
             if is_group(&rule.peer) {
                 commands.push(command("delete", "set", "inet", table, json!({ "name": way.set(index, position) })));

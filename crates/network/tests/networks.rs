@@ -11,8 +11,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use cwsandbox_network::{
-    Attachment, Cidr, Direction, Ipv4Cidr, NetworkConfig, NetworkError, Peer, PeerIdentity, PortRange, Protocol, Rule,
-    SandboxNetworks,
+    Attachment, Cidr, Direction, HostnameGrant, Ipv4Cidr, NetworkConfig, NetworkError, Peer, PeerIdentity, PortRange,
+    Protocol, Rule, SandboxNetworks,
 };
 
 const TEST_HOST: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
@@ -177,6 +177,7 @@ fn cidr_and_port_rules_decide_what_a_sandbox_reaches() {
                 identity: identity("org", "alice", &[]),
                 egress,
                 ingress: Direction::default(),
+                https_grants: Vec::new(), dns_allow_all: true,
             },
         )
     };
@@ -219,6 +220,7 @@ fn groups_and_ingress_rules_decide_who_reaches_a_sandbox() {
                 identity,
                 egress: Direction::default(),
                 ingress,
+                https_grants: Vec::new(), dns_allow_all: true,
             },
         )
     };
@@ -281,6 +283,7 @@ fn a_sandbox_network_is_gone_with_it_and_a_bridge_has_one_owner() {
             identity: identity("org", "alice", &[]),
             egress: isolated(Vec::new()),
             ingress: Direction::default(),
+            https_grants: Vec::new(), dns_allow_all: true,
         },
     );
     assert!(path.exists());
@@ -290,6 +293,7 @@ fn a_sandbox_network_is_gone_with_it_and_a_bridge_has_one_owner() {
         identity: identity("org", "alice", &[]),
         egress: Direction::default(),
         ingress: Direction::default(),
+        https_grants: Vec::new(), dns_allow_all: true,
     });
     assert!(matches!(again, Err(NetworkError::AlreadyAttached(_))), "{again:?}");
     assert!(matches!(networks.make_namespace("s"), Err(NetworkError::AlreadyAttached(_))));
@@ -327,6 +331,7 @@ fn a_network_is_put_into_the_namespace_a_process_made() {
             identity: identity("org", "alice", &[]),
             egress: Direction::default(),
             ingress: Direction::default(),
+            https_grants: Vec::new(), dns_allow_all: true,
         },
     );
     let at = SocketAddr::from((address(&networks, 0), 7000));
@@ -352,6 +357,7 @@ fn a_network_is_put_into_the_namespace_a_process_made() {
         identity: identity("org", "alice", &[]),
         egress: isolated(vec![Rule { peer: Peer::SameOrganization, ports: vec![tcp(7000, 7000)] }]),
         ingress: Direction::default(),
+        https_grants: Vec::new(), dns_allow_all: true,
     };
     networks.attach(client).expect("attach");
     networks.plumb_process("client", pid).expect("plumbed into the process's namespace");
@@ -361,4 +367,168 @@ fn a_network_is_put_into_the_namespace_a_process_made() {
     networks.detach("client");
     let _ = process.kill();
     let _ = process.wait();
+}
+
+/// The test host's HTTPS server: a CA of the test's own and one certificate for the test names,
+/// answering each handshake with `hello <server name>`.
+mod https {
+    use std::sync::Arc;
+
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+    pub struct Authority {
+        pub ca: CertificateDer<'static>,
+        pub server: Arc<rustls::ServerConfig>,
+    }
+
+    pub fn authority(names: &[&str]) -> Authority {
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let params = CertificateParams::new(names.iter().map(|name| (*name).to_owned()).collect::<Vec<_>>()).unwrap();
+        let certificate = params.signed_by(&key, &issuer).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![certificate.der().clone()], PrivateKeyDer::Pkcs8(key.serialize_der().into()))
+            .unwrap();
+        Authority { ca: ca.der().clone(), server: Arc::new(server) }
+    }
+
+    /// Serves TLS on `listener` until the process ends.
+    pub fn serve(listener: std::net::TcpListener, config: Arc<rustls::ServerConfig>) {
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let config = config.clone();
+                std::thread::spawn(move || {
+                    let Ok(connection) = rustls::ServerConnection::new(config) else { return };
+                    let mut tls = rustls::StreamOwned::new(connection, stream);
+                    if tls.conn.complete_io(&mut tls.sock).is_err() {
+                        return;
+                    }
+                    let name = tls.conn.server_name().unwrap_or_default().to_owned();
+                    let _ = std::io::Write::write_all(&mut tls, format!("hello {name}").as_bytes());
+                    tls.conn.send_close_notify();
+                    let _ = tls.conn.complete_io(&mut tls.sock);
+                });
+            }
+        });
+    }
+
+    /// A TLS client's reply from `address`:443 for `name`, trusting only `ca`.
+    pub fn fetch(address: std::net::Ipv4Addr, name: &str, ca: &CertificateDer<'static>) -> std::io::Result<String> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.clone()).map_err(std::io::Error::other)?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(std::io::Error::other)?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let server_name = ServerName::try_from(name.to_owned()).map_err(std::io::Error::other)?;
+        let connection = rustls::ClientConnection::new(Arc::new(config), server_name).map_err(std::io::Error::other)?;
+        let stream = std::net::TcpStream::connect_timeout(&(address, 443).into(), super::CONNECT_TIMEOUT)?;
+        stream.set_read_timeout(Some(super::CONNECT_TIMEOUT))?;
+        let mut tls = rustls::StreamOwned::new(connection, stream);
+        let mut reply = String::new();
+        std::io::Read::read_to_string(&mut tls, &mut reply)?;
+        Ok(reply)
+    }
+}
+
+/// Asks the resolver at `server` for `name`'s A record from the namespace at `path`: the
+/// addresses, or the answer's code.
+fn resolve(path: &Path, server: Ipv4Addr, name: &str) -> Result<Vec<Ipv4Addr>, String> {
+    let name = name.to_owned();
+    in_namespace(path, move || {
+        // A query by hand: id 7, recursion desired, one question, class IN.
+        let mut query = vec![0, 7, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in name.split('.') {
+            query.push(label.len() as u8);
+            query.extend_from_slice(label.as_bytes());
+        }
+        query.extend_from_slice(&[0, 0, 1, 0, 1]);
+        let socket = std::net::UdpSocket::bind("0.0.0.0:0").map_err(|error| error.to_string())?;
+        socket.set_read_timeout(Some(CONNECT_TIMEOUT)).map_err(|error| error.to_string())?;
+        socket.send_to(&query, (server, 53)).map_err(|error| error.to_string())?;
+        let mut reply = [0u8; 512];
+        let length = socket.recv(&mut reply).map_err(|error| error.to_string())?;
+        let reply = &reply[..length];
+        let code = reply[3] & 0x0f;
+        if code != 0 {
+            return Err(format!("rcode {code}"));
+        }
+        // Each answer of ours ends with a 4-byte A record.
+        let answers = u16::from_be_bytes([reply[6], reply[7]]) as usize;
+        Ok((0..answers)
+            .map(|n| {
+                let end = length - (answers - 1 - n) * 16;
+                Ipv4Addr::new(reply[end - 4], reply[end - 3], reply[end - 2], reply[end - 1])
+            })
+            .collect())
+    })
+}
+
+/// HTTPS names through the SNI proxy: a granted name (exact, wildcard) reaches the test host's
+/// server, whose certificate the client verifies end to end (TLS is not terminated); a name not
+/// granted is closed; the resolver answers granted names only under DNS deny, any name under
+/// allow. Plain ports stay refused.
+#[test]
+fn https_names_are_granted_through_the_sni_proxy_and_dns_follows_the_mode() {
+    if !runnable("https_names_are_granted_through_the_sni_proxy_and_dns_follows_the_mode") {
+        return;
+    }
+    let test_host = TestHost::start("5");
+    let names = ["granted.test", "a.wild.test", "other.test"];
+    let authority = https::authority(&names);
+    let listener = in_namespace(&test_host.path(), || TcpListener::bind((TEST_HOST, 443)).expect("443 binds"));
+    https::serve(listener, authority.server.clone());
+    let pod_cidr: Ipv4Cidr = format!("10.{}.5.0/24", 200 + std::process::id() % 50).parse().expect("range");
+    let mut config = NetworkConfig::new("cwnt5", pod_cidr);
+    config.static_hosts = names.iter().map(|name| ((*name).to_owned(), TEST_HOST)).collect();
+    let networks = SandboxNetworks::open(config).expect("sandbox networks open");
+    let grants = vec![
+        HostnameGrant { pattern: "granted.test".to_owned(), except: Vec::new() },
+        HostnameGrant { pattern: "*.wild.test".to_owned(), except: vec!["b.wild.test".to_owned()] },
+    ];
+    let sandbox = |n: usize, dns_allow_all: bool| {
+        attach(
+            &networks,
+            Attachment {
+                id: format!("s{n}"),
+                address: address(&networks, n),
+                identity: identity("org", "alice", &[]),
+                egress: isolated(Vec::new()),
+                ingress: Direction::default(),
+                https_grants: grants.clone(),
+                dns_allow_all,
+            },
+        )
+    };
+    let (denying, allowing) = (sandbox(0, false), sandbox(1, true));
+    let nameserver = networks.nameserver();
+
+    for name in ["granted.test", "a.wild.test"] {
+        let path = denying.clone();
+        let ca = authority.ca.clone();
+        let reply = in_namespace(&path, move || https::fetch(TEST_HOST, name, &ca)).expect(name);
+        assert_eq!(reply, format!("hello {name}"));
+    }
+    let ca = authority.ca.clone();
+    let refused_name = in_namespace(&denying, move || https::fetch(TEST_HOST, "other.test", &ca));
+    assert!(refused_name.is_err(), "a name not granted: {refused_name:?}");
+    assert!(refused(reach(Some(&denying), SocketAddr::from((TEST_HOST, 8080)))), "no address rule, no plain port");
+
+    assert_eq!(resolve(&denying, nameserver, "granted.test"), Ok(vec![TEST_HOST]));
+    assert_eq!(resolve(&denying, nameserver, "a.wild.test"), Ok(vec![TEST_HOST]));
+    assert_eq!(resolve(&denying, nameserver, "other.test"), Err("rcode 5".to_owned()), "REFUSED under deny");
+    assert_eq!(resolve(&allowing, nameserver, "other.test"), Ok(vec![TEST_HOST]), "any name under allow");
+    drop(networks);
+    drop(test_host);
 }

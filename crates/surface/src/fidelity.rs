@@ -384,7 +384,7 @@ pub const FIELDS: &[FieldRule] = &[
     ),
     emulated_whole(
         "CreateSandboxRequest.sandbox.spec.network.egress",
-        "as ingress, and selector (Pods of the sandbox's organization); an https_hostname rule is refused by name (no SNI proxy yet): grant the host's addresses with a cidr rule",
+        "as ingress, and selector (Pods of the sandbox's organization); https_hostname (exact or *., minus https_hostname_except): TCP 443 through the emulator's SNI proxy, which reads the ClientHello's server name without terminating TLS, closes a name not granted, and dials the name's own address",
     ),
     emulated(
         "CreateSandboxRequest.sandbox.spec.network.deny_egress",
@@ -394,9 +394,9 @@ pub const FIELDS: &[FieldRule] = &[
         "CreateSandboxRequest.sandbox.spec.network.deny_ingress",
         "true: only what ingress rules allow arrives, on a network of the sandbox's own (as ingress)",
     ),
-    refused(
+    emulated(
         "CreateSandboxRequest.sandbox.spec.network.dns_egress",
-        "not enforced yet: the emulator runs no resolver of its own for sandboxes",
+        "the sandbox's nameserver is the emulator's resolver on its gateway: ALLOW (the default) answers any name, DENY only the names of its HTTPS grants, others REFUSED (a network of its own, as ingress)",
     ),
     emulated("CreateSandboxRequest.sandbox.spec.annotations", "on the Pod; the SUNK annotations steer placement"),
     refused("CreateSandboxRequest.sandbox.spec.instance_type", "checked against the policy, not used for placement"),
@@ -1170,7 +1170,7 @@ mod tests {
                     source: Some(pb::sandbox_volume::Source::Scratch(sized)),
                 },
             ],
-            network: Some(pb::NetworkOptions { dns_egress: pb::DnsEgressMode::Deny as i32, ..Default::default() }),
+            network_config_id: "net".to_owned(),
             ..Default::default()
         };
         assert_eq!(
@@ -1178,7 +1178,7 @@ mod tests {
             [
                 "sandbox.spec.containers[0].security_context.read_only_root_filesystem",
                 "sandbox.spec.containers[1].startup_probe",
-                "sandbox.spec.network.dns_egress",
+                "sandbox.spec.network_config_id",
             ]
         );
     }
@@ -1256,11 +1256,11 @@ mod tests {
             "an empty attachments message asks for nothing"
         );
         let from_file = pb::CreateSandboxFromFileRequest {
-            network: Some(pb::NetworkOptions { dns_egress: pb::DnsEgressMode::Deny as i32, ..Default::default() }),
+            network_ids: vec!["net".to_owned()],
             builder_sizes: [("web".to_owned(), "large".to_owned())].into(),
             ..Default::default()
         };
-        assert_eq!(fields(unemulated(&from_file)), ["network.dns_egress", "builder_sizes"]);
+        assert_eq!(fields(unemulated(&from_file)), ["network_ids", "builder_sizes"]);
     }
 
     #[test]

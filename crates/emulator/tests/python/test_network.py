@@ -7,8 +7,10 @@ any, the sandbox shares the host's network (as the emulator's README says)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from urllib.parse import urlparse
 
@@ -57,6 +59,38 @@ SERVER = (
     "while True:\n"
     "    c, _ = s.accept(); c.sendall(sys.argv[3].encode()); c.close()\n"
 )
+# The names the suite's values resolve to the test host (containerRuntime.network.staticHosts).
+HTTPS_NAMES = ("granted.test", "api.wild.test", "other.test")
+TEST_CA: list[bytes] = []
+# TLS on argv[1]:443 with argv[2]/argv[3]; answers each handshake with "hello <server name>".
+HTTPS_SERVER = (
+    "import socket, ssl, sys, threading\n"
+    "context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); context.load_cert_chain(sys.argv[2], sys.argv[3])\n"
+    "names = {}\n"
+    "context.sni_callback = lambda sock, name, ctx: names.__setitem__(id(sock), name)\n"
+    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind((sys.argv[1], 443)); s.listen()\n"
+    "print('listening', flush=True)\n"
+    "def serve(c):\n"
+    "    try:\n"
+    "        tls = context.wrap_socket(c, server_side=True)\n"
+    "        tls.sendall(('hello ' + str(names.get(id(tls)) or tls.server_hostname)).encode()); tls.close()\n"
+    "    except (OSError, ssl.SSLError):\n"
+    "        c.close()\n"
+    "while True:\n"
+    "    c, _ = s.accept(); threading.Thread(target=serve, args=(c,)).start()\n"
+)
+# An HTTPS request to argv[1] trusting the CA at argv[2]: the reply, or how it failed.
+FETCH = (
+    "import socket, ssl, sys\n"
+    "context = ssl.create_default_context(cafile=sys.argv[2])\n"
+    "try:\n"
+    "    with socket.create_connection((sys.argv[1], 443), 10) as raw:\n"
+    "        with context.wrap_socket(raw, server_hostname=sys.argv[1]) as tls:\n"
+    "            print(tls.recv(100).decode())\n"
+    "except (OSError, ssl.SSLError) as error:\n"
+    "    print('refused', type(error).__name__, error)\n"
+)
 # Connects to argv[1]:argv[2] and prints the reply, or how it failed.
 REACH = (
     "import socket, sys\n"
@@ -87,6 +121,7 @@ def test_host():
     subprocess.run(["ip", "link", "del", name], capture_output=True)
     ip("netns", "add", name)
     servers = []
+    pki = tempfile.mkdtemp(prefix="cwpyca-")
     try:
         ip("link", "add", name, "type", "veth", "peer", "name", "eth0", "netns", name)
         ip("addr", "add", "203.0.113.1/24", "dev", name)
@@ -98,6 +133,26 @@ def test_host():
         # Replies to sandboxes come in here and are forwarded to the emulator's bridge.
         with open(f"/proc/sys/net/ipv4/conf/{name}/forwarding", "w") as forwarding:
             forwarding.write("1")
+        # An HTTPS server for the names the suite's values resolve here, with a CA of its own.
+        openssl = lambda *args: subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=pki)  # noqa: E731
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+                "-days", "1", "-subj", "/CN=cwsandbox test CA")
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+                "-subj", "/CN=granted.test")
+        with open(os.path.join(pki, "names.ext"), "w") as ext:
+            ext.write("subjectAltName=" + ",".join(f"DNS:{name}" for name in HTTPS_NAMES) + "\n")
+        openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", "server.pem", "-days", "1", "-extfile", "names.ext")
+        https = subprocess.Popen(
+            ["ip", "netns", "exec", name, sys.executable, "-c", HTTPS_SERVER, TEST_HOST,
+             os.path.join(pki, "server.pem"), os.path.join(pki, "server.key")],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        servers.append(https)
+        assert https.stdout.readline().strip() == "listening"
+        with open(os.path.join(pki, "ca.pem"), "rb") as ca:
+            TEST_CA.append(ca.read())
         for port, reply in ((8080, "eighty"), (9090, "ninety")):
             server = subprocess.Popen(
                 ["ip", "netns", "exec", name, sys.executable, "-c", SERVER, TEST_HOST, str(port), reply],
@@ -113,6 +168,7 @@ def test_host():
             server.wait()
         subprocess.run(["ip", "link", "del", name], capture_output=True)
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        shutil.rmtree(pki, ignore_errors=True)
 
 
 def reach(sb, address: str, port: int) -> str:
@@ -178,8 +234,19 @@ def test_ingress_rules_decide_who_reaches_a_sandbox(mark):
 
 
 @needs_networks
-def test_network_rules_the_emulator_cannot_enforce_are_refused_by_name(mark):
-    with pytest.raises(SandboxError) as raised:
-        run(mark=mark, network=NetworkOptions(egress=[EgressRule(dns_name="pypi.org")])).wait(timeout=WAIT)
-    assert raised.value.reason == "CWSANDBOX_NOT_IMPLEMENTED", raised.value
-    assert "sandbox.spec.network.egress[0].httpsHostname" in str(raised.value), raised.value
+def test_https_names_are_granted_through_the_emulators_sni_proxy(mark, test_host):
+    grants = NetworkOptions(egress=[EgressRule(dns_name="granted.test"), EgressRule(dns_name="*.wild.test")])
+    with run(mark=mark, network=grants) as sb:
+        sb.wait(timeout=WAIT)
+        sb.write_file("/tmp/ca.pem", TEST_CA[0]).result()
+        fetch = lambda name: sb.exec(["python3", "-c", FETCH, name, "/tmp/ca.pem"]).result().stdout.strip()  # noqa: E731
+        # The sandbox's client verifies the test host's own certificate: TLS is not terminated.
+        assert fetch("granted.test") == "hello granted.test"
+        assert fetch("api.wild.test") == "hello api.wild.test"
+        assert fetch("other.test").startswith("refused"), "a name not granted is closed"
+        # Its names resolve through the emulator's resolver, its nameserver.
+        resolv = sb.exec(["cat", "/etc/resolv.conf"]).result().stdout
+        assert resolv.strip() == "nameserver 10.246.0.1", resolv
+        # Only port 443, and only through the proxy: the host's plain port stays closed.
+        assert reach(sb, test_host, 8080).startswith("refused")
+        assert sb.dns_egress_names == ("granted.test", "*.wild.test"), sb.dns_egress_names

@@ -11,7 +11,7 @@ use crate::ids::SharedStr;
 use crate::k8s::Labels;
 use crate::resolved::ResolvedSpec;
 use cwsandbox_api::sandbox_v1::{
-    EgressRule, IngressRule, NetworkOptions, SandboxSpec, TenantScope, egress_rule, ingress_rule,
+    DnsEgressMode, EgressRule, IngressRule, NetworkOptions, SandboxSpec, TenantScope, egress_rule, ingress_rule,
 };
 
 /// What the host offers for sandbox networks (said once at start).
@@ -71,6 +71,9 @@ pub struct OwnNetwork {
     pub ingress: Vec<IngressRule>,
     /// Only what `ingress` allows arrives (it has rules, or `deny_ingress`); otherwise anything.
     pub ingress_isolated: bool,
+    /// Its resolver answers any name (`DNS_EGRESS_MODE_ALLOW`, the default), or only the names
+    /// of its HTTPS grants (`DENY`).
+    pub dns_allow_all: bool,
 }
 
 /// The pod range's addresses, handed out in turn so that a freed address is not reused before
@@ -104,7 +107,10 @@ impl PodAddresses {
 /// Whether the spec asks for network rules (beyond `deny_egress`, which a loopback-only
 /// namespace enforces anywhere).
 fn asks_for_rules(network: &NetworkOptions) -> bool {
-    !network.egress.is_empty() || !network.ingress.is_empty() || network.deny_ingress == Some(true)
+    !network.egress.is_empty()
+        || !network.ingress.is_empty()
+        || network.deny_ingress == Some(true)
+        || network.dns_egress != DnsEgressMode::Unspecified as i32
 }
 
 impl World {
@@ -115,7 +121,7 @@ impl World {
 
     /// Refuses, before anything is made, a sandbox whose network rules nothing here can
     /// enforce: no sandbox networks on this host (as when no runner can host it), HTTPS host
-    /// names (not built yet) and gVisor (runsc does not run in such a network here) by name.
+    /// networks by id and gVisor (runsc does not run in such a network here) by name.
     pub(super) fn check_network_runs_here(
         &self,
         org: &str,
@@ -133,18 +139,6 @@ impl World {
             ));
         }
         let Some(network) = spec.network.as_ref().filter(|network| asks_for_rules(network)) else { return Ok(()) };
-        let hostnames: Vec<FieldViolation> = network
-            .egress
-            .iter()
-            .enumerate()
-            .filter(|(_, rule)| matches!(rule.destination, Some(egress_rule::Destination::HttpsHostname(_))))
-            .map(|(index, _)| {
-                FieldViolation::new(
-                    format!("sandbox.spec.network.egress[{index}].httpsHostname"),
-                    "HTTPS host-name grants are not enforced by this emulator yet (the SNI proxy is not built): grant the host's addresses with a cidr rule",
-                )
-            })
-            .collect();
         let sandbox_network = TenantScope::SandboxNetwork as i32;
         let egress_tenants = network
             .egress
@@ -166,7 +160,7 @@ impl World {
                 "TENANT_SCOPE_SANDBOX_NETWORK is not emulated: there are no sandbox networks (network_ids) on this emulator",
             )
         });
-        let refused: Vec<FieldViolation> = hostnames.into_iter().chain(tenants).collect();
+        let refused: Vec<FieldViolation> = tenants.collect();
         if !refused.is_empty() {
             return Err(SimError::not_emulated(refused));
         }
@@ -236,6 +230,7 @@ impl World {
             egress,
             ingress_isolated: info.deny_ingress || !ingress.is_empty(),
             ingress,
+            dns_allow_all: info.resolved.dns_egress != DnsEgressMode::Deny,
         }))
     }
 }
