@@ -147,7 +147,8 @@ impl ExecutorRuntime {
                 path: "/etc/resolv.conf".to_owned(),
                 content: format!("nameserver {nameserver}\n").into_bytes(),
             };
-            let lists = std::iter::once(&mut spec.files).chain(spec.sidecars.iter_mut().map(|sidecar| &mut sidecar.files));
+            let lists =
+                std::iter::once(&mut spec.files).chain(spec.sidecars.iter_mut().map(|sidecar| &mut sidecar.files));
             for files in lists {
                 // A file the spec mounts there itself wins.
                 if !files.iter().any(|file| file.path == resolv_conf.path) {
@@ -155,7 +156,10 @@ impl ExecutorRuntime {
                 }
             }
         }
-        let main = launch.containers.first().ok_or_else(|| RuntimeError::StartFailed("the Pod has no container".to_owned()))?;
+        let main = launch
+            .containers
+            .first()
+            .ok_or_else(|| RuntimeError::StartFailed("the Pod has no container".to_owned()))?;
         let started = self.start_spec(launch, main, spec).await;
         if started.is_ok()
             && !images.is_empty()

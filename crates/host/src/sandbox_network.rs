@@ -11,8 +11,8 @@ use cwsandbox_api::sandbox_v1::{
     ingress_rule,
 };
 use cwsandbox_network::{
-    Attachment, Cidr, Direction, HostnameGrant, Ipv4Cidr, NetworkConfig, Peer, PeerIdentity, PortRange, Protocol,
-    Rule, SandboxNetworks,
+    Attachment, Cidr, Direction, HostnameGrant, Ipv4Cidr, NetworkConfig, Peer, PeerIdentity, PortRange, Protocol, Rule,
+    SandboxNetworks,
 };
 use cwsandbox_sim::world::{Ipv4Range, OwnNetwork, PodNetworkOffer};
 use cwsandbox_sync::MutexUnpoisoned;

@@ -120,7 +120,11 @@ fn answer(query: &Message, policy: &DnsPolicy, resolver: &Resolver) -> Option<Ve
                 _ if !allowed => ResponseCode::Refused,
                 RecordType::A => match resolver.resolve(&name) {
                     Some(address) => {
-                        reply.add_answer(Record::from_rdata(question.name().clone(), TTL_SECONDS, RData::A(A(address))));
+                        reply.add_answer(Record::from_rdata(
+                            question.name().clone(),
+                            TTL_SECONDS,
+                            RData::A(A(address)),
+                        ));
                         ResponseCode::NoError
                     }
                     None => ResponseCode::NXDomain,

@@ -177,7 +177,8 @@ fn cidr_and_port_rules_decide_what_a_sandbox_reaches() {
                 identity: identity("org", "alice", &[]),
                 egress,
                 ingress: Direction::default(),
-                https_grants: Vec::new(), dns_allow_all: true,
+                https_grants: Vec::new(),
+                dns_allow_all: true,
             },
         )
     };
@@ -220,7 +221,8 @@ fn groups_and_ingress_rules_decide_who_reaches_a_sandbox() {
                 identity,
                 egress: Direction::default(),
                 ingress,
-                https_grants: Vec::new(), dns_allow_all: true,
+                https_grants: Vec::new(),
+                dns_allow_all: true,
             },
         )
     };
@@ -283,7 +285,8 @@ fn a_sandbox_network_is_gone_with_it_and_a_bridge_has_one_owner() {
             identity: identity("org", "alice", &[]),
             egress: isolated(Vec::new()),
             ingress: Direction::default(),
-            https_grants: Vec::new(), dns_allow_all: true,
+            https_grants: Vec::new(),
+            dns_allow_all: true,
         },
     );
     assert!(path.exists());
@@ -293,7 +296,8 @@ fn a_sandbox_network_is_gone_with_it_and_a_bridge_has_one_owner() {
         identity: identity("org", "alice", &[]),
         egress: Direction::default(),
         ingress: Direction::default(),
-        https_grants: Vec::new(), dns_allow_all: true,
+        https_grants: Vec::new(),
+        dns_allow_all: true,
     });
     assert!(matches!(again, Err(NetworkError::AlreadyAttached(_))), "{again:?}");
     assert!(matches!(networks.make_namespace("s"), Err(NetworkError::AlreadyAttached(_))));
@@ -331,7 +335,8 @@ fn a_network_is_put_into_the_namespace_a_process_made() {
             identity: identity("org", "alice", &[]),
             egress: Direction::default(),
             ingress: Direction::default(),
-            https_grants: Vec::new(), dns_allow_all: true,
+            https_grants: Vec::new(),
+            dns_allow_all: true,
         },
     );
     let at = SocketAddr::from((address(&networks, 0), 7000));
@@ -357,7 +362,8 @@ fn a_network_is_put_into_the_namespace_a_process_made() {
         identity: identity("org", "alice", &[]),
         egress: isolated(vec![Rule { peer: Peer::SameOrganization, ports: vec![tcp(7000, 7000)] }]),
         ingress: Direction::default(),
-        https_grants: Vec::new(), dns_allow_all: true,
+        https_grants: Vec::new(),
+        dns_allow_all: true,
     };
     networks.attach(client).expect("attach");
     networks.plumb_process("client", pid).expect("plumbed into the process's namespace");

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -17,7 +18,7 @@ from urllib.parse import urlparse
 import pytest
 
 from conftest import NAMESPACES, UNAVAILABLE, WAIT, run
-from cwsandbox import CidrBlock, EgressRule, IngressRule, NetworkOptions, PortRange, SandboxError
+from cwsandbox import CidrBlock, EgressRule, IngressRule, NetworkOptions, PortRange, Service
 
 EMULATOR = urlparse(os.environ["CWSANDBOX_BASE_URL"])
 PROBE = (
@@ -171,6 +172,11 @@ def test_host():
         shutil.rmtree(pki, ignore_errors=True)
 
 
+def from_the_organization(port: int | None = None) -> NetworkOptions:
+    ports = [PortRange(port=port)] if port else None
+    return NetworkOptions(ingress=[IngressRule(tenant="same_org", ports=ports)])
+
+
 def reach(sb, address: str, port: int) -> str:
     return sb.exec(["python3", "-c", REACH, address, str(port)]).result().stdout.strip()
 
@@ -202,8 +208,7 @@ def test_egress_rules_decide_what_a_sandbox_reaches(mark, test_host):
 
 @needs_networks
 def test_ingress_rules_decide_who_reaches_a_sandbox(mark):
-    from_the_organization = NetworkOptions(ingress=[IngressRule(tenant="same_org", ports=[PortRange(port=7000)])])
-    with run(mark=mark, network=from_the_organization) as server, run(
+    with run(mark=mark, network=from_the_organization(port=7000)) as server, run(
         mark=mark, network=NetworkOptions(deny_ingress=True)
     ) as closed, run(mark=mark, network=NetworkOptions(egress=[EgressRule(tenant="same_org")])) as colleague, run(
         mark=mark, network=NetworkOptions(egress=[EgressRule(cidr="203.0.113.0/24")])
@@ -250,3 +255,31 @@ def test_https_names_are_granted_through_the_emulators_sni_proxy(mark, test_host
         # Only port 443, and only through the proxy: the host's plain port stays closed.
         assert reach(sb, test_host, 8080).startswith("refused")
         assert sb.dns_egress_names == ("granted.test", "*.wild.test"), sb.dns_egress_names
+
+
+@needs_networks
+def test_services_reach_sandboxes_with_networks_of_their_own(mark):
+    # Ingress rules govern what comes over the network; a service's connection is relayed inside
+    # the sandbox's namespace, so it reaches the server whatever they say, and two sandboxes
+    # each serve the same port.
+    closed = NetworkOptions(deny_ingress=True)
+    with run(mark=mark, services=[Service(port=8000, name="web")], network=closed) as first, run(
+        mark=mark, services=[Service(port=8000, name="web")], network=from_the_organization()
+    ) as second:
+        for sb, text in ((first, "first"), (second, "second")):
+            sb.wait(timeout=WAIT)
+            sb.exec(
+                ["sh", "-c", f"(python3 -c \"$0\" 0.0.0.0 8000 {text} >/dev/null &)", SERVER]
+            ).result()
+        for sb, text in ((first, "first"), (second, "second")):
+            [(_, _, url)] = sb.service_urls
+            port = int(url.rsplit(":", 1)[1].rstrip("/"))
+            deadline = time.monotonic() + WAIT
+            reply = ""
+            while reply != text and time.monotonic() < deadline:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), 5) as connection:
+                        reply = connection.recv(100).decode()
+                except OSError:
+                    time.sleep(0.05)
+            assert reply == text
