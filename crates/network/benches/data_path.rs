@@ -18,17 +18,13 @@ use std::time::{Duration, Instant};
 use cwsandbox_network::{
     Attachment, Cidr, Direction, HostnameGrant, Ipv4Cidr, NetworkConfig, Peer, PeerIdentity, Rule, SandboxNetworks,
 };
+use cwsandbox_testkit::test_host::TestHost;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 const HOST: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
 const NAME: &str = "bench.test";
 const CHUNK: usize = 64 * 1024;
-
-fn ip(args: &[&str]) {
-    let status = Command::new("ip").args(args).status().expect("ip runs");
-    assert!(status.success(), "ip {}", args.join(" "));
-}
 
 /// Runs `work` on a thread in the network namespace at `path` (the bench's own with `None`).
 fn within<T: Send + 'static>(path: Option<&Path>, work: impl FnOnce() -> T + Send + 'static) -> T {
@@ -206,20 +202,8 @@ fn main() {
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|value| value.parse().ok()).unwrap_or(200);
     let mib: usize = std::env::var("BENCH_MIB").ok().and_then(|value| value.parse().ok()).unwrap_or(512);
 
-    // The test host.
-    let name = "cwnbh";
-    let _ = Command::new("ip").args(["netns", "del", name]).stderr(std::process::Stdio::null()).status();
-    let _ = Command::new("ip").args(["link", "del", name]).stderr(std::process::Stdio::null()).status();
-    ip(&["netns", "add", name]);
-    ip(&["link", "add", name, "type", "veth", "peer", "name", "eth0", "netns", name]);
-    ip(&["addr", "add", "198.51.100.1/24", "dev", name]);
-    ip(&["link", "set", name, "up"]);
-    ip(&["-n", name, "link", "set", "lo", "up"]);
-    ip(&["-n", name, "link", "set", "eth0", "up"]);
-    ip(&["-n", name, "addr", "add", "198.51.100.10/24", "dev", "eth0"]);
-    ip(&["-n", name, "route", "add", "default", "via", "198.51.100.1"]);
-    std::fs::write(format!("/proc/sys/net/ipv4/conf/{name}/forwarding"), "1").expect("forwarding");
-    let host_path = PathBuf::from(format!("/run/netns/{name}"));
+    let test_host = TestHost::start("cwnbh", [198, 51, 100]);
+    let host_path = test_host.path();
 
     let ca_key = KeyPair::generate().expect("key");
     let mut ca_params = CertificateParams::new(Vec::new()).expect("params");
@@ -328,6 +312,5 @@ fn main() {
         median(&mut removed)
     );
     drop(networks);
-    let _ = Command::new("ip").args(["link", "del", name]).status();
-    let _ = Command::new("ip").args(["netns", "del", name]).status();
+    drop(test_host);
 }

@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+
+use cwsandbox_testkit::test_host::{TestHost, in_namespace};
 
 use cwsandbox_network::{
     Attachment, Cidr, Direction, HostnameGrant, Ipv4Cidr, NetworkConfig, NetworkError, Peer, PeerIdentity, PortRange,
@@ -28,23 +29,6 @@ fn runnable(test: &str) -> bool {
         return false;
     }
     true
-}
-
-fn ip(args: &[&str]) {
-    let status = Command::new("ip").args(args).status().expect("ip runs");
-    assert!(status.success(), "ip {}", args.join(" "));
-}
-
-/// Runs `work` on a thread inside the network namespace at `path`.
-fn in_namespace<T: Send + 'static>(path: &Path, work: impl FnOnce() -> T + Send + 'static) -> T {
-    let namespace = std::fs::File::open(path).expect("namespace opens");
-    std::thread::spawn(move || {
-        // SAFETY: setns moves this thread only, into a namespace file we opened.
-        assert_eq!(unsafe { libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns");
-        work()
-    })
-    .join()
-    .expect("namespace thread")
 }
 
 /// A listener in the namespace at `path` that answers each connection with `reply` and
@@ -77,46 +61,15 @@ fn refused(result: std::io::Result<Vec<u8>>) -> bool {
     matches!(result, Err(error) if matches!(error.kind(), ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset | ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable | ErrorKind::PermissionDenied))
 }
 
-/// A host of the test's own: a namespace routed from the host at 198.51.100.10 with servers
-/// on 8080 and 9090. Removed on drop.
-struct TestHost {
-    name: String,
-    link: String,
-}
-
-impl TestHost {
-    fn start(tag: &str) -> TestHost {
-        let name = format!("cwnth{tag}");
-        let link = format!("cwnth{tag}");
-        let _ = Command::new("ip").args(["netns", "del", &name]).stderr(std::process::Stdio::null()).status();
-        let _ = Command::new("ip").args(["link", "del", &link]).stderr(std::process::Stdio::null()).status();
-        ip(&["netns", "add", &name]);
-        ip(&["link", "add", &link, "type", "veth", "peer", "name", "eth0", "netns", &name]);
-        ip(&["addr", "add", "198.51.100.1/24", "dev", &link]);
-        ip(&["link", "set", &link, "up"]);
-        ip(&["-n", &name, "link", "set", "lo", "up"]);
-        ip(&["-n", &name, "link", "set", "eth0", "up"]);
-        ip(&["-n", &name, "addr", "add", "198.51.100.10/24", "dev", "eth0"]);
-        ip(&["-n", &name, "route", "add", "default", "via", "198.51.100.1"]);
-        // Replies to a sandbox come in here and are forwarded to the bridge.
-        std::fs::write(format!("/proc/sys/net/ipv4/conf/{link}/forwarding"), "1").expect("forwarding on the test link");
-        let host = TestHost { name, link };
-        for (port, reply) in [(8080, &b"eighty-eighty"[..]), (9090, &b"ninety-ninety"[..])] {
-            serve(&host.path(), SocketAddr::from((TEST_HOST, port)), reply);
-        }
-        host
+/// A host of the test's own at 198.51.100.10 (testkit's `TestHost`) with TCP servers on 8080
+/// and 9090.
+fn test_host(name: &str) -> TestHost {
+    let host = TestHost::start(name, [198, 51, 100]);
+    assert_eq!(host.address(), TEST_HOST);
+    for (port, reply) in [(8080, &b"eighty-eighty"[..]), (9090, &b"ninety-ninety"[..])] {
+        serve(&host.path(), SocketAddr::from((TEST_HOST, port)), reply);
     }
-
-    fn path(&self) -> PathBuf {
-        Path::new("/run/netns").join(&self.name)
-    }
-}
-
-impl Drop for TestHost {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.link]).status();
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
-    }
+    host
 }
 
 /// A bridge and range of this test's own (tests of this binary run at once).
@@ -140,6 +93,19 @@ fn attach(networks: &SandboxNetworks, attachment: Attachment) -> PathBuf {
     let id = attachment.id.clone();
     networks.attach(attachment).expect("attach");
     networks.make_namespace(&id).expect("a namespace")
+}
+
+/// Sandbox `id` at the range's `n`th Pod address, open both ways, no names, any DNS answer.
+fn open(networks: &SandboxNetworks, id: &str, n: usize, identity: PeerIdentity) -> Attachment {
+    Attachment {
+        id: id.to_owned(),
+        address: address(networks, n),
+        identity,
+        egress: Direction::default(),
+        ingress: Direction::default(),
+        https_grants: Vec::new(),
+        dns_allow_all: true,
+    }
 }
 
 fn address(networks: &SandboxNetworks, n: usize) -> Ipv4Addr {
@@ -166,21 +132,10 @@ fn cidr_and_port_rules_decide_what_a_sandbox_reaches() {
     if !runnable("cidr_and_port_rules_decide_what_a_sandbox_reaches") {
         return;
     }
-    let test_host = TestHost::start("1");
+    let test_host = test_host("cwnth1");
     let networks = networks(1);
     let sandbox = |n: usize, egress: Direction| {
-        attach(
-            &networks,
-            Attachment {
-                id: format!("s{n}"),
-                address: address(&networks, n),
-                identity: identity("org", "alice", &[]),
-                egress,
-                ingress: Direction::default(),
-                https_grants: Vec::new(),
-                dns_allow_all: true,
-            },
-        )
+        attach(&networks, Attachment { egress, ..open(&networks, &format!("s{n}"), n, identity("org", "alice", &[])) })
     };
     let one_port =
         sandbox(0, isolated(vec![Rule { peer: cidr("198.51.100.10/32", &[]), ports: vec![tcp(8080, 8080)] }]));
@@ -212,31 +167,20 @@ fn groups_and_ingress_rules_decide_who_reaches_a_sandbox() {
         return;
     }
     let networks = networks(2);
-    let attach = |n: usize, identity: PeerIdentity, ingress: Direction| {
-        attach(
-            &networks,
-            Attachment {
-                id: format!("s{n}"),
-                address: address(&networks, n),
-                identity,
-                egress: Direction::default(),
-                ingress,
-                https_grants: Vec::new(),
-                dns_allow_all: true,
-            },
-        )
+    let with_ingress = |n: usize, identity: PeerIdentity, ingress: Direction| {
+        attach(&networks, Attachment { ingress, ..open(&networks, &format!("s{n}"), n, identity) })
     };
     let listen = |path: &Path, n: usize| {
         let at = SocketAddr::from((address(&networks, n), 7000));
         serve(path, at, b"hello");
         at
     };
-    let same_org = attach(
+    let same_org = with_ingress(
         0,
         identity("org-a", "alice", &[("app", "server")]),
         isolated(vec![Rule { peer: Peer::SameOrganization, ports: vec![tcp(7000, 7000)] }]),
     );
-    let selected = attach(
+    let selected = with_ingress(
         1,
         identity("org-a", "alice", &[]),
         isolated(vec![Rule {
@@ -247,10 +191,10 @@ fn groups_and_ingress_rules_decide_who_reaches_a_sandbox() {
             ports: Vec::new(),
         }]),
     );
-    let closed = attach(2, identity("org-a", "alice", &[]), isolated(Vec::new()));
-    let colleague = attach(3, identity("org-a", "bob", &[("role", "client")]), Direction::default());
-    let teammate = attach(4, identity("org-a", "alice", &[("role", "other")]), Direction::default());
-    let stranger = attach(5, identity("org-b", "mallory", &[("role", "client")]), Direction::default());
+    let closed = with_ingress(2, identity("org-a", "alice", &[]), isolated(Vec::new()));
+    let colleague = with_ingress(3, identity("org-a", "bob", &[("role", "client")]), Direction::default());
+    let teammate = with_ingress(4, identity("org-a", "alice", &[("role", "other")]), Direction::default());
+    let stranger = with_ingress(5, identity("org-b", "mallory", &[("role", "client")]), Direction::default());
     let (same_org_at, selected_at, closed_at) = (listen(&same_org, 0), listen(&selected, 1), listen(&closed, 2));
 
     assert_eq!(reach(Some(&colleague), same_org_at).expect("same organization"), b"hello");
@@ -263,9 +207,21 @@ fn groups_and_ingress_rules_decide_who_reaches_a_sandbox() {
         assert!(refused(reach(from, closed_at)), "deny ingress, from {from:?}");
     }
 
+    // Egress to the same user's sandboxes only: alice's teammate, not bob.
+    let alone = with_ingress(7, identity("org-a", "alice", &[]), Direction::default());
+    let mut mine = open(&networks, "s8", 8, identity("org-a", "alice", &[]));
+    mine.egress = isolated(vec![Rule { peer: Peer::SameUser, ports: Vec::new() }]);
+    let mine = attach(&networks, mine);
+    let mut bobs = open(&networks, "s9", 9, identity("org-a", "bob", &[]));
+    bobs.egress = isolated(vec![Rule { peer: Peer::SameUser, ports: Vec::new() }]);
+    let bobs = attach(&networks, bobs);
+    let alone_at = listen(&alone, 7);
+    assert_eq!(reach(Some(&mine), alone_at).expect("the same user"), b"hello");
+    assert!(refused(reach(Some(&bobs), alone_at)), "another user of the organization");
+
     // A group follows sandboxes as they come and go.
     networks.detach("s3");
-    let newcomer = attach(6, identity("org-a", "carol", &[("role", "client")]), Direction::default());
+    let newcomer = with_ingress(6, identity("org-a", "carol", &[("role", "client")]), Direction::default());
     assert_eq!(reach(Some(&newcomer), selected_at).expect("a newcomer the selector matches"), b"hello");
     assert_eq!(reach(Some(&newcomer), same_org_at).expect("a newcomer of the organization"), b"hello");
 }
@@ -279,26 +235,10 @@ fn a_sandbox_network_is_gone_with_it_and_a_bridge_has_one_owner() {
     let bridge = networks.config().bridge.clone();
     let path = attach(
         &networks,
-        Attachment {
-            id: "s".to_owned(),
-            address: address(&networks, 0),
-            identity: identity("org", "alice", &[]),
-            egress: isolated(Vec::new()),
-            ingress: Direction::default(),
-            https_grants: Vec::new(),
-            dns_allow_all: true,
-        },
+        Attachment { egress: isolated(Vec::new()), ..open(&networks, "s", 0, identity("org", "alice", &[])) },
     );
     assert!(path.exists());
-    let again = networks.attach(Attachment {
-        id: "s".to_owned(),
-        address: address(&networks, 1),
-        identity: identity("org", "alice", &[]),
-        egress: Direction::default(),
-        ingress: Direction::default(),
-        https_grants: Vec::new(),
-        dns_allow_all: true,
-    });
+    let again = networks.attach(open(&networks, "s", 1, identity("org", "alice", &[])));
     assert!(matches!(again, Err(NetworkError::AlreadyAttached(_))), "{again:?}");
     assert!(matches!(networks.make_namespace("s"), Err(NetworkError::AlreadyAttached(_))));
     assert!(matches!(networks.make_namespace("unknown"), Err(NetworkError::NotAttached(_))));
@@ -327,18 +267,7 @@ fn a_network_is_put_into_the_namespace_a_process_made() {
         return;
     }
     let networks = networks(4);
-    let server = attach(
-        &networks,
-        Attachment {
-            id: "server".to_owned(),
-            address: address(&networks, 0),
-            identity: identity("org", "alice", &[]),
-            egress: Direction::default(),
-            ingress: Direction::default(),
-            https_grants: Vec::new(),
-            dns_allow_all: true,
-        },
-    );
+    let server = attach(&networks, open(&networks, "server", 0, identity("org", "alice", &[])));
     let at = SocketAddr::from((address(&networks, 0), 7000));
     serve(&server, at, b"hello");
     // A process in a network namespace of its own (and a user namespace owning it, as runc's).
@@ -357,13 +286,8 @@ fn a_network_is_put_into_the_namespace_a_process_made() {
         std::thread::yield_now();
     }
     let client = Attachment {
-        id: "client".to_owned(),
-        address: address(&networks, 1),
-        identity: identity("org", "alice", &[]),
         egress: isolated(vec![Rule { peer: Peer::SameOrganization, ports: vec![tcp(7000, 7000)] }]),
-        ingress: Direction::default(),
-        https_grants: Vec::new(),
-        dns_allow_all: true,
+        ..open(&networks, "client", 1, identity("org", "alice", &[]))
     };
     networks.attach(client).expect("attach");
     networks.plumb_process("client", pid).expect("plumbed into the process's namespace");
@@ -490,7 +414,7 @@ fn https_names_are_granted_through_the_sni_proxy_and_dns_follows_the_mode() {
     if !runnable("https_names_are_granted_through_the_sni_proxy_and_dns_follows_the_mode") {
         return;
     }
-    let test_host = TestHost::start("5");
+    let test_host = test_host("cwnth5");
     let names = ["granted.test", "a.wild.test", "other.test"];
     let authority = https::authority(&names);
     let listener = in_namespace(&test_host.path(), || TcpListener::bind((TEST_HOST, 443)).expect("443 binds"));
@@ -507,13 +431,10 @@ fn https_names_are_granted_through_the_sni_proxy_and_dns_follows_the_mode() {
         attach(
             &networks,
             Attachment {
-                id: format!("s{n}"),
-                address: address(&networks, n),
-                identity: identity("org", "alice", &[]),
                 egress: isolated(Vec::new()),
-                ingress: Direction::default(),
                 https_grants: grants.clone(),
                 dns_allow_all,
+                ..open(&networks, &format!("s{n}"), n, identity("org", "alice", &[]))
             },
         )
     };

@@ -8,6 +8,7 @@ pub mod images;
 pub mod in_process;
 pub mod procs;
 pub mod registry;
+pub mod test_host;
 
 /// A test (or part of one) that cannot run on this machine says so and checks nothing; under CI
 /// (`CI=true`) that fails the run with the reason, unless `tests/tolerated_skips.txt` lists `test`
