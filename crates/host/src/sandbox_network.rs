@@ -1,20 +1,16 @@
-//! Where the world's sandbox networks meet this machine: the effective rules of a sandbox
-//! (the API's `EgressRule`/`IngressRule`) compiled to `cwsandbox-network`'s peers and ports,
+//! Where the world's sandbox networks meet this machine: the effective rules of a sandbox (as
+//! the world compiled them from the API's) handed to `cwsandbox-network`'s peers and ports,
 //! the bridge claimed at the first sandbox that needs it, and the executor's hook that makes
 //! the network where the runtime says (`Network::Attached`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use cwsandbox_api::sandbox_v1::{
-    CidrBlock, EgressRule, IngressRule, PortRange as ApiPortRange, SelectorBlock, TenantScope, egress_rule,
-    ingress_rule,
-};
 use cwsandbox_network::{
     Attachment, Cidr, Direction, HostnameGrant, Ipv4Cidr, NetworkConfig, Peer, PeerIdentity, PortRange, Protocol, Rule,
     SandboxNetworks,
 };
-use cwsandbox_sim::world::{Ipv4Range, OwnNetwork, PodNetworkOffer};
+use cwsandbox_sim::world::{Ipv4Range, NetworkPeer, NetworkRule, OwnNetwork, PodNetworkOffer, TransportProtocol};
 use cwsandbox_sync::MutexUnpoisoned;
 
 use crate::runtime_config::SandboxNetworkConfig;
@@ -137,31 +133,13 @@ impl cwsandbox_executor::AttachNetwork for PodNetworkHook {
 
 /// The world's description of a Pod's network as the network crate takes it.
 fn attachment(pod_uid: &str, network: &OwnNetwork) -> Result<Attachment, String> {
-    let (hostnames, addresses): (Vec<&EgressRule>, Vec<&EgressRule>) = network
-        .egress
-        .iter()
-        .partition(|rule| matches!(rule.destination, Some(egress_rule::Destination::HttpsHostname(_))));
-    let https_grants = hostnames
-        .into_iter()
-        .filter_map(|rule| match &rule.destination {
-            Some(egress_rule::Destination::HttpsHostname(name)) => Some(HostnameGrant {
-                pattern: name.trim_end_matches('.').to_ascii_lowercase(),
-                except: rule.https_hostname_except.iter().map(|name| name.to_ascii_lowercase()).collect(),
-            }),
-            _ => None,
-        })
-        .collect();
-    let egress = addresses
-        .into_iter()
-        .enumerate()
-        .map(|(index, rule)| egress_rule(rule).map_err(|why| format!("egress[{index}]: {why}")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let ingress = network
-        .ingress
-        .iter()
-        .enumerate()
-        .map(|(index, rule)| ingress_rule(rule).map_err(|why| format!("ingress[{index}]: {why}")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let rules = |rules: &[NetworkRule], way: &str| {
+        rules
+            .iter()
+            .enumerate()
+            .map(|(index, rule)| compile(rule).map_err(|why| format!("{way}[{index}]: {why}")))
+            .collect::<Result<Vec<_>, _>>()
+    };
     Ok(Attachment {
         id: pod_uid.to_owned(),
         address: network.address,
@@ -173,81 +151,42 @@ fn attachment(pod_uid: &str, network: &OwnNetwork) -> Result<Attachment, String>
             // The world's namespaces carry no labels of their own.
             namespace_labels: BTreeMap::new(),
         },
-        egress: Direction { isolated: network.egress_isolated, rules: egress },
-        ingress: Direction { isolated: network.ingress_isolated, rules: ingress },
-        https_grants,
+        egress: Direction { isolated: network.egress_isolated, rules: rules(&network.egress, "egress")? },
+        ingress: Direction { isolated: network.ingress_isolated, rules: rules(&network.ingress, "ingress")? },
+        https_grants: network
+            .https_grants
+            .iter()
+            .map(|grant| HostnameGrant { pattern: grant.pattern.clone(), except: grant.except.clone() })
+            .collect(),
         dns_allow_all: network.dns_allow_all,
     })
 }
 
-fn egress_rule(rule: &EgressRule) -> Result<Rule, String> {
-    let peer = match &rule.destination {
-        Some(egress_rule::Destination::Cidr(block)) => cidr_peer(block)?,
-        Some(egress_rule::Destination::Tenant(scope)) => tenant_peer(*scope)?,
-        Some(egress_rule::Destination::Any(true)) => Peer::Any,
-        Some(egress_rule::Destination::Selector(selector)) => selector_peer(selector),
-        Some(egress_rule::Destination::HttpsHostname(name)) => {
-            return Err(format!("HTTPS host name {name:?} is a grant of the SNI proxy, not an address rule"));
+fn compile(rule: &NetworkRule) -> Result<Rule, String> {
+    let peer = match &rule.peer {
+        NetworkPeer::Any => Peer::Any,
+        NetworkPeer::Cidr { cidr, except } => Peer::Cidr {
+            cidr: cidr.parse()?,
+            except: except.iter().map(|block| block.parse::<Cidr>()).collect::<Result<Vec<_>, _>>()?,
+        },
+        NetworkPeer::SameOrganization => Peer::SameOrganization,
+        NetworkPeer::SameUser => Peer::SameUser,
+        NetworkPeer::Selector { pod_labels, namespace_labels } => {
+            Peer::Selector { pod_labels: pod_labels.clone(), namespace_labels: namespace_labels.clone() }
         }
-        Some(egress_rule::Destination::Any(false)) | None => return Err("no destination".to_owned()),
     };
-    Ok(Rule { peer, ports: ports(&rule.ports)? })
-}
-
-fn ingress_rule(rule: &IngressRule) -> Result<Rule, String> {
-    let peer = match &rule.source {
-        Some(ingress_rule::Source::Cidr(block)) => cidr_peer(block)?,
-        Some(ingress_rule::Source::Tenant(scope)) => tenant_peer(*scope)?,
-        Some(ingress_rule::Source::Any(true)) => Peer::Any,
-        Some(ingress_rule::Source::Any(false)) | None => return Err("no source".to_owned()),
-    };
-    Ok(Rule { peer, ports: ports(&rule.ports)? })
-}
-
-fn cidr_peer(block: &CidrBlock) -> Result<Peer, String> {
-    let cidr: Cidr = block.cidr.parse()?;
-    let except = block.except.iter().map(|text| text.parse::<Cidr>()).collect::<Result<Vec<_>, _>>()?;
-    Ok(Peer::Cidr { cidr, except })
-}
-
-fn tenant_peer(scope: i32) -> Result<Peer, String> {
-    match TenantScope::try_from(scope) {
-        Ok(TenantScope::SameOrg) => Ok(Peer::SameOrganization),
-        Ok(TenantScope::SameUser) => Ok(Peer::SameUser),
-        Ok(other) => Err(format!("tenant scope {} is not enforced here", other.as_str_name())),
-        Err(_) => Err(format!("unknown tenant scope {scope}")),
-    }
-}
-
-fn selector_peer(selector: &SelectorBlock) -> Peer {
-    let labels = |map: &std::collections::HashMap<String, String>| -> BTreeMap<String, String> {
-        map.iter().map(|(key, value)| (key.clone(), value.clone())).collect()
-    };
-    Peer::Selector {
-        pod_labels: labels(&selector.pod_labels),
-        // Omitted (empty, in proto3): the sandbox's own namespace.
-        namespace_labels: (!selector.namespace_labels.is_empty()).then(|| labels(&selector.namespace_labels)),
-    }
-}
-
-/// A rule's ports (none: every port); protocol TCP unless named.
-fn ports(ranges: &[ApiPortRange]) -> Result<Vec<PortRange>, String> {
-    ranges
+    let ports = rule
+        .ports
         .iter()
-        .map(|range| {
-            let protocol = match range.protocol.to_ascii_uppercase().as_str() {
-                "" | "TCP" => Protocol::Tcp,
-                "UDP" => Protocol::Udp,
-                "SCTP" => Protocol::Sctp,
-                other => return Err(format!("protocol {other:?}")),
-            };
-            let first = u16::try_from(range.port).map_err(|_| format!("port {}", range.port))?;
-            let last = if range.end_port == 0 {
-                first
-            } else {
-                u16::try_from(range.end_port).map_err(|_| format!("end port {}", range.end_port))?
-            };
-            Ok(PortRange { protocol, first, last })
+        .map(|ports| PortRange {
+            protocol: match ports.protocol {
+                TransportProtocol::Tcp => Protocol::Tcp,
+                TransportProtocol::Udp => Protocol::Udp,
+                TransportProtocol::Sctp => Protocol::Sctp,
+            },
+            first: ports.first,
+            last: ports.last,
         })
-        .collect()
+        .collect();
+    Ok(Rule { peer, ports })
 }

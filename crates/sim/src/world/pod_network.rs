@@ -63,17 +63,163 @@ pub struct OwnNetwork {
     pub namespace: SharedStr,
     /// The Pod's labels, which other sandboxes' selectors match.
     pub pod_labels: Labels,
-    /// Effective egress rules.
-    pub egress: Vec<EgressRule>,
+    /// Effective egress rules to addresses and sandboxes.
+    pub egress: Vec<NetworkRule>,
+    /// Effective HTTPS name grants (TCP 443 through the host's SNI proxy).
+    pub https_grants: Vec<HttpsGrant>,
     /// Only what `egress` allows leaves (it has rules, or `deny_egress`); otherwise anything.
     pub egress_isolated: bool,
     /// Effective ingress rules.
-    pub ingress: Vec<IngressRule>,
+    pub ingress: Vec<NetworkRule>,
     /// Only what `ingress` allows arrives (it has rules, or `deny_ingress`); otherwise anything.
     pub ingress_isolated: bool,
     /// Its resolver answers any name (`DNS_EGRESS_MODE_ALLOW`, the default), or only the names
     /// of its HTTPS grants (`DENY`).
     pub dns_allow_all: bool,
+}
+
+/// One allow rule of a sandbox network, compiled from the API's `EgressRule`/`IngressRule`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetworkRule {
+    /// Who.
+    pub peer: NetworkPeer,
+    /// Which ports; empty: all.
+    pub ports: Vec<NetworkPorts>,
+}
+
+/// Who a rule names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NetworkPeer {
+    /// Every address.
+    Any,
+    /// A block (`a.b.c.d/n`, canonical) minus blocks inside it.
+    Cidr {
+        /// The block.
+        cidr: String,
+        /// Blocks carved out of it.
+        except: Vec<String>,
+    },
+    /// The sandbox's organization's sandboxes.
+    SameOrganization,
+    /// The sandboxes its user created.
+    SameUser,
+    /// The organization's sandboxes whose Pod labels include `pod_labels`, in the sandbox's
+    /// namespace (`namespace_labels` `None`) or in namespaces with those labels.
+    Selector {
+        /// Labels the Pod must have.
+        pod_labels: std::collections::BTreeMap<String, String>,
+        /// Labels its namespace must have; `None`: the sandbox's own namespace.
+        namespace_labels: Option<std::collections::BTreeMap<String, String>>,
+    },
+}
+
+/// Ports `first..=last` of one protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetworkPorts {
+    /// The protocol.
+    pub protocol: TransportProtocol,
+    /// The first port.
+    pub first: u16,
+    /// The last port.
+    pub last: u16,
+}
+
+/// A rule's transport protocol (TCP unless named).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportProtocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+/// An HTTPS name a sandbox may reach: exact, or one leftmost `*.`, minus `except`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpsGrant {
+    /// The name or wildcard, lowercase, without a trailing dot.
+    pub pattern: String,
+    /// Names or wildcards carved out of it.
+    pub except: Vec<String>,
+}
+
+/// The API's egress rules as the network takes them: address and sandbox rules, and HTTPS
+/// grants. A rule that names nothing enforceable (validation refused those already) is left
+/// out: an allow-list only narrows for it.
+fn compile_egress(rules: &[EgressRule]) -> (Vec<NetworkRule>, Vec<HttpsGrant>) {
+    let (mut compiled, mut grants) = (Vec::new(), Vec::new());
+    for rule in rules {
+        let peer = match &rule.destination {
+            Some(egress_rule::Destination::HttpsHostname(name)) => {
+                grants.push(HttpsGrant {
+                    pattern: name.trim_end_matches('.').to_ascii_lowercase(),
+                    except: rule.https_hostname_except.iter().map(|name| name.to_ascii_lowercase()).collect(),
+                });
+                continue;
+            }
+            Some(egress_rule::Destination::Cidr(block)) => {
+                Some(NetworkPeer::Cidr { cidr: block.cidr.clone(), except: block.except.clone() })
+            }
+            Some(egress_rule::Destination::Tenant(scope)) => tenant_peer(*scope),
+            Some(egress_rule::Destination::Any(true)) => Some(NetworkPeer::Any),
+            Some(egress_rule::Destination::Selector(selector)) => Some(NetworkPeer::Selector {
+                pod_labels: selector.pod_labels.iter().map(|(key, value)| (key.clone(), value.clone())).collect(),
+                // Omitted (empty, in proto3): the sandbox's own namespace.
+                namespace_labels: (!selector.namespace_labels.is_empty()).then(|| {
+                    selector.namespace_labels.iter().map(|(key, value)| (key.clone(), value.clone())).collect()
+                }),
+            }),
+            Some(egress_rule::Destination::Any(false)) | None => None,
+        };
+        if let (Some(peer), Some(ports)) = (peer, compile_ports(&rule.ports)) {
+            compiled.push(NetworkRule { peer, ports });
+        }
+    }
+    (compiled, grants)
+}
+
+fn compile_ingress(rules: &[IngressRule]) -> Vec<NetworkRule> {
+    rules
+        .iter()
+        .filter_map(|rule| {
+            let peer = match &rule.source {
+                Some(ingress_rule::Source::Cidr(block)) => {
+                    Some(NetworkPeer::Cidr { cidr: block.cidr.clone(), except: block.except.clone() })
+                }
+                Some(ingress_rule::Source::Tenant(scope)) => tenant_peer(*scope),
+                Some(ingress_rule::Source::Any(true)) => Some(NetworkPeer::Any),
+                Some(ingress_rule::Source::Any(false)) | None => None,
+            }?;
+            Some(NetworkRule { peer, ports: compile_ports(&rule.ports)? })
+        })
+        .collect()
+}
+
+fn tenant_peer(scope: i32) -> Option<NetworkPeer> {
+    match TenantScope::try_from(scope) {
+        Ok(TenantScope::SameOrg) => Some(NetworkPeer::SameOrganization),
+        Ok(TenantScope::SameUser) => Some(NetworkPeer::SameUser),
+        // Sandbox networks by id are refused at create; unspecified by validation.
+        _ => None,
+    }
+}
+
+fn compile_ports(ranges: &[cwsandbox_api::sandbox_v1::PortRange]) -> Option<Vec<NetworkPorts>> {
+    ranges
+        .iter()
+        .map(|range| {
+            let protocol = match range.protocol.to_ascii_uppercase().as_str() {
+                "" | "TCP" => TransportProtocol::Tcp,
+                "UDP" => TransportProtocol::Udp,
+                "SCTP" => TransportProtocol::Sctp,
+                _ => return None,
+            };
+            let first = u16::try_from(range.port).ok()?;
+            let last = if range.end_port == 0 { first } else { u16::try_from(range.end_port).ok()? };
+            Some(NetworkPorts { protocol, first, last })
+        })
+        .collect()
 }
 
 /// The pod range's addresses, handed out in turn so that a freed address is not reused before
@@ -219,16 +365,20 @@ impl World {
         // A direction with effective rules allows only them; `deny_*` left none and allows
         // nothing; a direction with neither is open, as a Kubernetes NetworkPolicy leaves a
         // direction no policy names.
-        let (egress, ingress) = (info.resolved.egress.clone(), info.resolved.ingress.clone());
+        let (egress, https_grants) = compile_egress(&info.resolved.egress);
+        let ingress = compile_ingress(&info.resolved.ingress);
+        // Isolation follows what was asked, not what compiled: a rule left out narrows.
+        let (egress_asked, ingress_asked) = (!info.resolved.egress.is_empty(), !info.resolved.ingress.is_empty());
         PodNetwork::Own(Box::new(OwnNetwork {
             address,
             organization: info.owner.org.clone(),
             user: info.owner.user.clone(),
             namespace: info.namespace.clone(),
             pod_labels: pod.labels.clone(),
-            egress_isolated: info.deny_egress || !egress.is_empty(),
+            egress_isolated: info.deny_egress || egress_asked,
             egress,
-            ingress_isolated: info.deny_ingress || !ingress.is_empty(),
+            https_grants,
+            ingress_isolated: info.deny_ingress || ingress_asked,
             ingress,
             dns_allow_all: info.resolved.dns_egress != DnsEgressMode::Deny,
         }))
