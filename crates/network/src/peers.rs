@@ -2,22 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::Peer;
-
-/// What group rules match a sandbox by.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PeerIdentity {
-    /// Its organization: group rules never reach past it.
-    pub organization: String,
-    /// The user that created it.
-    pub user: String,
-    /// Its Pod's namespace.
-    pub namespace: String,
-    /// Its Pod's labels.
-    pub pod_labels: BTreeMap<String, String>,
-    /// Its namespace's labels.
-    pub namespace_labels: BTreeMap<String, String>,
-}
+use crate::types::{Peer, PeerIdentity};
 
 /// Whether `peer` (a group) of the sandbox `owner` names the sandbox `other`. Address peers
 /// are not groups: `false`.

@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::{NetworkConfig, NetworkError};
+use crate::types::{NetworkConfig, NetworkError};
 
 /// Where `ip netns add` binds a namespace.
 const NETNS_DIR: &str = "/run/netns";

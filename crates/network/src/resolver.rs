@@ -14,7 +14,8 @@ use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{RData, Record, RecordType};
 
-use crate::sni_proxy::{HostnameGrant, Resolver};
+use crate::sni_proxy::Resolver;
+use crate::types::HostnameGrant;
 
 /// How long an answer may be cached by the sandbox.
 const TTL_SECONDS: u32 = 30;

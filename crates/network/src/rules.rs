@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::peers::{is_group, names};
 use crate::plumbing::{link_name, run};
-use crate::{Attached, Cidr, Direction, NetworkConfig, NetworkError, Peer, Protocol, Rule};
+use crate::types::{Attached, Cidr, Direction, NetworkConfig, NetworkError, Peer, Protocol, Rule};
 
 /// Sends a batch to `nft -j -f -`: all of it applies, or none.
 pub(crate) fn apply(config: &NetworkConfig, commands: &[Value]) -> Result<(), NetworkError> {

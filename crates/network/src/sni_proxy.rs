@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use cwsandbox_sync::RwLockUnpoisoned;
 
-use crate::Ipv4Cidr;
+use crate::types::{HostnameGrant, Ipv4Cidr};
 
 /// The most connections relayed at once; more are closed at once.
 const MAX_CONNECTIONS: usize = 512;
@@ -29,34 +29,6 @@ const RELAY_BUFFER: usize = 256 * 1024;
 /// The most ClientHello bytes read before giving up (a ClientHello is a few hundred bytes;
 /// with post-quantum key shares a couple of KiB).
 const MAX_HELLO_BYTES: usize = 16 * 1024;
-
-/// A granted name: exact (`pypi.org`) or one leftmost wildcard (`*.pypi.org`, any name ending
-/// in `.pypi.org`), minus the names of `except` (in the same form).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostnameGrant {
-    /// The name or wildcard, lowercase.
-    pub pattern: String,
-    /// Names or wildcards carved out of it.
-    pub except: Vec<String>,
-}
-
-fn matches(pattern: &str, name: &str) -> bool {
-    match pattern.strip_prefix("*.") {
-        Some(suffix) => {
-            name.len() > suffix.len() + 1
-                && name.ends_with(suffix)
-                && name.as_bytes()[name.len() - suffix.len() - 1] == b'.'
-        }
-        None => pattern == "*" || pattern == name,
-    }
-}
-
-impl HostnameGrant {
-    /// Whether `name` (lowercase, no trailing dot) is granted.
-    pub fn grants(&self, name: &str) -> bool {
-        matches(&self.pattern, name) && !self.except.iter().any(|except| matches(except, name))
-    }
-}
 
 /// Who may reach which names, by sandbox address.
 pub(crate) type Grants = Arc<RwLock<HashMap<Ipv4Addr, Vec<HostnameGrant>>>>;
