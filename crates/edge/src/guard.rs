@@ -44,6 +44,7 @@ use prost::Message;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Code;
 
+use crate::call_record::CallNote;
 use crate::fault_stream::{CutBody, Tail, string_field};
 use crate::tls::PeerCertificate;
 use cwsandbox_surface::app::App;
@@ -184,7 +185,14 @@ where
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         let shared = Arc::clone(&self.shared);
         let inner = self.inner.clone();
-        Box::pin(async move { Ok(shared.handle(request, inner).await) })
+        Box::pin(async move {
+            let started = std::time::Instant::now();
+            let at = std::time::SystemTime::now();
+            let method = request.uri().path().trim_start_matches('/').to_owned();
+            let mut note = CallNote::default();
+            let response = shared.handle(request, inner, &mut note).await;
+            Ok(crate::call_record::recorded(&shared.app, response, note, method, started, at))
+        })
     }
 }
 
@@ -284,7 +292,7 @@ impl BodyFault {
 }
 
 impl Shared {
-    async fn handle<S>(&self, request: Request<Body>, inner: S) -> Response
+    async fn handle<S>(&self, request: Request<Body>, inner: S, note: &mut CallNote) -> Response
     where
         S: tower::Service<Request<Body>, Response = Response, Error = Infallible> + Send + 'static,
         S::Future: Send + 'static,
@@ -293,6 +301,7 @@ impl Shared {
         let protocol = Protocol::of(&request);
         let path = request.uri().path().to_owned();
         if OPEN_PREFIXES.iter().any(|prefix| path.starts_with(prefix)) {
+            note.unlogged = true;
             let response = inner.oneshot(request).await.unwrap_or_else(|never| match never {});
             return undecodable_is_invalid_argument(response);
         }
@@ -305,7 +314,11 @@ impl Shared {
             None => self.token_caller(request.headers()),
         };
         let caller = match caller {
-            Ok(caller) => caller,
+            Ok(caller) => {
+                note.org = caller.org.clone();
+                note.user = caller.user.clone();
+                caller
+            }
             Err(error) => {
                 tracing::debug!(%path, "{error}");
                 if rpc.is_some_and(|method| method.client_streaming) {
@@ -324,7 +337,7 @@ impl Shared {
             // Not an RPC of the API: the services answer (UNIMPLEMENTED, 404).
             return inner.oneshot(request).await.unwrap_or_else(|never| match never {});
         };
-        self.admitted(request, caller, rpc, protocol, path, inner).await
+        self.admitted(request, caller, rpc, protocol, inner, note).await
     }
 
     /// The caller of a bearer token (a configured token or a tenant's), or of the W&B credentials
@@ -372,14 +385,15 @@ impl Shared {
         caller: Caller,
         rpc: &'static Method,
         protocol: Protocol,
-        path: String,
         inner: S,
+        note: &mut CallNote,
     ) -> Response
     where
         S: tower::Service<Request<Body>, Response = Response, Error = Infallible> + Send + 'static,
         S::Future: Send + 'static,
     {
         use tower::ServiceExt;
+        let path = request.uri().path().to_owned();
         // Who may call it, from the catalogue: refused before a byte of the body is read.
         if let Err(error) = caller.may_call(rpc) {
             tracing::debug!(%path, "{error}");
@@ -391,7 +405,10 @@ impl Shared {
         if rpc.client_streaming {
             // The request streams on: faults match it by method, organization and headers.
             let verdict = match self.faults(rpc, &caller, request.headers(), &|| None) {
-                Ok(verdict) => verdict,
+                Ok(verdict) => {
+                    note.faults.clone_from(&verdict.hit);
+                    verdict
+                }
                 Err(error) => {
                     refuse_stream(request.into_body()).await;
                     return protocol.reject(&error);
@@ -442,7 +459,10 @@ impl Shared {
         };
         let tags = || self.tags_of(rpc, &caller.org, protocol, compressed, &bytes);
         let mut verdict = match self.faults(rpc, &caller, &parts.headers, &tags) {
-            Ok(verdict) => verdict,
+            Ok(verdict) => {
+                note.faults.clone_from(&verdict.hit);
+                verdict
+            }
             Err(error) => return protocol.reject(&error),
         };
         let injected = std::mem::take(&mut verdict.domain);
@@ -498,6 +518,7 @@ impl Shared {
             caller.require_any(&[Role::SandboxAdmin, Role::ClusterAdmin], "the fault header is for administrators")?;
             let value = value.to_str().map_err(|_| ApiError::invalid_field(FAULT_HEADER, "not ASCII text"))?;
             let one = header_verdict(value, rpc.server_streaming)?;
+            verdict.hit.push(FAULT_HEADER.to_owned());
             verdict.latency += one.latency;
             verdict.failure = verdict.failure.or(one.failure);
             verdict.cut = verdict.cut.or(one.cut);

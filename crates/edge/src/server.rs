@@ -1,5 +1,6 @@
 //! One port, every protocol: gRPC (h2c), Connect (unary and streaming, JSON and binary, HTTP/1.1
-//! and h2c), gRPC-Web, `grpc.health.v1` and gRPC server reflection, plus `GET /healthz`.
+//! and h2c), gRPC-Web, `grpc.health.v1` and gRPC server reflection, plus `GET /healthz`, the kube
+//! facade and the web dashboard under `/ui/` (`cwsandbox_dashboard`).
 //!
 //! connectrpc-axum builds, from one set of handlers per service, both the Connect routes and the
 //! tonic gRPC services, and dispatches on `content-type` (`application/grpc*` goes to tonic).
@@ -225,6 +226,7 @@ pub async fn router(app: App, transport: &Transport) -> Router {
     });
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        .merge(cwsandbox_dashboard::routes(app.clone()))
         .merge(cwsandbox_surface::kube::routes(app))
         .fallback_service(dispatch)
 }

@@ -113,7 +113,7 @@ pub struct Driver {
     pumped: AtomicU64,
     /// Effects the pump has applied so far (the runtime's call returned).
     applied: watch::Sender<u64>,
-    /// Counts changes of what the kube facade shows; watches wait on it.
+    /// Counts changes of what the kube facade and the dashboard show; watches wait on it.
     changes: watch::Sender<u64>,
     /// The fingerprint of the visible objects at the last change.
     visible: AtomicU64,
@@ -304,6 +304,19 @@ impl Driver {
             .hash(&mut hasher);
         for map in cluster.config_maps.values() {
             map.data.len().hash(&mut hasher);
+        }
+        // What the dashboard shows beside the Kubernetes objects: Slurm's jobs and nodes, and
+        // the runners' policies (a policy edit changes no Pod until a sandbox is made).
+        let job_steps: u64 = world.slurm.transitions.iter().map(|(_, count)| count).sum();
+        job_steps.hash(&mut hasher);
+        for node in &world.slurm.nodes {
+            (node.alloc_cpus, node.drain.is_some()).hash(&mut hasher);
+        }
+        for org in world.runners.organizations() {
+            for runner in world.runners.iter(org) {
+                runner.etag.hash(&mut hasher);
+                runner.install_status.hash(&mut hasher);
+            }
         }
         let fingerprint = hasher.finish();
         if self.visible.swap(fingerprint, Ordering::SeqCst) != fingerprint {

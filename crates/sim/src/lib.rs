@@ -15,6 +15,7 @@ pub mod machine;
 pub mod pager;
 pub mod pods;
 pub mod query;
+pub mod readiness;
 pub mod runners;
 pub mod sandbox;
 pub mod secret_stores;

@@ -12,6 +12,7 @@ use crate::endpoints::EndpointTls;
 use crate::errors::ApiError;
 use crate::faults::Faults;
 use crate::fidelity::{self, Strictness};
+use crate::requests::RequestLog;
 use crate::tenants::Tenants;
 use cwsandbox_host::driver::Driver;
 use cwsandbox_host::runtime::SandboxRuntime;
@@ -56,6 +57,7 @@ struct Inner {
     strictness: Strictness,
     direct: Arc<DirectPlane>,
     endpoints: Arc<EndpointTls>,
+    requests: RequestLog,
 }
 
 /// Cheap to clone; handlers get it as axum state.
@@ -90,6 +92,7 @@ impl App {
             strictness,
             direct,
             endpoints,
+            requests: RequestLog::default(),
         }))
     }
 
@@ -170,6 +173,11 @@ impl App {
             // They were checked at start.
             let _ = self.0.faults.add(fault, None);
         }
+    }
+
+    /// The last API calls (the request guard writes them, the dashboard reads them).
+    pub fn requests(&self) -> &RequestLog {
+        &self.0.requests
     }
 
     /// The limits.

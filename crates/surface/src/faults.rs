@@ -82,6 +82,8 @@ pub struct Verdict {
     pub cut: Option<StreamCut>,
     /// Faults of the simulated cluster for the sandbox a CreateSandbox call makes.
     pub domain: Vec<InjectedFault>,
+    /// The ids of the rules that hit the call, in the order they were evaluated.
+    pub hit: Vec<String>,
 }
 
 /// The domain faults the guard hands to CreateSandbox (a request extension).
@@ -199,6 +201,7 @@ impl Faults {
                 continue;
             }
             rule.fault.hits += 1;
+            verdict.hit.push(rule.fault.id.clone());
             if let Some(kind) = &rule.domain {
                 verdict.domain.push(InjectedFault { id: rule.fault.id.clone(), kind: kind.clone() });
                 continue;

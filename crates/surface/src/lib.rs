@@ -25,5 +25,6 @@ pub mod identity;
 pub mod json_path;
 pub mod kube;
 pub mod ports;
+pub mod requests;
 pub mod services;
 pub mod tenants;

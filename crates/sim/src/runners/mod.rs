@@ -538,6 +538,11 @@ impl RunnerRegistry {
         self.orgs.get(org).and_then(|runners| runners.runners.get(runner_id)).map(|record| &record.runner)
     }
 
+    /// The organizations that have runners.
+    pub fn organizations(&self) -> impl Iterator<Item = &str> {
+        self.orgs.keys().map(String::as_str)
+    }
+
     pub fn iter<'a>(&'a self, org: &str) -> impl Iterator<Item = &'a ManagedRunner> + 'a {
         self.orgs.get(org).into_iter().flat_map(|runners| runners.runners.values().map(|record| &record.runner))
     }
