@@ -59,8 +59,10 @@ async function signIn(token) {
   $("#logout").hidden = false;
   $("#who").textContent = who.user + " (" + who.org + ")" + (who.operator ? " · operator" : "");
   document.body.dataset.org = who.org;
+  // The change stream opens first, so no change between the view's reading and the stream's
+  // start goes unseen; the view is fetched once the stream says it is open.
+  await new Promise((resolve) => startLive(resolve));
   await loadView();
-  startLive();
 }
 
 // Views ------------------------------------------------------------------------------------------
@@ -141,15 +143,26 @@ function setLive(on) {
 function onChange(kind) {
   const view = currentView();
   const wanted = view === "requests" ? kind === "requests" : kind === "world";
-  if (kind === "ready" || wanted) loadView();
+  if (wanted) loadView();
 }
 
 // Reads the server-sent events of /ui/api/changes with fetch (EventSource cannot send the
-// Authorization header) and reconnects after a second when the stream ends.
-async function startLive() {
+// Authorization header) and reconnects after a second when the stream ends. `opened` is called
+// at the first `ready` event; a later one (a reconnect, which may have missed changes) fetches
+// the view again.
+async function startLive(opened) {
   stopLive();
   const controller = new AbortController();
   state.changes = controller;
+  let first = true;
+  const ready = () => {
+    if (first) {
+      first = false;
+      if (opened) opened();
+    } else {
+      loadView();
+    }
+  };
   while (!controller.signal.aborted) {
     try {
       const response = await fetch("/ui/api/changes", { headers: authHeaders(), signal: controller.signal });
@@ -169,12 +182,15 @@ async function startLive() {
           const block = buffer.slice(0, end);
           buffer = buffer.slice(end + 2);
           const event = /^event: (\w+)$/m.exec(block);
-          if (event) onChange(event[1]);
+          if (event && event[1] === "ready") ready();
+          else if (event) onChange(event[1]);
         }
       }
     } catch (error) {
       if (controller.signal.aborted) return;
     }
+    // A stream that never opened must not hold the first view back.
+    if (first) ready();
     setLive(false);
     await new Promise((resolve) => setTimeout(resolve, 1000));
   }
