@@ -267,6 +267,9 @@ async function submitAction(form) {
     result.innerHTML = html;
     result.dataset.status = String(response.status);
   }
+  // What the action changed may not be a change of the world (the clock's state): read the view
+  // again rather than wait for an event that may not come.
+  if (response.ok && !form.closest("[data-keep]")) loadView();
 }
 
 document.addEventListener("submit", (event) => {

@@ -35,6 +35,8 @@ pub async fn shell() -> Response {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { "cwsandbox emulator" }
+                // No favicon request: it would reach the API's port unauthenticated.
+                link rel="icon" href="data:,";
                 link rel="stylesheet" href="/ui/assets/app.css";
                 script defer src="/ui/assets/app.js" {}
             }

@@ -242,6 +242,63 @@ try {
     await page.locator('tr[data-method="RunnerManagementService/UpdateManagedRunner"][data-code=OK]').waitFor();
   });
 
+  await step("a drained Slurm node shows its reason on its Node", async () => {
+    await openView(page, "Cluster");
+    await page.locator("article.node").first().waitFor();
+    await api("/coreweave.sandbox.emulator.v1.EmulatorService/DrainNode", {
+      nodeName: "slurm-cpu-3",
+      reason: "rehearsal maintenance",
+    });
+    const drained = page.locator('article.node[data-node="node-cpu-3"] .drained', { hasText: "rehearsal maintenance" });
+    await drained.waitFor();
+  });
+
+  await step("the runner's policy shows base as enforced, with its etag", async () => {
+    await openView(page, "Runners");
+    const runner = page.locator(`article.runner[data-runner="${RUNNER_ID}"]`);
+    await runner.waitFor();
+    const enforced = await runner.locator("pre.policy .enforced").allInnerTexts();
+    assert.ok(enforced.some((line) => line.includes("schedulerName: slurm-scheduler")), `enforced lines: ${enforced}`);
+    const current = await api("/coreweave.sandbox.v1.RunnerManagementService/GetManagedRunner", { runnerId: RUNNER_ID });
+    assert.equal(await runner.locator("code.etag").innerText(), current.etag);
+  });
+
+  await step("the clock freezes and advances from its page", async () => {
+    await openView(page, "Clock");
+    await page.locator("#freeze button").click();
+    await page.locator(".clock[data-frozen=true]").waitFor();
+    const before = Date.parse((await page.locator("#clock-now").innerText()) + "Z");
+    await page.locator("#advance input[name=seconds]").fill("90");
+    await page.locator("#advance button").click();
+    await page.waitForFunction(
+      (start) => Date.parse(document.querySelector("#clock-now").textContent + "Z") - start >= 90_000,
+      before,
+    );
+    await page.locator("#resume button").click();
+    await page.locator(".clock[data-frozen=false]").waitFor();
+  });
+
+  await step("a fault's hits count up on the faults page", async () => {
+    const { fault } = await api("/coreweave.sandbox.emulator.v1.EmulatorService/AddFault", {
+      fault: { match: { method: "ListSandboxes" }, action: { code: "UNAVAILABLE" } },
+    });
+    await openView(page, "Faults");
+    await page.locator(`tr[data-fault="${fault.id}"] [data-hits="0"]`).waitFor();
+    const listed = await fetch(BASE_URL + "/coreweave.sandbox.v1.SandboxService/ListSandboxes", {
+      method: "POST",
+      headers: { Authorization: "Bearer " + USER_TOKEN, "Content-Type": "application/json" },
+      body: "{}",
+    });
+    assert.equal(listed.status, 503);
+    await page.reload();
+    await page.locator(`tr[data-fault="${fault.id}"] [data-hits="1"]`).waitFor();
+    await openView(page, "Requests");
+    await page
+      .locator('tr[data-method="SandboxService/ListSandboxes"][data-code=UNAVAILABLE]', { hasText: fault.id })
+      .waitFor();
+    await api("/coreweave.sandbox.emulator.v1.EmulatorService/ClearFaults", {});
+  });
+
   await step("the token never appears in a URL", async () => {
     for (const url of requestedUrls) assert.ok(!url.includes(ADMIN_TOKEN) && !url.includes(USER_TOKEN), url);
   });
