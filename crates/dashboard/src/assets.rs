@@ -65,7 +65,22 @@ pub async fn shell() -> Response {
             }
         }
     };
-    ([(http::header::CACHE_CONTROL, "no-store")], axum::response::Html(page.into_string())).into_response()
+    (
+        [
+            (http::header::CACHE_CONTROL, "no-store"),
+            // Only this page's own script runs, and no other site may frame it. Inline style
+            // attributes draw the bars' widths.
+            (
+                http::header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+                 frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+            ),
+            (http::header::REFERRER_POLICY, "no-referrer"),
+            (http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        axum::response::Html(page.into_string()),
+    )
+        .into_response()
 }
 
 /// `/ui/assets/app.js` and `/ui/assets/app.css`.

@@ -160,21 +160,22 @@ impl ReadyInfo {
         if self.admin_token.is_empty() { &self.user_token } else { &self.admin_token }
     }
 
-    /// The lines a shell can `eval` (the isolation and the container runtime in force as comments);
-    /// the last one says the emulator is ready.
+    /// The lines a shell can `eval` (the isolation, the container runtime in force and the web
+    /// dashboard's address as comments); the last one says the emulator is ready.
     pub fn shell_lines(&self) -> String {
         let kubeconfig =
             if self.kubeconfig.is_empty() { String::new() } else { format!("export KUBECONFIG={}\n", self.kubeconfig) };
         format!(
             "export CWSANDBOX_BASE_URL={}\nexport CWSANDBOX_API_KEY={}\nexport CWSANDBOX_USER_TOKEN={}\nexport \
-             CWSANDBOX_RUNNER_ID={}\n{kubeconfig}# sandbox isolation: {}\n# container runtime: {}\n# cwsandbox-emulator \
-             ready\n",
+             CWSANDBOX_RUNNER_ID={}\n{kubeconfig}# sandbox isolation: {}\n# container runtime: {}\n# dashboard: \
+             {}/ui/\n# cwsandbox-emulator ready\n",
             self.base_url,
             self.api_key(),
             self.user_token,
             self.runner_id,
             self.isolation,
-            self.container_runtime
+            self.container_runtime,
+            self.base_url
         )
     }
 

@@ -48,7 +48,7 @@ pub fn list(app: &App, viewer: &Viewer, params: &HashMap<String, String>) -> Res
         }
         p.count { (sandboxes.len()) " sandboxes" }
         table.sandboxes {
-            thead { tr { th { "ID" } th { "State" } th { "Reason" } th { "Runner" } th { "Node" } th { "Slurm job" } th { "Owner" } th { "Created" } } }
+            thead { tr { th { "ID" } th { "State" } th { "Reason" } th { "Runner" } th { "Node" } th { "Slurm job" } th { "Annotations (after policy)" } th { "Owner" } th { "Created" } } }
             tbody {
                 @for sandbox in &sandboxes {
                     tr data-sandbox=(sandbox.id) data-state=(state_name(sandbox.state)) {
@@ -58,11 +58,14 @@ pub fn list(app: &App, viewer: &Viewer, params: &HashMap<String, String>) -> Res
                         td { (sandbox.runner_id) }
                         td { (sandbox.node_name.as_deref().unwrap_or("")) }
                         td { @if let Some(job) = sandbox.job_id { (job) } }
+                        td.annotations {
+                            @for (key, value) in &sandbox.resolved.annotations { code { (key) "=" (value) } " " }
+                        }
                         td { (sandbox.owner.user) " (" (sandbox.owner.org) ")" }
                         td { (format::time(sandbox.created)) }
                     }
                 }
-                @if sandboxes.is_empty() { tr { td colspan="8" .empty { "No sandboxes." } } }
+                @if sandboxes.is_empty() { tr { td colspan="9" .empty { "No sandboxes." } } }
             }
         }
     })
@@ -144,8 +147,8 @@ pub fn page(app: &App, viewer: &Viewer, id: &str) -> Result<Markup, Refusal> {
     }];
     if matches!(view.state, SandboxState::Pending | SandboxState::Creating) {
         moments.push(Moment {
-            at: now,
-            what: "Pending".to_owned(),
+            at: view.created,
+            what: format!("{} (now)", state_name(view.state)),
             detail: view.state_reason.clone(),
             class: "pending",
         });
@@ -170,7 +173,13 @@ pub fn page(app: &App, viewer: &Viewer, id: &str) -> Result<Markup, Refusal> {
             moments.push(Moment {
                 at: start,
                 what: "Allocated".to_owned(),
-                detail: format!("on {}; prolog locks the Node", queue.node),
+                detail: format!("on {}", queue.node),
+                class: "job",
+            });
+            moments.push(Moment {
+                at: start,
+                what: "Prolog".to_owned(),
+                detail: "SUNK's prolog locks the Node for the Pod".to_owned(),
                 class: "job",
             });
         }
@@ -184,9 +193,9 @@ pub fn page(app: &App, viewer: &Viewer, id: &str) -> Result<Markup, Refusal> {
         }
         if queue.completing {
             moments.push(Moment {
-                at: now,
+                at: queue.end.unwrap_or(now),
                 what: "COMPLETING".to_owned(),
-                detail: "the job waits for its Pod to go".to_owned(),
+                detail: "the job waits for its Pod to go (now)".to_owned(),
                 class: "completing",
             });
         }
@@ -194,11 +203,12 @@ pub fn page(app: &App, viewer: &Viewer, id: &str) -> Result<Markup, Refusal> {
     if let Some(started) = view.started {
         moments.push(Moment { at: started, what: "Running".to_owned(), detail: String::new(), class: "running" });
     }
-    if view.state == SandboxState::Terminating {
+    let deleted_at = pod.as_ref().and_then(|pod| pod.deletion_timestamp);
+    if view.state == SandboxState::Terminating || deleted_at.is_some() {
         moments.push(Moment {
-            at: now,
+            at: deleted_at.unwrap_or(now),
             what: "Terminating".to_owned(),
-            detail: view.state_reason.clone(),
+            detail: "the Pod was asked to stop".to_owned(),
             class: "terminating",
         });
     }
