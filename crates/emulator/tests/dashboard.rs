@@ -79,14 +79,9 @@ fn the_dashboard_shows_the_cluster_live_in_chromium() -> Result<()> {
         assert!(size > 10_000, "screenshot {name} was not saved ({size} bytes)");
     }
 
-    let log = emulator.log();
+    let problems = emulator.problems();
     let status = emulator.stop()?;
     assert!(status.success(), "SIGTERM must end the emulator cleanly: {status:?}");
-    let problems: Vec<&str> = log
-        .lines()
-        .filter(|line| line.contains(" ERROR ") || line.contains(" WARN "))
-        .filter(|line| !line.contains("the emulator runs as root"))
-        .collect();
     assert!(problems.is_empty(), "the emulator logged problems:\n{}", problems.join("\n"));
     Ok(())
 }

@@ -149,6 +149,17 @@ impl EmulatorProcess {
         std::fs::read_to_string(self.dir.join("emulator.log")).unwrap_or_default()
     }
 
+    /// The lines of its log that report a problem (ERROR or WARN), but for the warning a root
+    /// emulator gives at start, as it should: what an end-to-end test expects to be empty.
+    pub fn problems(&self) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|line| line.contains(" ERROR ") || line.contains(" WARN "))
+            .filter(|line| !line.contains("the emulator runs as root"))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// The run's scratch directory (ready file and log live there).
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -7,47 +7,39 @@ use std::collections::HashMap;
 use axum::extract::State;
 use connectrpc_axum::ConnectRequest;
 use cwsandbox_api::emulator_v1 as pb;
+use cwsandbox_sim::slurm::JobBaseState;
 use cwsandbox_surface::app::App;
+use cwsandbox_surface::convert::emulator::{base_state, job_state};
 use cwsandbox_surface::services::emulator::list_jobs;
 use maud::{Markup, html};
 
 use crate::format;
 use crate::viewer::{Refusal, Viewer, rpc};
 
-/// The states the filter offers: (query value, proto state).
-const STATES: &[(&str, pb::JobState)] = &[
-    ("PENDING", pb::JobState::Pending),
-    ("RUNNING", pb::JobState::Running),
-    ("COMPLETED", pb::JobState::Completed),
-    ("CANCELLED", pb::JobState::Cancelled),
-    ("FAILED", pb::JobState::Failed),
-    ("TIMEOUT", pb::JobState::Timeout),
-    ("PREEMPTED", pb::JobState::Preempted),
-    ("REQUEUED", pb::JobState::Requeued),
-    ("NODE_FAIL", pb::JobState::NodeFail),
+/// The states the filter offers, in sacct's order.
+const STATES: [JobBaseState; 9] = [
+    JobBaseState::Pending,
+    JobBaseState::Running,
+    JobBaseState::Completed,
+    JobBaseState::Cancelled,
+    JobBaseState::Failed,
+    JobBaseState::Timeout,
+    JobBaseState::Preempted,
+    JobBaseState::Requeued,
+    JobBaseState::NodeFail,
 ];
 
-fn state_name(state: i32) -> &'static str {
-    STATES.iter().find(|(_, value)| *value as i32 == state).map_or("UNKNOWN", |(name, _)| name)
+/// sacct's State of a row.
+fn state_name(job: &pb::Job) -> &'static str {
+    base_state(job.state, "state").map_or("UNKNOWN", JobBaseState::as_str)
 }
 
-/// squeue's compact state.
+/// squeue's compact state (`CG` while COMPLETING).
 fn compact(job: &pb::Job) -> &'static str {
     if job.completing {
         return "CG";
     }
-    match pb::JobState::try_from(job.state).unwrap_or(pb::JobState::Unspecified) {
-        pb::JobState::Pending => "PD",
-        pb::JobState::Running => "R",
-        pb::JobState::Completed => "CD",
-        pb::JobState::Cancelled => "CA",
-        pb::JobState::Failed => "F",
-        pb::JobState::Timeout => "TO",
-        pb::JobState::Preempted => "PR",
-        pb::JobState::Requeued => "RQ",
-        pb::JobState::NodeFail => "NF",
-        pb::JobState::Unspecified => "?",
-    }
+    base_state(job.state, "state").map_or("?", JobBaseState::compact)
 }
 
 /// The view; `params`: `partition`, `user`, `state` (any may be empty).
@@ -59,8 +51,8 @@ pub async fn render(app: &App, viewer: &Viewer, params: &HashMap<String, String>
     let state = filter("state");
     let states = match &state {
         None => Vec::new(),
-        Some(name) => match STATES.iter().find(|(known, _)| known.eq_ignore_ascii_case(name)) {
-            Some((_, state)) => vec![*state as i32],
+        Some(name) => match STATES.iter().find(|known| known.as_str().eq_ignore_ascii_case(name)) {
+            Some(state) => vec![job_state(*state) as i32],
             None => return Err(Refusal::BadRequest(format!("state: {name:?} is not a Slurm job state"))),
         },
     };
@@ -99,8 +91,8 @@ pub async fn render(app: &App, viewer: &Viewer, params: &HashMap<String, String>
             label { "State "
                 select name="state" {
                     option value="" { "any" }
-                    @for (name, _) in STATES {
-                        option value=(name) selected[state.as_deref() == Some(*name)] { (name) }
+                    @for known in STATES {
+                        option value=(known.as_str()) selected[state.as_deref() == Some(known.as_str())] { (known.as_str()) }
                     }
                 }
             }
@@ -126,9 +118,9 @@ pub async fn render(app: &App, viewer: &Viewer, params: &HashMap<String, String>
             thead { tr { th { "JobID" } th { "JobName" } th { "Partition" } th { "Account" } th { "User" } th { "AllocCPUS" } th { "State" } th { "ExitCode" } th { "Elapsed" } } }
             tbody {
                 @for job in &accounting.jobs {
-                    tr data-job=(job.job_id) data-state=(state_name(job.state)) {
+                    tr data-job=(job.job_id) data-state=(state_name(job)) {
                         td { (job.job_id) } td { (job.name) } td { (job.partition) } td { (job.account) } td { (job.user) }
-                        td { (job.alloc_cpus) } td { (state_name(job.state)) }
+                        td { (job.alloc_cpus) } td { (state_name(job)) }
                         td { (job.exit_code) ":" (job.exit_signal) } td { (format::elapsed(job.elapsed_seconds)) }
                     }
                 }

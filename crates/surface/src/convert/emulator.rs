@@ -374,7 +374,9 @@ pub fn job_state(state: JobBaseState) -> pb::JobState {
     }
 }
 
-fn base_state(value: i32, field: &str) -> Result<JobBaseState, ApiError> {
+/// A job state of the API as the simulation's; INVALID_ARGUMENT naming `field` for an unknown or
+/// unspecified one.
+pub fn base_state(value: i32, field: &str) -> Result<JobBaseState, ApiError> {
     Ok(match pb::JobState::try_from(value) {
         Ok(pb::JobState::Pending) => JobBaseState::Pending,
         Ok(pb::JobState::Running) => JobBaseState::Running,
