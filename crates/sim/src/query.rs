@@ -608,6 +608,23 @@ pub struct PlaceholderPod<'a> {
     pub exists: bool,
 }
 
+/// The hosts jobs are submitted from (`AllocNode`), read once for a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubmitHosts {
+    placeholder: String,
+    batch: String,
+}
+
+impl SubmitHosts {
+    /// `job`'s submit host: the SUNK scheduler's Pod for a placeholder, the login node for a batch job.
+    pub fn of(&self, job: &Job) -> &str {
+        match job.kind {
+            JobKind::Placeholder { .. } => &self.placeholder,
+            JobKind::Batch { .. } => &self.batch,
+        }
+    }
+}
+
 /// One row of a job listing, borrowed from the world.
 #[derive(Debug, Clone)]
 pub struct JobRow<'a> {
@@ -870,14 +887,20 @@ impl World {
     /// The host a job was submitted from (`AllocNode`): the SUNK scheduler's Pod submits the
     /// placeholders; batch jobs come from the release's login node.
     pub fn submit_host(&self, job: &Job) -> String {
-        match job.kind {
-            JobKind::Placeholder { .. } => self
+        self.submit_hosts().of(job).to_owned()
+    }
+
+    /// Both submit hosts, found once: a listing of many jobs asks [`SubmitHosts::of`] for each
+    /// rather than looking for the scheduler's Pod among all Pods per job.
+    pub fn submit_hosts(&self) -> SubmitHosts {
+        SubmitHosts {
+            placeholder: self
                 .cluster
                 .pods_iter()
                 .find(|pod| pod.owner == PodOwner::Scheduler)
                 .map(|pod| pod.name.to_string())
                 .unwrap_or_else(|| format!("{}-scheduler", self.values.sunk.release)),
-            JobKind::Batch { .. } => format!("{}-login-0", self.values.sunk.release),
+            batch: format!("{}-login-0", self.values.sunk.release),
         }
     }
 

@@ -3,6 +3,8 @@ and its orphan check."""
 
 import os
 import subprocess
+import urllib.error
+import urllib.request
 import uuid
 
 import pytest
@@ -18,6 +20,12 @@ def test_starts_on_a_free_port_and_stops_with_sigterm(monkeypatch):
         assert not emu.base_url.endswith(":0")
         assert emu.admin_token and emu.user_token and emu.runner_id
         assert os.path.exists(emu.kubeconfig)
+        # The dashboard's page is served without a token; its data needs one.
+        with urllib.request.urlopen(emu.dashboard_url) as page:
+            assert b'name="token"' in page.read()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(emu.base_url + "/ui/api/view/cluster")
+        assert refused.value.code == 401
         assert emu.isolation in ("namespaces", "plain")
         assert emu.running
         directory = emu.dir

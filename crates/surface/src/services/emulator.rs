@@ -13,7 +13,7 @@ use axum::extract::State;
 use connectrpc_axum::{ConnectError, ConnectRequest, ConnectResponse};
 use cwsandbox_api::emulator_v1 as pb;
 use cwsandbox_sim::config::{Values, merge_values};
-use cwsandbox_sim::query::{self, JobQuery, JobRow, JobSource, ObjectQuery, Scope};
+use cwsandbox_sim::query::{self, JobQuery, JobRow, JobSource, ObjectQuery, Scope, SubmitHosts};
 use cwsandbox_sim::slurm::JobId;
 use cwsandbox_sim::time::SimTime;
 use cwsandbox_sim::world::World;
@@ -287,12 +287,12 @@ pub async fn list_namespaces(
 
 /// A job row with what the controller adds to it: where it was submitted from and, while it
 /// waits in the queue, when the scheduler expects it to start.
-fn job_of(world: &World, row: &JobRow<'_>, now: SimTime, contain: bool) -> pb::Job {
+fn job_of(world: &World, row: &JobRow<'_>, now: SimTime, contain: bool, hosts: &SubmitHosts) -> pb::Job {
     let estimated_start = match row.source {
         JobSource::Queue => world.estimated_start(row.job),
         JobSource::Accounting => None,
     };
-    let view = convert::ControllerView { alloc_node: world.submit_host(row.job), estimated_start };
+    let view = convert::ControllerView { alloc_node: hosts.of(row.job).to_owned(), estimated_start };
     convert::job(row, now, contain, view)
 }
 
@@ -300,7 +300,7 @@ fn job_of(world: &World, row: &JobRow<'_>, now: SimTime, contain: bool) -> pb::J
 fn job_row(world: &World, scope: &Scope, id: JobId) -> Option<pb::Job> {
     let rows = world.query_jobs(&JobQuery { scope: scope.clone(), job_ids: vec![id], ..JobQuery::default() });
     let contain = world.values().slurm_config.has_prolog_flag("Contain");
-    rows.first().map(|row| job_of(world, row, world.now(), contain))
+    rows.first().map(|row| job_of(world, row, world.now(), contain, &world.submit_hosts()))
 }
 
 /// ListJobs: queue and accounting rows with filters.
@@ -317,11 +317,12 @@ pub async fn list_jobs(
             let contain = world.values().slurm_config.has_prolog_flag("Contain");
             // slurm.conf `PrivateData=jobs`: a user who administers nothing sees its own jobs.
             let own_only = !administrator && world.values().slurm_config.has_private_data("jobs");
+            let hosts = world.submit_hosts();
             let jobs = world
                 .query_jobs(&query)
                 .iter()
                 .filter(|row| !own_only || row.job.uid == caller.uid)
-                .map(|row| job_of(world, row, now, contain))
+                .map(|row| job_of(world, row, now, contain, &hosts))
                 .collect();
             pb::ListJobsResponse { jobs, now: Some(timestamp(now)) }
         }))

@@ -325,6 +325,11 @@ class Emulator(WorldView):
         return self.ready["base_url"]
 
     @property
+    def dashboard_url(self) -> str:
+        """The web dashboard (sign in with `admin_token`): the cluster, Slurm and every sandbox, live."""
+        return self.base_url + "/ui/"
+
+    @property
     def admin_token(self) -> str:
         """The operator's token (cluster_admin)."""
         return self.ready["admin_token"]
