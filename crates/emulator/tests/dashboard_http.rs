@@ -81,6 +81,9 @@ async fn bad_input_is_refused_naming_the_field() {
     let (status, body) = call(&emulator, "GET", "/ui/api/view/slurm?state=SLEEPING", Some(&admin), "").await;
     assert_eq!(status, 400);
     assert!(body.contains("state") && body.contains("SLEEPING"), "{body}");
+    let (status, body) = call(&emulator, "GET", "/ui/api/view/sandboxes?state=ASLEEP", Some(&admin), "").await;
+    assert_eq!(status, 400);
+    assert!(body.contains("state") && body.contains("ASLEEP"), "{body}");
     let (status, body) = call(&emulator, "POST", "/ui/api/clock/advance", Some(&admin), r#"{"seconds":"soon"}"#).await;
     assert_eq!(status, 400);
     assert!(body.contains("seconds"), "{body}");
@@ -150,4 +153,34 @@ async fn the_request_log_has_each_protocols_code_and_the_callers_organization() 
     let (status, theirs) = call(&emulator, "GET", "/ui/api/view/requests", Some(&tenant.user_token), "").await;
     assert_eq!(status, 200);
     assert!(!theirs.contains("data-method=\"SandboxService/CreateSandbox\""), "{theirs}");
+}
+
+#[tokio::test]
+async fn the_sandbox_list_filters_by_state() {
+    let emulator = emulator().await;
+    let admin = emulator.info().admin_token.clone();
+    let mut grpc = sandboxes(&emulator, &admin).await;
+    let id = grpc
+        .create_sandbox(create_request(client_spec(&emulator.info().runner_id), "filter-1"))
+        .await
+        .expect("created")
+        .into_inner()
+        .sandbox_id;
+    let row = format!("data-sandbox=\"{id}\"");
+    let (_, all) = call(&emulator, "GET", "/ui/api/view/sandboxes", Some(&admin), "").await;
+    let state = all
+        .split(&row)
+        .nth(1)
+        .and_then(|rest| rest.split("data-state=\"").nth(1))
+        .and_then(|rest| rest.split('"').next())
+        .expect("the row has a state")
+        .to_owned();
+    let (_, same) = call(&emulator, "GET", &format!("/ui/api/view/sandboxes?state={state}"), Some(&admin), "").await;
+    assert!(same.contains(&row), "{state}: {same}");
+    let other = if state == "FAILED" { "COMPLETED" } else { "FAILED" };
+    let (_, none) = call(&emulator, "GET", &format!("/ui/api/view/sandboxes?state={other}"), Some(&admin), "").await;
+    assert!(!none.contains(&row), "{other}: {none}");
+    grpc.delete_sandbox(pb::DeleteSandboxRequest { sandbox_id: id.clone(), ..Default::default() })
+        .await
+        .expect("deleted");
 }

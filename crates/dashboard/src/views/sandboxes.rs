@@ -26,16 +26,35 @@ fn state_name(state: SandboxState) -> &'static str {
     }
 }
 
-/// The list; `params`: `state` to show one state, `all` to include ended sandboxes.
+/// Every state, in life order.
+const STATES: [SandboxState; 7] = [
+    SandboxState::Creating,
+    SandboxState::Pending,
+    SandboxState::Running,
+    SandboxState::Terminating,
+    SandboxState::Completed,
+    SandboxState::Failed,
+    SandboxState::Terminated,
+];
+
+/// The list; `params`: `state` to show one state, `ended=1` to include ended sandboxes.
 pub fn list(app: &App, viewer: &Viewer, params: &HashMap<String, String>) -> Result<Markup, Refusal> {
     viewer.caller_for(rpc::LIST_SANDBOXES)?;
     let scope = viewer.scope();
     let show_ended = params.get("ended").is_some_and(|value| value == "1");
+    let wanted = match params.get("state").map(|value| value.trim()).filter(|value| !value.is_empty()) {
+        None => None,
+        Some(name) => match STATES.into_iter().find(|state| state_name(*state).eq_ignore_ascii_case(name)) {
+            Some(state) => Some(state),
+            None => return Err(Refusal::BadRequest(format!("state: {name:?} is not a sandbox state"))),
+        },
+    };
     let (mut sandboxes, now) = app.driver().with_world(|world| {
         let views: Vec<SandboxView> = world
             .every_sandbox()
             .filter(|view| scope.sees(Some(view.owner.org.as_str())))
-            .filter(|view| show_ended || !view.state.is_terminal())
+            .filter(|view| show_ended || wanted.is_some() || !view.state.is_terminal())
+            .filter(|view| wanted.is_none_or(|state| view.state == state))
             .collect();
         (views, world.now())
     });
@@ -43,6 +62,14 @@ pub fn list(app: &App, viewer: &Viewer, params: &HashMap<String, String>) -> Res
     Ok(html! {
         (heading("Sandboxes", now))
         form.filters method="get" data-filter {
+            label { "State "
+                select name="state" {
+                    option value="" { "any" }
+                    @for state in STATES {
+                        option value=(state_name(state)) selected[wanted == Some(state)] { (state_name(state)) }
+                    }
+                }
+            }
             label { input type="checkbox" name="ended" value="1" checked[show_ended]; " include ended sandboxes" }
             button type="submit" { "Show" }
         }
