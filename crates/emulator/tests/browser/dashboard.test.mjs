@@ -220,6 +220,10 @@ try {
     await page.locator("select[name=state]").selectOption("RUNNING");
     await page.locator("form[data-filter] button").click();
     await page.waitForURL(/state=RUNNING/);
+    // The filtered view is in once its form shows the filter it was rendered with.
+    await page.locator('form[data-filter] select[name=state] option[value=RUNNING][selected]').waitFor({
+      state: "attached",
+    });
     const states = await page.$$eval("#queue tbody tr[data-job]", (rows) => rows.map((row) => row.dataset.state));
     assert.ok(states.length >= 1 && states.every((state) => state === "R"), `only running jobs: ${states}`);
   });
