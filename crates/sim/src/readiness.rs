@@ -10,6 +10,7 @@ use crate::config::ScopeType;
 use crate::k8s::{PodOwner, PodPhase};
 use crate::policy::quantity::{Quantity, format_bytes};
 use crate::query::{ObjectQuery, Scope};
+use crate::sunk::watches_namespace;
 use crate::world::World;
 
 /// Which check.
@@ -88,9 +89,9 @@ pub fn sunk_readiness(world: &World, scope: &Scope) -> Vec<Check> {
         for runner in world.runners.iter(org) {
             runners += 1;
             let id = runner.identity.as_ref().map(|identity| identity.runner_id.as_str()).unwrap_or_default();
-            let routed = world
-                .runners
-                .policy_of(org, id)
+            let routed = runner
+                .policy
+                .as_ref()
                 .and_then(|policy| policy.base.as_ref())
                 .and_then(|base| serde_json::to_value(base).ok())
                 .and_then(|base| base.pointer("/spec/schedulerName").and_then(|name| name.as_str().map(str::to_owned)));
@@ -166,12 +167,7 @@ pub fn sunk_readiness(world: &World, scope: &Scope) -> Vec<Check> {
     let mut namespaces: Vec<String> = sandbox_pods.iter().map(|pod| pod.namespace.to_string()).collect();
     namespaces.sort();
     namespaces.dedup();
-    let watched = |namespace: &str| match scheduler.scope.scope_type {
-        ScopeType::Cluster => true,
-        ScopeType::Namespace if scheduler.scope.namespaces.is_empty() => namespace == values.sunk.namespace,
-        ScopeType::Namespace => scheduler.scope.namespaces.iter().any(|watched| watched == namespace),
-    };
-    let outside: Vec<&String> = namespaces.iter().filter(|namespace| !watched(namespace)).collect();
+    let outside: Vec<&String> = namespaces.iter().filter(|namespace| !watches_namespace(values, namespace)).collect();
     let scope_ok = match scheduler.scope.scope_type {
         ScopeType::Cluster => true,
         // Sandbox namespaces are made per user as sandboxes come; only a cluster scope is sure
@@ -205,12 +201,14 @@ pub fn sunk_readiness(world: &World, scope: &Scope) -> Vec<Check> {
         },
     });
 
-    let need_cpu = Quantity::parse(&values.sandboxes.default_cpu).map(Quantity::millis).unwrap_or(0);
-    let need_memory = Quantity::parse(&values.sandboxes.default_memory).map(Quantity::millis).unwrap_or(0) / 1000;
+    // In the kubelet's units, as the world accounts Nodes and Pods: millicores, bytes rounded up.
+    let millicores = |text: &str| Quantity::parse(text).map(Quantity::millis).unwrap_or(0);
+    let bytes = |text: &str| Quantity::parse(text).map(Quantity::units_ceil).unwrap_or(0);
+    let need_cpu = millicores(&values.sandboxes.default_cpu);
+    let need_memory = bytes(&values.sandboxes.default_memory);
     for node_set in &values.node_sets {
-        let millis = |text: &str| Quantity::parse(text).map(Quantity::millis).unwrap_or(0);
-        let free_cpu = millis(&node_set.cpu) - millis(&node_set.slurmd.requests.cpu);
-        let free_memory = (millis(&node_set.memory) - millis(&node_set.slurmd.requests.memory)) / 1000;
+        let free_cpu = millicores(&node_set.cpu) - millicores(&node_set.slurmd.requests.cpu);
+        let free_memory = bytes(&node_set.memory) - bytes(&node_set.slurmd.requests.memory);
         let ok = free_cpu >= need_cpu && free_memory >= need_memory;
         checks.push(Check {
             kind: CheckKind::RoomBesideSlurmd,

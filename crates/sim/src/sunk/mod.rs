@@ -31,16 +31,17 @@ pub fn handles(values: &Values, pod: &Pod) -> Result<(), NotHandled> {
     if pod.scheduler_name != scheduler.name {
         return Err(NotHandled::OtherScheduler);
     }
-    match scheduler.scope.scope_type {
-        ScopeType::Cluster => Ok(()),
-        ScopeType::Namespace => {
-            let watched = if scheduler.scope.namespaces.is_empty() {
-                pod.namespace == values.sunk.namespace
-            } else {
-                scheduler.scope.namespaces.iter().any(|namespace| *namespace == pod.namespace)
-            };
-            if watched { Ok(()) } else { Err(NotHandled::OutOfScope) }
-        }
+    if watches_namespace(values, &pod.namespace) { Ok(()) } else { Err(NotHandled::OutOfScope) }
+}
+
+/// Whether the scheduler's scope covers `namespace`: every one for `cluster`, else the listed
+/// ones (none listed: the release's own namespace).
+pub fn watches_namespace(values: &Values, namespace: &str) -> bool {
+    let scope = &values.scheduler.scope;
+    match scope.scope_type {
+        ScopeType::Cluster => true,
+        ScopeType::Namespace if scope.namespaces.is_empty() => namespace == values.sunk.namespace,
+        ScopeType::Namespace => scope.namespaces.iter().any(|watched| watched == namespace),
     }
 }
 
