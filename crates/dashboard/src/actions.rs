@@ -8,12 +8,14 @@ use std::time::{Instant, SystemTime};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
+use connectrpc_axum::message::error::code_to_tonic;
 use connectrpc_axum::{ConnectError, ConnectRequest};
 use cwsandbox_api::emulator_v1 as emulator_pb;
 use cwsandbox_api::sandbox_v1 as pb;
 use cwsandbox_surface::app::App;
 use cwsandbox_surface::auth::Caller;
-use cwsandbox_surface::requests::CallRecord;
+use cwsandbox_surface::faults::code_name;
+use cwsandbox_surface::requests::{CallRecord, method_name};
 use cwsandbox_surface::services::{data, emulator, sandbox};
 use http::HeaderMap;
 use maud::{Markup, html};
@@ -41,25 +43,17 @@ fn log_call(
     at: SystemTime,
     outcome: Result<(), &ConnectError>,
 ) {
-    let method = rpc.trim_start_matches('/');
-    let method = match method.split_once('/') {
-        Some((service, name)) => format!("{}/{name}", service.rsplit('.').next().unwrap_or(service)),
-        None => method.to_owned(),
-    };
     let code = match outcome {
-        Ok(()) => "OK".to_owned(),
-        Err(error) => {
-            let name = serde_json::to_value(error.code()).ok().and_then(|value| value.as_str().map(str::to_uppercase));
-            name.unwrap_or_else(|| "UNKNOWN".to_owned())
-        }
+        Ok(()) => "OK",
+        Err(error) => code_name(code_to_tonic(error.code())),
     };
     app.requests().record(CallRecord {
         sequence: 0,
         at,
-        method,
+        method: method_name(rpc),
         org: viewer.principal.org.clone(),
         user: viewer.principal.user.clone(),
-        code,
+        code: code.to_owned(),
         duration: started.elapsed(),
         faults: Vec::new(),
         from_dashboard: true,
@@ -80,18 +74,7 @@ where
     let (started, at) = (Instant::now(), SystemTime::now());
     let result = handler(State(app.clone()), caller).await;
     log_call(app, viewer, rpc, started, at, result.as_ref().map(|_| ()));
-    result.map(connectrpc_axum::ConnectResponse::into_inner).map_err(refused_by_api)
-}
-
-fn refused_by_api(error: ConnectError) -> Refusal {
-    let code = format!("{:?}", error.code());
-    let message = error.message().unwrap_or("").to_owned();
-    match error.code() {
-        connectrpc_axum::message::error::Code::Unauthenticated => Refusal::Unauthenticated,
-        connectrpc_axum::message::error::Code::PermissionDenied => Refusal::Forbidden(message),
-        connectrpc_axum::message::error::Code::NotFound => Refusal::NotFound(message),
-        _ => Refusal::BadRequest(format!("{code}: {message}")),
-    }
+    result.map(connectrpc_axum::ConnectResponse::into_inner).map_err(Refusal::from)
 }
 
 fn answer(result: Result<Markup, Refusal>) -> Response {

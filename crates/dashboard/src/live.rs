@@ -100,10 +100,7 @@ pub async fn logs(
         pb::StreamLogsRequest { sandbox_id: sandbox, follow, tail_lines: LOG_TAIL_LINES, ..Default::default() };
     let frames = match stream_logs(State(app), caller, ConnectRequest(request)).await {
         Ok(frames) => frames.into_inner().into_inner(),
-        Err(error) => {
-            let message = error.message().unwrap_or("StreamLogs failed").to_owned();
-            return Refusal::BadRequest(message).into_response();
-        }
+        Err(error) => return Refusal::from(error).into_response(),
     };
     let text = frames.map(|entry| match entry {
         Ok(entry) => match entry.error {

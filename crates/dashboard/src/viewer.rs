@@ -65,6 +65,21 @@ impl From<ApiError> for Refusal {
     }
 }
 
+/// What a handler of the API answered, as the dashboard answers it: the same refusal a view
+/// and a button give for the same code.
+impl From<connectrpc_axum::ConnectError> for Refusal {
+    fn from(error: connectrpc_axum::ConnectError) -> Refusal {
+        use connectrpc_axum::message::error::Code;
+        let message = error.message().unwrap_or("").to_owned();
+        match error.code() {
+            Code::Unauthenticated => Refusal::Unauthenticated,
+            Code::PermissionDenied => Refusal::Forbidden(message),
+            Code::NotFound => Refusal::NotFound(message),
+            code => Refusal::BadRequest(format!("{code:?}: {message}")),
+        }
+    }
+}
+
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         let (status, title, text) = match self {

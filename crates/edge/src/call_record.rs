@@ -10,8 +10,10 @@ use std::time::{Instant, SystemTime};
 
 use axum::body::Body;
 use bytes::Bytes;
+use connectrpc_axum::message::error::{code_from_status, code_to_tonic};
 use cwsandbox_surface::app::App;
-use cwsandbox_surface::requests::CallRecord;
+use cwsandbox_surface::faults::code_name;
+use cwsandbox_surface::requests::{CallRecord, method_name};
 use http::{HeaderMap, StatusCode};
 use http_body::Frame;
 
@@ -64,7 +66,7 @@ pub fn recorded(
     let record = CallRecord {
         sequence: 0,
         at,
-        method: short_method(&method),
+        method: method_name(&method),
         org: note.org,
         user: note.user,
         code: String::new(),
@@ -74,16 +76,6 @@ pub fn recorded(
     };
     let app = app.clone();
     response.map(|body| Body::new(RecordedBody { body, reading, pending: Some((app, record, started)) }))
-}
-
-/// `coreweave.sandbox.v1.SandboxService/GetSandbox` → `SandboxService/GetSandbox`.
-fn short_method(path: &str) -> String {
-    match path.split_once('/') {
-        Some((service, method)) => {
-            format!("{}/{method}", service.rsplit('.').next().unwrap_or(service))
-        }
-        None => path.to_owned(),
-    }
 }
 
 fn reading_of(status: StatusCode, headers: &HeaderMap) -> Reading {
@@ -106,39 +98,15 @@ fn reading_of(status: StatusCode, headers: &HeaderMap) -> Reading {
     if status.is_success() {
         return Reading::Known("OK".to_owned());
     }
-    let fallback = code_upper(connectrpc_axum::message::error::code_from_status(status));
+    let fallback = code_name(code_to_tonic(code_from_status(status))).to_owned();
     Reading::ConnectError { fallback, body: Vec::new() }
 }
 
 /// A gRPC status number as its code name.
 fn grpc_code_name(number: &str) -> String {
     match number.trim().parse::<i32>() {
-        Ok(number) => format!("{:?}", tonic::Code::from_i32(number)).to_uppercase_snake(),
+        Ok(number) => code_name(tonic::Code::from_i32(number)).to_owned(),
         Err(_) => "UNKNOWN".to_owned(),
-    }
-}
-
-/// A Connect code (`not_found`) as the log spells codes (`NOT_FOUND`).
-fn code_upper(code: connectrpc_axum::message::error::Code) -> String {
-    let name = serde_json::to_value(code).ok().and_then(|value| value.as_str().map(str::to_owned));
-    name.unwrap_or_else(|| "unknown".to_owned()).to_uppercase()
-}
-
-trait UpperSnake {
-    fn to_uppercase_snake(&self) -> String;
-}
-
-impl UpperSnake for String {
-    /// `NotFound` → `NOT_FOUND`.
-    fn to_uppercase_snake(&self) -> String {
-        let mut out = String::with_capacity(self.len() + 4);
-        for (index, character) in self.chars().enumerate() {
-            if character.is_uppercase() && index > 0 {
-                out.push('_');
-            }
-            out.push(character.to_ascii_uppercase());
-        }
-        out
     }
 }
 
@@ -274,6 +242,6 @@ mod tests {
         );
         assert_eq!(connect_code(br#"{"error":{"code":"unavailable"}}"#).as_deref(), Some("UNAVAILABLE"));
         assert_eq!(connect_code(b"{}"), None);
-        assert_eq!(code_upper(connectrpc_axum::message::error::Code::NotFound), "NOT_FOUND");
+        assert_eq!(code_name(code_to_tonic(connectrpc_axum::message::error::Code::NotFound)), "NOT_FOUND");
     }
 }

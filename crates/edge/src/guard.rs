@@ -188,7 +188,7 @@ where
         Box::pin(async move {
             let started = std::time::Instant::now();
             let at = std::time::SystemTime::now();
-            let method = request.uri().path().trim_start_matches('/').to_owned();
+            let method = request.uri().path().to_owned();
             let mut note = CallNote::default();
             let response = shared.handle(request, inner, &mut note).await;
             Ok(crate::call_record::recorded(&shared.app, response, note, method, started, at))

@@ -49,6 +49,14 @@ const CODES: &[(&str, Code)] = &[
     ("UNAUTHENTICATED", Code::Unauthenticated),
 ];
 
+/// A status code's gRPC name (`NOT_FOUND`), as the request log spells it.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        code => CODES.iter().find(|(_, known)| *known == code).map_or("UNKNOWN", |(name, _)| name),
+    }
+}
+
 /// A status code by its gRPC name (`UNAVAILABLE`; case and `-` for `_` do not matter).
 fn code_named(name: &str) -> Option<Code> {
     let name = name.trim().to_ascii_uppercase().replace('-', "_");

@@ -35,6 +35,16 @@ pub struct CallRecord {
     pub from_dashboard: bool,
 }
 
+/// How the log names the RPC at an HTTP path: `/coreweave.sandbox.v1.SandboxService/GetSandbox`
+/// → `SandboxService/GetSandbox` (a path that names no RPC stays as it is, without its `/`).
+pub fn method_name(path: &str) -> String {
+    let path = path.trim_start_matches('/');
+    match path.split_once('/') {
+        Some((service, method)) => format!("{}/{method}", service.rsplit('.').next().unwrap_or(service)),
+        None => path.to_owned(),
+    }
+}
+
 /// The bounded log.
 #[derive(Debug)]
 pub struct RequestLog {
@@ -99,6 +109,12 @@ mod tests {
             faults: Vec::new(),
             from_dashboard: false,
         }
+    }
+
+    #[test]
+    fn methods_are_named_by_service_and_rpc() {
+        assert_eq!(method_name("/coreweave.sandbox.v1.SandboxService/GetSandbox"), "SandboxService/GetSandbox");
+        assert_eq!(method_name("/favicon.ico"), "favicon.ico");
     }
 
     #[test]

@@ -124,7 +124,7 @@ pub async fn clock(app: &App, viewer: &Viewer) -> Result<Markup, Refusal> {
     let caller = viewer.caller_for(rpc::GET_CLOCK)?;
     let clock = emulator::get_clock(State(app.clone()), caller, ConnectRequest(pb::GetClockRequest {}))
         .await
-        .map_err(|error| Refusal::BadRequest(error.message().unwrap_or("GetClock failed").to_owned()))?
+        .map_err(Refusal::from)?
         .into_inner()
         .clock
         .unwrap_or_default();
@@ -160,7 +160,7 @@ pub async fn faults(app: &App, viewer: &Viewer) -> Result<Markup, Refusal> {
     let caller = viewer.caller_for(rpc::LIST_FAULTS)?;
     let listed = fault_service::list_faults(State(app.clone()), caller, ConnectRequest(pb::ListFaultsRequest {}))
         .await
-        .map_err(|error| Refusal::BadRequest(error.message().unwrap_or("ListFaults failed").to_owned()))?
+        .map_err(Refusal::from)?
         .into_inner();
     let now = app.driver().with_world(|world| world.now());
     let compact = |value: Option<serde_json::Value>| value.map(|value| value.to_string()).unwrap_or_default();

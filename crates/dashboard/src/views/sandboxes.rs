@@ -122,7 +122,7 @@ pub fn page(app: &App, viewer: &Viewer, id: &str) -> Result<Markup, Refusal> {
     viewer.caller_for(rpc::GET_SANDBOX)?;
     let scope = viewer.scope();
     let read = app.driver().with_world(|world| {
-        let view = world.every_sandbox().find(|view| &*view.id == id && scope.sees(Some(view.owner.org.as_str())))?;
+        let view = world.sandbox(id).filter(|view| scope.sees(Some(view.owner.org.as_str())))?;
         let pod = world.cluster.pod(&view.pod_uid).cloned();
         let events: Vec<(SimTime, String, String, bool)> = world
             .query_events(&ObjectQuery { scope: scope.clone(), ..ObjectQuery::default() })

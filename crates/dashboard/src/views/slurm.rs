@@ -65,11 +65,11 @@ pub async fn render(app: &App, viewer: &Viewer, params: &HashMap<String, String>
     };
     let queue = list_jobs(State(app.clone()), caller.clone(), ConnectRequest(request(pb::JobSource::Queue)))
         .await
-        .map_err(|error| Refusal::BadRequest(error.message().unwrap_or("ListJobs failed").to_owned()))?
+        .map_err(Refusal::from)?
         .into_inner();
     let accounting = list_jobs(State(app.clone()), caller, ConnectRequest(request(pb::JobSource::Accounting)))
         .await
-        .map_err(|error| Refusal::BadRequest(error.message().unwrap_or("ListJobs failed").to_owned()))?
+        .map_err(Refusal::from)?
         .into_inner();
     let (partitions, now) = app.driver().with_world(|world| {
         let names: Vec<String> =
