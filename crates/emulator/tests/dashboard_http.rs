@@ -97,6 +97,8 @@ async fn bad_input_is_refused_naming_the_field() {
     assert!(body.contains("command"), "{body}");
     let (status, body) = call(&emulator, "POST", "/ui/api/sandboxes/nope/delete", Some(&admin), "").await;
     assert_eq!(status, 404, "{body}");
+    let (status, body) = call(&emulator, "GET", "/ui/api/logs/nope", Some(&admin), "").await;
+    assert_eq!(status, 404, "a missing sandbox's logs are not found, as its page: {body}");
     // The clock did not move for any of them.
     let (_, clock) = call(&emulator, "GET", "/ui/api/view/clock", Some(&admin), "").await;
     assert!(clock.contains(r#"data-frozen="false""#), "{clock}");
